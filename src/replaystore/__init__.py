@@ -1,0 +1,53 @@
+"""replaystore: experience replay for reinforcement learning, from one process to a Ray cluster.
+
+The core is :class:`Table`: a storage, a sampler, a remover, a rate limiter and per-item metadata
+(key, priority, times sampled, version), all thread-safe and checkpointable.
+"""
+
+from .errors import (
+    CheckpointError,
+    Closed,
+    InvalidPriority,
+    KeyNotFound,
+    ReplayError,
+    SpecError,
+    Timeout,
+)
+from .items import Sample
+from .limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack
+from .samplers import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Selector, Uniform, WithoutReplacement
+from .storage import ColumnStorage, Field, MemmapColumnStorage, ObjectStorage, Storage
+from .table import Table
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CheckpointError",
+    "Closed",
+    "ColumnStorage",
+    "Field",
+    "Fifo",
+    "InvalidPriority",
+    "KeyNotFound",
+    "Lifo",
+    "MaxHeap",
+    "MemmapColumnStorage",
+    "MinHeap",
+    "MinSize",
+    "ObjectStorage",
+    "Prioritized",
+    "Queue",
+    "RateLimiter",
+    "ReplayError",
+    "Sample",
+    "SampleToInsertRatio",
+    "Selector",
+    "SpecError",
+    "Stack",
+    "Storage",
+    "Table",
+    "Timeout",
+    "Uniform",
+    "WithoutReplacement",
+    "__version__",
+]

@@ -1,0 +1,81 @@
+"""The selector interface shared by samplers and removers (as in Reverb's ``ItemSelector``).
+
+A selector tracks the live items of a table, by storage slot, and picks some of them: the table
+asks its *sampler* selector which items to return from ``sample`` and its *remover* selector which
+items to evict when it is full. The same classes serve both roles where that makes sense (a
+``Fifo`` remover evicts the oldest item; a ``Fifo`` sampler returns it).
+
+Contract (the Table guarantees the preconditions and calls everything under its lock, so selectors
+need no locking of their own):
+
+- ``insert(slots, keys, priorities)``: ``slots`` are distinct and not currently tracked.
+- ``update(slots, keys, priorities)``: ``slots`` are distinct and tracked; priorities changed.
+- ``remove(slots)``: ``slots`` are distinct and tracked; forget them.
+- ``sample(n)`` with ``n >= 1`` and at least one tracked item: returns ``(slots, probabilities,
+  weights)``; ``weights`` may be ``None`` (all ones). May contain duplicates.
+- ``victims(n)`` with ``1 <= n <= size``: ``n`` distinct tracked slots to evict, without changing
+  any state (the table calls ``remove`` afterwards).
+- ``priorities`` are float64, finite, and non-negative when ``requires_nonnegative``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+
+class Selector(ABC):
+    """Base class of all samplers/removers."""
+
+    #: a remover must support ``victims``
+    usable_as_remover: bool = True
+    #: the table rejects negative priorities when this is set
+    requires_nonnegative: bool = False
+
+    def __init__(self) -> None:
+        self.capacity = 0
+        self.rng: np.random.Generator = np.random.default_rng()
+
+    def bind(self, capacity: int, rng: np.random.Generator) -> None:
+        """Allocate state for ``capacity`` slots; called once by the Table that owns the selector."""
+        self.capacity = int(capacity)
+        self.rng = rng
+
+    @abstractmethod
+    def insert(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:
+        """Start tracking new items."""
+
+    def update(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:
+        """Priorities of tracked items changed (default: ignored)."""
+
+    @abstractmethod
+    def remove(self, slots: np.ndarray) -> None:
+        """Stop tracking items."""
+
+    @abstractmethod
+    def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Pick ``n`` items: ``(slots, probabilities, weights or None)``."""
+
+    def victims(self, n: int) -> np.ndarray:
+        """``n`` distinct slots to evict (state unchanged)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be used as a remover")
+
+    @abstractmethod
+    def clear(self) -> None:
+        """Forget every item."""
+
+    def config(self) -> dict:
+        """Constructor arguments as JSON (``{"type": name, **kwargs}``) for checkpoints."""
+        return {"type": type(self).__name__}
+
+    def export_state(self, key_of_slot: np.ndarray) -> dict:
+        """JSON-able state beyond what re-inserting the items restores (keys, not slots)."""
+        return {}
+
+    def import_state(self, state: dict, slot_of_key: dict[int, int]) -> None:
+        """Restore :meth:`export_state` output after the items were re-inserted."""
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "type")
+        return f"{type(self).__name__}({args})"

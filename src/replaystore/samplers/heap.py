@@ -1,0 +1,103 @@
+"""MinHeap and MaxHeap: items ordered by priority (lowest or highest first), ties oldest first.
+
+A binary heap (``heapq``) of ``(priority, key, slot)`` with lazy deletion: removals and priority
+updates leave stale entries behind, recognised by comparing with the live key and priority of the
+slot, skipped when popped, and dropped by a rebuild when stale entries outnumber live ones.
+Insert and update cost O(log n) each; ``sample(k)``/``victims(k)`` cost O(k log n) plus skipped
+stale entries.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from .base import Selector
+
+
+class _Heap(Selector):
+    _sign = 1.0  # +1: lowest first (MinHeap); -1: highest first (MaxHeap)
+
+    def bind(self, capacity: int, rng: np.random.Generator) -> None:  # noqa: D102
+        super().bind(capacity, rng)
+        self._heap: list[tuple[float, int, int]] = []
+        self._key = np.full(capacity, -1, dtype=np.int64)
+        self._prio = np.zeros(capacity, dtype=np.float64)
+        self.size = 0
+
+    def _push(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:
+        self._key[slots] = keys
+        self._prio[slots] = priorities
+        entries = zip((self._sign * priorities).tolist(), keys.tolist(), slots.tolist())
+        if len(slots) > len(self._heap):
+            self._heap.extend(entries)
+            heapq.heapify(self._heap)
+        else:
+            for e in entries:
+                heapq.heappush(self._heap, e)
+        if len(self._heap) > 2 * self.size + 64:
+            self._rebuild()
+
+    def insert(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
+        self.size += len(slots)
+        self._push(slots, keys, priorities)
+
+    def update(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
+        self._push(slots, keys, priorities)
+
+    def remove(self, slots: np.ndarray) -> None:  # noqa: D102
+        self._key[slots] = -1
+        self.size -= len(slots)
+
+    def _live(self, entry: tuple[float, int, int]) -> bool:
+        p, key, slot = entry
+        return self._key[slot] == key and self._sign * self._prio[slot] == p
+
+    def _rebuild(self) -> None:
+        self._heap = [e for e in self._heap if self._live(e)]
+        heapq.heapify(self._heap)
+
+    def _first(self, n: int) -> np.ndarray:
+        """The first ``n <= size`` live slots in heap order; the heap keeps them."""
+        taken = []
+        while len(taken) < n:
+            e = heapq.heappop(self._heap)
+            if self._live(e):
+                taken.append(e)
+        for e in taken:
+            heapq.heappush(self._heap, e)
+        return np.fromiter((e[2] for e in taken), dtype=np.int64, count=len(taken))
+
+    def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, None]:
+        """The first ``n`` items by priority; if ``n > size`` the order repeats. Probability 1."""
+        k = min(n, self.size)
+        slots = self._first(k)
+        if k < n:
+            slots = np.resize(slots, n)
+        return slots, np.ones(n), None
+
+    def victims(self, n: int) -> np.ndarray:
+        """The first ``n`` items by priority."""
+        return self._first(n)
+
+    def peek(self) -> int:
+        """The slot of the first item (``-1`` when empty), without changing anything."""
+        while self._heap and not self._live(self._heap[0]):
+            heapq.heappop(self._heap)
+        return self._heap[0][2] if self._heap else -1
+
+    def clear(self) -> None:  # noqa: D102
+        self._heap = []
+        self._key[:] = -1
+        self.size = 0
+
+
+class MinHeap(_Heap):
+    """Lowest priority first. As a remover: keep the highest-priority items (top-k)."""
+
+
+class MaxHeap(_Heap):
+    """Highest priority first. As a remover: keep the lowest-priority items."""
+
+    _sign = -1.0

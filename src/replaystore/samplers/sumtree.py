@@ -1,0 +1,85 @@
+"""Sum and min segment trees as plain functions over a flat float64 array.
+
+Layout: a tree for ``capacity`` leaves has ``size = 2 * P`` entries where ``P`` is the smallest
+power of two ``>= capacity``; node ``i`` has children ``2i`` and ``2i + 1``; leaf ``j`` lives at
+``P + j``; entry 0 is unused and the root is entry 1.
+
+Edge cases, by design:
+
+- **Duplicate indices** in one ``update_*`` call are not allowed (NumPy gives no order guarantee
+  for repeated fancy-index writes); callers deduplicate first (the Table keeps the last write).
+- **Float precision**: parents are recomputed from their children on every update (never
+  incremented by a delta), so rounding errors do not accumulate over millions of updates.
+- **Zero leaves** are never returned by :func:`find_prefix`: the descent only enters a child
+  whose sum is positive, even when rounding puts the target just past a boundary.
+- The min tree stores ``+inf`` for empty (or zero) leaves, so its root is the smallest positive leaf.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def leaf_base(capacity: int) -> int:
+    """``P``: the index of leaf 0 (the smallest power of two ``>= capacity``)."""
+    return 1 << max(0, int(capacity - 1).bit_length())
+
+
+def new_sum_tree(capacity: int) -> np.ndarray:
+    """A sum tree of zeros for ``capacity`` leaves."""
+    return np.zeros(2 * leaf_base(capacity), dtype=np.float64)
+
+
+def new_min_tree(capacity: int) -> np.ndarray:
+    """A min tree of ``+inf`` for ``capacity`` leaves."""
+    return np.full(2 * leaf_base(capacity), np.inf, dtype=np.float64)
+
+
+def update_sum(tree: np.ndarray, leaves: np.ndarray, values: np.ndarray) -> None:
+    """Set distinct ``leaves`` to ``values`` and recompute their ancestors' sums."""
+    base = len(tree) // 2
+    idx = leaves + base
+    tree[idx] = values
+    while base > 1:
+        idx = idx >> 1
+        base >>= 1
+        if len(idx) > base:  # more entries than nodes on this level: deduplicate
+            idx = np.unique(idx)
+        tree[idx] = tree[2 * idx] + tree[2 * idx + 1]
+
+
+def update_min(tree: np.ndarray, leaves: np.ndarray, values: np.ndarray) -> None:
+    """Set distinct ``leaves`` to ``values`` and recompute their ancestors' minima."""
+    base = len(tree) // 2
+    idx = leaves + base
+    tree[idx] = values
+    while base > 1:
+        idx = idx >> 1
+        base >>= 1
+        if len(idx) > base:
+            idx = np.unique(idx)
+        tree[idx] = np.minimum(tree[2 * idx], tree[2 * idx + 1])
+
+
+def total(tree: np.ndarray) -> float:
+    """The sum of all leaves (the root)."""
+    return float(tree[1])
+
+
+def find_prefix(tree: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """For each target ``t`` in ``[0, total)``, the leaf ``j`` whose prefix interval contains it.
+
+    That is the smallest ``j`` with ``sum(leaves[:j+1]) > t``; a leaf with weight ``w`` is hit by a
+    uniform target with probability ``w / total``. Requires ``total > 0``.
+    """
+    base = len(tree) // 2
+    node = np.ones(len(targets), dtype=np.int64)
+    t = np.asarray(targets, dtype=np.float64).copy()
+    while base > 1:
+        left = node << 1
+        left_sum = tree[left]
+        go_right = (t >= left_sum) & (tree[left + 1] > 0.0)
+        t -= np.where(go_right, left_sum, 0.0)
+        node = left + go_right
+        base >>= 1
+    return node - (len(tree) // 2)

@@ -1,0 +1,37 @@
+"""Uniform: every live item equally likely, with replacement."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Selector
+from .dense import DenseSet
+
+
+class Uniform(Selector):
+    """Samples items uniformly at random with replacement; as a remover, evicts random items.
+
+    ``sample(n)`` costs O(n); insert and remove cost O(batch).
+    """
+
+    def bind(self, capacity: int, rng: np.random.Generator) -> None:  # noqa: D102
+        super().bind(capacity, rng)
+        self._set = DenseSet(capacity)
+
+    def insert(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
+        self._set.add(slots)
+
+    def remove(self, slots: np.ndarray) -> None:  # noqa: D102
+        self._set.discard(slots)
+
+    def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, None]:
+        """``n`` slots uniformly with replacement; probability ``1/size`` each."""
+        slots = self._set.sample(n, self.rng)
+        return slots, np.full(n, 1.0 / self._set.size), None
+
+    def victims(self, n: int) -> np.ndarray:
+        """``n`` distinct random slots."""
+        return self._set.choose_distinct(n, self.rng)
+
+    def clear(self) -> None:  # noqa: D102
+        self._set.clear()

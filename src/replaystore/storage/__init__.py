@@ -1,0 +1,9 @@
+"""Storages: where item payloads live. See :mod:`replaystore.storage.base` for the contract."""
+
+from .base import Storage
+from .columns import ColumnStorage
+from .memmap import MemmapColumnStorage
+from .objects import ObjectStorage
+from .spec import Field
+
+__all__ = ["ColumnStorage", "Field", "MemmapColumnStorage", "ObjectStorage", "Storage"]

@@ -1,0 +1,162 @@
+"""Column storage: one preallocated NumPy array per field, indexed by slot.
+
+The spec (shape and dtype of every field) is either given or inferred from the first item that
+arrives; the arrays are allocated then, at full capacity. Nested dicts are stored as flat columns
+named by path (see :mod:`replaystore.storage.spec`).
+
+Dtype rule: an incoming ``np.ndarray``/NumPy scalar (or anything exposing ``__array__``, such as a
+CPU torch tensor) must have exactly the field's dtype; a Python scalar or list is accepted when
+NumPy can cast it ``same_kind`` (so ``reward=1.0`` fits a float32 field). Shapes must match exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import SpecError
+from .base import Storage
+from .spec import SEP, Field, flatten, normalize_spec, unflatten
+
+_PY_SCALARS = (bool, int, float, complex, list, tuple)
+
+
+class ColumnStorage(Storage):
+    """Preallocated NumPy columns for dicts (optionally nested) of arrays.
+
+    Args:
+        capacity: number of slots.
+        spec: optional nested dict of :class:`Field` / ``(shape, dtype)``; inferred from the first
+            item when omitted.
+    """
+
+    kind = "columns"
+
+    def __init__(self, capacity: int, spec: Mapping | None = None) -> None:
+        super().__init__(capacity)
+        self.spec: dict[str, Field] | None = None
+        self.columns: dict[str, np.ndarray] = {}
+        self._nested = False
+        if spec is not None:
+            self._adopt(normalize_spec(spec))
+
+    # -- spec -------------------------------------------------------------------------------
+    def _adopt(self, spec: dict[str, Field]) -> None:
+        self.spec = spec
+        self._nested = any(SEP in p for p in spec)
+        self.columns = {p: self._allocate(p, f) for p, f in spec.items()}
+
+    def _allocate(self, path: str, field: Field) -> np.ndarray:
+        return np.zeros((self.capacity, *field.shape), dtype=field.dtype)
+
+    @staticmethod
+    def _as_array(path: str, value: Any) -> tuple[np.ndarray, bool]:
+        """Return ``(array, strict)``: strict when the input carried its own dtype."""
+        if isinstance(value, np.ndarray):
+            return value, True
+        if isinstance(value, _PY_SCALARS):
+            try:
+                return np.asarray(value), False
+            except ValueError as e:  # ragged lists
+                raise SpecError(f"field {path!r}: cannot convert to an array ({e})") from None
+        return np.asarray(value), True
+
+    def _infer(self, flat: dict[str, Any], batched: bool) -> dict[str, Field]:
+        spec = {}
+        for path, value in flat.items():
+            arr, _ = self._as_array(path, value)
+            if arr.dtype == object:
+                raise SpecError(
+                    f"field {path!r} has dtype object; use ObjectStorage for arbitrary Python items"
+                )
+            if batched and arr.ndim == 0:
+                raise SpecError(f"field {path!r}: a batch needs a leading batch axis, got a scalar")
+            spec[path] = Field(tuple(arr.shape[1:] if batched else arr.shape), arr.dtype)
+        return spec
+
+    # -- Storage interface ----------------------------------------------------------------------
+    def prepare(self, data: Any, batched: bool) -> tuple[tuple, int]:
+        """Validate a dict item (or batch) against the spec; see the module doc for dtype rules.
+
+        Returns ``((columns, new_spec), n)``: ``new_spec`` is the inferred spec when this is the
+        first data the storage sees (adopted by :meth:`write`), else ``None``.
+        """
+        if not isinstance(data, Mapping):
+            raise SpecError(
+                f"column storage takes a dict of arrays, got {type(data).__name__}; "
+                "use storage='objects' for arbitrary Python items"
+            )
+        flat = flatten(data)
+        spec = self.spec if self.spec is not None else self._infer(flat, batched)
+        if flat.keys() != spec.keys():
+            missing = sorted(spec.keys() - flat.keys())
+            extra = sorted(flat.keys() - spec.keys())
+            raise SpecError(f"fields differ from the table's spec: missing {missing}, unexpected {extra}")
+        out: dict[str, np.ndarray] = {}
+        n = None
+        for path, field in spec.items():
+            arr, strict = self._as_array(path, flat[path])
+            if batched:
+                if arr.ndim == 0:
+                    raise SpecError(f"field {path!r}: a batch needs a leading batch axis, got a scalar")
+                if n is None:
+                    n = arr.shape[0]
+                elif arr.shape[0] != n:
+                    raise SpecError(
+                        f"field {path!r}: batch size {arr.shape[0]} differs from the other fields' {n}"
+                    )
+                shape = arr.shape[1:]
+            else:
+                shape = arr.shape
+            if shape != field.shape:
+                raise SpecError(f"field {path!r}: expected shape {field.shape}, got {tuple(shape)}")
+            if arr.dtype != field.dtype:
+                if strict or not np.can_cast(arr.dtype, field.dtype, "same_kind"):
+                    raise SpecError(f"field {path!r}: expected dtype {field.dtype}, got {arr.dtype}")
+                arr = arr.astype(field.dtype)
+            out[path] = arr
+        new_spec = spec if self.spec is None else None
+        return (out, new_spec), (int(n) if batched else 1)
+
+    def write(self, slots: slice | np.ndarray, prepared: tuple) -> None:
+        """Copy prepared columns into ``slots`` (allocates the columns on the first write)."""
+        columns, new_spec = prepared
+        if new_spec is not None and self.spec is None:
+            self._adopt(new_spec)
+        for path, col in self.columns.items():
+            col[slots] = columns[path]
+
+    def read(self, slots: np.ndarray) -> dict[str, Any]:
+        """Gather ``slots`` from every column (``np.take``: a new array per field)."""
+        flat = {p: np.take(col, slots, axis=0) for p, col in self.columns.items()}
+        return unflatten(flat) if self._nested else flat
+
+    def describe(self) -> dict:
+        """Kind, capacity and the flat spec as JSON."""
+        return {
+            "kind": self.kind,
+            "capacity": self.capacity,
+            "spec": None if self.spec is None else {p: f.to_json() for p, f in self.spec.items()},
+        }
+
+    def export(self, slots: np.ndarray) -> dict[str, np.ndarray]:
+        """Flat ``{path: column[slots]}`` for checkpoints."""
+        return {p: np.take(col, slots, axis=0) for p, col in self.columns.items()}
+
+    def import_(self, exported: Mapping[str, np.ndarray]) -> int:
+        """Write flat columns (as produced by :meth:`export`) to slots ``0..n-1``."""
+        if not exported:
+            return 0
+        if self.spec is None:
+            self._adopt({p: Field(tuple(a.shape[1:]), a.dtype) for p, a in exported.items()})
+        n = len(next(iter(exported.values())))
+        for path, col in self.columns.items():
+            col[:n] = exported[path]
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the columns."""
+        return int(sum(c.nbytes for c in self.columns.values()))

@@ -1,0 +1,88 @@
+"""Field specs: the shape and dtype of one item's leaves, and nested-dict flattening.
+
+A nested dict such as ``{"obs": {"image": a, "state": b}, "reward": r}`` is stored as flat
+columns named by their path, ``"obs/image"``, ``"obs/state"``, ``"reward"``. Paths use ``/``; a
+key that itself contains ``/`` is rejected, so the mapping is reversible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..errors import SpecError
+
+SEP = "/"
+
+
+class Field(NamedTuple):
+    """The spec of one leaf: its per-item ``shape`` (without the batch axis) and ``dtype``."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @classmethod
+    def of(cls, shape: Any, dtype: Any) -> "Field":
+        """Build a field from any shape-like (int or sequence) and dtype-like."""
+        if isinstance(shape, (int, np.integer)):
+            shape = (int(shape),)
+        return cls(tuple(int(d) for d in shape), np.dtype(dtype))
+
+    def to_json(self) -> dict:
+        """A JSON-able form: ``{"shape": [...], "dtype": "<f4"}``."""
+        return {"shape": list(self.shape), "dtype": self.dtype.str}
+
+    @classmethod
+    def from_json(cls, obj: Mapping) -> "Field":
+        """Inverse of :meth:`to_json`."""
+        return cls.of(obj["shape"], obj["dtype"])
+
+
+def flatten(data: Mapping, prefix: str = "") -> dict[str, Any]:
+    """Flatten a nested mapping into ``{path: leaf}`` in insertion order.
+
+    Raises:
+        SpecError: a key is not a string, contains ``/``, or a nested mapping is empty.
+    """
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if not isinstance(key, str) or SEP in key or not key:
+            raise SpecError(f"field names must be non-empty strings without '/': got {key!r}")
+        path = prefix + key
+        if isinstance(value, Mapping):
+            if not value:
+                raise SpecError(f"field {path!r} is an empty mapping")
+            out.update(flatten(value, path + SEP))
+        else:
+            out[path] = value
+    return out
+
+
+def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """Rebuild the nested dict from ``{path: leaf}`` (inverse of :func:`flatten`)."""
+    out: dict[str, Any] = {}
+    for path, value in flat.items():
+        if SEP not in path:
+            out[path] = value
+            continue
+        node = out
+        *parents, leaf = path.split(SEP)
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return out
+
+
+def normalize_spec(spec: Mapping) -> dict[str, Field]:
+    """Turn a user spec (nested dict of ``Field``, ``(shape, dtype)`` or dtype) into flat Fields."""
+    flat = {}
+    for path, f in flatten(spec).items():
+        if isinstance(f, Field):
+            flat[path] = f
+        elif isinstance(f, tuple) and len(f) == 2:
+            flat[path] = Field.of(*f)
+        else:
+            flat[path] = Field.of((), f)
+    return flat

@@ -1,0 +1,582 @@
+"""Table: items in a storage, chosen by a sampler, evicted by a remover, paced by a rate limiter.
+
+The Table is the only place that holds the lock and keeps the parts consistent. Every public
+method is thread-safe. Every mutating method validates its whole input before it changes anything,
+so a call that raises leaves the table exactly as it was.
+
+Per item the table keeps: a unique increasing int64 key, its storage slot, priority,
+times_sampled and version. Keys, not slots, are the public handle: an update or delete for a key
+that has left the table is skipped and counted, never applied to whatever reuses the slot.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .errors import Closed, InvalidPriority, SpecError, Timeout
+from .items import Sample
+from .keys import KeyIndex
+from .limiters import MinSize, Queue, RateLimiter, Stack
+from .samplers import Fifo, Lifo, Selector, Uniform
+from .storage import ColumnStorage, MemmapColumnStorage, ObjectStorage, Storage
+
+_STALENESS_BINS = 16
+
+
+def _make_storage(storage: str | Storage | None, capacity: int, spec: Mapping | None) -> Storage:
+    if storage is None or storage == "columns":
+        return ColumnStorage(capacity, spec)
+    if storage == "objects":
+        return ObjectStorage(capacity)
+    if isinstance(storage, (str, os.PathLike)) and str(storage).startswith("memmap:"):
+        return MemmapColumnStorage(capacity, str(storage)[len("memmap:") :], spec)
+    if isinstance(storage, Storage):
+        if storage.capacity != capacity:
+            raise ValueError(f"storage capacity {storage.capacity} != table capacity {capacity}")
+        return storage
+    raise ValueError(
+        f"storage must be 'columns', 'objects', 'memmap:<dir>' or a Storage, got {storage!r}"
+    )
+
+
+class Table:
+    """A replay table. See the package README for a tour.
+
+    Args:
+        capacity: maximum number of items.
+        sampler: selector that picks items for :meth:`sample` (default :class:`Uniform`).
+        remover: selector that picks items to evict when full (default :class:`Fifo`).
+        rate_limiter: paces inserts and samples (default ``MinSize(1)``).
+        max_times_sampled: delete an item once it has been sampled this many times (0: never).
+        max_staleness: with :meth:`set_version`, drop items whose version is below
+            ``version - max_staleness``; such items are refused on insert (``None``: off).
+        storage: ``"columns"`` (default), ``"objects"``, ``"memmap:<directory>"`` or a Storage.
+        spec: optional field spec for column storages (else inferred from the first item).
+        seed: seed of the table's random generator (sampling, eviction by ``Uniform``).
+        default_timeout: timeout in seconds for blocking calls that pass none (``None``: wait).
+        name: a label used in stats and reprs.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        sampler: Selector | None = None,
+        remover: Selector | None = None,
+        rate_limiter: RateLimiter | None = None,
+        max_times_sampled: int = 0,
+        max_staleness: int | None = None,
+        storage: str | Storage | None = None,
+        spec: Mapping | None = None,
+        seed: int | None = None,
+        default_timeout: float | None = None,
+        name: str = "table",
+    ) -> None:
+        capacity = int(capacity)
+        if capacity <= 0:
+            raise ValueError(f"capacity must be positive, got {capacity}")
+        if max_times_sampled < 0:
+            raise ValueError(f"max_times_sampled must be >= 0, got {max_times_sampled}")
+        if max_staleness is not None and max_staleness < 0:
+            raise ValueError(f"max_staleness must be >= 0 or None, got {max_staleness}")
+        self.capacity = capacity
+        self.name = name
+        self.sampler = sampler if sampler is not None else Uniform()
+        self.remover = remover if remover is not None else Fifo()
+        if not self.remover.usable_as_remover:
+            raise ValueError(f"{type(self.remover).__name__} cannot be used as a remover")
+        if self.remover is self.sampler:
+            raise ValueError("sampler and remover must be distinct selector objects")
+        self.rate_limiter = rate_limiter if rate_limiter is not None else MinSize(1)
+        self.max_times_sampled = int(max_times_sampled)
+        self.max_staleness = None if max_staleness is None else int(max_staleness)
+        self.default_timeout = default_timeout
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.storage = _make_storage(storage, capacity, spec)
+        self._selectors = (self.sampler, self.remover)
+        for sel in self._selectors:
+            sel.bind(capacity, self.rng)
+        self._requires_nonnegative = any(s.requires_nonnegative for s in self._selectors)
+
+        self._cond = threading.Condition(threading.RLock())
+        self._closed = False
+        self._index = KeyIndex(capacity)
+        self._priority = np.zeros(capacity, dtype=np.float64)
+        self._times_sampled = np.zeros(capacity, dtype=np.int64)
+        self._version = np.zeros(capacity, dtype=np.int64)
+        self._free = np.arange(capacity - 1, -1, -1, dtype=np.int64)  # a stack; pops 0, 1, 2, ...
+        self._nfree = capacity
+        self._next_key = 0
+        self._size = 0
+        self.max_priority = 1.0
+        self.version = 0
+        self._counters = dict.fromkeys(
+            (
+                "inserts",
+                "samples",
+                "sample_calls",
+                "deletes",
+                "evictions",
+                "retired",
+                "dropped_stale",
+                "skipped_updates",
+                "skipped_deletes",
+            ),
+            0,
+        )
+        self._blocked = {"insert_blocked_s": 0.0, "sample_blocked_s": 0.0}
+
+    # -- construction helpers -------------------------------------------------------------------
+    @classmethod
+    def queue(cls, size: int, **kwargs: Any) -> "Table":
+        """A FIFO queue: each item is returned once, oldest first; inserts block when full."""
+        return cls(size, sampler=Fifo(), remover=Fifo(), rate_limiter=Queue(size), max_times_sampled=1, **kwargs)
+
+    @classmethod
+    def stack(cls, size: int, **kwargs: Any) -> "Table":
+        """A LIFO stack: each item is returned once, newest first; inserts block when full."""
+        return cls(size, sampler=Lifo(), remover=Lifo(), rate_limiter=Stack(size), max_times_sampled=1, **kwargs)
+
+    # -- small queries ----------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._size
+
+    def __contains__(self, key: int) -> bool:
+        with self._cond:
+            return bool(self._index.lookup(np.asarray([key]))[0] >= 0)
+
+    def __repr__(self) -> str:
+        return (
+            f"Table(name={self.name!r}, size={self._size}/{self.capacity}, sampler={self.sampler!r}, "
+            f"remover={self.remover!r}, rate_limiter={self.rate_limiter!r})"
+        )
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def keys(self) -> np.ndarray:
+        """The keys of all live items, oldest first."""
+        with self._cond:
+            return self._index.key_of_slot[self._index.live_slots()]
+
+    # -- validation helpers (no mutation) -----------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise Closed(f"table {self.name!r} is closed")
+
+    def _validate_priorities(self, priorities: Any, n: int) -> np.ndarray:
+        p = np.asarray(priorities, dtype=np.float64)
+        if p.ndim == 0:
+            p = np.full(n, float(p))
+        if p.shape != (n,):
+            raise InvalidPriority(f"expected {n} priorities, got shape {p.shape}")
+        bad = ~np.isfinite(p)
+        if bad.any():
+            raise InvalidPriority(f"priorities must be finite: got {p[bad][:5].tolist()}")
+        if self._requires_nonnegative and (p < 0).any():
+            raise InvalidPriority(f"priorities must be >= 0 for {self.sampler!r}: got {p[p < 0][:5].tolist()}")
+        return p
+
+    def _validate_versions(self, version: Any, n: int) -> np.ndarray:
+        v = np.asarray(self.version if version is None else version)
+        if v.dtype.kind not in "iub":
+            raise SpecError(f"version must be an integer or an array of integers, got dtype {v.dtype}")
+        v = v.astype(np.int64)
+        if v.ndim == 0:
+            return np.full(n, int(v), dtype=np.int64)
+        if v.shape != (n,):
+            raise SpecError(f"expected {n} versions, got shape {v.shape}")
+        return v
+
+    def _wait(self, ready, timeout: float | None, what: str, counter: str) -> None:
+        """Wait on the condition until ``ready()``; raise Timeout or Closed. Holds the lock."""
+        if ready():
+            return
+        timeout = self.default_timeout if timeout is None else timeout
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        try:
+            while not ready():
+                self._check_open()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise Timeout(
+                        f"{what} on table {self.name!r} blocked by {self.rate_limiter!r} for "
+                        f"{timeout:.3g}s (size {self._size}, inserts {self.rate_limiter.inserts}, "
+                        f"samples {self.rate_limiter.samples})"
+                    )
+                self._cond.wait(remaining)
+            self._check_open()
+        finally:
+            self._blocked[counter] += time.monotonic() - start
+
+    # -- internal mutation (lock held, input valid) ----------------------------------------------
+    def _remove_slots(self, slots: np.ndarray) -> None:
+        """Remove distinct live slots from every part of the table."""
+        if len(slots) == 0:
+            return
+        for sel in self._selectors:
+            sel.remove(slots)
+        self._index.release(slots)
+        self.storage.release(slots)
+        k = len(slots)
+        self._free[self._nfree : self._nfree + k] = slots
+        self._nfree += k
+        self._size -= k
+        self.rate_limiter.deletes += k
+        self._counters["deletes"] += k
+
+    def _take_free(self, n: int) -> np.ndarray:
+        slots = self._free[self._nfree - n : self._nfree][::-1].copy()
+        self._nfree -= n
+        return slots
+
+    # -- insert -----------------------------------------------------------------------------------
+    def extend(
+        self,
+        data: Any,
+        priorities: Any = None,
+        version: Any = None,
+        timeout: float | None = None,
+    ) -> np.ndarray:
+        """Insert a batch of items; return their int64 keys.
+
+        Args:
+            data: for column storages a (nested) dict of arrays whose leading axis is the batch;
+                for object storage a list of items.
+            priorities: one per item, a scalar for all, or ``None`` for the largest priority set
+                so far (1.0 initially).
+            version: model version(s) that produced the items (default: the table's version).
+            timeout: seconds to wait for the rate limiter (``None``: ``default_timeout``).
+
+        Returns:
+            The keys, in batch order. Items refused as stale (see ``max_staleness``) get key -1.
+
+        Raises:
+            SpecError: data does not match the spec. InvalidPriority: bad priorities.
+            ValueError: the batch is larger than the capacity or than the rate limiter allows.
+            Timeout, Closed: as for every blocking call.
+        """
+        with self._cond:
+            self._check_open()
+            prepared, n = self.storage.prepare(data, batched=True)
+            if n == 0:
+                return np.empty(0, dtype=np.int64)
+            return self._insert(prepared, n, priorities, version, timeout)
+
+    def add(self, item: Any, priority: float | None = None, version: int | None = None,
+            timeout: float | None = None) -> int:
+        """Insert one item (a dict of per-item arrays, or any object for object storage).
+
+        Returns its key (-1 if refused as stale). See :meth:`extend`.
+        """
+        with self._cond:
+            self._check_open()
+            prepared, n = self.storage.prepare(item, batched=False)
+            return int(self._insert(prepared, n, priority, version, timeout)[0])
+
+    def _insert(self, prepared: Any, n: int, priorities: Any, version: Any, timeout: float | None) -> np.ndarray:
+        if n > self.capacity:
+            raise ValueError(f"a batch of {n} items does not fit a table of capacity {self.capacity}")
+        self.rate_limiter.check_insert_size(n)
+        prio = None if priorities is None else self._validate_priorities(priorities, n)
+        versions = self._validate_versions(version, n)
+        keys_out = np.full(n, -1, dtype=np.int64)
+        accepted = None
+        if self.max_staleness is not None:
+            fresh = versions >= self.version - self.max_staleness
+            if not fresh.all():
+                accepted = np.flatnonzero(fresh)
+                self._counters["dropped_stale"] += n - len(accepted)
+                if len(accepted) == 0:
+                    return keys_out
+        self._wait(lambda: self.rate_limiter.can_insert(n if accepted is None else len(accepted)),
+                   timeout, f"insert of {n}", "insert_blocked_s")
+        if accepted is not None:
+            prepared = _subset(self.storage, prepared, accepted)
+            versions = versions[accepted]
+            prio = None if prio is None else prio[accepted]
+            n = len(accepted)
+        if prio is None:
+            prio = np.full(n, self.max_priority)
+        elif n:
+            self.max_priority = max(self.max_priority, float(prio.max()))
+
+        overflow = self._size + n - self.capacity
+        if overflow > 0:
+            self._remove_slots(self.remover.victims(overflow))
+            self._counters["evictions"] += overflow
+        slots = self._take_free(n)
+        self.storage.write(_as_slice_if_contiguous(slots), prepared)
+        keys = np.arange(self._next_key, self._next_key + n, dtype=np.int64)
+        self._next_key += n
+        self._index.assign(slots, keys)
+        self._priority[slots] = prio
+        self._times_sampled[slots] = 0
+        self._version[slots] = versions
+        for sel in self._selectors:
+            sel.insert(slots, keys, prio)
+        self._size += n
+        self.rate_limiter.inserts += n
+        self._counters["inserts"] += n
+        self._cond.notify_all()
+        if accepted is None:
+            return keys
+        keys_out[accepted] = keys
+        return keys_out
+
+    # -- sample -----------------------------------------------------------------------------------
+    def sample(self, batch_size: int, timeout: float | None = None) -> Sample:
+        """Draw ``batch_size`` items with the sampler; block while the rate limiter forbids it.
+
+        Returns:
+            A :class:`Sample`. ``times_sampled`` already counts this sample. Items that reach
+            ``max_times_sampled`` are deleted after being read.
+
+        Raises:
+            ValueError: ``batch_size < 1`` or larger than the rate limiter could ever allow.
+            Timeout: the rate limiter did not allow the sample within ``timeout`` seconds.
+            Closed: the table was closed.
+        """
+        n = int(batch_size)
+        if n < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        with self._cond:
+            self._check_open()
+            self.rate_limiter.check_sample_size(n)
+            self._wait(lambda: self._size > 0 and self.rate_limiter.can_sample(n), timeout,
+                       f"sample of {n}", "sample_blocked_s")
+            slots, probabilities, weights = self.sampler.sample(n)
+            data = self.storage.read(slots)
+            np.add.at(self._times_sampled, slots, 1)
+            times = self._times_sampled[slots]
+            sample = Sample(
+                data=data,
+                keys=self._index.key_of_slot[slots],
+                indices=slots,
+                probabilities=probabilities,
+                weights=np.ones(n) if weights is None else weights,
+                priorities=self._priority[slots],
+                times_sampled=times,
+                versions=self._version[slots],
+            )
+            self.rate_limiter.samples += n
+            self._counters["samples"] += n
+            self._counters["sample_calls"] += 1
+            if self.max_times_sampled:
+                done = np.unique(slots[times >= self.max_times_sampled])
+                if len(done):
+                    self._remove_slots(done)
+                    self._counters["retired"] += len(done)
+            self._cond.notify_all()
+            return sample
+
+    def get(self, keys: Any) -> tuple[Any, np.ndarray]:
+        """Read items by key without sampling them.
+
+        Returns:
+            ``(data, found)``: the payloads of the keys that are live (in the given order) and a
+            boolean mask over ``keys`` saying which were found.
+        """
+        keys = np.atleast_1d(np.asarray(keys, dtype=np.int64))
+        with self._cond:
+            slots = self._index.lookup(keys)
+            found = slots >= 0
+            return self.storage.read(slots[found]), found
+
+    def info(self, keys: Any) -> dict[str, np.ndarray]:
+        """Metadata of live items by key: ``priorities``, ``times_sampled``, ``versions``, ``found``."""
+        keys = np.atleast_1d(np.asarray(keys, dtype=np.int64))
+        with self._cond:
+            slots = self._index.lookup(keys)
+            found = slots >= 0
+            s = slots[found]
+            return {
+                "found": found,
+                "priorities": self._priority[s],
+                "times_sampled": self._times_sampled[s],
+                "versions": self._version[s],
+            }
+
+    # -- update and delete --------------------------------------------------------------------------
+    def update_priorities(self, keys: Any, priorities: Any) -> int:
+        """Set the priorities of items by key; return how many were applied.
+
+        Duplicate keys: the last occurrence wins. Keys no longer in the table are skipped (and
+        counted in ``stats()["skipped_updates"]``). Raises :class:`InvalidPriority` for NaN,
+        infinite or (for the prioritized sampler) negative values, before changing anything.
+        """
+        keys = np.atleast_1d(np.asarray(keys, dtype=np.int64))
+        if keys.ndim != 1:
+            raise ValueError(f"keys must be one-dimensional, got shape {keys.shape}")
+        prio = self._validate_priorities(priorities, len(keys))
+        if len(keys) == 0:
+            return 0
+        with self._cond:
+            self._check_open()
+            keys, prio = _last_wins(keys, prio)
+            slots = self._index.lookup(keys)
+            ok = slots >= 0
+            self._counters["skipped_updates"] += int((~ok).sum())
+            if not ok.all():
+                slots, keys, prio = slots[ok], keys[ok], prio[ok]
+            if len(slots) == 0:
+                return 0
+            self._priority[slots] = prio
+            for sel in self._selectors:
+                sel.update(slots, keys, prio)
+            self.max_priority = max(self.max_priority, float(prio.max()))
+            self._cond.notify_all()
+            return len(slots)
+
+    def delete(self, keys: Any) -> int:
+        """Delete items by key; return how many were deleted (unknown keys are skipped and counted)."""
+        keys = np.unique(np.atleast_1d(np.asarray(keys, dtype=np.int64)))
+        with self._cond:
+            self._check_open()
+            slots = self._index.lookup(keys)
+            ok = slots >= 0
+            self._counters["skipped_deletes"] += int((~ok).sum())
+            self._remove_slots(slots[ok])
+            self._cond.notify_all()
+            return int(ok.sum())
+
+    def set_version(self, version: int) -> int:
+        """Set the current model version; with ``max_staleness``, drop items that became stale.
+
+        Returns:
+            How many items were dropped.
+        """
+        with self._cond:
+            self._check_open()
+            self.version = int(version)
+            if self.max_staleness is None:
+                return 0
+            live = np.flatnonzero(self._index.key_of_slot >= 0)
+            stale = live[self._version[live] < self.version - self.max_staleness]
+            self._remove_slots(stale)
+            self._counters["dropped_stale"] += len(stale)
+            self._cond.notify_all()
+            return len(stale)
+
+    def clear(self) -> None:
+        """Remove every item and reset the rate limiter's counters (keys keep increasing)."""
+        with self._cond:
+            self._check_open()
+            live = self._index.live_slots()
+            self._remove_slots(live)
+            self.rate_limiter.reset()
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Close the table: wake every blocked call with :class:`Closed`; later calls raise it too.
+
+        Idempotent. The data stays readable through ``stats()`` and ``save()``.
+        """
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    # -- stats ------------------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """A plain dict of counters and gauges (see docs/api.md for every key)."""
+        with self._cond:
+            live = np.flatnonzero(self._index.key_of_slot >= 0)
+            out: dict[str, Any] = {"name": self.name, "size": self._size, "capacity": self.capacity}
+            out.update(self._counters)
+            out.update(self._blocked)
+            out["version"] = self.version
+            out["max_priority_seen"] = self.max_priority
+            inserts = self.rate_limiter.inserts
+            out["sample_to_insert_ratio"] = self.rate_limiter.samples / inserts if inserts else 0.0
+            if len(live):
+                ts = self._times_sampled[live]
+                pr = self._priority[live]
+                age = self.version - self._version[live]
+                out.update(
+                    times_sampled_mean=float(ts.mean()),
+                    times_sampled_max=int(ts.max()),
+                    priority_min=float(pr.min()),
+                    priority_max=float(pr.max()),
+                    priority_mean=float(pr.mean()),
+                )
+                clipped = np.clip(age, 0, _STALENESS_BINS - 1)
+                hist = np.bincount(clipped, minlength=_STALENESS_BINS)
+                out["staleness_histogram"] = {
+                    (str(i) if i < _STALENESS_BINS - 1 else f">={i}"): int(c) for i, c in enumerate(hist) if c
+                }
+            else:
+                out.update(times_sampled_mean=0.0, times_sampled_max=0, priority_min=0.0,
+                           priority_max=0.0, priority_mean=0.0, staleness_histogram={})
+            return out
+
+    # -- checkpoints ----------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> None:
+        """Write a checkpoint directory atomically (see :mod:`replaystore.checkpoint`)."""
+        from .checkpoint import save_table
+
+        save_table(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, allow_pickle: bool = False, memmap_dir: str | None = None) -> "Table":
+        """Restore a table saved with :meth:`save` (see :mod:`replaystore.checkpoint`)."""
+        from .checkpoint import load_table
+
+        return load_table(path, allow_pickle=allow_pickle, memmap_dir=memmap_dir)
+
+    def _restore(self, payload: Any, n: int, meta: dict[str, np.ndarray], manifest: dict) -> None:
+        """Fill a new, empty table from checkpoint contents (items in key order)."""
+        t = manifest["table"]
+        with self._cond:
+            self.storage.import_(payload)
+            slots = self._take_free(n)
+            keys = meta["keys"].astype(np.int64)
+            self._index.assign(slots, keys)
+            self._priority[slots] = meta["priorities"]
+            self._times_sampled[slots] = meta["times_sampled"]
+            self._version[slots] = meta["versions"]
+            for sel in self._selectors:
+                sel.insert(slots, keys, self._priority[slots])
+            self._size = n
+            slot_of_key = dict(zip(keys.tolist(), slots.tolist()))
+            self.sampler.import_state(manifest["sampler"]["state"], slot_of_key)
+            self.remover.import_state(manifest["remover"]["state"], slot_of_key)
+            self.rate_limiter.load_state(manifest["rate_limiter"]["state"])
+            self._next_key = int(t["next_key"])
+            self.version = int(t["model_version"])
+            self.max_priority = float(t["max_priority"])
+            self._counters.update(t["counters"])
+            self._blocked.update(t["blocked"])
+            self.rng.bit_generator.state = t["rng"]
+
+
+def _last_wins(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Deduplicate ``keys`` keeping the value of each key's last occurrence."""
+    rev_keys = keys[::-1]
+    uniq, first_in_rev = np.unique(rev_keys, return_index=True)
+    if len(uniq) == len(keys):
+        return keys, values
+    return uniq, values[::-1][first_in_rev]
+
+
+def _as_slice_if_contiguous(slots: np.ndarray) -> slice | np.ndarray:
+    n = len(slots)
+    if n > 1 and slots[-1] - slots[0] == n - 1 and (n < 3 or bool((np.diff(slots) == 1).all())):
+        return slice(int(slots[0]), int(slots[0]) + n)
+    return slots
+
+
+def _subset(storage: Storage, prepared: Any, idx: np.ndarray) -> Any:
+    """The items ``idx`` of a prepared batch."""
+    if isinstance(storage, ObjectStorage):
+        return [prepared[i] for i in idx.tolist()]
+    columns, spec = prepared
+    return {p: a[idx] for p, a in columns.items()}, spec

@@ -1,0 +1,285 @@
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import replaystore as rs
+from conftest import transitions
+
+
+def make(capacity=10, **kw):
+    kw.setdefault("seed", 0)
+    return rs.Table(capacity, **kw)
+
+
+def test_extend_returns_increasing_unique_keys_and_len():
+    t = make(100)
+    k1 = t.extend(transitions(5))
+    k2 = t.extend(transitions(3, 5))
+    assert k1.dtype == np.int64 and k1.tolist() == [0, 1, 2, 3, 4]
+    assert k2.tolist() == [5, 6, 7]
+    assert len(t) == 8
+    assert t.keys().tolist() == list(range(8))
+
+
+def test_add_single_item_and_get_by_key():
+    t = make(10)
+    key = t.add({"obs": np.ones(4, np.float32), "action": 2, "reward": 1.5, "id": 7})
+    data, found = t.get([key, 999])
+    assert found.tolist() == [True, False]
+    assert data["id"].tolist() == [7]
+    assert data["reward"].dtype == np.float64  # inferred from a Python float
+    assert key in t and 999 not in t
+
+
+def test_sample_returns_complete_metadata():
+    t = make(50)
+    t.extend(transitions(20), version=4)
+    s = t.sample(16, timeout=1)
+    assert len(s) == 16
+    assert s.data["obs"].shape == (16, 4)
+    # each row's payload belongs to its key (keys were assigned in id order)
+    assert np.array_equal(s.data["id"], s.keys)
+    assert np.all(s.versions == 4)
+    assert np.all(s.weights == 1.0)
+    np.testing.assert_allclose(s.probabilities, 1 / 20)
+    assert np.all(s.times_sampled >= 1)
+    assert np.all(s.priorities == 1.0)
+
+
+def test_fifo_eviction_when_full():
+    t = make(10)
+    t.extend(transitions(8))
+    t.extend(transitions(5, 8))
+    assert len(t) == 10
+    assert t.keys().tolist() == list(range(3, 13))
+    assert t.stats()["evictions"] == 3
+    data, found = t.get(t.keys())
+    assert np.array_equal(data["id"], np.arange(3, 13))
+
+
+def test_batch_larger_than_capacity_raises_and_changes_nothing():
+    t = make(4)
+    t.extend(transitions(2))
+    with pytest.raises(ValueError, match="capacity"):
+        t.extend(transitions(5))
+    assert t.keys().tolist() == [0, 1]
+
+
+def test_update_priorities_skips_evicted_keys_and_never_touches_reused_slot():
+    t = make(4, sampler=rs.Prioritized(alpha=1.0, beta=0.0))
+    old = t.extend(transitions(4), priorities=[1.0, 1.0, 1.0, 1.0])
+    new = t.extend(transitions(2, 4), priorities=[3.0, 3.0])  # reuses the slots of keys 0 and 1
+    applied = t.update_priorities(old[:2], [100.0, 100.0])
+    assert applied == 0
+    assert t.stats()["skipped_updates"] == 2
+    assert t.info(new)["priorities"].tolist() == [3.0, 3.0]
+    assert t.update_priorities([old[2], new[0]], [5.0, 7.0]) == 2
+    assert t.info([old[2], new[0]])["priorities"].tolist() == [5.0, 7.0]
+
+
+def test_update_priorities_duplicate_keys_last_wins():
+    t = make(10, sampler=rs.Prioritized())
+    keys = t.extend(transitions(3))
+    n = t.update_priorities([keys[0], keys[1], keys[0], keys[0]], [1.0, 2.0, 3.0, 4.0])
+    assert n == 2
+    assert t.info(keys[:2])["priorities"].tolist() == [4.0, 2.0]
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, -1.0])
+def test_invalid_priorities_raise_before_any_change(bad):
+    t = make(10, sampler=rs.Prioritized())
+    keys = t.extend(transitions(3), priorities=[1.0, 2.0, 3.0])
+    before = t.stats()
+    with pytest.raises(rs.InvalidPriority):
+        t.update_priorities(keys, [5.0, bad, 5.0])
+    with pytest.raises(rs.InvalidPriority):
+        t.extend(transitions(2, 3), priorities=[1.0, bad])
+    assert t.info(keys)["priorities"].tolist() == [1.0, 2.0, 3.0]
+    assert t.stats() == before
+
+
+def test_negative_priorities_allowed_for_heaps_only():
+    t = make(10, sampler=rs.MaxHeap(), remover=rs.MinHeap())
+    t.extend(transitions(3), priorities=[-3.0, -1.0, -2.0])
+    assert t.sample(1).keys.tolist() == [1]
+
+
+def test_new_items_get_max_priority_seen_so_far():
+    t = make(10, sampler=rs.Prioritized())
+    keys = t.extend(transitions(2))
+    assert t.info(keys)["priorities"].tolist() == [1.0, 1.0]
+    t.update_priorities(keys[:1], [7.5])
+    t.update_priorities(keys[:1], [0.5])
+    k = t.extend(transitions(1, 2))
+    assert t.info(k)["priorities"].tolist() == [7.5]
+    k = t.extend(transitions(1, 3), priorities=[9.0])
+    assert t.extend(transitions(1, 4)).tolist() == [4]
+    assert t.info([4])["priorities"].tolist() == [9.0]
+
+
+def test_delete_counts_and_skips_unknown():
+    t = make(10)
+    keys = t.extend(transitions(5))
+    assert t.delete([keys[0], keys[0], keys[3], 999]) == 2
+    assert t.keys().tolist() == [1, 2, 4]
+    assert t.delete([keys[0]]) == 0
+    assert t.stats()["skipped_deletes"] == 2
+    # freed slots are reused and the new keys keep increasing
+    assert t.extend(transitions(2, 5)).tolist() == [5, 6]
+
+
+def test_max_times_sampled_retires_items():
+    t = make(10, sampler=rs.Fifo(), max_times_sampled=2)
+    t.extend(transitions(3))
+    assert t.sample(1).keys.tolist() == [0]
+    s = t.sample(1)
+    assert s.keys.tolist() == [0] and s.times_sampled.tolist() == [2]
+    assert 0 not in t and len(t) == 2
+    assert t.stats()["retired"] == 1
+
+
+def test_staleness_drops_old_items_and_refuses_stale_inserts():
+    t = make(20, max_staleness=2)
+    t.extend(transitions(3), version=0)
+    t.extend(transitions(3, 3), version=1)
+    t.extend(transitions(3, 6), version=3)
+    assert t.set_version(3) == 3  # version 0 < 3 - 2
+    assert len(t) == 6
+    keys = t.extend(transitions(2, 9), version=[0, 3])
+    assert keys[0] == -1 and keys[1] >= 0
+    assert t.stats()["dropped_stale"] == 4
+    for _ in range(20):
+        assert np.all(t.sample(8).versions >= 1)
+    t.set_version(10)
+    assert len(t) == 0
+
+
+def test_staleness_histogram_and_stats_fields():
+    t = make(20, sampler=rs.Prioritized())
+    t.extend(transitions(4), version=0, priorities=[1, 2, 3, 4])
+    t.extend(transitions(2, 4), version=2, priorities=[5, 6])
+    t.set_version(2)
+    t.sample(5)
+    st = t.stats()
+    assert st["staleness_histogram"] == {"0": 2, "2": 4}
+    assert st["size"] == 6 and st["inserts"] == 6 and st["samples"] == 5 and st["sample_calls"] == 1
+    assert st["priority_min"] == 1 and st["priority_max"] == 6 and st["priority_mean"] == 3.5
+    assert st["times_sampled_max"] >= 1 and st["times_sampled_mean"] == pytest.approx(5 / 6)
+    for key in ("deletes", "evictions", "insert_blocked_s", "sample_blocked_s", "sample_to_insert_ratio"):
+        assert key in st
+
+
+def test_spec_errors_name_field_expected_and_got():
+    t = make(10)
+    t.extend(transitions(2))
+    bad = transitions(2)
+    bad["obs"] = bad["obs"].astype(np.float64)
+    with pytest.raises(rs.SpecError, match=r"'obs'.*float32.*float64"):
+        t.extend(bad)
+    bad = transitions(2)
+    bad["obs"] = np.zeros((2, 5), np.float32)
+    with pytest.raises(rs.SpecError, match=r"'obs'.*\(4,\).*\(5,\)"):
+        t.extend(bad)
+    bad = transitions(2)
+    del bad["reward"]
+    with pytest.raises(rs.SpecError, match="missing.*reward"):
+        t.extend(bad)
+    bad = transitions(2)
+    bad["id"] = np.arange(3)
+    with pytest.raises(rs.SpecError, match="batch size"):
+        t.extend(bad)
+    with pytest.raises(rs.SpecError, match="dict"):
+        t.extend([1, 2])
+    assert len(t) == 2 and t.stats()["inserts"] == 2
+
+
+def test_python_scalars_cast_into_spec():
+    t = make(10, spec={"obs": ((2,), np.float32), "reward": np.float32, "done": bool})
+    t.add({"obs": [1.0, 2.0], "reward": 1.0, "done": True})
+    data, _ = t.get([0])
+    assert data["obs"].dtype == np.float32 and data["reward"].dtype == np.float32
+    with pytest.raises(rs.SpecError):
+        t.add({"obs": np.zeros(2), "reward": 1.0, "done": True})  # float64 array: strict
+
+
+def test_nested_dicts_round_trip():
+    t = make(10)
+    t.extend({"obs": {"image": np.zeros((3, 2, 2), np.uint8), "state": np.ones((3, 5))}, "r": np.ones(3)})
+    s = t.sample(4)
+    assert s.data["obs"]["image"].shape == (4, 2, 2) and s.data["obs"]["state"].shape == (4, 5)
+
+
+def test_object_storage_holds_arbitrary_items():
+    t = make(3, storage="objects")
+    t.extend([{"a": 1}, "two", (3,)])
+    t.add([4, 4])
+    assert len(t) == 3
+    data, _ = t.get(t.keys())
+    assert data == ["two", (3,), [4, 4]]
+    assert isinstance(t.sample(2).data, list)
+
+
+def test_sample_batch_size_validation_and_timeout_on_empty():
+    t = make(10)
+    with pytest.raises(ValueError):
+        t.sample(0)
+    start = time.monotonic()
+    with pytest.raises(rs.Timeout, match="sample"):
+        t.sample(1, timeout=0.2)
+    assert time.monotonic() - start >= 0.2
+    assert t.stats()["sample_blocked_s"] >= 0.2
+
+
+def test_close_wakes_blocked_sampler_and_is_idempotent():
+    t = make(10)
+    errors = []
+
+    def sampler():
+        try:
+            t.sample(1, timeout=10)
+        except rs.Closed as e:
+            errors.append(e)
+
+    th = threading.Thread(target=sampler)
+    th.start()
+    time.sleep(0.1)
+    t.close()
+    t.close()
+    th.join(5)
+    assert not th.is_alive() and len(errors) == 1
+    with pytest.raises(rs.Closed):
+        t.extend(transitions(1))
+
+
+def test_queue_refuses_batches_that_could_never_proceed():
+    t = rs.Table.queue(4)
+    t.extend(transitions(4))
+    with pytest.raises(ValueError, match="never"):
+        t.sample(5)
+    big = rs.Table(10, rate_limiter=rs.Queue(4))
+    with pytest.raises(ValueError, match="never"):
+        big.extend(transitions(5))
+    assert len(big) == 0
+
+
+def test_clear_empties_and_keys_continue():
+    t = make(10)
+    t.extend(transitions(4))
+    t.clear()
+    assert len(t) == 0 and t.keys().tolist() == []
+    assert t.extend(transitions(1)).tolist() == [4]
+
+
+def test_remover_must_support_eviction():
+    with pytest.raises(ValueError, match="remover"):
+        rs.Table(10, remover=rs.Prioritized())
+
+
+def test_minheap_remover_keeps_top_priorities():
+    t = make(3, sampler=rs.Uniform(), remover=rs.MinHeap())
+    t.extend(transitions(3), priorities=[5.0, 1.0, 3.0])
+    t.extend(transitions(2, 3), priorities=[4.0, 0.5])
+    # evicted the two lowest at the time of insert: 1.0, then 3.0 (0.5 entered after eviction)
+    assert sorted(t.info(t.keys())["priorities"].tolist()) == [0.5, 4.0, 5.0]
