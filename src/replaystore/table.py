@@ -351,24 +351,26 @@ class Table:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         with self._cond:
             self._check_open()
-            self.rate_limiter.check_sample_size(n)
-            self._wait(lambda: self._size > 0 and self.rate_limiter.can_sample(n), timeout,
-                       f"sample of {n}", "sample_blocked_s")
+            limiter = self.rate_limiter
+            if not (self._size > 0 and limiter.can_sample(n)):
+                limiter.check_sample_size(n)
+                self._wait(lambda: self._size > 0 and limiter.can_sample(n), timeout,
+                           f"sample of {n}", "sample_blocked_s")
             slots, probabilities, weights = self.sampler.sample(n)
             data = self.storage.read(slots)
             np.add.at(self._times_sampled, slots, 1)
-            times = self._times_sampled[slots]
+            times = self._times_sampled.take(slots)
             sample = Sample(
                 data=data,
-                keys=self._index.key_of_slot[slots],
+                keys=self._index.key_of_slot.take(slots),
                 indices=slots,
                 probabilities=probabilities,
                 weights=np.ones(n) if weights is None else weights,
-                priorities=self._priority[slots],
+                priorities=self._priority.take(slots),
                 times_sampled=times,
-                versions=self._version[slots],
+                versions=self._version.take(slots),
             )
-            self.rate_limiter.samples += n
+            limiter.samples += n
             self._counters["samples"] += n
             self._counters["sample_calls"] += 1
             if self.max_times_sampled:

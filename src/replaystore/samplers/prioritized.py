@@ -25,7 +25,8 @@ class Prioritized(Selector):
             variance, as in DI-engine and the PER paper's reference code) instead of ``n``
             independent targets.
 
-    Trees are float64. Not usable as a remover.
+    Trees are float64 and truncated at a frontier of up to 8192 nodes (see
+    :mod:`~replaystore.samplers.sumtree`). Not usable as a remover.
     """
 
     usable_as_remover = False
@@ -45,12 +46,13 @@ class Prioritized(Selector):
         super().bind(capacity, rng)
         self._sum = sumtree.new_sum_tree(capacity)
         self._min = sumtree.new_min_tree(capacity)
+        self._frontier = sumtree.frontier_for(capacity)
         self._live = DenseSet(capacity)  # for the all-zero fallback
 
     def _set(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         scaled = priorities if self.alpha == 1.0 else np.power(priorities, self.alpha)
-        sumtree.update_sum(self._sum, slots, scaled)
-        sumtree.update_min(self._min, slots, np.where(scaled > 0.0, scaled, np.inf))
+        sumtree.update_sum(self._sum, slots, scaled, self._frontier)
+        sumtree.update_min(self._min, slots, np.where(scaled > 0.0, scaled, np.inf), self._frontier)
 
     def insert(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
         self._live.add(slots)
@@ -61,12 +63,13 @@ class Prioritized(Selector):
 
     def remove(self, slots: np.ndarray) -> None:  # noqa: D102
         self._live.discard(slots)
-        sumtree.update_sum(self._sum, slots, np.zeros(len(slots)))
-        sumtree.update_min(self._min, slots, np.full(len(slots), np.inf))
+        sumtree.update_sum(self._sum, slots, np.zeros(len(slots)), self._frontier)
+        sumtree.update_min(self._min, slots, np.full(len(slots), np.inf), self._frontier)
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``n`` slots drawn in proportion to ``priority ** alpha``, with probabilities and weights."""
-        total = sumtree.total(self._sum)
+        prefix = sumtree.frontier_prefix(self._sum, self._frontier)
+        total = float(prefix[-1])
         if not total > 0.0:
             slots = self._live.sample(n, self.rng)
             return slots, np.full(n, 1.0 / self._live.size), np.ones(n)
@@ -75,15 +78,15 @@ class Prioritized(Selector):
         else:
             targets = self.rng.random(n) * total
         np.minimum(targets, np.nextafter(total, 0.0), out=targets)
-        slots = sumtree.find_prefix(self._sum, targets)
+        slots = sumtree.find_prefix(self._sum, targets, self._frontier, prefix)
         scaled = self._sum[slots + len(self._sum) // 2]
         probabilities = scaled / total
-        weights = np.power(scaled / self._min[1], -self.beta)
+        weights = np.power(scaled / sumtree.minimum(self._min, self._frontier), -self.beta)
         return slots, probabilities, weights
 
     def probabilities(self, slots: np.ndarray) -> np.ndarray:
         """``P(i)`` of the items at ``slots`` (for inspection and tests)."""
-        total = sumtree.total(self._sum)
+        total = sumtree.total(self._sum, self._frontier)
         if not total > 0.0:
             return np.full(len(slots), 1.0 / max(1, self._live.size))
         return self._sum[slots + len(self._sum) // 2] / total

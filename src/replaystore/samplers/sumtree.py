@@ -13,6 +13,13 @@ Edge cases, by design:
 - **Zero leaves** are never returned by :func:`find_prefix`: the descent only enters a child
   whose sum is positive, even when rounding puts the target just past a boundary.
 - The min tree stores ``+inf`` for empty (or zero) leaves, so its root is the smallest positive leaf.
+
+**Truncated trees.** Every function takes an optional ``frontier``: the number of nodes of the
+highest level that is maintained (a power of two, ``1`` = the root, i.e. a full tree). Levels above
+the frontier are left untouched, which saves ``log2(frontier)`` levels of work on every update; the
+queries pay instead a pass over the frontier level (``total`` sums it, :func:`find_prefix` runs a
+cumulative sum and a binary search over it, then descends). With about 8k frontier nodes this
+halves the cost of a batched update and search on a tree of a million leaves.
 """
 
 from __future__ import annotations
@@ -35,12 +42,17 @@ def new_min_tree(capacity: int) -> np.ndarray:
     return np.full(2 * leaf_base(capacity), np.inf, dtype=np.float64)
 
 
-def update_sum(tree: np.ndarray, leaves: np.ndarray, values: np.ndarray) -> None:
-    """Set distinct ``leaves`` to ``values`` and recompute their ancestors' sums."""
+def frontier_for(capacity: int, max_frontier: int = 8192) -> int:
+    """The frontier this library uses for ``capacity`` leaves: all leaves up to ``max_frontier``."""
+    return min(leaf_base(capacity), max_frontier)
+
+
+def update_sum(tree: np.ndarray, leaves: np.ndarray, values: np.ndarray, frontier: int = 1) -> None:
+    """Set distinct ``leaves`` to ``values`` and recompute their ancestors' sums up to ``frontier``."""
     base = len(tree) // 2
     idx = leaves + base
     tree[idx] = values
-    while base > 1:
+    while base > frontier:
         idx = idx >> 1
         base >>= 1
         if len(idx) > base:  # more entries than nodes on this level: deduplicate
@@ -48,12 +60,12 @@ def update_sum(tree: np.ndarray, leaves: np.ndarray, values: np.ndarray) -> None
         tree[idx] = tree[2 * idx] + tree[2 * idx + 1]
 
 
-def update_min(tree: np.ndarray, leaves: np.ndarray, values: np.ndarray) -> None:
-    """Set distinct ``leaves`` to ``values`` and recompute their ancestors' minima."""
+def update_min(tree: np.ndarray, leaves: np.ndarray, values: np.ndarray, frontier: int = 1) -> None:
+    """Set distinct ``leaves`` to ``values`` and recompute their ancestors' minima up to ``frontier``."""
     base = len(tree) // 2
     idx = leaves + base
     tree[idx] = values
-    while base > 1:
+    while base > frontier:
         idx = idx >> 1
         base >>= 1
         if len(idx) > base:
@@ -61,20 +73,48 @@ def update_min(tree: np.ndarray, leaves: np.ndarray, values: np.ndarray) -> None
         tree[idx] = np.minimum(tree[2 * idx], tree[2 * idx + 1])
 
 
-def total(tree: np.ndarray) -> float:
-    """The sum of all leaves (the root)."""
-    return float(tree[1])
+def total(tree: np.ndarray, frontier: int = 1) -> float:
+    """The sum of all leaves (the root, or the sum of the frontier level)."""
+    if frontier == 1:
+        return float(tree[1])
+    return float(tree[frontier : 2 * frontier].sum())
 
 
-def find_prefix(tree: np.ndarray, targets: np.ndarray) -> np.ndarray:
+def minimum(tree: np.ndarray, frontier: int = 1) -> float:
+    """The smallest leaf of a min tree (``+inf`` if every leaf is empty)."""
+    if frontier == 1:
+        return float(tree[1])
+    return float(tree[frontier : 2 * frontier].min())
+
+
+def frontier_prefix(tree: np.ndarray, frontier: int) -> np.ndarray:
+    """Cumulative sums over the frontier level; its last entry is the total used by searches."""
+    return np.cumsum(tree[frontier : 2 * frontier])
+
+
+def find_prefix(
+    tree: np.ndarray, targets: np.ndarray, frontier: int = 1, prefix: np.ndarray | None = None
+) -> np.ndarray:
     """For each target ``t`` in ``[0, total)``, the leaf ``j`` whose prefix interval contains it.
 
     That is the smallest ``j`` with ``sum(leaves[:j+1]) > t``; a leaf with weight ``w`` is hit by a
-    uniform target with probability ``w / total``. Requires ``total > 0``.
+    uniform target with probability ``w / total``. Requires ``total > 0``. With a truncated tree,
+    targets must lie in ``[0, prefix[-1])`` where ``prefix = frontier_prefix(tree, frontier)``
+    (pass it in when already computed).
     """
     base = len(tree) // 2
-    node = np.ones(len(targets), dtype=np.int64)
     t = np.asarray(targets, dtype=np.float64).copy()
+    if frontier == 1:
+        node = np.ones(len(t), dtype=np.int64)
+    else:
+        if prefix is None:
+            prefix = frontier_prefix(tree, frontier)
+        pos = np.searchsorted(prefix, t, side="right")
+        np.minimum(pos, frontier - 1, out=pos)
+        t -= np.where(pos > 0, prefix[pos - 1], 0.0)
+        np.maximum(t, 0.0, out=t)
+        node = pos + frontier
+        base = base // frontier
     while base > 1:
         left = node << 1
         left_sum = tree[left]

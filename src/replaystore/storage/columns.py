@@ -130,7 +130,7 @@ class ColumnStorage(Storage):
 
     def read(self, slots: np.ndarray) -> dict[str, Any]:
         """Gather ``slots`` from every column (``np.take``: a new array per field)."""
-        flat = {p: np.take(col, slots, axis=0) for p, col in self.columns.items()}
+        flat = {p: col.take(slots, axis=0) for p, col in self.columns.items()}
         return unflatten(flat) if self._nested else flat
 
     def describe(self) -> dict:
