@@ -15,6 +15,7 @@ def _doc(obj: object) -> str:
 
 
 def main() -> None:
+    """Print the reference to stdout."""
     print("# API reference\n")
     print("Generated from the docstrings by `python docs/gen_api.py > docs/api.md`; do not edit by hand.\n")
     for name in sorted(n for n in rs.__all__ if not n.startswith("_")):

@@ -166,6 +166,7 @@ def load_table(path: str | os.PathLike, allow_pickle: bool = False, memmap_dir: 
     """Rebuild the table saved at ``path``.
 
     Args:
+        path: the checkpoint directory.
         allow_pickle: required to load an object storage (its items are pickled).
         memmap_dir: for a checkpoint of a memmap table, the directory of the new memmap storage;
             without it the columns are loaded into RAM.

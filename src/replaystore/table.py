@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from .keys import KeyIndex
 from .limiters import MinSize, Queue, RateLimiter, Stack
 from .samplers import Fifo, Lifo, Selector, Uniform
 from .storage import ColumnStorage, MemmapColumnStorage, ObjectStorage, Storage
+
+if TYPE_CHECKING:
+    from .prefetch import SampleIterator
 
 _STALENESS_BINS = 16
 
@@ -334,8 +337,22 @@ class Table:
         return keys_out
 
     # -- sample -----------------------------------------------------------------------------------
-    def sample(self, batch_size: int, timeout: float | None = None) -> Sample:
+    def sample(
+        self,
+        batch_size: int,
+        timeout: float | None = None,
+        as_tensor: bool = False,
+        device: Any = None,
+        pin_memory: bool = False,
+    ) -> Sample:
         """Draw ``batch_size`` items with the sampler; block while the rate limiter forbids it.
+
+        Args:
+            batch_size: number of items (``>= 1``).
+            timeout: seconds to wait for the rate limiter (``None``: ``default_timeout``).
+            as_tensor: return torch tensors (``torch.from_numpy`` views: no copy on the CPU).
+            device: with ``as_tensor``, move the tensors there (one copy).
+            pin_memory: with ``as_tensor``, page-lock the tensors (needs an accelerator).
 
         Returns:
             A :class:`Sample`. ``times_sampled`` already counts this sample. Items that reach
@@ -379,7 +396,23 @@ class Table:
                     self._remove_slots(done)
                     self._counters["retired"] += len(done)
             self._cond.notify_all()
-            return sample
+        if as_tensor:
+            from .integrations.torch import sample_to_tensors
+
+            return sample_to_tensors(sample, device=device, pin_memory=pin_memory)
+        return sample
+
+    def iterate(self, batch_size: int, prefetch: int = 2, timeout: float | None = None,
+                max_batches: int | None = None, **tensor_options: Any) -> "SampleIterator":
+        """An iterator of samples drawn ahead by a background thread (see :mod:`replaystore.prefetch`).
+
+        ``tensor_options`` are ``as_tensor``, ``device`` and ``pin_memory``, as for :meth:`sample`.
+        Use it as a context manager (or call ``close()``) to stop the thread.
+        """
+        from .prefetch import SampleIterator
+
+        return SampleIterator(self, batch_size, prefetch=prefetch, timeout=timeout,
+                              max_batches=max_batches, **tensor_options)
 
     def get(self, keys: Any) -> tuple[Any, np.ndarray]:
         """Read items by key without sampling them.
