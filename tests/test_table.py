@@ -283,3 +283,82 @@ def test_minheap_remover_keeps_top_priorities():
     t.extend(transitions(2, 3), priorities=[4.0, 0.5])
     # evicted the two lowest at the time of insert: 1.0, then 3.0 (0.5 entered after eviction)
     assert sorted(t.info(t.keys())["priorities"].tolist()) == [0.5, 4.0, 5.0]
+
+
+# -- single-item adds are staged and flushed in batches: invisible except in speed ---------------
+def one(i):
+    return {"obs": np.full(4, i, np.float32), "action": np.int64(i % 3), "reward": np.float32(i), "id": np.int64(i)}
+
+
+def test_staged_adds_are_visible_to_every_operation():
+    t = make(1000, sampler=rs.Fifo())
+    t.add(one(0))  # first add goes the general way and creates the spec
+    keys = [t.add(one(i)) for i in range(1, 10)]
+    assert keys == list(range(1, 10))
+    assert len(t) == 10 and 5 in t
+    assert t.keys().tolist() == list(range(10))
+    data, found = t.get([3, 7])
+    assert found.all() and data["id"].tolist() == [3, 7]
+    assert t.sample(3).keys.tolist() == [0, 1, 2]
+    # interleaving with extend keeps key order and payloads consistent
+    k = t.add(one(10))
+    ek = t.extend(transitions(2, 11))
+    assert k == 10 and ek.tolist() == [11, 12]
+    data, _ = t.get(t.keys())
+    assert np.array_equal(data["id"], t.keys())
+
+
+def test_staged_add_respects_eviction_priorities_and_versions():
+    t = make(5, sampler=rs.Prioritized(), remover=rs.Fifo())
+    t.add(one(0), priority=1.0)
+    t.add(one(1), priority=8.0)
+    t.add(one(2))  # default: the largest priority seen so far, including staged ones
+    t.add(one(3), version=7)
+    for i in range(4, 9):
+        t.add(one(i))
+    assert t.keys().tolist() == [4, 5, 6, 7, 8]
+    info = t.info([2, 4])
+    assert info["found"].tolist() == [False, True] and info["priorities"].tolist() == [8.0]
+    assert t.stats()["evictions"] == 4
+    t2 = make(10)
+    t2.add(one(0))
+    t2.add(one(1), version=7)
+    assert t2.info([1])["versions"].tolist() == [7]
+
+
+def test_staged_add_rejects_bad_items_atomically():
+    t = make(10)
+    t.add(one(0))
+    t.add(one(1))
+    bad = one(2)
+    bad["obs"] = np.zeros(4, np.float64)
+    with pytest.raises(rs.SpecError, match="obs"):
+        t.add(bad)
+    with pytest.raises(rs.InvalidPriority):
+        t.add(one(2), priority=float("nan"))
+    with pytest.raises(rs.SpecError, match="unexpected"):
+        t.add({**one(2), "extra": 1})
+    assert t.keys().tolist() == [0, 1] and t.stats()["inserts"] == 2
+    assert t.add(one(2)) == 2
+
+
+def test_staged_add_blocks_on_rate_limiter_like_the_general_path():
+    t = rs.Table(10, sampler=rs.Fifo(), rate_limiter=rs.Queue(3), max_times_sampled=1)
+    for i in range(3):
+        t.add(one(i))
+    with pytest.raises(rs.Timeout):
+        t.add(one(3), timeout=0.1)
+    assert t.sample(1).keys.tolist() == [0]
+    assert t.add(one(3), timeout=1) == 3
+    assert len(t) == 3
+
+
+def test_staged_adds_survive_checkpoint_and_close(tmp_path):
+    t = make(100)
+    for i in range(5):
+        t.add(one(i))
+    t.save(tmp_path / "ck")
+    assert len(rs.Table.load(tmp_path / "ck")) == 5
+    t.add(one(5))
+    t.close()
+    assert len(t) == 6 and t.stats()["inserts"] == 6

@@ -59,6 +59,7 @@ def save_table(table: "Table", path: str | os.PathLike) -> None:
     """Write ``table`` to the directory ``path`` atomically (see the module doc)."""
     path = Path(path)
     with table._cond:
+        table._flush_pending()
         slots = table._index.live_slots()
         keys = table._index.key_of_slot[slots]
         meta = {

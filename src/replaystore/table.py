@@ -24,6 +24,7 @@ from .items import Sample
 from .keys import KeyIndex
 from .limiters import MinSize, Queue, RateLimiter, Stack
 from .samplers import Fifo, Lifo, Selector, Uniform
+from .staging import AddStager
 from .storage import ColumnStorage, MemmapColumnStorage, ObjectStorage, Storage
 
 if TYPE_CHECKING:
@@ -117,6 +118,8 @@ class Table:
         self._nfree = capacity
         self._next_key = 0
         self._size = 0
+        self._stager: AddStager | None = None
+        self._pending_max_priority = 1.0
         self.max_priority = 1.0
         self.version = 0
         self._counters = dict.fromkeys(
@@ -148,10 +151,12 @@ class Table:
 
     # -- small queries ----------------------------------------------------------------------------
     def __len__(self) -> int:
-        return self._size
+        stager = self._stager
+        return self._size + (stager.n if stager is not None else 0)
 
     def __contains__(self, key: int) -> bool:
         with self._cond:
+            self._flush_pending()
             return bool(self._index.lookup(np.asarray([key]))[0] >= 0)
 
     def __repr__(self) -> str:
@@ -168,6 +173,7 @@ class Table:
     def keys(self) -> np.ndarray:
         """The keys of all live items, oldest first."""
         with self._cond:
+            self._flush_pending()
             return self._index.key_of_slot[self._index.live_slots()]
 
     # -- validation helpers (no mutation) -----------------------------------------------------------
@@ -270,6 +276,7 @@ class Table:
         """
         with self._cond:
             self._check_open()
+            self._flush_pending()
             prepared, n = self.storage.prepare(data, batched=True)
             if n == 0:
                 return np.empty(0, dtype=np.int64)
@@ -279,12 +286,62 @@ class Table:
             timeout: float | None = None) -> int:
         """Insert one item (a dict of per-item arrays, or any object for object storage).
 
-        Returns its key (-1 if refused as stale). See :meth:`extend`.
+        Returns its key (-1 if refused as stale). See :meth:`extend`. Items of a column storage
+        are staged and inserted in batches (see :mod:`replaystore.staging`); every other
+        operation flushes the staged items first, so this is invisible except in speed.
         """
         with self._cond:
             self._check_open()
+            stager = self._stager
+            if stager is not None:
+                key = self._try_stage(stager, item, priority, version)
+                if key >= 0:
+                    return key
+                self._flush_pending()
             prepared, n = self.storage.prepare(item, batched=False)
-            return int(self._insert(prepared, n, priority, version, timeout)[0])
+            key = int(self._insert(prepared, n, priority, version, timeout)[0])
+            if stager is None:
+                self._make_stager()
+            return key
+
+    def _make_stager(self) -> None:
+        storage = self.storage
+        if isinstance(storage, ColumnStorage) and storage.spec and not storage._nested:
+            self._stager = AddStager(storage.spec, rows=min(256, self.capacity))
+
+    def _try_stage(self, stager: AddStager, item: Any, priority: Any, version: Any) -> int:
+        """Stage one item if the fast path applies; return its key, or -1 (nothing changed)."""
+        if priority is None:
+            p = self._pending_max_priority if stager.n else self.max_priority
+        elif type(priority) is float and priority >= 0.0 and priority != float("inf"):
+            p = priority
+        else:
+            return -1
+        if version is None:
+            v = self.version
+        elif type(version) is int:
+            v = version
+        else:
+            return -1
+        if self.max_staleness is not None and v < self.version - self.max_staleness:
+            return -1
+        if not self.rate_limiter.can_insert(stager.n + 1):
+            return -1
+        if not stager.try_stage(item, p, v):
+            return -1
+        self._pending_max_priority = max(p, self._pending_max_priority if stager.n > 1 else self.max_priority)
+        key = self._next_key + stager.n - 1
+        if stager.full:
+            self._flush_pending()
+        return key
+
+    def _flush_pending(self) -> None:
+        """Insert the staged single-item adds as one batch (lock held)."""
+        stager = self._stager
+        if stager is None or stager.n == 0:
+            return
+        prepared, n, priorities, versions = stager.take()
+        self._insert(prepared, n, priorities, versions, None)
 
     def _insert(self, prepared: Any, n: int, priorities: Any, version: Any, timeout: float | None) -> np.ndarray:
         if n > self.capacity:
@@ -367,6 +424,7 @@ class Table:
         if n < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         with self._cond:
+            self._flush_pending()
             self._check_open()
             limiter = self.rate_limiter
             if not (self._size > 0 and limiter.can_sample(n)):
@@ -423,6 +481,7 @@ class Table:
         """
         keys = np.atleast_1d(np.asarray(keys, dtype=np.int64))
         with self._cond:
+            self._flush_pending()
             slots = self._index.lookup(keys)
             found = slots >= 0
             return self.storage.read(slots[found]), found
@@ -431,6 +490,7 @@ class Table:
         """Metadata of live items by key: ``priorities``, ``times_sampled``, ``versions``, ``found``."""
         keys = np.atleast_1d(np.asarray(keys, dtype=np.int64))
         with self._cond:
+            self._flush_pending()
             slots = self._index.lookup(keys)
             found = slots >= 0
             s = slots[found]
@@ -456,6 +516,7 @@ class Table:
         if len(keys) == 0:
             return 0
         with self._cond:
+            self._flush_pending()
             self._check_open()
             keys, prio = _last_wins(keys, prio)
             slots = self._index.lookup(keys)
@@ -476,6 +537,7 @@ class Table:
         """Delete items by key; return how many were deleted (unknown keys are skipped and counted)."""
         keys = np.unique(np.atleast_1d(np.asarray(keys, dtype=np.int64)))
         with self._cond:
+            self._flush_pending()
             self._check_open()
             slots = self._index.lookup(keys)
             ok = slots >= 0
@@ -491,6 +553,7 @@ class Table:
             How many items were dropped.
         """
         with self._cond:
+            self._flush_pending()
             self._check_open()
             self.version = int(version)
             if self.max_staleness is None:
@@ -505,6 +568,7 @@ class Table:
     def clear(self) -> None:
         """Remove every item and reset the rate limiter's counters (keys keep increasing)."""
         with self._cond:
+            self._flush_pending()
             self._check_open()
             live = self._index.live_slots()
             self._remove_slots(live)
@@ -517,6 +581,7 @@ class Table:
         Idempotent. The data stays readable through ``stats()`` and ``save()``.
         """
         with self._cond:
+            self._flush_pending()
             self._closed = True
             self._cond.notify_all()
 
@@ -524,6 +589,7 @@ class Table:
     def stats(self) -> dict[str, Any]:
         """A plain dict of counters and gauges (see docs/api.md for every key)."""
         with self._cond:
+            self._flush_pending()
             live = np.flatnonzero(self._index.key_of_slot >= 0)
             out: dict[str, Any] = {"name": self.name, "size": self._size, "capacity": self.capacity}
             out.update(self._counters)
