@@ -109,6 +109,7 @@ class Table:
         self._requires_nonnegative = any(s.requires_nonnegative for s in self._selectors)
 
         self._cond = threading.Condition(threading.RLock())
+        self._waiting = 0  # threads blocked in _wait; notify only when some are
         self._closed = False
         self._index = KeyIndex(capacity)
         self._priority = np.zeros(capacity, dtype=np.float64)
@@ -212,6 +213,7 @@ class Table:
         timeout = self.default_timeout if timeout is None else timeout
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
+        self._waiting += 1
         try:
             while not ready():
                 self._check_open()
@@ -225,6 +227,7 @@ class Table:
                 self._cond.wait(remaining)
             self._check_open()
         finally:
+            self._waiting -= 1
             self._blocked[counter] += time.monotonic() - start
 
     # -- internal mutation (lock held, input valid) ----------------------------------------------
@@ -387,7 +390,8 @@ class Table:
         self._size += n
         self.rate_limiter.inserts += n
         self._counters["inserts"] += n
-        self._cond.notify_all()
+        if self._waiting:
+            self._cond.notify_all()
         if accepted is None:
             return keys
         keys_out[accepted] = keys
@@ -453,7 +457,8 @@ class Table:
                 if len(done):
                     self._remove_slots(done)
                     self._counters["retired"] += len(done)
-            self._cond.notify_all()
+            if self._waiting:
+                self._cond.notify_all()
         if as_tensor:
             from .integrations.torch import sample_to_tensors
 
@@ -530,7 +535,8 @@ class Table:
             for sel in self._selectors:
                 sel.update(slots, keys, prio)
             self.max_priority = max(self.max_priority, float(prio.max()))
-            self._cond.notify_all()
+            if self._waiting:
+                self._cond.notify_all()
             return len(slots)
 
     def delete(self, keys: Any) -> int:
@@ -543,7 +549,8 @@ class Table:
             ok = slots >= 0
             self._counters["skipped_deletes"] += int((~ok).sum())
             self._remove_slots(slots[ok])
-            self._cond.notify_all()
+            if self._waiting:
+                self._cond.notify_all()
             return int(ok.sum())
 
     def set_version(self, version: int) -> int:
@@ -562,7 +569,8 @@ class Table:
             stale = live[self._version[live] < self.version - self.max_staleness]
             self._remove_slots(stale)
             self._counters["dropped_stale"] += len(stale)
-            self._cond.notify_all()
+            if self._waiting:
+                self._cond.notify_all()
             return len(stale)
 
     def clear(self) -> None:
@@ -573,7 +581,8 @@ class Table:
             live = self._index.live_slots()
             self._remove_slots(live)
             self.rate_limiter.reset()
-            self._cond.notify_all()
+            if self._waiting:
+                self._cond.notify_all()
 
     def close(self) -> None:
         """Close the table: wake every blocked call with :class:`Closed`; later calls raise it too.
@@ -583,7 +592,8 @@ class Table:
         with self._cond:
             self._flush_pending()
             self._closed = True
-            self._cond.notify_all()
+            if self._waiting:
+                self._cond.notify_all()
 
     # -- stats ------------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:

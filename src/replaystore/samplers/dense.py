@@ -49,7 +49,7 @@ class DenseSet:
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` members drawn uniformly with replacement."""
-        return self.items[rng.integers(0, self.size, n)]
+        return self.items.take(rng.integers(0, self.size, n))
 
     def choose_distinct(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n <= size`` distinct members drawn uniformly without replacement."""
