@@ -16,7 +16,7 @@ from .errors import (
 from .items import Sample
 from .limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack
 from .samplers import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Selector, Uniform, WithoutReplacement
-from .storage import ColumnStorage, Field, MemmapColumnStorage, ObjectStorage, Storage
+from .storage import ColumnStorage, Field, FrameStackStorage, MemmapColumnStorage, ObjectStorage, Storage
 from .table import Table
 
 __version__ = "0.1.0"
@@ -27,6 +27,7 @@ __all__ = [
     "ColumnStorage",
     "Field",
     "Fifo",
+    "FrameStackStorage",
     "InvalidPriority",
     "KeyNotFound",
     "Lifo",

@@ -36,8 +36,8 @@ import numpy as np
 from .errors import CheckpointError
 from .limiters import limiter_from_config
 from .samplers import selector_from_config
-from .storage import ColumnStorage, MemmapColumnStorage, ObjectStorage
-from .storage.spec import unflatten
+from .storage import ColumnStorage, FrameStackStorage, MemmapColumnStorage, ObjectStorage
+from .storage.spec import normalize_spec, unflatten
 
 if TYPE_CHECKING:
     from .table import Table
@@ -202,7 +202,13 @@ def load_table(path: str | os.PathLike, allow_pickle: bool = False, memmap_dir: 
         payload = {col: load_npy(fname) for col, fname in (m.get("columns") or {}).items()}
         spec = m["storage"].get("spec")
         spec = None if spec is None else unflatten({p: (f["shape"], f["dtype"]) for p, f in spec.items()})
-        if kind == "memmap" and memmap_dir is not None:
+        if kind == "frames":
+            desc = m["storage"]
+            storage = FrameStackStorage(capacity, desc["obs_key"], desc["next_obs_key"], desc["end_keys"],
+                                        frame_capacity=desc.get("frame_capacity"))
+            if spec is not None:
+                storage._adopt(normalize_spec(spec))
+        elif kind == "memmap" and memmap_dir is not None:
             storage = MemmapColumnStorage(capacity, memmap_dir, spec)
         else:
             storage = ColumnStorage(capacity, spec)

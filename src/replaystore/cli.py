@@ -1,14 +1,18 @@
-"""The ``replaystore`` command: ``demo`` and ``inspect``.
+"""The ``replaystore`` command: ``demo``, ``tour``, ``inspect`` and ``bench``.
 
-``replaystore demo`` walks through the core on synthetic data: fill a prioritized table, sample
+``replaystore demo`` trains DQN with prioritized replay on CartPole-v1 from a replaystore Table,
+shows a progress bar, prints the greedy evaluation and writes a figure (needs the ``[demo]`` extra).
+``replaystore tour`` walks through the core on synthetic data: fill a prioritized table, sample
 with importance weights, update priorities, checkpoint, reload, and print the stats.
-``replaystore inspect PATH`` summarises a checkpoint.
+``replaystore inspect PATH`` summarises a checkpoint (``--plot`` draws its priorities and
+times-sampled counts). ``replaystore bench`` runs the benchmark harness of a source checkout.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -16,8 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .demo.config import DemoConfig
 
-def _demo(args: argparse.Namespace) -> int:
+_DEMO_EXTRA = "pip install 'replaystore[demo]'  (torch==2.13.0, gymnasium, tqdm, matplotlib)"
+
+
+# -- tour -------------------------------------------------------------------------------------------
+def _tour(args: argparse.Namespace) -> int:
     import replaystore as rs
 
     rng = np.random.default_rng(args.seed)
@@ -25,7 +34,7 @@ def _demo(args: argparse.Namespace) -> int:
         capacity=args.capacity,
         sampler=rs.Prioritized(alpha=0.6, beta=0.4),
         remover=rs.Fifo(),
-        rate_limiter=rs.MinSize(1_000),
+        rate_limiter=rs.MinSize(min(1_000, args.inserts)),
         seed=args.seed,
     )
     print(f"replaystore {rs.__version__}: {table!r}")
@@ -67,6 +76,43 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if same else 1
 
 
+# -- demo -------------------------------------------------------------------------------------------
+def _demo(args: argparse.Namespace) -> int:
+    if args.distributed:
+        print("replaystore demo --distributed: the Ray service (replaystore.ray) is not available yet; "
+              "run `replaystore demo` without --distributed for the in-process version.", file=sys.stderr)
+        return 2
+    try:
+        from .demo.plot import plot_result
+        from .demo.train import train
+    except ImportError as e:
+        print(f"replaystore demo needs {e.name or 'an optional dependency'}: {_DEMO_EXTRA}", file=sys.stderr)
+        return 2
+    config = DemoConfig(seed=args.seed, total_steps=args.steps, device=args.device, threads=args.threads,
+                        eval_episodes=args.eval_episodes)
+    print(f"replaystore demo: DQN with prioritized replay (alpha {config.alpha}, beta {config.beta_start} -> "
+          f"{config.beta_end}) on {config.env_id}, seed {config.seed}, at most {config.total_steps:,} steps, "
+          f"device {config.device}", flush=True)
+    result = train(config, progress=not args.no_progress)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plot_result(result, out)
+    st = result.stats
+    rets = result.final_returns
+    solved = "solved" if result.final_return >= 450 else "not solved (below 450)"
+    stop = f"solved at step {result.solved_at:,}" if result.solved_at else "step budget used up"
+    print(f"trained {result.steps:,} env steps ({stop}), {result.updates:,} gradient steps, "
+          f"{result.wall_time:.1f} s wall, {result.cpu_time:.1f} s CPU")
+    print(f"buffer: {st['size']:,} items, {st['inserts']:,} inserts, {st['samples']:,} sampled, "
+          f"sample/insert ratio {st['sample_to_insert_ratio']:.1f}, priorities in "
+          f"[{st['priority_min']:.3g}, {st['priority_max']:.3g}] (mean {st['priority_mean']:.3g})")
+    print(f"final average return over {len(rets)} greedy evaluation episodes: {result.final_return:.1f} "
+          f"(min {rets.min():.0f}, max {rets.max():.0f}): {solved}")
+    print(f"figure: {out}")
+    return 0
+
+
+# -- inspect ----------------------------------------------------------------------------------------
 def _inspect(args: argparse.Namespace) -> int:
     from .checkpoint import read_manifest
     from .errors import CheckpointError
@@ -86,24 +132,122 @@ def _inspect(args: argparse.Namespace) -> int:
     print(f"  rate limiter: {m['rate_limiter']['config']} counters {m['rate_limiter']['state']}")
     print(f"  model version: {t['model_version']}, next key: {t['next_key']}")
     print("  counters: " + ", ".join(f"{k}={v}" for k, v in t["counters"].items()))
+    if args.plot:
+        return _inspect_plot(Path(args.path), m, Path(args.plot))
     return 0
+
+
+def _inspect_plot(path: Path, manifest: dict, out: Path) -> int:
+    """Draw the checkpoint's priority and times-sampled histograms (files listed in the manifest)."""
+    arrays = {}
+    for name in ("priorities", "times_sampled"):
+        fname = f"meta_{name}.npy"
+        if fname not in manifest.get("files", {}):
+            print(f"error: the manifest of {path} lists no {fname}", file=sys.stderr)
+            return 2
+        arrays[name] = np.load(path / fname, allow_pickle=False)
+    try:
+        from .demo.plot import plot_checkpoint
+    except ImportError as e:  # pragma: no cover - matplotlib missing
+        print(f"--plot needs matplotlib ({e}): pip install matplotlib", file=sys.stderr)
+        return 2
+    pr, ts = arrays["priorities"], arrays["times_sampled"]
+    if len(pr):
+        print(f"  priorities: min {pr.min():.4g}, mean {pr.mean():.4g}, max {pr.max():.4g}; "
+              f"times sampled: mean {ts.mean():.2f}, max {ts.max()}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plot_checkpoint(pr, ts, out, title=f"{path} (table {manifest['table']['name']!r}, {len(pr):,} items)")
+    print(f"  figure: {out}")
+    return 0
+
+
+# -- bench ------------------------------------------------------------------------------------------
+def bench_script() -> Path:
+    """Where ``bench/run.py`` is in a source checkout (``src/replaystore/cli.py`` -> ``bench/run.py``)."""
+    return Path(__file__).resolve().parents[2] / "bench" / "run.py"
+
+
+def _bench(argv: list[str]) -> int:
+    script = bench_script()
+    if not script.is_file():
+        print(f"replaystore bench: no benchmark harness at {script}. The benchmarks live in the "
+              "source repository (bench/run.py), not in the installed package: clone the repository, "
+              "`pip install -e .` there, and run `replaystore bench` (or `python bench/run.py`).",
+              file=sys.stderr)
+        return 2
+    return subprocess.call([sys.executable, str(script), *argv])
+
+
+# -- parser -----------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``replaystore`` command."""
+    parser = argparse.ArgumentParser(prog="replaystore", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    d = DemoConfig()
+    demo = sub.add_parser(
+        "demo", help="train DQN with prioritized replay on CartPole-v1 (needs the [demo] extra)",
+        description="Train DQN with prioritized replay on Gymnasium's CartPole-v1 from an in-process "
+        "replaystore Table: a prioritized sampler (alpha 0.6, beta annealed 0.4 -> 1), importance "
+        "weights on the Huber TD loss, priorities updated with |TD error|. Training stops once the "
+        f"recent returns reach {d.solved_return:.0f} and a greedy evaluation confirms it; the command "
+        "then prints the average return of fresh greedy evaluation episodes and writes a four-panel "
+        "figure (learning curve, priority distribution, times-sampled histogram, sample-to-insert "
+        f"ratio). Needs the [demo] extra: {_DEMO_EXTRA}.",
+    )
+    demo.add_argument("--seed", type=int, default=d.seed,
+                      help=f"seeds PyTorch, NumPy, the environment and the table; the same seed repeats "
+                      f"the same run (default {d.seed})")
+    demo.add_argument("--steps", type=int, default=d.total_steps,
+                      help=f"budget of environment steps; training usually stops earlier, when solved "
+                      f"(default {d.total_steps:,})")
+    demo.add_argument("--out", default="replaystore-demo.png",
+                      help="path of the PNG figure to write (default replaystore-demo.png)")
+    demo.add_argument("--device", default=d.device,
+                      help=f"PyTorch device of the Q-network, e.g. cpu or cuda (default {d.device})")
+    demo.add_argument("--threads", type=int, default=d.threads,
+                      help=f"PyTorch CPU threads, torch.set_num_threads (default {d.threads})")
+    demo.add_argument("--eval-episodes", type=int, default=d.eval_episodes,
+                      help=f"episodes of each greedy evaluation, and of the final one (default {d.eval_episodes})")
+    demo.add_argument("--no-progress", action="store_true",
+                      help="no progress bar; print one line per evaluation instead")
+    demo.add_argument("--distributed", action="store_true",
+                      help="run actors and learner against the Ray service (replaystore.ray); "
+                      "not available yet: exits with code 2")
+    demo.set_defaults(func=_demo)
+
+    tour = sub.add_parser("tour", help="walk through the core on synthetic data (no extra needed)",
+                          description="Fill a prioritized table with synthetic transitions, sample with "
+                          "importance weights, update priorities, checkpoint, reload, and print the stats.")
+    tour.add_argument("--capacity", type=int, default=1_000_000, help="table capacity (default 1M)")
+    tour.add_argument("--inserts", type=int, default=200_000, help="transitions to insert (default 200k)")
+    tour.add_argument("--iterations", type=int, default=2_000, help="sample+update iterations (default 2000)")
+    tour.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    tour.add_argument("--checkpoint", help="directory to keep the tour's checkpoint in (default: temporary)")
+    tour.set_defaults(func=_tour)
+
+    insp = sub.add_parser("inspect", help="summarise a checkpoint directory",
+                          description="Print a checkpoint's items, fields (shapes, dtypes), sampler, remover, "
+                          "rate limiter and counters; with --plot, also draw its priorities and "
+                          "times-sampled counts.")
+    insp.add_argument("path", help="checkpoint directory written by Table.save")
+    insp.add_argument("--plot", metavar="OUT.png",
+                      help="write a figure of the priority distribution and times-sampled histogram "
+                      "(needs matplotlib)")
+    insp.set_defaults(func=_inspect)
+
+    sub.add_parser("bench", add_help=False,
+                   help="run the benchmark harness bench/run.py of a source checkout; arguments are passed "
+                   "through ([WORKLOAD ...] [--repeats N] [--quick]; `replaystore bench --help` for all)")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``replaystore`` command."""
-    parser = argparse.ArgumentParser(prog="replaystore", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="walk through the core on synthetic data")
-    demo.add_argument("--capacity", type=int, default=1_000_000, help="table capacity (default 1M)")
-    demo.add_argument("--inserts", type=int, default=200_000, help="transitions to insert (default 200k)")
-    demo.add_argument("--iterations", type=int, default=2_000, help="sample+update iterations (default 2000)")
-    demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    demo.add_argument("--checkpoint", help="directory to keep the demo checkpoint in (default: temporary)")
-    demo.set_defaults(func=_demo)
-    insp = sub.add_parser("inspect", help="summarise a checkpoint directory")
-    insp.add_argument("path", help="checkpoint directory written by Table.save")
-    insp.set_defaults(func=_inspect)
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "bench":
+        return _bench(argv[1:])
+    args = build_parser().parse_args(argv)
     return args.func(args)
 
 

@@ -103,6 +103,8 @@ class Table:
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.storage = _make_storage(storage, capacity, spec)
+        if self.storage.requires_fifo and type(self.remover) is not Fifo:
+            raise ValueError(f"{type(self.storage).__name__} frees space in insertion order: use remover=Fifo()")
         self._selectors = (self.sampler, self.remover)
         for sel in self._selectors:
             sel.bind(capacity, self.rng)
@@ -240,7 +242,7 @@ class Table:
         self._index.release(slots)
         self.storage.release(slots)
         k = len(slots)
-        self._free[self._nfree : self._nfree + k] = slots
+        self._free[self._nfree : self._nfree + k] = slots[::-1]  # pops come out in ascending order
         self._nfree += k
         self._size -= k
         self.rate_limiter.deletes += k
@@ -310,7 +312,8 @@ class Table:
     def _make_stager(self) -> None:
         storage = self.storage
         if isinstance(storage, ColumnStorage) and storage.spec and not storage._nested:
-            self._stager = AddStager(storage.spec, rows=min(256, self.capacity))
+            rows = min(256, self.capacity, storage.stage_rows or 256)
+            self._stager = AddStager(storage.spec, rows=rows)
 
     def _try_stage(self, stager: AddStager, item: Any, priority: Any, version: Any) -> int:
         """Stage one item if the fast path applies; return its key, or -1 (nothing changed)."""
@@ -373,7 +376,7 @@ class Table:
         elif n:
             self.max_priority = max(self.max_priority, float(prio.max()))
 
-        overflow = self._size + n - self.capacity
+        overflow = max(self._size + n - self.capacity, self.storage.evictions_needed(prepared, n))
         if overflow > 0:
             self._remove_slots(self.remover.victims(overflow))
             self._counters["evictions"] += overflow

@@ -2,8 +2,9 @@
 
 from .base import Storage
 from .columns import ColumnStorage
+from .frames import FrameStackStorage
 from .memmap import MemmapColumnStorage
 from .objects import ObjectStorage
 from .spec import Field
 
-__all__ = ["ColumnStorage", "Field", "MemmapColumnStorage", "ObjectStorage", "Storage"]
+__all__ = ["ColumnStorage", "Field", "FrameStackStorage", "MemmapColumnStorage", "ObjectStorage", "Storage"]

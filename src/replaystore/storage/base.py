@@ -56,6 +56,15 @@ class Storage(ABC):
     def import_(self, exported: Any) -> int:
         """Write exported payloads to slots ``0..n-1``; return ``n``."""
 
+    #: the Table must use a ``Fifo`` remover with this storage
+    requires_fifo: bool = False
+    #: the largest batch the Table may stage from single adds (None: no storage-specific limit)
+    stage_rows: int | None = None
+
+    def evictions_needed(self, prepared: Any, n: int) -> int:
+        """Oldest items to evict, beyond the capacity rule, before ``prepared`` can be written."""
+        return 0
+
     def release(self, slots: np.ndarray) -> None:
         """Forget the payloads of freed slots (default: nothing; they are overwritten on reuse)."""
 

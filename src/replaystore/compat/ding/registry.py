@@ -1,0 +1,84 @@
+"""The buffer registry and the factories ``create_buffer`` / ``get_buffer_cls``."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ._config import CompatError, EasyDict
+
+
+class Registry(dict):
+    """A name -> class map with a decorator to fill it (DI-engine's ``Registry``).
+
+    Registering a name twice raises :class:`CompatError` unless ``force_overwrite=True``.
+    """
+
+    def register(self, module_name: str, module: Any = None, force_overwrite: bool = False) -> Any:
+        """Register ``module`` under ``module_name``; without ``module``, return a decorator."""
+        if module is not None:
+            self._register(module_name, module, force_overwrite)
+            return module
+
+        def decorator(obj: Any) -> Any:
+            self._register(module_name, obj, force_overwrite)
+            return obj
+
+        return decorator
+
+    def _register(self, name: str, obj: Any, force_overwrite: bool) -> None:
+        if not force_overwrite and name in self and self[name] is not obj:
+            raise CompatError(f"{name!r} is already registered (to {self[name]!r})")
+        self[name] = obj
+
+    def build(self, obj_type: str, *args: Any, **kwargs: Any) -> Any:
+        """Instantiate the class registered as ``obj_type``.
+
+        Raises:
+            KeyError: ``obj_type`` is not registered.
+        """
+        if obj_type not in self:
+            raise KeyError(
+                f"not support buildable-object type: {obj_type!r}; registered: {sorted(self)}"
+            )
+        return self[obj_type](*args, **kwargs)
+
+
+BUFFER_REGISTRY = Registry()
+
+
+def _import_names(cfg: Mapping) -> None:
+    for name in cfg.get("import_names", None) or []:
+        importlib.import_module(name)
+
+
+def _type_of(cfg: Any) -> str:
+    if not isinstance(cfg, Mapping):
+        raise TypeError(f"buffer config must be a dict or EasyDict, got {type(cfg).__name__}")
+    if "type" not in cfg:
+        raise KeyError("buffer config has no 'type' (one of: " + ", ".join(sorted(BUFFER_REGISTRY)) + ")")
+    return cfg["type"]
+
+
+def create_buffer(cfg: Mapping, *args: Any, **kwargs: Any) -> Any:
+    """Build the buffer named by ``cfg['type']`` with ``(cfg, *args, **kwargs)``.
+
+    Modules listed in ``cfg['import_names']`` are imported first (so they can register buffers).
+    As in DI-engine, a ``'naive'`` buffer is built without the ``tb_logger`` keyword.
+    """
+    cfg = cfg if isinstance(cfg, EasyDict) else EasyDict(cfg) if isinstance(cfg, Mapping) else cfg
+    buffer_type = _type_of(cfg)
+    _import_names(cfg)
+    if buffer_type == "naive":
+        kwargs.pop("tb_logger", None)
+    return BUFFER_REGISTRY.build(buffer_type, cfg, *args, **kwargs)
+
+
+def get_buffer_cls(cfg: Mapping) -> Callable[..., Any]:
+    """The class registered as ``cfg['type']`` (after importing ``cfg['import_names']``)."""
+    buffer_type = _type_of(cfg)
+    _import_names(cfg)
+    if buffer_type not in BUFFER_REGISTRY:
+        raise KeyError(f"not support buildable-object type: {buffer_type!r}; registered: {sorted(BUFFER_REGISTRY)}")
+    return BUFFER_REGISTRY[buffer_type]

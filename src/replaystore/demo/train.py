@@ -1,0 +1,236 @@
+"""The demo's training loop: act, insert into a prioritized Table, sample, learn, update priorities.
+
+One environment, one thread. Each env step inserts one transition with ``Table.add`` (new items get
+the largest priority seen so far); every ``train_every`` steps the agent draws ``batch_size``
+items, weights their loss by ``Sample.weights`` and writes ``|td| + eps`` back with
+``Table.update_priorities``. ``table.sampler.beta`` is annealed towards 1. Training stops once the
+recent training returns reach ``solved_return`` and a greedy evaluation confirms it; the final
+result is a fresh greedy evaluation (other episode seeds) of the best policy seen.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+import replaystore as rs
+from replaystore.integrations.gym import spec_from_env
+
+from .agent import DQNAgent
+from .config import DemoConfig
+
+_SELECTION_SEED = 1_000_000  # evaluation episodes that choose the policy
+_FINAL_SEED = 2_000_000  # evaluation episodes that report it (never used for selection)
+
+
+@dataclass
+class DemoResult:
+    """Everything the demo measured (what the figure and the summary are drawn from)."""
+
+    config: DemoConfig
+    episode_returns: list[float] = field(default_factory=list)
+    episode_end_steps: list[int] = field(default_factory=list)
+    evaluations: list[tuple[int, float]] = field(default_factory=list)
+    ratio_steps: list[int] = field(default_factory=list)
+    ratio_values: list[float] = field(default_factory=list)
+    final_returns: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    priorities: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    times_sampled: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    stats: dict[str, Any] = field(default_factory=dict)
+    steps: int = 0
+    updates: int = 0
+    solved_at: int | None = None
+    wall_time: float = 0.0
+    cpu_time: float = 0.0
+
+    @property
+    def final_return(self) -> float:
+        """Mean return of the final greedy evaluation."""
+        return float(np.mean(self.final_returns)) if len(self.final_returns) else float("nan")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's global and PyTorch's generators."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def make_table(config: DemoConfig, env: gym.Env) -> rs.Table:
+    """The demo's replay table: prioritized sampling, FIFO eviction, ``MinSize(learning_starts)``."""
+    return rs.Table(
+        capacity=config.capacity,
+        sampler=rs.Prioritized(alpha=config.alpha, beta=config.beta_start),
+        remover=rs.Fifo(),
+        rate_limiter=rs.MinSize(config.learning_starts),
+        spec=spec_from_env(env),
+        seed=config.seed,
+        name="dqn-demo",
+    )
+
+
+def evaluate(agent: DQNAgent, env_id: str, episodes: int, seed: int) -> np.ndarray:
+    """Returns of ``episodes`` greedy episodes run side by side (episode ``i`` reset with ``seed + i``)."""
+    envs = [gym.make(env_id) for _ in range(episodes)]
+    obs = np.stack([e.reset(seed=seed + i)[0] for i, e in enumerate(envs)])
+    returns = np.zeros(episodes)
+    running = np.ones(episodes, dtype=bool)
+    while running.any():
+        idx = np.flatnonzero(running)
+        actions = agent.greedy(obs[idx])
+        for i, a in zip(idx, actions):
+            o, r, terminated, truncated, _ = envs[i].step(int(a))
+            obs[i] = o
+            returns[i] += r
+            if terminated or truncated:
+                running[i] = False
+    for e in envs:
+        e.close()
+    return returns
+
+
+class _Reporter:
+    """The progress bar (tqdm) or, without it, a plain line now and then."""
+
+    def __init__(self, total: int, progress: bool, out: TextIO) -> None:
+        self.out = out
+        self.bar = tqdm(total=total, unit="step", desc="DQN+PER", disable=not progress, file=out,
+                        dynamic_ncols=True, mininterval=0.5, smoothing=0.1) if progress else None
+
+    def advance(self, n: int, **postfix: Any) -> None:
+        if self.bar is not None:
+            self.bar.update(n)
+            if postfix:
+                self.bar.set_postfix(postfix, refresh=False)
+
+    def message(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text, file=self.out)
+        else:
+            print(text, file=self.out, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def train(config: DemoConfig, progress: bool = True, out: TextIO | None = None,
+          on_step: Callable[[int], None] | None = None) -> DemoResult:
+    """Train DQN with prioritized replay on ``config.env_id``; evaluate; return the measurements.
+
+    Args:
+        config: hyperparameters (see :class:`DemoConfig`).
+        progress: show a tqdm progress bar with the step count, episode return and buffer stats;
+            without it, print one line per evaluation.
+        out: where the progress and messages go (default ``sys.stderr``).
+        on_step: called with the env step count after every step (tests, callbacks).
+    """
+    out = sys.stderr if out is None else out
+    start, cpu_start = time.perf_counter(), time.process_time()
+    torch.set_num_threads(config.threads)
+    seed_everything(config.seed)
+    rng = np.random.default_rng(config.seed)
+    env = gym.make(config.env_id)
+    env.action_space.seed(config.seed)
+    table = make_table(config, env)
+    agent = DQNAgent(int(np.prod(env.observation_space.shape)), int(env.action_space.n), config)
+    result = DemoResult(config=config)
+    report = _Reporter(config.total_steps, progress, out)
+
+    best: tuple[float, dict[str, Any] | None] = (-np.inf, None)
+
+    def evaluation(step: int, why: str) -> float:
+        nonlocal best
+        mean = float(evaluate(agent, config.env_id, config.eval_episodes, _SELECTION_SEED + step).mean())
+        result.evaluations.append((step, mean))
+        if mean >= best[0]:
+            best = (mean, agent.snapshot())
+        report.message(f"step {step:>7,}: greedy evaluation ({why}) over {config.eval_episodes} "
+                       f"episodes: {mean:.1f}")
+        return mean
+
+    obs, _ = env.reset(seed=config.seed)
+    episode_return, step, pending = 0.0, 0, 0
+    try:
+        while step < config.total_steps:
+            action = agent.act(obs, config.epsilon(step), rng)
+            next_obs, reward, terminated, truncated, _ = env.step(action)
+            table.add({"obs": obs, "action": action, "reward": reward, "next_obs": next_obs,
+                       "terminated": terminated, "truncated": truncated})
+            step += 1
+            pending += 1
+            episode_return += float(reward)
+            obs = next_obs
+
+            if len(table) >= config.learning_starts and step % config.train_every == 0:
+                table.sampler.beta = config.beta(step)
+                lr = config.learning_rate(step)
+                for _ in range(config.gradient_steps):
+                    s = table.sample(config.batch_size, timeout=0)
+                    td, _ = agent.learn(s, lr)
+                    table.update_priorities(s.keys, td + config.priority_eps)
+
+            solved = False
+            if terminated or truncated:
+                result.episode_returns.append(episode_return)
+                result.episode_end_steps.append(step)
+                recent = result.episode_returns[-config.solved_window:]
+                if (len(recent) == config.solved_window and np.mean(recent) >= config.solved_return
+                        and agent.updates > 0):
+                    solved = evaluation(step, "recent training returns are high") >= config.solved_return
+                episode_return = 0.0
+                obs, _ = env.reset()
+            if step % config.eval_every == 0 and agent.updates > 0 and not solved:
+                solved = evaluation(step, "periodic") >= config.solved_return
+            if step % config.stats_every == 0 or solved:
+                _record(result, table, step, report, pending, config)
+                pending = 0
+            if on_step is not None:
+                on_step(step)
+            if solved:
+                result.solved_at = step
+                break
+    finally:
+        report.close()
+        env.close()
+
+    if best[1] is not None:
+        agent.restore(best[1])
+    result.steps = step
+    result.updates = agent.updates
+    result.final_returns = evaluate(agent, config.env_id, config.eval_episodes, _FINAL_SEED + config.seed * 1000)
+    live = table.keys()
+    info = table.info(live)
+    result.priorities = info["priorities"]
+    result.times_sampled = info["times_sampled"]
+    result.stats = table.stats()
+    result.wall_time = time.perf_counter() - start
+    result.cpu_time = time.process_time() - cpu_start
+    return result
+
+
+def _record(result: DemoResult, table: rs.Table, step: int, report: _Reporter, pending: int,
+            config: DemoConfig) -> None:
+    """Record the sample-to-insert ratio and refresh the progress bar's buffer stats."""
+    st = table.stats()
+    result.ratio_steps.append(step)
+    result.ratio_values.append(st["sample_to_insert_ratio"])
+    rets = result.episode_returns
+    report.advance(
+        pending,
+        ret=f"{rets[-1]:.0f}" if rets else "-",
+        avg10=f"{np.mean(rets[-10:]):.0f}" if rets else "-",
+        eps=f"{config.epsilon(step):.2f}",
+        size=st["size"],
+        pmax=f"{st['priority_max']:.2f}",
+        spi=f"{st['sample_to_insert_ratio']:.1f}",
+    )

@@ -1,0 +1,42 @@
+"""replaystore on Ray: a replay service (named async actor) hosting Tables and a fragment buffer.
+
+- :func:`serve` starts the service, :func:`connect` finds it; :class:`ReplayClient` mirrors the
+  Table API (``extend``, ``add``, ``sample``, ``update_priorities``, ``delete``, ``set_version``,
+  ``stats``, ``save``) with timeouts, one Ray call per batch.
+- :class:`FragmentClient` (``client.fragments``) is the large-payload path: payloads go to a
+  :class:`~replaystore.storage.fragments.FragmentStore` (LMDB) on the service's node; only ids and
+  metadata reach the service, which groups them into chunks (MineStudio's system, see
+  :mod:`replaystore.ray.fragment_buffer`).
+- :func:`create_loader_pool` and :func:`data_iter` read fetched fragments in parallel.
+
+Importing this package does not import Ray; the first call that needs it does, after setting
+``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` and ``RAY_AUTH_MODE=disabled`` (unless already set) so a
+local instance started by replaystore listens on loopback only. See ``docs/ray.md``.
+"""
+
+from ._runtime import import_ray, init_local
+from .client import ReplayClient, connect, serve
+from .fragment_buffer import FragmentBuffer, FragmentBufferConfig, FragmentRef
+from .fragment_client import Fetch, FragmentClient
+from .loader import FragmentLoader, create_loader_pool, data_iter, detach
+from .server import ReplayServer
+from .uniform_distinct import UniformDistinct
+
+__all__ = [
+    "Fetch",
+    "FragmentBuffer",
+    "FragmentBufferConfig",
+    "FragmentClient",
+    "FragmentLoader",
+    "FragmentRef",
+    "ReplayClient",
+    "ReplayServer",
+    "UniformDistinct",
+    "connect",
+    "create_loader_pool",
+    "data_iter",
+    "detach",
+    "import_ray",
+    "init_local",
+    "serve",
+]

@@ -1,0 +1,83 @@
+"""Importing Ray safely and calling it with timeouts and replaystore's errors.
+
+Ray binds its sockets to the machine's external address unless ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER``
+is ``"0"`` when ``ray`` is first imported; :func:`import_ray` sets it (and ``RAY_AUTH_MODE``) unless
+the user already chose, so a local instance started by replaystore listens on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from ..errors import Closed, ReplayError, Timeout
+
+_LOCAL_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"}
+
+
+def import_ray() -> Any:
+    """``import ray`` after making a local instance bind to loopback (if ray is not loaded yet)."""
+    if "ray" not in sys.modules:
+        for k, v in _LOCAL_ENV.items():
+            os.environ.setdefault(k, v)
+    try:
+        import ray
+    except ImportError as e:  # pragma: no cover - only without the extra
+        raise ImportError("replaystore.ray needs Ray: pip install 'replaystore[ray]'") from e
+    return ray
+
+
+def init_local(**kwargs: Any) -> Any:
+    """Start (or join) a local Ray instance on loopback unless Ray is initialized; return ``ray``.
+
+    ``kwargs`` go to ``ray.init`` (defaults: ``include_dashboard=False``, quiet logging).
+    """
+    ray = import_ray()
+    if not ray.is_initialized():
+        kwargs.setdefault("include_dashboard", False)
+        kwargs.setdefault("log_to_driver", True)
+        ray.init(**kwargs)
+    return ray
+
+
+def get(refs: Any, timeout: float | None, what: str) -> Any:
+    """``ray.get`` with replaystore's errors.
+
+    Raises:
+        Timeout: no answer within ``timeout`` seconds (the remote call may still run).
+        Closed: the actor died for good.
+        The remote error itself when the remote code raised (a replaystore error, ``ValueError``,
+        ...), with the remote traceback attached as a note.
+    """
+    ray = import_ray()
+    try:
+        return ray.get(refs, timeout=timeout)
+    except ray.exceptions.GetTimeoutError:
+        raise Timeout(f"{what}: no answer within {timeout:.3g}s") from None
+    except ray.exceptions.RayTaskError as e:
+        cause = getattr(e, "cause", None)
+        if isinstance(cause, Exception) and not isinstance(cause, ray.exceptions.RayError):
+            tb = e.__dict__.get("traceback_str")
+            if tb and hasattr(cause, "add_note"):
+                cause.add_note(f"(raised remotely by {what}; remote traceback:\n{tb})")
+            raise cause from None
+        raise
+    except ray.exceptions.RayActorError as e:
+        raise Closed(f"{what}: the actor is gone ({type(e).__name__}: {e})") from e
+
+
+def deadline(timeout: float | None) -> float | None:
+    """``time.monotonic() + timeout`` or ``None``."""
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def rpc_timeout(op_timeout: float | None, grace: float | None) -> float | None:
+    """How long a client waits for an answer: the operation's own timeout plus a grace period."""
+    if op_timeout is None or grace is None:
+        return None
+    return op_timeout + grace
+
+
+__all__ = ["Closed", "ReplayError", "deadline", "get", "import_ray", "init_local", "rpc_timeout"]

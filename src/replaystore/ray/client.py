@@ -1,0 +1,278 @@
+"""serve() and connect(): start the replay service, and the client that mirrors the Table API.
+
+```python
+import replaystore as rs
+from replaystore import ray as rsr
+
+client = rsr.serve({"replay": functools.partial(rs.Table, 100_000, sampler=rs.Prioritized(0.6, 0.4))},
+                   name="apex")
+# in any Ray worker:
+c = rsr.connect("apex", table="replay")
+keys = c.extend(batch, priorities=p)          # one Ray call per batch
+s = c.sample(256, timeout=10.0)               # rs.Timeout after 10 s
+c.update_priorities(s.keys, new_p)
+```
+
+A :class:`ReplayClient` is small and picklable: pass it to Ray tasks and actors.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..items import Sample
+from ..monitor import Sink, StatsReporter
+from ..table import Table
+from ._runtime import get, import_ray, init_local, rpc_timeout
+from .fragment_buffer import FragmentBufferConfig
+from .server import ReplayServer, SinkSpec
+
+if TYPE_CHECKING:
+    from .fragment_client import FragmentClient
+
+DEFAULT_TABLE = "default"
+
+
+class ReplayClient:
+    """Talks to a replay service; one table is the default target of the Table-like methods.
+
+    Args:
+        actor: the service's actor handle.
+        name: the service's name.
+        table: default table for ``extend``, ``sample``, ...
+        default_timeout: timeout of blocking calls that pass none (``None``: wait).
+        rpc_grace: extra seconds a client waits for an answer beyond an operation's own timeout,
+            and the whole wait for calls that never block (``None``: no limit).
+
+    Every method is one Ray call (thread-safe; the client holds no state besides the handle).
+    Errors raised by the service come back as themselves (``rs.Timeout``, ``rs.Closed``,
+    ``rs.SpecError``, ...); a service that died for good gives ``rs.Closed``; no answer within the
+    limits above gives ``rs.Timeout``.
+    """
+
+    def __init__(self, actor: Any, name: str, table: str = DEFAULT_TABLE, default_timeout: float | None = None,
+                 rpc_grace: float | None = 60.0) -> None:
+        self.actor = actor
+        self.name = name
+        self.table_name = table
+        self.default_timeout = default_timeout
+        self.rpc_grace = rpc_grace
+
+    def __repr__(self) -> str:
+        return f"ReplayClient(name={self.name!r}, table={self.table_name!r})"
+
+    def table(self, name: str) -> "ReplayClient":
+        """A client of the same service whose default table is ``name``."""
+        return ReplayClient(self.actor, self.name, name, self.default_timeout, self.rpc_grace)
+
+    def _t(self, timeout: float | None) -> float | None:
+        return self.default_timeout if timeout is None else timeout
+
+    def _call(self, method: str, *args: Any, op_timeout: float | None = 0.0) -> Any:
+        ref = getattr(self.actor, method).remote(*args)
+        return get(ref, rpc_timeout(op_timeout, self.rpc_grace), f"{self.name}.{method}")
+
+    # -- the Table API -----------------------------------------------------------------------------------
+    def extend(self, data: Any, priorities: Any = None, version: Any = None,
+               timeout: float | None = None) -> np.ndarray:
+        """Insert a batch (one Ray call); return the int64 keys. See :meth:`replaystore.Table.extend`."""
+        t = self._t(timeout)
+        return self._call("extend", self.table_name, data, priorities, version, t, op_timeout=t)
+
+    def extend_async(self, data: Any, priorities: Any = None, version: Any = None,
+                     timeout: float | None = None) -> Any:
+        """Start an insert and return its ``ObjectRef`` at once (pipelined writers; ``ray.get`` it later)."""
+        return self.actor.extend.remote(self.table_name, data, priorities, version, self._t(timeout))
+
+    def add(self, item: Any, priority: float | None = None, version: int | None = None,
+            timeout: float | None = None) -> int:
+        """Insert one item; return its key. See :meth:`replaystore.Table.add`."""
+        t = self._t(timeout)
+        return self._call("add", self.table_name, item, priority, version, t, op_timeout=t)
+
+    def sample(self, batch_size: int, timeout: float | None = None) -> Sample:
+        """Sample ``batch_size`` items (NumPy data). See :meth:`replaystore.Table.sample`."""
+        t = self._t(timeout)
+        return self._call("sample", self.table_name, batch_size, t, op_timeout=t)
+
+    def update_priorities(self, keys: Any, priorities: Any) -> int:
+        """Set priorities by key; return how many were applied."""
+        return self._call("update_priorities", self.table_name, keys, priorities)
+
+    def delete(self, keys: Any) -> int:
+        """Delete items by key; return how many were deleted."""
+        return self._call("delete", self.table_name, keys)
+
+    def set_version(self, version: int) -> int:
+        """Set the model version of the table; return how many stale items were dropped."""
+        return self._call("set_version", self.table_name, version)
+
+    def get(self, keys: Any) -> tuple[Any, np.ndarray]:
+        """Read items by key: ``(data, found)``."""
+        return self._call("get", self.table_name, keys)
+
+    def info(self, keys: Any) -> dict[str, np.ndarray]:
+        """Metadata by key (see :meth:`replaystore.Table.info`)."""
+        return self._call("info", self.table_name, keys)
+
+    def keys(self) -> np.ndarray:
+        """Keys of the live items, oldest first."""
+        return self._call("keys", self.table_name)
+
+    def __len__(self) -> int:
+        return self._call("size", self.table_name)
+
+    def clear(self) -> None:
+        """Empty the table."""
+        self._call("clear", self.table_name)
+
+    def stats(self) -> dict[str, Any]:
+        """Stats of every table (by name) and of the fragment buffer (``"fragments"``)."""
+        return self._call("stats")
+
+    def save(self, path: str | None = None) -> list[str]:
+        """Checkpoint every table to ``<path or checkpoint_dir>/<table>``; return the directories."""
+        return self._call("save", path, op_timeout=None)
+
+    # -- service ----------------------------------------------------------------------------------------------
+    def ping(self) -> dict[str, Any]:
+        """Service info; raises ``Timeout``/``Closed`` when it does not answer."""
+        return self._call("ping")
+
+    @functools.cached_property
+    def fragments(self) -> "FragmentClient":
+        """The client of the service's fragment buffer (see :mod:`replaystore.ray.fragment_client`)."""
+        from .fragment_client import FragmentClient
+
+        return FragmentClient(self.actor, self.name, rpc_grace=self.rpc_grace)
+
+    def reporter(self, sinks: list[Sink] | None = None, period: float = 30.0) -> StatsReporter:
+        """A :class:`~replaystore.monitor.StatsReporter` of this service's stats, on the client side."""
+        return StatsReporter(self.stats, sinks, period)
+
+    def close(self) -> None:
+        """Close the service (tables and fragment buffer); later calls raise ``Closed``."""
+        self._call("close")
+
+    def shutdown(self) -> None:
+        """Close the service and kill its actor (no restart)."""
+        ray = import_ray()
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - the actor may be dead already
+            pass
+        ray.kill(self.actor, no_restart=True)
+
+    def __reduce__(self) -> tuple:
+        return (ReplayClient, (self.actor, self.name, self.table_name, self.default_timeout, self.rpc_grace))
+
+
+def serve(
+    tables: Callable[[], Table] | Mapping[str, Callable[[], Table]] | None = None,
+    *,
+    name: str = "replaystore",
+    fragments: FragmentBufferConfig | None = None,
+    namespace: str | None = None,
+    max_restarts: int = 0,
+    max_task_retries: int | None = None,
+    checkpoint_dir: str | None = None,
+    checkpoint_period: float | None = None,
+    report_period: float | None = None,
+    sinks: SinkSpec = None,
+    resources: dict[str, float] | None = None,
+    num_cpus: float = 0,
+    detached: bool = False,
+    scheduling_strategy: Any = None,
+    housekeeping_period: float = 10.0,
+    default_timeout: float | None = None,
+    rpc_grace: float | None = 60.0,
+    start_timeout: float = 120.0,
+) -> ReplayClient:
+    """Start a replay service as a named Ray actor; return a client bound to its first table.
+
+    Starts a local Ray instance on loopback if Ray is not initialized.
+
+    Args:
+        tables: a zero-argument factory returning a :class:`~replaystore.Table` (named
+            ``"default"``), or a mapping name -> factory. Factories (``functools.partial(rs.Table,
+            ...)`` or a function) run inside the actor, again after each restart.
+        name: the actor's name; :func:`connect` finds the service by it.
+        fragments: add a fragment buffer with this configuration (MineStudio's system).
+        namespace: Ray namespace of the actor (default: the job's).
+        max_restarts: how often Ray restarts the actor after a crash (``-1``: always).
+        max_task_retries: retries of calls in flight during a restart (default: ``-1`` when
+            ``max_restarts`` is set, so callers see a delay instead of an error; calls are then
+            delivered at least once, and the fragment buffer ignores the duplicates).
+        checkpoint_dir: where tables are checkpointed and reloaded from (see :class:`ReplayServer`).
+        checkpoint_period: seconds between automatic checkpoints (``None``: on request only).
+        report_period: seconds between stats reports to the sinks (``None``: off).
+        sinks: monitoring sinks: a factory or names (``"logging"``, ``"tensorboard:<dir>"``, ``"wandb"``).
+        resources: Ray resources for the actor, e.g. ``{"database": 0.0001}`` to place it (and so
+            the fragment store) on the node that declares ``database``.
+        num_cpus: CPUs reserved for the actor (0: it never blocks the scheduler).
+        detached: outlive the driver (``lifetime="detached"``).
+        scheduling_strategy: a Ray scheduling strategy for the actor.
+        housekeeping_period: seconds between fragment-buffer housekeeping passes.
+        default_timeout: the returned client's default timeout (see :class:`ReplayClient`).
+        rpc_grace: the returned client's grace period (see :class:`ReplayClient`).
+        start_timeout: seconds to wait for the actor to come up.
+
+    Raises:
+        ValueError: a service (actor) with this name already exists.
+        Timeout: the actor did not start in time.
+    """
+    ray = init_local()
+    if tables is None:
+        tables = {}
+    elif callable(tables):
+        tables = {DEFAULT_TABLE: tables}
+    if _lookup(name, namespace) is not None:
+        raise ValueError(f"a replay service named {name!r} already exists")
+    if max_task_retries is None:
+        max_task_retries = -1 if max_restarts else 0
+    options: dict[str, Any] = dict(name=name, max_restarts=max_restarts, max_task_retries=max_task_retries,
+                                   num_cpus=num_cpus, max_concurrency=1000)
+    if namespace is not None:
+        options["namespace"] = namespace
+    if resources:
+        options["resources"] = dict(resources)
+    if detached:
+        options["lifetime"] = "detached"
+    if scheduling_strategy is not None:
+        options["scheduling_strategy"] = scheduling_strategy
+    actor = ray.remote(ReplayServer).options(**options).remote(
+        name, dict(tables), fragments, checkpoint_dir, checkpoint_period, report_period, sinks, housekeeping_period)
+    client = ReplayClient(actor, name, next(iter(tables), DEFAULT_TABLE), default_timeout, rpc_grace)
+    get(actor.ping.remote(), start_timeout, f"starting {name!r}")
+    return client
+
+
+def _lookup(name: str, namespace: str | None) -> Any:
+    ray = import_ray()
+    try:
+        return ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        return None
+
+
+def connect(name: str = "replaystore", table: str | None = None, namespace: str | None = None,
+            default_timeout: float | None = None, rpc_grace: float | None = 60.0) -> ReplayClient:
+    """A client of the running service ``name`` (default table: ``table`` or its first one).
+
+    Raises:
+        ValueError: no service of that name is running.
+    """
+    import_ray()
+    actor = _lookup(name, namespace)
+    if actor is None:
+        raise ValueError(f"no replay service named {name!r} is running")
+    client = ReplayClient(actor, name, table or DEFAULT_TABLE, default_timeout, rpc_grace)
+    if table is None:
+        tables = client.ping()["tables"]
+        if tables:
+            client.table_name = DEFAULT_TABLE if DEFAULT_TABLE in tables else tables[0]
+    return client

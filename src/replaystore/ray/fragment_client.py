@@ -1,0 +1,146 @@
+"""FragmentClient: producers and trainers of the fragment buffer (MineStudio's data path, generic).
+
+A producer writes the payload to the store (directly on the store's node, through the store actor
+elsewhere) and then acknowledges its id with metadata: the payload never passes through the
+service. A trainer fetches, reads the payloads (here or with a loader pool) and releases the lease.
+
+```python
+fc = rsr.connect("replay").fragments
+fid = fc.put(payload)                                  # store write
+fc.add(fid, stream="env-3", seq=17, version=5, session=sid)
+fetch = fc.fetch(64, timeout=60.0)                      # Fetch(lease_id, records)
+payloads = [fc.load(r.fragment_id) for r in fetch.records]
+fc.release(fetch)                                       # payloads may now be deleted
+```
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from ._runtime import get, rpc_timeout
+from .fragment_buffer import FragmentRef
+from .store import LocalStore, RemoteStore, open_store
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """The result of one fetch: a lease id and its fragment records (chunk by chunk).
+
+    The payloads stay readable until the lease is released (:meth:`FragmentClient.release`) or the
+    same client fetches again (with ``auto_release``).
+    """
+
+    lease_id: str
+    records: list[FragmentRef]
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+class FragmentClient:
+    """Client of a service's fragment buffer.
+
+    Args:
+        actor: the service's actor handle.
+        name: the service's name.
+        rpc_grace: seconds to wait for calls that never block, and beyond a fetch's own timeout.
+        client_id: identifies this client's leases (default: a new uuid). With ``auto_release``,
+            a fetch releases this client's previous lease (MineStudio's lifetime: the last fetch
+            stays readable until the next one).
+
+    Picklable (the store handle is reopened on first use in the receiving process).
+    """
+
+    def __init__(self, actor: Any, name: str, rpc_grace: float | None = 60.0, client_id: str | None = None,
+                 auto_release: bool = True) -> None:
+        self.actor = actor
+        self.name = name
+        self.rpc_grace = rpc_grace
+        self.client_id = client_id or uuid.uuid4().hex
+        self.auto_release = auto_release
+        self._store: LocalStore | RemoteStore | None = None
+        self._info: dict[str, Any] | None = None
+
+    def __reduce__(self) -> tuple:
+        return (FragmentClient, (self.actor, self.name, self.rpc_grace, self.client_id, self.auto_release))
+
+    def _call(self, method: str, *args: Any, op_timeout: float | None = 0.0) -> Any:
+        return get(getattr(self.actor, method).remote(*args), rpc_timeout(op_timeout, self.rpc_grace),
+                   f"{self.name}.{method}")
+
+    @property
+    def store_info(self) -> dict[str, Any]:
+        """``path``, ``num_shards``, ``map_size`` and ``node_id`` of the service's store."""
+        if self._info is None:
+            self._info = self._call("store_info")
+        return self._info
+
+    @property
+    def store(self) -> LocalStore | RemoteStore:
+        """The store: opened directly on its node, through the store actor elsewhere."""
+        if self._store is None:
+            self._store = open_store(self.actor, self.store_info, self.rpc_grace)
+        return self._store
+
+    # -- producers -----------------------------------------------------------------------------------
+    def put(self, payload: Any) -> str:
+        """Write a payload to the store; return its fragment id (not yet known to the buffer)."""
+        return self.store.put(payload)
+
+    def add(self, fragment_id: str, stream: str, seq: int, version: int, session: str) -> str:
+        """Acknowledge a stored fragment. Returns ``"pending"``, ``"chunk"``, ``"stale"`` or ``"duplicate"``."""
+        return self._call("add_fragment", fragment_id, stream, int(seq), int(version), session)
+
+    def add_many(self, records: list[tuple[str, str, int, int, str]]) -> list[str]:
+        """Acknowledge several ``(fragment_id, stream, seq, version, session)`` in one call."""
+        return self._call("add_fragments", [tuple(r) for r in records])
+
+    def write(self, payload: Any, stream: str, seq: int, version: int, session: str) -> str:
+        """``put`` then ``add``; returns the fragment id."""
+        fid = self.put(payload)
+        self.add(fid, stream, seq, version, session)
+        return fid
+
+    # -- trainers ------------------------------------------------------------------------------------------
+    def fetch(self, num_fragments: int, timeout: float | None = None) -> Fetch:
+        """Fetch ``num_fragments`` fragments (whole chunks, chosen uniformly without replacement).
+
+        Waits while too few chunks exist. Raises ``rs.Timeout`` after ``timeout`` seconds
+        (``None``: wait forever), ``ValueError`` for an impossible request.
+        """
+        client = self.client_id if self.auto_release else None
+        lease, records = self._call("fetch_fragments", num_fragments, timeout, client, op_timeout=timeout)
+        return Fetch(lease, [FragmentRef(*r) for r in records])
+
+    def release(self, fetch: Fetch | str) -> int:
+        """Release a fetch (its payloads may be deleted); returns its size. ``KeyNotFound`` if not held."""
+        return self._call("release", fetch.lease_id if isinstance(fetch, Fetch) else fetch)
+
+    def prepared(self, fetch: Fetch | str | None = None) -> list[FragmentRef]:
+        """Records of a fetch, or of the last fetch by any client."""
+        lease = fetch.lease_id if isinstance(fetch, Fetch) else fetch
+        return [FragmentRef(*r) for r in self._call("prepared_fragments", lease)]
+
+    def load(self, fragment_id: str) -> Any:
+        """Read a payload (``KeyNotFound`` if it was deleted)."""
+        return self.store.get(fragment_id)
+
+    # -- versions and service -------------------------------------------------------------------------------
+    def update_model_version(self, session_id: str, model_version: int) -> int:
+        """Set session and version; returns how many chunks became stale and were dropped."""
+        return self._call("update_model_version", session_id, int(model_version))
+
+    def stats(self) -> dict[str, Any]:
+        """The fragment buffer's stats."""
+        return self._call("stats")["fragments"]
+
+    def drain(self) -> None:
+        """Drop every chunk, partial chunk and lease (payloads deleted)."""
+        self._call("drain")
+
+    def housekeeping(self) -> None:
+        """Run the buffer's housekeeping now (expire partial chunks, delete orphans)."""
+        self._call("housekeeping")

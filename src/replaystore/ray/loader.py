@@ -1,0 +1,159 @@
+"""Loader pool and prefetching iterator: read fetched fragments in parallel, next to the store.
+
+``create_loader_pool`` starts ``num_readers`` :class:`FragmentLoader` actors pinned to the store's
+node (node affinity, so a loader can never land on a node that lacks the files); ``data_iter``
+streams a fetch's records through them, ``(prefetch_batches + 1) * batch_size`` loads in flight,
+and yields batches as they complete.
+
+Results arrive through Ray's object store. NumPy arrays deserialized by Ray are read-only views of
+shared memory, and any view kept alive pins the whole object there; ``data_iter`` therefore copies
+each loaded item out once (:func:`detach`), after which Ray can free it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import Timeout
+from ._runtime import get, import_ray
+
+
+class FragmentLoader:
+    """Actor class: reads payloads of one service's store (``load(record)``).
+
+    Args:
+        service: name of the replay service.
+        namespace: its Ray namespace.
+        wrap: builds the result from ``(index, payload)`` (default: ``{"index", "fragment"}``).
+    """
+
+    def __init__(self, service: str, namespace: str | None = None,
+                 wrap: Callable[[Any, Any], Any] | None = None) -> None:
+        from .client import connect
+
+        self.fragments = connect(service, namespace=namespace).fragments
+        self.wrap = wrap
+
+    def load(self, record: Sequence[Any]) -> Any:
+        """Read the payload of ``record = (index, fragment_id)``; ``KeyNotFound`` if it is gone."""
+        index, fragment_id = record[0], record[1]
+        payload = self.fragments.load(fragment_id)
+        if self.wrap is not None:
+            return self.wrap(index, payload)
+        return {"index": index, "fragment": payload}
+
+    def node_id(self) -> str:
+        """The node this loader runs on."""
+        return import_ray().get_runtime_context().get_node_id()
+
+
+def create_loader_pool(num_readers: int, num_cpus_per_reader: float, service: str = "replaystore",
+                       namespace: str | None = None, wrap: Callable[[Any, Any], Any] | None = None) -> Any:
+    """An ``ActorPool`` of ``num_readers`` loaders on the node of ``service``'s store.
+
+    Raises:
+        ValueError: no such service, or it has no fragment buffer.
+    """
+    ray = import_ray()
+    from ray.util.actor_pool import ActorPool
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from .client import connect
+
+    info = connect(service, namespace=namespace).fragments.store_info
+    cls = ray.remote(FragmentLoader)
+    actors = [
+        cls.options(num_cpus=num_cpus_per_reader,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(info["node_id"], soft=False))
+        .remote(service, namespace, wrap)
+        for _ in range(int(num_readers))
+    ]
+    return ActorPool(actors)
+
+
+def detach(obj: Any) -> Any:
+    """A copy of ``obj`` whose NumPy arrays own writable memory (dicts, lists, tuples, dataclasses)."""
+    if isinstance(obj, np.ndarray):
+        return np.array(obj, copy=True)
+    if isinstance(obj, dict):
+        return {k: detach(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [detach(v) for v in obj]
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(detach(v) for v in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        fields = {f.name: detach(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+        return dataclasses.replace(obj, **fields)
+    return obj
+
+
+def data_iter(loader_pool: Any, records: Sequence[Any], batch_size: int, prefetch_batches: int,
+              seed: int | None = None, timeout: float | None = None,
+              collate: Callable[[list[Any]], Any] | None = None, shuffle: bool = True) -> Iterator[Any]:
+    """Yield batches of loaded records, ``batch_size`` each (the last one may be smaller).
+
+    Args:
+        loader_pool: from :func:`create_loader_pool`.
+        records: ``(index, fragment_id)`` pairs, e.g. a fetch's records.
+        batch_size: items per batch.
+        prefetch_batches: batches loaded ahead; ``(prefetch_batches + 1) * batch_size`` loads are
+            in flight at any time.
+        seed: seed of the shuffle (``None``: unseeded). Batches are formed in completion order.
+        timeout: seconds to wait for any one load (``None``: wait); raises ``rs.Timeout``.
+        collate: turns a list of loaded items into a batch (default: the list itself).
+        shuffle: shuffle the records first.
+
+    The iterator drains the pool when closed early, so the pool can be reused.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    todo = list(records)
+    if shuffle:
+        random.Random(seed).shuffle(todo)
+    pending = deque(todo)
+    in_flight = 0
+
+    def submit() -> None:
+        nonlocal in_flight
+        loader_pool.submit(lambda actor, rec: actor.load.remote(rec), pending.popleft())
+        in_flight += 1
+
+    for _ in range(min((prefetch_batches + 1) * batch_size, len(pending))):
+        submit()
+    accum: list[Any] = []
+    try:
+        while in_flight:
+            try:
+                item = loader_pool.get_next_unordered(timeout=timeout)
+            except TimeoutError:
+                raise Timeout(f"data_iter: no load finished within {timeout:.3g}s") from None
+            except Exception as e:  # a load failed: surface replaystore's error, not Ray's wrapper
+                in_flight -= 1
+                cause = getattr(e, "cause", None)
+                raise (cause if isinstance(cause, Exception) else e) from None
+            in_flight -= 1
+            accum.append(detach(item))
+            del item
+            if pending:
+                submit()
+            if len(accum) >= batch_size:
+                batch, accum = accum[:batch_size], accum[batch_size:]
+                yield collate(batch) if collate else batch
+        if accum:
+            yield collate(accum) if collate else accum
+    finally:
+        while in_flight:  # leave the pool empty for its next user
+            in_flight -= 1
+            try:
+                loader_pool.get_next_unordered(timeout=timeout if timeout is not None else 60.0)
+            except Exception:  # noqa: BLE001 - draining after an error or an early close
+                pass
+
+
+__all__ = ["FragmentLoader", "create_loader_pool", "data_iter", "detach", "get"]

@@ -1,0 +1,372 @@
+"""ReplayServer: the replay service, an async Ray actor hosting Tables and a fragment buffer.
+
+One server holds any number of named :class:`~replaystore.Table` objects (small items travel inline,
+one Ray call per batch) and optionally one
+:class:`~replaystore.ray.fragment_buffer.FragmentBuffer` (large payloads stay in a FragmentStore on
+the server's node; only ids and metadata reach the server). Start it with
+:func:`replaystore.ray.serve`, talk to it with :class:`~replaystore.ray.client.ReplayClient`.
+
+Concurrency: Ray runs every method on one event loop. Calls that cannot block run inline. Calls that
+may wait (a rate limiter, a fetch with too few chunks) first try without waiting; only if they
+would block do they wait, a Table call in a worker thread (the Table's lock makes that safe), a
+fetch on an asyncio condition, so a waiting call never stalls the others.
+
+Restarts: with ``max_restarts`` Ray recreates the actor after a crash with the same arguments. The
+fragment buffer then resumes from its journal; Tables reload from ``checkpoint_dir`` when a
+checkpoint exists there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ..errors import Closed, KeyNotFound, Timeout
+from ..monitor import LoggingSink, Sink, TensorBoardSink, WandbSink, flatten_scalars
+from ..table import Table
+from ._runtime import import_ray
+from .fragment_buffer import FragmentBuffer, FragmentBufferConfig
+
+log = logging.getLogger("replaystore")
+
+SinkSpec = Callable[[], list[Sink]] | list[str] | None
+
+
+def make_sinks(spec: SinkSpec) -> list[Sink]:
+    """Sinks from a factory or from names: ``"logging"``, ``"tensorboard:<logdir>"``, ``"wandb"``."""
+    if spec is None:
+        return [LoggingSink(prefix="replay ")]
+    if callable(spec):
+        return list(spec())
+    sinks: list[Sink] = []
+    for s in spec:
+        if s == "logging":
+            sinks.append(LoggingSink(prefix="replay "))
+        elif s.startswith("tensorboard"):
+            sinks.append(TensorBoardSink(logdir=s.partition(":")[2] or None))
+        elif s == "wandb":
+            sinks.append(WandbSink())
+        else:
+            raise ValueError(f"unknown sink {s!r}: use 'logging', 'tensorboard:<logdir>' or 'wandb'")
+    return sinks
+
+
+class ReplayServer:
+    """The service's actor class (use :func:`replaystore.ray.serve`, which wraps it in ``ray.remote``).
+
+    Args:
+        name: the service's name (also the Ray actor's name).
+        tables: table name -> zero-argument factory returning a :class:`~replaystore.Table`.
+        fragments: configuration of the fragment buffer, or ``None`` for none.
+        checkpoint_dir: where :meth:`save` writes tables (``<dir>/<table>``) and where they are
+            reloaded from at (re)start.
+        checkpoint_period: save every this many seconds (``None``: only on request).
+        report_period: write stats to the sinks every this many seconds (``None``: off).
+        sinks: monitoring sinks (see :func:`make_sinks`); default: logging.
+        housekeeping_period: seconds between fragment-buffer housekeeping passes.
+        max_blocking_threads: threads available to Table calls that wait on a rate limiter.
+    """
+
+    def __init__(self, name: str, tables: Mapping[str, Callable[[], Table]] | None = None,
+                 fragments: FragmentBufferConfig | None = None, checkpoint_dir: str | None = None,
+                 checkpoint_period: float | None = None, report_period: float | None = None,
+                 sinks: SinkSpec = None, housekeeping_period: float = 10.0,
+                 max_blocking_threads: int = 64) -> None:
+        ray = import_ray()
+        ctx = ray.get_runtime_context()
+        self.name = name
+        self.restarted = bool(getattr(ctx, "was_current_actor_reconstructed", False))
+        self.node_id = ctx.get_node_id()
+        self.namespace = ctx.namespace
+        self.checkpoint_dir = None if checkpoint_dir is None else os.path.abspath(checkpoint_dir)
+        self.checkpoint_period = checkpoint_period
+        self.report_period = report_period
+        self.housekeeping_period = housekeeping_period
+        self._sinks = make_sinks(sinks)
+        self._step = 0
+        self.tables: dict[str, Table] = {}
+        for tname, factory in (tables or {}).items():
+            self.tables[tname] = self._load_or_make(tname, factory)
+        self.fragments: FragmentBuffer | None = None
+        if fragments is not None:
+            self.fragments = FragmentBuffer(fragments, report=self._write_fragment_report,
+                                            resume=self.restarted or not fragments.clear_on_start)
+        self._pool = ThreadPoolExecutor(max_blocking_threads, thread_name_prefix="replaystore-wait")
+        self._cond: asyncio.Condition | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._store_actor: Any = None
+        self._closed = False
+        log.info("replay service %r started on node %s (restarted=%s)", name, self.node_id, self.restarted)
+
+    def _load_or_make(self, tname: str, factory: Callable[[], Table]) -> Table:
+        if self.checkpoint_dir is not None:
+            path = os.path.join(self.checkpoint_dir, tname)
+            if os.path.exists(os.path.join(path, "manifest.json")):
+                log.info("table %r: loading checkpoint %s", tname, path)
+                return Table.load(path, allow_pickle=True)
+        table = factory()
+        if not isinstance(table, Table):
+            raise TypeError(f"the factory of table {tname!r} returned {type(table).__name__}, not a Table")
+        return table
+
+    # -- plumbing -------------------------------------------------------------------------------------
+    def _start(self) -> asyncio.Condition:
+        """Create the condition and background tasks on the event loop (first call only)."""
+        if self._cond is None:
+            self._cond = asyncio.Condition()
+            loop = asyncio.get_running_loop()
+            if self.fragments is not None and self.housekeeping_period:
+                self._tasks.append(loop.create_task(self._every(self.housekeeping_period, self._housekeeping)))
+            if self.report_period:
+                self._tasks.append(loop.create_task(self._every(self.report_period, self._report)))
+            if self.checkpoint_period and self.checkpoint_dir:
+                self._tasks.append(loop.create_task(self._every(self.checkpoint_period, self.save)))
+        return self._cond
+
+    async def _every(self, period: float, fn: Callable) -> None:
+        while not self._closed:
+            await asyncio.sleep(period)
+            try:
+                result = fn()
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception:  # noqa: BLE001 - keep the periodic task alive
+                log.exception("replay service %r: periodic %s failed", self.name, getattr(fn, "__name__", fn))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise Closed(f"replay service {self.name!r} is closed")
+
+    def _table(self, name: str) -> Table:
+        self._check_open()
+        try:
+            return self.tables[name]
+        except KeyError:
+            raise KeyNotFound(f"service {self.name!r} has no table {name!r}; tables: {sorted(self.tables)}") from None
+
+    def _buffer(self) -> FragmentBuffer:
+        self._check_open()
+        if self.fragments is None:
+            raise KeyNotFound(f"service {self.name!r} has no fragment buffer")
+        return self.fragments
+
+    async def _blocking(self, fn: Callable, *args: Any, timeout: float | None) -> Any:
+        """Run a Table call that may wait: first without waiting, then in a thread."""
+        try:
+            return fn(*args, timeout=0)
+        except Timeout:
+            if timeout is not None and timeout <= 0:
+                raise
+        return await asyncio.get_running_loop().run_in_executor(self._pool, lambda: fn(*args, timeout=timeout))
+
+    async def _notify(self) -> None:
+        cond = self._start()
+        async with cond:
+            cond.notify_all()
+
+    # -- service -----------------------------------------------------------------------------------------
+    async def ping(self) -> dict[str, Any]:
+        """``{"name", "node_id", "restarted", "tables", "fragments"}``: the service is up."""
+        self._start()
+        return {"name": self.name, "node_id": self.node_id, "restarted": self.restarted,
+                "tables": sorted(self.tables), "fragments": self.fragments is not None}
+
+    async def stats(self) -> dict[str, Any]:
+        """Every table's ``stats()`` by name, plus ``"fragments"`` for the fragment buffer."""
+        out: dict[str, Any] = {n: t.stats() for n, t in self.tables.items()}
+        if self.fragments is not None:
+            out["fragments"] = self.fragments.stats()
+        return out
+
+    async def save(self, path: str | None = None) -> list[str]:
+        """Checkpoint every table to ``<path or checkpoint_dir>/<table>``; return the directories.
+
+        The fragment buffer needs no checkpoint: its journal is always current.
+        """
+        root = path or self.checkpoint_dir
+        if root is None:
+            raise ValueError("save() needs a path (the service has no checkpoint_dir)")
+        loop = asyncio.get_running_loop()
+        out = []
+        for tname, table in self.tables.items():
+            d = os.path.join(root, tname)
+            await loop.run_in_executor(self._pool, table.save, d)
+            out.append(d)
+        return out
+
+    async def close(self) -> None:
+        """Close every table and the fragment buffer; wake every waiting call with ``Closed``."""
+        if self._closed:
+            return
+        self._closed = True
+        for t in self.tables.values():
+            t.close()
+        for task in self._tasks:
+            task.cancel()
+        await self._notify()
+        if self.fragments is not None:
+            self.fragments.close()
+        for s in self._sinks:
+            s.close()
+        self._pool.shutdown(wait=False)
+
+    # -- monitoring -------------------------------------------------------------------------------------------
+    def _write(self, scalars: dict[str, float]) -> None:
+        for sink in self._sinks:
+            try:
+                sink.write(scalars, self._step)
+            except Exception:  # noqa: BLE001 - monitoring must not break the service
+                log.exception("sink %r failed", sink)
+        self._step += 1
+
+    def _write_fragment_report(self, scalars: dict[str, float]) -> None:
+        self._write({f"replay_buffer/{k}": v for k, v in scalars.items()})
+
+    async def _report(self) -> None:
+        self._write(flatten_scalars(await self.stats()))
+
+    # -- tables ---------------------------------------------------------------------------------------------
+    async def extend(self, table: str, data: Any, priorities: Any = None, version: Any = None,
+                     timeout: float | None = None) -> Any:
+        """``Table.extend`` on ``table``; see :meth:`replaystore.Table.extend`."""
+        t = self._table(table)
+        return await self._blocking(lambda timeout: t.extend(data, priorities, version, timeout=timeout),
+                                    timeout=timeout)
+
+    async def add(self, table: str, item: Any, priority: float | None = None, version: int | None = None,
+                  timeout: float | None = None) -> int:
+        """``Table.add`` on ``table``."""
+        t = self._table(table)
+        return await self._blocking(lambda timeout: t.add(item, priority, version, timeout=timeout),
+                                    timeout=timeout)
+
+    async def sample(self, table: str, batch_size: int, timeout: float | None = None) -> Any:
+        """``Table.sample`` on ``table`` (NumPy data)."""
+        t = self._table(table)
+        return await self._blocking(lambda timeout: t.sample(batch_size, timeout=timeout), timeout=timeout)
+
+    async def update_priorities(self, table: str, keys: Any, priorities: Any) -> int:
+        """``Table.update_priorities`` on ``table``."""
+        return self._table(table).update_priorities(keys, priorities)
+
+    async def delete(self, table: str, keys: Any) -> int:
+        """``Table.delete`` on ``table``."""
+        return self._table(table).delete(keys)
+
+    async def set_version(self, table: str, version: int) -> int:
+        """``Table.set_version`` on ``table``."""
+        return self._table(table).set_version(version)
+
+    async def get(self, table: str, keys: Any) -> Any:
+        """``Table.get`` on ``table``."""
+        return self._table(table).get(keys)
+
+    async def info(self, table: str, keys: Any) -> Any:
+        """``Table.info`` on ``table``."""
+        return self._table(table).info(keys)
+
+    async def keys(self, table: str) -> Any:
+        """``Table.keys`` on ``table``."""
+        return self._table(table).keys()
+
+    async def size(self, table: str) -> int:
+        """Number of items in ``table``."""
+        return len(self._table(table))
+
+    async def clear(self, table: str) -> None:
+        """``Table.clear`` on ``table``."""
+        self._table(table).clear()
+
+    # -- fragments -------------------------------------------------------------------------------------------
+    async def store_info(self) -> dict[str, Any]:
+        """Where the fragment store lives: ``path``, ``num_shards``, ``map_size``, ``node_id``."""
+        c = self._buffer().config
+        return {"path": c.path, "num_shards": c.num_shards, "map_size": c.map_size, "node_id": self.node_id,
+                "store_actor": f"{self.name}:store", "namespace": self.namespace}
+
+    async def store_actor(self) -> Any:
+        """A store actor on this node for clients on other nodes (created on first request)."""
+        if self._store_actor is None:
+            from .store import StoreServer
+
+            ray = import_ray()
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            c = self._buffer().config
+            self._store_actor = (
+                ray.remote(StoreServer)
+                .options(name=f"{self.name}:store", namespace=self.namespace, get_if_exists=True, num_cpus=0,
+                         max_concurrency=16,
+                         scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False))
+                .remote(c.path, c.num_shards, c.map_size)
+            )
+        return [self._store_actor]  # in a list: Ray would otherwise resolve nothing, but keep it explicit
+
+    async def add_fragment(self, fragment_id: str, stream: str, seq: int, version: int, session: str) -> str:
+        """Acknowledge one fragment (see :meth:`FragmentBuffer.add`); wakes waiting fetches."""
+        status = self._buffer().add(fragment_id, stream, seq, version, session)
+        if status == "chunk":
+            await self._notify()
+        return status
+
+    async def add_fragments(self, records: list[tuple[str, str, int, int, str]]) -> list[str]:
+        """Acknowledge several fragments in one call; returns each status."""
+        buf = self._buffer()
+        out = [buf.add(*r) for r in records]
+        if "chunk" in out:
+            await self._notify()
+        return out
+
+    async def fetch_fragments(self, num_fragments: int, timeout: float | None = None,
+                              client: str | None = None) -> tuple[str, list]:
+        """Wait until ``num_fragments / fragments_per_chunk`` chunks exist, then fetch.
+
+        See :meth:`FragmentBuffer.fetch`. Returns ``(lease_id, records)``.
+
+        Raises:
+            Timeout: not enough chunks within ``timeout`` seconds (``None``: wait).
+            Closed: the service closed while waiting. ValueError: impossible request.
+        """
+        buf = self._buffer()
+        need = buf.chunks_for(num_fragments)
+        if buf.num_chunks < need:
+            cond = self._start()
+            start = time.monotonic()
+            try:
+                async with cond:
+                    await asyncio.wait_for(cond.wait_for(lambda: self._closed or buf.num_chunks >= need), timeout)
+            except (asyncio.TimeoutError, TimeoutError):
+                raise Timeout(f"fetch of {num_fragments} fragments ({need} chunks) from {self.name!r}: only "
+                              f"{buf.num_chunks} chunks after {time.monotonic() - start:.3g}s") from None
+            self._check_open()
+        lease = buf.fetch(num_fragments, client)
+        return lease.lease_id, [tuple(r) for r in lease.records]
+
+    async def release(self, lease_id: str) -> int:
+        """Release a fetch's lease; returns its fragment count. ``KeyNotFound`` if not held."""
+        return self._buffer().release(lease_id)
+
+    async def prepared_fragments(self, lease_id: str | None = None) -> list:
+        """Records of a lease, or of the last fetch by anyone."""
+        return [tuple(r) for r in self._buffer().prepared(lease_id)]
+
+    async def update_model_version(self, session_id: str, model_version: int) -> int:
+        """Set session and model version; drops every stale chunk. Returns chunks dropped."""
+        return self._buffer().set_version(session_id, model_version)
+
+    async def drain(self) -> None:
+        """Drop every chunk, partial chunk and lease of the fragment buffer (payloads deleted)."""
+        self._buffer().drain()
+
+    async def housekeeping(self) -> None:
+        """Run the fragment buffer's housekeeping now (also runs every ``housekeeping_period``)."""
+        self._housekeeping()
+
+    def _housekeeping(self) -> None:
+        if self.fragments is not None and not self._closed:
+            self.fragments.expire()

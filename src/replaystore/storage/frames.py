@@ -1,0 +1,269 @@
+"""FrameStackStorage: stacked-frame observations stored one frame each (Atari-style replay).
+
+An Atari transition carries ``obs`` and ``next_obs`` as stacks of the last ``S`` frames (e.g.
+``uint8[4, 84, 84]``); consecutive transitions share ``S - 1`` frames of ``obs`` and ``S`` of
+``next_obs``, so a naive table stores every frame ``2 * S`` times. This storage keeps one ring of
+single frames and, per item, the ring position of its newest ``obs`` frame:
+
+- an item that continues the previous one (that item did not end an episode and its newest
+  ``next_obs`` frame equals this item's newest ``obs`` frame) adds **one** frame: its newest
+  ``next_obs`` frame;
+- any other item starts a *segment* and adds its whole ``obs`` stack plus that frame, so stacks
+  never mix frames across episode boundaries (or across streams that were interleaved by mistake).
+
+``read`` rebuilds stacks with one gather of ``S + 1`` frames per item: ``obs`` is frames
+``[end - S + 1, end]`` and ``next_obs`` is ``[end - S + 2, end + 1]``. The two returned arrays are
+overlapping views of that gather (writing into one changes the other); everything else is a copy.
+
+Contract specifics:
+
+- Items must arrive in time order of **one** stream (one environment); a vectorised environment
+  needs one table per environment (or its steps would look like constant segment starts).
+- Only the ``Fifo`` remover is allowed (the Table checks ``requires_fifo``): frames are freed in
+  insertion order. When the frame ring is full, the storage asks the table to evict extra oldest
+  items (:meth:`evictions_needed`); with very short episodes a table can therefore hold fewer
+  items than its capacity unless ``frame_capacity`` is raised.
+- The other fields are ordinary columns. ``end_keys`` name boolean fields (``done``, or
+  ``terminated`` and ``truncated``) whose truth ends an episode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import SpecError
+from .columns import ColumnStorage
+from .spec import Field
+
+
+class FrameStackStorage(ColumnStorage):
+    """Column storage whose ``obs``/``next_obs`` frame stacks share one ring of single frames.
+
+    Args:
+        capacity: number of item slots.
+        obs_key, next_obs_key: the stacked fields, shaped ``(S, *frame_shape)`` per item.
+        end_keys: fields whose truth marks the last item of an episode.
+        spec: optional spec (else inferred from the first item).
+        frame_capacity: frames in the ring (default ``capacity + capacity // 64 + 4 * S + 8``).
+    """
+
+    kind = "frames"
+    requires_fifo = True
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_key: str = "obs",
+        next_obs_key: str = "next_obs",
+        end_keys: Sequence[str] = ("done",),
+        spec: Mapping | None = None,
+        frame_capacity: int | None = None,
+    ) -> None:
+        self.obs_key = obs_key
+        self.next_obs_key = next_obs_key
+        self.end_keys = tuple(end_keys)
+        self._frame_capacity_arg = frame_capacity
+        self.frames: np.ndarray | None = None
+        self._obs_end = np.full(int(capacity), -1, dtype=np.int64)  # absolute ring position per slot
+        # insertion-ordered log of (slot, first referenced frame) to find the low-water mark
+        self._log_slot = np.empty(2 * int(capacity) + 2, dtype=np.int64)
+        self._log_first = np.empty(2 * int(capacity) + 2, dtype=np.int64)
+        self._log_head = self._log_tail = 0
+        self._alive = np.zeros(int(capacity), dtype=bool)
+        self._wpos = 0  # absolute position of the next frame to write
+        self._last_next = -1  # absolute position of the newest next_obs frame written
+        self._last_ended = True
+        super().__init__(capacity, spec)
+
+    # -- spec -------------------------------------------------------------------------------------
+    def _adopt(self, spec: dict[str, Field]) -> None:
+        for key in (self.obs_key, self.next_obs_key, *self.end_keys):
+            if key not in spec:
+                raise SpecError(f"frame-stack storage needs a field {key!r}; the items have {sorted(spec)}")
+        obs, nxt = spec[self.obs_key], spec[self.next_obs_key]
+        if obs != nxt or len(obs.shape) < 2:
+            raise SpecError(
+                f"{self.obs_key!r} and {self.next_obs_key!r} must be stacks of the same shape (S, ...): "
+                f"got {obs} and {nxt}"
+            )
+        self.spec = spec
+        self._nested = False
+        self.stack = obs.shape[0]
+        frame_capacity = self._frame_capacity_arg or self.capacity + self.capacity // 64 + 4 * self.stack + 8
+        if frame_capacity < 2 * (self.stack + 1):
+            raise ValueError(f"frame_capacity {frame_capacity} is too small for stacks of {self.stack}")
+        self.frame_capacity = int(frame_capacity)
+        self.stage_rows = max(1, (self.frame_capacity - self.stack) // (self.stack + 1))
+        self.frames = np.zeros((self.frame_capacity, *obs.shape[1:]), dtype=obs.dtype)
+        self.columns = {
+            p: np.zeros((self.capacity, *f.shape), dtype=f.dtype)
+            for p, f in spec.items()
+            if p not in (self.obs_key, self.next_obs_key)
+        }
+
+    # -- planning -------------------------------------------------------------------------------------
+    def _batch(self, columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(obs, next_obs, ends)`` with a leading batch axis, whatever ``prepare`` produced."""
+        obs = columns[self.obs_key]
+        nxt = columns[self.next_obs_key]
+        if obs.ndim == len(self.spec[self.obs_key].shape):  # a single item
+            obs, nxt = obs[None], nxt[None]
+        ends = np.zeros(len(obs), dtype=bool)
+        for key in self.end_keys:
+            ends |= np.asarray(columns[key], dtype=bool).reshape(len(obs), -1).any(axis=1)
+        return obs, nxt, ends
+
+    def _segment_starts(self, obs: np.ndarray, nxt: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        starts = np.ones(len(obs), dtype=bool)
+        if len(obs) > 1:
+            same = (obs[1:, -1] == nxt[:-1, -1]).reshape(len(obs) - 1, -1).all(axis=1)
+            starts[1:] = ~(same & ~ends[:-1])
+        if not self._last_ended and self._last_next >= 0:  # the newest frame is never overwritten
+            starts[0] = not np.array_equal(obs[0, -1], self.frames[self._last_next % self.frame_capacity])
+        return starts
+
+    def _frames_needed(self, columns: dict[str, np.ndarray]) -> int:
+        obs, nxt, ends = self._batch(columns)
+        starts = self._segment_starts(obs, nxt, ends)
+        return int(len(obs) + self.stack * starts.sum())
+
+    def _live_entry(self, pos: int) -> bool:
+        """Whether log entry ``pos`` still describes the item in its slot (slots are reused)."""
+        i = pos % len(self._log_slot)
+        slot = self._log_slot[i]
+        return self._alive[slot] and self._obs_end[slot] - self.stack + 1 == self._log_first[i]
+
+    def _low_water(self) -> int:
+        while self._log_head < self._log_tail and not self._live_entry(self._log_head):
+            self._log_head += 1
+        if self._log_head == self._log_tail:
+            return self._wpos
+        return int(self._log_first[self._log_head % len(self._log_slot)])
+
+    def evictions_needed(self, prepared: tuple, n: int) -> int:
+        """How many of the oldest live items must leave so that ``prepared`` fits the frame ring.
+
+        Raises:
+            ValueError: the batch alone needs more frames than the ring holds.
+        """
+        columns, new_spec = prepared
+        if self.spec is None:
+            return 0
+        needed = self._frames_needed(columns)
+        if needed > self.frame_capacity - self.stack:
+            raise ValueError(
+                f"a batch needing {needed} frames does not fit a frame ring of {self.frame_capacity}; "
+                "insert smaller batches or raise frame_capacity"
+            )
+        free = self.frame_capacity - (self._wpos - self._low_water())
+        if needed <= free:
+            return 0
+        # walk the live log from the oldest until enough frames are free
+        size = len(self._log_slot)
+        evict = 0
+        pos = self._log_head
+        while pos < self._log_tail:
+            if self._live_entry(pos):
+                evict += 1
+                nxt = pos + 1
+                while nxt < self._log_tail and not self._live_entry(nxt):
+                    nxt += 1
+                low = self._wpos if nxt == self._log_tail else int(self._log_first[nxt % size])
+                if self.frame_capacity - (self._wpos - low) >= needed:
+                    return evict
+                pos = nxt
+            else:
+                pos += 1
+        return evict
+
+    # -- Storage interface -----------------------------------------------------------------------------
+    def write(self, slots: slice | np.ndarray, prepared: tuple) -> None:
+        """Write the frames of new items (one per continuing item, ``S + 1`` per segment start)."""
+        columns, new_spec = prepared
+        if new_spec is not None and self.spec is None:
+            self._adopt(new_spec)
+        slot_arr = np.arange(slots.start, slots.stop) if isinstance(slots, slice) else np.atleast_1d(slots)
+        for path, col in self.columns.items():
+            col[slots] = columns[path]
+        obs, nxt, ends = self._batch(columns)
+        starts = self._segment_starts(obs, nxt, ends)
+        S, F = self.stack, self.frame_capacity
+        count = 1 + S * starts
+        offset = np.cumsum(count) - count
+        obs_end = self._wpos + offset + S * starts - 1
+        if starts.any():
+            first = obs_end[starts] - S + 1
+            pos = (first[:, None] + np.arange(S)) % F
+            self.frames[pos.ravel()] = obs[starts].reshape(-1, *self.frames.shape[1:])
+        self.frames[(obs_end + 1) % F] = nxt[:, -1]
+        self._obs_end[slot_arr] = obs_end
+        self._alive[slot_arr] = True
+        k = len(slot_arr)
+        size = len(self._log_slot)
+        if self._log_tail - self._log_head + k > size:
+            self._compact_log()
+        idx = (self._log_tail + np.arange(k)) % size
+        self._log_slot[idx] = slot_arr
+        self._log_first[idx] = obs_end - S + 1
+        self._log_tail += k
+        self._wpos += int(count.sum())
+        self._last_next = int(obs_end[-1] + 1)
+        self._last_ended = bool(ends[-1])
+
+    def _compact_log(self) -> None:
+        """Keep only the log entries of live items (at most ``capacity``), oldest first."""
+        size = len(self._log_slot)
+        pos = np.arange(self._log_head, self._log_tail) % size
+        slot, first = self._log_slot[pos], self._log_first[pos]
+        live = self._alive[slot] & (self._obs_end[slot] - self.stack + 1 == first)
+        n = int(live.sum())
+        self._log_slot[:n], self._log_first[:n] = slot[live], first[live]
+        self._log_head, self._log_tail = 0, n
+
+    def release(self, slots: np.ndarray) -> None:
+        """Freed slots stop holding frames back (frames are reused in insertion order)."""
+        self._alive[slots] = False
+        self._obs_end[slots] = -1
+
+    def read(self, slots: np.ndarray) -> dict[str, Any]:
+        """Other columns gathered as usual; stacks rebuilt from one gather of ``S + 1`` frames each."""
+        out = {p: col.take(slots, axis=0) for p, col in self.columns.items()}
+        S = self.stack
+        idx = (self._obs_end.take(slots)[:, None] + np.arange(-S + 1, 2)) % self.frame_capacity
+        g = self.frames.take(idx.ravel(), axis=0).reshape(len(slots), S + 1, *self.frames.shape[1:])
+        out[self.obs_key] = g[:, :S]
+        out[self.next_obs_key] = g[:, 1:]
+        return out
+
+    def describe(self) -> dict:
+        """As :meth:`ColumnStorage.describe`, plus the frame-stack options."""
+        d = super().describe()
+        d.update(obs_key=self.obs_key, next_obs_key=self.next_obs_key, end_keys=list(self.end_keys),
+                 frame_capacity=self._frame_capacity_arg)
+        return d
+
+    def export(self, slots: np.ndarray) -> dict[str, np.ndarray]:
+        """Every field of ``slots`` with the stacks materialised (checkpoints re-deduplicate on load)."""
+        out = self.read(slots)
+        out[self.obs_key] = np.ascontiguousarray(out[self.obs_key])
+        out[self.next_obs_key] = np.ascontiguousarray(out[self.next_obs_key])
+        return out
+
+    def import_(self, exported: Mapping[str, np.ndarray]) -> int:
+        """Write exported items (in key order) to slots ``0..n-1``."""
+        if not exported:
+            return 0
+        n = len(next(iter(exported.values())))
+        if self.spec is None:
+            self._adopt({p: Field(tuple(a.shape[1:]), a.dtype) for p, a in exported.items()})
+        if n:
+            self.write(slice(0, n), (dict(exported), None))
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the frame ring and the other columns."""
+        return int(super().nbytes + (self.frames.nbytes if self.frames is not None else 0))
