@@ -30,13 +30,16 @@ class AddStager:
     Args:
         spec: the storage's flat spec.
         rows: how many items to collect before the table must flush.
+        skip: fields a subclass stages itself (they must still be present in each item).
     """
 
-    def __init__(self, spec: dict[str, Field], rows: int = 256) -> None:
+    def __init__(self, spec: dict[str, Field], rows: int = 256, skip: tuple[str, ...] = ()) -> None:
         self.rows = rows
         self.names = frozenset(spec)
         self.fields = []
         for name, f in spec.items():
+            if name in skip:  # staged by a subclass
+                continue
             stage = np.empty((rows, *f.shape), dtype=f.dtype)
             # Python scalar types accepted without a cast error (NumPy "same_kind" for 0-d fields)
             py_ok = tuple(t for t, kinds in _PY_KINDS.items() if f.dtype.kind in kinds) if f.shape == () else ()

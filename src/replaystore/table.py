@@ -313,7 +313,8 @@ class Table:
         storage = self.storage
         if isinstance(storage, ColumnStorage) and storage.spec and not storage._nested:
             rows = min(256, self.capacity, storage.stage_rows or 256)
-            self._stager = AddStager(storage.spec, rows=rows)
+            make = getattr(storage, "make_stager", None)
+            self._stager = make(rows) if make is not None else AddStager(storage.spec, rows=rows)
 
     def _try_stage(self, stager: AddStager, item: Any, priority: Any, version: Any) -> int:
         """Stage one item if the fast path applies; return its key, or -1 (nothing changed)."""

@@ -35,8 +35,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
+from ..staging import AddStager
 from .columns import ColumnStorage
 from .spec import Field
+
+_SCALAR_TRUTH = (bool, np.bool_, int, float)
+PLAN = "\x00frame-plan"  # key of a ready-made write plan in staged columns (not a valid field name)
 
 
 class FrameStackStorage(ColumnStorage):
@@ -76,6 +80,7 @@ class FrameStackStorage(ColumnStorage):
         self._wpos = 0  # absolute position of the next frame to write
         self._last_next = -1  # absolute position of the newest next_obs frame written
         self._last_ended = True
+        self._plan_cache: tuple | None = None
         super().__init__(capacity, spec)
 
     # -- spec -------------------------------------------------------------------------------------
@@ -125,10 +130,30 @@ class FrameStackStorage(ColumnStorage):
             starts[0] = not np.array_equal(obs[0, -1], self.frames[self._last_next % self.frame_capacity])
         return starts
 
-    def _frames_needed(self, columns: dict[str, np.ndarray]) -> int:
+    def _plan(self, columns: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(starts, start_stacks, next_newest, ends)``: what :meth:`write` stores for a batch.
+
+        Full stacks (from ``extend``/``prepare``) are planned here; :class:`FrameStager` hands in
+        its plan ready-made under the ``PLAN`` key, having copied only the frames it needs.
+        """
+        if PLAN in columns:
+            return columns[PLAN]
+        cached = self._plan_cache
+        if cached is not None and cached[0] is columns:
+            return cached[1]
         obs, nxt, ends = self._batch(columns)
         starts = self._segment_starts(obs, nxt, ends)
-        return int(len(obs) + self.stack * starts.sum())
+        plan = (starts, obs[starts], nxt[:, -1], ends)
+        self._plan_cache = (columns, plan)
+        return plan
+
+    def _frames_needed(self, columns: dict[str, Any]) -> int:
+        starts = self._plan(columns)[0]
+        return int(len(starts) + self.stack * starts.sum())
+
+    def make_stager(self, rows: int) -> "FrameStager":
+        """A stager that copies one frame per continuing item instead of two stacks."""
+        return FrameStager(self, rows)
 
     def _live_entry(self, pos: int) -> bool:
         """Whether log entry ``pos`` still describes the item in its slot (slots are reused)."""
@@ -188,8 +213,8 @@ class FrameStackStorage(ColumnStorage):
         slot_arr = np.arange(slots.start, slots.stop) if isinstance(slots, slice) else np.atleast_1d(slots)
         for path, col in self.columns.items():
             col[slots] = columns[path]
-        obs, nxt, ends = self._batch(columns)
-        starts = self._segment_starts(obs, nxt, ends)
+        starts, start_stacks, next_newest, ends = self._plan(columns)
+        self._plan_cache = None
         S, F = self.stack, self.frame_capacity
         count = 1 + S * starts
         offset = np.cumsum(count) - count
@@ -197,8 +222,8 @@ class FrameStackStorage(ColumnStorage):
         if starts.any():
             first = obs_end[starts] - S + 1
             pos = (first[:, None] + np.arange(S)) % F
-            self.frames[pos.ravel()] = obs[starts].reshape(-1, *self.frames.shape[1:])
-        self.frames[(obs_end + 1) % F] = nxt[:, -1]
+            self.frames[pos.ravel()] = start_stacks.reshape(-1, *self.frames.shape[1:])
+        self.frames[(obs_end + 1) % F] = next_newest
         self._obs_end[slot_arr] = obs_end
         self._alive[slot_arr] = True
         k = len(slot_arr)
@@ -267,3 +292,69 @@ class FrameStackStorage(ColumnStorage):
     def nbytes(self) -> int:
         """Bytes held by the frame ring and the other columns."""
         return int(super().nbytes + (self.frames.nbytes if self.frames is not None else 0))
+
+
+class FrameStager(AddStager):
+    """Stages single adds for a :class:`FrameStackStorage`, copying only the frames it will keep.
+
+    A continuing item costs one frame copy (its newest ``next_obs`` frame) instead of two whole
+    stacks; a segment start also copies its ``obs`` stack. The continuity test is the storage's
+    (previous item not an episode end, and its newest ``next_obs`` frame equal to this item's
+    newest ``obs`` frame), applied against the previous staged item or the storage's last frame.
+    """
+
+    def __init__(self, storage: FrameStackStorage, rows: int) -> None:
+        super().__init__(storage.spec, rows, skip=(storage.obs_key, storage.next_obs_key))
+        self.storage = storage
+        field = storage.spec[storage.obs_key]
+        self.field = field
+        frame_shape = field.shape[1:]
+        self.next_newest = np.empty((rows, *frame_shape), dtype=field.dtype)
+        self.start_stacks = np.empty((rows, *field.shape), dtype=field.dtype)
+        self.starts = np.zeros(rows, dtype=bool)
+        self.ends = np.zeros(rows, dtype=bool)
+        self.m = 0
+
+    def try_stage(self, item: Any, priority: float, version: int) -> bool:
+        """Stage ``item``; ``False`` (nothing staged) if it needs the general path."""
+        st = self.storage
+        if type(item) is not dict:
+            return False
+        obs, nxt = item.get(st.obs_key), item.get(st.next_obs_key)
+        f = self.field
+        for a in (obs, nxt):
+            if type(a) is not np.ndarray or a.dtype != f.dtype or a.shape != f.shape:
+                return False
+        try:
+            end = False
+            for k in st.end_keys:
+                v = item[k]
+                end = end or (bool(v) if type(v) in _SCALAR_TRUTH else bool(np.any(v)))
+        except KeyError:
+            return False
+        i = self.n
+        if i:
+            prev_end, prev_frame = self.ends[i - 1], self.next_newest[i - 1]
+        elif st._last_next >= 0:
+            prev_end, prev_frame = st._last_ended, st.frames[st._last_next % st.frame_capacity]
+        else:
+            prev_end, prev_frame = True, None
+        # bytes comparison: a memcmp of two frame copies, several times faster than array_equal
+        start = prev_end or obs[-1].tobytes() != prev_frame.tobytes()
+        if not super().try_stage(item, priority, version):
+            return False
+        self.next_newest[i] = nxt[-1]
+        self.starts[i] = start
+        self.ends[i] = end
+        if start:
+            self.start_stacks[self.m] = obs
+            self.m += 1
+        return True
+
+    def take(self) -> tuple[tuple, int, np.ndarray, np.ndarray]:
+        """As :meth:`AddStager.take`, with the frame plan under the ``PLAN`` key."""
+        n, m = self.n, self.m
+        (columns, spec), n, priorities, versions = super().take()
+        columns[PLAN] = (self.starts[:n], self.start_stacks[:m], self.next_newest[:n], self.ends[:n])
+        self.m = 0
+        return (columns, spec), n, priorities, versions
