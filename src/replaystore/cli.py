@@ -11,6 +11,7 @@ times-sampled counts). ``replaystore bench`` runs the benchmark harness of a sou
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import subprocess
 import sys
@@ -77,17 +78,24 @@ def _tour(args: argparse.Namespace) -> int:
 
 
 # -- demo -------------------------------------------------------------------------------------------
+def missing_demo_dependencies() -> list[str]:
+    """The packages of the ``[demo]`` extra that cannot be imported."""
+    return [name for name in ("torch", "gymnasium", "tqdm", "matplotlib") if importlib.util.find_spec(name) is None]
+
+
 def _demo(args: argparse.Namespace) -> int:
     if args.distributed:
-        print("replaystore demo --distributed: the Ray service (replaystore.ray) is not available yet; "
-              "run `replaystore demo` without --distributed for the in-process version.", file=sys.stderr)
+        print("replaystore demo --distributed: the distributed demo (actors and learner on the Ray service, "
+              "replaystore.ray) is not available yet; run `replaystore demo` without --distributed for the "
+              "in-process version.", file=sys.stderr)
         return 2
-    try:
-        from .demo.plot import plot_result
-        from .demo.train import train
-    except ImportError as e:
-        print(f"replaystore demo needs {e.name or 'an optional dependency'}: {_DEMO_EXTRA}", file=sys.stderr)
+    missing = missing_demo_dependencies()
+    if missing:
+        print(f"replaystore demo needs {', '.join(missing)}: {_DEMO_EXTRA}", file=sys.stderr)
         return 2
+    from .demo.plot import plot_result
+    from .demo.train import train
+
     config = DemoConfig(seed=args.seed, total_steps=args.steps, device=args.device, threads=args.threads,
                         eval_episodes=args.eval_episodes)
     print(f"replaystore demo: DQN with prioritized replay (alpha {config.alpha}, beta {config.beta_start} -> "
@@ -179,9 +187,19 @@ def _bench(argv: list[str]) -> int:
 
 
 # -- parser -----------------------------------------------------------------------------------------
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``replaystore`` command."""
-    parser = argparse.ArgumentParser(prog="replaystore", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="replaystore", description="replaystore: experience replay for reinforcement learning. "
+        "Commands: demo (DQN + prioritized replay on CartPole), tour (the core on synthetic data), "
+        "inspect (a checkpoint), bench (the benchmark harness of a source checkout).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     d = DemoConfig()
@@ -198,16 +216,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=d.seed,
                       help=f"seeds PyTorch, NumPy, the environment and the table; the same seed repeats "
                       f"the same run (default {d.seed})")
-    demo.add_argument("--steps", type=int, default=d.total_steps,
+    demo.add_argument("--steps", type=_positive_int, default=d.total_steps,
                       help=f"budget of environment steps; training usually stops earlier, when solved "
                       f"(default {d.total_steps:,})")
     demo.add_argument("--out", default="replaystore-demo.png",
                       help="path of the PNG figure to write (default replaystore-demo.png)")
     demo.add_argument("--device", default=d.device,
                       help=f"PyTorch device of the Q-network, e.g. cpu or cuda (default {d.device})")
-    demo.add_argument("--threads", type=int, default=d.threads,
+    demo.add_argument("--threads", type=_positive_int, default=d.threads,
                       help=f"PyTorch CPU threads, torch.set_num_threads (default {d.threads})")
-    demo.add_argument("--eval-episodes", type=int, default=d.eval_episodes,
+    demo.add_argument("--eval-episodes", type=_positive_int, default=d.eval_episodes,
                       help=f"episodes of each greedy evaluation, and of the final one (default {d.eval_episodes})")
     demo.add_argument("--no-progress", action="store_true",
                       help="no progress bar; print one line per evaluation instead")
