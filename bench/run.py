@@ -1,0 +1,324 @@
+"""Benchmark replaystore against its peers and print one Markdown table per workload.
+
+Usage::
+
+    bench/.venv/bin/python bench/run.py [WORKLOAD ...] [--repeats 3] [--seconds 1.0]
+                                        [--quick] [--peers a,b] [--json out.json]
+
+Workloads: uniform_add_one, uniform_add_batch, uniform_sample, per_256, per_4096
+(``per`` means both PER ones; no name means all). Set up the environment first with
+``bash bench/setup_env.sh``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+try:  # replaystore installed (pip install -e .) or, failing that, straight from src/
+    import replaystore  # noqa: F401
+except Exception:  # not installed (or broken mid-edit: the peer check then says why)
+    sys.path.insert(1, str(HERE.parent / "src"))
+
+import numpy as np  # noqa: E402
+from peers import (  # noqa: E402
+    ALL_PEERS,
+    Peer,
+    Workload,
+    WorkloadParams,
+    WorkloadResult,
+    run_workload,
+    wait_for_idle_others,
+    wait_for_quiet,
+)
+
+CAP_UNIFORM = 1_000_000
+CAP_PER = 2**20
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload(
+            "uniform_add_one",
+            "add_one",
+            WorkloadParams(capacity=CAP_UNIFORM, batch_size=1, prefill=CAP_UNIFORM),
+            "add one transition per call; capacity 1M, pre-filled (adds overwrite the oldest)",
+        ),
+        Workload(
+            "uniform_add_batch",
+            "add_batch",
+            WorkloadParams(capacity=CAP_UNIFORM, batch_size=1000, prefill=CAP_UNIFORM),
+            "add 1000 transitions per call; capacity 1M, pre-filled (adds overwrite the oldest)",
+        ),
+        Workload(
+            "uniform_sample",
+            "sample",
+            WorkloadParams(capacity=CAP_UNIFORM, batch_size=256, prefill=CAP_UNIFORM),
+            "sample 256 uniformly (data gathered); 1M items stored",
+            ops_per_chunk=20,
+        ),
+        Workload(
+            "per_256",
+            "per",
+            WorkloadParams(capacity=CAP_PER, batch_size=256, prioritized=True, prefill=CAP_PER),
+            "PER iteration at batch 256: sample with IS weights + data, update priorities; "
+            "2**20 items, alpha 0.6, beta 0.4",
+            ops_per_chunk=10,
+        ),
+        Workload(
+            "per_4096",
+            "per",
+            WorkloadParams(capacity=CAP_PER, batch_size=4096, prioritized=True, prefill=CAP_PER),
+            "PER iteration at batch 4096: sample with IS weights + data, update priorities; "
+            "2**20 items, alpha 0.6, beta 0.4",
+            ops_per_chunk=1,
+        ),
+    )
+}
+ALIASES = {"per": ["per_256", "per_4096"], "uniform": [k for k in WORKLOADS if "uniform" in k]}
+#: The "NumPy limit" each workload's peers are compared against.
+REFERENCE = {"add_one": "numpy", "add_batch": "numpy", "sample": "numpy", "per": "numpy-sumtree"}
+SUBJECT = "replaystore"
+PEER_NAMES = [p.name for p in ALL_PEERS]
+
+
+def _fmt_rate(x: float) -> str:
+    if not math.isfinite(x):
+        return "-"
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= div:
+            return f"{x / div:.3g}{suffix}"
+    return f"{x:.3g}"
+
+
+def _fmt_us(ops_per_s: float) -> str:
+    if not math.isfinite(ops_per_s) or ops_per_s <= 0:
+        return "-"
+    us = 1e6 / ops_per_s
+    return f"{us:.3g}" if us < 1000 else f"{us:,.0f}"
+
+
+def _fmt_ratio(x: float) -> str:
+    return f"{x:.2f}x" if math.isfinite(x) else "-"
+
+
+def markdown_table(wr: WorkloadResult) -> str:
+    """The Markdown report of one workload: rates, spreads and the two ratio columns."""
+    w = wr.workload
+    ref_name = REFERENCE[w.op]
+    ref = wr.get(ref_name)
+    subj = wr.get(SUBJECT)
+    ref_rate = ref.median_ops if ref and ref.status == "ok" else float("nan")
+    subj_rate = subj.median_ops if subj and subj.status == "ok" else float("nan")
+
+    if w.op in ("add_one", "add_batch"):
+        head = ["transitions/s", "µs/call"]
+    elif w.op == "sample":
+        head = ["µs/call", "samples/s"]
+    else:
+        head = ["iterations/s", "µs/iteration"]
+    lines = [
+        f"### {w.name}",
+        "",
+        f"{w.description}. Median of {wr.repeats} interleaved runs of {wr.seconds:g}s each; "
+        f"Other processes kept {wr.other_cpu:.2f} CPUs busy meanwhile; "
+        f"1-min load {wr.load_before:.2f} before, {wr.load_after:.2f} after (includes this run).",
+        "",
+        "| implementation | version | "
+        + " | ".join(head)
+        + f" | min-max of runs | {SUBJECT} / this | this / {ref_name} | notes |",
+        "|---|---|" + "---:|" * (len(head) + 3) + "---|",
+    ]
+    for r in wr.results:
+        if r.status != "ok":
+            what = r.status if not r.reason else f"{r.status}: {r.reason}"
+            if r.status == "unsupported" and not r.reason:
+                continue  # e.g. SB3 has no PER: leave it out rather than clutter
+            lines.append(f"| {r.peer} | {r.version} | " + " | ".join("-" for _ in head) + f" | - | - | - | {what} |")
+            continue
+        ops = r.median_ops
+        items = ops * w.items_per_op
+        if w.op in ("add_one", "add_batch"):
+            cells = [_fmt_rate(items), _fmt_us(ops)]
+            lo, hi = min(r.ops_per_s) * w.items_per_op, max(r.ops_per_s) * w.items_per_op
+            spread = f"{_fmt_rate(lo)}-{_fmt_rate(hi)}"
+        elif w.op == "sample":
+            cells = [_fmt_us(ops), _fmt_rate(items)]
+            spread = f"{_fmt_us(max(r.ops_per_s))}-{_fmt_us(min(r.ops_per_s))} µs"
+        else:
+            cells = [_fmt_rate(ops), _fmt_us(ops)]
+            spread = f"{_fmt_rate(min(r.ops_per_s))}-{_fmt_rate(max(r.ops_per_s))}"
+        vs_subject = "" if r.peer == SUBJECT else _fmt_ratio(subj_rate / ops)
+        vs_ref = _fmt_ratio(ops / ref_rate)
+        lines.append(
+            f"| {r.peer} | {r.version} | " + " | ".join(cells) + f" | {spread} | {vs_subject} | {vs_ref} | {r.note} |"
+        )
+    lines.append("")
+    lines.append(
+        f"`{SUBJECT} / this` > 1: replaystore is faster than that peer; "
+        f"`this / {ref_name}` is the share of the plain-NumPy rate each reaches."
+    )
+    return "\n".join(lines)
+
+
+def environment() -> dict[str, Any]:
+    """Versions and machine facts recorded beside the results."""
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "loadavg": open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else None,
+    }
+    try:
+        import torch
+
+        env["torch"] = torch.__version__
+        env["torch_threads"] = torch.get_num_threads()
+    except ImportError:
+        pass
+    return env
+
+
+def to_json(results: list[WorkloadResult], args: argparse.Namespace) -> dict[str, Any]:
+    """Plain-data form of all results (for --json)."""
+    return {
+        "environment": environment(),
+        "args": {k: v for k, v in vars(args).items() if k != "json"},
+        "workloads": [
+            {
+                "name": wr.workload.name,
+                "op": wr.workload.op,
+                "description": wr.workload.description,
+                "params": asdict(wr.workload.params),
+                "items_per_op": wr.workload.items_per_op,
+                "repeats": wr.repeats,
+                "seconds": wr.seconds,
+                "load_before": wr.load_before,
+                "load_after": wr.load_after,
+                "other_cpu": wr.other_cpu,
+                "results": [
+                    {
+                        "peer": r.peer,
+                        "status": r.status,
+                        "version": r.version,
+                        "reason": r.reason,
+                        "note": r.note,
+                        "setup_s": r.setup_s,
+                        "ops_per_s": r.ops_per_s,
+                        "median_ops_per_s": r.median_ops if r.ops_per_s else None,
+                        "median_items_per_s": (r.median_ops * wr.workload.items_per_op if r.ops_per_s else None),
+                    }
+                    for r in wr.results
+                ],
+            }
+            for wr in results
+        ],
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("workloads", nargs="*", help=f"subset of {list(WORKLOADS)} (or 'per', 'uniform')")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved timing rounds (default 3)")
+    ap.add_argument("--seconds", type=float, default=None, help="seconds per peer per round (1.0; 0.25 with --quick)")
+    ap.add_argument("--quick", action="store_true", help="short rounds (0.25s) and a short quiet-wait")
+    ap.add_argument("--peers", default="", help="comma-separated subset of " + ",".join(PEER_NAMES))
+    ap.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=None,
+        help="max seconds to wait for a quiet machine, at the start (1-min load < --quiet-load) "
+        "and before each workload (other processes < 0.3 CPUs); 60, or 5 with --quick",
+    )
+    ap.add_argument("--quiet-load", type=float, default=1.0, help="1-min load counted as quiet (1.0)")
+    ap.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads for the torch-based peers (1, like the others; 0 = torch default)",
+    )
+    ap.add_argument("--json", metavar="PATH", help="also write all results as JSON")
+    args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error("--repeats must be >= 1")
+    names: list[str] = []
+    for w in args.workloads or list(WORKLOADS):
+        for n in ALIASES.get(w, [w]):
+            if n not in WORKLOADS:
+                ap.error(f"unknown workload {n!r}; choose from {list(WORKLOADS)} or {list(ALIASES)}")
+            if n not in names:
+                names.append(n)
+    args.workloads = names
+    if args.seconds is None:
+        args.seconds = 0.25 if args.quick else 1.0
+    if args.quiet_wait is None:
+        args.quiet_wait = 5.0 if args.quick else 60.0
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the chosen workloads and print their tables."""
+    args = parse_args(argv)
+    peers: list[Peer] = list(ALL_PEERS)
+    if args.peers:
+        wanted = {s.strip() for s in args.peers.split(",") if s.strip()}
+        unknown = wanted - {p.name for p in peers}
+        if unknown:
+            print(f"unknown peers: {sorted(unknown)}", file=sys.stderr)
+            return 2
+        peers = [p for p in peers if p.name in wanted]
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    if args.torch_threads > 0:
+        try:
+            import torch
+
+            torch.set_num_threads(args.torch_threads)
+        except ImportError:
+            pass
+
+    for p in peers:
+        reason = p.check()
+        log(f"{p.name:14s} {'ok ' + p.version() if reason is None else reason}")
+    load, waited = wait_for_quiet(args.quiet_wait, args.quiet_load, log=log)
+    log(f"1-min load {load:.2f} (waited {waited:.0f}s); env: {environment()}")
+
+    t_start = time.perf_counter()
+    results: list[WorkloadResult] = []
+    for name in args.workloads:
+        log(f"== {name}")
+        if name != args.workloads[0]:
+            wait_for_idle_others(args.quiet_wait, log=log)
+        results.append(run_workload(WORKLOADS[name], peers, args.repeats, args.seconds, log=log))
+
+    env = environment()
+    print(
+        f"## replaystore benchmark\n\nPython {env['python']}, NumPy {env['numpy']}, "
+        f"torch {env.get('torch', '-')} ({env.get('torch_threads', '-')} threads), "
+        f"{env['cpus']} CPUs; 1-min load at start {load:.2f}; total {time.perf_counter() - t_start:.0f}s.\n"
+    )
+    for wr in results:
+        print(markdown_table(wr))
+        print()
+    if args.json:
+        Path(args.json).write_text(json.dumps(to_json(results, args), indent=2))
+        log(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
