@@ -17,6 +17,7 @@ timeout passes (:class:`~replaystore.Timeout`) or the table is closed
 
 from __future__ import annotations
 
+import math
 import sys
 
 _MAX = sys.float_info.max
@@ -66,15 +67,28 @@ class RateLimiter:
             return True
         return (self.inserts + n) * self.samples_per_insert - self.samples <= self.max_diff
 
+    def _reachable_range(self) -> tuple[float, float]:
+        """The range ``diff`` can reach.
+
+        With an integral ``samples_per_insert``, ``diff`` is an integer, so the bounds round
+        inwards (a fractional ``error_buffer`` puts them off the grid).
+        """
+        lo, hi = self.min_diff, self.max_diff
+        if float(self.samples_per_insert).is_integer():
+            lo = math.ceil(lo) if lo > -_MAX / 2 else lo
+            hi = math.floor(hi) if hi < _MAX / 2 else hi
+        return lo, hi
+
     def check_insert_size(self, n: int) -> None:
         """Raise ``ValueError`` if an insert of ``n`` could never proceed (it would block forever).
 
-        Inserting ``n`` at the lowest reachable ``diff`` (``min_diff``) must stay within
-        ``max_diff``, unless the batch fits below ``min_size_to_sample``.
+        Inserting ``n`` at the lowest reachable ``diff`` must stay within the highest reachable
+        one, unless the batch fits below ``min_size_to_sample``.
         """
         if n <= self.min_size_to_sample:
             return
-        if n * self.samples_per_insert + max(self.min_diff, -_MAX / 2) > self.max_diff:
+        lo, hi = self._reachable_range()
+        if n * self.samples_per_insert + max(lo, -_MAX / 2) > hi:
             raise ValueError(
                 f"an insert of {n} items can never satisfy {self!r} "
                 f"(needs n * samples_per_insert <= max_diff - min_diff); insert smaller batches"
@@ -82,7 +96,8 @@ class RateLimiter:
 
     def check_sample_size(self, n: int) -> None:
         """Raise ``ValueError`` if a sample of ``n`` could never proceed."""
-        if n > self.max_diff - self.min_diff:
+        lo, hi = self._reachable_range()
+        if n > hi - lo:
             raise ValueError(
                 f"a sample of {n} items can never satisfy {self!r} "
                 f"(needs n <= max_diff - min_diff); sample smaller batches"

@@ -154,8 +154,10 @@ class Table:
 
     # -- small queries ----------------------------------------------------------------------------
     def __len__(self) -> int:
-        stager = self._stager
-        return self._size + (stager.n if stager is not None else 0)
+        if self._stager is not None and self._stager.n:
+            with self._cond:
+                self._flush_pending()
+        return self._size
 
     def __contains__(self, key: int) -> bool:
         with self._cond:
@@ -311,13 +313,18 @@ class Table:
 
     def _make_stager(self) -> None:
         storage = self.storage
-        if isinstance(storage, ColumnStorage) and storage.spec and not storage._nested:
+        # Staging inserts a run of adds as one batch; only FIFO eviction picks the same victims
+        # for a batch as for the same items added one at a time.
+        if (isinstance(storage, ColumnStorage) and storage.spec and not storage._nested
+                and type(self.remover) is Fifo):
             rows = min(256, self.capacity, storage.stage_rows or 256)
             make = getattr(storage, "make_stager", None)
             self._stager = make(rows) if make is not None else AddStager(storage.spec, rows=rows)
 
     def _try_stage(self, stager: AddStager, item: Any, priority: Any, version: Any) -> int:
         """Stage one item if the fast path applies; return its key, or -1 (nothing changed)."""
+        if self._waiting:  # a blocked call may wait for this item: insert (and notify) now
+            return -1
         if priority is None:
             p = self._pending_max_priority if stager.n else self.max_priority
         elif type(priority) is float and priority >= 0.0 and priority != float("inf"):
@@ -348,9 +355,12 @@ class Table:
         if stager is None or stager.n == 0:
             return
         prepared, n, priorities, versions = stager.take()
-        self._insert(prepared, n, priorities, versions, None)
+        # the rate limiter admitted each staged item when it was staged (and only samples and
+        # deletes, which never make an insert less admissible, can have happened since)
+        self._insert(prepared, n, priorities, versions, None, admitted=True)
 
-    def _insert(self, prepared: Any, n: int, priorities: Any, version: Any, timeout: float | None) -> np.ndarray:
+    def _insert(self, prepared: Any, n: int, priorities: Any, version: Any, timeout: float | None,
+                admitted: bool = False) -> np.ndarray:
         if n > self.capacity:
             raise ValueError(f"a batch of {n} items does not fit a table of capacity {self.capacity}")
         self.rate_limiter.check_insert_size(n)
@@ -365,8 +375,15 @@ class Table:
                 self._counters["dropped_stale"] += n - len(accepted)
                 if len(accepted) == 0:
                     return keys_out
-        self._wait(lambda: self.rate_limiter.can_insert(n if accepted is None else len(accepted)),
-                   timeout, f"insert of {n}", "insert_blocked_s")
+        if not admitted:
+            wanted = n if accepted is None else len(accepted)
+            while True:
+                self._wait(lambda: self.rate_limiter.can_insert(wanted), timeout, f"insert of {n}",
+                           "insert_blocked_s")
+                if self._stager is None or self._stager.n == 0:
+                    break
+                # adds staged while this call waited hold the next keys: insert them first
+                self._flush_pending()
         if accepted is not None:
             prepared = _subset(self.storage, prepared, accepted)
             versions = versions[accepted]

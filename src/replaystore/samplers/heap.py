@@ -1,8 +1,9 @@
 """MinHeap and MaxHeap: items ordered by priority (lowest or highest first), ties oldest first.
 
-A binary heap (``heapq``) of ``(priority, key, slot)`` with lazy deletion: removals and priority
-updates leave stale entries behind, recognised by comparing with the live key and priority of the
-slot, skipped when popped, and dropped by a rebuild when stale entries outnumber live ones.
+A binary heap (``heapq``) of ``(priority, key, generation, slot)`` with lazy deletion: every push
+for a slot bumps that slot's generation, so removals and priority updates leave stale entries
+behind that are recognised by their old generation (even when a priority returns to an earlier
+value), skipped when popped, and dropped by a rebuild when stale entries outnumber live ones.
 Insert and update cost O(log n) each; ``sample(k)``/``victims(k)`` cost O(k log n) plus skipped
 stale entries.
 """
@@ -21,15 +22,16 @@ class _Heap(Selector):
 
     def bind(self, capacity: int, rng: np.random.Generator) -> None:  # noqa: D102
         super().bind(capacity, rng)
-        self._heap: list[tuple[float, int, int]] = []
-        self._key = np.full(capacity, -1, dtype=np.int64)
-        self._prio = np.zeros(capacity, dtype=np.float64)
+        self._heap: list[tuple[float, int, int, int]] = []
+        self._gen = np.zeros(capacity, dtype=np.int64)  # bumped on every push; -1 marks removed
+        self._next_gen = 0
         self.size = 0
 
     def _push(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:
-        self._key[slots] = keys
-        self._prio[slots] = priorities
-        entries = zip((self._sign * priorities).tolist(), keys.tolist(), slots.tolist())
+        gens = np.arange(self._next_gen, self._next_gen + len(slots), dtype=np.int64)
+        self._next_gen += len(slots)
+        self._gen[slots] = gens
+        entries = zip((self._sign * priorities).tolist(), keys.tolist(), gens.tolist(), slots.tolist())
         if len(slots) > len(self._heap):
             self._heap.extend(entries)
             heapq.heapify(self._heap)
@@ -47,12 +49,11 @@ class _Heap(Selector):
         self._push(slots, keys, priorities)
 
     def remove(self, slots: np.ndarray) -> None:  # noqa: D102
-        self._key[slots] = -1
+        self._gen[slots] = -1
         self.size -= len(slots)
 
-    def _live(self, entry: tuple[float, int, int]) -> bool:
-        p, key, slot = entry
-        return self._key[slot] == key and self._sign * self._prio[slot] == p
+    def _live(self, entry: tuple[float, int, int, int]) -> bool:
+        return self._gen[entry[3]] == entry[2]
 
     def _rebuild(self) -> None:
         self._heap = [e for e in self._heap if self._live(e)]
@@ -67,7 +68,7 @@ class _Heap(Selector):
                 taken.append(e)
         for e in taken:
             heapq.heappush(self._heap, e)
-        return np.fromiter((e[2] for e in taken), dtype=np.int64, count=len(taken))
+        return np.fromiter((e[3] for e in taken), dtype=np.int64, count=len(taken))
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, None]:
         """The first ``n`` items by priority; if ``n > size`` the order repeats. Probability 1."""
@@ -85,11 +86,11 @@ class _Heap(Selector):
         """The slot of the first item (``-1`` when empty), without changing anything."""
         while self._heap and not self._live(self._heap[0]):
             heapq.heappop(self._heap)
-        return self._heap[0][2] if self._heap else -1
+        return self._heap[0][3] if self._heap else -1
 
     def clear(self) -> None:  # noqa: D102
         self._heap = []
-        self._key[:] = -1
+        self._gen[:] = -1
         self.size = 0
 
 
