@@ -38,6 +38,7 @@ class FragmentLoader:
         from .client import connect
 
         self.fragments = connect(service, namespace=namespace).fragments
+        self.fragments.store  # open the store now: the first load should not pay for it  # noqa: B018
         self.wrap = wrap
 
     def load(self, record: Sequence[Any]) -> Any:

@@ -22,6 +22,7 @@ import asyncio
 import logging
 import os
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -80,7 +81,9 @@ class ReplayServer:
         ray = import_ray()
         ctx = ray.get_runtime_context()
         self.name = name
-        self.restarted = bool(getattr(ctx, "was_current_actor_reconstructed", False))
+        with warnings.catch_warnings():  # Ray's property uses a deprecated accessor internally
+            warnings.simplefilter("ignore")
+            self.restarted = bool(getattr(ctx, "was_current_actor_reconstructed", False))
         self.node_id = ctx.get_node_id()
         self.namespace = ctx.namespace
         self.checkpoint_dir = None if checkpoint_dir is None else os.path.abspath(checkpoint_dir)
