@@ -71,7 +71,7 @@ class _Batch:
         self.fields = fields
         self.container = container
         self.logr = logr
-        self.prio = np.zeros(n) if logr is None else np.nan_to_num(logr, neginf=-_FINITE_MAX, posinf=_FINITE_MAX)
+        self.prio = np.zeros(n) if logr is None else np.clip(logr, -_FINITE_MAX, _FINITE_MAX)  # NaN rejected earlier
         self.repr = repr_
 
     def subset(self, idx: np.ndarray) -> _Batch:
@@ -148,6 +148,9 @@ class ReplayBuffer:
             remote_manager = remote_manager_rank
         if communication_backend not in ("ray", "torch", "mpi"):
             raise ValueError(f"communication_backend must be 'ray' or 'torch', got {communication_backend!r}")
+        if isinstance(remote_manager, int) and communication_backend == "ray":
+            raise ValueError("a manager rank needs communication_backend='torch'; on Ray, pass the manager's "
+                             "actor name or handle")
         if baseline_filtering and remote_manager is None:
             raise ValueError("baseline_filtering needs a remote manager (remote_manager=...)")
         if int(remote_buffer_freq) < 1:
@@ -185,6 +188,11 @@ class ReplayBuffer:
         self._prio = np.zeros(capacity)
         self._seq = np.zeros(capacity, dtype=np.int64)
         self._next_seq = 0
+        # FIFO capacity: the live slots oldest first, as a ring (the Fifo remover evicts its head), so
+        # reads see torchgfn's order at O(n) cost: same seed, same samples as torchgfn
+        self._ring = np.zeros(capacity, dtype=np.int64)
+        self._head = 0
+        self._count = 0
         self._container_type: type | None = None
         self._codec: Codec | None = None
         self._store: TensorStore | ContainerLog | None = None
@@ -262,7 +270,7 @@ class ReplayBuffer:
             ``None`` without a remote manager or on the adds that do not send; otherwise the
             manager's score dict (with ``async_score``: the previous send's, ``None`` the first time).
         """
-        if not isinstance(training_container, Container):
+        if not _is_container(training_container):
             raise ContainerTypeError("Must be a container type")
         self._local_add(training_container)
         if self.remote_manager is None:
@@ -384,6 +392,10 @@ class ReplayBuffer:
             self._store.write(slots, batch.fields)
         else:
             self._store.write(slots, batch.container, self._live)
+        if not self.prioritized_capacity:
+            n = len(slots)
+            self._ring[(self._head + self._count + np.arange(n)) % self.capacity] = slots
+            self._count += n
         self._live[slots] = True
         self._logr[slots] = np.nan if batch.logr is None else batch.logr
         self._prio[slots] = batch.prio
@@ -397,18 +409,33 @@ class ReplayBuffer:
 
     def _on_release(self, slots: np.ndarray) -> None:
         self._live[slots] = False
+        if not self.prioritized_capacity:
+            k = len(slots)
+            oldest = self._ring[(self._head + np.arange(k)) % self.capacity]
+            if not np.array_equal(np.sort(oldest), np.sort(slots)):  # not the oldest: rebuild the ring
+                live = self._live_slots()
+                order = live[np.argsort(self._seq[live], kind="stable")]
+                self._ring[: len(order)] = order
+                self._head, self._count = 0, len(order)
+                return
+            self._head = (self._head + k) % self.capacity
+            self._count -= k
+
+    def _fifo_slots(self, positions: np.ndarray | None = None) -> np.ndarray:
+        """Slots of FIFO positions (0 = oldest); all live slots oldest first when ``None``."""
+        if positions is None:
+            positions = np.arange(self._count)
+        return self._ring[(self._head + positions) % self.capacity]
 
     # -- reading ----------------------------------------------------------------------------------
     def _live_slots(self) -> np.ndarray:
         return np.flatnonzero(self._live)
 
     def _ordered_slots(self) -> np.ndarray:
+        if not self.prioritized_capacity:
+            return self._fifo_slots()
         live = self._live_slots()
-        if self.prioritized_capacity:
-            order = np.lexsort((self._seq[live], self._prio[live]))
-        else:
-            order = np.argsort(self._seq[live], kind="stable")
-        return live[order]
+        return live[np.lexsort((self._seq[live], self._prio[live]))]
 
     def _gather(self, slots: np.ndarray) -> Any:
         if self._codec is not None:
@@ -437,16 +464,17 @@ class ReplayBuffer:
         size = len(self._table)
         if self._container_type is None or size == 0:
             raise EmptyBufferError("Buffer is empty")
-        live = self._live_slots()
         if self.prioritized_sampling:
+            live = self._live_slots() if self.prioritized_capacity else self._fifo_slots()
             lr = self._logr[live]
             if np.isnan(lr).any():
                 raise ValueError("log_rewards must be defined for prioritized sampling.")
             probs = torch.softmax(torch.from_numpy(lr), dim=0)
             idx = torch.multinomial(probs, int(n_samples), replacement=int(n_samples) > size).numpy()
-        else:
-            idx = torch.randperm(size)[: int(n_samples)].numpy()
-        return self._gather(live[idx])
+            return self._gather(live[idx])
+        idx = torch.randperm(size)[: int(n_samples)].numpy()
+        slots = self._live_slots()[idx] if self.prioritized_capacity else self._fifo_slots(idx)
+        return self._gather(slots)
 
     # -- persistence -----------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
@@ -684,6 +712,24 @@ class ReplayBuffer:
         transport.goodbye(self.remote_timeout if timeout is None else timeout)
 
 
+_CONTAINER_TYPES: set[type] = set()
+
+
+def _is_container(obj: Any) -> bool:
+    """Whether ``obj`` has the :class:`Container` members (checked once per type, on the type).
+
+    ``isinstance(obj, Container)`` would evaluate the properties (``terminating_states``) on
+    every call; the check on the type is the same structural test without that cost.
+    """
+    cls = type(obj)
+    if cls in _CONTAINER_TYPES:
+        return True
+    if all(hasattr(cls, name) for name in ("__len__", "__getitem__", "extend", "log_rewards", "terminating_states")):
+        _CONTAINER_TYPES.add(cls)
+        return True
+    return isinstance(obj, Container)
+
+
 def _container_repr(container: Any) -> torch.Tensor:
     """Flattened terminating states (and conditions) of a contract-only container."""
     states = container.terminating_states
@@ -720,6 +766,38 @@ class NormBasedDiversePrioritizedReplayBuffer(ReplayBuffer):
         super().__init__(env, capacity, prioritized_capacity=True, prioritized_sampling=False, **kwargs)
         self.cutoff_distance = float(cutoff_distance)
         self.p_norm_distance = float(p_norm_distance)
+        # cutoff 0 (torchgfn's default) only rejects exact duplicates: a hash of the stored vectors
+        # answers that in O(B) instead of B x N distances
+        self._exact = self.cutoff_distance == 0.0 and self.p_norm_distance > 0
+        self._row_count: dict[bytes, int] = {}
+        self._row_of_slot: list[bytes | None] = [None] * self.capacity
+
+    @staticmethod
+    def _row_keys(x: torch.Tensor) -> list[bytes]:
+        a = np.ascontiguousarray((x.detach().cpu() + 0.0).numpy())  # + 0.0: -0.0 and 0.0 are one vector
+        return [r.tobytes() for r in a]
+
+    def _on_write(self, slots: np.ndarray, batch: _Batch) -> None:
+        super()._on_write(slots, batch)
+        if self._exact and batch.repr is not None:
+            counts = self._row_count
+            for slot, key in zip(slots.tolist(), self._row_keys(batch.repr)):
+                self._row_of_slot[slot] = key
+                counts[key] = counts.get(key, 0) + 1
+
+    def _on_release(self, slots: np.ndarray) -> None:
+        super()._on_release(slots)
+        if self._exact:
+            counts = self._row_count
+            for slot in slots.tolist():
+                key = self._row_of_slot[slot]
+                if key is None:
+                    continue
+                self._row_of_slot[slot] = None
+                if counts[key] <= 1:
+                    del counts[key]
+                else:
+                    counts[key] -= 1
 
     @staticmethod
     def _diversity_repr(container: Any) -> torch.Tensor:
@@ -754,6 +832,14 @@ class NormBasedDiversePrioritizedReplayBuffer(ReplayBuffer):
         batch = batch.subset(order)
         if self.cutoff_distance < 0:
             return batch
+        if self._exact:
+            seen: set[bytes] = set()
+            keep = []
+            for i, key in enumerate(self._row_keys(batch.repr)):
+                if key not in self._row_count and key not in seen:
+                    keep.append(i)
+                    seen.add(key)
+            return batch.subset(np.asarray(keep, dtype=np.int64)) if keep else None
         x = batch.repr
         stored = self._repr[torch.from_numpy(self._live_slots()).to(self._repr.device)]
         far = torch.cdist(x.unsqueeze(0), stored.unsqueeze(0), p=self.p_norm_distance).squeeze(0).min(-1)[0]

@@ -77,7 +77,8 @@ class TensorStore:
         idx = slots if isinstance(slots, slice) else torch.from_numpy(np.ascontiguousarray(slots)).to(self.device)
         for name, t in fields.items():
             col = self.columns[name]
-            t = t.to(col.device)
+            if t.device != col.device:
+                t = t.to(col.device)
             if name in self.codec.ragged and t.shape[1] < col.shape[1]:
                 length = t.shape[1]
                 col[idx, :length] = t
