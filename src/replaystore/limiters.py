@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import sys
+from fractions import Fraction
 
 _MAX = sys.float_info.max
 
@@ -70,13 +71,19 @@ class RateLimiter:
     def _reachable_range(self) -> tuple[float, float]:
         """The range ``diff`` can reach.
 
-        With an integral ``samples_per_insert``, ``diff`` is an integer, so the bounds round
-        inwards (a fractional ``error_buffer`` puts them off the grid).
+        ``diff = inserts * samples_per_insert - samples`` with integer counters, so when
+        ``samples_per_insert`` is a fraction ``p/q`` (an integer is ``p/1``), ``diff`` lives on
+        multiples of ``1/q``: the bounds round inwards to that grid (an ``error_buffer`` off the
+        grid cannot be reached exactly).
         """
         lo, hi = self.min_diff, self.max_diff
-        if float(self.samples_per_insert).is_integer():
-            lo = math.ceil(lo) if lo > -_MAX / 2 else lo
-            hi = math.floor(hi) if hi < _MAX / 2 else hi
+        frac = Fraction(self.samples_per_insert).limit_denominator(10_000)
+        if abs(float(frac) - self.samples_per_insert) < 1e-12:
+            q = frac.denominator
+            if lo > -_MAX / 2:
+                lo = math.ceil(lo * q - 1e-9) / q
+            if hi < _MAX / 2:
+                hi = math.floor(hi * q + 1e-9) / q
         return lo, hi
 
     def check_insert_size(self, n: int) -> None:
