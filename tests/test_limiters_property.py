@@ -70,8 +70,10 @@ class Ref:
         return lo, hi
 
     def insert_size_ok(self, n):
+        # the lowest diff reachable from now: the current one, or what samples can bring it to
         lo, hi = self.reachable_range()
-        return n <= self.min_size or n * self.spi + lo <= hi
+        best = min(Fraction(self.inserts) * self.spi - self.samples, lo)
+        return n <= self.min_size or n * self.spi + best <= hi
 
     def sample_size_ok(self, n):
         lo, hi = self.reachable_range()
@@ -646,3 +648,12 @@ def test_stack_is_lifo():
     assert s.sample(1).data["x"].tolist() == [5]
     assert s.sample(2).data["x"].tolist() == [4, 1]
     assert len(s) == 0
+
+
+def test_insert_size_check_counts_the_starting_diff():
+    # range [6, 14] for SampleToInsertRatio(2, 5, 4); a first extend of 6 lands at diff 12: allowed
+    t = rs.Table(100, rate_limiter=SampleToInsertRatio(2.0, 5, 4.0), spec=SPEC, seed=0)
+    assert len(t.extend(rows(range(6)), timeout=0.2)) == 6
+    # now diff is 12 and samples can bring it down to 6 at best: 6 more (+12) would need diff <= 2
+    with pytest.raises(ValueError, match="can never"):
+        t.extend(rows(range(6)), timeout=0.2)

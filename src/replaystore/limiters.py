@@ -89,13 +89,15 @@ class RateLimiter:
     def check_insert_size(self, n: int) -> None:
         """Raise ``ValueError`` if an insert of ``n`` could never proceed (it would block forever).
 
-        Inserting ``n`` at the lowest reachable ``diff`` must stay within the highest reachable
-        one, unless the batch fits below ``min_size_to_sample``.
+        Inserting ``n`` at the lowest ``diff`` reachable from now (the current one, or the lowest
+        that samples can bring it to) must stay within the highest reachable one, unless the batch
+        fits below ``min_size_to_sample``.
         """
         if n <= self.min_size_to_sample:
             return
         lo, hi = self._reachable_range()
-        if n * self.samples_per_insert + max(lo, -_MAX / 2) > hi:
+        best = min(self.inserts * self.samples_per_insert - self.samples, lo)
+        if n * self.samples_per_insert + max(best, -_MAX / 2) > hi:
             raise ValueError(
                 f"an insert of {n} items can never satisfy {self!r} "
                 f"(needs n * samples_per_insert <= max_diff - min_diff); insert smaller batches"
