@@ -57,7 +57,8 @@ class AddStager:
             v = item[name]
             t = type(v)
             if t is np.ndarray or isinstance(v, np.generic):
-                if v.dtype != dtype or v.shape != shape:
+                vd = v.dtype
+                if (vd is not dtype and vd != dtype) or v.shape != shape:  # `is`: builtin dtypes are shared
                     return False
             elif t not in py_ok:
                 return False

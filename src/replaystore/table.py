@@ -12,6 +12,7 @@ that has left the table is skipped and counted, never applied to whatever reuses
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from .prefetch import SampleIterator
 
 _STALENESS_BINS = 16
+_NO_LIMIT = sys.float_info.max  # a rate limiter's max_diff when inserts are never limited (MinSize)
 
 
 def _make_storage(storage: str | Storage | None, capacity: int, spec: Mapping | None) -> Storage:
@@ -298,7 +300,8 @@ class Table:
         operation flushes the staged items first, so this is invisible except in speed.
         """
         with self._cond:
-            self._check_open()
+            if self._closed:
+                self._check_open()
             stager = self._stager
             if stager is not None:
                 key = self._try_stage(stager, item, priority, version)
@@ -339,13 +342,16 @@ class Table:
             return -1
         if self.max_staleness is not None and v < self.version - self.max_staleness:
             return -1
-        if not self.rate_limiter.can_insert(stager.n + 1):
+        limiter = self.rate_limiter
+        if limiter.max_diff < _NO_LIMIT and not limiter.can_insert(stager.n + 1):
             return -1
         if not stager.try_stage(item, p, v):
             return -1
-        self._pending_max_priority = max(p, self._pending_max_priority if stager.n > 1 else self.max_priority)
-        key = self._next_key + stager.n - 1
-        if stager.full:
+        n = stager.n
+        if n == 1 or p > self._pending_max_priority:
+            self._pending_max_priority = p if n > 1 or p > self.max_priority else self.max_priority
+        key = self._next_key + n - 1
+        if n >= stager.rows:
             self._flush_pending()
         return key
 
