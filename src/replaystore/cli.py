@@ -85,9 +85,10 @@ def missing_demo_dependencies() -> list[str]:
 
 def _demo(args: argparse.Namespace) -> int:
     if args.distributed:
-        print("replaystore demo --distributed: the distributed demo (actors and learner on the Ray service, "
-              "replaystore.ray) is not available yet; run `replaystore demo` without --distributed for the "
-              "in-process version.", file=sys.stderr)
+        return _demo_distributed(args)
+    given = [f"--{k.replace('_', '-')}" for k in _DISTRIBUTED_OPTIONS if getattr(args, k) is not None]
+    if given:
+        print(f"replaystore demo: {', '.join(given)} only apply with --distributed", file=sys.stderr)
         return 2
     missing = missing_demo_dependencies()
     if missing:
@@ -102,7 +103,7 @@ def _demo(args: argparse.Namespace) -> int:
           f"{config.beta_end}) on {config.env_id}, seed {config.seed}, at most {config.total_steps:,} steps, "
           f"device {config.device}", flush=True)
     result = train(config, progress=not args.no_progress)
-    out = Path(args.out)
+    out = Path(args.out or "replaystore-demo.png")
     out.parent.mkdir(parents=True, exist_ok=True)
     plot_result(result, out)
     st = result.stats
@@ -114,6 +115,60 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"buffer: {st['size']:,} items, {st['inserts']:,} inserts, {st['samples']:,} sampled, "
           f"sample/insert ratio {st['sample_to_insert_ratio']:.1f}, priorities in "
           f"[{st['priority_min']:.3g}, {st['priority_max']:.3g}] (mean {st['priority_mean']:.3g})")
+    print(f"final average return over {len(rets)} greedy evaluation episodes: {result.final_return:.1f} "
+          f"(min {rets.min():.0f}, max {rets.max():.0f}): {solved}")
+    print(f"figure: {out}")
+    return 0
+
+
+_DISTRIBUTED_OPTIONS = ("actors", "sync_every", "write_batch", "batches_per_call")
+
+
+def _demo_distributed(args: argparse.Namespace) -> int:
+    missing = missing_demo_dependencies() + [n for n in ("ray",) if importlib.util.find_spec(n) is None]
+    if missing:
+        print(f"replaystore demo --distributed needs {', '.join(missing)}: pip install 'replaystore[demo,ray]'",
+              file=sys.stderr)
+        return 2
+    from .demo.distributed import DistributedConfig, train_distributed
+    from .demo.plot import plot_result
+
+    config = DemoConfig(seed=args.seed, total_steps=args.steps, device=args.device, threads=args.threads,
+                        eval_episodes=args.eval_episodes)
+    given = {k: getattr(args, k) for k in _DISTRIBUTED_OPTIONS if getattr(args, k) is not None}
+    dist = DistributedConfig(**given)
+    try:
+        dist.check(config)
+    except ValueError as e:
+        print(f"replaystore demo --distributed: {e}", file=sys.stderr)
+        return 2
+    spi = dist.spi(config)
+    print(f"replaystore demo --distributed: DQN with prioritized replay (alpha {config.alpha}, beta "
+          f"{config.beta_start} -> {config.beta_end}) on {config.env_id}, seed {config.seed}, at most "
+          f"{config.total_steps:,} steps; {dist.actors} rollout actors "
+          f"(seeds {config.seed}..{config.seed + dist.actors - 1}, "
+          f"weights pulled every {dist.sync_every} steps, {dist.write_batch} transitions per extend) and the "
+          f"learner (device {config.device}, {dist.batches_per_call} batches of {config.batch_size} per sample "
+          f"call) on a local Ray instance; rate limiter: {spi:g} sampled items per insert", flush=True)
+    result = train_distributed(config, dist, progress=not args.no_progress)
+    out = Path(args.out or "replaystore-demo-distributed.png")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plot_result(result, out)
+    st = result.stats
+    rets = result.final_returns
+    solved = "solved" if result.final_return >= 450 else "not solved (below 450)"
+    stop = f"solved at step {result.solved_at:,}" if result.solved_at else "step budget used up"
+    print(f"trained {result.steps:,} env steps ({stop}), {result.updates:,} gradient steps, "
+          f"{result.wall_time:.1f} s wall, {result.cpu_time:.1f} s CPU in the learner process")
+    print(f"actors: env steps {result.actor_steps}, transitions inserted {result.actor_inserts}, episodes "
+          f"{result.actor_episodes}, weight pulls {result.actor_weight_pulls}; live items by actor "
+          f"{result.live_by_actor}")
+    print(f"learner: {result.sample_calls:,} sample calls, {result.priority_updates:,} priority updates "
+          f"({result.priorities_applied:,} applied), {result.weight_versions:,} weight versions published")
+    print(f"buffer (Ray service): {st['size']:,} items, {st['inserts']:,} inserts, {st['samples']:,} sampled, "
+          f"sample/insert ratio {st['sample_to_insert_ratio']:.1f}, priorities in "
+          f"[{st['priority_min']:.3g}, {st['priority_max']:.3g}] (mean {st['priority_mean']:.3g}), actors "
+          f"blocked by the rate limiter {st['insert_blocked_s']:.0f} s, learner {st['sample_blocked_s']:.0f} s")
     print(f"final average return over {len(rets)} greedy evaluation episodes: {result.final_return:.1f} "
           f"(min {rets.min():.0f}, max {rets.max():.0f}): {solved}")
     print(f"figure: {out}")
@@ -194,6 +249,15 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _distributed_defaults() -> dict:
+    """The distributed demo's defaults, for --help (importing the module does not import Ray or PyTorch)."""
+    from dataclasses import asdict
+
+    from .demo.distributed import DistributedConfig
+
+    return asdict(DistributedConfig())
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``replaystore`` command."""
     parser = argparse.ArgumentParser(
@@ -219,8 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--steps", type=_positive_int, default=d.total_steps,
                       help=f"budget of environment steps; training usually stops earlier, when solved "
                       f"(default {d.total_steps:,})")
-    demo.add_argument("--out", default="replaystore-demo.png",
-                      help="path of the PNG figure to write (default replaystore-demo.png)")
+    demo.add_argument("--out", default=None,
+                      help="path of the PNG figure to write (default replaystore-demo.png, "
+                      "replaystore-demo-distributed.png with --distributed)")
     demo.add_argument("--device", default=d.device,
                       help=f"PyTorch device of the Q-network, e.g. cpu or cuda (default {d.device})")
     demo.add_argument("--threads", type=_positive_int, default=d.threads,
@@ -230,8 +295,27 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-progress", action="store_true",
                       help="no progress bar; print one line per evaluation instead")
     demo.add_argument("--distributed", action="store_true",
-                      help="run actors and learner against the Ray service (replaystore.ray); "
-                      "not available yet: exits with code 2")
+                      help="the Ape-X style version on a local Ray instance (loopback only, 2 CPUs, no "
+                      "dashboard; needs the [ray] extra too): rollout actors, each with its own environment "
+                      "and an epsilon-greedy copy of the Q-network, write transitions into a prioritized "
+                      "table served by replaystore.ray; the learner in this process samples it, trains with "
+                      "the importance weights and updates priorities; a sample-to-insert rate limiter keeps "
+                      f"one gradient step of {d.batch_size} per environment step, as in-process. --steps counts "
+                      "the steps of all actors")
+    dd = _distributed_defaults()
+    demo.add_argument("--actors", type=_positive_int, default=None,
+                      help=f"with --distributed: number of rollout actors (Ray actors; actor i is seeded with "
+                      f"seed + i) (default {dd['actors']})")
+    demo.add_argument("--sync-every", type=_positive_int, default=None, metavar="K",
+                      help=f"with --distributed: each actor pulls the learner's newest weights from Ray's object "
+                      f"store every K of its environment steps (default {dd['sync_every']})")
+    demo.add_argument("--write-batch", type=_positive_int, default=None, metavar="B",
+                      help=f"with --distributed: transitions an actor sends per insert call (client.extend) "
+                      f"(default {dd['write_batch']})")
+    demo.add_argument("--batches-per-call", type=_positive_int, default=None, metavar="N",
+                      help="with --distributed: the learner samples N batches in one call (client.sample), makes "
+                      "N gradient steps from them and sends their new priorities in one update_priorities call; "
+                      f"fewer Ray round trips per gradient step (default {dd['batches_per_call']})")
     demo.set_defaults(func=_demo)
 
     tour = sub.add_parser("tour", help="walk through the core on synthetic data (no extra needed)",

@@ -17,8 +17,9 @@ import numpy as np
 class KeyIndex:
     """Key -> slot map for a table of ``capacity`` slots. Not thread-safe (the Table locks)."""
 
-    def __init__(self, capacity: int) -> None:
-        self.key_of_slot = np.full(capacity, -1, dtype=np.int64)
+    def __init__(self, capacity: int, key_of_slot: np.ndarray | None = None) -> None:
+        """``key_of_slot`` may be given (an int64 view the owner also reads; all ``-1``)."""
+        self.key_of_slot = np.full(capacity, -1, dtype=np.int64) if key_of_slot is None else key_of_slot
         ring = 1 << max(1, int(2 * capacity - 1).bit_length())
         self._mask = ring - 1
         self._ring = np.full(ring, -1, dtype=np.int64)

@@ -115,10 +115,14 @@ class Table:
         self._cond = threading.Condition(threading.RLock())
         self._waiting = 0  # threads blocked in _wait; notify only when some are
         self._closed = False
-        self._index = KeyIndex(capacity)
-        self._priority = np.zeros(capacity, dtype=np.float64)
-        self._times_sampled = np.zeros(capacity, dtype=np.int64)
-        self._version = np.zeros(capacity, dtype=np.int64)
+        # Per-slot metadata in one row of 32 bytes (key, times_sampled, version, priority bits), so a
+        # sample gathers one cache line per item instead of four; the names below are column views.
+        self._meta = np.zeros((capacity, 4), dtype=np.int64)
+        self._meta[:, 0] = -1
+        self._index = KeyIndex(capacity, key_of_slot=self._meta[:, 0])
+        self._times_sampled = self._meta[:, 1]
+        self._version = self._meta[:, 2]
+        self._priority = self._meta.view(np.float64)[:, 3]
         self._free = np.arange(capacity - 1, -1, -1, dtype=np.int64)  # a stack; pops 0, 1, 2, ...
         self._nfree = capacity
         self._next_key = 0
@@ -464,17 +468,18 @@ class Table:
                            f"sample of {n}", "sample_blocked_s")
             slots, probabilities, weights = self.sampler.sample(n)
             data = self.storage.read(slots)
+            rows = self._meta.take(slots, axis=0)
             np.add.at(self._times_sampled, slots, 1)
-            times = self._times_sampled.take(slots)
+            times = self._times_sampled[slots]  # cache-hot after the gather above (no take(): a strided view)
             sample = Sample(
                 data=data,
-                keys=self._index.key_of_slot.take(slots),
+                keys=rows[:, 0].copy(),
                 indices=slots,
                 probabilities=probabilities,
                 weights=np.ones(n) if weights is None else weights,
-                priorities=self._priority.take(slots),
+                priorities=rows.view(np.float64)[:, 3].copy(),
                 times_sampled=times,
-                versions=self._version.take(slots),
+                versions=rows[:, 2].copy(),
             )
             limiter.samples += n
             self._counters["samples"] += n

@@ -48,8 +48,13 @@ class DenseSet:
         return self.items[: self.size]
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` members drawn uniformly with replacement."""
-        return self.items.take(rng.integers(0, self.size, n))
+        """``n`` members drawn uniformly with replacement.
+
+        Positions are ``floor(u * size)`` for ``u = rng.random()``: uniform up to a bias of order
+        ``size / 2**53`` (negligible), and faster than ``rng.integers`` for small batches.
+        """
+        pos = (rng.random(n) * self.size).astype(np.int64)
+        return self.items.take(pos)
 
     def choose_distinct(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n <= size`` distinct members drawn uniformly without replacement."""
