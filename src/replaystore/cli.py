@@ -150,7 +150,11 @@ def _demo_distributed(args: argparse.Namespace) -> int:
           f"weights pulled every {dist.sync_every} steps, {dist.write_batch} transitions per extend) and the "
           f"learner (device {config.device}, {dist.batches_per_call} batches of {config.batch_size} per sample "
           f"call) on a local Ray instance; rate limiter: {spi:g} sampled items per insert", flush=True)
-    result = train_distributed(config, dist, progress=not args.no_progress)
+    try:
+        result = train_distributed(config, dist, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print("\nreplaystore demo --distributed: interrupted; actors, service and Ray shut down", file=sys.stderr)
+        return 130
     out = Path(args.out or "replaystore-demo-distributed.png")
     out.parent.mkdir(parents=True, exist_ok=True)
     plot_result(result, out)

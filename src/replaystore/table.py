@@ -128,6 +128,7 @@ class Table:
         self._next_key = 0
         self._size = 0
         self._stager: AddStager | None = None
+        self._scratch: np.ndarray | None = None  # for last-wins deduplication
         self._pending_max_priority = 1.0
         self.max_priority = 1.0
         self.version = 0
@@ -555,14 +556,16 @@ class Table:
         with self._cond:
             self._flush_pending()
             self._check_open()
-            keys, prio = _last_wins(keys, prio)
             slots = self._index.lookup(keys)
             ok = slots >= 0
-            self._counters["skipped_updates"] += int((~ok).sum())
             if not ok.all():
+                self._counters["skipped_updates"] += len(np.unique(keys[~ok]))
                 slots, keys, prio = slots[ok], keys[ok], prio[ok]
             if len(slots) == 0:
                 return 0
+            last = self._last_occurrences(slots)
+            if last is not None:
+                slots, keys, prio = slots[last], keys[last], prio[last]
             self._priority[slots] = prio
             for sel in self._selectors:
                 sel.update(slots, keys, prio)
@@ -570,6 +573,21 @@ class Table:
             if self._waiting:
                 self._cond.notify_all()
             return len(slots)
+
+    def _last_occurrences(self, slots: np.ndarray) -> np.ndarray | None:
+        """Mask of the last occurrence of each slot, or ``None`` when all are distinct.
+
+        ``np.maximum.at`` (unbuffered, so defined for repeated indices) writes each slot's last
+        position into a scratch array: O(n), no sort.
+        """
+        if self._scratch is None:
+            self._scratch = np.full(self.capacity, -1, dtype=np.int64)
+        scratch = self._scratch
+        pos = np.arange(len(slots))
+        np.maximum.at(scratch, slots, pos)
+        last = scratch[slots] == pos
+        scratch[slots] = -1
+        return None if last.all() else last
 
     def delete(self, keys: Any) -> int:
         """Delete items by key; return how many were deleted (unknown keys are skipped and counted)."""
@@ -699,15 +717,6 @@ class Table:
             self._counters.update(t["counters"])
             self._blocked.update(t["blocked"])
             self.rng.bit_generator.state = t["rng"]
-
-
-def _last_wins(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Deduplicate ``keys`` keeping the value of each key's last occurrence."""
-    rev_keys = keys[::-1]
-    uniq, first_in_rev = np.unique(rev_keys, return_index=True)
-    if len(uniq) == len(keys):
-        return keys, values
-    return uniq, values[::-1][first_in_rev]
 
 
 def _as_slice_if_contiguous(slots: np.ndarray) -> slice | np.ndarray:

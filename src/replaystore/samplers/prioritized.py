@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import sumtree
+from . import sumtree, sumtree_jit
 from .base import Selector
 from .dense import DenseSet
 
@@ -24,6 +24,8 @@ class Prioritized(Selector):
         stratified: draw one target from each of ``n`` equal slices of the total mass (lower
             variance, as in DI-engine and the PER paper's reference code) instead of ``n``
             independent targets.
+        backend: ``"numba"`` compiled tree kernels (the ``[fast]`` extra), ``"numpy"`` the
+            vectorised reference, or ``"auto"`` (numba when installed). Same results either way.
 
     Trees are float64 and truncated at a frontier of up to 8192 nodes (see
     :mod:`~replaystore.samplers.sumtree`). Not usable as a remover.
@@ -32,8 +34,16 @@ class Prioritized(Selector):
     usable_as_remover = False
     requires_nonnegative = True
 
-    def __init__(self, alpha: float = 0.6, beta: float = 0.4, stratified: bool = False) -> None:
+    def __init__(self, alpha: float = 0.6, beta: float = 0.4, stratified: bool = False,
+                 backend: str = "auto") -> None:
         super().__init__()
+        if backend not in ("auto", "numpy", "numba"):
+            raise ValueError(f"backend must be 'auto', 'numpy' or 'numba', got {backend!r}")
+        if backend == "numba" and not sumtree_jit.AVAILABLE:
+            raise ImportError("backend='numba' needs numba: pip install 'replaystore[fast]'")
+        self.backend = backend
+        use_jit = backend == "numba" or (backend == "auto" and sumtree_jit.AVAILABLE)
+        self._trees = sumtree_jit if use_jit else sumtree
         if not alpha >= 0:
             raise ValueError(f"alpha must be >= 0, got {alpha}")
         if not beta >= 0:
@@ -46,13 +56,13 @@ class Prioritized(Selector):
         super().bind(capacity, rng)
         self._sum = sumtree.new_sum_tree(capacity)
         self._min = sumtree.new_min_tree(capacity)
-        self._frontier = sumtree.frontier_for(capacity)
+        self._frontier = self._trees.frontier_for(capacity)
         self._live = DenseSet(capacity)  # for the all-zero fallback
 
     def _set(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         scaled = priorities if self.alpha == 1.0 else np.power(priorities, self.alpha)
-        sumtree.update_sum(self._sum, slots, scaled, self._frontier)
-        sumtree.update_min(self._min, slots, np.where(scaled > 0.0, scaled, np.inf), self._frontier)
+        self._trees.update_sum(self._sum, slots, scaled, self._frontier)
+        self._trees.update_min(self._min, slots, np.where(scaled > 0.0, scaled, np.inf), self._frontier)
 
     def insert(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
         self._live.add(slots)
@@ -63,8 +73,8 @@ class Prioritized(Selector):
 
     def remove(self, slots: np.ndarray) -> None:  # noqa: D102
         self._live.discard(slots)
-        sumtree.update_sum(self._sum, slots, np.zeros(len(slots)), self._frontier)
-        sumtree.update_min(self._min, slots, np.full(len(slots), np.inf), self._frontier)
+        self._trees.update_sum(self._sum, slots, np.zeros(len(slots)), self._frontier)
+        self._trees.update_min(self._min, slots, np.full(len(slots), np.inf), self._frontier)
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``n`` slots drawn in proportion to ``priority ** alpha``, with probabilities and weights."""
@@ -78,7 +88,7 @@ class Prioritized(Selector):
         else:
             targets = self.rng.random(n) * total
         np.minimum(targets, np.nextafter(total, 0.0), out=targets)
-        slots = sumtree.find_prefix(self._sum, targets, self._frontier, prefix)
+        slots = self._trees.find_prefix(self._sum, targets, self._frontier, prefix)
         scaled = self._sum[slots + len(self._sum) // 2]
         probabilities = scaled / total
         weights = np.power(scaled / sumtree.minimum(self._min, self._frontier), -self.beta)
