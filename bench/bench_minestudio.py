@@ -228,7 +228,7 @@ def main(argv=None) -> int:
 
     root = args.dir or tempfile.mkdtemp(prefix="bench-minestudio-")
     env = {"PYTHONPATH": os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    ray.init(num_cpus=2, resources={"database": 1}, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=2, resources={"database": 1}, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": env, "worker_process_setup_hook": "bench_minestudio.quiet_wandb"})
     quiet_wandb()
     systems = args.systems.split(",")

@@ -105,11 +105,6 @@ def test_demo_rejects_non_positive_counts(option, capsys):
     assert "positive integer" in capsys.readouterr().err
 
 
-def test_demo_distributed_is_not_available_yet(capsys):
-    assert cli.main(["demo", "--distributed"]) == 2
-    assert "Ray service" in capsys.readouterr().err
-
-
 def test_demo_without_the_extra_says_how_to_install(monkeypatch, capsys):
     monkeypatch.setattr(cli, "missing_demo_dependencies", lambda: ["torch", "gymnasium"])
     assert cli.main(["demo", "--steps", "10"]) == 2

@@ -21,7 +21,7 @@ def ray_cluster():
     here = os.path.dirname(os.path.abspath(__file__))
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([here] + ([old] if old else []))  # workers import gfn_conftest
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
     if old is None:

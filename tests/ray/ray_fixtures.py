@@ -30,6 +30,7 @@ def start_ray(**kwargs):
     pytest.importorskip("lmdb")
     if ray.is_initialized():
         ray.shutdown()
+    kwargs.setdefault("address", "local")  # a new instance, whatever a stale ray_current_cluster says
     kwargs.setdefault("num_cpus", 2)
     kwargs.setdefault("include_dashboard", False)
     kwargs.setdefault("log_to_driver", False)

@@ -316,7 +316,8 @@ def train_distributed(config: DemoConfig, dist: DistributedConfig | None = None,
         progress: a tqdm bar (environment steps, learner updates, actor returns, buffer stats);
             without it, one line per evaluation.
         out: where progress and messages go (default ``sys.stderr``).
-        on_update: called with the learner's update count after every gradient step.
+        on_update: called with the learner's gradient-step count after each sample call (every
+            ``dist.batches_per_call`` gradient steps).
 
     Returns a ``DistributedResult`` (a :class:`~replaystore.demo.train.DemoResult` with the
     actors' and the service's counters), which :func:`~replaystore.demo.plot.plot_result` draws.

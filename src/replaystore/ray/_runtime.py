@@ -30,12 +30,16 @@ def import_ray() -> Any:
 
 
 def init_local(**kwargs: Any) -> Any:
-    """Start (or join) a local Ray instance on loopback unless Ray is initialized; return ``ray``.
+    """Start a local Ray instance on loopback unless Ray is initialized; return ``ray``.
 
-    ``kwargs`` go to ``ray.init`` (defaults: ``include_dashboard=False``, quiet logging).
+    ``kwargs`` go to ``ray.init`` (defaults: ``address="local"``, ``include_dashboard=False``,
+    quiet logging). ``address="local"`` starts a new instance even when a stale
+    ``/tmp/ray/ray_current_cluster`` names a cluster that is gone; pass ``address="auto"`` (or an
+    address) to join a running cluster instead.
     """
     ray = import_ray()
     if not ray.is_initialized():
+        kwargs.setdefault("address", "local")
         kwargs.setdefault("include_dashboard", False)
         kwargs.setdefault("log_to_driver", True)
         ray.init(**kwargs)
