@@ -112,7 +112,8 @@ class Table:
             sel.bind(capacity, self.rng)
         self._requires_nonnegative = any(s.requires_nonnegative for s in self._selectors)
 
-        self._cond = threading.Condition(threading.RLock())
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._waiting = 0  # threads blocked in _wait; notify only when some are
         self._closed = False
         # Per-slot metadata in one row of 32 bytes (key, times_sampled, version, priority bits), so a
@@ -304,7 +305,7 @@ class Table:
         are staged and inserted in batches (see :mod:`replaystore.staging`); every other
         operation flushes the staged items first, so this is invisible except in speed.
         """
-        with self._cond:
+        with self._lock:
             if self._closed:
                 self._check_open()
             stager = self._stager
@@ -459,9 +460,11 @@ class Table:
         n = int(batch_size)
         if n < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        with self._cond:
-            self._flush_pending()
-            self._check_open()
+        with self._lock:  # the Condition's own lock: entering it directly is cheaper
+            if self._stager is not None and self._stager.n:
+                self._flush_pending()
+            if self._closed:
+                self._check_open()
             limiter = self.rate_limiter
             if not (self._size > 0 and limiter.can_sample(n)):
                 limiter.check_sample_size(n)
