@@ -76,6 +76,10 @@ class RateLimiter:
         multiples of ``1/q``: the bounds round inwards to that grid (an ``error_buffer`` off the
         grid cannot be reached exactly).
         """
+        key = (self.samples_per_insert, self.min_diff, self.max_diff)
+        cached = self.__dict__.get("_range_cache")
+        if cached is not None and cached[0] == key:
+            return cached[1]
         lo, hi = self.min_diff, self.max_diff
         frac = Fraction(self.samples_per_insert).limit_denominator(10_000)
         if abs(float(frac) - self.samples_per_insert) < 1e-12:
@@ -84,6 +88,7 @@ class RateLimiter:
                 lo = math.ceil(lo * q - 1e-9) / q
             if hi < _MAX / 2:
                 hi = math.floor(hi * q + 1e-9) / q
+        self._range_cache = (key, (lo, hi))  # configuration only: computed once
         return lo, hi
 
     def check_insert_size(self, n: int) -> None:
