@@ -15,11 +15,10 @@ from ..storage.fragments import FragmentStore
 from ._runtime import get, import_ray
 
 
-class StoreServer:
-    """Actor class wrapping a :class:`FragmentStore` on the store's node (one per service)."""
+class _StoreCalls:
+    """The calls both store fronts answer, delegated to ``self.store`` (a :class:`FragmentStore`)."""
 
-    def __init__(self, path: str, num_shards: int, map_size: int) -> None:
-        self.store = FragmentStore(path, num_shards, map_size)
+    store: FragmentStore
 
     def put(self, value: Any) -> str:
         """Store ``value``; return its new id."""
@@ -42,33 +41,20 @@ class StoreServer:
         return len(self.store)
 
 
-class LocalStore:
+class StoreServer(_StoreCalls):
+    """Actor class wrapping a :class:`FragmentStore` on the store's node (one per service)."""
+
+    def __init__(self, path: str, num_shards: int, map_size: int) -> None:
+        self.store = FragmentStore(path, num_shards, map_size)
+
+
+class LocalStore(_StoreCalls):
     """The store opened directly (caller on the store's node). Thread-safe."""
 
     local = True
 
     def __init__(self, info: dict[str, Any]) -> None:
         self.store = FragmentStore(info["path"], info["num_shards"], info["map_size"])
-
-    def put(self, value: Any) -> str:
-        """Write ``value``; return its id."""
-        return self.store.put(value)
-
-    def get(self, fragment_id: str) -> Any:
-        """Read a payload (``KeyNotFound`` if missing)."""
-        return self.store.get(fragment_id)
-
-    def delete(self, fragment_ids: list[str]) -> int:
-        """Delete payloads; return how many existed."""
-        return self.store.delete(fragment_ids)
-
-    def contains(self, fragment_id: str) -> bool:
-        """Whether ``fragment_id`` is stored."""
-        return fragment_id in self.store
-
-    def size(self) -> int:
-        """Number of stored payloads."""
-        return len(self.store)
 
     def close(self) -> None:
         """Release the handle."""
