@@ -282,11 +282,12 @@ def grid_limiters(draw):
 @settings(max_examples=60, deadline=None)
 @given(grid_limiters(), st.integers(1, 25))
 def test_size_checks_raise_exactly_for_calls_that_can_never_proceed(ref, n):
-    """Without deletes, and once sampling has begun (states with samples > 0).
+    """Without deletes: an insert must be possible now (the fresh limiter) or once sampling has
+    begun (states with samples > 0).
 
-    The checks do not look at the current counters: an insert that only the very first call could
-    make (e.g. a batch of 6 into SampleToInsertRatio(2, 5, 4) while diff is still 0, below
-    min_diff = 6) is refused too, since after that it would block forever.
+    An insert that only the very first call could make (e.g. a batch of 4 into
+    SampleToInsertRatio(1, 3, 1) while diff is still 0, below min_diff = 2) proceeds; once diff is
+    in its range the same batch is refused, since it would then block forever.
     """
     lim = RateLimiter(float(ref.spi), ref.min_size, float(ref.min_diff), float(ref.max_diff))
     states = reachable(ref, max_inserts=ref.min_size + 40)
@@ -301,7 +302,7 @@ def test_size_checks_raise_exactly_for_calls_that_can_never_proceed(ref, n):
                 return True
         return False
 
-    insert_possible = n <= ref.min_size or can(steady, lambda r: r.can_insert(n))
+    insert_possible = n <= ref.min_size or can([(0, 0)] + steady, lambda r: r.can_insert(n))
     sample_possible = can(states, lambda r: r.can_sample(n))
     if insert_possible:
         lim.check_insert_size(n)

@@ -362,3 +362,49 @@ def test_staged_adds_survive_checkpoint_and_close(tmp_path):
     t.add(one(5))
     t.close()
     assert len(t) == 6 and t.stats()["inserts"] == 6
+
+
+@pytest.mark.parametrize("sampler", ["Uniform", "Prioritized", "Fifo"])
+def test_full_table_replaces_in_place_across_key_ring_wraps(sampler):
+    """Batches into a full FIFO table reuse the victims' slots in place (no remove + insert);
+    keys must stay resolvable long after the key ring (2 x capacity, rounded up) has wrapped,
+    also when deletes leave holes that later batches fill only partly."""
+    cap = 8
+    t = rs.Table(cap, sampler=getattr(rs, sampler)(), seed=0)
+    live: dict[int, float] = {}
+    rng = np.random.default_rng(1)
+    for step in range(200):
+        n = int(rng.integers(1, cap + 1))
+        values = rng.random(n).astype(np.float32)
+        keys = t.extend({"x": values}, priorities=rng.random(n) + 0.1)
+        live.update(zip(keys.tolist(), values.tolist()))
+        oldest = sorted(live)[: max(0, len(live) - cap)]  # Fifo evicts the oldest
+        for k in oldest:
+            del live[k]
+        if step % 7 == 0 and live:
+            gone = int(rng.choice(sorted(live)))
+            assert t.delete([gone]) == 1
+            del live[gone]
+        assert len(t) == len(live)
+        assert t.keys().tolist() == sorted(live)
+        data, found = t.get(np.array(sorted(live) + [min(live, default=0) - 1]))
+        assert found.tolist() == [True] * len(live) + [False]
+        np.testing.assert_array_equal(data["x"], np.array([live[k] for k in sorted(live)], np.float32))
+    s = t.sample(64)
+    assert set(s.keys.tolist()) <= set(live)
+    assert t.stats()["inserts"] - t.stats()["deletes"] == len(live)
+
+
+def test_in_place_replacement_keeps_old_survivors_findable():
+    """An old item that outlives many inserted-and-deleted keys shares a key-ring position with
+    a later key; replacing the oldest items in place must not lose it."""
+    t = rs.Table(4, seed=0)  # key ring of 8 positions
+    t.extend({"x": np.array([0.0, 1.0, 2.0])})  # keys 0, 1, 2
+    for _ in range(93):  # keys 3..95 come and go
+        t.delete(t.extend({"x": np.array([9.0])}))
+    t.extend({"x": np.array([96.0])})  # full: keys 0, 1, 2, 96
+    keys = t.extend({"x": np.array([97.0, 98.0])})  # evicts 0 and 1; key 98 = 2 (mod 8)
+    assert keys.tolist() == [97, 98]
+    data, found = t.get(np.array([2, 96, 97, 98, 0, 1]))
+    assert found.tolist() == [True] * 4 + [False] * 2
+    assert data["x"].tolist() == [2.0, 96.0, 97.0, 98.0]

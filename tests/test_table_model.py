@@ -6,6 +6,7 @@ call returns: keys, evictions by every remover, the items every deterministic sa
 """
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -379,8 +380,9 @@ class TableModel(RuleBasedStateMachine):
 @pytest.mark.parametrize("remover", REMOVERS)
 def test_table_against_model(remover):
     machine = type(f"TableModel_{remover}", (TableModel,), {"REMOVER": remover})
+    examples = int(os.environ.get("RS_MODEL_EXAMPLES", 40))  # raise it for a longer search
     run_state_machine_as_test(
-        machine, settings=settings(max_examples=40, stateful_step_count=25, deadline=None)
+        machine, settings=settings(max_examples=examples, stateful_step_count=25, deadline=None)
     )
 
 

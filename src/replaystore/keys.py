@@ -39,6 +39,24 @@ class KeyIndex:
         self._ring[pos] = slots
         self.key_of_slot[slots] = keys
 
+    def replace(self, slots: np.ndarray, keys: np.ndarray, newest_gone: int | None = None) -> None:
+        """Live ``slots`` now hold new increasing ``keys`` (their old keys are gone).
+
+        ``newest_gone``, when given, promises that every live key outside ``slots`` is larger
+        (true when ``slots`` held the oldest items); if the new keys then span less than the ring,
+        no live key can share a ring position with them and the collision check is skipped.
+        """
+        if newest_gone is not None and not self._overflow and int(keys[-1]) - newest_gone <= self._mask:
+            first = int(keys[0]) & self._mask
+            if first + len(keys) <= len(self._ring) and int(keys[-1]) - int(keys[0]) == len(keys) - 1:
+                self._ring[first : first + len(keys)] = slots  # consecutive keys: a slice of the ring
+            else:
+                self._ring[keys & self._mask] = slots
+            self.key_of_slot[slots] = keys
+            return
+        self.release(slots)
+        self.assign(slots, keys)
+
     def release(self, slots: np.ndarray) -> None:
         """Mark ``slots`` free."""
         if self._overflow:

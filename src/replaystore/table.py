@@ -207,13 +207,16 @@ class Table:
             raise InvalidPriority(f"priorities must be >= 0 for {self.sampler!r}: got {p[p < 0][:5].tolist()}")
         return p
 
-    def _validate_versions(self, version: Any, n: int) -> np.ndarray:
-        v = np.asarray(self.version if version is None else version)
+    def _validate_versions(self, version: Any, n: int) -> int | np.ndarray:
+        """One int for the whole batch, or ``n`` int64 versions."""
+        if version is None:
+            return self.version
+        v = np.asarray(version)
         if v.dtype.kind not in "iub":
             raise SpecError(f"version must be an integer or an array of integers, got dtype {v.dtype}")
         v = v.astype(np.int64)
         if v.ndim == 0:
-            return np.full(n, int(v), dtype=np.int64)
+            return int(v)
         if v.shape != (n,):
             raise SpecError(f"expected {n} versions, got shape {v.shape}")
         return v
@@ -257,6 +260,22 @@ class Table:
         self._size -= k
         self.rate_limiter.deletes += k
         self._counters["deletes"] += k
+
+    def _replace_slots(self, victims: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:
+        """Evict the items at ``victims`` and put new items (``keys``) in the same slots.
+
+        The caller has released the victims' payloads in the storage and written the new ones.
+        """
+        newest_gone = None
+        if type(self.remover) is Fifo:  # the victims were the oldest items
+            newest_gone = int(self._meta[victims[-1], 0])
+        for sel in self._selectors:
+            sel.replace(victims, keys, priorities)
+        self._index.replace(victims, keys, newest_gone)
+        k = len(victims)
+        self.rate_limiter.deletes += k
+        self._counters["deletes"] += k
+        self._counters["evictions"] += k
 
     def _take_free(self, n: int) -> np.ndarray:
         slots = self._free[self._nfree - n : self._nfree][::-1].copy()
@@ -375,30 +394,32 @@ class Table:
                 admitted: bool = False) -> np.ndarray:
         if n > self.capacity:
             raise ValueError(f"a batch of {n} items does not fit a table of capacity {self.capacity}")
-        self.rate_limiter.check_insert_size(n)
+        n_given = n
+        limiter = self.rate_limiter
+        limited = limiter.max_diff < _NO_LIMIT  # else every insert may proceed at once
+        if limited:
+            limiter.check_insert_size(n)
         prio = None if priorities is None else self._validate_priorities(priorities, n)
         versions = self._validate_versions(version, n)
-        keys_out = np.full(n, -1, dtype=np.int64)
         accepted = None
         if self.max_staleness is not None:
-            fresh = versions >= self.version - self.max_staleness
+            fresh = np.asarray(versions >= self.version - self.max_staleness)
             if not fresh.all():
-                accepted = np.flatnonzero(fresh)
+                accepted = np.flatnonzero(np.broadcast_to(fresh, (n,)))
                 self._counters["dropped_stale"] += n - len(accepted)
                 if len(accepted) == 0:
-                    return keys_out
-        if not admitted:
+                    return np.full(n, -1, dtype=np.int64)
+        if limited and not admitted:
             wanted = n if accepted is None else len(accepted)
             while True:
-                self._wait(lambda: self.rate_limiter.can_insert(wanted), timeout, f"insert of {n}",
-                           "insert_blocked_s")
+                self._wait(lambda: limiter.can_insert(wanted), timeout, f"insert of {n}", "insert_blocked_s")
                 if self._stager is None or self._stager.n == 0:
                     break
                 # adds staged while this call waited hold the next keys: insert them first
                 self._flush_pending()
         if accepted is not None:
             prepared = _subset(self.storage, prepared, accepted)
-            versions = versions[accepted]
+            versions = versions if isinstance(versions, int) else versions[accepted]
             prio = None if prio is None else prio[accepted]
             n = len(accepted)
         if prio is None:
@@ -407,26 +428,37 @@ class Table:
             self.max_priority = max(self.max_priority, float(prio.max()))
 
         overflow = max(self._size + n - self.capacity, self.storage.evictions_needed(prepared, n))
-        if overflow > 0:
-            self._remove_slots(self.remover.victims(overflow))
-            self._counters["evictions"] += overflow
-        slots = self._take_free(n)
-        self.storage.write(_as_slice_if_contiguous(slots), prepared)
         keys = np.arange(self._next_key, self._next_key + n, dtype=np.int64)
+        if overflow == n > 0:
+            # The steady state of a full table: the new items take the victims' slots in place
+            # (what removing and re-inserting would do, minus the bookkeeping of both).
+            slots = self.remover.victims(n)
+            where = _as_slice_if_contiguous(slots)
+            self.storage.release(slots)
+            self.storage.write(where, prepared)
+            self._replace_slots(slots, keys, prio)
+        else:
+            if overflow > 0:
+                self._remove_slots(self.remover.victims(overflow))
+                self._counters["evictions"] += overflow
+            slots = self._take_free(n)
+            where = _as_slice_if_contiguous(slots)
+            self.storage.write(where, prepared)  # may adopt the spec, or raise
+            self._index.assign(slots, keys)
+            for sel in self._selectors:
+                sel.insert(slots, keys, prio)
+            self._size += n
         self._next_key += n
-        self._index.assign(slots, keys)
-        self._priority[slots] = prio
-        self._times_sampled[slots] = 0
-        self._version[slots] = versions
-        for sel in self._selectors:
-            sel.insert(slots, keys, prio)
-        self._size += n
-        self.rate_limiter.inserts += n
+        self._priority[where] = prio
+        self._times_sampled[where] = 0
+        self._version[where] = versions
+        limiter.inserts += n
         self._counters["inserts"] += n
         if self._waiting:
             self._cond.notify_all()
         if accepted is None:
             return keys
+        keys_out = np.full(n_given, -1, dtype=np.int64)
         keys_out[accepted] = keys
         return keys_out
 
@@ -475,15 +507,15 @@ class Table:
             rows = self._meta.take(slots, axis=0)
             np.add.at(self._times_sampled, slots, 1)
             times = self._times_sampled[slots]  # cache-hot after the gather above (no take(): a strided view)
-            sample = Sample(
+            sample = Sample._build(  # the metadata columns are views of the gathered rows (this sample's own)
                 data=data,
-                keys=rows[:, 0].copy(),
+                keys=rows[:, 0],
                 indices=slots,
                 probabilities=probabilities,
                 weights=np.ones(n) if weights is None else weights,
-                priorities=rows.view(np.float64)[:, 3].copy(),
+                priorities=rows.view(np.float64)[:, 3],
                 times_sampled=times,
-                versions=rows[:, 2].copy(),
+                versions=rows[:, 2],
             )
             limiter.samples += n
             self._counters["samples"] += n
@@ -723,8 +755,10 @@ class Table:
 
 
 def _as_slice_if_contiguous(slots: np.ndarray) -> slice | np.ndarray:
+    """``slots`` as a slice when they are consecutive and ascending (slice writes are much faster)."""
     n = len(slots)
-    if n > 1 and slots[-1] - slots[0] == n - 1 and (n < 3 or bool((np.diff(slots) == 1).all())):
+    # n strictly increasing integers whose ends are n - 1 apart are consecutive
+    if n > 1 and slots[-1] - slots[0] == n - 1 and (n < 3 or bool((slots[:-1] < slots[1:]).all())):
         return slice(int(slots[0]), int(slots[0]) + n)
     return slots
 

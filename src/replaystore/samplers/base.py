@@ -11,6 +11,9 @@ need no locking of their own):
 - ``insert(slots, keys, priorities)``: ``slots`` are distinct and not currently tracked.
 - ``update(slots, keys, priorities)``: ``slots`` are distinct and tracked; priorities changed.
 - ``remove(slots)``: ``slots`` are distinct and tracked; forget them.
+- ``replace(slots, keys, priorities)``: ``slots`` are distinct and tracked; their items were
+  evicted and new items took the same slots (the same as ``remove`` then ``insert``, which is the
+  default; selectors for which a slot's membership is all that matters make it cheaper).
 - ``sample(n)`` with ``n >= 1`` and at least one tracked item: returns ``(slots, probabilities,
   weights)``; ``weights`` may be ``None`` (all ones). May contain duplicates.
 - ``victims(n)`` with ``1 <= n <= size``: ``n`` distinct tracked slots to evict, without changing
@@ -52,6 +55,11 @@ class Selector(ABC):
     @abstractmethod
     def remove(self, slots: np.ndarray) -> None:
         """Stop tracking items."""
+
+    def replace(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:
+        """New items took the tracked ``slots`` (default: ``remove`` then ``insert``)."""
+        self.remove(slots)
+        self.insert(slots, keys, priorities)
 
     @abstractmethod
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:

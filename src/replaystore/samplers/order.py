@@ -2,7 +2,9 @@
 
 Both keep one log of ``(slot, key)`` in insertion order with lazy deletion: removing an item only
 marks its slot dead; dead entries are skipped when met and dropped when the log is compacted.
-Every operation is amortised O(batch).
+The log is a ring addressed by ever-growing positions ``head <= p < tail`` (entry ``p`` lives at
+``p % len``), so a table that only ever evicts its oldest items never compacts: the head simply
+follows the tail. Every operation is amortised O(batch).
 """
 
 from __future__ import annotations
@@ -13,52 +15,100 @@ from .base import Selector
 
 
 class _InsertionLog(Selector):
-    """Shared machinery: an append-only log of slots with lazy deletion."""
+    """Shared machinery: a ring log of ``(slot, key)`` entries with lazy deletion."""
 
     _newest_first = False
 
     def bind(self, capacity: int, rng: np.random.Generator) -> None:  # noqa: D102
         super().bind(capacity, rng)
-        self._log_slots = np.empty(2 * capacity + 16, dtype=np.int64)
-        self._log_keys = np.empty(2 * capacity + 16, dtype=np.int64)
+        length = 1 << int(2 * capacity + 16).bit_length()  # room for the live items and as many dead
+        self._mask = length - 1
+        self._log_slots = np.empty(length, dtype=np.int64)
+        self._log_keys = np.empty(length, dtype=np.int64)
         self._key = np.full(capacity, -1, dtype=np.int64)  # key of the live item per slot
         self._head = 0
         self._tail = 0
         self.size = 0
+        # (victims, end): the last ``victims`` answer and the log position just past it; when the
+        # table removes exactly those slots, every entry before ``end`` is dead and the head jumps.
+        self._cut: tuple[np.ndarray, int] | None = None
+        self._oldest_end = -1  # log position past the last fast-path ``_oldest`` answer, else -1
 
     def insert(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
-        k = len(slots)
-        if self._tail + k > len(self._log_slots):
-            self._compact()
-        self._log_slots[self._tail : self._tail + k] = slots
-        self._log_keys[self._tail : self._tail + k] = keys
-        self._key[slots] = keys
-        self._tail += k
-        self.size += k
+        self._append(slots, keys)
+        self.size += len(slots)
 
     def remove(self, slots: np.ndarray) -> None:  # noqa: D102
+        self._take_cut(slots)
         self._key[slots] = -1
         self.size -= len(slots)
 
+    def replace(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:
+        """The old entries of ``slots`` die (their keys change) and new ones are appended."""
+        self._take_cut(slots)
+        self._append(slots, keys)
+
+    # -- the ring ---------------------------------------------------------------------------------
+    def _span(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """Slots and keys of the entries at positions ``[start, stop)``: views unless they wrap."""
+        a = start & self._mask
+        b = a + (stop - start)
+        if b <= len(self._log_slots):
+            return self._log_slots[a:b], self._log_keys[a:b]
+        b -= len(self._log_slots)
+        return (np.concatenate((self._log_slots[a:], self._log_slots[:b])),
+                np.concatenate((self._log_keys[a:], self._log_keys[:b])))
+
+    def _append(self, slots: np.ndarray, keys: np.ndarray) -> None:
+        k = len(slots)
+        if self._tail + k - self._head > len(self._log_slots):
+            self._compact()
+        a = self._tail & self._mask
+        room = min(k, len(self._log_slots) - a)
+        self._log_slots[a : a + room] = slots[:room]
+        self._log_keys[a : a + room] = keys[:room]
+        if room < k:
+            self._log_slots[: k - room] = slots[room:]
+            self._log_keys[: k - room] = keys[room:]
+        self._key[slots] = keys
+        self._tail += k
+
+    def _take_cut(self, slots: np.ndarray) -> None:
+        """If ``slots`` is the last ``victims`` answer, move the head past it (it is all dead now)."""
+        cut = self._cut
+        if cut is not None:
+            self._cut = None
+            if slots is cut[0]:
+                self._head = cut[1]
+
     def _compact(self) -> None:
-        s = self._log_slots[self._head : self._tail]
-        k = self._log_keys[self._head : self._tail]
+        """Drop the dead entries: the live ones move to positions ``0 .. size-1``."""
+        self._cut = None
+        s, k = self._span(self._head, self._tail)
         live = self._key[s] == k
-        n = int(live.sum())
-        self._log_slots[:n] = s[live]
-        self._log_keys[:n] = k[live]
+        s, k = s[live], k[live]  # copies: safe to write back over the log
+        n = len(s)
+        self._log_slots[:n] = s
+        self._log_keys[:n] = k
         self._head, self._tail = 0, n
 
     def _oldest(self, n: int) -> np.ndarray:
-        """The ``n`` oldest live slots (``n <= size``), oldest first."""
+        """The ``n`` oldest live slots (``n <= size``), oldest first (a new array)."""
+        stop = self._head + n
+        if stop <= self._tail:  # the common case: the next n entries are all live
+            s, k = self._span(self._head, stop)
+            if (self._key[s] == k).all():
+                self._oldest_end = stop
+                return s.copy()
+        self._oldest_end = -1
         found: list[np.ndarray] = []
         got = 0
         start = self._head
         window = n
         while got < n:
             stop = min(start + window, self._tail)
-            s = self._log_slots[start:stop]
-            live = s[self._key[s] == self._log_keys[start:stop]]
+            s, k = self._span(start, stop)
+            live = s[self._key[s] == k]
             if start == self._head and len(live) == 0:
                 self._head = stop  # drop a dead prefix for good
             found.append(live[: n - got])
@@ -75,8 +125,8 @@ class _InsertionLog(Selector):
         window = n
         while got < n:
             start = max(stop - window, self._head)
-            s = self._log_slots[start:stop]
-            live = s[self._key[s] == self._log_keys[start:stop]][::-1]
+            s, k = self._span(start, stop)
+            live = s[self._key[s] == k][::-1]
             if stop == self._tail and len(live) == 0:
                 self._tail = start  # drop a dead suffix for good
             found.append(live[: n - got])
@@ -97,11 +147,15 @@ class _InsertionLog(Selector):
         return slots, np.ones(n), None
 
     def victims(self, n: int) -> np.ndarray:
-        """The first ``n`` items in order."""
-        return self._first(n)
+        """The first ``n`` items in order (a new array each call)."""
+        slots = self._first(n)
+        if not self._newest_first and self._oldest_end >= 0:
+            self._cut = (slots, self._oldest_end)
+        return slots
 
     def clear(self) -> None:  # noqa: D102
         self._key[:] = -1
+        self._cut = None
         self._head = self._tail = 0
         self.size = 0
 

@@ -71,6 +71,10 @@ class Prioritized(Selector):
     def update(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
         self._set(slots, priorities)
 
+    def replace(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:
+        """The slots stay live: only their priorities change."""
+        self._set(slots, priorities)
+
     def remove(self, slots: np.ndarray) -> None:  # noqa: D102
         self._live.discard(slots)
         self._trees.update_sum(self._sum, slots, np.zeros(len(slots)), self._frontier)

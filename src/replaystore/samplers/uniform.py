@@ -24,6 +24,9 @@ class Uniform(Selector):
     def remove(self, slots: np.ndarray) -> None:  # noqa: D102
         self._set.discard(slots)
 
+    def replace(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:
+        """The slots stay members: nothing changes."""
+
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, None]:
         """``n`` slots uniformly with replacement; probability ``1/size`` each."""
         slots = self._set.sample(n, self.rng)
