@@ -37,5 +37,12 @@ class Sample:
     times_sampled: np.ndarray
     versions: np.ndarray
 
+    @classmethod
+    def _build(cls, **fields: Any) -> "Sample":
+        """The constructor minus the frozen-field checks (for the table's hot path: every field given)."""
+        sample = object.__new__(cls)
+        sample.__dict__.update(fields)
+        return sample
+
     def __len__(self) -> int:
         return int(self.keys.shape[0])
