@@ -10,8 +10,10 @@ Usage::
 
     python bench/bench_ray.py [--writers 2] [--samplers 2] [--seconds 5] [--repeats 3]   # needs replaystore[ray]
 
-DeepMind Reverb (dm-reverb 0.14 + TensorFlow 2.15 in ``bench/.venv-reverb``) is run by
-``bench/bench_reverb.py`` with the same shapes when that environment exists (not written yet).
+``--prefetch 0,4`` (the default) runs the samplers twice: one blocking ``sample()`` at a time, and
+``client.iterate(prefetch=4)``, which keeps four sample calls in flight. DeepMind Reverb (dm-reverb
+0.14 + TensorFlow 2.15 in ``bench/.venv-reverb``) is run by ``bench/bench_reverb.py`` with the
+same shapes.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def make_batch(n: int, pad: int, rng: np.random.Generator) -> dict:
     return batch
 
 
-def run(args: argparse.Namespace, prioritized: bool) -> dict:
+def run(args: argparse.Namespace, prioritized: bool, prefetch: int) -> dict:
     ray = rsr.init_local(num_cpus=2, include_dashboard=False, log_to_driver=False)
     sampler = rs.Prioritized(0.6, 0.4) if prioritized else rs.Uniform()
     name = f"bench-{'per' if prioritized else 'uniform'}-{os.getpid()}"
@@ -79,11 +81,16 @@ def run(args: argparse.Namespace, prioritized: bool) -> dict:
             n = 0
             end = time.monotonic() + seconds
             rng = np.random.default_rng(0)
-            while time.monotonic() < end:
-                s = self.c.sample(args.batch, timeout=30)
+            if prefetch:  # samples kept in flight by the client (as Reverb's datasets do)
+                batches = self.c.iterate(args.batch, prefetch=prefetch, timeout=30)
+            else:
+                batches = iter(lambda: self.c.sample(args.batch, timeout=30), None)
+            for s in batches:
                 if prioritized:
                     self.c.update_priorities(s.keys, rng.random(len(s)) + 0.01)
                 n += len(s)
+                if time.monotonic() >= end:
+                    break
             return n
 
     client.extend(make_batch(5000, pad, np.random.default_rng(1)))
@@ -101,6 +108,7 @@ def run(args: argparse.Namespace, prioritized: bool) -> dict:
     client.shutdown()
     return {
         "sampler": "Prioritized (+ update)" if prioritized else "Uniform",
+        "prefetch": prefetch,
         "inserts_alone": statistics.median(ins),
         "samples_alone": statistics.median(smp),
         "inserts_mixed": statistics.median(both_i),
@@ -116,17 +124,20 @@ def main() -> None:
     ap.add_argument("--item-bytes", type=int, default=1024, help="bytes per item (padded), default 1 KB")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--prefetch", default="0,4",
+                    help="sample calls in flight per sampler, comma-separated (0: one blocking sample() at a time; "
+                         "k: client.iterate(prefetch=k)); default 0,4")
     args = ap.parse_args()
-    rows = [run(args, prioritized=False), run(args, prioritized=True)]
+    rows = [run(args, prioritized=p, prefetch=int(k)) for k in args.prefetch.split(",") for p in (False, True)]
     import ray
 
     ray.shutdown()
     print(f"\nRay service: {args.writers} writer and {args.samplers} sampler actors, batches of {args.batch}, "
           f"~{args.item_bytes} B items, medians of {args.repeats} x {args.seconds:g} s\n")
-    print("| table | inserts/s alone | samples/s alone | inserts/s mixed | samples/s mixed |")
-    print("|---|---:|---:|---:|---:|")
+    print("| table | samples in flight | inserts/s alone | samples/s alone | inserts/s mixed | samples/s mixed |")
+    print("|---|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['sampler']} | {r['inserts_alone']:,.0f} | {r['samples_alone']:,.0f} | "
+        print(f"| {r['sampler']} | {r['prefetch'] or 1} | {r['inserts_alone']:,.0f} | {r['samples_alone']:,.0f} | "
               f"{r['inserts_mixed']:,.0f} | {r['samples_mixed']:,.0f} |")
 
 

@@ -88,6 +88,26 @@ def test_blocking_calls_time_out_and_do_not_block_the_service(svc):
     assert list(got["s"].data["id"]) == [50, 51]
 
 
+def test_iterate_keeps_samples_in_flight_and_stops_exactly(svc):
+    c = svc.table("per")
+    c.extend(transitions(64, 1000), timeout=5)
+    calls = c.stats()["per"]["sample_calls"]
+    batches = list(c.iterate(16, prefetch=3, max_batches=5, timeout=5))
+    assert [len(b) for b in batches] == [16] * 5
+    assert all(np.isin(b.data["id"], np.arange(1064)).all() for b in batches)
+    assert c.stats()["per"]["sample_calls"] == calls + 5  # max_batches caps the calls in flight too
+
+    q = svc.table("queue")
+    q.clear()
+    q.extend(transitions(4, 70), timeout=5)
+    it = q.iterate(1, prefetch=2, timeout=0.5)
+    assert sorted(int(next(it).data["id"][0]) for _ in range(4)) == [70, 71, 72, 73]  # each item once
+    with pytest.raises(rs.Timeout):
+        next(it)  # the queue is empty: the error comes out of next()
+    with pytest.raises(ValueError, match="prefetch"):
+        q.iterate(1, prefetch=0)
+
+
 def test_apex_writers_and_learner(ray_local, svc):
     """Several writer actors insert batches inline while a learner samples and updates priorities."""
     from replaystore import ray as rsr

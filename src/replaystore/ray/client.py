@@ -18,8 +18,9 @@ A :class:`ReplayClient` is small and picklable: pass it to Ray tasks and actors.
 
 from __future__ import annotations
 
+import collections
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -98,6 +99,42 @@ class ReplayClient:
         """Sample ``batch_size`` items (NumPy data). See :meth:`replaystore.Table.sample`."""
         t = self._t(timeout)
         return self._call("sample", self.table_name, batch_size, t, op_timeout=t)
+
+    def iterate(self, batch_size: int, prefetch: int = 4, timeout: float | None = None,
+                max_batches: int | None = None) -> Iterator[Sample]:
+        """Samples of ``batch_size``, with ``prefetch`` sample calls kept in flight.
+
+        The service draws the next batches while the caller works on this one, which hides the
+        round trip (as Reverb's datasets do with ``max_in_flight_samples_per_worker``). Each
+        batch is an ordinary :meth:`sample`: it counts towards ``times_sampled`` and the rate
+        limiter when it is drawn, so stopping early drops up to ``prefetch`` drawn batches.
+        Errors (``rs.Timeout``, ``rs.Closed``) surface on the ``next()`` that reaches them.
+
+        Args:
+            batch_size: items per sample.
+            prefetch: sample calls in flight (``>= 1``).
+            timeout: per-sample timeout, as for :meth:`sample`.
+            max_batches: stop after this many samples (``None``: never).
+        """
+        if prefetch < 1:
+            raise ValueError(f"prefetch must be >= 1, got {prefetch}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        return self._iterate(int(batch_size), int(prefetch), self._t(timeout), max_batches)
+
+    def _iterate(self, batch_size: int, prefetch: int, t: float | None, max_batches: int | None) -> Iterator[Sample]:
+        wait = rpc_timeout(t, self.rpc_grace)
+        in_flight: collections.deque = collections.deque()
+        produced = 0
+        try:
+            while max_batches is None or produced < max_batches:
+                while len(in_flight) < prefetch and (max_batches is None or produced + len(in_flight) < max_batches):
+                    in_flight.append(self.actor.sample.remote(self.table_name, batch_size, t))
+                sample = get(in_flight.popleft(), wait, f"{self.name}.sample")
+                produced += 1
+                yield sample
+        finally:
+            in_flight.clear()  # drop the refs: those results are discarded
 
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set priorities by key; return how many were applied."""
