@@ -16,8 +16,25 @@ state (``--state-mb``) through ``ReplayBufferInterface.add_fragment`` (store wri
 per fragment, as the original's sender thread). Then a trainer ``fetch_fragments`` and reads the
 records through ``data_iter`` over ``create_loader_pool(--readers, 0.1)``, ``--fetches`` times.
 Fragments are built before the clock starts. Both systems run in the same Ray instance, one after
-the other, in alternating order over ``--repeats`` rounds after ``--warmup`` untimed rounds; the
-table shows medians.
+the other, in alternating order over ``--repeats`` rounds after ``--warmup`` untimed rounds of the
+same workload (the first full-size round was ~2x slower here, whichever system ran it); the table
+shows medians. Sizes are in MiB (2**20 bytes), rates in MiB/s.
+
+"in" stops when the last producer's ``add_fragment`` returns: the payloads are in the page cache (neither
+store syncs). "synced" also counts an ``os.sync()`` right after, i.e. the rate at which the payloads
+reach the disk (system-wide: other processes' dirty pages count too).
+
+The disk (``--dd``, on by default): before the first and after the last round, ``dd`` writes
+``--dd-mb`` MiB of zeros to a file in the stores' directory with ``conv=fdatasync`` (the device's
+sequential write bandwidth), reads it back with ``iflag=direct`` (the device's read bandwidth; skipped
+where O_DIRECT is refused), then writes it again without a sync (the page cache's bandwidth); the
+file is removed. "in/dd" is a system's "in" MiB/s over the mean fdatasync figure.
+
+The performance issue's workload (21 MB fragments: 256 steps plus an 8 MiB state; ~3.5 min; 4 GiB
+for dd, as 1 GiB gave 300 to 2000 MiB/s with fdatasync on the benchmark VM)::
+
+    nice -n 5 bench/.venv-minestudio/bin/python bench/bench_minestudio.py --steps 256 --state-mb 8 \
+        --per-env 16 --fetch 32 --repeats 3 --dd-mb 4096
 
 Also (``--micro``): the raw stores, replaystore's ``FragmentStore`` (LMDB) against diskcache's
 ``FanoutCache`` (the original's store), writing and reading 1 MB and 30 MB values.
@@ -28,8 +45,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -95,6 +114,40 @@ def make_fragment(cls, worker: str, fid: int, steps: int, state_mb: float, rng):
     )
 
 
+_DD_RATE = re.compile(r"^(\d+) bytes .* copied, ([0-9.e+-]+) s", re.M)
+
+
+def run_dd(*operands: str) -> float:
+    """Run ``dd`` with ``operands``; its rate in MiB/s (``RuntimeError`` if it fails)."""
+    out = subprocess.run(["dd", *operands], capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
+    m = _DD_RATE.search(out.stderr)
+    if out.returncode or m is None:
+        raise RuntimeError(f"dd {' '.join(operands)} failed: {out.stderr.strip()}")
+    return int(m[1]) / 2**20 / float(m[2])
+
+
+def disk_bandwidth(directory: str, mb: int) -> dict[str, float | None]:
+    """The disk under ``directory`` by ``dd`` with ``mb`` MiB, in MiB/s (see the module doc).
+
+    Keys: ``write`` (``conv=fdatasync``), ``read`` (``iflag=direct``; ``None`` if refused) and
+    ``write_cached`` (no sync).
+    """
+    path = os.path.join(directory, f"ddtest-{uuid.uuid4().hex[:8]}")
+    res: dict[str, float | None] = {}
+    try:
+        res["write"] = run_dd("if=/dev/zero", f"of={path}", "bs=1M", f"count={mb}", "conv=fdatasync")
+        try:
+            res["read"] = run_dd(f"if={path}", "of=/dev/null", "bs=1M", "iflag=direct")
+        except RuntimeError:
+            res["read"] = None
+        os.remove(path)
+        res["write_cached"] = run_dd("if=/dev/zero", f"of={path}", "bs=1M", f"count={mb}")
+    finally:
+        if os.path.exists(path):
+            os.remove(path)  # its dirty pages are dropped, not written back
+    return res
+
+
 def fragment_bytes(f) -> int:
     """Bytes of array data in a fragment."""
     n = f.obs["image"].nbytes + f.next_obs["image"].nbytes + sum(a.nbytes for a in f.in_state)
@@ -140,6 +193,8 @@ def run_system(ray, system: str, args, path: str) -> dict:
     t0 = time.perf_counter()
     ray.get([p.run.remote() for p in producers], timeout=1800)
     t_in = time.perf_counter() - t0
+    os.sync()  # the payloads reach the disk (this also keeps write-back out of what follows)
+    t_synced = time.perf_counter() - t0
 
     pool = create_loader_pool(args.readers, 0.1)
     # warm every loader up (actor start-up is not what we measure)
@@ -163,6 +218,7 @@ def run_system(ray, system: str, args, path: str) -> dict:
     shutil.rmtree(path, ignore_errors=True)
     mb = nbytes / 2**20
     return {"system": system, "fragment_mb": mb, "in_fps": n_in / t_in, "in_mbs": n_in * mb / t_in,
+            "synced_fps": n_in / t_synced, "synced_mbs": n_in * mb / t_synced,
             "out_fps": n_out / t_out, "out_mbs": n_out * mb / t_out, "n_in": n_in, "n_out": n_out}
 
 
@@ -203,6 +259,16 @@ def micro(sizes_mb=(1, 30), n=(40, 8), shards=8) -> list[dict]:
     return rows
 
 
+def print_disk(root: str, mb: int, disk: dict[str, dict]) -> None:
+    """The dd lines of the report."""
+    def fmt(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.0f}"
+
+    print(f"dd in {root} ({mb} MiB, MiB/s): " + "; ".join(
+        f"{when}: write {fmt(d['write'])} (fdatasync), read {fmt(d['read'])} (O_DIRECT), "
+        f"write {fmt(d['write_cached'])} (no sync)" for when, d in disk.items()))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--systems", default="replaystore,minestudio")
@@ -218,8 +284,12 @@ def main(argv=None) -> int:
     p.add_argument("--readers", type=int, default=4)
     p.add_argument("--shards", type=int, default=8)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=1, help="untimed rounds first (worker start-up, file growth)")
+    p.add_argument("--warmup", type=int, default=1,
+                   help="untimed full-size rounds first (worker start-up, first touch of memory, file growth)")
     p.add_argument("--dir", default=None, help="where the stores go (default: a temporary directory)")
+    p.add_argument("--dd", action=argparse.BooleanOptionalAction, default=True,
+                   help="measure the disk with dd before and after the rounds, in the stores' directory")
+    p.add_argument("--dd-mb", type=int, default=1024, help="MiB dd writes and reads")
     p.add_argument("--micro", action="store_true", help="also time the raw stores")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
@@ -233,36 +303,55 @@ def main(argv=None) -> int:
     quiet_wandb()
     systems = args.systems.split(",")
     results: dict[str, list[dict]] = {s: [] for s in systems}
+    disk: dict[str, dict] = {}
     try:
-        warm = argparse.Namespace(**{**vars(args), "per_env": 2, "fetches": 1, "fetch": 4})
-        for _ in range(args.warmup):
-            for s in systems:
-                run_system(ray, s, warm, os.path.join(root, s))
-        for r in range(args.repeats):
-            order = systems if r % 2 == 0 else systems[::-1]
-            for s in order:
+        if args.dd:
+            disk["before"] = disk_bandwidth(root, args.dd_mb)
+            print_disk(root, args.dd_mb, disk)
+        # Warm-up rounds run the whole workload: on the benchmark VM the first full-size round was ~2x
+        # slower whichever system ran it (first touch of memory, most likely); a small warm-up did not help.
+        rounds = [(f"warmup {w}", False) for w in range(args.warmup)]
+        rounds += [(f"round {r}", True) for r in range(args.repeats)]
+        for i, (label, timed) in enumerate(rounds):
+            for s in systems if i % 2 == 0 else systems[::-1]:
                 res = run_system(ray, s, args, os.path.join(root, s))
-                results[s].append(res)
-                print(f"round {r} {s}: in {res['in_fps']:.1f} frag/s ({res['in_mbs']:.0f} MB/s), "
-                      f"out {res['out_fps']:.1f} frag/s ({res['out_mbs']:.0f} MB/s)", flush=True)
+                if timed:
+                    results[s].append(res)
+                print(f"{label} {s}: in {res['in_fps']:.1f} frag/s ({res['in_mbs']:.0f} MiB/s), "
+                      f"synced {res['synced_fps']:.1f} frag/s ({res['synced_mbs']:.0f} MiB/s), "
+                      f"out {res['out_fps']:.1f} frag/s ({res['out_mbs']:.0f} MiB/s)", flush=True)
     finally:
         ray.shutdown()
+        if args.dd and len(results[systems[-1]]) == args.repeats:  # the rounds completed
+            disk["after"] = disk_bandwidth(root, args.dd_mb)
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
 
     mb = next(iter(results.values()))[0]["fragment_mb"]
-    print(f"\nfragment: {args.steps} steps x 128x128x3 uint8 + {args.state_mb:g} MB state = {mb:.1f} MB; "
-          f"{args.producers} producers x {args.envs} envs x {args.per_env}; fetch {args.fetch} x {args.fetches}, "
-          f"batch {args.batch_size}, prefetch {args.prefetch}, {args.readers} readers; median of {args.repeats}")
-    print(f"{'system':<12} {'in frag/s':>10} {'in MB/s':>9} {'out frag/s':>11} {'out MB/s':>9}")
+    dd_write = statistics.mean(d["write"] for d in disk.values()) if disk else None
+    print(f"\nfragment: {args.steps} steps x 128x128x3 uint8 + {args.state_mb:g} MiB state = {mb:.2f} MiB "
+          f"({mb * 2**20 / 1e6:.1f} MB); {args.producers} producers x {args.envs} envs x {args.per_env}; "
+          f"fetch {args.fetch} x {args.fetches}, batch {args.batch_size}, prefetch {args.prefetch}, "
+          f"{args.readers} readers; median of {args.repeats}")
+    cols = ("in frag/s", "in MiB/s", "in/dd", "synced frag/s", "synced MiB/s", "out frag/s", "out MiB/s")
+    print(f"{'system':<12} " + " ".join(f"{c:>{max(len(c), 8)}}" for c in cols))
     summary = {}
+    keys = ("in_fps", "in_mbs", "synced_fps", "synced_mbs", "out_fps", "out_mbs")
     for s, rows in results.items():
-        med = {k: statistics.median(r[k] for r in rows) for k in ("in_fps", "in_mbs", "out_fps", "out_mbs")}
+        med = {k: statistics.median(r[k] for r in rows) for k in keys}
+        med["in_over_dd"] = med["in_mbs"] / dd_write if dd_write else None
         summary[s] = med
-        print(f"{s:<12} {med['in_fps']:>10.1f} {med['in_mbs']:>9.0f} {med['out_fps']:>11.1f} {med['out_mbs']:>9.0f}")
+        over = "n/a" if dd_write is None else f"{med['in_over_dd']:.2f}"
+        print(f"{s:<12} {med['in_fps']:>9.1f} {med['in_mbs']:>8.0f} {over:>8} {med['synced_fps']:>13.1f} "
+              f"{med['synced_mbs']:>12.0f} {med['out_fps']:>10.1f} {med['out_mbs']:>9.0f}")
     if len(summary) == 2 and "minestudio" in summary and "replaystore" in summary:
         a, b = summary["replaystore"], summary["minestudio"]
-        print(f"{'ratio':<12} {a['in_fps'] / b['in_fps']:>10.2f}x {'':>9} {a['out_fps'] / b['out_fps']:>10.2f}x")
+        ratio = {k: f"{a[k] / b[k]:.2f}x" for k in ("in_fps", "synced_fps", "out_fps")}
+        print(f"{'ratio':<12} {ratio['in_fps']:>9} {'':>8} {'':>8} {ratio['synced_fps']:>13} {'':>12} "
+              f"{ratio['out_fps']:>10}")
+    if disk:
+        print_disk(root, args.dd_mb, disk)
+        print(f"in/dd: in MiB/s over the mean dd fdatasync write ({dd_write:.0f} MiB/s)")
     micro_rows = []
     if args.micro:
         micro_rows = micro(shards=args.shards)
@@ -271,7 +360,8 @@ def main(argv=None) -> int:
             print(f"{r['store']:<10} {r['value_mb']:>4} MB {r['put_mbs']:>9.0f} {r['get_mbs']:>9.0f}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "results": results, "summary": summary, "micro": micro_rows}, f, indent=1)
+            json.dump({"args": vars(args), "results": results, "summary": summary, "disk": disk,
+                       "micro": micro_rows}, f, indent=1)
     return 0
 
 
