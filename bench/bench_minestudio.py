@@ -180,7 +180,8 @@ class Producer:
 
 
 def run_system(ray, system: str, args, path: str) -> dict:
-    iface_cls, _, _, create_loader_pool, data_iter = system_modules(system)
+    local = system == "replaystore-local"  # the trainer reads the store itself (no loader actors)
+    iface_cls, _, _, create_loader_pool, data_iter = system_modules("replaystore" if local else system)
     shutil.rmtree(path, ignore_errors=True)
     n_in = args.producers * args.envs * args.per_env
     cfg = {"max_chunks": n_in + 10, "max_staleness": 2, "max_reuse": 1000, "fragments_per_chunk": 1,
@@ -196,7 +197,7 @@ def run_system(ray, system: str, args, path: str) -> dict:
     os.sync()  # the payloads reach the disk (this also keeps write-back out of what follows)
     t_synced = time.perf_counter() - t0
 
-    pool = create_loader_pool(args.readers, 0.1)
+    pool = create_loader_pool(args.readers, 0.1, local=True) if local else create_loader_pool(args.readers, 0.1)
     # warm every loader up (actor start-up is not what we measure)
     records = buf.fetch_fragments(max(args.batch_size, 2 * args.readers))
     for _ in data_iter(pool, records, args.batch_size, args.prefetch):
@@ -209,8 +210,11 @@ def run_system(ray, system: str, args, path: str) -> dict:
             n_out += len(batch["fragment"])
             del batch
         t_out += time.perf_counter() - t0
-    for a in list(pool._idle_actors):
-        ray.kill(a)
+    if local:
+        pool.close()
+    else:
+        for a in list(pool._idle_actors):
+            ray.kill(a)
     for p in producers:
         ray.kill(p)
     ray.kill(buf.actor)
@@ -271,7 +275,9 @@ def print_disk(root: str, mb: int, disk: dict[str, dict]) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--systems", default="replaystore,minestudio")
+    p.add_argument("--systems", default="replaystore,minestudio",
+                   help="comma-separated: replaystore, replaystore-local (data_iter over "
+                        "create_loader_pool(local=True): threads reading the store), minestudio")
     p.add_argument("--producers", type=int, default=2)
     p.add_argument("--envs", type=int, default=2)
     p.add_argument("--per-env", type=int, default=8, help="fragments per environment stream")
@@ -334,7 +340,7 @@ def main(argv=None) -> int:
           f"fetch {args.fetch} x {args.fetches}, batch {args.batch_size}, prefetch {args.prefetch}, "
           f"{args.readers} readers; median of {args.repeats}")
     cols = ("in frag/s", "in MiB/s", "in/dd", "synced frag/s", "synced MiB/s", "out frag/s", "out MiB/s")
-    print(f"{'system':<12} " + " ".join(f"{c:>{max(len(c), 8)}}" for c in cols))
+    print(f"{'system':<17} " + " ".join(f"{c:>{max(len(c), 8)}}" for c in cols))
     summary = {}
     keys = ("in_fps", "in_mbs", "synced_fps", "synced_mbs", "out_fps", "out_mbs")
     for s, rows in results.items():
@@ -342,13 +348,15 @@ def main(argv=None) -> int:
         med["in_over_dd"] = med["in_mbs"] / dd_write if dd_write else None
         summary[s] = med
         over = "n/a" if dd_write is None else f"{med['in_over_dd']:.2f}"
-        print(f"{s:<12} {med['in_fps']:>9.1f} {med['in_mbs']:>8.0f} {over:>8} {med['synced_fps']:>13.1f} "
+        print(f"{s:<17} {med['in_fps']:>9.1f} {med['in_mbs']:>8.0f} {over:>8} {med['synced_fps']:>13.1f} "
               f"{med['synced_mbs']:>12.0f} {med['out_fps']:>10.1f} {med['out_mbs']:>9.0f}")
-    if len(summary) == 2 and "minestudio" in summary and "replaystore" in summary:
-        a, b = summary["replaystore"], summary["minestudio"]
-        ratio = {k: f"{a[k] / b[k]:.2f}x" for k in ("in_fps", "synced_fps", "out_fps")}
-        print(f"{'ratio':<12} {ratio['in_fps']:>9} {'':>8} {'':>8} {ratio['synced_fps']:>13} {'':>12} "
-              f"{ratio['out_fps']:>10}")
+    for ours in ("replaystore", "replaystore-local"):
+        if ours in summary and "minestudio" in summary:
+            a, b = summary[ours], summary["minestudio"]
+            ratio = {k: f"{a[k] / b[k]:.2f}x" for k in ("in_fps", "synced_fps", "out_fps")}
+            label = "ratio" if ours == "replaystore" else "ratio local"
+            print(f"{label:<17} {ratio['in_fps']:>9} {'':>8} {'':>8} {ratio['synced_fps']:>13} {'':>12} "
+                  f"{ratio['out_fps']:>10}")
     if disk:
         print_disk(root, args.dd_mb, disk)
         print(f"in/dd: in MiB/s over the mean dd fdatasync write ({dd_write:.0f} MiB/s)")

@@ -178,14 +178,15 @@ def test_no_file_left_behind_after_drain(ray_local, tmp_path):
     buf.client.shutdown()
 
 
-def test_loader_iterator_contract(ray_local, buffer):
+@pytest.mark.parametrize("local", [False, True], ids=["actor-loaders", "local-threads"])
+def test_loader_iterator_contract(ray_local, buffer, local):
     buffer.update_model_version(S1, 0)
     for k in range(5):
         for fid in range(2):
             buffer.add_fragment(make_fragment(f"L{k}", fid, 0, t=4, img=(8, 8, 3)),
                                 FragmentMetadata(0, S1, f"L{k}", fid))
     records = buffer.fetch_fragments(10, timeout=10)
-    pool = create_loader_pool(2, 0.1)
+    pool = create_loader_pool(2, 0.1, local=local)
     sizes = [len(b["index"]) for b in data_iter(pool, records, 4, 1, seed=1, timeout=30)]
     assert sizes == [4, 4, 2]  # the final partial batch is included
     # early close leaves the pool usable
@@ -195,7 +196,12 @@ def test_loader_iterator_contract(ray_local, buffer):
     assert sum(len(b["index"]) for b in data_iter(pool, records, 5, 0, timeout=30)) == 10
     stacked = next(iter(data_iter(pool, records[:2], 2, 0, timeout=30)))
     assert isinstance(stacked["fragment"], list) and np.all([f.first[0] for f in stacked["fragment"]])
+    f = stacked["fragment"][0]
+    assert f.obs["image"].flags.writeable and f.action["camera"].flags.writeable  # owned, not views of shared memory
     buffer.release(records)
     buffer.fragments.drain()  # the chunks held the payloads too (max_reuse=2)
     with pytest.raises(rs.KeyNotFound):
         list(data_iter(pool, records, 2, 0, timeout=30))
+    assert sum(1 for _ in data_iter(pool, [], 2, 0, timeout=30)) == 0  # the pool is still usable
+    if local:
+        pool.close()

@@ -8,10 +8,17 @@ and yields batches as they complete.
 Results arrive through Ray's object store. NumPy arrays deserialized by Ray are read-only views of
 shared memory, and any view kept alive pins the whole object there; ``data_iter`` therefore copies
 each loaded item out once (:func:`detach`), after which Ray can free it.
+
+A payload thus crosses memory three times (store -> loader, loader -> object store, object store ->
+trainer). A trainer on the store's node can skip both hops: ``create_loader_pool(..., local=True)``
+returns a :class:`LocalLoaderPool`, threads in the calling process that read the store directly
+(one copy out of the memory map, arrays that own their memory). It trades the loaders' separate
+processes for threads that share the trainer's interpreter.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import random
 from collections import deque
@@ -54,13 +61,96 @@ class FragmentLoader:
         return import_ray().get_runtime_context().get_node_id()
 
 
+class LocalLoaderPool:
+    """``num_readers`` threads of this process reading ``service``'s store directly.
+
+    For a trainer on the store's node (checked: ``ValueError`` otherwise). Loads return what a
+    :class:`FragmentLoader` returns, with arrays that own their memory (no :func:`detach` needed).
+    Use it like the actor pool: pass it to :func:`data_iter`; ``close()`` stops the threads.
+    Thread-safe for one ``data_iter`` at a time.
+    """
+
+    def __init__(self, num_readers: int, service: str = "replaystore", namespace: str | None = None,
+                 wrap: Callable[[Any, Any], Any] | None = None) -> None:
+        from .client import connect
+
+        if num_readers < 1:
+            raise ValueError(f"num_readers must be >= 1, got {num_readers}")
+        info = connect(service, namespace=namespace).fragments.store_info
+        here = import_ray().get_runtime_context().get_node_id()
+        if info["node_id"] != here:
+            raise ValueError(f"the store of {service!r} is on node {info['node_id']}, this process on {here}: "
+                             "a local loader pool needs the store's node; use the actor loaders")
+        self._loader = FragmentLoader(service, namespace, wrap)
+        self._threads = concurrent.futures.ThreadPoolExecutor(int(num_readers), thread_name_prefix="replaystore-load")
+        self._running: set[concurrent.futures.Future] = set()
+
+    def submit(self, record: Sequence[Any]) -> None:
+        """Start loading ``record``."""
+        self._running.add(self._threads.submit(self._loader.load, record))
+
+    def next_loaded(self, timeout: float | None) -> Any:
+        """The result of any finished load (its error, if it failed); ``Timeout`` if none finishes in time."""
+        done, _ = concurrent.futures.wait(self._running, timeout, concurrent.futures.FIRST_COMPLETED)
+        if not done:
+            raise Timeout(f"data_iter: no load finished within {timeout:.3g}s")
+        future = done.pop()
+        self._running.discard(future)
+        return future.result()
+
+    def drain(self, timeout: float | None) -> None:
+        """Forget every load in flight (those not started are cancelled)."""
+        for future in self._running:
+            future.cancel()
+        concurrent.futures.wait(self._running, timeout)
+        self._running.clear()
+
+    def close(self) -> None:
+        """Stop the threads."""
+        self.drain(None)
+        self._threads.shutdown(wait=True)
+
+
+class _ActorLoads:
+    """The actor pool behind the interface :func:`data_iter` uses (results copied out of Ray)."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+
+    def submit(self, record: Sequence[Any]) -> None:
+        self.pool.submit(lambda actor, rec: actor.load.remote(rec), record)
+
+    def next_loaded(self, timeout: float | None) -> Any:
+        try:
+            item = self.pool.get_next_unordered(timeout=timeout)
+        except TimeoutError:
+            raise Timeout(f"data_iter: no load finished within {timeout:.3g}s") from None
+        except Exception as e:  # a load failed: surface replaystore's error, not Ray's wrapper
+            cause = getattr(e, "cause", None)
+            raise (cause if isinstance(cause, Exception) else e) from None
+        return detach(item)
+
+    def drain(self, timeout: float | None) -> None:
+        while self.pool.has_next():
+            try:
+                self.pool.get_next_unordered(timeout=timeout if timeout is not None else 60.0)
+            except Exception:  # noqa: BLE001 - draining after an error or an early close
+                pass
+
+
 def create_loader_pool(num_readers: int, num_cpus_per_reader: float, service: str = "replaystore",
-                       namespace: str | None = None, wrap: Callable[[Any, Any], Any] | None = None) -> Any:
+                       namespace: str | None = None, wrap: Callable[[Any, Any], Any] | None = None,
+                       local: bool = False) -> Any:
     """An ``ActorPool`` of ``num_readers`` loaders on the node of ``service``'s store.
 
+    With ``local=True``, a :class:`LocalLoaderPool` of ``num_readers`` threads in this process
+    instead (this process must run on the store's node; ``num_cpus_per_reader`` is then unused).
+
     Raises:
-        ValueError: no such service, or it has no fragment buffer.
+        ValueError: no such service, it has no fragment buffer, or (``local``) another node.
     """
+    if local:
+        return LocalLoaderPool(num_readers, service=service, namespace=namespace, wrap=wrap)
     ray = import_ray()
     from ray.util.actor_pool import ActorPool
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -118,11 +208,12 @@ def data_iter(loader_pool: Any, records: Sequence[Any], batch_size: int, prefetc
     if shuffle:
         random.Random(seed).shuffle(todo)
     pending = deque(todo)
+    loads = loader_pool if isinstance(loader_pool, LocalLoaderPool) else _ActorLoads(loader_pool)
     in_flight = 0
 
     def submit() -> None:
         nonlocal in_flight
-        loader_pool.submit(lambda actor, rec: actor.load.remote(rec), pending.popleft())
+        loads.submit(pending.popleft())
         in_flight += 1
 
     for _ in range(min((prefetch_batches + 1) * batch_size, len(pending))):
@@ -130,17 +221,8 @@ def data_iter(loader_pool: Any, records: Sequence[Any], batch_size: int, prefetc
     accum: list[Any] = []
     try:
         while in_flight:
-            try:
-                item = loader_pool.get_next_unordered(timeout=timeout)
-            except TimeoutError:
-                raise Timeout(f"data_iter: no load finished within {timeout:.3g}s") from None
-            except Exception as e:  # a load failed: surface replaystore's error, not Ray's wrapper
-                in_flight -= 1
-                cause = getattr(e, "cause", None)
-                raise (cause if isinstance(cause, Exception) else e) from None
-            in_flight -= 1
-            accum.append(detach(item))
-            del item
+            in_flight -= 1  # this load is done, one way or the other
+            accum.append(loads.next_loaded(timeout))
             if pending:
                 submit()
             if len(accum) >= batch_size:
@@ -149,12 +231,7 @@ def data_iter(loader_pool: Any, records: Sequence[Any], batch_size: int, prefetc
         if accum:
             yield collate(accum) if collate else accum
     finally:
-        while in_flight:  # leave the pool empty for its next user
-            in_flight -= 1
-            try:
-                loader_pool.get_next_unordered(timeout=timeout if timeout is not None else 60.0)
-            except Exception:  # noqa: BLE001 - draining after an error or an early close
-                pass
+        loads.drain(timeout)  # leave the pool empty for its next user (also after a timeout)
 
 
-__all__ = ["FragmentLoader", "create_loader_pool", "data_iter", "detach", "get"]
+__all__ = ["FragmentLoader", "LocalLoaderPool", "create_loader_pool", "data_iter", "detach", "get"]

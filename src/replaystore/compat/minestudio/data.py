@@ -20,12 +20,15 @@ FragmentLoader = _loader.FragmentLoader
 
 
 def create_loader_pool(num_readers: int, num_cpus_per_reader: float, name: str = DEFAULT_NAME,
-                       namespace: str | None = None) -> Any:
+                       namespace: str | None = None, local: bool = False) -> Any:
     """An ``ActorPool`` of ``num_readers`` loaders on the store's node.
 
     Each loader's ``load((index, id))`` returns ``{"index": index, "fragment": SampleFragment}``.
+    ``local=True`` (an addition): threads of this process read the store directly instead, for a
+    trainer on the store's node (see :class:`replaystore.ray.loader.LocalLoaderPool`).
     """
-    return _loader.create_loader_pool(num_readers, num_cpus_per_reader, service=name, namespace=namespace)
+    return _loader.create_loader_pool(num_readers, num_cpus_per_reader, service=name, namespace=namespace,
+                                      local=local)
 
 
 def data_iter(loader_pool: Any, records: Sequence[tuple[FragmentIndex, str]], batch_size: int,
