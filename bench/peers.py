@@ -603,11 +603,14 @@ class SB3Peer(Peer):
 class ReplaystoreBuffer(Buffer):
     """``replaystore.Table`` with Uniform or Prioritized sampler, Fifo remover, MinSize(1)."""
 
+    backend = "auto"  # the sum-tree kernels: numba when the [fast] extra is installed
+
     def __init__(self, params: WorkloadParams) -> None:
         super().__init__(params)
         import replaystore as rs
 
-        sampler = rs.Prioritized(alpha=params.alpha, beta=params.beta) if params.prioritized else rs.Uniform()
+        sampler = (rs.Prioritized(alpha=params.alpha, beta=params.beta, backend=self.backend)
+                   if params.prioritized else rs.Uniform())
         self.table = rs.Table(
             capacity=params.capacity,
             sampler=sampler,
@@ -640,14 +643,35 @@ class ReplaystorePeer(Peer):
     modules = ("replaystore",)
     dist = "replaystore"
     supports = frozenset({"add_one", "add_batch", "sample", "per"})
+    notes = {"per": "numba sum trees (the [fast] extra)"}
 
     def make(self, params: WorkloadParams) -> Buffer:
         return ReplaystoreBuffer(params)
 
 
+class ReplaystoreNumpyBuffer(ReplaystoreBuffer):
+    """The same table with the NumPy sum trees (what runs without the ``[fast]`` extra)."""
+
+    backend = "numpy"
+
+
+class ReplaystoreNumpyPeer(Peer):
+    """replaystore's prioritized replay without numba (the NumPy fallback)."""
+
+    name = "replaystore-numpy"
+    modules = ("replaystore",)
+    dist = "replaystore"
+    supports = frozenset({"per"})
+    notes = {"per": "Prioritized(backend='numpy'): no numba"}
+
+    def make(self, params: WorkloadParams) -> Buffer:
+        return ReplaystoreNumpyBuffer(params)
+
+
 #: Every peer, in report order (replaystore first, the NumPy limits last).
 ALL_PEERS: tuple[Peer, ...] = (
     ReplaystorePeer(),
+    ReplaystoreNumpyPeer(),
     CpprbPeer(),
     TorchRLPeer(),
     SB3Peer(),

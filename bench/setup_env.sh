@@ -36,7 +36,7 @@ fi
 # 4. replaystore itself, last, only if the package exists yet.
 if [ -f "$REPO_ROOT/pyproject.toml" ]; then
     # The peers pinned as constraints, so the package can not move torch (or them).
-    "${PIP[@]}" -c "$BENCH_DIR/requirements.txt" -e "$REPO_ROOT"
+    "${PIP[@]}" -c "$BENCH_DIR/requirements.txt" -e "$REPO_ROOT[fast]"   # [fast]: the numba sum trees
 else
     echo "note: $REPO_ROOT/pyproject.toml not found; replaystore not installed (re-run later)" >&2
 fi

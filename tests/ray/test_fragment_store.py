@@ -2,6 +2,7 @@
 
 import multiprocessing as mp
 import pickle
+import shutil
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,3 +124,18 @@ def test_refcounts():
     with pytest.raises(rs.KeyNotFound):
         r.decref(["c", "c"])
     assert r.count("c") == 1  # unchanged after the failed call
+
+
+def test_a_directory_deleted_and_created_again_is_a_new_store(tmp_path):
+    """An open handle must not make a later store at the same path read the deleted files."""
+    path = tmp_path / "s"
+    old = FragmentStore(path, num_shards=2)
+    old_id = old.put({"x": np.arange(3)})
+    shutil.rmtree(path)
+    new = FragmentStore(path, num_shards=2)
+    new_id = new.put({"x": np.arange(5)})
+    assert new_id in new and old_id not in new
+    np.testing.assert_array_equal(new.get(new_id)["x"], np.arange(5))
+    old.close()  # the stale environment closes with its last handle; the new one stays usable
+    np.testing.assert_array_equal(new.get(new_id)["x"], np.arange(5))
+    new.close()

@@ -44,7 +44,8 @@ class Journal:
 
     def __init__(self, path: str, map_size: int = 1 << 32) -> None:
         self.path = os.path.abspath(path)
-        self._env = _acquire_env(self.path, map_size, False)
+        self._entry = _acquire_env(self.path, map_size, False)
+        self._env = self._entry.env
         self._closed = False
 
     def write(self, puts: Mapping[str, Any] | None = None, deletes: Iterable[str] = (),
@@ -91,7 +92,7 @@ class Journal:
         """Release the environment (idempotent)."""
         if not self._closed:
             self._closed = True
-            _release_env(self.path)
+            _release_env(self.path, self._entry)
 
     def destroy(self) -> None:
         """Close and delete the journal's directory."""

@@ -106,9 +106,10 @@ class LocalLoaderPool:
         self._running.clear()
 
     def close(self) -> None:
-        """Stop the threads."""
+        """Stop the threads and release the store handle."""
         self.drain(None)
         self._threads.shutdown(wait=True)
+        self._loader.fragments.store.close()
 
 
 class _ActorLoads:

@@ -107,32 +107,44 @@ def decode(record: bytes | bytearray | memoryview) -> Any:
 
 
 # -- one environment per (directory, process) -------------------------------------------------------
-_ENVS: dict[str, list] = {}  # realpath -> [env, open count]
+class _EnvEntry:
+    """An open environment, how many handles of this process use it, and the directory's inode."""
+
+    __slots__ = ("env", "count", "inode")
+
+    def __init__(self, env: Any, inode: int) -> None:
+        self.env, self.count, self.inode = env, 0, inode
+
+
+_ENVS: dict[str, _EnvEntry] = {}  # realpath -> the entry new handles share
 _ENVS_LOCK = threading.Lock()
 
 
-def _acquire_env(path: str, map_size: int, sync: bool, writemap: bool = False) -> Any:
-    """Open ``path`` once per process (LMDB forbids opening one environment twice in a process)."""
+def _acquire_env(path: str, map_size: int, sync: bool, writemap: bool = False) -> _EnvEntry:
+    """Open ``path`` once per process (LMDB forbids opening one environment twice in a process).
+
+    A directory that was deleted and created again (a new inode) gets a new environment: the
+    cached one still maps the old, deleted files.
+    """
     with _ENVS_LOCK:
+        os.makedirs(path, exist_ok=True)
+        inode = os.stat(path).st_ino
         entry = _ENVS.get(path)
-        if entry is None:
-            os.makedirs(path, exist_ok=True)
+        if entry is None or entry.inode != inode:
             env = lmdb.open(path, map_size=map_size, subdir=True, max_readers=1024, sync=sync,
                             metasync=sync, readahead=False, meminit=False, lock=True, writemap=writemap)
-            entry = _ENVS[path] = [env, 0]
-        entry[1] += 1
-        return entry[0]
+            entry = _ENVS[path] = _EnvEntry(env, inode)  # a stale entry lives on with its handles
+        entry.count += 1
+        return entry
 
 
-def _release_env(path: str) -> None:
+def _release_env(path: str, entry: _EnvEntry) -> None:
     with _ENVS_LOCK:
-        entry = _ENVS.get(path)
-        if entry is None:
-            return
-        entry[1] -= 1
-        if entry[1] <= 0:
-            del _ENVS[path]
-            entry[0].close()
+        entry.count -= 1
+        if entry.count <= 0:
+            if _ENVS.get(path) is entry:
+                del _ENVS[path]
+            entry.env.close()
 
 
 class FragmentStore:
@@ -166,7 +178,8 @@ class FragmentStore:
         self.sync = bool(sync)
         self.writemap = bool(writemap)
         self._paths = [os.path.join(self.path, f"shard-{i:03d}") for i in range(self.num_shards)]
-        self._envs = [_acquire_env(p, self.map_size, self.sync, self.writemap) for p in self._paths]
+        self._entries = [_acquire_env(p, self.map_size, self.sync, self.writemap) for p in self._paths]
+        self._envs = [e.env for e in self._entries]
         self._closed = False
 
     def __reduce__(self) -> tuple:
@@ -270,8 +283,8 @@ class FragmentStore:
         """Release this handle (the environment closes with the last handle of the process)."""
         if not self._closed:
             self._closed = True
-            for p in self._paths:
-                _release_env(p)
+            for p, entry in zip(self._paths, self._entries):
+                _release_env(p, entry)
 
     def __enter__(self) -> "FragmentStore":
         return self
