@@ -18,7 +18,7 @@ from ._runtime import import_ray, init_local
 from .client import ReplayClient, connect, serve
 from .fragment_buffer import FragmentBuffer, FragmentBufferConfig, FragmentRef
 from .fragment_client import Fetch, FragmentClient
-from .loader import FragmentLoader, create_loader_pool, data_iter, detach
+from .loader import FragmentLoader, LocalLoaderPool, create_loader_pool, data_iter, detach
 from .server import ReplayServer
 from .uniform_distinct import UniformDistinct
 
@@ -29,6 +29,7 @@ __all__ = [
     "FragmentClient",
     "FragmentLoader",
     "FragmentRef",
+    "LocalLoaderPool",
     "ReplayClient",
     "ReplayServer",
     "UniformDistinct",
