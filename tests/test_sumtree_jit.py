@@ -20,6 +20,7 @@ def test_kernels_match_the_numpy_reference(capacity, data):
     frontier = data.draw(st.sampled_from([f for f in (1, 2, 4, 8, 64) if f <= base]))
     ref_s, ref_m = sumtree.new_sum_tree(capacity), sumtree.new_min_tree(capacity)
     jit_s, jit_m = sumtree.new_sum_tree(capacity), sumtree.new_min_tree(capacity)
+    both_s, both_m = sumtree.new_sum_tree(capacity), sumtree.new_min_tree(capacity)  # the fused kernel
     for _ in range(data.draw(st.integers(1, 6))):
         k = data.draw(st.integers(1, capacity))
         leaves = rng.choice(capacity, k, replace=False).astype(np.int64)
@@ -29,8 +30,11 @@ def test_kernels_match_the_numpy_reference(capacity, data):
         mins = np.where(values > 0, values, np.inf)
         sumtree.update_min(ref_m, leaves, mins, frontier)
         sumtree_jit.update_min(jit_m, leaves, mins, frontier)
+        sumtree_jit.update_both(both_s, both_m, leaves, values, frontier)
     np.testing.assert_array_equal(jit_s, ref_s)
     np.testing.assert_array_equal(jit_m, ref_m)
+    np.testing.assert_array_equal(both_s, ref_s)
+    np.testing.assert_array_equal(both_m, ref_m)
     total = sumtree.total(ref_s, frontier)
     if total > 0:
         prefix = sumtree.frontier_prefix(ref_s, frontier)

@@ -61,8 +61,7 @@ class Prioritized(Selector):
 
     def _set(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         scaled = priorities if self.alpha == 1.0 else np.power(priorities, self.alpha)
-        self._trees.update_sum(self._sum, slots, scaled, self._frontier)
-        self._trees.update_min(self._min, slots, np.where(scaled > 0.0, scaled, np.inf), self._frontier)
+        self._trees.update_both(self._sum, self._min, slots, scaled, self._frontier)
 
     def insert(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
         self._live.add(slots)
@@ -77,8 +76,7 @@ class Prioritized(Selector):
 
     def remove(self, slots: np.ndarray) -> None:  # noqa: D102
         self._live.discard(slots)
-        self._trees.update_sum(self._sum, slots, np.zeros(len(slots)), self._frontier)
-        self._trees.update_min(self._min, slots, np.full(len(slots), np.inf), self._frontier)
+        self._trees.update_both(self._sum, self._min, slots, np.zeros(len(slots)), self._frontier)
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``n`` slots drawn in proportion to ``priority ** alpha``, with probabilities and weights."""

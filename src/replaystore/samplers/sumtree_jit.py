@@ -70,6 +70,26 @@ if AVAILABLE:
                 tree[i] = left if left < right else right
 
     @numba.njit(cache=True, nogil=True)
+    def _update_both(sum_tree, min_tree, leaves, values, frontier):  # pragma: no cover - compiled
+        base = sum_tree.shape[0] // 2
+        n = leaves.shape[0]
+        idx = leaves + base
+        for j in range(n):
+            v = values[j]
+            sum_tree[idx[j]] = v
+            min_tree[idx[j]] = v if v > 0.0 else np.inf
+        b = base
+        while b > frontier:
+            b >>= 1
+            for j in range(n):
+                i = idx[j] >> 1
+                idx[j] = i
+                sum_tree[i] = sum_tree[2 * i] + sum_tree[2 * i + 1]
+                left = min_tree[2 * i]
+                right = min_tree[2 * i + 1]
+                min_tree[i] = left if left < right else right
+
+    @numba.njit(cache=True, nogil=True)
     def _find_prefix(tree, targets, frontier, prefix):  # pragma: no cover - compiled
         base = tree.shape[0] // 2
         n = targets.shape[0]
@@ -116,6 +136,13 @@ def update_min(tree: np.ndarray, leaves: np.ndarray, values: np.ndarray, frontie
     """As :func:`replaystore.samplers.sumtree.update_min`."""
     _update_min(tree, np.ascontiguousarray(leaves, dtype=np.int64),
                 np.ascontiguousarray(values, dtype=np.float64), frontier)
+
+
+def update_both(sum_tree: np.ndarray, min_tree: np.ndarray, leaves: np.ndarray, values: np.ndarray,
+                frontier: int = 1) -> None:
+    """As :func:`replaystore.samplers.sumtree.update_both`, both trees in one pass."""
+    _update_both(sum_tree, min_tree, np.ascontiguousarray(leaves, dtype=np.int64),
+                 np.ascontiguousarray(values, dtype=np.float64), frontier)
 
 
 def find_prefix(tree: np.ndarray, targets: np.ndarray, frontier: int = 1,
