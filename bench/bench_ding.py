@@ -17,7 +17,9 @@ off, their default), so the obs size changes the memory touched, not what is cop
 
 Setup (once): ``python3 bench/bench_ding.py --setup`` creates ``bench/.venv-ding`` with
 ``DI-engine`` installed ``--no-deps`` plus only what its buffer modules import (no numba: the
-default install, where DI-engine's segment tree is plain Python). Then::
+default install, where DI-engine's segment tree is plain Python). With numba installed in that
+environment (``pip install numba "numpy==1.26.4"``: DI-engine's and replaystore's ``[fast]``
+extras), both libraries use their compiled trees; the report says which case it measured. Then::
 
     nice bench/.venv-ding/bin/python bench/bench_ding.py [--quick] [--json out.json]
 """
@@ -305,7 +307,13 @@ def main() -> None:
                 print(f"# {name} capacity={capacity} obs={row['obs']}: "
                       + ", ".join(f"{k}={v:.0f}" for k, v in row[name].items()), file=sys.stderr, flush=True)
             results.append(row)
-    print(f"DI-engine {ding_version} (no numba) vs replaystore.compat.ding; Python {platform.python_version()}, "
+    try:
+        import numba  # noqa: F401 - both libraries use it when it is installed (their [fast] extras)
+
+        numba_note = "both with numba"
+    except ImportError:
+        numba_note = "no numba in either"
+    print(f"DI-engine {ding_version} vs replaystore.compat.ding ({numba_note}); Python {platform.python_version()}, "
           f"{platform.machine()}; median microseconds per call; ratio = DI-engine / ours\n")
     ops = ["push_list", "push_one"] + [f"{op}_{b}" for b in batches for op in ("sample", "update", "step")]
     labels = {"push_list": "push 64", "push_one": "push 1"}

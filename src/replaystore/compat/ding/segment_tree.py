@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ...samplers import sumtree_jit
 from ._config import CompatError
 
 _NEUTRAL = {"sum": 0.0, "min": float("inf"), "max": float("-inf")}
@@ -52,6 +53,9 @@ class SegmentTree:
         self.neutral_element = _NEUTRAL[operation] if neutral_element is None else float(neutral_element)
         self.value = np.full(2 * capacity, self.neutral_element, dtype=np.float64)
         self._ufunc = _UFUNC[operation]
+        # the core's compiled kernels (the [fast] extra) share this layout for sum and min trees
+        self._kernel = {"sum": sumtree_jit.update_sum, "min": sumtree_jit.update_min}.get(operation) \
+            if sumtree_jit.AVAILABLE else None
 
     # -- single leaves ------------------------------------------------------------------------
     def _check_leaf(self, idx: int) -> int:
@@ -118,6 +122,9 @@ class SegmentTree:
         ``max(64, 4 * batch)`` nodes, whole levels are recomputed with one ufunc call each,
         which is cheaper than fancy indexing there. Duplicate parents write equal values.
         """
+        if self._kernel is not None:
+            self._kernel(self.value, idx, values, 1)
+            return
         v = self.value
         ufunc = self._ufunc
         base = self.capacity
