@@ -7,10 +7,12 @@ The core is :class:`Table`: a storage, a sampler, a remover, a rate limiter and 
 from .errors import (
     CheckpointError,
     Closed,
+    DiskFull,
     InvalidPriority,
     KeyNotFound,
     ReplayError,
     SpecError,
+    StorageError,
     Timeout,
 )
 from .items import Sample
@@ -25,6 +27,7 @@ __all__ = [
     "CheckpointError",
     "Closed",
     "ColumnStorage",
+    "DiskFull",
     "Field",
     "Fifo",
     "FrameStackStorage",
@@ -44,6 +47,7 @@ __all__ = [
     "SampleToInsertRatio",
     "Selector",
     "SpecError",
+    "StorageError",
     "Stack",
     "Storage",
     "Table",

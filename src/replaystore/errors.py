@@ -9,6 +9,8 @@ An operation that raises one of these has changed nothing: validation always run
 
 from __future__ import annotations
 
+import errno
+
 
 class ReplayError(Exception):
     """Base class of every error raised by replaystore."""
@@ -36,3 +38,37 @@ class Closed(ReplayError):
 
 class CheckpointError(ReplayError):
     """A checkpoint is missing, truncated, corrupted, or of an unknown format."""
+
+
+class StorageError(ReplayError, OSError):
+    """The file system refused a write or a read of replaystore's files (an I/O error).
+
+    Attributes:
+        path: the file or directory concerned (``None`` if unknown).
+        wanted: bytes the operation needed (``None`` if unknown).
+
+    The structure that raised it is as it was before the call: every item acknowledged earlier is
+    still readable.
+    """
+
+    _errno = errno.EIO
+
+    def __init__(self, message: str, path: str | None = None, wanted: int | None = None) -> None:
+        OSError.__init__(self, self._errno, message, path)
+        self.message, self.path, self.wanted = message, path, wanted
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self) -> tuple:  # OSError pickles (errno, strerror) only: keep path and wanted
+        return (type(self), (self.message, self.path, self.wanted))
+
+
+class DiskFull(StorageError):
+    """No space left for a write (a full file system, or an LMDB shard at its ``map_size``).
+
+    ``errno`` is ``ENOSPC``; :attr:`path` names the file and :attr:`wanted` the bytes the write
+    needed. Nothing was changed: retry once space has been freed.
+    """
+
+    _errno = errno.ENOSPC

@@ -422,6 +422,7 @@ class Table:
             versions = versions if isinstance(versions, int) else versions[accepted]
             prio = None if prio is None else prio[accepted]
             n = len(accepted)
+        prev_max_priority = self.max_priority
         if prio is None:
             prio = np.full(n, self.max_priority)
         elif n:
@@ -443,7 +444,12 @@ class Table:
                 self._counters["evictions"] += overflow
             slots = self._take_free(n)
             where = _as_slice_if_contiguous(slots)
-            self.storage.write(where, prepared)  # may adopt the spec, or raise
+            try:
+                self.storage.write(where, prepared)  # may adopt the spec, or raise (DiskFull)
+            except BaseException:
+                self._nfree += n  # the slots go back to the free list; nothing else changed yet
+                self.max_priority = prev_max_priority
+                raise
             self._index.assign(slots, keys)
             for sel in self._selectors:
                 sel.insert(slots, keys, prio)

@@ -5,6 +5,13 @@ bounded by what is being touched. Each column is a standard ``.npy`` file (reada
 ``np.load(..., mmap_mode="r")``) and ``storage.json`` in the same directory records the capacity and
 the spec, so :meth:`MemmapColumnStorage.open` reopens the data after a restart.
 
+Full disks: every column file's blocks are allocated (``posix_fallocate``) when it is created or
+reopened, before anything is written through its map, so a full file system raises
+:class:`~replaystore.errors.DiskFull` there (naming the file and the bytes wanted) instead of
+killing the writer with ``SIGBUS`` at the first touch of a sparse page. A storage whose columns
+could not all be reserved keeps none of them (the Table stays empty and usable); once space is
+freed, the next insert allocates them again.
+
 The payload files hold whatever was last written to each slot; which slots hold live items is the
 Table's metadata, persisted by ``Table.save`` (the checkpoint of a memmap table copies the live
 rows, so it is self-contained).
@@ -12,6 +19,7 @@ rows, so it is self-contained).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Mapping
@@ -19,11 +27,21 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, DiskFull
 from .columns import ColumnStorage
+from .diskspace import allocated_bytes, reserve
 from .spec import Field
 
 _MANIFEST = "storage.json"
+
+
+def _reserve_file(file: Path) -> None:
+    """Allocate every block of ``file`` (``DiskFull`` if the file system cannot hold it)."""
+    fd = os.open(file, os.O_RDWR)
+    try:
+        reserve(fd, 0, os.fstat(fd).st_size, file)
+    finally:
+        os.close(fd)
 
 
 class MemmapColumnStorage(ColumnStorage):
@@ -46,15 +64,27 @@ class MemmapColumnStorage(ColumnStorage):
 
     def _allocate(self, path: str, field: Field) -> np.ndarray:
         name = f"col{len(self._files):03d}.npy"
+        file = self.directory / name
+        arr = np.lib.format.open_memmap(file, mode="w+", dtype=field.dtype, shape=(self.capacity, *field.shape))
+        try:
+            _reserve_file(file)
+        except BaseException:
+            del arr
+            file.unlink(missing_ok=True)
+            raise
         self._files[path] = name
-        arr = np.lib.format.open_memmap(
-            self.directory / name, mode="w+", dtype=field.dtype, shape=(self.capacity, *field.shape)
-        )
         return arr
 
     def _adopt(self, spec: dict[str, Field]) -> None:
-        super()._adopt(spec)
-        self._write_manifest()
+        """Create and reserve every column file; on failure (``DiskFull``) keep none of them."""
+        try:
+            super()._adopt(spec)
+            self._write_manifest()
+        except BaseException:
+            for name in self._files.values():
+                (self.directory / name).unlink(missing_ok=True)
+            self.columns, self._files, self.spec, self._nested = {}, {}, None, False
+            raise
 
     def _write_manifest(self) -> None:
         manifest = {
@@ -63,7 +93,13 @@ class MemmapColumnStorage(ColumnStorage):
             "files": self._files,
         }
         tmp = self.directory / (_MANIFEST + ".tmp")
-        tmp.write_text(json.dumps(manifest, indent=1))
+        try:
+            tmp.write_text(json.dumps(manifest, indent=1))
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(f"no space to write {tmp}", str(tmp), None) from None
+            raise
         os.replace(tmp, self.directory / _MANIFEST)
 
     @classmethod
@@ -86,7 +122,8 @@ class MemmapColumnStorage(ColumnStorage):
         self._nested = any("/" in p for p in self.spec)
         for path, field in self.spec.items():
             try:
-                arr = np.load(directory / self._files[path], mmap_mode=mode)
+                file = directory / self._files[path]
+                arr = np.load(file, mmap_mode=mode)
             except (OSError, ValueError, KeyError) as e:
                 raise CheckpointError(f"column {path!r} in {directory} is unreadable: {e}") from None
             if arr.shape != (self.capacity, *field.shape) or arr.dtype != field.dtype:
@@ -94,6 +131,8 @@ class MemmapColumnStorage(ColumnStorage):
                     f"column {path!r} in {directory}: file has {arr.shape} {arr.dtype}, manifest says "
                     f"{(self.capacity, *field.shape)} {field.dtype}"
                 )
+            if mode != "r":
+                _reserve_file(file)  # a file written by an older version may be sparse
             self.columns[path] = arr
         return self
 
@@ -102,6 +141,10 @@ class MemmapColumnStorage(ColumnStorage):
         d = super().describe()
         d["directory"] = str(self.directory)
         return d
+
+    def disk_usage(self) -> int:
+        """Bytes the file system holds for the column files (all reserved up front)."""
+        return allocated_bytes(self.directory / name for name in self._files.values())
 
     def flush(self) -> None:
         """Write dirty pages of every column to disk."""
