@@ -9,11 +9,13 @@ from .errors import (
     Closed,
     DiskFull,
     InvalidPriority,
+    InvalidRequest,
     KeyNotFound,
     ReplayError,
     SpecError,
     StorageError,
     Timeout,
+    UnknownTicket,
 )
 from .items import Sample
 from .limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack
@@ -32,6 +34,7 @@ __all__ = [
     "Fifo",
     "FrameStackStorage",
     "InvalidPriority",
+    "InvalidRequest",
     "KeyNotFound",
     "Lifo",
     "MaxHeap",
@@ -53,6 +56,7 @@ __all__ = [
     "Table",
     "Timeout",
     "Uniform",
+    "UnknownTicket",
     "WithoutReplacement",
     "__version__",
 ]

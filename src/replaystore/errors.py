@@ -72,3 +72,15 @@ class DiskFull(StorageError):
     """
 
     _errno = errno.ENOSPC
+
+
+class InvalidRequest(ReplayError, ValueError):
+    """A request that can never be valid (a bad count, range, group size or budget request).
+
+    Examples: a negative or non-integer count, a version range whose minimum exceeds its maximum, a
+    group larger than the buffer, more tickets than a budget can ever grant.
+    """
+
+
+class UnknownTicket(KeyNotFound):
+    """A rollout ticket that is not held: never acquired, already finished or abandoned, or expired."""

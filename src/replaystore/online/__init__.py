@@ -1,0 +1,21 @@
+"""Online RL data: staleness by pacing, version ranges, groups, pick policies, measurements.
+
+- :class:`StalenessBudget`: AReaL's admission rule as a reusable, thread-safe object (tickets,
+  time-to-live, journal-able state).
+- :class:`VersionRange`: the policy versions a (partial) rollout was produced with.
+- :class:`RolloutBuffer`: groups of rollouts on a :class:`~replaystore.Table`, paced by a budget,
+  stale groups dropped, picked ``"fifo"``, ``"uniform"`` or ``"freshest"``, measured.
+- :class:`OnlineMetrics`: staleness of trained data, producer waits, drops by length.
+
+See ``docs/online.md``.
+"""
+
+from .budget import StalenessBudget
+from .buffer import RolloutBuffer
+from .groups import Group, Rollout, RolloutBatch
+from .measure import OnlineMetrics
+from .picks import PICKS
+from .versions import STALENESS_ENDS, VersionRange
+
+__all__ = ["PICKS", "STALENESS_ENDS", "Group", "OnlineMetrics", "Rollout", "RolloutBatch", "RolloutBuffer",
+           "StalenessBudget", "VersionRange"]

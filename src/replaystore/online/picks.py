@@ -1,0 +1,53 @@
+"""Pick policies: which complete groups inside the staleness window a sample takes.
+
+- ``"uniform"``: distinct groups uniformly at random (MineStudio's chunk selection).
+- ``"fifo"``: ready first, oldest first: among complete groups, the oldest by admission (ticket)
+  order with pacing, by completion order without. With pacing, a sample also waits for a running
+  group on its last version in the window; that makes staleness exact for ``max_staleness <= 1``
+  (for larger windows a group overtaken by younger ones can still go stale, rarely).
+- ``"in_order"``: strictly in admission order. With pacing, a sample takes the ``n`` oldest
+  groups whose tickets are still outstanding and waits for any of them still running. Trades
+  ready-first throughput for an exact guarantee at any ``max_staleness``.
+- ``"freshest"``: the newest policy version first (by the range's staleness end; ties newest
+  arrival first). Keeps batches on-policy at the cost of leaving old groups to go stale.
+
+Each policy is a Table selector plus the priority a group gets in it, so the Table does the
+choosing (``MinHeap``/``MaxHeap`` are ordered by priority, ties by insertion).
+"""
+
+from __future__ import annotations
+
+from ..errors import InvalidRequest
+from ..ray.uniform_distinct import UniformDistinct
+from ..samplers import MaxHeap, MinHeap, Selector
+
+PICKS = ("fifo", "in_order", "uniform", "freshest")
+_TIE = float(1 << 31)
+
+
+def check_pick(pick: str) -> str:
+    """``pick`` if it names a policy; else :class:`InvalidRequest`."""
+    if pick not in PICKS:
+        raise InvalidRequest(f"pick must be one of {PICKS}, got {pick!r}")
+    return pick
+
+
+def make_selector(pick: str) -> Selector:
+    """The Table sampler implementing ``pick``."""
+    if pick == "uniform":
+        return UniformDistinct()
+    if pick in ("fifo", "in_order"):
+        return MinHeap()
+    return MaxHeap()
+
+
+def priority(pick: str, order: int, end_version: int) -> float:
+    """A group's priority in the selector of ``pick``: its order (fifo), its version (freshest)."""
+    if pick in ("fifo", "in_order"):
+        return float(order)
+    if pick == "freshest":
+        return float(end_version) + (order % (1 << 31)) / _TIE
+    return 1.0
+
+
+__all__ = ["PICKS", "check_pick", "make_selector", "priority"]
