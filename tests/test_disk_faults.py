@@ -144,3 +144,148 @@ def test_memmap_reopen_reserves_sparse_files(tmpfs):
     s = rs.MemmapColumnStorage.open(d)
     assert col.stat().st_blocks * 512 >= size and s.disk_usage() >= size
     s.close()
+
+
+# -- the LMDB fragment store ------------------------------------------------------------------------------
+pytest.importorskip("lmdb")
+from replaystore.storage.diskspace import allocated_bytes  # noqa: E402
+from replaystore.storage.fragments import FragmentStore  # noqa: E402
+
+
+def du(path) -> int:
+    """What the file system holds for every file under ``path``."""
+    return allocated_bytes(os.path.join(r, f) for r, _, files in os.walk(path) for f in files)
+
+
+def payload(i: int, nbytes: int = 150_000) -> dict:
+    return {"i": i, "obs": np.full(nbytes, i % 251, np.uint8)}
+
+
+def _store_writer_until_full(q, path, writemap, filler):
+    """Put payloads until the disk is full; report every acknowledged id and the error."""
+    store = FragmentStore(path, num_shards=2, writemap=writemap)
+    acked = []
+    try:
+        for i in range(1000):
+            acked.append((store.put(payload(i)), i))
+        q.put(("never full", acked))
+        return
+    except rs.DiskFull as e:
+        q.put(("DiskFull", e.errno, e.path, e.wanted, acked))
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        q.put(("other", repr(e), acked))
+        return
+    # the store still serves: every acknowledged payload reads back, deletes work
+    bad = [i for fid, i in acked if store.get(fid)["i"] != i]
+    q.put(("read back", bad))
+    store.delete([fid for fid, _ in acked[: len(acked) // 2]])
+    if filler:  # with writemap a put needs fresh blocks past the file's end, not freed pages
+        os.unlink(filler)
+    store.put(payload(-1), fragment_id="after-free")  # space came back
+    q.put(("recovered", store.get("after-free")["i"]))
+    store.close()
+
+
+@pytest.mark.parametrize("writemap", [False, True], ids=["pwrite", "writemap"])
+def test_fragment_store_on_a_full_disk_raises_diskfull_and_keeps_every_acknowledged_payload(tmpfs, writemap):
+    path = str(tmpfs / "store")
+    filler = fill(tmpfs, leave=1_200_000) if writemap else None
+    code, out = run_child(_store_writer_until_full, path, writemap, filler)
+    assert code == 0, f"writer died with exit status {code} (-{signal.SIGBUS} is SIGBUS)"
+    kind, err, where, wanted, acked = out[0]
+    assert kind == "DiskFull" and err == 28 and where.startswith(path) and 150_000 <= wanted < 160_000
+    assert len(acked) >= 2
+    assert out[1] == ("read back", [])
+    assert out[2] == ("recovered", -1)
+    # a fresh reader (another process, the same files) sees every payload acknowledged and not deleted
+    with FragmentStore(path, num_shards=2) as fresh:
+        for fid, i in acked[len(acked) // 2:]:
+            assert fresh.get(fid)["i"] == i
+        assert fresh.get("after-free")["i"] == -1
+        assert len(fresh) == len(acked) - len(acked) // 2 + 1
+
+
+def test_fragment_store_options_are_recorded_for_every_process(tmp_path):
+    FragmentStore(tmp_path / "s", num_shards=1, writemap=True).close()
+    with FragmentStore(tmp_path / "s", num_shards=1) as again:
+        assert again.writemap is True
+    with pytest.raises(ValueError, match="writemap"):
+        FragmentStore(tmp_path / "s", num_shards=1, writemap=False)
+
+
+# -- disk space follows the live payloads ----------------------------------------------------------------
+def test_deleting_every_payload_gives_the_space_back(tmp_path):
+    """The issue's case: six 1.5 MB fragments put and deleted left 9-11 MB on disk."""
+    path = tmp_path / "store"
+    with FragmentStore(path, num_shards=4) as store:
+        ids = [store.put(np.random.default_rng(i).bytes(1_500_000)) for i in range(6)]
+        peak = du(path)
+        assert peak >= 9_000_000 and store.disk_usage() >= 9_000_000
+        assert store.delete(ids) == 6
+        assert len(store) == 0
+        assert store.disk_usage() < 200_000 and du(path) < 200_000, (peak, du(path))
+        fid = store.put(payload(1))  # and it keeps working
+        assert store.get(fid)["i"] == 1
+    assert du(path) < 400_000
+
+
+def test_clear_gives_the_space_back_and_other_handles_follow(tmp_path):
+    path = tmp_path / "store"
+    writer, reader = FragmentStore(path, num_shards=2), FragmentStore(path, num_shards=2)
+    ids = [writer.put(payload(i)) for i in range(20)]
+    assert reader.get(ids[3])["i"] == 3
+    assert du(path) > 3_000_000
+    writer.clear()
+    assert du(path) < 200_000 and len(reader) == 0
+    fid = reader.put(payload(7))  # the other handle writes into the new generation
+    assert writer.get(fid)["i"] == 7
+    writer.close(), reader.close()
+
+
+def test_steady_state_reuses_freed_pages(tmp_path):
+    """Put/delete cycles with 20 live payloads: the files stay bounded (LMDB reuses free pages)."""
+    with FragmentStore(tmp_path / "s", num_shards=2) as store:
+        live: list[str] = []
+        sizes = []
+        for i in range(600):
+            live.append(store.put(payload(i, 100_000)))
+            if len(live) > 20:
+                store.delete([live.pop(0)])
+            if i % 100 == 99:
+                sizes.append(store.disk_usage())
+        assert max(sizes[1:]) <= 1.2 * sizes[0] + 500_000, sizes  # no growth after warm-up
+        assert sizes[-1] < 6 * 20 * 100_000  # within a small factor of the live payloads (2 MB)
+
+
+def test_compact_online_keeps_every_payload_readable_for_concurrent_readers(tmp_path):
+    import threading
+
+    path = tmp_path / "s"
+    store = FragmentStore(path, num_shards=2)
+    ids = [store.put(payload(i)) for i in range(40)]
+    store.delete(ids[:30])  # 30 of 40 gone: most pages are free
+    keep = ids[30:]
+    before = store.disk_usage()
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def read_loop() -> None:
+        other = FragmentStore(path, num_shards=2)  # another handle, same process: shares the envs
+        try:
+            while not stop.is_set():
+                for j, fid in enumerate(keep):
+                    assert other.get(fid)["i"] == 30 + j
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+        finally:
+            other.close()
+
+    t = threading.Thread(target=read_loop)
+    t.start()
+    freed = [store.compact() for _ in range(3)]
+    stop.set()
+    t.join(30)
+    assert not errors, errors
+    assert freed[0] > before / 2 and store.disk_usage() < before / 2
+    assert [store.get(f)["i"] for f in keep] == list(range(30, 40))
+    store.close()

@@ -25,17 +25,23 @@ Fragment ids are strings ``"<time_ns hex>-<uuid4 hex>"``: unique, and their age 
 
 from __future__ import annotations
 
+import errno
+import functools
+import json
+import logging
 import os
 import pickle
+import shutil
 import struct
 import threading
 import time
 import uuid
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ..errors import Closed, KeyNotFound
+from ..errors import Closed, DiskFull, KeyNotFound, StorageError
+from .diskspace import allocated_bytes, lmdb_write_error, reserve
 
 try:  # lmdb is an optional dependency (the [lmdb] extra)
     import lmdb
@@ -44,6 +50,9 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 
 __all__ = ["FragmentStore", "RefCounts", "decode", "encode", "fragment_age", "new_fragment_id"]
 
+log = logging.getLogger("replaystore")
+
+_OPTIONS = "store.json"
 _MAGIC = b"RSF1"
 _ALIGN = 64
 _HEADER = struct.Struct("<4sIQ")  # magic, number of buffers, length of the pickle
@@ -108,16 +117,53 @@ def decode(record: bytes | bytearray | memoryview) -> Any:
 
 # -- one environment per (directory, process) -------------------------------------------------------
 class _EnvEntry:
-    """An open environment, how many handles of this process use it, and the directory's inode."""
+    """An open environment, its users in this process, and the directory's inode.
 
-    __slots__ = ("env", "count", "inode")
+    ``count`` is the number of handles holding it, ``active`` the transactions running on it right
+    now; the environment closes when both are zero (never under a running transaction).
+    """
 
-    def __init__(self, env: Any, inode: int) -> None:
-        self.env, self.count, self.inode = env, 0, inode
+    __slots__ = ("env", "count", "active", "inode", "path", "fd", "closed")
+
+    def __init__(self, env: Any, inode: int, path: str) -> None:
+        self.env, self.count, self.active, self.inode, self.path = env, 0, 0, inode, path
+        self.fd = -1  # data.mdb opened for space reservations (writemap only)
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+        self.env.close()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
-_ENVS: dict[str, _EnvEntry] = {}  # realpath -> the entry new handles share
+_ENVS: dict[str, _EnvEntry] = {}  # path -> the entry new handles share
 _ENVS_LOCK = threading.Lock()
+
+
+def _open_env_locked(path: str, map_size: int, sync: bool, writemap: bool) -> _EnvEntry:
+    os.makedirs(path, exist_ok=True)
+    inode = os.stat(path).st_ino
+    entry = _ENVS.get(path)
+    if entry is None or entry.inode != inode:
+        try:
+            env = lmdb.open(path, map_size=map_size, subdir=True, max_readers=1024, sync=sync,
+                            metasync=sync, readahead=False, meminit=False, lock=True, writemap=writemap)
+        except lmdb.Error as e:
+            raise lmdb_write_error(e, path, None, map_size) from None
+        entry = _ENVS[path] = _EnvEntry(env, inode, path)  # a stale entry lives on with its handles
+    entry.count += 1
+    return entry
+
+
+def _release_env_locked(path: str, entry: _EnvEntry) -> None:
+    entry.count -= 1
+    if entry.count <= 0:
+        if _ENVS.get(path) is entry:
+            del _ENVS[path]
+        if entry.active <= 0 and not entry.closed:
+            entry.close()
 
 
 def _acquire_env(path: str, map_size: int, sync: bool, writemap: bool = False) -> _EnvEntry:
@@ -127,24 +173,81 @@ def _acquire_env(path: str, map_size: int, sync: bool, writemap: bool = False) -
     cached one still maps the old, deleted files.
     """
     with _ENVS_LOCK:
-        os.makedirs(path, exist_ok=True)
-        inode = os.stat(path).st_ino
-        entry = _ENVS.get(path)
-        if entry is None or entry.inode != inode:
-            env = lmdb.open(path, map_size=map_size, subdir=True, max_readers=1024, sync=sync,
-                            metasync=sync, readahead=False, meminit=False, lock=True, writemap=writemap)
-            entry = _ENVS[path] = _EnvEntry(env, inode)  # a stale entry lives on with its handles
-        entry.count += 1
-        return entry
+        return _open_env_locked(path, map_size, sync, writemap)
 
 
 def _release_env(path: str, entry: _EnvEntry) -> None:
     with _ENVS_LOCK:
-        entry.count -= 1
-        if entry.count <= 0:
-            if _ENVS.get(path) is entry:
-                del _ENVS[path]
-            entry.env.close()
+        _release_env_locked(path, entry)
+
+
+def _checkin(entry: _EnvEntry) -> None:
+    """End one transaction's use of ``entry`` (closes it if nobody holds it any more)."""
+    with _ENVS_LOCK:
+        entry.active -= 1
+        if entry.active <= 0 and entry.count <= 0 and not entry.closed:
+            entry.close()
+
+
+# -- shards: a symlink to the current generation of the environment ----------------------------------------
+_GEN = ".g"
+
+
+def _read_target(link: str) -> str | None:
+    """The generation directory ``link`` points to (``None``: a plain directory, an older layout)."""
+    try:
+        return os.readlink(link)
+    except OSError as e:
+        if e.errno == errno.EINVAL:  # a real directory: a store written before generations
+            return None
+        if e.errno == errno.ENOENT:
+            first = os.path.basename(link) + _GEN + "000000"
+            os.makedirs(os.path.join(os.path.dirname(link), first), exist_ok=True)
+            try:
+                os.symlink(first, link)
+            except FileExistsError:  # another process made it first
+                pass
+            return _read_target(link)
+        raise
+
+
+class _Shard:
+    """One shard of a store: ``shard-NNN`` is a symlink to ``shard-NNN.gKKKKKK/`` (its LMDB files).
+
+    Compaction writes a new generation and swaps the symlink while holding the old generation's
+    write lock; every operation resolves the symlink first and a writer re-checks it once it holds
+    the write lock, so no write can land in a generation that was replaced.
+    """
+
+    __slots__ = ("link", "target", "entry")
+
+    def __init__(self, link: str) -> None:
+        self.link = link
+        self.target: str | None = None
+        self.entry: _EnvEntry | None = None
+
+    def dir_of(self, target: str | None) -> str:
+        return self.link if target is None else os.path.join(os.path.dirname(self.link), target)
+
+
+class _Moved(Exception):
+    """The shard moved to a new generation while a writer waited for its lock (retry there)."""
+
+
+_PUT_SLACK = 128 << 10  # reserved beyond a put's record (plus 1/64 of it) for B-tree and free-list pages
+_DELETE_SLACK = 32 << 10  # reserved for a delete's copied pages (writemap), plus its free-list growth
+
+
+def _delete_slack(txn: Any, keys: list[bytes]) -> int:
+    """Bytes a delete of ``keys`` may add: copied B-tree pages, and 8 bytes per freed page in the free list."""
+    freed = 0
+    for k in keys:
+        v = txn.get(k)
+        freed += 0 if v is None else len(v)
+    return _DELETE_SLACK + 8 * (freed // 4096 + len(keys))
+
+
+_BUMP = b"\x00replaystore-bump"  # written and deleted in one commit (never visible)
 
 
 class FragmentStore:
@@ -155,19 +258,38 @@ class FragmentStore:
             receives the store, pickled, opens the same directory).
         num_shards: number of LMDB environments (more shards: more concurrent writers).
         map_size: the largest size one shard may reach, in bytes (sparse: costs nothing until used).
+            A put that would pass it raises :class:`~replaystore.DiskFull`.
         sync: flush to disk on every commit. Off by default: a commit then survives the crash of any
             process (the page cache has it), not a crash of the machine.
-        writemap: write through a writable memory map (one copy per write instead of three; about
-            2x faster writes of large values here). Turn it off for stores much larger than RAM,
-            where it forces the kernel to read reused pages before overwriting them. Every process
-            opening a store must use the same setting (the store's pickle carries it).
+        writemap: write through a writable memory map (one copy per write instead of three; faster
+            writes of large values). Off by default. With it, each write first reserves its blocks
+            (``posix_fallocate`` past the last page), so a full disk raises ``DiskFull`` rather than
+            ``SIGBUS``. The setting is recorded in ``path/store.json`` at creation and every process
+            uses the recorded one (``None``: whatever is recorded; a conflicting value raises
+            ``ValueError``).
+        shrink_threshold: when a delete leaves a shard empty and its files hold more than this many
+            bytes, the shard is replaced by a fresh, empty generation (its space goes back to the file
+            system). ``None``: never.
+
+    **Full disks.** Every write (put, delete, clear, compact) either completes or raises
+    :class:`~replaystore.DiskFull` (no space, or the shard's ``map_size`` reached; ``path`` and
+    ``wanted`` set) or :class:`~replaystore.StorageError` (another I/O error); then nothing was
+    written and every payload stored before is readable. The store works again once space is freed.
+
+    **Disk space follows the live payloads.** LMDB reuses pages freed by deletes, so a store in a
+    steady state of puts and deletes stays near its peak of live data. A shard emptied by deletes
+    (or :meth:`clear`) is swapped for an empty generation and its files are deleted, and
+    :meth:`compact` rewrites non-empty shards without their free pages. A process that still maps
+    a replaced generation keeps its blocks allocated until it next touches that shard or closes its
+    handle. :meth:`disk_usage` is what the file system holds.
 
     Thread- and process-safe. A store pickles as its arguments and reopens the directory in the
     receiving process. Raises :class:`~replaystore.Closed` after :meth:`close`.
     """
 
     def __init__(self, path: str | os.PathLike, num_shards: int = 4, map_size: int = 1 << 40,
-                 sync: bool = False, writemap: bool = True) -> None:
+                 sync: bool = False, writemap: bool | None = None,
+                 shrink_threshold: int | None = 1 << 20) -> None:
         if lmdb is None:
             raise ImportError("FragmentStore needs the lmdb package: pip install 'replaystore[lmdb]'")
         if int(num_shards) < 1:
@@ -176,62 +298,257 @@ class FragmentStore:
         self.num_shards = int(num_shards)
         self.map_size = int(map_size)
         self.sync = bool(sync)
-        self.writemap = bool(writemap)
-        self._paths = [os.path.join(self.path, f"shard-{i:03d}") for i in range(self.num_shards)]
-        self._entries = [_acquire_env(p, self.map_size, self.sync, self.writemap) for p in self._paths]
-        self._envs = [e.env for e in self._entries]
+        self.shrink_threshold = None if shrink_threshold is None else int(shrink_threshold)
+        os.makedirs(self.path, exist_ok=True)
+        self.writemap = self._recorded_writemap(writemap)
+        self._shards = [_Shard(os.path.join(self.path, f"shard-{i:03d}")) for i in range(self.num_shards)]
         self._closed = False
+        self.shrinks = 0  # shards this handle replaced by an empty generation
+        for i in range(self.num_shards):
+            _checkin(self._checkout(i))  # open every shard now: errors surface here
+
+    def _recorded_writemap(self, writemap: bool | None) -> bool:
+        """The store's writemap setting, recorded in ``store.json`` by the process that created it."""
+        file = os.path.join(self.path, _OPTIONS)
+        if not os.path.exists(file):
+            first = os.path.join(self.path, "shard-000")
+            legacy = os.path.isdir(first) and not os.path.islink(first)  # stores of the older layout used writemap
+            value = legacy if writemap is None else bool(writemap)
+            tmp = f"{file}.{os.getpid()}.{uuid.uuid4().hex}"
+            try:
+                with open(tmp, "w") as f:
+                    json.dump({"writemap": value}, f)
+                os.link(tmp, file)  # the first process to create the store decides, atomically
+            except FileExistsError:
+                pass
+            except OSError as e:
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise DiskFull(f"no space to create {file}", file, None) from None
+                raise
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        try:
+            with open(file) as f:
+                recorded = bool(json.load(f)["writemap"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise StorageError(f"{file} is unreadable: {e}", file, None) from None
+        if writemap is not None and bool(writemap) != recorded:
+            raise ValueError(f"the store at {self.path} was created with writemap={recorded}; "
+                             f"every process must open it the same way (got writemap={writemap})")
+        return recorded
 
     def __reduce__(self) -> tuple:
-        return (FragmentStore, (self.path, self.num_shards, self.map_size, self.sync, self.writemap))
+        return (FragmentStore, (self.path, self.num_shards, self.map_size, self.sync, self.writemap,
+                                self.shrink_threshold))
 
     def __repr__(self) -> str:
         return f"FragmentStore(path={self.path!r}, num_shards={self.num_shards})"
 
-    def _env(self, key: bytes) -> Any:
+    # -- shard plumbing -------------------------------------------------------------------------------
+    def _shard_of(self, key: bytes) -> int:
+        return zlib.crc32(key) % self.num_shards
+
+    def _checkout(self, i: int) -> _EnvEntry:
+        """The current generation of shard ``i``, marked in use (pair with :func:`_checkin`)."""
         if self._closed:
             raise Closed(f"{self!r} is closed")
-        return self._envs[zlib.crc32(key) % self.num_shards]
+        sh = self._shards[i]
+        target = _read_target(sh.link)
+        with _ENVS_LOCK:
+            if sh.entry is None or target != sh.target:
+                entry = _open_env_locked(sh.dir_of(target), self.map_size, self.sync, self.writemap)
+                old = sh.entry
+                sh.entry, sh.target = entry, target
+                if old is not None:
+                    _release_env_locked(old.path, old)  # closes once its last transaction ends
+            sh.entry.active += 1
+            return sh.entry
+
+    def _read(self, i: int, fn: Callable[[Any], Any]) -> Any:
+        entry = self._checkout(i)
+        try:
+            with entry.env.begin(buffers=True) as txn:
+                return fn(txn)
+        finally:
+            _checkin(entry)
+
+    def _write(self, i: int, fn: Callable[[Any], Any], wanted: int, slack: int | Callable[[Any], int]) -> Any:
+        """Run ``fn(txn)`` in a write transaction of shard ``i``'s current generation; commit.
+
+        ``wanted`` is the payload's size (reported in errors), ``slack`` what the B-tree and the
+        free list may add (or a function of the transaction computing it).
+        Raises ``DiskFull``/``StorageError`` (nothing written) when LMDB or the reservation fails.
+
+        Pages freed by the last commit are still part of the previous snapshot, so LMDB reuses
+        them only after one more commit: when a write fails for room, one small commit (a marker
+        put and deleted) is made and the write retried once.
+        """
+        sh = self._shards[i]
+        retried = False
+        while True:
+            entry = self._checkout(i)
+            try:
+                with entry.env.begin(write=True, buffers=True) as txn:
+                    if entry.path != sh.link and _read_target(sh.link) != os.path.basename(entry.path):
+                        raise _Moved
+                    if self.writemap:
+                        self._reserve(entry, wanted + (slack(txn) if callable(slack) else slack), wanted)
+                    return fn(txn)
+            except _Moved:
+                continue
+            except lmdb.Error as e:
+                err = lmdb_write_error(e, entry.path, wanted, self.map_size)
+                if retried or not isinstance(err, DiskFull) or isinstance(e, lmdb.MapFullError):
+                    raise err from None
+                retried = True
+                try:
+                    with entry.env.begin(write=True) as txn:  # makes the last commit's free pages reusable
+                        txn.put(_BUMP, b"")
+                        txn.delete(_BUMP)
+                except lmdb.Error:
+                    raise err from None
+            finally:
+                _checkin(entry)
+
+    def _reserve(self, entry: _EnvEntry, nbytes: int, wanted: int) -> None:
+        """Allocate ``nbytes`` past the last page (the caller holds the write lock)."""
+        if entry.fd < 0:
+            entry.fd = os.open(os.path.join(entry.path, "data.mdb"), os.O_RDWR)
+        psize = entry.env.stat()["psize"]
+        try:
+            reserve(entry.fd, (entry.env.info()["last_pgno"] + 1) * psize, nbytes,
+                    os.path.join(entry.path, "data.mdb"))
+        except DiskFull as e:
+            raise DiskFull(f"{e} (a write of {wanted} bytes with writemap)", e.path, wanted) from None
 
     # -- writes -----------------------------------------------------------------------------------
     def put(self, value: Any, fragment_id: str | None = None) -> str:
         """Store ``value`` (any picklable object); return its id (a new one unless given).
 
-        An existing id is overwritten. Raises ``lmdb.MapFullError`` when the shard is full.
+        An existing id is overwritten. Raises :class:`~replaystore.DiskFull` (no space, or the
+        shard reached ``map_size``; nothing stored) or :class:`~replaystore.StorageError`.
         """
         fid = new_fragment_id() if fragment_id is None else str(fragment_id)
         self.put_encoded(fid, encode(value))
         return fid
 
     def put_encoded(self, fragment_id: str, record: bytes | bytearray | memoryview) -> None:
-        """Store an already :func:`encode`-d record under ``fragment_id``."""
+        """Store an already :func:`encode`-d record under ``fragment_id`` (errors as :meth:`put`)."""
         key = fragment_id.encode()
-        with self._env(key).begin(write=True) as txn:
-            txn.put(key, record)
+        self._write(self._shard_of(key), lambda txn: txn.put(key, record), len(record),
+                    _PUT_SLACK + len(record) // 64)
 
     def delete(self, fragment_ids: str | Iterable[str]) -> int:
-        """Delete payloads; return how many existed. Unknown ids are skipped (no error)."""
+        """Delete payloads; return how many existed. Unknown ids are skipped (no error).
+
+        A shard left empty whose files hold more than ``shrink_threshold`` bytes is replaced by an
+        empty generation (its space goes back to the file system). Raises ``DiskFull`` if even the
+        delete's few copied pages find no room (only possible with ``writemap``... or a disk filled
+        to the last block); then nothing was deleted.
+        """
         ids = [fragment_ids] if isinstance(fragment_ids, str) else list(fragment_ids)
         if not ids:
             return 0
         by_shard: dict[int, list[bytes]] = {}
         for fid in ids:
             key = fid.encode()
-            by_shard.setdefault(zlib.crc32(key) % self.num_shards, []).append(key)
+            by_shard.setdefault(self._shard_of(key), []).append(key)
         if self._closed:
             raise Closed(f"{self!r} is closed")
         n = 0
         for shard, keys in by_shard.items():
-            with self._envs[shard].begin(write=True) as txn:
-                for key in keys:
-                    n += bool(txn.delete(key))
+            def drop(txn: Any, keys: list[bytes] = keys) -> tuple[int, int]:
+                return sum(bool(txn.delete(k)) for k in keys), txn.stat()["entries"]
+
+            gone, left = self._write(shard, drop, 0, functools.partial(_delete_slack, keys=keys))
+            n += gone
+            if gone and left == 0:
+                self._maybe_shrink(shard)
         return n
 
     def clear(self) -> None:
-        """Delete every payload."""
-        for env in self._envs_open():
-            with env.begin(write=True) as txn:
-                txn.drop(env.open_db(txn=txn), delete=False)
+        """Delete every payload; every shard becomes a fresh, empty generation (space given back)."""
+        for i in range(self.num_shards):
+            if not self._swap(i, empty=True):  # a store of the older layout: delete in place
+                self._write(i, lambda txn: [txn.delete(bytes(k)) for k in list(txn.cursor().iternext(values=False))],
+                            0, _DELETE_SLACK)
+
+    def compact(self) -> int:
+        """Rewrite every shard without its free pages; return the bytes given back to the file system.
+
+        Online: each shard is copied (``mdb_env_copy2`` with compaction) while its write lock is
+        held, then the shard's symlink is swapped to the copy. Writers wait for the copy; readers
+        never wait: a reader that began before the swap finishes on the old generation (still
+        mapped, even once its files are unlinked), the next one reads the new generation, which
+        holds every payload committed before the swap. Needs free space for a copy of the largest
+        shard's live data (``DiskFull`` otherwise; the shard is then left as it was).
+        """
+        before = self.disk_usage()
+        for i in range(self.num_shards):
+            self._swap(i, empty=False)
+        return max(before - self.disk_usage(), 0)
+
+    def _maybe_shrink(self, i: int) -> None:
+        if self.shrink_threshold is None:
+            return
+        if allocated_bytes(self._files(i)) > self.shrink_threshold:
+            try:
+                self._swap(i, empty=True, only_if_empty=True)
+            except StorageError as e:  # the delete itself succeeded; the space stays for now
+                log.warning("fragment store %s: could not shrink shard %d: %s", self.path, i, e)
+
+    def _swap(self, i: int, empty: bool, only_if_empty: bool = False) -> bool:
+        """Replace shard ``i`` by a compacted copy (``empty``: by an empty environment).
+
+        Returns ``False`` for a shard of the older layout (a plain directory; nothing done).
+        """
+        sh = self._shards[i]
+        while True:
+            entry = self._checkout(i)
+            if entry.path == sh.link:
+                _checkin(entry)
+                return False
+            parent = os.path.dirname(sh.link)
+            base = os.path.basename(sh.link)
+            try:
+                with entry.env.begin(write=True) as txn:  # blocks every writer of this shard
+                    current = _read_target(sh.link)
+                    if current != os.path.basename(entry.path):
+                        raise _Moved
+                    if only_if_empty and txn.stat()["entries"]:
+                        return True
+                    gen = int(current.rsplit(_GEN, 1)[1]) + 1
+                    new = f"{base}{_GEN}{gen:06d}"
+                    new_dir = os.path.join(parent, new)
+                    shutil.rmtree(new_dir, ignore_errors=True)
+                    os.makedirs(new_dir)
+                    try:
+                        if empty:
+                            lmdb.open(new_dir, map_size=self.map_size, subdir=True, lock=True,
+                                      writemap=self.writemap).close()
+                        else:
+                            entry.env.copy(new_dir, compact=True)
+                        tmp = os.path.join(parent, f".{base}.{uuid.uuid4().hex}")
+                        os.symlink(new, tmp)
+                        os.replace(tmp, sh.link)  # atomic: readers see the old or the new generation
+                    except (lmdb.Error, OSError) as e:
+                        shutil.rmtree(new_dir, ignore_errors=True)
+                        if isinstance(e, lmdb.Error):
+                            raise lmdb_write_error(e, new_dir, None, self.map_size) from None
+                        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                            raise DiskFull(f"no space to compact shard {sh.link} into {new_dir}", new_dir,
+                                           None) from None
+                        raise
+                    for name in os.listdir(parent):  # the replaced generation and any leftovers
+                        if name.startswith(base + _GEN) and name != new:
+                            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+                    self.shrinks += 1
+                    return True
+            except _Moved:
+                continue
+            finally:
+                _checkin(entry)
 
     # -- reads ------------------------------------------------------------------------------------
     def get(self, fragment_id: str) -> Any:
@@ -241,50 +558,80 @@ class FragmentStore:
     def get_encoded(self, fragment_id: str) -> bytearray:
         """The raw record of ``fragment_id`` (one copy out of the memory map)."""
         key = fragment_id.encode()
-        with self._env(key).begin(buffers=True) as txn:
+
+        def read(txn: Any) -> bytearray | None:
             view = txn.get(key)
-            if view is None:
-                raise KeyNotFound(f"fragment {fragment_id!r} is not in {self!r}")
-            return bytearray(view)
+            return None if view is None else bytearray(view)
+
+        out = self._read(self._shard_of(key), read)
+        if out is None:
+            raise KeyNotFound(f"fragment {fragment_id!r} is not in {self!r}")
+        return out
 
     def __contains__(self, fragment_id: object) -> bool:
         if not isinstance(fragment_id, str):
             return False
         key = fragment_id.encode()
-        with self._env(key).begin() as txn:
+
+        def has(txn: Any) -> bool:
             with txn.cursor() as cur:
                 return cur.set_key(key)
 
+        return self._read(self._shard_of(key), has)
+
     def keys(self) -> Iterator[str]:
         """Every stored id (shard by shard, each in byte order)."""
-        for env in self._envs_open():
-            with env.begin() as txn:
-                ids = [k.decode() for k in txn.cursor().iternext(keys=True, values=False)]
-            yield from ids
+        def ids(txn: Any) -> list[str]:
+            return [bytes(k).decode() for k in txn.cursor().iternext(keys=True, values=False)]
+
+        for i in self._indices():
+            yield from self._read(i, ids)
 
     def __len__(self) -> int:
-        return sum(env.stat()["entries"] for env in self._envs_open())
+        return sum(self._read(i, lambda txn: txn.stat()["entries"]) for i in self._indices())
 
-    def disk_usage(self) -> int:
+    def live_bytes(self) -> int:
         """Bytes of pages in use (live payloads plus B-tree overhead), over all shards."""
         total = 0
-        for env in self._envs_open():
-            s = env.stat()
+        for i in self._indices():
+            s = self._read(i, lambda txn: txn.stat())
             total += s["psize"] * (s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"])
         return total
 
-    def _envs_open(self) -> list:
+    def disk_usage(self) -> int:
+        """Bytes the file system holds for the shards' files (``st_blocks * 512``), over all shards."""
+        return allocated_bytes(f for i in self._indices() for f in self._files(i))
+
+    def _files(self, i: int) -> list[str]:
+        sh = self._shards[i]
+        d = sh.dir_of(_read_target(sh.link))
+        return [os.path.join(d, "data.mdb"), os.path.join(d, "lock.mdb")]
+
+    def _indices(self) -> range:
         if self._closed:
             raise Closed(f"{self!r} is closed")
-        return self._envs
+        return range(self.num_shards)
 
     # -- lifetime -----------------------------------------------------------------------------------
     def close(self) -> None:
-        """Release this handle (the environment closes with the last handle of the process)."""
+        """Release this handle (the environment closes with the last handle of the process).
+
+        Empty shards whose files hold more than ``shrink_threshold`` bytes are shrunk first.
+        """
         if not self._closed:
+            if self.shrink_threshold is not None:
+                for i in range(self.num_shards):
+                    try:
+                        if self._read(i, lambda txn: txn.stat()["entries"]) == 0:
+                            self._maybe_shrink(i)
+                    except (StorageError, lmdb.Error):  # closing must not fail over space
+                        pass
             self._closed = True
-            for p, entry in zip(self._paths, self._entries):
-                _release_env(p, entry)
+            with _ENVS_LOCK:
+                for sh in self._shards:
+                    if sh.entry is not None:
+                        _release_env_locked(sh.entry.path, sh.entry)
+                        sh.entry = None
 
     def __enter__(self) -> "FragmentStore":
         return self
