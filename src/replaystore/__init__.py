@@ -20,7 +20,15 @@ from .errors import (
 from .items import Sample
 from .limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack
 from .samplers import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Selector, Uniform, WithoutReplacement
-from .storage import ColumnStorage, Field, FrameStackStorage, MemmapColumnStorage, ObjectStorage, Storage
+from .storage import (
+    ColumnStorage,
+    CompressedColumnStorage,
+    Field,
+    FrameStackStorage,
+    MemmapColumnStorage,
+    ObjectStorage,
+    Storage,
+)
 from .table import Table
 
 __version__ = "0.1.0"
@@ -29,6 +37,7 @@ __all__ = [
     "CheckpointError",
     "Closed",
     "ColumnStorage",
+    "CompressedColumnStorage",
     "DiskFull",
     "Field",
     "Fifo",

@@ -208,6 +208,15 @@ def load_table(path: str | os.PathLike, allow_pickle: bool = False, memmap_dir: 
                                         frame_capacity=desc.get("frame_capacity"))
             if spec is not None:
                 storage._adopt(normalize_spec(spec))
+        elif kind == "compressed":
+            from .storage.compressed import CompressedColumnStorage
+
+            desc = m["storage"]
+            try:
+                storage = CompressedColumnStorage(capacity, spec, compress=desc.get("compress"),
+                                                  min_bytes=desc.get("min_bytes", 1024), level=desc.get("level", 3))
+            except (TypeError, ValueError) as e:
+                raise CheckpointError(f"{path}: manifest has an invalid compressed storage: {e}") from None
         elif kind == "memmap" and memmap_dir is not None:
             storage = MemmapColumnStorage(capacity, memmap_dir, spec)
         else:

@@ -2,9 +2,18 @@
 
 from .base import Storage
 from .columns import ColumnStorage
+from .compressed import CompressedColumnStorage
 from .frames import FrameStackStorage
 from .memmap import MemmapColumnStorage
 from .objects import ObjectStorage
 from .spec import Field
 
-__all__ = ["ColumnStorage", "Field", "FrameStackStorage", "MemmapColumnStorage", "ObjectStorage", "Storage"]
+__all__ = [
+    "ColumnStorage",
+    "CompressedColumnStorage",
+    "Field",
+    "FrameStackStorage",
+    "MemmapColumnStorage",
+    "ObjectStorage",
+    "Storage",
+]
