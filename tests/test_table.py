@@ -59,12 +59,32 @@ def test_fifo_eviction_when_full():
     assert np.array_equal(data["id"], np.arange(3, 13))
 
 
-def test_batch_larger_than_capacity_raises_and_changes_nothing():
-    t = make(4)
+@pytest.mark.parametrize("remover", [rs.Lifo, rs.MinHeap, rs.MaxHeap, rs.Uniform])
+def test_batch_larger_than_capacity_raises_and_changes_nothing(remover):
+    t = make(4, remover=remover())
     t.extend(transitions(2))
-    with pytest.raises(ValueError, match="capacity"):
+    before = t.stats()
+    with pytest.raises(rs.CapacityError, match="capacity") as e:
         t.extend(transitions(5))
+    assert isinstance(e.value, ValueError) and isinstance(e.value, rs.ReplayError)
     assert t.keys().tolist() == [0, 1]
+    assert t.stats() == before
+
+
+def test_fifo_batch_larger_than_capacity_keeps_the_newest_items():
+    t = make(4, rate_limiter=rs.MinSize(1))
+    t.extend(transitions(2))
+    keys = t.extend(transitions(7, 2))
+    assert keys.tolist() == list(range(2, 9))  # every item gets a key; keys stay consecutive
+    assert t.keys().tolist() == [5, 6, 7, 8]
+    data, found = t.get(keys)
+    assert found.tolist() == [False] * 3 + [True] * 4
+    assert data["id"].tolist() == [5, 6, 7, 8]
+    st = t.stats()
+    assert (st["inserts"], st["evictions"], st["deletes"], st["size"]) == (9, 5, 5, 4)
+    assert t.rate_limiter.inserts - t.rate_limiter.deletes == 4
+    assert t.extend(transitions(1, 9)).tolist() == [9]
+    assert t.keys().tolist() == [6, 7, 8, 9]
 
 
 def test_update_priorities_skips_evicted_keys_and_never_touches_reused_slot():

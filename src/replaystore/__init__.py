@@ -5,12 +5,16 @@ The core is :class:`Table`: a storage, a sampler, a remover, a rate limiter and 
 """
 
 from .errors import (
+    CapacityError,
     CheckpointError,
     Closed,
     DiskFull,
+    InvalidArgument,
     InvalidPriority,
     InvalidRequest,
+    InvalidType,
     KeyNotFound,
+    RateLimitError,
     ReplayError,
     SpecError,
     StorageError,
@@ -34,6 +38,7 @@ from .table import Table
 __version__ = "0.1.0"
 
 __all__ = [
+    "CapacityError",
     "CheckpointError",
     "Closed",
     "ColumnStorage",
@@ -42,8 +47,10 @@ __all__ = [
     "Field",
     "Fifo",
     "FrameStackStorage",
+    "InvalidArgument",
     "InvalidPriority",
     "InvalidRequest",
+    "InvalidType",
     "KeyNotFound",
     "Lifo",
     "MaxHeap",
@@ -53,6 +60,7 @@ __all__ = [
     "ObjectStorage",
     "Prioritized",
     "Queue",
+    "RateLimitError",
     "RateLimiter",
     "ReplayError",
     "Sample",

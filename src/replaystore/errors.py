@@ -40,6 +40,34 @@ class CheckpointError(ReplayError):
     """A checkpoint is missing, truncated, corrupted, or of an unknown format."""
 
 
+class InvalidArgument(ReplayError, ValueError):
+    """An argument or configuration value is out of range or impossible in the table's state.
+
+    Examples: ``sample(0)``, keys that are not one-dimensional, ``capacity <= 0``, an unknown
+    selector or rate limiter type, a sampler used as a remover that cannot remove.
+    """
+
+
+class CapacityError(InvalidArgument):
+    """A batch can never fit.
+
+    More items than the capacity of a table whose remover is not ``Fifo`` (a FIFO table keeps the
+    newest ``capacity`` items instead), or more frames than a frame ring holds.
+    """
+
+
+class RateLimitError(InvalidArgument):
+    """A call the rate limiter could never admit: waiting for it would block forever.
+
+    A batch larger than ``max_diff - min_diff`` allows. Distinct from :class:`Timeout`, which a
+    call that could proceed later raises when its time runs out.
+    """
+
+
+class InvalidType(ReplayError, TypeError):
+    """A value of a type replaystore cannot handle here (e.g. a gym space with no array form)."""
+
+
 class StorageError(ReplayError, OSError):
     """The file system refused a write or a read of replaystore's files (an I/O error).
 
@@ -74,7 +102,7 @@ class DiskFull(StorageError):
     _errno = errno.ENOSPC
 
 
-class InvalidRequest(ReplayError, ValueError):
+class InvalidRequest(InvalidArgument):
     """A request that can never be valid (a bad count, range, group size or budget request).
 
     Examples: a negative or non-integer count, a version range whose minimum exceeds its maximum, a

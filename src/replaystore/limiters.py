@@ -21,6 +21,8 @@ import math
 import sys
 from fractions import Fraction
 
+from .errors import InvalidArgument, RateLimitError
+
 _MAX = sys.float_info.max
 
 
@@ -37,11 +39,11 @@ class RateLimiter:
         self, samples_per_insert: float, min_size_to_sample: int, min_diff: float, max_diff: float
     ) -> None:
         if min_size_to_sample < 1:
-            raise ValueError(f"min_size_to_sample must be >= 1, got {min_size_to_sample}")
+            raise InvalidArgument(f"min_size_to_sample must be >= 1, got {min_size_to_sample}")
         if samples_per_insert <= 0:
-            raise ValueError(f"samples_per_insert must be > 0, got {samples_per_insert}")
+            raise InvalidArgument(f"samples_per_insert must be > 0, got {samples_per_insert}")
         if min_diff > max_diff:
-            raise ValueError(f"min_diff ({min_diff}) must be <= max_diff ({max_diff})")
+            raise InvalidArgument(f"min_diff ({min_diff}) must be <= max_diff ({max_diff})")
         self.samples_per_insert = float(samples_per_insert)
         self.min_size_to_sample = int(min_size_to_sample)
         self.min_diff = float(min_diff)
@@ -92,7 +94,7 @@ class RateLimiter:
         return lo, hi
 
     def check_insert_size(self, n: int) -> None:
-        """Raise ``ValueError`` if an insert of ``n`` could never proceed (it would block forever).
+        """Raise :class:`RateLimitError` (a ``ValueError``) if an insert of ``n`` could never proceed.
 
         Inserting ``n`` at the lowest ``diff`` reachable from now (the current one, or the lowest
         that samples can bring it to) must stay within the highest reachable one, unless the batch
@@ -103,16 +105,16 @@ class RateLimiter:
         lo, hi = self._reachable_range()
         best = min(self.inserts * self.samples_per_insert - self.samples, lo)
         if n * self.samples_per_insert + max(best, -_MAX / 2) > hi:
-            raise ValueError(
+            raise RateLimitError(
                 f"an insert of {n} items can never satisfy {self!r} "
                 f"(needs n * samples_per_insert <= max_diff - min_diff); insert smaller batches"
             )
 
     def check_sample_size(self, n: int) -> None:
-        """Raise ``ValueError`` if a sample of ``n`` could never proceed."""
+        """Raise :class:`RateLimitError` (a ``ValueError``) if a sample of ``n`` could never proceed."""
         lo, hi = self._reachable_range()
         if n > hi - lo:
-            raise ValueError(
+            raise RateLimitError(
                 f"a sample of {n} items can never satisfy {self!r} "
                 f"(needs n <= max_diff - min_diff); sample smaller batches"
             )
@@ -183,7 +185,7 @@ class SampleToInsertRatio(RateLimiter):
             offset = samples_per_insert * min_size_to_sample
             min_diff, max_diff = offset - float(error_buffer), offset + float(error_buffer)
         if max_diff - min_diff < 2 * max(1.0, samples_per_insert):
-            raise ValueError(
+            raise InvalidArgument(
                 f"error_buffer gives the range [{min_diff}, {max_diff}], narrower than "
                 f"2 * max(1, samples_per_insert) = {2 * max(1.0, samples_per_insert)}: it could deadlock"
             )
@@ -208,7 +210,7 @@ class Queue(RateLimiter):
 
     def __init__(self, size: int) -> None:
         if size < 1:
-            raise ValueError(f"queue size must be >= 1, got {size}")
+            raise InvalidArgument(f"queue size must be >= 1, got {size}")
         super().__init__(1.0, 1, 0.0, float(size))
         self.queue_size = int(size)
 
@@ -233,5 +235,5 @@ def limiter_from_config(config: dict) -> RateLimiter:
     try:
         cls = LIMITERS[name]
     except KeyError:
-        raise ValueError(f"unknown rate limiter type {name!r}; known: {sorted(LIMITERS)}") from None
+        raise InvalidArgument(f"unknown rate limiter type {name!r}; known: {sorted(LIMITERS)}") from None
     return cls(**kwargs)

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from .errors import Closed, Timeout
+from .errors import Closed, InvalidArgument, Timeout
 
 if TYPE_CHECKING:
     from .items import Sample
@@ -46,7 +46,7 @@ class SampleIterator:
         join_timeout: float = 5.0,
     ) -> None:
         if prefetch < 1:
-            raise ValueError(f"prefetch must be >= 1, got {prefetch}")
+            raise InvalidArgument(f"prefetch must be >= 1, got {prefetch}")
         self.table = table
         self.batch_size = int(batch_size)
         self.timeout = timeout

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import Closed, InvalidPriority, SpecError, Timeout
+from .errors import CapacityError, Closed, InvalidArgument, InvalidPriority, SpecError, Timeout
 from .items import Sample
 from .keys import KeyIndex
 from .limiters import MinSize, Queue, RateLimiter, Stack
@@ -44,9 +44,9 @@ def _make_storage(storage: str | Storage | None, capacity: int, spec: Mapping | 
         return MemmapColumnStorage(capacity, str(storage)[len("memmap:") :], spec)
     if isinstance(storage, Storage):
         if storage.capacity != capacity:
-            raise ValueError(f"storage capacity {storage.capacity} != table capacity {capacity}")
+            raise InvalidArgument(f"storage capacity {storage.capacity} != table capacity {capacity}")
         return storage
-    raise ValueError(
+    raise InvalidArgument(
         f"storage must be 'columns', 'objects', 'memmap:<dir>' or a Storage, got {storage!r}"
     )
 
@@ -85,19 +85,19 @@ class Table:
     ) -> None:
         capacity = int(capacity)
         if capacity <= 0:
-            raise ValueError(f"capacity must be positive, got {capacity}")
+            raise InvalidArgument(f"capacity must be positive, got {capacity}")
         if max_times_sampled < 0:
-            raise ValueError(f"max_times_sampled must be >= 0, got {max_times_sampled}")
+            raise InvalidArgument(f"max_times_sampled must be >= 0, got {max_times_sampled}")
         if max_staleness is not None and max_staleness < 0:
-            raise ValueError(f"max_staleness must be >= 0 or None, got {max_staleness}")
+            raise InvalidArgument(f"max_staleness must be >= 0 or None, got {max_staleness}")
         self.capacity = capacity
         self.name = name
         self.sampler = sampler if sampler is not None else Uniform()
         self.remover = remover if remover is not None else Fifo()
         if not self.remover.usable_as_remover:
-            raise ValueError(f"{type(self.remover).__name__} cannot be used as a remover")
+            raise InvalidArgument(f"{type(self.remover).__name__} cannot be used as a remover")
         if self.remover is self.sampler:
-            raise ValueError("sampler and remover must be distinct selector objects")
+            raise InvalidArgument("sampler and remover must be distinct selector objects")
         self.rate_limiter = rate_limiter if rate_limiter is not None else MinSize(1)
         self.max_times_sampled = int(max_times_sampled)
         self.max_staleness = None if max_staleness is None else int(max_staleness)
@@ -106,7 +106,7 @@ class Table:
         self.rng = np.random.default_rng(seed)
         self.storage = _make_storage(storage, capacity, spec)
         if self.storage.requires_fifo and type(self.remover) is not Fifo:
-            raise ValueError(f"{type(self.storage).__name__} frees space in insertion order: use remover=Fifo()")
+            raise InvalidArgument(f"{type(self.storage).__name__} frees space in insertion order: use remover=Fifo()")
         self._selectors = (self.sampler, self.remover)
         for sel in self._selectors:
             sel.bind(capacity, self.rng)
@@ -170,7 +170,7 @@ class Table:
     def __contains__(self, key: int) -> bool:
         with self._cond:
             self._flush_pending()
-            return bool(self._index.lookup(np.asarray([key]))[0] >= 0)
+            return bool(self._index.lookup(_as_keys(key))[0] >= 0)
 
     def __repr__(self) -> str:
         return (
@@ -302,11 +302,17 @@ class Table:
 
         Returns:
             The keys, in batch order. Items refused as stale (see ``max_staleness``) get key -1.
+            A batch larger than the capacity of a table whose remover is :class:`Fifo` keeps its
+            newest ``capacity`` items: every item gets a key (keys stay consecutive), the oldest
+            ``n - capacity`` are evicted at once (counted in ``inserts`` and ``evictions``, and
+            by the rate limiter as inserted and deleted), so their keys are not live on return.
 
         Raises:
             SpecError: data does not match the spec. InvalidPriority: bad priorities.
-            ValueError: the batch is larger than the capacity or than the rate limiter allows.
+            CapacityError: the batch is larger than the capacity and the remover is not ``Fifo``.
+            RateLimitError: the rate limiter could never admit a batch this large.
             Timeout, Closed: as for every blocking call.
+            Every error leaves the table (contents and ``stats()``) as it was.
         """
         with self._cond:
             self._check_open()
@@ -392,8 +398,18 @@ class Table:
 
     def _insert(self, prepared: Any, n: int, priorities: Any, version: Any, timeout: float | None,
                 admitted: bool = False) -> np.ndarray:
-        if n > self.capacity:
-            raise ValueError(f"a batch of {n} items does not fit a table of capacity {self.capacity}")
+        """Insert a prepared batch (lock held).
+
+        Nothing changes (counters included) until every check has passed and the rate limiter
+        has admitted the batch; the storage write is the only step after that which may fail, and
+        on an empty-enough table its slots are given back if it does.
+        """
+        fifo = type(self.remover) is Fifo
+        if n > self.capacity and not fifo:
+            raise CapacityError(
+                f"a batch of {n} items does not fit a table of capacity {self.capacity} whose "
+                f"remover is {type(self.remover).__name__} (only a Fifo table keeps the newest items)"
+            )
         n_given = n
         limiter = self.rate_limiter
         limited = limiter.max_diff < _NO_LIMIT  # else every insert may proceed at once
@@ -406,8 +422,8 @@ class Table:
             fresh = np.asarray(versions >= self.version - self.max_staleness)
             if not fresh.all():
                 accepted = np.flatnonzero(np.broadcast_to(fresh, (n,)))
-                self._counters["dropped_stale"] += n - len(accepted)
                 if len(accepted) == 0:
+                    self._counters["dropped_stale"] += n
                     return np.full(n, -1, dtype=np.int64)
         if limited and not admitted:
             wanted = n if accepted is None else len(accepted)
@@ -422,44 +438,58 @@ class Table:
             versions = versions if isinstance(versions, int) else versions[accepted]
             prio = None if prio is None else prio[accepted]
             n = len(accepted)
-        prev_max_priority = self.max_priority
         if prio is None:
             prio = np.full(n, self.max_priority)
-        elif n:
-            self.max_priority = max(self.max_priority, float(prio.max()))
-
-        overflow = max(self._size + n - self.capacity, self.storage.evictions_needed(prepared, n))
+        new_max_priority = max(self.max_priority, float(prio.max()))
         keys = np.arange(self._next_key, self._next_key + n, dtype=np.int64)
-        if overflow == n > 0:
+        gone = 0  # a FIFO batch larger than the capacity: its oldest items are evicted at once
+        if n > self.capacity:
+            gone = n - self.capacity
+            keep = np.arange(gone, n)
+            prepared = _subset(self.storage, prepared, keep)
+            versions = versions if isinstance(versions, int) else versions[keep]
+            prio, stored_keys = prio[keep], keys[keep]
+        else:
+            stored_keys = keys
+        m = n - gone
+
+        overflow = max(self._size + m - self.capacity, self.storage.evictions_needed(prepared, m))
+        if overflow == m > 0:
             # The steady state of a full table: the new items take the victims' slots in place
             # (what removing and re-inserting would do, minus the bookkeeping of both).
-            slots = self.remover.victims(n)
+            slots = self.remover.victims(m)
             where = _as_slice_if_contiguous(slots)
             self.storage.release(slots)
             self.storage.write(where, prepared)
-            self._replace_slots(slots, keys, prio)
+            self._replace_slots(slots, stored_keys, prio)
         else:
             if overflow > 0:
                 self._remove_slots(self.remover.victims(overflow))
                 self._counters["evictions"] += overflow
-            slots = self._take_free(n)
+            slots = self._take_free(m)
             where = _as_slice_if_contiguous(slots)
             try:
                 self.storage.write(where, prepared)  # may adopt the spec, or raise (DiskFull)
             except BaseException:
-                self._nfree += n  # the slots go back to the free list; nothing else changed yet
-                self.max_priority = prev_max_priority
+                self._nfree += m  # give the slots back: the failed write inserted nothing
                 raise
-            self._index.assign(slots, keys)
+            self._index.assign(slots, stored_keys)
             for sel in self._selectors:
-                sel.insert(slots, keys, prio)
-            self._size += n
+                sel.insert(slots, stored_keys, prio)
+            self._size += m
         self._next_key += n
+        self.max_priority = new_max_priority
         self._priority[where] = prio
         self._times_sampled[where] = 0
         self._version[where] = versions
         limiter.inserts += n
         self._counters["inserts"] += n
+        if gone:
+            limiter.deletes += gone
+            self._counters["deletes"] += gone
+            self._counters["evictions"] += gone
+        if accepted is not None:
+            self._counters["dropped_stale"] += n_given - n
         if self._waiting:
             self._cond.notify_all()
         if accepted is None:
@@ -491,13 +521,12 @@ class Table:
             ``max_times_sampled`` are deleted after being read.
 
         Raises:
-            ValueError: ``batch_size < 1`` or larger than the rate limiter could ever allow.
+            InvalidArgument: ``batch_size`` is not an integer ``>= 1``.
+            RateLimitError: larger than the rate limiter could ever allow.
             Timeout: the rate limiter did not allow the sample within ``timeout`` seconds.
             Closed: the table was closed.
         """
-        n = int(batch_size)
-        if n < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        n = _as_count(batch_size, "batch_size")
         with self._lock:  # the Condition's own lock: entering it directly is cheaper
             if self._stager is not None and self._stager.n:
                 self._flush_pending()
@@ -558,7 +587,7 @@ class Table:
             ``(data, found)``: the payloads of the keys that are live (in the given order) and a
             boolean mask over ``keys`` saying which were found.
         """
-        keys = np.atleast_1d(np.asarray(keys, dtype=np.int64))
+        keys = _as_keys(keys)
         with self._cond:
             self._flush_pending()
             slots = self._index.lookup(keys)
@@ -567,7 +596,7 @@ class Table:
 
     def info(self, keys: Any) -> dict[str, np.ndarray]:
         """Metadata of live items by key: ``priorities``, ``times_sampled``, ``versions``, ``found``."""
-        keys = np.atleast_1d(np.asarray(keys, dtype=np.int64))
+        keys = _as_keys(keys)
         with self._cond:
             self._flush_pending()
             slots = self._index.lookup(keys)
@@ -588,9 +617,7 @@ class Table:
         counted in ``stats()["skipped_updates"]``). Raises :class:`InvalidPriority` for NaN,
         infinite or (for the prioritized sampler) negative values, before changing anything.
         """
-        keys = np.atleast_1d(np.asarray(keys, dtype=np.int64))
-        if keys.ndim != 1:
-            raise ValueError(f"keys must be one-dimensional, got shape {keys.shape}")
+        keys = _as_keys(keys)
         prio = self._validate_priorities(priorities, len(keys))
         if len(keys) == 0:
             return 0
@@ -632,7 +659,7 @@ class Table:
 
     def delete(self, keys: Any) -> int:
         """Delete items by key; return how many were deleted (unknown keys are skipped and counted)."""
-        keys = np.unique(np.atleast_1d(np.asarray(keys, dtype=np.int64)))
+        keys = np.unique(_as_keys(keys))
         with self._cond:
             self._flush_pending()
             self._check_open()
@@ -650,10 +677,11 @@ class Table:
         Returns:
             How many items were dropped.
         """
+        version = _as_int(version, "version")
         with self._cond:
             self._flush_pending()
             self._check_open()
-            self.version = int(version)
+            self.version = version
             if self.max_staleness is None:
                 return 0
             live = np.flatnonzero(self._index.key_of_slot >= 0)
@@ -758,6 +786,49 @@ class Table:
             self._counters.update(t["counters"])
             self._blocked.update(t["blocked"])
             self.rng.bit_generator.state = t["rng"]
+
+
+def _as_int(value: Any, what: str) -> int:
+    """``value`` as an int, or :class:`InvalidArgument` (floats only when integral)."""
+    try:
+        out = int(value)
+        exact = out == value
+    except (TypeError, ValueError, OverflowError):
+        exact = False
+    if not exact or isinstance(value, (bool, np.bool_)):
+        raise InvalidArgument(f"{what} must be an integer, got {value!r}")
+    return out
+
+
+def _as_count(value: Any, what: str) -> int:
+    """``value`` as an int ``>= 1``, or :class:`InvalidArgument`."""
+    n = _as_int(value, what)
+    if n < 1:
+        raise InvalidArgument(f"{what} must be >= 1, got {value!r}")
+    return n
+
+
+def _as_keys(keys: Any) -> np.ndarray:
+    """Item keys as a one-dimensional int64 array (a scalar is one key), or :class:`InvalidArgument`.
+
+    Integer arrays and lists pass; floats only when every value is integral; anything else
+    (strings, nested or ragged lists, 2-D arrays) is refused rather than silently cast.
+    """
+    if isinstance(keys, np.ndarray) and keys.dtype == np.int64 and keys.ndim == 1:
+        return keys
+    try:
+        arr = np.asarray(keys)
+    except (TypeError, ValueError) as e:
+        raise InvalidArgument(f"keys must be integers, got {type(keys).__name__} ({e})") from None
+    if arr.ndim > 1:
+        raise InvalidArgument(f"keys must be one-dimensional, got shape {arr.shape}")
+    if arr.dtype.kind in "iu":
+        return np.atleast_1d(arr.astype(np.int64, copy=False))
+    if arr.size == 0:
+        return np.empty(0, dtype=np.int64)
+    if arr.dtype.kind == "f" and np.isfinite(arr).all() and (arr == np.round(arr)).all():
+        return np.atleast_1d(arr.astype(np.int64))
+    raise InvalidArgument(f"keys must be integers, got dtype {arr.dtype}")
 
 
 def _as_slice_if_contiguous(slots: np.ndarray) -> slice | np.ndarray:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidType
 from ..storage.spec import Field
 
 
@@ -17,7 +18,7 @@ def space_spec(space: Any) -> Any:
     """The per-item spec of one space: a :class:`Field`, or a dict of them for Dict/Tuple spaces.
 
     Raises:
-        TypeError: a space type with no fixed-shape array form (Text, Graph, Sequence, ...).
+        InvalidType (a TypeError): a space type with no fixed-shape array form (Text, Graph, Sequence, ...).
     """
     from gymnasium import spaces
 
@@ -33,7 +34,7 @@ def space_spec(space: Any) -> Any:
         return {k: space_spec(s) for k, s in space.spaces.items()}
     if isinstance(space, spaces.Tuple):
         return {str(i): space_spec(s) for i, s in enumerate(space.spaces)}
-    raise TypeError(f"no fixed-shape array form for {type(space).__name__}; use storage='objects'")
+    raise InvalidType(f"no fixed-shape array form for {type(space).__name__}; use storage='objects'")
 
 
 def transition_spec(observation_space: Any, action_space: Any, next_observation: bool = True) -> dict:

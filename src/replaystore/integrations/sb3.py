@@ -31,6 +31,7 @@ from stable_baselines3.common.buffers import BaseBuffer, ReplayBuffer
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
 
+from ..errors import InvalidArgument, InvalidType
 from ..limiters import MinSize
 from ..samplers import Fifo, Uniform
 from ..storage.spec import Field
@@ -69,9 +70,9 @@ class ReplaystoreReplayBuffer(ReplayBuffer):
         seed: int | None = None,
     ) -> None:
         if optimize_memory_usage:
-            raise ValueError("ReplaystoreReplayBuffer does not support optimize_memory_usage=True")
+            raise InvalidArgument("ReplaystoreReplayBuffer does not support optimize_memory_usage=True")
         if isinstance(observation_space, spaces.Dict):
-            raise TypeError("Dict observation spaces need a DictReplayBuffer; ReplaystoreReplayBuffer "
+            raise InvalidType("Dict observation spaces need a DictReplayBuffer; ReplaystoreReplayBuffer "
                             "stores array observations")
         # BaseBuffer only: ReplayBuffer.__init__ would allocate SB3's own arrays.
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
@@ -139,7 +140,7 @@ class ReplaystoreReplayBuffer(ReplayBuffer):
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> ReplayBufferSamples:
         """``batch_size`` transitions drawn uniformly (with replacement) from the table."""
         if len(self.table) == 0:
-            raise ValueError("cannot sample from an empty replay buffer")
+            raise InvalidArgument("cannot sample from an empty replay buffer")
         s = self.table.sample(batch_size, timeout=0)
         return self._to_samples(s.data, env)
 

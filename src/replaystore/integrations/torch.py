@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidType
 from ..items import Sample
 
 
@@ -73,6 +74,6 @@ def sample_to_tensordict(sample: Sample, device: Any = None) -> Any:
 
     s = sample_to_tensors(sample, device)
     if not isinstance(s.data, dict):
-        raise TypeError("TensorDict output needs a column storage (dict of arrays)")
+        raise InvalidType("TensorDict output needs a column storage (dict of arrays)")
     meta = {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "data"}
     return TensorDict({**s.data, **meta}, batch_size=[len(sample)], device=device)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import InvalidArgument
 from ..items import Sample
 from ..monitor import Sink, StatsReporter
 from ..table import Table
@@ -117,9 +118,9 @@ class ReplayClient:
             max_batches: stop after this many samples (``None``: never).
         """
         if prefetch < 1:
-            raise ValueError(f"prefetch must be >= 1, got {prefetch}")
+            raise InvalidArgument(f"prefetch must be >= 1, got {prefetch}")
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise InvalidArgument(f"batch_size must be >= 1, got {batch_size}")
         return self._iterate(int(batch_size), int(prefetch), self._t(timeout), max_batches)
 
     def _iterate(self, batch_size: int, prefetch: int, t: float | None, max_batches: int | None) -> Iterator[Sample]:
@@ -268,7 +269,7 @@ def serve(
     elif callable(tables):
         tables = {DEFAULT_TABLE: tables}
     if _lookup(name, namespace) is not None:
-        raise ValueError(f"a replay service named {name!r} already exists")
+        raise InvalidArgument(f"a replay service named {name!r} already exists")
     if max_task_retries is None:
         max_task_retries = -1 if max_restarts else 0
     options: dict[str, Any] = dict(name=name, max_restarts=max_restarts, max_task_retries=max_task_retries,
@@ -306,7 +307,7 @@ def connect(name: str = "replaystore", table: str | None = None, namespace: str 
     import_ray()
     actor = _lookup(name, namespace)
     if actor is None:
-        raise ValueError(f"no replay service named {name!r} is running")
+        raise InvalidArgument(f"no replay service named {name!r} is running")
     client = ReplayClient(actor, name, table or DEFAULT_TABLE, default_timeout, rpc_grace)
     if table is None:
         tables = client.ping()["tables"]

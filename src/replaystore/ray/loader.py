@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Timeout
+from ..errors import InvalidArgument, Timeout
 from ._runtime import get, import_ray
 
 
@@ -75,11 +75,11 @@ class LocalLoaderPool:
         from .client import connect
 
         if num_readers < 1:
-            raise ValueError(f"num_readers must be >= 1, got {num_readers}")
+            raise InvalidArgument(f"num_readers must be >= 1, got {num_readers}")
         info = connect(service, namespace=namespace).fragments.store_info
         here = import_ray().get_runtime_context().get_node_id()
         if info["node_id"] != here:
-            raise ValueError(f"the store of {service!r} is on node {info['node_id']}, this process on {here}: "
+            raise InvalidArgument(f"the store of {service!r} is on node {info['node_id']}, this process on {here}: "
                              "a local loader pool needs the store's node; use the actor loaders")
         self._loader = FragmentLoader(service, namespace, wrap)
         self._threads = concurrent.futures.ThreadPoolExecutor(int(num_readers), thread_name_prefix="replaystore-load")
@@ -204,7 +204,7 @@ def data_iter(loader_pool: Any, records: Sequence[Any], batch_size: int, prefetc
     The iterator drains the pool when closed early, so the pool can be reused.
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise InvalidArgument(f"batch_size must be >= 1, got {batch_size}")
     todo = list(records)
     if shuffle:
         random.Random(seed).shuffle(todo)

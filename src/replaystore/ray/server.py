@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..errors import Closed, KeyNotFound, Timeout
+from ..errors import Closed, InvalidArgument, InvalidType, KeyNotFound, Timeout
 from ..monitor import LoggingSink, Sink, TensorBoardSink, WandbSink, flatten_scalars
 from ..table import Table
 from ._runtime import import_ray
@@ -53,7 +53,7 @@ def make_sinks(spec: SinkSpec) -> list[Sink]:
         elif s == "wandb":
             sinks.append(WandbSink())
         else:
-            raise ValueError(f"unknown sink {s!r}: use 'logging', 'tensorboard:<logdir>' or 'wandb'")
+            raise InvalidArgument(f"unknown sink {s!r}: use 'logging', 'tensorboard:<logdir>' or 'wandb'")
     return sinks
 
 
@@ -114,7 +114,7 @@ class ReplayServer:
                 return Table.load(path, allow_pickle=True)
         table = factory()
         if not isinstance(table, Table):
-            raise TypeError(f"the factory of table {tname!r} returned {type(table).__name__}, not a Table")
+            raise InvalidType(f"the factory of table {tname!r} returned {type(table).__name__}, not a Table")
         return table
 
     # -- plumbing -------------------------------------------------------------------------------------
@@ -193,7 +193,7 @@ class ReplayServer:
         """
         root = path or self.checkpoint_dir
         if root is None:
-            raise ValueError("save() needs a path (the service has no checkpoint_dir)")
+            raise InvalidArgument("save() needs a path (the service has no checkpoint_dir)")
         loop = asyncio.get_running_loop()
         out = []
         for tname, table in self.tables.items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InvalidArgument
 from ..samplers.base import Selector
 from ..samplers.dense import DenseSet
 
@@ -13,8 +14,8 @@ class UniformDistinct(Selector):
 
     This is MineStudio's chunk selection (``np.random.choice(range(len(chunks)), n, replace=False)``)
     as a selector. The caller must not ask for more items than the table holds (the replay service
-    waits until it does); asking anyway raises ``ValueError``. Probabilities are those of a single
-    draw, ``1 / size``. As a remover it evicts random items.
+    waits until it does); asking anyway raises :class:`InvalidArgument` (a ``ValueError``).
+    Probabilities are those of a single draw, ``1 / size``. As a remover it evicts random items.
     """
 
     def bind(self, capacity: int, rng: np.random.Generator) -> None:  # noqa: D102
@@ -28,9 +29,9 @@ class UniformDistinct(Selector):
         self._set.discard(slots)
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, None]:
-        """``n <= size`` distinct slots; raises ``ValueError`` when ``n > size``."""
+        """``n <= size`` distinct slots; raises :class:`InvalidArgument` (a ``ValueError``) when ``n > size``."""
         if n > self._set.size:
-            raise ValueError(f"cannot draw {n} distinct items from {self._set.size}")
+            raise InvalidArgument(f"cannot draw {n} distinct items from {self._set.size}")
         return self._set.choose_distinct(n, self.rng), np.full(n, 1.0 / self._set.size), None
 
     def victims(self, n: int) -> np.ndarray:

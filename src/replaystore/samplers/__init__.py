@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import InvalidArgument
 from .base import Selector
 from .heap import MaxHeap, MinHeap
 from .order import Fifo, Lifo
@@ -21,7 +22,7 @@ def selector_from_config(config: dict) -> Selector:
     try:
         cls = SELECTORS[name]
     except KeyError:
-        raise ValueError(f"unknown selector type {name!r}; known: {sorted(SELECTORS)}") from None
+        raise InvalidArgument(f"unknown selector type {name!r}; known: {sorted(SELECTORS)}") from None
     return cls(**kwargs)
 
 

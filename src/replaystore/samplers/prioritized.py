@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InvalidArgument
 from . import sumtree, sumtree_jit
 from .base import Selector
 from .dense import DenseSet
@@ -38,16 +39,16 @@ class Prioritized(Selector):
                  backend: str = "auto") -> None:
         super().__init__()
         if backend not in ("auto", "numpy", "numba"):
-            raise ValueError(f"backend must be 'auto', 'numpy' or 'numba', got {backend!r}")
+            raise InvalidArgument(f"backend must be 'auto', 'numpy' or 'numba', got {backend!r}")
         if backend == "numba" and not sumtree_jit.AVAILABLE:
             raise ImportError("backend='numba' needs numba: pip install 'replaystore[fast]'")
         self.backend = backend
         use_jit = backend == "numba" or (backend == "auto" and sumtree_jit.AVAILABLE)
         self._trees = sumtree_jit if use_jit else sumtree
         if not alpha >= 0:
-            raise ValueError(f"alpha must be >= 0, got {alpha}")
+            raise InvalidArgument(f"alpha must be >= 0, got {alpha}")
         if not beta >= 0:
-            raise ValueError(f"beta must be >= 0, got {beta}")
+            raise InvalidArgument(f"beta must be >= 0, got {beta}")
         self.alpha = float(alpha)
         self.beta = float(beta)
         self.stratified = bool(stratified)

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidArgument
+
 
 class Storage(ABC):
     """Slot-addressed payload storage with a fixed capacity."""
@@ -29,7 +31,7 @@ class Storage(ABC):
 
     def __init__(self, capacity: int) -> None:
         if int(capacity) <= 0:
-            raise ValueError(f"capacity must be positive, got {capacity}")
+            raise InvalidArgument(f"capacity must be positive, got {capacity}")
         self.capacity = int(capacity)
 
     @abstractmethod

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SpecError
+from ..errors import CapacityError, InvalidArgument, SpecError
 from ..staging import AddStager
 from .columns import ColumnStorage
 from .spec import Field
@@ -99,7 +99,7 @@ class FrameStackStorage(ColumnStorage):
         self.stack = obs.shape[0]
         frame_capacity = self._frame_capacity_arg or self.capacity + self.capacity // 64 + 4 * self.stack + 8
         if frame_capacity < 2 * (self.stack + 1):
-            raise ValueError(f"frame_capacity {frame_capacity} is too small for stacks of {self.stack}")
+            raise InvalidArgument(f"frame_capacity {frame_capacity} is too small for stacks of {self.stack}")
         self.frame_capacity = int(frame_capacity)
         self.stage_rows = max(1, (self.frame_capacity - self.stack) // (self.stack + 1))
         self.frames = np.zeros((self.frame_capacity, *obs.shape[1:]), dtype=obs.dtype)
@@ -179,7 +179,7 @@ class FrameStackStorage(ColumnStorage):
             return 0
         needed = self._frames_needed(columns)
         if needed > self.frame_capacity - self.stack:
-            raise ValueError(
+            raise CapacityError(
                 f"a batch needing {needed} frames does not fit a frame ring of {self.frame_capacity}; "
                 "insert smaller batches or raise frame_capacity"
             )
@@ -256,6 +256,8 @@ class FrameStackStorage(ColumnStorage):
     def read(self, slots: np.ndarray) -> dict[str, Any]:
         """Other columns gathered as usual; stacks rebuilt from one gather of ``S + 1`` frames each."""
         out = {p: col.take(slots, axis=0) for p, col in self.columns.items()}
+        if self.spec is None:  # nothing written yet: no fields to read
+            return out
         S = self.stack
         idx = (self._obs_end.take(slots)[:, None] + np.arange(-S + 1, 2)) % self.frame_capacity
         g = self.frames.take(idx.ravel(), axis=0).reshape(len(slots), S + 1, *self.frames.shape[1:])
