@@ -20,6 +20,7 @@ from .errors import (
     StorageError,
     Timeout,
     UnknownTicket,
+    WalCorrupt,
 )
 from .items import Sample
 from .limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack
@@ -74,6 +75,7 @@ __all__ = [
     "Timeout",
     "Uniform",
     "UnknownTicket",
+    "WalCorrupt",
     "WithoutReplacement",
     "__version__",
 ]

@@ -112,3 +112,7 @@ class InvalidRequest(InvalidArgument):
 
 class UnknownTicket(KeyNotFound):
     """A rollout ticket that is not held: never acquired, already finished or abandoned, or expired."""
+
+
+class WalCorrupt(CheckpointError):
+    """A write-ahead log holds a corrupted record that is not a torn tail (see ``replaystore.ray.wal``)."""

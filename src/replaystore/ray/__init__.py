@@ -7,6 +7,9 @@
   :class:`~replaystore.storage.fragments.FragmentStore` (LMDB) on the service's node; only ids and
   metadata reach the service, which groups them into chunks (MineStudio's system, see
   :mod:`replaystore.ray.fragment_buffer`).
+- :class:`WalConfig` (``serve(..., wal=...)``): a write-ahead log per Table, so inserts acknowledged
+  to a client survive a crash of the service (:mod:`replaystore.ray.wal`,
+  :mod:`replaystore.ray.logged_table`).
 - :func:`create_loader_pool` and :func:`data_iter` read fetched fragments in parallel.
 
 Importing this package does not import Ray; the first call that needs it does, after setting
@@ -19,8 +22,10 @@ from .client import ReplayClient, connect, serve
 from .fragment_buffer import FragmentBuffer, FragmentBufferConfig, FragmentRef
 from .fragment_client import Fetch, FragmentClient
 from .loader import FragmentLoader, LocalLoaderPool, create_loader_pool, data_iter, detach
+from .logged_table import LoggedTable
 from .server import ReplayServer
 from .uniform_distinct import UniformDistinct
+from .wal import WalConfig, WriteAheadLog
 
 __all__ = [
     "Fetch",
@@ -30,9 +35,12 @@ __all__ = [
     "FragmentLoader",
     "FragmentRef",
     "LocalLoaderPool",
+    "LoggedTable",
     "ReplayClient",
     "ReplayServer",
     "UniformDistinct",
+    "WalConfig",
+    "WriteAheadLog",
     "connect",
     "create_loader_pool",
     "data_iter",

@@ -1,0 +1,820 @@
+r"""WriteAheadLog: an append-only log of records with group commit, checksums and segment files.
+
+The log is what makes a served Table durable between checkpoints (see
+:mod:`replaystore.ray.logged_table` for what is logged and how it is replayed). This module knows
+nothing of Tables: it stores numbered records, each an operation code, a small JSON header and
+NumPy arrays, and gives them back in order.
+
+Files: a directory of segments ``wal-<first lsn, 20 digits>.log``. A segment starts with the
+8-byte magic ``b"RSWAL01\\n"``, followed by records::
+
+    frame (20 bytes, little-endian u32): total_len  head_len  crc_head  crc_data  crc_frame
+    head  (head_len bytes):  u64 lsn, u8 op, u32 json_len, json, raw bytes of the head arrays
+    data  (total_len - head_len bytes): raw bytes of the data arrays
+
+``crc_frame`` is the CRC32 of the first 16 bytes of the frame, ``crc_head`` and ``crc_data`` of the
+head and data. Arrays are described in the JSON (``[name, dtype, shape, flag]``; dtype as
+``np.dtype.str``, never an object dtype) and stored as raw C-order bytes, like ``.npy``: nothing
+read from a log is ever unpickled. Record numbers (LSNs) are consecutive from 1.
+
+Reading (:func:`read_log`) treats the file as untrusted input. A record cut short at the end of
+the last segment (a crash in the middle of a write: the frame or body extends past the end of the
+file, or the last record fails its checksum with nothing after it, or the tail is all zeros) is a
+*torn tail*: it was never acknowledged, so it is ignored and :meth:`WriteAheadLog.open` truncates
+it away. Anything else that does not check out (a bad checksum with records after it, a gap in
+LSNs, a malformed header, a torn record in a segment that is not the last) raises
+:class:`~replaystore.errors.WalCorrupt` naming the file and offset.
+
+Writing (:class:`WriteAheadLog`): :meth:`~WriteAheadLog.append` only queues a record and returns
+its LSN; one writer thread takes everything queued since its last write and writes it with one
+``writev`` (group commit), then, by policy, ``fsync``\\ s: ``"always"`` after every group (a record
+is acknowledged only once it is on stable storage), ``"interval"`` at most every ``interval``
+seconds (a record is acknowledged once written to the OS: it survives the process being killed,
+not the machine losing power), ``"never"`` (the OS decides). :meth:`~WriteAheadLog.wait` and
+:meth:`~WriteAheadLog.wait_async` block until a record is acknowledged.
+
+A write that fails (full disk: :class:`~replaystore.errors.DiskFull`; other I/O errors as
+``OSError``) truncates the segment back to its last complete record, fails every waiting record
+with the error, and keeps the records queued in order: the writer retries every
+``retry_period`` seconds, and the log accepts no new record (:meth:`~WriteAheadLog.check`
+raises) until the backlog is written. So the file never holds a record after a hole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import logging
+import os
+import re
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from ..errors import DiskFull, StorageError, WalCorrupt
+
+log = logging.getLogger("replaystore")
+
+MAGIC = b"RSWAL01\n"
+FRAME = struct.Struct("<IIIII")  # total_len, head_len, crc_head, crc_data, crc_frame
+HEAD = struct.Struct("<QBI")  # lsn, op, json_len
+MAX_RECORD = 1 << 31  # refuse to read a record claimed larger than this (untrusted lengths)
+MAX_JSON = 1 << 20
+_SEGMENT = re.compile(r"^wal-(\d{20})\.log$")
+_IOV_MAX = 512
+FsyncPolicy = Literal["always", "interval", "never"]
+
+
+@dataclass(frozen=True)
+class WalConfig:
+    """Write-ahead logging of the Tables of a replay service (``serve(..., wal=WalConfig(...))``).
+
+    Args:
+        dir: directory of the logs; table ``t`` logs to ``<dir>/<t>/``.
+        fsync: ``"always"`` (fsync once per group commit, before any call in the group returns),
+            ``"interval"`` (write per group, fsync every ``interval`` seconds) or ``"never"``.
+        interval: seconds between fsyncs with ``"interval"``.
+        log_samples: log what samples change (``times_sampled``, retirements by
+            ``max_times_sampled``, the sampler's epoch, the rate limiter's sample count). Off:
+            samples are not delayed by the log, and a restart forgets them.
+        max_log_bytes: when a table's log grows past this many bytes the service checkpoints the
+            table (needs ``checkpoint_dir``), which truncates its log (``None``: only the
+            service's ``checkpoint_period`` and explicit ``save()`` calls do).
+        retry_period: after a failed write, retry the queued records this often (seconds).
+    """
+
+    dir: str
+    fsync: FsyncPolicy = "always"
+    interval: float = 0.05
+    log_samples: bool = True
+    max_log_bytes: int | None = 256 << 20
+    retry_period: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.fsync not in ("always", "interval", "never"):
+            raise ValueError(f"fsync must be 'always', 'interval' or 'never', got {self.fsync!r}")
+        if not self.interval > 0:
+            raise ValueError(f"interval must be > 0, got {self.interval}")
+        if not self.retry_period > 0:
+            raise ValueError(f"retry_period must be > 0, got {self.retry_period}")
+        if self.max_log_bytes is not None and self.max_log_bytes <= 0:
+            raise ValueError(f"max_log_bytes must be positive or None, got {self.max_log_bytes}")
+
+
+# -- encoding -------------------------------------------------------------------------------------------
+@dataclass
+class Record:
+    """One decoded record.
+
+    ``lsn``, ``op`` code, ``meta`` (the JSON header minus array descriptors), ``arrays`` (name ->
+    read-only array) and ``flags`` (name -> the array's flag).
+    """
+
+    lsn: int
+    op: int
+    meta: dict[str, Any]
+    arrays: dict[str, np.ndarray]
+    flags: dict[str, int] = field(default_factory=dict)
+
+
+def _as_bytes(arr: np.ndarray) -> memoryview:
+    return memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
+
+
+def _check_dtype(arr: np.ndarray, name: str) -> None:
+    if arr.dtype.hasobject or arr.dtype.fields is not None or arr.dtype.kind not in "biufcSUVMm":
+        raise TypeError(f"array {name!r} has dtype {arr.dtype}: a log holds only plain (non-object) arrays")
+
+
+def check_arrays(arrays: Mapping[str, np.ndarray]) -> None:
+    """Raise ``TypeError`` unless every array can go into a log record (no object dtypes)."""
+    for name, arr in arrays.items():
+        _check_dtype(np.asarray(arr), name)
+
+
+class Payload:
+    """Arrays ready to write: their descriptors, their buffers and the CRC32 of those buffers.
+
+    Args:
+        arrays: name -> array (not an object dtype); the arrays must not change until the record is
+            written (the caller waits for it).
+        flags: optional small int per array, given back on reading.
+    """
+
+    __slots__ = ("descs", "buffers", "nbytes", "crc")
+
+    def __init__(self, arrays: Mapping[str, np.ndarray] | None = None,
+                 flags: Mapping[str, int] | None = None) -> None:
+        self.descs: list[list] = []
+        self.buffers: list[memoryview] = []
+        self.nbytes = 0
+        crc = 0
+        for name, arr in (arrays or {}).items():
+            arr = np.asarray(arr)
+            _check_dtype(arr, name)
+            buf = _as_bytes(arr)
+            self.descs.append([name, arr.dtype.str, list(arr.shape), int((flags or {}).get(name, 0))])
+            self.buffers.append(buf)
+            self.nbytes += buf.nbytes
+            crc = zlib.crc32(buf, crc)
+        self.crc = crc
+
+
+EMPTY = Payload()
+
+
+def encode(lsn: int, op: int, meta: Mapping[str, Any] | None = None,
+           head_arrays: Mapping[str, np.ndarray] | None = None,
+           data: Payload = EMPTY) -> tuple[list, int]:
+    """The buffers of one record and their total size (``head_arrays`` go in the head)."""
+    head = Payload(head_arrays)
+    doc = dict(meta or {})
+    doc["_h"] = head.descs
+    doc["_d"] = data.descs
+    js = json.dumps(doc, separators=(",", ":")).encode()
+    head_prefix = HEAD.pack(lsn, op, len(js)) + js
+    head_len = len(head_prefix) + head.nbytes
+    crc_head = zlib.crc32(head_prefix)
+    for b in head.buffers:
+        crc_head = zlib.crc32(b, crc_head)
+    total = head_len + data.nbytes
+    frame16 = struct.pack("<IIII", total, head_len, crc_head, data.crc)
+    frame = frame16 + struct.pack("<I", zlib.crc32(frame16))
+    return [frame + head_prefix, *head.buffers, *data.buffers], FRAME.size + total
+
+
+def _decode_arrays(descs: Any, buf: memoryview, where: str) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    if not isinstance(descs, list):
+        raise WalCorrupt(f"{where}: malformed array list")
+    arrays: dict[str, np.ndarray] = {}
+    flags: dict[str, int] = {}
+    pos = 0
+    for d in descs:
+        try:
+            name, dtype_str, shape, flag = d
+            dtype = np.dtype(str(dtype_str))
+            if dtype.hasobject or dtype.fields is not None or dtype.kind not in "biufcSUVMm":
+                raise ValueError(f"dtype {dtype_str!r} is not allowed in a log")
+            shape = tuple(int(s) for s in shape)
+            if any(s < 0 for s in shape) or len(shape) > 32 or not isinstance(name, str):
+                raise ValueError(f"bad shape {shape} or name {name!r}")
+            count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+            nbytes = count * dtype.itemsize
+        except (TypeError, ValueError, OverflowError) as e:
+            raise WalCorrupt(f"{where}: malformed array descriptor {d!r}: {e}") from None
+        if nbytes < 0 or pos + nbytes > len(buf):
+            raise WalCorrupt(f"{where}: array {name!r} overruns its record")
+        arrays[name] = np.frombuffer(buf[pos:pos + nbytes], dtype=dtype).reshape(shape)
+        flags[name] = int(flag)
+        pos += nbytes
+    if pos != len(buf):
+        raise WalCorrupt(f"{where}: {len(buf) - pos} bytes after the last array")
+    return arrays, flags
+
+
+def decode(head: bytes, data: bytes, where: str) -> Record:
+    """Parse a record's head and data (checksums already verified); :class:`WalCorrupt` if malformed."""
+    if len(head) < HEAD.size:
+        raise WalCorrupt(f"{where}: record head too short")
+    lsn, op, json_len = HEAD.unpack_from(head)
+    if json_len > min(MAX_JSON, len(head) - HEAD.size):
+        raise WalCorrupt(f"{where}: record header length {json_len} is out of bounds")
+    try:
+        doc = json.loads(bytes(head[HEAD.size:HEAD.size + json_len]))
+    except ValueError as e:
+        raise WalCorrupt(f"{where}: record header is not JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise WalCorrupt(f"{where}: record header is not a JSON object")
+    hview = memoryview(head)[HEAD.size + json_len:]
+    arrays, flags = _decode_arrays(doc.pop("_h", []), hview, where)
+    darrays, dflags = _decode_arrays(doc.pop("_d", []), memoryview(data), where)
+    if arrays.keys() & darrays.keys():
+        raise WalCorrupt(f"{where}: duplicate array names")
+    arrays.update(darrays)
+    flags.update(dflags)
+    return Record(lsn, op, doc, arrays, flags)
+
+
+# -- reading --------------------------------------------------------------------------------------------
+def list_segments(path: str) -> list[tuple[int, str]]:
+    """``(first lsn, file path)`` of the segments in ``path``, in order (missing directory: none)."""
+    try:
+        names = os.listdir(path)
+    except FileNotFoundError:
+        return []
+    out = []
+    for n in names:
+        m = _SEGMENT.match(n)
+        if m:
+            out.append((int(m.group(1)), os.path.join(path, n)))
+    return sorted(out)
+
+
+@dataclass
+class ScanResult:
+    """Where reading stopped.
+
+    The last segment's path and its valid length (``None`` if no segment), the last LSN read (0 if
+    none), and the bytes of a torn tail that were ignored.
+    """
+
+    last_segment: str | None = None
+    valid_bytes: int = 0
+    last_lsn: int = 0
+    torn_bytes: int = 0
+
+
+def _scan_segment(fpath: str, is_last: bool, first_lsn: int, prev_lsn: int,
+                  after: int, result: ScanResult) -> Iterator[Record]:
+    with open(fpath, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        magic = f.read(len(MAGIC))
+        if magic != MAGIC:
+            if is_last and len(magic) < len(MAGIC) and MAGIC.startswith(magic):
+                result.last_segment, result.valid_bytes, result.torn_bytes = fpath, 0, len(magic)
+                return  # created, crashed before the magic was written
+            raise WalCorrupt(f"{fpath}: not a replaystore log segment (bad magic)")
+        pos = len(MAGIC)
+        expect = first_lsn
+
+        def torn(reason: str) -> None:
+            if not is_last:
+                raise WalCorrupt(f"{fpath}: record at offset {pos} is {reason}, and a later segment follows")
+            result.torn_bytes = size - pos
+            log.warning("write-ahead log %s: ignoring a torn tail of %d bytes at offset %d (%s)",
+                        fpath, size - pos, pos, reason)
+
+        while pos < size:
+            remaining = size - pos
+            if remaining < FRAME.size:
+                torn("cut inside its frame")
+                break
+            frame = f.read(FRAME.size)
+            total, head_len, crc_head, crc_data, crc_frame = FRAME.unpack(frame)
+            if zlib.crc32(frame[:16]) != crc_frame:
+                rest = frame + f.read()
+                if is_last and not rest.strip(b"\0"):
+                    torn("all zeros")
+                    break
+                raise WalCorrupt(f"{fpath}: the record frame at offset {pos} fails its checksum")
+            if total > remaining - FRAME.size:
+                torn(f"cut short ({remaining - FRAME.size} of {total} bytes present)")
+                break
+            if head_len > total or total > MAX_RECORD:
+                raise WalCorrupt(f"{fpath}: record at offset {pos} has inconsistent lengths")
+            head = f.read(head_len)
+            data = f.read(total - head_len)
+            end = pos + FRAME.size + total
+            if zlib.crc32(head) != crc_head or zlib.crc32(data) != crc_data:
+                if end == size:
+                    torn("failing its checksum at the end of the file")
+                    break
+                raise WalCorrupt(f"{fpath}: record at offset {pos} fails its checksum and is not the last one")
+            where = f"{fpath}@{pos}"
+            rec = decode(head, data, where)
+            if rec.lsn != expect or (prev_lsn and rec.lsn != prev_lsn + 1):
+                raise WalCorrupt(f"{where}: record number {rec.lsn}, expected {expect}")
+            expect = rec.lsn + 1
+            prev_lsn = rec.lsn
+            result.last_lsn = rec.lsn
+            pos = end
+            if rec.lsn > after:
+                yield rec
+        result.last_segment, result.valid_bytes = fpath, pos
+
+
+def read_log(path: str, after: int = 0, result: ScanResult | None = None) -> Iterator[Record]:
+    """Yield the records of the log in ``path`` with ``lsn > after``, in order.
+
+    Every record is checked (see the module doc); a torn tail ends the iteration quietly and is
+    described in ``result`` (a :class:`ScanResult` filled in as reading goes).
+
+    Raises:
+        WalCorrupt: a corrupted record, a gap between segments, or a malformed file.
+    """
+    result = result if result is not None else ScanResult()
+    segments = list_segments(path)
+    prev = 0
+    for i, (first, fpath) in enumerate(segments):
+        if prev and first != prev + 1:
+            raise WalCorrupt(f"{fpath}: segment starts at record {first}, but the previous one ended at {prev}")
+        yield from _scan_segment(fpath, i == len(segments) - 1, first, prev, after, result)
+        prev = result.last_lsn if result.last_lsn else first - 1
+
+
+# -- writing --------------------------------------------------------------------------------------------
+class _Rotation:
+    """A queued request to start a new segment (``done`` is set once it has)."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class WriteAheadLog:
+    """An open log: append records, wait for them, rotate and drop segments. See the module doc.
+
+    Use :meth:`open`, which reads the existing log first. ``append``, ``check``, ``rotate``,
+    ``drop_through`` and ``wait`` are thread-safe; ``wait_async`` must be awaited on one event loop.
+
+    Args:
+        path: the log's directory (created if missing).
+        fsync: ``"always"``, ``"interval"`` or ``"never"`` (see :class:`WalConfig`).
+        interval: seconds between fsyncs with ``"interval"``.
+        retry_period: seconds between retries of a failed write.
+        next_lsn: number of the next record.
+        segment: the segment to append to and its valid length (``None``: start a new segment).
+    """
+
+    def __init__(self, path: str, fsync: FsyncPolicy = "always", interval: float = 0.05,
+                 retry_period: float = 0.5, next_lsn: int = 1,
+                 segment: tuple[str, int] | None = None) -> None:
+        if fsync not in ("always", "interval", "never"):
+            raise ValueError(f"fsync must be 'always', 'interval' or 'never', got {fsync!r}")
+        self.path = os.path.abspath(path)
+        self.fsync = fsync
+        self.interval = float(interval)
+        self.retry_period = float(retry_period)
+        os.makedirs(self.path, exist_ok=True)
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._queue: list[Any] = []  # (lsn, op, meta, head arrays, data arrays, flags) or a _Rotation
+        self._next_lsn = int(next_lsn)
+        self._durable = self._next_lsn - 1  # every record <= this is acknowledged
+        self._error: BaseException | None = None
+        self._closed = False
+        self._async: list[tuple[int, asyncio.Future, asyncio.AbstractEventLoop]] = []
+        self.stats = {"records": 0, "groups": 0, "fsyncs": 0, "bytes": 0, "write_errors": 0}
+        self._fd = -1
+        self._segment = ""
+        self._size = 0
+        self._synced = True
+        self._last_sync = time.monotonic()
+        self._pending_bytes = 0
+        if segment is not None:
+            self._fd = os.open(segment[0], os.O_WRONLY | os.O_APPEND)
+            valid = segment[1] if segment[1] >= len(MAGIC) else 0
+            os.ftruncate(self._fd, valid)  # drops a torn tail
+            if valid == 0:  # cut inside its magic
+                os.write(self._fd, MAGIC)
+                valid = len(MAGIC)
+            os.fsync(self._fd)
+            self._segment, self._size = segment[0], valid
+        else:
+            self._new_segment(self._next_lsn)
+        self._bytes_total = sum(os.path.getsize(p) for _, p in list_segments(self.path))
+        self._thread = threading.Thread(target=self._run, name=f"replaystore-wal-{os.path.basename(self.path)}",
+                                        daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def open(cls, path: str, fsync: FsyncPolicy = "always", interval: float = 0.05, retry_period: float = 0.5,
+             after: int = 0) -> tuple["WriteAheadLog", list[Record]]:
+        """Read the log in ``path`` and open it for appending.
+
+        Returns ``(log, records)``: the records with ``lsn > after`` (to replay), in order. A torn
+        tail is truncated away; the next record continues the numbering (after ``max(after, last
+        lsn read)``).
+
+        Raises:
+            WalCorrupt: see :func:`read_log`.
+        """
+        result = ScanResult()
+        records = list(read_log(path, after, result))
+        if records and records[0].lsn != after + 1:
+            raise WalCorrupt(f"{path}: the log resumes at record {records[0].lsn}, but the state it applies to "
+                             f"ends at record {after}: records {after + 1}..{records[0].lsn - 1} are missing")
+        segment = None
+        if result.last_segment is not None and result.last_lsn >= after:
+            segment = (result.last_segment, result.valid_bytes)
+        else:  # no log, or every record in it is older than the state (all in the checkpoint)
+            for _, fpath in list_segments(path):
+                os.unlink(fpath)
+        next_lsn = max(after, result.last_lsn) + 1
+        return cls(path, fsync, interval, retry_period, next_lsn, segment), records
+
+    # -- properties -----------------------------------------------------------------------------------
+    @property
+    def last_lsn(self) -> int:
+        """The number of the last record appended (0: none yet)."""
+        return self._next_lsn - 1
+
+    @property
+    def durable_lsn(self) -> int:
+        """Every record up to this number is acknowledged (written, and synced per the policy)."""
+        return self._durable
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes in the log's segment files (approximately, including queued records)."""
+        return self._bytes_total
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error of the last failed write while its records are still queued, else ``None``."""
+        return self._error
+
+    # -- appending ------------------------------------------------------------------------------------
+    def check(self) -> None:
+        """Raise if the log cannot take records now: the pending write error, or ``ValueError`` if closed.
+
+        Call it before changing what the record will describe.
+        """
+        if self._closed:
+            raise ValueError(f"write-ahead log {self.path} is closed")
+        err = self._error
+        if err is not None:
+            raise _again(err)
+
+    def append(self, op: int, meta: Mapping[str, Any] | None = None,
+               head_arrays: Mapping[str, np.ndarray] | None = None,
+               data: Mapping[str, np.ndarray] | None = None, flags: Mapping[str, int] | None = None) -> int:
+        """Queue a record; return its LSN (does not wait: see :meth:`wait`).
+
+        ``meta`` is JSON-able; ``head_arrays`` (small) and ``data`` are plain arrays (check them
+        with :func:`check_arrays` first: an object dtype here fails the writer, not the caller)
+        that must stay unchanged until the record is written: the writer thread encodes and
+        checksums them, off the caller's path. Never raises for I/O: a failed write is reported to
+        the waiters. Raises ``ValueError`` if the log is closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"write-ahead log {self.path} is closed")
+            lsn = self._next_lsn
+            self._next_lsn += 1
+            self._queue.append((lsn, op, meta, head_arrays, data, flags))
+            if len(self._queue) == 1:
+                self._cond.notify_all()
+            return lsn
+
+    def rotate(self, timeout: float | None = 0.0) -> int:
+        """Start a new segment after the records appended so far; return the last LSN before it.
+
+        Waits up to ``timeout`` seconds (``None``: no limit) for the new segment to exist (the
+        writer thread creates it in order with the records). Call it before a checkpoint's
+        snapshot; once the checkpoint is safely written, :meth:`drop_through` deletes the old
+        segments.
+        """
+        rotation = _Rotation()
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"write-ahead log {self.path} is closed")
+            self._queue.append(rotation)
+            self._cond.notify_all()
+            last = self._next_lsn - 1
+        if timeout is None or timeout > 0:
+            rotation.done.wait(timeout)
+        return last
+
+    def drop_through(self, lsn: int) -> int:
+        """Delete segments whose records all have numbers ``<= lsn`` (never the open one); return how many."""
+        with self._lock:
+            current = self._segment
+        segments = list_segments(self.path)
+        dropped = 0
+        for (_, fpath), nxt in zip(segments, segments[1:]):
+            if nxt[0] - 1 <= lsn and fpath != current:
+                size = os.path.getsize(fpath)
+                os.unlink(fpath)
+                with self._lock:
+                    self._bytes_total -= size
+                dropped += 1
+        if dropped:
+            _fsync_dir(self.path)
+        return dropped
+
+    # -- waiting ----------------------------------------------------------------------------------------
+    def wait(self, lsn: int, timeout: float | None = None) -> None:
+        """Block until record ``lsn`` is acknowledged.
+
+        Raises:
+            DiskFull, OSError: the write failed (the record stays queued and may still be written).
+            TimeoutError: not acknowledged within ``timeout`` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._durable < lsn:
+                if self._error is not None:
+                    raise _again(self._error)
+                if self._closed:
+                    raise ValueError(f"write-ahead log {self.path} closed before record {lsn} was written")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"record {lsn} of {self.path} not written within {timeout}s")
+                self._cond.wait(remaining)
+
+    async def wait_async(self, lsn: int) -> None:
+        """:meth:`wait` for asyncio (does not block the event loop)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._durable >= lsn:
+                return
+            if self._error is not None:
+                raise _again(self._error)
+            fut = loop.create_future()
+            self._async.append((lsn, fut, loop))
+        await fut
+
+    def _wake(self) -> None:
+        """Resolve asyncio waiters (lock held)."""
+        if not self._async:
+            return
+        keep, done = [], []
+        for item in self._async:
+            if item[0] <= self._durable or self._error is not None or self._closed:
+                done.append(item)
+            else:
+                keep.append(item)
+        self._async = keep
+        err = self._error
+        durable = self._durable
+        closed_msg = f"write-ahead log {self.path} closed"
+        by_loop: dict[Any, list] = {}
+        for lsn, fut, loop in done:
+            by_loop.setdefault(loop, []).append((lsn, fut))
+
+        for loop, items in by_loop.items():
+            def resolve(items=items) -> None:
+                for lsn, fut in items:
+                    if fut.done():
+                        continue
+                    if lsn <= durable:
+                        fut.set_result(None)
+                    elif err is not None:
+                        fut.set_exception(_again(err))
+                    else:
+                        fut.set_exception(ValueError(closed_msg))
+            try:
+                loop.call_soon_threadsafe(resolve)
+            except RuntimeError:  # the loop is closed
+                pass
+
+    # -- the writer thread ---------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    if self.fsync == "interval" and not self._synced:
+                        left = self._last_sync + self.interval - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._cond.wait(left)
+                    else:
+                        self._cond.wait()
+                batch = self._queue
+                self._queue = []
+                closing = self._closed
+            if batch:
+                self._write_batch(batch)
+            elif self.fsync == "interval" and not self._synced:
+                self._sync_quietly()
+            if closing:
+                with self._cond:
+                    if not self._queue or self._error is not None:
+                        break
+
+    def _sync_quietly(self) -> None:
+        try:
+            os.fsync(self._fd)
+            self.stats["fsyncs"] += 1
+        except OSError:
+            log.exception("write-ahead log %s: fsync failed", self.path)
+        self._synced = True
+        self._last_sync = time.monotonic()
+
+    def _write_batch(self, batch: list) -> None:
+        """Write a batch: runs of records as one group each, rotations between them, in order."""
+        while batch:
+            if isinstance(batch[0], _Rotation):
+                part = batch[:1]
+            else:
+                stop = next((i for i, item in enumerate(batch) if isinstance(item, _Rotation)), len(batch))
+                part = batch[:stop]
+            if not self._write_retrying(part):
+                return  # closed while failing
+            batch = batch[len(part):]
+
+    def _write_retrying(self, part: list) -> bool:
+        """Write one group (or rotation); on failure report it and retry until it succeeds.
+
+        Returns ``False`` if the log was closed while the write was failing.
+        """
+        while True:
+            try:
+                if isinstance(part[0], _Rotation):
+                    self._finish_segment()
+                    self._new_segment(self._durable + 1)
+                    part[0].done.set()
+                else:
+                    self._write_group(part)
+            except Exception as e:  # noqa: BLE001 - I/O errors, and anything else, keep the records queued
+                err: BaseException = e
+                if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) and not isinstance(e, DiskFull):
+                    what = "a new segment" if isinstance(part[0], _Rotation) else \
+                        f"records {part[0][0]}..{part[-1][0]}"
+                    wanted = None if isinstance(part[0], _Rotation) else self._pending_bytes
+                    err = DiskFull(f"{self._segment}: no space left to log {what} ({e.strerror})", self._segment,
+                                   wanted)
+                self.stats["write_errors"] += 1
+                log.error("write-ahead log %s: write failed, records from %s stay queued: %s", self.path,
+                          self._durable + 1, err)
+                with self._cond:
+                    self._error = err
+                    self._cond.notify_all()
+                    self._wake()
+                    if not self._closed:
+                        self._cond.wait(self.retry_period)  # woken early only by close()
+                    if self._closed:
+                        return False
+                continue
+            with self._cond:
+                if self._error is not None:
+                    log.warning("write-ahead log %s: writing again after the error", self.path)
+                    self._error = None
+                self._cond.notify_all()
+                self._wake()
+            return True
+
+    def _write_group(self, batch: list) -> None:
+        """Write records with one ``writev`` (+ ``fsync`` per policy); on error truncate back."""
+        buffers: list = []
+        total = 0
+        for lsn, op, meta, head_arrays, data, flags in batch:
+            bufs, nbytes = encode(lsn, op, meta, head_arrays, Payload(data, flags))
+            buffers.extend(bufs)
+            total += nbytes
+        self._pending_bytes = total
+        good, good_total = self._size, self._bytes_total
+        try:
+            self._flush(buffers)
+            if self.fsync == "always":
+                os.fsync(self._fd)
+                self.stats["fsyncs"] += 1
+            elif self.fsync == "interval":
+                self._synced = False
+                if time.monotonic() - self._last_sync >= self.interval:
+                    os.fsync(self._fd)
+                    self.stats["fsyncs"] += 1
+                    self._synced = True
+                    self._last_sync = time.monotonic()
+        except OSError:
+            try:  # back to the last complete record, so no record ever follows a hole
+                os.ftruncate(self._fd, good)
+            except OSError:
+                log.exception("write-ahead log %s: could not truncate after a failed write", self.path)
+            self._size, self._bytes_total = good, good_total
+            raise
+        with self._cond:
+            self._durable = batch[-1][0]
+        self.stats["groups"] += 1
+        self.stats["records"] += len(batch)
+
+    def _flush(self, buffers: list) -> None:
+        """``writev`` every buffer (in slices of at most ``_IOV_MAX``), retrying short writes."""
+        i = 0
+        while i < len(buffers):
+            chunk = buffers[i:i + _IOV_MAX]
+            want = sum(len(b) if isinstance(b, bytes) else b.nbytes for b in chunk)
+            done = os.writev(self._fd, chunk)
+            while done < want:  # a short write: write the rest one buffer at a time
+                skip = done
+                rest = []
+                for b in chunk:
+                    n = len(b) if isinstance(b, bytes) else b.nbytes
+                    if skip >= n:
+                        skip -= n
+                        continue
+                    rest.append(memoryview(b)[skip:])
+                    skip = 0
+                w = os.write(self._fd, rest[0])
+                if w == 0:
+                    raise OSError(errno.ENOSPC, "short write")
+                done += w
+            self._size += want
+            self._bytes_total += want
+            self.stats["bytes"] += want
+            i += _IOV_MAX
+
+    def _finish_segment(self) -> None:
+        if self._fd >= 0:
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+
+    def _new_segment(self, first_lsn: int) -> None:
+        fpath = os.path.join(self.path, f"wal-{first_lsn:020d}.log")
+        fd = os.open(fpath, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, MAGIC)
+            os.fsync(fd)
+            _fsync_dir(self.path)
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd, self._segment, self._size = fd, fpath, len(MAGIC)
+        self._synced = True
+
+    # -- closing ----------------------------------------------------------------------------------------------
+    def close(self, timeout: float | None = 10.0) -> None:
+        """Write what is queued (unless a write is failing), sync, and close. Idempotent."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+        with self._cond:
+            self._wake()
+            self._cond.notify_all()
+        if self._fd >= 0:
+            try:
+                os.fsync(self._fd)
+            except OSError:
+                pass
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> "WriteAheadLog":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _again(err: BaseException) -> BaseException:
+    """A fresh exception like ``err`` (one exception object must not be raised in many places)."""
+    if isinstance(err, StorageError):
+        return type(err)(err.message, err.path, err.wanted)
+    if isinstance(err, OSError):
+        return OSError(err.errno, err.strerror, err.filename)
+    return type(err)(*err.args)
+
+
+def write_records(path: str, records: Sequence[tuple[int, Mapping[str, Any], Mapping[str, np.ndarray]]]) -> None:
+    """Write records (``(op, meta, arrays)``) to a new log in ``path`` and close it (for tests and tools)."""
+    wal, _ = WriteAheadLog.open(path, fsync="never")
+    try:
+        last = 0
+        for op, meta, arrays in records:
+            check_arrays(arrays)
+            last = wal.append(op, meta, data=arrays)
+        wal.wait(last)
+    finally:
+        wal.close()
