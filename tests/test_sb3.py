@@ -14,12 +14,19 @@ gym = pytest.importorskip("gymnasium")
 import torch as th  # noqa: E402
 from gymnasium import spaces  # noqa: E402
 from stable_baselines3 import DQN, SAC  # noqa: E402
-from stable_baselines3.common.buffers import ReplayBuffer  # noqa: E402
+from stable_baselines3.common.buffers import DictReplayBuffer, ReplayBuffer  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.type_aliases import ReplayBufferSamples  # noqa: E402
 from stable_baselines3.common.vec_env import VecNormalize  # noqa: E402
 
-from replaystore.integrations.sb3 import ReplaystoreReplayBuffer  # noqa: E402
+from replaystore.errors import InvalidType  # noqa: E402
+from replaystore.integrations.sb3 import (  # noqa: E402
+    ReplaystoreDictReplayBuffer,
+    ReplaystoreNStepReplayBuffer,
+    ReplaystorePrioritizedReplayBuffer,
+    ReplaystoreReplayBuffer,
+    SB3BufferError,
+)
 
 
 class DummyEnv(gym.Env):
@@ -213,15 +220,256 @@ def test_device_buffer(device):
 
 def test_sample_from_empty_buffer_raises():
     buf = ReplaystoreReplayBuffer(10, *_spaces(), device="cpu")
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(SB3BufferError, match="empty"):
+        buf.sample(4)
+    with pytest.raises(ValueError, match="empty"):  # also a ValueError, as SB3 raises
         buf.sample(4)
 
 
-def test_unsupported_options():
-    with pytest.raises(ValueError, match="optimize_memory_usage"):
-        ReplaystoreReplayBuffer(10, *_spaces(), optimize_memory_usage=True, handle_timeout_termination=False)
-    with pytest.raises(TypeError, match="Dict"):
+def test_bad_options_raise_named_errors():
+    with pytest.raises(SB3BufferError, match="optimize_memory_usage"):
+        ReplaystoreReplayBuffer(10, *_spaces(), optimize_memory_usage=True)  # with handle_timeout_termination
+    with pytest.raises(InvalidType, match="Dict"):
         ReplaystoreReplayBuffer(10, spaces.Dict({"a": spaces.Discrete(2)}), spaces.Discrete(2))
+    with pytest.raises(InvalidType, match="Dict"):
+        ReplaystoreDictReplayBuffer(10, *_spaces())
+    with pytest.raises(SB3BufferError):
+        ReplaystoreNStepReplayBuffer(10, *_spaces(), n_steps=0)
+    with pytest.raises(SB3BufferError):
+        ReplaystoreNStepReplayBuffer(10, *_spaces(), gamma=0.0)
+    with pytest.raises(SB3BufferError):
+        ReplaystorePrioritizedReplayBuffer(10, *_spaces(), alpha=-1)
+
+
+def test_arrays_are_sb3_shaped_views_of_the_table_storage():
+    obs_space, act_space = _spaces()
+    ours = ReplaystoreReplayBuffer(30, obs_space, act_space, device="cpu", n_envs=3)
+    ref = ReplayBuffer(30, obs_space, act_space, device="cpu", n_envs=3)
+    _fill([ours, ref], 14, n_envs=3, timeout_every=3)
+    for name in ("observations", "next_observations", "actions", "rewards", "dones", "timeouts"):
+        a, b = getattr(ours, name), getattr(ref, name)
+        assert a.shape == b.shape and a.dtype == b.dtype, name
+        assert np.array_equal(a, b), name
+    # the arrays are the table's storage: a write through them is what the next sample reads
+    ours.rewards[:] = 7.0
+    assert np.all(ours.sample(64).rewards.numpy() == 7.0)
+    assert np.shares_memory(ours.observations, ours.table.storage.arrays["obs"])
+
+
+def test_failed_add_changes_nothing():
+    obs_space, act_space = _spaces()
+    buf = ReplaystoreReplayBuffer(4, obs_space, act_space, device="cpu")
+    _fill([buf], 6)  # full, wrapped
+    before = {n: getattr(buf, n).copy() for n in ("observations", "next_observations", "rewards")}
+    state = (buf.pos, buf.full, len(buf.table), buf.table.stats()["inserts"])
+    good = np.zeros((1, 3), np.float32)
+    with pytest.raises(SB3BufferError, match="obs"):
+        buf.add(np.zeros((1, 5), np.float32), good, np.array([0]), np.array([1.0]), np.array([False]), [{}])
+    with pytest.raises(SB3BufferError, match="reward"):
+        buf.add(good, good, np.array([0]), np.array([1.0, 2.0]), np.array([False]), [{}])
+    with pytest.raises(SB3BufferError, match="infos"):
+        buf.add(good, good, np.array([0]), np.array([1.0]), np.array([False]), [])
+    with pytest.raises(SB3BufferError, match="action"):
+        buf.add(good, good, np.array([0, 1]), np.array([1.0]), np.array([False]), [{}])
+    assert (buf.pos, buf.full, len(buf.table), buf.table.stats()["inserts"]) == state
+    for n, arr in before.items():
+        assert np.array_equal(getattr(buf, n), arr), n
+
+
+@pytest.mark.parametrize("n_envs", [1, 2])
+def test_optimize_memory_usage_matches_sb3(n_envs):
+    obs_space, act_space = spaces.Box(-1e6, 1e6, (2,), np.float32), spaces.Discrete(3)
+    kw = dict(device="cpu", n_envs=n_envs, optimize_memory_usage=True, handle_timeout_termination=False)
+    ours = ReplaystoreReplayBuffer(8 * n_envs, obs_space, act_space, **kw)
+    ref = ReplayBuffer(8 * n_envs, obs_space, act_space, **kw)
+    assert not hasattr(ours, "next_observations") and not hasattr(ref, "next_observations")
+    for t in range(21):  # step t: obs t, next obs t + 1 in every environment (+ 1000 * env)
+        obs = (t + 1000 * np.arange(n_envs, dtype=np.float32))[:, None].repeat(2, axis=1)
+        for b in (ours, ref):
+            b.add(obs, obs + 1, np.zeros(n_envs, np.int64), np.full(n_envs, t, np.float32), np.zeros(n_envs),
+                  [{}] * n_envs)
+        assert np.array_equal(ours.observations, ref.observations)
+        s = ours.sample(400)
+        o, no, r = s.observations[:, 0].numpy(), s.next_observations[:, 0].numpy(), s.rewards[:, 0].numpy()
+        assert np.all(no == o + 1)  # never the row whose observation the newest add overwrote
+        assert np.all(o % 1000 == r)
+        # exactly the rows SB3 samples: every row but the overwritten one (when full)
+        valid = min(t + 1, 7)
+        assert len(ours.table) == valid * n_envs
+        assert set(np.unique(r).tolist()) == set(range(t + 1 - valid, t + 1))
+    r = ref._get_samples(np.arange(8))
+    np.random.seed(0)
+    a = ours._get_samples(np.arange(8))
+    np.random.seed(0)
+    b = ref._get_samples(np.arange(8))
+    assert all(th.equal(x, y) for x, y in zip(a[:5], b[:5]))
+
+
+def test_external_pos_and_full_changes_are_followed():
+    # SB3's test_buffer_dtypes sets `full = True` on an empty buffer and samples: SB3 reads every row
+    buf = ReplaystoreReplayBuffer(5, *_spaces(), device="cpu")
+    buf.full = True
+    assert buf.sample(10).observations.shape == (10, 3)
+    assert len(buf.table) == 5
+    buf.reset()
+    _fill([buf], 3)
+    buf.pos = 1  # rewind by hand: SB3 samples only row 0
+    assert len(buf.table) == 1
+    assert buf.sample(5).observations.shape == (5, 3)
+
+
+def test_dict_buffer_matches_sb3():
+    obs_space = spaces.Dict({"img": spaces.Box(0, 255, (2, 3), np.uint8), "vec": spaces.Box(-1, 1, (4,), np.float32),
+                             "d": spaces.Discrete(5)})
+    act_space = spaces.Box(-1, 1, (2,), np.float64)
+    n_envs = 2
+    ours = ReplaystoreDictReplayBuffer(12, obs_space, act_space, device="cpu", n_envs=n_envs)
+    ref = DictReplayBuffer(12, obs_space, act_space, device="cpu", n_envs=n_envs)
+    rng = np.random.default_rng(0)
+    for t in range(9):
+        obs = {"img": rng.integers(0, 255, (n_envs, 2, 3), dtype=np.uint8),
+               "vec": rng.standard_normal((n_envs, 4)).astype(np.float32), "d": rng.integers(0, 5, n_envs)}
+        nobs = {k: v.copy() for k, v in obs.items()}
+        act = rng.standard_normal((n_envs, 2))
+        for b in (ours, ref):
+            b.add({k: v.copy() for k, v in obs.items()}, {k: v.copy() for k, v in nobs.items()}, act,
+                  np.full(n_envs, t, np.float32), np.zeros(n_envs), [{"TimeLimit.truncated": t % 2 == 0}] * n_envs)
+    for k in obs_space.spaces:
+        assert np.array_equal(ours.observations[k], ref.observations[k]), k
+        assert np.array_equal(ours.next_observations[k], ref.next_observations[k]), k
+    assert np.array_equal(ours.actions, ref.actions) and ours.actions.dtype == np.float32
+    np.random.seed(1)
+    a = ours._get_samples(np.arange(6))
+    np.random.seed(1)
+    b = ref._get_samples(np.arange(6))
+    for k in obs_space.spaces:
+        assert th.equal(a.observations[k], b.observations[k]) and a.observations[k].dtype == b.observations[k].dtype
+    assert th.equal(a.dones, b.dones) and th.equal(a.rewards, b.rewards) and th.equal(a.actions, b.actions)
+    s = ours.sample(50)
+    assert set(s.observations) == set(obs_space.spaces) and s.observations["img"].shape == (50, 2, 3)
+    assert set(np.unique(s.rewards.numpy()).tolist()) <= set(range(3, 9))  # 6 rows kept of 9
+
+
+def test_dict_buffer_optimize_memory_usage():
+    box = spaces.Box(-1e6, 1e6, (1,), np.float32)
+    obs_space = spaces.Dict({"a": box, "b": spaces.Box(-1e6, 1e6, (2,), np.float32)})
+    buf = ReplaystoreDictReplayBuffer(6, obs_space, spaces.Discrete(2), device="cpu", optimize_memory_usage=True,
+                                      handle_timeout_termination=False)
+    for t in range(10):
+        o = {"a": np.full((1, 1), t, np.float32), "b": np.full((1, 2), -t, np.float32)}
+        n = {"a": np.full((1, 1), t + 1, np.float32), "b": np.full((1, 2), -t - 1, np.float32)}
+        buf.add(o, n, np.array([0]), np.array([t], np.float32), np.array([0.0]), [{}])
+    s = buf.sample(300)
+    assert th.all(s.next_observations["a"] == s.observations["a"] + 1)
+    assert th.all(s.next_observations["b"] == s.observations["b"] - 1)
+    assert set(np.unique(s.rewards.numpy()).tolist()) == {5.0, 6.0, 7.0, 8.0, 9.0}
+
+
+def _nstep_fill(buffers, steps, n_envs, seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        obs = rng.standard_normal((n_envs, 3)).astype(np.float32)
+        done = rng.random(n_envs) < 0.15
+        trunc = done & (rng.random(n_envs) < 0.4)
+        rew = rng.standard_normal(n_envs).astype(np.float32)
+        for b in buffers:
+            infos = [{"TimeLimit.truncated": bool(x)} for x in trunc]
+            b.add(obs, obs + 1, np.zeros(n_envs, np.int64), rew, done, infos)
+
+
+@pytest.mark.parametrize("n_envs", [1, 3])
+@pytest.mark.parametrize("steps", [7, 10, 23])
+@pytest.mark.parametrize("n_steps", [1, 3, 5])
+def test_nstep_equals_sb3_nstep_buffer(n_envs, steps, n_steps):
+    from stable_baselines3.common.buffers import NStepReplayBuffer
+
+    kw = dict(device="cpu", n_envs=n_envs, n_steps=n_steps, gamma=0.9)
+    ours = ReplaystoreNStepReplayBuffer(10 * n_envs, *_spaces(), **kw)
+    ref = NStepReplayBuffer(10 * n_envs, *_spaces(), **kw)
+    assert isinstance(ours, NStepReplayBuffer)
+    _nstep_fill([ours, ref], steps, n_envs, seed=steps)
+    rows = np.arange(ours.size())
+    np.random.seed(3)
+    a = ours._get_samples(rows)
+    np.random.seed(3)
+    b = ref._get_samples(rows)
+    for name in ("observations", "actions", "next_observations", "dones", "rewards", "discounts"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and x.shape == y.shape, name
+        assert th.allclose(x, y, rtol=1e-6, atol=1e-6), name
+    # sample() draws start transitions through the table; each equals SB3's n-step sample of its row
+    s = ours.sample(64)
+    assert s.discounts.shape == (64, 1)
+    table_rows = {tuple(ours.observations[r, e].tolist()): (r, e) for r in rows for e in range(n_envs)}
+    for i in range(64):
+        r, e = table_rows[tuple(s.observations[i].tolist())]
+        exp = ours._nstep(np.array([r]), np.array([e]), None)
+        assert th.allclose(s.rewards[i], exp.rewards[0]) and th.equal(s.dones[i], exp.dones[0])
+
+
+def test_nstep_algorithm_uses_discounts():
+    th.set_num_threads(1)
+    model = DQN("MlpPolicy", "CartPole-v1", replay_buffer_class=ReplaystoreNStepReplayBuffer,
+                replay_buffer_kwargs={"n_steps": 3, "gamma": 0.9}, gamma=0.9, learning_starts=50, buffer_size=500,
+                policy_kwargs={"net_arch": [16]}, seed=0, device="cpu")
+    model.learn(200)
+    s = model.replay_buffer.sample(32)
+    assert s.discounts is not None and th.all(s.discounts <= 0.9 + 1e-6)
+
+
+def test_prioritized_sampling_follows_priorities_and_weights():
+    buf = ReplaystorePrioritizedReplayBuffer(4, spaces.Box(-10, 10, (1,), np.float32), spaces.Discrete(2),
+                                             device="cpu", alpha=1.0, beta=1.0, eps=0.0, seed=0)
+    for t in range(4):
+        buf.add(np.array([[t]], np.float32), np.array([[t]], np.float32), np.array([0]), np.array([0.0]),
+                np.array([False]), [{}])
+    s = buf.sample(4)
+    keys_by_obs = dict(zip(s.observations[:, 0].tolist(), s.keys.tolist()))
+    assert np.all(s.weights.numpy() == 1.0)  # every priority is the initial maximum
+    all_keys = buf.table.keys()
+    buf.update_priorities(all_keys, np.array([1.0, 2.0, 3.0, 4.0]))  # td errors -> priorities |td| + eps
+    n = 20_000
+    s = buf.sample(n)
+    counts = np.bincount(s.observations[:, 0].numpy().astype(int), minlength=4)
+    p = np.array([1, 2, 3, 4]) / 10
+    assert np.all(np.abs(counts / n - p) < 4 * np.sqrt(p * (1 - p) / n))
+    w = s.weights[:, 0].numpy()
+    expected_w = (p / p.min()) ** -1.0
+    assert np.allclose(w, expected_w[s.observations[:, 0].numpy().astype(int)])
+    # a newer transition gets the largest priority seen so far, also when registered lazily
+    buf.add(np.array([[9]], np.float32), np.array([[9]], np.float32), np.array([0]), np.array([0.0]),
+            np.array([False]), [{}])
+    info = buf.table.info(buf.table.keys())
+    assert info["priorities"][-1] == 4.0
+    assert keys_by_obs  # keys were returned with the first sample
+    # updates for transitions that left are skipped
+    assert buf.update_priorities(all_keys[:1], [5.0]) == 0
+
+
+def test_prioritized_pickle_keeps_priorities_and_rng():
+    buf = ReplaystorePrioritizedReplayBuffer(50, *_spaces(), device="cpu", seed=1)
+    _fill([buf], 30)
+    s = buf.sample(16)
+    buf.update_priorities(s.keys, np.linspace(0.1, 5, 16))
+    clone = pickle.loads(pickle.dumps(buf))
+    assert np.array_equal(clone.table.info(clone.table.keys())["priorities"],
+                          buf.table.info(buf.table.keys())["priorities"])
+    a, b = buf.sample(32), clone.sample(32)
+    assert th.equal(a.observations, b.observations) and th.equal(a.weights, b.weights)
+
+
+def test_prioritized_dqn_updates_priorities_and_anneals_beta():
+    from replaystore.integrations.sb3 import PrioritizedDQN
+
+    th.set_num_threads(1)
+    model = PrioritizedDQN("MlpPolicy", "CartPole-v1", learning_starts=100, buffer_size=1_000, batch_size=32,
+                           train_freq=4, replay_buffer_kwargs={"beta": 0.4}, beta_end=1.0,
+                           policy_kwargs={"net_arch": [16]}, seed=0, device="cpu")
+    assert isinstance(model.replay_buffer, ReplaystorePrioritizedReplayBuffer)
+    model.learn(600)
+    st = model.replay_buffer.table.stats()
+    assert st["priority_min"] < st["priority_max"]  # TD errors were fed back
+    assert 0.9 < model.replay_buffer.beta <= 1.0
 
 
 def test_seeded_sampling_repeats():

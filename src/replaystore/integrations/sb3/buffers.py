@@ -1,0 +1,608 @@
+"""SB3's ``ReplayBuffer`` and ``DictReplayBuffer`` with their transitions in a replaystore Table.
+
+The buffers keep SB3's public surface: the arrays ``observations``, ``next_observations``,
+``actions``, ``rewards``, ``dones`` and ``timeouts`` shaped ``(buffer_size, n_envs, ...)`` (dicts
+of such arrays for ``Dict`` observation spaces), ``pos``, ``full``, ``size()``, ``add``, ``extend``,
+``sample``, ``_get_samples``, ``reset``, ``optimize_memory_usage`` and
+``handle_timeout_termination``, and they pickle (``save_replay_buffer`` / ``load_replay_buffer``).
+The arrays are the storage of a :class:`~replaystore.Table` (:class:`SB3RingStorage`), which
+owns the items: which transitions are live, in which order they leave, how they are sampled
+(uniformly here, by priority in :mod:`.prioritized`), and their metadata (keys, priorities,
+times sampled).
+
+``add`` writes the transition straight into the arrays, as SB3 does; the rows are registered with
+the table in one batch when the buffer is next sampled (or read through :attr:`table`), or when a
+whole ring of rows is waiting. Registration checks that ``pos``/``full`` moved as the adds say; if
+user code changed them (or ``reset`` was bypassed), the table is rebuilt from SB3's rules
+(rows ``0..pos-1``, or every row once ``full``), so the buffer samples what SB3 would.
+
+Differences from SB3, all deliberate: ``sample`` draws from the table's own generator (seeded
+from NumPy's global one at construction, so ``set_random_seed`` keeps runs repeatable);
+``optimize_memory_usage`` also works for ``Dict`` observations; errors are
+:class:`~replaystore.ReplayError` subclasses that are also the built-in exception SB3 raises.
+Not thread-safe (SB3 buffers are used from the training loop's thread).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.buffers import BaseBuffer, DictReplayBuffer, ReplayBuffer
+from stable_baselines3.common.type_aliases import DictReplayBufferSamples, ReplayBufferSamples
+from stable_baselines3.common.vec_env import VecNormalize
+
+from ...errors import InvalidArgument, InvalidType, SpecError
+from ...limiters import MinSize
+from ...samplers import Fifo, Selector, Uniform
+from ...storage.spec import Field
+from ...table import Table
+from .ring import RingRows, SB3RingStorage
+
+try:  # SB3 warns when the buffer would not fit in memory; psutil is optional there too
+    import psutil
+except ImportError:  # pragma: no cover
+    psutil = None
+
+_SCALAR = Field((), np.dtype(np.float32))
+
+
+class SB3BufferError(InvalidArgument):
+    """Bad arguments or input for an SB3 buffer (an ``InvalidArgument``, so also a ``ValueError``, as SB3 raises)."""
+
+
+class _TableBackedBuffer:
+    """Shared machinery of the SB3 buffers: ring storage, Table, lazy registration, pickling.
+
+    Subclasses define ``_fields()`` (the flat spec), ``_bind_views()`` (internal array references
+    for ``add``) and ``_to_samples(data, env)``.
+    """
+
+    buffer_size: int
+    n_envs: int
+    pos: int
+    full: bool
+    device: th.device
+    optimize_memory_usage: bool
+    handle_timeout_termination: bool
+
+    # -- construction -------------------------------------------------------------------------------
+    def _setup(self, buffer_size: int, n_envs: int, optimize_memory_usage: bool,
+               handle_timeout_termination: bool, seed: int | None) -> None:
+        if int(n_envs) < 1:
+            raise SB3BufferError(f"n_envs must be >= 1, got {n_envs}")
+        self.buffer_size = max(int(buffer_size) // int(n_envs), 1)
+        self.optimize_memory_usage = bool(optimize_memory_usage)
+        self.handle_timeout_termination = bool(handle_timeout_termination)
+        self.seed = int(np.random.randint(2**31 - 1)) if seed is None else int(seed)
+        next_of = {}
+        fields = self._fields()
+        if self.optimize_memory_usage:  # next observations are read from the following row
+            for name in [n for n in fields if n.startswith("next_obs")]:
+                next_of[name] = "obs" + name[len("next_obs"):]
+                del fields[name]
+        self._storage = SB3RingStorage(self.buffer_size, self.n_envs, fields, next_of)
+        self._warn_if_too_large()
+        self._table = self._new_table()
+        # rows written by add() since the table last saw the buffer, and the state it saw
+        self._pending = 0
+        self._synced_pos, self._synced_full = 0, False
+        # registering a whole ring at once is the most a batch may hold (one row less when the next
+        # observation lives in the following row)
+        self._flush_rows = max(self.buffer_size - 1, 1) if self.optimize_memory_usage else self.buffer_size
+        self._ring = np.arange(self._storage.capacity, dtype=np.int64)
+        self._bind_views()
+
+    def _sampler(self) -> Selector:
+        """The table's sampler (uniform; the prioritized buffer overrides this)."""
+        return Uniform()
+
+    def _new_table(self) -> Table:
+        return Table(self._storage.capacity, sampler=self._sampler(), remover=Fifo(), rate_limiter=MinSize(1),
+                     storage=self._storage, seed=self.seed, name="sb3-replay")
+
+    def _warn_if_too_large(self) -> None:
+        if psutil is None:
+            return
+        nbytes = sum(a.nbytes for n, a in self._storage.arrays.items() if n != "timeout")
+        available = psutil.virtual_memory().available
+        if nbytes > available:
+            warnings.warn("This system does not have apparently enough memory to store the complete replay "
+                          f"buffer {nbytes / 1e9:.2f}GB > {available / 1e9:.2f}GB", stacklevel=3)
+
+    @property
+    def table(self) -> Table:
+        """The :class:`~replaystore.Table` holding the items, up to date with every ``add``.
+
+        Read it (``stats()``, ``info``, ``keys``, ``sample``...); changing its items directly
+        (``extend``, ``delete``) is not supported, since the buffer's arrays are its storage.
+        """
+        self._sync()
+        return self._table
+
+    # -- registration -----------------------------------------------------------------------------
+    def _sync(self) -> None:
+        """Register the rows written since the last call with the table (one batch)."""
+        k = self._pending
+        expected = self._synced_pos + k
+        if (self.pos != expected % self.buffer_size
+                or bool(self.full) != (self._synced_full or expected >= self.buffer_size)):
+            self._resync()  # pos/full were changed from outside add(): rebuild from SB3's rules
+            return
+        if k == 0:
+            return
+        start = self._synced_pos * self.n_envs
+        count = k * self.n_envs
+        positions = self._ring[start:start + count]
+        if len(positions) < count:  # the rows wrap around the end of the ring
+            positions = np.concatenate([positions, self._ring[: count - len(positions)]])
+        self._table.extend(RingRows(positions))
+        self._pending = 0
+        self._synced_pos, self._synced_full = self.pos, bool(self.full)
+
+    def _valid_rows(self) -> np.ndarray:
+        """The rows SB3 would sample, oldest first."""
+        bs, pos = self.buffer_size, int(self.pos)
+        if not self.full:
+            return np.arange(pos, dtype=np.int64)
+        rows = (np.arange(bs, dtype=np.int64) + pos) % bs
+        return rows[1:] if self.optimize_memory_usage else rows
+
+    def _resync(self) -> None:
+        self._table.clear()
+        rows = self._valid_rows()
+        if len(rows):
+            positions = (rows[:, None] * self.n_envs + np.arange(self.n_envs)).ravel()
+            self._table.extend(RingRows(positions))
+        self._pending = 0
+        self._synced_pos, self._synced_full = int(self.pos), bool(self.full)
+
+    def _after_add(self) -> None:
+        pos = self.pos + 1
+        if pos == self.buffer_size:
+            self.full = True
+            pos = 0
+        self.pos = pos
+        self._pending += 1
+        if self._pending >= self._flush_rows:
+            self._sync()
+
+    # -- sampling ---------------------------------------------------------------------------------
+    def _draw(self, batch_size: int):
+        """Sync, then draw ``batch_size`` items from the table (its :class:`~replaystore.Sample`)."""
+        if self._pending or self.pos != self._synced_pos or self.full != self._synced_full:
+            self._sync()
+        if self._table._size == 0:
+            raise SB3BufferError("cannot sample from an empty replay buffer")
+        return self._table.sample(batch_size, timeout=0)
+
+    def sample(self, batch_size: int, env: VecNormalize | None = None):
+        """``batch_size`` transitions, drawn uniformly with replacement over every live transition.
+
+        Returns SB3's ``ReplayBufferSamples`` (``DictReplayBufferSamples`` for ``Dict`` spaces) of
+        tensors on ``device``, normalised by ``env`` when given. Raises :class:`SB3BufferError`
+        (a ``ValueError``) when the buffer is empty or ``batch_size < 1``.
+        """
+        if int(batch_size) < 1:
+            raise SB3BufferError(f"batch_size must be >= 1, got {batch_size}")
+        return self._to_samples(self._draw(batch_size).data, env)
+
+    def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None):
+        """Transitions at rows ``batch_inds`` of random environments (SB3's hook, same contract)."""
+        batch_inds = np.asarray(batch_inds, dtype=np.int64)
+        env_indices = np.random.randint(0, high=self.n_envs, size=(len(batch_inds),))
+        return self._to_samples(self._storage.gather(batch_inds * self.n_envs + env_indices), env)
+
+    def _tensor(self, array: np.ndarray) -> th.Tensor:
+        """A tensor on ``device`` from a fresh array this buffer owns (no copy on the CPU)."""
+        if self.device.type == "cpu":
+            return th.from_numpy(np.ascontiguousarray(array))
+        return th.as_tensor(array, device=self.device)
+
+    def _dones(self, d: dict[str, np.ndarray]) -> np.ndarray:
+        # SB3: dones that are due to a time limit are not terminal (timeouts stay 0 when not handled)
+        return (d["done"] * (1.0 - d["timeout"])).reshape(-1, 1)
+
+    def reset(self) -> None:
+        """Empty the buffer: ``pos`` 0, not ``full``, no items (the arrays keep their contents, as in SB3)."""
+        self.pos = 0
+        self.full = False
+        self._table.clear()
+        self._pending = 0
+        self._synced_pos, self._synced_full = 0, False
+
+    # -- input checks -----------------------------------------------------------------------------
+    @staticmethod
+    def _check_fits(name: str, value: Any, row: np.ndarray) -> None:
+        """Raise :class:`SB3BufferError` unless ``value`` broadcasts to ``row`` (nothing written yet)."""
+        shape = getattr(value, "shape", None)
+        if shape == row.shape:
+            return
+        try:
+            ok = np.broadcast_shapes(np.shape(value), row.shape) == row.shape
+        except ValueError:
+            ok = False
+        if not ok:
+            raise SB3BufferError(f"add(): {name} of shape {np.shape(value)} does not fit a row of shape {row.shape}")
+
+    def _timeouts_of(self, infos: list[dict[str, Any]]) -> list[bool]:
+        if len(infos) != self.n_envs:
+            raise SB3BufferError(f"add(): expected {self.n_envs} infos, got {len(infos)}")
+        return [info.get("TimeLimit.truncated", False) for info in infos]
+
+    # -- pickling (save_replay_buffer): arrays and counters as SB3 pickles them, plus the table's items
+    def __getstate__(self) -> dict[str, Any]:
+        self._sync()
+        state = {k: v for k, v in self.__dict__.items() if not k.startswith("_v_")}
+        table = state.pop("_table")
+        storage = state.pop("_storage")
+        del state["_ring"]
+        keys = table.keys()
+        slots = table._index.lookup(keys)
+        state["_saved"] = {
+            "arrays": storage.arrays,
+            "positions": storage.position[slots],
+            "priorities": table.info(keys)["priorities"],
+            "max_priority": table.max_priority,
+            "rng": table.rng.bit_generator.state,
+            "sampler": self._sampler_state(),
+        }
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        saved = state.pop("_saved")
+        self.__dict__.update(state)
+        fields = {n: Field(a.shape[2:], a.dtype) for n, a in saved["arrays"].items()}
+        next_of = {}
+        if self.optimize_memory_usage:
+            next_of = {"next_obs" + n[len("obs"):]: n for n in fields if n.startswith("obs")}
+        self._storage = SB3RingStorage(self.buffer_size, self.n_envs, fields, next_of, arrays=saved["arrays"])
+        self._table = self._new_table()
+        self._load_sampler_state(saved["sampler"])
+        if len(saved["positions"]):
+            self._table.extend(RingRows(np.asarray(saved["positions"], dtype=np.int64)),
+                               priorities=saved["priorities"])
+        self._table.max_priority = saved["max_priority"]
+        self._table.rng.bit_generator.state = saved["rng"]
+        self._ring = np.arange(self._storage.capacity, dtype=np.int64)
+        self._bind_views()
+
+    def _sampler_state(self) -> dict[str, Any]:
+        return {}
+
+    def _load_sampler_state(self, state: dict[str, Any]) -> None:
+        pass
+
+
+def _obs_field(space: spaces.Space, shape: tuple[int, ...]) -> Field:
+    return Field(tuple(shape), np.dtype(space.dtype))
+
+
+class ReplaystoreReplayBuffer(_TableBackedBuffer, ReplayBuffer):
+    """SB3 ``ReplayBuffer`` whose arrays are a replaystore Table's storage (uniform sampling, FIFO).
+
+    Args:
+        buffer_size: maximum number of transitions (over all environments; SB3 divides by ``n_envs``).
+        observation_space: observation space (not ``Dict``: see :class:`ReplaystoreDictReplayBuffer`).
+        action_space: action space.
+        device: PyTorch device of the sampled tensors.
+        n_envs: number of parallel environments.
+        optimize_memory_usage: store each observation once; the next observation of a row is the
+            observation of the following row (SB3's variant; not with ``handle_timeout_termination``).
+        handle_timeout_termination: time-limit ends are not terminal in samples (SB3's default).
+        seed: seed of the table's generator (default: drawn from NumPy's global generator).
+
+    Raises:
+        InvalidType: a ``Dict`` observation space.
+        SB3BufferError: ``n_envs < 1``, or ``optimize_memory_usage`` together with
+            ``handle_timeout_termination`` (as SB3, a ``ValueError``).
+    """
+
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        device: th.device | str = "auto",
+        n_envs: int = 1,
+        optimize_memory_usage: bool = False,
+        handle_timeout_termination: bool = True,
+        seed: int | None = None,
+    ) -> None:
+        if isinstance(observation_space, spaces.Dict):
+            raise InvalidType("Dict observation spaces need ReplaystoreDictReplayBuffer")
+        if optimize_memory_usage and handle_timeout_termination:
+            raise SB3BufferError(
+                "ReplayBuffer does not support optimize_memory_usage = True "
+                "and handle_timeout_termination = True simultaneously."
+            )
+        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
+        self._setup(buffer_size, n_envs, optimize_memory_usage, handle_timeout_termination, seed)
+
+    def _fields(self) -> dict[str, Field]:
+        obs = _obs_field(self.observation_space, self.obs_shape)
+        return {
+            "obs": obs,
+            "next_obs": obs,
+            "action": Field((self.action_dim,), np.dtype(self._maybe_cast_dtype(self.action_space.dtype))),
+            "reward": _SCALAR,
+            "done": _SCALAR,
+            "timeout": _SCALAR,
+        }
+
+    def _bind_views(self) -> None:
+        a = self._storage.arrays
+        self._v_obs = a["obs"]
+        self._v_next_obs = a.get("next_obs")
+        self._v_action = a["action"]
+        self._v_reward = a["reward"]
+        self._v_done = a["done"]
+        self._v_timeout = a["timeout"]
+        self._v_discrete = isinstance(self.observation_space, spaces.Discrete)
+        self._v_obs_rows = (self.n_envs, *self.obs_shape)
+        self._v_action_rows = (self.n_envs, self.action_dim)
+
+    # SB3's public arrays: the storage's arrays themselves (writes go to the buffer's items)
+    @property
+    def observations(self) -> np.ndarray:
+        """Observations, ``(buffer_size, n_envs, *obs_shape)``; with ``optimize_memory_usage`` also the next ones."""
+        return self._storage.arrays["obs"]
+
+    @observations.setter
+    def observations(self, value: np.ndarray) -> None:
+        self._storage.set_array("obs", value)
+        self._bind_views()
+
+    @property
+    def next_observations(self) -> np.ndarray:
+        """Next observations, ``(buffer_size, n_envs, *obs_shape)`` (absent with ``optimize_memory_usage``)."""
+        if "next_obs" not in self._storage.arrays:
+            raise AttributeError("next_observations is not stored with optimize_memory_usage=True")
+        return self._storage.arrays["next_obs"]
+
+    @next_observations.setter
+    def next_observations(self, value: np.ndarray) -> None:
+        self._storage.set_array("next_obs", value)
+        self._bind_views()
+
+    @property
+    def actions(self) -> np.ndarray:
+        """Actions, ``(buffer_size, n_envs, action_dim)`` (float64 spaces stored as float32, as SB3)."""
+        return self._storage.arrays["action"]
+
+    @actions.setter
+    def actions(self, value: np.ndarray) -> None:
+        self._storage.set_array("action", value)
+        self._bind_views()
+
+    @property
+    def rewards(self) -> np.ndarray:
+        """Rewards, float32 ``(buffer_size, n_envs)``."""
+        return self._storage.arrays["reward"]
+
+    @rewards.setter
+    def rewards(self, value: np.ndarray) -> None:
+        self._storage.set_array("reward", value)
+        self._bind_views()
+
+    @property
+    def dones(self) -> np.ndarray:
+        """Episode ends (terminated or truncated), float32 ``(buffer_size, n_envs)``."""
+        return self._storage.arrays["done"]
+
+    @dones.setter
+    def dones(self, value: np.ndarray) -> None:
+        self._storage.set_array("done", value)
+        self._bind_views()
+
+    @property
+    def timeouts(self) -> np.ndarray:
+        """Time-limit ends (``info["TimeLimit.truncated"]``), float32 ``(buffer_size, n_envs)``."""
+        return self._storage.arrays["timeout"]
+
+    @timeouts.setter
+    def timeouts(self, value: np.ndarray) -> None:
+        self._storage.set_array("timeout", value)
+        self._bind_views()
+
+    def add(
+        self,
+        obs: np.ndarray,
+        next_obs: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        done: np.ndarray,
+        infos: list[dict[str, Any]],
+    ) -> None:
+        """Store one transition per environment (arrays with ``n_envs`` as leading axis), as SB3.
+
+        Raises :class:`SB3BufferError` (nothing written) when an input does not fit its row.
+        """
+        pos = self.pos
+        if self._v_discrete:
+            obs = np.asarray(obs).reshape(self._v_obs_rows)
+            next_obs = np.asarray(next_obs).reshape(self._v_obs_rows)
+        try:
+            action = np.asarray(action).reshape(self._v_action_rows)
+        except ValueError as e:
+            raise SB3BufferError(f"add(): action of shape {np.shape(action)} does not fit {self._v_action_rows}") from e
+        o = self._v_obs[pos]
+        if getattr(obs, "shape", None) != o.shape or getattr(next_obs, "shape", None) != o.shape:
+            self._check_fits("obs", obs, o)
+            self._check_fits("next_obs", next_obs, o)
+        r = self._v_reward[pos]
+        if getattr(reward, "shape", None) != r.shape or getattr(done, "shape", None) != r.shape:
+            self._check_fits("reward", reward, r)
+            self._check_fits("done", done, r)
+        timeouts = self._timeouts_of(infos) if self.handle_timeout_termination else None
+        o[...] = obs
+        if self._v_next_obs is None:
+            self._v_obs[pos + 1 if pos + 1 < self.buffer_size else 0] = next_obs
+        else:
+            self._v_next_obs[pos] = next_obs
+        self._v_action[pos] = action
+        r[...] = reward
+        self._v_done[pos] = done
+        if timeouts is not None:
+            self._v_timeout[pos] = timeouts
+        self._after_add()
+
+    def _to_samples(self, d: dict[str, np.ndarray], env: VecNormalize | None) -> ReplayBufferSamples:
+        t = self._tensor
+        return ReplayBufferSamples(
+            t(self._normalize_obs(d["obs"], env)),
+            t(d["action"]),
+            t(self._normalize_obs(d["next_obs"], env)),
+            t(self._dones(d)),
+            t(self._normalize_reward(d["reward"].reshape(-1, 1), env)),
+        )
+
+
+class ReplaystoreDictReplayBuffer(_TableBackedBuffer, DictReplayBuffer):
+    """SB3 ``DictReplayBuffer`` (``Dict`` observation spaces) whose arrays are a Table's storage.
+
+    Same arguments and behaviour as :class:`ReplaystoreReplayBuffer`; ``observations`` and
+    ``next_observations`` are dicts of ``(buffer_size, n_envs, *shape)`` arrays, one per key.
+    Unlike SB3's, ``optimize_memory_usage=True`` is supported (each key's next observation is
+    read from the following row).
+    """
+
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Dict,
+        action_space: spaces.Space,
+        device: th.device | str = "auto",
+        n_envs: int = 1,
+        optimize_memory_usage: bool = False,
+        handle_timeout_termination: bool = True,
+        seed: int | None = None,
+    ) -> None:
+        if not isinstance(observation_space, spaces.Dict):
+            raise InvalidType("ReplaystoreDictReplayBuffer needs a Dict observation space")
+        if optimize_memory_usage and handle_timeout_termination:
+            raise SB3BufferError(
+                "DictReplayBuffer does not support optimize_memory_usage = True "
+                "and handle_timeout_termination = True simultaneously."
+            )
+        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
+        for key in self.obs_shape:
+            if "/" in key:
+                raise SpecError(f"observation key {key!r}: '/' is reserved")
+        self._setup(buffer_size, n_envs, optimize_memory_usage, handle_timeout_termination, seed)
+
+    def _fields(self) -> dict[str, Field]:
+        fields = {}
+        for prefix in ("obs", "next_obs"):
+            for key, shape in self.obs_shape.items():
+                fields[f"{prefix}/{key}"] = _obs_field(self.observation_space[key], shape)
+        fields["action"] = Field((self.action_dim,), np.dtype(self._maybe_cast_dtype(self.action_space.dtype)))
+        fields.update(reward=_SCALAR, done=_SCALAR, timeout=_SCALAR)
+        return fields
+
+    def _bind_views(self) -> None:
+        a = self._storage.arrays
+        keys = list(self.obs_shape)
+        self._v_keys = keys
+        self._v_obs = {k: a[f"obs/{k}"] for k in keys}
+        self._v_next_obs = None if self.optimize_memory_usage else {k: a[f"next_obs/{k}"] for k in keys}
+        self._v_rows = {k: (self.n_envs, *self.obs_shape[k]) for k in keys}
+        self._v_discrete = {k: isinstance(self.observation_space.spaces[k], spaces.Discrete) for k in keys}
+        self._v_action = a["action"]
+        self._v_reward = a["reward"]
+        self._v_done = a["done"]
+        self._v_timeout = a["timeout"]
+        self._v_action_rows = (self.n_envs, self.action_dim)
+
+    @property
+    def observations(self) -> dict[str, np.ndarray]:
+        """``{key: (buffer_size, n_envs, *shape)}``; with ``optimize_memory_usage`` also the next ones."""
+        return self._v_obs
+
+    @observations.setter
+    def observations(self, value: dict[str, np.ndarray]) -> None:
+        for k, v in value.items():
+            self._storage.set_array(f"obs/{k}", v)
+        self._bind_views()
+
+    @property
+    def next_observations(self) -> dict[str, np.ndarray]:
+        """``{key: (buffer_size, n_envs, *shape)}`` (absent with ``optimize_memory_usage``)."""
+        if self._v_next_obs is None:
+            raise AttributeError("next_observations is not stored with optimize_memory_usage=True")
+        return self._v_next_obs
+
+    @next_observations.setter
+    def next_observations(self, value: dict[str, np.ndarray]) -> None:
+        for k, v in value.items():
+            self._storage.set_array(f"next_obs/{k}", v)
+        self._bind_views()
+
+    actions = ReplaystoreReplayBuffer.actions
+    rewards = ReplaystoreReplayBuffer.rewards
+    dones = ReplaystoreReplayBuffer.dones
+    timeouts = ReplaystoreReplayBuffer.timeouts
+
+    def add(  # type: ignore[override]
+        self,
+        obs: dict[str, np.ndarray],
+        next_obs: dict[str, np.ndarray],
+        action: np.ndarray,
+        reward: np.ndarray,
+        done: np.ndarray,
+        infos: list[dict[str, Any]],
+    ) -> None:
+        """Store one transition per environment; ``obs``/``next_obs`` are dicts keyed like the space.
+
+        Raises :class:`SB3BufferError` (nothing written) when a key is missing or an input does not
+        fit its row. The caller's dicts are not modified.
+        """
+        pos = self.pos
+        rows = []
+        for k in self._v_keys:
+            if k not in obs or k not in next_obs:
+                raise SB3BufferError(f"add(): observation key {k!r} missing")
+            o, no = obs[k], next_obs[k]
+            if self._v_discrete[k]:
+                o = np.asarray(o).reshape(self._v_rows[k])
+                no = np.asarray(no).reshape(self._v_rows[k])
+            row = self._v_obs[k][pos]
+            self._check_fits(f"obs[{k!r}]", o, row)
+            self._check_fits(f"next_obs[{k!r}]", no, row)
+            rows.append((k, o, no))
+        action = np.asarray(action).reshape(self._v_action_rows)
+        self._check_fits("reward", reward, self._v_reward[pos])
+        self._check_fits("done", done, self._v_done[pos])
+        timeouts = self._timeouts_of(infos) if self.handle_timeout_termination else None
+        following = pos + 1 if pos + 1 < self.buffer_size else 0
+        for k, o, no in rows:
+            self._v_obs[k][pos] = o
+            if self._v_next_obs is None:
+                self._v_obs[k][following] = no
+            else:
+                self._v_next_obs[k][pos] = no
+        self._v_action[pos] = action
+        self._v_reward[pos] = reward
+        self._v_done[pos] = done
+        if timeouts is not None:
+            self._v_timeout[pos] = timeouts
+        self._after_add()
+
+    def sample(self, batch_size: int, env: VecNormalize | None = None) -> DictReplayBufferSamples:  # type: ignore[override]
+        """As :meth:`ReplaystoreReplayBuffer.sample`, with dicts of observation tensors."""
+        return _TableBackedBuffer.sample(self, batch_size, env)
+
+    def _to_samples(self, d: dict[str, np.ndarray], env: VecNormalize | None) -> DictReplayBufferSamples:
+        t = self._tensor
+        obs = self._normalize_obs({k: d[f"obs/{k}"] for k in self._v_keys}, env)
+        next_obs = self._normalize_obs({k: d[f"next_obs/{k}"] for k in self._v_keys}, env)
+        return DictReplayBufferSamples(
+            observations={k: t(v) for k, v in obs.items()},
+            actions=t(d["action"]),
+            next_observations={k: t(v) for k, v in next_obs.items()},
+            dones=t(self._dones(d)),
+            rewards=t(self._normalize_reward(d["reward"].reshape(-1, 1), env)),
+        )
