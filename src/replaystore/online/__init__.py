@@ -12,10 +12,13 @@ See ``docs/online.md``.
 
 from .budget import StalenessBudget
 from .buffer import RolloutBuffer
+from .config import RolloutBufferConfig
 from .groups import Group, Rollout, RolloutBatch
+from .journal import OnlineJournal
 from .measure import OnlineMetrics
 from .picks import PICKS
 from .versions import STALENESS_ENDS, VersionRange
 
-__all__ = ["PICKS", "STALENESS_ENDS", "Group", "OnlineMetrics", "Rollout", "RolloutBatch", "RolloutBuffer",
+__all__ = ["PICKS", "STALENESS_ENDS", "Group", "OnlineJournal", "OnlineMetrics", "Rollout", "RolloutBatch",
+           "RolloutBuffer", "RolloutBufferConfig",
            "StalenessBudget", "VersionRange"]

@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from ..errors import Closed, InvalidRequest, Timeout, UnknownTicket
+from ..errors import CheckpointError, Closed, InvalidRequest, Timeout, UnknownTicket
 from ..limiters import MinSize
 from ..monitor import Sink, flatten_scalars
 from ..samplers import Fifo
@@ -268,6 +268,33 @@ class RolloutBuffer:
                     self._drop_group(g, "abandoned")
                     self._drop_pending_key(g)
             self._cond.notify_all()
+            self._commit()
+
+    def finish(self, tickets: Iterable[int], accepted: bool = True) -> None:
+        """End tickets whose rollouts are kept elsewhere (budget-only use, e.g. the fragment buffer).
+
+        A ticket used as a group id in this buffer is finished by its group instead.
+
+        Raises:
+            UnknownTicket: a ticket is not held. InvalidRequest: a ticket has a pending group here.
+            (Nothing changed in either case.)
+        """
+        budget = self._need_budget()
+        with self._lock:
+            ids = list(tickets)
+            busy = [t for t in ids if t in self._pending]
+            if busy:
+                raise InvalidRequest(f"tickets {busy[:5]!r} have pending groups in {self.name!r}: "
+                                     f"their groups finish them")
+            budget.finish(ids, accepted=accepted)
+            self._cond.notify_all()
+            self._commit()
+
+    def discard(self, n: int) -> None:
+        """``n`` accepted rollouts kept elsewhere left untrained: give their budget back."""
+        budget = self._need_budget()
+        with self._lock:
+            budget.discard(n)
             self._commit()
 
     def _need_budget(self) -> StalenessBudget:
@@ -569,9 +596,16 @@ class RolloutBuffer:
 
     # -- restart ------------------------------------------------------------------------------------------------------
     def _restore(self, saved: dict[str, Any]) -> None:
-        state = saved.get("s")
-        if state is None:
+        if saved.get("s") is None:
             return
+        try:
+            self._restore_records(saved)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            raise CheckpointError(f"rollout buffer {self.name!r}: the journal does not hold a valid state "
+                                  f"({type(e).__name__}: {e})") from e
+
+    def _restore_records(self, saved: dict[str, Any]) -> None:
+        state = saved["s"]
         self.version = int(state["version"])
         self.counters.update(state["counters"])
         self.counters["restarts"] += 1

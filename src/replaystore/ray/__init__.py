@@ -23,6 +23,7 @@ from .fragment_buffer import FragmentBuffer, FragmentBufferConfig, FragmentRef
 from .fragment_client import Fetch, FragmentClient
 from .loader import FragmentLoader, LocalLoaderPool, create_loader_pool, data_iter, detach
 from .logged_table import LoggedTable
+from .online_client import OnlineClient
 from .server import ReplayServer
 from .uniform_distinct import UniformDistinct
 from .wal import WalConfig, WriteAheadLog
@@ -36,6 +37,7 @@ __all__ = [
     "FragmentRef",
     "LocalLoaderPool",
     "LoggedTable",
+    "OnlineClient",
     "ReplayClient",
     "ReplayServer",
     "UniformDistinct",

@@ -34,7 +34,9 @@ from .fragment_buffer import FragmentBufferConfig
 from .server import ReplayServer, SinkSpec
 
 if TYPE_CHECKING:
+    from ..online import RolloutBufferConfig
     from .fragment_client import FragmentClient
+    from .online_client import OnlineClient
 
 DEFAULT_TABLE = "default"
 
@@ -188,6 +190,12 @@ class ReplayClient:
 
         return FragmentClient(self.actor, self.name, rpc_grace=self.rpc_grace)
 
+    def online(self, buffer: str = "rollouts") -> "OnlineClient":
+        """The client of the service's rollout buffer ``buffer`` (see :mod:`replaystore.ray.online_client`)."""
+        from .online_client import OnlineClient
+
+        return OnlineClient(self.actor, self.name, buffer, rpc_grace=self.rpc_grace)
+
     def reporter(self, sinks: list[Sink] | None = None, period: float = 30.0) -> StatsReporter:
         """A :class:`~replaystore.monitor.StatsReporter` of this service's stats, on the client side."""
         return StatsReporter(self.stats, sinks, period)
@@ -229,6 +237,7 @@ def serve(
     default_timeout: float | None = None,
     rpc_grace: float | None = 60.0,
     start_timeout: float = 120.0,
+    online: Mapping[str, RolloutBufferConfig] | None = None,
 ) -> ReplayClient:
     """Start a replay service as a named Ray actor; return a client bound to its first table.
 
@@ -258,6 +267,8 @@ def serve(
         default_timeout: the returned client's default timeout (see :class:`ReplayClient`).
         rpc_grace: the returned client's grace period (see :class:`ReplayClient`).
         start_timeout: seconds to wait for the actor to come up.
+        online: rollout buffers by name (:class:`~replaystore.online.RolloutBufferConfig`); reach
+            one with ``client.online(name)`` (see docs/online.md).
 
     Raises:
         ValueError: a service (actor) with this name already exists.
@@ -283,7 +294,8 @@ def serve(
     if scheduling_strategy is not None:
         options["scheduling_strategy"] = scheduling_strategy
     actor = ray.remote(ReplayServer).options(**options).remote(
-        name, dict(tables), fragments, checkpoint_dir, checkpoint_period, report_period, sinks, housekeeping_period)
+        name, dict(tables), fragments, checkpoint_dir, checkpoint_period, report_period, sinks, housekeeping_period,
+        online=dict(online) if online else None)
     client = ReplayClient(actor, name, next(iter(tables), DEFAULT_TABLE), default_timeout, rpc_grace)
     get(actor.ping.remote(), start_timeout, f"starting {name!r}")
     return client

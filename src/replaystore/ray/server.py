@@ -25,13 +25,16 @@ import time
 import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import Closed, InvalidArgument, InvalidType, KeyNotFound, Timeout
 from ..monitor import LoggingSink, Sink, TensorBoardSink, WandbSink, flatten_scalars
 from ..table import Table
 from ._runtime import import_ray
 from .fragment_buffer import FragmentBuffer, FragmentBufferConfig
+
+if TYPE_CHECKING:
+    from ..online import RolloutBuffer, RolloutBufferConfig
 
 log = logging.getLogger("replaystore")
 
@@ -71,13 +74,17 @@ class ReplayServer:
         sinks: monitoring sinks (see :func:`make_sinks`); default: logging.
         housekeeping_period: seconds between fragment-buffer housekeeping passes.
         max_blocking_threads: threads available to Table calls that wait on a rate limiter.
+        online: rollout buffers by name (:class:`~replaystore.online.RolloutBufferConfig`): online RL
+            with pacing, groups and version ranges (see docs/online.md); their journals make them
+            survive restarts.
     """
 
     def __init__(self, name: str, tables: Mapping[str, Callable[[], Table]] | None = None,
                  fragments: FragmentBufferConfig | None = None, checkpoint_dir: str | None = None,
                  checkpoint_period: float | None = None, report_period: float | None = None,
                  sinks: SinkSpec = None, housekeeping_period: float = 10.0,
-                 max_blocking_threads: int = 64) -> None:
+                 max_blocking_threads: int = 64,
+                 online: Mapping[str, RolloutBufferConfig] | None = None) -> None:
         ray = import_ray()
         ctx = ray.get_runtime_context()
         self.name = name
@@ -99,6 +106,12 @@ class ReplayServer:
         if fragments is not None:
             self.fragments = FragmentBuffer(fragments, report=self._write_fragment_report,
                                             resume=self.restarted or not fragments.clear_on_start)
+        self.online: dict[str, RolloutBuffer] = {}
+        for oname, ocfg in (online or {}).items():
+            buf = ocfg.build(oname, resume=self.restarted or not ocfg.clear_on_start)
+            buf.sinks = self._sinks
+            self.online[oname] = buf
+        self._online_report_every = {n: c.report_every for n, c in (online or {}).items()}
         self._pool = ThreadPoolExecutor(max_blocking_threads, thread_name_prefix="replaystore-wait")
         self._cond: asyncio.Condition | None = None
         self._tasks: list[asyncio.Task] = []
@@ -123,7 +136,7 @@ class ReplayServer:
         if self._cond is None:
             self._cond = asyncio.Condition()
             loop = asyncio.get_running_loop()
-            if self.fragments is not None and self.housekeeping_period:
+            if (self.fragments is not None or self.online) and self.housekeeping_period:
                 self._tasks.append(loop.create_task(self._every(self.housekeeping_period, self._housekeeping)))
             if self.report_period:
                 self._tasks.append(loop.create_task(self._every(self.report_period, self._report)))
@@ -184,6 +197,8 @@ class ReplayServer:
         out: dict[str, Any] = {n: t.stats() for n, t in self.tables.items()}
         if self.fragments is not None:
             out["fragments"] = self.fragments.stats()
+        if self.online:
+            out["online"] = {n: b.stats() for n, b in self.online.items()}
         return out
 
     async def save(self, path: str | None = None) -> list[str]:
@@ -212,6 +227,8 @@ class ReplayServer:
         for task in self._tasks:
             task.cancel()
         await self._notify()
+        for b in self.online.values():
+            b.close()
         if self.fragments is not None:
             self.fragments.close()
         for s in self._sinks:
@@ -373,3 +390,80 @@ class ReplayServer:
     def _housekeeping(self) -> None:
         if self.fragments is not None and not self._closed:
             self.fragments.expire()
+        if not self._closed:
+            for b in self.online.values():
+                b.expire()
+
+    # -- online rollout buffers (replaystore.online) ------------------------------------------------------------
+    def _rollouts(self, name: str) -> RolloutBuffer:
+        self._check_open()
+        try:
+            return self.online[name]
+        except KeyError:
+            raise KeyNotFound(f"service {self.name!r} has no rollout buffer {name!r}; "
+                              f"rollout buffers: {sorted(self.online)}") from None
+
+    async def online_acquire(self, name: str, k: int, timeout: float | None, holder: str | None) -> list[int]:
+        """``RolloutBuffer.acquire`` (waits in a worker thread, never on the event loop)."""
+        buf = self._rollouts(name)
+        got = buf.try_acquire(k, holder=holder)  # validates k; no wait when the budget allows
+        if got or (timeout is not None and timeout <= 0):
+            if not got:
+                raise Timeout(f"{k} tickets of {name!r} not granted (timeout 0)")
+            return got
+        return await asyncio.get_running_loop().run_in_executor(
+            self._pool, lambda: buf.acquire(k, timeout=timeout, holder=holder))
+
+    async def online_try_acquire(self, name: str, k: int, holder: str | None) -> list[int]:
+        """``RolloutBuffer.try_acquire``."""
+        return self._rollouts(name).try_acquire(k, holder=holder)
+
+    async def online_renew(self, name: str, tickets: list[int]) -> None:
+        """``RolloutBuffer.renew``."""
+        self._rollouts(name).renew(tickets)
+
+    async def online_abandon(self, name: str, tickets: list[int]) -> None:
+        """``RolloutBuffer.abandon``."""
+        self._rollouts(name).abandon(tickets)
+
+    async def online_finish(self, name: str, tickets: list[int], accepted: bool) -> None:
+        """``RolloutBuffer.finish`` (budget-only use)."""
+        self._rollouts(name).finish(tickets, accepted=accepted)
+
+    async def online_discard(self, name: str, n: int) -> None:
+        """``RolloutBuffer.discard`` (budget-only use)."""
+        self._rollouts(name).discard(n)
+
+    async def online_add(self, name: str, data: Any, group: Any, versions: Any, length: Any,
+                         group_size: Any) -> str:
+        """``RolloutBuffer.add``; returns ``"pending"``, ``"complete"`` or ``"stale"``."""
+        return self._rollouts(name).add(data, group=group, versions=versions, length=length, group_size=group_size)
+
+    async def online_sample(self, name: str, num_groups: int, timeout: float | None) -> Any:
+        """``RolloutBuffer.sample`` (waits in a worker thread); reports every ``report_every`` samples."""
+        buf = self._rollouts(name)
+        batch = await self._blocking(lambda timeout: buf.sample(num_groups, timeout=timeout), timeout=timeout)
+        every = self._online_report_every.get(name)
+        if every and buf.counters["sample_calls"] % every == 0:
+            buf.report()
+        return batch
+
+    async def online_set_version(self, name: str, version: int) -> int:
+        """``RolloutBuffer.set_version``; returns groups dropped as stale."""
+        return self._rollouts(name).set_version(version)
+
+    async def online_version(self, name: str) -> int:
+        """The buffer's current policy version."""
+        return self._rollouts(name).version
+
+    async def online_stats(self, name: str) -> dict[str, Any]:
+        """``RolloutBuffer.stats``."""
+        return self._rollouts(name).stats()
+
+    async def online_report(self, name: str) -> dict[str, float]:
+        """``RolloutBuffer.report``: the window's scalars, also written to the service's sinks."""
+        return self._rollouts(name).report()
+
+    async def online_expire(self, name: str) -> None:
+        """``RolloutBuffer.expire`` now (also runs every ``housekeeping_period``)."""
+        self._rollouts(name).expire()

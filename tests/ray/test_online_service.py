@@ -1,0 +1,211 @@
+"""Online rollout buffers in the Ray service: producers of different speeds and lengths, version
+bumps mid-rollout, groups completed out of order, a producer killed mid-group, a service restart."""
+
+import os
+import time
+
+import pytest
+from ray_fixtures import start_ray
+
+import replaystore as rs
+from replaystore.online import RolloutBufferConfig, VersionRange
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray = start_ray()
+    yield ray
+    ray.shutdown()
+
+
+def make_producer(ray):
+    @ray.remote(num_cpus=0)
+    class Producer:
+        """Acquires two tickets at a time and interleaves their members so they complete out of order."""
+
+        def __init__(self, oc, idx: int, lengths: list, step_s: float):
+            self.oc, self.idx, self.lengths, self.step_s = oc, idx, lengths, step_s
+
+        def run(self, pairs: int) -> int:
+            sent = 0
+            for p in range(pairs):
+                a, b = self.oc.acquire(2, timeout=60, holder=f"p{self.idx}")
+                for gid, member in ((a, 0), (b, 0), (b, 1), (a, 1)):  # b completes before a
+                    length = self.lengths[(p + member) % len(self.lengths)]
+                    rng = VersionRange.start(self.oc.version)
+                    time.sleep(length * self.step_s)  # the trainer may move on meanwhile
+                    rng = rng.observe(self.oc.version)
+                    self.oc.add({"g": gid, "p": self.idx, "m": member}, group=gid, versions=rng, length=length)
+                    sent += 1
+            return sent
+
+        def start_group_and_hang(self) -> int:
+            [t] = self.oc.acquire(1, timeout=30, holder="doomed")
+            self.oc.add({"g": t}, group=t, length=1)
+            return t
+
+    return Producer
+
+
+def serve(name, **cfg):
+    from replaystore import ray as rsr
+
+    return rsr.serve(name=name, online={"rollouts": RolloutBufferConfig(**cfg)}, housekeeping_period=0.2)
+
+
+def test_service_api_and_bad_input(ray_local):
+    svc = serve("online-api", capacity=16, batch_size=2, max_staleness=1, group_size=2)
+    oc = svc.online("rollouts")
+    try:
+        a, b = oc.acquire(2, timeout=5)
+        assert oc.add("x", group=a) == "pending"
+        before = oc.stats()
+        for call, err in ((lambda: oc.add("y", group=a, versions=(2, 1)), rs.InvalidRequest),
+                          (lambda: oc.add("y", group=999), rs.UnknownTicket),
+                          (lambda: oc.add("y", group=a, group_size=17), rs.InvalidRequest),
+                          (lambda: oc.acquire(-1), rs.InvalidRequest),
+                          (lambda: oc.acquire(1.5), rs.InvalidRequest),
+                          (lambda: oc.finish([12345]), rs.UnknownTicket),
+                          (lambda: oc.finish([a]), rs.InvalidRequest),  # its group finishes it
+                          (lambda: oc.sample(0), rs.InvalidRequest),
+                          (lambda: oc.acquire(3, timeout=0.2), rs.Timeout)):
+            with pytest.raises(err):
+                call()
+        after = oc.stats()
+        for k in ("rollouts_added", "pending_rollouts", "groups", "generated_by_length"):
+            assert after[k] == before[k]
+        assert after["budget"]["running"] == before["budget"]["running"] == 2
+        assert oc.add("y", group=a) == "complete"
+        oc.finish([b], accepted=False)  # budget-only use: rollout b stored elsewhere, rejected
+        assert oc.sample(1, timeout=5).data == ["x", "y"]
+        with pytest.raises(rs.Timeout):
+            oc.sample(1, timeout=0.2)
+        assert oc.set_version(1) == 0 and oc.version == 1
+        assert "rollouts" in svc.stats()["online"]
+        assert oc.report()["online/trained_staleness/0"] == 2.0
+    finally:
+        svc.shutdown()
+
+
+@pytest.mark.parametrize("pick,staleness", [("fifo", 1), ("in_order", 2)])
+def test_async_producers_with_pacing_train_nothing_stale_and_drop_nothing(ray_local, pick, staleness):
+    batch, steps = 4, 8
+    svc = serve(f"online-pace-{pick}", capacity=64, batch_size=batch, max_staleness=staleness, group_size=2,
+                pick=pick, length_buckets=(8, 32))
+    oc = svc.online("rollouts")
+    Producer = make_producer(ray_local)
+    # different speeds and lengths; 16 pairs = 32 groups = steps * batch
+    producers = [Producer.remote(oc, 0, [2, 3], 0.002), Producer.remote(oc, 1, [40, 4], 0.002),
+                 Producer.remote(oc, 2, [60], 0.001)]
+    runs = [p.run.remote(n) for p, n in zip(producers, (6, 6, 4))]
+    try:
+        for v in range(steps):
+            b = oc.sample(batch, timeout=60)
+            assert len(b) == batch and (b.staleness("min") <= staleness).all(), b.staleness()
+            for g in b.groups:  # whole groups of one ticket
+                assert len(g.members) == 2 and {m.data["g"] for m in g.members} == {g.group_id}
+                assert sorted(m.data["m"] for m in g.members) == [0, 1]
+            bs = oc.stats()["budget"]
+            assert bs["running"] + bs["accepted"] <= bs["limit"]  # the budget is never exceeded
+            time.sleep(0.01)
+            oc.set_version(v + 1)
+        assert sum(ray_local.get(runs, timeout=60)) == 4 * 16
+        s = oc.stats()
+        assert s["rollouts_dropped"] == 0 and s["groups_sampled"] == steps * batch
+        assert max(int(k) for k in s["trained_staleness"]) <= staleness
+        assert s["generated_by_length"] == s["trained_by_length"]  # nothing lost, no length bias
+    finally:
+        svc.shutdown()
+
+
+def test_drop_only_drops_long_rollouts(ray_local):
+    batch, steps = 4, 6
+    svc = serve("online-drop", capacity=64, batch_size=batch, max_staleness=0, pacing=False, group_size=1,
+                length_buckets=(8,))
+    oc = svc.online("rollouts")
+
+    @ray_local.remote(num_cpus=0)
+    def produce(oc, length, n):
+        for _ in range(n):
+            v0 = oc.version
+            time.sleep(length * 0.002)
+            oc.add(length, versions=(v0, oc.version), length=length)
+
+    runs = [produce.remote(oc, 2, 40), produce.remote(oc, 50, 6)]
+    try:
+        for v in range(steps):
+            b = oc.sample(batch, timeout=60)
+            assert (b.staleness() == 0).all()
+            oc.set_version(v + 1)
+        ray_local.get(runs, timeout=60)
+        s = oc.stats()
+        dropped, made = s["dropped_by_length"], s["generated_by_length"]
+        assert dropped.get(">=8", 0) > 0  # long rollouts go stale, short ones much less often
+        assert dropped.get(">=8", 0) / made[">=8"] > 2 * dropped.get("0-7", 0) / made["0-7"]
+    finally:
+        svc.shutdown()
+
+
+def test_producer_killed_mid_group_gives_its_ticket_back(ray_local):
+    svc = serve("online-kill", capacity=32, batch_size=2, max_staleness=1, group_size=2, ticket_ttl=1.0)
+    oc = svc.online("rollouts")
+    Producer = make_producer(ray_local)
+    doomed = Producer.remote(oc, 9, [1], 0.0)
+    t = ray_local.get(doomed.start_group_and_hang.remote(), timeout=30)
+    ray_local.kill(doomed)
+    try:
+        healthy = Producer.remote(oc, 0, [1, 2], 0.001)
+        run = healthy.run.remote(3)  # needs the dead producer's capacity back after 2 pairs
+        got = []
+        for v in range(3):
+            b = oc.sample(2, timeout=30)
+            assert all(len(g.members) == 2 for g in b.groups) and t not in b.group_ids
+            got += b.group_ids
+            oc.set_version(v + 1)
+        assert ray_local.get(run, timeout=30) == 12
+        s = oc.stats()
+        assert s["groups_dropped_expired"] == 1 and s["budget"]["expired"] == 1
+        with pytest.raises(rs.UnknownTicket):
+            oc.add({"late": True}, group=t)
+    finally:
+        svc.shutdown()
+
+
+def test_service_restart_keeps_tickets_groups_and_counters(ray_local, tmp_path):
+    from replaystore import ray as rsr
+
+    cfg = RolloutBufferConfig(capacity=32, batch_size=2, max_staleness=1, group_size=2, ticket_ttl=120,
+                              path=str(tmp_path / "rl"), clear_on_start=True)
+    svc = rsr.serve(name="online-restart", online={"rollouts": cfg}, max_restarts=1)
+    oc = svc.online("rollouts")
+    try:
+        a, b, c = oc.acquire(3, timeout=5)
+        oc.add("a0", group=a)
+        oc.add("b0", group=b)
+        oc.add("b1", group=b)
+        oc.set_version(1)
+        oc.add("c0", group=c, versions=(0, 1))
+        before = oc.stats()
+        ray_local.kill(svc.actor, no_restart=False)
+        deadline = time.time() + 60
+        while True:
+            try:
+                if svc.ping()["restarted"]:
+                    break
+            except (rs.Closed, rs.Timeout):
+                pass
+            assert time.time() < deadline
+            time.sleep(0.2)
+        after = oc.stats()
+        assert after["restarts"] == 1
+        for k in ("version", "groups", "pending_groups", "pending_rollouts", "rollouts_added"):
+            assert after[k] == before[k], k
+        assert after["budget"]["running"] == 2
+        assert oc.add("a1", group=a) == "complete"
+        assert oc.add("c1", group=c) == "complete"
+        assert sorted(oc.sample(3, timeout=5).group_ids) == [a, b, c]
+        assert os.path.isdir(cfg.path)
+    finally:
+        svc.shutdown()
