@@ -24,6 +24,7 @@ from .errors import (
 )
 from .items import Sample
 from .limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack
+from .mixing import InvalidMix, MixedSample, MixedSampler
 from .samplers import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Selector, Uniform, WithoutReplacement
 from .storage import (
     ColumnStorage,
@@ -49,6 +50,7 @@ __all__ = [
     "Fifo",
     "FrameStackStorage",
     "InvalidArgument",
+    "InvalidMix",
     "InvalidPriority",
     "InvalidRequest",
     "InvalidType",
@@ -58,6 +60,8 @@ __all__ = [
     "MemmapColumnStorage",
     "MinHeap",
     "MinSize",
+    "MixedSample",
+    "MixedSampler",
     "ObjectStorage",
     "Prioritized",
     "Queue",

@@ -81,3 +81,15 @@ def test_fork_context_refused(svc):
     ds = ReplayDataset(svc, batch_size=4, max_batches=1)
     with pytest.raises(WorkerSourceError, match="spawn"):
         replay_loader(ds, num_workers=1, multiprocessing_context="fork")
+
+
+def test_mixed_sampler_with_a_service_source(svc):
+    svc.clear()
+    svc.extend(transitions(50, start=5000))
+    offline = rs.Table(100, seed=0)
+    offline.extend(transitions(100))
+    mix = rs.MixedSampler({"offline": offline, "online": svc}, ratios=(0.25, 0.75))
+    s = mix.sample(40)
+    assert s.counts.tolist() == [10, 30]
+    assert (s.data["id"][s.rows("online")] >= 5000).all() and (s.data["id"][s.rows("offline")] < 100).all()
+    assert mix.update_priorities(s, 2.0)["online"] == len(np.unique(s.keys[s.rows("online")]))

@@ -1,0 +1,252 @@
+"""MixedSampler: batches drawn from several tables in a fixed ratio (offline-to-online RL).
+
+```python
+mix = rs.MixedSampler({"offline": offline_table, "online": online_table}, ratios=(0.25, 0.75))
+s = mix.sample(256)                  # exactly 64 offline rows, then 192 online rows
+s.data["obs"], s.source, s.names     # source: int index into names, per row
+mix.update_priorities(s, td_errors)  # each row's priority goes back to its own table
+```
+
+**Exact counts.** Every batch holds a fixed number of rows from each source, computed from the
+ratios by the largest-remainder rule: source ``j`` gets ``floor(r_j * B)`` rows, and the
+``B - sum_j floor(r_j * B)`` rows left go one each to the sources with the largest fractional
+parts ``r_j * B - floor(r_j * B)`` (ties: the earlier source). So the counts are the same for every
+batch of size ``B`` and each is within 1 of ``r_j * B``. With ``rounding="stochastic"`` the left-over
+rows are instead given to sources drawn with probability equal to their fractional part (systematic
+sampling), so each count is ``floor(r_j B)`` or ``ceil(r_j B)`` and its **expectation** is exactly
+``r_j * B`` (use it when ``B`` is so small that fixed rounding would bias the mix, e.g. ``B = 1``).
+
+**Rows and weights.** The batch is the concatenation of the per-source samples, in source order;
+``data`` fields are concatenated (every source must have the same fields, shapes and dtypes).
+``keys``, ``probabilities``, ``weights``, ``priorities``, ... are each source's own, unchanged:
+importance-sampling weights are **per source** (a prioritized source normalises its weights by
+its own maximum, a uniform one gives ones), which is what offline-to-online methods use: the
+ratio is a design choice, not a distribution to correct for. ``mixture_probabilities`` is
+``(n_j / B) * P_j(i)``, the probability of the row under the whole mix, for users who want to
+correct for it themselves.
+
+**Not atomic across sources**: each source is sampled with its own call; if source ``k`` times out
+(or is closed), the samples already drawn from sources before ``k`` stay counted in their tables
+(``times_sampled``, rate limiters). Argument errors are raised before any source is sampled.
+
+Sources are :class:`~replaystore.Table` objects or anything with the same ``sample`` and
+``update_priorities`` methods (a :class:`replaystore.ray.ReplayClient`). The sampler itself is
+thread-safe when its sources are (it holds only a random generator behind a lock).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidPriority, ReplayError, SpecError
+
+
+class InvalidMix(ReplayError, ValueError):
+    """Ratios or sources of a :class:`MixedSampler` are invalid (negative, all zero, mismatched)."""
+
+
+def mix_counts(ratios: Sequence[float], batch_size: int) -> np.ndarray:
+    """Rows per source for a batch of ``batch_size`` by the largest-remainder rule (module doc)."""
+    r = np.asarray(ratios, dtype=np.float64)
+    exact = r / r.sum() * batch_size
+    counts = np.floor(exact).astype(np.int64)
+    left = int(batch_size - counts.sum())
+    if left:
+        order = np.argsort(-(exact - counts), kind="stable")  # stable: ties go to the earlier source
+        counts[order[:left]] += 1
+    return counts
+
+
+@dataclass(frozen=True)
+class MixedSample:
+    """A batch from a :class:`MixedSampler`: the per-source samples concatenated in source order.
+
+    Attributes:
+        data: the concatenated data (nested dicts of arrays with the batch as leading axis).
+        source: int64 per row, the index of its source in ``names``.
+        names: the source names, in order.
+        counts: rows per source (``counts[j]`` rows from ``names[j]``).
+        keys, indices, probabilities, weights, priorities, times_sampled, versions: each source's
+            own metadata, concatenated (keys are only unique within a source).
+        mixture_probabilities: ``counts[j] / B * probabilities`` per row.
+        extra: other per-row arrays of the sources' samples (e.g. ``mask`` of sequence samples),
+            concatenated.
+    """
+
+    data: Any
+    source: np.ndarray
+    names: tuple[str, ...]
+    counts: np.ndarray
+    keys: np.ndarray
+    indices: np.ndarray
+    probabilities: np.ndarray
+    weights: np.ndarray
+    priorities: np.ndarray
+    times_sampled: np.ndarray
+    versions: np.ndarray
+    mixture_probabilities: np.ndarray
+    extra: dict[str, Any]
+
+    def __len__(self) -> int:
+        return int(self.keys.shape[0])
+
+    def rows(self, name: str) -> slice:
+        """The rows of source ``name`` (a slice: sources are contiguous)."""
+        j = self.names.index(name)
+        start = int(self.counts[:j].sum())
+        return slice(start, start + int(self.counts[j]))
+
+
+_META = ("keys", "indices", "probabilities", "weights", "priorities", "times_sampled", "versions")
+
+
+def _concat(parts: list, path: str = "data") -> Any:
+    first = parts[0]
+    if isinstance(first, Mapping):
+        if any(not isinstance(p, Mapping) or p.keys() != first.keys() for p in parts):
+            raise SpecError(f"sources sampled different fields at {path!r}: "
+                            f"{[sorted(p) if isinstance(p, Mapping) else type(p).__name__ for p in parts]}")
+        return {k: _concat([p[k] for p in parts], f"{path}/{k}") for k in first}
+    if isinstance(first, np.ndarray):
+        shapes = {p.shape[1:] for p in parts}
+        dtypes = {p.dtype for p in parts}
+        if len(shapes) > 1 or len(dtypes) > 1:
+            raise SpecError(f"sources differ at {path!r}: shapes {sorted(map(str, shapes))}, "
+                            f"dtypes {sorted(map(str, dtypes))}")
+        return np.concatenate(parts)
+    if isinstance(first, list):
+        return [x for p in parts for x in p]
+    raise SpecError(f"cannot concatenate {type(first).__name__} at {path!r}")
+
+
+class MixedSampler:
+    """Sample a fixed ratio of rows from several tables per batch.
+
+    Args:
+        sources: name -> Table (or Ray client), in the order rows are concatenated.
+        ratios: one non-negative weight per source (a sequence in source order, or a mapping by
+            name); normalised to sum to 1.
+        rounding: ``"largest_remainder"`` (fixed counts per batch size) or ``"stochastic"``
+            (counts whose expectation is exact); see the module doc.
+        seed: seed of the stochastic rounding.
+
+    Raises:
+        InvalidMix: no sources, a ratio per source missing, negative/NaN ratios, all zero, or an
+            unknown rounding.
+    """
+
+    def __init__(self, sources: Mapping[str, Any], ratios: Sequence[float] | Mapping[str, float],
+                 rounding: str = "largest_remainder", seed: int | None = None) -> None:
+        if not sources:
+            raise InvalidMix("a MixedSampler needs at least one source")
+        self.names = tuple(sources)
+        self.sources = dict(sources)
+        if isinstance(ratios, Mapping):
+            if set(ratios) != set(self.names):
+                raise InvalidMix(f"ratios name {sorted(ratios)}, sources are {sorted(self.names)}")
+            ratios = [ratios[n] for n in self.names]
+        r = np.asarray(list(ratios), dtype=np.float64)
+        if r.shape != (len(self.names),):
+            raise InvalidMix(f"{len(self.names)} sources need {len(self.names)} ratios, got {r.shape[0]}")
+        if not np.isfinite(r).all() or (r < 0).any() or r.sum() <= 0:
+            raise InvalidMix(f"ratios must be finite, non-negative and not all zero, got {r.tolist()}")
+        if rounding not in ("largest_remainder", "stochastic"):
+            raise InvalidMix(f"rounding must be 'largest_remainder' or 'stochastic', got {rounding!r}")
+        self.ratios = r / r.sum()
+        self.rounding = rounding
+        self._rng = np.random.default_rng(seed)
+        self._lock = threading.Lock()
+
+    def counts(self, batch_size: int) -> np.ndarray:
+        """Rows per source for one batch of ``batch_size`` (random only with stochastic rounding)."""
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        b = int(batch_size)
+        if self.rounding == "largest_remainder":
+            return mix_counts(self.ratios, b)
+        exact = self.ratios * b
+        counts = np.floor(exact).astype(np.int64)
+        frac = exact - counts
+        left = int(round(b - counts.sum()))
+        if left:
+            with self._lock:
+                u = self._rng.random()
+            # systematic sampling: points u, u+1, ..., u+left-1 over the cumulative fractions pick
+            # exactly `left` distinct sources, source j with probability frac[j] (each frac < 1)
+            edges = np.concatenate([[0.0], np.cumsum(frac)])
+            edges[-1] = left  # guard the top edge against rounding
+            hits = np.searchsorted(edges, u + np.arange(left), side="right") - 1
+            counts[hits] += 1
+        return counts
+
+    def _draw(self, method: str, batch_size: int, args: tuple, kwargs: dict) -> MixedSample:
+        counts = self.counts(batch_size)
+        samples = []
+        for name, n in zip(self.names, counts.tolist()):
+            if n:
+                samples.append(getattr(self.sources[name], method)(n, *args, **kwargs))
+        meta = {m: np.concatenate([np.asarray(getattr(s, m)) for s in samples]) for m in _META}
+        source = np.repeat(np.arange(len(self.names), dtype=np.int64), counts)
+        share = (counts / batch_size)[source]
+        extra_names = [f.name for f in dataclasses.fields(samples[0]) if f.name not in _META and f.name != "data"]
+        extra = {e: _concat([getattr(s, e) for s in samples], e) for e in extra_names
+                 if all(hasattr(s, e) for s in samples)}
+        return MixedSample(data=_concat([s.data for s in samples]), source=source, names=self.names,
+                           counts=counts, mixture_probabilities=share * meta["probabilities"], extra=extra,
+                           **meta)
+
+    def sample(self, batch_size: int, timeout: float | None = None) -> MixedSample:
+        """Draw one batch: ``counts(batch_size)[j]`` rows from source ``j`` (each via its ``sample``).
+
+        Raises:
+            ValueError: ``batch_size < 1``. SpecError: the sources' data differ in fields, shapes
+            or dtypes. Timeout, Closed: from a source (see "not atomic" in the module doc).
+        """
+        return self._draw("sample", batch_size, (), {"timeout": timeout})
+
+    def sample_sequences(self, batch_size: int, length: int, **kwargs: Any) -> MixedSample:
+        """Draw sequences from episodic sources: ``counts(batch_size)[j]`` from source ``j``.
+
+        ``kwargs`` (``burn_in``, ``mode``, ``timeout``) go to each source's ``sample_sequences``;
+        the per-row extras of a sequence sample (``mask``, ``step_keys``, ``streams``,
+        ``episodes``) are concatenated into ``extra``. ``keys`` are the start steps' keys, usable
+        with :meth:`update_priorities`.
+        """
+        missing = [n for n in self.names if not hasattr(self.sources[n], "sample_sequences")]
+        if missing:
+            raise InvalidMix(f"sources {missing} cannot sample sequences (not episodic tables)")
+        return self._draw("sample_sequences", batch_size, (length,), kwargs)
+
+    def update_priorities(self, sample: MixedSample, priorities: Any) -> dict[str, int]:
+        """Send each row's priority back to the source it came from.
+
+        Args:
+            sample: the :class:`MixedSample` the priorities are for.
+            priorities: one per row (array-like, or a scalar for all).
+
+        Returns:
+            name -> number of priorities the source applied (stale keys are skipped by the source).
+
+        Raises:
+            InvalidPriority: a priority is NaN, infinite or negative (checked before any source
+                changes), or their number differs from the sample's rows.
+        """
+        p = np.asarray(priorities, dtype=np.float64)
+        if p.ndim == 0:
+            p = np.full(len(sample), float(p))
+        if p.shape != (len(sample),):
+            raise InvalidPriority(f"expected {len(sample)} priorities, got shape {p.shape}")
+        if not np.isfinite(p).all() or (p < 0).any():
+            raise InvalidPriority("priorities must be finite and non-negative")
+        out = {}
+        for j, name in enumerate(sample.names):
+            rows = sample.source == j
+            if rows.any():
+                out[name] = int(self.sources[name].update_priorities(sample.keys[rows], p[rows]))
+        return out

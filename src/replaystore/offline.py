@@ -1,0 +1,203 @@
+"""Offline RL data into a Table: Minari datasets and D4RL-style arrays.
+
+Both loaders produce **transitions** with the same fields, so offline and online tables share a
+spec (and can be mixed, see :mod:`replaystore.mixing`):
+
+=============== ===========================================================================
+``obs``          observation (nested dicts for ``Dict`` observation spaces)
+``action``       action
+``reward``       float32 reward
+``next_obs``     the observation after the action
+``terminated``   bool: the episode ended in a terminal state (do not bootstrap)
+``truncated``    bool: the episode was cut by a time limit (bootstrap from ``next_obs``)
+=============== ===========================================================================
+
+D4RL-style arrays are ``{"observations", "actions", "rewards", "terminals", "timeouts"[,
+"next_observations"]}`` with one row per step. Without ``next_observations`` the next observation
+of row ``i`` is row ``i + 1``, so rows whose successor is not their next observation are handled as
+D4RL's own ``qlearning_dataset`` does, made explicit:
+
+- a **timeout** row (``timeouts[i]``) is dropped: its next observation is not in the arrays, and a
+  truncated transition needs it to bootstrap;
+- a **terminal** row keeps its own observation as ``next_obs`` (a placeholder: with
+  ``terminated=True`` the target never reads it);
+- the **last** row is dropped unless it is terminal.
+
+With ``next_observations`` every row is kept as given.
+
+Every loader validates everything before the table changes: on bad data it raises
+:class:`OfflineDataError` (or :class:`~replaystore.SpecError` from the table) and the table is as
+it was. The rows are inserted with **one** ``extend`` call, so they fit the table or nothing is
+inserted: a dataset larger than the table's free space raises instead of evicting its own rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .errors import ReplayError
+from .table import Table
+
+D4RL_REQUIRED = ("observations", "actions", "rewards", "terminals", "timeouts")
+FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+
+
+class OfflineDataError(ReplayError, ValueError):
+    """Offline data is malformed (missing or misaligned arrays, bad flags) or does not fit the table."""
+
+
+def _map(fn: Any, tree: Any) -> Any:
+    if isinstance(tree, Mapping):
+        return {k: _map(fn, v) for k, v in tree.items()}
+    return fn(tree)
+
+
+def _leaves(tree: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
+    if isinstance(tree, Mapping):
+        for k, v in tree.items():
+            yield from _leaves(v, f"{prefix}{k}/")
+    else:
+        yield prefix.rstrip("/") or "value", tree
+
+
+def _flags(name: str, a: Any, n: int) -> np.ndarray:
+    a = np.asarray(a)
+    if a.shape != (n,):
+        raise OfflineDataError(f"{name!r} must have shape ({n},), got {a.shape}")
+    if a.dtype != bool:
+        if not np.isin(a, (0, 1)).all():
+            raise OfflineDataError(f"{name!r} must hold booleans or 0/1, got other values")
+        a = a.astype(bool)
+    return a
+
+
+def d4rl_transitions(arrays: Mapping[str, Any]) -> dict[str, Any]:
+    """Convert D4RL-style arrays into transition columns (see the module doc for the rules).
+
+    Returns:
+        ``{"obs", "action", "reward", "next_obs", "terminated", "truncated"}`` with one row per
+        kept transition (new arrays; the input is not modified). ``obs``/``next_obs`` may be
+        nested dicts of arrays.
+
+    Raises:
+        OfflineDataError: a required array is missing, lengths differ, flags are not boolean,
+            rewards are not finite, or no transition is left.
+    """
+    missing = [k for k in D4RL_REQUIRED if k not in arrays]
+    if missing:
+        raise OfflineDataError(f"D4RL arrays are missing {missing}; got {sorted(arrays)}")
+    rewards = np.asarray(arrays["rewards"])
+    n = len(rewards)
+    if rewards.shape != (n,):
+        raise OfflineDataError(f"'rewards' must be one-dimensional, got shape {rewards.shape}")
+    if not np.isfinite(rewards).all():
+        raise OfflineDataError("'rewards' holds NaN or infinite values")
+    for name in ("observations", "actions") + (("next_observations",) if "next_observations" in arrays else ()):
+        for path, leaf in _leaves(arrays[name]):
+            if len(leaf) != n:
+                raise OfflineDataError(f"{name!r} ({path}) has {len(leaf)} rows, 'rewards' has {n}")
+    terminals = _flags("terminals", arrays["terminals"], n)
+    timeouts = _flags("timeouts", arrays["timeouts"], n)
+    obs = _map(np.asarray, arrays["observations"])
+    if "next_observations" in arrays:
+        keep = np.arange(n)
+        next_obs = _map(lambda a: np.asarray(a).copy(), arrays["next_observations"])
+    else:
+        has_next = np.zeros(n, dtype=bool)
+        has_next[:-1] = True
+        keep = np.flatnonzero((has_next & ~timeouts) | terminals)
+        succ = np.minimum(keep + 1, n - 1)
+        succ = np.where(terminals[keep], keep, succ)  # terminal: its own obs as a placeholder
+        next_obs = _map(lambda a: a[succ], obs)
+    if len(keep) == 0:
+        raise OfflineDataError("no transition left after dropping timeout and final rows")
+    return {
+        "obs": _map(lambda a: a[keep], obs),
+        "action": np.asarray(arrays["actions"])[keep],
+        "reward": rewards[keep].astype(np.float32),
+        "next_obs": next_obs,
+        "terminated": terminals[keep],
+        "truncated": timeouts[keep] if "next_observations" in arrays else np.zeros(len(keep), dtype=bool),
+    }
+
+
+def minari_transitions(dataset: Any, episode_indices: Iterable[int] | None = None) -> dict[str, Any]:
+    """Transition columns of a Minari dataset (an id, or a ``minari.MinariDataset``).
+
+    Episode ``e`` with ``T`` steps gives ``T`` transitions: ``obs = observations[:-1]``,
+    ``next_obs = observations[1:]``, ``terminated = terminations``, ``truncated = truncations``
+    (so every transition, truncated ones included, has its true next observation).
+
+    Args:
+        dataset: a dataset id (loaded with ``minari.load_dataset``, never downloaded) or a dataset.
+        episode_indices: the episodes to take (default: all, in the dataset's order).
+
+    Raises:
+        OfflineDataError: the dataset has no steps, or an episode is malformed.
+        ImportError: ``minari`` is not installed (``pip install 'replaystore[offline]'``).
+    """
+    if isinstance(dataset, str):
+        try:
+            import minari
+        except ImportError as e:  # pragma: no cover - exercised only without the extra
+            raise ImportError("loading Minari datasets needs minari: pip install 'replaystore[offline]'") from e
+        dataset = minari.load_dataset(dataset)
+    parts: dict[str, list] = {f: [] for f in FIELDS}
+    for ep in dataset.iterate_episodes(None if episode_indices is None else list(episode_indices)):
+        t = len(ep.rewards)
+        for path, leaf in _leaves(ep.observations):
+            if len(leaf) != t + 1:
+                raise OfflineDataError(f"episode {ep.id}: {len(leaf)} observations ({path}) for {t} steps")
+        parts["obs"].append(_map(lambda a: np.asarray(a)[:-1], ep.observations))
+        parts["next_obs"].append(_map(lambda a: np.asarray(a)[1:], ep.observations))
+        parts["action"].append(np.asarray(ep.actions))
+        parts["reward"].append(np.asarray(ep.rewards, dtype=np.float32))
+        parts["terminated"].append(np.asarray(ep.terminations, dtype=bool))
+        parts["truncated"].append(np.asarray(ep.truncations, dtype=bool))
+    if not parts["reward"] or sum(len(r) for r in parts["reward"]) == 0:
+        raise OfflineDataError("the Minari dataset (selection) holds no steps")
+    return {f: _concat(v) for f, v in parts.items()}
+
+
+def _concat(parts: list) -> Any:
+    if isinstance(parts[0], Mapping):
+        return {k: _concat([p[k] for p in parts]) for k in parts[0]}
+    return np.concatenate(parts)
+
+
+def fill_table(columns: Mapping[str, Any], table: Table | None = None, capacity: int | None = None,
+               **table_kwargs: Any) -> Table:
+    """Insert transition columns into ``table`` (or a new ``Table(capacity or rows, **table_kwargs)``).
+
+    One ``extend`` call: all rows or none.
+
+    Raises:
+        OfflineDataError: more rows than the table's free space (nothing inserted).
+        SpecError: the columns do not match the table's spec (nothing inserted).
+    """
+    n = len(columns["reward"])
+    if table is None:
+        table = Table(int(capacity) if capacity is not None else n, **table_kwargs)
+    elif capacity is not None or table_kwargs:
+        raise TypeError("pass either a table or capacity/table arguments, not both")
+    free = table.capacity - len(table)
+    if n > free:
+        raise OfflineDataError(f"{n} transitions do not fit the table's free space of {free} "
+                               f"(capacity {table.capacity}); they would evict each other")
+    table.extend(dict(columns))
+    return table
+
+
+def load_d4rl(arrays: Mapping[str, Any], table: Table | None = None, capacity: int | None = None,
+              **table_kwargs: Any) -> Table:
+    """D4RL-style arrays into a Table as transitions (:func:`d4rl_transitions` + :func:`fill_table`)."""
+    return fill_table(d4rl_transitions(arrays), table, capacity, **table_kwargs)
+
+
+def load_minari(dataset: Any, table: Table | None = None, capacity: int | None = None,
+                episode_indices: Iterable[int] | None = None, **table_kwargs: Any) -> Table:
+    """A Minari dataset into a Table as transitions (:func:`minari_transitions` + :func:`fill_table`)."""
+    return fill_table(minari_transitions(dataset, episode_indices), table, capacity, **table_kwargs)
