@@ -44,10 +44,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidPriority, ReplayError, SpecError
+from .errors import InvalidArgument, InvalidPriority, SpecError
 
 
-class InvalidMix(ReplayError, ValueError):
+class InvalidMix(InvalidArgument):
     """Ratios or sources of a :class:`MixedSampler` are invalid (negative, all zero, mismatched)."""
 
 
@@ -166,7 +166,7 @@ class MixedSampler:
     def counts(self, batch_size: int) -> np.ndarray:
         """Rows per source for one batch of ``batch_size`` (random only with stochastic rounding)."""
         if int(batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise InvalidArgument(f"batch_size must be >= 1, got {batch_size}")
         b = int(batch_size)
         if self.rounding == "largest_remainder":
             return mix_counts(self.ratios, b)
@@ -205,7 +205,7 @@ class MixedSampler:
         """Draw one batch: ``counts(batch_size)[j]`` rows from source ``j`` (each via its ``sample``).
 
         Raises:
-            ValueError: ``batch_size < 1``. SpecError: the sources' data differ in fields, shapes
+            InvalidArgument: ``batch_size < 1``. SpecError: the sources' data differ in fields, shapes
             or dtypes. Timeout, Closed: from a source (see "not atomic" in the module doc).
         """
         return self._draw("sample", batch_size, (), {"timeout": timeout})

@@ -38,14 +38,14 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ReplayError
+from .errors import InvalidArgument, InvalidType
 from .table import Table
 
 D4RL_REQUIRED = ("observations", "actions", "rewards", "terminals", "timeouts")
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 
 
-class OfflineDataError(ReplayError, ValueError):
+class OfflineDataError(InvalidArgument):
     """Offline data is malformed (missing or misaligned arrays, bad flags) or does not fit the table."""
 
 
@@ -182,7 +182,7 @@ def fill_table(columns: Mapping[str, Any], table: Table | None = None, capacity:
     if table is None:
         table = Table(int(capacity) if capacity is not None else n, **table_kwargs)
     elif capacity is not None or table_kwargs:
-        raise TypeError("pass either a table or capacity/table arguments, not both")
+        raise InvalidType("pass either a table or capacity/table arguments, not both")
     free = table.capacity - len(table)
     if n > free:
         raise OfflineDataError(f"{n} transitions do not fit the table's free space of {free} "

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ReplayError
+from ..errors import InvalidArgument, InvalidType
 from ..items import Sample
 from ..table import Table
 
@@ -60,7 +60,7 @@ except ImportError as e:  # pragma: no cover - exercised only without torch
     raise ImportError("replaystore.integrations.dataloader needs PyTorch: pip install torch==2.13.0") from e
 
 
-class WorkerSourceError(ReplayError, RuntimeError):
+class WorkerSourceError(InvalidArgument):
     """The dataset's source cannot be used in this DataLoader worker (see the module doc)."""
 
 
@@ -97,19 +97,19 @@ class ReplayDataset(IterableDataset):
             a sample that waits longer raises :class:`~replaystore.Timeout` out of the loader.
 
     Raises:
-        TypeError: ``source`` is neither a Table nor a ReplayClient.
-        ValueError: ``batch_size``, ``prefetch`` or ``max_batches`` out of range.
+        InvalidType: ``source`` is neither a Table nor a ReplayClient.
+        InvalidArgument: ``batch_size``, ``prefetch`` or ``max_batches`` out of range.
     """
 
     def __init__(self, source: Any, batch_size: int, max_batches: int | None = None, prefetch: int = 2,
                  timeout: float | None = None) -> None:
         super().__init__()
         if int(batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise InvalidArgument(f"batch_size must be >= 1, got {batch_size}")
         if int(prefetch) < 1:
-            raise ValueError(f"prefetch must be >= 1, got {prefetch}")
+            raise InvalidArgument(f"prefetch must be >= 1, got {prefetch}")
         if max_batches is not None and int(max_batches) < 0:
-            raise ValueError(f"max_batches must be >= 0 or None, got {max_batches}")
+            raise InvalidArgument(f"max_batches must be >= 0 or None, got {max_batches}")
         self.batch_size = int(batch_size)
         self.max_batches = None if max_batches is None else int(max_batches)
         self.prefetch = int(prefetch)
@@ -128,7 +128,7 @@ class ReplayDataset(IterableDataset):
                                  address=ctx.gcs_address, default_timeout=source.default_timeout,
                                  rpc_grace=source.rpc_grace)
         else:
-            raise TypeError(f"source must be a replaystore Table or a replaystore.ray ReplayClient, "
+            raise InvalidType(f"source must be a replaystore Table or a replaystore.ray ReplayClient, "
                             f"got {type(source).__name__}")
 
     @property

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SpecError
+from ..errors import InvalidArgument, SpecError
 from .columns import ColumnStorage
 from .spec import SEP, Field, unflatten
 
@@ -64,7 +64,7 @@ class CompressedColumnStorage(ColumnStorage):
             size; decompression speed barely depends on it).
 
     Raises:
-        ValueError: ``level`` outside 1-22 or ``min_bytes`` negative.
+        InvalidArgument: ``level`` outside 1-22 or ``min_bytes`` negative.
         SpecError: a path in ``compress`` is not a field of the spec (raised when the spec is
             known: at construction with ``spec``, else on the first write's ``prepare``).
     """
@@ -81,9 +81,9 @@ class CompressedColumnStorage(ColumnStorage):
     ) -> None:
         zstandard = _zstd()
         if not 1 <= int(level) <= 22:
-            raise ValueError(f"zstd level must be in 1..22, got {level}")
+            raise InvalidArgument(f"zstd level must be in 1..22, got {level}")
         if int(min_bytes) < 0:
-            raise ValueError(f"min_bytes must be >= 0, got {min_bytes}")
+            raise InvalidArgument(f"min_bytes must be >= 0, got {min_bytes}")
         self.level = int(level)
         self.min_bytes = int(min_bytes)
         self._compress_arg = None if compress is None else tuple(compress)
