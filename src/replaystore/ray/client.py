@@ -32,6 +32,7 @@ from ..table import Table
 from ._runtime import get, import_ray, init_local, rpc_timeout
 from .fragment_buffer import FragmentBufferConfig
 from .server import ReplayServer, SinkSpec
+from .wal import WalConfig
 
 if TYPE_CHECKING:
     from ..online import RolloutBufferConfig
@@ -238,6 +239,7 @@ def serve(
     rpc_grace: float | None = 60.0,
     start_timeout: float = 120.0,
     online: Mapping[str, RolloutBufferConfig] | None = None,
+    wal: WalConfig | Mapping[str, WalConfig] | None = None,
 ) -> ReplayClient:
     """Start a replay service as a named Ray actor; return a client bound to its first table.
 
@@ -269,6 +271,9 @@ def serve(
         start_timeout: seconds to wait for the actor to come up.
         online: rollout buffers by name (:class:`~replaystore.online.RolloutBufferConfig`); reach
             one with ``client.online(name)`` (see docs/online.md).
+        wal: a write-ahead log for every table (a :class:`~replaystore.ray.WalConfig`) or for some
+            (``{table: WalConfig}``): each mutation is logged before its call returns and replayed
+            after a restart, on top of the last checkpoint (see docs/ray.md, "Durable tables").
 
     Raises:
         ValueError: a service (actor) with this name already exists.
@@ -295,7 +300,7 @@ def serve(
         options["scheduling_strategy"] = scheduling_strategy
     actor = ray.remote(ReplayServer).options(**options).remote(
         name, dict(tables), fragments, checkpoint_dir, checkpoint_period, report_period, sinks, housekeeping_period,
-        online=dict(online) if online else None)
+        online=dict(online) if online else None, wal=wal)
     client = ReplayClient(actor, name, next(iter(tables), DEFAULT_TABLE), default_timeout, rpc_grace)
     get(actor.ping.remote(), start_timeout, f"starting {name!r}")
     return client

@@ -13,7 +13,8 @@ fetch on an asyncio condition, so a waiting call never stalls the others.
 
 Restarts: with ``max_restarts`` Ray recreates the actor after a crash with the same arguments. The
 fragment buffer then resumes from its journal; Tables reload from ``checkpoint_dir`` when a
-checkpoint exists there.
+checkpoint exists there, then, with ``wal``, replay their write-ahead log (every call acknowledged
+since that checkpoint; see :mod:`replaystore.ray.logged_table`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from ..monitor import LoggingSink, Sink, TensorBoardSink, WandbSink, flatten_sca
 from ..table import Table
 from ._runtime import import_ray
 from .fragment_buffer import FragmentBuffer, FragmentBufferConfig
+from .logged_table import LoggedTable
+from .wal import WalConfig
 
 if TYPE_CHECKING:
     from ..online import RolloutBuffer, RolloutBufferConfig
@@ -77,6 +80,9 @@ class ReplayServer:
         online: rollout buffers by name (:class:`~replaystore.online.RolloutBufferConfig`): online RL
             with pacing, groups and version ranges (see docs/online.md); their journals make them
             survive restarts.
+        wal: a :class:`~replaystore.ray.wal.WalConfig` for every table, or ``{table: WalConfig}``
+            for some: their mutations are logged before a call returns, and replayed after a
+            restart (``None``: no log; a restart keeps only what the last checkpoint holds).
     """
 
     def __init__(self, name: str, tables: Mapping[str, Callable[[], Table]] | None = None,
@@ -84,7 +90,8 @@ class ReplayServer:
                  checkpoint_period: float | None = None, report_period: float | None = None,
                  sinks: SinkSpec = None, housekeeping_period: float = 10.0,
                  max_blocking_threads: int = 64,
-                 online: Mapping[str, RolloutBufferConfig] | None = None) -> None:
+                 online: Mapping[str, RolloutBufferConfig] | None = None,
+                 wal: WalConfig | Mapping[str, WalConfig] | None = None) -> None:
         ray = import_ray()
         ctx = ray.get_runtime_context()
         self.name = name
@@ -100,8 +107,25 @@ class ReplayServer:
         self._sinks = make_sinks(sinks)
         self._step = 0
         self.tables: dict[str, Table] = {}
-        for tname, factory in (tables or {}).items():
-            self.tables[tname] = self._load_or_make(tname, factory)
+        self.logged: dict[str, LoggedTable] = {}
+        self._saving: set[str] = set()
+        try:
+            for tname, factory in (tables or {}).items():
+                self.tables[tname] = self._load_or_make(tname, factory)
+                cfg = wal.get(tname) if isinstance(wal, Mapping) else wal
+                if cfg is not None:
+                    path = os.path.join(os.path.abspath(cfg.dir), tname)
+                    lt = LoggedTable.open(self.tables[tname], path, cfg)
+                    self.logged[tname] = lt
+                    log.info("table %r: write-ahead log %s at record %d (fsync=%s)", tname, path,
+                             lt.wal.last_lsn, cfg.fsync)
+                    if self.checkpoint_dir is None:
+                        log.warning("table %r has a write-ahead log but the service no checkpoint_dir: "
+                                    "the log is never truncated", tname)
+        except BaseException:
+            for lt in self.logged.values():
+                lt.close()
+            raise
         self.fragments: FragmentBuffer | None = None
         if fragments is not None:
             self.fragments = FragmentBuffer(fragments, report=self._write_fragment_report,
@@ -186,6 +210,10 @@ class ReplayServer:
             cond.notify_all()
 
     # -- service -----------------------------------------------------------------------------------------
+    async def pid(self) -> int:
+        """The service process's id (for tests that kill it)."""
+        return os.getpid()
+
     async def ping(self) -> dict[str, Any]:
         """``{"name", "node_id", "restarted", "tables", "fragments"}``: the service is up."""
         self._start()
@@ -193,8 +221,10 @@ class ReplayServer:
                 "tables": sorted(self.tables), "fragments": self.fragments is not None}
 
     async def stats(self) -> dict[str, Any]:
-        """Every table's ``stats()`` by name, plus ``"fragments"`` for the fragment buffer."""
+        """Every table's ``stats()`` by name (with ``"wal"``: its log's, if logged), plus ``"fragments"``."""
         out: dict[str, Any] = {n: t.stats() for n, t in self.tables.items()}
+        for n, lt in self.logged.items():
+            out[n]["wal"] = lt.stats()
         if self.fragments is not None:
             out["fragments"] = self.fragments.stats()
         if self.online:
@@ -213,9 +243,33 @@ class ReplayServer:
         out = []
         for tname, table in self.tables.items():
             d = os.path.join(root, tname)
-            await loop.run_in_executor(self._pool, table.save, d)
+            lt = self.logged.get(tname)
+            if lt is not None and path is None:  # the service's own checkpoint: it truncates the log
+                await self._save_logged(tname, d)
+            else:
+                await loop.run_in_executor(self._pool, table.save, d)
             out.append(d)
         return out
+
+    async def _save_logged(self, tname: str, d: str, background: bool = False) -> None:
+        if not background:
+            while tname in self._saving:  # one checkpoint of a table at a time
+                await asyncio.sleep(0.02)
+        self._saving.add(tname)
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._pool, self.logged[tname].save, d)
+        finally:
+            self._saving.discard(tname)
+
+    async def _logged(self, tname: str, lt: LoggedTable, result_lsn: tuple[Any, int]) -> Any:
+        """Wait until a logged call is acknowledged; checkpoint the table if its log grew too long."""
+        result, lsn = result_lsn
+        await lt.wait_async(lsn)
+        if self.checkpoint_dir is not None and tname not in self._saving and lt.needs_checkpoint():
+            self._saving.add(tname)  # one at a time; the task clears it
+            d = os.path.join(self.checkpoint_dir, tname)
+            self._tasks.append(asyncio.get_running_loop().create_task(self._save_logged(tname, d, True)))
+        return result
 
     async def close(self) -> None:
         """Close every table and the fragment buffer; wake every waiting call with ``Closed``."""
@@ -224,6 +278,8 @@ class ReplayServer:
         self._closed = True
         for t in self.tables.values():
             t.close()
+        for lt in self.logged.values():
+            lt.close()
         for task in self._tasks:
             task.cancel()
         await self._notify()
@@ -255,6 +311,10 @@ class ReplayServer:
                      timeout: float | None = None) -> Any:
         """``Table.extend`` on ``table``; see :meth:`replaystore.Table.extend`."""
         t = self._table(table)
+        lt = self.logged.get(table)
+        if lt is not None:
+            return await self._logged(table, lt, await self._blocking(
+                lambda timeout: lt.extend(data, priorities, version, timeout=timeout), timeout=timeout))
         return await self._blocking(lambda timeout: t.extend(data, priorities, version, timeout=timeout),
                                     timeout=timeout)
 
@@ -262,25 +322,45 @@ class ReplayServer:
                   timeout: float | None = None) -> int:
         """``Table.add`` on ``table``."""
         t = self._table(table)
+        lt = self.logged.get(table)
+        if lt is not None:
+            return await self._logged(table, lt, await self._blocking(
+                lambda timeout: lt.add(item, priority, version, timeout=timeout), timeout=timeout))
         return await self._blocking(lambda timeout: t.add(item, priority, version, timeout=timeout),
                                     timeout=timeout)
 
     async def sample(self, table: str, batch_size: int, timeout: float | None = None) -> Any:
         """``Table.sample`` on ``table`` (NumPy data)."""
         t = self._table(table)
+        lt = self.logged.get(table)
+        if lt is not None:
+            return await self._logged(table, lt, await self._blocking(
+                lambda timeout: lt.sample(batch_size, timeout=timeout), timeout=timeout))
         return await self._blocking(lambda timeout: t.sample(batch_size, timeout=timeout), timeout=timeout)
 
     async def update_priorities(self, table: str, keys: Any, priorities: Any) -> int:
         """``Table.update_priorities`` on ``table``."""
-        return self._table(table).update_priorities(keys, priorities)
+        t = self._table(table)
+        lt = self.logged.get(table)
+        if lt is not None:
+            return await self._logged(table, lt, lt.update_priorities(keys, priorities))
+        return t.update_priorities(keys, priorities)
 
     async def delete(self, table: str, keys: Any) -> int:
         """``Table.delete`` on ``table``."""
-        return self._table(table).delete(keys)
+        t = self._table(table)
+        lt = self.logged.get(table)
+        if lt is not None:
+            return await self._logged(table, lt, lt.delete(keys))
+        return t.delete(keys)
 
     async def set_version(self, table: str, version: int) -> int:
         """``Table.set_version`` on ``table``."""
-        return self._table(table).set_version(version)
+        t = self._table(table)
+        lt = self.logged.get(table)
+        if lt is not None:
+            return await self._logged(table, lt, lt.set_version(version))
+        return t.set_version(version)
 
     async def get(self, table: str, keys: Any) -> Any:
         """``Table.get`` on ``table``."""
@@ -300,7 +380,12 @@ class ReplayServer:
 
     async def clear(self, table: str) -> None:
         """``Table.clear`` on ``table``."""
-        self._table(table).clear()
+        t = self._table(table)
+        lt = self.logged.get(table)
+        if lt is not None:
+            await self._logged(table, lt, lt.clear())
+            return
+        t.clear()
 
     # -- fragments -------------------------------------------------------------------------------------------
     async def store_info(self) -> dict[str, Any]:
