@@ -19,7 +19,15 @@ failures. It holds metadata only: each fragment's payload lives in a
 - **Reference counting** is explicit (:class:`~replaystore.storage.fragments.RefCounts`): a
   payload is deleted when no partial chunk, chunk or lease holds it.
 - **Persistence**: every operation is written to a :class:`~replaystore.ray.journal.Journal` in
-  one transaction, and a new buffer on the same path resumes from it.
+  one transaction, and a new buffer on the same path resumes from it. Payloads are deleted from
+  the store only after the transaction that dropped their last reference committed.
+- **Full disks**: an operation whose journal transaction fails (:class:`~replaystore.DiskFull`,
+  :class:`~replaystore.StorageError`) raises it and leaves the buffer as it was (its state is
+  reloaded from the journal, which still holds the last committed state). New fragments are
+  refused with ``DiskFull`` once the journal cannot keep its reserve; fetches and releases go on.
+- **Leases expire**: a lease not renewed (:meth:`FragmentBuffer.renew`, or any fetch by its
+  client) within ``lease_ttl`` seconds is released by housekeeping and counted (``leases_expired``):
+  a trainer that died does not pin its payloads forever.
 
 Not thread-safe and never blocking: the replay service calls it from its event loop, one call at a
 time, and does the waiting (``fetch`` when too few chunks exist) itself.
@@ -37,7 +45,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import KeyNotFound
+from ..errors import KeyNotFound, StorageError
 from ..limiters import MinSize
 from ..samplers import Fifo
 from ..storage.fragments import FragmentStore, RefCounts, fragment_age
@@ -70,6 +78,18 @@ class FragmentBufferConfig:
         persist: keep the journal (needed to survive restarts).
         clear_on_start: wipe store and journal when the service is first created (never on a
             restart after a crash).
+        lease_ttl: seconds a fetch's lease lives without renewal (``None``: forever). Renewed by
+            :meth:`FragmentBuffer.renew` (``FragmentClient.renew``/``keep_alive``) and by every
+            fetch of the same client; housekeeping releases expired leases (``leases_expired``).
+        sync: LMDB ``sync``/``metasync`` of the store and the journal: flush every commit, so it
+            survives a machine crash (off: a process crash only).
+        writemap: open the store's shards with a writable memory map (faster large writes; each
+            write reserves its blocks first). ``None``: the setting recorded in the store, else off.
+        shrink_threshold: a shard emptied by deletes that holds more than this many bytes is replaced
+            by an empty one, giving its space back (``None``: never); see ``FragmentStore``.
+        journal_reserve: bytes the journal keeps allocated ahead, so fetches and releases can be
+            recorded on a full disk; new fragments are refused when it cannot be kept.
+        journal_map_size: LMDB map size of the journal, bytes.
     """
 
     max_chunks: int
@@ -86,13 +106,26 @@ class FragmentBufferConfig:
     seed: int | None = None
     persist: bool = True
     clear_on_start: bool = False
+    lease_ttl: float | None = 600.0
+    sync: bool = False
+    writemap: bool | None = None
+    shrink_threshold: int | None = 1 << 20
+    journal_reserve: int = 8 << 20
+    journal_map_size: int = 1 << 32
 
     def __post_init__(self) -> None:
         if self.max_chunks < 1 or self.max_reuse < 1 or self.fragments_per_chunk < 1:
             raise ValueError("max_chunks, max_reuse and fragments_per_chunk must be >= 1")
         if self.max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0, got {self.max_staleness}")
+        if self.lease_ttl is not None and not self.lease_ttl > 0:
+            raise ValueError(f"lease_ttl must be > 0 or None, got {self.lease_ttl}")
         self.path = os.path.abspath(self.path)
+
+    def open_store(self) -> FragmentStore:
+        """The fragment store this configuration describes."""
+        return FragmentStore(self.path, self.num_shards, self.map_size, sync=self.sync, writemap=self.writemap,
+                             shrink_threshold=self.shrink_threshold)
 
 
 class FragmentRef(NamedTuple):
@@ -141,13 +174,19 @@ class Lease:
     lease_id: str
     client: str | None
     records: list[FragmentRef]
+    expires: float | None = None  # wall-clock time (persisted across restarts); None: never
+
+    def to_json(self) -> dict:
+        """JSON-able form for the journal."""
+        return {"client": self.client, "records": [list(r) for r in self.records], "expires": self.expires}
 
 
 _COUNTERS = (
     "fragments_added", "duplicates", "gaps", "fragments_dropped_gap", "fragments_dropped_stale",
     "partials_expired", "fragments_dropped_expired", "chunks_formed", "chunks_evicted",
     "chunks_dropped_stale", "chunks_retired", "fetches", "fragments_fetched", "leases_released",
-    "payloads_deleted", "orphans_deleted", "restarts",
+    "leases_expired", "lease_renewals", "payloads_deleted", "payload_delete_errors", "orphans_deleted",
+    "restarts",
 )
 
 
@@ -167,9 +206,19 @@ class FragmentBuffer:
     def __init__(self, config: FragmentBufferConfig, store: FragmentStore | None = None,
                  report: Callable[[dict[str, float]], None] | None = None, resume: bool = True) -> None:
         self.config = c = config
-        self.store = store if store is not None else FragmentStore(c.path, c.num_shards, c.map_size)
-        self.journal: Journal = Journal(os.path.join(c.path, "meta")) if c.persist else NullJournal()
+        self.store = store if store is not None else c.open_store()
+        self.journal: Journal = (Journal(os.path.join(c.path, "meta"), c.journal_map_size, c.journal_reserve, c.sync)
+                                 if c.persist else NullJournal())
         self._report_fn = report
+        self._reset()
+        if not resume and c.clear_on_start:
+            self.journal.clear()
+            self.store.clear()
+        self._restore(self.journal.load())
+
+    def _reset(self) -> None:
+        """Empty in-memory state (then filled from the journal by :meth:`_restore`)."""
+        c = self.config
         self.table = Table(c.max_chunks, sampler=UniformDistinct(), remover=Fifo(), rate_limiter=MinSize(1),
                            max_staleness=c.max_staleness, storage="objects", seed=c.seed, name="chunks")
         self.refs = RefCounts()
@@ -185,10 +234,7 @@ class FragmentBuffer:
         self._left_reuse: list[int] = []  # use counts of chunks that left since the last report
         self._left_staleness: list[int] = []  # staleness of chunks retired by reuse since then
         self._last_report = (time.time(), 0)
-        if not resume and c.clear_on_start:
-            self.journal.clear()
-            self.store.clear()
-        self._restore(self.journal.load())
+        self._doomed: list[str] = []  # payloads to delete once the current operation is journaled
 
     # -- helpers ------------------------------------------------------------------------------------
     def _state(self) -> dict:
@@ -196,10 +242,39 @@ class FragmentBuffer:
                 "counters": self.counters}
 
     def _free(self, ids: list[str]) -> None:
-        """Drop one reference from each id; delete the payloads nobody holds any more."""
-        freed = self.refs.decref(ids)
-        if freed:
-            self.counters["payloads_deleted"] += self.store.delete(freed)
+        """Drop one reference from each id; payloads nobody holds any more are deleted on commit."""
+        self._doomed += self.refs.decref(ids)
+
+    def _commit(self, puts: dict[str, Any] | None, deletes: list[str]) -> None:
+        """Journal the operation, then delete the payloads it freed.
+
+        If the journal write fails (``DiskFull``/``StorageError``), the in-memory state is rebuilt
+        from the journal (the last committed state: the operation never happened) and the error
+        raised; no payload was deleted.
+        """
+        try:
+            self.journal.write(puts, deletes, self._state())
+        except StorageError:
+            log.warning("fragment buffer: journal write failed; the operation is rolled back", exc_info=True)
+            self._rollback()
+            raise
+        self._delete_payloads()
+
+    def _delete_payloads(self) -> None:
+        doomed, self._doomed = self._doomed, []
+        if doomed:
+            try:
+                self.counters["payloads_deleted"] += self.store.delete(doomed)
+            except StorageError:  # unreferenced now: housekeeping collects them as orphans later
+                self.counters["payload_delete_errors"] += len(doomed)
+                log.warning("fragment buffer: could not delete %d payloads (collected later)", len(doomed),
+                            exc_info=True)
+
+    def _rollback(self) -> None:
+        """Forget uncommitted changes: rebuild every in-memory structure from the journal."""
+        self.table.close()
+        self._reset()
+        self._restore(self.journal.load(), restart=False)
 
     def _is_stale(self, version: int, session: str) -> bool:
         return session != self.session or self.version - version > self.config.max_staleness
@@ -222,13 +297,15 @@ class FragmentBuffer:
         now = time.time() if now is None else now
         seq, version = int(seq), int(version)
         c = self.config
+        self.journal.check_space()  # refuse (DiskFull) rather than acknowledge what may not be recorded
         if fragment_id in self.refs:
             self.counters["duplicates"] += 1
             return "duplicate"
         st = self._streams.get(stream)
         if st is not None and seq <= st.last_seq:
             self.counters["duplicates"] += 1
-            self.counters["payloads_deleted"] += self.store.delete([fragment_id])
+            self._doomed.append(fragment_id)
+            self._delete_payloads()
             return "duplicate"
         puts: dict[str, Any] = {}
         deletes: list[str] = []
@@ -268,7 +345,7 @@ class FragmentBuffer:
                 deletes.append(PENDING + f.fragment_id)
             deletes += self._insert_chunk(chunk, puts)
             status = "chunk"
-        self.journal.write(puts, deletes, self._state())
+        self._commit(puts, deletes)
         if c.fragments_per_report and self.counters["fragments_added"] % c.fragments_per_report == 0:
             self.report(now)
         return status
@@ -309,7 +386,7 @@ class FragmentBuffer:
         deletes = [self._remove_chunk(k, "chunks_dropped_stale") for k in stale]
         self.table.set_version(self.version)
         deletes += self._expire_partials(time.time() if now is None else now)
-        self.journal.write(None, deletes, self._state())
+        self._commit(None, deletes)
         return len(stale)
 
     def _expire_partials(self, now: float) -> list[str]:
@@ -334,20 +411,33 @@ class FragmentBuffer:
     def expire(self, now: float | None = None) -> None:
         """Housekeeping, run periodically by the service.
 
-        Drops stale or abandoned partial chunks, forgets quiet streams, and deletes unreferenced
-        payloads older than ``orphan_grace``.
+        Drops stale or abandoned partial chunks, forgets quiet streams, releases leases whose
+        time-to-live passed (counted in ``leases_expired``), and deletes unreferenced payloads older
+        than ``orphan_grace``.
         """
         now = time.time() if now is None else now
         deletes = self._expire_partials(now)
-        self.journal.write(None, deletes, self._state())
+        deletes += self._expire_leases(now)
+        self._commit(None, deletes)
         self.collect_orphans(now)
+
+    def _expire_leases(self, now: float) -> list[str]:
+        expired = [lid for lid, lease in self._leases.items() if lease.expires is not None and lease.expires < now]
+        for lid in expired:
+            log.info("fragment buffer: lease %s of client %s expired (%d fragments released)", lid,
+                     self._leases[lid].client, len(self._leases[lid].records))
+        return [self._release(lid, "leases_expired") for lid in expired]
 
     def collect_orphans(self, now: float | None = None) -> int:
         """Delete payloads no fragment references and older than ``orphan_grace``; return how many."""
         now = time.time() if now is None else now
         grace = self.config.orphan_grace
         orphans = [k for k in self.store.keys() if k not in self.refs and fragment_age(k, now) > grace]
-        n = self.store.delete(orphans) if orphans else 0
+        try:
+            n = self.store.delete(orphans) if orphans else 0
+        except StorageError:
+            log.warning("fragment buffer: could not delete %d orphans (retried next time)", len(orphans), exc_info=True)
+            return 0
         self.counters["orphans_deleted"] += n
         return n
 
@@ -363,16 +453,20 @@ class FragmentBuffer:
             raise ValueError(f"a fetch of {n} chunks can never be served by max_chunks={self.config.max_chunks}")
         return n
 
-    def fetch(self, num_fragments: int, client: str | None = None) -> Lease:
+    def fetch(self, num_fragments: int, client: str | None = None, now: float | None = None) -> Lease:
         """Pick ``num_fragments / fragments_per_chunk`` distinct chunks uniformly; lease their fragments.
 
         The caller (the service) must have waited until enough chunks exist. Each chosen chunk's use
         count grows by one; chunks that reach ``max_reuse`` are retired (their payloads stay while
-        the lease holds them). With ``client``, that client's previous lease is released.
+        the lease holds them). With ``client``, that client's previous lease is released and its
+        other leases renewed. The lease expires ``lease_ttl`` seconds after ``now`` unless renewed.
 
         Raises:
             ValueError: bad ``num_fragments`` or fewer chunks than needed.
+            DiskFull, StorageError: the journal could not record the fetch (nothing changed).
         """
+        now = time.time() if now is None else now
+        ttl = self.config.lease_ttl
         n = self.chunks_for(num_fragments)
         if n > len(self._chunks):
             raise ValueError(f"a fetch of {n} chunks needs at least {n} chunks, the buffer holds {len(self._chunks)}")
@@ -388,22 +482,27 @@ class FragmentBuffer:
                 retire.append(key)
             else:
                 puts[chunk_key(chunk.chunk_id)] = chunk.to_json()
-        lease = Lease(uuid.uuid4().hex, client, records)
+        lease = Lease(uuid.uuid4().hex, client, records, None if ttl is None else now + ttl)
         self.refs.incref([r.fragment_id for r in records])  # before retirement drops the chunks' refs
         for key in retire:
             self._left_staleness.append(self.version - self._chunks[key].version)
             deletes.append(self._remove_chunk(key, "chunks_retired"))
-        self._leases[lease.lease_id] = lease
-        puts[LEASE + lease.lease_id] = {"client": client, "records": [list(r) for r in records]}
         if client is not None:
             previous = self._client_lease.get(client)
             self._client_lease[client] = lease.lease_id
             if previous is not None and previous in self._leases:
                 deletes.append(self._release(previous))
+            if ttl is not None:  # a client that fetches is alive: renew whatever else it holds
+                for other in self._leases.values():
+                    if other.client == client:
+                        other.expires = now + ttl
+                        puts[LEASE + other.lease_id] = other.to_json()
+        self._leases[lease.lease_id] = lease
+        puts[LEASE + lease.lease_id] = lease.to_json()
         self._last_records = records
         self.counters["fetches"] += 1
         self.counters["fragments_fetched"] += len(records)
-        self.journal.write(puts, deletes, self._state())
+        self._commit(puts, deletes)
         self.report()
         return lease
 
@@ -416,15 +515,39 @@ class FragmentBuffer:
         if lease_id not in self._leases:
             raise KeyNotFound(f"lease {lease_id!r} is not held (already released?)")
         n = len(self._leases[lease_id].records)
-        self.journal.write(None, [self._release(lease_id)], self._state())
+        self._commit(None, [self._release(lease_id)])
         return n
 
-    def _release(self, lease_id: str) -> str:
+    def renew(self, lease_id: str, now: float | None = None) -> float:
+        """Extend a lease by ``lease_ttl`` from ``now``; return the seconds it has left (``inf``: no TTL).
+
+        Raises:
+            KeyNotFound: no such lease (released, or already expired: its payloads may be gone).
+        """
+        lease = self._leases.get(lease_id)
+        if lease is None:
+            raise KeyNotFound(f"lease {lease_id!r} is not held (released or expired)")
+        ttl = self.config.lease_ttl
+        if ttl is None:
+            return float("inf")
+        now = time.time() if now is None else now
+        previous = lease.expires
+        lease.expires = now + ttl
+        self.counters["lease_renewals"] += 1
+        try:
+            self.journal.write({LEASE + lease_id: lease.to_json()}, (), self._state())
+        except StorageError:
+            lease.expires = previous
+            self.counters["lease_renewals"] -= 1
+            raise
+        return ttl
+
+    def _release(self, lease_id: str, counter: str = "leases_released") -> str:
         lease = self._leases.pop(lease_id)
         if lease.client is not None and self._client_lease.get(lease.client) == lease_id:
             del self._client_lease[lease.client]
         self._free([r.fragment_id for r in lease.records])
-        self.counters["leases_released"] += 1
+        self.counters[counter] += 1
         return LEASE + lease_id
 
     def prepared(self, lease_id: str | None = None) -> list[FragmentRef]:
@@ -448,7 +571,7 @@ class FragmentBuffer:
             self._free([f.fragment_id for f in st.partial])
             st.partial = []
         deletes += [self._release(lid) for lid in list(self._leases)]
-        self.journal.write(None, deletes, self._state())
+        self._commit(None, deletes)
 
     def close(self) -> None:
         """Close the journal and the store handle (the data stays on disk)."""
@@ -468,7 +591,9 @@ class FragmentBuffer:
             "pending_fragments": sum(len(s.partial) for s in self._streams.values()),
             "streams": len(self._streams),
             "leases": len(self._leases),
+            "lease_ttl": self.config.lease_ttl,
             "referenced_payloads": len(self.refs),
+            "journal_low_space": self.journal.low_space,
             "staleness_histogram": t["staleness_histogram"],
             "chunk_use_count_mean": float(np.mean([c.use_count for c in self._chunks.values()]))
             if self._chunks else 0.0,
@@ -498,14 +623,14 @@ class FragmentBuffer:
         return scalars
 
     # -- restart ----------------------------------------------------------------------------------------------
-    def _restore(self, saved: dict[str, Any]) -> None:
+    def _restore(self, saved: dict[str, Any], restart: bool = True) -> None:
         state = saved["state"]
         if state is None:
             return
         self.version, self.session = int(state["version"]), state["session"]
         self._next_chunk_id = int(state["next_chunk_id"])
         self.counters.update(state["counters"])
-        self.counters["restarts"] += 1
+        self.counters["restarts"] += restart
         self.table.set_version(self.version)
         for name, (last_seq, last_seen) in saved["streams"].items():
             self._streams[name] = _Stream(int(last_seq), float(last_seen))
@@ -522,12 +647,20 @@ class FragmentBuffer:
                 self._free([f.fragment_id for f in chunk.fragments])
                 continue
             self._chunks[key] = chunk
+        ttl = self.config.lease_ttl
         for lid, d in saved["leases"].items():
             records = [FragmentRef(*r) for r in d["records"]]
-            self._leases[lid] = Lease(lid, d["client"], records)
+            expires = d.get("expires")  # journals written before leases expired have none
+            if ttl is None:
+                expires = None
+            elif expires is None:
+                expires = time.time() + ttl
+            self._leases[lid] = Lease(lid, d["client"], records, expires)
             self.refs.incref([r.fragment_id for r in records])
             if d["client"] is not None:
                 self._client_lease[d["client"]] = lid
+        if not restart:
+            return
         log.info("fragment buffer resumed: %d chunks, %d pending fragments, %d leases, version %d",
                  len(self._chunks), sum(len(s.partial) for s in self._streams.values()), len(self._leases),
                  self.version)

@@ -9,20 +9,31 @@ fc = rsr.connect("replay").fragments
 fid = fc.put(payload)                                  # store write
 fc.add(fid, stream="env-3", seq=17, version=5, session=sid)
 fetch = fc.fetch(64, timeout=60.0)                      # Fetch(lease_id, records)
-payloads = [fc.load(r.fragment_id) for r in fetch.records]
+with fc.keep_alive(fetch):                              # renews the lease while the block runs
+    payloads = [fc.load(r.fragment_id) for r in fetch.records]
 fc.release(fetch)                                       # payloads may now be deleted
 ```
+
+A lease not renewed within the buffer's ``lease_ttl`` (default 600 s) is released by the service
+(its holder is presumed dead): renew it (:meth:`FragmentClient.renew`, :meth:`FragmentClient.keep_alive`)
+or fetch again when a fetch is held longer than that.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ._runtime import get, rpc_timeout
 from .fragment_buffer import FragmentRef
 from .store import LocalStore, RemoteStore, open_store
+
+log = logging.getLogger("replaystore")
 
 
 @dataclass(frozen=True)
@@ -118,6 +129,46 @@ class FragmentClient:
     def release(self, fetch: Fetch | str) -> int:
         """Release a fetch (its payloads may be deleted); returns its size. ``KeyNotFound`` if not held."""
         return self._call("release", fetch.lease_id if isinstance(fetch, Fetch) else fetch)
+
+    def renew(self, fetch: Fetch | str) -> float:
+        """Extend the lease by the buffer's ``lease_ttl``; return the seconds it has left.
+
+        Raises ``KeyNotFound`` if the lease is not held (released, or expired: its payloads may be gone).
+        """
+        return self._call("renew_lease", fetch.lease_id if isinstance(fetch, Fetch) else fetch)
+
+    @contextlib.contextmanager
+    def keep_alive(self, fetch: Fetch | str, period: float | None = None) -> Iterator[None]:
+        """Renew the lease from a background thread while the ``with`` block runs.
+
+        ``period``: seconds between renewals (default: a third of the time-to-live). A renewal
+        that fails is logged and retried next period; one that finds the lease gone stops the thread.
+        """
+        lease = fetch.lease_id if isinstance(fetch, Fetch) else fetch
+        left = self.renew(lease)
+        if left == float("inf"):
+            yield
+            return
+        every = period if period is not None else max(left / 3.0, 0.05)
+        stop = threading.Event()
+
+        def renew_loop() -> None:
+            while not stop.wait(every):
+                try:
+                    self.renew(lease)
+                except KeyError:  # rs.KeyNotFound: released or expired
+                    log.warning("lease %s is no longer held; stopped renewing it", lease)
+                    return
+                except Exception:  # noqa: BLE001 - a transient failure: retry next period
+                    log.warning("renewing lease %s failed", lease, exc_info=True)
+
+        thread = threading.Thread(target=renew_loop, name=f"replaystore-lease-{lease[:8]}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=5.0)
 
     def prepared(self, fetch: Fetch | str | None = None) -> list[FragmentRef]:
         """Records of a fetch, or of the last fetch by any client."""

@@ -19,6 +19,7 @@ processes for threads that share the trainer's interpreter.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import random
 from collections import deque
@@ -187,7 +188,8 @@ def detach(obj: Any) -> Any:
 
 def data_iter(loader_pool: Any, records: Sequence[Any], batch_size: int, prefetch_batches: int,
               seed: int | None = None, timeout: float | None = None,
-              collate: Callable[[list[Any]], Any] | None = None, shuffle: bool = True) -> Iterator[Any]:
+              collate: Callable[[list[Any]], Any] | None = None, shuffle: bool = True,
+              keep_alive: contextlib.AbstractContextManager | None = None) -> Iterator[Any]:
     """Yield batches of loaded records, ``batch_size`` each (the last one may be smaller).
 
     Args:
@@ -200,6 +202,9 @@ def data_iter(loader_pool: Any, records: Sequence[Any], batch_size: int, prefetc
         timeout: seconds to wait for any one load (``None``: wait); raises ``rs.Timeout``.
         collate: turns a list of loaded items into a batch (default: the list itself).
         shuffle: shuffle the records first.
+        keep_alive: a context manager held while the iterator runs, typically
+            ``fragment_client.keep_alive(fetch)``, which renews the fetch's lease so the service does
+            not release it (``lease_ttl``) while the payloads are still being read.
 
     The iterator drains the pool when closed early, so the pool can be reused.
     """
@@ -220,19 +225,20 @@ def data_iter(loader_pool: Any, records: Sequence[Any], batch_size: int, prefetc
     for _ in range(min((prefetch_batches + 1) * batch_size, len(pending))):
         submit()
     accum: list[Any] = []
-    try:
-        while in_flight:
-            in_flight -= 1  # this load is done, one way or the other
-            accum.append(loads.next_loaded(timeout))
-            if pending:
-                submit()
-            if len(accum) >= batch_size:
-                batch, accum = accum[:batch_size], accum[batch_size:]
-                yield collate(batch) if collate else batch
-        if accum:
-            yield collate(accum) if collate else accum
-    finally:
-        loads.drain(timeout)  # leave the pool empty for its next user (also after a timeout)
+    with keep_alive if keep_alive is not None else contextlib.nullcontext():
+        try:
+            while in_flight:
+                in_flight -= 1  # this load is done, one way or the other
+                accum.append(loads.next_loaded(timeout))
+                if pending:
+                    submit()
+                if len(accum) >= batch_size:
+                    batch, accum = accum[:batch_size], accum[batch_size:]
+                    yield collate(batch) if collate else batch
+            if accum:
+                yield collate(accum) if collate else accum
+        finally:
+            loads.drain(timeout)  # leave the pool empty for its next user (also after a timeout)
 
 
 __all__ = ["FragmentLoader", "LocalLoaderPool", "create_loader_pool", "data_iter", "detach", "get"]

@@ -456,6 +456,10 @@ class ReplayServer:
         """Release a fetch's lease; returns its fragment count. ``KeyNotFound`` if not held."""
         return self._buffer().release(lease_id)
 
+    async def renew_lease(self, lease_id: str) -> float:
+        """Extend a lease by ``lease_ttl``; returns the seconds it has left. ``KeyNotFound`` if not held."""
+        return self._buffer().renew(lease_id)
+
     async def prepared_fragments(self, lease_id: str | None = None) -> list:
         """Records of a lease, or of the last fetch by anyone."""
         return [tuple(r) for r in self._buffer().prepared(lease_id)]

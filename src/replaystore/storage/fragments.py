@@ -142,13 +142,39 @@ _ENVS: dict[str, _EnvEntry] = {}  # path -> the entry new handles share
 _ENVS_LOCK = threading.Lock()
 
 
+_MAX_READERS = 1024
+_LOCK_BYTES = 65664  # the size LMDB gives its lock file: a 128-byte header and 64 bytes per reader slot (1024)
+
+
+def _reserve_lock_file(path: str) -> None:
+    """Allocate ``lock.mdb`` before LMDB maps it writable (its pages are touched through the map).
+
+    LMDB sizes a new lock file with ``ftruncate``: a sparse file, whose first touch on a full disk
+    would be a ``SIGBUS``. Allocated here first, a full disk raises ``DiskFull`` instead.
+    """
+    lock = os.path.join(path, "lock.mdb")
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFull(f"no space to create {lock}", lock, _LOCK_BYTES) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if st.st_blocks * 512 < max(st.st_size, _LOCK_BYTES):
+            reserve(fd, 0, max(st.st_size, _LOCK_BYTES), lock)
+    finally:
+        os.close(fd)
+
+
 def _open_env_locked(path: str, map_size: int, sync: bool, writemap: bool) -> _EnvEntry:
     os.makedirs(path, exist_ok=True)
     inode = os.stat(path).st_ino
     entry = _ENVS.get(path)
     if entry is None or entry.inode != inode:
+        _reserve_lock_file(path)
         try:
-            env = lmdb.open(path, map_size=map_size, subdir=True, max_readers=1024, sync=sync,
+            env = lmdb.open(path, map_size=map_size, subdir=True, max_readers=_MAX_READERS, sync=sync,
                             metasync=sync, readahead=False, meminit=False, lock=True, writemap=writemap)
         except lmdb.Error as e:
             raise lmdb_write_error(e, path, None, map_size) from None
@@ -524,14 +550,18 @@ class FragmentStore:
                     shutil.rmtree(new_dir, ignore_errors=True)
                     os.makedirs(new_dir)
                     try:
+                        _reserve_lock_file(new_dir)
                         if empty:
                             lmdb.open(new_dir, map_size=self.map_size, subdir=True, lock=True,
-                                      writemap=self.writemap).close()
+                                      max_readers=_MAX_READERS, writemap=self.writemap).close()
                         else:
                             entry.env.copy(new_dir, compact=True)
                         tmp = os.path.join(parent, f".{base}.{uuid.uuid4().hex}")
                         os.symlink(new, tmp)
                         os.replace(tmp, sh.link)  # atomic: readers see the old or the new generation
+                    except DiskFull:
+                        shutil.rmtree(new_dir, ignore_errors=True)
+                        raise
                     except (lmdb.Error, OSError) as e:
                         shutil.rmtree(new_dir, ignore_errors=True)
                         if isinstance(e, lmdb.Error):

@@ -1,0 +1,175 @@
+"""Leases expire: a fetch's lease whose holder stopped renewing is released and counted.
+
+The buffer logic first (explicit clocks, no Ray), then the service on a real local Ray instance:
+a trainer actor that fetches and is killed with ``ray.kill``, and a live holder that keeps renewing.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("lmdb")
+
+import replaystore as rs  # noqa: E402
+from replaystore.ray.fragment_buffer import FragmentBuffer, FragmentBufferConfig  # noqa: E402
+
+pytestmark = pytest.mark.timeout(180)
+S = "session"
+
+
+def make_buffer(path, **kw) -> FragmentBuffer:
+    cfg = dict(max_chunks=8, max_staleness=10, max_reuse=100, fragments_per_chunk=1, path=str(path), num_shards=1,
+               seed=0, lease_ttl=10.0, orphan_grace=0.0, journal_reserve=0)
+    cfg.update(kw)
+    buf = FragmentBuffer(FragmentBufferConfig(**cfg))
+    buf.set_version(S, 0)
+    return buf
+
+
+def fill(buf: FragmentBuffer, n: int) -> list[str]:
+    ids = [buf.store.put({"seq": i}) for i in range(n)]
+    for i, fid in enumerate(ids):
+        buf.add(fid, "env", i, 0, S)
+    return ids
+
+
+# -- the logic ----------------------------------------------------------------------------------------------
+def test_unrenewed_lease_is_released_and_counted(tmp_path):
+    buf = make_buffer(tmp_path)
+    fill(buf, 4)
+    lease = buf.fetch(2, client="trainer", now=100.0)
+    assert lease.expires == 110.0
+    buf.expire(now=109.0)
+    assert buf.stats()["leases"] == 1 and buf.counters["leases_expired"] == 0
+    buf.expire(now=110.5)
+    st = buf.stats()
+    assert st["leases"] == 0 and st["leases_expired"] == 1 and st["leases_released"] == 0
+    assert len(buf.refs) == 4  # only the chunks hold their payloads now
+    with pytest.raises(rs.KeyNotFound):
+        buf.renew(lease.lease_id)
+    with pytest.raises(rs.KeyNotFound):
+        buf.release(lease.lease_id)
+
+
+def test_renewal_and_fetches_keep_a_lease(tmp_path):
+    buf = make_buffer(tmp_path, max_reuse=1)  # chunks retire at once: only the lease holds the payloads
+    ids = fill(buf, 4)
+    a = buf.fetch(2, client=None, now=0.0)
+    assert buf.renew(a.lease_id, now=8.0) == 10.0
+    buf.expire(now=15.0)
+    assert a.lease_id in buf._leases
+    # a client that fetches again renews its other leases (without auto release: client=None per lease,
+    # so use a named client with two leases held explicitly)
+    b = buf.fetch(1, client="t", now=15.0)
+    buf._client_lease.pop("t")  # keep b held when t fetches again (what auto_release=False does)
+    c = buf.fetch(1, client="t", now=24.0)
+    buf.expire(now=30.0)
+    assert b.lease_id in buf._leases and c.lease_id in buf._leases and a.lease_id not in buf._leases
+    assert buf.counters["leases_expired"] == 1 and buf.counters["lease_renewals"] == 1
+    buf.expire(now=40.0)
+    assert buf.stats()["leases"] == 0 and buf.counters["leases_expired"] == 3
+    buf.collect_orphans(now=1e12)
+    assert len(buf.store) == 0 and not set(ids) & set(buf.store.keys())  # every payload deleted
+
+
+def test_lease_expiry_survives_a_restart(tmp_path):
+    buf = make_buffer(tmp_path)
+    fill(buf, 2)
+    t = time.time()
+    lease = buf.fetch(1, client="x", now=t)
+    buf.close()
+    again = make_buffer(tmp_path)
+    assert again._leases[lease.lease_id].expires == pytest.approx(t + 10.0)
+    again.expire(now=t + 11.0)
+    assert again.counters["leases_expired"] == 1 and not again._leases
+    again.close()
+
+
+def test_no_ttl_means_leases_never_expire(tmp_path):
+    buf = make_buffer(tmp_path, lease_ttl=None)
+    fill(buf, 2)
+    lease = buf.fetch(1, now=0.0)
+    assert lease.expires is None and buf.renew(lease.lease_id) == float("inf")
+    buf.expire(now=1e12)
+    assert lease.lease_id in buf._leases
+    with pytest.raises(ValueError):
+        FragmentBufferConfig(max_chunks=1, max_staleness=0, max_reuse=1, lease_ttl=0)
+
+
+# -- the service on Ray: a killed trainer, a live one -----------------------------------------------------------
+@pytest.fixture(scope="module")
+def ray_local():
+    from ray_fixtures import start_ray
+
+    ray = start_ray()
+    yield ray
+    ray.shutdown()
+
+
+class Trainer:
+    """A trainer actor that fetches and holds the lease (until it is killed)."""
+
+    def __init__(self, service: str) -> None:
+        from replaystore import ray as rsr
+
+        self.fc = rsr.connect(service).fragments
+
+    def fetch(self, n: int) -> str:
+        return self.fc.fetch(n, timeout=30).lease_id
+
+
+@pytest.fixture
+def service(ray_local, tmp_path):
+    from replaystore import ray as rsr
+
+    cfg = FragmentBufferConfig(max_chunks=16, max_staleness=10, max_reuse=100, fragments_per_chunk=1,
+                               path=str(tmp_path / "store"), num_shards=1, seed=0, lease_ttl=1.5,
+                               journal_reserve=1 << 20)
+    client = rsr.serve(name="lease-test", fragments=cfg, housekeeping_period=0.25)
+    fc = client.fragments
+    fc.update_model_version(S, 0)
+    for i in range(4):
+        fc.write({"obs": np.full(1000, i, np.uint8)}, "env", i, 0, S)
+    yield client
+    client.shutdown()
+
+
+def wait_for(predicate, timeout: float, what: str):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def test_killed_trainer_lease_is_released_after_the_ttl(ray_local, service):
+    fc = service.fragments
+    trainer = ray_local.remote(num_cpus=0)(Trainer).remote("lease-test")
+    lease = ray_local.get(trainer.fetch.remote(2), timeout=60)
+    st = fc.stats()
+    assert st["leases"] == 1 and st["leases_expired"] == 0 and st["referenced_payloads"] == 4
+    ray_local.kill(trainer)
+    t0 = time.monotonic()
+    st = wait_for(lambda: (s := fc.stats())["leases_expired"] == 1 and s, 20, "the dead trainer's lease to expire")
+    assert time.monotonic() - t0 >= 0.5  # not before its time-to-live (1.5 s from the fetch)
+    assert st["leases"] == 0 and st["leases_released"] == 0
+    with pytest.raises(rs.KeyNotFound):
+        fc.renew(lease)
+
+
+def test_live_holder_keeps_its_lease_by_renewing(ray_local, service):
+    from replaystore import ray as rsr
+
+    fc = rsr.connect("lease-test").fragments
+    fetch = fc.fetch(2, timeout=30)
+    with fc.keep_alive(fetch):  # renews every ttl/3 = 0.5 s
+        time.sleep(4.0)  # well past the 1.5 s time-to-live
+        st = fc.stats()
+        assert st["leases"] == 1 and st["leases_expired"] == 0 and st["lease_renewals"] >= 4
+        assert all(fc.load(r.fragment_id)["obs"][0] == r.seq for r in fetch.records)
+    wait_for(lambda: fc.stats()["leases_expired"] == 1, 20, "the lease to expire once renewals stop")
