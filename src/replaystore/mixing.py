@@ -75,8 +75,10 @@ class MixedSample:
         keys, indices, probabilities, weights, priorities, times_sampled, versions: each source's
             own metadata, concatenated (keys are only unique within a source).
         mixture_probabilities: ``counts[j] / B * probabilities`` per row.
-        extra: other per-row arrays of the sources' samples (e.g. ``mask`` of sequence samples),
-            concatenated.
+        extra: the other fields of the sources' samples: per-row arrays concatenated (``mask``,
+            ``step_keys`` of sequence samples; ``returns``, ``next_obs`` of n-step samples), and
+            per-sample constants (``burn_in``) once.
+        indices: storage slots; -1 for sample types that have none (sequence samples).
     """
 
     data: Any
@@ -191,12 +193,24 @@ class MixedSampler:
         for name, n in zip(self.names, counts.tolist()):
             if n:
                 samples.append(getattr(self.sources[name], method)(n, *args, **kwargs))
-        meta = {m: np.concatenate([np.asarray(getattr(s, m)) for s in samples]) for m in _META}
+        total = int(counts.sum())
+        meta = {}
+        for m in _META:  # a sample type without a field (sequence samples have no indices): -1
+            meta[m] = (np.concatenate([np.asarray(getattr(s, m)) for s in samples])
+                       if all(hasattr(s, m) for s in samples) else np.full(total, -1, dtype=np.int64))
         source = np.repeat(np.arange(len(self.names), dtype=np.int64), counts)
         share = (counts / batch_size)[source]
-        extra_names = [f.name for f in dataclasses.fields(samples[0]) if f.name not in _META and f.name != "data"]
-        extra = {e: _concat([getattr(s, e) for s in samples], e) for e in extra_names
-                 if all(hasattr(s, e) for s in samples)}
+        extra = {}
+        for f in dataclasses.fields(samples[0]):
+            if f.name in _META or f.name == "data":
+                continue
+            values = [getattr(s, f.name) for s in samples]
+            if all(isinstance(v, (np.ndarray, Mapping, list)) for v in values):
+                extra[f.name] = _concat(values, f.name)
+            elif all(v == values[0] for v in values):
+                extra[f.name] = values[0]  # a per-sample constant (e.g. a sequence sample's burn_in)
+            else:
+                raise SpecError(f"sources returned different {f.name!r}: {values}")
         return MixedSample(data=_concat([s.data for s in samples]), source=source, names=self.names,
                            counts=counts, mixture_probabilities=share * meta["probabilities"], extra=extra,
                            **meta)
@@ -222,6 +236,17 @@ class MixedSampler:
         if missing:
             raise InvalidMix(f"sources {missing} cannot sample sequences (not episodic tables)")
         return self._draw("sample_sequences", batch_size, (length,), kwargs)
+
+    def sample_nstep(self, batch_size: int, n: int, gamma: float, **kwargs: Any) -> MixedSample:
+        """Draw n-step transitions from episodic sources: ``counts(batch_size)[j]`` from source ``j``.
+
+        ``kwargs`` (``timeout``) go to each source's ``sample_nstep``; ``returns``, ``next_obs``,
+        ``steps``, ``done`` and ``discount`` are concatenated into ``extra``.
+        """
+        missing = [m for m in self.names if not hasattr(self.sources[m], "sample_nstep")]
+        if missing:
+            raise InvalidMix(f"sources {missing} cannot sample n-step transitions (not episodic tables)")
+        return self._draw("sample_nstep", batch_size, (n, gamma), kwargs)
 
     def update_priorities(self, sample: MixedSample, priorities: Any) -> dict[str, int]:
         """Send each row's priority back to the source it came from.

@@ -86,6 +86,11 @@ def d4rl_transitions(arrays: Mapping[str, Any]) -> dict[str, Any]:
         OfflineDataError: a required array is missing, lengths differ, flags are not boolean,
             rewards are not finite, or no transition is left.
     """
+    return _d4rl(arrays)[0]
+
+
+def _d4rl(arrays: Mapping[str, Any]) -> tuple[dict[str, Any], np.ndarray]:
+    """:func:`d4rl_transitions` plus the episode number of each kept row."""
     missing = [k for k in D4RL_REQUIRED if k not in arrays]
     if missing:
         raise OfflineDataError(f"D4RL arrays are missing {missing}; got {sorted(arrays)}")
@@ -114,6 +119,8 @@ def d4rl_transitions(arrays: Mapping[str, Any]) -> dict[str, Any]:
         next_obs = _map(lambda a: a[succ], obs)
     if len(keep) == 0:
         raise OfflineDataError("no transition left after dropping timeout and final rows")
+    ends = terminals | timeouts
+    episode = np.concatenate([[0], np.cumsum(ends[:-1])])[keep]  # episode number of each kept row
     return {
         "obs": _map(lambda a: a[keep], obs),
         "action": np.asarray(arrays["actions"])[keep],
@@ -121,7 +128,7 @@ def d4rl_transitions(arrays: Mapping[str, Any]) -> dict[str, Any]:
         "next_obs": next_obs,
         "terminated": terminals[keep],
         "truncated": timeouts[keep] if "next_observations" in arrays else np.zeros(len(keep), dtype=bool),
-    }
+    }, episode
 
 
 def minari_transitions(dataset: Any, episode_indices: Iterable[int] | None = None) -> dict[str, Any]:
@@ -139,6 +146,11 @@ def minari_transitions(dataset: Any, episode_indices: Iterable[int] | None = Non
         OfflineDataError: the dataset has no steps, or an episode is malformed.
         ImportError: ``minari`` is not installed (``pip install 'replaystore[offline]'``).
     """
+    return _minari(dataset, episode_indices)[0]
+
+
+def _minari(dataset: Any, episode_indices: Iterable[int] | None) -> tuple[dict[str, Any], np.ndarray]:
+    """:func:`minari_transitions` plus the episode number of each row."""
     if isinstance(dataset, str):
         try:
             import minari
@@ -146,6 +158,7 @@ def minari_transitions(dataset: Any, episode_indices: Iterable[int] | None = Non
             raise ImportError("loading Minari datasets needs minari: pip install 'replaystore[offline]'") from e
         dataset = minari.load_dataset(dataset)
     parts: dict[str, list] = {f: [] for f in FIELDS}
+    episodes: list[np.ndarray] = []
     for ep in dataset.iterate_episodes(None if episode_indices is None else list(episode_indices)):
         t = len(ep.rewards)
         for path, leaf in _leaves(ep.observations):
@@ -157,15 +170,31 @@ def minari_transitions(dataset: Any, episode_indices: Iterable[int] | None = Non
         parts["reward"].append(np.asarray(ep.rewards, dtype=np.float32))
         parts["terminated"].append(np.asarray(ep.terminations, dtype=bool))
         parts["truncated"].append(np.asarray(ep.truncations, dtype=bool))
+        episodes.append(np.full(t, len(episodes), dtype=np.int64))
     if not parts["reward"] or sum(len(r) for r in parts["reward"]) == 0:
         raise OfflineDataError("the Minari dataset (selection) holds no steps")
-    return {f: _concat(v) for f, v in parts.items()}
+    return {f: _concat(v) for f, v in parts.items()}, np.concatenate(episodes)
 
 
 def _concat(parts: list) -> Any:
     if isinstance(parts[0], Mapping):
         return {k: _concat([p[k] for p in parts]) for k in parts[0]}
     return np.concatenate(parts)
+
+
+def _target(n: int, table: Table | None, capacity: int | None, table_kwargs: dict) -> Table:
+    if table is None:
+        return Table(int(capacity) if capacity is not None else n, **table_kwargs)
+    if capacity is not None or table_kwargs:
+        raise InvalidType("pass either a table or capacity/table arguments, not both")
+    return table
+
+
+def _check_fits(n: int, table: Table) -> None:
+    free = table.capacity - len(table)
+    if n > free:
+        raise OfflineDataError(f"{n} transitions do not fit the table's free space of {free} "
+                               f"(capacity {table.capacity}); they would evict each other")
 
 
 def fill_table(columns: Mapping[str, Any], table: Table | None = None, capacity: int | None = None,
@@ -179,25 +208,83 @@ def fill_table(columns: Mapping[str, Any], table: Table | None = None, capacity:
         SpecError: the columns do not match the table's spec (nothing inserted).
     """
     n = len(columns["reward"])
-    if table is None:
-        table = Table(int(capacity) if capacity is not None else n, **table_kwargs)
-    elif capacity is not None or table_kwargs:
-        raise InvalidType("pass either a table or capacity/table arguments, not both")
-    free = table.capacity - len(table)
-    if n > free:
-        raise OfflineDataError(f"{n} transitions do not fit the table's free space of {free} "
-                               f"(capacity {table.capacity}); they would evict each other")
+    table = _target(n, table, capacity, table_kwargs)
+    _check_fits(n, table)
     table.extend(dict(columns))
     return table
 
 
+def fill_episodes(columns: Mapping[str, Any], episode: Any, table: Table | None = None,
+                  capacity: int | None = None, stream: int | None = None, **table_kwargs: Any) -> Table:
+    """Insert transition columns as **episodes** of an episodic table (``Table(episodes=...)``).
+
+    ``episode`` numbers each row's episode (rows of one episode are consecutive). Each episode is
+    written with
+    ``table.add_episode``: its steps carry the same six fields as transitions, and its last step
+    gets ``terminated=True`` if it is terminal, else ``truncated=True`` (a dataset episode that
+    ends without a flag has no more steps in the data: it is stored truncated).
+
+    Args:
+        columns: transition columns (as :func:`d4rl_transitions` returns them).
+        episode: the episode number of each row.
+        table: an episodic table, or ``None`` for a new ``Table(capacity or rows,
+            episodes=rs.Episodes(next_obs_field="next_obs"), **table_kwargs)``.
+        capacity: the new table's capacity (default: the number of rows).
+        stream: the stream id every episode is written to (it must have no open episode);
+            ``None``: each episode gets a fresh stream id (``add_episode(stream=None)``).
+        **table_kwargs: further arguments of the new table.
+
+    Everything is validated before the first episode is written (fields against the table's
+    spec, free space); after that, the only failure left is a rate limiter's ``Timeout``.
+
+    Raises:
+        OfflineDataError: more rows than the free space, or the table is not episodic.
+        SpecError: the fields do not match the table's spec.
+    """
+    n = len(columns["reward"])
+    if table is None:
+        from .episodes import Episodes
+
+        table_kwargs.setdefault("episodes", Episodes(next_obs_field="next_obs"))
+    table = _target(n, table, capacity, table_kwargs)
+    if not getattr(table, "episodic", False):
+        raise OfflineDataError("as_episodes needs an episodic table: Table(..., episodes=rs.Episodes(...))")
+    _check_fits(n, table)
+    fields = dict(columns)
+    table.storage.prepare(fields, batched=True)  # validation only: raises SpecError, changes nothing
+    episode = np.asarray(episode)
+    if episode.shape != (n,):
+        raise OfflineDataError(f"episode numbers must have shape ({n},), got {episode.shape}")
+    starts = np.flatnonzero(np.r_[True, episode[1:] != episode[:-1]])
+    stops = np.r_[starts[1:], n]
+    terminated = np.asarray(fields["terminated"])
+    for a, b in zip(starts.tolist(), stops.tolist()):
+        steps = _map(lambda x, a=a, b=b: x[a:b], fields)
+        term = bool(terminated[b - 1])
+        table.add_episode(steps, stream=stream, terminated=term, truncated=not term)
+    return table
+
+
 def load_d4rl(arrays: Mapping[str, Any], table: Table | None = None, capacity: int | None = None,
-              **table_kwargs: Any) -> Table:
-    """D4RL-style arrays into a Table as transitions (:func:`d4rl_transitions` + :func:`fill_table`)."""
-    return fill_table(d4rl_transitions(arrays), table, capacity, **table_kwargs)
+              as_episodes: bool = False, stream: int | None = None, **table_kwargs: Any) -> Table:
+    """D4RL-style arrays into a Table as transitions, or as episodes with ``as_episodes``.
+
+    See :func:`d4rl_transitions`, :func:`fill_table` and :func:`fill_episodes` (``stream``).
+    """
+    columns, episode = _d4rl(arrays)
+    if as_episodes:
+        return fill_episodes(columns, episode, table, capacity, stream, **table_kwargs)
+    return fill_table(columns, table, capacity, **table_kwargs)
 
 
 def load_minari(dataset: Any, table: Table | None = None, capacity: int | None = None,
-                episode_indices: Iterable[int] | None = None, **table_kwargs: Any) -> Table:
-    """A Minari dataset into a Table as transitions (:func:`minari_transitions` + :func:`fill_table`)."""
-    return fill_table(minari_transitions(dataset, episode_indices), table, capacity, **table_kwargs)
+                episode_indices: Iterable[int] | None = None, as_episodes: bool = False,
+                stream: int | None = None, **table_kwargs: Any) -> Table:
+    """A Minari dataset into a Table as transitions, or as episodes with ``as_episodes``.
+
+    See :func:`minari_transitions`, :func:`fill_table` and :func:`fill_episodes` (``stream``).
+    """
+    columns, episode = _minari(dataset, episode_indices)
+    if as_episodes:
+        return fill_episodes(columns, episode, table, capacity, stream, **table_kwargs)
+    return fill_table(columns, table, capacity, **table_kwargs)
