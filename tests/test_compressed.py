@@ -137,3 +137,49 @@ def test_checkpoint_round_trip(tmp_path):
     for k in b:
         assert np.array_equal(d1[k], d2[k])
     assert u.storage.compressed_bytes("obs") == t.storage.compressed_bytes("obs")
+
+
+# -- against the reference: a ColumnStorage table driven by the same operations -----------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("extend"), st.integers(1, 12)),
+    st.tuples(st.just("add"), st.just(1)),
+    st.tuples(st.just("delete"), st.integers(0, 5)),
+    st.tuples(st.just("sample"), st.integers(1, 9)),
+), min_size=1, max_size=25)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops, st.sampled_from(["fifo", "uniform"]))
+def test_behaves_exactly_like_column_storage(operations, remover):
+    def table(storage):
+        rm = rs.Fifo() if remover == "fifo" else rs.Uniform()
+        return rs.Table(16, remover=rm, storage=storage, seed=3)
+
+    ref = table(rs.ColumnStorage(16))
+    cmp_ = table(CompressedColumnStorage(16, min_bytes=64))
+    rng = np.random.default_rng(0)
+    for op, k in operations:
+        if op == "extend":
+            b = {"img": rng.integers(0, 4, (k, 8, 8), dtype=np.uint8), "r": rng.normal(size=k)}
+            assert np.array_equal(ref.extend(b), cmp_.extend(b))
+        elif op == "add":
+            item = {"img": rng.integers(0, 4, (8, 8), dtype=np.uint8), "r": float(rng.normal())}
+            assert ref.add(item) == cmp_.add(item)
+        elif op == "delete":
+            keys = ref.keys()[:k]
+            assert ref.delete(keys) == cmp_.delete(keys)
+        elif len(ref):
+            a, b = ref.sample(k), cmp_.sample(k)
+            assert np.array_equal(a.keys, b.keys)
+            assert np.array_equal(a.data["img"], b.data["img"]) and np.array_equal(a.data["r"], b.data["r"])
+    assert np.array_equal(ref.keys(), cmp_.keys())
+    d1, _ = ref.get(ref.keys())
+    d2, _ = cmp_.get(cmp_.keys())
+    if len(ref):
+        assert np.array_equal(d1["img"], d2["img"]) and np.array_equal(d1["r"], d2["r"])
+    if cmp_.storage.spec is not None:
+        live = cmp_.storage.blob_sizes["img"] > 0
+        assert live.sum() == len(cmp_)  # freed slots hold no bytes

@@ -141,7 +141,7 @@ class CompressedColumnStorage(ColumnStorage):
     def _compress_rows(self, rows: np.ndarray, n: int, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         """One zstd frame per item of ``rows`` (``n`` items, or one unbatched item)."""
         cctx = self._cctx()
-        rows = np.ascontiguousarray(rows).reshape(n, -1)
+        rows = np.ascontiguousarray(rows).reshape(n, math.prod(shape))
         frames = np.empty(n, dtype=object)
         sizes = np.empty(n, dtype=np.int64)
         for i in range(n):
@@ -171,6 +171,8 @@ class CompressedColumnStorage(ColumnStorage):
     def _decompress(self, path: str, slots: np.ndarray) -> np.ndarray:
         field = self.compressed[path]
         out = np.empty((len(slots), *field.shape), dtype=field.dtype)
+        if out.size == 0:
+            return out
         flat = out.reshape(len(slots), -1).view(np.uint8)
         size = flat.shape[1]
         dctx = self._dctx()
