@@ -1,39 +1,59 @@
-"""Checkpoints: a Table as a directory of ``.npy`` arrays plus a JSON manifest.
+"""Checkpoints: a Table as a directory of ``.npy`` arrays plus a checksummed JSON manifest.
 
 Layout of ``path/``::
 
     manifest.json      format, table config, sampler/remover/limiter config and state, counters,
-                       RNG state, and for every file its size and SHA-256
+                       RNG state, and for every other file its size and SHA-256
+    manifest.sha256    the SHA-256 of manifest.json's bytes (so the manifest is verified too)
     meta_keys.npy      int64 keys of the live items, oldest first
     meta_priorities.npy, meta_times_sampled.npy, meta_versions.npy
     col000.npy ...     one file per storage column (live rows, same order), or
     objects.pkl        the items of an object storage (pickle: see below)
 
-Writing goes to a temporary sibling directory that is renamed into place, so a crash never leaves
-a half-written checkpoint under ``path``; an existing checkpoint there is replaced. The table's
-lock is held only while the live rows are copied out, not while files are written.
+**Saving** (:func:`save_table`) never leaves a moment where neither the previous checkpoint nor
+the new one can be loaded. It writes and fsyncs every file into a hidden sibling
+``.<name>.tmp-<id>`` (the manifest and its checksum last, then the directory), moves the previous
+checkpoint aside to ``.<name>.old-<id>``, renames the new one into place, fsyncs the parent
+directory after each rename, and only then deletes the old copy. :func:`load_table` reads ``path``
+when it exists; when it does not (a save was killed between its two renames) it loads the newest
+complete side copy instead (a complete ``.tmp-`` copy is the new checkpoint, else an ``.old-``
+copy is the previous one). The next :func:`save_table` to the same path first puts such a copy
+back in place and deletes leftovers. One process saves to a given path at a time.
 
-Loading checks every file's size and checksum before using it and raises
-:class:`~replaystore.CheckpointError` naming the problem. Arrays load with
-``allow_pickle=False``; only an object storage's ``objects.pkl`` is unpickled, and only when the
-caller passes ``allow_pickle=True`` (unpickling runs code from the file: load only checkpoints you
-trust).
+**Loading treats the directory as untrusted input.** The manifest must match its checksum and
+have the expected structure and types; every file it names must be listed with its size and
+SHA-256, be a regular file (not a symlink) and resolve inside the checkpoint directory (no
+``..``, no absolute paths); every array must have the dtype and shape the manifest implies
+(``size`` rows, the spec's field shapes); keys must be unique, increasing and below
+``next_key``; selector and limiter types must be known and their states consistent with the
+items. Any problem raises :class:`~replaystore.CheckpointError` naming it, and a failed load
+into ``memmap_dir`` leaves nothing behind there.
+
+Arrays always load with ``allow_pickle=False``. The one exception is an object storage's
+``objects.pkl``, unpickled only when the caller passes ``allow_pickle=True``: unpickling runs
+arbitrary code chosen by whoever wrote the file, so checksums do not make it safe (anyone who
+can write the file can write matching checksums). Pass ``allow_pickle=True`` only for
+checkpoints you wrote yourself or otherwise trust.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import math
 import os
 import pickle
+import re
 import shutil
+import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import CheckpointError
+from .errors import CheckpointError, InvalidArgument, ReplayError
 from .limiters import limiter_from_config
 from .samplers import selector_from_config
 from .storage import ColumnStorage, FrameStackStorage, MemmapColumnStorage, ObjectStorage
@@ -43,20 +63,97 @@ if TYPE_CHECKING:
     from .table import Table
 
 FORMAT = "replaystore-checkpoint"
-VERSION = 1
-_META = ("keys", "priorities", "times_sampled", "versions")
+VERSION = 2  # 2: manifest.sha256, fsync'd files, recoverable side copies; 1 (read only): no manifest checksum
+MANIFEST = "manifest.json"
+CHECKSUM = "manifest.sha256"
+_META = {"keys": np.int64, "priorities": np.float64, "times_sampled": np.int64, "versions": np.int64}
+_KINDS = ("columns", "memmap", "frames", "compressed", "objects")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+def _at(point: str) -> None:
+    """A named point of :func:`save_table` (a no-op; crash tests replace it to kill the process there).
+
+    Points: ``"file:<name>"`` (that file written and fsynced), ``"manifest"`` (manifest and
+    checksum written), ``"synced"`` (temporary directory fsynced), ``"old-aside"`` (previous
+    checkpoint renamed aside), ``"in-place"`` (new checkpoint renamed into place), ``"done"``.
+    """
+
+
+# -- writing ---------------------------------------------------------------------------------------
+class _HashingWriter:
+    """A write-only file wrapper that hashes (SHA-256) and counts what passes through it."""
+
+    def __init__(self, f: io.BufferedWriter) -> None:
+        self.f, self.sha, self.bytes = f, hashlib.sha256(), 0
+
+    def write(self, b: bytes | memoryview) -> int:
+        self.sha.update(b)
+        n = self.f.write(b)
+        self.bytes += n
+        return n
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _write_file(path: Path, write: Any) -> dict:
+    """Create ``path``, let ``write(file)`` fill it, fsync it; return its ``{"bytes", "sha256"}``."""
+    with open(path, "xb") as f:
+        w = _HashingWriter(f)
+        write(w)
+        f.flush()
+        os.fsync(f.fileno())
+    _at(f"file:{path.name}")
+    return {"bytes": w.bytes, "sha256": w.sha.hexdigest()}
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _side_copies(path: Path) -> tuple[list[Path], list[Path]]:
+    """The ``.tmp-`` and ``.old-`` siblings that interrupted saves to ``path`` may have left."""
+    parent, name = path.parent, path.name
+    if not parent.is_dir():
+        return [], []
+    tmps, olds = [], []
+    for p in parent.iterdir():
+        if p.name.startswith(f".{name}.tmp-"):
+            tmps.append(p)
+        elif p.name.startswith(f".{name}.old-"):
+            olds.append(p)
+    return tmps, olds
+
+
+def _recover(path: Path) -> None:
+    """Prepare ``path`` for a save: put back the copy an interrupted save left, delete leftovers.
+
+    If ``path`` is missing, the copy :func:`load_table` would read is renamed into place first, so
+    there is never a moment without a loadable checkpoint.
+    """
+    if not (path.exists() or path.is_symlink()):
+        found = _locate(path, required=False)
+        if found is not None and found[0] != path:
+            os.replace(found[0], path)
+            _fsync_dir(path.parent)
+    tmps, olds = _side_copies(path)
+    for p in tmps + olds:
+        shutil.rmtree(p, ignore_errors=True)
 
 
 def save_table(table: "Table", path: str | os.PathLike) -> None:
-    """Write ``table`` to the directory ``path`` atomically (see the module doc)."""
+    """Write ``table`` to the directory ``path``, replacing any checkpoint there (see the module doc).
+
+    Thread-safe (the table's lock is held only while the live rows are copied). Raises
+    :class:`InvalidArgument` if ``path`` is a file or a non-empty directory that is not a
+    checkpoint (it would be replaced), or ``OSError`` (e.g. :class:`DiskFull` from the file
+    system) if writing fails; then the previous checkpoint is still in place and loadable.
+    """
     path = Path(path)
     with table._cond:
         table._flush_pending()
@@ -72,6 +169,7 @@ def save_table(table: "Table", path: str | os.PathLike) -> None:
         manifest = {
             "format": FORMAT,
             "version": VERSION,
+            "saved_ns": time.time_ns(),
             "table": {
                 "name": table.name,
                 "capacity": table.capacity,
@@ -94,99 +192,339 @@ def save_table(table: "Table", path: str | os.PathLike) -> None:
             "rate_limiter": {"config": table.rate_limiter.config(), "state": table.rate_limiter.state()},
             "size": len(slots),
         }
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise InvalidArgument(f"cannot save a checkpoint to {path}: it exists and is not a directory")
+    if path.is_dir() and not (path / MANIFEST).exists() and any(path.iterdir()):
+        raise InvalidArgument(f"refusing to replace {path}: a non-empty directory that is not a checkpoint")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
+    _recover(path)
+    sid = uuid.uuid4().hex[:12]
+    tmp = path.parent / f".{path.name}.tmp-{sid}"
+    old = path.parent / f".{path.name}.old-{sid}"
     tmp.mkdir()
+    moved_aside = False
     try:
-        files: dict[str, str] = {}
+        files: dict[str, dict] = {}
         for name, arr in meta.items():
-            files[f"meta_{name}.npy"] = name
-            np.save(tmp / f"meta_{name}.npy", arr, allow_pickle=False)
+            fname = f"meta_{name}.npy"
+            files[fname] = _write_file(tmp / fname, lambda f, a=arr: np.save(f, a, allow_pickle=False))
         if isinstance(table.storage, ObjectStorage):
-            with open(tmp / "objects.pkl", "wb") as f:
-                pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL)
+            files["objects.pkl"] = _write_file(
+                tmp / "objects.pkl", lambda f: pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL))
             manifest["columns"] = None
         else:
             columns = {}
             for i, (col_path, arr) in enumerate(payload.items()):
                 fname = f"col{i:03d}.npy"
-                np.save(tmp / fname, arr, allow_pickle=False)
+                files[fname] = _write_file(tmp / fname, lambda f, a=arr: np.save(f, a, allow_pickle=False))
                 columns[col_path] = fname
             manifest["columns"] = columns
-        manifest["files"] = {
-            f.name: {"bytes": f.stat().st_size, "sha256": _digest(f)} for f in sorted(tmp.iterdir())
-        }
-        with open(tmp / "manifest.json", "w") as f:
-            json.dump(manifest, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        old = None
+        manifest["files"] = files
+        raw = json.dumps(manifest, indent=1).encode()
+        _write_file(tmp / MANIFEST, lambda f: f.write(raw))
+        _write_file(tmp / CHECKSUM, lambda f: f.write(f"{hashlib.sha256(raw).hexdigest()}  {MANIFEST}\n".encode()))
+        _at("manifest")
+        _fsync_dir(tmp)
+        _at("synced")
         if path.exists():
-            old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
             os.replace(path, old)
+            moved_aside = True
+            _fsync_dir(path.parent)
+            _at("old-aside")
         os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        _fsync_dir(path.parent)
+        _at("in-place")
     except BaseException:
+        if moved_aside and not path.exists():
+            os.replace(old, path)  # the new copy never arrived: put the previous one back
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if moved_aside:
+        shutil.rmtree(old, ignore_errors=True)
+    _at("done")
+
+
+# -- validating --------------------------------------------------------------------------------------
+def _type_name(kind: Any) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", dict: "an object", list: "a list",
+             type(None): "null"}
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _is(value: Any, kind: Any) -> bool:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    for k in kinds:
+        if k is int and isinstance(value, int) and not isinstance(value, bool):
+            return True
+        if k is float and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return True
+        if k not in (int, float) and isinstance(value, k):
+            return True
+    return False
+
+
+def _field(obj: Any, key: str, kind: Any, where: str) -> Any:
+    """``obj[key]``, checked to be a ``kind``; else a :class:`CheckpointError` naming it."""
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"manifest field {where or '<top>'} must be an object, got {type(obj).__name__}")
+    name = f"{where}.{key}" if where else key
+    if key not in obj:
+        raise CheckpointError(f"manifest field {name} is missing")
+    value = obj[key]
+    if not _is(value, kind):
+        raise CheckpointError(f"manifest field {name} must be {_type_name(kind)}, got {str(value)[:60]!r}")
+    return value
+
+
+def _inside(root: Path, name: Any, what: str) -> Path:
+    """The file ``root/name`` after checking ``name`` is a plain file name that stays inside ``root``."""
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name \
+            or "\x00" in name or os.path.isabs(name):
+        raise CheckpointError(f"{what}: {name!r} is not a plain file name inside the checkpoint directory")
+    f = root / name
+    if f.is_symlink():
+        raise CheckpointError(f"{what}: {f} is a symbolic link; a checkpoint holds only regular files")
+    if not f.resolve().is_relative_to(root.resolve()):
+        raise CheckpointError(f"{what}: {f} resolves outside the checkpoint directory")
+    return f
+
+
+def _digest(path: Path) -> tuple[int, str]:
+    h, n = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+            n += len(block)
+    return n, h.hexdigest()
 
 
 def _read_manifest(path: Path) -> dict:
-    mpath = path / "manifest.json"
+    """The manifest of the checkpoint directory ``path``, verified (checksum, structure, every file)."""
     if not path.is_dir():
         raise CheckpointError(f"no checkpoint directory at {path}")
+    mpath = path / MANIFEST
+    if mpath.is_symlink() or not mpath.is_file():
+        raise CheckpointError(f"{path} has no {MANIFEST}: not a replaystore checkpoint")
     try:
-        manifest = json.loads(mpath.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{path} has no manifest.json: not a replaystore checkpoint") from None
+        raw = mpath.read_bytes()
+        manifest = json.loads(raw)
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{mpath} is unreadable or corrupted: {e}") from None
+    if not isinstance(manifest, dict):
+        raise CheckpointError(f"{mpath} must hold a JSON object, got {type(manifest).__name__}")
     if manifest.get("format") != FORMAT:
         raise CheckpointError(f"{mpath} is not a replaystore checkpoint (format {manifest.get('format')!r})")
-    if manifest.get("version") != VERSION:
-        raise CheckpointError(f"{mpath} has format version {manifest.get('version')}, this reader knows {VERSION}")
-    for name, info in manifest.get("files", {}).items():
-        f = path / name
-        if not f.exists():
+    cpath = path / CHECKSUM
+    if cpath.exists() or cpath.is_symlink():
+        if cpath.is_symlink():
+            raise CheckpointError(f"{cpath} is a symbolic link; a checkpoint holds only regular files")
+        try:
+            want = cpath.read_text().split()[0]
+        except (OSError, ValueError, IndexError):
+            want = ""
+        if want != hashlib.sha256(raw).hexdigest():
+            raise CheckpointError(f"{mpath} is corrupted or altered: its SHA-256 does not match {CHECKSUM}")
+    elif manifest.get("version") != 1:
+        raise CheckpointError(f"{path} has no {CHECKSUM}: the manifest cannot be verified")
+    if manifest.get("version") not in (1, VERSION):
+        raise CheckpointError(f"{mpath} has format version {manifest.get('version')!r}, "
+                              f"this reader knows 1 and {VERSION}")
+    _check_structure(manifest)
+    files = manifest["files"]
+    for name, info in files.items():
+        f = _inside(path, name, "manifest field files")
+        if not f.is_file():
             raise CheckpointError(f"checkpoint {path} is missing {name}")
         size = f.stat().st_size
         if size != info["bytes"]:
             raise CheckpointError(f"{f} is truncated or altered: {size} bytes, manifest says {info['bytes']}")
-        if _digest(f) != info["sha256"]:
+        if _digest(f)[1] != info["sha256"]:
             raise CheckpointError(f"{f} is corrupted: its SHA-256 does not match the manifest")
+    # every file the loader will open must be one of the verified ones
+    needed = [f"meta_{n}.npy" for n in _META]
+    if manifest["storage"]["kind"] == "objects":
+        needed.append("objects.pkl")
+    else:
+        needed += list((manifest["columns"] or {}).values())
+    for name in needed:
+        if name not in files:
+            raise CheckpointError(f"checkpoint {path}: {name!r} is used but not listed (with its checksum) "
+                                  "in the manifest's files")
     return manifest
+
+
+def _check_structure(m: dict) -> None:
+    """Raise :class:`CheckpointError` unless the manifest has the keys and types a loader reads."""
+    files = _field(m, "files", dict, "")
+    for name, info in files.items():
+        _field(info, "bytes", int, f"files[{name!r}]")
+        if info["bytes"] < 0:
+            raise CheckpointError(f"manifest field files[{name!r}].bytes is negative")
+        if not _SHA256.fullmatch(_field(info, "sha256", str, f"files[{name!r}]")):
+            raise CheckpointError(f"manifest field files[{name!r}].sha256 is not a SHA-256 hex digest")
+    size = _field(m, "size", int, "")
+    t = _field(m, "table", dict, "")
+    _field(t, "name", str, "table")
+    capacity = _field(t, "capacity", int, "table")
+    if capacity < 1:
+        raise CheckpointError(f"manifest field table.capacity must be >= 1, got {capacity}")
+    if not 0 <= size <= capacity:
+        raise CheckpointError(f"manifest field size {size} is not within 0..capacity ({capacity})")
+    for key, kind in (("max_times_sampled", int), ("max_staleness", (int, type(None))),
+                      ("default_timeout", (float, type(None))), ("seed", (int, type(None))),
+                      ("next_key", int), ("model_version", int), ("max_priority", float),
+                      ("counters", dict), ("blocked", dict), ("rng", dict)):
+        _field(t, key, kind, "table")
+    if t["next_key"] < size:
+        raise CheckpointError(f"manifest field table.next_key ({t['next_key']}) is smaller than the item count")
+    for name in t["counters"]:
+        _field(t["counters"], name, int, "table.counters")
+    for name in t["blocked"]:
+        _field(t["blocked"], name, float, "table.blocked")
+    st = _field(m, "storage", dict, "")
+    kind = _field(st, "kind", str, "storage")
+    if kind not in _KINDS:
+        raise CheckpointError(f"manifest field storage.kind {kind!r} is unknown; known: {list(_KINDS)}")
+    spec = st.get("spec")
+    if kind == "objects":
+        if _field(m, "columns", type(None), "") is not None or spec is not None:
+            raise CheckpointError("manifest of an object storage must have no columns and no spec")
+    else:
+        columns = _field(m, "columns", dict, "")
+        if spec is None:
+            if columns or size:
+                raise CheckpointError("manifest has columns or items but no storage.spec")
+        else:
+            _field(st, "spec", dict, "storage")
+            for p, f in spec.items():
+                shape = _field(f, "shape", list, f"storage.spec[{p!r}]")
+                if not all(_is(d, int) and d >= 0 for d in shape):
+                    raise CheckpointError(f"manifest field storage.spec[{p!r}].shape must list integers >= 0")
+                try:
+                    dt = np.dtype(_field(f, "dtype", str, f"storage.spec[{p!r}]"))
+                except TypeError:
+                    raise CheckpointError(f"manifest field storage.spec[{p!r}].dtype is not a NumPy dtype") from None
+                if dt.hasobject:
+                    raise CheckpointError(f"manifest field storage.spec[{p!r}].dtype is an object dtype")
+            if set(columns) != set(spec):
+                raise CheckpointError(f"manifest columns {sorted(columns)} do not match storage.spec "
+                                      f"{sorted(spec)}")
+            for p in columns:
+                _field(columns, p, str, "columns")
+    for part in ("sampler", "remover", "rate_limiter"):
+        d = _field(m, part, dict, "")
+        _field(_field(d, "config", dict, part), "type", str, f"{part}.config")
+        _field(d, "state", dict, part)
+
+
+def _load_npy(path: Path, name: str) -> np.ndarray:
+    try:
+        return np.load(path / name, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise CheckpointError(f"{path / name} is unreadable: {e}") from None
+
+
+def _check_array(arr: np.ndarray, name: str, dtype: Any, shape: tuple) -> None:
+    if arr.dtype != np.dtype(dtype) or arr.shape != shape:
+        raise CheckpointError(f"{name} holds {arr.dtype} {arr.shape}, the manifest implies {np.dtype(dtype)} {shape}")
+
+
+def _locate(path: Path, required: bool = True) -> tuple[Path, dict] | None:
+    """The directory to load for ``path`` and its verified manifest (see the module doc)."""
+    if path.exists() or path.is_symlink():
+        return path, _read_manifest(path)
+    tmps, olds = _side_copies(path)
+    found = []
+    for p in tmps:  # the newest complete save that was not yet renamed into place
+        try:
+            m = _read_manifest(p)
+        except CheckpointError:
+            continue
+        found.append((m.get("saved_ns", 0), p, m))
+    if found:
+        _, p, m = max(found, key=lambda x: (x[0], x[1].name))
+        return p, m
+    for p in sorted(olds):
+        try:
+            return p, _read_manifest(p)
+        except CheckpointError:
+            continue
+    if required:
+        raise CheckpointError(f"no checkpoint directory at {path}")
+    return None
 
 
 def read_manifest(path: str | os.PathLike) -> dict:
     """The verified manifest of the checkpoint at ``path`` (for ``replaystore inspect``)."""
-    return _read_manifest(Path(path))
+    return _locate(Path(path))[1]
 
 
+def checkpoint_exists(path: str | os.PathLike) -> bool:
+    """Whether ``path`` (or a copy an interrupted save left beside it) holds a checkpoint to load.
+
+    A cheap test of presence (the manifest of ``path``, or of a side copy), not a verification.
+    """
+    path = Path(path)
+    if path.exists():
+        return (path / MANIFEST).is_file()
+    tmps, olds = _side_copies(path)
+    return any((p / CHECKSUM).is_file() for p in tmps) or any((p / MANIFEST).is_file() for p in olds)
+
+
+# -- loading --------------------------------------------------------------------------------------------
 def load_table(path: str | os.PathLike, allow_pickle: bool = False, memmap_dir: str | None = None) -> "Table":
     """Rebuild the table saved at ``path``.
 
     Args:
         path: the checkpoint directory.
-        allow_pickle: required to load an object storage (its items are pickled).
-        memmap_dir: for a checkpoint of a memmap table, the directory of the new memmap storage;
-            without it the columns are loaded into RAM.
+        allow_pickle: required to load an object storage (its items are pickled; see the module doc).
+        memmap_dir: for a checkpoint of a memmap table, the directory of the new memmap storage
+            (absent or empty); without it the columns are loaded into RAM.
+
+    Raises:
+        CheckpointError: no checkpoint, or anything wrong with it (named in the message). On any
+            error, ``memmap_dir`` is left as it was.
     """
+    root, m = _locate(Path(path))
+    if memmap_dir is None:
+        return _build(root, m, allow_pickle, None)
+    mdir = Path(memmap_dir)
+    existed = mdir.exists()
+    if existed and (not mdir.is_dir() or any(mdir.iterdir())):
+        raise CheckpointError(f"memmap_dir {mdir} must be absent or an empty directory")
+    try:
+        return _build(root, m, allow_pickle, mdir)
+    except BaseException:
+        if existed:
+            for p in mdir.iterdir():
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+        else:
+            shutil.rmtree(mdir, ignore_errors=True)
+        raise
+
+
+def _build(path: Path, m: dict, allow_pickle: bool, memmap_dir: Path | None) -> "Table":
     from .table import Table
 
-    path = Path(path)
-    m = _read_manifest(path)
     t = m["table"]
-
-    def load_npy(name: str) -> np.ndarray:
-        try:
-            return np.load(path / name, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise CheckpointError(f"{path / name} is unreadable: {e}") from None
-
-    meta = {name: load_npy(f"meta_{name}.npy") for name in _META}
-    kind = m["storage"]["kind"]
-    capacity = int(t["capacity"])
+    n = m["size"]
+    capacity = t["capacity"]
+    meta = {name: _load_npy(path, f"meta_{name}.npy") for name in _META}
+    for name, dtype in _META.items():
+        _check_array(meta[name], f"meta_{name}.npy", dtype, (n,))
+    keys = meta["keys"]
+    if n and (keys[0] < 0 or (n > 1 and not bool((keys[1:] > keys[:-1]).all()))):
+        raise CheckpointError(f"{path}: meta_keys.npy is not a list of distinct keys >= 0, oldest first")
+    if n and t["next_key"] <= int(keys[-1]):
+        raise CheckpointError(f"{path}: manifest field table.next_key ({t['next_key']}) is not above the "
+                              f"largest stored key ({int(keys[-1])}): new keys would collide")
+    if not np.isfinite(meta["priorities"]).all():
+        raise CheckpointError(f"{path}: meta_priorities.npy holds NaN or infinite priorities")
+    if n and meta["times_sampled"].min() < 0:
+        raise CheckpointError(f"{path}: meta_times_sampled.npy holds negative counts")
+    desc = m["storage"]
+    kind = desc["kind"]
     if kind == "objects":
         if not allow_pickle:
             raise CheckpointError(
@@ -197,36 +535,18 @@ def load_table(path: str | os.PathLike, allow_pickle: bool = False, memmap_dir: 
                 payload = pickle.load(f)
         except Exception as e:  # noqa: BLE001 - any unpickling failure is a bad checkpoint
             raise CheckpointError(f"{path / 'objects.pkl'} is unreadable: {e}") from None
-        storage = ObjectStorage(capacity)
+        if not isinstance(payload, list) or len(payload) != n:
+            raise CheckpointError(f"{path / 'objects.pkl'} does not hold a list of {n} items")
     else:
-        payload = {col: load_npy(fname) for col, fname in (m.get("columns") or {}).items()}
-        spec = m["storage"].get("spec")
-        spec = None if spec is None else unflatten({p: (f["shape"], f["dtype"]) for p, f in spec.items()})
-        if kind == "frames":
-            desc = m["storage"]
-            storage = FrameStackStorage(capacity, desc["obs_key"], desc["next_obs_key"], desc["end_keys"],
-                                        frame_capacity=desc.get("frame_capacity"))
-            if spec is not None:
-                storage._adopt(normalize_spec(spec))
-        elif kind == "compressed":
-            from .storage.compressed import CompressedColumnStorage
-
-            desc = m["storage"]
-            try:
-                storage = CompressedColumnStorage(capacity, spec, compress=desc.get("compress"),
-                                                  min_bytes=desc.get("min_bytes", 1024), level=desc.get("level", 3))
-            except (TypeError, ValueError) as e:
-                raise CheckpointError(f"{path}: manifest has an invalid compressed storage: {e}") from None
-        elif kind == "memmap" and memmap_dir is not None:
-            storage = MemmapColumnStorage(capacity, memmap_dir, spec)
-        else:
-            storage = ColumnStorage(capacity, spec)
-    n = int(m["size"])
-    rows = len(payload) if isinstance(payload, list) else {len(a) for a in payload.values()}
-    if len(meta["keys"]) != n or (rows != n if isinstance(rows, int) else rows - {n}):
-        raise CheckpointError(f"{path}: item counts in the files do not match the manifest size {n}")
-
+        flat = desc["spec"] or {}
+        payload = {}
+        for col, fname in (m["columns"] or {}).items():
+            arr = _load_npy(path, fname)
+            field = flat[col]
+            _check_array(arr, fname, field["dtype"], (n, *field["shape"]))
+            payload[col] = arr
     try:
+        storage = _make_storage(desc, capacity, memmap_dir)
         table = Table(
             capacity,
             sampler=selector_from_config(m["sampler"]["config"]),
@@ -239,7 +559,41 @@ def load_table(path: str | os.PathLike, allow_pickle: bool = False, memmap_dir: 
             default_timeout=t["default_timeout"],
             name=t["name"],
         )
-    except (KeyError, TypeError, ValueError) as e:
+    except (ReplayError, KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: manifest has an invalid table configuration: {e}") from None
-    table._restore(payload, n, meta, m)
+    unknown = (set(t["counters"]) - set(table._counters)) | (set(t["blocked"]) - set(table._blocked))
+    if unknown:
+        raise CheckpointError(f"{path}: manifest names unknown counters {sorted(unknown)}")
+    lim = m["rate_limiter"]["state"]
+    for key in ("inserts", "samples", "deletes"):
+        _field(lim, key, int, "rate_limiter.state")
+    if lim["inserts"] - lim["deletes"] != n:
+        raise CheckpointError(f"{path}: the rate limiter counts {lim['inserts']} inserts and {lim['deletes']} "
+                              f"deletes, which disagrees with the {n} items stored")
+    try:
+        table._restore(payload, n, meta, m)
+    except Exception as e:  # noqa: BLE001 - whatever a corrupt state trips over is a bad checkpoint
+        raise CheckpointError(f"{path}: the saved state is inconsistent ({type(e).__name__}: {e})") from None
     return table
+
+
+def _make_storage(desc: dict, capacity: int, memmap_dir: Path | None) -> Any:
+    kind = desc["kind"]
+    if kind == "objects":
+        return ObjectStorage(capacity)
+    flat = desc.get("spec")
+    spec = None if flat is None else unflatten({p: (f["shape"], f["dtype"]) for p, f in flat.items()})
+    if kind == "frames":
+        storage = FrameStackStorage(capacity, desc["obs_key"], desc["next_obs_key"], desc["end_keys"],
+                                    frame_capacity=desc.get("frame_capacity"))
+        if spec is not None:
+            storage._adopt(normalize_spec(spec))
+        return storage
+    if kind == "compressed":
+        from .storage.compressed import CompressedColumnStorage
+
+        return CompressedColumnStorage(capacity, spec, compress=desc.get("compress"),
+                                       min_bytes=desc.get("min_bytes", 1024), level=desc.get("level", 3))
+    if kind == "memmap" and memmap_dir is not None:
+        return MemmapColumnStorage(capacity, memmap_dir, spec)
+    return ColumnStorage(capacity, spec)

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from ..checkpoint import checkpoint_exists
 from ..errors import Closed, InvalidArgument, InvalidType, KeyNotFound, Timeout
 from ..monitor import LoggingSink, Sink, TensorBoardSink, WandbSink, flatten_scalars
 from ..table import Table
@@ -146,7 +147,7 @@ class ReplayServer:
     def _load_or_make(self, tname: str, factory: Callable[[], Table]) -> Table:
         if self.checkpoint_dir is not None:
             path = os.path.join(self.checkpoint_dir, tname)
-            if os.path.exists(os.path.join(path, "manifest.json")):
+            if checkpoint_exists(path):  # also a copy an interrupted save left beside it
                 log.info("table %r: loading checkpoint %s", tname, path)
                 return Table.load(path, allow_pickle=True)
         table = factory()
