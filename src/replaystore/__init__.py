@@ -4,21 +4,25 @@ The core is :class:`Table`: a storage, a sampler, a remover, a rate limiter and 
 (key, priority, times sampled, version), all thread-safe and checkpointable.
 """
 
+from .episodes import EpisodeBatch, Episodes, NStepSample, SequenceSample, sequence_priority
 from .errors import (
     CapacityError,
     CheckpointError,
     Closed,
     DiskFull,
+    EpisodeError,
     InvalidArgument,
     InvalidPriority,
     InvalidRequest,
     InvalidType,
     KeyNotFound,
+    NoValidSequence,
     RateLimitError,
     ReplayError,
     SpecError,
     StorageError,
     Timeout,
+    UnknownStream,
     UnknownTicket,
     WalCorrupt,
 )
@@ -41,6 +45,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CapacityError",
+    "sequence_priority",
+    "UnknownStream",
+    "SequenceSample",
+    "NoValidSequence",
+    "NStepSample",
+    "Episodes",
+    "EpisodeError",
+    "EpisodeBatch",
     "CheckpointError",
     "Closed",
     "ColumnStorage",

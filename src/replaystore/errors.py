@@ -116,3 +116,20 @@ class UnknownTicket(KeyNotFound):
 
 class WalCorrupt(CheckpointError):
     """A write-ahead log holds a corrupted record that is not a torn tail (see ``replaystore.ray.wal``)."""
+class EpisodeError(InvalidArgument):
+    """Bad use of a table's episode structure.
+
+    A bad stream id, ``n < 1``, ``gamma`` outside ``(0, 1]``, a plain ``extend``/``add`` on an
+    episodic table, an episode method on a table without ``episodes=``.
+    """
+
+
+class UnknownStream(EpisodeError):
+    """An episode end (or another stream operation) names a stream that never wrote a step."""
+
+
+class NoValidSequence(EpisodeError):
+    """No live position can start the requested sequence, or no complete episode is stored.
+
+    In strict mode: ``length`` is longer than every stored run of consecutive steps of one episode.
+    """

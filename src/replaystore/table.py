@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import CapacityError, Closed, InvalidArgument, InvalidPriority, SpecError, Timeout
+from .episodes import EpisodeIndex, Episodes
+from .errors import CapacityError, Closed, EpisodeError, InvalidArgument, InvalidPriority, SpecError, Timeout
 from .items import Sample
 from .keys import KeyIndex
 from .limiters import MinSize, Queue, RateLimiter, Stack
@@ -29,6 +30,7 @@ from .staging import AddStager
 from .storage import ColumnStorage, MemmapColumnStorage, ObjectStorage, Storage
 
 if TYPE_CHECKING:
+    from .episodes import EpisodeBatch, NStepSample, SequenceSample
     from .prefetch import SampleIterator
 
 _STALENESS_BINS = 16
@@ -67,6 +69,9 @@ class Table:
         seed: seed of the table's random generator (sampling, eviction by ``Uniform``).
         default_timeout: timeout in seconds for blocking calls that pass none (``None``: wait).
         name: a label used in stats and reprs.
+        episodes: an :class:`~replaystore.Episodes` to give the table episode structure (steps
+            with streams, sequences, n-step, whole episodes; see ``docs/sequences.md``). Its items
+            are then written with :meth:`add_step`, :meth:`extend_steps` or :meth:`add_episode`.
     """
 
     def __init__(
@@ -82,6 +87,7 @@ class Table:
         seed: int | None = None,
         default_timeout: float | None = None,
         name: str = "table",
+        episodes: Episodes | None = None,
     ) -> None:
         capacity = int(capacity)
         if capacity <= 0:
@@ -111,6 +117,10 @@ class Table:
         for sel in self._selectors:
             sel.bind(capacity, self.rng)
         self._requires_nonnegative = any(s.requires_nonnegative for s in self._selectors)
+        self._episodes: EpisodeIndex | None = None
+        if episodes is not None:
+            self._episodes = _make_episode_index(episodes, self)
+            self._selectors = (*self._selectors, self._episodes)
 
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
@@ -350,7 +360,7 @@ class Table:
         # Staging inserts a run of adds as one batch; only FIFO eviction picks the same victims
         # for a batch as for the same items added one at a time.
         if (isinstance(storage, ColumnStorage) and storage.spec and not storage._nested
-                and type(self.remover) is Fifo):
+                and type(self.remover) is Fifo and self._episodes is None):
             rows = min(256, self.capacity, storage.stage_rows or 256)
             make = getattr(storage, "make_stager", None)
             self._stager = make(rows) if make is not None else AddStager(storage.spec, rows=rows)
@@ -404,6 +414,11 @@ class Table:
         has admitted the batch; the storage write is the only step after that which may fail, and
         on an empty-enough table its slots are given back if it does.
         """
+        if self._episodes is not None and not self._episodes.planned():
+            raise EpisodeError(
+                f"table {self.name!r} has episode structure: write steps with add_step, extend_steps "
+                "or add_episode (they say which stream each step belongs to)"
+            )
         fifo = type(self.remover) is Fifo
         if n > self.capacity and not fifo:
             raise CapacityError(
@@ -422,6 +437,8 @@ class Table:
             fresh = np.asarray(versions >= self.version - self.max_staleness)
             if not fresh.all():
                 accepted = np.flatnonzero(np.broadcast_to(fresh, (n,)))
+                if self._episodes is not None:
+                    self._episodes.note_accepted(accepted)
                 if len(accepted) == 0:
                     self._counters["dropped_stale"] += n
                     return np.full(n, -1, dtype=np.int64)
@@ -567,6 +584,126 @@ class Table:
 
             return sample_to_tensors(sample, device=device, pin_memory=pin_memory)
         return sample
+
+    # -- episodes (see replaystore.episodes and docs/sequences.md) ---------------------------------
+    @property
+    def episodic(self) -> bool:
+        """Whether the table was built with ``episodes=`` (steps know their stream and episode)."""
+        return self._episodes is not None
+
+    def _require_episodes(self) -> EpisodeIndex:
+        if self._episodes is None:
+            raise EpisodeError(f"table {self.name!r} has no episode structure: build it with episodes=rs.Episodes()")
+        return self._episodes
+
+    def add_step(self, step: Any, stream: int = 0, terminated: bool = False, truncated: bool = False,
+                 priority: float | None = None, version: int | None = None,
+                 timeout: float | None = None) -> int:
+        """Append one step to ``stream``'s current episode; return its key (-1 if refused as stale).
+
+        A step after a terminated or truncated step of the same stream starts a new episode.
+        Otherwise as :meth:`add` (priority, version, rate limiter, eviction).
+
+        Raises:
+            EpisodeError: a bad stream id or flag; the table has no ``episodes=``. SpecError,
+            InvalidPriority, Timeout, Closed: as for :meth:`extend`. Nothing changes on error.
+        """
+        from .episodes.writers import add_step
+
+        return add_step(self, step, stream, terminated, truncated, priority, version, timeout)
+
+    def extend_steps(self, steps: Any, streams: Any = 0, terminated: Any = None, truncated: Any = None,
+                     priorities: Any = None, version: Any = None, timeout: float | None = None) -> np.ndarray:
+        """Append a batch of steps, one stream id per row (an int: all rows of one stream).
+
+        One row per environment of a vectorised env; rows of the same stream in one call are
+        consecutive steps in row order. ``terminated``/``truncated``: ``None``, a bool, or ``(n,)``
+        bools, marking the last step of an episode. Returns int64 keys (-1: refused as stale).
+
+        Raises:
+            EpisodeError: stream ids of the wrong type or shape, or outside the allowed range;
+            flags of the wrong shape. Otherwise as :meth:`extend`. Nothing changes on error.
+        """
+        from .episodes.writers import extend_steps
+
+        return extend_steps(self, steps, streams, terminated, truncated, priorities, version, timeout)
+
+    def add_episode(self, steps: Any, stream: int | None = None, terminated: bool = True,
+                    truncated: bool = False, priorities: Any = None, version: Any = None,
+                    timeout: float | None = None) -> np.ndarray:
+        """Insert a whole episode (a batch of ``T`` steps) as a new episode of ``stream``.
+
+        ``stream=None`` uses a stream id larger than any used so far. The last step gets the
+        ``terminated``/``truncated`` flags (both False: the episode stays open for more steps).
+
+        Raises:
+            EpisodeError: an empty episode; ``stream`` still has an open episode; as
+            :meth:`extend_steps`. Nothing changes on error.
+        """
+        from .episodes.writers import add_episode
+
+        return add_episode(self, steps, stream, terminated, truncated, priorities, version, timeout)
+
+    def end_episode(self, streams: Any, truncated: bool = False) -> int:
+        """Close the open episode of each of ``streams`` without a new step; return how many closed.
+
+        The episode's last step (if still live) gets the ``terminated`` flag, or ``truncated``.
+        Streams whose episode is already closed are skipped.
+
+        Raises:
+            UnknownStream: a stream that never wrote a step. EpisodeError: bad ids.
+        """
+        from .episodes.writers import end_episode
+
+        return end_episode(self, streams, truncated)
+
+    def sample_sequences(self, batch_size: int, length: int, burn_in: int = 0, mode: str = "strict",
+                         timeout: float | None = None) -> "SequenceSample":
+        """Draw ``batch_size`` windows of ``burn_in + length`` consecutive steps of one episode.
+
+        ``mode="strict"``: windows never cross an episode end, the write head, a deleted or evicted
+        step; starts are uniform over valid windows (or, with a ``Prioritized`` sampler and
+        ``Episodes(sequence_length=burn_in + length, burn_in=burn_in)``, in proportion to the
+        priorities of the valid starts). ``mode="padded"``: every live step is a start; positions
+        outside its episode run are zero and ``mask`` is False there. The rate limiter counts one
+        sample per sequence; ``times_sampled`` and ``max_times_sampled`` count per start step.
+
+        Raises:
+            NoValidSequence: strict mode and no stored run is long enough (the table is unchanged).
+            EpisodeError: bad arguments. Timeout, Closed: as for :meth:`sample`.
+        """
+        from .episodes.sequences import sample_sequences
+
+        return sample_sequences(self, batch_size, length, burn_in, mode, timeout)
+
+    def sample_nstep(self, batch_size: int, n: int, gamma: float, timeout: float | None = None) -> "NStepSample":
+        """Draw ``batch_size`` start steps with the sampler and compute their n-step transitions.
+
+        See :mod:`replaystore.episodes.nstep` for where a transition stops and what it bootstraps
+        from. Counts one sample per transition (rate limiter, ``times_sampled`` of the start).
+
+        Raises:
+            EpisodeError: ``n < 1``, ``gamma`` outside (0, 1], a missing reward/observation field.
+            NoValidSequence: no sampled step could start a transition. Timeout, Closed.
+        """
+        from .episodes.nstep import sample_nstep
+
+        return sample_nstep(self, batch_size, n, gamma, timeout)
+
+    def sample_episodes(self, k: int, timeout: float | None = None, replace: bool = True) -> "EpisodeBatch":
+        """Draw ``k`` complete episodes uniformly (closed, with every step live).
+
+        Returns an :class:`~replaystore.episodes.EpisodeBatch`: a list of dicts of ``(T_i, ...)``
+        arrays with ``keys``, ``episodes``, ``streams``, ``terminated``, ``truncated``, ``lengths``.
+        Open episodes are never returned. Counts one sample per episode; ``times_sampled`` of
+        every returned step is incremented.
+
+        Raises:
+            NoValidSequence: no complete episode (or fewer than ``k`` with ``replace=False``).
+        """
+        from .episodes.whole import sample_episodes
+
+        return sample_episodes(self, k, timeout, replace)
 
     def iterate(self, batch_size: int, prefetch: int = 2, timeout: float | None = None,
                 max_batches: int | None = None, **tensor_options: Any) -> "SampleIterator":
@@ -829,6 +966,18 @@ def _as_keys(keys: Any) -> np.ndarray:
     if arr.dtype.kind == "f" and np.isfinite(arr).all() and (arr == np.round(arr)).all():
         return np.atleast_1d(arr.astype(np.int64))
     raise InvalidArgument(f"keys must be integers, got dtype {arr.dtype}")
+
+
+def _make_episode_index(episodes: Episodes, table: Table) -> EpisodeIndex:
+    if not isinstance(episodes, Episodes):
+        raise ValueError(f"episodes must be an rs.Episodes, got {type(episodes).__name__}")
+    if isinstance(table.storage, ObjectStorage):
+        raise EpisodeError("episode structure needs a column storage (columns, memmap or frames): sequences "
+                           "are gathered as (B, T, ...) arrays, which Python objects cannot be")
+    shared = table.sampler._set if type(table.sampler) is Uniform else None
+    index = EpisodeIndex(episodes, shared)
+    index.bind(table.capacity, table.rng)
+    return index
 
 
 def _as_slice_if_contiguous(slots: np.ndarray) -> slice | np.ndarray:

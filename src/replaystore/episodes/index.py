@@ -1,0 +1,394 @@
+"""EpisodeIndex: every live step's stream, episode and position, and where step ``t`` lives.
+
+The index is a part of the Table told about every insert, removal and in-place replacement under
+the table's lock, exactly like its sampler and remover (it implements the
+:class:`~replaystore.samplers.Selector` hooks; it never samples or evicts). Eviction, deletes,
+staleness, ``max_times_sampled`` and ``clear`` therefore keep it consistent without any code of
+their own.
+
+State:
+
+- per slot: ``stream_of`` (``-1`` for a free slot), ``t_of`` (the step's position in its stream,
+  0, 1, 2, ... forever), ``episode_of`` (a table-wide episode id), ``pos_of`` (position within the
+  episode, 0 for its first step) and ``flags`` (``TERMINATED | TRUNCATED``);
+- per stream: the next ``t``, the open episode (``-1`` when the next step starts a new one) and
+  the next position in it, and a ring ``t -> slot``: a power-of-two region of one flat array
+  (``ring[ring_off[s] + (t & (ring_len[s] - 1))]``). A ring entry is trusted only when the slot
+  it names still holds that stream and ``t`` (slots are reused; ``(stream, t)`` never is), so
+  removals cost nothing here and ``B x L`` positions are resolved with one vectorised expression.
+
+A ring is grown (doubling, to at least twice the span of the stream's live positions) when a new
+step would overwrite a live one. Its length is capped at the first power of two >= twice the table
+capacity; a stream whose live positions span more than that (possible only with a non-FIFO remover
+keeping a very old step alive) *detaches* its oldest steps: they stay items of the table but are no
+longer part of any sequence.
+
+Writers hand their rows over as a :class:`StepPlan` registered for the writing thread; the insert
+hook turns it into positions when the table writes the rows (after any wait for the rate limiter,
+so concurrent writers never interleave their plans).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..errors import EpisodeError
+from ..samplers.base import Selector
+from ..samplers.dense import DenseSet
+from .config import Episodes
+
+TERMINATED = np.uint8(1)
+TRUNCATED = np.uint8(2)
+_MIN_RING = 16
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, int(x - 1).bit_length())
+
+
+class StepPlan:
+    """Rows a writer is about to insert: their streams and end flags (validated).
+
+    ``new_episode`` forces the first row of each stream to start a new episode (``add_episode``).
+    ``rows`` (restore only) gives explicit per-row ``(stream, t, episode, pos, flags)``.
+    """
+
+    __slots__ = ("streams", "terminated", "truncated", "new_episode", "accepted", "computed", "rows",
+                 "committed")
+
+    def __init__(self, streams: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+                 new_episode: bool = False, rows: tuple | None = None) -> None:
+        self.streams = streams
+        self.terminated = terminated
+        self.truncated = truncated
+        self.new_episode = new_episode
+        self.accepted: np.ndarray | None = None
+        self.computed: tuple | None = None
+        self.rows = rows
+        self.committed = False
+
+
+class EpisodeIndex(Selector):
+    """Per-slot and per-stream episode structure of a Table (see the module doc).
+
+    Not thread-safe on its own: the Table calls it under its lock. ``live`` may be the table's
+    ``Uniform`` sampler's set of live slots (shared to save memory) or a set of its own.
+    """
+
+    usable_as_remover = False
+
+    def __init__(self, config: Episodes, live: DenseSet | None = None) -> None:
+        super().__init__()
+        self.options = config
+        self._shared_live = live
+        self._pending: dict[int, StepPlan] = {}
+        self.validity = None  # a hook with on_insert/on_remove/on_update (prioritized sequences)
+
+    # -- allocation ---------------------------------------------------------------------------------
+    def bind(self, capacity: int, rng: np.random.Generator) -> None:  # noqa: D102
+        super().bind(capacity, rng)
+        c = self.capacity
+        self.stream_of = np.full(c, -1, dtype=np.int64)
+        self.t_of = np.zeros(c, dtype=np.int64)
+        self.episode_of = np.full(c, -1, dtype=np.int64)
+        self.pos_of = np.zeros(c, dtype=np.int64)
+        self.flags = np.zeros(c, dtype=np.uint8)
+        self.live = self._shared_live if self._shared_live is not None else DenseSet(c)
+        self._own_live = self._shared_live is None
+        self.generation = 0  # bumped on every change of the live steps (caches key on it)
+        self.next_episode = 0
+        self.ring_cap = _pow2_at_least(2 * c)
+        self.ring = np.full(1024, -1, dtype=np.int64)
+        self.ring_used = 0
+        self._streams_alloc(self.options.max_streams or 8)
+
+    def _streams_alloc(self, n: int) -> None:
+        old = getattr(self, "next_t", None)
+        k = 0 if old is None else len(old)
+        arrays = {"next_t": 0, "cur_ep": -1, "cur_pos": 0, "ring_off": 0, "ring_len": 0, "lo_t": 0}
+        for name, fill in arrays.items():
+            a = np.full(n, fill, dtype=np.int64)
+            if k:
+                a[:k] = getattr(self, name)
+            setattr(self, name, a)
+
+    @property
+    def n_streams(self) -> int:
+        """Size of the per-stream arrays (ids below it may be known)."""
+        return len(self.next_t)
+
+    def known(self, streams: np.ndarray) -> np.ndarray:
+        """Which stream ids have written at least one step."""
+        streams = np.asarray(streams, dtype=np.int64)
+        out = np.zeros(streams.shape, dtype=bool)
+        inside = streams < self.n_streams
+        out[inside] = self.next_t[streams[inside]] > 0
+        return out
+
+    def fresh_stream(self) -> int:
+        """A stream id larger than every id used so far."""
+        used = np.flatnonzero(self.next_t > 0)
+        return int(used[-1]) + 1 if len(used) else 0
+
+    # -- plans ----------------------------------------------------------------------------------------
+    def begin(self, plan: StepPlan) -> None:
+        """Register ``plan`` for the calling thread's next insert."""
+        top = int(plan.streams.max()) if len(plan.streams) else 0
+        if top >= self.n_streams:
+            self._streams_alloc(min(self.options.stream_limit, _pow2_at_least(top + 1)))
+        self._pending[threading.get_ident()] = plan
+
+    def end(self) -> StepPlan | None:
+        """Forget the calling thread's plan (after its insert returned or raised)."""
+        return self._pending.pop(threading.get_ident(), None)
+
+    def planned(self) -> bool:
+        """Whether the calling thread registered a plan (a plain insert did not)."""
+        return threading.get_ident() in self._pending
+
+    def note_accepted(self, accepted: np.ndarray) -> None:
+        """The table admits only rows ``accepted`` of the pending plan (the others were stale)."""
+        plan = self._pending.get(threading.get_ident())
+        if plan is not None:
+            plan.accepted = accepted
+
+    def _compute(self, plan: StepPlan) -> tuple:
+        """Per-row ``(ts, episodes, pos, flags)`` and the streams' next state, for all rows."""
+        if plan.computed is not None:
+            return plan.computed
+        streams = plan.streams
+        n = len(streams)
+        flags = plan.terminated.astype(np.uint8) * TERMINATED | plan.truncated.astype(np.uint8) * TRUNCATED
+        ends = flags != 0
+        if n == 1:
+            s = int(streams[0])
+            t = int(self.next_t[s])
+            ep, pos = int(self.cur_ep[s]), int(self.cur_pos[s])
+            starts = 0
+            if ep < 0 or plan.new_episode:
+                ep, pos, starts = self.next_episode, 0, 1
+            end = bool(ends[0])
+            us = streams
+            state = (np.array([t + 1]), np.array([-1 if end else ep]), np.array([0 if end else pos + 1]))
+            plan.computed = (np.array([t]), np.array([ep]), np.array([pos]), flags, us, state,
+                             self.next_episode + starts)
+            return plan.computed
+        order = np.argsort(streams, kind="stable")
+        ss = streams[order]
+        first = np.ones(n, dtype=bool)
+        first[1:] = ss[1:] != ss[:-1]
+        gidx = np.flatnonzero(first)
+        gid = np.cumsum(first) - 1
+        ar = np.arange(n)
+        rank = ar - gidx[gid]
+        us = ss[gidx]
+        counts = np.diff(np.append(gidx, n))
+        ts = self.next_t[us][gid] + rank
+        es = ends[order]
+        starts = np.empty(n, dtype=bool)
+        starts[0] = False
+        starts[1:] = es[:-1]
+        starts[gidx] = (self.cur_ep[us] < 0) | plan.new_episode
+        c = np.cumsum(starts)
+        c_before_group = (c[gidx] - starts[gidx])[gid]
+        in_new = c - c_before_group > 0
+        eps = np.where(in_new, self.next_episode + c - 1, self.cur_ep[us][gid])
+        last_start = np.maximum.accumulate(np.where(starts, ar, -1))
+        pos = np.where(last_start >= gidx[gid], ar - last_start, self.cur_pos[us][gid] + rank)
+        last = gidx + counts - 1
+        lend = es[last]
+        state = (self.next_t[us] + counts, np.where(lend, -1, eps[last]), np.where(lend, 0, pos[last] + 1))
+        out_t, out_e, out_p = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+        out_t[order], out_e[order], out_p[order] = ts, eps, pos
+        plan.computed = (out_t, out_e, out_p, flags, us, state, self.next_episode + int(c[-1]))
+        return plan.computed
+
+    def finish(self, plan: StepPlan) -> None:
+        """Advance the streams of a plan whose rows were all refused (stale): they leave holes."""
+        if plan.committed or plan.rows is not None:
+            return
+        _, _, _, _, us, state, next_episode = self._compute(plan)
+        self.next_t[us], self.cur_ep[us], self.cur_pos[us] = state
+        self.next_episode = next_episode
+        plan.committed = True
+
+    # -- Selector hooks (lock held by the table) -----------------------------------------------------------
+    def insert(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:
+        """Record the pending plan's rows in ``slots``."""
+        plan = self._pending.get(threading.get_ident())
+        if plan is None:  # the table guards plain inserts; this is a bug, not user input
+            raise EpisodeError("an episodic table got rows without stream information")
+        if plan.rows is not None:
+            streams, ts, eps, pos, flags = plan.rows
+        else:
+            ts, eps, pos, flags, us, state, next_episode = self._compute(plan)
+            streams = plan.streams
+            self.next_t[us], self.cur_ep[us], self.cur_pos[us] = state
+            self.next_episode = next_episode
+            plan.committed = True
+            if plan.accepted is not None:
+                a = plan.accepted
+                streams, ts, eps, pos, flags = streams[a], ts[a], eps[a], pos[a], flags[a]
+        if len(slots) < len(streams):  # a FIFO batch larger than the table keeps its newest rows
+            tail = len(streams) - len(slots)
+            streams, ts, eps, pos, flags = streams[tail:], ts[tail:], eps[tail:], pos[tail:], flags[tail:]
+        if len(slots) != len(streams):
+            raise EpisodeError(f"episode plan has {len(streams)} rows, the table wrote {len(slots)}")
+        self.stream_of[slots] = streams
+        self.t_of[slots] = ts
+        self.episode_of[slots] = eps
+        self.pos_of[slots] = pos
+        self.flags[slots] = flags
+        self._ring_put(slots, streams, ts)
+        if self._own_live:
+            self.live.add(slots)
+        self.generation += 1
+        if self.validity is not None:
+            self.validity.on_insert(slots)
+
+    def remove(self, slots: np.ndarray) -> None:
+        """Forget steps (their ring entries become stale by themselves)."""
+        if self.validity is not None:
+            self.validity.on_remove(slots)
+        self.stream_of[slots] = -1
+        self.episode_of[slots] = -1
+        if self._own_live:
+            self.live.discard(slots)
+        self.generation += 1
+
+    def replace(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:
+        """Evicted steps' slots took new steps."""
+        self.remove(slots)
+        self.insert(slots, keys, priorities)
+
+    def update(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:
+        """Priorities changed (prioritized sequences keep invalid starts at zero mass)."""
+        if self.validity is not None:
+            self.validity.on_update(slots)
+
+    def sample(self, n: int):  # noqa: D102
+        raise NotImplementedError("the episode index does not sample")
+
+    def clear(self) -> None:
+        """Forget every step and stream."""
+        self.bind(self.capacity, self.rng)
+
+    # -- the rings --------------------------------------------------------------------------------------
+    def lookup(self, streams: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """The slot of step ``ts`` of ``streams`` (broadcast), ``-1`` where it is not live."""
+        ln = self.ring_len[streams]
+        pos = self.ring_off[streams] + (ts & np.maximum(ln - 1, 0))
+        cand = self.ring[pos]
+        ok = cand >= 0
+        c = np.where(ok, cand, 0)
+        ok &= (self.stream_of[c] == streams) & (self.t_of[c] == ts)
+        return np.where(ok, cand, -1)
+
+    def attached(self, slots: np.ndarray) -> np.ndarray:
+        """Which live ``slots`` are reachable through their stream's ring."""
+        return self.lookup(self.stream_of[slots], self.t_of[slots]) == slots
+
+    def _ring_put(self, slots: np.ndarray, streams: np.ndarray, ts: np.ndarray) -> None:
+        if len(slots) == 1:
+            s, t = int(streams[0]), int(ts[0])
+            if self.ring_len[s] == 0 or t - self.lo_t[s] >= self.ring_len[s]:
+                self._ensure(s, t, t)
+            self.ring[self.ring_off[s] + (t & (self.ring_len[s] - 1))] = slots[0]
+            return
+        us, inv = np.unique(streams, return_inverse=True)
+        hi = np.full(len(us), np.iinfo(np.int64).min)
+        lo = np.full(len(us), np.iinfo(np.int64).max)
+        np.maximum.at(hi, inv, ts)
+        np.minimum.at(lo, inv, ts)
+        ln = self.ring_len[us]
+        need = (ln == 0) | (hi - self.lo_t[us] >= ln)
+        for i in np.flatnonzero(need).tolist():
+            self._ensure(int(us[i]), int(lo[i]), int(hi[i]))
+        ln = self.ring_len[streams]
+        self.ring[self.ring_off[streams] + (ts & (ln - 1))] = slots
+
+    def _ensure(self, s: int, t_lo: int, t_hi: int) -> None:
+        """Make stream ``s``'s ring hold its live steps and positions up to ``t_hi``."""
+        ln = int(self.ring_len[s])
+        live_slots = live_ts = np.empty(0, dtype=np.int64)
+        lo = t_lo
+        if ln:
+            off = int(self.ring_off[s])
+            region = self.ring[off : off + ln]
+            idx = np.flatnonzero(region >= 0)
+            cand = region[idx]
+            ok = (self.stream_of[cand] == s) & ((self.t_of[cand] & (ln - 1)) == idx)
+            live_slots = cand[ok]
+            live_ts = self.t_of[live_slots]
+            if len(live_ts):
+                lo = min(lo, int(live_ts.min()))
+        span = t_hi - lo + 1
+        if ln and 2 * span <= ln:
+            self.lo_t[s] = lo
+            return
+        new_len = min(self.ring_cap, max(_MIN_RING, _pow2_at_least(2 * span)))
+        if new_len <= ln:  # capped: the oldest positions will be overwritten (detached)
+            self.lo_t[s] = t_hi - ln + 1
+            return
+        off = self._alloc(new_len)
+        keep = live_ts > t_hi - new_len
+        self.ring[off + (live_ts[keep] & (new_len - 1))] = live_slots[keep]
+        self.ring_off[s] = off
+        self.ring_len[s] = new_len
+        self.lo_t[s] = max(lo, t_hi - new_len + 1)
+
+    def _alloc(self, size: int) -> int:
+        """Offset of a fresh region of ``size`` entries (compacts the flat array when full)."""
+        if self.ring_used + size > len(self.ring):
+            total = int(self.ring_len.sum()) + size
+            new = np.full(max(1024, _pow2_at_least(2 * total)), -1, dtype=np.int64)
+            used = 0
+            for s in np.flatnonzero(self.ring_len).tolist():
+                ln, off = int(self.ring_len[s]), int(self.ring_off[s])
+                new[used : used + ln] = self.ring[off : off + ln]
+                self.ring_off[s] = used
+                used += ln
+            self.ring = new
+            self.ring_used = used
+        off = self.ring_used
+        self.ring[off : off + size] = -1
+        self.ring_used += size
+        return off
+
+    # -- export / import (checkpoints) ----------------------------------------------------------------
+    def export_rows(self, slots: np.ndarray) -> dict[str, np.ndarray]:
+        """Per-step arrays of ``slots`` (checkpoint order); unattached steps get ``t = -1``."""
+        t = self.t_of[slots].copy()
+        t[~self.attached(slots)] = -1
+        return {
+            "stream": self.stream_of[slots].copy(),
+            "t": t,
+            "episode": self.episode_of[slots].copy(),
+            "pos": self.pos_of[slots].copy(),
+            "flags": self.flags[slots].copy(),
+        }
+
+    def export_streams(self) -> dict:
+        """Per-stream state as JSON lists."""
+        known = np.flatnonzero(self.next_t > 0)
+        return {
+            "ids": known.tolist(),
+            "next_t": self.next_t[known].tolist(),
+            "cur_ep": self.cur_ep[known].tolist(),
+            "cur_pos": self.cur_pos[known].tolist(),
+            "next_episode": int(self.next_episode),
+        }
+
+    def import_streams(self, state: dict) -> None:
+        """Restore :meth:`export_streams` output (before the rows are re-inserted)."""
+        ids = np.asarray(state["ids"], dtype=np.int64)
+        if len(ids):
+            top = int(ids.max())
+            if top >= self.n_streams:
+                self._streams_alloc(_pow2_at_least(top + 1))
+            self.next_t[ids] = state["next_t"]
+            self.cur_ep[ids] = state["cur_ep"]
+            self.cur_pos[ids] = state["cur_pos"]
+        self.next_episode = int(state["next_episode"])

@@ -1,0 +1,206 @@
+"""Sequences: valid starts and the vectorised gather of ``B`` windows of ``W`` steps.
+
+A window of a start step (the *key* step, at stream position ``t0``) covers positions
+``t0 - burn_in ... t0 + length - 1`` of its stream. Its slots come from one vectorised ring lookup
+(``B x W``), its payload from one ``storage.read`` of ``B * W`` slots reshaped to ``(B, W, ...)``.
+
+- **strict**: every position of the window is a live step of the key step's episode. This never
+  crosses an episode end (the next step has another episode id), the write head (positions not
+  written yet are not live), a deleted or evicted step, or the ring's wrap-around (an entry is
+  trusted only if its slot still holds that stream and position). Starts are uniform over the
+  valid ones: candidates are drawn uniformly from the live steps and kept when valid (rejection
+  sampling is exactly uniform over the accepted set); when few candidates pass, the exact set of
+  valid starts is computed (one sort of the live steps, cached until the table changes).
+- **padded**: every live step is a start (uniform); positions of the window outside the key step's
+  run of consecutive live steps of its episode are padded: zeros in ``data``, False in ``mask``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import EpisodeError, NoValidSequence
+from ..samplers import Prioritized
+from .index import EpisodeIndex
+from .samples import SequenceSample
+from .sampling import account, check_batch, reshape_leaves, wait_for_sample, zero_where
+
+if TYPE_CHECKING:
+    from ..table import Table
+
+_ROUNDS = 4  # rejection rounds before the exact valid set is computed
+_MIN_ACCEPT = 1 / 8  # below this acceptance rate, compute the exact set at once
+
+
+def window(index: EpisodeIndex, key_slots: np.ndarray, width: int, burn_in: int) -> np.ndarray:
+    """``(m, width)`` slots of the windows of ``key_slots`` (``-1`` where a position is not live)."""
+    st = index.stream_of[key_slots]
+    ts = (index.t_of[key_slots] - burn_in)[:, None] + np.arange(width)
+    return index.lookup(st[:, None], ts)
+
+
+def present(index: EpisodeIndex, win: np.ndarray, key_slots: np.ndarray) -> np.ndarray:
+    """Which window positions are live steps of the key step's episode."""
+    return (win >= 0) & (index.episode_of[win] == index.episode_of[key_slots][:, None])
+
+
+def strict_valid(index: EpisodeIndex, win: np.ndarray, key_slots: np.ndarray) -> np.ndarray:
+    """Which windows are entirely live steps of their key step's episode."""
+    return present(index, win, key_slots).all(axis=1)
+
+
+def padded_mask(index: EpisodeIndex, win: np.ndarray, key_slots: np.ndarray, burn_in: int) -> np.ndarray:
+    """The positions of each window inside its key step's run of consecutive live episode steps."""
+    p = present(index, win, key_slots)
+    fwd = np.logical_and.accumulate(p[:, burn_in:], axis=1)
+    back = np.logical_and.accumulate(p[:, burn_in::-1], axis=1)[:, ::-1]
+    return np.concatenate([back[:, :burn_in], fwd], axis=1)
+
+
+def exact_valid_starts(index: EpisodeIndex, width: int, burn_in: int) -> np.ndarray:
+    """All key slots whose strict window is valid (cached until the index changes)."""
+    cache = getattr(index, "_valid_cache", None)
+    if cache is not None and cache[0] == (index.generation, width, burn_in):
+        return cache[1]
+    live = index.live.contents().copy()
+    live = live[index.attached(live)]
+    st, t, ep = index.stream_of[live], index.t_of[live], index.episode_of[live]
+    order = np.lexsort((t, st))
+    st, t, ep, live = st[order], t[order], ep[order], live[order]
+    n = len(live)
+    breaks = np.ones(n, dtype=bool)
+    if n > 1:
+        breaks[1:] = (st[1:] != st[:-1]) | (t[1:] != t[:-1] + 1) | (ep[1:] != ep[:-1])
+    run = np.cumsum(breaks) - 1
+    run_last = np.append(np.flatnonzero(breaks)[1:], n) - 1
+    remaining = run_last[run] - np.arange(n)  # steps after this one in its run
+    valid = live[np.flatnonzero(remaining >= width - 1) + burn_in]
+    index._valid_cache = ((index.generation, width, burn_in), valid)
+    return valid
+
+
+def uniform_strict_starts(index: EpisodeIndex, rng: np.random.Generator, n: int, width: int,
+                          burn_in: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """``n`` key slots uniform over the valid strict starts, their windows, and ``1 / #valid``.
+
+    ``#valid`` is exact when the exact set was computed, else estimated from the acceptance rate.
+    Raises :class:`NoValidSequence` when no start is valid.
+    """
+    tracker = index.validity
+    if tracker is not None and tracker.width == width and tracker.burn_in == burn_in:
+        if tracker.valid.size == 0:
+            raise NoValidSequence(_no_valid(index, width))
+        keys = tracker.valid.sample(n, rng)
+        return keys, window(index, keys, width, burn_in), 1.0 / tracker.valid.size
+    live = index.live
+    got_keys, got_win = [], []
+    have = drawn = 0
+    for r in range(_ROUNDS):
+        rate = have / drawn if drawn else 1.0
+        m = 2 * n + 16 if r == 0 else min(64 * n, int((n - have) / max(rate, _MIN_ACCEPT) * 1.25) + 16)
+        cand = live.sample(m, rng)
+        win = window(index, cand, width, burn_in)
+        ok = np.flatnonzero(strict_valid(index, win, cand))
+        drawn += m
+        take = ok[: n - have]
+        got_keys.append(cand[take])
+        got_win.append(win[take])
+        have += len(take)
+        if have >= n:
+            rate = len(ok) / m if r == 0 else have / drawn
+            return (np.concatenate(got_keys), np.concatenate(got_win), 1.0 / max(live.size * rate, 1.0))
+        if drawn >= 4 * n and have / drawn < _MIN_ACCEPT:
+            break
+    valid = exact_valid_starts(index, width, burn_in)
+    if len(valid) == 0:
+        raise NoValidSequence(_no_valid(index, width))
+    extra = valid[(rng.random(n - have) * len(valid)).astype(np.int64)]
+    got_keys.append(extra)
+    got_win.append(window(index, extra, width, burn_in))
+    return np.concatenate(got_keys), np.concatenate(got_win), 1.0 / len(valid)
+
+
+def _no_valid(index: EpisodeIndex, width: int) -> str:
+    return (f"no stored run of {width} consecutive steps of one episode (strict mode): the window is "
+            f"longer than every stored episode, or the steps between are gone; use mode='padded', a "
+            f"shorter length, or wait for more data ({index.live.size} live steps)")
+
+
+def sample_sequences(table: "Table", batch_size: Any, length: Any, burn_in: Any, mode: str,
+                     timeout: float | None) -> SequenceSample:
+    """See :meth:`Table.sample_sequences`."""
+    index = table._require_episodes()
+    n = check_batch(batch_size)
+    length = check_batch(length, "length")
+    if isinstance(burn_in, (bool, np.bool_)) or not isinstance(burn_in, (int, np.integer)) or burn_in < 0:
+        raise EpisodeError(f"burn_in must be an int >= 0, got {burn_in!r}")
+    burn_in = int(burn_in)
+    if mode not in ("strict", "padded"):
+        raise EpisodeError(f"mode must be 'strict' or 'padded', got {mode!r}")
+    width = burn_in + length
+    prioritized = isinstance(table.sampler, Prioritized)
+    if prioritized:
+        cfg = index.options
+        if cfg.sequence_length is None:
+            raise EpisodeError("prioritized sequences need Episodes(sequence_length=burn_in + length) on the table")
+        if (width, burn_in) != (cfg.sequence_length, cfg.burn_in) or mode != "strict":
+            raise EpisodeError(
+                f"this table samples prioritized strict sequences of sequence_length={cfg.sequence_length} with "
+                f"burn_in={cfg.burn_in}; got length={length}, burn_in={burn_in}, mode={mode!r}"
+            )
+    with table._cond:
+        if table._stager is not None and table._stager.n:
+            table._flush_pending()
+        wait_for_sample(table, n, timeout)
+        weights = None
+        if prioritized:
+            keys, probabilities, weights = table.sampler.sample(n)
+            win = window(index, keys, width, burn_in)
+            if not strict_valid(index, win, keys).all():  # every priority of a valid start is 0
+                keys, win, p = uniform_strict_starts(index, table.rng, n, width, burn_in)
+                probabilities, weights = np.full(n, p), None
+            mask = np.ones(win.shape, dtype=bool)
+        elif mode == "strict":
+            keys, win, p = uniform_strict_starts(index, table.rng, n, width, burn_in)
+            probabilities = np.full(n, p)
+            mask = np.ones(win.shape, dtype=bool)
+        else:
+            keys = index.live.sample(n, table.rng)
+            att = index.attached(keys)
+            for _ in range(8):  # detached steps (rare, see EpisodeIndex) cannot start a sequence
+                if att.all():
+                    break
+                redo = np.flatnonzero(~att)
+                keys[redo] = index.live.sample(len(redo), table.rng)
+                att = index.attached(keys)
+            if not att.all():
+                raise NoValidSequence("no live step is reachable through its stream (all detached)")
+            probabilities = np.full(n, 1.0 / index.live.size)
+            win = window(index, keys, width, burn_in)
+            mask = padded_mask(index, win, keys, burn_in)
+        full = bool(mask.all())
+        slots = win if full else np.where(mask, win, keys[:, None])
+        data = reshape_leaves(table.storage.read(slots.ravel()), slots.shape)
+        if not full:
+            zero_where(data, mask)
+        rows = table._meta.take(keys, axis=0)
+        step_keys = np.where(mask, table._meta[:, 0][slots], -1)
+        streams = index.stream_of[keys].copy()
+        episodes = index.episode_of[keys].copy()
+        times = account(table, keys, n)
+    return SequenceSample(
+        data=data,
+        mask=mask,
+        keys=rows[:, 0],
+        step_keys=step_keys,
+        streams=streams,
+        episodes=episodes,
+        probabilities=np.asarray(probabilities, dtype=np.float64),
+        weights=np.ones(n) if weights is None else weights,
+        priorities=rows.view(np.float64)[:, 3],
+        times_sampled=times,
+        versions=rows[:, 2],
+        burn_in=burn_in,
+    )

@@ -1,0 +1,105 @@
+"""Whole episodes: complete, closed episodes sampled as units.
+
+An episode is *complete* when it is closed (its last step is flagged ``terminated`` or
+``truncated``, by the writer or by ``end_episode``) and every one of its steps, from its first, is
+still live and reachable. Open episodes (still being written) and episodes that lost a step
+(eviction, delete, staleness, ``max_times_sampled``) are never returned.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import EpisodeError, NoValidSequence
+from .index import TERMINATED, TRUNCATED, EpisodeIndex
+from .samples import EpisodeBatch
+from .sampling import account, check_batch, wait_for_sample
+
+if TYPE_CHECKING:
+    from ..table import Table
+
+
+def complete_episodes(index: EpisodeIndex) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(episode_ids, bounds, slots)`` of the complete episodes.
+
+    ``slots`` are their steps in order, concatenated: episode ``i`` is
+    ``slots[bounds[i]:bounds[i + 1]]``. Cached until the index changes.
+    """
+    cache = getattr(index, "_episodes_cache", None)
+    if cache is not None and cache[0] == index.generation:
+        return cache[1]
+    live = index.live.contents().copy()
+    live = live[index.attached(live)]
+    ep, pos = index.episode_of[live], index.pos_of[live]
+    order = np.lexsort((pos, ep))
+    live, ep, pos = live[order], ep[order], pos[order]
+    n = len(live)
+    if n == 0:
+        out = (np.empty(0, np.int64), np.zeros(1, np.int64), np.empty(0, np.int64))
+        index._episodes_cache = (index.generation, out)
+        return out
+    first = np.ones(n, dtype=bool)
+    if n > 1:
+        first[1:] = ep[1:] != ep[:-1]
+    starts = np.flatnonzero(first)
+    stops = np.append(starts[1:], n)
+    last = stops - 1
+    ok = ((pos[starts] == 0) & (pos[last] == stops - starts - 1)
+          & ((index.flags[live[last]] & (TERMINATED | TRUNCATED)) != 0))
+    keep = np.flatnonzero(ok)
+    lengths = (stops - starts)[keep]
+    take = np.repeat(starts[keep], lengths) + (np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths,
+                                                                                     lengths))
+    out = (ep[starts[keep]], np.append(0, np.cumsum(lengths)), live[take])
+    index._episodes_cache = (index.generation, out)
+    return out
+
+
+def sample_episodes(table: "Table", k: Any, timeout: float | None, replace: bool) -> EpisodeBatch:
+    """See :meth:`Table.sample_episodes`."""
+    index = table._require_episodes()
+    k = check_batch(k, "k")
+    if not isinstance(replace, (bool, np.bool_)):
+        raise EpisodeError(f"replace must be a bool, got {replace!r}")
+    with table._cond:
+        if table._stager is not None and table._stager.n:
+            table._flush_pending()
+        wait_for_sample(table, k, timeout)
+        ids, bounds, slots = complete_episodes(index)
+        if len(ids) == 0:
+            raise NoValidSequence("no complete episode is stored (open episodes and episodes that lost a step "
+                                  "are never returned)")
+        if not replace and k > len(ids):
+            raise NoValidSequence(f"asked for {k} distinct episodes, {len(ids)} complete ones are stored")
+        pick = (table.rng.choice(len(ids), size=k, replace=False) if not replace
+                else (table.rng.random(k) * len(ids)).astype(np.int64))
+        lengths = (bounds[1:] - bounds[:-1])[pick]
+        parts = [slots[bounds[i]:bounds[i + 1]] for i in pick.tolist()]
+        flat = np.concatenate(parts)
+        data = table.storage.read(flat)
+        keys = table._meta[:, 0][flat]
+        last = np.cumsum(lengths) - 1
+        fl = index.flags[flat[last]]
+        streams = index.stream_of[flat[last]].copy()
+        account(table, flat, 0)
+        table.rate_limiter.samples += k
+        table._counters["samples"] += k
+    out = EpisodeBatch()
+    cuts = np.cumsum(lengths)[:-1]
+    for part in np.split(np.arange(len(flat)), cuts):
+        out.append(_take(data, part))
+    out.keys = np.split(keys, cuts)
+    out.episodes = ids[pick]
+    out.streams = streams
+    out.terminated = (fl & TERMINATED) != 0
+    out.truncated = ((fl & TRUNCATED) != 0) & ~out.terminated
+    out.lengths = lengths.astype(np.int64)
+    return out
+
+
+def _take(data: Any, rows: np.ndarray) -> Any:
+    if isinstance(data, dict):
+        return {k: _take(v, rows) for k, v in data.items()}
+    return data[rows[0]: rows[-1] + 1]

@@ -1,0 +1,163 @@
+"""Writers of an episodic Table: steps with their stream, whole episodes, episode ends.
+
+The Table's public methods (``add_step``, ``extend_steps``, ``add_episode``, ``end_episode``) call
+these with the table; each validates everything before changing anything, then inserts through
+the table's ordinary insert path (rate limiter, staleness, eviction, priorities, versions).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import EpisodeError, UnknownStream
+from .config import Episodes
+from .index import TERMINATED, TRUNCATED, EpisodeIndex, StepPlan
+
+if TYPE_CHECKING:
+    from ..table import Table
+
+
+def validate_streams(streams: Any, n: int, config: Episodes) -> np.ndarray:
+    """``n`` int64 stream ids from an int or an ``(n,)`` integer array; :class:`EpisodeError` else."""
+    a = np.asarray(streams)
+    if a.dtype.kind not in "iu":
+        raise EpisodeError(f"stream ids must be integers, got {type(streams).__name__} of dtype {a.dtype}")
+    if a.ndim == 0:
+        a = np.full(n, int(a), dtype=np.int64)
+    elif a.shape != (n,):
+        raise EpisodeError(f"expected one stream id or {n} stream ids (shape ({n},)), got shape {a.shape}")
+    else:
+        a = a.astype(np.int64)
+    if n:
+        lo, hi = int(a.min()), int(a.max())
+        limit = config.stream_limit
+        if lo < 0 or hi >= limit:
+            bad = lo if lo < 0 else hi
+            raise EpisodeError(
+                f"stream id {bad} is outside [0, {limit})"
+                + ("" if config.max_streams is not None else " (pass Episodes(max_streams=...) to change the bound)")
+            )
+    return a
+
+
+def validate_flags(flags: Any, n: int, name: str) -> np.ndarray:
+    """``n`` booleans from ``None`` (all False), a bool, or an ``(n,)`` array of bools / 0-1 ints."""
+    if flags is None:
+        return np.zeros(n, dtype=bool)
+    a = np.asarray(flags)
+    if a.dtype.kind not in "biu":
+        raise EpisodeError(f"{name} must be booleans, got dtype {a.dtype}")
+    if a.dtype.kind != "b" and a.size and not np.isin(a, (0, 1)).all():
+        raise EpisodeError(f"{name} must be booleans (or 0/1), got values {np.unique(a)[:5].tolist()}")
+    if a.ndim == 0:
+        return np.full(n, bool(a))
+    if a.shape != (n,):
+        raise EpisodeError(f"{name}: expected a bool or shape ({n},), got shape {a.shape}")
+    return a.astype(bool)
+
+
+def _insert_rows(table: "Table", index: EpisodeIndex, prepared: Any, n: int, plan: StepPlan,
+                 priorities: Any, version: Any, timeout: float | None) -> np.ndarray:
+    index.begin(plan)
+    try:
+        keys = table._insert(prepared, n, priorities, version, timeout)
+        index.finish(plan)  # only does something when every row was refused as stale
+    finally:
+        index.end()
+    return keys
+
+
+def extend_steps(table: "Table", steps: Any, streams: Any, terminated: Any, truncated: Any,
+                 priorities: Any, version: Any, timeout: float | None) -> np.ndarray:
+    """See :meth:`Table.extend_steps`."""
+    index = table._require_episodes()
+    with table._cond:
+        table._check_open()
+        prepared, n = table.storage.prepare(steps, batched=True)
+        if n == 0:
+            return np.empty(0, dtype=np.int64)
+        plan = StepPlan(validate_streams(streams, n, index.options), validate_flags(terminated, n, "terminated"),
+                        validate_flags(truncated, n, "truncated"))
+        return _insert_rows(table, index, prepared, n, plan, priorities, version, timeout)
+
+
+def add_step(table: "Table", step: Any, stream: Any, terminated: Any, truncated: Any,
+             priority: Any, version: Any, timeout: float | None) -> int:
+    """See :meth:`Table.add_step`."""
+    index = table._require_episodes()
+    with table._cond:
+        table._check_open()
+        prepared, n = table.storage.prepare(step, batched=False)
+        s = validate_streams(stream, 1, index.options)
+        if np.ndim(stream) != 0:
+            raise EpisodeError(f"add_step takes one stream id, got shape {np.shape(stream)}")
+        if np.ndim(terminated) != 0 or np.ndim(truncated) != 0:
+            raise EpisodeError("add_step takes scalar terminated/truncated flags")
+        term = validate_flags(terminated, 1, "terminated")
+        trunc = validate_flags(truncated, 1, "truncated")
+        plan = StepPlan(s, term, trunc)
+        return int(_insert_rows(table, index, prepared, n, plan, priority, version, timeout)[0])
+
+
+def add_episode(table: "Table", steps: Any, stream: Any, terminated: bool, truncated: bool,
+                priorities: Any, version: Any, timeout: float | None) -> np.ndarray:
+    """See :meth:`Table.add_episode`."""
+    index = table._require_episodes()
+    with table._cond:
+        table._check_open()
+        prepared, n = table.storage.prepare(steps, batched=True)
+        if n == 0:
+            raise EpisodeError("add_episode needs at least one step")
+        if stream is None:
+            s = index.fresh_stream()
+            if s >= index.options.stream_limit:
+                raise EpisodeError(f"no free stream id below {index.options.stream_limit}")
+            streams = np.full(n, s, dtype=np.int64)
+        else:
+            if np.ndim(stream) != 0:
+                raise EpisodeError(f"add_episode takes one stream id, got shape {np.shape(stream)}")
+            streams = validate_streams(stream, n, index.options)
+            s = int(streams[0])
+            if index.known(streams[:1])[0] and index.cur_ep[s] >= 0:
+                raise EpisodeError(
+                    f"stream {s} has an open episode (its last step did not end it): call "
+                    "end_episode(stream) first or write its steps with add_step/extend_steps"
+                )
+        for name, flag in (("terminated", terminated), ("truncated", truncated)):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise EpisodeError(f"add_episode: {name} must be a bool, got {flag!r}")
+        term = np.zeros(n, dtype=bool)
+        trunc = np.zeros(n, dtype=bool)
+        term[-1], trunc[-1] = bool(terminated), bool(truncated)
+        plan = StepPlan(streams, term, trunc, new_episode=True)
+        return _insert_rows(table, index, prepared, n, plan, priorities, version, timeout)
+
+
+def end_episode(table: "Table", streams: Any, truncated: bool) -> int:
+    """See :meth:`Table.end_episode`."""
+    index = table._require_episodes()
+    if not isinstance(truncated, (bool, np.bool_)):
+        raise EpisodeError(f"truncated must be a bool, got {truncated!r}")
+    with table._cond:
+        table._flush_pending()
+        table._check_open()
+        n = int(np.size(streams)) if np.ndim(streams) else 1
+        if np.ndim(streams) > 1:
+            raise EpisodeError(f"stream ids must be an int or a 1-D array, got shape {np.shape(streams)}")
+        s = validate_streams(streams, n, index.options)
+        s = np.unique(s)
+        unknown = s[~index.known(s)]
+        if len(unknown):
+            raise UnknownStream(f"end_episode: stream(s) {unknown[:5].tolist()} never wrote a step")
+        s = s[index.cur_ep[s] >= 0]
+        if len(s) == 0:
+            return 0
+        slots = index.lookup(s, index.next_t[s] - 1)
+        live = slots[slots >= 0]
+        index.flags[live] |= TRUNCATED if truncated else TERMINATED
+        index.cur_ep[s] = -1
+        index.cur_pos[s] = 0
+        index.generation += 1
+        return len(s)
