@@ -399,3 +399,14 @@ def test_sequence_priority_r2d2():
         rs.sequence_priority(np.ones(3))
     with pytest.raises(rs.InvalidPriority):
         rs.sequence_priority(td, eta=1.5)
+
+
+def test_fifo_batch_larger_than_capacity_keeps_the_newest_steps_in_place():
+    t = table(20)
+    keys = t.extend_steps(steps(np.arange(50)), streams=0)
+    assert len(keys) == 50 and len(t) == 20
+    slots = t._index.lookup(t.keys())
+    assert t._episodes.t_of[slots].tolist() == list(range(30, 50))
+    assert (t.sample_sequences(8, 20).data["id"] == np.arange(30, 50)).all()
+    t.add_step(step(50), stream=0)
+    assert (t.sample_sequences(8, 20).data["id"] == np.arange(31, 51)).all()
