@@ -172,3 +172,24 @@ def test_minari_dict_observations(minari_dir):
     t = load_minari("test/dict-tiny-v0", capacity=20, storage=rs.CompressedColumnStorage(20, compress=["obs/img"]))
     s = t.sample(8)
     assert s.data["obs"]["img"].shape == (8, 4, 4)
+
+
+def test_d4rl_from_npz_and_hdf5_files(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    a = d4rl_arrays(with_next=True)
+    np.savez(tmp_path / "d.npz", **a)
+    with h5py.File(tmp_path / "d.hdf5", "w") as f:
+        for k, v in a.items():
+            f.create_dataset(k, data=v)
+        f.create_group("infos").create_dataset("qpos", data=np.zeros((8, 2)))  # ignored
+    for name in ("d.npz", "d.hdf5"):
+        t = load_d4rl(tmp_path / name, capacity=8)
+        data, _ = t.get(t.keys())
+        assert np.array_equal(data["next_obs"], a["next_observations"])
+        assert data["truncated"].tolist() == a["timeouts"].tolist()
+    (tmp_path / "bad.hdf5").write_bytes(b"not an hdf5 file" * 10)
+    t = rs.Table(20)
+    for bad in ("bad.hdf5", "missing.npz", "d.csv"):
+        with pytest.raises(OfflineDataError):
+            load_d4rl(tmp_path / bad, table=t)
+    assert len(t) == 0

@@ -33,6 +33,7 @@ inserted: a dataset larger than the table's free space raises instead of evictin
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -72,6 +73,35 @@ def _flags(name: str, a: Any, n: int) -> np.ndarray:
             raise OfflineDataError(f"{name!r} must hold booleans or 0/1, got other values")
         a = a.astype(bool)
     return a
+
+
+def read_d4rl_file(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Read D4RL-style arrays from an ``.npz`` file or a D4RL ``.hdf5``/``.h5`` file.
+
+    Only the arrays :func:`d4rl_transitions` uses are read (``observations``, ``actions``,
+    ``rewards``, ``terminals``, ``timeouts``, ``next_observations`` when present); ``.npz`` files
+    are read without pickle; HDF5 needs ``h5py`` (``pip install 'replaystore[offline]'``).
+
+    Raises:
+        OfflineDataError: the file is missing, unreadable, or of another format.
+    """
+    path = os.fspath(path)
+    wanted = (*D4RL_REQUIRED, "next_observations")
+    suffix = os.path.splitext(path)[1].lower()
+    try:
+        if suffix == ".npz":
+            with np.load(path, allow_pickle=False) as z:
+                return {k: z[k] for k in wanted if k in z.files}
+        if suffix in (".hdf5", ".h5"):
+            import h5py
+
+            with h5py.File(path, "r") as f:
+                return {k: np.asarray(f[k]) for k in wanted if k in f and isinstance(f[k], h5py.Dataset)}
+    except ImportError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure to read an untrusted file is bad data
+        raise OfflineDataError(f"cannot read D4RL arrays from {path}: {type(e).__name__}: {e}") from None
+    raise OfflineDataError(f"{path}: expected a .npz or .hdf5/.h5 file")
 
 
 def d4rl_transitions(arrays: Mapping[str, Any]) -> dict[str, Any]:
@@ -265,12 +295,15 @@ def fill_episodes(columns: Mapping[str, Any], episode: Any, table: Table | None 
     return table
 
 
-def load_d4rl(arrays: Mapping[str, Any], table: Table | None = None, capacity: int | None = None,
+def load_d4rl(arrays: Mapping[str, Any] | str | os.PathLike, table: Table | None = None, capacity: int | None = None,
               as_episodes: bool = False, stream: int | None = None, **table_kwargs: Any) -> Table:
-    """D4RL-style arrays into a Table as transitions, or as episodes with ``as_episodes``.
+    """D4RL-style arrays (or a file, see :func:`read_d4rl_file`) into a Table as transitions, or
+    as episodes with ``as_episodes``.
 
     See :func:`d4rl_transitions`, :func:`fill_table` and :func:`fill_episodes` (``stream``).
     """
+    if isinstance(arrays, (str, os.PathLike)):
+        arrays = read_d4rl_file(arrays)
     columns, episode = _d4rl(arrays)
     if as_episodes:
         return fill_episodes(columns, episode, table, capacity, stream, **table_kwargs)
