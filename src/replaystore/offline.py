@@ -297,8 +297,9 @@ def fill_episodes(columns: Mapping[str, Any], episode: Any, table: Table | None 
 
 def load_d4rl(arrays: Mapping[str, Any] | str | os.PathLike, table: Table | None = None, capacity: int | None = None,
               as_episodes: bool = False, stream: int | None = None, **table_kwargs: Any) -> Table:
-    """D4RL-style arrays (or a file, see :func:`read_d4rl_file`) into a Table as transitions, or
-    as episodes with ``as_episodes``.
+    """D4RL-style arrays or a D4RL file into a Table as transitions (episodes with ``as_episodes``).
+
+    ``arrays`` is a dict of arrays or a path (see :func:`read_d4rl_file`).
 
     See :func:`d4rl_transitions`, :func:`fill_table` and :func:`fill_episodes` (``stream``).
     """
