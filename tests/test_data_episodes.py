@@ -104,3 +104,42 @@ def test_sequences_need_episodic_sources():
     else:
         with pytest.raises(InvalidMix):
             MixedSampler({"a": off, "b": flat}, ratios=(1, 1)).sample_sequences(4, 2)
+
+
+def test_minari_as_episodes(tmp_path, monkeypatch):
+    minari = pytest.importorskip("minari")
+    pytest.importorskip("h5py")
+    import warnings
+
+    from minari.data_collector import EpisodeBuffer
+
+    from replaystore.offline import load_minari
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    rng = np.random.default_rng(0)
+    bufs, lengths = [], (6, 9, 4)
+    for ep, T in enumerate(lengths):
+        obs = rng.normal(size=(T + 1, 3)).astype(np.float32)
+        term = np.zeros(T, bool)
+        trunc = np.zeros(T, bool)
+        (term if ep != 1 else trunc)[-1] = True  # episode 1 ends by a time limit
+        bufs.append(EpisodeBuffer(id=ep, observations=obs, actions=rng.integers(0, 2, T), rewards=np.ones(T),
+                                  terminations=term, truncations=trunc))
+    import gymnasium as gym
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        minari.create_dataset_from_buffers("test/eps-tiny-v0", bufs, algorithm_name="random",
+                                           observation_space=gym.spaces.Box(-np.inf, np.inf, (3,), np.float32),
+                                           action_space=gym.spaces.Discrete(2))
+    t = load_minari("test/eps-tiny-v0", capacity=50, as_episodes=True, stream=0)
+    assert len(t) == sum(lengths)
+    s = t.sample_nstep(200, 3, 0.5)
+    # every step has its true next observation (next_obs_field), truncated episode 1 bootstraps:
+    # done only where a terminal step lies within the n steps
+    assert s.next_obs.shape == (200, 3)
+    all_obs = np.concatenate([b.observations[:-1] for b in bufs])
+    ep_of = np.repeat(np.arange(3), lengths)
+    pos = np.array([np.flatnonzero((all_obs == o).all(axis=1))[0] for o in s.data["obs"]])
+    assert not s.done[ep_of[pos] == 1].any()
+    assert s.done[(ep_of[pos] != 1) & (np.r_[np.cumsum(lengths)][ep_of[pos]] - pos <= 3)].all()
