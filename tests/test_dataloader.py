@@ -99,3 +99,28 @@ def test_timeout_surfaces_from_the_loader():
     ds = ReplayDataset(t, batch_size=2, max_batches=1, timeout=0.2)
     with pytest.raises(rs.Timeout):
         list(replay_loader(ds))
+
+
+def test_mixed_sampler_source_offline_to_online():
+    offline = rs.Table(1000, seed=0)
+    offline.extend(transitions(300))
+    online = rs.Table(1000, sampler=rs.Prioritized(1.0, 0.4), seed=1)
+    online.extend(transitions(50, start=5000))
+    mix = rs.MixedSampler({"offline": offline, "online": online}, ratios=(0.5, 0.5))
+    ds = ReplayDataset(mix, batch_size=10, max_batches=4)
+    batches = list(replay_loader(ds))
+    assert len(batches) == 4
+    for b in batches:
+        assert b["counts"].tolist() == [5, 5] and list(b["names"]) == ["offline", "online"]
+        assert (b["data"]["id"][b["source"] == 0] < 300).all() and (b["data"]["id"][b["source"] == 1] >= 5000).all()
+    assert offline.stats()["samples"] == 20 and online.stats()["samples"] == 20
+    b = batches[-1]
+    applied = ds.update_priorities(b, torch.full((10,), 4.0))
+    assert applied == {"offline": len(torch.unique(b["keys"][:5])), "online": len(torch.unique(b["keys"][5:]))}
+    assert np.allclose(online.info(b["keys"][5:].numpy())["priorities"], 4.0)
+    with pytest.raises(rs.InvalidPriority):
+        ds.update_priorities(b, torch.full((10,), float("nan")))
+    with pytest.raises(rs.InvalidArgument):
+        ds.update_priorities(b["keys"], torch.ones(10))
+    with pytest.raises(WorkerSourceError):
+        replay_loader(ds, num_workers=1)

@@ -23,6 +23,10 @@ Sources and workers:
   worker processes: each worker would sample its own forked copy, invisible to the writers and
   to priority updates. Iterating it in a worker raises :class:`WorkerSourceError`, and
   :func:`replay_loader` raises it at once.
+- **A MixedSampler** (offline-to-online: fixed shares of several tables per batch) is an
+  in-process source like a Table: ``num_workers=0``; its batches carry ``source``, ``names``,
+  ``counts``, ``mixture_probabilities`` and ``extra`` too, and ``update_priorities(batch, p)``
+  routes each row's priority to its table.
 - **A Ray client** (:class:`replaystore.ray.ReplayClient`) works with any ``num_workers``: every
   worker connects to the same service by name (the client is not pickled into the worker; its
   service name, table, namespace and the cluster address are) and keeps ``prefetch`` sample
@@ -44,13 +48,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgument, InvalidType
+from ..errors import InvalidArgument, InvalidPriority, InvalidType
 from ..items import Sample
+from ..mixing import MixedSample, MixedSampler
+from ..prefetch import SampleIterator
 from ..table import Table
 
 try:
@@ -72,8 +78,8 @@ def _tensors(value: Any) -> Any:
     return value
 
 
-def sample_to_batch(sample: Sample) -> dict[str, Any]:
-    """A :class:`Sample` as the dict of tensors the dataset yields (no copy of writable arrays)."""
+def sample_to_batch(sample: Sample | MixedSample) -> dict[str, Any]:
+    """A sample as the dict of tensors the dataset yields (no copy of writable arrays)."""
     return {f.name: _tensors(getattr(sample, f.name)) for f in dataclasses.fields(sample)}
 
 
@@ -87,8 +93,9 @@ class ReplayDataset(IterableDataset):
     """Batches sampled from a Table or a Ray replay service, as an ``IterableDataset``.
 
     Args:
-        source: a :class:`~replaystore.Table` (``num_workers=0`` only) or a
-            :class:`replaystore.ray.ReplayClient` (any ``num_workers``).
+        source: a :class:`~replaystore.Table` or a :class:`~replaystore.MixedSampler`
+            (``num_workers=0`` only), or a :class:`replaystore.ray.ReplayClient` (any
+            ``num_workers``).
         batch_size: items per yielded batch.
         max_batches: total batches over all workers (``None``: endless).
         prefetch: batches drawn ahead per worker (a thread for a Table, sample calls in flight
@@ -115,8 +122,10 @@ class ReplayDataset(IterableDataset):
         self.prefetch = int(prefetch)
         self.timeout = timeout
         self._owner_pid = os.getpid()
-        if isinstance(source, Table):
-            self.table: Table | None = source
+        if isinstance(source, MixedSampler):
+            source = _MixedSource(source)
+        if isinstance(source, (Table, _MixedSource)):
+            self.table: Any = source
             self._client = None
             self._connect: dict | None = None
         elif _is_client(source):
@@ -128,7 +137,7 @@ class ReplayDataset(IterableDataset):
                                  address=ctx.gcs_address, default_timeout=source.default_timeout,
                                  rpc_grace=source.rpc_grace)
         else:
-            raise InvalidType(f"source must be a replaystore Table or a replaystore.ray ReplayClient, "
+            raise InvalidType(f"source must be a replaystore Table, MixedSampler or replaystore.ray ReplayClient, "
                             f"got {type(source).__name__}")
 
     @property
@@ -188,8 +197,8 @@ class ReplayDataset(IterableDataset):
     def _iter_table(self, count: int | None) -> Iterator[dict[str, Any]]:
         if count == 0:
             return
-        with self.table.iterate(self.batch_size, prefetch=self.prefetch, timeout=self.timeout,
-                                max_batches=count) as it:
+        with SampleIterator(self.table, self.batch_size, prefetch=self.prefetch, timeout=self.timeout,
+                            max_batches=count) as it:
             for sample in it:
                 yield sample_to_batch(sample)
 
@@ -201,10 +210,16 @@ class ReplayDataset(IterableDataset):
                                      max_batches=count):
             yield sample_to_batch(sample)
 
-    def update_priorities(self, keys: Any, priorities: Any) -> int:
-        """Forward a priority update to the source (``keys`` may be a tensor); return how many applied."""
-        keys = keys.numpy() if isinstance(keys, torch.Tensor) else keys
+    def update_priorities(self, keys: Any, priorities: Any) -> Any:
+        """Forward a priority update to the source (``keys`` may be a tensor); return how many applied.
+
+        For a :class:`~replaystore.MixedSampler` source pass the yielded batch instead of ``keys``
+        (its ``source`` rows route each priority); the result is then ``{name: applied}``.
+        """
         priorities = priorities.detach().cpu().numpy() if isinstance(priorities, torch.Tensor) else priorities
+        if isinstance(self.table, _MixedSource):
+            return self.table.update_priorities(keys, priorities)
+        keys = keys.numpy() if isinstance(keys, torch.Tensor) else keys
         if self.table is not None:
             return self.table.update_priorities(keys, priorities)
         return self._source_client().update_priorities(keys, priorities)
@@ -230,6 +245,32 @@ def replay_loader(dataset: ReplayDataset, num_workers: int = 0, pin_memory: bool
         if ctx == "fork" or getattr(ctx, "get_start_method", lambda: None)() == "fork":
             raise WorkerSourceError("Ray cannot be used from forked workers: use 'spawn' or 'forkserver'")
     return DataLoader(dataset, batch_size=None, num_workers=num_workers, pin_memory=pin_memory, **loader_kwargs)
+
+
+class _MixedSource:
+    """A :class:`~replaystore.MixedSampler` with the ``sample``/``name`` a SampleIterator draws from."""
+
+    def __init__(self, mix: MixedSampler) -> None:
+        self.mix = mix
+        self.name = "mixed:" + "+".join(mix.names)
+
+    def sample(self, batch_size: int, timeout: float | None = None, **_tensor_options: Any) -> MixedSample:
+        return self.mix.sample(batch_size, timeout=timeout)
+
+    def update_priorities(self, batch: Mapping[str, Any], priorities: Any) -> dict[str, int]:
+        if not isinstance(batch, Mapping) or "source" not in batch:
+            raise InvalidArgument("with a MixedSampler source, pass the yielded batch (it holds each row's source)")
+        source = batch["source"].numpy() if isinstance(batch["source"], torch.Tensor) else np.asarray(batch["source"])
+        keys = batch["keys"].numpy() if isinstance(batch["keys"], torch.Tensor) else np.asarray(batch["keys"])
+        p = np.broadcast_to(np.asarray(priorities, dtype=np.float64), keys.shape)
+        if not np.isfinite(p).all() or (p < 0).any():
+            raise InvalidPriority("priorities must be finite and non-negative")
+        out = {}
+        for j, name in enumerate(self.mix.names):
+            rows = source == j
+            if rows.any():
+                out[name] = int(self.mix.sources[name].update_priorities(keys[rows], p[rows]))
+        return out
 
 
 def _ray() -> Any:
