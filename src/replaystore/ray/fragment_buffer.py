@@ -90,6 +90,9 @@ class FragmentBufferConfig:
         journal_reserve: bytes the journal keeps allocated ahead, so fetches and releases can be
             recorded on a full disk; new fragments are refused when it cannot be kept.
         journal_map_size: LMDB map size of the journal, bytes.
+        staleness_end: which end of a chunk's version range (its fragments' oldest and newest
+            versions: a stream that continued across a weight update) decides its staleness:
+            ``"min"`` (MineStudio's, the default) or ``"max"``.
     """
 
     max_chunks: int
@@ -112,12 +115,15 @@ class FragmentBufferConfig:
     shrink_threshold: int | None = 1 << 20
     journal_reserve: int = 8 << 20
     journal_map_size: int = 1 << 32
+    staleness_end: str = "min"
 
     def __post_init__(self) -> None:
         if self.max_chunks < 1 or self.max_reuse < 1 or self.fragments_per_chunk < 1:
             raise ValueError("max_chunks, max_reuse and fragments_per_chunk must be >= 1")
         if self.max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0, got {self.max_staleness}")
+        if self.staleness_end not in ("min", "max"):
+            raise ValueError(f"staleness_end must be 'min' or 'max', got {self.staleness_end!r}")
         if self.lease_ttl is not None and not self.lease_ttl > 0:
             raise ValueError(f"lease_ttl must be > 0 or None, got {self.lease_ttl}")
         self.path = os.path.abspath(self.path)
@@ -152,6 +158,12 @@ class Chunk:
         """JSON-able form for the journal."""
         return {"chunk_id": self.chunk_id, "fragments": [list(f) for f in self.fragments],
                 "version": self.version, "session": self.session, "use_count": self.use_count}
+
+    @property
+    def versions(self) -> tuple[int, int]:
+        """``(oldest, newest)`` version of its fragments (a chunk can span a weight update)."""
+        vs = [f.version for f in self.fragments]
+        return min(vs), max(vs)
 
     @classmethod
     def from_json(cls, d: dict) -> "Chunk":
@@ -276,6 +288,22 @@ class FragmentBuffer:
         self._reset()
         self._restore(self.journal.load(), restart=False)
 
+    def _end(self, chunk: Chunk) -> int:
+        """The version that decides a chunk's staleness (``staleness_end``)."""
+        return chunk.version if self.config.staleness_end == "min" else chunk.versions[1]
+
+    def _partial_stale(self, partial: list[FragmentRef], head_only: bool) -> bool:
+        """Whether a partial chunk's head fragment (or, ``head_only=False``, any part) must go.
+
+        With ``staleness_end="max"`` a partial chunk is stale only when its newest fragment is.
+        """
+        if self.config.staleness_end == "min":
+            if head_only:
+                return self._is_stale(partial[0].version, partial[0].session)
+            return any(self._is_stale(f.version, f.session) for f in partial)
+        newest = max(f.version for f in partial)
+        return partial[0].session != self.session or self._is_stale(newest, partial[0].session)
+
     def _is_stale(self, version: int, session: str) -> bool:
         return session != self.session or self.version - version > self.config.max_staleness
 
@@ -326,7 +354,7 @@ class FragmentBuffer:
         puts[STREAM + stream] = [seq, now]
         self.counters["fragments_added"] += 1
         status = "pending"
-        while st.partial and self._is_stale(st.partial[0].version, st.partial[0].session):
+        while st.partial and self._partial_stale(st.partial, head_only=True):
             old = st.partial.pop(0)
             self.counters["fragments_dropped_stale"] += 1
             self._free([old.fragment_id])
@@ -354,14 +382,14 @@ class FragmentBuffer:
         """Admit a complete chunk (evicting the oldest when full); return journal deletes."""
         self.counters["chunks_formed"] += 1
         deletes: list[str] = []
-        if self._is_stale(chunk.version, chunk.session):  # admission first, then eviction
+        if self._is_stale(self._end(chunk), chunk.session):  # admission first, then eviction
             self.counters["chunks_dropped_stale"] += 1
             self._left_reuse.append(0)
             self._free([f.fragment_id for f in chunk.fragments])
             return deletes
         while len(self._chunks) >= self.config.max_chunks:
             deletes.append(self._remove_chunk(next(iter(self._chunks)), "chunks_evicted"))
-        key = self.table.add(chunk, version=chunk.version)
+        key = self.table.add(chunk, version=self._end(chunk))
         self._chunks[key] = chunk
         puts[chunk_key(chunk.chunk_id)] = chunk.to_json()
         return deletes
@@ -382,7 +410,7 @@ class FragmentBuffer:
         Returns the number of chunks dropped (not only those at the head of the queue).
         """
         self.session, self.version = str(session), int(version)
-        stale = [k for k, ch in self._chunks.items() if self._is_stale(ch.version, ch.session)]
+        stale = [k for k, ch in self._chunks.items() if self._is_stale(self._end(ch), ch.session)]
         deletes = [self._remove_chunk(k, "chunks_dropped_stale") for k in stale]
         self.table.set_version(self.version)
         deletes += self._expire_partials(time.time() if now is None else now)
@@ -395,7 +423,7 @@ class FragmentBuffer:
         for name in list(self._streams):
             st = self._streams[name]
             if st.partial:
-                stale = any(self._is_stale(f.version, f.session) for f in st.partial)
+                stale = self._partial_stale(st.partial, head_only=False)
                 old = max_age is not None and now - st.last_seen > max_age
                 if stale or old:
                     self.counters["partials_expired"] += 1
@@ -485,7 +513,7 @@ class FragmentBuffer:
         lease = Lease(uuid.uuid4().hex, client, records, None if ttl is None else now + ttl)
         self.refs.incref([r.fragment_id for r in records])  # before retirement drops the chunks' refs
         for key in retire:
-            self._left_staleness.append(self.version - self._chunks[key].version)
+            self._left_staleness.append(self.version - self._end(self._chunks[key]))
             deletes.append(self._remove_chunk(key, "chunks_retired"))
         if client is not None:
             previous = self._client_lease.get(client)
@@ -642,7 +670,7 @@ class FragmentBuffer:
         for d in saved["chunks"]:
             chunk = Chunk.from_json(d)
             self.refs.incref([f.fragment_id for f in chunk.fragments])
-            key = self.table.add(chunk, version=chunk.version)
+            key = self.table.add(chunk, version=self._end(chunk))
             if key < 0:  # cannot happen with a consistent journal; keep the books straight anyway
                 self._free([f.fragment_id for f in chunk.fragments])
                 continue
