@@ -262,6 +262,11 @@ def main() -> None:
             f"{gen / wall:.1f}", f"{trained / wall:.1f}", f"{wall:.1f}")))
     print()
     print("trained staleness histograms:", {m: r[0]["trained_staleness"] for m, r in results.items()})
+    for mode, r in results.items():
+        if "budget" in r[0]:
+            b = r[0]["budget"]
+            print(f"[{mode}] producers waited {b['producer_wait_s']:.1f} s in total for admission "
+                  f"({b['acquired']} tickets)")
     print("learning curves (step, greedy reward short, long):")
     for mode, r in results.items():
         print(f"  {mode}: " + ", ".join(f"({st}, {a:.2f}, {b:.2f})" for st, a, b in r[4]))

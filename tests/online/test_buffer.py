@@ -79,6 +79,7 @@ def test_bad_input_raises_named_errors_and_changes_nothing():
         lambda: buf.add("y", group=t, group_size=9),  # larger than the buffer
         lambda: buf.add("y", group=t, group_size=0),
         lambda: buf.add("y", group=12345),  # never acquired
+        lambda: buf.add("y", group=[t]),  # not hashable
         lambda: buf.add("y"),  # pacing needs a ticket
         lambda: buf.sample(0),
         lambda: buf.sample(-2),

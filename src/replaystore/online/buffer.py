@@ -335,6 +335,11 @@ class RolloutBuffer:
             if length is None:
                 length = len(data) if hasattr(data, "__len__") else 1
             length = check_int(length, "length")
+            if group is not None:
+                try:
+                    hash(group)
+                except TypeError:
+                    raise InvalidRequest(f"a group id must be hashable, got {type(group).__name__}") from None
             self._expire(self._clock())
             g = self._pending.get(group) if group is not None else None
             if self.budget is not None:
