@@ -410,3 +410,89 @@ def test_fifo_batch_larger_than_capacity_keeps_the_newest_steps_in_place():
     assert (t.sample_sequences(8, 20).data["id"] == np.arange(30, 50)).all()
     t.add_step(step(50), stream=0)
     assert (t.sample_sequences(8, 20).data["id"] == np.arange(31, 51)).all()
+
+
+# -- prioritized sequences ---------------------------------------------------------------------------
+def prio_table(capacity=200, length=4, burn_in=1, **kw):
+    return rs.Table(capacity, sampler=rs.Prioritized(alpha=1.0, beta=1.0), seed=0,
+                    episodes=rs.Episodes(sequence_length=length + burn_in, burn_in=burn_in,
+                                         next_obs_field="next_obs"), **kw)
+
+
+def valid_keys(t, width, burn_in):
+    return set(t._index.key_of_slot[exact_valid_starts(t._episodes, width, burn_in)].tolist())
+
+
+def test_prioritized_sequences_give_zero_mass_to_invalid_starts_and_exact_probabilities():
+    t = prio_table()
+    rng = np.random.default_rng(0)
+    for i in range(12):
+        n = int(rng.integers(2, 10))
+        t.add_episode(steps(np.arange(n) + 100 * i), stream=i % 3, priorities=rng.uniform(0.5, 4.0, n))
+    t.extend_steps(steps([5000, 5001, 5002]), streams=7)  # open episode: 3 steps, no valid start yet
+    valid = valid_keys(t, 5, 1)
+    assert valid == set(t._index.key_of_slot[t._episodes.validity.valid.contents()].tolist())
+    keys = t.keys()
+    prio = t.info(keys)["priorities"]
+    mass = np.where(np.isin(keys, list(valid)), prio, 0.0)
+    p = dict(zip(keys.tolist(), mass / mass.sum()))
+    draws = 20000
+    s = t.sample_sequences(draws, 4, burn_in=1)
+    assert set(s.keys.tolist()) <= valid
+    np.testing.assert_allclose(s.probabilities, [p[k] for k in s.keys.tolist()])
+    pmin = min(v for v in p.values() if v > 0)
+    np.testing.assert_allclose(s.weights, (s.probabilities / pmin) ** -1.0)
+    counts = {k: 0 for k in valid}
+    for k in s.keys.tolist():
+        counts[k] += 1
+    for k, c in counts.items():
+        sd = np.sqrt(draws * p[k] * (1 - p[k]))
+        assert abs(c - draws * p[k]) < 5 * sd + 1e-9
+    # the user's priority of an invalid start is kept aside and restored when it becomes valid
+    t.update_priorities(t.keys()[-3:], [50.0, 50.0, 50.0])  # the open episode's steps: still invalid
+    assert t.info(t.keys()[-3:])["priorities"].tolist() == [50.0] * 3
+    assert not np.isin(t.sample_sequences(500, 4, burn_in=1).keys, t.keys()[-3:]).any()
+    t.extend_steps(steps([5003, 5004]), streams=7)  # now id 5001 (after 1 burn-in step) starts a window
+    k5001 = int(t.keys()[-4])
+    s = t.sample_sequences(2000, 4, burn_in=1)
+    assert (s.keys == k5001).mean() > 0.2  # priority 50 against a total of ~ 50 + 60
+    assert (s.data["id"][s.keys == k5001] == np.arange(5000, 5005)).all()
+
+
+def test_prioritized_sequences_follow_eviction_and_deletes():
+    t = prio_table(capacity=30, length=3, burn_in=0)
+    for i in range(10):
+        t.add_episode(steps(np.arange(6) + 10 * i), stream=0, priorities=np.full(6, 1.0 + i))
+        assert valid_keys(t, 3, 0) == set(t._index.key_of_slot[t._episodes.validity.valid.contents()].tolist())
+    victim = int(t.keys()[-2])
+    t.delete([victim])
+    assert valid_keys(t, 3, 0) == set(t._index.key_of_slot[t._episodes.validity.valid.contents()].tolist())
+    s = t.sample_sequences(3000, 3)
+    assert not (s.step_keys == victim).any()
+    assert s.data["id"].min() >= 40  # the evicted episodes are gone
+
+
+def test_prioritized_sequences_refuse_other_windows_and_all_zero_falls_back_to_uniform():
+    t = prio_table(length=4, burn_in=1)
+    t.add_episode(steps(np.arange(8)), stream=0)
+    with pytest.raises(rs.EpisodeError, match="sequence_length=5"):
+        t.sample_sequences(2, 5)
+    with pytest.raises(rs.EpisodeError, match="sequence_length=5"):
+        t.sample_sequences(2, 4, burn_in=1, mode="padded")
+    t.update_priorities(t.keys(), np.zeros(8))
+    s = t.sample_sequences(400, 4, burn_in=1)
+    assert set(s.data["id"][:, 1].tolist()) == {1, 2, 3, 4}
+    np.testing.assert_allclose(s.probabilities, 1 / 4)
+    plain = rs.Table(10, sampler=rs.Prioritized(), episodes=rs.Episodes())
+    plain.add_step(step(0))
+    with pytest.raises(rs.EpisodeError, match="sequence_length"):
+        plain.sample_sequences(1, 1)
+
+
+def test_uniform_with_a_tracked_window_is_exact():
+    t = rs.Table(100, seed=0, episodes=rs.Episodes(sequence_length=3))
+    t.add_episode(steps(np.arange(5)), stream=0)
+    t.add_episode(steps(np.arange(10, 12)), stream=1)
+    s = t.sample_sequences(300, 3)
+    np.testing.assert_allclose(s.probabilities, 1 / 3)
+    assert set(s.data["id"][:, 0].tolist()) == {0, 1, 2}

@@ -125,11 +125,15 @@ class Ref:
 
 
 class EpisodeMachine(RuleBasedStateMachine):
-    @initialize(has_next=st.booleans(), mts=st.sampled_from([0, 0, 3]))
-    def setup(self, has_next, mts):
+    @initialize(has_next=st.booleans(), mts=st.sampled_from([0, 0, 3]), prio=st.booleans())
+    def setup(self, has_next, mts, prio):
         self.has_next = has_next
-        self.t = rs.Table(CAP, episodes=rs.Episodes(next_obs_field="next_obs" if has_next else None),
-                          max_staleness=1, max_times_sampled=mts, seed=0)
+        self.prio = prio
+        # with prio: prioritized sequences of a fixed window (3 steps, 1 of burn-in)
+        sampler = rs.Prioritized(alpha=1.0) if prio else None
+        ep = rs.Episodes(next_obs_field="next_obs" if has_next else None,
+                         sequence_length=3 if prio else None, burn_in=1 if prio else 0)
+        self.t = rs.Table(CAP, sampler=sampler, episodes=ep, max_staleness=1, max_times_sampled=mts, seed=0)
         self.t._episodes.ring_cap = 1 << 30  # never detach in this model (detaching is tested elsewhere)
         self.ref = Ref()
         self.next_id = 0
@@ -148,7 +152,7 @@ class EpisodeMachine(RuleBasedStateMachine):
         trunc = [r[2] and r[3] % 3 == 0 for r in rows]
         data = self._data(len(rows), [r[3] for r in rows])
         keys = self.t.extend_steps(data, streams=[r[0] for r in rows], terminated=term, truncated=trunc,
-                                   version=versions)
+                                   version=versions, priorities=[1.0 + abs(r[3]) for r in rows])
         assert ((keys == -1) == np.asarray(stale)).all()
         self.ref.write([(r[0], a, b, r[3]) for r, a, b in zip(rows, term, trunc)], keys.tolist())
 
@@ -186,10 +190,18 @@ class EpisodeMachine(RuleBasedStateMachine):
     def bump_version(self):
         self.t.set_version(self.t.version + 1)
 
+    @rule(seed=st.integers(0, 100))
+    def reprioritize(self, seed):
+        keys = self.t.keys()
+        if len(keys):
+            self.t.update_priorities(keys, np.random.default_rng(seed).uniform(0.5, 2.0, len(keys)))
+
     @rule(length=st.integers(1, 3))
     def sample(self, length):
+        if self.prio:
+            length = 2  # the table's window: 1 burn-in + 2
         try:
-            self.t.sample_sequences(2, length, timeout=0)
+            self.t.sample_sequences(2, length, burn_in=1 if self.prio else 0, timeout=0)
         except (rs.NoValidSequence, rs.Timeout):
             pass
 
@@ -229,6 +241,14 @@ class EpisodeMachine(RuleBasedStateMachine):
                 assert abs(got_ret - ret) < 1e-9
                 assert t._index.key_of_slot[boot[i]] == bkey
                 assert obs_or_next[boot[i]] == obs_or_next[t._index.lookup([bkey])[0]]
+        # tracked window (prioritized): valid set, and tree mass = priority exactly on valid starts
+        if self.prio:
+            val = idx.validity
+            got = set(t._index.key_of_slot[val.valid.contents()].tolist())
+            assert got == ref.valid_starts(3, 1)
+            leaves = t.sampler._sum[slots + len(t.sampler._sum) // 2]
+            want = np.where(np.isin(live_keys, list(got)), t._priority[slots], 0.0)
+            np.testing.assert_allclose(leaves, want)
         # complete episodes
         ids, bounds, eslots = complete_episodes(idx)
         got = {tuple(t._index.key_of_slot[eslots[bounds[i]:bounds[i + 1]]].tolist()) for i in range(len(ids))}

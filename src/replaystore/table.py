@@ -977,6 +977,13 @@ def _make_episode_index(episodes: Episodes, table: Table) -> EpisodeIndex:
     shared = table.sampler._set if type(table.sampler) is Uniform else None
     index = EpisodeIndex(episodes, shared)
     index.bind(table.capacity, table.rng)
+    if episodes.sequence_length is not None:
+        from .episodes.validity import StartValidity
+        from .samplers import Prioritized
+
+        prioritized = table.sampler if isinstance(table.sampler, Prioritized) else None
+        index.validity = StartValidity(index, episodes.sequence_length, episodes.burn_in, prioritized,
+                                       lambda: table._priority)
     return index
 
 

@@ -246,7 +246,7 @@ class EpisodeIndex(Selector):
             self.live.add(slots)
         self.generation += 1
         if self.validity is not None:
-            self.validity.on_insert(slots)
+            self.validity.on_insert(slots, priorities)
 
     def remove(self, slots: np.ndarray) -> None:
         """Forget steps (their ring entries become stale by themselves)."""
