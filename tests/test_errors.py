@@ -118,7 +118,19 @@ CONFIG_CALLS = [
     ("selector type", rs.InvalidArgument, lambda: selector_from_config({"type": "Nope"})),
     ("limiter type", rs.InvalidArgument, lambda: limiter_from_config({"type": "Nope"})),
     ("iterate prefetch", rs.InvalidArgument, lambda: rs.Table(4).iterate(2, prefetch=0)),
+    ("fragment buffer chunks", rs.InvalidArgument, lambda: _fragment_config(max_chunks=0)),
+    ("fragment buffer lease_ttl", rs.InvalidArgument, lambda: _fragment_config(lease_ttl=0)),
+    ("frame ring too small", rs.InvalidArgument,
+     lambda: rs.Table(4, storage=rs.FrameStackStorage(4, "obs", "next_obs", frame_capacity=3)).extend(
+         {"obs": np.zeros((1, 4, 2), np.float32), "next_obs": np.zeros((1, 4, 2), np.float32),
+          "done": np.zeros(1, bool)})),
 ]
+
+
+def _fragment_config(**kw):
+    from replaystore.ray.fragment_buffer import FragmentBufferConfig
+
+    return FragmentBufferConfig(**{"max_chunks": 4, "max_staleness": 1, "max_reuse": 2, **kw})
 
 
 @pytest.mark.parametrize("name, error, call", CONFIG_CALLS, ids=[c[0] for c in CONFIG_CALLS])

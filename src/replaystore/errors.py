@@ -116,6 +116,8 @@ class UnknownTicket(KeyNotFound):
 
 class WalCorrupt(CheckpointError):
     """A write-ahead log holds a corrupted record that is not a torn tail (see ``replaystore.ray.wal``)."""
+
+
 class EpisodeError(InvalidArgument):
     """Bad use of a table's episode structure.
 
@@ -133,3 +135,7 @@ class NoValidSequence(EpisodeError):
 
     In strict mode: ``length`` is longer than every stored run of consecutive steps of one episode.
     """
+
+
+class InvalidState(ReplayError, RuntimeError):
+    """A call that needs a set-up step first (e.g. an SB3 HER buffer sampled before ``set_env``)."""

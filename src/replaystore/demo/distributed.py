@@ -50,6 +50,7 @@ from replaystore import ray as rsr  # does not import Ray
 from replaystore.items import Sample
 from replaystore.ray._runtime import get as ray_get
 
+from ..errors import InvalidArgument
 from .config import DemoConfig
 
 _ACTOR_FIELD = "actor"  # extra field of each transition: the index of the actor that wrote it
@@ -98,18 +99,19 @@ class DistributedConfig:
         for name in ("actors", "sync_every", "write_batch", "publish_every", "chunk", "slack", "batches_per_call",
                      "num_cpus"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise InvalidArgument(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.samples_per_insert is not None and not self.samples_per_insert > 0:
-            raise ValueError(f"samples_per_insert must be > 0, got {self.samples_per_insert}")
+            raise InvalidArgument(f"samples_per_insert must be > 0, got {self.samples_per_insert}")
 
     def check(self, config: DemoConfig) -> None:
-        """Raise ``ValueError`` if the rate limiter could never let a write or a sample through."""
+        """Raise :class:`InvalidArgument` (a ``ValueError``) if a write or a sample could never pass."""
         if self.write_batch > 2 * self.slack:
-            raise ValueError(f"write_batch ({self.write_batch}) must be <= 2 * slack ({2 * self.slack}): "
-                             "a larger insert never fits the rate limiter's window")
+            raise InvalidArgument(f"write_batch ({self.write_batch}) must be <= 2 * slack ({2 * self.slack}): "
+                                  "a larger insert never fits the rate limiter's window")
         if config.batch_size * self.batches_per_call > 2 * self.spi(config) * self.slack:
-            raise ValueError(f"a sample of batch_size * batches_per_call = {config.batch_size * self.batches_per_call} "
-                             f"items never fits the rate limiter's window (2 * spi * slack)")
+            n = config.batch_size * self.batches_per_call
+            raise InvalidArgument(f"a sample of batch_size * batches_per_call = {n} "
+                                  "items never fits the rate limiter's window (2 * spi * slack)")
 
     def spi(self, config: DemoConfig) -> float:
         """The rate limiter's samples per insert."""

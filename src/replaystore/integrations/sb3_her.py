@@ -34,7 +34,7 @@ from stable_baselines3.common.type_aliases import DictReplayBufferSamples
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 from stable_baselines3.her.her_replay_buffer import HerReplayBuffer
 
-from ..errors import SpecError
+from ..errors import InvalidArgument, InvalidState, SpecError
 from ..her import HindsightReplay
 
 __all__ = ["ReplaystoreHerReplayBuffer"]
@@ -75,7 +75,7 @@ class ReplaystoreHerReplayBuffer(HerReplayBuffer):
         seed: int | None = None,
     ) -> None:
         if optimize_memory_usage:
-            raise ValueError("ReplaystoreHerReplayBuffer does not support optimize_memory_usage=True")
+            raise InvalidArgument("ReplaystoreHerReplayBuffer does not support optimize_memory_usage=True")
         if not isinstance(observation_space, spaces.Dict) or not {"achieved_goal", "desired_goal"} <= set(
             observation_space.spaces
         ):
@@ -154,7 +154,7 @@ class ReplaystoreHerReplayBuffer(HerReplayBuffer):
 
     def _compute_reward(self, achieved: np.ndarray, desired: np.ndarray, infos: Any) -> np.ndarray:
         if self.env is None:
-            raise RuntimeError("set_env() must be called before sampling (it computes the HER rewards)")
+            raise InvalidState("set_env() must be called before sampling (it computes the HER rewards)")
         return np.asarray(self.env.env_method("compute_reward", achieved, desired, infos, indices=[0])[0],
                           np.float32)
 

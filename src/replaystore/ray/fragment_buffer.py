@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import KeyNotFound, StorageError
+from ..errors import InvalidArgument, KeyNotFound, StorageError
 from ..limiters import MinSize
 from ..samplers import Fifo
 from ..storage.fragments import FragmentStore, RefCounts, fragment_age
@@ -119,13 +119,13 @@ class FragmentBufferConfig:
 
     def __post_init__(self) -> None:
         if self.max_chunks < 1 or self.max_reuse < 1 or self.fragments_per_chunk < 1:
-            raise ValueError("max_chunks, max_reuse and fragments_per_chunk must be >= 1")
+            raise InvalidArgument("max_chunks, max_reuse and fragments_per_chunk must be >= 1")
         if self.max_staleness < 0:
-            raise ValueError(f"max_staleness must be >= 0, got {self.max_staleness}")
+            raise InvalidArgument(f"max_staleness must be >= 0, got {self.max_staleness}")
         if self.staleness_end not in ("min", "max"):
-            raise ValueError(f"staleness_end must be 'min' or 'max', got {self.staleness_end!r}")
+            raise InvalidArgument(f"staleness_end must be 'min' or 'max', got {self.staleness_end!r}")
         if self.lease_ttl is not None and not self.lease_ttl > 0:
-            raise ValueError(f"lease_ttl must be > 0 or None, got {self.lease_ttl}")
+            raise InvalidArgument(f"lease_ttl must be > 0 or None, got {self.lease_ttl}")
         self.path = os.path.abspath(self.path)
 
     def open_store(self) -> FragmentStore:
@@ -474,11 +474,11 @@ class FragmentBuffer:
         """How many chunks a fetch of ``num_fragments`` takes; ``ValueError`` if impossible."""
         fpc = self.config.fragments_per_chunk
         if num_fragments < 1 or num_fragments % fpc:
-            raise ValueError(f"num_fragments must be a positive multiple of fragments_per_chunk={fpc}, "
+            raise InvalidArgument(f"num_fragments must be a positive multiple of fragments_per_chunk={fpc}, "
                              f"got {num_fragments}")
         n = num_fragments // fpc
         if n > self.config.max_chunks:
-            raise ValueError(f"a fetch of {n} chunks can never be served by max_chunks={self.config.max_chunks}")
+            raise InvalidArgument(f"a fetch of {n} chunks can never be served by max_chunks={self.config.max_chunks}")
         return n
 
     def fetch(self, num_fragments: int, client: str | None = None, now: float | None = None) -> Lease:
@@ -497,7 +497,8 @@ class FragmentBuffer:
         ttl = self.config.lease_ttl
         n = self.chunks_for(num_fragments)
         if n > len(self._chunks):
-            raise ValueError(f"a fetch of {n} chunks needs at least {n} chunks, the buffer holds {len(self._chunks)}")
+            raise InvalidArgument(f"a fetch of {n} chunks needs at least {n} chunks, "
+                                  f"the buffer holds {len(self._chunks)}")
         sample = self.table.sample(n, timeout=0)
         records: list[FragmentRef] = []
         puts: dict[str, Any] = {}

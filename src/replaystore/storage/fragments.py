@@ -40,7 +40,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ..errors import Closed, DiskFull, KeyNotFound, StorageError
+from ..errors import Closed, DiskFull, InvalidArgument, KeyNotFound, StorageError
 from .diskspace import allocated_bytes, lmdb_write_error, reserve
 
 try:  # lmdb is an optional dependency (the [lmdb] extra)
@@ -319,7 +319,7 @@ class FragmentStore:
         if lmdb is None:
             raise ImportError("FragmentStore needs the lmdb package: pip install 'replaystore[lmdb]'")
         if int(num_shards) < 1:
-            raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+            raise InvalidArgument(f"num_shards must be >= 1, got {num_shards}")
         self.path = os.path.abspath(os.fspath(path))
         self.num_shards = int(num_shards)
         self.map_size = int(map_size)
@@ -360,7 +360,7 @@ class FragmentStore:
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise StorageError(f"{file} is unreadable: {e}", file, None) from None
         if writemap is not None and bool(writemap) != recorded:
-            raise ValueError(f"the store at {self.path} was created with writemap={recorded}; "
+            raise InvalidArgument(f"the store at {self.path} was created with writemap={recorded}; "
                              f"every process must open it the same way (got writemap={writemap})")
         return recorded
 
