@@ -67,6 +67,8 @@ VERSION = 2  # 2: manifest.sha256, fsync'd files, recoverable side copies; 1 (re
 MANIFEST = "manifest.json"
 CHECKSUM = "manifest.sha256"
 _META = {"keys": np.int64, "priorities": np.float64, "times_sampled": np.int64, "versions": np.int64}
+# per-step episode structure of an episodic table (see replaystore.episodes.index)
+_EPISODE_ROWS = {"stream": np.int64, "t": np.int64, "episode": np.int64, "pos": np.int64, "flags": np.uint8}
 _KINDS = ("columns", "memmap", "frames", "compressed", "objects")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -166,6 +168,7 @@ def save_table(table: "Table", path: str | os.PathLike) -> None:
             "versions": table._version[slots].copy(),
         }
         payload = table.storage.export(slots)
+        episodes = None if table._episodes is None else table._episodes.export_rows(slots)
         manifest = {
             "format": FORMAT,
             "version": VERSION,
@@ -192,6 +195,9 @@ def save_table(table: "Table", path: str | os.PathLike) -> None:
             "rate_limiter": {"config": table.rate_limiter.config(), "state": table.rate_limiter.state()},
             "size": len(slots),
         }
+        if episodes is not None:
+            manifest["episodes"] = {"config": table._episodes.options.config(),
+                                    "streams": table._episodes.export_streams()}
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise InvalidArgument(f"cannot save a checkpoint to {path}: it exists and is not a directory")
     if path.is_dir() and not (path / MANIFEST).exists() and any(path.iterdir()):
@@ -207,6 +213,9 @@ def save_table(table: "Table", path: str | os.PathLike) -> None:
         files: dict[str, dict] = {}
         for name, arr in meta.items():
             fname = f"meta_{name}.npy"
+            files[fname] = _write_file(tmp / fname, lambda f, a=arr: np.save(f, a, allow_pickle=False))
+        for name, arr in (episodes or {}).items():
+            fname = f"episodes_{name}.npy"
             files[fname] = _write_file(tmp / fname, lambda f, a=arr: np.save(f, a, allow_pickle=False))
         if isinstance(table.storage, ObjectStorage):
             files["objects.pkl"] = _write_file(
@@ -343,6 +352,8 @@ def _read_manifest(path: Path) -> dict:
             raise CheckpointError(f"{f} is corrupted: its SHA-256 does not match the manifest")
     # every file the loader will open must be one of the verified ones
     needed = [f"meta_{n}.npy" for n in _META]
+    if "episodes" in manifest:
+        needed += [f"episodes_{n}.npy" for n in _EPISODE_ROWS]
     if manifest["storage"]["kind"] == "objects":
         needed.append("objects.pkl")
     else:
@@ -545,7 +556,16 @@ def _build(path: Path, m: dict, allow_pickle: bool, memmap_dir: Path | None) -> 
             field = flat[col]
             _check_array(arr, fname, field["dtype"], (n, *field["shape"]))
             payload[col] = arr
+    episodes = None
+    if "episodes" in m:
+        meta["episodes"] = {name: _load_npy(path, f"episodes_{name}.npy") for name in _EPISODE_ROWS}
+        for name, dtype in _EPISODE_ROWS.items():
+            _check_array(meta["episodes"][name], f"episodes_{name}.npy", dtype, (n,))
     try:
+        if "episodes" in m:
+            from .episodes import Episodes
+
+            episodes = Episodes(**_field(_field(m, "episodes", dict, ""), "config", dict, "episodes"))
         storage = _make_storage(desc, capacity, memmap_dir)
         table = Table(
             capacity,
@@ -558,6 +578,7 @@ def _build(path: Path, m: dict, allow_pickle: bool, memmap_dir: Path | None) -> 
             seed=t["seed"],
             default_timeout=t["default_timeout"],
             name=t["name"],
+            episodes=episodes,
         )
     except (ReplayError, KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: manifest has an invalid table configuration: {e}") from None

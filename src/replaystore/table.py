@@ -910,8 +910,14 @@ class Table:
             self._priority[slots] = meta["priorities"]
             self._times_sampled[slots] = meta["times_sampled"]
             self._version[slots] = meta["versions"]
-            for sel in self._selectors:
-                sel.insert(slots, keys, self._priority[slots])
+            if self._episodes is not None:  # the steps' streams and positions, validated
+                self._episodes.begin_restore(meta["episodes"], manifest["episodes"]["streams"])
+            try:
+                for sel in self._selectors:
+                    sel.insert(slots, keys, self._priority[slots])
+            finally:
+                if self._episodes is not None:
+                    self._episodes.end()
             self._size = n
             slot_of_key = dict(zip(keys.tolist(), slots.tolist()))
             self.sampler.import_state(manifest["sampler"]["state"], slot_of_key)

@@ -241,7 +241,11 @@ class EpisodeIndex(Selector):
         self.episode_of[slots] = eps
         self.pos_of[slots] = pos
         self.flags[slots] = flags
-        self._ring_put(slots, streams, ts)
+        if plan.rows is not None:  # restored steps that were detached stay detached
+            on = ts >= 0
+            self._ring_put(slots[on], streams[on], ts[on])
+        else:
+            self._ring_put(slots, streams, ts)
         if self._own_live:
             self.live.add(slots)
         self.generation += 1
@@ -381,14 +385,38 @@ class EpisodeIndex(Selector):
             "next_episode": int(self.next_episode),
         }
 
-    def import_streams(self, state: dict) -> None:
-        """Restore :meth:`export_streams` output (before the rows are re-inserted)."""
-        ids = np.asarray(state["ids"], dtype=np.int64)
+    def begin_restore(self, rows: dict[str, np.ndarray], streams: dict) -> None:
+        """Check and register checkpointed steps for the table's next insert, which re-inserts them.
+
+        ``rows`` and ``streams`` come from :meth:`export_rows` and :meth:`export_streams` through a
+        checkpoint (untrusted): raises ``ValueError`` on inconsistent input before changing anything.
+        """
+        st, t, ep, pos, fl = (np.asarray(rows[k]) for k in ("stream", "t", "episode", "pos", "flags"))
+        ids = np.asarray(streams["ids"], dtype=np.int64)
+        nxt, cur_ep, cur_pos = (np.asarray(streams[k], dtype=np.int64) for k in ("next_t", "cur_ep", "cur_pos"))
+        next_episode = int(streams["next_episode"])
+        limit = self.options.stream_limit
+        if not (ids.ndim == 1 and nxt.shape == cur_ep.shape == cur_pos.shape == ids.shape):
+            raise ValueError("episode stream state has inconsistent lengths")
+        if len(ids) and (ids.min() < 0 or ids.max() >= limit or len(np.unique(ids)) != len(ids)
+                         or (nxt < 1).any() or (cur_pos < 0).any() or (cur_ep >= next_episode).any()):
+            raise ValueError("episode stream state is out of range")
+        if len(st):
+            if st.min() < 0 or st.max() >= limit or not np.isin(st, ids).all():
+                raise ValueError("a step names a stream the stream state does not know")
+            if t.min() < -1 or ep.min() < 0 or ep.max() >= next_episode or pos.min() < 0 or fl.max() > 3:
+                raise ValueError("step positions, episode ids or flags are out of range")
+            top = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+            np.maximum.at(top, st, t)
+            if (top[ids] >= nxt).any():
+                raise ValueError("a step's position is not below its stream's next position")
         if len(ids):
-            top = int(ids.max())
-            if top >= self.n_streams:
-                self._streams_alloc(_pow2_at_least(top + 1))
-            self.next_t[ids] = state["next_t"]
-            self.cur_ep[ids] = state["cur_ep"]
-            self.cur_pos[ids] = state["cur_pos"]
-        self.next_episode = int(state["next_episode"])
+            top_id = int(ids.max())
+            if top_id >= self.n_streams:
+                self._streams_alloc(_pow2_at_least(top_id + 1))
+            self.next_t[ids], self.cur_ep[ids], self.cur_pos[ids] = nxt, cur_ep, cur_pos
+        self.next_episode = next_episode
+        plan = StepPlan(st.astype(np.int64), np.zeros(len(st), bool), np.zeros(len(st), bool),
+                        rows=(st.astype(np.int64), t.astype(np.int64), ep.astype(np.int64),
+                              pos.astype(np.int64), fl.astype(np.uint8)))
+        self._pending[threading.get_ident()] = plan
