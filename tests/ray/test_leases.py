@@ -1,11 +1,18 @@
-"""Leases expire: a fetch's lease whose holder stopped renewing is released and counted.
+"""Faults of the fragment service: leases whose holder died, and a full disk.
 
-The buffer logic first (explicit clocks, no Ray), then the service on a real local Ray instance:
-a trainer actor that fetches and is killed with ``ray.kill``, and a live holder that keeps renewing.
+Leases expire: a fetch's lease whose holder stopped renewing is released and counted. The buffer
+logic first (explicit clocks, no Ray), then the service on a real local Ray instance: a trainer
+actor that fetches and is killed with ``ray.kill``, and a live holder that keeps renewing.
+
+Full disk (a real tmpfs): producers write until the disk is full and get ``rs.DiskFull`` (from the
+store, or from the service refusing to acknowledge what its journal cannot record); the service
+keeps answering fetches, releases and version updates, and accepts writes again once space is back.
+One ``ray.init`` serves the whole module.
 """
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import numpy as np
@@ -173,3 +180,60 @@ def test_live_holder_keeps_its_lease_by_renewing(ray_local, service):
         assert st["leases"] == 1 and st["leases_expired"] == 0 and st["lease_renewals"] >= 4
         assert all(fc.load(r.fragment_id)["obs"][0] == r.seq for r in fetch.records)
     wait_for(lambda: fc.stats()["leases_expired"] == 1, 20, "the lease to expire once renewals stop")
+
+
+# -- the service on a full disk --------------------------------------------------------------------------
+@pytest.fixture
+def tmpfs(tmp_path):
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}): needs root")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_service_on_a_full_disk(ray_local, tmpfs):
+    from replaystore import ray as rsr
+
+    cfg = FragmentBufferConfig(max_chunks=1000, max_staleness=10_000, max_reuse=1000, fragments_per_chunk=1,
+                               path=str(tmpfs / "store"), num_shards=1, seed=0, lease_ttl=None,
+                               journal_reserve=128 << 10)
+    client = rsr.serve(name="full-disk", fragments=cfg, housekeeping_period=0)
+    try:
+        fc = client.fragments
+        fc.update_model_version(S, 0)
+        acked = []
+        with pytest.raises(rs.DiskFull) as info:
+            for seq in range(1000):
+                acked.append(fc.write({"seq": seq, "obs": np.full(150_000, seq % 251, np.uint8)}, "env", seq, 0, S))
+        assert info.value.errno == 28 and info.value.path.startswith(str(tmpfs))
+        assert len(acked) >= 5
+        # the journal's reserve still records acknowledgements of payloads already stored ...
+        assert fc.stats()["replay_buffer_size_chunks"] == len(acked)
+        # ... until it cannot be kept: then the service refuses (DiskFull through Ray), never acknowledges
+        with pytest.raises(rs.DiskFull, match="journal"):
+            for seq in range(len(acked), len(acked) + 5000):
+                fc.add(f"no-payload-{seq:05d}-{'x' * 300}", "meta-only", seq, 0, S)
+        st = fc.stats()
+        assert st["journal_low_space"] is True
+        n_chunks = st["replay_buffer_size_chunks"]
+        # the service keeps serving: ping, stats, fetch (recorded from the reserve), loads, release
+        assert client.ping()["fragments"]
+        fetch = fc.fetch(4, timeout=30)
+        for r in fetch.records:
+            if r.stream == "env":
+                assert fc.load(r.fragment_id)["seq"] == r.seq
+        assert fc.release(fetch) == 4
+        assert fc.stats()["replay_buffer_size_chunks"] == n_chunks
+        # space comes back when the trainer moves on: stale chunks dropped, payloads deleted
+        fc.update_model_version(S, 100_000)
+        st = fc.stats()
+        assert st["replay_buffer_size_chunks"] == 0 and st["payloads_deleted"] >= len(acked)
+        fid = fc.write({"seq": 0, "obs": np.zeros(150_000, np.uint8)}, "env-2", 0, 100_000, S)
+        assert fc.load(fid)["seq"] == 0 and fc.stats()["journal_low_space"] is False
+    finally:
+        client.shutdown()

@@ -93,6 +93,10 @@ class FragmentBufferConfig:
         staleness_end: which end of a chunk's version range (its fragments' oldest and newest
             versions: a stream that continued across a weight update) decides its staleness:
             ``"min"`` (MineStudio's, the default) or ``"max"``.
+        compact_ratio: housekeeping compacts the store online (``FragmentStore.compact``) when its
+            files hold more than this many times its live pages, plus 64 MiB (``None``: never; call
+            :meth:`FragmentBuffer.compact`). LMDB reuses freed pages, so this matters only after the
+            live data shrank for good.
     """
 
     max_chunks: int
@@ -116,6 +120,7 @@ class FragmentBufferConfig:
     journal_reserve: int = 8 << 20
     journal_map_size: int = 1 << 32
     staleness_end: str = "min"
+    compact_ratio: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_chunks < 1 or self.max_reuse < 1 or self.fragments_per_chunk < 1:
@@ -198,7 +203,7 @@ _COUNTERS = (
     "partials_expired", "fragments_dropped_expired", "chunks_formed", "chunks_evicted",
     "chunks_dropped_stale", "chunks_retired", "fetches", "fragments_fetched", "leases_released",
     "leases_expired", "lease_renewals", "payloads_deleted", "payload_delete_errors", "orphans_deleted",
-    "restarts",
+    "compactions", "bytes_compacted", "restarts",
 )
 
 
@@ -448,6 +453,20 @@ class FragmentBuffer:
         deletes += self._expire_leases(now)
         self._commit(None, deletes)
         self.collect_orphans(now)
+        ratio = self.config.compact_ratio
+        if ratio is not None and self.store.disk_usage() > ratio * self.store.live_bytes() + (64 << 20):
+            self.compact()
+
+    def compact(self) -> int:
+        """Compact the store online (see ``FragmentStore.compact``); return the bytes given back.
+
+        Readers never wait; writers of a shard wait while it is copied. ``DiskFull`` if there is no
+        room for the copy (the store is then as it was).
+        """
+        freed = self.store.compact()
+        self.counters["compactions"] += 1
+        self.counters["bytes_compacted"] += freed
+        return freed
 
     def _expire_leases(self, now: float) -> list[str]:
         expired = [lid for lid, lease in self._leases.items() if lease.expires is not None and lease.expires < now]
@@ -623,6 +642,8 @@ class FragmentBuffer:
             "lease_ttl": self.config.lease_ttl,
             "referenced_payloads": len(self.refs),
             "journal_low_space": self.journal.low_space,
+            "store_disk_bytes": self.store.disk_usage(),
+            "journal_disk_bytes": self.journal.disk_usage(),
             "staleness_histogram": t["staleness_histogram"],
             "chunk_use_count_mean": float(np.mean([c.use_count for c in self._chunks.values()]))
             if self._chunks else 0.0,

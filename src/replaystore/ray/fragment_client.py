@@ -192,6 +192,13 @@ class FragmentClient:
         """Drop every chunk, partial chunk and lease (payloads deleted)."""
         self._call("drain")
 
+    def compact(self, timeout: float | None = 600.0) -> int:
+        """Compact the store online (readers never wait); returns the bytes given back to the file system.
+
+        ``timeout``: seconds to wait for the answer beyond ``rpc_grace`` (``rs.Timeout`` after).
+        """
+        return self._call("compact_store", op_timeout=timeout)
+
     def housekeeping(self) -> None:
         """Run the buffer's housekeeping now (expire partial chunks, delete orphans)."""
         self._call("housekeeping")

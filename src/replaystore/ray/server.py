@@ -457,6 +457,10 @@ class ReplayServer:
         """Release a fetch's lease; returns its fragment count. ``KeyNotFound`` if not held."""
         return self._buffer().release(lease_id)
 
+    async def compact_store(self) -> int:
+        """Compact the fragment store online; returns the bytes given back to the file system."""
+        return self._buffer().compact()
+
     async def renew_lease(self, lease_id: str) -> float:
         """Extend a lease by ``lease_ttl``; returns the seconds it has left. ``KeyNotFound`` if not held."""
         return self._buffer().renew(lease_id)

@@ -237,6 +237,39 @@ def _read_target(link: str) -> str | None:
         raise
 
 
+_SPARE = ".spare"  # marks an initialised, empty generation ready to replace the current one
+
+
+def _init_env(path: str, map_size: int, writemap: bool) -> None:
+    """Create an empty LMDB environment in ``path`` (its lock file reserved first)."""
+    lmdb.open(path, map_size=map_size, subdir=True, lock=True, max_readers=_MAX_READERS,
+              writemap=writemap).close()
+
+
+def _make_spare(link: str, current: str) -> None:
+    """Prepare the next generation of ``link`` as an empty environment, if there is room (best effort).
+
+    A shard emptied by deletes on a full disk is swapped for this spare: giving space back then
+    needs no space.
+    """
+    if current is None:
+        return
+    base = os.path.basename(link)
+    gen = int(current.rsplit(_GEN, 1)[1]) + 1
+    path = os.path.join(os.path.dirname(link), f"{base}{_GEN}{gen:06d}")
+    if os.path.exists(os.path.join(path, _SPARE)):
+        return
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+        os.makedirs(path)
+        _reserve_lock_file(path)
+        _init_env(path, 1 << 20, False)  # the map size and writemap do not matter to an empty file
+        with open(os.path.join(path, _SPARE), "w"):
+            pass
+    except (OSError, lmdb.Error):  # DiskFull included: no spare this time
+        shutil.rmtree(path, ignore_errors=True)
+
+
 class _Shard:
     """One shard of a store: ``shard-NNN`` is a symlink to ``shard-NNN.gKKKKKK/`` (its LMDB files).
 
@@ -261,6 +294,7 @@ class _Moved(Exception):
 
 
 _PUT_SLACK = 128 << 10  # reserved beyond a put's record (plus 1/64 of it) for B-tree and free-list pages
+_KEEP = 64 << 10  # allocated past the last page after a put, for the deletes that will follow
 _DELETE_SLACK = 32 << 10  # reserved for a delete's copied pages (writemap), plus its free-list growth
 
 
@@ -331,7 +365,7 @@ class FragmentStore:
         self._closed = False
         self.shrinks = 0  # shards this handle replaced by an empty generation
         for i in range(self.num_shards):
-            _checkin(self._checkout(i))  # open every shard now: errors surface here
+            self._ensure_spare(i)  # opens every shard now: errors surface here
 
     def _recorded_writemap(self, writemap: bool | None) -> bool:
         """The store's writemap setting, recorded in ``store.json`` by the process that created it."""
@@ -391,6 +425,25 @@ class FragmentStore:
             sh.entry.active += 1
             return sh.entry
 
+    def _ensure_spare(self, i: int) -> None:
+        """Open shard ``i`` and make sure its next generation is ready (see :func:`_make_spare`)."""
+        sh = self._shards[i]
+        entry = self._checkout(i)
+        try:
+            if entry.path == sh.link:
+                return
+            current = os.path.basename(entry.path)
+            nxt = f"{os.path.basename(sh.link)}{_GEN}{int(current.rsplit(_GEN, 1)[1]) + 1:06d}"
+            if os.path.exists(os.path.join(os.path.dirname(sh.link), nxt, _SPARE)):
+                return
+            with entry.env.begin(write=True):  # spares are made and used under the shard's write lock
+                if _read_target(sh.link) == current:
+                    _make_spare(sh.link, current)
+        except lmdb.Error:
+            pass
+        finally:
+            _checkin(entry)
+
     def _read(self, i: int, fn: Callable[[Any], Any]) -> Any:
         entry = self._checkout(i)
         try:
@@ -420,6 +473,8 @@ class FragmentStore:
                         raise _Moved
                     if self.writemap:
                         self._reserve(entry, wanted + (slack(txn) if callable(slack) else slack), wanted)
+                    elif wanted:  # a put without writemap: see _reserve_for_put
+                        self._reserve_for_put(entry, wanted + (slack(txn) if callable(slack) else slack), wanted)
                     return fn(txn)
             except _Moved:
                 continue
@@ -437,6 +492,20 @@ class FragmentStore:
             finally:
                 _checkin(entry)
 
+    def _reserve_for_put(self, entry: _EnvEntry, nbytes: int, wanted: int) -> None:
+        """Keep room for deletes: a put (without writemap) must leave ``_KEEP`` bytes allocated past the end.
+
+        A delete copies a few pages; on a disk filled by puts it would find none and the store
+        could never shrink again. So a put first allocates its bytes past the last page; if that
+        fails, it goes ahead only when ``_KEEP`` bytes can be allocated there (it may still fit in
+        pages freed by deletes; if not, LMDB's write fails cleanly with ``DiskFull``). Pages past the
+        end that a failed commit wrote stay allocated, so the next delete finds them.
+        """
+        try:
+            self._reserve(entry, nbytes, wanted)
+        except DiskFull:
+            self._reserve(entry, _KEEP, wanted)
+
     def _reserve(self, entry: _EnvEntry, nbytes: int, wanted: int) -> None:
         """Allocate ``nbytes`` past the last page (the caller holds the write lock)."""
         if entry.fd < 0:
@@ -446,7 +515,7 @@ class FragmentStore:
             reserve(entry.fd, (entry.env.info()["last_pgno"] + 1) * psize, nbytes,
                     os.path.join(entry.path, "data.mdb"))
         except DiskFull as e:
-            raise DiskFull(f"{e} (a write of {wanted} bytes with writemap)", e.path, wanted) from None
+            raise DiskFull(f"{e} (for a write of {wanted} bytes)", e.path, wanted) from None
 
     # -- writes -----------------------------------------------------------------------------------
     def put(self, value: Any, fragment_id: str | None = None) -> str:
@@ -547,38 +616,45 @@ class FragmentStore:
                     gen = int(current.rsplit(_GEN, 1)[1]) + 1
                     new = f"{base}{_GEN}{gen:06d}"
                     new_dir = os.path.join(parent, new)
-                    shutil.rmtree(new_dir, ignore_errors=True)
-                    os.makedirs(new_dir)
+                    spare = os.path.exists(os.path.join(new_dir, _SPARE))
                     try:
-                        _reserve_lock_file(new_dir)
-                        if empty:
-                            lmdb.open(new_dir, map_size=self.map_size, subdir=True, lock=True,
-                                      max_readers=_MAX_READERS, writemap=self.writemap).close()
-                        else:
-                            entry.env.copy(new_dir, compact=True)
+                        if not (empty and spare):  # an empty swap uses the spare: it needs no space
+                            shutil.rmtree(new_dir, ignore_errors=True)
+                            os.makedirs(new_dir)
+                            _reserve_lock_file(new_dir)
+                            if empty:
+                                _init_env(new_dir, self.map_size, self.writemap)
+                            else:
+                                entry.env.copy(new_dir, compact=True)
                         tmp = os.path.join(parent, f".{base}.{uuid.uuid4().hex}")
                         os.symlink(new, tmp)
                         os.replace(tmp, sh.link)  # atomic: readers see the old or the new generation
                     except DiskFull:
-                        shutil.rmtree(new_dir, ignore_errors=True)
+                        if not (empty and spare):
+                            shutil.rmtree(new_dir, ignore_errors=True)
                         raise
                     except (lmdb.Error, OSError) as e:
-                        shutil.rmtree(new_dir, ignore_errors=True)
+                        if not (empty and spare):
+                            shutil.rmtree(new_dir, ignore_errors=True)
                         if isinstance(e, lmdb.Error):
                             raise lmdb_write_error(e, new_dir, None, self.map_size) from None
                         if e.errno in (errno.ENOSPC, errno.EDQUOT):
                             raise DiskFull(f"no space to compact shard {sh.link} into {new_dir}", new_dir,
                                            None) from None
                         raise
+                    if empty and spare:
+                        os.unlink(os.path.join(new_dir, _SPARE))
                     for name in os.listdir(parent):  # the replaced generation and any leftovers
                         if name.startswith(base + _GEN) and name != new:
                             shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+                    _make_spare(sh.link, new)
                     self.shrinks += 1
-                    return True
             except _Moved:
                 continue
             finally:
                 _checkin(entry)
+            _checkin(self._checkout(i))  # move this handle to the new generation: the old one closes
+            return True
 
     # -- reads ------------------------------------------------------------------------------------
     def get(self, fragment_id: str) -> Any:

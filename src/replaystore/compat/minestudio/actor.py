@@ -13,7 +13,11 @@ module turns MineStudio's ``replay_buffer_config`` into it. Config keys, as in t
 - ``resources``: Ray resources of the actor (default ``{"database": 0.0001}`` when some node
   declares ``database``, so the store lives on that node, as in the original);
 - ``report_period`` and ``sinks``: periodic stats to logging / TensorBoard / W&B;
-- ``database_config.map_size``: LMDB map size per shard.
+- ``database_config.map_size``: LMDB map size per shard; ``database_config.sync``,
+  ``writemap``, ``shrink_threshold``, ``journal_reserve``: the LMDB and disk-space options of
+  :class:`~replaystore.ray.FragmentBufferConfig`;
+- ``lease_ttl`` (s, default 600; ``None``: never): a fetch not renewed for this long is released
+  (the trainer holding it is presumed dead).
 """
 
 from __future__ import annotations
@@ -61,6 +65,11 @@ def buffer_config(config: Any) -> FragmentBufferConfig:
         orphan_grace=float(c.get("orphan_grace", 300.0)),
         seed=c.get("seed"),
         clear_on_start=bool(c.get("clear_on_start", False)),
+        lease_ttl=c.get("lease_ttl", 600.0),
+        sync=bool(db.get("sync", False)),
+        writemap=db.get("writemap"),
+        shrink_threshold=db.get("shrink_threshold", 1 << 20),
+        journal_reserve=int(db.get("journal_reserve", 8 << 20)),
     )
 
 

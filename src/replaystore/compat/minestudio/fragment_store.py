@@ -47,7 +47,10 @@ class FragmentStore:
         self.backend.store.clear()
 
     def get_disk_space(self) -> int:
-        """Bytes used by live payloads (local stores only)."""
+        """Bytes the file system holds for the store's files (local stores only).
+
+        Follows the live payloads: freed pages are reused and an emptied shard gives its space back.
+        """
         if not isinstance(self.backend, LocalStore):
             raise NotImplementedError("get_disk_space() is only available on the store's node")
         return self.backend.store.disk_usage()
