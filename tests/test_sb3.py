@@ -533,3 +533,64 @@ def test_sac_pendulum_runs_with_replaystore_buffer():
     assert model.replay_buffer.size() == 300
     s = model.replay_buffer.sample(16)
     assert s.actions.shape == (16, 1) and s.actions.dtype == th.float32
+
+
+def _live_positions(buf):
+    table = buf.table
+    keys = table.keys()  # oldest first
+    return buf._storage.position[table._index.lookup(keys)]
+
+
+def _sb3_valid_positions(ref, optimize):
+    """The ring positions SB3's sample() can return, oldest first."""
+    bs, n = ref.buffer_size, ref.n_envs
+    if not ref.full:
+        rows = np.arange(ref.pos)
+    else:
+        rows = (np.arange(bs) + ref.pos) % bs
+        if optimize:
+            rows = rows[1:]
+    return (rows[:, None] * n + np.arange(n)).ravel()
+
+
+@pytest.mark.parametrize("optimize", [False, True])
+@pytest.mark.parametrize("n_envs", [1, 3])
+@pytest.mark.parametrize("seed", range(4))
+def test_table_items_are_sb3_valid_rows_under_random_operations(optimize, n_envs, seed):
+    """Random adds, samples, resets, hand-set pos/full and pickling: the table holds exactly SB3's rows."""
+    rng = np.random.default_rng(seed)
+    kw = dict(device="cpu", n_envs=n_envs, optimize_memory_usage=optimize, handle_timeout_termination=not optimize)
+    bs = int(rng.integers(2, 7))
+    obs_space, act_space = spaces.Box(-1e6, 1e6, (2,), np.float32), spaces.Discrete(3)
+    ours = ReplaystoreReplayBuffer(bs * n_envs, obs_space, act_space, **kw)
+    ref = ReplayBuffer(bs * n_envs, obs_space, act_space, **kw)
+    t = 0
+    tampered = False
+    for _ in range(60):
+        op = rng.choice(["add"] * 6 + ["sample", "reset", "rewind", "pickle"])
+        if op == "add":
+            for _ in range(int(rng.integers(1, 2 * bs))):
+                obs = np.full((n_envs, 2), t, np.float32)
+                for b in (ours, ref):
+                    b.add(obs, obs + 1, np.zeros(n_envs, np.int64), np.full(n_envs, t, np.float32),
+                          np.zeros(n_envs), [{}] * n_envs)
+                t += 1
+        elif op == "sample" and ref.size() > (1 if optimize and ref.full else 0):
+            s = ours.sample(16)
+            if not (optimize and tampered):  # (a rewind breaks the next-row rule for SB3 too)
+                assert np.all(s.next_observations.numpy() == s.observations.numpy() + 1)
+        elif op == "reset":
+            ours.reset()
+            ref.reset()
+            tampered = True
+        elif op == "rewind" and ref.size():
+            pos = int(rng.integers(0, bs))
+            ours.pos = ref.pos = pos
+            tampered = True
+        elif op == "pickle":
+            ours = pickle.loads(pickle.dumps(ours))
+        assert (ours.pos, ours.full, ours.size()) == (ref.pos, ref.full, ref.size())
+        expected = _sb3_valid_positions(ref, optimize)
+        live = _live_positions(ours)
+        assert np.array_equal(live, expected), (op, live, expected)  # same rows, in age order
+        assert np.array_equal(ours.observations, ref.observations)

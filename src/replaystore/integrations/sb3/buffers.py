@@ -93,7 +93,6 @@ class _TableBackedBuffer:
         # registering a whole ring at once is the most a batch may hold (one row less when the next
         # observation lives in the following row)
         self._flush_rows = max(self.buffer_size - 1, 1) if self.optimize_memory_usage else self.buffer_size
-        self._ring = np.arange(self._storage.capacity, dtype=np.int64)
         self._bind_views()
 
     def _sampler(self) -> Selector:
@@ -132,13 +131,15 @@ class _TableBackedBuffer:
                 or bool(self.full) != (self._synced_full or expected >= self.buffer_size)):
             self._resync()  # pos/full were changed from outside add(): rebuild from SB3's rules
             return
-        if k == 0:
+        if k == 0 or self._storage.max_items == 0:  # (one row with optimize_memory_usage: nothing valid)
+            self._pending = 0
+            self._synced_pos, self._synced_full = self.pos, bool(self.full)
             return
         start = self._synced_pos * self.n_envs
         count = k * self.n_envs
-        positions = self._ring[start:start + count]
-        if len(positions) < count:  # the rows wrap around the end of the ring
-            positions = np.concatenate([positions, self._ring[: count - len(positions)]])
+        positions = np.arange(start, start + count, dtype=np.int64)
+        if start + count > self._storage.capacity:  # the rows wrap around the end of the ring
+            positions[positions >= self._storage.capacity] -= self._storage.capacity
         self._table.extend(RingRows(positions))
         self._pending = 0
         self._synced_pos, self._synced_full = self.pos, bool(self.full)
@@ -175,7 +176,7 @@ class _TableBackedBuffer:
         """Sync, then draw ``batch_size`` items from the table (its :class:`~replaystore.Sample`)."""
         if self._pending or self.pos != self._synced_pos or self.full != self._synced_full:
             self._sync()
-        if self._table._size == 0:
+        if len(self._table) == 0:
             raise SB3BufferError("cannot sample from an empty replay buffer")
         return self._table.sample(batch_size, timeout=0)
 
@@ -239,7 +240,6 @@ class _TableBackedBuffer:
         state = {k: v for k, v in self.__dict__.items() if not k.startswith("_v_")}
         table = state.pop("_table")
         storage = state.pop("_storage")
-        del state["_ring"]
         keys = table.keys()
         slots = table._index.lookup(keys)
         state["_saved"] = {
@@ -267,7 +267,6 @@ class _TableBackedBuffer:
                                priorities=saved["priorities"])
         self._table.max_priority = saved["max_priority"]
         self._table.rng.bit_generator.state = saved["rng"]
-        self._ring = np.arange(self._storage.capacity, dtype=np.int64)
         self._bind_views()
 
     def _sampler_state(self) -> dict[str, Any]:
@@ -437,7 +436,12 @@ class ReplaystoreReplayBuffer(_TableBackedBuffer, ReplayBuffer):
         if getattr(reward, "shape", None) != r.shape or getattr(done, "shape", None) != r.shape:
             self._check_fits("reward", reward, r)
             self._check_fits("done", done, r)
-        timeouts = self._timeouts_of(infos) if self.handle_timeout_termination else None
+        if self.handle_timeout_termination:
+            if len(infos) != self.n_envs:
+                self._timeouts_of(infos)  # raises, naming the problem
+            timeouts = [info.get("TimeLimit.truncated", False) for info in infos]
+        else:
+            timeouts = None
         o[...] = obs
         if self._v_next_obs is None:
             self._v_obs[pos + 1 if pos + 1 < self.buffer_size else 0] = next_obs

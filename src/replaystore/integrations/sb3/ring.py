@@ -85,8 +85,9 @@ class SB3RingStorage(Storage):
         self.position = np.zeros(self.capacity, dtype=np.int64)
         self.positions_only = False
         self._live = 0  # items written and not released (the table's size)
-        # with next_of fields, the last row's next row is overwritten by the following add
-        self._max_items = self.capacity - self.n_envs if self.next_of else self.capacity
+        # the most items that can be valid: with next_of fields, the newest row's following row is
+        # overwritten by the next add
+        self.max_items = self.capacity - self.n_envs if self.next_of else self.capacity
 
     def _bind(self, name: str, array: np.ndarray) -> None:
         self.arrays[name] = array
@@ -167,7 +168,7 @@ class SB3RingStorage(Storage):
 
     def evictions_needed(self, prepared: np.ndarray, n: int) -> int:
         """With ``next_of`` fields, evict what the table holds beyond ``buffer_size - 1`` rows."""
-        return max(0, self._live + n - self._max_items)
+        return max(0, self._live + n - self.max_items)
 
     def describe(self) -> dict:
         """Kind, capacity, layout and the flat spec as JSON."""
