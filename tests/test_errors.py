@@ -73,12 +73,18 @@ TABLE_CALLS = [
     ("negative update", rs.InvalidPriority, ValueError, lambda t: t.update_priorities(t.keys()[:1], -1.0)),
     ("wrong dtype", rs.SpecError, ValueError,
      lambda t: t.extend(dict(transitions(2), id=np.zeros(2, np.float32)))),
+    ("sample to a bogus device", rs.InvalidArgument, ValueError,
+     lambda t: t.sample(2, as_tensor=True, device="bogus:0")),
+    ("sample to an absent GPU", rs.InvalidArgument, ValueError,
+     lambda t: t.sample(2, as_tensor=True, device="cuda:7")),
     ("sample timeout", rs.Timeout, TimeoutError, None),  # built below with a limiter that blocks
 ]
 
 
 @pytest.mark.parametrize("name, error, builtin, call", TABLE_CALLS, ids=[c[0] for c in TABLE_CALLS])
 def test_bad_table_call_raises_a_replay_error_and_changes_nothing(name, error, builtin, call):
+    if "device" in name or "GPU" in name:
+        pytest.importorskip("torch")
     if name == "too large, Lifo":
         t = busy_table(remover=rs.Lifo())
         call = lambda t: t.extend(transitions(9))  # noqa: E731

@@ -544,6 +544,10 @@ class Table:
             Closed: the table was closed.
         """
         n = _as_count(batch_size, "batch_size")
+        if as_tensor:  # fail (no torch, a device that is not there) before anything is sampled
+            from .integrations.torch import check_device
+
+            check_device(device)
         with self._lock:  # the Condition's own lock: entering it directly is cheaper
             if self._stager is not None and self._stager.n:
                 self._flush_pending()

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidType
+from ..errors import InvalidArgument, InvalidType
 from ..items import Sample
 
 
@@ -30,6 +30,29 @@ def _torch():
 def _pinning_available(torch) -> bool:
     return bool(torch.cuda.is_available()) or bool(getattr(torch, "accelerator", None)
                                                    and torch.accelerator.is_available())
+
+
+def check_device(device: Any) -> None:
+    """Raise before any work if tensors cannot be made on ``device``.
+
+    Raises:
+        ImportError: PyTorch is not installed.
+        InvalidArgument: ``device`` is not a device name, or names an accelerator that is not
+            available here (so a call that would fail after sampling fails before it instead).
+    """
+    torch = _torch()
+    if device is None:
+        return
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as e:
+        raise InvalidArgument(f"device {device!r} is not a torch device: {e}") from None
+    if dev.type in ("cpu", "meta"):
+        return
+    backend = getattr(torch, dev.type, None)
+    available = getattr(backend, "is_available", None)
+    if available is None or not available():
+        raise InvalidArgument(f"device {device!r} is not available on this machine")
 
 
 def to_tensor(value: Any, device: Any = None, pin_memory: bool = False) -> Any:
