@@ -143,3 +143,22 @@ def test_per_table_log_and_checkpoint_by_size(ray_local, tmp_path):
     assert len(c.table("plain")) == 0  # no log, no checkpoint: a restart forgets it
     assert c.stats()["logged"]["wal"]["log_bytes"] < 300_000
     c.shutdown()
+
+
+def test_object_storage_cannot_be_logged(ray_local, tmp_path):
+    from replaystore import ray as rsr
+
+    with pytest.raises(rs.ReplayError):
+        rsr.serve({"objs": functools.partial(rs.Table, 10, storage="objects")}, name="svc-wal-objects",
+                  wal=rsr.WalConfig(dir=str(tmp_path)), start_timeout=60)
+    deadline = time.monotonic() + 30
+    while True:  # the failed service gave its name back: it can be served again, without the log
+        try:
+            c = rsr.serve({"objs": functools.partial(rs.Table, 10, storage="objects")}, name="svc-wal-objects")
+            break
+        except ValueError:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    c.add({"any": object.__name__})
+    assert len(c) == 1
+    c.shutdown()

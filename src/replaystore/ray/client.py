@@ -302,7 +302,14 @@ def serve(
         name, dict(tables), fragments, checkpoint_dir, checkpoint_period, report_period, sinks, housekeeping_period,
         online=dict(online) if online else None, wal=wal)
     client = ReplayClient(actor, name, next(iter(tables), DEFAULT_TABLE), default_timeout, rpc_grace)
-    get(actor.ping.remote(), start_timeout, f"starting {name!r}")
+    try:
+        get(actor.ping.remote(), start_timeout, f"starting {name!r}")
+    except BaseException:  # a service that failed to start must not keep its name
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - it may be gone already
+            pass
+        raise
     return client
 
 
