@@ -128,7 +128,8 @@ def main(argv=None) -> int:
           f"{'after delete':>13s}   (MB/s; MB)")
     for r in rows:
         print(f"{r['store']:14s} {r['value_mb']:4d} {r['fresh_put_mbs']:10.0f} {r['get_mbs']:8.0f} "
-              f"{r['steady_put_delete_mbs']:8.0f} {r['peak_mb']:7.1f} {r['live_mb']:6d} {r['after_delete_all_mb']:13.2f}")
+              f"{r['steady_put_delete_mbs']:8.0f} {r['peak_mb']:7.1f} {r['live_mb']:6d} "
+              f"{r['after_delete_all_mb']:13.2f}")
     c = compaction(root, args.shards)
     print(f"compact(): {c['before_mb']:.1f} MB -> {c['after_mb']:.1f} MB (live {c['live_mb']:.1f} MB) "
           f"in {c['seconds']:.3f} s")
