@@ -39,6 +39,10 @@ from ..samplers.base import Selector
 from ..samplers.dense import DenseSet
 from .config import Episodes
 
+#: a step's ``uid`` is ``stream << UID_SHIFT | t``: one gather verifies a ring entry
+UID_SHIFT = 40
+_T_MASK = (1 << UID_SHIFT) - 1
+_DETACHED = -3  # uid of a live step no ring reaches
 TERMINATED = np.uint8(1)
 TRUNCATED = np.uint8(2)
 _MIN_RING = 16
@@ -52,14 +56,15 @@ class StepPlan:
     """Rows a writer is about to insert: their streams and end flags (validated).
 
     ``new_episode`` forces the first row of each stream to start a new episode (``add_episode``).
+    ``same_stream`` promises that every row has the same stream id.
     ``rows`` (restore only) gives explicit per-row ``(stream, t, episode, pos, flags)``.
     """
 
     __slots__ = ("streams", "terminated", "truncated", "new_episode", "accepted", "computed", "rows",
-                 "committed")
+                 "committed", "same_stream", "shape")
 
     def __init__(self, streams: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-                 new_episode: bool = False, rows: tuple | None = None) -> None:
+                 new_episode: bool = False, rows: tuple | None = None, same_stream: bool = False) -> None:
         self.streams = streams
         self.terminated = terminated
         self.truncated = truncated
@@ -68,6 +73,8 @@ class StepPlan:
         self.computed: tuple | None = None
         self.rows = rows
         self.committed = False
+        self.same_stream = same_stream  # every row has the same stream id
+        self.shape = "general"  # set by the plan's computation: "same", "distinct" or "general"
 
 
 class EpisodeIndex(Selector):
@@ -95,6 +102,7 @@ class EpisodeIndex(Selector):
         self.episode_of = np.full(c, -1, dtype=np.int64)
         self.pos_of = np.zeros(c, dtype=np.int64)
         self.flags = np.zeros(c, dtype=np.uint8)
+        self.uid = np.full(c, -1, dtype=np.int64)  # stream << UID_SHIFT | t, -1 free, _DETACHED
         self.live = self._shared_live if self._shared_live is not None else DenseSet(c)
         self._own_live = self._shared_live is None
         self.generation = 0  # bumped on every change of the live steps (caches key on it)
@@ -113,6 +121,7 @@ class EpisodeIndex(Selector):
             if k:
                 a[:k] = getattr(self, name)
             setattr(self, name, a)
+        self._mark = np.zeros(n, dtype=np.int64)  # scratch for the distinct-streams test
 
     @property
     def n_streams(self) -> int:
@@ -135,7 +144,7 @@ class EpisodeIndex(Selector):
     # -- plans ----------------------------------------------------------------------------------------
     def begin(self, plan: StepPlan) -> None:
         """Register ``plan`` for the calling thread's next insert."""
-        top = int(plan.streams.max()) if len(plan.streams) else 0
+        top = int(plan.streams[0] if plan.same_stream else plan.streams.max()) if len(plan.streams) else 0
         if top >= self.n_streams:
             self._streams_alloc(min(self.options.stream_limit, _pow2_at_least(top + 1)))
         self._pending[threading.get_ident()] = plan
@@ -155,7 +164,11 @@ class EpisodeIndex(Selector):
             plan.accepted = accepted
 
     def _compute(self, plan: StepPlan) -> tuple:
-        """Per-row ``(ts, episodes, pos, flags)`` and the streams' next state, for all rows."""
+        """Per-row ``(ts, episodes, pos, flags)`` and the streams' next state, for all rows.
+
+        Three shapes of batch have a short path: one row, rows of one stream (a scalar stream id,
+        ``add_episode``), rows of distinct streams (one row per environment of a vectorised env).
+        """
         if plan.computed is not None:
             return plan.computed
         streams = plan.streams
@@ -163,25 +176,52 @@ class EpisodeIndex(Selector):
         flags = plan.terminated.astype(np.uint8) * TERMINATED | plan.truncated.astype(np.uint8) * TRUNCATED
         ends = flags != 0
         if n == 1:
+            plan.shape = "same"
             s = int(streams[0])
             t = int(self.next_t[s])
-            ep, pos = int(self.cur_ep[s]), int(self.cur_pos[s])
-            starts = 0
+            ep, pos, new = int(self.cur_ep[s]), int(self.cur_pos[s]), 0
             if ep < 0 or plan.new_episode:
-                ep, pos, starts = self.next_episode, 0, 1
+                ep, pos, new = self.next_episode, 0, 1
             end = bool(ends[0])
-            us = streams
-            state = (np.array([t + 1]), np.array([-1 if end else ep]), np.array([0 if end else pos + 1]))
-            plan.computed = (np.array([t]), np.array([ep]), np.array([pos]), flags, us, state,
-                             self.next_episode + starts)
+            plan.computed = (np.array([t]), np.array([ep]), np.array([pos]), flags, streams,
+                             (t + 1, -1 if end else ep, 0 if end else pos + 1), self.next_episode + new)
             return plan.computed
+        if plan.same_stream:
+            plan.shape = "same"
+            s = int(streams[0])
+            ar = np.arange(n)
+            ts = self.next_t[s] + ar
+            starts = np.empty(n, dtype=bool)
+            starts[0] = self.cur_ep[s] < 0 or plan.new_episode
+            starts[1:] = ends[:-1]
+            c = np.cumsum(starts)
+            eps = np.where(c > 0, self.next_episode + c - 1, self.cur_ep[s])
+            last_start = np.maximum.accumulate(np.where(starts, ar, -1))
+            pos = np.where(last_start >= 0, ar - last_start, self.cur_pos[s] + ar)
+            end = bool(ends[-1])
+            state = (self.next_t[s] + n, -1 if end else int(eps[-1]), 0 if end else int(pos[-1]) + 1)
+            plan.computed = (ts, eps, pos, flags, streams[:1], state, self.next_episode + int(c[-1]))
+            return plan.computed
+        ar = np.arange(n)
+        mark = self._mark
+        mark[streams] = ar
+        if bool((mark[streams] == ar).all()):  # distinct streams
+            plan.shape = "distinct"
+            ts = self.next_t[streams]
+            starts = (self.cur_ep[streams] < 0) | plan.new_episode
+            c = np.cumsum(starts)
+            eps = np.where(starts, self.next_episode + c - 1, self.cur_ep[streams])
+            pos = np.where(starts, 0, self.cur_pos[streams])
+            state = (ts + 1, np.where(ends, -1, eps), np.where(ends, 0, pos + 1))
+            plan.computed = (ts, eps, pos, flags, streams, state, self.next_episode + int(c[-1]))
+            return plan.computed
+        plan.shape = "general"
         order = np.argsort(streams, kind="stable")
         ss = streams[order]
         first = np.ones(n, dtype=bool)
         first[1:] = ss[1:] != ss[:-1]
         gidx = np.flatnonzero(first)
         gid = np.cumsum(first) - 1
-        ar = np.arange(n)
         rank = ar - gidx[gid]
         us = ss[gidx]
         counts = np.diff(np.append(gidx, n))
@@ -241,11 +281,13 @@ class EpisodeIndex(Selector):
         self.episode_of[slots] = eps
         self.pos_of[slots] = pos
         self.flags[slots] = flags
+        self.uid[slots] = (streams << UID_SHIFT) | ts
         if plan.rows is not None:  # restored steps that were detached stay detached
             on = ts >= 0
+            self.uid[slots[~on]] = _DETACHED
             self._ring_put(slots[on], streams[on], ts[on])
         else:
-            self._ring_put(slots, streams, ts)
+            self._ring_put(slots, streams, ts, plan.shape)
         if self._own_live:
             self.live.add(slots)
         self.generation += 1
@@ -258,6 +300,7 @@ class EpisodeIndex(Selector):
             self.validity.on_remove(slots)
         self.stream_of[slots] = -1
         self.episode_of[slots] = -1
+        self.uid[slots] = -1
         if self._own_live:
             self.live.discard(slots)
         self.generation += 1
@@ -283,23 +326,32 @@ class EpisodeIndex(Selector):
     def lookup(self, streams: np.ndarray, ts: np.ndarray) -> np.ndarray:
         """The slot of step ``ts`` of ``streams`` (broadcast), ``-1`` where it is not live."""
         ln = self.ring_len[streams]
-        pos = self.ring_off[streams] + (ts & np.maximum(ln - 1, 0))
-        cand = self.ring[pos]
-        ok = cand >= 0
-        c = np.where(ok, cand, 0)
-        ok &= (self.stream_of[c] == streams) & (self.t_of[c] == ts)
+        cand = self.ring[self.ring_off[streams] + (ts & np.maximum(ln - 1, 0))]
+        # cand == -1 reads the last slot's uid: the second test rejects it
+        ok = (self.uid[cand] == ((streams << UID_SHIFT) | (ts & _T_MASK))) & (cand >= 0)
         return np.where(ok, cand, -1)
 
     def attached(self, slots: np.ndarray) -> np.ndarray:
         """Which live ``slots`` are reachable through their stream's ring."""
         return self.lookup(self.stream_of[slots], self.t_of[slots]) == slots
 
-    def _ring_put(self, slots: np.ndarray, streams: np.ndarray, ts: np.ndarray) -> None:
-        if len(slots) == 1:
-            s, t = int(streams[0]), int(ts[0])
-            if self.ring_len[s] == 0 or t - self.lo_t[s] >= self.ring_len[s]:
-                self._ensure(s, t, t)
-            self.ring[self.ring_off[s] + (t & (self.ring_len[s] - 1))] = slots[0]
+    def _ring_put(self, slots: np.ndarray, streams: np.ndarray, ts: np.ndarray, shape: str = "general") -> None:
+        if len(slots) == 0:
+            return
+        if len(slots) == 1 or shape == "same":
+            s, lo, hi = int(streams[0]), int(ts[0]), int(ts[-1])
+            if self.ring_len[s] == 0 or hi - self.lo_t[s] >= self.ring_len[s]:
+                self._ensure(s, lo, hi)
+            self.ring[self.ring_off[s] + (ts & (self.ring_len[s] - 1))] = slots
+            return
+        if shape == "distinct":
+            ln = self.ring_len[streams]
+            need = (ln == 0) | (ts - self.lo_t[streams] >= ln)
+            if need.any():
+                for i in np.flatnonzero(need).tolist():
+                    self._ensure(int(streams[i]), int(ts[i]), int(ts[i]))
+                ln = self.ring_len[streams]
+            self.ring[self.ring_off[streams] + (ts & (ln - 1))] = slots
             return
         us, inv = np.unique(streams, return_inverse=True)
         hi = np.full(len(us), np.iinfo(np.int64).min)
@@ -339,6 +391,7 @@ class EpisodeIndex(Selector):
         off = self._alloc(new_len)
         keep = live_ts > t_hi - new_len
         self.ring[off + (live_ts[keep] & (new_len - 1))] = live_slots[keep]
+        self.uid[live_slots[~keep]] = _DETACHED
         self.ring_off[s] = off
         self.ring_len[s] = new_len
         self.lo_t[s] = max(lo, t_hi - new_len + 1)

@@ -47,8 +47,26 @@ def present(index: EpisodeIndex, win: np.ndarray, key_slots: np.ndarray) -> np.n
 
 
 def strict_valid(index: EpisodeIndex, win: np.ndarray, key_slots: np.ndarray) -> np.ndarray:
-    """Which windows are entirely live steps of their key step's episode."""
-    return present(index, win, key_slots).all(axis=1)
+    """Which windows are entirely live steps of their key step's episode.
+
+    The episodes of a stream occupy consecutive positions, so a window whose positions are all live
+    and whose two ends belong to the key step's episode lies inside that episode.
+    """
+    ep = index.episode_of[key_slots]
+    return ((win >= 0).all(axis=1) & (index.episode_of[win[:, 0]] == ep)
+            & (index.episode_of[win[:, -1]] == ep))
+
+
+def ends_valid(index: EpisodeIndex, key_slots: np.ndarray, width: int, burn_in: int) -> np.ndarray:
+    """Which windows have both ends live in the key step's episode.
+
+    A cheap first filter: only a deleted step in between can still make such a window invalid.
+    """
+    st = index.stream_of[key_slots][:, None]
+    t0 = (index.t_of[key_slots] - burn_in)[:, None] + np.array([0, width - 1])
+    e = index.lookup(st, t0)
+    ep = index.episode_of[key_slots]
+    return (e >= 0).all(axis=1) & (index.episode_of[e[:, 0]] == ep) & (index.episode_of[e[:, 1]] == ep)
 
 
 def padded_mask(index: EpisodeIndex, win: np.ndarray, key_slots: np.ndarray, burn_in: int) -> np.ndarray:
@@ -97,23 +115,29 @@ def uniform_strict_starts(index: EpisodeIndex, rng: np.random.Generator, n: int,
     live = index.live
     got_keys, got_win = [], []
     have = drawn = 0
+    rates = index.__dict__.setdefault("_accept_rates", {})  # last acceptance rate per window
     for r in range(_ROUNDS):
-        rate = have / drawn if drawn else 1.0
-        m = 2 * n + 16 if r == 0 else min(64 * n, int((n - have) / max(rate, _MIN_ACCEPT) * 1.25) + 16)
+        rate = have / drawn if drawn else rates.get((width, burn_in), 0.5)
+        m = min(64 * n, int((n - have) / max(rate, _MIN_ACCEPT) * 1.2) + 8)
         cand = live.sample(m, rng)
-        win = window(index, cand, width, burn_in)
-        ok = np.flatnonzero(strict_valid(index, win, cand))
+        ok = np.flatnonzero(ends_valid(index, cand, width, burn_in))
         drawn += m
-        take = ok[: n - have]
-        got_keys.append(cand[take])
-        got_win.append(win[take])
+        take = cand[ok[: n - have]]
+        win = window(index, take, width, burn_in)
+        full = (win >= 0).all(axis=1)  # a deleted step inside: rejected like any invalid candidate
+        if not full.all():
+            take, win = take[full], win[full]
+        got_keys.append(take)
+        got_win.append(win)
         have += len(take)
         if have >= n:
-            rate = len(ok) / m if r == 0 else have / drawn
+            rate = len(ok) * (full.mean() if len(full) else 1.0) / m if r == 0 else have / drawn
+            rates[(width, burn_in)] = rate
             return (np.concatenate(got_keys), np.concatenate(got_win), 1.0 / max(live.size * rate, 1.0))
         if drawn >= 4 * n and have / drawn < _MIN_ACCEPT:
             break
     valid = exact_valid_starts(index, width, burn_in)
+    rates[(width, burn_in)] = len(valid) / max(live.size, 1)
     if len(valid) == 0:
         raise NoValidSequence(_no_valid(index, width))
     extra = valid[(rng.random(n - have) * len(valid)).astype(np.int64)]

@@ -79,7 +79,7 @@ def extend_steps(table: "Table", steps: Any, streams: Any, terminated: Any, trun
         if n == 0:
             return np.empty(0, dtype=np.int64)
         plan = StepPlan(validate_streams(streams, n, index.options), validate_flags(terminated, n, "terminated"),
-                        validate_flags(truncated, n, "truncated"))
+                        validate_flags(truncated, n, "truncated"), same_stream=np.ndim(streams) == 0)
         return _insert_rows(table, index, prepared, n, plan, priorities, version, timeout)
 
 
@@ -90,14 +90,20 @@ def add_step(table: "Table", step: Any, stream: Any, terminated: Any, truncated:
     with table._cond:
         table._check_open()
         prepared, n = table.storage.prepare(step, batched=False)
-        s = validate_streams(stream, 1, index.options)
-        if np.ndim(stream) != 0:
-            raise EpisodeError(f"add_step takes one stream id, got shape {np.shape(stream)}")
-        if np.ndim(terminated) != 0 or np.ndim(truncated) != 0:
-            raise EpisodeError("add_step takes scalar terminated/truncated flags")
-        term = validate_flags(terminated, 1, "terminated")
-        trunc = validate_flags(truncated, 1, "truncated")
-        plan = StepPlan(s, term, trunc)
+        if type(stream) is int and 0 <= stream < index.options.stream_limit:  # the common case, fast
+            s = np.array([stream], dtype=np.int64)
+        else:
+            s = validate_streams(stream, 1, index.options)
+            if np.ndim(stream) != 0:
+                raise EpisodeError(f"add_step takes one stream id, got shape {np.shape(stream)}")
+        if type(terminated) is bool and type(truncated) is bool:
+            term, trunc = np.array([terminated]), np.array([truncated])
+        else:
+            if np.ndim(terminated) != 0 or np.ndim(truncated) != 0:
+                raise EpisodeError("add_step takes scalar terminated/truncated flags")
+            term = validate_flags(terminated, 1, "terminated")
+            trunc = validate_flags(truncated, 1, "truncated")
+        plan = StepPlan(s, term, trunc, same_stream=True)
         return int(_insert_rows(table, index, prepared, n, plan, priority, version, timeout)[0])
 
 
@@ -131,7 +137,7 @@ def add_episode(table: "Table", steps: Any, stream: Any, terminated: bool, trunc
         term = np.zeros(n, dtype=bool)
         trunc = np.zeros(n, dtype=bool)
         term[-1], trunc[-1] = bool(terminated), bool(truncated)
-        plan = StepPlan(streams, term, trunc, new_episode=True)
+        plan = StepPlan(streams, term, trunc, new_episode=True, same_stream=True)
         return _insert_rows(table, index, prepared, n, plan, priorities, version, timeout)
 
 
