@@ -104,6 +104,48 @@ class ReplayClient:
         t = self._t(timeout)
         return self._call("sample", self.table_name, batch_size, t, op_timeout=t)
 
+    # -- episodes (see replaystore.Table.add_step and docs/sequences.md) ----------------------------------
+    def extend_steps(self, steps: Any, streams: Any = 0, terminated: Any = None, truncated: Any = None,
+                     priorities: Any = None, version: Any = None, timeout: float | None = None) -> np.ndarray:
+        """Append steps with their stream ids (one Ray call). See :meth:`replaystore.Table.extend_steps`."""
+        t = self._t(timeout)
+        return self._call("extend_steps", self.table_name, steps, streams, terminated, truncated, priorities,
+                          version, t, op_timeout=t)
+
+    def add_step(self, step: Any, stream: int = 0, terminated: bool = False, truncated: bool = False,
+                 priority: float | None = None, version: int | None = None, timeout: float | None = None) -> int:
+        """Append one step. See :meth:`replaystore.Table.add_step`."""
+        t = self._t(timeout)
+        return self._call("add_step", self.table_name, step, stream, terminated, truncated, priority, version, t,
+                          op_timeout=t)
+
+    def add_episode(self, steps: Any, stream: int | None = None, terminated: bool = True, truncated: bool = False,
+                    priorities: Any = None, version: Any = None, timeout: float | None = None) -> np.ndarray:
+        """Insert a whole episode. See :meth:`replaystore.Table.add_episode`."""
+        t = self._t(timeout)
+        return self._call("add_episode", self.table_name, steps, stream, terminated, truncated, priorities,
+                          version, t, op_timeout=t)
+
+    def end_episode(self, streams: Any, truncated: bool = False) -> int:
+        """Close streams' open episodes. See :meth:`replaystore.Table.end_episode`."""
+        return self._call("end_episode", self.table_name, streams, truncated)
+
+    def sample_sequences(self, batch_size: int, length: int, burn_in: int = 0, mode: str = "strict",
+                         timeout: float | None = None) -> Any:
+        """``B`` sequences (a :class:`~replaystore.SequenceSample`). See :meth:`replaystore.Table.sample_sequences`."""
+        t = self._t(timeout)
+        return self._call("sample_sequences", self.table_name, batch_size, length, burn_in, mode, t, op_timeout=t)
+
+    def sample_nstep(self, batch_size: int, n: int, gamma: float, timeout: float | None = None) -> Any:
+        """n-step transitions (a :class:`~replaystore.NStepSample`). See :meth:`replaystore.Table.sample_nstep`."""
+        t = self._t(timeout)
+        return self._call("sample_nstep", self.table_name, batch_size, n, gamma, t, op_timeout=t)
+
+    def sample_episodes(self, k: int, timeout: float | None = None, replace: bool = True) -> Any:
+        """Complete episodes. See :meth:`replaystore.Table.sample_episodes`."""
+        t = self._t(timeout)
+        return self._call("sample_episodes", self.table_name, k, t, replace, op_timeout=t)
+
     def iterate(self, batch_size: int, prefetch: int = 4, timeout: float | None = None,
                 max_batches: int | None = None) -> Iterator[Sample]:
         """Samples of ``batch_size``, with ``prefetch`` sample calls kept in flight.

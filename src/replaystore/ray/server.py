@@ -339,6 +339,63 @@ class ReplayServer:
                 lambda timeout: lt.sample(batch_size, timeout=timeout), timeout=timeout))
         return await self._blocking(lambda timeout: t.sample(batch_size, timeout=timeout), timeout=timeout)
 
+    # -- episodes (tables built with episodes=, see docs/sequences.md) -------------------------------------
+    def _episodic(self, table: str) -> Table:
+        t = self._table(table)
+        if table in self.logged:
+            raise InvalidArgument(f"table {table!r} has a write-ahead log, which does not record episode "
+                                  "writes yet: serve episodic tables without wal=")
+        return t
+
+    async def extend_steps(self, table: str, steps: Any, streams: Any = 0, terminated: Any = None,
+                           truncated: Any = None, priorities: Any = None, version: Any = None,
+                           timeout: float | None = None) -> Any:
+        """``Table.extend_steps`` on ``table``."""
+        t = self._episodic(table)
+        return await self._blocking(lambda timeout: t.extend_steps(steps, streams, terminated, truncated,
+                                                                   priorities, version, timeout=timeout),
+                                    timeout=timeout)
+
+    async def add_step(self, table: str, step: Any, stream: int = 0, terminated: bool = False,
+                       truncated: bool = False, priority: float | None = None, version: int | None = None,
+                       timeout: float | None = None) -> int:
+        """``Table.add_step`` on ``table``."""
+        t = self._episodic(table)
+        return await self._blocking(lambda timeout: t.add_step(step, stream, terminated, truncated, priority,
+                                                               version, timeout=timeout), timeout=timeout)
+
+    async def add_episode(self, table: str, steps: Any, stream: int | None = None, terminated: bool = True,
+                          truncated: bool = False, priorities: Any = None, version: Any = None,
+                          timeout: float | None = None) -> Any:
+        """``Table.add_episode`` on ``table``."""
+        t = self._episodic(table)
+        return await self._blocking(lambda timeout: t.add_episode(steps, stream, terminated, truncated, priorities,
+                                                                  version, timeout=timeout), timeout=timeout)
+
+    async def end_episode(self, table: str, streams: Any, truncated: bool = False) -> int:
+        """``Table.end_episode`` on ``table``."""
+        return self._episodic(table).end_episode(streams, truncated)
+
+    async def sample_sequences(self, table: str, batch_size: int, length: int, burn_in: int = 0,
+                               mode: str = "strict", timeout: float | None = None) -> Any:
+        """``Table.sample_sequences`` on ``table``."""
+        t = self._episodic(table)
+        return await self._blocking(lambda timeout: t.sample_sequences(batch_size, length, burn_in, mode,
+                                                                       timeout=timeout), timeout=timeout)
+
+    async def sample_nstep(self, table: str, batch_size: int, n: int, gamma: float,
+                           timeout: float | None = None) -> Any:
+        """``Table.sample_nstep`` on ``table``."""
+        t = self._episodic(table)
+        return await self._blocking(lambda timeout: t.sample_nstep(batch_size, n, gamma, timeout=timeout),
+                                    timeout=timeout)
+
+    async def sample_episodes(self, table: str, k: int, timeout: float | None = None, replace: bool = True) -> Any:
+        """``Table.sample_episodes`` on ``table``."""
+        t = self._episodic(table)
+        return await self._blocking(lambda timeout: t.sample_episodes(k, timeout=timeout, replace=replace),
+                                    timeout=timeout)
+
     async def update_priorities(self, table: str, keys: Any, priorities: Any) -> int:
         """``Table.update_priorities`` on ``table``."""
         t = self._table(table)
