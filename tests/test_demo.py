@@ -54,6 +54,54 @@ def test_train_smoke_writes_four_panel_figure(tmp_path):
             "Sample-to-insert" in titles[3]] == [True] * 4
 
 
+def test_nstep_smoke_uses_episodic_table_and_nstep_targets():
+    """``n_step=3``: steps go in with add_step, batches come from sample_nstep (returns, discount)."""
+    import replaystore as rs
+    from replaystore.demo.agent import DQNAgent
+
+    if not hasattr(rs, "Episodes"):
+        pytest.skip("the episode API is not in this checkout's core yet")
+    r = train(tiny(n_step=3), progress=False, out=io.StringIO())
+    assert r.steps == 600 or r.solved_at is not None
+    assert r.updates == r.steps - 200 + 1
+    assert r.stats["inserts"] == r.steps and r.stats["samples"] == 16 * r.updates
+    assert (r.priorities > 0).all() and np.isfinite(r.final_return)
+    # the n-step target: returns + discount * Q'(next_obs), discount 0 at termination
+    cfg = tiny(n_step=3)
+    table = rs.Table(100, sampler=rs.Uniform(), remover=rs.Fifo(), episodes=rs.Episodes(next_obs_field="next_obs"),
+                     seed=0)
+    obs = np.arange(40, dtype=np.float32).reshape(10, 4)
+    for t in range(10):
+        table.add_step({"obs": obs[t], "action": np.int64(t % 2), "reward": np.float32(1.0),
+                        "next_obs": obs[t] + 4, "terminated": t == 9, "truncated": False},
+                       terminated=t == 9)
+    s = table.sample_nstep(64, 3, cfg.gamma)
+    agent = DQNAgent(4, 2, cfg)
+    with torch_no_grad():
+        q_next = agent.target(torch_tensor(s.next_obs)).gather(
+            1, agent.q(torch_tensor(s.next_obs)).argmax(1, keepdim=True)).squeeze(1).numpy()
+        q = agent.q(torch_tensor(s.data["obs"])).gather(
+            1, torch_tensor(s.data["action"]).long()[:, None]).squeeze(1).numpy()
+    td, _ = agent.learn(s, lr=0.0)
+    expect = np.abs(s.returns + s.discount * q_next - q)
+    np.testing.assert_allclose(td, expect, rtol=1e-4, atol=1e-5)
+    k = np.minimum(3, 10 - s.data["obs"][:, 0].astype(int) // 4)  # steps left in the episode
+    np.testing.assert_allclose(s.returns, (1 - cfg.gamma ** k) / (1 - cfg.gamma))
+    np.testing.assert_array_equal(s.discount == 0, s.data["obs"][:, 0] // 4 + k == 10)
+
+
+def torch_no_grad():
+    import torch
+
+    return torch.no_grad()
+
+
+def torch_tensor(x):
+    import torch
+
+    return torch.as_tensor(np.asarray(x))
+
+
 def test_same_seed_same_run():
     a = train(tiny(total_steps=400, eval_every=10_000), progress=False, out=io.StringIO())
     b = train(tiny(total_steps=400, eval_every=10_000), progress=False, out=io.StringIO())
@@ -97,6 +145,24 @@ def test_demo_command_smoke(tmp_path, capsys):
     assert "final average return over 2 greedy evaluation episodes" in text
     assert "sample/insert ratio" in text and str(out) in text
     assert out.read_bytes()[:8] == PNG
+
+
+def test_demo_command_nstep_refuses_distributed(capsys):
+    assert cli.main(["demo", "--n-step", "3", "--distributed"]) == 2
+    assert "--n-step applies only without --distributed" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n_step", [3])
+def test_full_nstep_demo_solves_cartpole(tmp_path, capsys, request, n_step):
+    """``replaystore demo --n-step 3`` reaches the same >= 450 bar (seed 0)."""
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("full demo run: select it with -m slow")
+    out = tmp_path / "demo.png"
+    assert cli.main(["demo", "--n-step", str(n_step), "--no-progress", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    line = next(x for x in text.splitlines() if x.startswith("final average return over 20"))
+    assert float(line.split(":")[1].split()[0]) >= 450, text
 
 
 @pytest.mark.slow

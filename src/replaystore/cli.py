@@ -84,6 +84,9 @@ def missing_demo_dependencies() -> list[str]:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    if args.distributed and args.n_step > 1:
+        print("replaystore demo: --n-step applies only without --distributed", file=sys.stderr)
+        return 2
     if args.distributed:
         return _demo_distributed(args)
     given = [f"--{k.replace('_', '-')}" for k in _DISTRIBUTED_OPTIONS if getattr(args, k) is not None]
@@ -98,9 +101,10 @@ def _demo(args: argparse.Namespace) -> int:
     from .demo.train import train
 
     config = DemoConfig(seed=args.seed, total_steps=args.steps, device=args.device, threads=args.threads,
-                        eval_episodes=args.eval_episodes)
+                        eval_episodes=args.eval_episodes, n_step=args.n_step)
+    nstep = f", {config.n_step}-step returns (Table.sample_nstep)" if config.n_step > 1 else ""
     print(f"replaystore demo: DQN with prioritized replay (alpha {config.alpha}, beta {config.beta_start} -> "
-          f"{config.beta_end}) on {config.env_id}, seed {config.seed}, at most {config.total_steps:,} steps, "
+          f"{config.beta_end}){nstep} on {config.env_id}, seed {config.seed}, at most {config.total_steps:,} steps, "
           f"device {config.device}", flush=True)
     result = train(config, progress=not args.no_progress)
     out = Path(args.out or "replaystore-demo.png")
@@ -296,6 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"PyTorch CPU threads, torch.set_num_threads (default {d.threads})")
     demo.add_argument("--eval-episodes", type=_positive_int, default=d.eval_episodes,
                       help=f"episodes of each greedy evaluation, and of the final one (default {d.eval_episodes})")
+    demo.add_argument("--n-step", type=_positive_int, default=d.n_step, metavar="N",
+                      help="n-step TD targets: N > 1 stores steps in an episodic table (rs.Episodes) and "
+                      "trains on Table.sample_nstep(batch, N, gamma): discounted returns over up to N "
+                      "steps of the same episode, no bootstrap after termination (default 1)")
     demo.add_argument("--no-progress", action="store_true",
                       help="no progress bar; print one line per evaluation instead")
     demo.add_argument("--distributed", action="store_true",

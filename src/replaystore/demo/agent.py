@@ -52,8 +52,12 @@ class DQNAgent:
             return int(rng.integers(self.n_actions))
         return int(self.greedy(obs[None])[0])
 
-    def learn(self, sample: Sample, lr: float) -> tuple[np.ndarray, float]:
+    def learn(self, sample: Sample | Any, lr: float) -> tuple[np.ndarray, float]:
         """One gradient step on ``sample``; returns ``(|td errors|, loss)``.
+
+        ``sample`` is a :class:`~replaystore.Sample` of one-step transitions or an n-step sample
+        (``Table.sample_nstep``): then the target is ``returns + discount * Q'(next_obs)``, where
+        ``discount = gamma**k`` and 0 at termination.
 
         Targets are double-DQN: the online network picks the next action, the target network
         values it. ``terminated`` stops bootstrapping; truncation (time limit) does not, since
@@ -64,16 +68,21 @@ class DQNAgent:
         d = sample.data
         dev = self.device
         obs = torch.as_tensor(d["obs"], device=dev)
-        next_obs = torch.as_tensor(d["next_obs"], device=dev)
         action = torch.as_tensor(d["action"], device=dev).long()
-        reward = torch.as_tensor(d["reward"], device=dev)
-        alive = 1.0 - torch.as_tensor(d["terminated"], device=dev).float()
+        if hasattr(sample, "returns"):  # n-step: returns and discount computed by the table
+            next_obs = torch.as_tensor(sample.next_obs, device=dev)
+            reward = torch.as_tensor(sample.returns, dtype=torch.float32, device=dev)
+            discount = torch.as_tensor(sample.discount, dtype=torch.float32, device=dev)
+        else:
+            next_obs = torch.as_tensor(d["next_obs"], device=dev)
+            reward = torch.as_tensor(d["reward"], device=dev)
+            discount = cfg.gamma * (1.0 - torch.as_tensor(d["terminated"], device=dev).float())
         weights = torch.as_tensor(sample.weights, dtype=torch.float32, device=dev)
 
         with torch.no_grad():
             next_action = self.q(next_obs).argmax(dim=1, keepdim=True)
             next_q = self.target(next_obs).gather(1, next_action).squeeze(1)
-            target = reward + cfg.gamma * alive * next_q
+            target = reward + discount * next_q
         q = self.q(obs).gather(1, action[:, None]).squeeze(1)
         td = target - q
         loss = (weights * nn.functional.smooth_l1_loss(q, target, reduction="none")).mean()

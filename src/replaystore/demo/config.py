@@ -19,6 +19,9 @@ class DemoConfig:
         lr, lr_final: Adam learning rate, decayed linearly from ``lr`` to ``lr_final`` over
             ``total_steps``.
         gamma: discount factor.
+        n_step: 1 for one-step TD targets; ``n > 1`` stores steps in an episodic table and trains
+            on ``Table.sample_nstep(batch_size, n, gamma)``: ``R + gamma**k * Q(s_{t+k})``, ``k <= n``,
+            cut at termination (no bootstrap), truncation and the newest step.
         batch_size: transitions per gradient step.
         capacity: table capacity (oldest transitions leave first).
         learning_starts: the table's ``MinSize``: no gradient step before this many transitions.
@@ -46,6 +49,7 @@ class DemoConfig:
     lr: float = 1e-3
     lr_final: float = 1e-4
     gamma: float = 0.99
+    n_step: int = 1
     batch_size: int = 64
     capacity: int = 50_000
     learning_starts: int = 1_000

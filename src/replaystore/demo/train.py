@@ -6,6 +6,11 @@ items, weights their loss by ``Sample.weights`` and writes ``|td| + eps`` back w
 ``Table.update_priorities``. ``table.sampler.beta`` is annealed towards 1. Training stops once the
 recent training returns reach ``solved_return`` and a greedy evaluation confirms it; the final
 result is a fresh greedy evaluation (other episode seeds) of the best policy seen.
+
+With ``n_step > 1`` the table is episodic (``rs.Episodes``): each step goes in with
+``Table.add_step`` (its stream's episode ends at ``terminated``/``truncated``) and the agent trains
+on ``Table.sample_nstep``: discounted ``k``-step returns and the bootstrap observation ``k <= n``
+steps ahead, computed at sample time, with the same priorities and importance weights.
 """
 
 from __future__ import annotations
@@ -66,7 +71,13 @@ def seed_everything(seed: int) -> None:
 
 
 def make_table(config: DemoConfig, env: gym.Env) -> rs.Table:
-    """The demo's replay table: prioritized sampling, FIFO eviction, ``MinSize(learning_starts)``."""
+    """The demo's replay table: prioritized sampling, FIFO eviction, ``MinSize(learning_starts)``.
+
+    Episodic (``rs.Episodes(next_obs_field="next_obs")``) when ``config.n_step > 1``.
+    """
+    extra: dict[str, Any] = {}
+    if config.n_step > 1:
+        extra["episodes"] = rs.Episodes(next_obs_field="next_obs")
     return rs.Table(
         capacity=config.capacity,
         sampler=rs.Prioritized(alpha=config.alpha, beta=config.beta_start),
@@ -75,6 +86,7 @@ def make_table(config: DemoConfig, env: gym.Env) -> rs.Table:
         spec=spec_from_env(env),
         seed=config.seed,
         name="dqn-demo",
+        **extra,
     )
 
 
@@ -164,8 +176,12 @@ def train(config: DemoConfig, progress: bool = True, out: TextIO | None = None,
         while step < config.total_steps:
             action = agent.act(obs, config.epsilon(step), rng)
             next_obs, reward, terminated, truncated, _ = env.step(action)
-            table.add({"obs": obs, "action": action, "reward": reward, "next_obs": next_obs,
-                       "terminated": terminated, "truncated": truncated})
+            item = {"obs": obs, "action": action, "reward": reward, "next_obs": next_obs,
+                    "terminated": terminated, "truncated": truncated}
+            if config.n_step > 1:
+                table.add_step(item, stream=0, terminated=terminated, truncated=truncated)
+            else:
+                table.add(item)
             step += 1
             pending += 1
             episode_return += float(reward)
@@ -175,7 +191,8 @@ def train(config: DemoConfig, progress: bool = True, out: TextIO | None = None,
                 table.sampler.beta = config.beta(step)
                 lr = config.learning_rate(step)
                 for _ in range(config.gradient_steps):
-                    s = table.sample(config.batch_size, timeout=0)
+                    s = (table.sample_nstep(config.batch_size, config.n_step, config.gamma, timeout=0)
+                         if config.n_step > 1 else table.sample(config.batch_size, timeout=0))
                     td, _ = agent.learn(s, lr)
                     table.update_priorities(s.keys, td + config.priority_eps)
 
