@@ -197,7 +197,10 @@ def _replaystore_table(capacity: int, kind: str, next_obs: bool):
 def build_replaystore_seq(steps: Steps, capacity: int) -> Callable[[], Any]:
     t = _replaystore_table(capacity, steps.kind, next_obs=steps.kind == "stack")
     for _lo, _hi, c in steps.chunks():
-        term, trunc = c.pop("terminated"), c.pop("truncated")
+        if steps.kind == "stack":  # FrameStackStorage reads the episode ends from the items too
+            term, trunc = c["terminated"], c["truncated"]
+        else:
+            term, trunc = c.pop("terminated"), c.pop("truncated")
         t.extend_steps(c, streams=0, terminated=term, truncated=trunc)
 
     def sample() -> Any:
