@@ -496,3 +496,60 @@ def test_uniform_with_a_tracked_window_is_exact():
     s = t.sample_sequences(300, 3)
     np.testing.assert_allclose(s.probabilities, 1 / 3)
     assert set(s.data["id"][:, 0].tolist()) == {0, 1, 2}
+
+
+# -- rings and threads -------------------------------------------------------------------------------
+def test_a_step_kept_alive_far_behind_its_stream_is_detached_not_misread(tmp_path):
+    # MinHeap evicts the lowest priority: the high-priority first step outlives 60 newer steps of its
+    # stream, further than a ring may reach (2 x capacity rounded up = 16 positions)
+    t = rs.Table(8, remover=rs.MinHeap(), episodes=rs.Episodes(next_obs_field="next_obs"), seed=0)
+    old = t.add_step(step(0), stream=0, priority=100.0)
+    for i in range(1, 61):
+        t.add_step(step(i), stream=0, priority=float(i))
+    assert old in t
+    idx = t._episodes
+    slot = t._index.lookup([old])[0]
+    assert not idx.attached(np.array([slot]))[0]
+    assert (idx.attached(t._index.lookup(t.keys()[1:]))).all()
+    for _ in range(5):
+        s = t.sample_sequences(16, 2, mode="padded")
+        assert old not in s.step_keys and (np.diff(s.data["id"], axis=1)[s.mask[:, 1]] == 1).all()
+        assert old not in t.sample_sequences(16, 3).step_keys
+    t.save(tmp_path / "ck")
+    u = rs.Table.load(tmp_path / "ck")
+    assert not u._episodes.attached(u._index.lookup([old]))[0]
+    assert (u.sample_sequences(16, 3).data["id"] >= 53).all()
+
+
+def test_concurrent_writers_blocked_by_the_rate_limiter_keep_their_streams_consecutive():
+    import threading
+
+    t = table(10_000, rate_limiter=rs.SampleToInsertRatio(1.0, 1, 6.0))
+    errors = []
+
+    def writer(s):
+        try:
+            for i in range(40):
+                ids = np.arange(3) + 3 * i + 1000 * s
+                t.extend_steps(steps(ids), streams=s, terminated=[False, False, i % 7 == 6], timeout=20)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(s,)) for s in range(3)]
+    for th in threads:
+        th.start()
+    while any(th.is_alive() for th in threads):
+        try:
+            t.sample(3, timeout=0.05)
+        except rs.Timeout:
+            pass
+    assert not errors
+    idx = t._episodes
+    slots = t._index.lookup(t.keys())
+    for s in range(3):
+        mine = slots[idx.stream_of[slots] == s]
+        ids = t.storage.columns["id"][mine]
+        order = np.argsort(idx.t_of[mine])
+        assert idx.t_of[mine][order].tolist() == list(range(120))
+        assert (ids[order] == np.arange(120) + 1000 * s).all()
+        assert len(np.unique(idx.episode_of[mine])) == 120 // 21 + 1
