@@ -59,3 +59,32 @@ def test_clear_on_start_and_damaged_journal(tmp_path):
     j.close()
     with pytest.raises(rs.CheckpointError):
         cfg(tmp_path).build("r")
+
+
+class FlakyJournal(OnlineJournal):
+    """Fails the next ``fail`` writes, as a full disk would."""
+
+    fail = 0
+
+    def write(self, puts, deletes=()):
+        if self.fail:
+            self.fail -= 1
+            raise OSError(28, "No space left on device")
+        super().write(puts, deletes)
+
+
+def test_a_failed_journal_write_is_caught_up_by_the_next_one(tmp_path):
+    from replaystore.online import RolloutBuffer
+
+    j = FlakyJournal(str(tmp_path))
+    buf = RolloutBuffer(8, batch_size=2, max_staleness=1, journal=j)
+    [t] = buf.acquire(1)
+    j.fail = 1
+    with pytest.raises(rs.StorageError):
+        buf.add("lost?", group=t)
+    [t2] = buf.acquire(1)  # this commit carries the previous operation's records too
+    buf.close()
+    again = RolloutBuffer(8, batch_size=2, max_staleness=1, journal=OnlineJournal(str(tmp_path)))
+    assert again.stats()["groups"] == 1 and again.sample(1).data == ["lost?"]
+    assert again.budget.held(t2)
+    again.close()

@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from ..errors import CheckpointError, Closed, InvalidRequest, Timeout, UnknownTicket
+from ..errors import CheckpointError, Closed, InvalidRequest, StorageError, Timeout, UnknownTicket
 from ..limiters import MinSize
 from ..monitor import Sink, flatten_scalars
 from ..samplers import Fifo
@@ -200,11 +200,23 @@ class RolloutBuffer:
                 "budget": None if self.budget is None else self.budget.state()}
 
     def _commit(self) -> None:
-        """Write what the last operation changed, plus the state, in one journal transaction."""
+        """Write what the last operation changed, plus the state, in one journal transaction.
+
+        If the write fails (a full disk), the changes stay staged and go out with the next
+        successful commit; the error is raised as :class:`~replaystore.StorageError`. The operation
+        itself has happened in memory (a restart before the next commit would not see it).
+        """
         puts, deletes = self._puts, self._deletes
         self._puts, self._deletes = {}, set()
-        puts["s"] = self._state()
-        self.journal.write(puts, [d for d in deletes if d not in puts])
+        puts.pop("s", None)
+        try:
+            self.journal.write({**puts, "s": self._state()}, [d for d in deletes if d not in puts])
+        except Exception as e:
+            self._puts, self._deletes = puts, deletes  # staged again (the lock is held: nothing came since)
+            if isinstance(e, StorageError):
+                raise
+            raise StorageError(f"rollout buffer {self.name!r}: journal write failed ({type(e).__name__}: {e})",
+                               path=getattr(self.journal, "path", None)) from e
 
     @staticmethod
     def _pkey(gid: Hashable) -> str:
