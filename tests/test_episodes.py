@@ -553,3 +553,28 @@ def test_concurrent_writers_blocked_by_the_rate_limiter_keep_their_streams_conse
         assert idx.t_of[mine][order].tolist() == list(range(120))
         assert (ids[order] == np.arange(120) + 1000 * s).all()
         assert len(np.unique(idx.episode_of[mine])) == 120 // 21 + 1
+
+
+def test_padded_starts_are_uniform_over_live_steps_and_episodes_uniform_over_complete_ones():
+    t = table(300, seed=5)
+    for i, n in enumerate((2, 5, 9)):
+        t.add_episode(steps(np.arange(n) + 100 * i), stream=0)
+    t.extend_steps(steps([900, 901]), streams=1)  # open: never a whole episode, but padded starts
+    draws = 8000
+    s = t.sample_sequences(draws, 3, burn_in=1, mode="padded")
+    ids, counts = np.unique(s.data["id"][:, 1], return_counts=True)
+    assert ids.tolist() == sorted([*range(2), *range(100, 105), *range(200, 209), 900, 901])
+    p = 1 / 18
+    assert (np.abs(counts - draws * p) < 5 * np.sqrt(draws * p * (1 - p))).all()
+    e = t.sample_episodes(3000)
+    lengths, c = np.unique(e.lengths, return_counts=True)
+    assert lengths.tolist() == [2, 5, 9]
+    assert (np.abs(c - 1000) < 5 * np.sqrt(3000 * (1 / 3) * (2 / 3))).all()
+    assert t.stats()["samples"] == draws + 3000  # one per sequence, one per episode
+
+
+@pytest.mark.parametrize("kw", [{"max_streams": 0}, {"max_streams": 1 << 24}, {"sequence_length": 0},
+                                {"sequence_length": 3, "burn_in": 3}, {"burn_in": -1}, {"next_obs_field": 3}])
+def test_bad_episode_options_are_refused(kw):
+    with pytest.raises(rs.EpisodeError):
+        rs.Episodes(**kw)

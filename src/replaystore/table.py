@@ -980,7 +980,7 @@ def _as_keys(keys: Any) -> np.ndarray:
 
 def _make_episode_index(episodes: Episodes, table: Table) -> EpisodeIndex:
     if not isinstance(episodes, Episodes):
-        raise ValueError(f"episodes must be an rs.Episodes, got {type(episodes).__name__}")
+        raise EpisodeError(f"episodes must be an rs.Episodes, got {type(episodes).__name__}")
     if isinstance(table.storage, ObjectStorage):
         raise EpisodeError("episode structure needs a column storage (columns, memmap or frames): sequences "
                            "are gathered as (B, T, ...) arrays, which Python objects cannot be")

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ..errors import EpisodeError
+
 #: stream ids must stay below this when ``max_streams`` is not given (per-stream state is an array
 #: indexed by stream id, grown by doubling)
 MAX_STREAM_ID = 1 << 20
+#: the largest ``max_streams`` (a step's id packs its stream into the bits above position 2**40)
+MAX_STREAMS_LIMIT = 1 << 23
 
 
 @dataclass(frozen=True)
@@ -38,23 +42,25 @@ class Episodes:
     reward_field: str = "reward"
 
     def __post_init__(self) -> None:
-        if self.max_streams is not None and not (isinstance(self.max_streams, int) and self.max_streams >= 1):
-            raise ValueError(f"max_streams must be a positive int or None, got {self.max_streams!r}")
+        if self.max_streams is not None and not (isinstance(self.max_streams, int)
+                                                 and 1 <= self.max_streams <= MAX_STREAMS_LIMIT):
+            raise EpisodeError(f"max_streams must be an int in [1, {MAX_STREAMS_LIMIT}] or None, "
+                             f"got {self.max_streams!r}")
         if self.sequence_length is not None and not (
             isinstance(self.sequence_length, int) and self.sequence_length >= 1
         ):
-            raise ValueError(f"sequence_length must be a positive int or None, got {self.sequence_length!r}")
+            raise EpisodeError(f"sequence_length must be a positive int or None, got {self.sequence_length!r}")
         if not (isinstance(self.burn_in, int) and self.burn_in >= 0):
-            raise ValueError(f"burn_in must be an int >= 0, got {self.burn_in!r}")
+            raise EpisodeError(f"burn_in must be an int >= 0, got {self.burn_in!r}")
         if self.sequence_length is not None and self.burn_in >= self.sequence_length:
-            raise ValueError(
+            raise EpisodeError(
                 f"burn_in ({self.burn_in}) must be smaller than sequence_length ({self.sequence_length})"
             )
         for name in ("obs_field", "reward_field"):
             if not isinstance(getattr(self, name), str):
-                raise ValueError(f"{name} must be a str, got {getattr(self, name)!r}")
+                raise EpisodeError(f"{name} must be a str, got {getattr(self, name)!r}")
         if self.next_obs_field is not None and not isinstance(self.next_obs_field, str):
-            raise ValueError(f"next_obs_field must be a str or None, got {self.next_obs_field!r}")
+            raise EpisodeError(f"next_obs_field must be a str or None, got {self.next_obs_field!r}")
 
     @property
     def stream_limit(self) -> int:

@@ -388,7 +388,7 @@ class EpisodeIndex(Selector):
         if new_len <= ln:  # capped: the oldest positions will be overwritten (detached)
             self.lo_t[s] = t_hi - ln + 1
             return
-        off = self._alloc(new_len)
+        off = self._alloc(new_len, dropping=s)
         keep = live_ts > t_hi - new_len
         self.ring[off + (live_ts[keep] & (new_len - 1))] = live_slots[keep]
         self.uid[live_slots[~keep]] = _DETACHED
@@ -396,11 +396,16 @@ class EpisodeIndex(Selector):
         self.ring_len[s] = new_len
         self.lo_t[s] = max(lo, t_hi - new_len + 1)
 
-    def _alloc(self, size: int) -> int:
-        """Offset of a fresh region of ``size`` entries (compacts the flat array when full)."""
+    def _alloc(self, size: int, dropping: int) -> int:
+        """Offset of a fresh region of ``size`` entries for stream ``dropping``.
+
+        Compacts the flat array when it is full; the old region of ``dropping`` (already read by
+        the caller) is not kept then.
+        """
         if self.ring_used + size > len(self.ring):
+            self.ring_len[dropping] = 0
             total = int(self.ring_len.sum()) + size
-            new = np.full(max(1024, _pow2_at_least(2 * total)), -1, dtype=np.int64)
+            new = np.full(max(1024, total + total // 4), -1, dtype=np.int64)  # 25% room for growth
             used = 0
             for s in np.flatnonzero(self.ring_len).tolist():
                 ln, off = int(self.ring_len[s]), int(self.ring_off[s])
