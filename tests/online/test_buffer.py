@@ -306,3 +306,24 @@ def test_drop_only_never_trains_stale_data_but_drops_it():
     assert sum(s["dropped_by_length"].values()) == s["rollouts_dropped"]
     lens = np.concatenate([b.lengths for b in trained])
     assert len(lens) == 12 * 4 * 2
+
+
+def test_keep_alive_renews_a_slow_producers_ticket():
+    from replaystore.online import KeepAlive
+
+    buf = RolloutBuffer(8, batch_size=1, max_staleness=0, group_size=2, ticket_ttl=0.3)
+    [t] = buf.acquire(1)
+    with KeepAlive(buf, [t], every=0.05) as ka:
+        buf.add("a", group=t)
+        time.sleep(0.6)  # twice the TTL: alive thanks to the renewals
+        assert buf.add("b", group=t) == "complete"
+    assert ka.renewals >= 3 and buf.stats()["budget"]["expired"] == 0
+    [t2] = buf.try_acquire(1) or [None]
+    assert t2 is None  # the budget (batch 1, staleness 0) is spent until the version moves
+    buf.set_version(1)
+    [t3] = buf.acquire(1, timeout=1)
+    time.sleep(0.5)  # no keep-alive: expires
+    buf.expire()
+    assert buf.stats()["budget"]["expired"] == 1
+    with pytest.raises(InvalidRequest):
+        KeepAlive(buf, [t3], every=0)

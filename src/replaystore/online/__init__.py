@@ -14,11 +14,12 @@ from .budget import StalenessBudget
 from .buffer import RolloutBuffer
 from .config import RolloutBufferConfig
 from .groups import Group, Rollout, RolloutBatch
+from .heartbeat import KeepAlive
 from .journal import OnlineJournal
 from .measure import OnlineMetrics
 from .picks import PICKS
 from .versions import STALENESS_ENDS, VersionRange
 
-__all__ = ["PICKS", "STALENESS_ENDS", "Group", "OnlineJournal", "OnlineMetrics", "Rollout", "RolloutBatch",
+__all__ = ["PICKS", "STALENESS_ENDS", "Group", "KeepAlive", "OnlineJournal", "OnlineMetrics", "Rollout", "RolloutBatch",
            "RolloutBuffer", "RolloutBufferConfig",
            "StalenessBudget", "VersionRange"]
