@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import fcntl
 import json
 import logging
 import os
@@ -58,7 +59,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import DiskFull, StorageError, WalCorrupt
+from ..errors import DiskFull, InvalidState, StorageError, WalCorrupt
 
 log = logging.getLogger("replaystore")
 
@@ -359,6 +360,26 @@ class _Rotation:
         self.done = threading.Event()
 
 
+def _lock_dir(path: str, timeout: float) -> int:
+    """An exclusive ``flock`` on ``<path>/LOCK`` (one writer per log); its file descriptor.
+
+    The kernel drops the lock when its process dies, so a restarted service gets it once the old
+    process is gone. Raises :class:`~replaystore.errors.InvalidState` after ``timeout`` seconds.
+    """
+    fd = os.open(os.path.join(path, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise InvalidState(f"the write-ahead log {path} is in use by another writer "
+                                   f"(waited {timeout:.3g}s for its lock)") from None
+            time.sleep(0.05)
+
+
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -380,11 +401,14 @@ class WriteAheadLog:
         retry_period: seconds between retries of a failed write.
         next_lsn: number of the next record.
         segment: the segment to append to and its valid length (``None``: start a new segment).
+        lock_timeout: seconds to wait for another process's lock on the directory (a service
+            being restarted while its old process dies) before raising ``InvalidState``.
     """
 
     def __init__(self, path: str, fsync: FsyncPolicy = "always", interval: float = 0.05,
                  retry_period: float = 0.5, next_lsn: int = 1,
-                 segment: tuple[str, int] | None = None) -> None:
+                 segment: tuple[str, int] | None = None, lock_timeout: float = 10.0,
+                 _lock_fd: int | None = None) -> None:
         if fsync not in ("always", "interval", "never"):
             raise ValueError(f"fsync must be 'always', 'interval' or 'never', got {fsync!r}")
         self.path = os.path.abspath(path)
@@ -392,6 +416,7 @@ class WriteAheadLog:
         self.interval = float(interval)
         self.retry_period = float(retry_period)
         os.makedirs(self.path, exist_ok=True)
+        self._lock_fd = _lock_dir(self.path, lock_timeout) if _lock_fd is None else _lock_fd
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._queue: list[Any] = []  # (lsn, op, meta, head arrays, data arrays, flags) or a _Rotation
@@ -425,7 +450,7 @@ class WriteAheadLog:
 
     @classmethod
     def open(cls, path: str, fsync: FsyncPolicy = "always", interval: float = 0.05, retry_period: float = 0.5,
-             after: int = 0) -> tuple["WriteAheadLog", list[Record]]:
+             after: int = 0, lock_timeout: float = 10.0) -> tuple["WriteAheadLog", list[Record]]:
         """Read the log in ``path`` and open it for appending.
 
         Returns ``(log, records)``: the records with ``lsn > after`` (to replay), in order. A torn
@@ -435,6 +460,17 @@ class WriteAheadLog:
         Raises:
             WalCorrupt: see :func:`read_log`.
         """
+        os.makedirs(path, exist_ok=True)
+        lock_fd = _lock_dir(os.path.abspath(path), lock_timeout)
+        try:
+            return cls._open_locked(path, fsync, interval, retry_period, after, lock_timeout, lock_fd)
+        except BaseException:
+            os.close(lock_fd)
+            raise
+
+    @classmethod
+    def _open_locked(cls, path: str, fsync: FsyncPolicy, interval: float, retry_period: float, after: int,
+                     lock_timeout: float, lock_fd: int) -> tuple["WriteAheadLog", list[Record]]:
         result = ScanResult()
         records = list(read_log(path, after, result))
         if records and records[0].lsn != after + 1:
@@ -447,7 +483,7 @@ class WriteAheadLog:
             for _, fpath in list_segments(path):
                 os.unlink(fpath)
         next_lsn = max(after, result.last_lsn) + 1
-        return cls(path, fsync, interval, retry_period, next_lsn, segment), records
+        return cls(path, fsync, interval, retry_period, next_lsn, segment, lock_timeout, lock_fd), records
 
     # -- properties -----------------------------------------------------------------------------------
     @property
@@ -790,6 +826,9 @@ class WriteAheadLog:
                 pass
             os.close(self._fd)
             self._fd = -1
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # releases the directory lock
+            self._lock_fd = -1
 
     def __enter__(self) -> "WriteAheadLog":
         return self
