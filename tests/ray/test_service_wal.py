@@ -45,7 +45,8 @@ def table_factory():
     return rs.Table(200_000, sampler=rs.Prioritized(0.6, 0.4), seed=0)
 
 
-@pytest.mark.parametrize("how", ["sigkill", "ray.kill"])
+@pytest.mark.parametrize("how", ["sigkill", pytest.param("ray.kill", marks=pytest.mark.slow)])  # ray.kill restarts
+# are also in the two tests below
 def test_acknowledged_inserts_survive_a_crash(ray_local, tmp_path, how):
     from replaystore import ray as rsr
 
@@ -161,4 +162,63 @@ def test_object_storage_cannot_be_logged(ray_local, tmp_path):
             time.sleep(0.2)
     c.add({"any": object.__name__})
     assert len(c) == 1
+    c.shutdown()
+
+
+@pytest.fixture
+def tiny_fs():
+    import subprocess
+    import tempfile
+
+    d = tempfile.mkdtemp()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", d], capture_output=True)
+    if r.returncode != 0:
+        os.rmdir(d)
+        pytest.skip(f"cannot mount a tmpfs: {r.stderr.decode().strip()}")
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", d])
+        os.rmdir(d)
+
+
+def test_full_disk_fails_calls_with_disk_full_and_recovers(ray_local, tmp_path, tiny_fs):
+    from replaystore import ray as rsr
+
+    c = rsr.serve(functools.partial(rs.Table, 10_000), name="svc-wal-full", max_restarts=1,
+                  checkpoint_dir=str(tmp_path), wal=rsr.WalConfig(dir=tiny_fs, retry_period=0.05))
+    acked = c.extend(rows(np.arange(8)), timeout=10).tolist()
+    fd = os.open(os.path.join(tiny_fs, "ballast"), os.O_WRONLY | os.O_CREAT)
+    try:  # fill the file system
+        while True:
+            os.write(fd, b"\1" * 4096)
+    except OSError:
+        pass
+    os.close(fd)
+    failed = 0
+    for i in range(8, 200, 8):
+        try:
+            acked += c.extend(rows(np.arange(i, i + 8)), timeout=10).tolist()
+        except rs.DiskFull as e:  # through Ray, as itself (also an OSError)
+            assert isinstance(e, OSError) and "no space" in str(e)
+            failed += 1
+            if failed >= 3:
+                break
+    assert failed >= 3
+    assert len(c.keys()) >= len(acked)  # reads go on
+    assert c.stats()["default"]["wal"]["failing"] == 1
+    os.unlink(os.path.join(tiny_fs, "ballast"))
+    deadline = time.monotonic() + 20
+    while True:  # the queued records are written once space returns; calls are accepted again
+        try:
+            acked += c.extend(rows(np.arange(1000, 1008)), timeout=10).tolist()
+            break
+        except rs.DiskFull:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    ray_local.kill(c.actor, no_restart=False)
+    wait_restarted(c)
+    assert set(acked) <= set(c.keys().tolist())
+    data, _ = c.get(c.keys())
+    assert np.array_equal(data["obs"][:, 0], data["id"].astype(np.float32))
     c.shutdown()
