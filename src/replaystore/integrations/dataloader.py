@@ -70,17 +70,27 @@ class WorkerSourceError(InvalidArgument):
     """The dataset's source cannot be used in this DataLoader worker (see the module doc)."""
 
 
-def _tensors(value: Any) -> Any:
+def _tensors(value: Any, shared: bool = False) -> Any:
     if isinstance(value, dict):
-        return {k: _tensors(v) for k, v in value.items()}
+        return {k: _tensors(v, shared) for k, v in value.items()}
     if isinstance(value, np.ndarray) and value.dtype != object:
+        if shared:
+            # in a worker process: one copy straight into shared memory, which DataLoader's queue
+            # then passes by handle (else: a copy to make Ray's read-only array writable, and a
+            # second one when the queue moves the tensor to shared memory)
+            t = torch.from_numpy(np.empty(0, dtype=value.dtype)).new_empty(value.shape).share_memory_()
+            t.numpy()[...] = value
+            return t
         return torch.from_numpy(value if value.flags.writeable else value.copy())
     return value
 
 
-def sample_to_batch(sample: Sample | MixedSample) -> dict[str, Any]:
-    """A sample as the dict of tensors the dataset yields (no copy of writable arrays)."""
-    return {f.name: _tensors(getattr(sample, f.name)) for f in dataclasses.fields(sample)}
+def sample_to_batch(sample: Sample | MixedSample, shared: bool = False) -> dict[str, Any]:
+    """A sample as the dict of tensors the dataset yields (no copy of writable arrays).
+
+    ``shared``: allocate each tensor in shared memory and copy into it once (for worker processes).
+    """
+    return {f.name: _tensors(getattr(sample, f.name), shared) for f in dataclasses.fields(sample)}
 
 
 def _share(total: int | None, worker: int, workers: int) -> int | None:
@@ -206,9 +216,10 @@ class ReplayDataset(IterableDataset):
         if count == 0:
             return
         client = self._source_client()
+        shared = get_worker_info() is not None
         for sample in client.iterate(self.batch_size, prefetch=self.prefetch, timeout=self.timeout,
                                      max_batches=count):
-            yield sample_to_batch(sample)
+            yield sample_to_batch(sample, shared)
 
     def update_priorities(self, keys: Any, priorities: Any) -> Any:
         """Forward a priority update to the source (``keys`` may be a tensor); return how many applied.
