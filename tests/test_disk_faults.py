@@ -391,3 +391,21 @@ def test_buffer_space_returns_after_drain(tmp_path):
     left, journal = du(tmp_path / "buf"), du(tmp_path / "buf" / "meta")
     assert peak > 9_000_000 and journal < 1_300_000  # the journal keeps its 1 MB reserve
     assert left - journal < 800_000, (peak, left, journal)  # 4 shards: lock files and empty pages (+ spares)
+
+
+def test_wipe_on_start_gives_the_space_back(tmp_path):
+    """``clear_on_start=True`` (a new service, not a restart): store and journal start from empty files."""
+    cfg = buffer_config(tmp_path / "buf", num_shards=2, journal_reserve=0, clear_on_start=True, max_chunks=10_000)
+    buf = FragmentBuffer(cfg)
+    buf.set_version(S, 0)
+    for seq in range(6):
+        buf.add(buf.store.put(np.random.default_rng(seq).bytes(1_500_000)), "env-0", seq, 0, S)
+    for seq in range(3000):  # metadata only: the journal grows
+        buf.add(f"meta-{seq:05d}-{'x' * 200}", "meta", seq, 0, S)
+    buf.close()
+    peak, journal_peak = du(tmp_path / "buf"), du(tmp_path / "buf" / "meta")
+    fresh = FragmentBuffer(cfg, resume=False)
+    assert fresh.stats()["replay_buffer_size_chunks"] == 0 and len(fresh.store) == 0
+    assert peak > 9_000_000 and journal_peak > 500_000
+    assert du(tmp_path / "buf" / "meta") < 100_000 and du(tmp_path / "buf") < 600_000, du(tmp_path / "buf")
+    fresh.close()

@@ -59,6 +59,7 @@ class Journal:
         self._entry = _acquire_env(self.path, map_size, sync)
         self._env = self._entry.env
         self._map_size = map_size
+        self._sync = sync
         self._closed = False
         self._data = os.path.join(self.path, "data.mdb")
         self._fd = os.open(self._data, os.O_RDWR)
@@ -154,14 +155,14 @@ class Journal:
         return out
 
     def clear(self) -> None:
-        """Forget everything (``DiskFull``/``StorageError`` if that cannot be written)."""
-        try:
-            with self._env.begin(write=True) as txn:
-                txn.drop(self._env.open_db(txn=txn), delete=False)
-        except Exception as e:  # noqa: BLE001
-            if _is_lmdb_error(e):
-                raise lmdb_write_error(e, self.path, None, self._map_size) from None
-            raise
+        """Forget everything: the journal's files are deleted and created again (their space given back).
+
+        Only the service process may have the journal open. Raises ``DiskFull`` if even an empty
+        journal and its reserve find no room (the journal is then closed).
+        """
+        self.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+        self.__init__(self.path, self._map_size, self.reserve, self._sync)  # type: ignore[misc]
 
     def close(self) -> None:
         """Release the environment (idempotent)."""
