@@ -1,0 +1,248 @@
+"""Recurrent Q-learning (R2D2-style) on CartPole-v1 with the velocities hidden, from a replaystore Table.
+
+The agent sees only the cart position and the pole angle (observation indices 0 and 2; the two
+velocities, indices 1 and 3, are removed), so a feed-forward Q-network cannot tell which way the
+pole is falling: it needs memory. Here an LSTM Q-network learns from **prioritized sequences** of
+an episodic table, as in R2D2 (Kapturowski et al., 2019):
+
+- ``N`` environments (streams) write one step each per tick with ``Table.extend_steps``;
+  ``rs.Episodes(sequence_length=burn_in + length, burn_in=burn_in)`` makes the table episodic;
+- ``Table.sample_sequences(B, length, burn_in=burn_in)`` returns ``B`` windows of consecutive steps
+  of one episode each (strict: never across an episode end), drawn in proportion to the priority
+  of their first step after the burn-in, with importance weights;
+- the LSTM starts from a zero state, runs the burn-in steps without gradient (to warm its state up,
+  R2D2's "burn-in" strategy), then the ``length`` trained steps; targets are double-DQN with the
+  target network run over the same window plus the last step's next observation, n-step
+  (``--n-step``, 5 as in R2D2) inside the window, cut at termination;
+- the new priority of each sequence is ``rs.sequence_priority(|td|, eta=0.9)``
+  (``0.9 * max + 0.1 * mean`` over its steps), written back with ``update_priorities(s.keys, ...)``.
+
+Usage (two CPU cores, a few minutes)::
+
+    PYTHONPATH=src python examples/r2d2_cartpole_pomdp.py [--steps 60000] [--seed 0] [--target 400]
+
+Training stops early once a greedy evaluation (10 episodes) reaches ``--target``; the script then
+prints the final greedy return over 20 fresh episodes and the wall time. Figures measured on this
+repository's machine: README ("Sequences") and docs/sequences.md ("Examples").
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+import replaystore as rs
+
+VISIBLE = [0, 2]  # cart position, pole angle (velocities 1 and 3 hidden)
+SCALE = np.array([1 / 2.4, 1 / 0.21], np.float32)
+
+
+def observe(obs: np.ndarray) -> np.ndarray:
+    """The partial observation: position and angle, scaled to about [-1, 1]."""
+    return (np.asarray(obs, np.float32)[..., VISIBLE] * SCALE).astype(np.float32)
+
+
+class RecurrentQ(nn.Module):
+    """``obs -> MLP -> LSTM -> Q(., a)``; ``forward`` takes ``(B, T, obs_dim)`` and a state."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: int = 64) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(obs_dim, hidden), nn.ReLU())
+        self.lstm = nn.LSTM(hidden, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, n_actions)
+        self.hidden = hidden
+
+    def initial_state(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Zero ``(h, c)`` for ``batch`` sequences."""
+        z = torch.zeros(1, batch, self.hidden)
+        return z, z.clone()
+
+    def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]):
+        """Q-values ``(B, T, n_actions)`` and the final state."""
+        y, state = self.lstm(self.encoder(x), state)
+        return self.head(y), state
+
+
+def make_table(capacity: int, burn_in: int, length: int, seed: int) -> rs.Table:
+    """Episodic, prioritized, FIFO table of single steps; prioritized windows of ``burn_in + length``."""
+    return rs.Table(
+        capacity,
+        sampler=rs.Prioritized(alpha=0.6, beta=0.4),
+        remover=rs.Fifo(),
+        episodes=rs.Episodes(sequence_length=burn_in + length, burn_in=burn_in, next_obs_field="next_obs"),
+        seed=seed,
+        name="r2d2",
+    )
+
+
+def nstep_targets(reward: torch.Tensor, terminated: torch.Tensor, boot: torch.Tensor, n: int,
+                  gamma: float) -> torch.Tensor:
+    """R2D2's n-step targets inside a window: ``(B, L)`` from rewards, terminations, bootstrap values.
+
+    ``boot[:, j]`` (``(B, L + 1)``) is the value of the state at window position ``j`` (``j = L``:
+    the last step's next observation). For step ``t`` the target sums ``gamma**i * r_{t+i}`` over
+    ``i < k = min(n, L - t)``, stopping after a termination (no bootstrap then), else adds
+    ``gamma**k * boot[:, t + k]``.
+    """
+    b, length = reward.shape
+    t = torch.arange(length)
+    target = torch.zeros_like(reward)
+    alive = torch.ones_like(reward)  # no termination among steps t .. t+i-1
+    for i in range(n):
+        idx = t + i
+        inside = (idx < length).float()
+        j = idx.clamp(max=length - 1)
+        target = target + (gamma ** i) * alive * inside * reward[:, j]
+        alive = alive * (1.0 - inside * terminated[:, j])
+    k = torch.clamp(length - t, max=n)
+    return target + (gamma ** k.float()) * alive * boot.gather(1, (t + k).expand(b, -1))
+
+
+def learn(q: RecurrentQ, target: RecurrentQ, opt: torch.optim.Optimizer, s, burn_in: int,
+          gamma: float, n: int) -> np.ndarray:
+    """One gradient step on a :class:`~replaystore.SequenceSample`; returns ``|td|`` ``(B, length)``."""
+    d = s.data
+    obs = torch.as_tensor(d["obs"])  # (B, burn_in + length, obs_dim)
+    last_next = torch.as_tensor(d["next_obs"][:, -1:])  # the bootstrap input after the window
+    x = torch.cat([obs, last_next], dim=1)  # (B, burn_in + length + 1, obs_dim)
+    action = torch.as_tensor(d["action"][:, burn_in:]).long()
+    reward = torch.as_tensor(d["reward"][:, burn_in:])
+    terminated = torch.as_tensor(d["terminated"][:, burn_in:]).float()
+    weights = torch.as_tensor(s.weights, dtype=torch.float32)
+    b = x.shape[0]
+    with torch.no_grad():  # burn-in: warm the states up, no gradient
+        _, h_online = q(x[:, :burn_in], q.initial_state(b)) if burn_in else (None, q.initial_state(b))
+        q_t, _ = target(x, target.initial_state(b))
+        q_t = q_t[:, burn_in:]  # (B, length + 1, A)
+    q_all, _ = q(x[:, burn_in:], h_online)  # (B, length + 1, A)
+    with torch.no_grad():  # double DQN: the online network picks, the target network values
+        boot = q_t.gather(-1, q_all.argmax(-1, keepdim=True)).squeeze(-1)
+        y = nstep_targets(reward, terminated, boot, n, gamma)
+    q_sa = q_all[:, :-1].gather(-1, action[..., None]).squeeze(-1)
+    td = y - q_sa
+    loss = (weights[:, None] * nn.functional.smooth_l1_loss(q_sa, y, reduction="none")).mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    nn.utils.clip_grad_norm_(q.parameters(), 10.0)
+    opt.step()
+    return td.detach().abs().numpy()
+
+
+def evaluate(q: RecurrentQ, episodes: int, seed: int) -> float:
+    """Mean return of ``episodes`` greedy episodes (episode ``i`` reset with ``seed + i``)."""
+    total = 0.0
+    env = gym.make("CartPole-v1")
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        state = q.initial_state(1)
+        done = False
+        while not done:
+            with torch.no_grad():
+                qv, state = q(torch.as_tensor(observe(obs))[None, None], state)
+            obs, r, terminated, truncated, _ = env.step(int(qv[0, 0].argmax()))
+            total += r
+            done = terminated or truncated
+    env.close()
+    return total / episodes
+
+
+def main() -> None:
+    """Train, evaluate, print the figures."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=60_000, help="environment steps over all envs")
+    ap.add_argument("--envs", type=int, default=4)
+    ap.add_argument("--burn-in", type=int, default=5)
+    ap.add_argument("--length", type=int, default=15)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--train-every", type=int, default=4, help="env steps (all envs) per gradient step")
+    ap.add_argument("--gamma", type=float, default=0.99)
+    ap.add_argument("--n-step", type=int, default=5, help="n-step targets inside each window (R2D2: 5)")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--target", type=float, default=400.0, help="stop once a greedy evaluation reaches this")
+    ap.add_argument("--eval-every", type=int, default=5_000)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    t0 = time.perf_counter()
+
+    n = args.envs
+    envs = [gym.make("CartPole-v1") for _ in range(n)]
+    obs = np.stack([observe(e.reset(seed=args.seed * 1000 + i)[0]) for i, e in enumerate(envs)])
+    table = make_table(100_000, args.burn_in, args.length, args.seed)
+    q = RecurrentQ(len(VISIBLE), 2)
+    target = copy.deepcopy(q).requires_grad_(False)
+    opt = torch.optim.Adam(q.parameters(), lr=args.lr)
+    state = q.initial_state(n)
+    returns, ep_ret = [], np.zeros(n)
+    step, updates, best = 0, 0, (-1.0, None)
+    next_eval = args.eval_every
+    while step < args.steps:
+        eps = max(0.02, 1.0 - step / 20_000)
+        with torch.no_grad():
+            qv, new_state = q(torch.as_tensor(obs)[:, None], state)
+        greedy = qv[:, 0].argmax(-1).numpy()
+        action = np.where(rng.random(n) < eps, rng.integers(0, 2, n), greedy)
+        rows = {"obs": obs, "action": action.astype(np.int64), "reward": np.zeros(n, np.float32),
+                "next_obs": np.empty_like(obs), "terminated": np.zeros(n, bool)}
+        truncated = np.zeros(n, bool)
+        ended = np.zeros(n, bool)
+        next_obs = np.empty_like(obs)
+        for i, e in enumerate(envs):
+            o, r, term, trunc, _ = e.step(int(action[i]))
+            rows["reward"][i], rows["terminated"][i], truncated[i] = r, term, trunc
+            rows["next_obs"][i] = observe(o)
+            ep_ret[i] += r
+            ended[i] = term or trunc
+            if ended[i]:
+                returns.append(ep_ret[i])
+                ep_ret[i] = 0.0
+                o, _ = e.reset()
+            next_obs[i] = observe(o)
+        table.extend_steps(rows, streams=np.arange(n), terminated=rows["terminated"], truncated=truncated)
+        keep = torch.as_tensor(~ended, dtype=torch.float32)[None, :, None]
+        state = (new_state[0] * keep, new_state[1] * keep)  # a new episode starts from a zero state
+        obs = next_obs
+        step += n
+
+        due = step // args.train_every - (step - n) // args.train_every  # gradient steps this tick
+        for _ in range(due if len(table) >= 2_000 else 0):
+            try:
+                s = table.sample_sequences(args.batch, args.length, burn_in=args.burn_in, timeout=0)
+            except rs.ReplayError:  # no episode is long enough for a window yet
+                break
+            table.sampler.beta = min(1.0, 0.4 + 0.6 * step / args.steps)
+            td = learn(q, target, opt, s, args.burn_in, args.gamma, args.n_step)
+            table.update_priorities(s.keys, rs.sequence_priority(td, eta=0.9) + 1e-3)
+            updates += 1
+            with torch.no_grad():
+                for p, tp in zip(q.parameters(), target.parameters()):
+                    tp.lerp_(p, 0.01)
+        if step >= next_eval:
+            next_eval += args.eval_every
+            score = evaluate(q, 10, seed=10_000 + step)
+            recent = np.mean(returns[-20:]) if returns else 0.0
+            print(f"step {step:>7,}: {updates:,} updates, training return (last 20) {recent:6.1f}, "
+                  f"greedy evaluation {score:6.1f}, {time.perf_counter() - t0:5.0f} s", flush=True)
+            if score >= best[0]:
+                best = (score, copy.deepcopy(q.state_dict()))
+            if score >= args.target:
+                break
+    if best[1] is not None:
+        q.load_state_dict(best[1])
+    final = evaluate(q, 20, seed=2_000_000 + args.seed)
+    wall = time.perf_counter() - t0
+    print(f"CartPole-v1, velocities hidden (obs {VISIBLE}), LSTM Q-network, prioritized sequences "
+          f"({args.burn_in} burn-in + {args.length}), seed {args.seed}: {step:,} env steps, {updates:,} updates, "
+          f"final greedy return over 20 episodes {final:.1f}, {wall:.0f} s wall")
+
+
+if __name__ == "__main__":
+    main()
