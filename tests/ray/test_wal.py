@@ -542,3 +542,16 @@ def test_any_flipped_byte_is_detected(tmp_path_factory, sample_log, pos, flip):
         return
     # accepted only as a torn tail: the damaged record was the last one and is dropped
     assert hit == len(offsets) - 1 and [r.meta["i"] for r in recs] == list(range(hit))
+
+
+def test_log_samples_off(tmp_path):
+    cfg = WalConfig(dir=str(tmp_path), fsync="never", log_samples=False)
+    t = rs.Table.queue(50)
+    lt = LoggedTable.open(t, str(tmp_path / "wal"), cfg)
+    lt.durable("extend", batch(10, 0))
+    s = lt.durable("sample", 4)
+    assert len(s.keys) == 4 and len(t) == 6 and lt.wal.last_lsn == 1  # the sample was not logged
+    lt.close()
+    t2 = rs.Table.queue(50)
+    LoggedTable.open(t2, str(tmp_path / "wal"), cfg).close()
+    assert len(t2) == 10 and t2.stats()["samples"] == 0  # a restart forgets samples (documented)
