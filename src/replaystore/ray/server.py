@@ -262,6 +262,12 @@ class ReplayServer:
         finally:
             self._saving.discard(tname)
 
+    def _finished_save(self, task: asyncio.Task) -> None:
+        if task in self._tasks:
+            self._tasks.remove(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("replay service %r: checkpoint by log size failed: %s", self.name, task.exception())
+
     async def _logged(self, tname: str, lt: LoggedTable, result_lsn: tuple[Any, int]) -> Any:
         """Wait until a logged call is acknowledged; checkpoint the table if its log grew too long."""
         result, lsn = result_lsn
@@ -269,7 +275,9 @@ class ReplayServer:
         if self.checkpoint_dir is not None and tname not in self._saving and lt.needs_checkpoint():
             self._saving.add(tname)  # one at a time; the task clears it
             d = os.path.join(self.checkpoint_dir, tname)
-            self._tasks.append(asyncio.get_running_loop().create_task(self._save_logged(tname, d, True)))
+            task = asyncio.get_running_loop().create_task(self._save_logged(tname, d, True))
+            self._tasks.append(task)
+            task.add_done_callback(self._finished_save)
         return result
 
     async def close(self) -> None:
