@@ -380,6 +380,8 @@ def test_bad_input_changes_nothing_and_logs_nothing(tmp_path):
     assert lt.wal.last_lsn == 1 and len(t) == 3
     with pytest.raises(rs.SpecError):
         LoggedTable.open(rs.Table(4, storage="objects"), str(tmp_path / "objs"))
+    with pytest.raises(rs.InvalidArgument, match="episode"):
+        LoggedTable.open(rs.Table(4, episodes=rs.Episodes()), str(tmp_path / "episodes"))
     lt.close()
 
 

@@ -28,7 +28,8 @@ generator's stream (samples are replayed from their keys, not re-drawn, so sampl
 restart are not the samples the original table would have drawn next), time spent blocked
 (``insert_blocked_s``/``sample_blocked_s``), and the internal order of the selectors (which the
 checkpoint does not keep either). Object storages cannot be logged (their items would have to be
-pickled): :meth:`open` refuses them.
+pickled) and neither can tables with episode structure (``episodes=``: their steps, streams and
+episode boundaries are not recorded yet): :meth:`open` refuses both.
 
 Calls return ``(result, lsn)``; the caller acknowledges the result only after
 ``wait(lsn)``/``wait_async(lsn)`` (the plain-Python convenience methods ``*_durable`` do both). A
@@ -46,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SpecError, WalCorrupt
+from ..errors import InvalidArgument, SpecError, WalCorrupt
 from ..items import Sample
 from ..samplers import Fifo, WithoutReplacement
 from ..storage import ObjectStorage
@@ -132,6 +133,9 @@ class LoggedTable:
         """
         if isinstance(table.storage, ObjectStorage):
             raise SpecError(f"table {table.name!r} stores Python objects: a write-ahead log needs a column storage")
+        if getattr(table, "episodic", False):
+            raise InvalidArgument(f"table {table.name!r} has episode structure (episodes=), which the write-ahead "
+                                  "log does not record yet: serve it without wal=")
         config = config or WalConfig(dir=os.path.dirname(path) or ".")
         after = int(table._counters.get(LSN_COUNTER, 0))
         wal, records = WriteAheadLog.open(path, config.fsync, config.interval, config.retry_period, after=after)
