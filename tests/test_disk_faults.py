@@ -409,3 +409,29 @@ def test_wipe_on_start_gives_the_space_back(tmp_path):
     assert peak > 9_000_000 and journal_peak > 500_000
     assert du(tmp_path / "buf" / "meta") < 100_000 and du(tmp_path / "buf") < 600_000, du(tmp_path / "buf")
     fresh.close()
+
+
+def test_a_reader_racing_a_swap_never_resurrects_the_replaced_generation(tmp_path, monkeypatch):
+    """readlink returns the old generation, the swap deletes it before the open: read the link again."""
+    import replaystore.storage.fragments as fr
+
+    path = tmp_path / "s"
+    writer = FragmentStore(path, num_shards=1)
+    old = os.readlink(path / "shard-000")
+    writer.clear()  # swaps to a new generation and deletes the old one
+    fid = writer.put(payload(5))
+    real = fr._read_target
+    calls = []
+
+    def stale_once(link):
+        calls.append(link)
+        return old if len(calls) == 1 else real(link)
+
+    monkeypatch.setattr(fr, "_read_target", stale_once)
+    reader = FragmentStore.__new__(FragmentStore)  # a handle that has not opened the shard yet
+    reader.__dict__.update(path=writer.path, num_shards=1, map_size=writer.map_size, sync=False, writemap=False,
+                           shrink_threshold=None, _shards=[fr._Shard(str(path / "shard-000"))], _closed=False,
+                           shrinks=0)
+    assert reader.get(fid)["i"] == 5  # found in the current generation
+    assert not (path / old).exists() and len(calls) >= 2
+    writer.close()

@@ -167,16 +167,21 @@ def _reserve_lock_file(path: str) -> None:
         os.close(fd)
 
 
-def _open_env_locked(path: str, map_size: int, sync: bool, writemap: bool) -> _EnvEntry:
-    os.makedirs(path, exist_ok=True)
+def _open_env_locked(path: str, map_size: int, sync: bool, writemap: bool, create: bool = True) -> _EnvEntry:
+    """Open (or share) the environment in ``path``; ``create=False``: ``FileNotFoundError`` if it is gone."""
+    if create:
+        os.makedirs(path, exist_ok=True)
     inode = os.stat(path).st_ino
     entry = _ENVS.get(path)
     if entry is None or entry.inode != inode:
         _reserve_lock_file(path)
         try:
             env = lmdb.open(path, map_size=map_size, subdir=True, max_readers=_MAX_READERS, sync=sync,
-                            metasync=sync, readahead=False, meminit=False, lock=True, writemap=writemap)
+                            metasync=sync, readahead=False, meminit=False, lock=True, writemap=writemap,
+                            create=create)
         except lmdb.Error as e:
+            if not create and not os.path.isdir(path):
+                raise FileNotFoundError(path) from None
             raise lmdb_write_error(e, path, None, map_size) from None
         entry = _ENVS[path] = _EnvEntry(env, inode, path)  # a stale entry lives on with its handles
     entry.count += 1
@@ -414,16 +419,22 @@ class FragmentStore:
         if self._closed:
             raise Closed(f"{self!r} is closed")
         sh = self._shards[i]
-        target = _read_target(sh.link)
-        with _ENVS_LOCK:
-            if sh.entry is None or target != sh.target:
-                entry = _open_env_locked(sh.dir_of(target), self.map_size, self.sync, self.writemap)
-                old = sh.entry
-                sh.entry, sh.target = entry, target
-                if old is not None:
-                    _release_env_locked(old.path, old)  # closes once its last transaction ends
-            sh.entry.active += 1
-            return sh.entry
+        for _ in range(1000):
+            target = _read_target(sh.link)
+            with _ENVS_LOCK:
+                if sh.entry is None or target != sh.target:
+                    try:  # a generation is never re-created: if it vanished, it was just replaced
+                        entry = _open_env_locked(sh.dir_of(target), self.map_size, self.sync, self.writemap,
+                                                 create=target is None)
+                    except FileNotFoundError:
+                        continue  # swapped between readlink and open: read the link again
+                    old = sh.entry
+                    sh.entry, sh.target = entry, target
+                    if old is not None:
+                        _release_env_locked(old.path, old)  # closes once its last transaction ends
+                sh.entry.active += 1
+                return sh.entry
+        raise StorageError(f"shard {sh.link} keeps moving: cannot open its current generation", sh.link, None)
 
     def _ensure_spare(self, i: int) -> None:
         """Open shard ``i`` and make sure its next generation is ready (see :func:`_make_spare`)."""
