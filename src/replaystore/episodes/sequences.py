@@ -185,11 +185,11 @@ def sample_sequences(table: "Table", batch_size: Any, length: Any, burn_in: Any,
             if not strict_valid(index, win, keys).all():  # every priority of a valid start is 0
                 keys, win, p = uniform_strict_starts(index, table.rng, n, width, burn_in)
                 probabilities, weights = np.full(n, p), None
-            mask = np.ones(win.shape, dtype=bool)
+            mask, full = np.ones(win.shape, dtype=bool), True
         elif mode == "strict":
             keys, win, p = uniform_strict_starts(index, table.rng, n, width, burn_in)
             probabilities = np.full(n, p)
-            mask = np.ones(win.shape, dtype=bool)
+            mask, full = np.ones(win.shape, dtype=bool), True
         else:
             keys = index.live.sample(n, table.rng)
             att = index.attached(keys)
@@ -204,13 +204,15 @@ def sample_sequences(table: "Table", batch_size: Any, length: Any, burn_in: Any,
             probabilities = np.full(n, 1.0 / index.live.size)
             win = window(index, keys, width, burn_in)
             mask = padded_mask(index, win, keys, burn_in)
-        full = bool(mask.all())
+            full = bool(mask.all())
         slots = win if full else np.where(mask, win, keys[:, None])
         data = reshape_leaves(table.storage.read(slots.ravel()), slots.shape)
         if not full:
             zero_where(data, mask)
         rows = table._meta.take(keys, axis=0)
-        step_keys = np.where(mask, table._meta[:, 0][slots], -1)
+        step_keys = table._meta[:, 0][slots]
+        if not full:
+            step_keys[~mask] = -1
         streams = index.stream_of[keys].copy()
         episodes = index.episode_of[keys].copy()
         times = account(table, keys, n)
