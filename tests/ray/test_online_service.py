@@ -121,19 +121,26 @@ def test_async_producers_with_pacing_train_nothing_stale_and_drop_nothing(ray_lo
 
 
 def test_drop_only_drops_long_rollouts(ray_local):
-    batch, steps = 4, 6
+    """Without pacing, a rollout that spans a weight update is stale at ``max_staleness=0`` and
+    dropped: long rollouts (which span updates) go, short ones mostly stay, and the buckets show it."""
+    batch, steps = 4, 8
     svc = serve("online-drop", capacity=64, batch_size=batch, max_staleness=0, pacing=False, group_size=1,
                 length_buckets=(8,))
     oc = svc.online("rollouts")
 
     @ray_local.remote(num_cpus=0)
-    def produce(oc, length, n):
+    def produce(oc, length, n, spans_update):
         for _ in range(n):
             v0 = oc.version
-            time.sleep(length * 0.002)
+            deadline = time.time() + 20
+            if spans_update:  # a long rollout: the trainer moves on while it is generated
+                while oc.version == v0 and time.time() < deadline:
+                    time.sleep(0.01)
+            else:
+                time.sleep(length * 0.002)
             oc.add(length, versions=(v0, oc.version), length=length)
 
-    runs = [produce.remote(oc, 2, 40), produce.remote(oc, 50, 6)]
+    runs = [produce.remote(oc, 2, 50, False), produce.remote(oc, 50, 4, True)]
     try:
         for v in range(steps):
             b = oc.sample(batch, timeout=60)
@@ -141,9 +148,10 @@ def test_drop_only_drops_long_rollouts(ray_local):
             oc.set_version(v + 1)
         ray_local.get(runs, timeout=60)
         s = oc.stats()
-        dropped, made = s["dropped_by_length"], s["generated_by_length"]
-        assert dropped.get(">=8", 0) > 0  # long rollouts go stale, short ones much less often
-        assert dropped.get(">=8", 0) / made[">=8"] > 2 * dropped.get("0-7", 0) / made["0-7"]
+        dropped, made, trained = s["dropped_by_length"], s["generated_by_length"], s["trained_by_length"]
+        assert made[">=8"] == 4 and dropped[">=8"] == 4 and ">=8" not in trained  # every long one dropped
+        assert dropped.get("0-7", 0) < made["0-7"] and trained["0-7"] == batch * steps
+        assert s["dropped"]["stale"] == sum(dropped.values())
     finally:
         svc.shutdown()
 
