@@ -578,3 +578,39 @@ def test_padded_starts_are_uniform_over_live_steps_and_episodes_uniform_over_com
 def test_bad_episode_options_are_refused(kw):
     with pytest.raises(rs.EpisodeError):
         rs.Episodes(**kw)
+
+
+def test_samplers_and_writers_in_threads_always_see_valid_windows():
+    import threading
+
+    t = table(400, episodes=rs.Episodes(next_obs_field="next_obs", sequence_length=6, burn_in=2),
+              sampler=rs.Prioritized(alpha=1.0))
+    t.add_episode(steps(np.arange(10) * 4), stream=0, terminated=False)
+    stop = threading.Event()
+    bad = []
+
+    def write():
+        i = 10
+        while not stop.is_set() and i < 3000:
+            ids = np.arange(i, i + 5)
+            t.extend_steps(steps(ids * 4 + np.arange(5) % 4), streams=np.arange(5) % 4,
+                           terminated=(ids % 37) == 0, priorities=np.full(5, 1.0 + i % 3))
+            i += 5
+        stop.set()
+
+    def sample():
+        while not stop.is_set():
+            s = t.sample_sequences(16, 4, burn_in=2)
+            idx_ok = (np.diff(s.data["id"], axis=1) > 0).all()  # one stream's steps, in order
+            n = t.sample_nstep(16, 3, 0.9)
+            if not idx_ok or not ((n.steps >= 1) & (n.steps <= 3)).all():
+                bad.append(s)
+
+    threads = [threading.Thread(target=write), threading.Thread(target=sample)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    assert not bad and stop.is_set()
+    assert set(t._index.key_of_slot[t._episodes.validity.valid.contents()].tolist()) == set(
+        t._index.key_of_slot[exact_valid_starts(t._episodes, 6, 2)].tolist())
