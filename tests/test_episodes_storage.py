@@ -157,3 +157,14 @@ def test_frame_stack_storage_rebuilds_stacks_inside_sequences():
     n = t.sample_nstep(16, 2, 0.5)
     np.testing.assert_array_equal(n.next_obs[:, -1, 0, 0].astype(int),
                                   n.data["obs"][:, -1, 0, 0].astype(int) + n.steps)
+
+
+def test_inspect_shows_the_episode_options(tmp_path, capsys):
+    from replaystore.cli import main
+
+    t = rs.Table(20, episodes=rs.Episodes(sequence_length=3), seed=0)
+    t.add_episode(steps(np.arange(5)), stream=2)
+    t.save(tmp_path / "ck")
+    main(["inspect", str(tmp_path / "ck")])
+    out = capsys.readouterr().out
+    assert "episodes:" in out and "'sequence_length': 3" in out and "1 streams" in out

@@ -202,6 +202,10 @@ def _inspect(args: argparse.Namespace) -> int:
     print(f"  remover: {m['remover']['config']}")
     print(f"  rate limiter: {m['rate_limiter']['config']} counters {m['rate_limiter']['state']}")
     print(f"  model version: {t['model_version']}, next key: {t['next_key']}")
+    if isinstance(m.get("episodes"), dict):
+        ep, streams = m["episodes"].get("config", {}), m["episodes"].get("streams", {})
+        print(f"  episodes: {ep}; {len(streams.get('ids', []))} streams, next episode id "
+              f"{streams.get('next_episode')}")
     print("  counters: " + ", ".join(f"{k}={v}" for k, v in t["counters"].items()))
     if args.plot:
         return _inspect_plot(Path(args.path), m, Path(args.plot))
