@@ -594,3 +594,37 @@ def test_table_items_are_sb3_valid_rows_under_random_operations(optimize, n_envs
         live = _live_positions(ours)
         assert np.array_equal(live, expected), (op, live, expected)  # same rows, in age order
         assert np.array_equal(ours.observations, ref.observations)
+
+
+@pytest.mark.parametrize("steps", [9, 30])
+def test_nstep_agrees_with_the_core_sample_nstep(steps):
+    """SB3's n-step rules on the arrays give what the core's episodic Table.sample_nstep gives."""
+    import replaystore as rs
+
+    n_envs, bs, n, gamma = 2, 12, 3, 0.9
+    obs_space = spaces.Box(-1e6, 1e6, (2,), np.float32)
+    ours = ReplaystoreNStepReplayBuffer(bs * n_envs, obs_space, spaces.Discrete(2), device="cpu", n_envs=n_envs,
+                                        n_steps=n, gamma=gamma)
+    core = rs.Table(bs * n_envs, remover=rs.Fifo(), seed=0,
+                    episodes=rs.Episodes(obs_field="obs", next_obs_field="next_obs", reward_field="reward"))
+    rng = np.random.default_rng(steps)
+    for t in range(steps):
+        row = t % bs
+        ident = (row * n_envs + np.arange(n_envs)).astype(np.float32)
+        obs = np.stack([ident, np.full(n_envs, t, np.float32)], axis=1)
+        nobs = obs + 0.5
+        rew = rng.standard_normal(n_envs).astype(np.float32)
+        term = rng.random(n_envs) < 0.15
+        trunc = ~term & (rng.random(n_envs) < 0.1)
+        ours.add(obs, nobs, np.zeros(n_envs, np.int64), rew, term | trunc,
+                 [{"TimeLimit.truncated": bool(x)} for x in trunc])
+        core.extend_steps({"obs": obs, "next_obs": nobs, "reward": rew}, streams=np.arange(n_envs),
+                          terminated=term, truncated=trunc)
+    assert len(core) == len(ours.table)
+    s = core.sample_nstep(200, n, gamma)
+    pos = s.data["obs"][:, 0].astype(np.int64)
+    exp = ours._nstep(pos // n_envs, pos % n_envs, None)
+    assert np.allclose(exp.rewards[:, 0].numpy(), s.returns, rtol=1e-5, atol=1e-5)
+    assert np.array_equal(exp.dones[:, 0].numpy().astype(bool), s.done)
+    assert np.allclose((exp.discounts * (1 - exp.dones))[:, 0].numpy(), s.discount, rtol=1e-6)
+    assert np.array_equal(exp.next_observations.numpy(), s.next_obs)

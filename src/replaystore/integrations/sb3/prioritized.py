@@ -10,8 +10,9 @@ SB3 has no prioritized replay; its DQN averages an unweighted Huber loss. The ho
   sets ``|td_error| + eps``. With ``n_steps > 1`` the samples are n-step returns as in
   :class:`ReplaystoreNStepReplayBuffer`.
 - :class:`PrioritizedDQN` is SB3's ``DQN`` whose ``train`` multiplies each sample's loss by its
-  weight, feeds the absolute TD errors back as priorities, anneals ``beta`` linearly to
-  ``beta_end`` over the run, and bootstraps with the samples' ``discounts`` when present.
+  weight (divided by the batch's largest weight by default), feeds the absolute TD errors back as
+  priorities, anneals ``beta`` linearly to ``beta_end`` over the run, and bootstraps with the
+  samples' ``discounts`` when present.
   With any other buffer (no ``weights``) it is a plain DQN.
 
 Any other algorithm can use the buffer the same way: weight the loss by ``samples.weights``, then
@@ -149,11 +150,18 @@ class PrioritizedDQN(DQN):
             ``alpha``, ``beta``, ``n_steps``, ...).
         beta_end: anneal the buffer's ``beta`` linearly from its initial value to this by the end
             of ``learn`` (``None``: leave ``beta`` alone).
+        weight_norm: ``"batch"`` (default) divides each batch's weights by their maximum, so the
+            loss keeps its scale; ``"buffer"`` uses the buffer's weights as they are (normalised
+            by the largest weight any stored transition could get, as in the PER paper: a single
+            near-zero priority then shrinks every step).
     """
 
-    def __init__(self, *args: Any, beta_end: float | None = 1.0, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, beta_end: float | None = 1.0, weight_norm: str = "batch", **kwargs: Any) -> None:
+        if weight_norm not in ("batch", "buffer"):
+            raise SB3BufferError(f"weight_norm must be 'batch' or 'buffer', got {weight_norm!r}")
         kwargs.setdefault("replay_buffer_class", ReplaystorePrioritizedReplayBuffer)
         self.beta_end = beta_end
+        self.weight_norm = weight_norm
         self._beta_start: float | None = None
         super().__init__(*args, **kwargs)
 
@@ -178,7 +186,12 @@ class PrioritizedDQN(DQN):
             q = th.gather(self.q_net(data.observations), dim=1, index=data.actions.long())
             per_sample = F.smooth_l1_loss(q, target, reduction="none")
             weights = getattr(data, "weights", None)
-            loss = (per_sample * weights).mean() if weights is not None else per_sample.mean()
+            if weights is None:
+                loss = per_sample.mean()
+            else:
+                if self.weight_norm == "batch":
+                    weights = weights / weights.max()
+                loss = (per_sample * weights).mean()
             losses.append(loss.item())
             self.policy.optimizer.zero_grad()
             loss.backward()
