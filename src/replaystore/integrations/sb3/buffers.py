@@ -140,7 +140,7 @@ class _TableBackedBuffer:
         positions = np.arange(start, start + count, dtype=np.int64)
         if start + count > self._storage.capacity:  # the rows wrap around the end of the ring
             positions[positions >= self._storage.capacity] -= self._storage.capacity
-        self._table.extend(RingRows(positions))
+        self._table.extend(RingRows(positions, in_range=True))
         self._pending = 0
         self._synced_pos, self._synced_full = self.pos, bool(self.full)
 
@@ -200,7 +200,7 @@ class _TableBackedBuffer:
     def _tensor(self, array: np.ndarray) -> th.Tensor:
         """A tensor on ``device`` from a fresh array this buffer owns (no copy on the CPU)."""
         if self.device.type == "cpu":
-            return th.from_numpy(np.ascontiguousarray(array))
+            return th.from_numpy(array)
         return th.as_tensor(array, device=self.device)
 
     def _dones(self, d: dict[str, np.ndarray]) -> np.ndarray:

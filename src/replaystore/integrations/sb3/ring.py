@@ -38,12 +38,14 @@ class RingRows:
 
     Args:
         positions: int64 array of distinct ring positions, oldest first.
+        in_range: the positions are known to lie in ``[0, capacity)`` (the buffer computed them).
     """
 
-    __slots__ = ("positions",)
+    __slots__ = ("positions", "in_range")
 
-    def __init__(self, positions: np.ndarray) -> None:
+    def __init__(self, positions: np.ndarray, in_range: bool = False) -> None:
         self.positions = positions
+        self.in_range = in_range  # the caller computed them modulo the capacity: skip the range check
 
 
 class SB3RingStorage(Storage):
@@ -123,7 +125,7 @@ class SB3RingStorage(Storage):
         pos = data.positions
         if not isinstance(pos, np.ndarray) or pos.dtype != np.int64 or pos.ndim != 1:
             raise SpecError("RingRows.positions must be a 1-D int64 array")
-        if len(pos) and (int(pos.min()) < 0 or int(pos.max()) >= self.capacity):
+        if not data.in_range and len(pos) and (int(pos.min()) < 0 or int(pos.max()) >= self.capacity):
             raise SpecError(f"ring positions must lie in [0, {self.capacity})")
         return pos, len(pos)
 
