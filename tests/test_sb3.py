@@ -628,3 +628,18 @@ def test_nstep_agrees_with_the_core_sample_nstep(steps):
     assert np.array_equal(exp.dones[:, 0].numpy().astype(bool), s.done)
     assert np.allclose((exp.discounts * (1 - exp.dones))[:, 0].numpy(), s.discount, rtol=1e-6)
     assert np.array_equal(exp.next_observations.numpy(), s.next_obs)
+
+
+def test_add_accepts_what_numpy_assignment_accepts():
+    # SB3's test_save_load_replay_buffer passes infos whose values are arrays of shape (n_envs,)
+    ours = ReplaystoreReplayBuffer(10, *_spaces(), device="cpu")
+    ref = ReplayBuffer(10, *_spaces(), device="cpu")
+    obs = np.ones((1, 1, 3), np.float32)  # a leading 1 more than the row, as NumPy allows
+    for b in (ours, ref):
+        b.add(obs, obs, np.array([[1]]), np.array([[2.0]]), np.array([[True]]),
+              [{"TimeLimit.truncated": np.array([1.0])}])
+    for name in ("observations", "actions", "rewards", "dones", "timeouts"):
+        assert np.array_equal(getattr(ours, name), getattr(ref, name)), name
+    with pytest.raises(SB3BufferError):
+        ours.add(obs, obs, np.array([1]), np.array([2.0]), np.array([True]), [{"TimeLimit.truncated": [1, 2]}])
+    assert ours.pos == 1

@@ -223,7 +223,10 @@ class _TableBackedBuffer:
         if shape == row.shape:
             return
         try:
-            ok = np.broadcast_shapes(np.shape(value), row.shape) == row.shape
+            shape = tuple(np.shape(value))
+            while len(shape) > row.ndim and shape[0] == 1:  # NumPy assignment drops leading 1s
+                shape = shape[1:]
+            ok = np.broadcast_shapes(shape, row.shape) == row.shape
         except ValueError:
             ok = False
         if not ok:
@@ -439,7 +442,9 @@ class ReplaystoreReplayBuffer(_TableBackedBuffer, ReplayBuffer):
         if self.handle_timeout_termination:
             if len(infos) != self.n_envs:
                 self._timeouts_of(infos)  # raises, naming the problem
-            timeouts = [info.get("TimeLimit.truncated", False) for info in infos]
+            timeouts = np.array([info.get("TimeLimit.truncated", False) for info in infos])
+            if timeouts.shape != r.shape:
+                self._check_fits("TimeLimit.truncated values", timeouts, r)
         else:
             timeouts = None
         o[...] = obs
@@ -580,7 +585,10 @@ class ReplaystoreDictReplayBuffer(_TableBackedBuffer, DictReplayBuffer):
         action = np.asarray(action).reshape(self._v_action_rows)
         self._check_fits("reward", reward, self._v_reward[pos])
         self._check_fits("done", done, self._v_done[pos])
-        timeouts = self._timeouts_of(infos) if self.handle_timeout_termination else None
+        timeouts = None
+        if self.handle_timeout_termination:
+            timeouts = np.array(self._timeouts_of(infos))
+            self._check_fits("TimeLimit.truncated values", timeouts, self._v_timeout[pos])
         following = pos + 1 if pos + 1 < self.buffer_size else 0
         for k, o, no in rows:
             self._v_obs[k][pos] = o
