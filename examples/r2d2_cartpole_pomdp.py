@@ -13,7 +13,7 @@ an episodic table, as in R2D2 (Kapturowski et al., 2019):
 - the LSTM starts from a zero state, runs the burn-in steps without gradient (to warm its state up,
   R2D2's "burn-in" strategy), then the ``length`` trained steps; targets are double-DQN with the
   target network run over the same window plus the last step's next observation, n-step
-  (``--n-step``, 5 as in R2D2) inside the window, cut at termination;
+  (``--n-step``, default 3; R2D2 uses 5) inside the window, cut at termination;
 - the new priority of each sequence is ``rs.sequence_priority(|td|, eta=0.9)``
   (``0.9 * max + 0.1 * mean`` over its steps), written back with ``update_priorities(s.keys, ...)``.
 
@@ -162,8 +162,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--train-every", type=int, default=4, help="env steps (all envs) per gradient step")
     ap.add_argument("--gamma", type=float, default=0.99)
-    ap.add_argument("--n-step", type=int, default=5, help="n-step targets inside each window (R2D2: 5)")
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--n-step", type=int, default=3, help="n-step targets inside each window (R2D2: 5)")
+    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--tau", type=float, default=0.005, help="Polyak factor of the target network per update")
     ap.add_argument("--target", type=float, default=400.0, help="stop once a greedy evaluation reaches this")
     ap.add_argument("--eval-every", type=int, default=5_000)
     ap.add_argument("--seed", type=int, default=0)
@@ -224,7 +225,7 @@ def main() -> None:
             updates += 1
             with torch.no_grad():
                 for p, tp in zip(q.parameters(), target.parameters()):
-                    tp.lerp_(p, 0.01)
+                    tp.lerp_(p, args.tau)
         if step >= next_eval:
             next_eval += args.eval_every
             score = evaluate(q, 10, seed=10_000 + step)
