@@ -241,13 +241,15 @@ def build_numpy_seq(steps: Steps, capacity: int) -> Callable[[], Any]:
     def sample() -> Any:
         s = starts[rng.integers(0, len(starts), B_SEQ)]
         idx = s[:, None] + offs
+        flat = idx.ravel()  # a flat index gathers large rows faster than a (B, T) one
         for k, col in cols.items():
             o = out.get(k)
             if o is None:
-                o = out[k] = np.empty((*idx.shape, *col.shape[1:]), col.dtype)
-            np.take(col, idx, axis=0, out=o)
+                o = out[k] = np.empty((flat.size, *col.shape[1:]), col.dtype)
+            np.take(col, flat, axis=0, out=o)
+            out[k + "/view"] = o.reshape(*idx.shape, *col.shape[1:])
         if frames is not None:  # stacks of S + 1 frames; obs / next_obs are views of them
-            g = np.take(frames, idx[..., None] + win, axis=0)
+            g = np.take(frames, (idx[..., None] + win).ravel(), axis=0).reshape(*idx.shape, STACK + 1, *FRAME)
             out["obs"], out["next_obs"] = g[:, :, :STACK], g[:, :, 1:]
         return out
 

@@ -134,22 +134,57 @@ def learn(q: RecurrentQ, target: RecurrentQ, opt: torch.optim.Optimizer, s, burn
     return td.detach().abs().numpy()
 
 
-def evaluate(q: RecurrentQ, episodes: int, seed: int) -> float:
-    """Mean return of ``episodes`` greedy episodes (episode ``i`` reset with ``seed + i``)."""
-    total = 0.0
-    env = gym.make("CartPole-v1")
-    for i in range(episodes):
-        obs, _ = env.reset(seed=seed + i)
-        state = q.initial_state(1)
-        done = False
-        while not done:
-            with torch.no_grad():
-                qv, state = q(torch.as_tensor(observe(obs))[None, None], state)
-            obs, r, terminated, truncated, _ = env.step(int(qv[0, 0].argmax()))
-            total += r
-            done = terminated or truncated
-    env.close()
-    return total / episodes
+class History:
+    """The last ``width`` observations of each of ``n`` envs, left-aligned (the acting context).
+
+    The learner sees each step with a context of at most ``burn_in + length`` steps started from a
+    zero state; acting with the same bounded context (the LSTM re-run from a zero state over the
+    last ``width`` observations) keeps training and acting consistent without storing states.
+    """
+
+    def __init__(self, n: int, width: int, obs_dim: int) -> None:
+        self.obs = np.zeros((n, width, obs_dim), np.float32)
+        self.len = np.zeros(n, np.int64)
+        self.width = width
+
+    def push(self, obs: np.ndarray) -> None:
+        """Append one observation per env (the oldest drops out of a full window)."""
+        full = self.len == self.width
+        self.obs[full] = np.roll(self.obs[full], -1, axis=1)
+        self.len = np.minimum(self.len + 1, self.width)
+        self.obs[np.arange(len(obs)), self.len - 1] = obs
+
+    def reset(self, which: np.ndarray) -> None:
+        """Forget the history of envs ``which`` (a new episode)."""
+        self.len[which] = 0
+        self.obs[which] = 0.0
+
+    @torch.no_grad()
+    def q_values(self, q: RecurrentQ) -> torch.Tensor:
+        """Q-values ``(n, A)`` of each env's newest observation given its window."""
+        out, _ = q(torch.as_tensor(self.obs), q.initial_state(len(self.obs)))
+        return out[torch.arange(len(self.obs)), torch.as_tensor(self.len - 1)]
+
+
+def evaluate(q: RecurrentQ, episodes: int, seed: int, width: int) -> float:
+    """Mean return of ``episodes`` greedy episodes (episode ``i`` reset with ``seed + i``), side by side."""
+    envs = [gym.make("CartPole-v1") for _ in range(episodes)]
+    hist = History(episodes, width, len(VISIBLE))
+    hist.push(np.stack([observe(e.reset(seed=seed + i)[0]) for i, e in enumerate(envs)]))
+    total = np.zeros(episodes)
+    running = np.ones(episodes, bool)
+    while running.any():
+        actions = hist.q_values(q).argmax(-1).numpy()
+        obs = hist.obs[np.arange(episodes), hist.len - 1].copy()
+        for i in np.flatnonzero(running):
+            o, r, terminated, truncated, _ = envs[i].step(int(actions[i]))
+            total[i] += r
+            obs[i] = observe(o)
+            running[i] = not (terminated or truncated)
+        hist.push(obs)
+    for e in envs:
+        e.close()
+    return float(total.mean())
 
 
 def main() -> None:
@@ -157,8 +192,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=60_000, help="environment steps over all envs")
     ap.add_argument("--envs", type=int, default=4)
-    ap.add_argument("--burn-in", type=int, default=5)
-    ap.add_argument("--length", type=int, default=15)
+    ap.add_argument("--burn-in", type=int, default=2)
+    ap.add_argument("--length", type=int, default=6)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--train-every", type=int, default=4, help="env steps (all envs) per gradient step")
     ap.add_argument("--gamma", type=float, default=0.99)
@@ -181,15 +216,14 @@ def main() -> None:
     q = RecurrentQ(len(VISIBLE), 2)
     target = copy.deepcopy(q).requires_grad_(False)
     opt = torch.optim.Adam(q.parameters(), lr=args.lr)
-    state = q.initial_state(n)
+    hist = History(n, args.burn_in + args.length, len(VISIBLE))
+    hist.push(obs)
     returns, ep_ret = [], np.zeros(n)
     step, updates, best = 0, 0, (-1.0, None)
     next_eval = args.eval_every
     while step < args.steps:
         eps = max(0.02, 1.0 - step / 20_000)
-        with torch.no_grad():
-            qv, new_state = q(torch.as_tensor(obs)[:, None], state)
-        greedy = qv[:, 0].argmax(-1).numpy()
+        greedy = hist.q_values(q).argmax(-1).numpy()
         action = np.where(rng.random(n) < eps, rng.integers(0, 2, n), greedy)
         rows = {"obs": obs, "action": action.astype(np.int64), "reward": np.zeros(n, np.float32),
                 "next_obs": np.empty_like(obs), "terminated": np.zeros(n, bool)}
@@ -208,8 +242,8 @@ def main() -> None:
                 o, _ = e.reset()
             next_obs[i] = observe(o)
         table.extend_steps(rows, streams=np.arange(n), terminated=rows["terminated"], truncated=truncated)
-        keep = torch.as_tensor(~ended, dtype=torch.float32)[None, :, None]
-        state = (new_state[0] * keep, new_state[1] * keep)  # a new episode starts from a zero state
+        hist.reset(ended)  # a new episode starts a new context
+        hist.push(next_obs)
         obs = next_obs
         step += n
 
@@ -228,7 +262,7 @@ def main() -> None:
                     tp.lerp_(p, args.tau)
         if step >= next_eval:
             next_eval += args.eval_every
-            score = evaluate(q, 10, seed=10_000 + step)
+            score = evaluate(q, 10, seed=10_000 + step, width=args.burn_in + args.length)
             recent = np.mean(returns[-20:]) if returns else 0.0
             print(f"step {step:>7,}: {updates:,} updates, training return (last 20) {recent:6.1f}, "
                   f"greedy evaluation {score:6.1f}, {time.perf_counter() - t0:5.0f} s", flush=True)
@@ -238,7 +272,7 @@ def main() -> None:
                 break
     if best[1] is not None:
         q.load_state_dict(best[1])
-    final = evaluate(q, 20, seed=2_000_000 + args.seed)
+    final = evaluate(q, 20, seed=2_000_000 + args.seed, width=args.burn_in + args.length)
     wall = time.perf_counter() - t0
     print(f"CartPole-v1, velocities hidden (obs {VISIBLE}), LSTM Q-network, prioritized sequences "
           f"({args.burn_in} burn-in + {args.length}), seed {args.seed}: {step:,} env steps, {updates:,} updates, "
