@@ -246,7 +246,7 @@ def build_numpy_seq(steps: Steps, capacity: int) -> Callable[[], Any]:
             o = out.get(k)
             if o is None:
                 o = out[k] = np.empty((flat.size, *col.shape[1:]), col.dtype)
-            np.take(col, flat, axis=0, out=o)
+            np.take(col, flat, axis=0, out=o, mode="clip")  # mode="raise" would buffer `out`
             out[k + "/view"] = o.reshape(*idx.shape, *col.shape[1:])
         if frames is not None:  # stacks of S + 1 frames; obs / next_obs are views of them
             g = np.take(frames, (idx[..., None] + win).ravel(), axis=0).reshape(*idx.shape, STACK + 1, *FRAME)

@@ -19,7 +19,7 @@ an episodic table, as in R2D2 (Kapturowski et al., 2019):
 
 Usage (two CPU cores, a few minutes)::
 
-    PYTHONPATH=src python examples/r2d2_cartpole_pomdp.py [--steps 60000] [--seed 0] [--target 400]
+    PYTHONPATH=src python examples/r2d2_cartpole_pomdp.py [--steps 120000] [--seed 0] [--target 400]
 
 Training stops early once a greedy evaluation (10 episodes) reaches ``--target``; the script then
 prints the final greedy return over 20 fresh episodes and the wall time. Figures measured on this
@@ -190,7 +190,7 @@ def evaluate(q: RecurrentQ, episodes: int, seed: int, width: int) -> float:
 def main() -> None:
     """Train, evaluate, print the figures."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=60_000, help="environment steps over all envs")
+    ap.add_argument("--steps", type=int, default=120_000, help="environment steps over all envs (budget)")
     ap.add_argument("--envs", type=int, default=4)
     ap.add_argument("--burn-in", type=int, default=2)
     ap.add_argument("--length", type=int, default=6)
