@@ -442,11 +442,13 @@ class ReplaystoreReplayBuffer(_TableBackedBuffer, ReplayBuffer):
         if self.handle_timeout_termination:
             if len(infos) != self.n_envs:
                 self._timeouts_of(infos)  # raises, naming the problem
-            timeouts = np.array([info.get("TimeLimit.truncated", False) for info in infos])
-            if timeouts.shape != r.shape:
-                self._check_fits("TimeLimit.truncated values", timeouts, r)
-        else:
-            timeouts = None
+            timeouts = [info.get("TimeLimit.truncated", False) for info in infos]
+            try:  # written first: NumPy converts the whole list before it writes anything
+                self._v_timeout[pos] = timeouts
+            except (ValueError, TypeError):  # e.g. array-valued entries (SB3 accepts those)
+                values = np.array(timeouts)
+                self._check_fits("TimeLimit.truncated values", values, r)
+                self._v_timeout[pos] = values
         o[...] = obs
         if self._v_next_obs is None:
             self._v_obs[pos + 1 if pos + 1 < self.buffer_size else 0] = next_obs
@@ -455,8 +457,6 @@ class ReplaystoreReplayBuffer(_TableBackedBuffer, ReplayBuffer):
         self._v_action[pos] = action
         r[...] = reward
         self._v_done[pos] = done
-        if timeouts is not None:
-            self._v_timeout[pos] = timeouts
         self._after_add()
 
     def _to_samples(self, d: dict[str, np.ndarray], env: VecNormalize | None) -> ReplayBufferSamples:
