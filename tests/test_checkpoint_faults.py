@@ -169,10 +169,46 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(ckpt, "_at", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(rs.DiskFull) as e:
         build(1).save(ck)
+    assert isinstance(e.value, OSError) and e.value.path == str(ck) and e.value.wanted > 0
     assert snapshot(rs.Table.load(ck)) == OLD
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """A fresh 2 MiB tmpfs (needs root; skipped otherwise)."""
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}): needs root")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_save_on_a_full_disk_raises_diskfull_and_keeps_the_previous_checkpoint(tmpfs):
+    big = rs.Table(1000, seed=0)
+    big.extend({"x": np.random.default_rng(0).random((1000, 150))})  # 1.2 MB: old + new do not fit in 2 MiB
+    small = rs.Table(1000, seed=0)
+    small.extend({"x": np.ones((10, 150))})
+    ck = tmpfs / "ck"
+    small.save(ck)
+    before = snapshot(rs.Table.load(ck))
+    big.save(ck)  # the small old copy and the big new one fit together
+    saved = snapshot(big)
+    big.extend({"x": np.zeros((1, 150))})
+    with pytest.raises(rs.DiskFull) as e:  # the big old copy and a big new one do not (2 x 1.2 MB)
+        big.save(ck)
+    assert e.value.path == str(ck) and e.value.wanted >= 1_200_000
+    assert sorted(p.name for p in tmpfs.iterdir()) == ["ck"]  # no temporary copy left behind
+    assert snapshot(rs.Table.load(ck)) == saved
+    # once there is room again (the checkpoint of the small table replaces it), saving works
+    small.save(ck)
+    assert snapshot(rs.Table.load(ck)) == before
 
 
 def test_save_refuses_to_replace_a_directory_that_is_not_a_checkpoint(tmp_path):

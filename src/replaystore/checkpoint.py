@@ -38,6 +38,7 @@ checkpoints you wrote yourself or otherwise trust.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -53,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import CheckpointError, InvalidArgument, ReplayError
+from .errors import CheckpointError, DiskFull, InvalidArgument, ReplayError, StorageError
 from .limiters import limiter_from_config
 from .samplers import selector_from_config
 from .storage import ColumnStorage, FrameStackStorage, MemmapColumnStorage, ObjectStorage
@@ -151,10 +152,14 @@ def _recover(path: Path) -> None:
 def save_table(table: "Table", path: str | os.PathLike) -> None:
     """Write ``table`` to the directory ``path``, replacing any checkpoint there (see the module doc).
 
-    Thread-safe (the table's lock is held only while the live rows are copied). Raises
-    :class:`InvalidArgument` if ``path`` is a file or a non-empty directory that is not a
-    checkpoint (it would be replaced), or ``OSError`` (e.g. :class:`DiskFull` from the file
-    system) if writing fails; then the previous checkpoint is still in place and loadable.
+    Thread-safe (the table's lock is held only while the live rows are copied).
+
+    Raises:
+        InvalidArgument: ``path`` is a file or a non-empty directory that is not a checkpoint.
+        DiskFull: the file system is full (``path``, and the bytes the checkpoint needs, roughly).
+        StorageError: any other I/O error while writing.
+        On every error the previous checkpoint is in place and loadable, and no temporary copy
+        is left behind.
     """
     path = Path(path)
     with table._cond:
@@ -243,14 +248,25 @@ def save_table(table: "Table", path: str | os.PathLike) -> None:
         os.replace(tmp, path)
         _fsync_dir(path.parent)
         _at("in-place")
-    except BaseException:
+    except BaseException as e:
         if moved_aside and not path.exists():
             os.replace(old, path)  # the new copy never arrived: put the previous one back
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and not isinstance(e, ReplayError):
+            wanted = _estimate_bytes(meta, payload)
+            cls = DiskFull if e.errno in (errno.ENOSPC, errno.EDQUOT) else StorageError
+            raise cls(f"saving a checkpoint to {path} failed ({e.strerror or e}); it needs about {wanted:,} "
+                      "bytes; the previous checkpoint is unchanged", path=str(path), wanted=wanted) from e
         raise
     if moved_aside:
         shutil.rmtree(old, ignore_errors=True)
     _at("done")
+
+
+def _estimate_bytes(meta: dict, payload: Any) -> int:
+    """Bytes a checkpoint of these arrays needs, roughly (object payloads: not counted)."""
+    arrays = list(meta.values()) + (list(payload.values()) if isinstance(payload, dict) else [])
+    return int(sum(a.nbytes for a in arrays)) + 64 * 1024
 
 
 # -- validating --------------------------------------------------------------------------------------
