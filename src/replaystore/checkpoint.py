@@ -428,9 +428,10 @@ def _check_structure(m: dict) -> None:
                 shape = _field(f, "shape", list, f"storage.spec[{p!r}]")
                 if not all(_is(d, int) and d >= 0 for d in shape):
                     raise CheckpointError(f"manifest field storage.spec[{p!r}].shape must list integers >= 0")
+                name = _field(f, "dtype", str, f"storage.spec[{p!r}]")
                 try:
-                    dt = np.dtype(_field(f, "dtype", str, f"storage.spec[{p!r}]"))
-                except TypeError:
+                    dt = np.dtype(name)
+                except Exception:  # noqa: BLE001 - NumPy raises TypeError, ValueError, even SyntaxError
                     raise CheckpointError(f"manifest field storage.spec[{p!r}].dtype is not a NumPy dtype") from None
                 if dt.hasobject:
                     raise CheckpointError(f"manifest field storage.spec[{p!r}].dtype is an object dtype")
@@ -577,6 +578,7 @@ def _build(path: Path, m: dict, allow_pickle: bool, memmap_dir: Path | None) -> 
         meta["episodes"] = {name: _load_npy(path, f"episodes_{name}.npy") for name in _EPISODE_ROWS}
         for name, dtype in _EPISODE_ROWS.items():
             _check_array(meta["episodes"][name], f"episodes_{name}.npy", dtype, (n,))
+    _check_memory(path, capacity, desc, in_ram=not (kind == "memmap" and memmap_dir is not None))
     try:
         if "episodes" in m:
             from .episodes import Episodes
@@ -596,8 +598,8 @@ def _build(path: Path, m: dict, allow_pickle: bool, memmap_dir: Path | None) -> 
             name=t["name"],
             episodes=episodes,
         )
-    except (ReplayError, KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"{path}: manifest has an invalid table configuration: {e}") from None
+    except (ReplayError, KeyError, TypeError, ValueError, OverflowError, MemoryError) as e:
+        raise CheckpointError(f"{path}: manifest has an invalid table configuration: {e!r}") from None
     lim = m["rate_limiter"]["state"]
     for key in ("inserts", "samples", "deletes"):
         if _field(lim, key, int, "rate_limiter.state") < 0:
@@ -609,6 +611,29 @@ def _build(path: Path, m: dict, allow_pickle: bool, memmap_dir: Path | None) -> 
     except Exception as e:  # noqa: BLE001 - whatever a corrupt state trips over is a bad checkpoint
         raise CheckpointError(f"{path}: the saved state is inconsistent ({type(e).__name__}: {e})") from None
     return table
+
+
+def _check_memory(path: Path, capacity: int, desc: dict, in_ram: bool) -> None:
+    """Refuse a capacity whose preallocated table could not fit in this machine's memory.
+
+    A table preallocates per-slot metadata, the key index, selector trees and (in RAM) one row per
+    field: a tampered ``capacity`` must raise, not exhaust memory or swap.
+    """
+    row = 96  # metadata row, free-slot stack, key-index ring, selector trees (bytes per slot)
+    if in_ram:
+        for f in (desc.get("spec") or {}).values():
+            row += int(np.prod(f["shape"], dtype=np.float64) * np.dtype(f["dtype"]).itemsize)
+    need = capacity * row
+    frames, obs = desc.get("frame_capacity"), (desc.get("spec") or {}).get(desc.get("obs_key"))
+    if desc["kind"] == "frames" and _is(frames, int) and obs is not None and obs["shape"]:
+        need += int(frames * np.prod(obs["shape"][1:], dtype=np.float64) * np.dtype(obs["dtype"]).itemsize)
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return
+    if need > total:
+        raise CheckpointError(f"{path}: manifest fields table.capacity ({capacity:,}) and the storage's need "
+                              f"about {need:,} bytes of memory, more than this machine has ({total:,})")
 
 
 def _make_storage(desc: dict, capacity: int, memmap_dir: Path | None) -> Any:
