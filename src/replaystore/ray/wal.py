@@ -59,7 +59,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import DiskFull, InvalidState, StorageError, WalCorrupt
+from ..errors import DiskFull, InvalidArgument, InvalidState, InvalidType, StorageError, WalCorrupt
 
 log = logging.getLogger("replaystore")
 
@@ -100,13 +100,13 @@ class WalConfig:
 
     def __post_init__(self) -> None:
         if self.fsync not in ("always", "interval", "never"):
-            raise ValueError(f"fsync must be 'always', 'interval' or 'never', got {self.fsync!r}")
+            raise InvalidArgument(f"fsync must be 'always', 'interval' or 'never', got {self.fsync!r}")
         if not self.interval > 0:
-            raise ValueError(f"interval must be > 0, got {self.interval}")
+            raise InvalidArgument(f"interval must be > 0, got {self.interval}")
         if not self.retry_period > 0:
-            raise ValueError(f"retry_period must be > 0, got {self.retry_period}")
+            raise InvalidArgument(f"retry_period must be > 0, got {self.retry_period}")
         if self.max_log_bytes is not None and self.max_log_bytes <= 0:
-            raise ValueError(f"max_log_bytes must be positive or None, got {self.max_log_bytes}")
+            raise InvalidArgument(f"max_log_bytes must be positive or None, got {self.max_log_bytes}")
 
 
 # -- encoding -------------------------------------------------------------------------------------------
@@ -131,7 +131,7 @@ def _as_bytes(arr: np.ndarray) -> memoryview:
 
 def _check_dtype(arr: np.ndarray, name: str) -> None:
     if arr.dtype.hasobject or arr.dtype.fields is not None or arr.dtype.kind not in "biufcSUVMm":
-        raise TypeError(f"array {name!r} has dtype {arr.dtype}: a log holds only plain (non-object) arrays")
+        raise InvalidType(f"array {name!r} has dtype {arr.dtype}: a log holds only plain (non-object) arrays")
 
 
 def check_arrays(arrays: Mapping[str, np.ndarray]) -> None:
@@ -410,7 +410,7 @@ class WriteAheadLog:
                  segment: tuple[str, int] | None = None, lock_timeout: float = 10.0,
                  _lock_fd: int | None = None) -> None:
         if fsync not in ("always", "interval", "never"):
-            raise ValueError(f"fsync must be 'always', 'interval' or 'never', got {fsync!r}")
+            raise InvalidArgument(f"fsync must be 'always', 'interval' or 'never', got {fsync!r}")
         self.path = os.path.abspath(path)
         self.fsync = fsync
         self.interval = float(interval)
