@@ -150,6 +150,17 @@ def test_first_save_killed_gives_nothing_or_the_new_table(tmp_path, point):
         assert not ckpt.checkpoint_exists(ck)
 
 
+def test_inspect_reads_the_copy_an_interrupted_save_left(tmp_path, capsys):
+    from replaystore import cli
+
+    ck = tmp_path / "ck"
+    build(0).save(ck)
+    assert run_child("old-aside", ck).returncode == -signal.SIGKILL
+    assert not ck.exists() and ckpt.checkpoint_exists(ck)
+    assert cli.main(["inspect", str(ck)]) == 0
+    assert "14 / 16 items" in capsys.readouterr().out  # the new table's 14 live items
+
+
 def test_a_second_interrupted_save_does_not_lose_the_recovered_copy(tmp_path):
     """Killed between the renames, then killed again early in the next save: still loadable."""
     ck = tmp_path / "ck"

@@ -488,6 +488,15 @@ def read_manifest(path: str | os.PathLike) -> dict:
     return _locate(Path(path))[1]
 
 
+def open_checkpoint(path: str | os.PathLike) -> tuple[Path, dict]:
+    """The directory that holds the checkpoint of ``path`` and its verified manifest.
+
+    That is ``path`` itself, or the side copy an interrupted save left (see the module doc).
+    Raises :class:`CheckpointError` as :func:`load_table` does.
+    """
+    return _locate(Path(path))
+
+
 def checkpoint_exists(path: str | os.PathLike) -> bool:
     """Whether ``path`` (or a copy an interrupted save left beside it) holds a checkpoint to load.
 

@@ -185,11 +185,11 @@ def _demo_distributed(args: argparse.Namespace) -> int:
 
 # -- inspect ----------------------------------------------------------------------------------------
 def _inspect(args: argparse.Namespace) -> int:
-    from .checkpoint import read_manifest
+    from .checkpoint import open_checkpoint
     from .errors import CheckpointError
 
     try:
-        m = read_manifest(args.path)
+        where, m = open_checkpoint(args.path)
     except CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -208,7 +208,7 @@ def _inspect(args: argparse.Namespace) -> int:
               f"{streams.get('next_episode')}")
     print("  counters: " + ", ".join(f"{k}={v}" for k, v in t["counters"].items()))
     if args.plot:
-        return _inspect_plot(Path(args.path), m, Path(args.plot))
+        return _inspect_plot(where, m, Path(args.plot))
     return 0
 
 
