@@ -19,13 +19,14 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--steps", type=int, default=50_000)
 parser.add_argument("--n-steps", type=int, default=1)
 parser.add_argument("--seed", type=int, default=0)
+parser.add_argument("--alpha", type=float, default=0.6, help="priority exponent (0: uniform sampling)")
 args = parser.parse_args()
 
 torch.set_num_threads(1)
 model = PrioritizedDQN(
     "MlpPolicy",
     "CartPole-v1",
-    replay_buffer_kwargs={"alpha": 0.6, "beta": 0.4, "n_steps": args.n_steps, "gamma": 0.99},
+    replay_buffer_kwargs={"alpha": args.alpha, "beta": 0.4, "n_steps": args.n_steps, "gamma": 0.99},
     beta_end=1.0,
     learning_rate=2.3e-3,
     batch_size=64,
