@@ -1,6 +1,7 @@
 """Test configuration: keep any Ray instance on loopback, and shared helpers."""
 
 import os
+import subprocess
 
 # Ray binds to the machine's external address unless this is set before `import ray`.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -24,3 +25,27 @@ def transitions(n: int, start: int = 0) -> dict:
 @pytest.fixture
 def batch():
     return transitions
+
+
+@pytest.fixture
+def tmpfs_factory(tmp_path):
+    """Mount small tmpfs file systems for full-disk tests: ``tmpfs_factory("2m") -> Path``.
+
+    Needs root (the test machines are); skips the test with the reason otherwise. Every mount is
+    unmounted (lazily, so open files cannot block it) when the test ends.
+    """
+    mounts = []
+
+    def mount(size: str = "2m", name: str | None = None):
+        mnt = tmp_path / (name or f"tmpfs{len(mounts)}")
+        mnt.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}): needs root")
+        mounts.append(mnt)
+        return mnt
+
+    yield mount
+    for mnt in mounts:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)

@@ -189,17 +189,9 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def tmpfs(tmp_path):
+def tmpfs(tmpfs_factory):
     """A fresh 2 MiB tmpfs (needs root; skipped otherwise)."""
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}): needs root")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+    return tmpfs_factory("2m")
 
 
 def test_save_on_a_full_disk_raises_diskfull_and_keeps_the_previous_checkpoint(tmpfs):

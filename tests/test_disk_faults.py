@@ -10,7 +10,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
-import subprocess
 import uuid
 
 import numpy as np
@@ -22,17 +21,9 @@ CTX = mp.get_context("spawn")  # a clean interpreter per child: no inherited LMD
 
 
 @pytest.fixture
-def tmpfs(tmp_path):
+def tmpfs(tmpfs_factory):
     """A fresh 2 MiB tmpfs mounted at a temporary directory (unmounted afterwards)."""
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}): needs root")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+    return tmpfs_factory("2m")
 
 
 def fill(directory, leave: int = 0) -> str:

@@ -12,7 +12,6 @@ One ``ray.init`` serves the whole module.
 
 from __future__ import annotations
 
-import subprocess
 import time
 
 import numpy as np
@@ -184,16 +183,8 @@ def test_live_holder_keeps_its_lease_by_renewing(ray_local, service):
 
 # -- the service on a full disk --------------------------------------------------------------------------
 @pytest.fixture
-def tmpfs(tmp_path):
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}): needs root")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+def tmpfs(tmpfs_factory):
+    return tmpfs_factory("3m")
 
 
 def test_service_on_a_full_disk(ray_local, tmpfs):

@@ -166,20 +166,8 @@ def test_object_storage_cannot_be_logged(ray_local, tmp_path):
 
 
 @pytest.fixture
-def tiny_fs():
-    import subprocess
-    import tempfile
-
-    d = tempfile.mkdtemp()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", d], capture_output=True)
-    if r.returncode != 0:
-        os.rmdir(d)
-        pytest.skip(f"cannot mount a tmpfs: {r.stderr.decode().strip()}")
-    try:
-        yield d
-    finally:
-        subprocess.run(["umount", "-l", d])
-        os.rmdir(d)
+def tiny_fs(tmpfs_factory):
+    return str(tmpfs_factory("512k"))
 
 
 def test_full_disk_fails_calls_with_disk_full_and_recovers(ray_local, tmp_path, tiny_fs):

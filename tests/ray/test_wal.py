@@ -387,17 +387,8 @@ def test_bad_input_changes_nothing_and_logs_nothing(tmp_path):
 
 # -- faults ---------------------------------------------------------------------------------------------------------
 @pytest.fixture
-def tiny_fs():
-    d = tempfile.mkdtemp()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", d], capture_output=True)
-    if r.returncode != 0:
-        os.rmdir(d)
-        pytest.skip(f"cannot mount a tmpfs: {r.stderr.decode().strip()}")
-    try:
-        yield d
-    finally:
-        subprocess.run(["umount", "-l", d])
-        os.rmdir(d)
+def tiny_fs(tmpfs_factory):
+    return str(tmpfs_factory("256k"))
 
 
 def test_full_disk_fails_the_call_then_recovers(tiny_fs):
