@@ -283,6 +283,19 @@ def _obs_field(space: spaces.Space, shape: tuple[int, ...]) -> Field:
     return Field(tuple(shape), np.dtype(space.dtype))
 
 
+def _array_property(field: str, doc: str) -> property:
+    """A public SB3 array (``buffer.rewards`` ...): the storage's column ``field``; setting it replaces the column."""
+
+    def get(self) -> np.ndarray:
+        return self._storage.arrays[field]
+
+    def set(self, value: np.ndarray) -> None:
+        self._storage.set_array(field, value)
+        self._bind_views()
+
+    return property(get, set, doc=doc)
+
+
 class ReplaystoreReplayBuffer(_TableBackedBuffer, ReplayBuffer):
     """SB3 ``ReplayBuffer`` whose arrays are a replaystore Table's storage (uniform sampling, FIFO).
 
@@ -348,15 +361,15 @@ class ReplaystoreReplayBuffer(_TableBackedBuffer, ReplayBuffer):
         self._v_action_rows = (self.n_envs, self.action_dim)
 
     # SB3's public arrays: the storage's arrays themselves (writes go to the buffer's items)
-    @property
-    def observations(self) -> np.ndarray:
-        """Observations, ``(buffer_size, n_envs, *obs_shape)``; with ``optimize_memory_usage`` also the next ones."""
-        return self._storage.arrays["obs"]
-
-    @observations.setter
-    def observations(self, value: np.ndarray) -> None:
-        self._storage.set_array("obs", value)
-        self._bind_views()
+    observations = _array_property(
+        "obs", "Observations, ``(buffer_size, n_envs, *obs_shape)``; with ``optimize_memory_usage`` also the next ones."
+    )
+    actions = _array_property(
+        "action", "Actions, ``(buffer_size, n_envs, action_dim)`` (float64 spaces stored as float32, as SB3).")
+    rewards = _array_property("reward", "Rewards, float32 ``(buffer_size, n_envs)``.")
+    dones = _array_property("done", "Episode ends (terminated or truncated), float32 ``(buffer_size, n_envs)``.")
+    timeouts = _array_property(
+        "timeout", "Time-limit ends (``info[\"TimeLimit.truncated\"]``), float32 ``(buffer_size, n_envs)``.")
 
     @property
     def next_observations(self) -> np.ndarray:
@@ -368,46 +381,6 @@ class ReplaystoreReplayBuffer(_TableBackedBuffer, ReplayBuffer):
     @next_observations.setter
     def next_observations(self, value: np.ndarray) -> None:
         self._storage.set_array("next_obs", value)
-        self._bind_views()
-
-    @property
-    def actions(self) -> np.ndarray:
-        """Actions, ``(buffer_size, n_envs, action_dim)`` (float64 spaces stored as float32, as SB3)."""
-        return self._storage.arrays["action"]
-
-    @actions.setter
-    def actions(self, value: np.ndarray) -> None:
-        self._storage.set_array("action", value)
-        self._bind_views()
-
-    @property
-    def rewards(self) -> np.ndarray:
-        """Rewards, float32 ``(buffer_size, n_envs)``."""
-        return self._storage.arrays["reward"]
-
-    @rewards.setter
-    def rewards(self, value: np.ndarray) -> None:
-        self._storage.set_array("reward", value)
-        self._bind_views()
-
-    @property
-    def dones(self) -> np.ndarray:
-        """Episode ends (terminated or truncated), float32 ``(buffer_size, n_envs)``."""
-        return self._storage.arrays["done"]
-
-    @dones.setter
-    def dones(self, value: np.ndarray) -> None:
-        self._storage.set_array("done", value)
-        self._bind_views()
-
-    @property
-    def timeouts(self) -> np.ndarray:
-        """Time-limit ends (``info["TimeLimit.truncated"]``), float32 ``(buffer_size, n_envs)``."""
-        return self._storage.arrays["timeout"]
-
-    @timeouts.setter
-    def timeouts(self, value: np.ndarray) -> None:
-        self._storage.set_array("timeout", value)
         self._bind_views()
 
     def add(
