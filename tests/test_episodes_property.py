@@ -249,6 +249,20 @@ class EpisodeMachine(RuleBasedStateMachine):
             leaves = t.sampler._sum[slots + len(t.sampler._sum) // 2]
             want = np.where(np.isin(live_keys, list(got)), t._priority[slots], 0.0)
             np.testing.assert_allclose(leaves, want)
+        # gapless streams (the sequence sampler's fast path): every position from the oldest live
+        # step on is live, and the unverified ring entries are those steps
+        for s in range(STREAMS + 3):
+            if s >= idx.n_streams:
+                continue
+            lst = ref.streams.get(s, [])
+            n_live = sum(x["live"] for x in lst)
+            assert idx.n_live[s] == n_live, s
+            if n_live and idx.gapless(np.array([s]))[0]:
+                lo, hi = int(idx.oldest_t[s]), len(lst)
+                assert all(lst[tt]["live"] for tt in range(lo, hi)), s
+                got = idx.ring_window(np.array([s]), np.array([lo]), hi - lo)[0]
+                want = [t._index.lookup([lst[tt]["key"]])[0] for tt in range(lo, hi)]
+                assert got.tolist() == want, s
         # complete episodes
         ids, bounds, eslots = complete_episodes(idx)
         got = {tuple(t._index.key_of_slot[eslots[bounds[i]:bounds[i + 1]]].tolist()) for i in range(len(ids))}

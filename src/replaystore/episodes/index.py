@@ -17,6 +17,12 @@ State:
   it names still holds that stream and ``t`` (slots are reused; ``(stream, t)`` never is), so
   removals cost nothing here and ``B x L`` positions are resolved with one vectorised expression.
 
+Per stream, ``n_live`` counts its live steps a ring reaches and ``oldest_t`` is a lower bound of
+their positions (exact while removals take the oldest steps, as FIFO eviction does). A stream with
+``n_live == next_t - oldest_t`` is *gapless*: every position from ``oldest_t`` to its newest step is
+a live step (pigeonhole), so a window whose two ends are live needs no check in between
+(:meth:`EpisodeIndex.gapless`, :meth:`EpisodeIndex.ring_window`).
+
 A ring is grown (doubling, to at least twice the span of the stream's live positions) when a new
 step would overwrite a live one. Its length is capped at the first power of two >= twice the table
 capacity; a stream whose live positions span more than that (possible only with a non-FIFO remover
@@ -115,7 +121,8 @@ class EpisodeIndex(Selector):
     def _streams_alloc(self, n: int) -> None:
         old = getattr(self, "next_t", None)
         k = 0 if old is None else len(old)
-        arrays = {"next_t": 0, "cur_ep": -1, "cur_pos": 0, "ring_off": 0, "ring_len": 0, "lo_t": 0}
+        arrays = {"next_t": 0, "cur_ep": -1, "cur_pos": 0, "ring_off": 0, "ring_len": 0, "lo_t": 0,
+                  "n_live": 0, "oldest_t": 0}
         for name, fill in arrays.items():
             a = np.full(n, fill, dtype=np.int64)
             if k:
@@ -285,8 +292,10 @@ class EpisodeIndex(Selector):
         if plan.rows is not None:  # restored steps that were detached stay detached
             on = ts >= 0
             self.uid[slots[~on]] = _DETACHED
+            self._count_in(streams[on], ts[on], "general")
             self._ring_put(slots[on], streams[on], ts[on])
         else:
+            self._count_in(streams, ts, plan.shape)
             self._ring_put(slots, streams, ts, plan.shape)
         if self._own_live:
             self.live.add(slots)
@@ -298,6 +307,7 @@ class EpisodeIndex(Selector):
         """Forget steps (their ring entries become stale by themselves)."""
         if self.validity is not None:
             self.validity.on_remove(slots)
+        self._count_out(slots)
         self.stream_of[slots] = -1
         self.episode_of[slots] = -1
         self.uid[slots] = -1
@@ -321,6 +331,76 @@ class EpisodeIndex(Selector):
     def clear(self) -> None:
         """Forget every step and stream."""
         self.bind(self.capacity, self.rng)
+
+    # -- gapless streams --------------------------------------------------------------------------------
+    def _count_in(self, streams: np.ndarray, ts: np.ndarray, shape: str) -> None:
+        """Count new attached steps (each newer than every live step of its stream)."""
+        if len(streams) == 0:
+            return
+        if len(streams) == 1 or shape == "same":
+            s = int(streams[0])
+            if self.n_live[s] == 0:
+                self.oldest_t[s] = int(ts.min())
+            self.n_live[s] += len(ts)
+            return
+        if shape == "distinct":
+            empty = self.n_live[streams] == 0
+            self.oldest_t[streams[empty]] = ts[empty]
+            self.n_live[streams] += 1
+            return
+        us, inv, counts = np.unique(streams, return_inverse=True, return_counts=True)
+        lo = np.full(len(us), np.iinfo(np.int64).max)
+        np.minimum.at(lo, inv, ts)
+        empty = self.n_live[us] == 0
+        self.oldest_t[us[empty]] = lo[empty]
+        self.n_live[us] += counts
+
+    def _count_out(self, slots: np.ndarray) -> None:
+        """Uncount leaving steps; ``oldest_t`` advances when they are exactly its stream's oldest."""
+        gone = slots[self.uid[slots] >= 0]  # attached steps (free and detached ones were not counted)
+        if len(gone) == 0:
+            return
+        st, ts = self.stream_of[gone], self.t_of[gone]
+        s0 = st[0]
+        if len(st) == 1 or bool((st == s0).all()):
+            s, k = int(s0), len(ts)
+            self.n_live[s] -= k
+            if self.n_live[s] == 0:
+                self.oldest_t[s] = self.next_t[s]
+            elif int(ts.min()) == self.oldest_t[s] and int(ts.max()) == self.oldest_t[s] + k - 1:
+                self.oldest_t[s] += k  # positions are distinct: exactly the k oldest left
+            return
+        us, inv, counts = np.unique(st, return_inverse=True, return_counts=True)
+        lo = np.full(len(us), np.iinfo(np.int64).max)
+        hi = np.full(len(us), np.iinfo(np.int64).min)
+        np.minimum.at(lo, inv, ts)
+        np.maximum.at(hi, inv, ts)
+        self.n_live[us] -= counts
+        old = self.oldest_t[us]
+        prefix = (lo == old) & (hi == old + counts - 1)
+        self.oldest_t[us] = np.where(self.n_live[us] == 0, self.next_t[us], np.where(prefix, old + counts, old))
+
+    def gapless(self, streams: np.ndarray) -> np.ndarray:
+        """Which ``streams`` have no gap: a live step at every position from their oldest on.
+
+        Every position from ``oldest_t`` to the newest written one holds a live, ring-reachable
+        step (no deleted, out-of-order evicted, refused or detached step in between).
+        """
+        return self.n_live[streams] == self.next_t[streams] - self.oldest_t[streams]
+
+    def ring_window(self, streams: np.ndarray, t_first: np.ndarray, width: int) -> np.ndarray:
+        """``(m, width)`` ring entries of positions ``t_first ... t_first + width - 1`` (unverified).
+
+        Exact only for gapless ``streams`` and windows whose two ends are live steps (then every
+        position in between is one, see :meth:`gapless`); use :meth:`lookup` otherwise.
+        """
+        ln = self.ring_len[streams]
+        first = t_first & (ln - 1)
+        if len(first) and int((first - ln).max()) <= -width:  # no window wraps around its ring
+            rows = np.lib.stride_tricks.sliding_window_view(self.ring, width)  # a view: no copy
+            return rows[self.ring_off[streams] + first]  # one contiguous row copy per window
+        ts = t_first[:, None] + np.arange(width)
+        return self.ring[self.ring_off[streams][:, None] + (ts & (ln - 1)[:, None])]
 
     # -- the rings --------------------------------------------------------------------------------------
     def lookup(self, streams: np.ndarray, ts: np.ndarray) -> np.ndarray:
@@ -392,6 +472,7 @@ class EpisodeIndex(Selector):
         keep = live_ts > t_hi - new_len
         self.ring[off + (live_ts[keep] & (new_len - 1))] = live_slots[keep]
         self.uid[live_slots[~keep]] = _DETACHED
+        self.n_live[s] -= int((~keep).sum())  # oldest_t stays a lower bound: the stream has a gap now
         self.ring_off[s] = off
         self.ring_len[s] = new_len
         self.lo_t[s] = max(lo, t_hi - new_len + 1)

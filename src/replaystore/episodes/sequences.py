@@ -41,6 +41,18 @@ def window(index: EpisodeIndex, key_slots: np.ndarray, width: int, burn_in: int)
     return index.lookup(st[:, None], ts)
 
 
+def valid_window(index: EpisodeIndex, key_slots: np.ndarray, width: int, burn_in: int) -> np.ndarray:
+    """:func:`window` of keys whose strict windows are known to be valid (all slots ``>= 0``).
+
+    When every key's stream is gapless, the two live ends imply every position in between, so the
+    slots are plain ring entries (no per-position verification).
+    """
+    st = index.stream_of[key_slots]
+    if index.gapless(st).all():
+        return index.ring_window(st, index.t_of[key_slots] - burn_in, width)
+    return window(index, key_slots, width, burn_in)
+
+
 def present(index: EpisodeIndex, win: np.ndarray, key_slots: np.ndarray) -> np.ndarray:
     """Which window positions are live steps of the key step's episode."""
     return (win >= 0) & (index.episode_of[win] == index.episode_of[key_slots][:, None])
@@ -111,7 +123,7 @@ def uniform_strict_starts(index: EpisodeIndex, rng: np.random.Generator, n: int,
         if tracker.valid.size == 0:
             raise NoValidSequence(_no_valid(index, width))
         keys = tracker.valid.sample(n, rng)
-        return keys, window(index, keys, width, burn_in), 1.0 / tracker.valid.size
+        return keys, valid_window(index, keys, width, burn_in), 1.0 / tracker.valid.size
     live = index.live
     got_keys, got_win = [], []
     have = drawn = 0
@@ -123,10 +135,15 @@ def uniform_strict_starts(index: EpisodeIndex, rng: np.random.Generator, n: int,
         ok = np.flatnonzero(ends_valid(index, cand, width, burn_in))
         drawn += m
         take = cand[ok[: n - have]]
-        win = window(index, take, width, burn_in)
-        full = (win >= 0).all(axis=1)  # a deleted step inside: rejected like any invalid candidate
-        if not full.all():
-            take, win = take[full], win[full]
+        st = index.stream_of[take]
+        if index.gapless(st).all():  # both ends live in the episode: every step between is too
+            win = index.ring_window(st, index.t_of[take] - burn_in, width)
+            full = np.ones(len(take), dtype=bool)
+        else:
+            win = window(index, take, width, burn_in)
+            full = (win >= 0).all(axis=1)  # a deleted step inside: rejected like any invalid candidate
+            if not full.all():
+                take, win = take[full], win[full]
         got_keys.append(take)
         got_win.append(win)
         have += len(take)
@@ -142,7 +159,7 @@ def uniform_strict_starts(index: EpisodeIndex, rng: np.random.Generator, n: int,
         raise NoValidSequence(_no_valid(index, width))
     extra = valid[(rng.random(n - have) * len(valid)).astype(np.int64)]
     got_keys.append(extra)
-    got_win.append(window(index, extra, width, burn_in))
+    got_win.append(valid_window(index, extra, width, burn_in))
     return np.concatenate(got_keys), np.concatenate(got_win), 1.0 / len(valid)
 
 
