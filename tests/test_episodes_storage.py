@@ -168,3 +168,60 @@ def test_inspect_shows_the_episode_options(tmp_path, capsys):
     main(["inspect", str(tmp_path / "ck")])
     out = capsys.readouterr().out
     assert "episodes:" in out and "'sequence_length': 3" in out and "1 streams" in out
+
+
+@pytest.mark.parametrize("kind", ["columns", "nested", "memmap", "frames"])
+def test_block_reads_of_consecutive_slots_equal_the_gather(tmp_path, kind):
+    """``read_runs`` (one block copy per run) returns exactly ``read`` of the runs' slots."""
+    cap = 30
+    storage = {"columns": rs.ColumnStorage(cap), "nested": rs.ColumnStorage(cap),
+               "memmap": f"memmap:{tmp_path / 'mm'}", "frames": rs.FrameStackStorage(cap)}[kind]
+    t = rs.Table(cap, storage=storage, seed=0)
+    rng = np.random.default_rng(0)
+    for i in range(40):  # wraps: slots hold items of two generations
+        if kind == "frames":
+            frames = np.broadcast_to(np.arange(i, i + 5, dtype=np.uint8)[:, None, None], (5, 2, 2))
+            item = {"obs": frames[:4], "next_obs": frames[1:], "reward": float(i), "done": False}
+        elif kind == "nested":
+            item = {"o": {"a": rng.standard_normal(3).astype(np.float32)}, "id": i}
+        else:
+            item = {"obs": rng.standard_normal((2, 3)).astype(np.float32), "id": i}
+        t.add(item)
+    st = t.storage
+    first, width = np.array([0, 5, 22, 5]), 8
+    got = st.read_runs(first, width)
+    want = st.read((first[:, None] + np.arange(width)).ravel())
+
+    def check(g, w):
+        if isinstance(w, dict):
+            assert g.keys() == w.keys()
+            for k in w:
+                check(g[k], w[k])
+            return
+        assert g.shape == (len(first), width, *w.shape[1:]) and g.dtype == w.dtype
+        np.testing.assert_array_equal(g.reshape(w.shape), w)
+        assert g.flags.writeable and (g.flags.c_contiguous or kind == "frames")  # stacks: views of one gather
+
+    check(got, want)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_sequence_payloads_belong_to_their_step_keys(interleaved):
+    """Consecutive slots (one stream, FIFO: block copies) or not (interleaved: gathers): each
+    position's payload is its step key's, and the step keys are consecutive steps of a stream."""
+    t = rs.Table(64, remover=rs.Fifo(), episodes=rs.Episodes(), seed=0)
+    id_of = {}
+    nxt = 0
+    for _ in range(20):
+        streams = [0, 1] if interleaved else [0, 0]
+        ids = np.arange(nxt, nxt + 2)
+        nxt += 2
+        keys = t.extend_steps({"id": ids, "obs": ids.astype(np.float32)}, streams=streams,
+                              terminated=[False, False])
+        id_of.update(zip(keys.tolist(), ids.tolist()))
+    s = t.sample_sequences(16, 6, burn_in=2)
+    want = np.vectorize(id_of.__getitem__)(s.step_keys)
+    np.testing.assert_array_equal(s.data["id"], want)
+    np.testing.assert_array_equal(s.data["obs"], want.astype(np.float32))
+    assert (np.diff(s.data["id"], axis=1) == (2 if interleaved else 1)).all()
+    assert (s.keys == s.step_keys[:, 2]).all()

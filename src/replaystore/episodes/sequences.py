@@ -53,6 +53,14 @@ def valid_window(index: EpisodeIndex, key_slots: np.ndarray, width: int, burn_in
     return window(index, key_slots, width, burn_in)
 
 
+def runs_of(win: np.ndarray, capacity: int) -> bool:
+    """Whether every window's slots are consecutive (``first ... first + width - 1``, no wrap)."""
+    if len(win) == 0 or win.shape[1] < 2:
+        return False
+    first = win[:, :1]
+    return int(first.max()) + win.shape[1] <= capacity and np.array_equal(win, first + np.arange(win.shape[1]))
+
+
 def present(index: EpisodeIndex, win: np.ndarray, key_slots: np.ndarray) -> np.ndarray:
     """Which window positions are live steps of the key step's episode."""
     return (win >= 0) & (index.episode_of[win] == index.episode_of[key_slots][:, None])
@@ -223,11 +231,21 @@ def sample_sequences(table: "Table", batch_size: Any, length: Any, burn_in: Any,
             mask = padded_mask(index, win, keys, burn_in)
             full = bool(mask.all())
         slots = win if full else np.where(mask, win, keys[:, None])
-        data = reshape_leaves(table.storage.read(slots.ravel()), slots.shape)
+        storage = table.storage
+        if full and hasattr(storage, "read_runs") and runs_of(slots, min(table.capacity, storage.capacity)):
+            # steps written in order to a FIFO table sit in consecutive slots: block copies
+            first = slots[:, 0]
+            data = storage.read_runs(first, slots.shape[1])
+            key_col = table._meta[:, 0]
+            step_keys = np.lib.stride_tricks.as_strided(
+                key_col, (len(key_col) - slots.shape[1] + 1, slots.shape[1]), (key_col.strides[0],) * 2,
+                writeable=False)[first]
+        else:
+            data = reshape_leaves(storage.read(slots.ravel()), slots.shape)
+            step_keys = table._meta[:, 0][slots]
         if not full:
             zero_where(data, mask)
         rows = table._meta.take(keys, axis=0)
-        step_keys = table._meta[:, 0][slots]
         if not full:
             step_keys[~mask] = -1
         streams = index.stream_of[keys].copy()

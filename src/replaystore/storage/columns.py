@@ -133,6 +133,24 @@ class ColumnStorage(Storage):
         flat = {p: col.take(slots, axis=0) for p, col in self.columns.items()}
         return unflatten(flat) if self._nested else flat
 
+    def read_runs(self, first: np.ndarray, width: int) -> dict[str, Any]:
+        """Slots ``first[i] ... first[i] + width - 1`` of every column as ``(m, width, ...)`` arrays.
+
+        Each run is one contiguous block copy (no per-slot index), the same values as
+        ``read`` of the runs' slots reshaped. Requires ``first + width <= capacity``. A subclass
+        with its own :meth:`read` (stacks, compressed blobs) gets exactly that ``read``.
+        """
+        if type(self).read is not ColumnStorage.read:
+            slots = (np.asarray(first, dtype=np.int64)[:, None] + np.arange(width)).ravel()
+            data = self.read(slots)
+            return _split_lead(data, (len(first), width))
+        flat = {}
+        for p, col in self.columns.items():
+            runs = np.lib.stride_tricks.as_strided(col, (len(col) - width + 1, width, *col.shape[1:]),
+                                                   (col.strides[0], *col.strides), writeable=False)
+            flat[p] = runs[first]  # a view's fancy index: a fresh array
+        return unflatten(flat) if self._nested else flat
+
     def describe(self) -> dict:
         """Kind, capacity and the flat spec as JSON."""
         return {
@@ -160,3 +178,9 @@ class ColumnStorage(Storage):
     def nbytes(self) -> int:
         """Bytes held by the columns."""
         return int(sum(c.nbytes for c in self.columns.values()))
+
+
+def _split_lead(data: Any, lead: tuple[int, ...]) -> Any:
+    if isinstance(data, dict):
+        return {k: _split_lead(v, lead) for k, v in data.items()}
+    return data.reshape(*lead, *data.shape[1:])
