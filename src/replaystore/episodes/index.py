@@ -43,6 +43,7 @@ import numpy as np
 from ..errors import EpisodeError
 from ..samplers.base import Selector
 from ..samplers.dense import DenseSet
+from ..storage.columns import runs_view
 from .config import Episodes
 
 #: a step's ``uid`` is ``stream << UID_SHIFT | t``: one gather verifies a ring entry
@@ -397,8 +398,7 @@ class EpisodeIndex(Selector):
         ln = self.ring_len[streams]
         first = t_first & (ln - 1)
         if len(first) and int((first - ln).max()) <= -width:  # no window wraps around its ring
-            rows = np.lib.stride_tricks.sliding_window_view(self.ring, width)  # a view: no copy
-            return rows[self.ring_off[streams] + first]  # one contiguous row copy per window
+            return runs_view(self.ring, width)[self.ring_off[streams] + first]  # a row copy per window
         ts = t_first[:, None] + np.arange(width)
         return self.ring[self.ring_off[streams][:, None] + (ts & (ln - 1)[:, None])]
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import EpisodeError, NoValidSequence
 from ..samplers import Prioritized
+from ..storage.columns import runs_view
 from .index import EpisodeIndex
 from .samples import SequenceSample
 from .sampling import account, check_batch, reshape_leaves, wait_for_sample, zero_where
@@ -232,14 +233,12 @@ def sample_sequences(table: "Table", batch_size: Any, length: Any, burn_in: Any,
             full = bool(mask.all())
         slots = win if full else np.where(mask, win, keys[:, None])
         storage = table.storage
-        if full and hasattr(storage, "read_runs") and runs_of(slots, min(table.capacity, storage.capacity)):
+        if (full and hasattr(storage, "read_runs") and table._meta.flags.c_contiguous
+                and runs_of(slots, min(table.capacity, storage.capacity))):
             # steps written in order to a FIFO table sit in consecutive slots: block copies
             first = slots[:, 0]
             data = storage.read_runs(first, slots.shape[1])
-            key_col = table._meta[:, 0]
-            step_keys = np.lib.stride_tricks.as_strided(
-                key_col, (len(key_col) - slots.shape[1] + 1, slots.shape[1]), (key_col.strides[0],) * 2,
-                writeable=False)[first]
+            step_keys = runs_view(table._meta, slots.shape[1], column=0)[first]
         else:
             data = reshape_leaves(storage.read(slots.ravel()), slots.shape)
             step_keys = table._meta[:, 0][slots]

@@ -140,15 +140,13 @@ class ColumnStorage(Storage):
         ``read`` of the runs' slots reshaped. Requires ``first + width <= capacity``. A subclass
         with its own :meth:`read` (stacks, compressed blobs) gets exactly that ``read``.
         """
-        if type(self).read is not ColumnStorage.read:
+        if type(self).read is not ColumnStorage.read or not all(c.flags.c_contiguous for c in self.columns.values()):
             slots = (np.asarray(first, dtype=np.int64)[:, None] + np.arange(width)).ravel()
             data = self.read(slots)
             return _split_lead(data, (len(first), width))
         flat = {}
         for p, col in self.columns.items():
-            runs = np.lib.stride_tricks.as_strided(col, (len(col) - width + 1, width, *col.shape[1:]),
-                                                   (col.strides[0], *col.strides), writeable=False)
-            flat[p] = runs[first]  # a view's fancy index: a fresh array
+            flat[p] = runs_view(col, width)[first]  # a view's fancy index: a fresh array
         return unflatten(flat) if self._nested else flat
 
     def describe(self) -> dict:
@@ -184,3 +182,20 @@ def _split_lead(data: Any, lead: tuple[int, ...]) -> Any:
     if isinstance(data, dict):
         return {k: _split_lead(v, lead) for k, v in data.items()}
     return data.reshape(*lead, *data.shape[1:])
+
+
+def runs_view(arr: np.ndarray, width: int, column: int | None = None) -> np.ndarray:
+    """A read-only view whose row ``i`` is ``arr[i : i + width]`` (no copy).
+
+    ``arr`` must be C-contiguous. With ``column``, ``arr`` is 2-D and the rows are those of
+    ``arr[:, column]``. Built with the ``ndarray`` constructor (several times cheaper than
+    ``as_strided``), for fancy indexing by run starts: one block copy per run.
+    """
+    step = arr.strides[0]
+    if column is None:
+        shape, strides, offset = (len(arr) - width + 1, width, *arr.shape[1:]), (step, *arr.strides), 0
+    else:
+        shape, strides, offset = (len(arr) - width + 1, width), (step, step), column * arr.strides[1]
+    view = np.ndarray(shape, arr.dtype, arr, offset, strides)
+    view.flags.writeable = False
+    return view
