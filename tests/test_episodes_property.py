@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 import replaystore as rs
 from replaystore.episodes.nstep import plan_nstep
-from replaystore.episodes.sequences import exact_valid_starts
+from replaystore.episodes.sequences import ends_valid, exact_valid_starts, gapless_ends_valid
 from replaystore.episodes.whole import complete_episodes
 
 CAP = 12
@@ -263,6 +263,12 @@ class EpisodeMachine(RuleBasedStateMachine):
                 got = idx.ring_window(np.array([s]), np.array([lo]), hi - lo)[0]
                 want = [t._index.lookup([lst[tt]["key"]])[0] for tt in range(lo, hi)]
                 assert got.tolist() == want, s
+        # the gapless end test agrees with the verified one for every live step of a gapless stream
+        if len(slots):
+            on = slots[idx.gapless(idx.stream_of[slots])]
+            for width, burn_in in ((1, 0), (2, 0), (3, 1), (4, 2)):
+                fast = gapless_ends_valid(idx, on, idx.stream_of[on], idx.t_of[on] - burn_in, width)
+                np.testing.assert_array_equal(fast, ends_valid(idx, on, width, burn_in))
         # complete episodes
         ids, bounds, eslots = complete_episodes(idx)
         got = {tuple(t._index.key_of_slot[eslots[bounds[i]:bounds[i + 1]]].tolist()) for i in range(len(ids))}

@@ -90,6 +90,23 @@ def ends_valid(index: EpisodeIndex, key_slots: np.ndarray, width: int, burn_in: 
     return (e >= 0).all(axis=1) & (index.episode_of[e[:, 0]] == ep) & (index.episode_of[e[:, 1]] == ep)
 
 
+def gapless_ends_valid(index: EpisodeIndex, key_slots: np.ndarray, streams: np.ndarray, t_first: np.ndarray,
+                       width: int) -> np.ndarray:
+    """:func:`ends_valid` for keys of gapless ``streams`` (see :meth:`EpisodeIndex.gapless`).
+
+    A position of such a stream is a live step exactly when it lies between ``oldest_t`` and the
+    newest written one, and its ring entry is that step: no per-entry verification.
+    """
+    t_last = t_first + (width - 1)
+    inside = (t_first >= index.oldest_t[streams]) & (t_last < index.next_t[streams])
+    off, mask = index.ring_off[streams], index.ring_len[streams] - 1
+    ep = index.episode_of[key_slots]
+    ring, episode_of = index.ring, index.episode_of
+    # outside entries may be -1 or stale: their episode test is masked by ``inside``
+    return (inside & (episode_of[ring[off + (t_first & mask)]] == ep)
+            & (episode_of[ring[off + (t_last & mask)]] == ep))
+
+
 def padded_mask(index: EpisodeIndex, win: np.ndarray, key_slots: np.ndarray, burn_in: int) -> np.ndarray:
     """The positions of each window inside its key step's run of consecutive live episode steps."""
     p = present(index, win, key_slots)
@@ -141,14 +158,18 @@ def uniform_strict_starts(index: EpisodeIndex, rng: np.random.Generator, n: int,
         rate = have / drawn if drawn else rates.get((width, burn_in), 0.5)
         m = min(64 * n, int((n - have) / max(rate, _MIN_ACCEPT) * 1.2) + 8)
         cand = live.sample(m, rng)
-        ok = np.flatnonzero(ends_valid(index, cand, width, burn_in))
+        st = index.stream_of[cand]
         drawn += m
-        take = cand[ok[: n - have]]
-        st = index.stream_of[take]
         if index.gapless(st).all():  # both ends live in the episode: every step between is too
-            win = index.ring_window(st, index.t_of[take] - burn_in, width)
+            t_first = index.t_of[cand] - burn_in
+            ok = np.flatnonzero(gapless_ends_valid(index, cand, st, t_first, width))
+            use = ok[: n - have]
+            take = cand[use]
+            win = index.ring_window(st[use], t_first[use], width)
             full = np.ones(len(take), dtype=bool)
         else:
+            ok = np.flatnonzero(ends_valid(index, cand, width, burn_in))
+            take = cand[ok[: n - have]]
             win = window(index, take, width, burn_in)
             full = (win >= 0).all(axis=1)  # a deleted step inside: rejected like any invalid candidate
             if not full.all():
