@@ -6,6 +6,8 @@ the operations the workloads time:
 
 * ``add_one(tr)``          - store one transition;
 * ``add_batch(batch)``     - store a batch of transitions;
+* ``add_rows(rows)``       - store the rows one step of a vectorised env produces, called the way
+  each library's users call it (SB3: ``add`` of ``(n_envs, dim)`` arrays; rlox: ``push_batch``);
 * ``sample(n)``            - draw ``n`` transitions uniformly (data gathered);
 * ``per_iteration(n, p)``  - one prioritized-replay step: sample ``n`` with importance weights
   and gathered data, then set those items' priorities to ``p``.
@@ -17,19 +19,23 @@ not a format conversion a real training loop might not need.
 
 :func:`run_workload` times all peers in one process, interleaving them round-robin over
 ``repeats`` rounds, and reports medians. :func:`wait_for_quiet` waits for a calm machine.
+:func:`measure_memory` measures the bytes a filled buffer holds, in a fresh subprocess.
 """
 
 from __future__ import annotations
 
 import gc
 import importlib
+import json
 import logging
 import os
+import subprocess
+import sys
 import time
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -48,6 +54,8 @@ Batch = dict[str, np.ndarray]
 Transition = dict[str, Any]
 
 FILL_CHUNK = 1 << 16  # items per call when pre-filling a buffer (untimed)
+#: Bytes of one transition's data (42 float32): the "payload" memory is compared against.
+PAYLOAD_BYTES = 4 * sum(int(np.prod(s)) for s in FIELDS.values())
 
 
 # --------------------------------------------------------------------------------------------
@@ -66,6 +74,7 @@ class WorkloadParams:
     beta: float = 0.4
     prefill: int = 0  # items stored (untimed) before timing; == capacity means steady state
     seed: int = 0
+    n_envs: int = 1  # envs of the vectorised env feeding add_rows (SB3 builds its buffer for it)
 
 
 @dataclass(frozen=True)
@@ -73,7 +82,7 @@ class Workload:
     """A named workload: the operation timed, its parameters and how results are reported."""
 
     name: str
-    op: str  # "add_one" | "add_batch" | "sample" | "per"
+    op: str  # "add_one" | "add_batch" | "sample" | "per" | "add_rows" | "per_add_rows"
     params: WorkloadParams
     description: str
     ops_per_chunk: int = 1  # operations between two clock reads (tiny ops are batched)
@@ -143,6 +152,10 @@ class Buffer(ABC):
             prio = None if priorities is None else priorities[lo:hi]
             self._fill_chunk(chunk, prio)
 
+    def fill_chunk(self, chunk: Batch, priorities: np.ndarray | None) -> None:
+        """Store one chunk of setup data (untimed); chunks are stored in call order."""
+        self._fill_chunk(chunk, priorities)
+
     def _fill_chunk(self, chunk: Batch, priorities: np.ndarray | None) -> None:
         if priorities is not None:
             raise Unsupported("prioritized fill")
@@ -160,6 +173,14 @@ class Buffer(ABC):
     def sample(self, n: int) -> Any:
         """Sample ``n`` items uniformly, data gathered."""
 
+    def prepare_rows(self, batch: Batch) -> Any:
+        """Native form of one vectorised-env step's rows (default: :meth:`prepare_batch`)."""
+        return self.prepare_batch(batch)
+
+    def add_rows(self, rows: Any) -> None:
+        """Store one vectorised-env step's (prepared) rows (default: :meth:`add_batch`)."""
+        self.add_batch(rows)
+
     def per_iteration(self, n: int, priorities: Any) -> None:
         """Sample ``n`` with IS weights and data, then set their priorities to ``priorities``."""
         raise Unsupported("per")
@@ -172,7 +193,7 @@ class Peer(ABC):
     #: Importable modules the peer needs; a failed import marks it "not installed".
     modules: tuple[str, ...] = ()
     #: Operations it can run ("add_one", "add_batch", "sample", "per").
-    supports: frozenset[str] = frozenset({"add_one", "add_batch", "sample"})
+    supports: frozenset[str] = frozenset({"add_one", "add_batch", "sample", "add_rows"})
     #: Distribution whose version is reported.
     dist: str = ""
     #: Remarks shown in the report (how the peer is used where that is not obvious).
@@ -371,7 +392,8 @@ class NumpySumTreePeer(Peer):
     """Plain vectorised NumPy sum tree + min tree: the reference PER peer."""
 
     name = "numpy-sumtree"
-    supports = frozenset({"per"})
+    supports = frozenset({"per", "per_add_rows"})
+    notes = {"per_add_rows": "slice assignment + new leaves at the max priority, ancestors recomputed"}
 
     def version(self) -> str:
         return np.__version__
@@ -427,7 +449,7 @@ class CpprbPeer(Peer):
     name = "cpprb"
     modules = ("cpprb",)
     dist = "cpprb"
-    supports = frozenset({"add_one", "add_batch", "sample", "per"})
+    supports = frozenset({"add_one", "add_batch", "sample", "per", "add_rows", "per_add_rows"})
 
     def make(self, params: WorkloadParams) -> Buffer:
         return CpprbBuffer(params)
@@ -506,7 +528,7 @@ class TorchRLPeer(Peer):
     name = "torchrl"
     modules = ("torch", "tensordict", "torchrl")
     dist = "torchrl"
-    supports = frozenset({"add_one", "add_batch", "sample", "per"})
+    supports = frozenset({"add_one", "add_batch", "sample", "per", "add_rows", "per_add_rows"})
     notes = {"per": "TensorDictPrioritizedReplayBuffer; update_priority(td['index'], p)"}
 
     def check(self) -> str | None:
@@ -532,7 +554,16 @@ class TorchRLPeer(Peer):
 
 
 class SB3Buffer(Buffer):
-    """``stable_baselines3.common.buffers.ReplayBuffer`` with Box spaces and ``n_envs=1``."""
+    """``stable_baselines3.common.buffers.ReplayBuffer`` with Box spaces.
+
+    Built with ``n_envs = params.n_envs``: SB3 divides ``buffer_size`` by ``n_envs``
+    (``buffer_size // n_envs`` slots of ``n_envs`` rows each), so the buffer holds
+    ``n_envs * (capacity // n_envs)`` rows (999,936 for 1M at 256 envs; exactly 1M otherwise).
+    ``add`` takes one row per env as ``(n_envs, dim)`` arrays plus one ``info`` dict per env,
+    as a VecEnv step produces them. SB3 has no prioritized buffer: in the ``per_add_rows``
+    tables it runs as a uniform stand-in (priorities in the setup data are ignored), because
+    the issue's target compares ``Prioritized`` adds against SB3's ``add``.
+    """
 
     def __init__(self, params: WorkloadParams) -> None:
         super().__init__(params)
@@ -542,10 +573,14 @@ class SB3Buffer(Buffer):
         obs_space = spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
         act_space = spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
         np.random.seed(params.seed)  # SB3 samples with the global NumPy RNG
-        self.rb = ReplayBuffer(params.capacity, obs_space, act_space, device="cpu", n_envs=1)
+        self.n_envs = params.n_envs
+        self.rb = ReplayBuffer(params.capacity, obs_space, act_space, device="cpu", n_envs=self.n_envs)
+        self._filled = 0  # rows written by fill_chunk (setup), in flat (slot, env) order
 
     def prepare_one(self, tr: Transition) -> tuple[Any, ...]:
         """The arguments of ``ReplayBuffer.add`` as a VecEnv with one env produces them."""
+        if self.n_envs != 1:
+            raise Unsupported(f"add of one row into a buffer built for n_envs={self.n_envs}")
         return (
             tr["obs"].reshape(1, OBS_DIM),
             tr["next_obs"].reshape(1, OBS_DIM),
@@ -558,19 +593,38 @@ class SB3Buffer(Buffer):
     def prepare_batch(self, batch: Batch) -> list[tuple[Any, ...]]:
         return [self.prepare_one(tr) for tr in split_transitions(batch)]
 
-    def fill(self, data: Batch, priorities: np.ndarray | None) -> None:
-        # Setup only: write the arrays directly (SB3 has no batch add; this is untimed).
-        if priorities is not None:
-            raise Unsupported("prioritized fill")
+    def prepare_rows(self, batch: Batch) -> tuple[Any, ...]:
+        """``add``'s arguments for one step of ``n_envs`` envs: ``(n_envs, dim)`` arrays, infos."""
+        n = len(batch["obs"])
+        if n != self.n_envs:
+            raise Unsupported(f"{n} rows per add into a buffer built for n_envs={self.n_envs}")
+        return (batch["obs"], batch["next_obs"], batch["action"], batch["reward"], batch["done"],
+                [{} for _ in range(n)])
+
+    def _fill_chunk(self, chunk: Batch, priorities: np.ndarray | None) -> None:
+        # Setup only: write the arrays directly (untimed; SB3 has no batch add). Every array
+        # ``add`` writes is written here too (timeouts included), so memory is touched alike.
         rb = self.rb
-        n = min(len(data["obs"]), rb.buffer_size)
-        rb.observations[:n, 0] = data["obs"][:n]
-        rb.next_observations[:n, 0] = data["next_obs"][:n]
-        rb.actions[:n, 0] = data["action"][:n]
-        rb.rewards[:n, 0] = data["reward"][:n]
-        rb.dones[:n, 0] = data["done"][:n]
-        rb.pos = n % rb.buffer_size
-        rb.full = n == rb.buffer_size
+        total = rb.buffer_size * self.n_envs
+        flat = {
+            "obs": rb.observations.reshape(total, OBS_DIM),
+            "next_obs": rb.next_observations.reshape(total, OBS_DIM),
+            "action": rb.actions.reshape(total, ACT_DIM),
+            "reward": rb.rewards.reshape(total),
+            "done": rb.dones.reshape(total),
+        }
+        m = len(chunk["obs"])
+        lo = 0
+        while lo < m:
+            at = self._filled % total
+            k = min(m - lo, total - at)
+            for name, dst in flat.items():
+                dst[at : at + k] = chunk[name][lo : lo + k]
+            rb.timeouts.reshape(total)[at : at + k] = 0.0
+            lo += k
+            self._filled += k
+        rb.full = rb.full or self._filled >= total
+        rb.pos = (self._filled % total) // self.n_envs
 
     def add_one(self, tr: tuple[Any, ...]) -> None:
         self.rb.add(*tr)
@@ -579,6 +633,9 @@ class SB3Buffer(Buffer):
         add = self.rb.add
         for tr in batch:
             add(*tr)
+
+    def add_rows(self, rows: tuple[Any, ...]) -> None:
+        self.rb.add(*rows)
 
     def sample(self, n: int) -> Any:
         return self.rb.sample(n)  # ReplayBufferSamples of torch tensors: SB3's normal path
@@ -590,9 +647,12 @@ class SB3Peer(Peer):
     name = "sb3"
     modules = ("torch", "gymnasium", "stable_baselines3")
     dist = "stable-baselines3"
+    supports = frozenset({"add_one", "add_batch", "sample", "add_rows", "per_add_rows"})
     notes = {
         "add_batch": "no batch add in SB3: loops add() per transition",
         "sample": "returns torch tensors (its normal path)",
+        "add_rows": "ReplayBuffer(n_envs=rows).add((rows, dim) arrays, infos)",
+        "per_add_rows": "UNIFORM (SB3 has no PER): ReplayBuffer(n_envs=rows).add, for the target ratio",
     }
 
     def make(self, params: WorkloadParams) -> Buffer:
@@ -687,12 +747,14 @@ class RloxPeer(Peer):
     name = "rlox"
     modules = ("rlox",)
     dist = "rlox"
-    supports = frozenset({"add_one", "add_batch", "sample", "per"})
+    supports = frozenset({"add_one", "add_batch", "sample", "per", "add_rows", "per_add_rows"})
     notes = {
         "add_one": "push(obs, action, reward, terminated, truncated, next_obs)",
         "add_batch": "push_batch of flat arrays",
         "sample": "sample(n, seed); seed advanced per call",
         "per": "sample(n, seed) + update_priorities(indices, f64)",
+        "add_rows": "push_batch of flat arrays",
+        "per_add_rows": "push per row (no batch push in its PER buffer), default priority 1.0",
     }
 
     def make(self, params: WorkloadParams) -> Buffer:
@@ -746,7 +808,7 @@ class ReplaystorePeer(Peer):
     name = "replaystore"
     modules = ("replaystore",)
     dist = "replaystore"
-    supports = frozenset({"add_one", "add_batch", "sample", "per"})
+    supports = frozenset({"add_one", "add_batch", "sample", "per", "add_rows", "per_add_rows"})
     notes = {"per": "numba sum trees (the [fast] extra)"}
 
     def make(self, params: WorkloadParams) -> Buffer:
@@ -765,8 +827,9 @@ class ReplaystoreNumpyPeer(Peer):
     name = "replaystore-numpy"
     modules = ("replaystore",)
     dist = "replaystore"
-    supports = frozenset({"per"})
-    notes = {"per": "Prioritized(backend='numpy'): no numba"}
+    supports = frozenset({"per", "per_add_rows"})
+    notes = {"per": "Prioritized(backend='numpy'): no numba",
+             "per_add_rows": "Prioritized(backend='numpy'): no numba"}
 
     def make(self, params: WorkloadParams) -> Buffer:
         return ReplaystoreNumpyBuffer(params)
@@ -783,6 +846,159 @@ ALL_PEERS: tuple[Peer, ...] = (
     NumpyPeer(),
     NumpySumTreePeer(),
 )
+
+
+# --------------------------------------------------------------------------------------------
+# Memory: bytes a filled buffer holds, measured in a fresh process
+# --------------------------------------------------------------------------------------------
+
+
+def _rss_bytes() -> int:
+    """Resident set size of this process (``VmRSS``), in bytes; 0 where /proc is missing."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+@dataclass(frozen=True)
+class MemoryResult:
+    """What a filled buffer holds: ``rss_bytes`` over ``items`` stored (or why it is unknown)."""
+
+    rss_bytes: int = 0
+    items: int = 0
+    reason: str = ""  # non-empty: not measured
+
+    @property
+    def ok(self) -> bool:
+        """Whether a measurement exists."""
+        return not self.reason and self.items > 0
+
+    @property
+    def bytes_per_item(self) -> float:
+        """Resident bytes per stored item (NaN when not measured)."""
+        return self.rss_bytes / self.items if self.ok else float("nan")
+
+
+def _memory_child(peer_name: str, params: WorkloadParams) -> dict[str, Any]:
+    """Body of the measuring subprocess: RSS after build + fill minus RSS after the imports.
+
+    "After the imports" means after the peer's modules are imported *and* a small buffer of the
+    same kind was built, filled and sampled once and thrown away, so lazy imports, JIT
+    compilation (numba) and first-use caches are in the baseline, not in the buffer's figure.
+    The setup data is generated chunk by chunk and dropped after each chunk is stored, so a
+    peer that kept a reference to its input instead of copying it would be charged for it.
+    """
+    import gc as _gc
+
+    peer = next(p for p in ALL_PEERS if p.name == peer_name)
+    reason = peer.check()
+    if reason is not None:
+        return {"reason": reason}
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:
+        pass
+    rng = np.random.default_rng(params.seed + 1)
+    small = WorkloadParams(capacity=4096, batch_size=64, prioritized=params.prioritized,
+                           alpha=params.alpha, beta=params.beta, prefill=4096, seed=params.seed, n_envs=1)
+    warm = peer.make(small)
+    warm.fill(make_transitions(4096, rng), random_priorities(4096, rng) if params.prioritized else None)
+    if params.prioritized and "per" in peer.supports:
+        warm.per_iteration(64, warm.prepare_priorities(random_priorities(64, rng)))
+    else:
+        warm.sample(64)
+    del warm
+    make_transitions(FILL_CHUNK, rng), random_priorities(FILL_CHUNK, rng)  # warm the generators
+    _gc.collect()
+    rss0 = _rss_bytes()
+
+    buf = peer.make(replace(params, n_envs=1))
+    stored = 0
+    while stored < params.prefill:
+        m = min(FILL_CHUNK, params.prefill - stored)
+        chunk = make_transitions(m, rng)
+        prio = random_priorities(m, rng) if params.prioritized else None
+        buf.fill_chunk(chunk, prio)
+        del chunk, prio
+        stored += m
+    _gc.collect()
+    rss1 = _rss_bytes()
+    items = min(stored, params.capacity)
+    del buf
+    return {"rss_bytes": rss1 - rss0, "items": items}
+
+
+def measure_memory(peer_name: str, params: WorkloadParams, timeout: float = 600.0) -> MemoryResult:
+    """Resident bytes a buffer of peer ``peer_name`` holds once filled with ``params.prefill`` items.
+
+    Runs in a fresh Python process (the same interpreter, the same import path): within one
+    process RSS does not fall when earlier buffers are freed (the allocator keeps or reuses the
+    pages), so only a new process gives each buffer a clean baseline. The child runs with
+    ``MALLOC_MMAP_THRESHOLD_`` fixed at 128 KiB, so every freed temporary larger than that goes
+    back to the OS rather than staying resident in the heap, and with one thread for OpenMP /
+    torch. Nothing here is timed. Returns a :class:`MemoryResult` whose ``reason`` says why
+    when the child failed.
+    """
+    payload = json.dumps({"peer": peer_name, "params": asdict(params)})
+    env = dict(os.environ)
+    env["MALLOC_MMAP_THRESHOLD_"] = str(128 * 1024)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    paths = [os.path.dirname(os.path.abspath(__file__))]
+    try:  # the replaystore this process imported (it may come from sys.path, not PYTHONPATH)
+        import replaystore
+
+        paths.append(os.path.dirname(os.path.dirname(os.path.abspath(replaystore.__file__))))
+    except Exception:  # noqa: BLE001 - the child then reports replaystore as not installed
+        pass
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    try:
+        proc = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--memory-child", payload],
+            capture_output=True, text=True, env=env, timeout=timeout, check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return MemoryResult(reason=f"timed out after {timeout:g}s")
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return MemoryResult(reason=f"child exit {proc.returncode}: {tail[:200]}")
+    out = json.loads(lines[-1])
+    if "reason" in out:
+        return MemoryResult(reason=out["reason"])
+    return MemoryResult(rss_bytes=int(out["rss_bytes"]), items=int(out["items"]))
+
+
+class MemoryCache:
+    """:func:`measure_memory` once per ``(peer, capacity, prioritized)`` for one process run."""
+
+    def __init__(self, timeout: float = 600.0, log: Callable[[str], None] | None = None) -> None:
+        self.timeout = timeout
+        self.log = log
+        self._cache: dict[tuple[str, int, bool], MemoryResult] = {}
+
+    def __call__(self, peer_name: str, params: WorkloadParams) -> MemoryResult:
+        """The memory of ``peer_name``'s buffer for ``params`` (measured on first request)."""
+        key = (peer_name, params.capacity, params.prioritized)
+        res = self._cache.get(key)
+        if res is None:
+            t0 = time.perf_counter()
+            res = measure_memory(peer_name, params, self.timeout)
+            self._cache[key] = res
+            if self.log:
+                what = (f"{res.rss_bytes / 1e6:.0f} MB, {res.bytes_per_item:.0f} B/item" if res.ok
+                        else f"not measured: {res.reason}")
+                self.log(f"  memory {peer_name} cap={params.capacity} prioritized={params.prioritized}: "
+                         f"{what} ({time.perf_counter() - t0:.0f}s)")
+        return res
 
 
 # --------------------------------------------------------------------------------------------
@@ -898,6 +1114,7 @@ class PeerResult:
     note: str = ""
     ops_per_s: list[float] = field(default_factory=list)  # one per repeat
     setup_s: float = 0.0
+    memory: MemoryResult | None = None  # what the filled buffer holds (None: not measured)
 
     @property
     def median_ops(self) -> float:
@@ -944,6 +1161,16 @@ def _make_chunk(workload: Workload, buf: Buffer, rng: np.random.Generator) -> Ca
                 add_batch(b)
             return len(batches)
 
+    elif workload.op in ("add_rows", "per_add_rows"):
+        # Distinct batches, so no call sees the arrays of the one before; small for small n.
+        pool = [buf.prepare_rows(make_transitions(n, rng)) for _ in range(max(4, min(64, 8192 // n)))]
+        add_rows = buf.add_rows
+
+        def chunk() -> int:
+            for b in pool:
+                add_rows(b)
+            return len(pool)
+
     elif workload.op == "sample":
         k = workload.ops_per_chunk
         sample = buf.sample
@@ -989,12 +1216,15 @@ def run_workload(
     seconds: float = 1.0,
     warmup: float = 0.2,
     log: Callable[[str], None] | None = print,
+    memory: Callable[[str, WorkloadParams], MemoryResult] | None = None,
 ) -> WorkloadResult:
     """Time every peer on ``workload`` in this process and return per-repeat rates.
 
     All buffers are built and pre-filled first (untimed), warmed up, then timed in
     ``repeats`` rounds; each round runs every peer for ``seconds``, in an order rotated
-    round by round so drifts in machine load spread over all peers.
+    round by round so drifts in machine load spread over all peers. After the timing, when
+    ``memory`` is given (e.g. a :class:`MemoryCache`), each peer that ran gets the memory of
+    its filled buffer (measured in a subprocess, after this workload's buffers are freed).
     """
     p = workload.params
     say = log or (lambda _msg: None)
@@ -1058,6 +1288,10 @@ def run_workload(
     other_cpu = meter.stop()
     live.clear()
     gc.collect()
+    if memory is not None and p.prefill:
+        for res in results:
+            if res.status == "ok":
+                res.memory = memory(res.peer, p)
     return WorkloadResult(
         workload=workload,
         results=results,
@@ -1067,3 +1301,8 @@ def run_workload(
         load_after=read_loadavg()[0],
         other_cpu=other_cpu,
     )
+
+
+if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--memory-child":
+    _req = json.loads(sys.argv[2])
+    print(json.dumps(_memory_child(_req["peer"], WorkloadParams(**_req["params"]))), flush=True)

@@ -5,9 +5,13 @@ Usage::
     bench/.venv/bin/python bench/run.py [WORKLOAD ...] [--repeats 3] [--seconds 1.0]
                                         [--quick] [--peers a,b] [--json out.json]
 
-Workloads: uniform_add_one, uniform_add_batch, uniform_sample, per_256, per_4096
-(``per`` means both PER ones; no name means all). Set up the environment first with
-``bash bench/setup_env.sh``.
+Workloads: uniform_add_one, uniform_add_batch, uniform_sample, per_256, per_4096,
+rows_1, rows_8, rows_64, rows_256, rows_1000 (one vectorised-env step of that many rows per call,
+uniform), per_rows_1 ... per_rows_1000 (the same into a prioritized buffer). Aliases: ``per``
+(per_256, per_4096), ``uniform``, ``rows`` (all rows_* and per_rows_*), ``per_rows``; no name
+means all. Every table also shows the memory each filled buffer holds, measured in a fresh
+subprocess per (peer, capacity, prioritized) (``--no-memory`` skips it). Set up the environment
+first with ``bash bench/setup_env.sh``.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ except Exception:  # not installed (or broken mid-edit: the peer check then says
 import numpy as np  # noqa: E402
 from peers import (  # noqa: E402
     ALL_PEERS,
+    PAYLOAD_BYTES,
+    MemoryCache,
     Peer,
     Workload,
     WorkloadParams,
@@ -44,6 +50,8 @@ from peers import (  # noqa: E402
 
 CAP_UNIFORM = 1_000_000
 CAP_PER = 2**20
+#: Rows per call of the small-batch workloads: one step of a vectorised env with that many envs.
+ROWS_PER_CALL = (1, 8, 64, 256, 1000)
 
 WORKLOADS: dict[str, Workload] = {
     w.name: w
@@ -85,9 +93,40 @@ WORKLOADS: dict[str, Workload] = {
         ),
     )
 }
-ALIASES = {"per": ["per_256", "per_4096"], "uniform": [k for k in WORKLOADS if "uniform" in k]}
+for _n in ROWS_PER_CALL:
+    WORKLOADS[f"rows_{_n}"] = Workload(
+        f"rows_{_n}",
+        "add_rows",
+        WorkloadParams(capacity=CAP_UNIFORM, batch_size=_n, prefill=CAP_UNIFORM, n_envs=_n),
+        f"add {_n} row{'s' if _n > 1 else ''} per call (one step of {_n} env{'s' if _n > 1 else ''}), "
+        "uniform; capacity 1M, pre-filled (adds overwrite the oldest)",
+    )
+for _n in ROWS_PER_CALL:
+    WORKLOADS[f"per_rows_{_n}"] = Workload(
+        f"per_rows_{_n}",
+        "per_add_rows",
+        WorkloadParams(capacity=CAP_PER, batch_size=_n, prioritized=True, prefill=CAP_PER, n_envs=_n),
+        f"add {_n} row{'s' if _n > 1 else ''} per call (one step of {_n} env{'s' if _n > 1 else ''}) "
+        "into a prioritized buffer, each library's default priority for new rows; capacity 2**20, "
+        "pre-filled with random priorities, alpha 0.6",
+    )
+ALIASES = {
+    "per": ["per_256", "per_4096"],
+    "uniform": [k for k in WORKLOADS if "uniform" in k],
+    "rows": [f"rows_{n}" for n in ROWS_PER_CALL] + [f"per_rows_{n}" for n in ROWS_PER_CALL],
+    "per_rows": [f"per_rows_{n}" for n in ROWS_PER_CALL],
+}
 #: The "NumPy limit" each workload's peers are compared against.
-REFERENCE = {"add_one": "numpy", "add_batch": "numpy", "sample": "numpy", "per": "numpy-sumtree"}
+REFERENCE = {
+    "add_one": "numpy",
+    "add_batch": "numpy",
+    "sample": "numpy",
+    "per": "numpy-sumtree",
+    "add_rows": "numpy",
+    "per_add_rows": "numpy-sumtree",
+}
+#: Workloads whose tables also compare every peer to Stable-Baselines3's rate.
+VS_SB3 = {"add_rows", "per_add_rows"}
 SUBJECT = "replaystore"
 PEER_NAMES = [p.name for p in ALL_PEERS]
 
@@ -121,12 +160,18 @@ def markdown_table(wr: WorkloadResult) -> str:
     ref_rate = ref.median_ops if ref and ref.status == "ok" else float("nan")
     subj_rate = subj.median_ops if subj and subj.status == "ok" else float("nan")
 
+    sb3 = wr.get("sb3")
+    sb3_rate = sb3.median_ops if w.op in VS_SB3 and sb3 and sb3.status == "ok" else float("nan")
+    vs_sb3 = w.op in VS_SB3
     if w.op in ("add_one", "add_batch"):
         head = ["transitions/s", "µs/call"]
+    elif w.op in ("add_rows", "per_add_rows"):
+        head = ["µs/call", "rows/s"]
     elif w.op == "sample":
         head = ["µs/call", "samples/s"]
     else:
         head = ["iterations/s", "µs/iteration"]
+    mem_head = ["MB", "B/item", "x payload"]
     lines = [
         f"### {w.name}",
         "",
@@ -136,15 +181,19 @@ def markdown_table(wr: WorkloadResult) -> str:
         "",
         "| implementation | version | "
         + " | ".join(head)
-        + f" | min-max of runs | {SUBJECT} / this | this / {ref_name} | notes |",
-        "|---|---|" + "---:|" * (len(head) + 3) + "---|",
+        + f" | min-max of runs | {SUBJECT} / this | this / {ref_name} | "
+        + ("this / sb3 | " if vs_sb3 else "")
+        + " | ".join(mem_head)
+        + " | notes |",
+        "|---|---|" + "---:|" * (len(head) + 3 + int(vs_sb3) + len(mem_head)) + "---|",
     ]
     for r in wr.results:
         if r.status != "ok":
             what = r.status if not r.reason else f"{r.status}: {r.reason}"
             if r.status == "unsupported" and not r.reason:
                 continue  # e.g. SB3 has no PER: leave it out rather than clutter
-            lines.append(f"| {r.peer} | {r.version} | " + " | ".join("-" for _ in head) + f" | - | - | - | {what} |")
+            n_dash = len(head) + 3 + int(vs_sb3) + len(mem_head)
+            lines.append(f"| {r.peer} | {r.version} | " + " | ".join("-" for _ in range(n_dash)) + f" | {what} |")
             continue
         ops = r.median_ops
         items = ops * w.items_per_op
@@ -152,7 +201,7 @@ def markdown_table(wr: WorkloadResult) -> str:
             cells = [_fmt_rate(items), _fmt_us(ops)]
             lo, hi = min(r.ops_per_s) * w.items_per_op, max(r.ops_per_s) * w.items_per_op
             spread = f"{_fmt_rate(lo)}-{_fmt_rate(hi)}"
-        elif w.op == "sample":
+        elif w.op in ("add_rows", "per_add_rows", "sample"):
             cells = [_fmt_us(ops), _fmt_rate(items)]
             spread = f"{_fmt_us(max(r.ops_per_s))}-{_fmt_us(min(r.ops_per_s))} µs"
         else:
@@ -160,15 +209,30 @@ def markdown_table(wr: WorkloadResult) -> str:
             spread = f"{_fmt_rate(min(r.ops_per_s))}-{_fmt_rate(max(r.ops_per_s))}"
         vs_subject = "" if r.peer == SUBJECT else _fmt_ratio(subj_rate / ops)
         vs_ref = _fmt_ratio(ops / ref_rate)
+        extra = [_fmt_ratio(ops / sb3_rate)] if vs_sb3 else []
         lines.append(
-            f"| {r.peer} | {r.version} | " + " | ".join(cells) + f" | {spread} | {vs_subject} | {vs_ref} | {r.note} |"
+            f"| {r.peer} | {r.version} | " + " | ".join(cells) + f" | {spread} | {vs_subject} | {vs_ref} | "
+            + " | ".join(extra + _mem_cells(r)) + f" | {r.note} |"
         )
     lines.append("")
     lines.append(
         f"`{SUBJECT} / this` > 1: replaystore is faster than that peer; "
-        f"`this / {ref_name}` is the share of the plain-NumPy rate each reaches."
+        f"`this / {ref_name}` is the share of the plain-NumPy rate each reaches"
+        + ("; `this / sb3` > 1: faster than Stable-Baselines3" if vs_sb3 else "")
+        + ". Memory: resident bytes of the buffer once filled with "
+        f"{w.params.prefill:,} items (RSS after build + fill minus RSS after imports, in a fresh process), "
+        f"per item, and as a multiple of the {PAYLOAD_BYTES} B payload of one transition."
     )
     return "\n".join(lines)
+
+
+def _mem_cells(r: Any) -> list[str]:
+    """MB, bytes per item and multiple of the payload for one peer's result ("-" if unknown)."""
+    m = r.memory
+    if m is None or not m.ok:
+        return ["-", "-", "-"]
+    per = m.bytes_per_item
+    return [f"{m.rss_bytes / 1e6:.0f}", f"{per:.0f}", f"{per / PAYLOAD_BYTES:.2f}x"]
 
 
 def environment() -> dict[str, Any]:
@@ -218,6 +282,12 @@ def to_json(results: list[WorkloadResult], args: argparse.Namespace) -> dict[str
                         "ops_per_s": r.ops_per_s,
                         "median_ops_per_s": r.median_ops if r.ops_per_s else None,
                         "median_items_per_s": (r.median_ops * wr.workload.items_per_op if r.ops_per_s else None),
+                        "memory": (
+                            None if r.memory is None
+                            else {"rss_bytes": r.memory.rss_bytes, "items": r.memory.items,
+                                  "bytes_per_item": r.memory.bytes_per_item if r.memory.ok else None,
+                                  "reason": r.memory.reason}
+                        ),
                     }
                     for r in wr.results
                 ],
@@ -250,6 +320,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="torch intra-op threads for the torch-based peers (1, like the others; 0 = torch default)",
     )
     ap.add_argument("--json", metavar="PATH", help="also write all results as JSON")
+    ap.add_argument(
+        "--no-memory",
+        action="store_true",
+        help="skip the memory columns (each (peer, capacity, prioritized) otherwise costs one "
+        "subprocess that builds and fills the buffer, a few seconds each)",
+    )
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error("--repeats must be >= 1")
@@ -298,12 +374,13 @@ def main(argv: list[str] | None = None) -> int:
     log(f"1-min load {load:.2f} (waited {waited:.0f}s); env: {environment()}")
 
     t_start = time.perf_counter()
+    memory = None if args.no_memory else MemoryCache(log=log)
     results: list[WorkloadResult] = []
     for name in args.workloads:
         log(f"== {name}")
         if name != args.workloads[0]:
             wait_for_idle_others(args.quiet_wait, log=log)
-        results.append(run_workload(WORKLOADS[name], peers, args.repeats, args.seconds, log=log))
+        results.append(run_workload(WORKLOADS[name], peers, args.repeats, args.seconds, log=log, memory=memory))
 
     env = environment()
     print(
