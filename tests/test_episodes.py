@@ -390,6 +390,18 @@ def test_staleness_and_clear_keep_the_index_consistent():
     assert (t.sample_sequences(5, 5).data["id"] == np.arange(30, 35)).all()
 
 
+def test_caches_of_the_index_do_not_survive_clear():
+    t = table(100)
+    t.add_episode(steps(np.arange(5)), stream=0)
+    assert t.sample_episodes(1).lengths.tolist() == [5]  # caches the complete episodes
+    assert len(exact_valid_starts(t._episodes, 2, 0)) == 4
+    t.clear()
+    t.add_episode(steps(np.arange(10, 13)), stream=0)  # as many index changes as before the clear
+    b = t.sample_episodes(1)
+    assert b.lengths.tolist() == [3] and b[0]["id"].tolist() == [10, 11, 12]
+    assert len(exact_valid_starts(t._episodes, 2, 0)) == 2
+
+
 def test_sequence_priority_r2d2():
     td = np.array([[1.0, -3.0, 2.0], [0.5, 0.5, 0.5]])
     np.testing.assert_allclose(rs.sequence_priority(td, eta=0.9), [0.9 * 3 + 0.1 * 2, 0.5])

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import replaystore as rs
-from replaystore.episodes.nstep import plan_nstep
+from replaystore.episodes.nstep import plan_checked, plan_gapless, plan_nstep, plan_runs
 from replaystore.episodes.sequences import ends_valid, exact_valid_starts, gapless_ends_valid
 from replaystore.episodes.whole import complete_episodes
 
@@ -241,6 +241,17 @@ class EpisodeMachine(RuleBasedStateMachine):
                 assert abs(got_ret - ret) < 1e-9
                 assert t._index.key_of_slot[boot[i]] == bkey
                 assert obs_or_next[boot[i]] == obs_or_next[t._index.lookup([bkey])[0]]
+            # the fast planners (consecutive slots, gapless rings) give exactly the verified result
+            ref_plan = plan_checked(idx, slots, n, self.has_next)
+            used = np.arange(n) < ref_plan[1][:, None]
+            for plan in (plan_runs, plan_gapless):
+                got = plan(idx, slots, n, self.has_next)
+                if got is None:  # plan_gapless: some stream has a gap
+                    assert not idx.gapless(idx.stream_of[slots]).all()
+                    continue
+                np.testing.assert_array_equal(np.where(used, got[0], -1), np.where(used, ref_plan[0], -1))
+                for a, b in zip(got[1:], ref_plan[1:]):
+                    np.testing.assert_array_equal(a, b)
         # tracked window (prioritized): valid set, and tree mass = priority exactly on valid starts
         if self.prio:
             val = idx.validity

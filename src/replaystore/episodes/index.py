@@ -112,7 +112,11 @@ class EpisodeIndex(Selector):
         self.uid = np.full(c, -1, dtype=np.int64)  # stream << UID_SHIFT | t, -1 free, _DETACHED
         self.live = self._shared_live if self._shared_live is not None else DenseSet(c)
         self._own_live = self._shared_live is None
-        self.generation = 0  # bumped on every change of the live steps (caches key on it)
+        # bumped on every change of the live steps (caches key on it); never reset, so caches of
+        # the index before a clear() cannot be mistaken for current ones
+        self.generation = getattr(self, "generation", -1) + 1
+        self.n_detached = 0  # live steps marked detached (see the module doc)
+        self._gapless_at = (-1, False)  # (generation, all_gapless()) cache
         self.next_episode = 0
         self.ring_cap = _pow2_at_least(2 * c)
         self.ring = np.full(1024, -1, dtype=np.int64)
@@ -261,6 +265,7 @@ class EpisodeIndex(Selector):
         self.next_t[us], self.cur_ep[us], self.cur_pos[us] = state
         self.next_episode = next_episode
         plan.committed = True
+        self.generation += 1  # the streams have holes now: caches of their structure are stale
 
     # -- Selector hooks (lock held by the table) -----------------------------------------------------------
     def insert(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:
@@ -293,6 +298,7 @@ class EpisodeIndex(Selector):
         if plan.rows is not None:  # restored steps that were detached stay detached
             on = ts >= 0
             self.uid[slots[~on]] = _DETACHED
+            self.n_detached += int((~on).sum())
             self._count_in(streams[on], ts[on], "general")
             self._ring_put(slots[on], streams[on], ts[on])
         else:
@@ -358,7 +364,10 @@ class EpisodeIndex(Selector):
 
     def _count_out(self, slots: np.ndarray) -> None:
         """Uncount leaving steps; ``oldest_t`` advances when they are exactly its stream's oldest."""
-        gone = slots[self.uid[slots] >= 0]  # attached steps (free and detached ones were not counted)
+        uid = self.uid[slots]
+        if self.n_detached:
+            self.n_detached -= int((uid == _DETACHED).sum())
+        gone = slots[uid >= 0]  # attached steps (free and detached ones were not counted)
         if len(gone) == 0:
             return
         st, ts = self.stream_of[gone], self.t_of[gone]
@@ -380,6 +389,19 @@ class EpisodeIndex(Selector):
         old = self.oldest_t[us]
         prefix = (lo == old) & (hi == old + counts - 1)
         self.oldest_t[us] = np.where(self.n_live[us] == 0, self.next_t[us], np.where(prefix, old + counts, old))
+
+    def all_gapless(self) -> bool:
+        """Whether every stream is gapless and no live step is detached (cheap while streams are few).
+
+        ``False`` may also mean "not known cheaply" (many stream ids): test :meth:`gapless` of the
+        streams at hand then.
+        """
+        if self._gapless_at[0] == self.generation:
+            return self._gapless_at[1]
+        ok = (not self.n_detached and len(self.next_t) <= 64
+              and bool((self.n_live == self.next_t - self.oldest_t).all()))
+        self._gapless_at = (self.generation, ok)
+        return ok
 
     def gapless(self, streams: np.ndarray) -> np.ndarray:
         """Which ``streams`` have no gap: a live step at every position from their oldest on.
@@ -472,6 +494,7 @@ class EpisodeIndex(Selector):
         keep = live_ts > t_hi - new_len
         self.ring[off + (live_ts[keep] & (new_len - 1))] = live_slots[keep]
         self.uid[live_slots[~keep]] = _DETACHED
+        self.n_detached += int((~keep).sum())
         self.n_live[s] -= int((~keep).sum())  # oldest_t stays a lower bound: the stream has a gap now
         self.ring_off[s] = off
         self.ring_len[s] = new_len

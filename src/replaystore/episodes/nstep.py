@@ -20,6 +20,12 @@ The bootstrap observation depends on ``Episodes.next_obs_field``:
   step of a truncated one) cannot start a transition; such draws are redrawn from the sampler.
 
 ``returns = sum_{i<k} gamma**i r_{t+i}`` (float64), ``discount = gamma**k`` (0 where ``done``).
+
+Speed: the window of slots is found the cheapest way that is exact (:func:`plan_nstep`): steps in
+consecutive slots (one stream written in order to a FIFO table) are verified by their ids next to
+the start's, with no ring access; other starts of gapless streams read their stream's ring
+without verification; the rest verify every ring entry. The per-position work runs on
+``(n, B)`` arrays (position-major: NumPy's fast axis is the batch).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import EpisodeError, NoValidSequence
-from .index import TERMINATED, TRUNCATED, EpisodeIndex
+from .index import _T_MASK, TERMINATED, UID_SHIFT, EpisodeIndex
 from .samples import NStepSample
 from .sampling import account, check_batch, read_field, wait_for_sample
 
@@ -43,33 +49,172 @@ def plan_nstep(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bo
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(win, k, done, boot)`` of start slots.
 
-    ``win`` is the ``(B, n + 1)`` window of slots, ``k`` the number of steps (0 where the start
-    cannot make a transition), and ``boot`` the slot whose observation (or next observation) is
-    the bootstrap.
+    ``win`` is the ``(B, n)`` window of slots of positions ``t ... t + n - 1`` (a transposed
+    view; only the first ``k`` of a row are meaningful, the others may be ``-1`` or any slot),
+    ``k`` the number of steps (0 where the start cannot make a transition), ``done`` whether the
+    episode terminated within them, and ``boot`` the slot whose next observation (or observation)
+    is the bootstrap.
+
+    Three ways to the same result, cheapest first: :func:`plan_runs` (steps in consecutive slots),
+    :func:`plan_gapless` (gapless streams, through the ring without verification) and
+    :func:`plan_checked` (every position verified through the ring).
     """
+    return plan_runs(index, starts, n, has_next_obs)
+
+
+def plan_ring(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`plan_gapless` where it applies, else :func:`plan_checked`."""
+    plan = plan_gapless(index, starts, n, has_next_obs)
+    return plan if plan is not None else plan_checked(index, starts, n, has_next_obs)
+
+
+def plan_runs(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`plan_nstep` for starts whose next steps sit in the next slots; :func:`plan_ring` for the others.
+
+    Steps of one stream written in order to a FIFO table occupy consecutive slots (the last slot
+    followed by the first). Slot ``a + j``
+    holds step ``t + j`` of the start's stream exactly when its id is the start's id plus ``j``
+    (ids are ``stream << 40 | t``; free and detached slots have negative ids), which is the test
+    :meth:`EpisodeIndex.lookup` makes of a ring entry, on memory next to the start's own id: no
+    ring access. Only starts of gapless streams (:meth:`EpisodeIndex.gapless`) take this path: a
+    gapless stream's live steps are all reachable through its ring, so the result is exactly
+    :func:`plan_checked`'s. Rows that fail the test (the write head within the window, interleaved streams,
+    holes) are planned by :func:`plan_ring`.
+    """
+    w = n if has_next_obs else n + 1
     b = len(starts)
-    win = index.lookup(index.stream_of[starts][:, None], index.t_of[starts][:, None] + np.arange(n + 1))
+    if b == 0:
+        return plan_ring(index, starts, n, has_next_obs)
+    ar = _arange(w)[:, None]
+    win = starts + ar  # (w, B)
+    if int(starts.max()) + w > len(index.uid):  # the slot after the last is the first (FIFO wraps around)
+        win %= len(index.uid)
+    u = index.uid[win]
+    u0 = u[0]
+    ok = (u == u0 + ar).all(axis=0) & (u0 >= 0)
+    if not index.all_gapless():  # only a gapless stream's live steps are surely reachable (attached)
+        st = u0 >> UID_SHIFT
+        ok &= index.gapless(st) & ((u0 & _T_MASK) >= index.oldest_t[st])
+    n_ok = int(np.count_nonzero(ok))
+    if n_ok == 0:
+        return plan_ring(index, starts, n, has_next_obs)
+    fl = index.flags[win]
+    cut = fl != 0
+    if has_next_obs:
+        cut[n - 1] = True
+    else:
+        cut[n] = True
+        fl[n] = 0  # step n is the bootstrap observation only: its flags do not end the transition
+    x = cut.argmax(axis=0)
+    cols = _arange(b)
+    done = (fl[x, cols] & TERMINATED) != 0
+    boot = win[x, cols]
+    k = x + 1 if has_next_obs else x + done
+    if n_ok < b:
+        bad = np.flatnonzero(~ok)
+        w2, k2, d2, b2 = plan_ring(index, starts[bad], n, has_next_obs)
+        win[:n, bad], k[bad], done[bad], boot[bad] = w2.T, k2, d2, b2
+    return win[:n].T, k, done, boot
+
+
+def plan_checked(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`plan_nstep` for any stream: every position is verified through the ring."""
+    w = n if has_next_obs else n + 1
+    # (w, B): position-major, so the per-position work runs along the batch (NumPy's fast axis)
+    win = index.lookup(index.stream_of[starts], index.t_of[starts] + _arange(w)[:, None])
     # consecutive live steps from t. No episode test is needed: inside a stream, the step before an
     # episode boundary carries an end flag (or is missing), and the transition stops there anyway.
-    run = np.logical_and.accumulate(win >= 0, axis=1)
-    m = run.sum(axis=1)  # >= 1: the start itself
-    fl = index.flags[win] * run
-    term = (fl & TERMINATED) != 0
-    ends = (fl & (TERMINATED | TRUNCATED)) != 0
-    ends_n = ends[:, :n]
-    has_end = ends_n.any(axis=1)
-    e = np.where(has_end, ends_n.argmax(axis=1), n)  # first end within the first n steps
-    rows = np.arange(b)
-    term_at_e = has_end & term[rows, np.minimum(e, n - 1)]
+    m = np.logical_and.accumulate(win >= 0, axis=0).sum(axis=0)  # 0 for a detached start
+    return _stops(index, win, m, n, has_next_obs)
+
+
+def plan_gapless(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """:func:`plan_nstep` when every start's stream is gapless (see :meth:`EpisodeIndex.gapless`), else ``None``.
+
+    In a gapless stream the live, ring-reachable positions are exactly ``oldest_t ... next_t - 1``:
+    a start at ``t >= oldest_t`` has the ``next_t - t`` live steps ``t, t + 1, ...`` ahead, read
+    from its stream's ring without verifying any entry. The same result as :func:`plan_checked`.
+    """
+    st = index.stream_of[starts]
+    t = index.t_of[starts]
+    nt = index.next_t[st]
+    if not index.all_gapless():
+        ot = index.oldest_t[st]
+        if not ((index.n_live[st] == nt - ot).all() and (t >= ot).all()):  # a gap, or a detached start
+            return None
+    w = n if has_next_obs else n + 1
+    ln = index.ring_len[st]
+    ar = _arange(w)[:, None]
+    win = index.ring[index.ring_off[st] + ((t + ar) & (ln - 1))]  # (w, B)
+    ahead = nt - t  # live steps from t on (>= 1)
+    if int(ahead.min()) < w:  # some window reaches past the write head: those entries are stale
+        return _stops(index, win, np.minimum(ahead, w), n, has_next_obs)
+    # every position of every window is a live step
+    fl = index.flags[win]
+    cut = fl != 0
     if has_next_obs:
-        k = np.minimum(np.minimum(m, n), e + 1)
-        done = term[rows, k - 1]
-        boot = win[rows, k - 1]
+        cut[n - 1] = True
     else:
-        k = np.where(term_at_e, e + 1, np.minimum(np.minimum(m - 1, n), e))
-        done = term_at_e & (k == e + 1)
-        boot = win[rows, np.where(done, k - 1, k)]
-    return win, k, done, boot
+        cut[n] = True
+        fl[n] = 0  # step n is the bootstrap observation only: its flags do not end the transition
+    x = cut.argmax(axis=0)
+    cols = _arange(len(starts))
+    done = (fl[x, cols] & TERMINATED) != 0
+    boot = win[x, cols]
+    k = x + 1 if has_next_obs else x + done
+    return win[:n].T, k, done, boot
+
+
+def _stops(index: EpisodeIndex, win: np.ndarray, m: np.ndarray, n: int, has_next_obs: bool
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`plan_nstep`'s result from the ``(w, B)`` window whose first ``m`` rows are live steps.
+
+    The transition's last step ``x`` is the first of: an end flag (within the first ``n``), the
+    last live step, step ``n - 1`` (with next observations) or ``n`` (without: step ``x`` is then
+    the bootstrap observation, not a step of the transition, unless the episode terminated at
+    ``x``).
+    """
+    w = len(win)
+    ar = _arange(w)[:, None]
+    fl = index.flags[win] * (ar < np.minimum(m, n))  # flags of the live steps among the first n
+    x = ((fl != 0) | (ar >= m - 1)).argmax(axis=0)  # row w - 1 is always a cut: m <= w
+    cols = _arange(len(m))
+    done = (fl[x, cols] & TERMINATED) != 0
+    boot = win[x, cols]
+    k = x + 1 if has_next_obs else x + done
+    k[m == 0] = 0  # a detached start (checked path only)
+    return win[:n].T, k, done, boot
+
+
+def _arange(n: int) -> np.ndarray:
+    """``np.arange(n)``, cached (read-only)."""
+    a = _ARANGES.get(n)
+    if a is None:
+        a = np.arange(n)
+        a.flags.writeable = False
+        if len(_ARANGES) < 256:
+            _ARANGES[n] = a
+    return a
+
+
+_ARANGES: dict[int, np.ndarray] = {}
+
+
+def _returns(table: "Table", win: np.ndarray, k: np.ndarray, slots: np.ndarray, gamma: float) -> np.ndarray:
+    """``sum_{j<k} gamma**j r_{t+j}`` (float64) from the ``(n, B)`` window ``win``."""
+    n = len(win)
+    used = _arange(n)[:, None] < k
+    field = table._episodes.options.reward_field
+    columns = getattr(table.storage, "columns", None)
+    if columns and field in columns:  # rows past k may name -1 or any slot: masked by the sum
+        r = columns[field].take(win)
+    else:
+        r = read_field(table, np.where(used, win, slots).ravel(), field).reshape(win.shape)
+    return (r * (gamma ** _arange(n).astype(np.float64))[:, None]).sum(axis=0, where=used)
 
 
 def sample_nstep(table: "Table", batch_size: Any, n: Any, gamma: Any, timeout: float | None) -> NStepSample:
@@ -102,7 +247,7 @@ def sample_nstep(table: "Table", batch_size: Any, n: Any, gamma: Any, timeout: f
         slots, probabilities, weights = table.sampler.sample(b)
         win, k, done, boot = plan_nstep(index, slots, n, has_next)
         for _ in range(_REDRAWS):
-            bad = np.flatnonzero(k == 0)
+            bad = np.flatnonzero(k == 0)  # only without next observations (or a detached start)
             if len(bad) == 0:
                 break
             s2, p2, w2 = table.sampler.sample(len(bad))
@@ -120,17 +265,14 @@ def sample_nstep(table: "Table", batch_size: Any, n: Any, gamma: Any, timeout: f
                 "or a truncated episode's final observation); store next observations "
                 "(Episodes(next_obs_field=...)) or add more steps"
             )
-        j = np.arange(n)
-        used = j[None, :] < k[:, None]
-        reward_slots = np.where(used, win[:, :n], slots[:, None])
-        r = read_field(table, reward_slots.ravel(), cfg.reward_field).reshape(b, n).astype(np.float64)
-        returns = (np.where(used, r, 0.0) * gamma ** j).sum(axis=1)
-        discount = np.where(done, 0.0, gamma ** k.astype(np.float64))
+        returns = _returns(table, win.T, k, slots, gamma)
+        discount = (gamma ** _arange(n + 1).astype(np.float64))[k]
+        discount[done] = 0.0
         next_obs = read_field(table, boot, cfg.next_obs_field if has_next else cfg.obs_field)
         data = table.storage.read(slots)
         rows = table._meta.take(slots, axis=0)
-        streams = index.stream_of[slots].copy()
-        episodes = index.episode_of[slots].copy()
+        streams = index.stream_of[slots]
+        episodes = index.episode_of[slots]
         times = account(table, slots, b)
     return NStepSample(
         data=data,
