@@ -39,7 +39,9 @@ from peers import (  # noqa: E402
     ALL_PEERS,
     PAYLOAD_BYTES,
     MemoryCache,
+    MemoryResult,
     Peer,
+    PeerResult,
     Workload,
     WorkloadParams,
     WorkloadResult,
@@ -235,6 +237,78 @@ def _mem_cells(r: Any) -> list[str]:
     return [f"{m.rss_bytes / 1e6:.0f}", f"{per:.0f}", f"{per / PAYLOAD_BYTES:.2f}x"]
 
 
+def _rate(wr: WorkloadResult, peer: str) -> float:
+    r = wr.get(peer)
+    return r.median_ops if r is not None and r.status == "ok" and r.ops_per_s else float("nan")
+
+
+def rows_summary(results: list[WorkloadResult]) -> str:
+    """One table per small-batch family: µs per call of every peer at each rows-per-call size,
+    and replaystore's speed relative to SB3, rlox and the NumPy reference ("" if none ran)."""
+    out: list[str] = []
+    for op, title in (("add_rows", "uniform"), ("per_add_rows", "prioritized")):
+        wrs = sorted((wr for wr in results if wr.workload.op == op), key=lambda wr: wr.workload.params.batch_size)
+        if not wrs:
+            continue
+        ref = REFERENCE[op]
+        names = [p for p in PEER_NAMES if any(math.isfinite(_rate(wr, p)) for wr in wrs)]
+        head = [f"{n} µs" for n in names] + [f"{SUBJECT} / sb3", f"{SUBJECT} / rlox", f"{SUBJECT} / {ref}"]
+        out += [
+            f"### Small batches, {title}: µs per call and {SUBJECT}'s speed relative to each",
+            "",
+            "| rows/call | " + " | ".join(head) + " |",
+            "|---:|" + "---:|" * len(head),
+        ]
+        for wr in wrs:
+            subj = _rate(wr, SUBJECT)
+            cells = [_fmt_us(_rate(wr, n)) for n in names]
+            cells += [_fmt_ratio(subj / _rate(wr, other)) for other in ("sb3", "rlox", ref)]
+            out.append(f"| {wr.workload.params.batch_size} | " + " | ".join(cells) + " |")
+        out += ["", f"Ratios > 1: {SUBJECT} is faster."
+                + (" sb3 is its uniform buffer (SB3 has no PER)." if op == "per_add_rows" else ""), "", ""]
+    return "\n".join(out)
+
+
+def memory_summary(results: list[WorkloadResult]) -> str:
+    """Per peer: resident memory of the filled uniform (1M) and prioritized (2**20) buffers."""
+    seen: dict[tuple[str, bool], Any] = {}
+    caps: dict[bool, int] = {}
+    for wr in results:
+        for r in wr.results:
+            if r.memory is not None and r.memory.ok:
+                seen.setdefault((r.peer, wr.workload.params.prioritized), r.memory)
+                caps[wr.workload.params.prioritized] = wr.workload.params.capacity
+    if not seen:
+        return ""
+    kinds = [k for k in (False, True) if k in caps]
+    head = []
+    for k in kinds:
+        what = "prioritized" if k else "uniform"
+        head += [f"{what} {caps[k]:,}: MB", "B/item", "x payload", "bookkeeping"]
+    lines = [
+        f"### Memory of the filled buffers (payload {PAYLOAD_BYTES} B per transition)",
+        "",
+        "| implementation | " + " | ".join(head) + " |",
+        "|---|" + "---:|" * len(head),
+    ]
+    for name in PEER_NAMES:
+        if not any((name, k) in seen for k in kinds):
+            continue
+        cells: list[str] = []
+        for k in kinds:
+            m = seen.get((name, k))
+            if m is None:
+                cells += ["-"] * 4
+                continue
+            per = m.bytes_per_item
+            cells += [f"{m.rss_bytes / 1e6:.0f}", f"{per:.0f}", f"{per / PAYLOAD_BYTES:.2f}x",
+                      f"{(per - PAYLOAD_BYTES) / PAYLOAD_BYTES:+.0%}"]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "bookkeeping: bytes per item beyond the payload, as a share of the payload "
+              "(sb3 under prioritized: its uniform buffer at that capacity).", ""]
+    return "\n".join(lines)
+
+
 def environment() -> dict[str, Any]:
     """Versions and machine facts recorded beside the results."""
     env: dict[str, Any] = {
@@ -297,6 +371,36 @@ def to_json(results: list[WorkloadResult], args: argparse.Namespace) -> dict[str
     }
 
 
+def from_json(doc: dict[str, Any]) -> list[WorkloadResult]:
+    """The results :func:`to_json` wrote, rebuilt (workloads looked up by name in ``WORKLOADS``)."""
+    out: list[WorkloadResult] = []
+    for w in doc["workloads"]:
+        results = []
+        for r in w["results"]:
+            m = r.get("memory")
+            results.append(PeerResult(
+                peer=r["peer"], status=r["status"], version=r["version"], reason=r["reason"], note=r["note"],
+                ops_per_s=list(r["ops_per_s"]), setup_s=r["setup_s"],
+                memory=None if m is None else MemoryResult(rss_bytes=m["rss_bytes"], items=m["items"],
+                                                          reason=m["reason"]),
+            ))
+        out.append(WorkloadResult(
+            workload=WORKLOADS[w["name"]], results=results, repeats=w["repeats"], seconds=w["seconds"],
+            load_before=w["load_before"], load_after=w["load_after"], other_cpu=w["other_cpu"],
+        ))
+    return out
+
+
+def report(results: list[WorkloadResult], header: str) -> str:
+    """The whole Markdown report: header, one table per workload, then the summaries."""
+    parts = [header]
+    parts += [markdown_table(wr) + "\n" for wr in results]
+    summary = rows_summary(results) + memory_summary(results)
+    if summary:
+        parts += ["## Summary\n", summary]
+    return "\n".join(parts)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -320,6 +424,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="torch intra-op threads for the torch-based peers (1, like the others; 0 = torch default)",
     )
     ap.add_argument("--json", metavar="PATH", help="also write all results as JSON")
+    ap.add_argument("--render", metavar="PATH", help="print the tables of a --json file; run nothing")
     ap.add_argument(
         "--no-memory",
         action="store_true",
@@ -347,6 +452,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen workloads and print their tables."""
     args = parse_args(argv)
+    if args.render:
+        doc = json.loads(Path(args.render).read_text())
+        env = doc["environment"]
+        print(report(from_json(doc), f"## replaystore benchmark (from {args.render})\n\nPython {env['python']}, "
+                     f"NumPy {env['numpy']}, torch {env.get('torch', '-')}, {env['cpus']} CPUs; "
+                     f"1-min load at the end {', '.join(env.get('loadavg') or ['-'])} (1/5/15 min).\n"))
+        return 0
     peers: list[Peer] = list(ALL_PEERS)
     if args.peers:
         wanted = {s.strip() for s in args.peers.split(",") if s.strip()}
@@ -383,14 +495,11 @@ def main(argv: list[str] | None = None) -> int:
         results.append(run_workload(WORKLOADS[name], peers, args.repeats, args.seconds, log=log, memory=memory))
 
     env = environment()
-    print(
+    print(report(results, (
         f"## replaystore benchmark\n\nPython {env['python']}, NumPy {env['numpy']}, "
         f"torch {env.get('torch', '-')} ({env.get('torch_threads', '-')} threads), "
         f"{env['cpus']} CPUs; 1-min load at start {load:.2f}; total {time.perf_counter() - t_start:.0f}s.\n"
-    )
-    for wr in results:
-        print(markdown_table(wr))
-        print()
+    )))
     if args.json:
         Path(args.json).write_text(json.dumps(to_json(results, args), indent=2))
         log(f"wrote {args.json}")
