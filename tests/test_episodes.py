@@ -63,8 +63,8 @@ def test_positions_and_episodes_of_interleaved_streams():
                    terminated=[0, 0, 0, 0, 0, 1, 0, 0], truncated=[0, 0, 0, 0, 0, 0, 1, 0])
     idx = t._episodes
     slots = t._index.lookup(np.arange(8))
-    assert idx.stream_of[slots].tolist() == [0, 1] * 4
-    assert idx.t_of[slots].tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert idx.streams(slots).tolist() == [0, 1] * 4
+    assert idx.positions(slots).tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
     ep = idx.episode_of[slots]
     assert ep[[0, 2, 4, 6]].tolist() == [ep[0]] * 4  # stream 0: one episode
     assert ep[[1, 3, 5]].tolist() == [ep[1]] * 3 and ep[7] != ep[1]  # stream 1: new episode after end
@@ -84,7 +84,7 @@ def test_add_episode_and_end_episode():
     assert e[0]["id"].tolist() == [0, 1, 2] and e.terminated.tolist() == [True] and e.streams.tolist() == [5]
     # an open episode is never returned; end_episode closes it
     t.add_episode(steps([10, 11]), stream=None, terminated=False)
-    s_new = int(t._episodes.stream_of[t._index.lookup([4])[0]])
+    s_new = int(t._episodes.streams(t._index.lookup([4])[0]))
     assert s_new == 6  # stream=None: a fresh id above every used one
     with pytest.raises(rs.EpisodeError, match="open episode"):
         t.add_episode(steps([12]), stream=s_new)
@@ -153,7 +153,7 @@ def test_failed_insert_leaves_streams_unchanged():
     assert snapshot(t) == before
     t.sample(2)
     t.extend_steps(steps([2]), streams=0)
-    assert t._episodes.t_of[t._index.lookup([2])[0]] == 2  # positions continued without a gap
+    assert t._episodes.positions(t._index.lookup([2])[0]) == 2  # positions continued without a gap
 
 
 # -- strict sequences --------------------------------------------------------------------------------
@@ -226,7 +226,7 @@ def test_exact_valid_set_fallback_matches_brute_force():
         ep = idx.episode_of[slot]
         same = idx.episode_of == ep
         pos = idx.pos_of[slot]
-        have = set(idx.pos_of[same & (idx.stream_of >= 0)].tolist())
+        have = set(idx.pos_of[same & (idx.uid >= 0)].tolist())
         if all(p in have for p in range(pos - 1, pos + 6)):
             expect.add(k)
     assert got == expect and len(ids)
@@ -418,7 +418,7 @@ def test_fifo_batch_larger_than_capacity_keeps_the_newest_steps_in_place():
     keys = t.extend_steps(steps(np.arange(50)), streams=0)
     assert len(keys) == 50 and len(t) == 20
     slots = t._index.lookup(t.keys())
-    assert t._episodes.t_of[slots].tolist() == list(range(30, 50))
+    assert t._episodes.positions(slots).tolist() == list(range(30, 50))
     assert (t.sample_sequences(8, 20).data["id"] == np.arange(30, 50)).all()
     t.add_step(step(50), stream=0)
     assert (t.sample_sequences(8, 20).data["id"] == np.arange(31, 51)).all()
@@ -559,10 +559,10 @@ def test_concurrent_writers_blocked_by_the_rate_limiter_keep_their_streams_conse
     idx = t._episodes
     slots = t._index.lookup(t.keys())
     for s in range(3):
-        mine = slots[idx.stream_of[slots] == s]
+        mine = slots[idx.streams(slots) == s]
         ids = t.storage.columns["id"][mine]
-        order = np.argsort(idx.t_of[mine])
-        assert idx.t_of[mine][order].tolist() == list(range(120))
+        order = np.argsort(idx.positions(mine))
+        assert idx.positions(mine)[order].tolist() == list(range(120))
         assert (ids[order] == np.arange(120) + 1000 * s).all()
         assert len(np.unique(idx.episode_of[mine])) == 120 // 21 + 1
 

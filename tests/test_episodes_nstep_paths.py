@@ -199,3 +199,49 @@ def test_explicitly_detached_steps_are_counted_and_redrawn():
         assert (k[t.keys() == old] == 0).all() and (k[t.keys() != old] >= 1).all()
     t.delete([old])
     assert idx.n_detached == 0
+
+
+# -- index memory -------------------------------------------------------------------------------------
+def test_index_per_slot_state_is_17_bytes_and_ring_slots_are_int32():
+    t = build(1000, 3000, 4, True, 0)
+    idx = t._episodes
+    per_slot = sum(a.nbytes for a in (idx.uid, idx.episode_of, idx.pos_of, idx.flags)) / t.capacity
+    assert per_slot == 17
+    assert idx.ring.dtype == np.int32
+    assert idx.nbytes == per_slot * t.capacity + idx.ring.nbytes + sum(
+        a.nbytes for a in (idx.next_t, idx.cur_ep, idx.cur_pos, idx.ring_off, idx.ring_len, idx.lo_t, idx.n_live,
+                           idx.oldest_t, idx._mark))
+    # streams and positions derive from the per-slot id
+    slots = t._index.lookup(t.keys())
+    st, pos = idx.stream_t(slots)
+    assert (st == t.storage.columns["obs"][slots].astype(int) % 4).all()  # batches of 4k rows alternate streams
+    assert (idx.lookup(st, pos) == slots).all()
+
+
+def test_episode_ids_and_positions_past_int32_widen_the_arrays():
+    t = rs.Table(10, remover=rs.Fifo(), episodes=rs.Episodes(next_obs_field="next_obs"), seed=0)
+    idx = t._episodes
+
+    def rows(ids):
+        ids = np.asarray(ids)
+        return {"obs": ids.astype(np.float32), "next_obs": ids + 0.5, "reward": np.ones(len(ids))}
+
+    t.extend_steps(rows([0, 1, 2]), streams=0, terminated=[False, False, True])
+    assert idx.episode_of.dtype == np.int32 and idx.pos_of.dtype == np.int32
+    big = 2**31 + 5
+    idx.next_episode = big  # as if 2**31 episodes had been written
+    t.extend_steps(rows([3, 4]), streams=0)
+    assert idx.episode_of.dtype == np.int64 and idx.pos_of.dtype == np.int32
+    # a stream whose open episode is longer than int32 positions
+    idx._streams_alloc(8)
+    idx.next_t[1], idx.cur_ep[1], idx.cur_pos[1] = big + 10, idx.next_episode, big
+    idx.next_episode += 1
+    keys = t.extend_steps(rows([5, 6]), streams=1)
+    assert idx.pos_of.dtype == np.int64
+    slots = t._index.lookup(keys)
+    assert idx.pos_of[slots].tolist() == [big, big + 1]
+    assert idx.positions(slots).tolist() == [big + 10, big + 11]
+    assert idx.episode_of[t._index.lookup(t.keys()[-4:-2])].tolist() == [big, big]
+    s = t.sample_nstep(64, 3, 0.9)
+    assert s.episodes.dtype == np.int64 and set(s.episodes.tolist()) <= {0, big, big + 1}
+    assert (s.steps[s.episodes == big + 1] >= 1).all()

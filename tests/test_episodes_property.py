@@ -216,7 +216,7 @@ class EpisodeMachine(RuleBasedStateMachine):
         ren = {}
         for k, sl in zip(live_keys.tolist(), slots.tolist()):
             x = ref.by_key[k]
-            assert (idx.stream_of[sl], idx.t_of[sl], idx.pos_of[sl]) == (x["s"], x["t"], x["pos"])
+            assert (idx.streams(sl), idx.positions(sl), idx.pos_of[sl]) == (x["s"], x["t"], x["pos"])
             assert ren.setdefault(int(idx.episode_of[sl]), x["ep"]) == x["ep"]
             assert bool(idx.flags[sl] & 1) == x["term"] and bool(idx.flags[sl] & 2) == x["trunc"]
         assert len(set(ren.values())) == len(ren)
@@ -247,7 +247,7 @@ class EpisodeMachine(RuleBasedStateMachine):
             for plan in (plan_runs, plan_gapless):
                 got = plan(idx, slots, n, self.has_next)
                 if got is None:  # plan_gapless: some stream has a gap
-                    assert not idx.gapless(idx.stream_of[slots]).all()
+                    assert not idx.gapless(idx.streams(slots)).all()
                     continue
                 np.testing.assert_array_equal(np.where(used, got[0], -1), np.where(used, ref_plan[0], -1))
                 for a, b in zip(got[1:], ref_plan[1:]):
@@ -276,9 +276,9 @@ class EpisodeMachine(RuleBasedStateMachine):
                 assert got.tolist() == want, s
         # the gapless end test agrees with the verified one for every live step of a gapless stream
         if len(slots):
-            on = slots[idx.gapless(idx.stream_of[slots])]
+            on = slots[idx.gapless(idx.streams(slots))]
             for width, burn_in in ((1, 0), (2, 0), (3, 1), (4, 2)):
-                fast = gapless_ends_valid(idx, on, idx.stream_of[on], idx.t_of[on] - burn_in, width)
+                fast = gapless_ends_valid(idx, on, idx.streams(on), idx.positions(on) - burn_in, width)
                 np.testing.assert_array_equal(fast, ends_valid(idx, on, width, burn_in))
         # complete episodes
         ids, bounds, eslots = complete_episodes(idx)

@@ -33,7 +33,8 @@ def index_state(t):
     keys = t.keys()
     slots = t._index.lookup(keys)
     out = {"keys": keys.tolist()}
-    for name in ("stream_of", "t_of", "pos_of", "flags"):
+    out["stream"], out["t"] = (a.tolist() for a in idx.stream_t(slots))
+    for name in ("pos_of", "flags"):
         out[name] = getattr(idx, name)[slots].tolist()
     # episode ids: compare the partition (ids may be renumbered only if equal)
     out["episode_of"] = idx.episode_of[slots].tolist()

@@ -8,14 +8,18 @@ their own.
 
 State:
 
-- per slot: ``stream_of`` (``-1`` for a free slot), ``t_of`` (the step's position in its stream,
-  0, 1, 2, ... forever), ``episode_of`` (a table-wide episode id), ``pos_of`` (position within the
-  episode, 0 for its first step) and ``flags`` (``TERMINATED | TRUNCATED``);
+- per slot (17 bytes): ``uid = stream << 40 | t`` (int64; ``t`` is the step's position in its
+  stream, 0, 1, 2, ... forever; ``-1`` for a free slot), from which :meth:`EpisodeIndex.streams`
+  and :meth:`EpisodeIndex.positions` derive the stream and position; ``episode_of`` (a
+  table-wide episode id, ``-1`` for a free slot) and ``pos_of`` (position within the episode, 0
+  for its first step), both int32 until a value needs int64; ``flags``
+  (``TERMINATED | TRUNCATED``, and ``DETACHED``, see below);
 - per stream: the next ``t``, the open episode (``-1`` when the next step starts a new one) and
   the next position in it, and a ring ``t -> slot``: a power-of-two region of one flat array
-  (``ring[ring_off[s] + (t & (ring_len[s] - 1))]``). A ring entry is trusted only when the slot
-  it names still holds that stream and ``t`` (slots are reused; ``(stream, t)`` never is), so
-  removals cost nothing here and ``B x L`` positions are resolved with one vectorised expression.
+  (``ring[ring_off[s] + (t & (ring_len[s] - 1))]``, int32 slots while the capacity fits). A ring
+  entry is trusted only when the slot it names still holds that stream and ``t`` (its ``uid``:
+  slots are reused, ``(stream, t)`` never is), so removals cost nothing here and ``B x L``
+  positions are resolved with one vectorised expression.
 
 Per stream, ``n_live`` counts its live steps a ring reaches and ``oldest_t`` is a lower bound of
 their positions (exact while removals take the oldest steps, as FIFO eviction does). A stream with
@@ -27,7 +31,9 @@ A ring is grown (doubling, to at least twice the span of the stream's live posit
 step would overwrite a live one. Its length is capped at the first power of two >= twice the table
 capacity; a stream whose live positions span more than that (possible only with a non-FIFO remover
 keeping a very old step alive) *detaches* its oldest steps: they stay items of the table but are no
-longer part of any sequence.
+longer part of any sequence. Steps dropped from a ring when it is re-laid out are flagged
+``DETACHED`` (and not counted in ``n_live``); steps whose ring entry a newer step overwrote are
+unreachable the same way (their stream then has a gap, so no fast path trusts its ring).
 
 Writers hand their rows over as a :class:`StepPlan` registered for the writing thread; the insert
 hook turns it into positions when the table writes the rows (after any wait for the rate limiter,
@@ -49,9 +55,11 @@ from .config import Episodes
 #: a step's ``uid`` is ``stream << UID_SHIFT | t``: one gather verifies a ring entry
 UID_SHIFT = 40
 _T_MASK = (1 << UID_SHIFT) - 1
-_DETACHED = -3  # uid of a live step no ring reaches
 TERMINATED = np.uint8(1)
 TRUNCATED = np.uint8(2)
+ENDS = TERMINATED | TRUNCATED
+DETACHED = np.uint8(4)  # flag of a live step no ring reaches (restored ones have t = _T_MASK)
+_INT32_MAX = np.iinfo(np.int32).max
 _MIN_RING = 16
 
 
@@ -104,12 +112,11 @@ class EpisodeIndex(Selector):
     def bind(self, capacity: int, rng: np.random.Generator) -> None:  # noqa: D102
         super().bind(capacity, rng)
         c = self.capacity
-        self.stream_of = np.full(c, -1, dtype=np.int64)
-        self.t_of = np.zeros(c, dtype=np.int64)
-        self.episode_of = np.full(c, -1, dtype=np.int64)
-        self.pos_of = np.zeros(c, dtype=np.int64)
+        self.uid = np.full(c, -1, dtype=np.int64)  # stream << UID_SHIFT | t, -1 free
+        self.episode_of = np.full(c, -1, dtype=np.int32)  # widened to int64 when an id needs it
+        self.pos_of = np.zeros(c, dtype=np.int32)  # likewise
         self.flags = np.zeros(c, dtype=np.uint8)
-        self.uid = np.full(c, -1, dtype=np.int64)  # stream << UID_SHIFT | t, -1 free, _DETACHED
+        self._slot_dtype = np.int32 if c <= _INT32_MAX else np.int64
         self.live = self._shared_live if self._shared_live is not None else DenseSet(c)
         self._own_live = self._shared_live is None
         # bumped on every change of the live steps (caches key on it); never reset, so caches of
@@ -119,7 +126,7 @@ class EpisodeIndex(Selector):
         self._gapless_at = (-1, False)  # (generation, all_gapless()) cache
         self.next_episode = 0
         self.ring_cap = _pow2_at_least(2 * c)
-        self.ring = np.full(1024, -1, dtype=np.int64)
+        self.ring = np.full(1024, -1, dtype=self._slot_dtype)
         self.ring_used = 0
         self._streams_alloc(self.options.max_streams or 8)
 
@@ -134,6 +141,38 @@ class EpisodeIndex(Selector):
                 a[:k] = getattr(self, name)
             setattr(self, name, a)
         self._mark = np.zeros(n, dtype=np.int64)  # scratch for the distinct-streams test
+
+    def streams(self, slots: np.ndarray) -> np.ndarray:
+        """The stream id of each of ``slots`` (``-1`` for a free slot)."""
+        return self.uid[slots] >> UID_SHIFT
+
+    def positions(self, slots: np.ndarray) -> np.ndarray:
+        """The position in its stream of each of the live ``slots`` (``_T_MASK`` for a restored detached step)."""
+        return self.uid[slots] & _T_MASK
+
+    def stream_t(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(streams(slots), positions(slots))`` with one gather."""
+        u = self.uid[slots]
+        return u >> UID_SHIFT, u & _T_MASK
+
+    def _widen(self, max_pos: int, max_episode: int) -> None:
+        """Make ``pos_of`` / ``episode_of`` int64 before a value beyond int32 is written."""
+        if max_pos > _INT32_MAX and self.pos_of.dtype != np.int64:
+            self.pos_of = self.pos_of.astype(np.int64)
+        if max_episode > _INT32_MAX and self.episode_of.dtype != np.int64:
+            self.episode_of = self.episode_of.astype(np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the index's arrays.
+
+        17 per slot, the rings, the per-stream state, and its own set of live slots (16 per slot)
+        unless it shares the table's ``Uniform`` sampler's.
+        """
+        arrays = (self.uid, self.episode_of, self.pos_of, self.flags, self.ring, self.next_t, self.cur_ep,
+                  self.cur_pos, self.ring_off, self.ring_len, self.lo_t, self.n_live, self.oldest_t, self._mark)
+        own = (self.live.items, self.live.pos) if self._own_live else ()  # else the Uniform sampler's set
+        return sum(a.nbytes for a in (*arrays, *own))
 
     @property
     def n_streams(self) -> int:
@@ -289,15 +328,20 @@ class EpisodeIndex(Selector):
             streams, ts, eps, pos, flags = streams[tail:], ts[tail:], eps[tail:], pos[tail:], flags[tail:]
         if len(slots) != len(streams):
             raise EpisodeError(f"episode plan has {len(streams)} rows, the table wrote {len(slots)}")
-        self.stream_of[slots] = streams
-        self.t_of[slots] = ts
+        if len(ts):
+            # pos <= t: the newest position bounds every position in the episode
+            top = int(ts[-1]) if plan.shape == "same" else int(ts.max())
+            if plan.rows is not None:  # restored detached steps have t = -1
+                top = max(top, int(pos.max()))
+            if top > _INT32_MAX or self.next_episode > _INT32_MAX:
+                self._widen(top, self.next_episode)
         self.episode_of[slots] = eps
         self.pos_of[slots] = pos
         self.flags[slots] = flags
-        self.uid[slots] = (streams << UID_SHIFT) | ts
+        self.uid[slots] = (streams << UID_SHIFT) | (ts & _T_MASK)  # restored detached: t = -1 -> _T_MASK
         if plan.rows is not None:  # restored steps that were detached stay detached
             on = ts >= 0
-            self.uid[slots[~on]] = _DETACHED
+            self.flags[slots[~on]] |= DETACHED
             self.n_detached += int((~on).sum())
             self._count_in(streams[on], ts[on], "general")
             self._ring_put(slots[on], streams[on], ts[on])
@@ -315,7 +359,6 @@ class EpisodeIndex(Selector):
         if self.validity is not None:
             self.validity.on_remove(slots)
         self._count_out(slots)
-        self.stream_of[slots] = -1
         self.episode_of[slots] = -1
         self.uid[slots] = -1
         if self._own_live:
@@ -365,12 +408,15 @@ class EpisodeIndex(Selector):
     def _count_out(self, slots: np.ndarray) -> None:
         """Uncount leaving steps; ``oldest_t`` advances when they are exactly its stream's oldest."""
         uid = self.uid[slots]
+        counted = uid >= 0  # free slots and detached steps were not counted
         if self.n_detached:
-            self.n_detached -= int((uid == _DETACHED).sum())
-        gone = slots[uid >= 0]  # attached steps (free and detached ones were not counted)
-        if len(gone) == 0:
+            detached = (self.flags[slots] & DETACHED) != 0
+            self.n_detached -= int(detached.sum())
+            counted &= ~detached
+        uid = uid[counted]
+        if len(uid) == 0:
             return
-        st, ts = self.stream_of[gone], self.t_of[gone]
+        st, ts = uid >> UID_SHIFT, uid & _T_MASK
         s0 = st[0]
         if len(st) == 1 or bool((st == s0).all()):
             s, k = int(s0), len(ts)
@@ -435,7 +481,8 @@ class EpisodeIndex(Selector):
 
     def attached(self, slots: np.ndarray) -> np.ndarray:
         """Which live ``slots`` are reachable through their stream's ring."""
-        return self.lookup(self.stream_of[slots], self.t_of[slots]) == slots
+        st, t = self.stream_t(slots)
+        return self.lookup(st, t) == slots
 
     def _ring_put(self, slots: np.ndarray, streams: np.ndarray, ts: np.ndarray, shape: str = "general") -> None:
         if len(slots) == 0:
@@ -477,9 +524,10 @@ class EpisodeIndex(Selector):
             region = self.ring[off : off + ln]
             idx = np.flatnonzero(region >= 0)
             cand = region[idx]
-            ok = (self.stream_of[cand] == s) & ((self.t_of[cand] & (ln - 1)) == idx)
+            u = self.uid[cand]  # the entry is live when its slot holds this stream at a position of this entry
+            ok = (u >= 0) & ((u >> UID_SHIFT) == s) & ((u & (ln - 1)) == idx) & ((self.flags[cand] & DETACHED) == 0)
             live_slots = cand[ok]
-            live_ts = self.t_of[live_slots]
+            live_ts = u[ok] & _T_MASK
             if len(live_ts):
                 lo = min(lo, int(live_ts.min()))
         span = t_hi - lo + 1
@@ -493,7 +541,7 @@ class EpisodeIndex(Selector):
         off = self._alloc(new_len, dropping=s)
         keep = live_ts > t_hi - new_len
         self.ring[off + (live_ts[keep] & (new_len - 1))] = live_slots[keep]
-        self.uid[live_slots[~keep]] = _DETACHED
+        self.flags[live_slots[~keep]] |= DETACHED
         self.n_detached += int((~keep).sum())
         self.n_live[s] -= int((~keep).sum())  # oldest_t stays a lower bound: the stream has a gap now
         self.ring_off[s] = off
@@ -509,7 +557,7 @@ class EpisodeIndex(Selector):
         if self.ring_used + size > len(self.ring):
             self.ring_len[dropping] = 0
             total = int(self.ring_len.sum()) + size
-            new = np.full(max(1024, total + total // 4), -1, dtype=np.int64)  # 25% room for growth
+            new = np.full(max(1024, total + total // 4), -1, dtype=self._slot_dtype)  # 25% room for growth
             used = 0
             for s in np.flatnonzero(self.ring_len).tolist():
                 ln, off = int(self.ring_len[s]), int(self.ring_off[s])
@@ -526,14 +574,14 @@ class EpisodeIndex(Selector):
     # -- export / import (checkpoints) ----------------------------------------------------------------
     def export_rows(self, slots: np.ndarray) -> dict[str, np.ndarray]:
         """Per-step arrays of ``slots`` (checkpoint order); unattached steps get ``t = -1``."""
-        t = self.t_of[slots].copy()
-        t[~self.attached(slots)] = -1
+        st, t = self.stream_t(slots)
+        t[self.lookup(st, t) != slots] = -1
         return {
-            "stream": self.stream_of[slots].copy(),
+            "stream": st,
             "t": t,
-            "episode": self.episode_of[slots].copy(),
-            "pos": self.pos_of[slots].copy(),
-            "flags": self.flags[slots].copy(),
+            "episode": self.episode_of[slots].astype(np.int64),
+            "pos": self.pos_of[slots].astype(np.int64),
+            "flags": self.flags[slots] & ENDS,
         }
 
     def export_streams(self) -> dict:

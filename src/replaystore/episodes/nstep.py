@@ -124,7 +124,8 @@ def plan_checked(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: 
     """:func:`plan_nstep` for any stream: every position is verified through the ring."""
     w = n if has_next_obs else n + 1
     # (w, B): position-major, so the per-position work runs along the batch (NumPy's fast axis)
-    win = index.lookup(index.stream_of[starts], index.t_of[starts] + _arange(w)[:, None])
+    st, t = index.stream_t(starts)
+    win = index.lookup(st, t + _arange(w)[:, None])
     # consecutive live steps from t. No episode test is needed: inside a stream, the step before an
     # episode boundary carries an end flag (or is missing), and the transition stops there anyway.
     m = np.logical_and.accumulate(win >= 0, axis=0).sum(axis=0)  # 0 for a detached start
@@ -139,8 +140,7 @@ def plan_gapless(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: 
     a start at ``t >= oldest_t`` has the ``next_t - t`` live steps ``t, t + 1, ...`` ahead, read
     from its stream's ring without verifying any entry. The same result as :func:`plan_checked`.
     """
-    st = index.stream_of[starts]
-    t = index.t_of[starts]
+    st, t = index.stream_t(starts)
     nt = index.next_t[st]
     if not index.all_gapless():
         ot = index.oldest_t[st]
@@ -271,8 +271,8 @@ def sample_nstep(table: "Table", batch_size: Any, n: Any, gamma: Any, timeout: f
         next_obs = read_field(table, boot, cfg.next_obs_field if has_next else cfg.obs_field)
         data = table.storage.read(slots)
         rows = table._meta.take(slots, axis=0)
-        streams = index.stream_of[slots]
-        episodes = index.episode_of[slots]
+        streams = index.streams(slots)
+        episodes = index.episode_of[slots].astype(np.int64)
         times = account(table, slots, b)
     return NStepSample(
         data=data,

@@ -37,8 +37,8 @@ _MIN_ACCEPT = 1 / 8  # below this acceptance rate, compute the exact set at once
 
 def window(index: EpisodeIndex, key_slots: np.ndarray, width: int, burn_in: int) -> np.ndarray:
     """``(m, width)`` slots of the windows of ``key_slots`` (``-1`` where a position is not live)."""
-    st = index.stream_of[key_slots]
-    ts = (index.t_of[key_slots] - burn_in)[:, None] + np.arange(width)
+    st, t = index.stream_t(key_slots)
+    ts = (t - burn_in)[:, None] + np.arange(width)
     return index.lookup(st[:, None], ts)
 
 
@@ -48,9 +48,9 @@ def valid_window(index: EpisodeIndex, key_slots: np.ndarray, width: int, burn_in
     When every key's stream is gapless, the two live ends imply every position in between, so the
     slots are plain ring entries (no per-position verification).
     """
-    st = index.stream_of[key_slots]
+    st, t = index.stream_t(key_slots)
     if index.gapless(st).all():
-        return index.ring_window(st, index.t_of[key_slots] - burn_in, width)
+        return index.ring_window(st, t - burn_in, width)
     return window(index, key_slots, width, burn_in)
 
 
@@ -83,9 +83,9 @@ def ends_valid(index: EpisodeIndex, key_slots: np.ndarray, width: int, burn_in: 
 
     A cheap first filter: only a deleted step in between can still make such a window invalid.
     """
-    st = index.stream_of[key_slots][:, None]
-    t0 = (index.t_of[key_slots] - burn_in)[:, None] + np.array([0, width - 1])
-    e = index.lookup(st, t0)
+    st, t = index.stream_t(key_slots)
+    t0 = (t - burn_in)[:, None] + np.array([0, width - 1])
+    e = index.lookup(st[:, None], t0)
     ep = index.episode_of[key_slots]
     return (e >= 0).all(axis=1) & (index.episode_of[e[:, 0]] == ep) & (index.episode_of[e[:, 1]] == ep)
 
@@ -122,7 +122,7 @@ def exact_valid_starts(index: EpisodeIndex, width: int, burn_in: int) -> np.ndar
         return cache[1]
     live = index.live.contents().copy()
     live = live[index.attached(live)]
-    st, t, ep = index.stream_of[live], index.t_of[live], index.episode_of[live]
+    (st, t), ep = index.stream_t(live), index.episode_of[live]
     order = np.lexsort((t, st))
     st, t, ep, live = st[order], t[order], ep[order], live[order]
     n = len(live)
@@ -158,10 +158,10 @@ def uniform_strict_starts(index: EpisodeIndex, rng: np.random.Generator, n: int,
         rate = have / drawn if drawn else rates.get((width, burn_in), 0.5)
         m = min(64 * n, int((n - have) / max(rate, _MIN_ACCEPT) * 1.2) + 8)
         cand = live.sample(m, rng)
-        st = index.stream_of[cand]
+        st, t_cand = index.stream_t(cand)
         drawn += m
         if index.gapless(st).all():  # both ends live in the episode: every step between is too
-            t_first = index.t_of[cand] - burn_in
+            t_first = t_cand - burn_in
             ok = np.flatnonzero(gapless_ends_valid(index, cand, st, t_first, width))
             use = ok[: n - have]
             take = cand[use]
@@ -268,8 +268,8 @@ def sample_sequences(table: "Table", batch_size: Any, length: Any, burn_in: Any,
         rows = table._meta.take(keys, axis=0)
         if not full:
             step_keys[~mask] = -1
-        streams = index.stream_of[keys].copy()
-        episodes = index.episode_of[keys].copy()
+        streams = index.streams(keys)
+        episodes = index.episode_of[keys].astype(np.int64)
         times = account(table, keys, n)
     return SequenceSample(
         data=data,

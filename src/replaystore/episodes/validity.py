@@ -49,8 +49,8 @@ class StartValidity:
 
     def _windows_valid(self, keys: np.ndarray) -> np.ndarray:
         idx = self.index
-        st = idx.stream_of[keys]
-        ts = (idx.t_of[keys] - self.burn_in)[:, None] + np.arange(self.width)
+        st, t = idx.stream_t(keys)
+        ts = (t - self.burn_in)[:, None] + np.arange(self.width)
         win = idx.lookup(st[:, None], ts)
         return ((win >= 0) & (idx.episode_of[win] == idx.episode_of[keys][:, None])).all(axis=1)
 
@@ -66,7 +66,8 @@ class StartValidity:
         """
         idx = self.index
         self.flag[slots] = False
-        keys = idx.lookup(idx.stream_of[slots], idx.t_of[slots] - (self.width - 1) + self.burn_in)
+        st, t = idx.stream_t(slots)
+        keys = idx.lookup(st, t - (self.width - 1) + self.burn_in)
         keys = np.unique(keys[keys >= 0])
         newly = keys[~self.flag[keys]]
         newly = newly[self._windows_valid(newly)] if len(newly) else newly
@@ -84,8 +85,8 @@ class StartValidity:
     def on_remove(self, slots: np.ndarray) -> None:
         """Steps in ``slots`` are about to leave (their index rows are still intact)."""
         idx = self.index
-        st = idx.stream_of[slots]
-        cand = idx.lookup(st[:, None], idx.t_of[slots][:, None] + self._offsets).ravel()
+        st, t = idx.stream_t(slots)
+        cand = idx.lookup(st[:, None], t[:, None] + self._offsets).ravel()
         cand = cand[cand >= 0]
         hit = np.unique(np.concatenate([cand[self.flag[cand]], slots[self.flag[slots]]]))
         if len(hit):

@@ -82,7 +82,7 @@ def sample_episodes(table: "Table", k: Any, timeout: float | None, replace: bool
         keys = table._meta[:, 0][flat]
         last = np.cumsum(lengths) - 1
         fl = index.flags[flat[last]]
-        streams = index.stream_of[flat[last]].copy()
+        streams = index.streams(flat[last])
         account(table, flat, 0)
         table.rate_limiter.samples += k
         table._counters["samples"] += k
@@ -91,7 +91,7 @@ def sample_episodes(table: "Table", k: Any, timeout: float | None, replace: bool
     for part in np.split(np.arange(len(flat)), cuts):
         out.append(_take(data, part))
     out.keys = np.split(keys, cuts)
-    out.episodes = ids[pick]
+    out.episodes = ids[pick].astype(np.int64)
     out.streams = streams
     out.terminated = (fl & TERMINATED) != 0
     out.truncated = ((fl & TRUNCATED) != 0) & ~out.terminated
