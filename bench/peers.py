@@ -1112,7 +1112,8 @@ class PeerResult:
     version: str = ""
     reason: str = ""
     note: str = ""
-    ops_per_s: list[float] = field(default_factory=list)  # one per repeat
+    ops_per_s: list[float] = field(default_factory=list)  # one per repeat (wall clock)
+    cpu_ops_per_s: list[float] = field(default_factory=list)  # the same rounds by this process's CPU time
     setup_s: float = 0.0
     memory: MemoryResult | None = None  # what the filled buffer holds (None: not measured)
 
@@ -1120,6 +1121,15 @@ class PeerResult:
     def median_ops(self) -> float:
         """Median operations per second over the repeats (NaN when none)."""
         return float(np.median(self.ops_per_s)) if self.ops_per_s else float("nan")
+
+    @property
+    def median_cpu_ops(self) -> float:
+        """Median operations per CPU-second of this process (NaN when none).
+
+        Steadier than the wall-clock rate on a shared machine: time the scheduler gives to
+        other processes is not counted (their cache and memory-bandwidth pressure still is).
+        """
+        return float(np.median(self.cpu_ops_per_s)) if self.cpu_ops_per_s else float("nan")
 
 
 @dataclass
@@ -1198,15 +1208,18 @@ def _make_chunk(workload: Workload, buf: Buffer, rng: np.random.Generator) -> Ca
     return chunk
 
 
-def _time(chunk: Callable[[], int], seconds: float) -> float:
-    """Operations per second of ``chunk`` called until ``seconds`` have passed (>= 1 call)."""
+def _time(chunk: Callable[[], int], seconds: float) -> tuple[float, float]:
+    """``chunk`` called until ``seconds`` of wall time have passed (>= 1 call): operations per
+    wall-clock second and per CPU-second of this process (``time.process_time``)."""
     ops = 0
     t0 = time.perf_counter()
+    c0 = time.process_time()
     while True:
         ops += chunk()
         elapsed = time.perf_counter() - t0
         if elapsed >= seconds:
-            return ops / elapsed
+            cpu = time.process_time() - c0
+            return ops / elapsed, (ops / cpu if cpu > 0 else float("nan"))
 
 
 def run_workload(
@@ -1277,7 +1290,9 @@ def run_workload(
         for res, chunk in order:
             gc.collect()
             try:
-                res.ops_per_s.append(_time(chunk, seconds))
+                wall_rate, cpu_rate = _time(chunk, seconds)
+                res.ops_per_s.append(wall_rate)
+                res.cpu_ops_per_s.append(cpu_rate)
             except Exception as exc:  # noqa: BLE001
                 res.status = "error"
                 res.reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]

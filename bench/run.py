@@ -173,6 +173,7 @@ def markdown_table(wr: WorkloadResult) -> str:
         head = ["µs/call", "samples/s"]
     else:
         head = ["iterations/s", "µs/iteration"]
+    head.append("CPU µs/call")
     mem_head = ["MB", "B/item", "x payload"]
     lines = [
         f"### {w.name}",
@@ -209,6 +210,7 @@ def markdown_table(wr: WorkloadResult) -> str:
         else:
             cells = [_fmt_rate(ops), _fmt_us(ops)]
             spread = f"{_fmt_rate(min(r.ops_per_s))}-{_fmt_rate(max(r.ops_per_s))}"
+        cells.append(_fmt_us(r.median_cpu_ops))
         vs_subject = "" if r.peer == SUBJECT else _fmt_ratio(subj_rate / ops)
         vs_ref = _fmt_ratio(ops / ref_rate)
         extra = [_fmt_ratio(ops / sb3_rate)] if vs_sb3 else []
@@ -237,32 +239,40 @@ def _mem_cells(r: Any) -> list[str]:
     return [f"{m.rss_bytes / 1e6:.0f}", f"{per:.0f}", f"{per / PAYLOAD_BYTES:.2f}x"]
 
 
-def _rate(wr: WorkloadResult, peer: str) -> float:
+def _rate(wr: WorkloadResult, peer: str, cpu: bool = False) -> float:
     r = wr.get(peer)
-    return r.median_ops if r is not None and r.status == "ok" and r.ops_per_s else float("nan")
+    if r is None or r.status != "ok" or not r.ops_per_s:
+        return float("nan")
+    return r.median_cpu_ops if cpu else r.median_ops
 
 
 def rows_summary(results: list[WorkloadResult]) -> str:
     """One table per small-batch family: µs per call of every peer at each rows-per-call size,
-    and replaystore's speed relative to SB3, rlox and the NumPy reference ("" if none ran)."""
+    and replaystore's speed relative to SB3, rlox and the NumPy reference ("" if none ran).
+
+    Uses this process's CPU time per call (steadier on a shared machine) when the results
+    carry it, else wall time; the heading says which.
+    """
     out: list[str] = []
+    cpu = all(r.cpu_ops_per_s for wr in results for r in wr.results if r.status == "ok" and r.ops_per_s)
+    clock = "CPU" if cpu else "wall"
     for op, title in (("add_rows", "uniform"), ("per_add_rows", "prioritized")):
         wrs = sorted((wr for wr in results if wr.workload.op == op), key=lambda wr: wr.workload.params.batch_size)
         if not wrs:
             continue
         ref = REFERENCE[op]
-        names = [p for p in PEER_NAMES if any(math.isfinite(_rate(wr, p)) for wr in wrs)]
+        names = [p for p in PEER_NAMES if any(math.isfinite(_rate(wr, p, cpu)) for wr in wrs)]
         head = [f"{n} µs" for n in names] + [f"{SUBJECT} / sb3", f"{SUBJECT} / rlox", f"{SUBJECT} / {ref}"]
         out += [
-            f"### Small batches, {title}: µs per call and {SUBJECT}'s speed relative to each",
+            f"### Small batches, {title}: {clock} µs per call and {SUBJECT}'s speed relative to each",
             "",
             "| rows/call | " + " | ".join(head) + " |",
             "|---:|" + "---:|" * len(head),
         ]
         for wr in wrs:
-            subj = _rate(wr, SUBJECT)
-            cells = [_fmt_us(_rate(wr, n)) for n in names]
-            cells += [_fmt_ratio(subj / _rate(wr, other)) for other in ("sb3", "rlox", ref)]
+            subj = _rate(wr, SUBJECT, cpu)
+            cells = [_fmt_us(_rate(wr, n, cpu)) for n in names]
+            cells += [_fmt_ratio(subj / _rate(wr, other, cpu)) for other in ("sb3", "rlox", ref)]
             out.append(f"| {wr.workload.params.batch_size} | " + " | ".join(cells) + " |")
         out += ["", f"Ratios > 1: {SUBJECT} is faster."
                 + (" sb3 is its uniform buffer (SB3 has no PER)." if op == "per_add_rows" else ""), "", ""]
@@ -354,6 +364,7 @@ def to_json(results: list[WorkloadResult], args: argparse.Namespace) -> dict[str
                         "note": r.note,
                         "setup_s": r.setup_s,
                         "ops_per_s": r.ops_per_s,
+                        "cpu_ops_per_s": r.cpu_ops_per_s,
                         "median_ops_per_s": r.median_ops if r.ops_per_s else None,
                         "median_items_per_s": (r.median_ops * wr.workload.items_per_op if r.ops_per_s else None),
                         "memory": (
@@ -380,7 +391,8 @@ def from_json(doc: dict[str, Any]) -> list[WorkloadResult]:
             m = r.get("memory")
             results.append(PeerResult(
                 peer=r["peer"], status=r["status"], version=r["version"], reason=r["reason"], note=r["note"],
-                ops_per_s=list(r["ops_per_s"]), setup_s=r["setup_s"],
+                ops_per_s=list(r["ops_per_s"]), cpu_ops_per_s=list(r.get("cpu_ops_per_s", [])),
+                setup_s=r["setup_s"],
                 memory=None if m is None else MemoryResult(rss_bytes=m["rss_bytes"], items=m["items"],
                                                           reason=m["reason"]),
             ))
