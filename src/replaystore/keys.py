@@ -86,3 +86,108 @@ class KeyIndex:
         self.key_of_slot[:] = -1
         self._ring[:] = -1
         self._overflow.clear()
+
+
+class RingIndex:
+    """Key -> slot map of a table whose items leave only oldest-first: no bookkeeping at all.
+
+    While a FIFO table sees no delete, retirement or stale drop, its live keys are one run
+    ``[lo, hi)`` and key ``k`` sits in slot ``(k - base) % capacity``; lookups, the oldest items,
+    uniform picks and the free slots are arithmetic on those three numbers. The table keeps this
+    index until the first removal that is not the oldest items, then builds a :class:`KeyIndex`
+    (see ``Table._leave_ring``). ``key_of_slot`` is still written (the table's metadata column),
+    ``-1`` where free.
+
+    Contract: ``assign`` gets the slots :meth:`slots_for` gave, for keys ``>= hi`` in increasing
+    order; ``release``/``replace`` get the :meth:`oldest` slots. Not thread-safe (the Table locks).
+    """
+
+    def __init__(self, capacity: int, key_of_slot: np.ndarray, base: int = 0) -> None:
+        self.capacity = capacity
+        self.key_of_slot = key_of_slot
+        self.base = base  # the key that sits in slot 0
+        self.lo = self.hi = base  # live keys: [lo, hi)
+
+    @property
+    def size(self) -> int:
+        """Number of live keys."""
+        return self.hi - self.lo
+
+    def start(self) -> int:
+        """Slot of the oldest live key (of the next key when empty)."""
+        return (self.lo - self.base) % self.capacity
+
+    def slots_for(self, first_key: int, n: int) -> np.ndarray:
+        """The slots of keys ``first_key .. first_key + n - 1`` (``n <= capacity``)."""
+        a = (first_key - self.base) % self.capacity
+        slots = np.arange(a, a + n, dtype=np.int64)
+        if a + n > self.capacity:
+            slots[self.capacity - a :] -= self.capacity
+        return slots
+
+    def oldest(self, n: int) -> np.ndarray:
+        """The slots of the ``n <= size`` oldest keys, oldest first."""
+        return self.slots_for(self.lo, n)
+
+    def newest(self, n: int) -> np.ndarray:
+        """The slots of the ``n <= size`` newest keys, newest first."""
+        return self.slots_for(self.hi - n, n)[::-1].copy()
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` live slots uniformly with replacement (key ``lo + floor(u * size)`` each).
+
+        The draw is the same as :meth:`DenseSet.sample`'s, so a table picks the same keys before
+        and after a checkpoint round trip, whatever slots they occupy.
+        """
+        slots = (rng.random(n) * (self.hi - self.lo)).astype(np.int64)
+        start = (self.lo - self.base) % self.capacity
+        if start:
+            slots += start
+            slots[slots >= self.capacity] -= self.capacity
+        return slots
+
+    def assign(self, slots: np.ndarray, keys: np.ndarray) -> None:
+        """New ``keys`` (increasing, ``>= hi``) now live in ``slots_for`` their first key."""
+        if len(keys) == 0:
+            return
+        self.key_of_slot[slots] = keys
+        if self.lo == self.hi:
+            self.lo = int(keys[0])
+        self.hi = int(keys[-1]) + 1
+
+    def replace(self, slots: np.ndarray, keys: np.ndarray, newest_gone: int | None = None) -> None:
+        """The oldest ``len(slots)`` keys left; new ``keys`` took their ``slots``."""
+        self.lo += len(slots)
+        self.assign(slots, keys)
+
+    def release(self, slots: np.ndarray) -> None:
+        """The oldest ``len(slots)`` keys left."""
+        self.key_of_slot[slots] = -1
+        self.lo += len(slots)
+
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        """The slot of each key, or ``-1`` for keys that are not live."""
+        keys = np.asarray(keys, dtype=np.int64)
+        live = (keys >= self.lo) & (keys < self.hi)
+        return np.where(live, (keys - self.base) % self.capacity, -1)
+
+    def live_slots(self) -> np.ndarray:
+        """All occupied slots, oldest first."""
+        return self.oldest(self.hi - self.lo)
+
+    def free_slots(self) -> np.ndarray:
+        """The unoccupied slots, in the order the ring would fill them."""
+        return self.slots_for(self.hi, self.capacity - (self.hi - self.lo))
+
+    def clear(self) -> None:
+        """Forget everything (the next key keeps its slot)."""
+        self.key_of_slot[self.live_slots()] = -1
+        self.lo = self.hi
+
+    def to_key_index(self) -> KeyIndex:
+        """A :class:`KeyIndex` holding the same items (allocates its ring; ``O(capacity)``)."""
+        index = KeyIndex(self.capacity, key_of_slot=self.key_of_slot)
+        live = self.live_slots()
+        if len(live):
+            index.assign(live, self.key_of_slot[live].copy())
+        return index

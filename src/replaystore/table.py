@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,8 +24,9 @@ import numpy as np
 from .episodes import EpisodeIndex, Episodes
 from .errors import CapacityError, Closed, EpisodeError, InvalidArgument, InvalidPriority, SpecError, Timeout
 from .items import Sample
-from .keys import KeyIndex
+from .keys import KeyIndex, RingIndex
 from .limiters import MinSize, Queue, RateLimiter, Stack
+from .rows import copy_rows, count_samples, fill_meta
 from .samplers import Fifo, Lifo, Selector, Uniform
 from .staging import AddStager
 from .storage import ColumnStorage, MemmapColumnStorage, ObjectStorage, Storage
@@ -130,15 +132,29 @@ class Table:
         # sample gathers one cache line per item instead of four; the names below are column views.
         self._meta = np.zeros((capacity, 4), dtype=np.int64)
         self._meta[:, 0] = -1
-        self._index = KeyIndex(capacity, key_of_slot=self._meta[:, 0])
         self._times_sampled = self._meta[:, 1]
         self._version = self._meta[:, 2]
         self._priority = self._meta.view(np.float64)[:, 3]
-        self._free = np.arange(capacity - 1, -1, -1, dtype=np.int64)  # a stack; pops 0, 1, 2, ...
+        # Ring mode: while items leave only oldest-first (a Fifo remover, no delete, retirement or
+        # stale drop of other items), key k lives in slot (k - base) % capacity and the key index,
+        # the free-slot stack and the Fifo/Uniform selectors' arrays are arithmetic on the ring
+        # (not allocated); the first other removal builds them (_leave_ring).
+        self._ring: RingIndex | None = None
+        self._index: KeyIndex | RingIndex
+        self._free: np.ndarray | None = None
         self._nfree = capacity
+        if type(self.remover) is Fifo and self._episodes is None:
+            self._ring = self._index = RingIndex(capacity, self._meta[:, 0])
+            self._selectors = tuple(sel for sel in self._selectors if not sel.follow(self._ring))
+        else:
+            self._index = KeyIndex(capacity, key_of_slot=self._meta[:, 0])
+            self._free = np.arange(capacity - 1, -1, -1, dtype=np.int64)  # a stack; pops 0, 1, 2, ...
         self._next_key = 0
         self._size = 0
         self._stager: AddStager | None = None
+        # (field names, their columns, a getter of an item's fields in that order) for the ring
+        # fast paths; None: not known yet (no spec), False: they do not apply to this table.
+        self._plan: tuple | None | bool = None
         self._scratch: np.ndarray | None = None  # for last-wins deduplication
         self._pending_max_priority = 1.0
         self.max_priority = 1.0
@@ -256,16 +272,23 @@ class Table:
             self._blocked[counter] += time.monotonic() - start
 
     # -- internal mutation (lock held, input valid) ----------------------------------------------
-    def _remove_slots(self, slots: np.ndarray) -> None:
-        """Remove distinct live slots from every part of the table."""
+    def _remove_slots(self, slots: np.ndarray, oldest: bool = False) -> None:
+        """Remove distinct live slots from every part of the table.
+
+        ``oldest`` promises that they hold the oldest keys (the Fifo remover's victims); any other
+        removal that is not exactly the oldest run of keys ends ring mode first.
+        """
         if len(slots) == 0:
             return
+        if self._ring is not None and not oldest and not self._holds_oldest(slots):
+            self._leave_ring()
         for sel in self._selectors:
             sel.remove(slots)
         self._index.release(slots)
         self.storage.release(slots)
         k = len(slots)
-        self._free[self._nfree : self._nfree + k] = slots[::-1]  # pops come out in ascending order
+        if self._free is not None:
+            self._free[self._nfree : self._nfree + k] = slots[::-1]  # pops come out in ascending order
         self._nfree += k
         self._size -= k
         self.rate_limiter.deletes += k
@@ -287,10 +310,42 @@ class Table:
         self._counters["deletes"] += k
         self._counters["evictions"] += k
 
-    def _take_free(self, n: int) -> np.ndarray:
-        slots = self._free[self._nfree - n : self._nfree][::-1].copy()
+    def _take_free(self, n: int, first_key: int) -> np.ndarray:
+        """Slots for ``n`` new items whose keys start at ``first_key``."""
+        if self._ring is not None:
+            slots = self._ring.slots_for(first_key, n)
+        else:
+            slots = self._free[self._nfree - n : self._nfree][::-1].copy()
         self._nfree -= n
         return slots
+
+    def _holds_oldest(self, slots: np.ndarray) -> bool:
+        """Whether distinct live ``slots`` hold exactly the ring's oldest ``len(slots)`` keys."""
+        keys = self._meta[slots, 0]
+        lo = self._ring.lo
+        return int(keys.min()) == lo and int(keys.max()) == lo + len(slots) - 1
+
+    def _leave_ring(self) -> None:
+        """End ring mode: build the key index, the free-slot stack and the selectors' own state.
+
+        ``O(capacity)``, once per table (until a checkpoint is loaded into a new one).
+        """
+        ring = self._ring
+        if ring is None:
+            return
+        live = ring.live_slots()
+        keys = self._meta[live, 0]
+        free = ring.free_slots()
+        self._free = np.empty(self.capacity, dtype=np.int64)
+        self._free[: len(free)] = free[::-1]  # pops come out in the order the ring would fill them
+        self._nfree = len(free)
+        self._index = ring.to_key_index()
+        for sel in (self.sampler, self.remover):
+            if sel not in self._selectors:
+                sel.unfollow(live, keys, self._priority[live])
+        self._selectors = (self.sampler, self.remover)
+        self._ring = None
+        self._plan = False
 
     # -- insert -----------------------------------------------------------------------------------
     def extend(
@@ -327,10 +382,101 @@ class Table:
         with self._cond:
             self._check_open()
             self._flush_pending()
+            if priorities is None and version is None and self._plan is not False:
+                keys = self._extend_ring(data)
+                if keys is not None:
+                    return keys
             prepared, n = self.storage.prepare(data, batched=True)
             if n == 0:
                 return np.empty(0, dtype=np.int64)
             return self._insert(prepared, n, priorities, version, timeout)
+
+    # -- the ring fast paths (lock held) --------------------------------------------------------------
+    def _ring_plan(self) -> tuple | bool | None:
+        """What the ring fast paths need, or False when they cannot apply to this table.
+
+        They apply in ring mode to flat columns written by :class:`ColumnStorage`'s own ``write``
+        (plain or memory-mapped columns: no frame rings, no compression), with a rate limiter
+        that never blocks inserts. ``None`` until the storage knows its spec.
+        """
+        storage = self.storage
+        if (self._ring is None or not isinstance(storage, ColumnStorage) or self.rate_limiter.max_diff < _NO_LIMIT
+                or type(storage).write is not ColumnStorage.write
+                or type(storage).release is not Storage.release
+                or type(storage).evictions_needed is not Storage.evictions_needed):
+            self._plan = False
+            return False
+        if storage.spec is None:
+            return None
+        names = tuple(storage.columns)
+        columns = tuple(storage.columns.values())
+        if storage._nested or not names or not all(c.flags.c_contiguous and c.flags.writeable for c in columns):
+            self._plan = False
+            return False
+        get = itemgetter(*names) if len(names) > 1 else (lambda d, _n=names[0]: (d[_n],))
+        self._plan = (frozenset(names), columns, get)
+        return self._plan
+
+    def _extend_ring(self, data: Any) -> np.ndarray | None:
+        """Insert a batch of exactly-typed columns at the ring's head; ``None``: not handled (unchanged)."""
+        plan = self._plan or self._ring_plan()
+        if not plan or type(data) is not dict or data.keys() != plan[0]:
+            return None
+        sources = plan[2](data)
+        try:
+            n = len(sources[0])
+        except TypeError:
+            return None
+        ring, cap = self._ring, self.capacity
+        first = self._next_key
+        start = (first - ring.base) % cap
+        if n == 0 or start + n > cap or not copy_rows(plan[1], sources, start, n, True):
+            return None  # (a batch that wraps around takes the general path)
+        self._ring_commit(start, n, self.max_priority, self.version)
+        return np.arange(first, first + n, dtype=np.int64)
+
+    def _ring_commit(self, start: int, n: int, priority: float, version: int) -> None:
+        """Account for ``n`` new items whose payloads are in slots ``start ..``.
+
+        Writes their metadata, tells the selectors, moves the ring and the counters; the oldest
+        items whose slots they took are evicted.
+        """
+        first = self._next_key
+        size = self._size
+        overflow = size + n - self.capacity  # > 0: that many of the oldest items were overwritten
+        fill_meta(self._meta, start, n, first, version, priority)
+        if self._selectors:
+            slots = np.arange(start, start + n, dtype=np.int64)
+            keys = np.arange(first, first + n, dtype=np.int64)
+            prios = np.full(n, priority)
+            if overflow == n:
+                for sel in self._selectors:
+                    sel.replace(slots, keys, prios)
+            else:
+                if overflow > 0:  # the oldest live items sit just after the free slots
+                    for sel in self._selectors:
+                        sel.remove(slots[n - overflow :])
+                for sel in self._selectors:
+                    sel.insert(slots, keys, prios)
+        ring = self._ring
+        ring.hi = first + n
+        counters = self._counters
+        counters["inserts"] += n
+        self.rate_limiter.inserts += n
+        if overflow > 0:
+            ring.lo += overflow
+            self.rate_limiter.deletes += overflow
+            counters["deletes"] += overflow
+            counters["evictions"] += overflow
+            self._size = self.capacity
+        else:
+            if size == 0:
+                ring.lo = first
+            self._size = size + n
+        self._nfree = self.capacity - self._size
+        self._next_key = first + n
+        if self._waiting:
+            self._cond.notify_all()
 
     def add(self, item: Any, priority: float | None = None, version: int | None = None,
             timeout: float | None = None) -> int:
@@ -343,6 +489,11 @@ class Table:
         with self._lock:
             if self._closed:
                 self._check_open()
+            plan = self._plan
+            if plan and not self._selectors and type(item) is dict and item.keys() == plan[0]:
+                key = self._add_ring(plan, item, priority, version)
+                if key >= 0:
+                    return key
             stager = self._stager
             if stager is not None:
                 key = self._try_stage(stager, item, priority, version)
@@ -351,9 +502,39 @@ class Table:
                 self._flush_pending()
             prepared, n = self.storage.prepare(item, batched=False)
             key = int(self._insert(prepared, n, priority, version, timeout)[0])
-            if stager is None:
+            if self._plan is None:
+                self._ring_plan()
+            if stager is None and not (self._plan and not self._selectors):
                 self._make_stager()
             return key
+
+    def _add_ring(self, plan: tuple, item: dict, priority: Any, version: Any) -> int:
+        """Write one item straight into its ring slot; -1: not handled (nothing changed).
+
+        Only for tables with no selector to tell (a Uniform sampler and the Fifo remover follow
+        the ring), so there is nothing to batch: staging would only copy the item twice.
+        """
+        if priority is None:
+            p = self.max_priority
+        elif type(priority) is float and priority >= 0.0 and priority != float("inf"):
+            p = priority
+        else:
+            return -1
+        if version is None:
+            v = self.version
+        elif type(version) is int and (self.max_staleness is None or version >= self.version - self.max_staleness):
+            v = version
+        else:
+            return -1
+        ring = self._ring
+        key = self._next_key
+        start = (key - ring.base) % self.capacity
+        if not copy_rows(plan[1], plan[2](item), start, 1, False):
+            return -1
+        self._ring_commit(start, 1, p, v)
+        if p > self.max_priority:
+            self.max_priority = p
+        return key
 
     def _make_stager(self) -> None:
         storage = self.storage
@@ -471,19 +652,22 @@ class Table:
         m = n - gone
 
         overflow = max(self._size + m - self.capacity, self.storage.evictions_needed(prepared, m))
-        if overflow == m > 0:
+        # (in ring mode the victims' slots are the new keys' slots only when the table is full)
+        if overflow == m > 0 and (self._ring is None or self._size == self.capacity):
             # The steady state of a full table: the new items take the victims' slots in place
             # (what removing and re-inserting would do, minus the bookkeeping of both).
             slots = self.remover.victims(m)
+            if gone and self._ring is not None:  # every slot, but key k must go to its ring slot
+                slots = self._ring.slots_for(int(stored_keys[0]), m)
             where = _as_slice_if_contiguous(slots)
             self.storage.release(slots)
             self.storage.write(where, prepared)
             self._replace_slots(slots, stored_keys, prio)
         else:
             if overflow > 0:
-                self._remove_slots(self.remover.victims(overflow))
+                self._remove_slots(self.remover.victims(overflow), oldest=fifo)
                 self._counters["evictions"] += overflow
-            slots = self._take_free(m)
+            slots = self._take_free(m, int(stored_keys[0]))
             where = _as_slice_if_contiguous(slots)
             try:
                 self.storage.write(where, prepared)  # may adopt the spec, or raise (DiskFull)
@@ -559,10 +743,11 @@ class Table:
                 self._wait(lambda: self._size > 0 and limiter.can_sample(n), timeout,
                            f"sample of {n}", "sample_blocked_s")
             slots, probabilities, weights = self.sampler.sample(n)
+            slots = np.ascontiguousarray(slots, dtype=np.int64)
             data = self.storage.read(slots)
-            rows = self._meta.take(slots, axis=0)
-            np.add.at(self._times_sampled, slots, 1)
-            times = self._times_sampled[slots]  # cache-hot after the gather above (no take(): a strided view)
+            rows = np.empty((n, 4), dtype=np.int64)
+            count_samples(self._meta, slots, rows)  # times_sampled += 1 (per draw), then the rows
+            times = rows[:, 1]
             sample = Sample._build(  # the metadata columns are views of the gathered rows (this sample's own)
                 data=data,
                 keys=rows[:, 0],
@@ -908,8 +1093,13 @@ class Table:
         t = manifest["table"]
         with self._cond:
             self.storage.import_(payload)
-            slots = self._take_free(n)
             keys = meta["keys"].astype(np.int64)
+            if self._ring is not None and n:  # the items go to slots 0 .. n-1: slot 0 holds keys[0]
+                if int(keys[-1]) - int(keys[0]) == n - 1 and bool((np.diff(keys) == 1).all()):
+                    self._ring.base = self._ring.lo = self._ring.hi = int(keys[0])
+                else:
+                    self._leave_ring()
+            slots = self._take_free(n, int(keys[0]) if n else 0)
             self._index.assign(slots, keys)
             self._priority[slots] = meta["priorities"]
             self._times_sampled[slots] = meta["times_sampled"]

@@ -18,6 +18,11 @@ need no locking of their own):
   weights)``; ``weights`` may be ``None`` (all ones). May contain duplicates.
 - ``victims(n)`` with ``1 <= n <= size``: ``n`` distinct tracked slots to evict, without changing
   any state (the table calls ``remove`` afterwards).
+- ``follow(ring)``: the table's items are one run of keys that leave oldest first (a
+  :class:`~replaystore.keys.RingIndex`); a selector whose state that run determines may answer
+  ``sample``/``victims`` from it and return ``True``: the table then stops calling its
+  ``insert``/``remove``/``replace``/``update`` until ``unfollow(slots, keys, priorities)`` hands it
+  the live items (oldest first) to track itself.
 - ``priorities`` are float64, finite, and non-negative when ``requires_nonnegative``.
 """
 
@@ -72,6 +77,14 @@ class Selector(ABC):
     @abstractmethod
     def clear(self) -> None:
         """Forget every item."""
+
+    def follow(self, ring) -> bool:
+        """Derive this selector's state from ``ring`` from now on, if it can (default: it cannot)."""
+        return False
+
+    def unfollow(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:
+        """Stop following the ring; track the live ``slots`` (oldest first) explicitly."""
+        raise NotImplementedError
 
     def config(self) -> dict:
         """Constructor arguments as JSON (``{"type": name, **kwargs}``) for checkpoints."""

@@ -33,6 +33,17 @@ class _InsertionLog(Selector):
         # table removes exactly those slots, every entry before ``end`` is dead and the head jumps.
         self._cut: tuple[np.ndarray, int] | None = None
         self._oldest_end = -1  # log position past the last fast-path ``_oldest`` answer, else -1
+        self._ring = None
+
+    def follow(self, ring) -> bool:
+        """Answer from the ring's run of keys (oldest or newest first); free the log until unfollow."""
+        self._ring = ring
+        self._log_slots = self._log_keys = self._key = None
+        return True
+
+    def unfollow(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
+        self.bind(self.capacity, self.rng)  # a fresh log, no longer following
+        self.insert(slots, keys, priorities)
 
     def insert(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
         self._append(slots, keys)
@@ -136,11 +147,13 @@ class _InsertionLog(Selector):
         return found[0] if len(found) == 1 else np.concatenate(found)
 
     def _first(self, n: int) -> np.ndarray:
+        if self._ring is not None:
+            return self._ring.newest(n) if self._newest_first else self._ring.oldest(n)
         return self._newest(n) if self._newest_first else self._oldest(n)
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, None]:
         """The first ``n`` items in order; if ``n > size`` the order repeats. Probability 1."""
-        k = min(n, self.size)
+        k = min(n, self.size if self._ring is None else self._ring.size)
         slots = self._first(k)
         if k < n:
             slots = np.resize(slots, n)
@@ -154,6 +167,8 @@ class _InsertionLog(Selector):
         return slots
 
     def clear(self) -> None:  # noqa: D102
+        if self._ring is not None:
+            return
         self._key[:] = -1
         self._cut = None
         self._head = self._tail = 0

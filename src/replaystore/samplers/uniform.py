@@ -16,7 +16,17 @@ class Uniform(Selector):
 
     def bind(self, capacity: int, rng: np.random.Generator) -> None:  # noqa: D102
         super().bind(capacity, rng)
-        self._set = DenseSet(capacity)
+        self._set: DenseSet | None = DenseSet(capacity)
+        self._ring = None
+
+    def follow(self, ring) -> bool:
+        """Pick from the ring's run of keys; the dense set is freed until :meth:`unfollow`."""
+        self._ring, self._set = ring, None
+        return True
+
+    def unfollow(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
+        self._ring, self._set = None, DenseSet(self.capacity)
+        self._set.add(slots)
 
     def insert(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
         self._set.add(slots)
@@ -29,6 +39,8 @@ class Uniform(Selector):
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, None]:
         """``n`` slots uniformly with replacement; probability ``1/size`` each."""
+        if self._ring is not None:
+            return self._ring.sample(n, self.rng), np.full(n, 1.0 / self._ring.size), None
         slots = self._set.sample(n, self.rng)
         return slots, np.full(n, 1.0 / self._set.size), None
 
@@ -37,4 +49,5 @@ class Uniform(Selector):
         return self._set.choose_distinct(n, self.rng)
 
     def clear(self) -> None:  # noqa: D102
-        self._set.clear()
+        if self._set is not None:
+            self._set.clear()

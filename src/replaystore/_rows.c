@@ -1,0 +1,324 @@
+/* replaystore._rows: the per-call hot path of small inserts and samples, compiled.
+ *
+ * Optional: replaystore.rows holds the pure-Python version of every function here, with the same
+ * contract, and is used when this module is not built. Both take NumPy arrays through the buffer
+ * protocol only (no NumPy headers), check everything before they write anything, and answer
+ * "not handled" (False / None) instead of raising, so the caller can fall back to its general
+ * path, which raises the precise error.
+ *
+ * Thread-safety: none of its own; callers hold the table's lock.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+#include <stdint.h>
+
+#define MAX_FIELDS 64
+
+/* Strip a native byte-order prefix ('@', '=', '<' on little-endian) from a buffer format. */
+static const char *
+bare_format(const char *fmt)
+{
+    if (fmt == NULL)
+        return "B";
+    if (fmt[0] == '@' || fmt[0] == '=' || fmt[0] == '<')
+        return fmt + 1;
+    return fmt;
+}
+
+static int
+is_c_contiguous(const Py_buffer *b)
+{
+    return PyBuffer_IsContiguous(b, 'C');
+}
+
+/* Write the Python scalar `v` into `dst` (one element of format `fmt`); 0: done, -1: not handled.
+ * Accepts what NumPy casts "same_kind" from the scalar's default dtype: bool into any number,
+ * int into ints and floats (in range), float into floats. */
+static int
+write_py_scalar(PyObject *v, const char *fmt, Py_ssize_t itemsize, char *dst)
+{
+    char f = fmt[0];
+    if (fmt[1] != '\0')
+        return -1;
+    if (PyBool_Check(v)) {
+        long b = (v == Py_True);
+        switch (f) {
+        case '?': *(unsigned char *)dst = (unsigned char)b; return 0;
+        case 'f': *(float *)dst = (float)b; return 0;
+        case 'd': *(double *)dst = (double)b; return 0;
+        case 'b': case 'B': *(unsigned char *)dst = (unsigned char)b; return 0;
+        case 'h': case 'H': *(uint16_t *)dst = (uint16_t)b; return 0;
+        case 'i': case 'I': *(uint32_t *)dst = (uint32_t)b; return 0;
+        case 'l': case 'L': case 'q': case 'Q':
+            if (itemsize == 8) { *(uint64_t *)dst = (uint64_t)b; return 0; }
+            if (itemsize == 4) { *(uint32_t *)dst = (uint32_t)b; return 0; }
+            return -1;
+        default: return -1;
+        }
+    }
+    if (PyFloat_CheckExact(v)) {
+        double x = PyFloat_AS_DOUBLE(v);
+        if (f == 'd') { *(double *)dst = x; return 0; }
+        if (f == 'f') {
+            /* NumPy refuses (OverflowError) a finite value beyond float32's range: let it say so */
+            if (x == x && (x > 3.4028234663852886e38 || x < -3.4028234663852886e38)
+                && x != Py_HUGE_VAL && x != -Py_HUGE_VAL)
+                return -1;
+            *(float *)dst = (float)x;
+            return 0;
+        }
+        return -1;
+    }
+    if (PyLong_CheckExact(v)) {
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return -1;
+        }
+        switch (f) {
+        case 'd': *(double *)dst = (double)x; return 0;
+        case 'f': *(float *)dst = (float)x; return 0;
+        case 'b': if (x < -128 || x > 127) return -1; *(int8_t *)dst = (int8_t)x; return 0;
+        case 'B': if (x < 0 || x > 255) return -1; *(uint8_t *)dst = (uint8_t)x; return 0;
+        case 'h': if (x < -32768 || x > 32767) return -1; *(int16_t *)dst = (int16_t)x; return 0;
+        case 'H': if (x < 0 || x > 65535) return -1; *(uint16_t *)dst = (uint16_t)x; return 0;
+        case 'i': if (x < INT32_MIN || x > INT32_MAX) return -1; *(int32_t *)dst = (int32_t)x; return 0;
+        case 'I': if (x < 0 || x > (long long)UINT32_MAX) return -1; *(uint32_t *)dst = (uint32_t)x; return 0;
+        case 'l': case 'q':
+            if (itemsize == 8) { *(int64_t *)dst = (int64_t)x; return 0; }
+            if (itemsize == 4 && x >= INT32_MIN && x <= INT32_MAX) { *(int32_t *)dst = (int32_t)x; return 0; }
+            return -1;
+        case 'L': case 'Q':
+            if (x < 0) return -1;
+            if (itemsize == 8) { *(uint64_t *)dst = (uint64_t)x; return 0; }
+            return -1;
+        default: return -1;
+        }
+    }
+    return -1;
+}
+
+typedef struct {
+    Py_buffer dst;
+    Py_buffer src;
+    int has_src;  /* src is a buffer (else a Python scalar written element-wise) */
+    PyObject *scalar;
+} FieldPlan;
+
+static void
+release_plans(FieldPlan *plans, Py_ssize_t k)
+{
+    for (Py_ssize_t i = 0; i < k; i++) {
+        PyBuffer_Release(&plans[i].dst);
+        if (plans[i].has_src)
+            PyBuffer_Release(&plans[i].src);
+    }
+}
+
+/* copy_rows(columns, sources, start, n, batched) -> bool
+ *
+ * columns: tuple of C-contiguous writable arrays, each (capacity, *shape_i).
+ * sources: tuple of the same length: arrays of exactly the column's dtype and shape (n, *shape_i)
+ *   when batched, shape_i when not (then n must be 1); a Python scalar for a 0-d field of a single
+ *   row. Rows [start, start + n) of each column receive them. Returns False, having written
+ *   nothing, when any source does not match exactly (or is not C-contiguous) or the rows are out
+ *   of range; True when every field was copied.
+ */
+static PyObject *
+copy_rows(PyObject *self, PyObject *args)
+{
+    PyObject *columns, *sources;
+    Py_ssize_t start, n;
+    int batched;
+    if (!PyArg_ParseTuple(args, "O!O!nnp", &PyTuple_Type, &columns, &PyTuple_Type, &sources, &start, &n,
+                          &batched))
+        return NULL;
+    Py_ssize_t k = PyTuple_GET_SIZE(columns);
+    if (k != PyTuple_GET_SIZE(sources) || k > MAX_FIELDS || n < 0 || (!batched && n != 1))
+        Py_RETURN_FALSE;
+    FieldPlan plans[MAX_FIELDS];
+    Py_ssize_t done = 0;
+    int ok = 1;
+    for (Py_ssize_t i = 0; i < k && ok; i++) {
+        FieldPlan *p = &plans[i];
+        p->has_src = 0;
+        p->scalar = NULL;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(columns, i), &p->dst,
+                               PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+            PyErr_Clear();
+            ok = 0;
+            break;
+        }
+        done = i + 1;
+        Py_buffer *d = &p->dst;
+        if (!is_c_contiguous(d) || d->ndim < 1 || start < 0 || start + n > d->shape[0]) {
+            ok = 0;
+            break;
+        }
+        PyObject *s = PyTuple_GET_ITEM(sources, i);
+        if (!batched && d->ndim == 1 && (PyFloat_CheckExact(s) || PyLong_CheckExact(s) || PyBool_Check(s))) {
+            p->scalar = s;
+            continue;
+        }
+        if (PyObject_GetBuffer(s, &p->src, PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+            PyErr_Clear();
+            ok = 0;
+            break;
+        }
+        p->has_src = 1;
+        Py_buffer *b = &p->src;
+        int lead = batched ? 1 : 0;
+        if (b->itemsize != d->itemsize || strcmp(bare_format(b->format), bare_format(d->format)) != 0
+            || b->ndim != d->ndim - 1 + lead || !is_c_contiguous(b)) {
+            ok = 0;
+            break;
+        }
+        if (batched && b->shape[0] != n) {
+            ok = 0;
+            break;
+        }
+        for (int j = 1; j < d->ndim; j++) {
+            if (b->shape[j - 1 + lead] != d->shape[j]) {
+                ok = 0;
+                break;
+            }
+        }
+    }
+    if (ok) {
+        /* every field checked: now write (the scalar writes can still refuse: check them first) */
+        char scratch[16];
+        for (Py_ssize_t i = 0; i < k && ok; i++) {
+            FieldPlan *p = &plans[i];
+            if (p->scalar != NULL && (p->dst.itemsize > 16
+                    || write_py_scalar(p->scalar, bare_format(p->dst.format), p->dst.itemsize, scratch) < 0))
+                ok = 0;
+        }
+        for (Py_ssize_t i = 0; i < k && ok; i++) {
+            FieldPlan *p = &plans[i];
+            Py_ssize_t row = p->dst.shape[0] ? p->dst.len / p->dst.shape[0] : 0;
+            char *to = (char *)p->dst.buf + start * row;
+            if (p->scalar != NULL)
+                write_py_scalar(p->scalar, bare_format(p->dst.format), p->dst.itemsize, to);
+            else
+                memmove(to, p->src.buf, (size_t)(n * row));  /* the source may alias a column */
+        }
+    }
+    release_plans(plans, done);
+    if (ok)
+        Py_RETURN_TRUE;
+    Py_RETURN_FALSE;
+}
+
+/* fill_meta(meta, start, n, first_key, version, priority) -> None
+ *
+ * meta: a C-contiguous writable int64 array (capacity, 4) of (key, times_sampled, version,
+ * priority bits). Rows [start, start + n) become (first_key + i, 0, version, priority).
+ * Raises ValueError for a bad array or range (a caller bug, not user input).
+ */
+static PyObject *
+fill_meta(PyObject *self, PyObject *args)
+{
+    PyObject *meta;
+    Py_ssize_t start, n;
+    long long first_key, version;
+    double priority;
+    if (!PyArg_ParseTuple(args, "OnnLLd", &meta, &start, &n, &first_key, &version, &priority))
+        return NULL;
+    Py_buffer b;
+    if (PyObject_GetBuffer(meta, &b, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0)
+        return NULL;
+    if (b.ndim != 2 || b.shape[1] != 4 || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0
+        || n < 0 || start + n > b.shape[0]) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "fill_meta: meta must be a C-contiguous (capacity, 4) int64 array "
+                                          "and the rows in range");
+        return NULL;
+    }
+    int64_t *rows = (int64_t *)b.buf + 4 * start;
+    int64_t pbits;
+    memcpy(&pbits, &priority, 8);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        rows[4 * i] = (int64_t)(first_key + i);
+        rows[4 * i + 1] = 0;
+        rows[4 * i + 2] = (int64_t)version;
+        rows[4 * i + 3] = pbits;
+    }
+    PyBuffer_Release(&b);
+    Py_RETURN_NONE;
+}
+
+/* count_samples(meta, slots, out) -> None
+ *
+ * Adds one to times_sampled (column 1 of meta) of every slot (duplicates count twice), then
+ * copies each slot's row into out (len(slots), 4): the counts include this sample. slots is a
+ * C-contiguous int64 array; raises ValueError for a bad array or a slot out of range (checked
+ * before anything is written).
+ */
+static PyObject *
+count_samples(PyObject *self, PyObject *args)
+{
+    PyObject *meta, *slots, *out;
+    if (!PyArg_ParseTuple(args, "OOO", &meta, &slots, &out))
+        return NULL;
+    Py_buffer m, s, o;
+    if (PyObject_GetBuffer(meta, &m, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(slots, &s, PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+        PyBuffer_Release(&m);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(out, &o, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+        PyBuffer_Release(&m);
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    const char *err = NULL;
+    Py_ssize_t n = s.ndim == 1 ? s.shape[0] : -1;
+    if (m.ndim != 2 || m.shape[1] != 4 || m.itemsize != 8 || !is_c_contiguous(&m))
+        err = "count_samples: meta must be a C-contiguous (capacity, 4) int64 array";
+    else if (n < 0 || s.itemsize != 8 || !is_c_contiguous(&s) || strchr("lq", bare_format(s.format)[0]) == NULL)
+        err = "count_samples: slots must be a C-contiguous int64 vector";
+    else if (o.ndim != 2 || o.shape[0] != n || o.shape[1] != 4 || o.itemsize != 8 || !is_c_contiguous(&o))
+        err = "count_samples: out must be a C-contiguous (len(slots), 4) 8-byte array";
+    const int64_t *sl = (const int64_t *)s.buf;
+    Py_ssize_t cap = err ? 0 : m.shape[0];
+    for (Py_ssize_t i = 0; i < n && err == NULL; i++)
+        if (sl[i] < 0 || sl[i] >= cap)
+            err = "count_samples: a slot is out of range";
+    if (err == NULL) {
+        int64_t *rows = (int64_t *)m.buf;
+        int64_t *dst = (int64_t *)o.buf;
+        for (Py_ssize_t i = 0; i < n; i++)
+            rows[4 * sl[i] + 1] += 1;
+        for (Py_ssize_t i = 0; i < n; i++)
+            memcpy(dst + 4 * i, rows + 4 * sl[i], 32);
+    }
+    PyBuffer_Release(&m);
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&o);
+    if (err != NULL) {
+        PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"copy_rows", copy_rows, METH_VARARGS,
+     "copy_rows(columns, sources, start, n, batched) -> bool: copy matching rows, or write nothing."},
+    {"fill_meta", fill_meta, METH_VARARGS,
+     "fill_meta(meta, start, n, first_key, version, priority): metadata rows of new items."},
+    {"count_samples", count_samples, METH_VARARGS,
+     "count_samples(meta, slots, out): count a sample of slots and gather their metadata rows."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rows", NULL, -1, methods};
+
+PyMODINIT_FUNC
+PyInit__rows(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,76 @@
+"""Row copies of the small-call hot path: compiled when ``replaystore._rows`` is built, else NumPy.
+
+Three functions, one contract in both versions (the compiled one is ``_rows.c``):
+
+- ``copy_rows(columns, sources, start, n, batched) -> bool``: copy ``sources[i]`` into rows
+  ``start .. start + n - 1`` of ``columns[i]`` when every source has exactly the column's dtype
+  and row shape (``(n, *shape)`` when ``batched``, ``shape`` for one row, where a 0-d field may
+  also be a Python bool, int or float that NumPy casts "same_kind"), and return ``True``;
+  otherwise write nothing and return ``False`` (the caller's general path then raises the
+  precise error). Columns are C-contiguous ``(capacity, *shape)`` arrays; sources that are not
+  C-contiguous are refused too (the general path copies them).
+- ``fill_meta(meta, start, n, first_key, version, priority)``: rows ``start .. start + n - 1`` of
+  a table's ``(capacity, 4)`` int64 metadata become ``(first_key + i, 0, version, priority bits)``.
+- ``count_samples(meta, slots, out)``: add one to ``times_sampled`` of each slot (a repeated slot
+  counts each time) and gather the slots' rows (with the new counts) into ``out``.
+
+None of them locks: the table calls them under its lock. ``COMPILED`` says which version runs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Python scalar type -> field dtype kinds it may be cast into (NumPy "same_kind" from its default dtype)
+_PY_KINDS = {bool: "biufc", int: "iufc", float: "fc"}
+
+
+def _copy_rows_py(columns: tuple, sources: tuple, start: int, n: int, batched: bool) -> bool:
+    if len(columns) != len(sources) or (not batched and n != 1):
+        return False
+    values = []
+    for col, src in zip(columns, sources):
+        if start < 0 or start + n > len(col):
+            return False
+        if type(src) is np.ndarray or isinstance(src, np.generic):
+            want = (n, *col.shape[1:]) if batched else col.shape[1:]
+            if src.dtype != col.dtype or src.shape != want or not src.flags.c_contiguous:
+                return False
+            values.append(src)
+        elif not batched and col.ndim == 1 and col.dtype.kind in _PY_KINDS.get(type(src), ""):
+            try:
+                values.append(col.dtype.type(src))  # OverflowError for an int out of range
+            except (OverflowError, ValueError):
+                return False
+        else:
+            return False
+    for col, v in zip(columns, values):
+        if batched:
+            col[start : start + n] = v
+        else:
+            col[start] = v
+    return True
+
+
+def _fill_meta_py(meta: np.ndarray, start: int, n: int, first_key: int, version: int, priority: float) -> None:
+    rows = meta[start : start + n]
+    rows[:, 0] = np.arange(first_key, first_key + n)
+    rows[:, 1] = 0
+    rows[:, 2] = version
+    rows.view(np.float64)[:, 3] = priority
+
+
+def _count_samples_py(meta: np.ndarray, slots: np.ndarray, out: np.ndarray) -> None:
+    np.add.at(meta[:, 1], slots, 1)
+    np.take(meta, slots, axis=0, out=out, mode="clip")  # slots are in range; "raise" would buffer out
+
+
+try:
+    from ._rows import copy_rows, count_samples, fill_meta
+
+    COMPILED = True
+except ImportError:  # not built (no compiler at install time): the same contract in NumPy
+    copy_rows, fill_meta, count_samples = _copy_rows_py, _fill_meta_py, _count_samples_py
+    COMPILED = False
+
+__all__ = ["COMPILED", "copy_rows", "count_samples", "fill_meta"]

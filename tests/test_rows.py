@@ -1,0 +1,154 @@
+"""replaystore.rows: the compiled row copies and their NumPy fallback keep one contract."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replaystore import rows
+from replaystore.rows import _copy_rows_py, _count_samples_py, _fill_meta_py
+
+IMPLS = [("python", _copy_rows_py, _fill_meta_py, _count_samples_py)]
+if rows.COMPILED:
+    IMPLS.append(("compiled", rows.copy_rows, rows.fill_meta, rows.count_samples))
+IDS = [i[0] for i in IMPLS]
+
+DTYPES = [np.float32, np.float64, np.int64, np.int32, np.int8, np.uint8, np.bool_]
+
+
+def test_the_compiled_version_is_built_here():
+    # the README's install builds it (setup.py); the fallback exists for machines without a compiler
+    assert rows.COMPILED
+
+
+@pytest.mark.parametrize("impl", IMPLS, ids=IDS)
+def test_copy_rows_batched_and_single(impl):
+    _, copy_rows, _, _ = impl
+    cols = (np.zeros((10, 3), np.float32), np.zeros(10, np.int64))
+    src = (np.arange(6, dtype=np.float32).reshape(2, 3), np.array([7, 8]))
+    assert copy_rows(cols, src, 4, 2, True)
+    assert cols[0][4:6].tolist() == [[0, 1, 2], [3, 4, 5]] and cols[1][4:6].tolist() == [7, 8]
+    assert copy_rows(cols, (np.ones(3, np.float32), 9), 9, 1, False)
+    assert cols[0][9].tolist() == [1, 1, 1] and cols[1][9] == 9
+
+
+@pytest.mark.parametrize("impl", IMPLS, ids=IDS)
+@pytest.mark.parametrize("bad", [
+    "dtype", "row_shape", "batch", "not_contiguous", "range", "negative_start", "list", "count", "float_into_int",
+    "int_overflow", "torch_like",
+])
+def test_copy_rows_refuses_and_writes_nothing(impl, bad):
+    _, copy_rows, _, _ = impl
+    cols = (np.zeros((10, 3), np.float32), np.zeros(10, np.int8))
+    ok_first = np.ones((2, 3), np.float32)
+    second = np.array([1, 2], np.int8)
+    start, n, batched = 2, 2, True
+    if bad == "dtype":
+        second = np.array([1, 2], np.int16)
+    elif bad == "row_shape":
+        ok_first = np.ones((2, 4), np.float32)
+    elif bad == "batch":
+        second = np.array([1, 2, 3], np.int8)
+    elif bad == "not_contiguous":
+        second = np.array([1, 0, 2, 0], np.int8)[::2]
+    elif bad == "range":
+        start = 9
+    elif bad == "negative_start":
+        start = -1
+    elif bad == "list":
+        second = [1, 2]
+    elif bad == "count":
+        src = (ok_first, second, second)
+    elif bad in ("float_into_int", "int_overflow", "torch_like"):
+        batched, n = False, 1
+        ok_first = np.ones(3, np.float32)
+        second = {"float_into_int": 1.5, "int_overflow": 300, "torch_like": object()}[bad]
+    src = (ok_first, second) if bad != "count" else src
+    assert copy_rows(cols, src, start, n, batched) is False
+    assert not cols[0].any() and not cols[1].any()
+
+
+@pytest.mark.parametrize("impl", IMPLS, ids=IDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("value", [True, 3, -2, 2.5])
+def test_python_scalars_follow_numpy_same_kind(impl, dtype, value):
+    """A Python scalar is accepted exactly when NumPy would stage it without a cast error."""
+    _, copy_rows, _, _ = impl
+    col = np.zeros(4, dtype)
+    kind = np.dtype(dtype).kind
+    allowed = {bool: "biuf", int: "iuf", float: "f"}[type(value)]
+    if kind in "iu" and type(value) is int:  # in range?
+        info = np.iinfo(dtype)
+        allowed = allowed if info.min <= value <= info.max else ""
+    got = copy_rows((col,), (value,), 1, 1, False)
+    assert got == (kind in allowed)
+    if got:
+        assert col[1] == np.array(value).astype(dtype)
+        assert col[0] == 0 and col[2] == 0
+
+
+@pytest.mark.parametrize("impl", IMPLS, ids=IDS)
+def test_fill_meta_and_count_samples(impl):
+    _, _, fill_meta, count_samples = impl
+    meta = np.zeros((8, 4), np.int64)
+    fill_meta(meta, 2, 3, 100, 7, 0.25)
+    assert meta[2:5, 0].tolist() == [100, 101, 102]
+    assert meta[2:5, 2].tolist() == [7, 7, 7]
+    assert meta.view(np.float64)[2:5, 3].tolist() == [0.25] * 3
+    assert not meta[[0, 1, 5, 6, 7]].any()
+    slots = np.array([3, 3, 2, 3], np.int64)
+    out = np.empty((4, 4), np.int64)
+    count_samples(meta, slots, out)
+    assert meta[:, 1].tolist() == [0, 0, 1, 3, 0, 0, 0, 0]
+    assert out[:, 0].tolist() == [101, 101, 100, 101] and out[:, 1].tolist() == [3, 3, 1, 3]
+
+
+@pytest.mark.skipif(not rows.COMPILED, reason="the compiled module is not built")
+def test_compiled_count_samples_refuses_bad_input_before_writing():
+    meta = np.zeros((4, 4), np.int64)
+    out = np.empty((2, 4), np.int64)
+    with pytest.raises(ValueError, match="out of range"):
+        rows.count_samples(meta, np.array([1, 4], np.int64), out)
+    with pytest.raises(ValueError, match="int64"):
+        rows.count_samples(meta, np.array([1, 2], np.int32), out)
+    with pytest.raises(ValueError, match="meta"):
+        rows.fill_meta(np.zeros((4, 3), np.int64), 0, 1, 0, 0, 1.0)
+    assert not meta.any()
+
+
+@st.composite
+def copy_case(draw):
+    k = draw(st.integers(1, 3))
+    cap = draw(st.integers(1, 6))
+    batched = draw(st.booleans())
+    n = draw(st.integers(0, 3)) if batched else 1
+    start = draw(st.integers(-1, cap))
+    cols, srcs = [], []
+    for _ in range(k):
+        dt = draw(st.sampled_from(DTYPES))
+        shape = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
+        cols.append(np.zeros((cap, *shape), dt))
+        sdt = dt if draw(st.integers(0, 4)) else draw(st.sampled_from(DTYPES))
+        sshape = shape if draw(st.integers(0, 4)) else tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
+        lead = (n,) if batched else ()
+        if not batched and shape == () and draw(st.booleans()):
+            srcs.append(draw(st.one_of(st.booleans(), st.integers(-300, 300), st.floats(-10, 10))))
+        else:
+            srcs.append(np.ones(lead + sshape, sdt))
+    return tuple(cols), tuple(srcs), start, n, batched
+
+
+@pytest.mark.skipif(not rows.COMPILED, reason="the compiled module is not built")
+@settings(max_examples=300, deadline=None)
+@given(copy_case())
+def test_compiled_and_python_copy_rows_agree(case):
+    cols, srcs, start, n, batched = case
+    a = tuple(c.copy() for c in cols)
+    b = tuple(c.copy() for c in cols)
+    got_py = _copy_rows_py(a, srcs, start, n, batched)
+    got_c = rows.copy_rows(b, srcs, start, n, batched)
+    assert got_py == got_c
+    for x, y, orig in zip(a, b, cols):
+        assert np.array_equal(x, y)
+        if not got_c:
+            assert np.array_equal(y, orig)
