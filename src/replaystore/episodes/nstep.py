@@ -93,7 +93,7 @@ def plan_runs(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: boo
         win %= len(index.uid)
     u = index.uid[win]
     u0 = u[0]
-    ok = (u == u0 + ar).all(axis=0) & (u0 >= 0)
+    ok = (u == u0 + ar).all(axis=0)
     if not index.all_gapless():  # only a gapless stream's live steps are surely reachable (attached)
         st = u0 >> UID_SHIFT
         ok &= index.gapless(st) & ((u0 & _T_MASK) >= index.oldest_t[st])
@@ -204,8 +204,24 @@ def _arange(n: int) -> np.ndarray:
 _ARANGES: dict[int, np.ndarray] = {}
 
 
-def _returns(table: "Table", win: np.ndarray, k: np.ndarray, slots: np.ndarray, gamma: float) -> np.ndarray:
-    """``sum_{j<k} gamma**j r_{t+j}`` (float64) from the ``(n, B)`` window ``win``."""
+def _powers(gamma: float, n: int) -> np.ndarray:
+    """``gamma ** [0, 1, ..., n]`` (float64, cached, read-only)."""
+    key = (gamma, n)
+    p = _POWERS.get(key)
+    if p is None:
+        p = gamma ** np.arange(n + 1, dtype=np.float64)
+        p.flags.writeable = False
+        if len(_POWERS) > 256:
+            _POWERS.clear()
+        _POWERS[key] = p
+    return p
+
+
+_POWERS: dict[tuple[float, int], np.ndarray] = {}
+
+
+def _returns(table: "Table", win: np.ndarray, k: np.ndarray, slots: np.ndarray, powers: np.ndarray) -> np.ndarray:
+    """``sum_{j<k} gamma**j r_{t+j}`` (float64) from the ``(n, B)`` window ``win`` (``powers``: of gamma)."""
     n = len(win)
     used = _arange(n)[:, None] < k
     field = table._episodes.options.reward_field
@@ -214,7 +230,7 @@ def _returns(table: "Table", win: np.ndarray, k: np.ndarray, slots: np.ndarray, 
         r = columns[field].take(win)
     else:
         r = read_field(table, np.where(used, win, slots).ravel(), field).reshape(win.shape)
-    return (r * (gamma ** _arange(n).astype(np.float64))[:, None]).sum(axis=0, where=used)
+    return (r * powers[:n, None]).sum(axis=0, where=used)
 
 
 def sample_nstep(table: "Table", batch_size: Any, n: Any, gamma: Any, timeout: float | None) -> NStepSample:
@@ -246,8 +262,8 @@ def sample_nstep(table: "Table", batch_size: Any, n: Any, gamma: Any, timeout: f
         wait_for_sample(table, b, timeout)
         slots, probabilities, weights = table.sampler.sample(b)
         win, k, done, boot = plan_nstep(index, slots, n, has_next)
-        for _ in range(_REDRAWS):
-            bad = np.flatnonzero(k == 0)  # only without next observations (or a detached start)
+        for _ in range(_REDRAWS if not k.all() else 0):  # k = 0: no next observations, or a detached start
+            bad = np.flatnonzero(k == 0)
             if len(bad) == 0:
                 break
             s2, p2, w2 = table.sampler.sample(len(bad))
@@ -259,14 +275,15 @@ def sample_nstep(table: "Table", batch_size: Any, n: Any, gamma: Any, timeout: f
                 weights[bad] = w2 if w2 is not None else 1.0
             win2, k2, d2, b2 = plan_nstep(index, s2, n, has_next)
             win[bad], k[bad], done[bad], boot[bad] = win2, k2, d2, b2
-        if (k == 0).any():
+        if not k.all():
             raise NoValidSequence(
                 "n-step: the sampled steps have no stored successor (the newest step of an open episode "
                 "or a truncated episode's final observation); store next observations "
                 "(Episodes(next_obs_field=...)) or add more steps"
             )
-        returns = _returns(table, win.T, k, slots, gamma)
-        discount = (gamma ** _arange(n + 1).astype(np.float64))[k]
+        powers = _powers(gamma, n)
+        returns = _returns(table, win.T, k, slots, powers)
+        discount = powers[k]
         discount[done] = 0.0
         next_obs = read_field(table, boot, cfg.next_obs_field if has_next else cfg.obs_field)
         data = table.storage.read(slots)
@@ -278,7 +295,7 @@ def sample_nstep(table: "Table", batch_size: Any, n: Any, gamma: Any, timeout: f
         data=data,
         returns=returns,
         next_obs=next_obs,
-        steps=k.astype(np.int64),
+        steps=k.astype(np.int64, copy=False),
         done=done,
         discount=discount,
         keys=rows[:, 0],
