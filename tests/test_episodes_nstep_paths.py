@@ -123,11 +123,31 @@ def test_the_fast_planners_are_the_ones_used_on_a_fifo_table(monkeypatch):
     monkeypatch.setattr(nstep_mod, "plan_ring", lambda *a: ring.append(len(a[1])) or nstep_mod.plan_checked(*a))
     nstep_mod.plan_runs(idx, slots, N, True)
     assert 0 < sum(ring) <= N - 1
-    # interleaved streams: no consecutive slots, the gapless ring serves every start
-    t = build(61, 500, 3, True, 0)
+    # interleaved streams (3 rows per call, one per stream): the stride is learnt, then the
+    # stride path serves most starts (not those near a write head, nor where the table's slot
+    # order is not cyclic: FIFO eviction of a batch frees the victims' slots in its own order)
+    t = build(60, 600, 3, True, 0)
     idx = t._episodes
     assert idx.all_gapless()
-    assert nstep_mod.plan_gapless(idx, t._index.lookup(t.keys()), N, True) is not None
+    slots = t._index.lookup(t.keys())
+    assert nstep_mod.plan_gapless(idx, slots, N, True) is not None
+    ring.clear()
+    nstep_mod.plan_runs(idx, slots, N, True)  # learns the stride from the failing rows
+    assert idx._nstep_stride[0] == 3 and sum(ring) == len(slots)
+    ring.clear()
+    got = nstep_mod.plan_runs(idx, slots, N, True)
+    assert 0 < sum(ring) < len(slots) // 2
+    ref = nstep_mod.plan_checked(idx, slots, N, True)
+    for a, b in zip(got[1:], ref[1:]):
+        np.testing.assert_array_equal(a, b)
+    # irregular writes: after a failed stride guess the path is skipped for a while
+    idx._nstep_stride[:] = [3, 0]
+    t2 = build(64, 300, 1, True, 0)
+    idx2 = t2._episodes
+    idx2._nstep_stride = [5, 0]
+    slots2 = t2._index.lookup(t2.keys())
+    nstep_mod.plan_runs(idx2, slots2, N, True)
+    assert idx2._nstep_stride == [1, 0]
 
 
 def test_truncation_termination_and_the_write_head_on_the_fast_path():

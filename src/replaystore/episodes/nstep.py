@@ -71,26 +71,32 @@ def plan_ring(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: boo
 
 def plan_runs(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`plan_nstep` for starts whose next steps sit in the next slots; :func:`plan_ring` for the others.
+    """:func:`plan_nstep` for starts whose next steps sit at a fixed slot stride; :func:`plan_ring` for the others.
 
-    Steps of one stream written in order to a FIFO table occupy consecutive slots (the last slot
-    followed by the first). Slot ``a + j``
-    holds step ``t + j`` of the start's stream exactly when its id is the start's id plus ``j``
-    (ids are ``stream << 40 | t``; free and detached slots have negative ids), which is the test
-    :meth:`EpisodeIndex.lookup` makes of a ring entry, on memory next to the start's own id: no
-    ring access. Only starts of gapless streams (:meth:`EpisodeIndex.gapless`) take this path: a
-    gapless stream's live steps are all reachable through its ring, so the result is exactly
-    :func:`plan_checked`'s. Rows that fail the test (the write head within the window, interleaved streams,
-    holes) are planned by :func:`plan_ring`.
+    Steps of one stream written in order to a FIFO table sit ``d`` slots apart, where ``d`` is the
+    number of streams written per call (1 for a single stream, ``E`` for one row per environment
+    of a vectorised env; the last slot is followed by the first). Slot ``a + j * d`` holds step
+    ``t + j`` of the start's stream exactly when its id is the start's id plus ``j`` (ids are
+    ``stream << 40 | t``), which is the test :meth:`EpisodeIndex.lookup` makes of a ring entry,
+    on memory near the start's own id: no ring access. Only starts of gapless streams
+    (:meth:`EpisodeIndex.gapless`) take this path: a gapless stream's live steps are all
+    reachable through its ring, so the result is exactly :func:`plan_checked`'s. Rows that fail
+    the test (the write head within the window, irregular writes, holes) are planned by
+    :func:`plan_ring`. The stride is learnt from the rows that fail (a hint: it only decides
+    which rows take this path).
     """
     w = n if has_next_obs else n + 1
     b = len(starts)
-    if b == 0:
+    hint = index.__dict__.setdefault("_nstep_stride", [1, 0])  # [stride, calls to skip this path]
+    if b == 0 or hint[1]:
+        hint[1] = max(0, hint[1] - 1)
         return plan_ring(index, starts, n, has_next_obs)
+    cap = len(index.uid)
     ar = _arange(w)[:, None]
-    win = starts + ar  # (w, B)
-    if int(starts.max()) + w > len(index.uid):  # the slot after the last is the first (FIFO wraps around)
-        win %= len(index.uid)
+    d = hint[0]
+    win = starts + (ar if d == 1 else ar * d)  # (w, B)
+    if int(starts.max()) + (w - 1) * d >= cap:  # the slot after the last is the first (FIFO wraps around)
+        win %= cap
     u = index.uid[win]
     u0 = u[0]
     ok = (u == u0 + ar).all(axis=0)
@@ -98,6 +104,8 @@ def plan_runs(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: boo
         st = u0 >> UID_SHIFT
         ok &= index.gapless(st) & ((u0 & _T_MASK) >= index.oldest_t[st])
     n_ok = int(np.count_nonzero(ok))
+    if 2 * n_ok < b:
+        _learn_stride(index, starts[~ok][:8], u0[~ok][:8], hint)
     if n_ok == 0:
         return plan_ring(index, starts, n, has_next_obs)
     fl = index.flags[win]
@@ -117,6 +125,24 @@ def plan_runs(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: boo
         w2, k2, d2, b2 = plan_ring(index, starts[bad], n, has_next_obs)
         win[:n, bad], k[bad], done[bad], boot[bad] = w2.T, k2, d2, b2
     return win[:n].T, k, done, boot
+
+
+def _learn_stride(index: EpisodeIndex, starts: np.ndarray, uid: np.ndarray, hint: list) -> None:
+    """Set ``hint[0]`` to the commonest slot distance from ``starts`` to their streams' next steps.
+
+    When that is the stride already tried, the writes are not regular: skip :func:`plan_runs` for
+    the next 64 calls.
+    """
+    nxt = index.lookup(uid >> UID_SHIFT, (uid & _T_MASK) + 1)
+    dist = (nxt - starts)[nxt >= 0] % len(index.uid)
+    if len(dist) == 0:
+        return
+    values, counts = np.unique(dist, return_counts=True)
+    stride = int(values[counts.argmax()])
+    if stride == hint[0] or stride == 0:
+        hint[1] = 64
+    else:
+        hint[0] = stride
 
 
 def plan_checked(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
