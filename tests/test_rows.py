@@ -152,3 +152,47 @@ def test_compiled_and_python_copy_rows_agree(case):
         assert np.array_equal(x, y)
         if not got_c:
             assert np.array_equal(y, orig)
+
+
+GATHERS = [("python", rows._gather_rows_py)] + ([("compiled", rows.gather_rows)] if rows.COMPILED else [])
+
+
+@pytest.mark.parametrize("impl", GATHERS, ids=[g[0] for g in GATHERS])
+def test_gather_rows_with_and_without_counting(impl):
+    _, gather = impl
+    cols = (np.arange(30, dtype=np.float32).reshape(10, 3), np.arange(10, 20))
+    slots = np.array([9, 0, 3, 3], np.int64)
+    outs = (np.empty((4, 3), np.float32), np.empty(4, np.int64))
+    assert gather(cols, slots, outs)
+    assert outs[0][:, 0].tolist() == [27, 0, 9, 9] and outs[1].tolist() == [19, 10, 13, 13]
+    meta = np.zeros((10, 4), np.int64)
+    meta[:, 0] = np.arange(10)
+    mo = np.empty((4, 4), np.int64)
+    assert gather(cols, slots, outs, meta, mo)
+    assert mo[:, 0].tolist() == [9, 0, 3, 3] and mo[:, 1].tolist() == [1, 1, 2, 2]
+    for bad_slots, bad_outs in [
+        (np.array([10], np.int64), (np.empty((1, 3), np.float32), np.empty(1, np.int64))),  # out of range
+        (np.array([-1], np.int64), (np.empty((1, 3), np.float32), np.empty(1, np.int64))),
+        (np.array([1], np.int64), (np.empty((1, 3), np.float64), np.empty(1, np.int64))),  # dtype
+        (np.array([1], np.int64), (np.empty((2, 3), np.float32), np.empty(2, np.int64))),  # length
+    ]:
+        before = meta.copy()
+        assert gather(cols, bad_slots, bad_outs, meta, np.empty((len(bad_slots), 4), np.int64)) is False
+        assert np.array_equal(meta, before)
+
+
+@pytest.mark.skipif(not rows.COMPILED, reason="the compiled module is not built")
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 50), st.lists(st.integers(0, 49), max_size=40), st.sampled_from(DTYPES),
+       st.lists(st.integers(1, 4), max_size=2))
+def test_compiled_gather_matches_numpy_take(cap, slots, dtype, shape):
+    rng = np.random.default_rng(0)
+    col = (rng.random((cap, *shape)) * 100).astype(dtype)
+    s = np.array([x % cap for x in slots], np.int64)
+    out = (np.empty((len(s), *shape), dtype),)
+    meta, meta2 = np.zeros((cap, 4), np.int64), np.zeros((cap, 4), np.int64)
+    mo, mo2 = np.empty((len(s), 4), np.int64), np.empty((len(s), 4), np.int64)
+    assert rows.gather_rows((col,), s, out, meta, mo)
+    assert np.array_equal(out[0], col.take(s, axis=0))
+    _count_samples_py(meta2, s, mo2)
+    assert np.array_equal(meta, meta2) and np.array_equal(mo, mo2)

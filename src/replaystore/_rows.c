@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #define MAX_FIELDS 64
+#define PREFETCH_AHEAD 8  /* rows ahead to prefetch in gathers: enough to overlap ~8 misses */
 
 /* Strip a native byte-order prefix ('@', '=', '<' on little-endian) from a buffer format. */
 static const char *
@@ -290,8 +291,11 @@ count_samples(PyObject *self, PyObject *args)
     if (err == NULL) {
         int64_t *rows = (int64_t *)m.buf;
         int64_t *dst = (int64_t *)o.buf;
-        for (Py_ssize_t i = 0; i < n; i++)
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i + PREFETCH_AHEAD < n)
+                __builtin_prefetch(rows + 4 * sl[i + PREFETCH_AHEAD], 1);
             rows[4 * sl[i] + 1] += 1;
+        }
         for (Py_ssize_t i = 0; i < n; i++)
             memcpy(dst + 4 * i, rows + 4 * sl[i], 32);
     }
@@ -305,6 +309,131 @@ count_samples(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+
+
+/* gather_rows(columns, slots, outs[, meta, meta_out]) -> bool
+ *
+ * outs[i][j] = columns[i][slots[j]] for every column: one pass over the slots that copies each
+ * slot's row of every column, prefetching the rows PREFETCH_AHEAD slots ahead, so the cache
+ * misses of all columns overlap (a per-column np.take waits for them column by column).
+ * columns: C-contiguous (capacity, ...) arrays; outs: C-contiguous (len(slots), ...) arrays of
+ * the same row size; slots: a C-contiguous int64 vector. Returns False, having written nothing,
+ * when a shape or format does not match or a slot is out of range.
+ * With meta and meta_out (as for count_samples), the same pass also counts the sample: each
+ * slot's times_sampled is raised (a repeated slot once per draw) and its row, with the new
+ * count, copied to meta_out.
+ */
+static PyObject *
+gather_rows(PyObject *self, PyObject *args)
+{
+    PyObject *columns, *slots, *outs, *meta = NULL, *meta_out = NULL;
+    if (!PyArg_ParseTuple(args, "O!OO!|OO", &PyTuple_Type, &columns, &slots, &PyTuple_Type, &outs, &meta,
+                          &meta_out))
+        return NULL;
+    Py_ssize_t k = PyTuple_GET_SIZE(columns);
+    if (k != PyTuple_GET_SIZE(outs) || k > MAX_FIELDS)
+        Py_RETURN_FALSE;
+    Py_buffer s;
+    if (PyObject_GetBuffer(slots, &s, PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    Py_buffer cols[MAX_FIELDS], dst[MAX_FIELDS];
+    Py_ssize_t rowb[MAX_FIELDS];
+    Py_ssize_t got = 0;
+    int ok = s.ndim == 1 && s.itemsize == 8 && is_c_contiguous(&s) && strchr("lq", bare_format(s.format)[0]) != NULL;
+    Py_ssize_t n = ok ? s.shape[0] : 0;
+    Py_ssize_t cap = -1;
+    for (Py_ssize_t i = 0; i < k && ok; i++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(columns, i), &cols[i], PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+            PyErr_Clear();
+            ok = 0;
+            break;
+        }
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(outs, i), &dst[i], PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+            PyErr_Clear();
+            PyBuffer_Release(&cols[i]);
+            ok = 0;
+            break;
+        }
+        got = i + 1;
+        Py_buffer *c = &cols[i], *o = &dst[i];
+        if (c->ndim < 1 || o->ndim != c->ndim || !is_c_contiguous(c) || !is_c_contiguous(o)
+            || o->shape[0] != n || c->itemsize != o->itemsize
+            || strcmp(bare_format(c->format), bare_format(o->format)) != 0) {
+            ok = 0;
+            break;
+        }
+        for (int j = 1; j < c->ndim; j++)
+            if (c->shape[j] != o->shape[j])
+                ok = 0;
+        if (cap < 0 || c->shape[0] < cap)
+            cap = c->shape[0];
+        rowb[i] = c->shape[0] ? c->len / c->shape[0] : 0;
+    }
+    Py_buffer m, mo;
+    int has_meta = 0;
+    if (ok && meta != NULL && meta_out != NULL) {
+        if (PyObject_GetBuffer(meta, &m, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+            PyErr_Clear();
+            ok = 0;
+        } else if (PyObject_GetBuffer(meta_out, &mo, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+            PyErr_Clear();
+            PyBuffer_Release(&m);
+            ok = 0;
+        } else {
+            has_meta = 1;
+            if (m.ndim != 2 || m.shape[1] != 4 || m.itemsize != 8 || !is_c_contiguous(&m) || mo.ndim != 2
+                || mo.shape[0] != n || mo.shape[1] != 4 || mo.itemsize != 8 || !is_c_contiguous(&mo))
+                ok = 0;
+            else if (cap < 0 || m.shape[0] < cap)
+                cap = m.shape[0];
+        }
+    }
+    const int64_t *sl = (const int64_t *)s.buf;
+    for (Py_ssize_t j = 0; j < n && ok; j++)
+        if (sl[j] < 0 || sl[j] >= cap)
+            ok = 0;
+    if (ok) {
+        int64_t *mrows = has_meta ? (int64_t *)m.buf : NULL;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            if (j + PREFETCH_AHEAD < n) {
+                int64_t ahead = sl[j + PREFETCH_AHEAD];
+                for (Py_ssize_t i = 0; i < k; i++) {
+                    const char *row = (const char *)cols[i].buf + ahead * rowb[i];
+                    __builtin_prefetch(row);
+                    if (rowb[i] > 64)
+                        __builtin_prefetch(row + rowb[i] - 1);
+                }
+                if (mrows != NULL)
+                    __builtin_prefetch(mrows + 4 * ahead, 1);
+            }
+            for (Py_ssize_t i = 0; i < k; i++)
+                memcpy((char *)dst[i].buf + j * rowb[i], (const char *)cols[i].buf + sl[j] * rowb[i],
+                       (size_t)rowb[i]);
+            if (mrows != NULL)
+                mrows[4 * sl[j] + 1] += 1;
+        }
+        if (mrows != NULL) {  /* after every increment: a repeated slot shows its final count */
+            int64_t *out = (int64_t *)mo.buf;
+            for (Py_ssize_t j = 0; j < n; j++)
+                memcpy(out + 4 * j, mrows + 4 * sl[j], 32);
+        }
+    }
+    if (has_meta) {
+        PyBuffer_Release(&m);
+        PyBuffer_Release(&mo);
+    }
+    for (Py_ssize_t i = 0; i < got; i++) {
+        PyBuffer_Release(&cols[i]);
+        PyBuffer_Release(&dst[i]);
+    }
+    PyBuffer_Release(&s);
+    if (ok)
+        Py_RETURN_TRUE;
+    Py_RETURN_FALSE;
+}
+
 static PyMethodDef methods[] = {
     {"copy_rows", copy_rows, METH_VARARGS,
      "copy_rows(columns, sources, start, n, batched) -> bool: copy matching rows, or write nothing."},
@@ -312,6 +441,8 @@ static PyMethodDef methods[] = {
      "fill_meta(meta, start, n, first_key, version, priority): metadata rows of new items."},
     {"count_samples", count_samples, METH_VARARGS,
      "count_samples(meta, slots, out): count a sample of slots and gather their metadata rows."},
+    {"gather_rows", gather_rows, METH_VARARGS,
+     "gather_rows(columns, slots, outs) -> bool: rows of every column at slots, cache misses overlapped."},
     {NULL, NULL, 0, NULL},
 };
 

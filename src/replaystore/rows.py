@@ -14,6 +14,11 @@ Three functions, one contract in both versions (the compiled one is ``_rows.c``)
 - ``count_samples(meta, slots, out)``: add one to ``times_sampled`` of each slot (a repeated slot
   counts each time) and gather the slots' rows (with the new counts) into ``out``.
 
+- ``gather_rows(columns, slots, outs[, meta, meta_out]) -> bool``: ``outs[i][j] =
+  columns[i][slots[j]]`` for every column (the compiled one copies every column's row of a slot
+  together, prefetching ahead, so the cache misses overlap); with ``meta``/``meta_out`` it also
+  does ``count_samples``. ``False`` (nothing written) when shapes, dtypes or slots do not fit.
+
 None of them locks: the table calls them under its lock. ``COMPILED`` says which version runs.
 """
 
@@ -65,12 +70,26 @@ def _count_samples_py(meta: np.ndarray, slots: np.ndarray, out: np.ndarray) -> N
     np.take(meta, slots, axis=0, out=out, mode="clip")  # slots are in range; "raise" would buffer out
 
 
+def _gather_rows_py(columns: tuple, slots: np.ndarray, outs: tuple, meta: np.ndarray | None = None,
+                    meta_out: np.ndarray | None = None) -> bool:
+    if len(columns) != len(outs) or any(
+            c.dtype != o.dtype or o.shape != (len(slots), *c.shape[1:]) for c, o in zip(columns, outs)):
+        return False
+    if len(slots) and (slots.min() < 0 or slots.max() >= min(len(c) for c in columns)):
+        return False
+    for c, o in zip(columns, outs):
+        np.take(c, slots, axis=0, out=o, mode="clip")  # in range (checked); "raise" would buffer out
+    if meta is not None and meta_out is not None:
+        _count_samples_py(meta, slots, meta_out)
+    return True
+
+
 try:
-    from ._rows import copy_rows, count_samples, fill_meta
+    from ._rows import copy_rows, count_samples, fill_meta, gather_rows
 
     COMPILED = True
 except ImportError:  # not built (no compiler at install time): the same contract in NumPy
-    copy_rows, fill_meta, count_samples = _copy_rows_py, _fill_meta_py, _count_samples_py
+    copy_rows, fill_meta, count_samples, gather_rows = _copy_rows_py, _fill_meta_py, _count_samples_py, _gather_rows_py
     COMPILED = False
 
-__all__ = ["COMPILED", "copy_rows", "count_samples", "fill_meta"]
+__all__ = ["COMPILED", "copy_rows", "count_samples", "fill_meta", "gather_rows"]

@@ -155,6 +155,7 @@ class Table:
         # (field names, their columns, a getter of an item's fields in that order) for the ring
         # fast paths; None: not known yet (no spec), False: they do not apply to this table.
         self._plan: tuple | None | bool = None
+        self._read_counted = type(self.storage).read is ColumnStorage.read  # its read_counted is that read
         self._scratch: np.ndarray | None = None  # for last-wins deduplication
         self._pending_max_priority = 1.0
         self.max_priority = 1.0
@@ -744,9 +745,12 @@ class Table:
                            f"sample of {n}", "sample_blocked_s")
             slots, probabilities, weights = self.sampler.sample(n)
             slots = np.ascontiguousarray(slots, dtype=np.int64)
-            data = self.storage.read(slots)
             rows = np.empty((n, 4), dtype=np.int64)
-            count_samples(self._meta, slots, rows)  # times_sampled += 1 (per draw), then the rows
+            # times_sampled += 1 (per draw), then the rows: with the payload in one pass if it can
+            data = self.storage.read_counted(slots, self._meta, rows) if self._read_counted else None
+            if data is None:
+                data = self.storage.read(slots)
+                count_samples(self._meta, slots, rows)
             times = rows[:, 1]
             sample = Sample._build(  # the metadata columns are views of the gathered rows (this sample's own)
                 data=data,

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
+from ..rows import gather_rows
 from .base import Storage
 from .spec import SEP, Field, flatten, normalize_spec, unflatten
 
@@ -38,6 +39,7 @@ class ColumnStorage(Storage):
         super().__init__(capacity)
         self.spec: dict[str, Field] | None = None
         self.columns: dict[str, np.ndarray] = {}
+        self._rows: tuple = ()  # (names, columns, (row shape, dtype) of each) for gather_rows
         self._nested = False
         if spec is not None:
             self._adopt(normalize_spec(spec))
@@ -47,6 +49,13 @@ class ColumnStorage(Storage):
         self.spec = spec
         self._nested = any(SEP in p for p in spec)
         self.columns = {p: self._allocate(p, f) for p, f in spec.items()}
+        self._index_rows()
+
+    def _index_rows(self) -> None:
+        """Note the columns for ``gather_rows`` (after the columns are (re)made)."""
+        cols = tuple(self.columns.values())
+        ok = cols and all(c.flags.c_contiguous for c in cols)
+        self._rows = (tuple(self.columns), cols, tuple((c.shape[1:], c.dtype) for c in cols)) if ok else ()
 
     def _allocate(self, path: str, field: Field) -> np.ndarray:
         return np.zeros((self.capacity, *field.shape), dtype=field.dtype)
@@ -129,9 +138,36 @@ class ColumnStorage(Storage):
             col[slots] = columns[path]
 
     def read(self, slots: np.ndarray) -> dict[str, Any]:
-        """Gather ``slots`` from every column (``np.take``: a new array per field)."""
-        flat = {p: col.take(slots, axis=0) for p, col in self.columns.items()}
+        """Gather ``slots`` from every column (a new array per field)."""
+        flat = self._gather(slots) if self._rows else None
+        if flat is None:
+            flat = {p: col.take(slots, axis=0) for p, col in self.columns.items()}
         return unflatten(flat) if self._nested else flat
+
+    def read_counted(self, slots: np.ndarray, meta: np.ndarray, meta_out: np.ndarray) -> dict[str, Any] | None:
+        """:meth:`read` that also counts a sample in a table's metadata (``rows.count_samples``).
+
+        One pass over the slots for the payload and the metadata; ``None`` (nothing read or
+        counted) when the columns or slots do not suit it: the caller then reads and counts apart.
+        """
+        if not self._rows:
+            return None
+        names, cols, rows = self._rows
+        n = len(slots)
+        outs = tuple(np.empty((n, *shape), dtype) for shape, dtype in rows)
+        if not gather_rows(cols, slots, outs, meta, meta_out):
+            return None
+        flat = dict(zip(names, outs))
+        return unflatten(flat) if self._nested else flat
+
+    def _gather(self, slots: np.ndarray) -> dict[str, np.ndarray] | None:
+        names, cols, rows = self._rows
+        slots = np.asarray(slots)
+        if slots.dtype != np.int64 or slots.ndim != 1:
+            return None
+        n = len(slots)
+        outs = tuple(np.empty((n, *shape), dtype) for shape, dtype in rows)
+        return dict(zip(names, outs)) if gather_rows(cols, np.ascontiguousarray(slots), outs) else None
 
     def read_runs(self, first: np.ndarray, width: int) -> dict[str, Any]:
         """Slots ``first[i] ... first[i] + width - 1`` of every column as ``(m, width, ...)`` arrays.

@@ -83,7 +83,7 @@ class MemmapColumnStorage(ColumnStorage):
         except BaseException:
             for name in self._files.values():
                 (self.directory / name).unlink(missing_ok=True)
-            self.columns, self._files, self.spec, self._nested = {}, {}, None, False
+            self.columns, self._files, self.spec, self._nested, self._rows = {}, {}, None, False, ()
             raise
 
     def _write_manifest(self) -> None:
@@ -134,6 +134,7 @@ class MemmapColumnStorage(ColumnStorage):
             if mode != "r":
                 _reserve_file(file)  # a file written by an older version may be sparse
             self.columns[path] = arr
+        self._index_rows()
         return self
 
     def describe(self) -> dict:
