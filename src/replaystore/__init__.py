@@ -4,7 +4,7 @@ The core is :class:`Table`: a storage, a sampler, a remover, a rate limiter and 
 (key, priority, times sampled, version), all thread-safe and checkpointable.
 """
 
-from .episodes import EpisodeBatch, Episodes, NStepSample, SequenceSample, sequence_priority
+from .episodes import EpisodeBatch, EpisodeInfo, Episodes, NStepSample, SequenceSample, sequence_priority
 from .errors import (
     CapacityError,
     CheckpointError,
@@ -54,6 +54,7 @@ __all__ = [
     "Episodes",
     "EpisodeError",
     "EpisodeBatch",
+    "EpisodeInfo",
     "CheckpointError",
     "Closed",
     "ColumnStorage",

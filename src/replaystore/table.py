@@ -33,6 +33,7 @@ from .storage import ColumnStorage, MemmapColumnStorage, ObjectStorage, Storage
 
 if TYPE_CHECKING:
     from .episodes import EpisodeBatch, NStepSample, SequenceSample
+    from .episodes.info import EpisodeInfo
     from .prefetch import SampleIterator
 
 _STALENESS_BINS = 16
@@ -897,6 +898,35 @@ class Table:
         from .episodes.whole import sample_episodes
 
         return sample_episodes(self, k, timeout, replace)
+
+    def episode_info(self, keys: Any) -> "EpisodeInfo":
+        """Where each key's step sits: stream, episode, positions, episode length, closed/complete, end flags.
+
+        Returns an :class:`~replaystore.episodes.info.EpisodeInfo` of arrays aligned with ``keys``;
+        keys that are not live (unknown, evicted, deleted) have ``found`` False and ``-1``/False
+        entries. Changes nothing (no sample is counted). Thread-safe (takes the table's lock).
+
+        Raises:
+            EpisodeError: the table has no ``episodes=``. InvalidArgument: keys that are not integers.
+        """
+        from .episodes.info import episode_info
+
+        return episode_info(self, keys)
+
+    def episode_keys(self, keys: Any, positions: Any) -> np.ndarray:
+        """The key of the step at episode position ``positions[i]`` of the episode of ``keys[i]``.
+
+        ``positions``: a scalar or one int per key (0 is the episode's first step). Returns int64
+        keys, ``-1`` where that step is not live (evicted, deleted, not written yet, beyond the
+        episode's end, a negative position) or the key itself is not live. Changes nothing.
+
+        Raises:
+            EpisodeError: no ``episodes=``; positions that are not integers or of the wrong shape.
+            InvalidArgument: keys that are not integers.
+        """
+        from .episodes.info import episode_keys
+
+        return episode_keys(self, keys, positions)
 
     def iterate(self, batch_size: int, prefetch: int = 2, timeout: float | None = None,
                 max_batches: int | None = None, **tensor_options: Any) -> "SampleIterator":

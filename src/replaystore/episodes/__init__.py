@@ -5,7 +5,9 @@ Turn it on with ``Table(..., episodes=Episodes(...))``; see ``docs/sequences.md`
 
 from .config import Episodes
 from .index import EpisodeIndex
+from .info import EpisodeInfo
 from .priority import sequence_priority
 from .samples import EpisodeBatch, NStepSample, SequenceSample
 
-__all__ = ["EpisodeBatch", "EpisodeIndex", "Episodes", "NStepSample", "SequenceSample", "sequence_priority"]
+__all__ = ["EpisodeBatch", "EpisodeIndex", "EpisodeInfo", "Episodes", "NStepSample", "SequenceSample",
+           "sequence_priority"]
