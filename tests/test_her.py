@@ -286,3 +286,47 @@ def test_sb3_dqn_runs_with_adapter_and_truncates():
     assert (rb._current_ep_start == rb.pos).all()
     assert (rb.dones[rb.pos - 1] == 1).all() and (rb.timeouts[rb.pos - 1] == 1).all()
     assert (rb.ep_length[rb.pos - 1] > 0).all()
+
+
+# -- on the table's episode index -------------------------------------------------------------------
+def test_steps_are_drawn_uniformly_from_complete_episodes_even_when_few_are():
+    """Rejection sampling with its exact fallback: uniform over the steps of complete episodes."""
+    buf = HindsightReplay(60, reward_fn, n_streams=2, n_sampled_goal=0, seed=5)
+    src = Streams([[3], [1000]])  # stream 1 never finishes: 1 step in 2 is sampleable, then fewer
+    fill(buf, src, 40)
+    n = 60_000
+    b = buf.sample(n)
+    s, e, t = b.obs["observation"].T.astype(int)
+    assert (s == 0).all()
+    # stream 0 finished episodes 0..12 (39 steps), step 39 is open: 39 valid steps, each p = 1/39
+    counts = np.bincount(e * 3 + t, minlength=39)
+    assert len(counts) == 39
+    p = 1 / 39
+    assert np.abs(counts - n * p).max() < 5 * np.sqrt(n * p * (1 - p))
+    np.testing.assert_array_equal(buf.open_length, [1, 40])
+
+
+def test_bookkeeping_views_are_copies_and_match_the_index():
+    buf = HindsightReplay(8, reward_fn, n_streams=2, seed=0)
+    fill(buf, Streams([[3], [5]]), 11)  # wrapped: stream 0 ends at 2, 5, 8; stream 1 at 4, 9
+    ep_len = buf.ep_length
+    ep_len[:] = 99
+    assert (buf.ep_length != 99).all()
+    # ring rows 3..7 hold steps 3..7 and rows 0..2 steps 8..10
+    np.testing.assert_array_equal(buf.dones[:, 0], [1, 0, 0, 0, 0, 1, 0, 0])  # steps 8, 5
+    np.testing.assert_array_equal(buf.ep_length[:, 0], [3, 0, 0, 3, 3, 3, 3, 3])  # 9-10 open; 3-8 whole
+    np.testing.assert_array_equal(buf.ep_length[:, 1], [5, 5, 0, 0, 0, 5, 5, 5])  # 5-9 whole; 0-4 lost 0-2
+    np.testing.assert_array_equal(buf.ep_start[:, 1], [5, 5, 2, 0, 0, 5, 5, 5])
+    np.testing.assert_array_equal(buf.open_length, [2, 1])
+    np.testing.assert_array_equal(buf.current_ep_start, [1, 2])
+
+
+def test_timeout_without_done_does_not_end_the_episode():
+    buf = HindsightReplay(10, reward_fn, n_streams=1, seed=0)
+    obs, nxt, act, rew, _ = Streams([[100]]).step()
+    buf.add(obs, nxt, act, rew, [False], timeout=[True])
+    assert buf.open_length.tolist() == [1] and buf.dones.sum() == 0 and buf.timeouts.sum() == 0
+    buf.add(obs, nxt, act, rew, [True], timeout=[True])
+    assert buf.dones[1, 0] == 1 and buf.timeouts[1, 0] == 1 and buf.ep_length[:2, 0].tolist() == [2, 2]
+    b = buf.sample(16)
+    assert b.done.tolist() == b.timeout.tolist() and set(b.done.tolist()) <= {0.0, 1.0}
