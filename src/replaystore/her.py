@@ -287,8 +287,8 @@ class HindsightReplay:
         return (self.pos - self.open_length) % self.capacity
 
     # -- sampling ---------------------------------------------------------------------------------
-    def _draw(self, batch_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``batch_size`` flat ring indices of steps of complete episodes, their positions and lengths.
+    def _draw(self, batch_size: int) -> tuple[np.ndarray, ...]:
+        """Flat ring indices of ``batch_size`` steps of complete episodes; their positions, lengths, end flags.
 
         Uniform over those steps: candidates are drawn uniformly from the stored steps and kept when
         their episode is complete (rejection sampling); after a few rounds with too few kept, the
@@ -299,15 +299,13 @@ class HindsightReplay:
             raise NoCompleteEpisode("no finished episode yet: sample after the first episode ends "
                                     "(e.g. learning_starts > the longest episode)")
         flat_keys = self.slot_key.reshape(-1)
-        got_flat, got_pos, got_len = [], [], []
+        got: list[tuple[np.ndarray, ...]] = []
         need = batch_size
         for _ in range(self._ROUNDS):
             cand = self.rng.integers(0, stored, max(need + need // 2, 16))
             info = self.table.episode_info(flat_keys[cand])
             ok = np.flatnonzero(info.complete)[:need]
-            got_flat.append(cand[ok])
-            got_pos.append(info.positions[ok])
-            got_len.append(info.lengths[ok])
+            got.append((cand[ok], *self._fields(info, ok)))
             need -= len(ok)
             if need == 0:
                 break
@@ -318,15 +316,17 @@ class HindsightReplay:
                 raise NoCompleteEpisode("no finished episode yet: sample after the first episode ends "
                                         "(e.g. learning_starts > the longest episode)")
             pick = valid[self.rng.integers(0, len(valid), need)]
-            got_flat.append(pick)
-            got_pos.append(info.positions[pick])
-            got_len.append(info.lengths[pick])
-        return np.concatenate(got_flat), np.concatenate(got_pos), np.concatenate(got_len)
+            got.append((pick, *self._fields(info, pick)))
+        return tuple(np.concatenate(parts) for parts in zip(*got))
+
+    @staticmethod
+    def _fields(info: Any, rows: np.ndarray) -> tuple[np.ndarray, ...]:
+        return info.positions[rows], info.lengths[rows], info.is_last[rows], info.truncated[rows]
 
     def sample_positions(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         """``batch_size`` (ring position, stream) pairs drawn uniformly from finished episodes."""
         self._check_batch(batch_size)
-        flat, _, _ = self._draw(int(batch_size))
+        flat = self._draw(int(batch_size))[0]
         return np.divmod(flat, self.n_streams)
 
     @staticmethod
@@ -356,14 +356,13 @@ class HindsightReplay:
         a bad ``batch_size``. Rewards of relabelled rows come from ``compute_reward`` (one call).
         """
         self._check_batch(batch_size)
-        flat, position, length = self._draw(int(batch_size))
+        flat, position, length, last, truncated = self._draw(int(batch_size))
         pos, stream = np.divmod(flat, self.n_streams)
         n_virtual = int(self.her_ratio * batch_size)
         n_real = batch_size - n_virtual
         # real rows first, then virtual (SB3's order)
         keys = self.slot_key[pos, stream]
         data, _ = self.table.get(keys)
-        info = self.table.episode_info(keys)
         obs, next_obs = data["obs"], data["next_obs"]
         reward = np.asarray(data["reward"], np.float32).copy()
         infos = list(self.infos[pos, stream]) if self.infos is not None else None
@@ -377,8 +376,7 @@ class HindsightReplay:
         relabelled = np.zeros(batch_size, bool)
         relabelled[n_real:] = True
         return HerBatch(obs=obs, next_obs=next_obs, action=data["action"], reward=reward,
-                        done=info.is_last.astype(np.float32),
-                        timeout=(info.is_last & info.truncated).astype(np.float32),
+                        done=last.astype(np.float32), timeout=(last & truncated).astype(np.float32),
                         relabelled=relabelled, keys=keys, infos=infos)
 
     # -- views ------------------------------------------------------------------------------------

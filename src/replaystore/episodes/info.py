@@ -7,7 +7,7 @@ other steps of the same episode. Nothing here changes the table; both calls take
 
 How the length of a closed episode is found: its end is the step flagged ``terminated`` or
 ``truncated``. From the queried step the stream's positions are scanned forward (vectorised over the
-queried episodes, in blocks that double) until a live step of the same episode carrying an end flag
+queried episodes, in blocks of 32, 128, ... positions) until a live step of the same episode carrying an end flag
 (the length is known), a live step of another episode or the stream's write position (the end step
 is gone, deleted or refused as stale: the length is unknown, ``-1``). Positions without a live step
 are skipped. The open episode of a stream needs no scan: its length so far is the stream's next
@@ -79,7 +79,7 @@ def _end_positions(index: EpisodeIndex, streams: np.ndarray, ts: np.ndarray, epi
     end = np.full(m, -1, dtype=np.int64)
     todo = np.arange(m)
     cursor = ts.copy()
-    width = 8
+    width = 32  # most episodes end within a block or two (per-call NumPy overhead dominates small blocks)
     while len(todo):
         s, e, c = streams[todo], episodes[todo], cursor[todo]
         pos = c[:, None] + np.arange(width)
@@ -99,8 +99,43 @@ def _end_positions(index: EpisodeIndex, streams: np.ndarray, ts: np.ndarray, epi
         go_on = ~found & (first_stop == width)
         cursor[todo[go_on]] = c[go_on] + width
         todo = todo[go_on]
-        width = min(width * 2, 1 << 16)
+        width = min(width * 4, 1 << 16)
     return end
+
+
+def _by_episode(rows: np.ndarray, ep: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``rows`` grouped by episode: ``(rows in group order, the latest step of each group, group of each)``."""
+    order = rows[np.lexsort((-t[rows], ep[rows]))]
+    first = np.ones(len(order), bool)
+    first[1:] = ep[order][1:] != ep[order][:-1]
+    return order, order[first], np.cumsum(first) - 1
+
+
+def _gapless_ends(index: EpisodeIndex, streams: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Position and flags of the first flagged step at or after ``ts`` (gapless streams only); ``-1``: none."""
+    m = len(streams)
+    end = np.full(m, -1, dtype=np.int64)
+    end_flags = np.zeros(m, dtype=np.uint8)
+    todo = np.arange(m)
+    cursor = ts.copy()
+    limit = index.next_t[streams]
+    width = 32
+    while len(todo):
+        c = cursor[todo]
+        # a gapless stream's ring entries are exact for every position up to its newest
+        slots = index.ring_window(streams[todo], c, width)
+        fl = np.where(c[:, None] + np.arange(width) < limit[todo][:, None], index.flags[slots], 0)
+        flagged = fl != 0
+        hit = flagged.any(1)
+        at = flagged.argmax(1)  # the first flagged position (argmax of fl would prefer TRUNCATED = 2)
+        rows = np.flatnonzero(hit)
+        end[todo[rows]] = c[rows] + at[rows]
+        end_flags[todo[rows]] = fl[rows, at[rows]]
+        go_on = ~hit & (c + width < limit[todo])
+        cursor[todo[go_on]] = c[go_on] + width
+        todo = todo[go_on]
+        width = min(width * 4, 1 << 16)
+    return end, end_flags
 
 
 def _all_live(index: EpisodeIndex, streams: np.ndarray, first: np.ndarray, lengths: np.ndarray,
@@ -110,12 +145,11 @@ def _all_live(index: EpisodeIndex, streams: np.ndarray, first: np.ndarray, lengt
     if len(streams) == 0:
         return ok
     gapless = index.gapless(streams)
-    # a gapless stream holds a live step at every position from its oldest on: two ends suffice
+    # a gapless stream holds a live step at every position from its oldest to its newest
     g = np.flatnonzero(gapless)
     if len(g):
-        ends = np.stack([first[g], first[g] + lengths[g] - 1], axis=1)
-        slots = index.lookup(streams[g][:, None], ends)
-        ok[g] = (slots >= 0).all(1)
+        sg = streams[g]
+        ok[g] = (first[g] >= index.oldest_t[sg]) & (first[g] + lengths[g] <= index.next_t[sg])
     rest = np.flatnonzero(~gapless)
     if len(rest):
         ln = lengths[rest]
@@ -170,14 +204,23 @@ def _info(index: EpisodeIndex, slots: np.ndarray) -> EpisodeInfo:
     ln = np.full(len(s), -1, np.int64)
     ln[is_open & attached] = index.cur_pos[st[is_open & attached]]
     end_fl = np.zeros(len(s), np.uint8)
-    # closed episodes: one forward scan per distinct episode, from its latest queried step
-    scan = np.flatnonzero(~is_open & attached)
+    closed_rows = np.flatnonzero(~is_open & attached)
+    gap_free = index.gapless(st[closed_rows])
+    complete_rows = np.zeros(len(s), bool)
+    # gapless streams: every position up to the stream's newest is live, so the first flagged
+    # step at or after the queried one is its episode's end, and the start's liveness is one test
+    g = closed_rows[gap_free]
+    if len(g):
+        g, heads, group = _by_episode(g, ep, t)
+        end_t, end_flags = _gapless_ends(index, st[heads], t[heads])
+        start_t = t[heads] - p[heads]
+        ln[g] = np.where(end_t >= 0, end_t - start_t + 1, -1)[group]
+        end_fl[g] = end_flags[group]
+        complete_rows[g] = ((end_t >= 0) & (start_t >= index.oldest_t[st[heads]]))[group]
+    # other streams: one forward scan per distinct episode, from its latest queried step
+    scan = closed_rows[~gap_free]
     if len(scan):
-        order = scan[np.lexsort((-t[scan], ep[scan]))]
-        first = np.ones(len(order), bool)
-        first[1:] = ep[order][1:] != ep[order][:-1]
-        heads = order[first]  # the latest queried step of each episode
-        group = np.cumsum(first) - 1
+        order, heads, group = _by_episode(scan, ep, t)
         end_t = _end_positions(index, st[heads], t[heads], ep[heads])
         start_t = t[heads] - p[heads]
         ep_len = np.where(end_t >= 0, end_t - start_t + 1, -1)
@@ -191,9 +234,8 @@ def _info(index: EpisodeIndex, slots: np.ndarray) -> EpisodeInfo:
             end_fl_heads[kk] = index.flags[end_slots]
             end_fl[order] = end_fl_heads[group]
             ok[kk] = _all_live(index, st[heads][kk], start_t[kk], ep_len[kk], ep[heads][kk])
-        complete_rows = np.zeros(len(s), bool)
         complete_rows[order] = ok[group]
-        complete[found] = complete_rows
+    complete[found] = complete_rows
     lengths[found] = ln
     terminated[found] = (end_fl & TERMINATED) != 0
     truncated[found] = ((end_fl & TRUNCATED) != 0) & ~terminated[found]
