@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import EpisodeError
-from .index import _DETACHED, TERMINATED, TRUNCATED, EpisodeIndex
+from .index import ENDS, TERMINATED, TRUNCATED, EpisodeIndex
 
 if TYPE_CHECKING:
     from ..table import Table
@@ -90,7 +90,7 @@ def _end_positions(index: EpisodeIndex, streams: np.ndarray, ts: np.ndarray, epi
         safe = np.where(live, slots, 0)
         mine = live & (index.episode_of[safe] == e[:, None])
         other = live & ~mine
-        flagged = mine & ((index.flags[safe] & (TERMINATED | TRUNCATED)) != 0)
+        flagged = mine & ((index.flags[safe] & ENDS) != 0)
         first_flag = np.where(flagged.any(1), flagged.argmax(1), width)
         first_stop = np.minimum(np.where(other.any(1), other.argmax(1), width),
                                 np.where((~inside).any(1), (~inside).argmax(1), width))
@@ -124,7 +124,7 @@ def _gapless_ends(index: EpisodeIndex, streams: np.ndarray, ts: np.ndarray) -> t
         c = cursor[todo]
         # a gapless stream's ring entries are exact for every position up to its newest
         slots = index.ring_window(streams[todo], c, width)
-        fl = np.where(c[:, None] + np.arange(width) < limit[todo][:, None], index.flags[slots], 0)
+        fl = np.where(c[:, None] + np.arange(width) < limit[todo][:, None], index.flags[slots] & ENDS, 0)
         flagged = fl != 0
         hit = flagged.any(1)
         at = flagged.argmax(1)  # the first flagged position (argmax of fl would prefer TRUNCATED = 2)
@@ -194,11 +194,12 @@ def _info(index: EpisodeIndex, slots: np.ndarray) -> EpisodeInfo:
     if len(s) == 0:
         return EpisodeInfo(found, streams, episodes, ts, pos, lengths, closed, complete, terminated, truncated,
                            is_last)
-    st, ep, t, p = index.stream_of[s], index.episode_of[s], index.t_of[s], index.pos_of[s]
+    st, t = index.stream_t(s)
+    ep, p = index.episode_of[s].astype(np.int64), index.pos_of[s].astype(np.int64)
     fl = index.flags[s]
     streams[found], episodes[found], ts[found], pos[found] = st, ep, t, p
-    is_last[found] = (fl & (TERMINATED | TRUNCATED)) != 0
-    attached = index.uid[s] != _DETACHED
+    is_last[found] = (fl & ENDS) != 0
+    attached = index.attached(s)
     is_open = index.cur_ep[st] == ep
     closed[found] = ~is_open
     ln = np.full(len(s), -1, np.int64)
@@ -231,7 +232,7 @@ def _info(index: EpisodeIndex, slots: np.ndarray) -> EpisodeInfo:
             kk = np.flatnonzero(known)
             end_slots = index.lookup(st[heads][kk], end_t[kk])
             end_fl_heads = np.zeros(len(heads), np.uint8)
-            end_fl_heads[kk] = index.flags[end_slots]
+            end_fl_heads[kk] = index.flags[end_slots] & ENDS
             end_fl[order] = end_fl_heads[group]
             ok[kk] = _all_live(index, st[heads][kk], start_t[kk], ep_len[kk], ep[heads][kk])
         complete_rows[order] = ok[group]
@@ -265,12 +266,12 @@ def episode_keys(table: "Table", keys: Any, positions: Any) -> np.ndarray:
             table._flush_pending()
         slots = table._index.lookup(keys)
         found = slots >= 0
-        found[found] = index.uid[slots[found]] != _DETACHED
+        found[found] = index.attached(slots[found])
         s = slots[found]
         if len(s) == 0:
             return out
-        st = index.stream_of[s]
-        target = index.t_of[s] - index.pos_of[s] + want[found]
+        st, t = index.stream_t(s)
+        target = t - index.pos_of[s] + want[found]
         inside = (want[found] >= 0) & (target < index.next_t[st])
         got = np.full(len(s), -1, np.int64)
         got[inside] = index.lookup(st[inside], target[inside])
