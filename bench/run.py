@@ -173,7 +173,7 @@ def markdown_table(wr: WorkloadResult) -> str:
         head = ["µs/call", "samples/s"]
     else:
         head = ["iterations/s", "µs/iteration"]
-    head.append("CPU µs/call")
+    head.append("CPU µs/iteration" if w.op == "per" else "CPU µs/call")
     mem_head = ["MB", "B/item", "x payload"]
     lines = [
         f"### {w.name}",
@@ -277,6 +277,42 @@ def rows_summary(results: list[WorkloadResult]) -> str:
         out += ["", f"Ratios > 1: {SUBJECT} is faster."
                 + (" sb3 is its uniform buffer (SB3 has no PER)." if op == "per_add_rows" else ""), "", ""]
     return "\n".join(out)
+
+
+#: Peers that are references, not libraries (left out of "the fastest peer").
+NOT_PEERS = {SUBJECT, "replaystore-numpy", "numpy", "numpy-sumtree"}
+
+
+def core_summary(results: list[WorkloadResult]) -> str:
+    """The other workloads side by side: µs per call of every peer, and replaystore's speed
+    relative to rlox, the fastest library peer and the NumPy reference ("" if none ran)."""
+    wrs = [wr for wr in results if wr.workload.op not in ("add_rows", "per_add_rows")]
+    if not wrs:
+        return ""
+    cpu = all(r.cpu_ops_per_s for wr in wrs for r in wr.results if r.status == "ok" and r.ops_per_s)
+    names = [p for p in PEER_NAMES if any(math.isfinite(_rate(wr, p, cpu)) for wr in wrs)]
+    head = [f"{n} µs" for n in names] + [f"{SUBJECT} / rlox", f"{SUBJECT} / fastest peer", f"{SUBJECT} / NumPy ref"]
+    lines = [
+        f"### Single adds, batch adds, samples, PER: {'CPU' if cpu else 'wall'} µs per call (PER: per iteration)",
+        "",
+        "| workload | " + " | ".join(head) + " |",
+        "|---|" + "---:|" * len(head),
+    ]
+    for wr in wrs:
+        subj = _rate(wr, SUBJECT, cpu)
+        peers = {n: _rate(wr, n, cpu) for n in names if n not in NOT_PEERS}
+        peers = {n: v for n, v in peers.items() if math.isfinite(v)}
+        best = max(peers, key=peers.__getitem__) if peers else None
+        cells = [_fmt_us(_rate(wr, n, cpu)) for n in names]
+        cells += [
+            _fmt_ratio(subj / _rate(wr, "rlox", cpu)),
+            f"{_fmt_ratio(subj / peers[best])} ({best})" if best else "-",
+            _fmt_ratio(subj / _rate(wr, REFERENCE[wr.workload.op], cpu)),
+        ]
+        lines.append(f"| {wr.workload.name} | " + " | ".join(cells) + " |")
+    lines += ["", f"Ratios > 1: {SUBJECT} is faster. The NumPy reference is `numpy` (uniform) or "
+              "`numpy-sumtree` (PER).", "", ""]
+    return "\n".join(lines)
 
 
 def memory_summary(results: list[WorkloadResult]) -> str:
@@ -407,7 +443,7 @@ def report(results: list[WorkloadResult], header: str) -> str:
     """The whole Markdown report: header, one table per workload, then the summaries."""
     parts = [header]
     parts += [markdown_table(wr) + "\n" for wr in results]
-    summary = rows_summary(results) + memory_summary(results)
+    summary = core_summary(results) + rows_summary(results) + memory_summary(results)
     if summary:
         parts += ["## Summary\n", summary]
     return "\n".join(parts)
