@@ -557,7 +557,9 @@ class EpisodeIndex(Selector):
         if self.ring_used + size > len(self.ring):
             self.ring_len[dropping] = 0
             total = int(self.ring_len.sum()) + size
-            new = np.full(max(1024, total + total // 4), -1, dtype=self._slot_dtype)  # 25% room for growth
+            # 25% room for growth, counting only the rings that can still grow
+            growable = int(self.ring_len[self.ring_len < self.ring_cap].sum()) + (size if size < self.ring_cap else 0)
+            new = np.full(max(1024, total + growable // 4), -1, dtype=self._slot_dtype)
             used = 0
             for s in np.flatnonzero(self.ring_len).tolist():
                 ln, off = int(self.ring_len[s]), int(self.ring_off[s])
