@@ -1,5 +1,10 @@
 """replaystore.rows: the compiled row copies and their NumPy fallback keep one contract."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -18,7 +23,24 @@ DTYPES = [np.float32, np.float64, np.int64, np.int32, np.int8, np.uint8, np.bool
 
 def test_the_compiled_version_is_built_here():
     # the README's install builds it (setup.py); the fallback exists for machines without a compiler
+    if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
+        pytest.skip("REPLAYSTORE_PURE_PYTHON is set")
     assert rows.COMPILED
+
+
+def test_the_core_behaves_the_same_on_the_pure_python_fallback():
+    """The table, ring and model tests, in a child process that cannot use the compiled module."""
+    if not rows.COMPILED:
+        pytest.skip("already running on the fallback")
+    env = dict(os.environ, REPLAYSTORE_PURE_PYTHON="1")
+    here = Path(__file__).parent
+    files = [str(here / f) for f in ("test_table.py", "test_ring.py", "test_table_model.py", "test_storage.py")]
+    probe = subprocess.run([sys.executable, "-c", "import replaystore.rows as r; print(r.COMPILED)"], env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert probe.stdout.strip() == "False", probe.stderr
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *files], env=env,
+                         capture_output=True, text=True, timeout=600, cwd=here.parent)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
 
 
 @pytest.mark.parametrize("impl", IMPLS, ids=IDS)

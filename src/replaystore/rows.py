@@ -19,10 +19,14 @@ Three functions, one contract in both versions (the compiled one is ``_rows.c``)
   together, prefetching ahead, so the cache misses overlap); with ``meta``/``meta_out`` it also
   does ``count_samples``. ``False`` (nothing written) when shapes, dtypes or slots do not fit.
 
-None of them locks: the table calls them under its lock. ``COMPILED`` says which version runs.
+None of them locks: the table calls them under its lock. ``COMPILED`` says which version runs;
+``REPLAYSTORE_PURE_PYTHON=1`` in the environment forces the NumPy one (the test suite runs the
+core tests both ways).
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -85,10 +89,12 @@ def _gather_rows_py(columns: tuple, slots: np.ndarray, outs: tuple, meta: np.nda
 
 
 try:
+    if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
+        raise ImportError("REPLAYSTORE_PURE_PYTHON is set")
     from ._rows import copy_rows, count_samples, fill_meta, gather_rows
 
     COMPILED = True
-except ImportError:  # not built (no compiler at install time): the same contract in NumPy
+except ImportError:  # not built (no compiler at install time), or refused: the same contract in NumPy
     copy_rows, fill_meta, count_samples, gather_rows = _copy_rows_py, _fill_meta_py, _count_samples_py, _gather_rows_py
     COMPILED = False
 
