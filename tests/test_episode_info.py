@@ -199,3 +199,19 @@ def test_against_a_reference_with_eviction_and_deletes():
             for p, k in enumerate(ep["keys"]):
                 want = k if k in live else -1
                 assert (t.episode_keys(src, p) == want).all()
+
+
+def test_checkpoint_keeps_what_episode_info_reports(tmp_path):
+    t = rs.Table(12, remover=rs.Fifo(), episodes=rs.Episodes())
+    t.add_episode(steps(5), stream=0)
+    t.extend_steps(steps(6), streams=np.array([1, 0, 1, 0, 1, 0]), terminated=np.array([0, 0, 0, 1, 0, 0], bool))
+    t.add_episode(steps(4), stream=2, terminated=False, truncated=True)  # evicts 3 steps of stream 0
+    keys = np.arange(-1, 20)
+    before = t.episode_info(keys)
+    t.save(tmp_path / "ck")
+    loaded = rs.Table.load(tmp_path / "ck")
+    after = loaded.episode_info(keys)
+    for name in before.__dataclass_fields__:
+        np.testing.assert_array_equal(getattr(before, name), getattr(after, name), err_msg=name)
+    np.testing.assert_array_equal(t.episode_keys(keys, 1), loaded.episode_keys(keys, 1))
+    assert before.found.sum() == 12 and before.truncated.sum() == 4
