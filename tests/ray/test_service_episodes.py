@@ -77,3 +77,16 @@ def test_prioritized_sequences_and_priority_updates_through_the_service(svc):
     s2 = c.sample_sequences(50, 3, burn_in=1, timeout=5)
     assert (s2.keys == 4).all() and (s2.data["id"] == np.arange(3, 7)).all()
     np.testing.assert_allclose(s2.probabilities, 1.0)
+
+
+def test_episode_info_and_keys_through_the_service(svc):
+    c = svc.table("ep")
+    keys = c.add_episode(steps([7000, 7001, 7002, 7003]), stream=None, terminated=False, truncated=True, timeout=5)
+    info = c.episode_info(np.append(keys, -5))
+    assert isinstance(info, rs.EpisodeInfo)
+    assert info.found.tolist() == [True] * 4 + [False]
+    assert info.positions[:4].tolist() == [0, 1, 2, 3] and (info.lengths[:4] == 4).all()
+    assert info.complete[:4].all() and info.truncated[:4].all() and info.is_last.tolist() == [0, 0, 0, 1, 0]
+    np.testing.assert_array_equal(c.episode_keys(keys, 3), np.full(4, keys[3]))
+    with pytest.raises(rs.EpisodeError):
+        c.episode_keys(keys, [0.5] * 4)

@@ -146,6 +146,17 @@ class ReplayClient:
         t = self._t(timeout)
         return self._call("sample_episodes", self.table_name, k, t, replace, op_timeout=t)
 
+    def episode_info(self, keys: Any) -> Any:
+        """Each key's place in its episode (an :class:`~replaystore.EpisodeInfo`; one Ray call).
+
+        See :meth:`replaystore.Table.episode_info`.
+        """
+        return self._call("episode_info", self.table_name, keys)
+
+    def episode_keys(self, keys: Any, positions: Any) -> np.ndarray:
+        """Keys of other steps of the keys' episodes. See :meth:`replaystore.Table.episode_keys`."""
+        return self._call("episode_keys", self.table_name, keys, positions)
+
     def iterate(self, batch_size: int, prefetch: int = 4, timeout: float | None = None,
                 max_batches: int | None = None) -> Iterator[Sample]:
         """Samples of ``batch_size``, with ``prefetch`` sample calls kept in flight.

@@ -404,6 +404,14 @@ class ReplayServer:
         return await self._blocking(lambda timeout: t.sample_episodes(k, timeout=timeout, replace=replace),
                                     timeout=timeout)
 
+    async def episode_info(self, table: str, keys: Any) -> Any:
+        """``Table.episode_info`` on ``table``."""
+        return self._episodic(table).episode_info(keys)
+
+    async def episode_keys(self, table: str, keys: Any, positions: Any) -> Any:
+        """``Table.episode_keys`` on ``table``."""
+        return self._episodic(table).episode_keys(keys, positions)
+
     async def update_priorities(self, table: str, keys: Any, priorities: Any) -> int:
         """``Table.update_priorities`` on ``table``."""
         t = self._table(table)
