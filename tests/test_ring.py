@@ -220,3 +220,30 @@ class RingAgainstExplicit(RuleBasedStateMachine):
 
 RingAgainstExplicit.TestCase.settings = settings(max_examples=80, stateful_step_count=30, deadline=None)
 test_ring_against_explicit = RingAgainstExplicit.TestCase
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_episodic_tables_run_in_ring_mode_until_a_delete(prioritized):
+    def make():
+        sampler = rs.Prioritized(0.6, 0.4) if prioritized else rs.Uniform()
+        return rs.Table(40, sampler=sampler, seed=2, episodes=rs.Episodes(max_streams=4, sequence_length=3))
+    t, ref = make(), explicit(make())
+    for table in (t, ref):
+        for step in range(60):  # 4 interleaved streams, episodes of 7 steps, through 40 slots
+            table.add_step({"obs": np.float32([step]), "reward": np.float32(1)}, stream=step % 4,
+                           terminated=(step // 4) % 7 == 6)
+    assert isinstance(t._index, RingIndex)
+    assert prioritized or t.sampler._set is None
+    assert sorted(t._episodes.live.contents().tolist()) == sorted(ref._episodes.live.contents().tolist())
+    for table in (t, ref):
+        table.delete([45])
+    assert isinstance(t._index, KeyIndex)
+    assert sorted(t._episodes.live.contents().tolist()) == sorted(ref._episodes.live.contents().tolist())
+    if not prioritized:
+        assert t._episodes.live is t.sampler._set
+    for table in (t, ref):
+        s = table.sample_sequences(16, 3)
+        keys = s.step_keys
+        assert (np.diff(keys, axis=1) == 4).all()  # consecutive steps of one stream, none crosses key 45
+        assert not np.isin(keys, [45]).any()
+    assert t.episode_info(t.keys()).positions.tolist() == ref.episode_info(ref.keys()).positions.tolist()

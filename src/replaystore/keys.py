@@ -191,3 +191,43 @@ class RingIndex:
         if len(live):
             index.assign(live, self.key_of_slot[live].copy())
         return index
+
+
+class RingLiveSet:
+    """The live slots of a :class:`RingIndex` with :class:`~replaystore.samplers.dense.DenseSet`'s
+    read interface, for the episode index while the table is in ring mode.
+
+    ``add``/``discard`` do nothing: the ring already knows (and the table leaves ring mode before
+    any removal that is not the oldest items, handing the episode index a real set).
+    """
+
+    items = pos = np.empty(0, dtype=np.int64)  # no arrays of its own (``EpisodeIndex.nbytes``)
+
+    def __init__(self, ring: RingIndex) -> None:
+        self.ring = ring
+
+    @property
+    def size(self) -> int:
+        """Number of live slots."""
+        return self.ring.size
+
+    def __len__(self) -> int:
+        return self.ring.size
+
+    def add(self, slots: np.ndarray) -> None:
+        """Nothing to do: the ring tracks its items."""
+
+    def discard(self, slots: np.ndarray) -> None:
+        """Nothing to do: the ring tracks its items."""
+
+    def contents(self) -> np.ndarray:
+        """The live slots, oldest first (a new array)."""
+        return self.ring.live_slots()
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` live slots uniformly with replacement."""
+        return self.ring.sample(n, rng)
+
+    def choose_distinct(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n <= size`` distinct live slots uniformly without replacement."""
+        return self.ring.oldest(self.ring.size)[rng.choice(self.ring.size, size=n, replace=False)]

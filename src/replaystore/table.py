@@ -24,10 +24,11 @@ import numpy as np
 from .episodes import EpisodeIndex, Episodes
 from .errors import CapacityError, Closed, EpisodeError, InvalidArgument, InvalidPriority, SpecError, Timeout
 from .items import Sample
-from .keys import KeyIndex, RingIndex
+from .keys import KeyIndex, RingIndex, RingLiveSet
 from .limiters import MinSize, Queue, RateLimiter, Stack
 from .rows import copy_rows, count_samples, fill_meta
 from .samplers import Fifo, Lifo, Selector, Uniform
+from .samplers.dense import DenseSet
 from .staging import AddStager
 from .storage import ColumnStorage, MemmapColumnStorage, ObjectStorage, Storage
 
@@ -144,9 +145,12 @@ class Table:
         self._index: KeyIndex | RingIndex
         self._free: np.ndarray | None = None
         self._nfree = capacity
-        if type(self.remover) is Fifo and self._episodes is None:
+        if type(self.remover) is Fifo:
             self._ring = self._index = RingIndex(capacity, self._meta[:, 0])
             self._selectors = tuple(sel for sel in self._selectors if not sel.follow(self._ring))
+            if self._episodes is not None:  # its set of live steps is the ring's too
+                self._episodes.live = self._episodes._shared_live = RingLiveSet(self._ring)
+                self._episodes._own_live = False
         else:
             self._index = KeyIndex(capacity, key_of_slot=self._meta[:, 0])
             self._free = np.arange(capacity - 1, -1, -1, dtype=np.int64)  # a stack; pops 0, 1, 2, ...
@@ -346,6 +350,15 @@ class Table:
             if sel not in self._selectors:
                 sel.unfollow(live, keys, self._priority[live])
         self._selectors = (self.sampler, self.remover)
+        if self._episodes is not None:
+            index = self._episodes
+            if type(self.sampler) is Uniform:  # share the sampler's new set, as a table built so would
+                index.live = index._shared_live = self.sampler._set
+                index._own_live = False
+            else:
+                index.live, index._shared_live, index._own_live = DenseSet(self.capacity), None, True
+                index.live.add(live)
+            self._selectors = (*self._selectors, index)
         self._ring = None
         self._plan = False
 
@@ -402,7 +415,8 @@ class Table:
         that never blocks inserts. ``None`` until the storage knows its spec.
         """
         storage = self.storage
-        if (self._ring is None or not isinstance(storage, ColumnStorage) or self.rate_limiter.max_diff < _NO_LIMIT
+        if (self._ring is None or self._episodes is not None or not isinstance(storage, ColumnStorage)
+                or self.rate_limiter.max_diff < _NO_LIMIT
                 or type(storage).write is not ColumnStorage.write
                 or type(storage).release is not Storage.release
                 or type(storage).evictions_needed is not Storage.evictions_needed):
