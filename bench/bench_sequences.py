@@ -9,6 +9,8 @@ Workloads (each peer gets the same steps, in its own native form, converted befo
 - ``seq_atari_stack``: the same from 100k frame-stacked steps (obs/next_obs uint8[4, 84, 84],
   replaystore's ``FrameStackStorage``: each frame stored once, stacks rebuilt on gather).
 - ``nstep``: n-step (n=3, gamma 0.99) sample of 256 from 1M small transitions (with next_obs).
+- ``nstep_vec``: the same from 8 interleaved environments (one row per environment per write:
+  replaystore streams, SB3 ``n_envs=8``; cpprb's ``Nstep`` takes one environment: not run).
 
 Episodes have lengths drawn uniformly from [150, 1500); 90% end terminated, 10% truncated.
 
@@ -108,6 +110,7 @@ class Steps:
     truncated: np.ndarray
     cols: dict[str, np.ndarray] = field(default_factory=dict)
     frames: np.ndarray | None = None  # pool of distinct frames (atari kinds)
+    envs: int = 1  # row i is a step of environment i % envs (n-step workloads)
 
     def chunk(self, lo: int, hi: int) -> dict[str, np.ndarray]:
         """Steps ``[lo, hi)`` as a dict of arrays (frames built from the pool on the fly)."""
@@ -322,9 +325,10 @@ def build_torchrl_cached_seq(steps: Steps, capacity: int) -> Callable[[], Any]:
 
 def build_replaystore_nstep(steps: Steps, capacity: int) -> Callable[[], Any]:
     t = _replaystore_table(capacity, "small", next_obs=True)
-    for _lo, _hi, c in steps.chunks():
+    for lo, hi, c in steps.chunks():
         term, trunc = c.pop("terminated"), c.pop("truncated")
-        t.extend_steps(c, streams=0, terminated=term, truncated=trunc)
+        streams = np.arange(lo, hi) % steps.envs if steps.envs > 1 else 0
+        t.extend_steps(c, streams=streams, terminated=term, truncated=trunc)
 
     def sample() -> Any:
         return t.sample_nstep(B_NSTEP, N_STEP, GAMMA)
@@ -339,17 +343,24 @@ def build_sb3_nstep(steps: Steps, capacity: int) -> Callable[[], Any]:
     obs_space = spaces.Box(-np.inf, np.inf, (OBS,), np.float32)
     act_space = spaces.Box(-1.0, 1.0, (ACT,), np.float32)
     np.random.seed(0)
-    rb = NStepReplayBuffer(capacity, obs_space, act_space, device="cpu", n_envs=1,
+    e = steps.envs
+    rb = NStepReplayBuffer(capacity, obs_space, act_space, device="cpu", n_envs=e,
                            n_steps=N_STEP, gamma=GAMMA)
-    # Setup only (untimed): write its arrays directly, as add() would have (the last `capacity`).
+    # Setup only (untimed): write its arrays directly, as add() would have (the last `capacity`
+    # rows; row i is environment i % e).
     first = steps.n - capacity
+    assert first % e == 0 and capacity % e == 0
     sl = slice(first, steps.n)
-    rb.observations[:, 0] = steps.cols["obs"][sl]
-    rb.next_observations[:, 0] = steps.cols["next_obs"][sl]
-    rb.actions[:, 0] = steps.cols["action"][sl]
-    rb.rewards[:, 0] = steps.cols["reward"][sl]
-    rb.dones[:, 0] = steps.terminated[sl] | steps.truncated[sl]
-    rb.timeouts[:, 0] = steps.truncated[sl]
+
+    def per_env(a: np.ndarray) -> np.ndarray:
+        return a[sl].reshape(capacity // e, e, *a.shape[1:])
+
+    rb.observations[:] = per_env(steps.cols["obs"])
+    rb.next_observations[:] = per_env(steps.cols["next_obs"])
+    rb.actions[:] = per_env(steps.cols["action"])
+    rb.rewards[:] = per_env(steps.cols["reward"])
+    rb.dones[:] = per_env(steps.terminated | steps.truncated)
+    rb.timeouts[:] = per_env(steps.truncated)
     rb.pos, rb.full = 0, True
 
     def sample() -> Any:
@@ -359,6 +370,8 @@ def build_sb3_nstep(steps: Steps, capacity: int) -> Callable[[], Any]:
 
 
 def build_cpprb_nstep(steps: Steps, capacity: int) -> Callable[[], Any]:
+    if steps.envs > 1:
+        raise Skip("cpprb's Nstep sums returns over consecutive adds of one environment")
     import cpprb
 
     env = {"obs": {"shape": OBS}, "action": {"shape": ACT}, "reward": {}, "next_obs": {"shape": OBS},
@@ -387,19 +400,20 @@ def build_numpy_nstep(steps: Steps, capacity: int) -> Callable[[], Any]:
     cols = {k: np.array(v[first:]) for k, v in steps.cols.items()}  # own copies
     term = steps.terminated[first:].copy()
     end = term | steps.truncated[first:]
-    end[-1] = True  # the newest step: nothing after it
+    end[-steps.envs:] = True  # the newest step of each environment: nothing after it
     rng = np.random.default_rng(0)
     offs = np.arange(N_STEP)
     disc = GAMMA ** offs
+    stride = offs * steps.envs  # rows of one environment are envs apart
 
     def sample() -> dict[str, np.ndarray]:
         idx = rng.integers(0, capacity, B_NSTEP)
-        rows = np.minimum(idx[:, None] + offs, capacity - 1)
+        rows = np.minimum(idx[:, None] + stride, capacity - 1)
         e = end[rows]
         stop = np.where(e.any(1), e.argmax(1), N_STEP - 1)  # last step used
         mask = offs <= stop[:, None]
         ret = (cols["reward"][rows] * disc * mask).sum(1)
-        last = idx + stop
+        last = idx + stop * steps.envs
         done = term[last]
         out = {k: np.take(v, idx, axis=0) for k, v in cols.items() if k != "next_obs"}
         out["returns"] = ret
@@ -614,10 +628,15 @@ def main() -> None:
         run("seq_atari_stack", f"32 x (40 + 80) steps from {atari:,} steps of uint8[4, 84, 84] stacks "
             "(obs and next_obs)", s, atari, SEQ_IMPLS, args.repeats, args.seconds)
         del s
-    if want("nstep"):
+    if want("nstep") or want("nstep_vec"):
         s = make_steps(big + big // 10, "small", next_obs=True)
-        run("nstep", f"n-step (n=3, gamma 0.99) sample of 256 from {big:,} small transitions", s, big,
-            NSTEP_IMPLS, args.repeats, args.seconds)
+        if want("nstep"):
+            run("nstep", f"n-step (n=3, gamma 0.99) sample of 256 from {big:,} small transitions", s, big,
+                NSTEP_IMPLS, args.repeats, args.seconds)
+        if want("nstep_vec"):
+            s.envs = 8
+            run("nstep_vec", f"n-step (n=3, gamma 0.99) sample of 256 from {big:,} small transitions of 8 "
+                "interleaved environments", s, big, NSTEP_IMPLS, args.repeats, args.seconds)
     print("done")
 
 
