@@ -194,10 +194,9 @@ class RingIndex:
 
 
 class RingLiveSet:
-    """The live slots of a :class:`RingIndex` with :class:`~replaystore.samplers.dense.DenseSet`'s
-    read interface, for the episode index while the table is in ring mode.
+    """A :class:`RingIndex`'s live slots behind ``DenseSet``'s interface (for the episode index).
 
-    ``add``/``discard`` do nothing: the ring already knows (and the table leaves ring mode before
+    The episode index reads its live steps from it while the table is in ring mode. ``add``/``discard`` do nothing: the ring already knows (and the table leaves ring mode before
     any removal that is not the oldest items, handing the episode index a real set).
     """
 
