@@ -196,7 +196,8 @@ class RingIndex:
 class RingLiveSet:
     """A :class:`RingIndex`'s live slots behind ``DenseSet``'s interface (for the episode index).
 
-    The episode index reads its live steps from it while the table is in ring mode. ``add``/``discard`` do nothing: the ring already knows (and the table leaves ring mode before
+    The episode index reads its live steps from it while the table is in ring mode.
+    ``add``/``discard`` do nothing: the ring already knows (and the table leaves ring mode before
     any removal that is not the oldest items, handing the episode index a real set).
     """
 
