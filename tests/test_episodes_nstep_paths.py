@@ -265,3 +265,27 @@ def test_episode_ids_and_positions_past_int32_widen_the_arrays():
     s = t.sample_nstep(64, 3, 0.9)
     assert s.episodes.dtype == np.int64 and set(s.episodes.tolist()) <= {0, big, big + 1}
     assert (s.steps[s.episodes == big + 1] >= 1).all()
+
+
+def test_a_stream_reaching_position_2_40_is_refused_and_nothing_changes():
+    t = rs.Table(10, remover=rs.Fifo(), episodes=rs.Episodes(next_obs_field="next_obs"), seed=0)
+    idx = t._episodes
+
+    def rows(ids):
+        ids = np.asarray(ids)
+        return {"obs": ids.astype(np.float32), "next_obs": ids + 0.5, "reward": np.ones(len(ids))}
+
+    t.extend_steps(rows([0, 1]), streams=[0, 1])
+    limit = 1 << 40
+    idx.next_t[0] = limit - 3  # as if stream 0 had written 2**40 - 3 steps
+    idx.written = limit - 3
+    keys = t.extend_steps(rows([2, 3]), streams=0)  # positions 2**40 - 3 and - 2: the last ones allowed
+    assert idx.positions(t._index.lookup(keys)).tolist() == [limit - 3, limit - 2]
+    before = (t.keys().tolist(), t.stats()["inserts"], idx.next_t.tolist(), idx.written)
+    for call in (lambda: t.extend_steps(rows([4]), streams=0),
+                 lambda: t.extend_steps(rows([4, 5]), streams=[1, 0]),
+                 lambda: t.add_step({k: v[0] for k, v in rows([4]).items()}, stream=0)):
+        with pytest.raises(rs.EpisodeError, match="below 2\\*\\*40 - 1"):
+            call()
+        assert (t.keys().tolist(), t.stats()["inserts"], idx.next_t.tolist(), idx.written) == before
+    assert len(t.extend_steps(rows([6, 7]), streams=1)) == 2  # other streams go on

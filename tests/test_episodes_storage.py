@@ -90,7 +90,8 @@ def _resign(ck):
     return m
 
 
-@pytest.mark.parametrize("edit", ["t_beyond_stream", "unknown_stream", "bad_flags", "bad_config", "missing_file"])
+@pytest.mark.parametrize("edit", ["t_beyond_stream", "unknown_stream", "bad_flags", "bad_config", "missing_file",
+                                  "next_t_beyond_ids"])
 def test_inconsistent_episode_state_in_a_checkpoint_is_a_checkpoint_error(tmp_path, edit):
     t = rs.Table(64, episodes=rs.Episodes(), seed=0)
     t.extend_steps(steps(np.arange(10)), streams=[0, 1] * 5)
@@ -111,6 +112,10 @@ def test_inconsistent_episode_state_in_a_checkpoint_is_a_checkpoint_error(tmp_pa
     elif edit == "bad_config":
         m = json.loads((ck / "manifest.json").read_text())
         m["episodes"]["config"]["burn_in"] = -3
+        (ck / "manifest.json").write_text(json.dumps(m))
+    elif edit == "next_t_beyond_ids":  # positions past 2**40 - 1 do not fit the per-slot id
+        m = json.loads((ck / "manifest.json").read_text())
+        m["episodes"]["streams"]["next_t"][0] = 1 << 40
         (ck / "manifest.json").write_text(json.dumps(m))
     else:
         (ck / "episodes_pos.npy").unlink()

@@ -129,6 +129,7 @@ class EpisodeIndex(Selector):
         self.ring = np.full(1024, -1, dtype=self._slot_dtype)
         self.ring_used = 0
         self._streams_alloc(self.options.max_streams or 8)
+        self.written = int(self.next_t.max())  # grows by every plan's rows: bounds every stream's next position
 
     def _streams_alloc(self, n: int) -> None:
         old = getattr(self, "next_t", None)
@@ -194,11 +195,29 @@ class EpisodeIndex(Selector):
 
     # -- plans ----------------------------------------------------------------------------------------
     def begin(self, plan: StepPlan) -> None:
-        """Register ``plan`` for the calling thread's next insert."""
-        top = int(plan.streams[0] if plan.same_stream else plan.streams.max()) if len(plan.streams) else 0
+        """Register ``plan`` for the calling thread's next insert.
+
+        Raises :class:`EpisodeError` (nothing changed) when a stream would reach position
+        ``2**40 - 1`` (the per-slot id's limit; that position marks restored detached steps).
+        """
+        n = len(plan.streams)
+        self.written += n  # an upper bound of every stream's next position (plans that fail count too)
+        if self.written > _T_MASK:
+            self._check_positions(plan)
+        top = int(plan.streams[0] if plan.same_stream else plan.streams.max()) if n else 0
         if top >= self.n_streams:
             self._streams_alloc(min(self.options.stream_limit, _pow2_at_least(top + 1)))
         self._pending[threading.get_ident()] = plan
+
+    def _check_positions(self, plan: StepPlan) -> None:
+        known = plan.streams[plan.streams < self.n_streams]
+        if len(known):
+            us, counts = np.unique(known, return_counts=True)
+            worst = int((self.next_t[us] + counts).max())
+            if worst > _T_MASK:
+                self.written -= len(plan.streams)
+                raise EpisodeError(f"a stream would reach position {worst - 1}: positions must stay below "
+                                   "2**40 - 1 per stream (write to a new stream id)")
 
     def end(self) -> StepPlan | None:
         """Forget the calling thread's plan (after its insert returned or raised)."""
@@ -611,7 +630,8 @@ class EpisodeIndex(Selector):
         if not (ids.ndim == 1 and nxt.shape == cur_ep.shape == cur_pos.shape == ids.shape):
             raise ValueError("episode stream state has inconsistent lengths")
         if len(ids) and (ids.min() < 0 or ids.max() >= limit or len(np.unique(ids)) != len(ids)
-                         or (nxt < 1).any() or (cur_pos < 0).any() or (cur_ep >= next_episode).any()):
+                         or (nxt < 1).any() or (nxt > _T_MASK).any() or (cur_pos < 0).any()
+                         or (cur_ep >= next_episode).any()):
             raise ValueError("episode stream state is out of range")
         if len(st):
             if st.min() < 0 or st.max() >= limit or not np.isin(st, ids).all():
@@ -627,6 +647,7 @@ class EpisodeIndex(Selector):
             if top_id >= self.n_streams:
                 self._streams_alloc(_pow2_at_least(top_id + 1))
             self.next_t[ids], self.cur_ep[ids], self.cur_pos[ids] = nxt, cur_ep, cur_pos
+            self.written = int(nxt.max())
         self.next_episode = next_episode
         plan = StepPlan(st.astype(np.int64), np.zeros(len(st), bool), np.zeros(len(st), bool),
                         rows=(st.astype(np.int64), t.astype(np.int64), ep.astype(np.int64),
