@@ -247,3 +247,22 @@ def test_episodic_tables_run_in_ring_mode_until_a_delete(prioritized):
         assert (np.diff(keys, axis=1) == 4).all()  # consecutive steps of one stream, none crosses key 45
         assert not np.isin(keys, [45]).any()
     assert t.episode_info(t.keys()).positions.tolist() == ref.episode_info(ref.keys()).positions.tolist()
+
+
+def test_fast_paths_respect_a_rate_limiter():
+    limiter = rs.SampleToInsertRatio(samples_per_insert=1.0, min_size_to_sample=1, error_buffer=(0, 4))
+    t = rs.Table(100, rate_limiter=limiter, seed=0)
+    t.extend(rows(2))
+    t.extend(rows(2, 2))
+    assert t._plan  # the fast path is on for this table
+    before = (t.stats(), t.keys().tolist())
+    with pytest.raises(rs.Timeout):
+        t.extend(rows(2, 4), timeout=0.05)  # 6 inserts, 0 samples: over the error buffer
+    with pytest.raises(rs.Timeout):
+        t.add({"x": np.zeros(3, np.float32), "y": 1}, timeout=0.05)
+    after = t.stats()
+    assert {k: v for k, v in after.items() if k != "insert_blocked_s"} == \
+        {k: v for k, v in before[0].items() if k != "insert_blocked_s"}
+    assert t.keys().tolist() == before[1]
+    t.sample(4)
+    assert t.extend(rows(2, 4)).tolist() == [4, 5]

@@ -411,12 +411,12 @@ class Table:
         """What the ring fast paths need, or False when they cannot apply to this table.
 
         They apply in ring mode to flat columns written by :class:`ColumnStorage`'s own ``write``
-        (plain or memory-mapped columns: no frame rings, no compression), with a rate limiter
-        that never blocks inserts. ``None`` until the storage knows its spec.
+        (plain or memory-mapped columns: no frame rings, no compression). A rate limiter that
+        would block the insert sends it to the general path (which waits). ``None`` until the
+        storage knows its spec.
         """
         storage = self.storage
         if (self._ring is None or self._episodes is not None or not isinstance(storage, ColumnStorage)
-                or self.rate_limiter.max_diff < _NO_LIMIT
                 or type(storage).write is not ColumnStorage.write
                 or type(storage).release is not Storage.release
                 or type(storage).evictions_needed is not Storage.evictions_needed):
@@ -446,8 +446,13 @@ class Table:
         ring, cap = self._ring, self.capacity
         first = self._next_key
         start = (first - ring.base) % cap
-        if n == 0 or start + n > cap or not copy_rows(plan[1], sources, start, n, True):
+        if n == 0 or start + n > cap:
             return None  # (a batch that wraps around takes the general path)
+        limiter = self.rate_limiter
+        if limiter.max_diff < _NO_LIMIT and not limiter.can_insert(n):
+            return None  # the general path waits (or raises) as the limiter says
+        if not copy_rows(plan[1], sources, start, n, True):
+            return None
         self._ring_commit(start, n, self.max_priority, self.version)
         return np.arange(first, first + n, dtype=np.int64)
 
@@ -541,6 +546,9 @@ class Table:
         elif type(version) is int and (self.max_staleness is None or version >= self.version - self.max_staleness):
             v = version
         else:
+            return -1
+        limiter = self.rate_limiter
+        if limiter.max_diff < _NO_LIMIT and not limiter.can_insert(1):
             return -1
         ring = self._ring
         key = self._next_key
