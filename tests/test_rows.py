@@ -218,3 +218,20 @@ def test_compiled_gather_matches_numpy_take(cap, slots, dtype, shape):
     assert np.array_equal(out[0], col.take(s, axis=0))
     _count_samples_py(meta2, s, mo2)
     assert np.array_equal(meta, meta2) and np.array_equal(mo, mo2)
+
+
+ADDS = [("python", rows._add_row_py)] + ([("compiled", rows.add_row)] if rows.COMPILED else [])
+
+
+@pytest.mark.parametrize("impl", ADDS, ids=[a[0] for a in ADDS])
+def test_add_row_copies_one_item_and_its_metadata_or_nothing(impl):
+    _, add_row = impl
+    cols = (np.zeros((5, 2), np.float32), np.zeros(5, np.int64))
+    meta = np.zeros((5, 4), np.int64)
+    assert add_row(cols, (np.ones(2, np.float32), 7), 3, meta, 42, 9, 0.5)
+    assert cols[0][3].tolist() == [1, 1] and cols[1][3] == 7
+    assert meta[3, :3].tolist() == [42, 0, 9] and meta.view(np.float64)[3, 3] == 0.5
+    before = [c.copy() for c in cols], meta.copy()
+    assert add_row(cols, (np.ones(2, np.float64), 7), 1, meta, 43, 9, 0.5) is False  # wrong dtype
+    assert add_row(cols, (np.ones(2, np.float32), 7.5), 1, meta, 43, 9, 0.5) is False  # float into int
+    assert all(np.array_equal(a, b) for a, b in zip(cols, before[0])) and np.array_equal(meta, before[1])

@@ -127,18 +127,14 @@ release_plans(FieldPlan *plans, Py_ssize_t k)
  *   nothing, when any source does not match exactly (or is not C-contiguous) or the rows are out
  *   of range; True when every field was copied.
  */
-static PyObject *
-copy_rows(PyObject *self, PyObject *args)
+static int
+copy_rows_impl(PyObject *columns, PyObject *sources, Py_ssize_t start, Py_ssize_t n, int batched)
 {
-    PyObject *columns, *sources;
-    Py_ssize_t start, n;
-    int batched;
-    if (!PyArg_ParseTuple(args, "O!O!nnp", &PyTuple_Type, &columns, &PyTuple_Type, &sources, &start, &n,
-                          &batched))
-        return NULL;
+    if (!PyTuple_Check(columns) || !PyTuple_Check(sources))
+        return 0;
     Py_ssize_t k = PyTuple_GET_SIZE(columns);
     if (k != PyTuple_GET_SIZE(sources) || k > MAX_FIELDS || n < 0 || (!batched && n != 1))
-        Py_RETURN_FALSE;
+        return 0;
     FieldPlan plans[MAX_FIELDS];
     Py_ssize_t done = 0;
     int ok = 1;
@@ -207,7 +203,19 @@ copy_rows(PyObject *self, PyObject *args)
         }
     }
     release_plans(plans, done);
-    if (ok)
+    return ok;
+}
+
+static PyObject *
+copy_rows(PyObject *self, PyObject *args)
+{
+    PyObject *columns, *sources;
+    Py_ssize_t start, n;
+    int batched;
+    if (!PyArg_ParseTuple(args, "O!O!nnp", &PyTuple_Type, &columns, &PyTuple_Type, &sources, &start, &n,
+                          &batched))
+        return NULL;
+    if (copy_rows_impl(columns, sources, start, n, batched))
         Py_RETURN_TRUE;
     Py_RETURN_FALSE;
 }
@@ -434,6 +442,44 @@ gather_rows(PyObject *self, PyObject *args)
     Py_RETURN_FALSE;
 }
 
+/* add_row(columns, sources, start, meta, key, version, priority) -> bool
+ *
+ * copy_rows(columns, sources, start, 1, False) and, when it copied, fill_meta(meta, start, 1,
+ * key, version, priority): one call for a single add. False: nothing written.
+ */
+static PyObject *
+add_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "add_row takes 7 arguments");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[2]);
+    long long key = PyLong_AsLongLong(args[4]);
+    long long version = PyLong_AsLongLong(args[5]);
+    double priority = PyFloat_AsDouble(args[6]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!copy_rows_impl(args[0], args[1], start, 1, 0))
+        Py_RETURN_FALSE;
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[3], &b, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0)
+        return NULL;
+    if (b.ndim != 2 || b.shape[1] != 4 || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0
+        || start >= b.shape[0]) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "add_row: meta must be a C-contiguous (capacity, 4) int64 array");
+        return NULL;
+    }
+    int64_t *row = (int64_t *)b.buf + 4 * start;
+    row[0] = (int64_t)key;
+    row[1] = 0;
+    row[2] = (int64_t)version;
+    memcpy(row + 3, &priority, 8);
+    PyBuffer_Release(&b);
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"copy_rows", copy_rows, METH_VARARGS,
      "copy_rows(columns, sources, start, n, batched) -> bool: copy matching rows, or write nothing."},
@@ -441,6 +487,8 @@ static PyMethodDef methods[] = {
      "fill_meta(meta, start, n, first_key, version, priority): metadata rows of new items."},
     {"count_samples", count_samples, METH_VARARGS,
      "count_samples(meta, slots, out): count a sample of slots and gather their metadata rows."},
+    {"add_row", (PyCFunction)(void (*)(void))add_row, METH_FASTCALL,
+     "add_row(columns, sources, start, meta, key, version, priority) -> bool: one item and its metadata."},
     {"gather_rows", gather_rows, METH_VARARGS,
      "gather_rows(columns, slots, outs) -> bool: rows of every column at slots, cache misses overlapped."},
     {NULL, NULL, 0, NULL},

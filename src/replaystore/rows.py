@@ -11,6 +11,8 @@ Three functions, one contract in both versions (the compiled one is ``_rows.c``)
   C-contiguous are refused too (the general path copies them).
 - ``fill_meta(meta, start, n, first_key, version, priority)``: rows ``start .. start + n - 1`` of
   a table's ``(capacity, 4)`` int64 metadata become ``(first_key + i, 0, version, priority bits)``.
+- ``add_row(columns, sources, start, meta, key, version, priority) -> bool``: ``copy_rows`` of
+  one item and, if it copied, ``fill_meta`` of its row: one call per single add.
 - ``count_samples(meta, slots, out)``: add one to ``times_sampled`` of each slot (a repeated slot
   counts each time) and gather the slots' rows (with the new counts) into ``out``.
 
@@ -69,6 +71,14 @@ def _fill_meta_py(meta: np.ndarray, start: int, n: int, first_key: int, version:
     rows.view(np.float64)[:, 3] = priority
 
 
+def _add_row_py(columns: tuple, sources: tuple, start: int, meta: np.ndarray, key: int, version: int,
+                priority: float) -> bool:
+    if not _copy_rows_py(columns, sources, start, 1, False):
+        return False
+    _fill_meta_py(meta, start, 1, key, version, priority)
+    return True
+
+
 def _count_samples_py(meta: np.ndarray, slots: np.ndarray, out: np.ndarray) -> None:
     np.add.at(meta[:, 1], slots, 1)
     np.take(meta, slots, axis=0, out=out, mode="clip")  # slots are in range; "raise" would buffer out
@@ -91,11 +101,12 @@ def _gather_rows_py(columns: tuple, slots: np.ndarray, outs: tuple, meta: np.nda
 try:
     if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
         raise ImportError("REPLAYSTORE_PURE_PYTHON is set")
-    from ._rows import copy_rows, count_samples, fill_meta, gather_rows
+    from ._rows import add_row, copy_rows, count_samples, fill_meta, gather_rows
 
     COMPILED = True
 except ImportError:  # not built (no compiler at install time), or refused: the same contract in NumPy
     copy_rows, fill_meta, count_samples, gather_rows = _copy_rows_py, _fill_meta_py, _count_samples_py, _gather_rows_py
+    add_row = _add_row_py
     COMPILED = False
 
-__all__ = ["COMPILED", "copy_rows", "count_samples", "fill_meta", "gather_rows"]
+__all__ = ["COMPILED", "add_row", "copy_rows", "count_samples", "fill_meta", "gather_rows"]

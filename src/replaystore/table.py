@@ -26,7 +26,7 @@ from .errors import CapacityError, Closed, EpisodeError, InvalidArgument, Invali
 from .items import Sample
 from .keys import KeyIndex, RingIndex, RingLiveSet
 from .limiters import MinSize, Queue, RateLimiter, Stack
-from .rows import copy_rows, count_samples, fill_meta
+from .rows import add_row, copy_rows, count_samples, fill_meta
 from .samplers import Fifo, Lifo, Selector, Uniform
 from .samplers.dense import DenseSet
 from .staging import AddStager
@@ -552,12 +552,28 @@ class Table:
             return -1
         ring = self._ring
         key = self._next_key
-        start = (key - ring.base) % self.capacity
-        if not copy_rows(plan[1], plan[2](item), start, 1, False):
+        cap = self.capacity
+        if not add_row(plan[1], plan[2](item), (key - ring.base) % cap, self._meta, key, v, p):
             return -1
-        self._ring_commit(start, 1, p, v)
+        # _ring_commit for one item, unrolled (this is the whole cost of an add beyond the copy)
+        ring.hi = self._next_key = key + 1
+        limiter.inserts += 1
+        counters = self._counters
+        counters["inserts"] += 1
+        if self._size == cap:  # the oldest item's slot was taken
+            ring.lo += 1
+            limiter.deletes += 1
+            counters["deletes"] += 1
+            counters["evictions"] += 1
+        else:
+            if self._size == 0:
+                ring.lo = key
+            self._size += 1
+            self._nfree -= 1
         if p > self.max_priority:
             self.max_priority = p
+        if self._waiting:
+            self._cond.notify_all()
         return key
 
     def _make_stager(self) -> None:
