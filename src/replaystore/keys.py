@@ -220,6 +220,9 @@ class RingLiveSet:
     def discard(self, slots: np.ndarray) -> None:
         """Nothing to do: the ring tracks its items."""
 
+    def clear(self) -> None:
+        """Nothing to do: the ring tracks its items."""
+
     def contents(self) -> np.ndarray:
         """The live slots, oldest first (a new array)."""
         return self.ring.live_slots()

@@ -151,6 +151,8 @@ class Table:
             if self._episodes is not None:  # its set of live steps is the ring's too
                 self._episodes.live = self._episodes._shared_live = RingLiveSet(self._ring)
                 self._episodes._own_live = False
+            if hasattr(self.sampler, "share_live"):  # Prioritized: likewise
+                self.sampler.share_live(RingLiveSet(self._ring))
         else:
             self._index = KeyIndex(capacity, key_of_slot=self._meta[:, 0])
             self._free = np.arange(capacity - 1, -1, -1, dtype=np.int64)  # a stack; pops 0, 1, 2, ...
@@ -349,6 +351,8 @@ class Table:
         for sel in (self.sampler, self.remover):
             if sel not in self._selectors:
                 sel.unfollow(live, keys, self._priority[live])
+        if hasattr(self.sampler, "share_live"):
+            self.sampler.share_live(None, live)
         self._selectors = (self.sampler, self.remover)
         if self._episodes is not None:
             index = self._episodes

@@ -60,6 +60,16 @@ class Prioritized(Selector):
         self._frontier = self._trees.frontier_for(capacity)
         self._live = DenseSet(capacity)  # for the all-zero fallback
 
+    def share_live(self, live, slots: np.ndarray | None = None) -> None:
+        """Read the live slots from ``live`` (a table in ring mode: its ``RingLiveSet``) instead
+        of keeping a set; ``live=None``: keep one again, holding ``slots``.
+        """
+        if live is not None:
+            self._live = live
+        else:
+            self._live = DenseSet(self.capacity)
+            self._live.add(slots)
+
     def _set(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         scaled = priorities if self.alpha == 1.0 else np.power(priorities, self.alpha)
         self._trees.update_both(self._sum, self._min, slots, scaled, self._frontier)
