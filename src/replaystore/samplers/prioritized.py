@@ -61,8 +61,10 @@ class Prioritized(Selector):
         self._live = DenseSet(capacity)  # for the all-zero fallback
 
     def share_live(self, live, slots: np.ndarray | None = None) -> None:
-        """Read the live slots from ``live`` (a table in ring mode: its ``RingLiveSet``) instead
-        of keeping a set; ``live=None``: keep one again, holding ``slots``.
+        """Read the live slots from ``live`` instead of keeping a set of its own.
+
+        A table in ring mode passes its ``RingLiveSet``; ``live=None`` (the table left ring mode):
+        keep a set again, holding ``slots``.
         """
         if live is not None:
             self._live = live
