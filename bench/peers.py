@@ -811,6 +811,15 @@ class ReplaystorePeer(Peer):
     supports = frozenset({"add_one", "add_batch", "sample", "per", "add_rows", "per_add_rows"})
     notes = {"per": "numba sum trees (the [fast] extra)"}
 
+    def version(self) -> str:
+        """The version, plus whether the optional C extension of the small-call path is loaded."""
+        base = Peer.version(self)
+        try:
+            rows = importlib.import_module("replaystore.rows")
+        except ImportError:  # a replaystore without the compiled row path
+            return base
+        return f"{base} ({'C ext' if getattr(rows, 'COMPILED', False) else 'no C ext'})"
+
     def make(self, params: WorkloadParams) -> Buffer:
         return ReplaystoreBuffer(params)
 
@@ -827,6 +836,7 @@ class ReplaystoreNumpyPeer(Peer):
     name = "replaystore-numpy"
     modules = ("replaystore",)
     dist = "replaystore"
+    version = ReplaystorePeer.version
     supports = frozenset({"per", "per_add_rows"})
     notes = {"per": "Prioritized(backend='numpy'): no numba",
              "per_add_rows": "Prioritized(backend='numpy'): no numba"}
