@@ -38,6 +38,7 @@ from .samplers import Fifo, Uniform
 from .table import Table
 
 STRATEGIES = ("future", "final", "episode")
+_NO_EPISODE = "no finished episode yet: sample after the first episode ends (learning_starts > the longest episode)"
 
 #: ``compute_reward(achieved_goal (B, ...), desired_goal (B, ...), infos (list of B dicts | None))``
 RewardFn = Callable[[np.ndarray, np.ndarray, Any], np.ndarray]
@@ -239,39 +240,21 @@ class HindsightReplay:
         return open_
 
     # -- SB3's bookkeeping arrays, read from the table's episode index -----------------------------
-    def _ring_info(self) -> tuple[np.ndarray, Any]:
+    def _ring(self, name: str) -> np.ndarray:
+        """A fresh (capacity, n_streams) array of SB3's ``dones``/``timeouts``/``ep_start``/``ep_length``."""
         live = self.slot_key >= 0
-        return live, self.table.episode_info(self.slot_key[live])
-
-    def _ring_array(self, values: np.ndarray, live: np.ndarray, dtype: Any) -> np.ndarray:
-        out = np.zeros(self.slot_key.shape, dtype)
+        info = self.table.episode_info(self.slot_key[live])
+        values = {"dones": info.is_last, "timeouts": info.is_last & info.truncated,
+                  "ep_start": (np.nonzero(live)[0] - info.positions) % self.capacity,
+                  "ep_length": np.where(info.complete, info.lengths, 0)}[name]  # SB3: 0 unless sampleable
+        out = np.zeros(self.slot_key.shape, np.float32 if name in ("dones", "timeouts") else np.int64)
         out[live] = values
         return out
 
-    @property
-    def dones(self) -> np.ndarray:
-        """float32 (capacity, n_streams): 1 on the last step of an ended episode (a fresh array)."""
-        live, info = self._ring_info()
-        return self._ring_array(info.is_last, live, np.float32)
-
-    @property
-    def timeouts(self) -> np.ndarray:
-        """float32 (capacity, n_streams): 1 on the last step of a truncated episode (a fresh array)."""
-        live, info = self._ring_info()
-        return self._ring_array(info.is_last & info.truncated, live, np.float32)
-
-    @property
-    def ep_start(self) -> np.ndarray:
-        """int64 (capacity, n_streams): ring position of each step's episode start (SB3's layout)."""
-        live, info = self._ring_info()
-        rows = np.nonzero(live)[0]
-        return self._ring_array((rows - info.positions) % self.capacity, live, np.int64)
-
-    @property
-    def ep_length(self) -> np.ndarray:
-        """int64 (capacity, n_streams): episode length on steps of complete episodes, else 0 (SB3's rule)."""
-        live, info = self._ring_info()
-        return self._ring_array(np.where(info.complete, info.lengths, 0), live, np.int64)
+    dones = property(lambda self: self._ring("dones"), doc="float32: 1 on the last step of an ended episode.")
+    timeouts = property(lambda self: self._ring("timeouts"), doc="float32: 1 on the last step of a truncation.")
+    ep_start = property(lambda self: self._ring("ep_start"), doc="int64: ring position of each episode's start.")
+    ep_length = property(lambda self: self._ring("ep_length"), doc="int64: length on complete episodes, else 0.")
 
     @property
     def open_length(self) -> np.ndarray:
@@ -296,8 +279,7 @@ class HindsightReplay:
         """
         stored = (self.capacity if self.full else self.pos) * self.n_streams
         if stored == 0:
-            raise NoCompleteEpisode("no finished episode yet: sample after the first episode ends "
-                                    "(e.g. learning_starts > the longest episode)")
+            raise NoCompleteEpisode(_NO_EPISODE)
         flat_keys = self.slot_key.reshape(-1)
         got: list[tuple[np.ndarray, ...]] = []
         need = batch_size
@@ -313,8 +295,7 @@ class HindsightReplay:
             info = self.table.episode_info(flat_keys[:stored])
             valid = np.flatnonzero(info.complete)
             if len(valid) == 0:
-                raise NoCompleteEpisode("no finished episode yet: sample after the first episode ends "
-                                        "(e.g. learning_starts > the longest episode)")
+                raise NoCompleteEpisode(_NO_EPISODE)
             pick = valid[self.rng.integers(0, len(valid), need)]
             got.append((pick, *self._fields(info, pick)))
         return tuple(np.concatenate(parts) for parts in zip(*got))
