@@ -289,3 +289,12 @@ def test_a_stream_reaching_position_2_40_is_refused_and_nothing_changes():
             call()
         assert (t.keys().tolist(), t.stats()["inserts"], idx.next_t.tolist(), idx.written) == before
     assert len(t.extend_steps(rows([6, 7]), streams=1)) == 2  # other streams go on
+
+
+def test_planners_take_an_empty_batch():
+    t = build(16, 20, 1, True, 0)
+    empty = np.empty(0, dtype=np.int64)
+    for plan in (nstep_mod.plan_nstep, nstep_mod.plan_runs, nstep_mod.plan_ring, nstep_mod.plan_checked):
+        for has_next in (True, False):
+            win, k, done, boot = plan(t._episodes, empty, N, has_next)
+            assert win.shape == (0, N) and k.shape == done.shape == boot.shape == (0,)

@@ -55,9 +55,10 @@ def plan_nstep(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bo
     episode terminated within them, and ``boot`` the slot whose next observation (or observation)
     is the bootstrap.
 
-    Three ways to the same result, cheapest first: :func:`plan_runs` (steps in consecutive slots),
-    :func:`plan_gapless` (gapless streams, through the ring without verification) and
-    :func:`plan_checked` (every position verified through the ring).
+    Three ways to the same result, cheapest first: :func:`plan_runs` (steps at a fixed slot
+    stride, verified by their ids), :func:`plan_gapless` (gapless streams, through the ring without
+    verification) and :func:`plan_checked` (every position verified through the ring). Not
+    thread-safe: the table calls it under its lock.
     """
     return plan_runs(index, starts, n, has_next_obs)
 
@@ -166,6 +167,8 @@ def plan_gapless(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: 
     a start at ``t >= oldest_t`` has the ``next_t - t`` live steps ``t, t + 1, ...`` ahead, read
     from its stream's ring without verifying any entry. The same result as :func:`plan_checked`.
     """
+    if len(starts) == 0:
+        return None
     st, t = index.stream_t(starts)
     nt = index.next_t[st]
     if not index.all_gapless():
