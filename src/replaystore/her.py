@@ -23,22 +23,17 @@ Building blocks, usable on their own: :func:`her_ratio`, :func:`goal_offsets`.
 from __future__ import annotations
 
 import copy
-import os
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .episodes import Episodes
 from .errors import ReplayError, SpecError
 from .samplers import Fifo, Uniform
 from .table import Table
 
 STRATEGIES = ("future", "final", "episode")
-_NO_EPISODE = "no finished episode yet: sample after the first episode ends (learning_starts > the longest episode)"
 
 #: ``compute_reward(achieved_goal (B, ...), desired_goal (B, ...), infos (list of B dicts | None))``
 RewardFn = Callable[[np.ndarray, np.ndarray, Any], np.ndarray]
@@ -119,11 +114,6 @@ class HerBatch:
 class HindsightReplay:
     """Goal-conditioned replay of ``n_streams`` interleaved streams with HER relabelling.
 
-    The steps live in an episodic :class:`~replaystore.Table` (``episodes=rs.Episodes()``, one
-    stream per environment, FIFO over ``capacity * n_streams`` steps); episode bounds come from the
-    table (:meth:`Table.episode_info`, :meth:`Table.episode_keys`). The buffer itself keeps only
-    SB3's ring layout (the key at each ``(position, stream)``) and, with ``copy_info``, the infos.
-
     Args:
         capacity: steps kept per stream (the table holds ``capacity * n_streams``).
         compute_reward: vectorised reward of (achieved goals, desired goals, infos).
@@ -135,9 +125,6 @@ class HindsightReplay:
 
     Not thread-safe: one writer and sampler at a time (wrap calls in a lock to share it).
     """
-
-    #: rejection rounds before the valid steps are listed exactly (few steps in finished episodes)
-    _ROUNDS = 3
 
     def __init__(
         self,
@@ -169,11 +156,17 @@ class HindsightReplay:
         self.pos = 0
         self.full = False
         self.slot_key = np.full(shape, -1, np.int64)  # table key of the step at (pos, stream)
+        self.dones = np.zeros(shape, np.float32)
+        self.timeouts = np.zeros(shape, np.float32)
+        self.ep_start = np.zeros(shape, np.int64)  # ring position of the episode's first step
+        self.ep_length = np.zeros(shape, np.int64)  # 0 while the episode is open or overwritten
+        self.current_ep_start = np.zeros(self.n_streams, np.int64)
+        self.open_length = np.zeros(self.n_streams, np.int64)  # steps of each stream's open episode
         self.infos = np.empty(shape, dtype=object) if self.copy_info else None
 
     def _new_table(self) -> Table:
         return Table(self.capacity * self.n_streams, sampler=Uniform(), remover=Fifo(), seed=self.seed,
-                     name="hindsight", episodes=Episodes(max_streams=self.n_streams))
+                     name="hindsight")
 
     # -- writing ----------------------------------------------------------------------------------
     def _rows(self, x: Any, what: str) -> np.ndarray:
@@ -195,9 +188,8 @@ class HindsightReplay:
         """Store one step per stream (arrays with ``n_streams`` rows); return their table keys.
 
         ``done`` ends the stream's episode (its steps become sampleable); ``timeout`` says the end
-        was a time limit (it only matters on a ``done`` step: the episode is then truncated, not
-        terminated). Raises :class:`SpecError` (nothing stored) on missing goal keys or a wrong
-        number of rows; the table's own spec checks apply to shapes and dtypes.
+        was a time limit. Raises :class:`SpecError` (nothing stored) on missing goal keys or a
+        wrong number of rows; the table's own spec checks apply to shapes and dtypes.
         """
         for name, o in (("obs", obs), ("next_obs", next_obs)):
             if not isinstance(o, Mapping) or "achieved_goal" not in o or "desired_goal" not in o:
@@ -213,122 +205,75 @@ class HindsightReplay:
                     else self._rows(np.asarray(timeout).reshape(-1), "timeout").astype(bool))
         if infos is not None and len(infos) != self.n_streams:
             raise SpecError(f"infos must have {self.n_streams} entries, got {len(infos)}")
-        # validates shapes/dtypes first and raises before any change; FIFO evicts the ring row at pos
-        keys = self.table.extend_steps(row, streams=np.arange(self.n_streams), terminated=done_ & ~timeout_,
-                                       truncated=done_ & timeout_)
+        keys = self.table.extend(row)  # validates shapes/dtypes first; raises before any change
         pos = self.pos
+        # episodes that the ring now overwrites at `pos` can no longer be sampled
+        for s in np.flatnonzero(self.ep_length[pos] > 0):
+            start, length = self.ep_start[pos, s], self.ep_length[pos, s]
+            idx = np.arange(start, start + length) % self.capacity
+            self.ep_length[idx, s] = 0
         self.slot_key[pos] = keys
+        self.dones[pos] = done_
+        self.timeouts[pos] = timeout_
+        self.ep_start[pos] = self.current_ep_start
+        self.ep_length[pos] = 0
         if self.infos is not None:
             self.infos[pos] = [copy.deepcopy(i) for i in infos] if infos is not None else [{}] * self.n_streams
         self.pos = (pos + 1) % self.capacity
         self.full = self.full or self.pos == 0
+        self.open_length += 1
+        for s in np.flatnonzero(done_):
+            self._close_episode(int(s))
         return keys
+
+    def _close_episode(self, stream: int) -> None:
+        length = int(self.open_length[stream])
+        if length <= self.capacity:  # else the ring overwrote its start: never sampled (SB3's rule)
+            idx = (self.current_ep_start[stream] + np.arange(length)) % self.capacity
+            self.ep_length[idx, stream] = length
+        self.current_ep_start[stream] = self.pos
+        self.open_length[stream] = 0
 
     def end_episodes(self, streams: Any = None, timeout: bool = True) -> np.ndarray:
         """End the open episodes of ``streams`` (all by default) at their last stored step.
 
-        The last step gets ``done = 1`` (``truncated`` when ``timeout``, so TD targets still
-        bootstrap; else ``terminated``); the episode becomes sampleable. Returns the streams that
-        had an open episode.
+        The last step gets ``done = 1`` (and ``timeout = 1`` when ``timeout``, so TD targets still
+        bootstrap); the episode becomes sampleable. Returns the streams that had an open episode.
         """
         streams = np.arange(self.n_streams) if streams is None else np.atleast_1d(np.asarray(streams))
         if streams.dtype.kind not in "iu" or ((streams < 0) | (streams >= self.n_streams)).any():
             raise HindsightError(f"streams must be ints in [0, {self.n_streams}), got {streams!r}")
         open_ = streams[self.open_length[streams] > 0]
-        if len(open_):
-            self.table.end_episode(open_.astype(np.int64), truncated=bool(timeout))
+        last = (self.pos - 1) % self.capacity
+        for s in open_:
+            self.dones[last, s] = 1.0
+            if timeout:
+                self.timeouts[last, s] = 1.0
+            self._close_episode(int(s))
         return open_
 
-    # -- SB3's bookkeeping arrays, read from the table's episode index -----------------------------
-    def _ring(self, name: str) -> np.ndarray:
-        """A fresh (capacity, n_streams) array of SB3's ``dones``/``timeouts``/``ep_start``/``ep_length``."""
-        live = self.slot_key >= 0
-        info = self.table.episode_info(self.slot_key[live])
-        values = {"dones": info.is_last, "timeouts": info.is_last & info.truncated,
-                  "ep_start": (np.nonzero(live)[0] - info.positions) % self.capacity,
-                  "ep_length": np.where(info.complete, info.lengths, 0)}[name]  # SB3: 0 unless sampleable
-        out = np.zeros(self.slot_key.shape, np.float32 if name in ("dones", "timeouts") else np.int64)
-        out[live] = values
-        return out
-
-    dones = property(lambda self: self._ring("dones"), doc="float32: 1 on the last step of an ended episode.")
-    timeouts = property(lambda self: self._ring("timeouts"), doc="float32: 1 on the last step of a truncation.")
-    ep_start = property(lambda self: self._ring("ep_start"), doc="int64: ring position of each episode's start.")
-    ep_length = property(lambda self: self._ring("ep_length"), doc="int64: length on complete episodes, else 0.")
-
-    @property
-    def open_length(self) -> np.ndarray:
-        """int64 (n_streams,): steps of each stream's open episode (0 when its last one ended)."""
-        if self.pos == 0 and not self.full:
-            return np.zeros(self.n_streams, np.int64)
-        info = self.table.episode_info(self.slot_key[(self.pos - 1) % self.capacity])
-        return np.where(info.found & ~info.closed, info.lengths, 0)
-
-    @property
-    def current_ep_start(self) -> np.ndarray:
-        """int64 (n_streams,): ring position where each stream's open episode started (SB3's)."""
-        return (self.pos - self.open_length) % self.capacity
-
     # -- sampling ---------------------------------------------------------------------------------
-    def _draw(self, batch_size: int) -> tuple[np.ndarray, ...]:
-        """Flat ring indices of ``batch_size`` steps of complete episodes; their positions, lengths, end flags.
-
-        Uniform over those steps: candidates are drawn uniformly from the stored steps and kept when
-        their episode is complete (rejection sampling); after a few rounds with too few kept, the
-        valid steps are listed exactly and the rest drawn from them.
-        """
-        stored = (self.capacity if self.full else self.pos) * self.n_streams
-        if stored == 0:
-            raise NoCompleteEpisode(_NO_EPISODE)
-        flat_keys = self.slot_key.reshape(-1)
-        got: list[tuple[np.ndarray, ...]] = []
-        need = batch_size
-        for _ in range(self._ROUNDS):
-            cand = self.rng.integers(0, stored, max(need + need // 2, 16))
-            info = self.table.episode_info(flat_keys[cand])
-            ok = np.flatnonzero(info.complete)[:need]
-            got.append((cand[ok], *self._fields(info, ok)))
-            need -= len(ok)
-            if need == 0:
-                break
-        if need:
-            info = self.table.episode_info(flat_keys[:stored])
-            valid = np.flatnonzero(info.complete)
-            if len(valid) == 0:
-                raise NoCompleteEpisode(_NO_EPISODE)
-            pick = valid[self.rng.integers(0, len(valid), need)]
-            got.append((pick, *self._fields(info, pick)))
-        return tuple(np.concatenate(parts) for parts in zip(*got))
-
-    @staticmethod
-    def _fields(info: Any, rows: np.ndarray) -> tuple[np.ndarray, ...]:
-        return info.positions[rows], info.lengths[rows], info.is_last[rows], info.truncated[rows]
-
     def sample_positions(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         """``batch_size`` (ring position, stream) pairs drawn uniformly from finished episodes."""
-        self._check_batch(batch_size)
-        flat = self._draw(int(batch_size))[0]
-        return np.divmod(flat, self.n_streams)
-
-    @staticmethod
-    def _check_batch(batch_size: Any) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise HindsightError(f"batch_size must be an int >= 1, got {batch_size!r}")
-
-    def _goals(self, keys: np.ndarray, position: np.ndarray, length: np.ndarray) -> np.ndarray:
-        offsets = goal_offsets(position, length, self.strategy, self.rng)
-        data, found = self.table.get(self.table.episode_keys(keys, offsets))
-        if not found.all():  # cannot happen for steps of complete episodes; fail loudly if it does
-            raise ReplayError("internal: a goal step of a sampleable episode is missing")
-        return data["next_obs"]["achieved_goal"]
+        valid = np.flatnonzero(self.ep_length > 0)
+        if len(valid) == 0:
+            raise NoCompleteEpisode("no finished episode yet: sample after the first episode ends "
+                                    "(e.g. learning_starts > the longest episode)")
+        flat = valid[self.rng.integers(0, len(valid), batch_size)]
+        return np.divmod(flat, self.n_streams)
 
     def goals_for(self, pos: np.ndarray, stream: np.ndarray) -> np.ndarray:
-        """New desired goals for the steps at ``(pos, stream)`` (of complete episodes) under the strategy."""
-        keys = self.slot_key[pos, stream]
-        info = self.table.episode_info(keys)
-        if not info.complete.all():
-            raise HindsightError("goals_for needs steps of finished, complete episodes (see sample_positions)")
-        return self._goals(keys, info.positions, info.lengths)
+        """New desired goals for the steps at ``(pos, stream)`` under the buffer's strategy."""
+        start = self.ep_start[pos, stream]
+        length = self.ep_length[pos, stream]
+        t = (pos - start) % self.capacity
+        g = (start + goal_offsets(t, length, self.strategy, self.rng)) % self.capacity
+        data, found = self.table.get(self.slot_key[g, stream])
+        if not found.all():  # cannot happen while the bookkeeping holds; fail loudly if it does
+            raise ReplayError("internal: a goal step of a sampleable episode is missing")
+        return data["next_obs"]["achieved_goal"]
 
     def sample(self, batch_size: int) -> HerBatch:
         """A batch: ``batch_size - int(her_ratio * batch_size)`` real rows, then relabelled ones.
@@ -336,9 +281,7 @@ class HindsightReplay:
         Raises :class:`NoCompleteEpisode` before the first episode ends, :class:`HindsightError` on
         a bad ``batch_size``. Rewards of relabelled rows come from ``compute_reward`` (one call).
         """
-        self._check_batch(batch_size)
-        flat, position, length, last, truncated = self._draw(int(batch_size))
-        pos, stream = np.divmod(flat, self.n_streams)
+        pos, stream = self.sample_positions(batch_size)
         n_virtual = int(self.her_ratio * batch_size)
         n_real = batch_size - n_virtual
         # real rows first, then virtual (SB3's order)
@@ -348,7 +291,8 @@ class HindsightReplay:
         reward = np.asarray(data["reward"], np.float32).copy()
         infos = list(self.infos[pos, stream]) if self.infos is not None else None
         if n_virtual:
-            goals = self._goals(keys[n_real:], position[n_real:], length[n_real:])
+            vpos, vstream = pos[n_real:], stream[n_real:]
+            goals = self.goals_for(vpos, vstream)
             obs["desired_goal"][n_real:] = goals
             next_obs["desired_goal"][n_real:] = goals
             vinfos = copy.deepcopy(infos[n_real:]) if infos is not None else [{} for _ in range(n_virtual)]
@@ -357,7 +301,7 @@ class HindsightReplay:
         relabelled = np.zeros(batch_size, bool)
         relabelled[n_real:] = True
         return HerBatch(obs=obs, next_obs=next_obs, action=data["action"], reward=reward,
-                        done=last.astype(np.float32), timeout=(last & truncated).astype(np.float32),
+                        done=self.dones[pos, stream].copy(), timeout=self.timeouts[pos, stream].copy(),
                         relabelled=relabelled, keys=keys, infos=infos)
 
     # -- views ------------------------------------------------------------------------------------
@@ -381,33 +325,38 @@ class HindsightReplay:
         return out
 
     def clear(self) -> None:
-        """Forget every step and episode (open episodes too: the next step of a stream starts one)."""
-        self.table.close()
-        self.table = self._new_table()
+        """Forget every step and episode."""
+        self.table.clear()
         self.pos, self.full = 0, False
         self.slot_key.fill(-1)
+        for a in (self.dones, self.timeouts, self.ep_start, self.ep_length, self.current_ep_start,
+                  self.open_length):
+            a.fill(0)
         if self.infos is not None:
             self.infos.fill(None)
 
-    # -- pickling: the table holds a lock; it travels as a checkpoint (keys and episodes kept) -------
+    # -- pickling: the table holds a lock, so store its live rows and remap keys on load ----------
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         table = state.pop("table")
-        with tempfile.TemporaryDirectory(prefix="replaystore-her-") as tmp:
-            path = os.path.join(tmp, "table")
-            table.save(path)
-            state["_checkpoint"] = {p.name: p.read_bytes() for p in sorted(Path(path).iterdir())}
+        keys = table.keys()
+        data, _ = table.get(keys)
+        state["_rows"], state["_row_keys"] = data, keys
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        files = state.pop("_checkpoint")
+        rows, old = state.pop("_rows"), state.pop("_row_keys")
         self.__dict__.update(state)
-        with tempfile.TemporaryDirectory(prefix="replaystore-her-") as tmp:
-            path = os.path.join(tmp, "table")
-            os.mkdir(path)
-            for name, blob in files.items():
-                if os.sep in name or name in (".", ".."):
-                    raise ReplayError(f"bad file name in a pickled HindsightReplay: {name!r}")
-                with open(os.path.join(path, name), "wb") as f:
-                    f.write(blob)
-            self.table = Table.load(path)
+        self.table = self._new_table()
+        if len(old):
+            order = np.argsort(old, kind="stable")
+            new = self.table.extend(_take(rows, order))
+            live = self.slot_key >= 0
+            at = np.searchsorted(old[order], self.slot_key[live])
+            self.slot_key[live] = new[at]
+
+
+def _take(tree: Any, idx: np.ndarray) -> Any:
+    if isinstance(tree, Mapping):
+        return {k: _take(v, idx) for k, v in tree.items()}
+    return np.asarray(tree)[idx]

@@ -14,10 +14,9 @@ It subclasses SB3's ``HerReplayBuffer`` (so SB3 passes it the env, and ``load_re
 ``set_env`` / ``truncate_last_trajectory``) but stores nothing in SB3's arrays: transitions live in
 a replaystore ``Table``; goals are relabelled at sample time with the env's ``compute_reward``
 (called once per batch through ``env_method(..., indices=[0])``, as SB3 does). SB3's public arrays
-are provided in its layout ``(buffer_size, n_envs, ...)``, as copies built from the table on access:
-``dones``, ``timeouts``, ``ep_start``, ``ep_length``, ``_current_ep_start`` from the table's episode
-index (:meth:`replaystore.Table.episode_info`), ``observations``, ``next_observations``,
-``actions``, ``rewards`` from its columns. Writing into them changes nothing stored.
+are provided in its layout ``(buffer_size, n_envs, ...)``: ``dones``, ``timeouts``, ``ep_start``,
+``ep_length``, ``_current_ep_start`` are the live bookkeeping arrays; ``observations``,
+``next_observations``, ``actions``, ``rewards`` are read-only copies built from the table on access.
 ``optimize_memory_usage`` is refused (as SB3 does for HER).
 """
 
