@@ -539,18 +539,10 @@ class Table:
         Only for tables with no selector to tell (a Uniform sampler and the Fifo remover follow
         the ring), so there is nothing to batch: staging would only copy the item twice.
         """
-        if priority is None:
-            p = self.max_priority
-        elif type(priority) is float and priority >= 0.0 and priority != float("inf"):
-            p = priority
-        else:
+        meta = self._plain_meta(priority, version, self.max_priority)
+        if meta is None:
             return -1
-        if version is None:
-            v = self.version
-        elif type(version) is int and (self.max_staleness is None or version >= self.version - self.max_staleness):
-            v = version
-        else:
-            return -1
+        p, v = meta
         limiter = self.rate_limiter
         if limiter.max_diff < _NO_LIMIT and not limiter.can_insert(1):
             return -1
@@ -580,6 +572,28 @@ class Table:
             self._cond.notify_all()
         return key
 
+    def _plain_meta(self, priority: Any, version: Any, default_priority: float) -> tuple[float, int] | None:
+        """``(priority, version)`` of a single add when both are plain and admissible, else ``None``.
+
+        Plain: ``None`` or a finite float ``>= 0``; ``None`` or an int not stale. Anything else
+        (NaN, numpy scalars, a stale version) goes to the general path, which says what is wrong.
+        """
+        if priority is None:
+            p = default_priority
+        elif type(priority) is float and priority >= 0.0 and priority != float("inf"):
+            p = priority
+        else:
+            return None
+        if version is None:
+            v = self.version
+        elif type(version) is int:
+            v = version
+        else:
+            return None
+        if self.max_staleness is not None and v < self.version - self.max_staleness:
+            return None
+        return p, v
+
     def _make_stager(self) -> None:
         storage = self.storage
         # Staging inserts a run of adds as one batch; only FIFO eviction picks the same victims
@@ -594,20 +608,10 @@ class Table:
         """Stage one item if the fast path applies; return its key, or -1 (nothing changed)."""
         if self._waiting:  # a blocked call may wait for this item: insert (and notify) now
             return -1
-        if priority is None:
-            p = self._pending_max_priority if stager.n else self.max_priority
-        elif type(priority) is float and priority >= 0.0 and priority != float("inf"):
-            p = priority
-        else:
+        meta = self._plain_meta(priority, version, self._pending_max_priority if stager.n else self.max_priority)
+        if meta is None:
             return -1
-        if version is None:
-            v = self.version
-        elif type(version) is int:
-            v = version
-        else:
-            return -1
-        if self.max_staleness is not None and v < self.version - self.max_staleness:
-            return -1
+        p, v = meta
         limiter = self.rate_limiter
         if limiter.max_diff < _NO_LIMIT and not limiter.can_insert(stager.n + 1):
             return -1
