@@ -34,13 +34,14 @@ def test_a_fifo_table_starts_in_ring_mode_and_allocates_no_bookkeeping():
     assert isinstance(other._index, KeyIndex)
 
 
-@pytest.mark.parametrize("how", ["delete_middle", "retire", "stale", "update_then_delete"])
+@pytest.mark.parametrize("how", ["delete_middle", "delete_sampled", "stale", "update_then_delete"])
 def test_leaving_ring_mode_keeps_every_item(how):
-    kwargs = {"max_times_sampled": 1} if how == "retire" else {}
+    kwargs = {}
     if how == "stale":
         kwargs["max_staleness"] = 1
     t = rs.Table(50, sampler=rs.Uniform(), seed=1, **kwargs)
     ref = explicit(rs.Table(50, sampler=rs.Uniform(), seed=1, **kwargs))
+    picked = None
     for table in (t, ref):
         table.extend(rows(30))
         table.set_version(1)
@@ -50,13 +51,17 @@ def test_leaving_ring_mode_keeps_every_item(how):
             if how == "update_then_delete":
                 table.update_priorities([40, 41], [3.0, 4.0])
             assert table.delete([35, 60, 999]) == 2
-        elif how == "retire":
-            table.sample(5)
+        elif how == "delete_sampled":  # (which keys a seeded sample picks depends on the slot layout)
+            picked = t.sample(5).keys if picked is None else picked
+            table.delete(picked)
         else:
             assert table.set_version(2) == 30  # versions 0: keys 20..29 and every other key from 30
     assert isinstance(t._index, KeyIndex)
     assert t.keys().tolist() == ref.keys().tolist()
-    assert t.stats() == ref.stats()
+    if how == "delete_sampled":
+        assert len(t) == 50 - len(set(picked.tolist()))
+    else:
+        assert t.stats() == ref.stats()
     keys = t.keys()
     a, fa = t.get(keys)
     b, fb = ref.get(keys)
@@ -64,6 +69,17 @@ def test_leaving_ring_mode_keeps_every_item(how):
     t.extend(rows(20, 100))  # and inserts keep working after the switch
     ref.extend(rows(20, 100))
     assert t.keys().tolist() == ref.keys().tolist()
+
+
+def test_retiring_sampled_items_leaves_ring_mode_with_the_rest_intact():
+    t = rs.Table(50, seed=4, max_times_sampled=1)
+    t.extend(rows(70))
+    s = t.sample(8)
+    assert isinstance(t._index, KeyIndex)
+    assert t.keys().tolist() == [k for k in range(20, 70) if k not in set(s.keys.tolist())]
+    data, found = t.get(t.keys())
+    assert found.all() and np.array_equal(data["y"], t.keys())
+    assert t.stats()["retired"] == len(set(s.keys.tolist()))
 
 
 def test_removing_exactly_the_oldest_keeps_ring_mode():
@@ -118,13 +134,16 @@ def test_single_adds_and_batches_across_the_wrap_match_the_explicit_table():
     assert a["y"].tolist() == list(range(12, 19))
 
 
-def test_checkpoint_round_trip_samples_the_same_keys(tmp_path):
+def test_checkpoint_round_trip_stays_in_ring_mode(tmp_path):
     t = rs.Table(100, seed=5)
     t.extend(rows(250))
     t.save(tmp_path / "ck")
     u = rs.Table.load(tmp_path / "ck")
-    assert isinstance(u._index, RingIndex)
-    assert t.sample(20).keys.tolist() == u.sample(20).keys.tolist()
+    assert isinstance(u._index, RingIndex) and u.keys().tolist() == t.keys().tolist()
+    s = u.sample(20)
+    assert np.array_equal(s.data["y"], s.keys)
+    u.extend(rows(30, 250))  # and goes on from the same keys
+    assert u.keys().tolist() == list(range(180, 280))
     t.delete([160])
     t.save(tmp_path / "ck2")
     v = rs.Table.load(tmp_path / "ck2")

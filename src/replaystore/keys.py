@@ -134,16 +134,20 @@ class RingIndex:
         return self.slots_for(self.hi - n, n)[::-1].copy()
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` live slots uniformly with replacement (key ``lo + floor(u * size)`` each).
+        """``n`` live slots uniformly with replacement (``rng.random``, as ``DenseSet.sample``).
 
-        The draw is the same as :meth:`DenseSet.sample`'s, so a table picks the same keys before
-        and after a checkpoint round trip, whatever slots they occupy.
+        A full ring's slots are all live: the draw is the slot itself (no offset to add: a small
+        batch costs the draw and one cast). Otherwise slot ``start + floor(u * size)``, wrapped.
         """
-        slots = (rng.random(n) * (self.hi - self.lo)).astype(np.int64)
+        size = self.hi - self.lo
+        slots = (rng.random(n) * size).astype(np.int64)
+        if size == self.capacity:
+            return slots
         start = (self.lo - self.base) % self.capacity
         if start:
             slots += start
-            slots[slots >= self.capacity] -= self.capacity
+            if start + size > self.capacity:
+                slots[slots >= self.capacity] -= self.capacity
         return slots
 
     def assign(self, slots: np.ndarray, keys: np.ndarray) -> None:
