@@ -22,6 +22,7 @@ MODULES = [
     "replaystore.offline",
     "replaystore.online",
     "replaystore.prefetch",
+    "replaystore.rows",
     "replaystore.storage.compressed",
     "replaystore.integrations.torch",
     "replaystore.integrations.gym",
