@@ -109,18 +109,7 @@ def plan_runs(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: boo
         _learn_stride(index, starts[~ok][:8], u0[~ok][:8], hint)
     if n_ok == 0:
         return plan_ring(index, starts, n, has_next_obs)
-    fl = index.flags[win]
-    cut = fl != 0
-    if has_next_obs:
-        cut[n - 1] = True
-    else:
-        cut[n] = True
-        fl[n] = 0  # step n is the bootstrap observation only: its flags do not end the transition
-    x = cut.argmax(axis=0)
-    cols = _arange(b)
-    done = (fl[x, cols] & TERMINATED) != 0
-    boot = win[x, cols]
-    k = x + 1 if has_next_obs else x + done
+    k, done, boot = _ends(index, win, n, has_next_obs)
     if n_ok < b:
         bad = np.flatnonzero(~ok)
         w2, k2, d2, b2 = plan_ring(index, starts[bad], n, has_next_obs)
@@ -183,19 +172,30 @@ def plan_gapless(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: 
     if int(ahead.min()) < w:  # some window reaches past the write head: those entries are stale
         return _stops(index, win, np.minimum(ahead, w), n, has_next_obs)
     # every position of every window is a live step
+    k, done, boot = _ends(index, win, n, has_next_obs)
+    return win[:n].T, k, done, boot
+
+
+def _ends(index: EpisodeIndex, win: np.ndarray, n: int, has_next_obs: bool
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(k, done, bootstrap slot)`` of ``(w, B)`` windows whose every position is a live step.
+
+    A transition stops at the first end flag within its first ``n`` steps, else after step
+    ``n - 1`` (with next observations) or at step ``n`` (without: that step is then only the
+    bootstrap observation, so its own flags do not end the transition).
+    """
     fl = index.flags[win]
     cut = fl != 0
     if has_next_obs:
         cut[n - 1] = True
     else:
         cut[n] = True
-        fl[n] = 0  # step n is the bootstrap observation only: its flags do not end the transition
+        fl[n] = 0
     x = cut.argmax(axis=0)
-    cols = _arange(len(starts))
+    cols = _arange(win.shape[1])
     done = (fl[x, cols] & TERMINATED) != 0
-    boot = win[x, cols]
     k = x + 1 if has_next_obs else x + done
-    return win[:n].T, k, done, boot
+    return k, done, win[x, cols]
 
 
 def _stops(index: EpisodeIndex, win: np.ndarray, m: np.ndarray, n: int, has_next_obs: bool
