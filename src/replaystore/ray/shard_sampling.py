@@ -103,8 +103,9 @@ def merge(parts: list[tuple[int, Any]], tag: int, mass: np.ndarray, states: list
             w_local = np.asarray(smp.weights, dtype=np.float64)
             pmin[s] = float(np.min(p_local * np.power(w_local, 1.0 / beta)))
     probabilities = np.concatenate(prob_parts)
-    global_min = float(np.min(share * pmin)) if np.isfinite(pmin).any() else float(probabilities.min())
     if beta > 0 and mass_is_priority(states, mass):
+        ok = (share > 0) & np.isfinite(pmin)
+        global_min = float(np.min(share[ok] * pmin[ok])) if ok.any() else float(probabilities.min())
         weights = np.power(probabilities / global_min, -beta)
     else:
         weights = np.ones(len(probabilities))
