@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +34,8 @@ from ..table import Table
 from ._runtime import import_ray
 from .fragment_buffer import FragmentBuffer, FragmentBufferConfig
 from .logged_table import LoggedTable
+from .server_fragments import FragmentService
+from .server_online import OnlineService
 from .wal import WalConfig
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def make_sinks(spec: SinkSpec) -> list[Sink]:
     return sinks
 
 
-class ReplayServer:
+class ReplayServer(FragmentService, OnlineService):
     """The service's actor class (use :func:`replaystore.ray.serve`, which wraps it in ``ray.remote``).
 
     Args:
@@ -190,12 +191,6 @@ class ReplayServer:
         except KeyError:
             raise KeyNotFound(f"service {self.name!r} has no table {name!r}; tables: {sorted(self.tables)}") from None
 
-    def _buffer(self) -> FragmentBuffer:
-        self._check_open()
-        if self.fragments is None:
-            raise KeyNotFound(f"service {self.name!r} has no fragment buffer")
-        return self.fragments
-
     async def _blocking(self, fn: Callable, *args: Any, timeout: float | None) -> Any:
         """Run a Table call that may wait: first without waiting, then in a thread."""
         try:
@@ -209,6 +204,11 @@ class ReplayServer:
         cond = self._start()
         async with cond:
             cond.notify_all()
+
+    def _housekeeping(self) -> None:
+        """Expire fragment leases and online tickets (every ``housekeeping_period``)."""
+        self._expire_fragments()
+        self._expire_online()
 
     # -- service -----------------------------------------------------------------------------------------
     async def pid(self) -> int:
@@ -460,177 +460,3 @@ class ReplayServer:
             await self._logged(table, lt, lt.clear())
             return
         t.clear()
-
-    # -- fragments -------------------------------------------------------------------------------------------
-    async def store_info(self) -> dict[str, Any]:
-        """Where the fragment store lives: ``path``, ``num_shards``, ``map_size``, ``node_id``."""
-        c = self._buffer().config
-        return {"path": c.path, "num_shards": c.num_shards, "map_size": c.map_size, "node_id": self.node_id,
-                "store_actor": f"{self.name}:store", "namespace": self.namespace}
-
-    async def store_actor(self) -> Any:
-        """A store actor on this node for clients on other nodes (created on first request)."""
-        if self._store_actor is None:
-            from .store import StoreServer
-
-            ray = import_ray()
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-            c = self._buffer().config
-            self._store_actor = (
-                ray.remote(StoreServer)
-                .options(name=f"{self.name}:store", namespace=self.namespace, get_if_exists=True, num_cpus=0,
-                         max_concurrency=16,
-                         scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False))
-                .remote(c.path, c.num_shards, c.map_size)
-            )
-        return [self._store_actor]  # in a list: Ray would otherwise resolve nothing, but keep it explicit
-
-    async def add_fragment(self, fragment_id: str, stream: str, seq: int, version: int, session: str) -> str:
-        """Acknowledge one fragment (see :meth:`FragmentBuffer.add`); wakes waiting fetches."""
-        status = self._buffer().add(fragment_id, stream, seq, version, session)
-        if status == "chunk":
-            await self._notify()
-        return status
-
-    async def add_fragments(self, records: list[tuple[str, str, int, int, str]]) -> list[str]:
-        """Acknowledge several fragments in one call; returns each status."""
-        buf = self._buffer()
-        out = [buf.add(*r) for r in records]
-        if "chunk" in out:
-            await self._notify()
-        return out
-
-    async def fetch_fragments(self, num_fragments: int, timeout: float | None = None,
-                              client: str | None = None) -> tuple[str, list]:
-        """Wait until ``num_fragments / fragments_per_chunk`` chunks exist, then fetch.
-
-        See :meth:`FragmentBuffer.fetch`. Returns ``(lease_id, records)``.
-
-        Raises:
-            Timeout: not enough chunks within ``timeout`` seconds (``None``: wait).
-            Closed: the service closed while waiting. ValueError: impossible request.
-        """
-        buf = self._buffer()
-        need = buf.chunks_for(num_fragments)
-        if buf.num_chunks < need:
-            cond = self._start()
-            start = time.monotonic()
-            try:
-                async with cond:
-                    await asyncio.wait_for(cond.wait_for(lambda: self._closed or buf.num_chunks >= need), timeout)
-            except (asyncio.TimeoutError, TimeoutError):
-                raise Timeout(f"fetch of {num_fragments} fragments ({need} chunks) from {self.name!r}: only "
-                              f"{buf.num_chunks} chunks after {time.monotonic() - start:.3g}s") from None
-            self._check_open()
-        lease = buf.fetch(num_fragments, client)
-        return lease.lease_id, [tuple(r) for r in lease.records]
-
-    async def release(self, lease_id: str) -> int:
-        """Release a fetch's lease; returns its fragment count. ``KeyNotFound`` if not held."""
-        return self._buffer().release(lease_id)
-
-    async def compact_store(self) -> int:
-        """Compact the fragment store online; returns the bytes given back to the file system."""
-        return self._buffer().compact()
-
-    async def renew_lease(self, lease_id: str) -> float:
-        """Extend a lease by ``lease_ttl``; returns the seconds it has left. ``KeyNotFound`` if not held."""
-        return self._buffer().renew(lease_id)
-
-    async def prepared_fragments(self, lease_id: str | None = None) -> list:
-        """Records of a lease, or of the last fetch by anyone."""
-        return [tuple(r) for r in self._buffer().prepared(lease_id)]
-
-    async def update_model_version(self, session_id: str, model_version: int) -> int:
-        """Set session and model version; drops every stale chunk. Returns chunks dropped."""
-        return self._buffer().set_version(session_id, model_version)
-
-    async def drain(self) -> None:
-        """Drop every chunk, partial chunk and lease of the fragment buffer (payloads deleted)."""
-        self._buffer().drain()
-
-    async def housekeeping(self) -> None:
-        """Run the fragment buffer's housekeeping now (also runs every ``housekeeping_period``)."""
-        self._housekeeping()
-
-    def _housekeeping(self) -> None:
-        if self.fragments is not None and not self._closed:
-            self.fragments.expire()
-        if not self._closed:
-            for b in self.online.values():
-                b.expire()
-
-    # -- online rollout buffers (replaystore.online) ------------------------------------------------------------
-    def _rollouts(self, name: str) -> RolloutBuffer:
-        self._check_open()
-        try:
-            return self.online[name]
-        except KeyError:
-            raise KeyNotFound(f"service {self.name!r} has no rollout buffer {name!r}; "
-                              f"rollout buffers: {sorted(self.online)}") from None
-
-    async def online_acquire(self, name: str, k: int, timeout: float | None, holder: str | None) -> list[int]:
-        """``RolloutBuffer.acquire`` (waits in a worker thread, never on the event loop)."""
-        buf = self._rollouts(name)
-        got = buf.try_acquire(k, holder=holder)  # validates k; no wait when the budget allows
-        if got or (timeout is not None and timeout <= 0):
-            if not got:
-                raise Timeout(f"{k} tickets of {name!r} not granted (timeout 0)")
-            return got
-        return await asyncio.get_running_loop().run_in_executor(
-            self._pool, lambda: buf.acquire(k, timeout=timeout, holder=holder))
-
-    async def online_try_acquire(self, name: str, k: int, holder: str | None) -> list[int]:
-        """``RolloutBuffer.try_acquire``."""
-        return self._rollouts(name).try_acquire(k, holder=holder)
-
-    async def online_renew(self, name: str, tickets: list[int]) -> None:
-        """``RolloutBuffer.renew``."""
-        self._rollouts(name).renew(tickets)
-
-    async def online_abandon(self, name: str, tickets: list[int]) -> None:
-        """``RolloutBuffer.abandon``."""
-        self._rollouts(name).abandon(tickets)
-
-    async def online_finish(self, name: str, tickets: list[int], accepted: bool) -> None:
-        """``RolloutBuffer.finish`` (budget-only use)."""
-        self._rollouts(name).finish(tickets, accepted=accepted)
-
-    async def online_discard(self, name: str, n: int) -> None:
-        """``RolloutBuffer.discard`` (budget-only use)."""
-        self._rollouts(name).discard(n)
-
-    async def online_add(self, name: str, data: Any, group: Any, versions: Any, length: Any,
-                         group_size: Any) -> str:
-        """``RolloutBuffer.add``; returns ``"pending"``, ``"complete"`` or ``"stale"``."""
-        return self._rollouts(name).add(data, group=group, versions=versions, length=length, group_size=group_size)
-
-    async def online_sample(self, name: str, num_groups: int, timeout: float | None) -> Any:
-        """``RolloutBuffer.sample`` (waits in a worker thread); reports every ``report_every`` samples."""
-        buf = self._rollouts(name)
-        batch = await self._blocking(lambda timeout: buf.sample(num_groups, timeout=timeout), timeout=timeout)
-        every = self._online_report_every.get(name)
-        if every and buf.counters["sample_calls"] % every == 0:
-            buf.report()
-        return batch
-
-    async def online_set_version(self, name: str, version: int) -> int:
-        """``RolloutBuffer.set_version``; returns groups dropped as stale."""
-        return self._rollouts(name).set_version(version)
-
-    async def online_version(self, name: str) -> int:
-        """The buffer's current policy version."""
-        return self._rollouts(name).version
-
-    async def online_stats(self, name: str) -> dict[str, Any]:
-        """``RolloutBuffer.stats``."""
-        return self._rollouts(name).stats()
-
-    async def online_report(self, name: str) -> dict[str, float]:
-        """``RolloutBuffer.report``: the window's scalars, also written to the service's sinks."""
-        return self._rollouts(name).report()
-
-    async def online_expire(self, name: str) -> None:
-        """``RolloutBuffer.expire`` now (also runs every ``housekeeping_period``)."""
-        self._rollouts(name).expire()
