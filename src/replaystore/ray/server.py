@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import pickle
 import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -70,7 +71,8 @@ class ReplayServer(FragmentService, OnlineService):
 
     Args:
         name: the service's name (also the Ray actor's name).
-        tables: table name -> zero-argument factory returning a :class:`~replaystore.Table`.
+        tables: table name -> zero-argument factory returning a :class:`~replaystore.Table` (or
+            that mapping pickled with cloudpickle, as :func:`~replaystore.ray.serve` passes it).
         fragments: configuration of the fragment buffer, or ``None`` for none.
         checkpoint_dir: where :meth:`save` writes tables (``<dir>/<table>``) and where they are
             reloaded from at (re)start.
@@ -85,6 +87,13 @@ class ReplayServer(FragmentService, OnlineService):
         wal: a :class:`~replaystore.ray.wal.WalConfig` for every table, or ``{table: WalConfig}``
             for some: their mutations are logged before a call returns, and replayed after a
             restart (``None``: no log; a restart keeps only what the last checkpoint holds).
+
+    Start errors: the constructor never raises. Whatever goes wrong while it builds or reloads the
+    tables, logs, fragment buffer or rollout buffers (a factory that raises or returns no Table, a
+    refused option, a corrupt checkpoint, ``WalCorrupt``, ...) is kept, what was opened is closed,
+    and every call (``ping`` first, which :func:`~replaystore.ray.serve` awaits) raises that
+    exception as itself. So the caller sees the cause deterministically, whatever the timing,
+    instead of a dead actor; ``serve`` then kills the actor and frees its name.
     """
 
     def __init__(self, name: str, tables: Mapping[str, Callable[[], Table]] | None = None,
@@ -106,44 +115,74 @@ class ReplayServer(FragmentService, OnlineService):
         self.checkpoint_period = checkpoint_period
         self.report_period = report_period
         self.housekeeping_period = housekeeping_period
-        self._sinks = make_sinks(sinks)
         self._step = 0
+        self._sinks: list[Sink] = []
         self.tables: dict[str, Table] = {}
         self.logged: dict[str, LoggedTable] = {}
         self._saving: set[str] = set()
-        try:
-            for tname, factory in (tables or {}).items():
-                self.tables[tname] = self._load_or_make(tname, factory)
-                cfg = wal.get(tname) if isinstance(wal, Mapping) else wal
-                if cfg is not None:
-                    path = os.path.join(os.path.abspath(cfg.dir), tname)
-                    lt = LoggedTable.open(self.tables[tname], path, cfg)
-                    self.logged[tname] = lt
-                    log.info("table %r: write-ahead log %s at record %d (fsync=%s)", tname, path,
-                             lt.wal.last_lsn, cfg.fsync)
-                    if self.checkpoint_dir is None:
-                        log.warning("table %r has a write-ahead log but the service no checkpoint_dir: "
-                                    "the log is never truncated", tname)
-        except BaseException:
-            for lt in self.logged.values():
-                lt.close()
-            raise
         self.fragments: FragmentBuffer | None = None
-        if fragments is not None:
-            self.fragments = FragmentBuffer(fragments, report=self._write_fragment_report,
-                                            resume=self.restarted or not fragments.clear_on_start)
         self.online: dict[str, RolloutBuffer] = {}
-        for oname, ocfg in (online or {}).items():
-            buf = ocfg.build(oname, resume=self.restarted or not ocfg.clear_on_start)
-            buf.sinks = self._sinks
-            self.online[oname] = buf
-        self._online_report_every = {n: c.report_every for n, c in (online or {}).items()}
+        self._online_report_every: dict[str, int | None] = {}
         self._pool = ThreadPoolExecutor(max_blocking_threads, thread_name_prefix="replaystore-wait")
         self._cond: asyncio.Condition | None = None
         self._tasks: list[asyncio.Task] = []
         self._store_actor: Any = None
         self._closed = False
+        self._start_error: Exception | None = None
+        self._start_tb: Any = None
+        try:  # a failure is kept and raised by every call (ping first), not by the constructor: see _open
+            self._open(tables, fragments, sinks, online, wal)
+        except Exception as e:  # noqa: BLE001 - reported to every caller as itself
+            self._failed_start(e)
+            return
         log.info("replay service %r started on node %s (restarted=%s)", name, self.node_id, self.restarted)
+
+    def _open(self, tables: Mapping[str, Callable[[], Table]] | bytes | None, fragments: FragmentBufferConfig | None,
+              sinks: SinkSpec, online: Mapping[str, RolloutBufferConfig] | None,
+              wal: WalConfig | Mapping[str, WalConfig] | None) -> None:
+        """Build (or reload) everything the service holds; raise whatever goes wrong."""
+        if isinstance(tables, bytes):  # serve() pickles the factories, so that unpickling errors land here too
+            tables = pickle.loads(tables)
+        self._sinks = make_sinks(sinks)
+        for tname, factory in (tables or {}).items():
+            self.tables[tname] = self._load_or_make(tname, factory)
+            cfg = wal.get(tname) if isinstance(wal, Mapping) else wal
+            if cfg is not None:
+                path = os.path.join(os.path.abspath(cfg.dir), tname)
+                lt = LoggedTable.open(self.tables[tname], path, cfg)
+                self.logged[tname] = lt
+                log.info("table %r: write-ahead log %s at record %d (fsync=%s)", tname, path,
+                         lt.wal.last_lsn, cfg.fsync)
+                if self.checkpoint_dir is None:
+                    log.warning("table %r has a write-ahead log but the service no checkpoint_dir: "
+                                "the log is never truncated", tname)
+        if fragments is not None:
+            self.fragments = FragmentBuffer(fragments, report=self._write_fragment_report,
+                                            resume=self.restarted or not fragments.clear_on_start)
+        for oname, ocfg in (online or {}).items():
+            buf = ocfg.build(oname, resume=self.restarted or not ocfg.clear_on_start)
+            buf.sinks = self._sinks
+            self.online[oname] = buf
+            self._online_report_every[oname] = ocfg.report_every
+
+    def _failed_start(self, error: Exception) -> None:
+        """Keep ``error`` for every later call and let go of whatever was opened before it."""
+        log.error("replay service %r failed to start: %s: %s", self.name, type(error).__name__, error)
+        self._start_error, self._start_tb = error, error.__traceback__
+        for closing in ([lt.close for lt in self.logged.values()] + [t.close for t in self.tables.values()]
+                        + [b.close for b in self.online.values()] + [s.close for s in self._sinks]
+                        + ([self.fragments.close] if self.fragments is not None else [])):
+            try:
+                closing()
+            except Exception:  # noqa: BLE001 - the first error is the one to report
+                log.exception("replay service %r: cleaning up after a failed start", self.name)
+        self.logged, self.tables, self.online, self._sinks, self.fragments = {}, {}, {}, [], None
+        self._closed = True
+        self._pool.shutdown(wait=False)
+
+    def _raise_start_error(self) -> None:
+        if self._start_error is not None:
+            raise self._start_error.with_traceback(self._start_tb)
 
     def _load_or_make(self, tname: str, factory: Callable[[], Table]) -> Table:
         if self.checkpoint_dir is not None:
@@ -181,6 +220,7 @@ class ReplayServer(FragmentService, OnlineService):
                 log.exception("replay service %r: periodic %s failed", self.name, getattr(fn, "__name__", fn))
 
     def _check_open(self) -> None:
+        self._raise_start_error()
         if self._closed:
             raise Closed(f"replay service {self.name!r} is closed")
 
@@ -216,13 +256,21 @@ class ReplayServer(FragmentService, OnlineService):
         return os.getpid()
 
     async def ping(self) -> dict[str, Any]:
-        """``{"name", "node_id", "restarted", "tables", "fragments"}``: the service is up."""
+        """``{"name", "node_id", "restarted", "tables", "fragments"}``: the service is up.
+
+        Raises:
+            The exception that made the service fail to start (re)building its tables, fragment
+            buffer or rollout buffers (a factory's error, ``WalCorrupt``, ``CheckpointError``, a
+            refused option, ...), as itself; every other call raises it too.
+        """
+        self._raise_start_error()
         self._start()
         return {"name": self.name, "node_id": self.node_id, "restarted": self.restarted,
                 "tables": sorted(self.tables), "fragments": self.fragments is not None}
 
     async def stats(self) -> dict[str, Any]:
         """Every table's ``stats()`` by name (with ``"wal"``: its log's, if logged), plus ``"fragments"``."""
+        self._raise_start_error()
         out: dict[str, Any] = {n: t.stats() for n, t in self.tables.items()}
         for n, lt in self.logged.items():
             out[n]["wal"] = lt.stats()
@@ -237,6 +285,7 @@ class ReplayServer(FragmentService, OnlineService):
 
         The fragment buffer needs no checkpoint: its journal is always current.
         """
+        self._raise_start_error()
         root = path or self.checkpoint_dir
         if root is None:
             raise InvalidArgument("save() needs a path (the service has no checkpoint_dir)")
