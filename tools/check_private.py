@@ -9,7 +9,8 @@ otherwise. Two rules:
 
 - **PRV001 private attribute**: ``x._name`` (not a dunder) where ``x`` is not ``self``, ``cls`` or
   ``super()``, and ``_name`` is not defined in the same module (a module-level name, a class
-  attribute or method, ``self._name = ...``, a ``__slots__`` entry). So ``other._count`` inside
+  attribute or method, ``self._name = ...``, a ``__slots__`` entry; an imported name does not
+  count). So ``other._count`` inside
   the class that defines ``_count`` passes; ``table._insert(...)`` in a module that is not the
   Table's fails.
 - **PRV002 private import**: ``from M import _name`` (or importing a private module,
@@ -136,9 +137,6 @@ def defined_private_names(tree: ast.AST) -> set[str]:
             add_target(node.target)
         elif isinstance(node, ast.withitem) and node.optional_vars is not None:
             add_target(node.optional_vars)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for a in node.names:
-                names.add((a.asname or a.name).split(".")[0])
         elif isinstance(node, ast.arg):
             names.add(node.arg)
     return {n for n in names if is_private(n)}
