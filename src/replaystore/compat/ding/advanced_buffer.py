@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 
 from ._config import CompatError
-from ._persist import dump_items, load_items
+from ._persist import dump_items, load_items, slot_state
 from .base_buffer import RingBufferBase
 from .priority_index import PriorityIndex, collect_iter, item_priorities
 from .registry import BUFFER_REGISTRY
-from .utils import SampledDataAttrMonitor, ThruputController
+from .utils import SampleReporter, ThruputController
 
 _EPS = 1e-5
 
@@ -107,9 +107,8 @@ class AdvancedReplayBuffer(RingBufferBase):
         limited = float(limit["max"]) != math.inf or float(limit["min"]) != 0
         self._thruput_controller = ThruputController(tc) if limited else None
         mon = cfg.monitor.sampled_data_attr
-        self._sampled_data_attr_monitor = SampledDataAttrMonitor(None, expire=mon.average_range)
-        self._print_freq = max(1, int(mon.print_freq))
-        self._sampled_data_attr_print_count = 0
+        self._sample_reporter = SampleReporter(mon.average_range, mon.print_freq, self._logger, self._tb_logger,
+                                               self._instance_name)
         self._cur_learner_iter = -1
         self._cur_collector_envstep = -1
         self._eps = _EPS
@@ -348,26 +347,7 @@ class AdvancedReplayBuffer(RingBufferBase):
             self._thruput_controller.add(sampled=n)
         self._periodic_thruput_monitor.record(sampled=n)
         self._cur_learner_iter = cur_learner_iter
-        pr = np.asarray(prio, dtype=np.float64)
-        st = np.asarray(stal, dtype=np.float64)
-        self._sampled_data_attr_monitor.record(
-            use_avg=sum(use) / n, use_max=max(use), priority_avg=float(pr.mean()),
-            priority_max=float(pr.max()), priority_min=float(pr.min()), staleness_avg=float(st.mean()),
-            staleness_max=float(st.max()),
-        )
-        if self._sampled_data_attr_print_count % self._print_freq == 0:
-            stats = self._sampled_data_attr_monitor.report()
-            stats["beta"] = self._beta
-            self._logger.info("=== Sample data %d Times === %s", self._sampled_data_attr_print_count,
-                              ", ".join(f"{k}={v:.4g}" for k, v in stats.items()))
-            tb = self._tb_logger
-            if tb is not None:
-                for k, v in stats.items():
-                    if self._cur_learner_iter != -1:
-                        tb.add_scalar(f"{self._instance_name}_iter/{k}", v, self._cur_learner_iter)
-                    if self._cur_collector_envstep != -1:
-                        tb.add_scalar(f"{self._instance_name}_step/{k}", v, self._cur_collector_envstep)
-        self._sampled_data_attr_print_count += 1
+        self._sample_reporter.record(use, prio, stal, self._beta, cur_learner_iter, self._cur_collector_envstep)
 
     # -- update -----------------------------------------------------------------------------------
     def update(self, info: Mapping) -> None:
@@ -471,20 +451,7 @@ class AdvancedReplayBuffer(RingBufferBase):
         if set(_state_dict) == {"data"}:
             self._extend([d for d in data if d is not None], check_rate=False)
             return
-        n = self._replay_buffer_size
-        if len(data) != n:
-            raise CompatError(f"state dict holds {len(data)} slots, this buffer has {n}")
-        for i, d in enumerate(data):
-            if d is not None and not isinstance(d, dict):
-                raise TypeError(f"slot {i} holds a {type(d).__name__}, expected a dict or None")
-        use = _state_dict.get("use_count", None)
-        if isinstance(use, Mapping):
-            use = [use.get(i, 0) for i in range(n)]
-        use_arr = np.zeros(n, dtype=np.int64) if use is None else np.asarray(use, dtype=np.int64).reshape(n)
-        retired = np.asarray(_state_dict.get("retired", np.zeros(n, bool)), dtype=bool).reshape(n)
-        tail = int(_state_dict.get("tail", 0))
-        if not 0 <= tail < n:
-            raise CompatError(f"tail {tail} out of range [0, {n})")
+        use_arr, retired, tail = slot_state(_state_dict, data, self._replay_buffer_size)
         with self._lock:
             self._max_priority = float(_state_dict.get("max_priority", self._max_priority))
             live = np.flatnonzero([d is not None for d in data])
