@@ -5,7 +5,6 @@ every insert acknowledged to a writer is there afterwards. With ``on_dead="skip"
 the learner go on with the other shard while it is down.
 """
 
-import functools
 import os
 import signal
 import threading

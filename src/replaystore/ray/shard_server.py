@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, KeyNotFound
 from ..limiters import Queue, RateLimiter
 from ..samplers import Prioritized, Uniform
 from ..table import Table
@@ -50,9 +50,15 @@ def shard_state(table: Table) -> tuple[int, float, float, str, float]:
 class ShardServer(ReplayServer):
     """A :class:`~replaystore.ray.server.ReplayServer` with :meth:`shard_call` and :meth:`shard_state`."""
 
+    def _shard_table(self, table: str) -> Table:
+        try:
+            return self.tables[table]
+        except KeyError:
+            raise KeyNotFound(f"shard {self.name!r} has no table {table!r}; tables: {sorted(self.tables)}") from None
+
     async def shard_state(self, table: str) -> tuple[int, float, float, str, float]:
         """The table's :func:`shard_state` (``KeyNotFound`` for an unknown table)."""
-        return shard_state(self._table(table))
+        return shard_state(self._shard_table(table))
 
     async def shard_call(self, method: str, table: str, *args: Any) -> tuple[Any, tuple]:
         """Run the service method ``method(table, *args)``; return ``(its result, shard_state)``.
@@ -67,7 +73,7 @@ class ShardServer(ReplayServer):
         if method not in SHARD_METHODS:
             raise InvalidArgument(f"shard_call: {method!r} is not a shard method ({sorted(SHARD_METHODS)})")
         result = await getattr(self, method)(table, *args)
-        return result, shard_state(self._table(table))
+        return result, shard_state(self._shard_table(table))
 
 
 class ShardFactory:
