@@ -10,7 +10,7 @@ f32[17], action f32[6], reward, next_obs f32[17], done: ~180 bytes). Phases, eac
   ``update_priorities`` on what it drew) in a loop while the table holds 100k items.
 
 Printed per configuration: items/s, the ratio to the one-actor baseline measured in the same run,
-and the service processes' CPU time per call (``psutil``, summed over shards): the per-call cost the
+and the service processes' CPU time per call (``/proc/<pid>/stat``, summed over shards): the per-call cost the
 cost model in docs/ray.md starts from. Medians over ``--repeats``.
 
     nice python bench/bench_sharded.py [--seconds 3] [--repeats 3] [--cpus 2] [--quick]
@@ -32,7 +32,6 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 import numpy as np  # noqa: E402
-import psutil  # noqa: E402  (Ray depends on it)
 
 import replaystore as rs  # noqa: E402
 from replaystore import ray as rsr  # noqa: E402
@@ -83,11 +82,13 @@ def start(kind: str, shards: int, prioritized: bool):
 
 
 def cpu_of(services) -> float:
+    """CPU seconds (user + system) the service processes used so far (Linux ``/proc``, same machine)."""
     ray = rsr.import_ray()
     total = 0.0
     for s in services:
-        t = psutil.Process(ray.get(s.actor.pid.remote())).cpu_times()
-        total += t.user + t.system
+        with open(f"/proc/{ray.get(s.actor.pid.remote())}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total
 
 
