@@ -150,9 +150,12 @@ def main() -> None:
                                     for _ in range(args.repeats)]
                             results[("insert", cfg, writers, b)] = (statistics.median(r[0] for r in runs),
                                                                     statistics.median(r[1] for r in runs))
+                            print(f"  insert {cfg:<9} writers {writers} batch {b:>3}: "
+                                  f"{results[('insert', cfg, writers, b)][0]:>9.0f} items/s", flush=True)
                 runs = [sample_phase(client, services, prioritized, args.seconds) for _ in range(args.repeats)]
                 results[("sample", cfg, label)] = (statistics.median(r[0] for r in runs),
                                                    statistics.median(r[1] for r in runs))
+                print(f"  sample {cfg:<9} {label}: {results[('sample', cfg, label)][0]:>9.0f} items/s", flush=True)
             finally:
                 client.shutdown()
     print("\ninserts/s (uniform table), ratio to one actor, service CPU us per call")
