@@ -111,6 +111,13 @@ def test_keys_route_to_their_shard_and_foreign_keys_are_refused(ray_local):
         np.testing.assert_array_equal(found, [True] * 4 + [False] * 3 + [True])
         np.testing.assert_array_equal(data["id"], [4, 5, 6, 7, 3])
         assert sorted(c.keys().tolist()) == sorted(np.concatenate([k0[3:], k1]).tolist())
+        # another client, exact mode: masses asked before each sample, so writes by others count at once
+        exact = rsr.connect_sharded(c.name, consistency="exact", seed=0)
+        for _ in range(2):
+            c.extend(transitions(3, 100), priorities=np.full(3, 2.0))
+            prio = c.info(c.keys())["priorities"] ** 0.6
+            s = exact.sample(8)
+            np.testing.assert_allclose(s.probabilities, c.info(s.keys)["priorities"] ** 0.6 / prio.sum(), rtol=1e-9)
     finally:
         c.shutdown()
         other.shutdown()
