@@ -6,6 +6,7 @@ The core is :class:`Table`: a storage, a sampler, a remover, a rate limiter and 
 
 from .episodes import EpisodeBatch, EpisodeInfo, Episodes, NStepSample, SequenceSample, sequence_priority
 from .errors import (
+    BlockingWarning,
     CapacityError,
     CheckpointError,
     Closed,
@@ -20,6 +21,7 @@ from .errors import (
     NoValidSequence,
     RateLimitError,
     ReplayError,
+    ReplayWarning,
     SpecError,
     StorageError,
     Timeout,
@@ -31,6 +33,7 @@ from .items import Sample
 from .limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack
 from .mixing import InvalidMix, MixedSample, MixedSampler
 from .samplers import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Selector, Uniform, WithoutReplacement
+from .snapshot import TableSnapshot
 from .storage import (
     ColumnStorage,
     CompressedColumnStorage,
@@ -45,6 +48,9 @@ from .table import Table
 __version__ = "0.1.0"
 
 __all__ = [
+    "BlockingWarning",
+    "ReplayWarning",
+    "TableSnapshot",
     "CapacityError",
     "sequence_priority",
     "UnknownStream",
