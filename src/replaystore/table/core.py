@@ -43,7 +43,7 @@ from .insert import GeneralInsert
 from .journal import JournalMethods
 from .persist import Persistence
 from .ring import SlotBookkeeping
-from .state import TableState, allocate_rows
+from .state import CountersView, TableState, allocate_rows
 from .stats import StatsMethods
 
 if TYPE_CHECKING:
@@ -120,7 +120,8 @@ class Table(KeyedMethods, EpisodeMethods, JournalMethods, Persistence, StatsMeth
         self._requires_nonnegative = any(s.requires_nonnegative for s in self._selectors)
         self._episodes: EpisodeIndex | None = None
         if episodes is not None:
-            self._episodes = make_episode_index(episodes, self)
+            self._episodes = make_episode_index(episodes, self.storage, self.sampler, capacity, self.rng,
+                                                lambda: self._priority)
             self._selectors = (*self._selectors, self._episodes)
 
         self._lock = threading.RLock()
@@ -212,6 +213,8 @@ class Table(KeyedMethods, EpisodeMethods, JournalMethods, Persistence, StatsMeth
     _next_key = property(lambda self: self._state.next_key)
     _nfree = property(lambda self: self._state.nfree)
     _size = property(lambda self: self._state.size)
+    # transitional, for ray/logged_table until it uses the journal interface (see .journal)
+    _counters = property(lambda self: CountersView(self._state))
 
     def keys(self) -> np.ndarray:
         """The keys of all live items, oldest first."""

@@ -7,21 +7,18 @@ A mixin of :class:`~replaystore.table.Table`; each method takes the table's lock
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .args import as_int, as_keys
-
-if TYPE_CHECKING:
-    from .core import Table
 
 
 class KeyedMethods:
     """``get``, ``info``, ``update_priorities``, ``delete``, ``set_version``, ``clear``, ``close``."""
 
     # -- read, update and delete by key ------------------------------------------------------------
-    def get(self: "Table", keys: Any) -> tuple[Any, np.ndarray]:
+    def get(self, keys: Any) -> tuple[Any, np.ndarray]:
         """Read items by key without sampling them.
 
         Returns:
@@ -35,7 +32,7 @@ class KeyedMethods:
             found = slots >= 0
             return self.storage.read(slots[found]), found
 
-    def info(self: "Table", keys: Any) -> dict[str, np.ndarray]:
+    def info(self, keys: Any) -> dict[str, np.ndarray]:
         """Metadata of live items by key: ``priorities``, ``times_sampled``, ``versions``, ``found``."""
         keys = as_keys(keys)
         with self._cond:
@@ -50,7 +47,7 @@ class KeyedMethods:
                 "versions": self._version[s],
             }
 
-    def update_priorities(self: "Table", keys: Any, priorities: Any) -> int:
+    def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set the priorities of items by key; return how many were applied.
 
         Duplicate keys: the last occurrence wins. Keys no longer in the table are skipped (and
@@ -83,7 +80,7 @@ class KeyedMethods:
                 self._cond.notify_all()
             return len(slots)
 
-    def delete(self: "Table", keys: Any) -> int:
+    def delete(self, keys: Any) -> int:
         """Delete items by key; return how many were deleted (unknown keys are skipped and counted)."""
         keys = np.unique(as_keys(keys))
         with self._cond:
@@ -97,7 +94,7 @@ class KeyedMethods:
                 self._cond.notify_all()
             return int(ok.sum())
 
-    def set_version(self: "Table", version: int) -> int:
+    def set_version(self, version: int) -> int:
         """Set the current model version; with ``max_staleness``, drop items that became stale.
 
         Returns:
@@ -119,7 +116,7 @@ class KeyedMethods:
                 self._cond.notify_all()
             return len(stale)
 
-    def clear(self: "Table") -> None:
+    def clear(self) -> None:
         """Remove every item and reset the rate limiter's counters (keys keep increasing)."""
         with self._cond:
             self._flush_pending()
@@ -130,7 +127,7 @@ class KeyedMethods:
             if self._waiting:
                 self._cond.notify_all()
 
-    def close(self: "Table") -> None:
+    def close(self) -> None:
         """Close the table: wake every blocked call with :class:`Closed`; later calls raise it too.
 
         Idempotent. The data stays readable through ``stats()`` and ``save()``.

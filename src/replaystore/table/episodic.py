@@ -10,11 +10,12 @@ A mixin of :class:`~replaystore.table.Table`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from ..episodes import EpisodeIndex, Episodes
+from ..episodes import EpisodeBatch, EpisodeIndex, EpisodeInfo, Episodes, NStepSample, SequenceSample
 from ..episodes import info as _info
 from ..episodes import nstep as _nstep
 from ..episodes import sequences as _sequences
@@ -23,29 +24,28 @@ from ..episodes import writers as _writers
 from ..episodes.index import StepPlan
 from ..episodes.validity import StartValidity
 from ..errors import EpisodeError
-from ..samplers import Prioritized, Uniform
-from ..storage import ObjectStorage
+from ..samplers import Prioritized, Selector, Uniform
+from ..storage import ObjectStorage, Storage
 from .args import as_keys
 
-if TYPE_CHECKING:
-    from ..episodes import EpisodeBatch, EpisodeInfo, NStepSample, SequenceSample
-    from .core import Table
 
+def make_episode_index(episodes: Episodes, storage: Storage, sampler: Selector, capacity: int,
+                       rng: np.random.Generator, priorities: Callable[[], np.ndarray]) -> EpisodeIndex:
+    """The episode index of a new table built with ``episodes=`` (bound to its capacity and rng).
 
-def make_episode_index(episodes: Episodes, table: "Table") -> EpisodeIndex:
-    """The episode index of a new table built with ``episodes=`` (bound to its capacity and rng)."""
+    ``priorities``: returns the table's per-slot priority column (read when starts are scored).
+    """
     if not isinstance(episodes, Episodes):
         raise EpisodeError(f"episodes must be an rs.Episodes, got {type(episodes).__name__}")
-    if isinstance(table.storage, ObjectStorage):
+    if isinstance(storage, ObjectStorage):
         raise EpisodeError("episode structure needs a column storage (columns, memmap or frames): sequences "
                            "are gathered as (B, T, ...) arrays, which Python objects cannot be")
-    shared = table.sampler.live_set if type(table.sampler) is Uniform else None
+    shared = sampler.live_set if type(sampler) is Uniform else None
     index = EpisodeIndex(episodes, shared)
-    index.bind(table.capacity, table.rng)
+    index.bind(capacity, rng)
     if episodes.sequence_length is not None:
-        prioritized = table.sampler if isinstance(table.sampler, Prioritized) else None
-        index.validity = StartValidity(index, episodes.sequence_length, episodes.burn_in, prioritized,
-                                       lambda: table._priority)
+        prioritized = sampler if isinstance(sampler, Prioritized) else None
+        index.validity = StartValidity(index, episodes.sequence_length, episodes.burn_in, prioritized, priorities)
     return index
 
 
@@ -53,16 +53,16 @@ class EpisodeMethods:
     """``add_step`` ... ``episode_keys`` (see the module doc)."""
 
     @property
-    def episodic(self: "Table") -> bool:
+    def episodic(self) -> bool:
         """Whether the table was built with ``episodes=`` (steps know their stream and episode)."""
         return self._episodes is not None
 
-    def _require_episodes(self: "Table") -> EpisodeIndex:
+    def _require_episodes(self) -> EpisodeIndex:
         if self._episodes is None:
             raise EpisodeError(f"table {self.name!r} has no episode structure: build it with episodes=rs.Episodes()")
         return self._episodes
 
-    def _insert_steps(self: "Table", index: EpisodeIndex, prepared: Any, n: int, plan: StepPlan, priorities: Any,
+    def _insert_steps(self, index: EpisodeIndex, prepared: Any, n: int, plan: StepPlan, priorities: Any,
                       version: Any, timeout: float | None) -> np.ndarray:
         """Insert rows through the general path with ``plan`` begun in the index (lock held)."""
         index.begin(plan)
@@ -73,7 +73,7 @@ class EpisodeMethods:
             index.end()
         return keys
 
-    def add_step(self: "Table", step: Any, stream: int = 0, terminated: bool = False, truncated: bool = False,
+    def add_step(self, step: Any, stream: int = 0, terminated: bool = False, truncated: bool = False,
                  priority: float | None = None, version: int | None = None,
                  timeout: float | None = None) -> int:
         """Append one step to ``stream``'s current episode; return its key (-1 if refused as stale).
@@ -92,7 +92,7 @@ class EpisodeMethods:
             plan = _writers.step_plan(index, stream, terminated, truncated)
             return int(self._insert_steps(index, prepared, n, plan, priority, version, timeout)[0])
 
-    def extend_steps(self: "Table", steps: Any, streams: Any = 0, terminated: Any = None, truncated: Any = None,
+    def extend_steps(self, steps: Any, streams: Any = 0, terminated: Any = None, truncated: Any = None,
                      priorities: Any = None, version: Any = None, timeout: float | None = None) -> np.ndarray:
         """Append a batch of steps, one stream id per row (an int: all rows of one stream).
 
@@ -113,7 +113,7 @@ class EpisodeMethods:
             plan = _writers.steps_plan(index, n, streams, terminated, truncated)
             return self._insert_steps(index, prepared, n, plan, priorities, version, timeout)
 
-    def add_episode(self: "Table", steps: Any, stream: int | None = None, terminated: bool = True,
+    def add_episode(self, steps: Any, stream: int | None = None, terminated: bool = True,
                     truncated: bool = False, priorities: Any = None, version: Any = None,
                     timeout: float | None = None) -> np.ndarray:
         """Insert a whole episode (a batch of ``T`` steps) as a new episode of ``stream``.
@@ -132,7 +132,7 @@ class EpisodeMethods:
             plan = _writers.episode_plan(index, n, stream, terminated, truncated)
             return self._insert_steps(index, prepared, n, plan, priorities, version, timeout)
 
-    def end_episode(self: "Table", streams: Any, truncated: bool = False) -> int:
+    def end_episode(self, streams: Any, truncated: bool = False) -> int:
         """Close the open episode of each of ``streams`` without a new step; return how many closed.
 
         The episode's last step (if still live) gets the ``terminated`` flag, or ``truncated``.
@@ -148,8 +148,8 @@ class EpisodeMethods:
             self._check_open()
             return _writers.end_episodes(index, streams, truncated)
 
-    def sample_sequences(self: "Table", batch_size: int, length: int, burn_in: int = 0, mode: str = "strict",
-                         timeout: float | None = None) -> "SequenceSample":
+    def sample_sequences(self, batch_size: int, length: int, burn_in: int = 0, mode: str = "strict",
+                         timeout: float | None = None) -> SequenceSample:
         """Draw ``batch_size`` windows of ``burn_in + length`` consecutive steps of one episode.
 
         ``mode="strict"``: windows never cross an episode end, the write head, a deleted or evicted
@@ -175,8 +175,8 @@ class EpisodeMethods:
             self._account_sample(starts, n, sample.times_sampled)
         return sample
 
-    def sample_nstep(self: "Table", batch_size: int, n: int, gamma: float,
-                     timeout: float | None = None) -> "NStepSample":
+    def sample_nstep(self, batch_size: int, n: int, gamma: float,
+                     timeout: float | None = None) -> NStepSample:
         """Draw ``batch_size`` start steps with the sampler and compute their n-step transitions.
 
         See :mod:`replaystore.episodes.nstep` for where a transition stops and what it bootstraps
@@ -196,8 +196,8 @@ class EpisodeMethods:
             self._account_sample(starts, b, sample.times_sampled)
         return sample
 
-    def sample_episodes(self: "Table", k: int, timeout: float | None = None,
-                        replace: bool = True) -> "EpisodeBatch":
+    def sample_episodes(self, k: int, timeout: float | None = None,
+                        replace: bool = True) -> EpisodeBatch:
         """Draw ``k`` complete episodes uniformly (closed, with every step live).
 
         Returns an :class:`~replaystore.episodes.EpisodeBatch`: a list of dicts of ``(T_i, ...)``
@@ -218,7 +218,7 @@ class EpisodeMethods:
             self._account_sample(steps, k)
         return batch
 
-    def episode_info(self: "Table", keys: Any) -> "EpisodeInfo":
+    def episode_info(self, keys: Any) -> EpisodeInfo:
         """Where each key's step sits: stream, episode, positions, episode length, closed/complete, end flags.
 
         Returns an :class:`~replaystore.episodes.info.EpisodeInfo` of arrays aligned with ``keys``;
@@ -235,7 +235,7 @@ class EpisodeMethods:
                 self._flush_pending()
             return _info.info_of_slots(index, self._index.lookup(keys))
 
-    def episode_keys(self: "Table", keys: Any, positions: Any) -> np.ndarray:
+    def episode_keys(self, keys: Any, positions: Any) -> np.ndarray:
         """The key of the step at episode position ``positions[i]`` of the episode of ``keys[i]``.
 
         ``positions``: a scalar or one int per key (0 is the episode's first step). Returns int64

@@ -16,7 +16,7 @@ do not hold, and the caller takes the general path.
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -26,14 +26,11 @@ from ..staging import AddStager
 from ..storage import ColumnStorage, Storage
 from .args import NO_LIMIT
 
-if TYPE_CHECKING:
-    from .core import Table
-
 
 class FastPaths:
     """Ring writes and staged adds (see the module doc)."""
 
-    def _ring_plan(self: "Table") -> tuple | bool | None:
+    def _ring_plan(self) -> tuple | bool | None:
         """What the ring fast paths need, or False when they cannot apply to this table.
 
         They apply in ring mode to flat columns written by :class:`ColumnStorage`'s own ``write``
@@ -59,7 +56,7 @@ class FastPaths:
         self._plan = (frozenset(names), columns, get)
         return self._plan
 
-    def _extend_ring(self: "Table", data: Any) -> np.ndarray | None:
+    def _extend_ring(self, data: Any) -> np.ndarray | None:
         """Insert a batch of exactly-typed columns at the ring's head; ``None``: not handled (unchanged)."""
         plan = self._plan or self._ring_plan()
         if not plan or type(data) is not dict or data.keys() != plan[0]:
@@ -82,7 +79,7 @@ class FastPaths:
         self._ring_commit(start, n, st.max_priority, st.version)
         return np.arange(first, first + n, dtype=np.int64)
 
-    def _ring_commit(self: "Table", start: int, n: int, priority: float, version: int) -> None:
+    def _ring_commit(self, start: int, n: int, priority: float, version: int) -> None:
         """Account for ``n`` new items whose payloads are in slots ``start ..``.
 
         Writes their metadata, tells the selectors, moves the ring and the counters; the oldest
@@ -124,7 +121,7 @@ class FastPaths:
         if self._waiting:
             self._cond.notify_all()
 
-    def _add_ring(self: "Table", plan: tuple, item: dict, priority: Any, version: Any) -> int:
+    def _add_ring(self, plan: tuple, item: dict, priority: Any, version: Any) -> int:
         """Write one item straight into its ring slot; -1: not handled (nothing changed).
 
         Only for tables with no selector to tell (a Uniform sampler and the Fifo remover follow
@@ -162,7 +159,7 @@ class FastPaths:
             self._cond.notify_all()
         return key
 
-    def _plain_meta(self: "Table", priority: Any, version: Any, default_priority: float) -> tuple[float, int] | None:
+    def _plain_meta(self, priority: Any, version: Any, default_priority: float) -> tuple[float, int] | None:
         """``(priority, version)`` of a single add when both are plain and admissible, else ``None``.
 
         Plain: ``None`` or a finite float ``>= 0``; ``None`` or an int not stale. Anything else
@@ -185,7 +182,7 @@ class FastPaths:
             return None
         return p, v
 
-    def _make_stager(self: "Table") -> None:
+    def _make_stager(self) -> None:
         storage = self.storage
         # Staging inserts a run of adds as one batch; only FIFO eviction picks the same victims
         # for a batch as for the same items added one at a time.
@@ -195,7 +192,7 @@ class FastPaths:
             make = getattr(storage, "make_stager", None)
             self._stager = make(rows) if make is not None else AddStager(storage.spec, rows=rows)
 
-    def _try_stage(self: "Table", stager: AddStager, item: Any, priority: Any, version: Any) -> int:
+    def _try_stage(self, stager: AddStager, item: Any, priority: Any, version: Any) -> int:
         """Stage one item if the fast path applies; return its key, or -1 (nothing changed)."""
         if self._waiting:  # a blocked call may wait for this item: insert (and notify) now
             return -1
@@ -217,7 +214,7 @@ class FastPaths:
             self._flush_pending()
         return key
 
-    def _flush_pending(self: "Table") -> None:
+    def _flush_pending(self) -> None:
         """Insert the staged single-item adds as one batch (lock held)."""
         stager = self._stager
         if stager is None or stager.n == 0:

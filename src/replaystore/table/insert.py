@@ -9,7 +9,7 @@ A mixin of :class:`~replaystore.table.Table`: every method runs with the table's
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -17,14 +17,11 @@ from ..errors import CapacityError, EpisodeError, InvalidPriority, SpecError
 from ..samplers import Fifo
 from .args import NO_LIMIT, as_slice_if_contiguous, subset
 
-if TYPE_CHECKING:
-    from .core import Table
-
 
 class GeneralInsert:
     """Checks and the insert of a prepared batch (see the module doc)."""
 
-    def _validate_priorities(self: "Table", priorities: Any, n: int) -> np.ndarray:
+    def _validate_priorities(self, priorities: Any, n: int) -> np.ndarray:
         p = np.asarray(priorities, dtype=np.float64)
         if p.ndim == 0:
             p = np.full(n, float(p))
@@ -37,7 +34,7 @@ class GeneralInsert:
             raise InvalidPriority(f"priorities must be >= 0 for {self.sampler!r}: got {p[p < 0][:5].tolist()}")
         return p
 
-    def _validate_versions(self: "Table", version: Any, n: int) -> int | np.ndarray:
+    def _validate_versions(self, version: Any, n: int) -> int | np.ndarray:
         """One int for the whole batch, or ``n`` int64 versions."""
         if version is None:
             return self._state.version
@@ -51,7 +48,7 @@ class GeneralInsert:
             raise SpecError(f"expected {n} versions, got shape {v.shape}")
         return v
 
-    def _insert(self: "Table", prepared: Any, n: int, priorities: Any, version: Any, timeout: float | None,
+    def _insert(self, prepared: Any, n: int, priorities: Any, version: Any, timeout: float | None,
                 admitted: bool = False) -> np.ndarray:
         """Insert a prepared batch (lock held).
 

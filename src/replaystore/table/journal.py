@@ -17,22 +17,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
 import numpy as np
 
 from ..errors import InvalidArgument
 from .args import as_int, as_keys
 
-if TYPE_CHECKING:
-    from .core import Table
-
 
 class JournalMethods:
     """``locked``, ``wal_lsn``, ``slots_of``, ``keys_of_slots``, ``replay_insert``, ``replay_sample``."""
 
     @contextmanager
-    def locked(self: "Table") -> Iterator["Table"]:
+    def locked(self) -> Iterator[Self]:
         """Hold the table's (reentrant) lock, with staged adds flushed, for the ``with`` block.
 
         Calls on the table from the holding thread proceed; other threads' calls wait. A logger
@@ -43,7 +40,7 @@ class JournalMethods:
             yield self
 
     @property
-    def wal_lsn(self: "Table") -> int:
+    def wal_lsn(self) -> int:
         """The number of the last write-ahead-log record applied (0: none; a checkpoint saves it).
 
         Kept with the counters (``stats()["wal_lsn"]`` once set). Set it under :meth:`locked`.
@@ -51,13 +48,13 @@ class JournalMethods:
         return max(self._state.wal_lsn, 0)
 
     @wal_lsn.setter
-    def wal_lsn(self: "Table", lsn: int) -> None:
+    def wal_lsn(self, lsn: int) -> None:
         lsn = as_int(lsn, "wal_lsn")
         if lsn < 0:
             raise InvalidArgument(f"wal_lsn must be >= 0, got {lsn}")
         self._state.wal_lsn = lsn
 
-    def slots_of(self: "Table", keys: Any) -> np.ndarray:
+    def slots_of(self, keys: Any) -> np.ndarray:
         """The storage slot of each key (int64), ``-1`` for keys not live. Changes nothing.
 
         Raises:
@@ -68,7 +65,7 @@ class JournalMethods:
             self._flush_pending()
             return self._index.lookup(keys)
 
-    def keys_of_slots(self: "Table", slots: Any) -> np.ndarray:
+    def keys_of_slots(self, slots: Any) -> np.ndarray:
         """The key of the item in each slot (int64), ``-1`` for free slots. Changes nothing.
 
         Raises:
@@ -81,7 +78,7 @@ class JournalMethods:
             self._flush_pending()
             return self._meta[slots, 0]
 
-    def replay_insert(self: "Table", data: Any, priorities: Any = None, version: Any = None,
+    def replay_insert(self, data: Any, priorities: Any = None, version: Any = None,
                       evict_keys: Any = None, *, batched: bool = True) -> np.ndarray:
         """Apply a recorded insert without waiting for the rate limiter (the limiter counts it).
 
@@ -112,7 +109,7 @@ class JournalMethods:
             finally:
                 self._forced_victims = None
 
-    def replay_sample(self: "Table", keys: Any) -> int:
+    def replay_sample(self, keys: Any) -> int:
         """Apply a recorded sample that returned ``keys`` (in draw order); return ``len(keys)``.
 
         Does what :meth:`sample` did besides reading: ``times_sampled`` += 1 per draw, retirement

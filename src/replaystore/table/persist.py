@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self
 
 import numpy as np
 
-from .. import checkpoint
+from ..checkpoint import load_snapshot, save_snapshot
 from ..episodes import Episodes
 from ..errors import BlockingWarning, CheckpointError
 from ..limiters import limiter_from_config
@@ -26,14 +26,11 @@ from ..snapshot import TableSnapshot
 from ..storage import Storage
 from ..storage.describe import from_description
 
-if TYPE_CHECKING:
-    from .core import Table
-
 
 class Persistence:
     """``snapshot``, ``from_snapshot``, ``save``, ``load`` (see the module doc)."""
 
-    def snapshot(self: "Table") -> TableSnapshot:
+    def snapshot(self) -> TableSnapshot:
         """A copy of the table's items and state, taken under its lock (staged adds flushed).
 
         Items in key order (oldest first). Thread-safe; the table is unchanged.
@@ -69,7 +66,7 @@ class Persistence:
             )
 
     @classmethod
-    def from_snapshot(cls, snapshot: TableSnapshot, storage: Storage | None = None) -> "Table":
+    def from_snapshot(cls, snapshot: TableSnapshot, storage: Storage | None = None) -> Self:
         """A new table holding what ``snapshot`` holds (items, metadata, every part's state).
 
         ``storage``: an empty storage for it (default: one like ``snapshot.storage`` describes,
@@ -102,7 +99,7 @@ class Persistence:
             raise CheckpointError(f"the saved state is inconsistent ({type(e).__name__}: {e})") from None
         return table
 
-    def _restore(self: "Table", snap: TableSnapshot) -> None:
+    def _restore(self, snap: TableSnapshot) -> None:
         """Fill this new, empty table from ``snap`` (items in key order)."""
         meta, state = snap.meta, snap.state
         n = snap.size
@@ -140,25 +137,25 @@ class Persistence:
             st.load_counters(state["counters"], state["blocked"])
             self.rng.bit_generator.state = state["rng"]
 
-    def save(self: "Table", path: str | os.PathLike) -> None:
+    def save(self, path: str | os.PathLike) -> None:
         """Write a checkpoint directory atomically (see :mod:`replaystore.checkpoint`).
 
         Thread-safe: the lock is held only while the snapshot is copied.
         """
-        checkpoint.save_snapshot(self.snapshot(), path)
+        save_snapshot(self.snapshot(), path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, allow_pickle: bool = False, memmap_dir: str | None = None) -> "Table":
+    def load(cls, path: str | os.PathLike, allow_pickle: bool = False, memmap_dir: str | None = None) -> Self:
         """Restore a table saved with :meth:`save` (see :mod:`replaystore.checkpoint`).
 
         Warns (:class:`~replaystore.BlockingWarning`) when the loaded table holds items but its
         rate limiter admits no sample: a ``sample`` would block until more items are inserted.
         """
-        table = checkpoint.load_snapshot(path, cls.from_snapshot, allow_pickle=allow_pickle, memmap_dir=memmap_dir)
+        table = load_snapshot(path, cls.from_snapshot, allow_pickle=allow_pickle, memmap_dir=memmap_dir)
         table._warn_if_unsampleable()
         return table
 
-    def _warn_if_unsampleable(self: "Table") -> None:
+    def _warn_if_unsampleable(self) -> None:
         limiter = self.rate_limiter
         if self._state.size == 0 or limiter.can_sample(1):
             return

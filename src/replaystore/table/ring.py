@@ -11,21 +11,16 @@ valid input.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from ..errors import InvalidArgument
 from ..samplers import Fifo, Uniform
 
-if TYPE_CHECKING:
-    from .core import Table
-
 
 class SlotBookkeeping:
     """Which slot holds which item, and how items leave (see the module doc)."""
 
-    def _remove_slots(self: "Table", slots: np.ndarray, oldest: bool = False) -> None:
+    def _remove_slots(self, slots: np.ndarray, oldest: bool = False) -> None:
         """Remove distinct live slots from every part of the table.
 
         ``oldest`` promises that they hold the oldest keys (the Fifo remover's victims); any other
@@ -48,7 +43,7 @@ class SlotBookkeeping:
         self.rate_limiter.deletes += k
         st.deletes += k
 
-    def _replace_slots(self: "Table", victims: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:
+    def _replace_slots(self, victims: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:
         """Evict the items at ``victims`` and put new items (``keys``) in the same slots.
 
         The caller has released the victims' payloads in the storage and written the new ones.
@@ -65,7 +60,7 @@ class SlotBookkeeping:
         st.deletes += k
         st.evictions += k
 
-    def _victims(self: "Table", n: int) -> np.ndarray:
+    def _victims(self, n: int) -> np.ndarray:
         """The remover's ``n`` victims, or the ones :meth:`replay_insert` was told (state unchanged)."""
         forced = self._forced_victims
         if forced is None:
@@ -75,7 +70,7 @@ class SlotBookkeeping:
                                   "the recorded insert does not continue this table")
         return forced
 
-    def _take_free(self: "Table", n: int, first_key: int) -> np.ndarray:
+    def _take_free(self, n: int, first_key: int) -> np.ndarray:
         """Slots for ``n`` new items whose keys start at ``first_key``."""
         st = self._state
         if self._ring is not None:
@@ -85,13 +80,13 @@ class SlotBookkeeping:
         st.nfree -= n
         return slots
 
-    def _holds_oldest(self: "Table", slots: np.ndarray) -> bool:
+    def _holds_oldest(self, slots: np.ndarray) -> bool:
         """Whether distinct live ``slots`` hold exactly the ring's oldest ``len(slots)`` keys."""
         keys = self._meta[slots, 0]
         lo = self._state.ring_lo
         return int(keys.min()) == lo and int(keys.max()) == lo + len(slots) - 1
 
-    def _leave_ring(self: "Table") -> None:
+    def _leave_ring(self) -> None:
         """End ring mode: build the key index, the free-slot stack and the selectors' own state.
 
         ``O(capacity)``, once per table (until a checkpoint is loaded into a new one).
@@ -123,7 +118,7 @@ class SlotBookkeeping:
         self._ring = None
         self._plan = False
 
-    def _last_occurrences(self: "Table", slots: np.ndarray) -> np.ndarray | None:
+    def _last_occurrences(self, slots: np.ndarray) -> np.ndarray | None:
         """Mask of the last occurrence of each slot, or ``None`` when all are distinct.
 
         ``np.maximum.at`` (unbuffered, so defined for repeated indices) writes each slot's last

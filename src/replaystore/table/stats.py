@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from .core import Table
 
 _STALENESS_BINS = 16
 
@@ -15,7 +12,7 @@ _STALENESS_BINS = 16
 class StatsMethods:
     """``stats()`` (a mixin of :class:`~replaystore.table.Table`)."""
 
-    def stats(self: "Table") -> dict[str, Any]:
+    def stats(self) -> dict[str, Any]:
         """A plain dict of counters and gauges (see docs/api.md for every key). Thread-safe."""
         with self._cond:
             self._flush_pending()
