@@ -17,6 +17,7 @@ A window of a start step (the *key* step, at stream position ``t0``) covers posi
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,10 @@ from .samples import SequenceSample
 from .sampling import check_batch, reshape_leaves, zero_where
 
 _ROUNDS = 4  # rejection rounds before the exact valid set is computed
+# per episode index: the exact valid starts (keyed by its generation and the window) and the last
+# acceptance rate per window; weak, so a table's caches go with it
+_VALID: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_RATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _MIN_ACCEPT = 1 / 8  # below this acceptance rate, compute the exact set at once
 
 
@@ -116,7 +121,7 @@ def padded_mask(index: EpisodeIndex, win: np.ndarray, key_slots: np.ndarray, bur
 
 def exact_valid_starts(index: EpisodeIndex, width: int, burn_in: int) -> np.ndarray:
     """All key slots whose strict window is valid (cached until the index changes)."""
-    cache = getattr(index, "_valid_cache", None)
+    cache = _VALID.get(index)
     if cache is not None and cache[0] == (index.generation, width, burn_in):
         return cache[1]
     live = index.live.contents().copy()
@@ -132,7 +137,7 @@ def exact_valid_starts(index: EpisodeIndex, width: int, burn_in: int) -> np.ndar
     run_last = np.append(np.flatnonzero(breaks)[1:], n) - 1
     remaining = run_last[run] - np.arange(n)  # steps after this one in its run
     valid = live[np.flatnonzero(remaining >= width - 1) + burn_in]
-    index._valid_cache = ((index.generation, width, burn_in), valid)
+    _VALID[index] = ((index.generation, width, burn_in), valid)
     return valid
 
 
@@ -152,7 +157,7 @@ def uniform_strict_starts(index: EpisodeIndex, rng: np.random.Generator, n: int,
     live = index.live
     got_keys, got_win = [], []
     have = drawn = 0
-    rates = index.__dict__.setdefault("_accept_rates", {})  # last acceptance rate per window
+    rates = _RATES.setdefault(index, {})  # last acceptance rate per window
     for r in range(_ROUNDS):
         rate = have / drawn if drawn else rates.get((width, burn_in), 0.5)
         m = min(64 * n, int((n - have) / max(rate, _MIN_ACCEPT) * 1.2) + 8)

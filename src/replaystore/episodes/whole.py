@@ -8,6 +8,7 @@ still live and reachable. Open episodes (still being written) and episodes that 
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,9 @@ from .index import TERMINATED, TRUNCATED, EpisodeIndex
 from .samples import EpisodeBatch
 from .sampling import check_batch
 
+# per episode index: its complete episodes, keyed by its generation (weak: they go with the table)
+_COMPLETE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
 
 def complete_episodes(index: EpisodeIndex) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(episode_ids, bounds, slots)`` of the complete episodes.
@@ -25,7 +29,7 @@ def complete_episodes(index: EpisodeIndex) -> tuple[np.ndarray, np.ndarray, np.n
     ``slots`` are their steps in order, concatenated: episode ``i`` is
     ``slots[bounds[i]:bounds[i + 1]]``. Cached until the index changes.
     """
-    cache = getattr(index, "_episodes_cache", None)
+    cache = _COMPLETE.get(index)
     if cache is not None and cache[0] == index.generation:
         return cache[1]
     live = index.live.contents().copy()
@@ -36,7 +40,7 @@ def complete_episodes(index: EpisodeIndex) -> tuple[np.ndarray, np.ndarray, np.n
     n = len(live)
     if n == 0:
         out = (np.empty(0, np.int64), np.zeros(1, np.int64), np.empty(0, np.int64))
-        index._episodes_cache = (index.generation, out)
+        _COMPLETE[index] = (index.generation, out)
         return out
     first = np.ones(n, dtype=bool)
     if n > 1:
@@ -51,7 +55,7 @@ def complete_episodes(index: EpisodeIndex) -> tuple[np.ndarray, np.ndarray, np.n
     take = np.repeat(starts[keep], lengths) + (np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths,
                                                                                      lengths))
     out = (ep[starts[keep]], np.append(0, np.cumsum(lengths)), live[take])
-    index._episodes_cache = (index.generation, out)
+    _COMPLETE[index] = (index.generation, out)
     return out
 
 

@@ -10,7 +10,7 @@ from .compressed import CompressedColumnStorage
 from .frames import FrameStackStorage
 from .memmap import MemmapColumnStorage
 from .objects import ObjectStorage
-from .spec import normalize_spec, unflatten
+from .spec import unflatten
 
 
 def from_description(desc: dict, capacity: int, memmap_dir: str | Path | None = None) -> Storage:
@@ -28,7 +28,7 @@ def from_description(desc: dict, capacity: int, memmap_dir: str | Path | None = 
         storage = FrameStackStorage(capacity, desc["obs_key"], desc["next_obs_key"], desc["end_keys"],
                                     frame_capacity=desc.get("frame_capacity"))
         if spec is not None:
-            storage._adopt(normalize_spec(spec))
+            storage.set_spec(spec)
         return storage
     if kind == "compressed":
         return CompressedColumnStorage(capacity, spec, compress=desc.get("compress"),

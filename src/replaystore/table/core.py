@@ -28,7 +28,7 @@ import numpy as np
 
 from ..episodes import EpisodeIndex, Episodes
 from ..errors import BlockingWarning, Closed, InvalidArgument, Timeout
-from ..items import Sample
+from ..items import Sample, check_device, sample_to_tensors
 from ..keys import KeyIndex, RingIndex, RingLiveSet
 from ..limiters import MinSize, Queue, RateLimiter, Stack
 from ..rows import count_samples
@@ -410,8 +410,6 @@ class Table(KeyedMethods, EpisodeMethods, JournalMethods, Persistence, StatsMeth
         """
         n = as_count(batch_size, "batch_size")
         if as_tensor:  # fail (no torch, a device that is not there) before anything is sampled
-            from ..integrations.torch import check_device
-
             check_device(device)
         with self._lock:  # the Condition's own lock: entering it directly is cheaper
             if self._stager is not None and self._stager.n:
@@ -433,7 +431,7 @@ class Table(KeyedMethods, EpisodeMethods, JournalMethods, Persistence, StatsMeth
                 data = self.storage.read(slots)
                 count_samples(self._meta, slots, rows)
             times = rows[:, 1]
-            sample = Sample._build(  # the metadata columns are views of the gathered rows (this sample's own)
+            sample = Sample.build(  # the metadata columns are views of the gathered rows (this sample's own)
                 data=data,
                 keys=rows[:, 0],
                 indices=slots,
@@ -454,8 +452,6 @@ class Table(KeyedMethods, EpisodeMethods, JournalMethods, Persistence, StatsMeth
             if self._waiting:
                 self._cond.notify_all()
         if as_tensor:
-            from ..integrations.torch import sample_to_tensors
-
             return sample_to_tensors(sample, device=device, pin_memory=pin_memory)
         return sample
 
