@@ -61,7 +61,6 @@ def test_lifo_with_max_times_sampled_keeps_old_steps_visible():
         k = t.add_step(step(i))
         assert t.sample(1).keys.tolist() == [k]
     assert t.keys().tolist() == a
-    t.sampler, t.remover  # unchanged
     info = t.episode_info(a)
     assert info.lengths.tolist() == [42, 42] and info.found.all()
     assert t.episode_keys(a[:1], 1).tolist() == [a[1]]
