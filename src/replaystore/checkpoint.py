@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .episodes.consistency import check_index_arrays
 from .errors import CheckpointError, DiskFull, InvalidArgument, ReplayError, StorageError
 from .limiters import limiter_from_config
 from .samplers import selector_from_config
@@ -587,6 +588,7 @@ def _build(path: Path, m: dict, allow_pickle: bool, memmap_dir: Path | None) -> 
         meta["episodes"] = {name: _load_npy(path, f"episodes_{name}.npy") for name in _EPISODE_ROWS}
         for name, dtype in _EPISODE_ROWS.items():
             _check_array(meta["episodes"][name], f"episodes_{name}.npy", dtype, (n,))
+        check_index_arrays(meta["episodes"], _field(m, "episodes", dict, "").get("streams"), where=str(path))
     _check_memory(path, capacity, desc, in_ram=not (kind == "memmap" and memmap_dir is not None))
     try:
         if "episodes" in m:
