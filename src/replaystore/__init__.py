@@ -6,6 +6,7 @@ The core is :class:`Table`: a storage, a sampler, a remover, a rate limiter and 
 
 from .episodes import EpisodeBatch, EpisodeInfo, Episodes, NStepSample, SequenceSample, sequence_priority
 from .errors import (
+    AlreadySampled,
     CapacityError,
     CheckpointError,
     Closed,
@@ -24,8 +25,10 @@ from .errors import (
     StorageError,
     Timeout,
     UnknownStream,
+    TicketCancelled,
     UnknownTicket,
     WalCorrupt,
+    WouldDeadlock,
 )
 from .items import Sample
 from .limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack
@@ -45,6 +48,7 @@ from .table import Table
 __version__ = "0.1.0"
 
 __all__ = [
+    "AlreadySampled",
     "CapacityError",
     "sequence_priority",
     "UnknownStream",
@@ -93,8 +97,10 @@ __all__ = [
     "Table",
     "Timeout",
     "Uniform",
+    "TicketCancelled",
     "UnknownTicket",
     "WalCorrupt",
+    "WouldDeadlock",
     "WithoutReplacement",
     "__version__",
 ]
