@@ -44,7 +44,7 @@ from .tickets import BATCH, HOLDER, VERSION, WEIGHT, Ticket, TicketBook, ticket_
 from .versions import check_int
 
 _COUNTERS = ("acquired", "accepted_total", "rejected", "abandoned", "expired", "discarded", "cancelled",
-             "overprovisioned", "acquire_calls", "acquire_timeouts", "deadlocks_refused")
+             "overprovisioned", "acquire_calls", "acquire_timeouts")
 TRAINER_WAITS = (None, "fifo", "in_order")
 _REMEMBER_CANCELLED = 1024  # cancelled ids kept to answer late calls with TicketCancelled
 
@@ -192,6 +192,13 @@ class StalenessBudget:
             raise TicketCancelled(f"tickets {gone[:5]!r} were cancelled (over-provisioning): stop generating")
         self._book.check_held(ids)
 
+    def _refuse_deadlock(self, holder: str | None, k: int, w: int) -> None:
+        """:class:`WouldDeadlock` if the request is not grantable now and never will be while its holder waits."""
+        if not self._grantable(k, w):
+            why = self._deadlock(holder, k, w)
+            if why is not None:
+                raise WouldDeadlock(why)
+
     def _deadlock(self, holder: str | None, k: int, w: int) -> str | None:
         """Why ``holder``'s request can never be granted while it holds its tickets, or ``None``."""
         if holder is None:
@@ -242,6 +249,7 @@ class StalenessBudget:
             self._check_open()
             now = self._clock()
             self._expire(now)
+            self._refuse_deadlock(holder, k + m, w)
             self.counters["acquire_calls"] += 1
             if not self._grantable(k + m, w):
                 return []
@@ -273,6 +281,8 @@ class StalenessBudget:
         with self._lock:
             k, w, m = self._check_request(k, weight, overprovision)
             self._check_open()
+            self._expire(self._clock())
+            self._refuse_deadlock(holder, k + m, w)
             self.counters["acquire_calls"] += 1
             start = time.monotonic()
             deadline = None if timeout is None else start + timeout
@@ -283,10 +293,7 @@ class StalenessBudget:
                     if self._grantable(k + m, w):
                         return self._grant(k, w, m, holder, now)
                     self._check_open()
-                    why = self._deadlock(holder, k + m, w)
-                    if why is not None:
-                        self.counters["deadlocks_refused"] += 1
-                        raise WouldDeadlock(why)
+                    self._refuse_deadlock(holder, k + m, w)
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         self.counters["acquire_timeouts"] += 1
@@ -340,8 +347,8 @@ class StalenessBudget:
                         b = self._batches[r[BATCH]]
                         b[1] += 1
                         if b[1] >= b[0]:
+                            self._batches.pop(r[BATCH], None)
                             cancelled += self._cancel(self._book.of_batch(r[BATCH]))
-                            del self._batches[r[BATCH]]
             else:
                 self.counters["rejected"] += len(ids)
             self._forget_batches(recs)
