@@ -244,7 +244,7 @@ class _TableBackedBuffer:
         table = state.pop("_table")
         storage = state.pop("_storage")
         keys = table.keys()
-        slots = table._index.lookup(keys)
+        slots = table.slots_of(keys)
         state["_saved"] = {
             "arrays": storage.arrays,
             "positions": storage.position[slots],
