@@ -404,8 +404,12 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
             self.journal.close()
 
     def stats(self) -> dict[str, Any]:
-        """Counters, sizes, the budget's stats and the measurement histograms (totals since start)."""
+        """Counters, sizes, the budget's stats and the measurement histograms (totals since start).
+
+        Expiry is judged first (tickets past their TTL and their pending groups are gone).
+        """
         with self._lock:
+            self._expire(self._clock())
             out: dict[str, Any] = {**self.counters, "name": self.name, "version": self.version,
                                    "groups": len(self._complete), "rollouts": self._items,
                                    "tokens": self._tokens, "pending_groups": len(self._pending),

@@ -63,6 +63,7 @@ class ProducerCalls:
             self._commit()
         tickets = budget.acquire(k, timeout=timeout, holder=holder, overprovision=overprovision, weight=tokens)
         with self._lock:
+            self._expire(self._clock())  # tickets that expired while it waited: drop their groups
             self._commit()  # the budget's new tickets
         return tickets
 
