@@ -338,3 +338,23 @@ def test_producer_killed_while_waiting_for_a_version_gives_its_tickets_back(ray_
             oc.add("late", group=held[1])
     finally:
         svc.shutdown()
+
+
+def test_grpo_dapo_overprovision_example_smoke(ray_local):
+    """examples/grpo_dapo_overprovision.py --smoke on the running Ray: every mode trains, DAPO rejects
+    count, over-provisioned tickets are cancelled (and they are the long ones more often)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "grpo_dapo_overprovision.py")
+    spec = importlib.util.spec_from_file_location("grpo_dapo_overprovision", path)
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    results = ex.main(["--smoke"])
+    assert set(results) == {"base", "dapo", "dapo+over"}
+    for mode, r in results.items():
+        s, p = r["stats"], r["producers"]
+        assert s["groups_sampled"] == 4 * 4 and s["rollouts_dropped"] == sum(s["dropped_by_length"].values())
+        assert max(int(k) for k in s["trained_staleness"]) <= 1
+        assert s["groups_rejected"] == p["rejected"] and (mode != "base" or p["rejected"] == 0)
+        assert (p["cancelled"] > 0) == (mode == "dapo+over") and s["tickets_cancelled"] == p["cancelled"]
+        assert r["zero_adv_trained"] == 0 or mode == "base"

@@ -183,6 +183,10 @@ class OnlineClient:
         """The window's scalars since the last report (also written to the service's sinks)."""
         return self._call("online_report")
 
+    def close(self) -> None:
+        """Close this rollout buffer (its waiting and later calls raise ``rs.Closed``); the service goes on."""
+        self._call("online_close")
+
     def expire(self) -> None:
         """Run the buffer's expiry now."""
         self._call("online_expire")

@@ -146,6 +146,10 @@ class OnlineService:
         """``RolloutBuffer.report``: the window's scalars, also written to the service's sinks."""
         return self._rollouts(name).report()
 
+    async def online_close(self, name: str) -> None:
+        """``RolloutBuffer.close``: this buffer's waiting and later calls raise ``Closed``; the service goes on."""
+        self._rollouts(name).close()
+
     async def online_expire(self, name: str) -> None:
         """``RolloutBuffer.expire`` now (also runs every ``housekeeping_period``)."""
         self._rollouts(name).expire()
