@@ -93,6 +93,7 @@ class StalenessBudget:
         self._batches: dict[int, list[int]] = {}  # over-provisioning batch -> [needed, accepted]
         self._next_batch = 0
         self._cancelled: dict[int, None] = {}  # recently cancelled ids (ordered, bounded)
+        self._no_expiry_before = float("-inf")  # a lower bound of the held tickets' deadlines
         self._expired_unclaimed: list[int] = []
         self._cancelled_unclaimed: list[int] = []
         self.counters = dict.fromkeys(_COUNTERS, 0)
@@ -232,6 +233,8 @@ class StalenessBudget:
             self._batches[batch] = [k, 0]
             self.counters["overprovisioned"] += m
         self.counters["acquired"] += k + m
+        if deadline is not None:
+            self._no_expiry_before = min(self._no_expiry_before, deadline)
         return self._book.grant(k + m, self.version, holder, deadline, w, now, batch)
 
     def try_acquire(self, k: int = 1, holder: str | None = None, overprovision: int = 0,
@@ -471,7 +474,9 @@ class StalenessBudget:
 
     # -- expiry ------------------------------------------------------------------------------------------
     def _expire(self, now: float) -> None:
-        if self.ttl is None or not self._book:
+        # deadlines only grow (renewals) or arrive later than the held ones (grants): a lower bound
+        # of them stays one, and saves scanning every ticket at every call
+        if self.ttl is None or not self._book or now < self._no_expiry_before:
             return
         gone = self._book.expired(now)
         if gone:
@@ -479,6 +484,8 @@ class StalenessBudget:
             self.counters["expired"] += len(gone)
             self._expired_unclaimed += gone
             self._cond.notify_all()
+        nxt = self._book.next_deadline()
+        self._no_expiry_before = float("inf") if nxt is None else nxt
 
     def expire(self, now: float | None = None) -> list[int]:
         """Abandon the tickets whose time-to-live passed; return every ticket expired since the last call.
@@ -536,6 +543,7 @@ class StalenessBudget:
             self.version = int(state["version"])
             self.accepted = int(state["accepted"])
             self._book.load_state(state)
+            self._no_expiry_before = float("-inf")
             self.counters.update(state["counters"])
             self.wait_s = float(state["wait_s"])
             self.paused = bool(state.get("paused", False))

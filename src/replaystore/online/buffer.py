@@ -248,6 +248,8 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
         """
         puts, deletes = self._puts, self._deletes
         self._puts, self._deletes = {}, set()
+        if type(self.journal) is NullOnlineJournal:  # nothing kept: no state to build
+            return
         puts.pop("s", None)
         try:
             self.journal.write({**puts, "s": self._state()}, [d for d in deletes if d not in puts])

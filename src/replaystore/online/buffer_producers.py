@@ -277,8 +277,10 @@ class ProducerCalls:
     def _check_members(self, datas: list, versions: Any, lengths: Any, indices: list | None,
                        per_member: bool) -> tuple[list, list, list | None]:
         n = len(datas)
-        vs = versions if per_member else [versions] * n
-        rngs = [VersionRange.of(self.version if v is None else v) for v in vs]
+        if per_member:
+            rngs = [VersionRange.of(self.version if v is None else v) for v in versions]
+        else:
+            rngs = [VersionRange.of(self.version if versions is None else versions)] * n
         lens = []
         for i, d in enumerate(datas):
             ln = lengths[i] if lengths is not None else (len(d) if hasattr(d, "__len__") else 1)
