@@ -6,6 +6,7 @@ The core is :class:`Table`: a storage, a sampler, a remover, a rate limiter and 
 
 from .episodes import EpisodeBatch, EpisodeInfo, Episodes, NStepSample, SequenceSample, sequence_priority
 from .errors import (
+    AlreadySampled,
     BlockingWarning,
     CapacityError,
     CheckpointError,
@@ -26,8 +27,10 @@ from .errors import (
     StorageError,
     Timeout,
     UnknownStream,
+    TicketCancelled,
     UnknownTicket,
     WalCorrupt,
+    WouldDeadlock,
 )
 from .items import Sample
 from .limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack
@@ -48,6 +51,7 @@ from .table import Table
 __version__ = "0.1.0"
 
 __all__ = [
+    "AlreadySampled",
     "BlockingWarning",
     "ReplayWarning",
     "TableSnapshot",
@@ -99,8 +103,10 @@ __all__ = [
     "Table",
     "Timeout",
     "Uniform",
+    "TicketCancelled",
     "UnknownTicket",
     "WalCorrupt",
+    "WouldDeadlock",
     "WithoutReplacement",
     "__version__",
 ]

@@ -55,6 +55,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from .episodes.consistency import check_index_arrays
 from .errors import CheckpointError, DiskFull, InvalidArgument, ReplayError, StorageError
 from .snapshot import META_DTYPES, TableSnapshot
 from .storage import Storage
@@ -563,13 +564,13 @@ def _build(path: Path, m: dict, build: Callable[[TableSnapshot, Storage], T], al
             payload[col] = arr
     episodes = None
     if "episodes" in m:
-        # the episode arrays, checked here for dtype and shape; their consistency with each other
-        # and with the stream state is checked by the episode index when the table restores them
+        # the episode arrays: dtype and shape, then that they form one consistent history
         rows = {name: _load_npy(path, f"episodes_{name}.npy") for name in _EPISODE_ROWS}
         for name, dtype in _EPISODE_ROWS.items():
             _check_array(rows[name], f"episodes_{name}.npy", dtype, (n,))
         ep = _field(m, "episodes", dict, "")
         episodes = {"config": _field(ep, "config", dict, "episodes"), "streams": ep.get("streams"), "rows": rows}
+        check_index_arrays(rows, ep.get("streams"), where=str(path))
     _check_memory(path, capacity, desc, in_ram=not (kind == "memmap" and memmap_dir is not None))
     lim = m["rate_limiter"]["state"]
     for key in ("inserts", "samples", "deletes"):

@@ -40,6 +40,10 @@ class KeyIndex:
                 self._overflow[k] = s
         self._ring[pos] = slots
         self.key_of_slot[slots] = keys
+        if len(keys) and int(keys.max()) - int(keys.min()) > self._mask:  # keys of this batch collide
+            lost = self._ring[pos] != slots  # (a restored checkpoint whose keys span more than the ring)
+            for k, s in zip(keys[lost].tolist(), slots[lost].tolist()):
+                self._overflow[k] = s
 
     def replace(self, slots: np.ndarray, keys: np.ndarray, newest_gone: int | None = None) -> None:
         """Live ``slots`` now hold new increasing ``keys`` (their old keys are gone).
