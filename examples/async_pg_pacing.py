@@ -120,7 +120,7 @@ def main() -> None:
     from replaystore import ray as rsr
     from replaystore.online import RolloutBufferConfig, VersionRange
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     lengths = prompt_lengths(args.prompts, args.seed)
     short = lengths < 20
 

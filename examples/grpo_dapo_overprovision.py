@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> dict:
     ray.cloudpickle.register_pickle_by_value(async_pg_pacing)  # workers need not find examples/
     started_ray = not ray.is_initialized()
     if started_ray:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # a new instance
     lengths = long_tailed_lengths(args.prompts, args.seed)
     short = lengths < LONG
 
