@@ -50,19 +50,19 @@ class CountingJournal:
             self.inner.close()
 
 
-def groups_bench(args: argparse.Namespace, whole: bool, journal_dir: str | None) -> tuple[float, float, float]:
-    """(calls per group, journal writes per group, us per group) for writing groups of ``args.group``."""
+def groups_bench(args: argparse.Namespace, whole: bool, journal_dir: str | None) -> tuple[float, float, float, float]:
+    """(calls, journal writes, wall us, CPU us) per group, writing groups of ``args.group``."""
     j = CountingJournal(OnlineJournal(journal_dir) if journal_dir else None)
     buf = RolloutBuffer(1 << 16, batch_size=64, max_staleness=1, group_size=args.group, journal=j)
     item = {"tokens": list(range(64)), "logp": [0.0] * 64, "reward": 1.0}
     members = [item] * args.group
-    groups, calls, writes, spent = 0, 0, 0, 0.0
+    groups, calls, writes, spent, cpu = 0, 0, 0, 0.0, 0.0
     t_end = time.perf_counter() + args.seconds
     v = 0
     while time.perf_counter() < t_end:
         tickets = buf.acquire(64, timeout=5)
         w0 = j.writes
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for t in tickets:
             if whole:
                 buf.add_group(t, members, versions=v, lengths=[64] * args.group)
@@ -72,13 +72,14 @@ def groups_bench(args: argparse.Namespace, whole: bool, journal_dir: str | None)
                     buf.add(m, group=t, versions=v, length=64)
                 calls += args.group
         spent += time.perf_counter() - t0
+        cpu += time.process_time() - c0
         writes += j.writes - w0
         groups += len(tickets)
         buf.sample(64, timeout=5)
         v += 1
         buf.set_version(v)
     buf.close()
-    return calls / groups, writes / groups, spent / groups * 1e6
+    return calls / groups, writes / groups, spent / groups * 1e6, cpu / groups * 1e6
 
 
 def tail_bench(args: argparse.Namespace, over: bool, seed: int) -> dict:
@@ -150,16 +151,18 @@ def main() -> None:
                     key = (whole, journal)
                     rows.setdefault(key, []).append(groups_bench(args, whole, d if journal else None))
     print(f"groups of {args.group} completions (64 tokens each); medians of {args.repeats} runs of {args.seconds} s")
-    print("| writes | journal | calls per group | journal transactions per group | us per group | x add_group |")
-    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    print("| writes | journal | calls per group | journal transactions per group | CPU us per group | "
+          "wall us per group | CPU x add_group |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for journal in (False, True):
-        base = statistics.median(r[2] for r in rows[(True, journal)])
+        base = statistics.median(r[3] for r in rows[(True, journal)])
         for whole in (False, True):
             rs_ = rows[(whole, journal)]
-            us = statistics.median(r[2] for r in rs_)
+            cpu = statistics.median(r[3] for r in rs_)
+            wall = statistics.median(r[2] for r in rs_)
             print(f"| {'add_group (after)' if whole else 'add per member (before)'} | "
-                  f"{'LMDB' if journal else 'none'} | {rs_[0][0]:.0f} | {rs_[0][1]:.0f} | {us:.0f} | "
-                  f"{us / base:.2f} |")
+                  f"{'LMDB' if journal else 'none'} | {rs_[0][0]:.0f} | {rs_[0][1]:.0f} | {cpu:.0f} | {wall:.0f} | "
+                  f"{cpu / base:.2f} |")
 
     tails: dict[bool, list] = {False: [], True: []}
     for r in range(args.repeats):
