@@ -7,6 +7,7 @@ The core is :class:`Table`: a storage, a sampler, a remover, a rate limiter and 
 from .episodes import EpisodeBatch, EpisodeInfo, Episodes, NStepSample, SequenceSample, sequence_priority
 from .errors import (
     AlreadySampled,
+    BlockingWarning,
     CapacityError,
     CheckpointError,
     Closed,
@@ -21,6 +22,7 @@ from .errors import (
     NoValidSequence,
     RateLimitError,
     ReplayError,
+    ReplayWarning,
     SpecError,
     StorageError,
     Timeout,
@@ -34,6 +36,7 @@ from .items import Sample
 from .limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack
 from .mixing import InvalidMix, MixedSample, MixedSampler
 from .samplers import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Selector, Uniform, WithoutReplacement
+from .snapshot import TableSnapshot
 from .storage import (
     ColumnStorage,
     CompressedColumnStorage,
@@ -49,6 +52,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AlreadySampled",
+    "BlockingWarning",
+    "ReplayWarning",
+    "TableSnapshot",
     "CapacityError",
     "sequence_priority",
     "UnknownStream",

@@ -159,3 +159,16 @@ class NoValidSequence(EpisodeError):
 
 class InvalidState(ReplayError, RuntimeError):
     """A call that needs a set-up step first (e.g. an SB3 HER buffer sampled before ``set_env``)."""
+
+
+class ReplayWarning(UserWarning):
+    """Base class of every warning replaystore issues (filter them with ``rs.ReplayWarning``)."""
+
+
+class BlockingWarning(ReplayWarning):
+    """A table cannot do what a call waits for (e.g. a loaded table under ``MinSize`` it does not reach).
+
+    Issued after :meth:`Table.load` when the rate limiter cannot admit a sample, and once by a
+    blocking call without a timeout that has waited 10 s. The call still blocks; the message names
+    the limiter, the table's size and the fix.
+    """
