@@ -72,6 +72,36 @@ def reward(prompt: int, tokens: np.ndarray) -> float:
     return float(np.mean(tokens == (prompt + np.arange(len(tokens))) % VOCAB))
 
 
+class WeightStore:
+    """The latest policy weights and their version (a Ray actor in the examples)."""
+
+    def __init__(self) -> None:
+        self.version, self.state = 0, None
+
+    def set(self, version: int, state: dict) -> None:
+        """Publish ``state`` as ``version``."""
+        self.version, self.state = version, state
+
+    def get(self, have: int) -> tuple:
+        """``(version, state)`` if newer than ``have``, else ``(have, None)``."""
+        return (self.version, self.state) if self.version > have else (have, None)
+
+
+def clipped_pg_step(policy, opt, prompts: list, positions: list, tokens: list, old_logp: list, adv: list) -> float:
+    """One clipped importance-weighted policy-gradient step over tokens (PPO's clip at 0.2); the loss."""
+    import torch
+
+    logits = policy.logits(torch.tensor(prompts), torch.tensor(positions))
+    logp = torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
+    ratio = torch.exp(logp - torch.tensor(old_logp))
+    adv_t = torch.tensor(adv, dtype=torch.float32)
+    loss = -torch.min(ratio * adv_t, torch.clamp(ratio, 0.8, 1.2) * adv_t).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
 def decode(policy, prompt: int, length: int, n: int, greedy: bool, rng: np.random.Generator,
            refresh=None, token_s: float = 0.0):
     """``n`` completions of ``length`` tokens decoded as one batch: tokens and behaviour log-probs.
@@ -124,18 +154,7 @@ def main() -> None:
     lengths = prompt_lengths(args.prompts, args.seed)
     short = lengths < 20
 
-    @ray.remote(num_cpus=0)
-    class Weights:
-        """The latest policy weights and their version."""
-
-        def __init__(self) -> None:
-            self.version, self.state = 0, None
-
-        def set(self, version: int, state: dict) -> None:
-            self.version, self.state = version, state
-
-        def get(self, have: int):
-            return (self.version, self.state) if self.version > have else (have, None)
+    Weights = ray.remote(num_cpus=0)(WeightStore)
 
     @ray.remote(num_cpus=0)
     class Producer:
@@ -194,15 +213,7 @@ def main() -> None:
                 tokens += m.data["tokens"].tolist()
                 old_logp += m.data["logp"].tolist()
                 adv += am.tolist()
-        logits = policy.logits(torch.tensor(prompts), torch.tensor(positions))
-        logp = torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
-        ratio = torch.exp(logp - torch.tensor(old_logp))
-        adv_t = torch.tensor(adv, dtype=torch.float32)
-        loss = -torch.min(ratio * adv_t, torch.clamp(ratio, 0.8, 1.2) * adv_t).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss.item()
+        return clipped_pg_step(policy, opt, prompts, positions, tokens, old_logp, adv)
 
     def evaluate(policy) -> tuple[float, float]:
         rng = np.random.default_rng(0)
