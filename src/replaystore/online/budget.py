@@ -461,6 +461,14 @@ class StalenessBudget:
             out, self._cancelled_unclaimed = self._cancelled_unclaimed, []
             return out
 
+    def take_ended(self, now: float | None = None) -> tuple[list[int], list[int]]:
+        """``(expired, cancelled)``: :meth:`expire` and :meth:`take_cancelled` in one call."""
+        with self._lock:
+            self._expire(self._clock() if now is None else now)
+            out = self._expired_unclaimed, self._cancelled_unclaimed
+            self._expired_unclaimed, self._cancelled_unclaimed = [], []
+            return out
+
     def take_waits(self) -> list[float]:
         """The wait of every acquire since the last call (seconds; 0 for an immediate grant)."""
         with self._lock:
