@@ -21,6 +21,7 @@ the learning curve (greedy reward on short and long prompts) for each mode.
 
     nice python examples/async_pg_pacing.py                 # both modes, ~2-3 minutes on 2 cores
     nice python examples/async_pg_pacing.py --modes pace --steps 100
+    python examples/async_pg_pacing.py --smoke                # seconds once Ray is up
 
 Needs ``replaystore[ray,lmdb,torch]``. Ends with ``ray.shutdown()``.
 """
@@ -87,9 +88,22 @@ class WeightStore:
         return (self.version, self.state) if self.version > have else (have, None)
 
 
-def clipped_pg_step(policy, opt, prompts: list, positions: list, tokens: list, old_logp: list, adv: list) -> float:
-    """One clipped importance-weighted policy-gradient step over tokens (PPO's clip at 0.2); the loss."""
+def clipped_pg_step(policy, opt, rollouts: list) -> float:
+    """One clipped importance-weighted policy-gradient step over tokens (PPO's clip at 0.2); the loss.
+
+    ``rollouts``: ``(payload, advantages)`` pairs; a payload has ``prompt``, ``tokens`` and the
+    behaviour ``logp``; advantages are per token (an array) or one number for every token.
+    """
     import torch
+
+    prompts, positions, tokens, old_logp, adv = [], [], [], [], []
+    for data, a in rollouts:
+        n = len(data["tokens"])
+        prompts += [data["prompt"]] * n
+        positions += list(range(n))
+        tokens += data["tokens"].tolist()
+        old_logp += data["logp"].tolist()
+        adv += np.broadcast_to(np.asarray(a, dtype=np.float32), (n,)).tolist()
 
     logits = policy.logits(torch.tensor(prompts), torch.tensor(positions))
     logp = torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
@@ -142,7 +156,10 @@ def main() -> None:
     ap.add_argument("--token-ms", type=float, default=4.0, help="decode cost per token (ms)")
     ap.add_argument("--lr", type=float, default=0.02)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--smoke", action="store_true", help="a few steps of both modes, to check that it runs")
     args = ap.parse_args()
+    if args.smoke:
+        args.steps, args.producers, args.token_ms = 4, 2, 0.5
 
     import ray
     import torch
@@ -200,20 +217,14 @@ def main() -> None:
                     n += 1
 
     def train_step(policy, opt, batch) -> float:
-        prompts, positions, tokens, old_logp, adv = [], [], [], [], []
+        rollouts = []
         for g in batch.groups:
             # per-token rewards (a token is right or wrong), baseline: the group's mean at that position
             right = np.stack([m.data["tokens"] == (m.data["prompt"] + np.arange(len(m.data["tokens"]))) % VOCAB
                               for m in g.members]).astype(np.float32)
             a = (right - right.mean(0)) / (right.std(0) + 0.1)
-            for m, am in zip(g.members, a):
-                n = len(m.data["tokens"])
-                prompts += [m.data["prompt"]] * n
-                positions += list(range(n))
-                tokens += m.data["tokens"].tolist()
-                old_logp += m.data["logp"].tolist()
-                adv += am.tolist()
-        return clipped_pg_step(policy, opt, prompts, positions, tokens, old_logp, adv)
+            rollouts += [(m.data, am) for m, am in zip(g.members, a)]
+        return clipped_pg_step(policy, opt, rollouts)
 
     def evaluate(policy) -> tuple[float, float]:
         rng = np.random.default_rng(0)

@@ -192,18 +192,11 @@ def run(args: argparse.Namespace) -> dict:
                        == "complete")
 
     def train_step(policy, opt, batch) -> float:
-        prompts, positions, tokens, old_logp, adv = [], [], [], [], []
-        for g in batch.groups:
+        rollouts = []
+        for g in batch.groups:  # GRPO: each completion's reward against its group's
             r = np.array([m.data["reward"] for m in g.members], dtype=np.float32)
-            a = (r - r.mean()) / (r.std() + 1e-6)
-            for m, am in zip(g.members, a):
-                n = len(m.data["tokens"])
-                prompts += [m.data["prompt"]] * n
-                positions += list(range(n))
-                tokens += m.data["tokens"].tolist()
-                old_logp += m.data["logp"].tolist()
-                adv += [float(am)] * n
-        return clipped_pg_step(policy, opt, prompts, positions, tokens, old_logp, adv)
+            rollouts += [(m.data, a) for m, a in zip(g.members, (r - r.mean()) / (r.std() + 1e-6))]
+        return clipped_pg_step(policy, opt, rollouts)
 
     def evaluate(policy) -> tuple[float, float]:
         r = []
