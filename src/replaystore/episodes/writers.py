@@ -7,6 +7,7 @@ the table's ordinary insert path (rate limiter, staleness, eviction, priorities,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -59,10 +60,10 @@ def validate_flags(flags: Any, n: int, name: str) -> np.ndarray:
 
 
 def _insert_rows(table: "Table", index: EpisodeIndex, prepared: Any, n: int, plan: StepPlan,
-                 priorities: Any, version: Any, timeout: float | None) -> np.ndarray:
+                 priorities: Any, version: Any, timeout: float | None, admitted: bool = False) -> np.ndarray:
     index.begin(plan)
     try:
-        keys = table._insert(prepared, n, priorities, version, timeout)
+        keys = table._insert(prepared, n, priorities, version, timeout, admitted=admitted)
         index.finish(plan)  # only does something when every row was refused as stale
     finally:
         index.end()
@@ -167,3 +168,26 @@ def end_episode(table: "Table", streams: Any, truncated: bool) -> int:
         index.cur_pos[s] = 0
         index.generation += 1
         return len(s)
+
+
+def recorded_plan(table: "Table", n: int, steps: Mapping[str, Any]) -> StepPlan:
+    """The plan of a recorded step write of ``n`` rows (see :meth:`Table.replay_insert`); validated."""
+    index = table._require_episodes()
+    if not isinstance(steps, Mapping):
+        raise EpisodeError(f"steps must be a mapping of step arguments, got {type(steps).__name__}")
+    stream = steps.get("streams")
+    if stream is None:
+        stream = index.fresh_stream()
+    new_episode = steps.get("new_episode", False)
+    if not isinstance(new_episode, (bool, np.bool_)):
+        raise EpisodeError(f"new_episode must be a bool, got {new_episode!r}")
+    return StepPlan(validate_streams(stream, n, index.options),
+                    validate_flags(steps.get("terminated"), n, "terminated"),
+                    validate_flags(steps.get("truncated"), n, "truncated"),
+                    new_episode=bool(new_episode), same_stream=np.ndim(stream) == 0)
+
+
+def insert_planned(table: "Table", prepared: Any, n: int, plan: StepPlan, priorities: Any, version: Any,
+                   timeout: float | None, admitted: bool = False) -> np.ndarray:
+    """Insert prepared rows as the steps of ``plan`` (the table's lock held)."""
+    return _insert_rows(table, table._require_episodes(), prepared, n, plan, priorities, version, timeout, admitted)

@@ -115,7 +115,8 @@ class Record:
     """One decoded record.
 
     ``lsn``, ``op`` code, ``meta`` (the JSON header minus array descriptors), ``arrays`` (name ->
-    read-only array) and ``flags`` (name -> the array's flag).
+    read-only array: the data arrays), ``flags`` (name -> the data array's flag) and ``head``
+    (name -> read-only array: the head arrays; a name may be in both).
     """
 
     lsn: int
@@ -123,6 +124,7 @@ class Record:
     meta: dict[str, Any]
     arrays: dict[str, np.ndarray]
     flags: dict[str, int] = field(default_factory=dict)
+    head: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _as_bytes(arr: np.ndarray) -> memoryview:
@@ -210,6 +212,8 @@ def _decode_arrays(descs: Any, buf: memoryview, where: str) -> tuple[dict[str, n
             nbytes = count * dtype.itemsize
         except (TypeError, ValueError, OverflowError) as e:
             raise WalCorrupt(f"{where}: malformed array descriptor {d!r}: {e}") from None
+        if name in arrays:
+            raise WalCorrupt(f"{where}: array {name!r} listed twice")
         if nbytes < 0 or pos + nbytes > len(buf):
             raise WalCorrupt(f"{where}: array {name!r} overruns its record")
         arrays[name] = np.frombuffer(buf[pos:pos + nbytes], dtype=dtype).reshape(shape)
@@ -234,13 +238,9 @@ def decode(head: bytes, data: bytes, where: str) -> Record:
     if not isinstance(doc, dict):
         raise WalCorrupt(f"{where}: record header is not a JSON object")
     hview = memoryview(head)[HEAD.size + json_len:]
-    arrays, flags = _decode_arrays(doc.pop("_h", []), hview, where)
-    darrays, dflags = _decode_arrays(doc.pop("_d", []), memoryview(data), where)
-    if arrays.keys() & darrays.keys():
-        raise WalCorrupt(f"{where}: duplicate array names")
-    arrays.update(darrays)
-    flags.update(dflags)
-    return Record(lsn, op, doc, arrays, flags)
+    harrays, _ = _decode_arrays(doc.pop("_h", []), hview, where)
+    arrays, flags = _decode_arrays(doc.pop("_d", []), memoryview(data), where)
+    return Record(lsn, op, doc, arrays, flags, harrays)
 
 
 # -- reading --------------------------------------------------------------------------------------------
