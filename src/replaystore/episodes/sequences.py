@@ -17,19 +17,18 @@ A window of a start step (the *key* step, at stream position ``t0``) covers posi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..errors import EpisodeError, NoValidSequence
-from ..samplers import Prioritized
+from ..samplers.base import Selector
+from ..samplers.prioritized import Prioritized
+from ..storage.base import Storage
 from ..storage.columns import runs_view
 from .index import EpisodeIndex
 from .samples import SequenceSample
-from .sampling import account, check_batch, reshape_leaves, wait_for_sample, zero_where
-
-if TYPE_CHECKING:
-    from ..table import Table
+from .sampling import check_batch, reshape_leaves, zero_where
 
 _ROUNDS = 4  # rejection rounds before the exact valid set is computed
 _MIN_ACCEPT = 1 / 8  # below this acceptance rate, compute the exact set at once
@@ -199,10 +198,9 @@ def _no_valid(index: EpisodeIndex, width: int) -> str:
             f"shorter length, or wait for more data ({index.live.size} live steps)")
 
 
-def sample_sequences(table: "Table", batch_size: Any, length: Any, burn_in: Any, mode: str,
-                     timeout: float | None) -> SequenceSample:
-    """See :meth:`Table.sample_sequences`."""
-    index = table._require_episodes()
+def check_request(index: EpisodeIndex, sampler: Selector, batch_size: Any, length: Any, burn_in: Any,
+                  mode: str) -> tuple[int, int, int, bool]:
+    """``(n, width, burn_in, prioritized)`` of a :meth:`Table.sample_sequences` call (``EpisodeError``)."""
     n = check_batch(batch_size)
     length = check_batch(length, "length")
     if isinstance(burn_in, (bool, np.bool_)) or not isinstance(burn_in, (int, np.integer)) or burn_in < 0:
@@ -211,7 +209,7 @@ def sample_sequences(table: "Table", batch_size: Any, length: Any, burn_in: Any,
     if mode not in ("strict", "padded"):
         raise EpisodeError(f"mode must be 'strict' or 'padded', got {mode!r}")
     width = burn_in + length
-    prioritized = isinstance(table.sampler, Prioritized)
+    prioritized = isinstance(sampler, Prioritized)
     if prioritized:
         cfg = index.options
         if cfg.sequence_length is None:
@@ -221,67 +219,74 @@ def sample_sequences(table: "Table", batch_size: Any, length: Any, burn_in: Any,
                 f"this table samples prioritized strict sequences of sequence_length={cfg.sequence_length} with "
                 f"burn_in={cfg.burn_in}; got length={length}, burn_in={burn_in}, mode={mode!r}"
             )
-    with table._cond:
-        if table._stager is not None and table._stager.n:
-            table._flush_pending()
-        wait_for_sample(table, n, timeout)
-        weights = None
-        if prioritized:
-            keys, probabilities, weights = table.sampler.sample(n)
-            win = window(index, keys, width, burn_in)
-            if not strict_valid(index, win, keys).all():  # every priority of a valid start is 0
-                keys, win, p = uniform_strict_starts(index, table.rng, n, width, burn_in)
-                probabilities, weights = np.full(n, p), None
-            mask, full = np.ones(win.shape, dtype=bool), True
-        elif mode == "strict":
-            keys, win, p = uniform_strict_starts(index, table.rng, n, width, burn_in)
-            probabilities = np.full(n, p)
-            mask, full = np.ones(win.shape, dtype=bool), True
-        else:
-            keys = index.live.sample(n, table.rng)
+    return n, width, burn_in, prioritized
+
+
+def draw_sequences(index: EpisodeIndex, sampler: Selector, rng: np.random.Generator, storage: Storage,
+                   meta: np.ndarray, n: int, width: int, burn_in: int, mode: str,
+                   prioritized: bool) -> tuple[SequenceSample, np.ndarray]:
+    """Draw ``n`` windows (see the module doc) and gather them: ``(sample, start slots)``.
+
+    ``meta``: the table's metadata rows (key, times_sampled, version, priority bits). Changes
+    nothing: the sample's ``times_sampled`` holds the counts before this sample, for the caller to
+    overwrite once it has counted the sample over the start slots.
+
+    Raises:
+        NoValidSequence: strict mode and no stored run is long enough.
+    """
+    weights = None
+    if prioritized:
+        keys, probabilities, weights = sampler.sample(n)
+        win = window(index, keys, width, burn_in)
+        if not strict_valid(index, win, keys).all():  # every priority of a valid start is 0
+            keys, win, p = uniform_strict_starts(index, rng, n, width, burn_in)
+            probabilities, weights = np.full(n, p), None
+        mask, full = np.ones(win.shape, dtype=bool), True
+    elif mode == "strict":
+        keys, win, p = uniform_strict_starts(index, rng, n, width, burn_in)
+        probabilities = np.full(n, p)
+        mask, full = np.ones(win.shape, dtype=bool), True
+    else:
+        keys = index.live.sample(n, rng)
+        att = index.attached(keys)
+        for _ in range(8):  # detached steps (rare, see EpisodeIndex) cannot start a sequence
+            if att.all():
+                break
+            redo = np.flatnonzero(~att)
+            keys[redo] = index.live.sample(len(redo), rng)
             att = index.attached(keys)
-            for _ in range(8):  # detached steps (rare, see EpisodeIndex) cannot start a sequence
-                if att.all():
-                    break
-                redo = np.flatnonzero(~att)
-                keys[redo] = index.live.sample(len(redo), table.rng)
-                att = index.attached(keys)
-            if not att.all():
-                raise NoValidSequence("no live step is reachable through its stream (all detached)")
-            probabilities = np.full(n, 1.0 / index.live.size)
-            win = window(index, keys, width, burn_in)
-            mask = padded_mask(index, win, keys, burn_in)
-            full = bool(mask.all())
-        slots = win if full else np.where(mask, win, keys[:, None])
-        storage = table.storage
-        if (full and hasattr(storage, "read_runs") and table._meta.flags.c_contiguous
-                and runs_of(slots, min(table.capacity, storage.capacity))):
-            # steps written in order to a FIFO table sit in consecutive slots: block copies
-            first = slots[:, 0]
-            data = storage.read_runs(first, slots.shape[1])
-            step_keys = runs_view(table._meta, slots.shape[1], column=0)[first]
-        else:
-            data = reshape_leaves(storage.read(slots.ravel()), slots.shape)
-            step_keys = table._meta[:, 0][slots]
-        if not full:
-            zero_where(data, mask)
-        rows = table._meta.take(keys, axis=0)
-        if not full:
-            step_keys[~mask] = -1
-        streams = index.streams(keys)
-        episodes = index.episode_of[keys].astype(np.int64)
-        times = account(table, keys, n)
+        if not att.all():
+            raise NoValidSequence("no live step is reachable through its stream (all detached)")
+        probabilities = np.full(n, 1.0 / index.live.size)
+        win = window(index, keys, width, burn_in)
+        mask = padded_mask(index, win, keys, burn_in)
+        full = bool(mask.all())
+    slots = win if full else np.where(mask, win, keys[:, None])
+    if (full and hasattr(storage, "read_runs") and meta.flags.c_contiguous
+            and runs_of(slots, min(len(meta), storage.capacity))):
+        # steps written in order to a FIFO table sit in consecutive slots: block copies
+        first = slots[:, 0]
+        data = storage.read_runs(first, slots.shape[1])
+        step_keys = runs_view(meta, slots.shape[1], column=0)[first]
+    else:
+        data = reshape_leaves(storage.read(slots.ravel()), slots.shape)
+        step_keys = meta[:, 0][slots]
+    if not full:
+        zero_where(data, mask)
+    rows = meta.take(keys, axis=0)
+    if not full:
+        step_keys[~mask] = -1
     return SequenceSample(
         data=data,
         mask=mask,
         keys=rows[:, 0],
         step_keys=step_keys,
-        streams=streams,
-        episodes=episodes,
+        streams=index.streams(keys),
+        episodes=index.episode_of[keys].astype(np.int64),
         probabilities=np.asarray(probabilities, dtype=np.float64),
         weights=np.ones(n) if weights is None else weights,
         priorities=rows.view(np.float64)[:, 3],
-        times_sampled=times,
+        times_sampled=rows[:, 1],
         versions=rows[:, 2],
         burn_in=burn_in,
-    )
+    ), keys

@@ -48,11 +48,10 @@ class VersionRange(NamedTuple):
         """A range from an int (one version), a ``(min, max)`` pair or a ``VersionRange``.
 
         Raises:
-            InvalidRequest: not integers, negative, or ``min > max``. Nothing is changed anywhere.
+            InvalidRequest: not integers, negative, or ``min > max`` (a ``VersionRange`` built
+                directly is checked like a tuple). Nothing is changed anywhere.
         """
-        if isinstance(versions, VersionRange):
-            return versions
-        if isinstance(versions, (tuple, list)):
+        if isinstance(versions, (tuple, list)):  # a VersionRange is a tuple: validated the same way
             if len(versions) != 2:
                 raise InvalidRequest(f"a version range is (min, max), got {versions!r}")
             lo = check_int(versions[0], "min version")

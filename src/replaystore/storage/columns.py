@@ -44,6 +44,11 @@ class ColumnStorage(Storage):
         if spec is not None:
             self._adopt(normalize_spec(spec))
 
+    @property
+    def nested(self) -> bool:
+        """Whether some field path is nested (``a/b``): items are then nested dicts."""
+        return self._nested
+
     # -- spec -------------------------------------------------------------------------------
     def _adopt(self, spec: dict[str, Field]) -> None:
         self.spec = spec
