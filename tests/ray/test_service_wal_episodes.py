@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from ray_fixtures import start_ray
+from ray_fixtures import start_ray, wait_restarted
 
 import replaystore as rs
 
@@ -37,18 +37,6 @@ def steps(stream, t):
     ids = stream * 1_000_000 + t
     return {"obs": ids.astype(np.float32), "next_obs": (ids + 1).astype(np.float32),
             "reward": np.ones(len(ids), np.float32), "id": ids}
-
-
-def wait_restarted(c, deadline_s=90):
-    deadline = time.monotonic() + deadline_s
-    while True:
-        try:
-            if c.ping()["restarted"]:
-                return
-        except (rs.Closed, rs.Timeout):
-            pass
-        assert time.monotonic() < deadline, "the service did not restart"
-        time.sleep(0.2)
 
 
 @pytest.mark.parametrize("how", ["sigkill", pytest.param("ray.kill", marks=pytest.mark.slow)])

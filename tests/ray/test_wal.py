@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ray_fixtures import log_then_replay
 
 import replaystore as rs
 from replaystore.errors import DiskFull, WalCorrupt
@@ -324,15 +325,7 @@ def test_replay_equals_original(kind, ops, ops2, checkpoint):
     d = tempfile.mkdtemp()
     try:
         cfg = WalConfig(dir=d, fsync="never")
-        t = make_table(kind)
-        lt = LoggedTable.open(t, os.path.join(d, "wal"), cfg)
-        nid = run_ops(lt, ops)
-        if checkpoint:
-            lt.save(os.path.join(d, "ckpt"))
-        run_ops(lt, ops2, nid)
-        lt.close()
-        restored = rs.Table.load(os.path.join(d, "ckpt")) if checkpoint else make_table(kind)
-        lt2 = LoggedTable.open(restored, os.path.join(d, "wal"), cfg)
+        t, lt, restored, lt2, _ = log_then_replay(d, lambda: make_table(kind), run_ops, ops, ops2, checkpoint)
         assert_same(t, restored)
         assert restored.wal_lsn == lt.wal.last_lsn
         # the restored table keeps logging where the first left off

@@ -3,7 +3,6 @@ checkpoint in the middle) rebuilds the same episode index (streams, positions, e
 flags), the same counters, and the streams continue where they were (hypothesis, against the
 original table as the model)."""
 
-import os
 import shutil
 import tempfile
 
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ray_fixtures import log_then_replay
 
 import replaystore as rs
 from replaystore.ray.logged_table import LoggedTable
@@ -128,16 +128,8 @@ def assert_continue_alike(a: rs.Table, b: rs.Table, nid: int):
 def test_episodic_replay_equals_original(kind, ops, ops2, checkpoint):
     d = tempfile.mkdtemp()
     try:
-        cfg = WalConfig(dir=d, fsync="never")
-        t = make_table(kind)
-        lt = LoggedTable.open(t, os.path.join(d, "wal"), cfg)
-        nid = run_ops(lt, ops)
-        if checkpoint:
-            lt.save(os.path.join(d, "ckpt"))
-        nid = run_ops(lt, ops2, nid)
-        lt.close()
-        restored = rs.Table.load(os.path.join(d, "ckpt")) if checkpoint else make_table(kind)
-        LoggedTable.open(restored, os.path.join(d, "wal"), cfg).close()
+        t, lt, restored, lt2, nid = log_then_replay(d, lambda: make_table(kind), run_ops, ops, ops2, checkpoint)
+        lt2.close()
         assert_same(t, restored)
         assert restored.wal_lsn == lt.wal.last_lsn
         assert_continue_alike(t, restored, nid)
