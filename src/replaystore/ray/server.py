@@ -14,7 +14,12 @@ fetch on an asyncio condition, so a waiting call never stalls the others.
 Restarts: with ``max_restarts`` Ray recreates the actor after a crash with the same arguments. The
 fragment buffer then resumes from its journal; Tables reload from ``checkpoint_dir`` when a
 checkpoint exists there, then, with ``wal``, replay their write-ahead log (every call acknowledged
-since that checkpoint; see :mod:`replaystore.ray.logged_table`).
+since that checkpoint, episode writes included; see :mod:`replaystore.ray.logged_table`).
+
+Start errors: whatever stops the actor from building or reloading what it holds is kept and
+raised, as itself, by every call (see :class:`ReplayServer`), so :func:`~replaystore.ray.serve`
+reports the cause deterministically. Methods of the fragment buffer and of the rollout buffers
+live in :mod:`~replaystore.ray.server_fragments` and :mod:`~replaystore.ray.server_online`.
 """
 
 from __future__ import annotations
@@ -366,7 +371,7 @@ class ReplayServer(FragmentService, OnlineService):
 
     # -- tables ---------------------------------------------------------------------------------------------
     async def _apply(self, table: str, method: str, *args: Any, waits: bool = True,
-                     timeout: float | None = None) -> Any:
+                     timeout: float | None = None, **kwargs: Any) -> Any:
         """Call ``method`` of ``table`` (through its log when it has one: acknowledged once logged).
 
         ``waits``: the method takes a ``timeout`` and may block (rate limiter), so it runs as
@@ -376,9 +381,9 @@ class ReplayServer(FragmentService, OnlineService):
         lt = self.logged.get(table)
         fn = getattr(t if lt is None else lt, method)
         if waits:
-            result = await self._blocking(lambda timeout: fn(*args, timeout=timeout), timeout=timeout)
+            result = await self._blocking(lambda timeout: fn(*args, timeout=timeout, **kwargs), timeout=timeout)
         else:
-            result = fn(*args)
+            result = fn(*args, **kwargs)
         if lt is not None:
             return await self._logged(table, lt, result)
         return result
@@ -435,13 +440,7 @@ class ReplayServer(FragmentService, OnlineService):
 
     async def sample_episodes(self, table: str, k: int, timeout: float | None = None, replace: bool = True) -> Any:
         """``Table.sample_episodes`` on ``table``."""
-        t = self._table(table)
-        lt = self.logged.get(table)
-        if lt is not None:
-            return await self._logged(table, lt, await self._blocking(
-                lambda timeout: lt.sample_episodes(k, timeout=timeout, replace=replace), timeout=timeout))
-        return await self._blocking(lambda timeout: t.sample_episodes(k, timeout=timeout, replace=replace),
-                                    timeout=timeout)
+        return await self._apply(table, "sample_episodes", k, timeout=timeout, replace=replace)
 
     async def episode_info(self, table: str, keys: Any) -> Any:
         """``Table.episode_info`` on ``table``."""
