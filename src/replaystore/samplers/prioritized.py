@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
+import replaystore.samplers.sumtree as sumtree
+import replaystore.samplers.sumtree_jit as sumtree_jit
+
 from ..errors import InvalidArgument
-from . import sumtree, sumtree_jit
 from .base import Selector
 from .dense import DenseSet
 
