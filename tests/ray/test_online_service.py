@@ -242,9 +242,9 @@ def test_workflow_calls_on_the_service(ray_local):
         assert oc.add_group(a, ["a0", "a1"]) == "complete"  # retried: nothing twice
         oc.reject(a, "zero_variance")  # scored: every reward equal
         oc.renew(b)  # a bare ticket
+        oc.add_group(b, ["b0", "b1"])
+        assert oc.sample(1, timeout=5).group_ids == [b]
         with pytest.raises(rs.AlreadySampled):
-            oc.add_group(b, ["b0", "b1"])
-            oc.sample(1, timeout=5)
             oc.reject(b, "late")
         with pytest.raises(rs.InvalidRequest):
             oc.add_group(99, ["x"])  # wrong number of members
