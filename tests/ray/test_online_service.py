@@ -5,7 +5,7 @@ import os
 import time
 
 import pytest
-from ray_fixtures import start_ray
+from ray_fixtures import start_ray, wait_restarted
 
 import replaystore as rs
 from replaystore.online import RolloutBufferConfig, VersionRange
@@ -201,15 +201,7 @@ def test_service_restart_keeps_tickets_groups_and_counters(ray_local, tmp_path):
         oc.add("c0", group=c, versions=(0, 1), index=0)
         before = oc.stats()
         ray_local.kill(svc.actor, no_restart=False)
-        deadline = time.time() + 60
-        while True:
-            try:
-                if svc.ping()["restarted"]:
-                    break
-            except (rs.Closed, rs.Timeout):
-                pass
-            assert time.time() < deadline
-            time.sleep(0.2)
+        wait_restarted(svc)
         after = oc.stats()
         assert after["restarts"] == 1
         for k in ("version", "groups", "pending_groups", "pending_rollouts", "rollouts_added"):
