@@ -354,6 +354,10 @@ class EpisodeMachine(RuleBasedStateMachine):
             lst = ref.streams.get(s, [])
             n_live = sum(x["live"] for x in lst)
             assert idx.n_live[s] == n_live, s
+            if n_live:  # gapless exactly when no hole follows the oldest live step (oldest_t is exact then)
+                first = min(tt for tt, x in enumerate(lst) if x["live"])
+                assert idx.gapless(np.array([s]))[0] == all(x["live"] for x in lst[first:]), (
+                    s, [x["live"] for x in lst], idx.n_live[s], idx.oldest_t[s], idx.next_t[s])
             if n_live and idx.gapless(np.array([s]))[0]:
                 lo, hi = int(idx.oldest_t[s]), len(lst)
                 assert all(lst[tt]["live"] for tt in range(lo, hi)), s

@@ -382,11 +382,13 @@ class EpisodeIndex(Selector):
         """Forget steps (their ring entries become stale by themselves)."""
         if self.validity is not None:
             self.validity.on_remove(slots)
-        self._count_out(slots)
+        gap = self._count_out(slots)
         if self._ov:
             self._overflow_drop(slots)
         self.episode_of[slots] = -1
         self.uid[slots] = -1
+        if gap is not None:  # (after the leaving steps are gone: the scan must not find them)
+            self._advance_oldest(gap)
         if self._own_live:
             self.live.discard(slots)
         self.generation += 1
@@ -431,12 +433,13 @@ class EpisodeIndex(Selector):
         self.oldest_t[us[empty]] = lo[empty]
         self.n_live[us] += counts
 
-    def _count_out(self, slots: np.ndarray) -> None:
+    def _count_out(self, slots: np.ndarray) -> np.ndarray | None:
         """Uncount leaving steps; ``oldest_t`` advances when its stream's oldest step leaves.
 
-        It moves past the leaving steps when they are exactly the oldest ones, else one position,
-        and then on to the next live step when the stream has a gap (so a stream whose holes all
-        left is gapless again).
+        It moves past the leaving steps when they are exactly the oldest ones, else one position.
+        Returns the streams whose ``oldest_t`` is then not a live step while they have a gap: the
+        caller moves it on (:meth:`_advance_oldest`) once the leaving steps are gone, so a stream
+        whose holes all left is gapless again.
         """
         uid = self.uid[slots]
         counted = uid >= 0  # free slots and detached steps were not counted
@@ -446,7 +449,7 @@ class EpisodeIndex(Selector):
             counted &= ~detached
         uid = uid[counted]
         if len(uid) == 0:
-            return
+            return None
         st, ts = uid >> UID_SHIFT, uid & _T_MASK
         s0 = st[0]
         if len(st) == 1 or bool((st == s0).all()):
@@ -459,9 +462,9 @@ class EpisodeIndex(Selector):
             elif int(ts.min()) == old:
                 new = old + k if int(ts.max()) == old + k - 1 else old + 1  # positions are distinct
                 self.oldest_t[s] = new
-                if left != self.next_t[s] - new and not self._live_at(s, new):
-                    self._advance_oldest(np.array([s]))
-            return
+                if left != self.next_t[s] - new and not self._live_at(s, new, slots):
+                    return np.array([s])
+            return None
         us, inv, counts = np.unique(st, return_inverse=True, return_counts=True)
         lo = np.full(len(us), np.iinfo(np.int64).max)
         hi = np.full(len(us), np.iinfo(np.int64).min)
@@ -475,16 +478,15 @@ class EpisodeIndex(Selector):
         new = np.where(left == 0, self.next_t[us], new)
         self.oldest_t[us] = new
         gap = hit & (left > 0) & (left != self.next_t[us] - new)
-        if gap.any():
-            self._advance_oldest(us[gap])
+        return us[gap] if gap.any() else None
 
-    def _live_at(self, s: int, t: int) -> bool:
-        """Whether position ``t`` of stream ``s`` is a live step its ring holds (scalar, cheap)."""
+    def _live_at(self, s: int, t: int, leaving: np.ndarray) -> bool:
+        """Whether position ``t`` of stream ``s`` is a live step its ring holds, not one of ``leaving``."""
         ln = int(self.ring_len[s])
         if ln == 0:
             return False
         slot = int(self.ring[int(self.ring_off[s]) + (t & (ln - 1))])
-        return slot >= 0 and int(self.uid[slot]) == (s << UID_SHIFT | t)
+        return slot >= 0 and int(self.uid[slot]) == (s << UID_SHIFT | t) and slot not in leaving
 
     def _advance_oldest(self, streams: np.ndarray) -> None:
         """Move ``oldest_t`` of ``streams`` (which have live steps) on to their oldest live step.
