@@ -77,6 +77,17 @@ class EpisodeIndex(StreamRings, Selector):
         self._streams_alloc(self.options.max_streams or 8)
         self.written = int(self.next_t.max())  # grows by every plan's rows: bounds every stream's next position
 
+    def share_live(self, live: DenseSet | None) -> None:
+        """Read the live steps from ``live``, a set another part of the table keeps.
+
+        (The ring's or the Uniform sampler's.) ``None``: keep a set of its own, empty (the caller
+        adds the live steps).
+        """
+        if live is None:
+            self.live, self._shared_live, self._own_live = DenseSet(self.capacity), None, True
+        else:
+            self.live, self._shared_live, self._own_live = live, live, False
+
     def _streams_alloc(self, n: int) -> None:
         old = getattr(self, "next_t", None)
         k = 0 if old is None else len(old)
