@@ -259,7 +259,7 @@ class EpisodeIndex(StreamRings, Selector):
         if self.validity is not None:
             self.validity.on_remove(slots)
         gap = self._count_out(slots)
-        if self._ov:
+        if self._ov_n:
             self._overflow_drop(slots)
         self.episode_of[slots] = -1
         self.uid[slots] = -1

@@ -57,9 +57,14 @@ class StreamRings:
         """Empty rings for a table of ``capacity`` slots."""
         self._slot_dtype = np.int32 if capacity <= np.iinfo(np.int32).max else np.int64
         self.n_detached = 0  # live steps marked detached (see DETACHED)
-        self._ov: dict[int, int] = {}  # overflow: slot -> 0 (an ordered set) of live steps their ring lost
-        self._ov_sorted: tuple[np.ndarray, np.ndarray] | None = None  # (uids sorted, their slots)
-        self._in_ov: np.ndarray | None = None  # per slot: in the overflow map (allocated at first use)
+        # the overflow map: live steps their ring lost. _in_ov marks their slots (allocated at first
+        # use); _ov_sorted = (uids sorted, their slots) may keep entries of steps that left since
+        # (a find verifies the slot's uid), _ov_new holds slots added since it was built
+        self._ov_n = 0
+        self._in_ov: np.ndarray | None = None
+        self._ov_sorted: tuple[np.ndarray, np.ndarray] | None = None
+        self._ov_new: list[np.ndarray] = []
+        self._ov_stale = 0
         self._gapless_at = (-1, False)  # (generation, all_gapless()) cache
         self.ring_cap = _pow2_at_least(2 * capacity)
         self.ring = np.full(1024, -1, dtype=self._slot_dtype)
@@ -201,40 +206,51 @@ class StreamRings:
         want = (streams << UID_SHIFT) | (ts & _T_MASK)
         # cand == -1 reads the last slot's uid: the second test rejects it
         out = np.where((self.uid[cand] == want) & (cand >= 0), cand, -1)
-        if self._ov:  # live steps their ring no longer holds (see the module doc)
+        if self._ov_n:  # live steps their ring no longer holds (see the module doc)
             miss = out < 0
             if miss.any():
                 out[miss] = self._overflow_find(np.broadcast_to(want, out.shape)[miss])
         return out
 
     def _overflow_find(self, uids: np.ndarray) -> np.ndarray:
-        """The slots of the overflow steps ``uids`` (``-1`` where not there)."""
-        if self._ov_sorted is None:
-            slots = np.fromiter(self._ov.keys(), dtype=np.int64, count=len(self._ov))
+        """The slots of the overflow steps ``uids`` (``-1`` where not there).
+
+        The sorted array is rebuilt only after additions (at most once per ``ring_cap / 2``
+        positions of a stream) or once more than half of it left; a departure costs nothing here.
+        """
+        if self._ov_sorted is None or self._ov_new or 2 * self._ov_stale > len(self._ov_sorted[0]):
+            parts = list(self._ov_new)
+            if self._ov_sorted is not None:
+                parts.append(self._ov_sorted[1])
+            slots = np.unique(np.concatenate(parts))  # a slot may be listed twice
+            slots = slots[self._in_ov[slots]]
             u = self.uid[slots]
             order = np.argsort(u)
             self._ov_sorted = (u[order], slots[order])
+            self._ov_new, self._ov_stale = [], 0
         su, ss = self._ov_sorted
+        if len(su) == 0:
+            return np.full(uids.shape, -1, dtype=np.int64)
         i = np.minimum(np.searchsorted(su, uids), len(su) - 1)
-        return np.where(su[i] == uids, ss[i], -1)
+        cand = ss[i]
+        return np.where((su[i] == uids) & (self.uid[cand] == uids), cand, -1)
 
     def _overflow_add(self, slots: np.ndarray) -> None:
         """Live steps their stream's ring is about to lose: find them through the overflow map."""
         if len(slots):
-            self._ov.update(dict.fromkeys(slots.tolist(), 0))
             if self._in_ov is None:
                 self._in_ov = np.zeros(self.capacity, dtype=bool)
             self._in_ov[slots] = True
-            self._ov_sorted = None
+            self._ov_n += len(slots)
+            self._ov_new.append(np.asarray(slots, dtype=np.int64))
 
     def _overflow_drop(self, slots: np.ndarray) -> None:
-        """Forget leaving ``slots`` that were overflow steps."""
+        """Forget leaving ``slots`` that were overflow steps (their sorted entries go stale)."""
         gone = slots[self._in_ov[slots]]
         if len(gone):
-            for sl in gone.tolist():
-                del self._ov[sl]
             self._in_ov[gone] = False
-            self._ov_sorted = None
+            self._ov_n -= len(gone)
+            self._ov_stale += len(gone)
 
     @property
     def n_overflow(self) -> int:
@@ -242,7 +258,7 @@ class StreamRings:
 
         Steps kept far behind their stream's newest one by deletes, retirements or a non-FIFO remover.
         """
-        return len(self._ov)
+        return self._ov_n
 
     def attached(self, slots: np.ndarray) -> np.ndarray:
         """Which live ``slots`` are reachable through their stream's ring."""
@@ -308,7 +324,7 @@ class StreamRings:
             u = self.uid[cand]  # the entry is live when its slot holds this stream at a position of this entry
             ok = (u >= 0) & ((u >> UID_SHIFT) == s) & ((u & (ln - 1)) == idx)
             ok &= (self.flags[cand] & DETACHED) == 0
-            if self._ov:
+            if self._ov_n:
                 ok &= ~self._in_ov[cand]
             live_slots = cand[ok].astype(np.int64)
             live_ts = u[ok] & _T_MASK
