@@ -395,8 +395,8 @@ class Table:
             SpecError: data does not match the spec. InvalidPriority: bad priorities.
             CapacityError: the batch is larger than the capacity and the remover is not ``Fifo``.
             RateLimitError: the rate limiter could never admit a batch this large.
-            Timeout, Closed: as for every blocking call.
-            Every error leaves the table (contents and ``stats()``) as it was.
+            Timeout, Closed: as for every blocking call (every error leaves the table, contents
+                and ``stats()``, as it was).
         """
         with self._cond:
             self._check_open()

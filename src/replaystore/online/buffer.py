@@ -288,8 +288,8 @@ class RolloutBuffer:
         A ticket used as a group id in this buffer is finished by its group instead.
 
         Raises:
-            UnknownTicket: a ticket is not held. InvalidRequest: a ticket has a pending group here.
-            (Nothing changed in either case.)
+            UnknownTicket: a ticket is not held (nothing changed).
+            InvalidRequest: a ticket has a pending group here (nothing changed).
         """
         budget = self._need_budget()
         with self._lock:
