@@ -1,8 +1,10 @@
 """Every ```` ```python ```` block of README.md and docs/**/*.md runs.
 
-Each Markdown file's blocks run in order, in one namespace, in a fresh Python process whose working
-directory is a temporary directory (so a snippet that writes ``ckpt/`` writes it there, and a snippet
-that starts a local Ray instance gets its own and loses it when the process ends). A block whose
+Each Markdown file's blocks run in order, in one namespace of their own, with a fresh temporary
+directory as the working directory (so a snippet that writes ``ckpt/`` writes it there). The files
+run in two child processes: the files that use Ray in one (they share the local Ray instance the
+first of them starts, which ends with the process), all others in the other, so the suite pays for
+one interpreter start and one Ray start, not one per file. A block whose
 fence is preceded (on the line right before it) by ``<!-- no-run: the reason -->`` is skipped; a block
 that needs an optional package that is not installed (torch, Ray, gymnasium, ...) is skipped with
 that reason. Every other block must run without an exception.
@@ -71,10 +73,16 @@ def python_blocks(path: Path) -> list[Block]:
     return blocks
 
 
-def run_file(path: Path, out: Path) -> None:
-    """Run the blocks of ``path`` in this process (cwd: a fresh temporary directory); write JSON to ``out``.
+def uses_ray(path: Path) -> bool:
+    """Whether a file's runnable blocks use Ray (they then run in the Ray group)."""
+    code = "".join(b.code for b in python_blocks(path) if b.no_run is None)
+    return any(s in code for s in ("import ray", "replaystore import ray", "replaystore.ray", "rsr."))
 
-    One result per block: ``{"line", "status": "passed" | "failed" | "skipped", "reason"}``.
+
+def run_file(path: Path) -> list[dict]:
+    """Run the blocks of ``path`` in this process, in the current directory; one result per block.
+
+    A result is ``{"line", "status": "passed" | "failed" | "skipped", "reason"}``.
     """
     import traceback
 
@@ -101,14 +109,31 @@ def run_file(path: Path, out: Path) -> None:
             results.append({"line": b.line, "status": "skipped", "reason": skip_rest})
         except BaseException:  # noqa: BLE001 - report every failure, SystemExit included
             results.append({"line": b.line, "status": "failed", "reason": traceback.format_exc()})
+    return results
+
+
+def run_files(paths: list[Path], out: Path) -> None:
+    """Run each file's blocks (its own namespace, its own temporary cwd); write ``{path: results}`` to ``out``.
+
+    The JSON is rewritten after every file, so a file that hangs costs only the files after it.
+    """
+    done: dict[str, list[dict]] = {}
+    for path in paths:
+        cwd = os.getcwd()
+        with tempfile.TemporaryDirectory(prefix="snippets-") as work:
+            os.chdir(work)
+            try:
+                done[str(path)] = run_file(path)
+            finally:
+                os.chdir(cwd)
+        out.write_text(json.dumps(done))
     ray = sys.modules.get("ray")
     if ray is not None and getattr(ray, "is_initialized", lambda: False)():
         ray.shutdown()
-    out.write_text(json.dumps(results))
 
 
-def run_in_subprocess(path: Path) -> list[dict]:
-    """Run one Markdown file's blocks in a fresh interpreter in a temporary directory."""
+def run_in_subprocess(paths: list[Path], timeout: float) -> dict[str, list[dict]]:
+    """Run these Markdown files' blocks in one fresh interpreter; ``{path: results}``."""
     env = dict(os.environ)
     env.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     env.setdefault("RAY_AUTH_MODE", "disabled")
@@ -116,29 +141,45 @@ def run_in_subprocess(path: Path) -> list[dict]:
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])])
     with tempfile.TemporaryDirectory(prefix="snippets-") as tmp:
         out = Path(tmp) / "results.json"
-        work = Path(tmp) / "work"
-        work.mkdir()
-        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), str(path), str(out)],
-                              cwd=work, env=env, capture_output=True, text=True, timeout=FILE_TIMEOUT)
-        if not out.exists():
-            raise AssertionError(f"{path}: the snippet runner died (exit {proc.returncode}):\n"
-                                 f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-        return json.loads(out.read_text())
+        try:
+            proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--out", str(out),
+                                   *map(str, paths)], cwd=tmp, env=env, capture_output=True, text=True,
+                                  timeout=timeout)
+            tail = f"exit {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        except subprocess.TimeoutExpired as e:
+            tail = f"timed out after {timeout:.0f} s:\n{str(e.stdout)[-3000:]}\n{str(e.stderr)[-3000:]}"
+        results = json.loads(out.read_text()) if out.exists() else {}
+        for path in paths:  # a file the child never finished: one failure saying why
+            results.setdefault(str(path), [{"line": 0, "status": "failed",
+                                            "reason": f"the snippet runner stopped before this file ({tail})"}])
+        return results
 
 
 if __name__ == "__main__":
-    target = Path(sys.argv[1]).resolve()
-    result_path = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(tempfile.mkdtemp()) / "results.json"
-    if len(sys.argv) <= 2:
-        os.chdir(tempfile.mkdtemp(prefix="snippets-"))
-    run_file(target, result_path)
-    for r in json.loads(result_path.read_text()):
-        print(f"{target.name}:{r['line']}: {r['status']} {r['reason']}")
+    args = sys.argv[1:]
+    out_path = Path(tempfile.mkdtemp()) / "results.json"
+    if args[:1] == ["--out"]:
+        out_path, args = Path(args[1]), args[2:]
+    run_files([Path(a).resolve() for a in args], out_path)
+    for name, res in json.loads(out_path.read_text()).items():
+        for r in res:
+            print(f"{Path(name).name}:{r['line']}: {r['status']} {r['reason']}")
     sys.exit(0)
 
 import pytest  # noqa: E402  (the script mode above needs no pytest)
 
 FILES = [p for p in markdown_files() if python_blocks(p)]
+GROUPS = {"ray": [p for p in FILES if uses_ray(p)], "plain": [p for p in FILES if not uses_ray(p)]}
+
+
+@pytest.fixture(scope="module")
+def snippet_results() -> dict[str, list[dict]]:
+    """Every file's results: two child processes (Ray files, other files), run once per module."""
+    results: dict[str, list[dict]] = {}
+    for paths in GROUPS.values():
+        if paths:
+            results.update(run_in_subprocess(paths, timeout=FILE_TIMEOUT * len(paths)))
+    return results
 
 
 def test_collector_finds_blocks_and_markers(tmp_path: Path) -> None:
@@ -146,25 +187,24 @@ def test_collector_finds_blocks_and_markers(tmp_path: Path) -> None:
     md.write_text("text\n```python\na = 1\n```\n<!-- no-run: needs a GPU -->\n```python\nb = 2\n```\n"
                   "```bash\nls\n```\n- item:\n\n  ```python\n  c = a + 1\n  ```\n", encoding="utf-8")
     blocks = python_blocks(md)
-    assert [(b.line, b.no_run) for b in blocks] == [(2, None), (6, "needs a GPU"), (13, None)]
+    assert [(b.line, b.no_run) for b in blocks] == [(2, None), (6, "needs a GPU"), (14, None)]
     assert blocks[2].code == "c = a + 1\n"
+    bad = tmp_path / "y.md"
+    bad.write_text("```python\nimport replaystore_no_such_module\n```\n```python\nx = 1\n```\n", encoding="utf-8")
     out = tmp_path / "r.json"
-    cwd = os.getcwd()
-    try:
-        os.chdir(tmp_path)
-        run_file(md, out)
-    finally:
-        os.chdir(cwd)
-    assert [r["status"] for r in json.loads(out.read_text())] == ["passed", "skipped", "passed"]
+    run_files([md, bad], out)
+    res = json.loads(out.read_text())
+    assert [r["status"] for r in res[str(md)]] == ["passed", "skipped", "passed"]
+    assert [r["status"] for r in res[str(bad)]] == ["failed", "passed"]  # a missing non-optional module fails
 
 
 @pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
-def test_markdown_snippets_run(path: Path) -> None:
-    results = run_in_subprocess(path)
+def test_markdown_snippets_run(path: Path, snippet_results: dict[str, list[dict]]) -> None:
+    results = snippet_results[str(path)]
     failed = [r for r in results if r["status"] == "failed"]
     counts = {s: sum(r["status"] == s for r in results) for s in ("passed", "skipped", "failed")}
     print(f"{path.relative_to(ROOT)}: {counts}")
-    assert len(results) == len(python_blocks(path))
     assert not failed, "\n\n".join(f"{path.relative_to(ROOT)}:{r['line']}:\n{r['reason']}" for r in failed)
+    assert len(results) == len(python_blocks(path))
     if counts["passed"] == 0:
         pytest.skip("; ".join(sorted({r["reason"] for r in results})))

@@ -162,7 +162,7 @@ def _check_specs(specs: dict[str, dict[str, Field]], cast: bool) -> dict[str, np
                 raise SpecError(
                     f"field {path!r}: source {ref_name!r} stores {r.dtype}, source {name!r} {f.dtype}; "
                     f"pass cast=True to cast each batch to {r.dtype}, or build {name!r} with "
-                    f"spec=replaystore.mixing.spec_of({ref_name}_table) so its inserts are cast "
+                    f"spec=replaystore.mixing.spec_of(<table {ref_name!r}>) so its inserts are cast "
                     f"(a gymnasium float reward is float64 unless the spec says float32)")
             if not np.can_cast(f.dtype, r.dtype, "same_kind"):
                 raise SpecError(f"field {path!r}: source {name!r} stores {f.dtype}, which cannot be cast "
