@@ -112,7 +112,10 @@ def main() -> None:
     ap.add_argument("--token-ms", type=float, default=4.0, help="decode cost per token (ms)")
     ap.add_argument("--lr", type=float, default=0.02)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--smoke", action="store_true", help="a few seconds: 4 steps per mode, 2 producers, fast tokens")
     args = ap.parse_args()
+    if args.smoke:
+        args.steps, args.producers, args.token_ms = 4, 2, 0.2
 
     import ray
     import torch
@@ -225,7 +228,7 @@ def main() -> None:
         producers = [Producer.remote(oc, weights, pace, i) for i in range(args.producers)]
         runs = [p.run.remote() for p in producers]
         curve = [(0, *evaluate(policy))]
-        t0 = time.perf_counter()
+        t0 = last = time.perf_counter()
         trained = 0
         for step in range(1, args.steps + 1):
             batch = oc.sample(args.batch, timeout=120)
@@ -234,7 +237,8 @@ def main() -> None:
             train_step(policy, opt, batch)
             ray.get(weights.set.remote(step, {k: v.detach().numpy() for k, v in policy.state_dict().items()}))
             oc.set_version(step)
-            if step % 20 == 0 or step == args.steps:
+            if step % 20 == 0 or step == args.steps or time.perf_counter() - last > 20:
+                last = time.perf_counter()
                 curve.append((step, *evaluate(policy)))
                 print(f"[{mode}] step {step:4d}  greedy reward short {curve[-1][1]:.3f} long {curve[-1][2]:.3f}",
                       flush=True)

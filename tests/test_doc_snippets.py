@@ -30,7 +30,7 @@ FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w+-]*)\s*$")
 # optional packages: a snippet that needs a missing one is skipped, not failed
 OPTIONAL = {"torch", "ray", "gymnasium", "stable_baselines3", "minari", "lmdb", "zstandard", "numba",
             "tensorboard", "wandb", "tensordict", "gfn", "ding", "minestudio", "matplotlib", "tqdm", "h5py"}
-FILE_TIMEOUT = 240
+GROUP_TIMEOUT = 420  # seconds for each child process (a quiet machine needs well under a minute)
 
 
 @dataclass
@@ -178,7 +178,7 @@ def snippet_results() -> dict[str, list[dict]]:
     results: dict[str, list[dict]] = {}
     for paths in GROUPS.values():
         if paths:
-            results.update(run_in_subprocess(paths, timeout=FILE_TIMEOUT * len(paths)))
+            results.update(run_in_subprocess(paths, timeout=GROUP_TIMEOUT))
     return results
 
 
@@ -198,6 +198,7 @@ def test_collector_finds_blocks_and_markers(tmp_path: Path) -> None:
     assert [r["status"] for r in res[str(bad)]] == ["failed", "passed"]  # a missing non-optional module fails
 
 
+@pytest.mark.timeout(2 * GROUP_TIMEOUT + 60)  # the first test also runs the module fixture
 @pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
 def test_markdown_snippets_run(path: Path, snippet_results: dict[str, list[dict]]) -> None:
     results = snippet_results[str(path)]
