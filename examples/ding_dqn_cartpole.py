@@ -107,8 +107,9 @@ def main() -> int:
     t0 = time.time()
     ticker = Ticker(20.0)
     while envstep < args.steps:
-        ticker.tick(lambda: f"envstep {envstep:6d}  train_iter {train_iter:6d}  train return (last 20) "
-                            f"{np.mean(recent) if recent else 0:6.1f}  best eval {best_score:6.1f}")
+        if ticker.due():  # a line at least every 20 s between evaluations
+            print(f"envstep {envstep:6d}  train_iter {train_iter:6d}  train return (last 20) "
+                  f"{np.mean(recent) if recent else 0:6.1f}  best eval {best_score:6.1f}", flush=True)
         # -- collect: n_collect transitions, pushed as one list with the collector's env step
         transitions = []
         for _ in range(n_collect):
