@@ -298,7 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
                       f"(default {d.total_steps:,})")
     demo.add_argument("--out", default=None,
                       help="path of the PNG figure to write (default replaystore-demo.png, "
-                      "replaystore-demo-nstep3.png with --n-step 3, replaystore-demo-distributed.png with --distributed)")
+                      "replaystore-demo-nstep3.png with --n-step 3, "
+                      "replaystore-demo-distributed.png with --distributed)")
     demo.add_argument("--device", default=d.device,
                       help=f"PyTorch device of the Q-network, e.g. cpu or cuda (default {d.device})")
     demo.add_argument("--threads", type=_positive_int, default=d.threads,
