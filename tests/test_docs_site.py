@@ -11,9 +11,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MISSING = [m for m in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python")
-           if importlib.util.find_spec(m.split(".")[0]) is None
-           or (m == "mkdocstrings_handlers.python" and importlib.util.find_spec(m) is None)]
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` (dotted names too) can be imported, without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+# the [docs] extra: mkdocs, its Material theme, mkdocstrings and its Python handler
+MISSING = [m for m in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python") if not _installed(m)]
 
 
 @pytest.mark.skipif(bool(MISSING), reason=f"the [docs] extra is not installed (missing {MISSING})")
