@@ -160,9 +160,8 @@ def save_snapshot(snapshot: TableSnapshot, path: str | os.PathLike) -> None:
     Raises:
         InvalidArgument: ``path`` is a file or a non-empty directory that is not a checkpoint.
         DiskFull: the file system is full (``path``, and the bytes the checkpoint needs, roughly).
-        StorageError: any other I/O error while writing.
-        On every error the previous checkpoint is in place and loadable, and no temporary copy
-        is left behind.
+        StorageError: any other I/O error while writing (on every error the previous checkpoint
+            is in place and loadable, and no temporary copy is left behind).
     """
     path = Path(path)
     meta, payload, episodes = snapshot.meta, snapshot.payload, snapshot.episodes
