@@ -147,8 +147,6 @@ LONG_MODULES = {
     "replaystore/storage/fragments.py": "not split yet (issue 21 follow-up)",
     "replaystore/online/buffer.py": "not split yet (issue 21 follow-up)",
     "replaystore/episodes/index.py": "not split yet (issue 21 follow-up)",
-    "replaystore/checkpoint.py": "not split yet (issue 21 follow-up)",
-    "replaystore/table.py": "being split into the table package (issue 21)",
 }
 
 
