@@ -5,7 +5,7 @@
    group with the LMDB journal (``OnlineJournal`` in a temporary directory; ``--dir`` to choose)
    and without; same process, alternating, medians of ``--repeats``.
 2. **Over-provisioning against a long tail.** 16 producer threads, lengths drawn from a lognormal
-   (median 64 tokens, sigma 1, clipped to 8-4096) at ``--token-us`` per token (generation is a
+   (median 64 tokens, sigma ``--sigma`` (1), clipped to 8-4096) at ``--token-us`` per token (generation is a
    sleep: compute is not the limit, the budget is); the trainer samples ``--batch`` groups per
    version (``max_staleness=1``, pick ``fifo``) and publishes the next version. Without
    over-provisioning a producer takes one ticket and generates one group; with it, it takes
@@ -50,19 +50,19 @@ class CountingJournal:
             self.inner.close()
 
 
-def groups_bench(args: argparse.Namespace, whole: bool, journal_dir: str | None) -> tuple[float, float, float]:
-    """(calls per group, journal writes per group, us per group) for writing groups of ``args.group``."""
+def groups_bench(args: argparse.Namespace, whole: bool, journal_dir: str | None) -> tuple[float, float, float, float]:
+    """(calls, journal writes, wall us, CPU us) per group, writing groups of ``args.group``."""
     j = CountingJournal(OnlineJournal(journal_dir) if journal_dir else None)
     buf = RolloutBuffer(1 << 16, batch_size=64, max_staleness=1, group_size=args.group, journal=j)
     item = {"tokens": list(range(64)), "logp": [0.0] * 64, "reward": 1.0}
     members = [item] * args.group
-    groups, calls, writes, spent = 0, 0, 0, 0.0
+    groups, calls, writes, spent, cpu = 0, 0, 0, 0.0, 0.0
     t_end = time.perf_counter() + args.seconds
     v = 0
     while time.perf_counter() < t_end:
         tickets = buf.acquire(64, timeout=5)
         w0 = j.writes
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for t in tickets:
             if whole:
                 buf.add_group(t, members, versions=v, lengths=[64] * args.group)
@@ -72,13 +72,14 @@ def groups_bench(args: argparse.Namespace, whole: bool, journal_dir: str | None)
                     buf.add(m, group=t, versions=v, length=64)
                 calls += args.group
         spent += time.perf_counter() - t0
+        cpu += time.process_time() - c0
         writes += j.writes - w0
         groups += len(tickets)
         buf.sample(64, timeout=5)
         v += 1
         buf.set_version(v)
     buf.close()
-    return calls / groups, writes / groups, spent / groups * 1e6
+    return calls / groups, writes / groups, spent / groups * 1e6, cpu / groups * 1e6
 
 
 def tail_bench(args: argparse.Namespace, over: bool, seed: int) -> dict:
@@ -95,7 +96,7 @@ def tail_bench(args: argparse.Namespace, over: bool, seed: int) -> dict:
                 tickets = buf.acquire(1, timeout=0.2, holder=f"p{i}", overprovision=1 if over else 0)
             except (rs.Timeout, rs.Closed):
                 continue
-            lengths = np.clip(rng.lognormal(np.log(64), 1.0, len(tickets)), 8, 4096).astype(int)
+            lengths = np.clip(rng.lognormal(np.log(64), args.sigma, len(tickets)), 8, 4096).astype(int)
             first = int(np.argmin(lengths))
             time.sleep(lengths[first] * args.token_us * 1e-6)  # the shortest finishes first
             try:
@@ -139,34 +140,49 @@ def main() -> None:
     ap.add_argument("--token-us", type=float, default=20.0, help="generation time per token (microseconds)")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--sigma", type=float, default=1.0, help="lognormal sigma of the lengths (the tail)")
+    ap.add_argument("--skip-groups", action="store_true", help="only the over-provisioning benchmark")
     ap.add_argument("--dir", default=None, help="where the journal goes (default: a temporary directory)")
     args = ap.parse_args()
 
     rows: dict[str, list] = {}
-    for _ in range(args.repeats):
+    for _ in range(0 if args.skip_groups else args.repeats):
         for whole in (False, True):
             for journal in (False, True):
                 with tempfile.TemporaryDirectory(dir=args.dir) as d:
                     key = (whole, journal)
                     rows.setdefault(key, []).append(groups_bench(args, whole, d if journal else None))
+    if not args.skip_groups:
+        print_groups(args, rows)
+    print_tails(args)
+
+
+def print_groups(args: argparse.Namespace, rows: dict) -> None:
+    """The table of part 1."""
     print(f"groups of {args.group} completions (64 tokens each); medians of {args.repeats} runs of {args.seconds} s")
-    print("| writes | journal | calls per group | journal transactions per group | us per group | x add_group |")
-    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    print("| writes | journal | calls per group | journal transactions per group | CPU us per group | "
+          "wall us per group | CPU x add_group |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for journal in (False, True):
-        base = statistics.median(r[2] for r in rows[(True, journal)])
+        base = statistics.median(r[3] for r in rows[(True, journal)])
         for whole in (False, True):
             rs_ = rows[(whole, journal)]
-            us = statistics.median(r[2] for r in rs_)
+            cpu = statistics.median(r[3] for r in rs_)
+            wall = statistics.median(r[2] for r in rs_)
             print(f"| {'add_group (after)' if whole else 'add per member (before)'} | "
-                  f"{'LMDB' if journal else 'none'} | {rs_[0][0]:.0f} | {rs_[0][1]:.0f} | {us:.0f} | "
-                  f"{us / base:.2f} |")
+                  f"{'LMDB' if journal else 'none'} | {rs_[0][0]:.0f} | {rs_[0][1]:.0f} | {cpu:.0f} | {wall:.0f} | "
+                  f"{cpu / base:.2f} |")
 
+
+def print_tails(args: argparse.Namespace) -> None:
+    """Run part 2 and print its table."""
     tails: dict[bool, list] = {False: [], True: []}
     for r in range(args.repeats):
         for over in (False, True):
             tails[over].append(tail_bench(args, over, seed=r))
     print()
-    print(f"{args.producers} producers, lognormal lengths (median 64 tokens, sigma 1), {args.token_us} us/token, "
+    print(f"{args.producers} producers, lognormal lengths (median 64 tokens, sigma {args.sigma}), "
+          f"{args.token_us} us/token, "
           f"batch {args.batch} groups, max_staleness 1, fifo; medians of {args.repeats} runs of {args.seconds} s")
     print("| over-provisioning | trainer batches/s | CPU ms per batch | generated mean / p95 length | "
           "trained mean / p95 length | tickets cancelled per batch |")

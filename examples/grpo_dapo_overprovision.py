@@ -43,7 +43,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from async_pg_pacing import make_policy, reward  # noqa: E402
+from async_pg_pacing import WeightStore, clipped_pg_step, make_policy, reward  # noqa: E402
 
 LONG = 20  # prompts asking for at least this many tokens are "long"
 
@@ -90,22 +90,11 @@ def run(args: argparse.Namespace) -> dict:
     ray.cloudpickle.register_pickle_by_value(async_pg_pacing)  # workers need not find examples/
     started_ray = not ray.is_initialized()
     if started_ray:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # a new instance
     lengths = long_tailed_lengths(args.prompts, args.seed)
     short = lengths < LONG
 
-    @ray.remote(num_cpus=0)
-    class Weights:
-        """The latest policy weights and their version."""
-
-        def __init__(self) -> None:
-            self.version, self.state = 0, None
-
-        def set(self, version: int, state: dict) -> None:
-            self.version, self.state = version, state
-
-        def get(self, have: int):
-            return (self.version, self.state) if self.version > have else (have, None)
+    Weights = ray.remote(num_cpus=0)(WeightStore)
 
     @ray.remote(num_cpus=0)
     class Producer:
@@ -203,26 +192,11 @@ def run(args: argparse.Namespace) -> dict:
                        == "complete")
 
     def train_step(policy, opt, batch) -> float:
-        prompts, positions, tokens, old_logp, adv = [], [], [], [], []
-        for g in batch.groups:
+        rollouts = []
+        for g in batch.groups:  # GRPO: each completion's reward against its group's
             r = np.array([m.data["reward"] for m in g.members], dtype=np.float32)
-            a = (r - r.mean()) / (r.std() + 1e-6)
-            for m, am in zip(g.members, a):
-                n = len(m.data["tokens"])
-                prompts += [m.data["prompt"]] * n
-                positions += list(range(n))
-                tokens += m.data["tokens"].tolist()
-                old_logp += m.data["logp"].tolist()
-                adv += [float(am)] * n
-        logits = policy.logits(torch.tensor(prompts), torch.tensor(positions))
-        logp = torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
-        ratio = torch.exp(logp - torch.tensor(old_logp))
-        adv_t = torch.tensor(adv, dtype=torch.float32)
-        loss = -torch.min(ratio * adv_t, torch.clamp(ratio, 0.8, 1.2) * adv_t).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss.item()
+            rollouts += [(m.data, a) for m, a in zip(g.members, (r - r.mean()) / (r.std() + 1e-6))]
+        return clipped_pg_step(policy, opt, rollouts)
 
     def evaluate(policy) -> tuple[float, float]:
         r = []

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from online_helpers import FakeClock, snapshot
 
 import replaystore as rs
 from replaystore.errors import InvalidRequest, UnknownTicket
@@ -22,14 +23,6 @@ from replaystore.online import (
     Ticket,
     VersionRange,
 )
-
-
-class FakeClock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class CountingJournal:
@@ -46,12 +39,6 @@ class CountingJournal:
 
     def close(self):
         pass
-
-
-def snapshot(buf):
-    s = buf.stats()
-    s.pop("budget", None)
-    return s, (None if buf.budget is None else buf.budget.state()), len(buf.table)
 
 
 def refused(buf, call, err=rs.ReplayError):

@@ -111,6 +111,13 @@ def test_keys_route_to_their_shard_and_foreign_keys_are_refused(ray_local):
         np.testing.assert_array_equal(found, [True] * 4 + [False] * 3 + [True])
         np.testing.assert_array_equal(data["id"], [4, 5, 6, 7, 3])
         assert sorted(c.keys().tolist()) == sorted(np.concatenate([k0[3:], k1]).tolist())
+        # another client, exact mode: masses asked before each sample, so writes by others count at once
+        exact = rsr.connect_sharded(c.name, consistency="exact", seed=0)
+        for _ in range(2):
+            c.extend(transitions(3, 100), priorities=np.full(3, 2.0))
+            prio = c.info(c.keys())["priorities"] ** 0.6
+            s = exact.sample(8)
+            np.testing.assert_allclose(s.probabilities, c.info(s.keys)["priorities"] ** 0.6 / prio.sum(), rtol=1e-9)
     finally:
         c.shutdown()
         other.shutdown()
@@ -221,3 +228,63 @@ def test_checkpoint_manifest_and_restore(ray_local, tmp_path):
         assert rsr.connect_sharded(name).num_shards == 3
     finally:
         c.shutdown()
+
+
+# -- against a plain model: a dict of key -> (id, priority) ----------------------------------------------------
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("extend"), st.integers(1, 6), st.booleans()),
+    st.tuples(st.just("delete"), st.integers(0, 10**6), st.integers(0, 4)),
+    st.tuples(st.just("update"), st.integers(0, 10**6), st.integers(1, 4)),
+    st.tuples(st.just("get"), st.integers(0, 10**6), st.integers(1, 5)),
+    st.tuples(st.just("sample"), st.integers(1, 8), st.just(0)),
+), min_size=1, max_size=12)
+
+
+@pytest.fixture(scope="module")
+def model_client(ray_local):
+    c = rsr.serve_sharded(functools.partial(make_table, "prioritized"), 3, name=unique("model"), seed=0)
+    yield c
+    c.shutdown()
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+def test_sharded_client_matches_a_dict_model(model_client, ops):
+    c = model_client
+    c.clear()
+    model: dict[int, tuple[int, float]] = {}
+    next_id = 0
+    for op, a, b in ops:
+        live = sorted(model)
+        if op == "extend":
+            ids = np.arange(next_id, next_id + a)
+            next_id += a
+            prios = 1.0 + ids % 5
+            keys = c.extend(transitions(a, int(ids[0])), priorities=prios, route=ids * 7 if b else None)
+            assert len(set(keys.tolist()) | set(model)) == len(model) + a  # new, distinct keys
+            model.update({int(k): (int(i), float(p)) for k, i, p in zip(keys, ids, prios)})
+        elif op == "delete" and live:
+            pick = [live[(a + j) % len(live)] for j in range(b)]
+            assert c.delete(pick) == len(set(pick))
+            for k in pick:
+                model.pop(k, None)
+        elif op == "update" and live:
+            pick = sorted({live[(a + j) % len(live)] for j in range(b)})
+            assert c.update_priorities(pick, np.full(len(pick), 9.0)) == len(pick)
+            for k in pick:
+                model[k] = (model[k][0], 9.0)
+        elif op == "get" and live:
+            pick = [live[(a + j) % len(live)] for j in range(b)]
+            data, found = c.get(pick)
+            assert found.all()
+            assert data["id"].tolist() == [model[k][0] for k in pick]
+            assert c.info(pick)["priorities"].tolist() == [model[k][1] for k in pick]
+        elif op == "sample" and live:
+            s = c.sample(a, timeout=10)
+            assert set(s.keys.tolist()) <= set(model)
+            assert [model[k][0] for k in s.keys.tolist()] == s.data["id"].tolist()
+        assert len(c) == len(model)
+    assert sorted(c.keys().tolist()) == sorted(model)

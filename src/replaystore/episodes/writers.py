@@ -8,6 +8,7 @@ priorities, versions) with the plan begun in the index. ``end_episodes`` changes
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -137,3 +138,23 @@ def end_episodes(index: EpisodeIndex, streams: Any, truncated: bool) -> int:
     index.cur_pos[s] = 0
     index.generation += 1
     return len(s)
+
+
+def recorded_plan(index: EpisodeIndex, n: int, steps: Mapping[str, Any]) -> StepPlan:
+    """The plan of a recorded step write of ``n`` rows (see ``Table.replay_insert``; validated).
+
+    ``steps``: ``{"streams", "terminated", "truncated", "new_episode"}`` as the write took them
+    (``streams`` None: a fresh stream, as ``add_episode(stream=None)`` chose).
+    """
+    if not isinstance(steps, Mapping):
+        raise EpisodeError(f"steps must be a mapping of step arguments, got {type(steps).__name__}")
+    stream = steps.get("streams")
+    if stream is None:
+        stream = index.fresh_stream()
+    new_episode = steps.get("new_episode", False)
+    if not isinstance(new_episode, (bool, np.bool_)):
+        raise EpisodeError(f"new_episode must be a bool, got {new_episode!r}")
+    return StepPlan(validate_streams(stream, n, index.options),
+                    validate_flags(steps.get("terminated"), n, "terminated"),
+                    validate_flags(steps.get("truncated"), n, "truncated"),
+                    new_episode=bool(new_episode), same_stream=np.ndim(stream) == 0)

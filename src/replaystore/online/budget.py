@@ -40,13 +40,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import Closed, InvalidRequest, TicketCancelled, Timeout, WouldDeadlock
-from .tickets import BATCH, HOLDER, VERSION, WEIGHT, Ticket, TicketBook, ticket_ids
+from .tickets import VERSION, WEIGHT, Ticket, TicketBook, ticket_ids
 from .versions import check_int
 
 _COUNTERS = ("acquired", "accepted_total", "rejected", "abandoned", "expired", "discarded", "cancelled",
              "overprovisioned", "acquire_calls", "acquire_timeouts")
 TRAINER_WAITS = (None, "fifo", "in_order")
-_REMEMBER_CANCELLED = 1024  # cancelled ids kept to answer late calls with TicketCancelled
 
 
 class StalenessBudget:
@@ -90,9 +89,6 @@ class StalenessBudget:
         self.paused = False
         self.accepted = 0  # units accepted and not discarded (AReaL's ``accepted``)
         self._book = TicketBook()
-        self._batches: dict[int, list[int]] = {}  # over-provisioning batch -> [needed, accepted]
-        self._next_batch = 0
-        self._cancelled: dict[int, None] = {}  # recently cancelled ids (ordered, bounded)
         self._no_expiry_before = float("-inf")  # a lower bound of the held tickets' deadlines
         self._expired_unclaimed: list[int] = []
         self._cancelled_unclaimed: list[int] = []
@@ -188,7 +184,7 @@ class StalenessBudget:
         return k, w, m
 
     def _check_held(self, ids: list[int]) -> None:
-        gone = [t for t in ids if t in self._cancelled and t not in self._book]
+        gone = [t for t in ids if self._book.was_cancelled(t)]
         if gone:
             raise TicketCancelled(f"tickets {gone[:5]!r} were cancelled (over-provisioning): stop generating")
         self._book.check_held(ids)
@@ -202,40 +198,18 @@ class StalenessBudget:
 
     def _deadlock(self, holder: str | None, k: int, w: int) -> str | None:
         """Why ``holder``'s request can never be granted while it holds its tickets, or ``None``."""
-        if holder is None:
-            return None
-        mine = self._book.held_by(holder)
-        if not mine:
-            return None
-        units = sum(self._book.records[i][WEIGHT] for i in mine)
-        if units + k * w > self._max_units() or (self.max_running is not None and len(mine) + k > self.max_running):
-            return (f"holder {holder!r} holds {len(mine)} tickets and asks for {k} more: together more than the "
-                    f"budget ever admits at once; acquire everything you need in one call")
-        if self.trainer_waits == "fifo":
-            waited = [i for i in mine if self._book.records[i][VERSION] <= self.version - self.max_staleness]
-        elif self.trainer_waits == "in_order":
-            waited = [i for i in mine if i == self._book.oldest_id()]
-        else:
-            waited = []
-        if waited:
-            return (f"holder {holder!r} holds ticket {waited[0]} that the trainer waits for (pick "
-                    f"{self.trainer_waits!r}), while it waits for {k} more that only the trainer's next version "
-                    f"would admit: finish or abandon it first, or acquire everything at once")
-        return None
+        return self._book.deadlock(holder, k, w, self._max_units(), self.max_running, self.trainer_waits,
+                                   self.version - self.max_staleness)
 
     # -- acquiring ---------------------------------------------------------------------------------
     def _grant(self, k: int, w: int, m: int, holder: str | None, now: float) -> list[Ticket]:
         deadline = None if self.ttl is None else now + self.ttl
-        batch = None
         if m:
-            batch = self._next_batch
-            self._next_batch += 1
-            self._batches[batch] = [k, 0]
             self.counters["overprovisioned"] += m
         self.counters["acquired"] += k + m
         if deadline is not None:
             self._no_expiry_before = min(self._no_expiry_before, deadline)
-        return self._book.grant(k + m, self.version, holder, deadline, w, now, batch)
+        return self._book.grant(k + m, self.version, holder, deadline, w, now, need=k if m else None)
 
     def try_acquire(self, k: int = 1, holder: str | None = None, overprovision: int = 0,
                     weight: int | None = None) -> list[Ticket]:
@@ -345,16 +319,9 @@ class StalenessBudget:
             if accepted:
                 self.accepted += sum(units) if units is not None else sum(r[WEIGHT] for r in recs)
                 self.counters["accepted_total"] += len(ids)
-                for r in recs:
-                    if r[BATCH] is not None and r[BATCH] in self._batches:
-                        b = self._batches[r[BATCH]]
-                        b[1] += 1
-                        if b[1] >= b[0]:
-                            self._batches.pop(r[BATCH], None)
-                            cancelled += self._cancel(self._book.of_batch(r[BATCH]))
+                cancelled = self._cancel(self._book.full_batches(recs))
             else:
                 self.counters["rejected"] += len(ids)
-            self._forget_batches(recs)
             self._cond.notify_all()
             return cancelled
 
@@ -368,27 +335,17 @@ class StalenessBudget:
             self._expire(self._clock())
             ids = ticket_ids(tickets)
             self._check_held(ids)
-            self._forget_batches(self._book.pop(ids))
+            self._book.pop(ids)
             self.counters["abandoned"] += len(ids)
             self._cond.notify_all()
 
     def _cancel(self, ids: list[int]) -> list[int]:
-        self._forget_batches(self._book.pop(ids))
-        for i in ids:
-            self._cancelled[i] = None
-        while len(self._cancelled) > _REMEMBER_CANCELLED:
-            del self._cancelled[next(iter(self._cancelled))]
+        self._book.cancel(ids)
         self.counters["cancelled"] += len(ids)
         self._cancelled_unclaimed += ids
         if ids:
             self._cond.notify_all()
         return ids
-
-    def _forget_batches(self, recs: list[list]) -> None:
-        for r in recs:
-            b = r[BATCH]
-            if b is not None and b in self._batches and not self._book.of_batch(b):
-                del self._batches[b]
 
     def cancel_slowest(self, n: int, holder: str | None = None) -> list[int]:
         """Cancel up to ``n`` held tickets, longest-running first (of ``holder``, if given).
@@ -480,7 +437,7 @@ class StalenessBudget:
             return
         gone = self._book.expired(now)
         if gone:
-            self._forget_batches(self._book.pop(gone))
+            self._book.pop(gone)
             self.counters["expired"] += len(gone)
             self._expired_unclaimed += gone
             self._cond.notify_all()
@@ -502,6 +459,14 @@ class StalenessBudget:
         """Every ticket cancelled since the last call (once each)."""
         with self._lock:
             out, self._cancelled_unclaimed = self._cancelled_unclaimed, []
+            return out
+
+    def take_ended(self, now: float | None = None) -> tuple[list[int], list[int]]:
+        """``(expired, cancelled)``: :meth:`expire` and :meth:`take_cancelled` in one call."""
+        with self._lock:
+            self._expire(self._clock() if now is None else now)
+            out = self._expired_unclaimed, self._cancelled_unclaimed
+            self._expired_unclaimed, self._cancelled_unclaimed = [], []
             return out
 
     def take_waits(self) -> list[float]:
@@ -533,9 +498,7 @@ class StalenessBudget:
         """JSON-able state (tickets with their deadlines, counters, version, batches) for a journal."""
         with self._lock:
             return {"version": self.version, "accepted": self.accepted, **self._book.state(),
-                    "counters": dict(self.counters), "wait_s": self.wait_s, "paused": self.paused,
-                    "batches": {str(b): list(v) for b, v in self._batches.items()}, "next_batch": self._next_batch,
-                    "cancelled": list(self._cancelled)}
+                    "counters": dict(self.counters), "wait_s": self.wait_s, "paused": self.paused}
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state` output (a restarted service). Tickets keep their deadlines."""
@@ -547,17 +510,7 @@ class StalenessBudget:
             self.counters.update(state["counters"])
             self.wait_s = float(state["wait_s"])
             self.paused = bool(state.get("paused", False))
-            self._batches = {int(b): list(v) for b, v in state.get("batches", {}).items()}
-            self._next_batch = int(state.get("next_batch", 0))
-            self._cancelled = dict.fromkeys(int(i) for i in state.get("cancelled", ()))
             self._cond.notify_all()
-
-    def holder_of(self, ticket: int) -> str | None:
-        """The holder label of a held ticket. :class:`UnknownTicket` if not held."""
-        with self._lock:
-            self._expire(self._clock())
-            self._check_held([ticket])
-            return self._book.records[int(ticket)][HOLDER]
 
     def __repr__(self) -> str:
         return (f"StalenessBudget(batch_size={self.batch_size}, max_staleness={self.max_staleness}, "

@@ -363,8 +363,10 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
         """Drop the pending groups of tickets that expired or were cancelled (lock held)."""
         if self.budget is None:
             return
-        for reason, ids in (("expired", self.budget.expire(self._clock())),
-                            ("cancelled", list(cancelled) + self.budget.take_cancelled())):
+        expired, more = self.budget.take_ended(self._clock())
+        if not expired and not more and not cancelled:
+            return
+        for reason, ids in (("expired", expired), ("cancelled", list(cancelled) + more)):
             if reason == "cancelled":
                 self.counters["tickets_cancelled"] += len(set(ids))
             for t in dict.fromkeys(ids):

@@ -293,6 +293,8 @@ class ProducerCalls:
         return rngs, lens, indices
 
     def _group_key(self, group: Any) -> Hashable:
+        if type(group) is int or type(group) is Ticket:
+            return int(group)
         if isinstance(group, numbers.Integral) and not isinstance(group, bool):
             return int(group)  # a Ticket is stored as its plain id
         if group is not None:

@@ -19,8 +19,8 @@ choosing (``MinHeap``/``MaxHeap`` are ordered by priority, ties by insertion).
 from __future__ import annotations
 
 from ..errors import InvalidRequest
-from ..ray.uniform_distinct import UniformDistinct
 from ..samplers import MaxHeap, MinHeap, Selector
+from ..samplers.uniform_distinct import UniformDistinct
 
 PICKS = ("fifo", "in_order", "uniform", "freshest")
 _TIE = float(1 << 31)

@@ -6,8 +6,9 @@
 - :func:`ticket_ids`: the ids of a ticket argument: a list of tickets, or one bare ticket (the easy
   slip ``finish(t)`` for ``finish([t])`` is accepted, not an error).
 - :class:`TicketBook`: the held tickets with their admission version, holder, deadline, weight
-  (budget units: 1 per group, or reserved tokens), grant time and over-provisioning batch. Plain
-  bookkeeping: not thread-safe, the owning :class:`~replaystore.online.StalenessBudget` locks.
+  (budget units: 1 per group, or reserved tokens), grant time and over-provisioning batch; the open
+  batches (how many of each are needed, how many were accepted) and the recently cancelled ids.
+  Plain bookkeeping: not thread-safe, the owning :class:`~replaystore.online.StalenessBudget` locks.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ..errors import InvalidRequest, UnknownTicket
 
 # record fields, by position (a list, so the state stays JSON-able)
 VERSION, HOLDER, DEADLINE, WEIGHT, GRANTED, BATCH = range(6)
+REMEMBER_CANCELLED = 1024  # cancelled ids kept to answer late calls with TicketCancelled
 
 
 class Ticket(int):
@@ -74,6 +76,9 @@ class TicketBook:
         self.records: dict[int, list] = {}  # id -> [version, holder, deadline, weight, granted, batch]
         self.next_id = 0
         self.weight = 0  # sum of the held tickets' weights
+        self.batches: dict[int, list[int]] = {}  # over-provisioning batch -> [needed, accepted]
+        self.next_batch = 0
+        self.cancelled: dict[int, None] = {}  # recently cancelled ids (ordered, bounded)
 
     def __len__(self) -> int:
         return len(self.records)
@@ -82,8 +87,12 @@ class TicketBook:
         return tid in self.records
 
     def grant(self, k: int, version: int, holder: str | None, deadline: float | None, weight: int,
-              now: float, batch: int | None = None) -> list[Ticket]:
-        """``k`` new tickets."""
+              now: float, need: int | None = None) -> list[Ticket]:
+        """``k`` new tickets; with ``need``, an over-provisioned batch of which ``need`` are wanted."""
+        batch = None
+        if need is not None:
+            batch, self.next_batch = self.next_batch, self.next_batch + 1
+            self.batches[batch] = [need, 0]
         out = [Ticket(i, version) for i in range(self.next_id, self.next_id + k)]
         self.next_id += k
         for t in out:
@@ -99,10 +108,37 @@ class TicketBook:
                                 f"or abandoned, or expired)")
 
     def pop(self, ids: Iterable[int]) -> list[list]:
-        """Remove held tickets; their records."""
+        """Remove held tickets (a batch left without tickets is closed); their records."""
         out = [self.records.pop(i) for i in ids]
         self.weight -= sum(r[WEIGHT] for r in out)
+        for b in {r[BATCH] for r in out} - {None}:
+            if b in self.batches and not self.of_batch(b):
+                del self.batches[b]
         return out
+
+    def full_batches(self, accepted: list[list]) -> list[int]:
+        """Count accepted tickets (popped records) in their batches; the held ids of batches now full."""
+        out: list[int] = []
+        for r in accepted:
+            b = self.batches.get(r[BATCH]) if r[BATCH] is not None else None
+            if b is not None:
+                b[1] += 1
+                if b[1] >= b[0]:
+                    del self.batches[r[BATCH]]
+                    out += self.of_batch(r[BATCH])
+        return out
+
+    def cancel(self, ids: list[int]) -> None:
+        """Remove held tickets and remember them as cancelled (the last ``REMEMBER_CANCELLED``)."""
+        self.pop(ids)
+        for i in ids:
+            self.cancelled[i] = None
+        while len(self.cancelled) > REMEMBER_CANCELLED:
+            del self.cancelled[next(iter(self.cancelled))]
+
+    def was_cancelled(self, tid: int) -> bool:
+        """Whether ``tid`` was cancelled recently (and is not held)."""
+        return tid in self.cancelled and tid not in self.records
 
     def renew(self, ids: Iterable[int], deadline: float) -> None:
         """Set the deadline of held tickets."""
@@ -138,9 +174,38 @@ class TicketBook:
         cand = [(r[GRANTED], i) for i, r in self.records.items() if holder is None or r[HOLDER] == holder]
         return [i for _, i in sorted(cand)[:n]]
 
+    def deadlock(self, holder: str | None, k: int, w: int, max_units: int, max_running: int | None,
+                 trainer_waits: str | None, last_version: int) -> str | None:
+        """Why ``holder``'s request can never be granted while it holds its tickets, or ``None``.
+
+        ``k`` tickets of ``w`` units: with the holder's, more than a budget admits at once; or the
+        trainer waits (pick ``trainer_waits``) for one of the holder's: admitted at ``last_version``
+        or earlier (``fifo``), or the oldest held (``in_order``).
+        """
+        mine = self.held_by(holder) if holder is not None else []
+        if not mine:
+            return None
+        units = sum(self.records[i][WEIGHT] for i in mine)
+        if units + k * w > max_units or (max_running is not None and len(mine) + k > max_running):
+            return (f"holder {holder!r} holds {len(mine)} tickets and asks for {k} more: together more than the "
+                    f"budget ever admits at once; acquire everything you need in one call")
+        if trainer_waits == "fifo":
+            waited = [i for i in mine if self.records[i][VERSION] <= last_version]
+        elif trainer_waits == "in_order":
+            waited = [i for i in mine if i == self.oldest_id()]
+        else:
+            waited = []
+        if waited:
+            return (f"holder {holder!r} holds ticket {waited[0]} that the trainer waits for (pick "
+                    f"{trainer_waits!r}), while it waits for {k} more that only the trainer's next version "
+                    f"would admit: finish or abandon it first, or acquire everything at once")
+        return None
+
     def state(self) -> dict[str, Any]:
         """JSON-able records."""
-        return {"next_id": self.next_id, "tickets": {str(i): list(r) for i, r in self.records.items()}}
+        return {"next_id": self.next_id, "tickets": {str(i): list(r) for i, r in self.records.items()},
+                "batches": {str(b): list(v) for b, v in self.batches.items()}, "next_batch": self.next_batch,
+                "cancelled": list(self.cancelled)}
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state` (records of older journals, ``[version, holder, deadline]``, are padded)."""
@@ -152,6 +217,9 @@ class TicketBook:
                 r += [1, r[DEADLINE] or 0.0, None][len(r) - 3:]
             self.records[int(i)] = r
         self.weight = sum(r[WEIGHT] for r in self.records.values())
+        self.batches = {int(b): list(v) for b, v in state.get("batches", {}).items()}
+        self.next_batch = int(state.get("next_batch", 0))
+        self.cancelled = dict.fromkeys(int(i) for i in state.get("cancelled", ()))
 
 
 __all__ = ["Ticket", "TicketBook", "ticket_ids"]

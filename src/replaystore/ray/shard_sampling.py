@@ -142,3 +142,24 @@ def mass_is_priority(states: list[State | None], mass: np.ndarray) -> bool:
     if not known or known[0][3] != "prioritized":
         return False
     return any(float(st[1]) > 0 for st in known)
+
+
+def rows(value: Any, idx: np.ndarray) -> Any:
+    """``value[idx]`` for per-row arguments; scalars and ``None`` unchanged."""
+    if value is None or np.ndim(value) == 0:
+        return value
+    return np.asarray(value)[idx]
+
+
+def concat_samples(a: Any, b: Any) -> Any:
+    """Two merged samples as one (rows of ``b`` after ``a``)."""
+    fields = {}
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if f.name in ("data", "next_obs"):
+            fields[f.name] = concat([x, y])
+        elif isinstance(x, np.ndarray) and x.ndim >= 1:
+            fields[f.name] = np.concatenate([x, y])
+        else:
+            fields[f.name] = x
+    return type(a)(**fields)

@@ -212,8 +212,8 @@ class ShardedClient:
         refs = {}
         for s, g in enumerate(groups):
             if len(g):
-                refs[s] = self._ref(s, "extend", shard_sampling.take(data, g), _rows(priorities, g),
-                                    _rows(version, g), t)
+                refs[s] = self._ref(s, "extend", shard_sampling.take(data, g), shard_sampling.rows(priorities, g),
+                                    shard_sampling.rows(version, g), t)
         res = self._get(refs, t, "extend")
         out = np.empty(len(route), dtype=np.int64)
         for s, g in enumerate(groups):
@@ -235,8 +235,9 @@ class ShardedClient:
         streams_a = np.broadcast_to(np.asarray(streams, dtype=np.int64), (n,))
         groups = shard_keys.group(streams_a % len(self.shards), len(self.shards))
         t = self._t(timeout)
-        refs = {s: self._ref(s, "extend_steps", shard_sampling.take(steps, g), streams_a[g], _rows(terminated, g),
-                             _rows(truncated, g), _rows(priorities, g), _rows(version, g), t)
+        rows = shard_sampling.rows
+        refs = {s: self._ref(s, "extend_steps", shard_sampling.take(steps, g), streams_a[g], rows(terminated, g),
+                             rows(truncated, g), rows(priorities, g), rows(version, g), t)
                 for s, g in enumerate(groups) if len(g)}
         res = self._get(refs, t, "extend_steps")
         out = np.empty(n, dtype=np.int64)
@@ -340,7 +341,7 @@ class ShardedClient:
             if missing:  # draw the missing rows again from the shards that answered
                 rest = int(counts[missing].sum())
                 more = self._sample(method, rest, args, left)
-                return _concat_samples(self._merge(got, mass, states), more)
+                return shard_sampling.concat_samples(self._merge(got, mass, states), more)
         else:
             got = self._get(refs, left, method)
         if state_refs:
@@ -421,17 +422,35 @@ class ShardedClient:
         self._each("clear", ())
 
     def stats(self) -> dict[str, Any]:
-        """``{"shards": [each shard's table stats], "total": counters summed, "sample_to_insert_ratio"}``."""
+        """``{"shards": [each shard's table stats], "total": counters summed, "down": [shards]}``.
+
+        ``total`` sums the counters and sizes (and has the whole table's ``sample_to_insert_ratio``).
+        With ``on_dead="skip"`` a shard that does not answer within ``skip_after`` is listed in
+        ``"down"``, has ``None`` in ``"shards"`` and is missing from the totals.
+        """
         refs = [c.actor.stats.remote() for c in self.shards]
-        per = [st[self.table_name] for st in get(refs, self.rpc_grace, f"{self.name}.stats")]
+        if self.on_dead == "skip":
+            ray = import_ray()
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.skip_after)
+            per: list[Any] = []
+            for s, ref in enumerate(refs):
+                try:
+                    per.append(get(ref, 0.0, f"{self.name}.stats")[self.table_name] if ref in ready else None)
+                except Closed:
+                    per.append(None)
+                if per[-1] is None:
+                    with self._lock:
+                        self._down[s] = time.monotonic() + self.probe_period
+        else:
+            per = [st[self.table_name] for st in get(refs, self.rpc_grace, f"{self.name}.stats")]
         total: dict[str, Any] = {}
-        for st in per:
+        for st in filter(None, per):
             for k, v in st.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in _NOT_ADDED \
                         and not k.startswith(("priority_", "times_")):
                     total[k] = total.get(k, 0) + v
         total["sample_to_insert_ratio"] = total["samples"] / total["inserts"] if total.get("inserts") else 0.0
-        return {"shards": per, "total": total, "down": sorted(self._down)}
+        return {"shards": per, "total": total, "down": [i for i, st in enumerate(per) if st is None]}
 
     def save(self, path: str | None = None) -> str:
         """Checkpoint every shard, then write one manifest naming all of them; return its path.
@@ -475,25 +494,3 @@ class ShardedClient:
             import_ray().util.remove_placement_group(self.placement_group)
             self.placement_group = None
 
-
-def _rows(value: Any, idx: np.ndarray) -> Any:
-    """``value[idx]`` for per-row arguments; scalars and ``None`` unchanged."""
-    if value is None or np.ndim(value) == 0:
-        return value
-    return np.asarray(value)[idx]
-
-
-def _concat_samples(a: Any, b: Any) -> Any:
-    """Two merged samples as one (rows of ``b`` after ``a``)."""
-    import dataclasses
-
-    fields = {}
-    for f in dataclasses.fields(a):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if f.name in ("data", "next_obs"):
-            fields[f.name] = shard_sampling.concat([x, y])
-        elif isinstance(x, np.ndarray) and x.ndim >= 1:
-            fields[f.name] = np.concatenate([x, y])
-        else:
-            fields[f.name] = x
-    return type(a)(**fields)

@@ -63,11 +63,14 @@ class EpisodeMethods:
         return self._episodes
 
     def _insert_steps(self, index: EpisodeIndex, prepared: Any, n: int, plan: StepPlan, priorities: Any,
-                      version: Any, timeout: float | None) -> np.ndarray:
-        """Insert rows through the general path with ``plan`` begun in the index (lock held)."""
+                      version: Any, timeout: float | None, admitted: bool = False) -> np.ndarray:
+        """Insert rows through the general path with ``plan`` begun in the index (lock held).
+
+        ``admitted``: a replayed write (``replay_insert``), which the rate limiter does not hold.
+        """
         index.begin(plan)
         try:
-            keys = self._insert(prepared, n, priorities, version, timeout)
+            keys = self._insert(prepared, n, priorities, version, timeout, admitted=admitted)
             index.finish(plan)  # only does something when every row was refused as stale
         finally:
             index.end()

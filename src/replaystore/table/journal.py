@@ -15,14 +15,15 @@ A mixin of :class:`~replaystore.table.Table`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Self
 
 import numpy as np
 
+from ..episodes import writers as _writers
 from ..errors import InvalidArgument
-from .args import as_int, as_keys
+from .args import as_count, as_int, as_keys
 
 
 class JournalMethods:
@@ -79,7 +80,8 @@ class JournalMethods:
             return self._meta[slots, 0]
 
     def replay_insert(self, data: Any, priorities: Any = None, version: Any = None,
-                      evict_keys: Any = None, *, batched: bool = True) -> np.ndarray:
+                      evict_keys: Any = None, *, batched: bool = True,
+                      steps: Mapping[str, Any] | None = None) -> np.ndarray:
         """Apply a recorded insert without waiting for the rate limiter (the limiter counts it).
 
         As :meth:`extend` (``batched=False``: one item, as :meth:`add`), but never blocks.
@@ -87,9 +89,17 @@ class JournalMethods:
         remover's own choice (a remover that chooses at random would choose others). Returns the
         keys, as :meth:`extend` (-1 for items refused as stale).
 
+        ``steps`` (episodic tables): the insert was a step write; ``{"streams": int, (n,) ints or
+        None (a fresh stream, as ``add_episode(stream=None)``), "terminated": ..., "truncated": ...
+        (None, a bool or (n,) bools), "new_episode": bool}`` as :meth:`extend_steps` /
+        :meth:`add_step` (``new_episode`` False) or :meth:`add_episode` (True, flags per row) took
+        them; the steps get the same streams, positions and episodes as they did then.
+
         Raises:
             InvalidArgument: ``evict_keys`` names keys that are not live, or not as many victims as
-            this insert must evict. Otherwise as :meth:`extend`. Nothing changes on error.
+            this insert must evict. EpisodeError: ``steps`` that are not valid step arguments, or
+            ``steps`` for a table without episodes. Otherwise as :meth:`extend`. Nothing changes on
+            error.
         """
         with self._cond:
             self._check_open()
@@ -97,6 +107,10 @@ class JournalMethods:
             prepared, n = self.storage.prepare(data, batched=batched)
             if n == 0:
                 return np.empty(0, dtype=np.int64)
+            plan = index = None
+            if steps is not None:
+                index = self._require_episodes()
+                plan = _writers.recorded_plan(index, n, steps)
             if evict_keys is not None:
                 wanted = as_keys(evict_keys)
                 victims = self._index.lookup(wanted)
@@ -105,16 +119,21 @@ class JournalMethods:
                                           f"in table {self.name!r}")
                 self._forced_victims = victims
             try:
+                if plan is not None:
+                    return self._insert_steps(index, prepared, n, plan, priorities, version, None, admitted=True)
                 return self._insert(prepared, n, priorities, version, None, admitted=True)
             finally:
                 self._forced_victims = None
 
-    def replay_sample(self, keys: Any) -> int:
+    def replay_sample(self, keys: Any, draws: int | None = None, *, sampler: bool = True) -> int:
         """Apply a recorded sample that returned ``keys`` (in draw order); return ``len(keys)``.
 
         Does what :meth:`sample` did besides reading: ``times_sampled`` += 1 per draw, retirement
         at ``max_times_sampled``, the ``samples``/``sample_calls`` counters and the rate
         limiter's, and the sampler's own progress (a :class:`WithoutReplacement` epoch).
+        ``draws``: the samples the call counted, when not one per key (``sample_episodes``
+        counts one per episode and touches every step); ``sampler=False``: the call drew without
+        the sampler (``sample_sequences``, ``sample_episodes``), whose state then stays.
 
         Raises:
             InvalidArgument: no keys, keys that are not integers, or keys not live. Nothing changes.
@@ -127,6 +146,7 @@ class JournalMethods:
             if len(keys) == 0 or (slots < 0).any():
                 raise InvalidArgument(f"a recorded sample of keys table {self.name!r} does not hold: "
                                       f"{keys[slots < 0][:5].tolist() if len(keys) else 'none'}")
-            self.sampler.replay_sample(slots)
-            self._account_sample(slots, len(keys))
+            if sampler:
+                self.sampler.replay_sample(slots)
+            self._account_sample(slots, len(keys) if draws is None else as_count(draws, "draws"))
             return len(keys)
