@@ -481,7 +481,7 @@ class ShardedClient:
         total["sample_to_insert_ratio"] = total["samples"] / total["inserts"] if total.get("inserts") else 0.0
         return {"shards": per, "total": total, "down": [i for i, st in enumerate(per) if st is None]}
 
-    def save(self, path: str | None = None) -> str:
+    def save(self, path: str | None = None, timeout: float | None = None) -> str:
         """Checkpoint every shard, then write one manifest naming all of them; return its path.
 
         Each shard writes ``<path>/shard-<i>/<table>`` (or, with ``path=None``, into its own
@@ -489,10 +489,11 @@ class ShardedClient:
         ``<path or the first shard's parent dir>/sharded.json`` is written atomically only after
         every shard finished, so a manifest always names a complete set. Shards are saved in
         parallel, each atomically; under concurrent writers they are not one instant (docs/ray.md).
+        ``rs.Timeout`` (and no manifest) if the shards have not all finished within ``timeout``.
         """
         refs = [c.actor.save.remote(None if path is None else os.path.join(path, f"shard-{i}"))
                 for i, c in enumerate(self.shards)]
-        dirs = get(refs, None, f"{self.name}.save")
+        dirs = get(refs, timeout, f"{self.name}.save")
         root = path or os.path.dirname(os.path.dirname(dirs[0][0]))
         manifest = {"name": self.name, "namespace": self.namespace, "tag": self.tag, "num_shards": len(self.shards),
                     "table": self.table_name, "shards": [d[0] for d in dirs], "time": time.time()}
