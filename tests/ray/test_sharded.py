@@ -255,7 +255,7 @@ def model_client(ray_local):
     c.shutdown()
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS)
 def test_sharded_client_matches_a_dict_model(model_client, ops):
     c = model_client
