@@ -34,7 +34,6 @@ from . import shard_keys, shard_sampling
 from ._runtime import get, import_ray, rpc_timeout
 from .client import ReplayClient
 
-ROUTINGS = ("round_robin", "stream", "key")
 MANIFEST = "sharded.json"
 _NOT_ADDED = ("version", "max_priority_seen", "sample_to_insert_ratio", "wal_lsn")
 
@@ -162,6 +161,9 @@ class ShardedClient:
         shards, local = shard_keys.decode(self.tag, keys, len(self.shards))
         groups = shard_keys.group(shards, len(self.shards))
         cols = [np.asarray(c).reshape(-1) if np.ndim(c) else np.full(len(keys), c) for c in columns]
+        for c in cols:
+            if len(c) != len(keys):
+                raise InvalidArgument(f"{method}: {len(c)} values for {len(keys)} keys")
         refs = {s: self._ref(s, method, local[g], *[c[g] for c in cols]) for s, g in enumerate(groups) if len(g)}
         res = self._get(refs, 0.0, method) if refs else {}
         return [res.get(s) for s in range(len(self.shards))], groups, shards
