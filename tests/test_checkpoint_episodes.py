@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import replaystore as rs
-from replaystore.checkpoint import _digest  # the saver's own file checksum
+from replaystore.checkpoint.verify import digest as _digest  # the saver's own file checksum
 from replaystore.episodes.consistency import check_index_arrays
 
 
