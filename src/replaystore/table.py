@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .episodes import EpisodeIndex, Episodes
-from .errors import CapacityError, Closed, EpisodeError, InvalidArgument, InvalidPriority, SpecError, Timeout
+from .errors import (CapacityError, Closed, EpisodeError, InvalidArgument, InvalidPriority, InvalidState, SpecError,
+                     Timeout)
 from .items import Sample
 from .keys import KeyIndex, RingIndex, RingLiveSet
 from .limiters import MinSize, Queue, RateLimiter, Stack
+from .placement import allocate
 from .rows import add_row, copy_rows, count_samples, fill_meta
 from .samplers import Fifo, Lifo, Selector, Uniform
 from .samplers.dense import DenseSet
@@ -132,8 +134,7 @@ class Table:
         self._closed = False
         # Per-slot metadata in one row of 32 bytes (key, times_sampled, version, priority bits), so a
         # sample gathers one cache line per item instead of four; the names below are column views.
-        self._meta = np.zeros((capacity, 4), dtype=np.int64)
-        self._meta[:, 0] = -1
+        self._meta = allocate("table.meta", (capacity, 4), np.int64, (-1, 0, 0, 0))
         self._times_sampled = self._meta[:, 1]
         self._version = self._meta[:, 2]
         self._priority = self._meta.view(np.float64)[:, 3]
@@ -1167,6 +1168,49 @@ class Table:
         from .checkpoint import load_table
 
         return load_table(path, allow_pickle=allow_pickle, memmap_dir=memmap_dir)
+
+    # -- hooks for replaystore.shared (an internal API: docs/shared.md) ----------------------------
+    #: names of :meth:`state_scalars`' values, in order: integers first, then floats
+    STATE_INTS = ("next_key", "size", "free", "ring_base", "ring_lo", "ring_hi", "limiter_inserts",
+                  "limiter_samples", "limiter_deletes", "version", "inserts", "samples", "sample_calls",
+                  "deletes", "evictions", "retired", "dropped_stale", "skipped_updates", "skipped_deletes")
+    STATE_FLOATS = ("max_priority", "insert_blocked_s", "sample_blocked_s")
+
+    def guard_with(self, lock: Any) -> None:
+        """Internal (replaystore.shared): guard the table with ``lock`` instead of its own.
+
+        ``lock`` is re-entrant and acts as the table's ``Condition`` too (``with``, ``acquire``/
+        ``release``, ``wait(timeout)``, ``notify_all``). Call it before the table is used by more
+        than one thread. Not thread-safe itself.
+        """
+        self._lock = self._cond = lock
+
+    def state_scalars(self) -> tuple:
+        """Internal (replaystore.shared): the small mutable state, named by ``STATE_INTS + STATE_FLOATS``.
+
+        Only for a table in ring mode (a ``Fifo`` remover, items leaving oldest first) with no
+        staged adds; call it with the lock held.
+
+        Raises:
+            InvalidState: the table left ring mode (its state is then more than these numbers).
+        """
+        ring = self._ring
+        if ring is None:
+            raise InvalidState(f"table {self.name!r} left ring mode: its state is not a tuple of scalars")
+        lim, b = self.rate_limiter, self._blocked
+        return (self._next_key, self._size, self._nfree, ring.base, ring.lo, ring.hi, lim.inserts,
+                lim.samples, lim.deletes, self.version, *self._counters.values(),
+                float(self.max_priority), b["insert_blocked_s"], b["sample_blocked_s"])
+
+    def load_state_scalars(self, values: Any) -> None:
+        """Internal (replaystore.shared): set the state :meth:`state_scalars` returns (lock held)."""
+        ring, lim = self._ring, self.rate_limiter
+        if ring is None:
+            raise InvalidState(f"table {self.name!r} left ring mode: its state is not a tuple of scalars")
+        (self._next_key, self._size, self._nfree, ring.base, ring.lo, ring.hi, lim.inserts, lim.samples,
+         lim.deletes, self.version) = values[:10]
+        self._counters.update(zip(self._counters, values[10:19]))
+        self.max_priority, self._blocked["insert_blocked_s"], self._blocked["sample_blocked_s"] = values[19:]
 
     def _restore(self, payload: Any, n: int, meta: dict[str, np.ndarray], manifest: dict) -> None:
         """Fill a new, empty table from checkpoint contents (items in key order)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidArgument
+from ..placement import allocate
 from . import sumtree, sumtree_jit
 from .base import Selector
 from .dense import DenseSet
@@ -55,8 +56,9 @@ class Prioritized(Selector):
 
     def bind(self, capacity: int, rng: np.random.Generator) -> None:  # noqa: D102
         super().bind(capacity, rng)
-        self._sum = sumtree.new_sum_tree(capacity)
-        self._min = sumtree.new_min_tree(capacity)
+        leaves = sumtree.leaf_base(capacity)  # the trees' layout (see sumtree.new_sum_tree)
+        self._sum = allocate("prioritized.sum", (2 * leaves,), np.float64, 0.0)
+        self._min = allocate("prioritized.min", (2 * leaves,), np.float64, np.inf)
         self._frontier = self._trees.frontier_for(capacity)
         self._live = DenseSet(capacity)  # for the all-zero fallback
 

@@ -1,0 +1,198 @@
+"""The lock of a shared table: a thread lock, the segment's cross-process mutex, and state sync.
+
+A :class:`ProcessGuard` replaces a Table's own lock and Condition (``Table.guard_with``), so every
+method of the one Table implementation runs as before, inside a critical section that spans
+processes. Entering it (outermost level) takes this process's thread lock, then the segment's
+``flock``; if the previous holder died inside it (``busy`` still set) the table is recovered
+first (:mod:`replaystore.shared.recovery`); then the current state copy is loaded into the local
+Table object when another process has published since (``Table.load_state_scalars``). Leaving it
+publishes the Table's scalars when they changed (the copy not current, then the selector) and
+releases both locks.
+
+Waiting (the rate limiter) is polling: ``wait(timeout)`` publishes, releases everything, sleeps
+(50 us, doubling to 2 ms while the wait goes on) and re-enters. Every wait has the caller's timeout;
+taking the mutex has ``lock_timeout``. ``notify_all`` does nothing (waiters poll).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from .recovery import reconcile
+from .segment import COPY0, COPY_WORDS, W_ACTIVE, W_BUSY, W_RECOVERIES, Segment, state_format
+
+if TYPE_CHECKING:
+    from ..table import Table
+
+#: test hook: with ``REPLAYSTORE_SHM_TEST_HOOK=pause-before-publish:<file>``, a critical section
+#: that changed the state touches ``<file>`` and sleeps before publishing (the crash tests kill it there)
+_HOOK = os.environ.get("REPLAYSTORE_SHM_TEST_HOOK", "")
+
+
+class ProcessGuard:
+    """A re-entrant lock and Condition over threads and processes for one Table (see the module doc)."""
+
+    def __init__(self, segment: Segment, table: "Table", names: tuple[str, ...], n_floats: int) -> None:
+        self.segment = segment
+        self.table = table
+        self.names = names
+        self._fmt = state_format(len(names) - n_floats, n_floats)
+        self._tlock = threading.RLock()
+        self._depth = 0
+        self._gen = -1  # generation of the state the local Table holds
+        self._values: tuple | None = None
+        self.intent = 0  # rows the current insert may write (set by the table around extend/add)
+        self._delay = 50e-6
+        self.recovered = 0  # recoveries this process performed
+
+    # -- state copies ---------------------------------------------------------------------------
+    def _copy_offset(self, which: int) -> int:
+        return (COPY0 + which * COPY_WORDS) * 8
+
+    def read_copy(self) -> tuple[int, int, tuple]:
+        """``(generation, intent, values)`` of the current copy (mutex held, or a snapshot)."""
+        words = self.segment.words
+        raw = self._fmt.unpack_from(self.segment.mm, self._copy_offset(words[W_ACTIVE] & 1))
+        return raw[0], raw[1], raw[2:]
+
+    def publish(self, gen: int, values: tuple) -> None:
+        """Write a new current copy: the other copy first, then flip the selector."""
+        words = self.segment.words
+        other = (words[W_ACTIVE] & 1) ^ 1
+        self._fmt.pack_into(self.segment.mm, self._copy_offset(other), gen, 0, *values)
+        words[W_ACTIVE] = other
+
+    def set_intent(self, n: int) -> None:
+        """Write the current insert's row count into the current copy (mutex held)."""
+        words = self.segment.words
+        words[COPY0 + (words[W_ACTIVE] & 1) * COPY_WORDS + 1] = n
+
+    def start(self, values: tuple) -> None:
+        """Publish the first state of a new segment (generation 0) as the one the local Table holds."""
+        self.publish(0, values)
+        self._gen, self._values = 0, values
+
+    def value(self, name: str) -> Any:
+        """A scalar of the state the local Table holds (the last one loaded or published)."""
+        return self._values[self.names.index(name)]
+
+    # -- enter / leave ------------------------------------------------------------------------------
+    def _enter(self) -> None:
+        seg = self.segment
+        seg.lock()
+        try:
+            words = seg.words
+            if words[W_BUSY]:
+                self._recover()
+            words[W_BUSY] = seg.pid
+            gen = self._fmt.unpack_from(seg.mm, self._copy_offset(words[W_ACTIVE] & 1))[0]
+            if gen != self._gen:
+                gen, _, values = self.read_copy()
+                self.table.load_state_scalars(values)
+                self._gen, self._values = gen, values
+            if self.intent:
+                self.set_intent(self.intent)
+        except BaseException:
+            seg.unlock()
+            raise
+
+    def _leave(self) -> None:
+        seg = self.segment
+        try:
+            values = self.table.state_scalars()
+            if values != self._values:
+                if _HOOK.startswith("pause-before-publish:"):
+                    _pause(_HOOK.split(":", 1)[1])
+                self.publish(self._gen + 1, values)
+                self._gen += 1
+                self._values = values
+            elif self.intent:
+                self.set_intent(0)
+            seg.words[W_BUSY] = 0
+        finally:
+            seg.unlock()
+
+    def _recover(self) -> None:
+        """The previous holder died inside the critical section: make the table consistent."""
+        gen, intent, values = self.read_copy()
+        fixed, dropped = reconcile(self.table, self.segment, self.names, values, intent)
+        self.publish(gen + 1, fixed)
+        words = self.segment.words
+        words[W_RECOVERIES] += 1
+        self.recovered += 1
+        if dropped:
+            import logging
+
+            logging.getLogger("replaystore.shared").warning(
+                "shared table %r: a process died inside the lock; %d item(s) it may have overwritten "
+                "were dropped", self.table.name, dropped)
+
+    # -- the lock protocol ---------------------------------------------------------------------
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """Enter (re-entrant); blocks up to the segment's ``lock_timeout`` (``Timeout``)."""
+        self._tlock.acquire()
+        if self._depth == 0:
+            try:
+                self._enter()
+            except BaseException:
+                self._tlock.release()
+                raise
+        self._depth += 1
+        return True
+
+    def release(self) -> None:
+        """Leave one level; the outermost publishes and releases the mutex."""
+        self._depth -= 1
+        try:
+            if self._depth == 0:
+                self._delay = 50e-6
+                self._leave()
+        finally:
+            self._tlock.release()
+
+    __enter__ = acquire
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Publish, release every level, sleep a little (at most ``timeout``), re-enter. Returns True."""
+        depth = self._depth
+        self._depth = 0
+        try:
+            self._leave()
+        finally:
+            for _ in range(depth):
+                self._tlock.release()
+        delay = self._delay if timeout is None else max(0.0, min(self._delay, timeout))
+        time.sleep(delay)
+        self._delay = min(self._delay * 2, 2e-3)
+        for _ in range(depth):
+            self._tlock.acquire()
+        try:
+            self._enter()
+        except BaseException:
+            for _ in range(depth):
+                self._tlock.release()
+            raise
+        self._depth = depth
+        return True
+
+    def notify_all(self) -> None:
+        """Nothing: waiters in every process poll."""
+
+    notify = notify_all
+
+    def after_fork(self) -> None:
+        """In a forked child: a fresh thread lock (the parent's threads are not here)."""
+        self._tlock = threading.RLock()
+        self._depth = 0
+
+
+def _pause(marker: str) -> None:
+    with open(marker, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(3600)
