@@ -16,6 +16,7 @@ taking the mutex has ``lock_timeout``. ``notify_all`` does nothing (waiters poll
 
 from __future__ import annotations
 
+import fcntl
 import os
 import threading
 import time
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
 
 #: test hook: with ``REPLAYSTORE_SHM_TEST_HOOK=pause-before-publish:<file>``, a critical section
 #: that changed the state touches ``<file>`` and sleeps before publishing (the crash tests kill it there)
-_HOOK = os.environ.get("REPLAYSTORE_SHM_TEST_HOOK", "")
+_HOOK = os.environ.get("REPLAYSTORE_SHM_TEST_HOOK", "").partition("pause-before-publish:")[2]
+_EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB
 
 
 class ProcessGuard:
@@ -44,31 +46,29 @@ class ProcessGuard:
         self._depth = 0
         self._gen = -1  # generation of the state the local Table holds
         self._values: tuple | None = None
-        self.intent = 0  # rows the current insert may write (set by the table around extend/add)
+        self.intent = 0  # rows the current insert may write (set by acquire_insert)
         self._delay = 50e-6
         self.recovered = 0  # recoveries this process performed
+        self._copy_word = (COPY0, COPY0 + COPY_WORDS)  # first word (the generation) of each copy
+        self._copy_byte = (COPY0 * 8, (COPY0 + COPY_WORDS) * 8)
 
     # -- state copies ---------------------------------------------------------------------------
-    def _copy_offset(self, which: int) -> int:
-        return (COPY0 + which * COPY_WORDS) * 8
-
     def read_copy(self) -> tuple[int, int, tuple]:
         """``(generation, intent, values)`` of the current copy (mutex held, or a snapshot)."""
-        words = self.segment.words
-        raw = self._fmt.unpack_from(self.segment.mm, self._copy_offset(words[W_ACTIVE] & 1))
+        raw = self._fmt.unpack_from(self.segment.mm, self._copy_byte[self.segment.words[W_ACTIVE] & 1])
         return raw[0], raw[1], raw[2:]
 
     def publish(self, gen: int, values: tuple) -> None:
         """Write a new current copy: the other copy first, then flip the selector."""
         words = self.segment.words
         other = (words[W_ACTIVE] & 1) ^ 1
-        self._fmt.pack_into(self.segment.mm, self._copy_offset(other), gen, 0, *values)
+        self._fmt.pack_into(self.segment.mm, self._copy_byte[other], gen, 0, *values)
         words[W_ACTIVE] = other
 
     def set_intent(self, n: int) -> None:
         """Write the current insert's row count into the current copy (mutex held)."""
         words = self.segment.words
-        words[COPY0 + (words[W_ACTIVE] & 1) * COPY_WORDS + 1] = n
+        words[self._copy_word[words[W_ACTIVE] & 1] + 1] = n
 
     def start(self, values: tuple) -> None:
         """Publish the first state of a new segment (generation 0) as the one the local Table holds."""
@@ -80,21 +80,25 @@ class ProcessGuard:
         return self._values[self.names.index(name)]
 
     # -- enter / leave ------------------------------------------------------------------------------
-    def _enter(self) -> None:
+    def _enter(self, intent: int) -> None:
         seg = self.segment
-        seg.lock()
+        try:
+            fcntl.flock(seg.lock_fd, _EX_NB)
+        except BlockingIOError:
+            seg.lock()
         try:
             words = seg.words
             if words[W_BUSY]:
                 self._recover()
             words[W_BUSY] = seg.pid
-            gen = self._fmt.unpack_from(seg.mm, self._copy_offset(words[W_ACTIVE] & 1))[0]
-            if gen != self._gen:
+            word = self._copy_word[words[W_ACTIVE] & 1]
+            if words[word] != self._gen:
                 gen, _, values = self.read_copy()
                 self.table.load_state_scalars(values)
                 self._gen, self._values = gen, values
-            if self.intent:
-                self.set_intent(self.intent)
+            if intent:
+                self.intent = intent
+                words[word + 1] = intent
         except BaseException:
             seg.unlock()
             raise
@@ -104,16 +108,17 @@ class ProcessGuard:
         try:
             values = self.table.state_scalars()
             if values != self._values:
-                if _HOOK.startswith("pause-before-publish:"):
-                    _pause(_HOOK.split(":", 1)[1])
-                self.publish(self._gen + 1, values)
+                if _HOOK:
+                    _pause(_HOOK)
                 self._gen += 1
+                self.publish(self._gen, values)
                 self._values = values
             elif self.intent:
                 self.set_intent(0)
+            self.intent = 0
             seg.words[W_BUSY] = 0
         finally:
-            seg.unlock()
+            fcntl.flock(seg.lock_fd, fcntl.LOCK_UN)
 
     def _recover(self) -> None:
         """The previous holder died inside the critical section: make the table consistent."""
@@ -134,22 +139,43 @@ class ProcessGuard:
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         """Enter (re-entrant); blocks up to the segment's ``lock_timeout`` (``Timeout``)."""
         self._tlock.acquire()
-        if self._depth == 0:
-            try:
-                self._enter()
-            except BaseException:
-                self._tlock.release()
-                raise
-        self._depth += 1
+        if self._depth:
+            self._depth += 1
+            return True
+        try:
+            self._enter(0)
+        except BaseException:
+            self._tlock.release()
+            raise
+        self._depth = 1
         return True
+
+    def acquire_insert(self, rows: int) -> None:
+        """:meth:`acquire` for an insert that may write ``rows`` rows (noted for recovery until released)."""
+        self._tlock.acquire()
+        if self._depth:
+            self._depth += 1
+            if rows > self.intent:
+                self.intent = rows
+                self.set_intent(rows)
+            return
+        try:
+            self._enter(rows)
+        except BaseException:
+            self._tlock.release()
+            raise
+        self._depth = 1
 
     def release(self) -> None:
         """Leave one level; the outermost publishes and releases the mutex."""
-        self._depth -= 1
+        if self._depth > 1:
+            self._depth -= 1
+            self._tlock.release()
+            return
+        self._depth = 0
+        self._delay = 50e-6
         try:
-            if self._depth == 0:
-                self._delay = 50e-6
-                self._leave()
+            self._leave()
         finally:
             self._tlock.release()
 
@@ -160,7 +186,7 @@ class ProcessGuard:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Publish, release every level, sleep a little (at most ``timeout``), re-enter. Returns True."""
-        depth = self._depth
+        depth, intent = self._depth, self.intent
         self._depth = 0
         try:
             self._leave()
@@ -173,7 +199,7 @@ class ProcessGuard:
         for _ in range(depth):
             self._tlock.acquire()
         try:
-            self._enter()
+            self._enter(intent)
         except BaseException:
             for _ in range(depth):
                 self._tlock.release()

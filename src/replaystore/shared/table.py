@@ -132,6 +132,7 @@ class SharedTable(Table):
         with self._guard:
             seg.register(seg.pid)
         self._unlink_on_close = True
+        self._batched_adds = type(self.sampler) is Prioritized
         _LIVE.add(self)
 
     # -- identity, pickling -------------------------------------------------------------------------
@@ -154,25 +155,29 @@ class SharedTable(Table):
     def extend(self, data: Any, priorities: Any = None, version: Any = None, timeout: float | None = None) -> np.ndarray:
         """As :meth:`Table.extend`; the batch is published to other processes all at once."""
         guard = self._guard
-        with guard:
-            guard.intent = min(_batch_len(data, self.capacity), self.capacity)
-            guard.set_intent(guard.intent)
-            try:
-                return super().extend(data, priorities, version, timeout)
-            finally:
-                guard.intent = 0
+        guard.acquire_insert(_batch_len(data, self.capacity))
+        try:
+            return Table.extend(self, data, priorities, version, timeout)
+        finally:
+            guard.release()
 
     def add(self, item: Any, priority: float | None = None, version: int | None = None,
             timeout: float | None = None) -> int:
-        """As :meth:`Table.add` (never staged: the item is visible to other processes on return)."""
+        """As :meth:`Table.add` (never staged: the item is visible to other processes on return).
+
+        With a ``Prioritized`` sampler an item goes in as a batch of one (the ring's fast path).
+        """
+        # (Uniform and Fifo samplers follow the ring: Table.add has a fast path of its own for them)
+        batch = _as_batch_of_one(item, self.storage.spec) if self._batched_adds and type(item) is dict else None
+        if batch is not None:
+            priorities = None if priority is None else [priority]
+            return int(self.extend(batch, priorities, version, timeout)[0])
         guard = self._guard
-        with guard:
-            guard.intent = 1
-            guard.set_intent(1)
-            try:
-                return super().add(item, priority, version, timeout)
-            finally:
-                guard.intent = 0
+        guard.acquire_insert(1)
+        try:
+            return Table.add(self, item, priority, version, timeout)
+        finally:
+            guard.release()
 
     # -- removals that keep ring mode ---------------------------------------------------------------
     def delete(self, keys: Any) -> int:
@@ -310,12 +315,38 @@ def _placer(seg: Segment, fill: bool) -> Any:
     return place
 
 
+_PY_KINDS = {bool: "biufc", int: "iufc", float: "fc"}  # as rows.py: Python scalars cast "same_kind"
+
+
+def _as_batch_of_one(item: dict, spec: dict | None) -> dict | None:
+    """``item`` (a flat dict) as a batch of one row, or ``None`` when :meth:`Table.add` should judge it.
+
+    Arrays get a leading axis (no dtype change: the Table checks it); Python scalars of a 0-d field
+    become one-element arrays of the field's dtype when the Table would cast them too.
+    """
+    if spec is None:
+        return None
+    batch = {}
+    for k, v in item.items():
+        if type(v) is np.ndarray or isinstance(v, np.generic):
+            batch[k] = v[None]
+            continue
+        field = spec.get(k)
+        if field is None or field.shape != () or field.dtype.kind not in _PY_KINDS.get(type(v), ""):
+            return None
+        try:
+            batch[k] = np.array((v,), dtype=field.dtype)
+        except (OverflowError, ValueError):
+            return None
+    return batch
+
+
 def _batch_len(data: Any, default: int) -> int:
-    """The leading length of a (nested) dict batch, or ``default`` when it has none."""
-    while isinstance(data, Mapping) and data:
+    """The leading length of a (nested) dict batch, at most ``default`` (``default`` when it has none)."""
+    while type(data) is dict and data or isinstance(data, Mapping) and data:
         data = next(iter(data.values()))
     try:
-        return len(data)
+        return min(len(data), default)
     except TypeError:
         return default
 
