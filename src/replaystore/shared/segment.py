@@ -169,10 +169,10 @@ class Segment:
         fd = -1
         try:
             fd = os.open(tmp / "segment", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            fcntl.flock(fd, fcntl.LOCK_SH)
+            fcntl.flock(fd, fcntl.LOCK_SH)  # (the map keeps a duplicate of a descriptor: not of this one)
             reserve(fd, 0, total, tmp / "segment")
             os.close(os.open(tmp / "lock", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
-            mm = mmap.mmap(fd, total)
+            mm = _map(tmp / "segment", total)
             mm[HEADER_BYTES : HEADER_BYTES + len(raw)] = raw
             words = memoryview(mm).cast("q")
             words[W_VERSION] = LAYOUT_VERSION
@@ -233,7 +233,7 @@ class Segment:
             size = os.fstat(fd).st_size
             if size < HEADER_BYTES:
                 raise LayoutMismatch(f"{path / 'segment'} is {size} bytes: not a shared table segment")
-            mm = mmap.mmap(fd, size)
+            mm = _map(path / "segment", size)
             config = _read_config(mm, path, size)
             return cls(path, fd, mm, config, lock_timeout)
         except BaseException:
@@ -311,6 +311,16 @@ class Segment:
             os.close(self.fd)
             os.close(self.lock_fd)
         return removed
+
+
+def _map(file: Path, size: int) -> mmap.mmap:
+    """Map ``file`` through a descriptor of its own: ``mmap`` keeps a duplicate of the descriptor it
+    is given, which would hold any ``flock`` taken on it for as long as the map lives."""
+    fd = os.open(file, os.O_RDWR)
+    try:
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
 
 
 def remove_dir(path: Path) -> bool:

@@ -19,6 +19,7 @@ retirements out of insertion order.
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import weakref
@@ -148,13 +149,15 @@ class SharedTable(Table):
         return f"Shared{super().__repr__()[:-1]}, path={self.path!r})"
 
     def __len__(self) -> int:
-        with self._guard:
+        with self._cond:
             return int(self._guard.value("size"))
 
     # -- inserts: note how many rows they may write (recovery after a crash) ----------------------
     def extend(self, data: Any, priorities: Any = None, version: Any = None, timeout: float | None = None) -> np.ndarray:
         """As :meth:`Table.extend`; the batch is published to other processes all at once."""
         guard = self._guard
+        if self._segment.closed:
+            return Table.extend(self, data, priorities, version, timeout)  # raises Closed
         guard.acquire_insert(_batch_len(data, self.capacity))
         try:
             return Table.extend(self, data, priorities, version, timeout)
@@ -173,6 +176,8 @@ class SharedTable(Table):
             priorities = None if priority is None else [priority]
             return int(self.extend(batch, priorities, version, timeout)[0])
         guard = self._guard
+        if self._segment.closed:
+            return Table.add(self, item, priority, version, timeout)  # raises Closed
         guard.acquire_insert(1)
         try:
             return Table.add(self, item, priority, version, timeout)
@@ -186,7 +191,7 @@ class SharedTable(Table):
         Raises:
             InvalidArgument: a live key that is not among the oldest ``k`` items (nothing deleted).
         """
-        with self._guard:
+        with self._cond:
             arr = np.asarray(keys) if not isinstance(keys, np.ndarray) else keys
             if arr.dtype.kind in "iu":
                 k = np.unique(arr.astype(np.int64).ravel())
@@ -204,7 +209,7 @@ class SharedTable(Table):
         Raises:
             InvalidArgument: stale items that are not the oldest (nothing dropped, version unchanged).
         """
-        with self._guard:
+        with self._cond:
             if self.max_staleness is not None and isinstance(version, (int, np.integer, float)) \
                     and not isinstance(version, bool) and float(version).is_integer():
                 lo, hi = self._guard.value("ring_lo"), self._guard.value("ring_hi")
@@ -359,4 +364,16 @@ def _after_fork() -> None:
             table._guard.after_fork()
 
 
+def _close_at_exit() -> None:
+    """Leave the reference count of every table this process still has open (the last one out removes it)."""
+    for table in list(_LIVE):
+        seg = table._segment
+        if seg.pid == os.getpid() and not seg.closed:
+            try:
+                seg.close(remove=table._unlink_on_close)
+            except OSError:
+                pass
+
+
 os.register_at_fork(after_in_child=_after_fork)
+atexit.register(_close_at_exit)
