@@ -15,7 +15,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
@@ -165,6 +166,7 @@ class Table:
         self._plan: tuple | None | bool = None
         self._read_counted = type(self.storage).read is ColumnStorage.read  # its read_counted is that read
         self._scratch: np.ndarray | None = None  # for last-wins deduplication
+        self._forced_victims: np.ndarray | None = None  # replay_insert's evict_keys, as slots
         self._pending_max_priority = 1.0
         self.max_priority = 1.0
         self.version = 0
@@ -318,6 +320,31 @@ class Table:
         self.rate_limiter.deletes += k
         self._counters["deletes"] += k
         self._counters["evictions"] += k
+
+    def _victims(self, n: int) -> np.ndarray:
+        """The remover's ``n`` victims, or the ones :meth:`replay_insert` was told (state unchanged)."""
+        forced = self._forced_victims
+        if forced is None:
+            return self.remover.victims(n)
+        if len(forced) != n or (type(self.remover) is Fifo and not np.array_equal(forced, self.remover.victims(n))):
+            raise InvalidArgument(f"evict_keys names {len(forced)} victims; this insert evicts {n} other items: "
+                                  "the recorded insert does not continue this table")
+        return forced
+
+    def _account_sample(self, slots: np.ndarray, draws: int) -> None:
+        """Count a sample of ``draws`` that drew ``slots`` (times_sampled, counters, retirement; lock held)."""
+        np.add.at(self._times_sampled, slots, 1)
+        times = self._times_sampled[slots]
+        self.rate_limiter.samples += draws
+        self._counters["samples"] += draws
+        self._counters["sample_calls"] += 1
+        if self.max_times_sampled:
+            done = np.unique(slots[times >= self.max_times_sampled])
+            if len(done):
+                self._remove_slots(done)
+                self._counters["retired"] += len(done)
+        if self._waiting:
+            self._cond.notify_all()
 
     def _take_free(self, n: int, first_key: int) -> np.ndarray:
         """Slots for ``n`` new items whose keys start at ``first_key``."""
@@ -705,7 +732,7 @@ class Table:
         if overflow == m > 0 and (self._ring is None or self._size == self.capacity):
             # The steady state of a full table: the new items take the victims' slots in place
             # (what removing and re-inserting would do, minus the bookkeeping of both).
-            slots = self.remover.victims(m)
+            slots = self._victims(m)
             if gone and self._ring is not None:  # every slot, but key k must go to its ring slot
                 slots = self._ring.slots_for(int(stored_keys[0]), m)
             where = _as_slice_if_contiguous(slots)
@@ -714,7 +741,7 @@ class Table:
             self._replace_slots(slots, stored_keys, prio)
         else:
             if overflow > 0:
-                self._remove_slots(self.remover.victims(overflow), oldest=fifo)
+                self._remove_slots(self._victims(overflow), oldest=fifo)
                 self._counters["evictions"] += overflow
             slots = self._take_free(m, int(stored_keys[0]))
             where = _as_slice_if_contiguous(slots)
@@ -1120,6 +1147,106 @@ class Table:
             self._closed = True
             if self._waiting:
                 self._cond.notify_all()
+
+    # -- journal interface (for a write-ahead log such as replaystore.ray.logged_table) -----------
+    @contextmanager
+    def locked(self) -> Iterator["Table"]:
+        """Hold the table's (reentrant) lock, with staged adds flushed, for the ``with`` block.
+
+        Calls on the table from the holding thread proceed; other threads' calls wait. A logger
+        uses it to apply a call and append its record as one step. Yields the table.
+        """
+        with self._cond:
+            self._flush_pending()
+            yield self
+
+    @property
+    def wal_lsn(self) -> int:
+        """The number of the last write-ahead-log record applied (0: none; a checkpoint saves it).
+
+        Kept with the counters (``stats()["wal_lsn"]`` once set). Set it under :meth:`locked`.
+        """
+        return int(self._counters.get("wal_lsn", 0))
+
+    @wal_lsn.setter
+    def wal_lsn(self, lsn: int) -> None:
+        self._counters["wal_lsn"] = _as_int(lsn, "wal_lsn")
+
+    def slots_of(self, keys: Any) -> np.ndarray:
+        """The storage slot of each key (int64), ``-1`` for keys not live. Changes nothing.
+
+        Raises:
+            InvalidArgument: keys that are not integers.
+        """
+        keys = _as_keys(keys)
+        with self._cond:
+            self._flush_pending()
+            return self._index.lookup(keys)
+
+    def keys_of_slots(self, slots: Any) -> np.ndarray:
+        """The key of the item in each slot (int64), ``-1`` for free slots. Changes nothing.
+
+        Raises:
+            InvalidArgument: slots that are not integers in ``[0, capacity)``.
+        """
+        slots = _as_keys(slots)
+        if len(slots) and (int(slots.min()) < 0 or int(slots.max()) >= self.capacity):
+            raise InvalidArgument(f"slots must be in [0, {self.capacity}), got {slots[:5].tolist()}")
+        with self._cond:
+            self._flush_pending()
+            return self._index.key_of_slot[slots]
+
+    def replay_insert(self, data: Any, priorities: Any = None, version: Any = None,
+                      evict_keys: Any = None, *, batched: bool = True) -> np.ndarray:
+        """Apply a recorded insert without waiting for the rate limiter (the limiter counts it).
+
+        As :meth:`extend` (``batched=False``: one item, as :meth:`add`), but never blocks.
+        ``evict_keys``: the keys the recorded insert evicted, to be evicted in place of the
+        remover's own choice (a remover that chooses at random would choose others). Returns the
+        keys, as :meth:`extend` (-1 for items refused as stale).
+
+        Raises:
+            InvalidArgument: ``evict_keys`` names keys that are not live, or not as many victims as
+            this insert must evict. Otherwise as :meth:`extend`. Nothing changes on error.
+        """
+        with self._cond:
+            self._check_open()
+            self._flush_pending()
+            prepared, n = self.storage.prepare(data, batched=batched)
+            if n == 0:
+                return np.empty(0, dtype=np.int64)
+            if evict_keys is not None:
+                victims = self._index.lookup(_as_keys(evict_keys))
+                if (victims < 0).any():
+                    raise InvalidArgument(f"evict_keys {_as_keys(evict_keys)[victims < 0][:5].tolist()} are not "
+                                          f"in table {self.name!r}")
+                self._forced_victims = victims
+            try:
+                return self._insert(prepared, n, priorities, version, None, admitted=True)
+            finally:
+                self._forced_victims = None
+
+    def replay_sample(self, keys: Any) -> int:
+        """Apply a recorded sample that returned ``keys`` (in draw order); return ``len(keys)``.
+
+        Does what :meth:`sample` did besides reading: ``times_sampled`` += 1 per draw, retirement
+        at ``max_times_sampled``, the ``samples``/``sample_calls`` counters and the rate
+        limiter's, and the sampler's own progress (a :class:`WithoutReplacement` epoch).
+
+        Raises:
+            InvalidArgument: no keys, keys that are not integers, or keys not live. Nothing changes.
+        """
+        keys = _as_keys(keys)
+        with self._cond:
+            self._check_open()
+            self._flush_pending()
+            slots = self._index.lookup(keys)
+            if len(keys) == 0 or (slots < 0).any():
+                raise InvalidArgument(f"a recorded sample of keys table {self.name!r} does not hold: "
+                                      f"{keys[slots < 0][:5].tolist() if len(keys) else 'none'}")
+            self.sampler.replay_sample(slots)
+            self._account_sample(slots, len(keys))
+            return len(keys)
 
     # -- stats ------------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:

@@ -1,8 +1,10 @@
-"""Hyperparameters of the DQN demo (no heavy imports: the CLI reads the defaults for ``--help``)."""
+"""Hyperparameters of the DQN demo and its distributed variant (no heavy imports: the CLI reads them)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ..errors import InvalidArgument
 
 
 @dataclass(frozen=True)
@@ -86,3 +88,67 @@ class DemoConfig:
     def learning_rate(self, step: int) -> float:
         """Learning rate at env step ``step``."""
         return self.linear(self.lr, self.lr_final, step, self.total_steps)
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    """The knobs of the distributed demo (the DQN ones stay in :class:`DemoConfig`).
+
+    Attributes:
+        actors: rollout actors (Ray actors), each with its own environment.
+        sync_every: an actor pulls the newest weights every this many of its environment steps.
+        write_batch: transitions per ``client.extend`` call (one Ray call per batch).
+        publish_every: the learner puts its weights into the object store every this many gradient steps.
+        chunk: environment steps per ``collect`` call of an actor (the unit of progress reports;
+            each actor always has one call queued behind the running one, so it never idles).
+        samples_per_insert: the rate limiter's target of sampled items per inserted transition;
+            ``None``: ``batch_size * gradient_steps / train_every`` (the in-process demo's pace).
+        slack: how many environment steps actors may run ahead of the learner (or the learner
+            ahead of them) before the rate limiter blocks them (``error_buffer = spi * slack``).
+        sample_timeout: seconds a ``sample`` call waits for the rate limiter before the learner
+            collects finished actor calls and tries again.
+        prefetch: sample the next batch (and send the last priority update) in a background
+            thread while the learner trains on the current one, hiding the Ray round trips.
+        batches_per_call: the learner samples ``batches_per_call * batch_size`` items per Ray call
+            and makes that many gradient steps of ``batch_size`` from them, then sends their
+            priorities in one ``update_priorities`` call (fewer round trips per gradient step).
+        num_cpus: CPUs of the local Ray instance.
+        rpc_grace: seconds a client waits for the service beyond an operation's own timeout.
+    """
+
+    actors: int = 2
+    sync_every: int = 64
+    write_batch: int = 32
+    publish_every: int = 32
+    chunk: int = 256
+    samples_per_insert: float | None = None
+    slack: int = 256
+    sample_timeout: float = 0.5
+    prefetch: bool = True
+    batches_per_call: int = 4
+    num_cpus: int = 2
+    rpc_grace: float = 60.0
+
+    def __post_init__(self) -> None:
+        for name in ("actors", "sync_every", "write_batch", "publish_every", "chunk", "slack", "batches_per_call",
+                     "num_cpus"):
+            if getattr(self, name) < 1:
+                raise InvalidArgument(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.samples_per_insert is not None and not self.samples_per_insert > 0:
+            raise InvalidArgument(f"samples_per_insert must be > 0, got {self.samples_per_insert}")
+
+    def check(self, config: DemoConfig) -> None:
+        """Raise :class:`InvalidArgument` (a ``ValueError``) if a write or a sample could never pass."""
+        if self.write_batch > 2 * self.slack:
+            raise InvalidArgument(f"write_batch ({self.write_batch}) must be <= 2 * slack ({2 * self.slack}): "
+                                  "a larger insert never fits the rate limiter's window")
+        if config.batch_size * self.batches_per_call > 2 * self.spi(config) * self.slack:
+            n = config.batch_size * self.batches_per_call
+            raise InvalidArgument(f"a sample of batch_size * batches_per_call = {n} "
+                                  "items never fits the rate limiter's window (2 * spi * slack)")
+
+    def spi(self, config: DemoConfig) -> float:
+        """The rate limiter's samples per insert."""
+        if self.samples_per_insert is not None:
+            return float(self.samples_per_insert)
+        return config.batch_size * config.gradient_steps / config.train_every

@@ -28,6 +28,9 @@ exactly the weights a sampler with that beta would have returned.
 Ray stays on loopback (:func:`replaystore.ray.init_local`, a new local instance with ``num_cpus``
 CPUs and no dashboard) and is shut down at the end, also after an error or Ctrl-C, when this
 function started it.
+
+The actors' side lives in :mod:`.actors`, :class:`DistributedConfig` in :mod:`.config`; both are
+importable from here too.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, TextIO
 
 import numpy as np
@@ -50,74 +53,10 @@ from replaystore import ray as rsr  # does not import Ray
 from replaystore.items import Sample
 from replaystore.ray._runtime import get as ray_get
 
-from ..errors import InvalidArgument
-from .config import DemoConfig
+from .actors import ACTOR_FIELD, RolloutActor, WeightStore, service_table
+from .config import DemoConfig, DistributedConfig
 
-_ACTOR_FIELD = "actor"  # extra field of each transition: the index of the actor that wrote it
-
-
-@dataclass(frozen=True)
-class DistributedConfig:
-    """The knobs of the distributed demo (the DQN ones stay in :class:`DemoConfig`).
-
-    Attributes:
-        actors: rollout actors (Ray actors), each with its own environment.
-        sync_every: an actor pulls the newest weights every this many of its environment steps.
-        write_batch: transitions per ``client.extend`` call (one Ray call per batch).
-        publish_every: the learner puts its weights into the object store every this many gradient steps.
-        chunk: environment steps per ``collect`` call of an actor (the unit of progress reports;
-            each actor always has one call queued behind the running one, so it never idles).
-        samples_per_insert: the rate limiter's target of sampled items per inserted transition;
-            ``None``: ``batch_size * gradient_steps / train_every`` (the in-process demo's pace).
-        slack: how many environment steps actors may run ahead of the learner (or the learner
-            ahead of them) before the rate limiter blocks them (``error_buffer = spi * slack``).
-        sample_timeout: seconds a ``sample`` call waits for the rate limiter before the learner
-            collects finished actor calls and tries again.
-        prefetch: sample the next batch (and send the last priority update) in a background
-            thread while the learner trains on the current one, hiding the Ray round trips.
-        batches_per_call: the learner samples ``batches_per_call * batch_size`` items per Ray call
-            and makes that many gradient steps of ``batch_size`` from them, then sends their
-            priorities in one ``update_priorities`` call (fewer round trips per gradient step).
-        num_cpus: CPUs of the local Ray instance.
-        rpc_grace: seconds a client waits for the service beyond an operation's own timeout.
-    """
-
-    actors: int = 2
-    sync_every: int = 64
-    write_batch: int = 32
-    publish_every: int = 32
-    chunk: int = 256
-    samples_per_insert: float | None = None
-    slack: int = 256
-    sample_timeout: float = 0.5
-    prefetch: bool = True
-    batches_per_call: int = 4
-    num_cpus: int = 2
-    rpc_grace: float = 60.0
-
-    def __post_init__(self) -> None:
-        for name in ("actors", "sync_every", "write_batch", "publish_every", "chunk", "slack", "batches_per_call",
-                     "num_cpus"):
-            if getattr(self, name) < 1:
-                raise InvalidArgument(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.samples_per_insert is not None and not self.samples_per_insert > 0:
-            raise InvalidArgument(f"samples_per_insert must be > 0, got {self.samples_per_insert}")
-
-    def check(self, config: DemoConfig) -> None:
-        """Raise :class:`InvalidArgument` (a ``ValueError``) if a write or a sample could never pass."""
-        if self.write_batch > 2 * self.slack:
-            raise InvalidArgument(f"write_batch ({self.write_batch}) must be <= 2 * slack ({2 * self.slack}): "
-                                  "a larger insert never fits the rate limiter's window")
-        if config.batch_size * self.batches_per_call > 2 * self.spi(config) * self.slack:
-            n = config.batch_size * self.batches_per_call
-            raise InvalidArgument(f"a sample of batch_size * batches_per_call = {n} "
-                                  "items never fits the rate limiter's window (2 * spi * slack)")
-
-    def spi(self, config: DemoConfig) -> float:
-        """The rate limiter's samples per insert."""
-        if self.samples_per_insert is not None:
-            return float(self.samples_per_insert)
-        return config.batch_size * config.gradient_steps / config.train_every
+__all__ = ["DistributedConfig", "RolloutActor", "WeightStore", "minibatches", "service_table", "train_distributed"]
 
 
 @functools.cache
@@ -158,122 +97,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# -- the pieces that run in Ray actors ----------------------------------------------------------------
-class WeightStore:
-    """The newest published weights: a reference into Ray's object store and its version."""
-
-    def __init__(self) -> None:
-        self.version = -1
-        self.box: list[Any] | None = None
-
-    def publish(self, box: list[Any], version: int) -> None:
-        """Keep ``box`` (``[ObjectRef]`` of a state dict) if ``version`` is newer."""
-        if version > self.version:
-            self.version, self.box = version, box
-
-    def latest(self, known: int) -> tuple[int, list[Any] | None]:
-        """``(version, [ObjectRef])`` when newer than ``known``, else ``(known, None)``."""
-        return (self.version, self.box) if self.version > known else (known, None)
-
-
-class RolloutActor:
-    """One environment stream: epsilon-greedy on a pulled copy of the Q-network, batched inserts.
-
-    Args:
-        service: the replay service's name; table: its table.
-        weights: the :class:`WeightStore` actor handle.
-        config: the demo hyperparameters (env, network width, epsilon schedule).
-        dist: the distributed knobs (sync period, write batch).
-        index: this actor's index; it seeds the environment, NumPy and PyTorch with ``seed + index``.
-    """
-
-    def __init__(self, service: str, table: str, weights: Any, config: DemoConfig, dist: DistributedConfig,
-                 index: int) -> None:
-        import gymnasium as gym
-        import torch
-
-        from .agent import DQNAgent
-
-        torch.set_num_threads(1)
-        seed = config.seed + index
-        torch.manual_seed(seed)
-        self.config, self.dist, self.index = config, dist, index
-        self.env = gym.make(config.env_id)
-        self.env.action_space.seed(seed)
-        self.obs, _ = self.env.reset(seed=seed)
-        self.rng = np.random.default_rng(seed)
-        self.agent = DQNAgent(int(np.prod(self.env.observation_space.shape)), int(self.env.action_space.n),
-                              replace(config, device="cpu"))
-        self.client = rsr.connect(service, table=table, rpc_grace=dist.rpc_grace)
-        self.weights = weights
-        self.ray = rsr.import_ray()
-        self.version = -1
-        self.steps = self.inserts = self.episodes = self.pulls = 0
-        self.episode_return = 0.0
-        self.rows: list[tuple] = []
-        self.closed = False
-
-    def _pull(self) -> None:
-        version, box = self.ray.get(self.weights.latest.remote(self.version), timeout=self.dist.rpc_grace)
-        if box is not None:
-            self.agent.restore(self.ray.get(box[0], timeout=self.dist.rpc_grace))
-            self.version = version
-            self.pulls += 1
-
-    def _flush(self) -> None:
-        if not self.rows:
-            return
-        obs, action, reward, next_obs, terminated, truncated, version = zip(*self.rows)
-        n = len(self.rows)
-        batch = {"obs": np.stack(obs), "action": np.asarray(action, np.int64),
-                 "reward": np.asarray(reward, np.float32), "next_obs": np.stack(next_obs),
-                 "terminated": np.asarray(terminated, bool), "truncated": np.asarray(truncated, bool),
-                 _ACTOR_FIELD: np.full(n, self.index, np.int16)}
-        while True:  # the rate limiter may hold the batch back while the learner catches up
-            try:
-                self.client.extend(batch, version=np.asarray(version, np.int64), timeout=10.0)
-                break
-            except rs.Timeout:
-                continue
-        self.inserts += n
-        self.rows = []
-
-    def collect(self, n_steps: int) -> dict[str, Any]:
-        """Play ``n_steps`` environment steps; return the steps done and the episodes that ended.
-
-        Stops early (``closed``) when the service is closed.
-        """
-        cfg = self.config
-        done_steps, episodes = 0, []
-        try:
-            for _ in range(n_steps):
-                if self.steps % self.dist.sync_every == 0:
-                    self._pull()
-                if self.version < 0:  # nothing published yet: act at random
-                    action = int(self.rng.integers(self.agent.n_actions))
-                else:
-                    action = self.agent.act(self.obs, cfg.epsilon(self.steps * self.dist.actors), self.rng)
-                next_obs, reward, terminated, truncated, _ = self.env.step(action)
-                self.rows.append((self.obs, action, reward, next_obs, terminated, truncated, max(self.version, 0)))
-                self.steps += 1
-                done_steps += 1
-                self.episode_return += float(reward)
-                self.obs = next_obs
-                if terminated or truncated:
-                    episodes.append((done_steps, self.episode_return))
-                    self.episodes += 1
-                    self.episode_return = 0.0
-                    self.obs, _ = self.env.reset()
-                if len(self.rows) >= self.dist.write_batch:
-                    self._flush()
-            self._flush()
-        except rs.Closed:
-            self.closed = True
-        return {"index": self.index, "steps": done_steps, "episodes": episodes, "closed": self.closed,
-                "total_steps": self.steps, "inserts": self.inserts, "episodes_total": self.episodes,
-                "pulls": self.pulls}
-
-
 def minibatches(sample: Sample, k: int, beta: float) -> list[Sample]:
     """Split ``sample`` into ``k`` equal minibatches with importance weights for ``beta``.
 
@@ -289,20 +112,6 @@ def minibatches(sample: Sample, k: int, beta: float) -> list[Sample]:
         meta = {f.name: getattr(sample, f.name)[sl] for f in fields(sample) if f.name not in ("data", "weights")}
         out.append(Sample(data={key: np.array(v[sl]) for key, v in sample.data.items()}, weights=weights[sl], **meta))
     return out
-
-
-def service_table(config: DemoConfig, dist: DistributedConfig, spec: dict) -> rs.Table:
-    """The service's table (runs inside the service actor): prioritized, FIFO, sample-to-insert ratio."""
-    spi = dist.spi(config)
-    return rs.Table(
-        capacity=config.capacity,
-        sampler=rs.Prioritized(alpha=config.alpha, beta=1.0),  # the learner applies its beta (module doc)
-        remover=rs.Fifo(),
-        rate_limiter=rs.SampleToInsertRatio(spi, config.learning_starts, spi * dist.slack),
-        spec=spec,
-        seed=config.seed,
-        name="dqn-demo-distributed",
-    )
 
 
 # -- the learner (driver) -------------------------------------------------------------------------------
@@ -333,7 +142,7 @@ def train_distributed(config: DemoConfig, dist: DistributedConfig | None = None,
     from replaystore.integrations.gym import spec_from_env
 
     from .agent import DQNAgent
-    from .train import _FINAL_SEED, _SELECTION_SEED, _Reporter, evaluate, seed_everything
+    from .train import FINAL_SEED, SELECTION_SEED, Reporter, evaluate, seed_everything
 
     dist = DistributedConfig() if dist is None else dist
     out = sys.stderr if out is None else out
@@ -341,7 +150,7 @@ def train_distributed(config: DemoConfig, dist: DistributedConfig | None = None,
     torch.set_num_threads(config.threads)
     seed_everything(config.seed)
     env = gym.make(config.env_id)
-    spec = {**spec_from_env(env), _ACTOR_FIELD: rs.Field((), np.dtype(np.int16))}
+    spec = {**spec_from_env(env), ACTOR_FIELD: rs.Field((), np.dtype(np.int16))}
     obs_dim, n_actions = int(np.prod(env.observation_space.shape)), int(env.action_space.n)
     env.close()
     agent = DQNAgent(obs_dim, n_actions, config)
@@ -379,7 +188,7 @@ def train_distributed(config: DemoConfig, dist: DistributedConfig | None = None,
         result.actor_inserts = [0] * dist.actors
         result.actor_episodes = [0] * dist.actors
         result.actor_weight_pulls = [0] * dist.actors
-        report = _Reporter(config.total_steps, False, out)
+        report = Reporter(config.total_steps, False, out)
         if progress:  # the in-process demo's bar, named after the actors
             from tqdm.auto import tqdm
 
@@ -404,7 +213,7 @@ def train_distributed(config: DemoConfig, dist: DistributedConfig | None = None,
 
         def evaluation(why: str) -> float:
             nonlocal best
-            mean = float(evaluate(agent, config.env_id, config.eval_episodes, _SELECTION_SEED + env_steps).mean())
+            mean = float(evaluate(agent, config.env_id, config.eval_episodes, SELECTION_SEED + env_steps).mean())
             result.evaluations.append((env_steps, mean))
             if mean >= best[0]:
                 best = (mean, agent.snapshot())
@@ -533,7 +342,7 @@ def train_distributed(config: DemoConfig, dist: DistributedConfig | None = None,
         result.priorities = info["priorities"]
         result.times_sampled = info["times_sampled"]
         data, _ = client.get(live)
-        result.live_by_actor = np.bincount(data[_ACTOR_FIELD], minlength=dist.actors).astype(int).tolist()
+        result.live_by_actor = np.bincount(data[ACTOR_FIELD], minlength=dist.actors).astype(int).tolist()
         client.close()  # wakes actors blocked on the rate limiter with Closed
         for ref, i in list(inflight.items()):
             r = ray_get(ref, dist.rpc_grace, f"actor {i}.collect")
@@ -573,7 +382,7 @@ def train_distributed(config: DemoConfig, dist: DistributedConfig | None = None,
     result.steps = env_steps
     result.updates = agent.updates
     result.final_returns = evaluate(agent, config.env_id, config.eval_episodes,
-                                          _FINAL_SEED + config.seed * 1000)
+                                          FINAL_SEED + config.seed * 1000)
     result.wall_time = time.perf_counter() - start
     result.cpu_time = time.process_time() - cpu_start
     return result

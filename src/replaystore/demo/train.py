@@ -33,8 +33,8 @@ from replaystore.integrations.gym import spec_from_env
 from .agent import DQNAgent
 from .config import DemoConfig
 
-_SELECTION_SEED = 1_000_000  # evaluation episodes that choose the policy
-_FINAL_SEED = 2_000_000  # evaluation episodes that report it (never used for selection)
+SELECTION_SEED = 1_000_000  # evaluation episodes that choose the policy
+FINAL_SEED = 2_000_000  # evaluation episodes that report it (never used for selection)
 
 
 @dataclass
@@ -110,7 +110,7 @@ def evaluate(agent: DQNAgent, env_id: str, episodes: int, seed: int) -> np.ndarr
     return returns
 
 
-class _Reporter:
+class Reporter:
     """The progress bar (tqdm) or, without it, a plain line now and then."""
 
     def __init__(self, total: int, progress: bool, out: TextIO) -> None:
@@ -119,18 +119,21 @@ class _Reporter:
                         dynamic_ncols=True, mininterval=0.5, smoothing=0.1) if progress else None
 
     def advance(self, n: int, **postfix: Any) -> None:
+        """Move the bar ``n`` steps and show ``postfix`` (no-op without a bar)."""
         if self.bar is not None:
             self.bar.update(n)
             if postfix:
                 self.bar.set_postfix(postfix, refresh=False)
 
     def message(self, text: str) -> None:
+        """Print a line (above the bar, if any)."""
         if self.bar is not None:
             self.bar.write(text, file=self.out)
         else:
             print(text, file=self.out, flush=True)
 
     def close(self) -> None:
+        """Close the bar."""
         if self.bar is not None:
             self.bar.close()
 
@@ -156,13 +159,13 @@ def train(config: DemoConfig, progress: bool = True, out: TextIO | None = None,
     table = make_table(config, env)
     agent = DQNAgent(int(np.prod(env.observation_space.shape)), int(env.action_space.n), config)
     result = DemoResult(config=config)
-    report = _Reporter(config.total_steps, progress, out)
+    report = Reporter(config.total_steps, progress, out)
 
     best: tuple[float, dict[str, Any] | None] = (-np.inf, None)
 
     def evaluation(step: int, why: str) -> float:
         nonlocal best
-        mean = float(evaluate(agent, config.env_id, config.eval_episodes, _SELECTION_SEED + step).mean())
+        mean = float(evaluate(agent, config.env_id, config.eval_episodes, SELECTION_SEED + step).mean())
         result.evaluations.append((step, mean))
         if mean >= best[0]:
             best = (mean, agent.snapshot())
@@ -224,7 +227,7 @@ def train(config: DemoConfig, progress: bool = True, out: TextIO | None = None,
         agent.restore(best[1])
     result.steps = step
     result.updates = agent.updates
-    result.final_returns = evaluate(agent, config.env_id, config.eval_episodes, _FINAL_SEED + config.seed * 1000)
+    result.final_returns = evaluate(agent, config.env_id, config.eval_episodes, FINAL_SEED + config.seed * 1000)
     live = table.keys()
     info = table.info(live)
     result.priorities = info["priorities"]
@@ -235,7 +238,7 @@ def train(config: DemoConfig, progress: bool = True, out: TextIO | None = None,
     return result
 
 
-def _record(result: DemoResult, table: rs.Table, step: int, report: _Reporter, pending: int,
+def _record(result: DemoResult, table: rs.Table, step: int, report: Reporter, pending: int,
             config: DemoConfig) -> None:
     """Record the sample-to-insert ratio and refresh the progress bar's buffer stats."""
     st = table.stats()

@@ -285,7 +285,7 @@ class _MixedSource:
 
 
 def _ray() -> Any:
-    from ..ray._runtime import import_ray
+    from ..ray import import_ray
 
     return import_ray()
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -329,8 +330,13 @@ def serve(
             after a restart, on top of the last checkpoint (see docs/ray.md, "Durable tables").
 
     Raises:
-        ValueError: a service (actor) with this name already exists.
+        InvalidArgument: a service (actor) with this name already exists.
         Timeout: the actor did not start in time.
+        The exception that made the service fail to start, as itself (same class and message, the
+        actor's traceback attached as a note): a factory's own error, ``InvalidType`` (a factory
+        returned no Table), ``SpecError`` (``wal=`` for an object storage), ``CheckpointError``
+        (a corrupt checkpoint in ``checkpoint_dir``), ``WalCorrupt`` (a corrupt log), ... The
+        actor is then killed and the name is free again when this raises.
     """
     ray = init_local()
     if tables is None:
@@ -351,19 +357,28 @@ def serve(
         options["lifetime"] = "detached"
     if scheduling_strategy is not None:
         options["scheduling_strategy"] = scheduling_strategy
+    # the factories travel pickled: an error unpickling them in the actor is a start error like any other
     actor = ray.remote(ReplayServer).options(**options).remote(
-        name, dict(tables), fragments, checkpoint_dir, checkpoint_period, report_period, sinks, housekeeping_period,
-        online=dict(online) if online else None, wal=wal)
+        name, ray.cloudpickle.dumps(dict(tables)), fragments, checkpoint_dir, checkpoint_period, report_period, sinks,
+        housekeeping_period, online=dict(online) if online else None, wal=wal)
     client = ReplayClient(actor, name, next(iter(tables), DEFAULT_TABLE), default_timeout, rpc_grace)
     try:
         get(actor.ping.remote(), start_timeout, f"starting {name!r}")
     except BaseException:  # a service that failed to start must not keep its name
-        try:
-            ray.kill(actor, no_restart=True)
-        except Exception:  # noqa: BLE001 - it may be gone already
-            pass
+        _kill_and_free(ray, actor, name, namespace)
         raise
     return client
+
+
+def _kill_and_free(ray: Any, actor: Any, name: str, namespace: str | None, timeout: float = 30.0) -> None:
+    """Kill ``actor`` for good and wait (up to ``timeout`` s) until its name can be used again."""
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:  # noqa: BLE001 - it may be gone already
+        pass
+    end = time.monotonic() + timeout
+    while _lookup(name, namespace) is not None and time.monotonic() < end:
+        time.sleep(0.02)
 
 
 def _lookup(name: str, namespace: str | None) -> Any:

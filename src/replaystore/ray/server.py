@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
+import pickle
 import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +35,8 @@ from ..table import Table
 from ._runtime import import_ray
 from .fragment_buffer import FragmentBuffer, FragmentBufferConfig
 from .logged_table import LoggedTable
+from .server_fragments import FragmentService
+from .server_online import OnlineService
 from .wal import WalConfig
 
 if TYPE_CHECKING:
@@ -64,12 +66,13 @@ def make_sinks(spec: SinkSpec) -> list[Sink]:
     return sinks
 
 
-class ReplayServer:
+class ReplayServer(FragmentService, OnlineService):
     """The service's actor class (use :func:`replaystore.ray.serve`, which wraps it in ``ray.remote``).
 
     Args:
         name: the service's name (also the Ray actor's name).
-        tables: table name -> zero-argument factory returning a :class:`~replaystore.Table`.
+        tables: table name -> zero-argument factory returning a :class:`~replaystore.Table` (or
+            that mapping pickled with cloudpickle, as :func:`~replaystore.ray.serve` passes it).
         fragments: configuration of the fragment buffer, or ``None`` for none.
         checkpoint_dir: where :meth:`save` writes tables (``<dir>/<table>``) and where they are
             reloaded from at (re)start.
@@ -84,6 +87,13 @@ class ReplayServer:
         wal: a :class:`~replaystore.ray.wal.WalConfig` for every table, or ``{table: WalConfig}``
             for some: their mutations are logged before a call returns, and replayed after a
             restart (``None``: no log; a restart keeps only what the last checkpoint holds).
+
+    Start errors: the constructor never raises. Whatever goes wrong while it builds or reloads the
+    tables, logs, fragment buffer or rollout buffers (a factory that raises or returns no Table, a
+    refused option, a corrupt checkpoint, ``WalCorrupt``, ...) is kept, what was opened is closed,
+    and every call (``ping`` first, which :func:`~replaystore.ray.serve` awaits) raises that
+    exception as itself. So the caller sees the cause deterministically, whatever the timing,
+    instead of a dead actor; ``serve`` then kills the actor and frees its name.
     """
 
     def __init__(self, name: str, tables: Mapping[str, Callable[[], Table]] | None = None,
@@ -105,44 +115,74 @@ class ReplayServer:
         self.checkpoint_period = checkpoint_period
         self.report_period = report_period
         self.housekeeping_period = housekeeping_period
-        self._sinks = make_sinks(sinks)
         self._step = 0
+        self._sinks: list[Sink] = []
         self.tables: dict[str, Table] = {}
         self.logged: dict[str, LoggedTable] = {}
         self._saving: set[str] = set()
-        try:
-            for tname, factory in (tables or {}).items():
-                self.tables[tname] = self._load_or_make(tname, factory)
-                cfg = wal.get(tname) if isinstance(wal, Mapping) else wal
-                if cfg is not None:
-                    path = os.path.join(os.path.abspath(cfg.dir), tname)
-                    lt = LoggedTable.open(self.tables[tname], path, cfg)
-                    self.logged[tname] = lt
-                    log.info("table %r: write-ahead log %s at record %d (fsync=%s)", tname, path,
-                             lt.wal.last_lsn, cfg.fsync)
-                    if self.checkpoint_dir is None:
-                        log.warning("table %r has a write-ahead log but the service no checkpoint_dir: "
-                                    "the log is never truncated", tname)
-        except BaseException:
-            for lt in self.logged.values():
-                lt.close()
-            raise
         self.fragments: FragmentBuffer | None = None
-        if fragments is not None:
-            self.fragments = FragmentBuffer(fragments, report=self._write_fragment_report,
-                                            resume=self.restarted or not fragments.clear_on_start)
         self.online: dict[str, RolloutBuffer] = {}
-        for oname, ocfg in (online or {}).items():
-            buf = ocfg.build(oname, resume=self.restarted or not ocfg.clear_on_start)
-            buf.sinks = self._sinks
-            self.online[oname] = buf
-        self._online_report_every = {n: c.report_every for n, c in (online or {}).items()}
+        self._online_report_every: dict[str, int | None] = {}
         self._pool = ThreadPoolExecutor(max_blocking_threads, thread_name_prefix="replaystore-wait")
         self._cond: asyncio.Condition | None = None
         self._tasks: list[asyncio.Task] = []
         self._store_actor: Any = None
         self._closed = False
+        self._start_error: Exception | None = None
+        self._start_tb: Any = None
+        try:  # a failure is kept and raised by every call (ping first), not by the constructor: see _open
+            self._open(tables, fragments, sinks, online, wal)
+        except Exception as e:  # noqa: BLE001 - reported to every caller as itself
+            self._failed_start(e)
+            return
         log.info("replay service %r started on node %s (restarted=%s)", name, self.node_id, self.restarted)
+
+    def _open(self, tables: Mapping[str, Callable[[], Table]] | bytes | None, fragments: FragmentBufferConfig | None,
+              sinks: SinkSpec, online: Mapping[str, RolloutBufferConfig] | None,
+              wal: WalConfig | Mapping[str, WalConfig] | None) -> None:
+        """Build (or reload) everything the service holds; raise whatever goes wrong."""
+        if isinstance(tables, bytes):  # serve() pickles the factories, so that unpickling errors land here too
+            tables = pickle.loads(tables)
+        self._sinks = make_sinks(sinks)
+        for tname, factory in (tables or {}).items():
+            self.tables[tname] = self._load_or_make(tname, factory)
+            cfg = wal.get(tname) if isinstance(wal, Mapping) else wal
+            if cfg is not None:
+                path = os.path.join(os.path.abspath(cfg.dir), tname)
+                lt = LoggedTable.open(self.tables[tname], path, cfg)
+                self.logged[tname] = lt
+                log.info("table %r: write-ahead log %s at record %d (fsync=%s)", tname, path,
+                         lt.wal.last_lsn, cfg.fsync)
+                if self.checkpoint_dir is None:
+                    log.warning("table %r has a write-ahead log but the service no checkpoint_dir: "
+                                "the log is never truncated", tname)
+        if fragments is not None:
+            self.fragments = FragmentBuffer(fragments, report=self._write_fragment_report,
+                                            resume=self.restarted or not fragments.clear_on_start)
+        for oname, ocfg in (online or {}).items():
+            buf = ocfg.build(oname, resume=self.restarted or not ocfg.clear_on_start)
+            buf.sinks = self._sinks
+            self.online[oname] = buf
+            self._online_report_every[oname] = ocfg.report_every
+
+    def _failed_start(self, error: Exception) -> None:
+        """Keep ``error`` for every later call and let go of whatever was opened before it."""
+        log.error("replay service %r failed to start: %s: %s", self.name, type(error).__name__, error)
+        self._start_error, self._start_tb = error, error.__traceback__
+        for closing in ([lt.close for lt in self.logged.values()] + [t.close for t in self.tables.values()]
+                        + [b.close for b in self.online.values()] + [s.close for s in self._sinks]
+                        + ([self.fragments.close] if self.fragments is not None else [])):
+            try:
+                closing()
+            except Exception:  # noqa: BLE001 - the first error is the one to report
+                log.exception("replay service %r: cleaning up after a failed start", self.name)
+        self.logged, self.tables, self.online, self._sinks, self.fragments = {}, {}, {}, [], None
+        self._closed = True
+        self._pool.shutdown(wait=False)
+
+    def _raise_start_error(self) -> None:
+        if self._start_error is not None:
+            raise self._start_error.with_traceback(self._start_tb)
 
     def _load_or_make(self, tname: str, factory: Callable[[], Table]) -> Table:
         if self.checkpoint_dir is not None:
@@ -180,6 +220,7 @@ class ReplayServer:
                 log.exception("replay service %r: periodic %s failed", self.name, getattr(fn, "__name__", fn))
 
     def _check_open(self) -> None:
+        self._raise_start_error()
         if self._closed:
             raise Closed(f"replay service {self.name!r} is closed")
 
@@ -189,12 +230,6 @@ class ReplayServer:
             return self.tables[name]
         except KeyError:
             raise KeyNotFound(f"service {self.name!r} has no table {name!r}; tables: {sorted(self.tables)}") from None
-
-    def _buffer(self) -> FragmentBuffer:
-        self._check_open()
-        if self.fragments is None:
-            raise KeyNotFound(f"service {self.name!r} has no fragment buffer")
-        return self.fragments
 
     async def _blocking(self, fn: Callable, *args: Any, timeout: float | None) -> Any:
         """Run a Table call that may wait: first without waiting, then in a thread."""
@@ -210,19 +245,32 @@ class ReplayServer:
         async with cond:
             cond.notify_all()
 
+    def _housekeeping(self) -> None:
+        """Expire fragment leases and online tickets (every ``housekeeping_period``)."""
+        self._expire_fragments()
+        self._expire_online()
+
     # -- service -----------------------------------------------------------------------------------------
     async def pid(self) -> int:
         """The service process's id (for tests that kill it)."""
         return os.getpid()
 
     async def ping(self) -> dict[str, Any]:
-        """``{"name", "node_id", "restarted", "tables", "fragments"}``: the service is up."""
+        """``{"name", "node_id", "restarted", "tables", "fragments"}``: the service is up.
+
+        Raises:
+            The exception that made the service fail to start (re)building its tables, fragment
+            buffer or rollout buffers (a factory's error, ``WalCorrupt``, ``CheckpointError``, a
+            refused option, ...), as itself; every other call raises it too.
+        """
+        self._raise_start_error()
         self._start()
         return {"name": self.name, "node_id": self.node_id, "restarted": self.restarted,
                 "tables": sorted(self.tables), "fragments": self.fragments is not None}
 
     async def stats(self) -> dict[str, Any]:
         """Every table's ``stats()`` by name (with ``"wal"``: its log's, if logged), plus ``"fragments"``."""
+        self._raise_start_error()
         out: dict[str, Any] = {n: t.stats() for n, t in self.tables.items()}
         for n, lt in self.logged.items():
             out[n]["wal"] = lt.stats()
@@ -237,6 +285,7 @@ class ReplayServer:
 
         The fragment buffer needs no checkpoint: its journal is always current.
         """
+        self._raise_start_error()
         root = path or self.checkpoint_dir
         if root is None:
             raise InvalidArgument("save() needs a path (the service has no checkpoint_dir)")
@@ -460,177 +509,3 @@ class ReplayServer:
             await self._logged(table, lt, lt.clear())
             return
         t.clear()
-
-    # -- fragments -------------------------------------------------------------------------------------------
-    async def store_info(self) -> dict[str, Any]:
-        """Where the fragment store lives: ``path``, ``num_shards``, ``map_size``, ``node_id``."""
-        c = self._buffer().config
-        return {"path": c.path, "num_shards": c.num_shards, "map_size": c.map_size, "node_id": self.node_id,
-                "store_actor": f"{self.name}:store", "namespace": self.namespace}
-
-    async def store_actor(self) -> Any:
-        """A store actor on this node for clients on other nodes (created on first request)."""
-        if self._store_actor is None:
-            from .store import StoreServer
-
-            ray = import_ray()
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-            c = self._buffer().config
-            self._store_actor = (
-                ray.remote(StoreServer)
-                .options(name=f"{self.name}:store", namespace=self.namespace, get_if_exists=True, num_cpus=0,
-                         max_concurrency=16,
-                         scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False))
-                .remote(c.path, c.num_shards, c.map_size)
-            )
-        return [self._store_actor]  # in a list: Ray would otherwise resolve nothing, but keep it explicit
-
-    async def add_fragment(self, fragment_id: str, stream: str, seq: int, version: int, session: str) -> str:
-        """Acknowledge one fragment (see :meth:`FragmentBuffer.add`); wakes waiting fetches."""
-        status = self._buffer().add(fragment_id, stream, seq, version, session)
-        if status == "chunk":
-            await self._notify()
-        return status
-
-    async def add_fragments(self, records: list[tuple[str, str, int, int, str]]) -> list[str]:
-        """Acknowledge several fragments in one call; returns each status."""
-        buf = self._buffer()
-        out = [buf.add(*r) for r in records]
-        if "chunk" in out:
-            await self._notify()
-        return out
-
-    async def fetch_fragments(self, num_fragments: int, timeout: float | None = None,
-                              client: str | None = None) -> tuple[str, list]:
-        """Wait until ``num_fragments / fragments_per_chunk`` chunks exist, then fetch.
-
-        See :meth:`FragmentBuffer.fetch`. Returns ``(lease_id, records)``.
-
-        Raises:
-            Timeout: not enough chunks within ``timeout`` seconds (``None``: wait).
-            Closed: the service closed while waiting. ValueError: impossible request.
-        """
-        buf = self._buffer()
-        need = buf.chunks_for(num_fragments)
-        if buf.num_chunks < need:
-            cond = self._start()
-            start = time.monotonic()
-            try:
-                async with cond:
-                    await asyncio.wait_for(cond.wait_for(lambda: self._closed or buf.num_chunks >= need), timeout)
-            except (asyncio.TimeoutError, TimeoutError):
-                raise Timeout(f"fetch of {num_fragments} fragments ({need} chunks) from {self.name!r}: only "
-                              f"{buf.num_chunks} chunks after {time.monotonic() - start:.3g}s") from None
-            self._check_open()
-        lease = buf.fetch(num_fragments, client)
-        return lease.lease_id, [tuple(r) for r in lease.records]
-
-    async def release(self, lease_id: str) -> int:
-        """Release a fetch's lease; returns its fragment count. ``KeyNotFound`` if not held."""
-        return self._buffer().release(lease_id)
-
-    async def compact_store(self) -> int:
-        """Compact the fragment store online; returns the bytes given back to the file system."""
-        return self._buffer().compact()
-
-    async def renew_lease(self, lease_id: str) -> float:
-        """Extend a lease by ``lease_ttl``; returns the seconds it has left. ``KeyNotFound`` if not held."""
-        return self._buffer().renew(lease_id)
-
-    async def prepared_fragments(self, lease_id: str | None = None) -> list:
-        """Records of a lease, or of the last fetch by anyone."""
-        return [tuple(r) for r in self._buffer().prepared(lease_id)]
-
-    async def update_model_version(self, session_id: str, model_version: int) -> int:
-        """Set session and model version; drops every stale chunk. Returns chunks dropped."""
-        return self._buffer().set_version(session_id, model_version)
-
-    async def drain(self) -> None:
-        """Drop every chunk, partial chunk and lease of the fragment buffer (payloads deleted)."""
-        self._buffer().drain()
-
-    async def housekeeping(self) -> None:
-        """Run the fragment buffer's housekeeping now (also runs every ``housekeeping_period``)."""
-        self._housekeeping()
-
-    def _housekeeping(self) -> None:
-        if self.fragments is not None and not self._closed:
-            self.fragments.expire()
-        if not self._closed:
-            for b in self.online.values():
-                b.expire()
-
-    # -- online rollout buffers (replaystore.online) ------------------------------------------------------------
-    def _rollouts(self, name: str) -> RolloutBuffer:
-        self._check_open()
-        try:
-            return self.online[name]
-        except KeyError:
-            raise KeyNotFound(f"service {self.name!r} has no rollout buffer {name!r}; "
-                              f"rollout buffers: {sorted(self.online)}") from None
-
-    async def online_acquire(self, name: str, k: int, timeout: float | None, holder: str | None) -> list[int]:
-        """``RolloutBuffer.acquire`` (waits in a worker thread, never on the event loop)."""
-        buf = self._rollouts(name)
-        got = buf.try_acquire(k, holder=holder)  # validates k; no wait when the budget allows
-        if got or (timeout is not None and timeout <= 0):
-            if not got:
-                raise Timeout(f"{k} tickets of {name!r} not granted (timeout 0)")
-            return got
-        return await asyncio.get_running_loop().run_in_executor(
-            self._pool, lambda: buf.acquire(k, timeout=timeout, holder=holder))
-
-    async def online_try_acquire(self, name: str, k: int, holder: str | None) -> list[int]:
-        """``RolloutBuffer.try_acquire``."""
-        return self._rollouts(name).try_acquire(k, holder=holder)
-
-    async def online_renew(self, name: str, tickets: list[int]) -> None:
-        """``RolloutBuffer.renew``."""
-        self._rollouts(name).renew(tickets)
-
-    async def online_abandon(self, name: str, tickets: list[int]) -> None:
-        """``RolloutBuffer.abandon``."""
-        self._rollouts(name).abandon(tickets)
-
-    async def online_finish(self, name: str, tickets: list[int], accepted: bool) -> None:
-        """``RolloutBuffer.finish`` (budget-only use)."""
-        self._rollouts(name).finish(tickets, accepted=accepted)
-
-    async def online_discard(self, name: str, n: int) -> None:
-        """``RolloutBuffer.discard`` (budget-only use)."""
-        self._rollouts(name).discard(n)
-
-    async def online_add(self, name: str, data: Any, group: Any, versions: Any, length: Any,
-                         group_size: Any) -> str:
-        """``RolloutBuffer.add``; returns ``"pending"``, ``"complete"`` or ``"stale"``."""
-        return self._rollouts(name).add(data, group=group, versions=versions, length=length, group_size=group_size)
-
-    async def online_sample(self, name: str, num_groups: int, timeout: float | None) -> Any:
-        """``RolloutBuffer.sample`` (waits in a worker thread); reports every ``report_every`` samples."""
-        buf = self._rollouts(name)
-        batch = await self._blocking(lambda timeout: buf.sample(num_groups, timeout=timeout), timeout=timeout)
-        every = self._online_report_every.get(name)
-        if every and buf.counters["sample_calls"] % every == 0:
-            buf.report()
-        return batch
-
-    async def online_set_version(self, name: str, version: int) -> int:
-        """``RolloutBuffer.set_version``; returns groups dropped as stale."""
-        return self._rollouts(name).set_version(version)
-
-    async def online_version(self, name: str) -> int:
-        """The buffer's current policy version."""
-        return self._rollouts(name).version
-
-    async def online_stats(self, name: str) -> dict[str, Any]:
-        """``RolloutBuffer.stats``."""
-        return self._rollouts(name).stats()
-
-    async def online_report(self, name: str) -> dict[str, float]:
-        """``RolloutBuffer.report``: the window's scalars, also written to the service's sinks."""
-        return self._rollouts(name).report()
-
-    async def online_expire(self, name: str) -> None:
-        """``RolloutBuffer.expire`` now (also runs every ``housekeeping_period``)."""
-        self._rollouts(name).expire()

@@ -16,6 +16,8 @@ need no locking of their own):
   default; selectors for which a slot's membership is all that matters make it cheaper).
 - ``sample(n)`` with ``n >= 1`` and at least one tracked item: returns ``(slots, probabilities,
   weights)``; ``weights`` may be ``None`` (all ones). May contain duplicates.
+- ``replay_sample(slots)``: a logged sample drew these tracked slots; advance what ``sample``
+  would have (default: nothing).
 - ``victims(n)`` with ``1 <= n <= size``: ``n`` distinct tracked slots to evict, without changing
   any state (the table calls ``remove`` afterwards).
 - ``follow(ring)``: the table's items are one run of keys that leave oldest first (a
@@ -69,6 +71,12 @@ class Selector(ABC):
     @abstractmethod
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Pick ``n`` items: ``(slots, probabilities, weights or None)``."""
+
+    def replay_sample(self, slots: np.ndarray) -> None:
+        """A recorded sample drew the tracked ``slots`` (replayed from a log).
+
+        Advance any state ``sample`` would have advanced for this draw (default: none).
+        """
 
     def victims(self, n: int) -> np.ndarray:
         """``n`` distinct slots to evict (state unchanged)."""

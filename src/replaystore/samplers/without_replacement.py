@@ -50,6 +50,17 @@ class WithoutReplacement(Selector):
         slots = parts[0] if len(parts) == 1 else np.concatenate(parts)
         return slots, np.full(n, 1.0 / self._all.size), None
 
+    def replay_sample(self, slots: np.ndarray) -> None:
+        """Consume ``slots`` from the epoch in order, as :meth:`sample` did when it drew them."""
+        i, n = 0, len(slots)
+        while i < n:
+            if self._remaining.size == 0:
+                self._remaining.add(self._all.contents().copy())
+                self.epoch += 1
+            k = min(n - i, self._remaining.size)
+            self._remaining.discard(slots[i : i + k])
+            i += k
+
     def clear(self) -> None:  # noqa: D102
         self._all.clear()
         self._remaining.clear()

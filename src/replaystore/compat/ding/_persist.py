@@ -1,11 +1,19 @@
-"""Files for ``save_data`` / ``load_data``: a pickled list of the items held, written atomically."""
+"""DI-engine's persistence formats: item files and the per-slot part of a state dict.
+
+``save_data`` / ``load_data`` files are a pickled list of the items held, written atomically.
+"""
 
 from __future__ import annotations
 
 import os
 import pickle
 import tempfile
+from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
+
+from ._config import CompatError
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
@@ -49,3 +57,30 @@ def load_items(file_name: str | os.PathLike) -> list:
     if not isinstance(data, (list, tuple)):
         raise ValueError(f"{path} holds a {type(data).__name__}, expected a list of items")
     return [d for d in data if d is not None]
+
+
+def slot_state(state: Mapping, data: list, n: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Check a state dict's ``data`` (``n`` slots of dicts or ``None``) and read its slot state.
+
+    Returns ``(use_count, retired, tail)``: int64 and bool arrays of ``n`` and the ring's tail
+    (``use_count`` may be a list or DI-engine's ``{slot: count}`` dict; missing keys mean 0,
+    no flag, tail 0).
+
+    Raises:
+        CompatError: ``data`` does not hold ``n`` slots, or the tail is out of range.
+        TypeError: a slot holds something other than a dict or ``None``.
+    """
+    if len(data) != n:
+        raise CompatError(f"state dict holds {len(data)} slots, this buffer has {n}")
+    for i, d in enumerate(data):
+        if d is not None and not isinstance(d, dict):
+            raise TypeError(f"slot {i} holds a {type(d).__name__}, expected a dict or None")
+    use = state.get("use_count", None)
+    if isinstance(use, Mapping):
+        use = [use.get(i, 0) for i in range(n)]
+    use_arr = np.zeros(n, dtype=np.int64) if use is None else np.asarray(use, dtype=np.int64).reshape(n)
+    retired = np.asarray(state.get("retired", np.zeros(n, bool)), dtype=bool).reshape(n)
+    tail = int(state.get("tail", 0))
+    if not 0 <= tail < n:
+        raise CompatError(f"tail {tail} out of range [0, {n})")
+    return use_arr, retired, tail

@@ -4,7 +4,9 @@ Items are dicts kept in a ring of ``replay_buffer_size`` slots (item ``k`` goes 
 ``k % replay_buffer_size``). Sampling is proportional to ``priority ** alpha`` with one stratified
 draw per item, over a sum tree (:mod:`replaystore.samplers.sumtree`, through
 :class:`~replaystore.compat.ding.segment_tree.SumSegmentTree`); importance weights are normalised by
-the smallest priority in the buffer, read from a min tree.
+the smallest priority in the buffer, read from a min tree. The trees live in
+:class:`~replaystore.compat.ding.priority_index.PriorityIndex`; this module keeps the items, the
+counters and DI-engine's contracts.
 """
 
 from __future__ import annotations
@@ -16,24 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from ...samplers.sumtree import leaf_base
-from . import _persist
 from ._config import CompatError
+from ._persist import dump_items, load_items, slot_state
 from .base_buffer import RingBufferBase
+from .priority_index import PriorityIndex, collect_iter, item_priorities
 from .registry import BUFFER_REGISTRY
-from .segment_tree import MinSegmentTree, SumSegmentTree
-from .utils import SampledDataAttrMonitor, ThruputController
+from .utils import SampleReporter, ThruputController
 
 _EPS = 1e-5
-
-
-def _collect_iter(d: Mapping, default: float) -> float:
-    ci = d.get("collect_iter", None)
-    if ci is None:
-        return default
-    if isinstance(ci, (list, tuple)):
-        return min(ci) if ci else default
-    return ci
 
 
 @BUFFER_REGISTRY.register("advanced")
@@ -93,9 +85,9 @@ class AdvancedReplayBuffer(RingBufferBase):
     def _configure(self) -> None:
         cfg = self._cfg
         n = self._replay_buffer_size
-        self.alpha = float(cfg.alpha)
+        alpha = float(cfg.alpha)
         self._beta = float(cfg.beta)
-        if not 0 <= self.alpha <= 1:
+        if not 0 <= alpha <= 1:
             raise CompatError(f"alpha must be in [0, 1], got {cfg.alpha}")
         if not 0 <= self._beta <= 1:
             raise CompatError(f"beta must be in [0, 1], got {cfg.beta}")
@@ -115,9 +107,8 @@ class AdvancedReplayBuffer(RingBufferBase):
         limited = float(limit["max"]) != math.inf or float(limit["min"]) != 0
         self._thruput_controller = ThruputController(tc) if limited else None
         mon = cfg.monitor.sampled_data_attr
-        self._sampled_data_attr_monitor = SampledDataAttrMonitor(None, expire=mon.average_range)
-        self._print_freq = max(1, int(mon.print_freq))
-        self._sampled_data_attr_print_count = 0
+        self._sample_reporter = SampleReporter(mon.average_range, mon.print_freq, self._logger, self._tb_logger,
+                                               self._instance_name)
         self._cur_learner_iter = -1
         self._cur_collector_envstep = -1
         self._eps = _EPS
@@ -126,12 +117,7 @@ class AdvancedReplayBuffer(RingBufferBase):
         self._ids: list[str | None] = [None] * n
         self._use = np.zeros(n, dtype=np.int64)
         self._retired = np.zeros(n, dtype=bool)
-        cap = leaf_base(n)
-        self._sum_tree = SumSegmentTree(cap)
-        self._min_tree = MinSegmentTree(cap)
-        self._track_staleness = math.isfinite(self._max_staleness)
-        self._collect = np.full(n, np.inf)
-        self._collect_tree = MinSegmentTree(cap) if self._track_staleness else None
+        self._index = PriorityIndex(n, alpha, math.isfinite(self._max_staleness))
         self._tail = 0
         self._valid_count = 0
         self._push_count = 0
@@ -139,6 +125,15 @@ class AdvancedReplayBuffer(RingBufferBase):
         self._max_priority = 1.0
 
     # -- properties -------------------------------------------------------------------------------
+    @property
+    def alpha(self) -> float:
+        """The priority exponent: an item's weight is ``priority ** alpha`` (applies to later writes)."""
+        return self._index.alpha
+
+    @alpha.setter
+    def alpha(self, alpha: float) -> None:
+        self._index.alpha = float(alpha)
+
     @property
     def beta(self) -> float:
         """The importance-sampling exponent (annealed towards 1 by every sample call)."""
@@ -167,31 +162,12 @@ class AdvancedReplayBuffer(RingBufferBase):
         items = data if isinstance(data, list) else [data]
         self._extend(items, cur_collector_envstep, check_rate=True)
 
-    def _priorities(self, items: list) -> tuple[list[float | None], bool]:
-        """Each item's priority (``None`` where missing) and whether any is missing."""
-        out: list[float | None] = []
-        missing = False
-        for d in items:
-            r = d.get("priority", None)
-            if r is None:
-                out.append(None)
-                missing = True
-                continue
-            try:
-                x = float(r)
-            except (TypeError, ValueError):
-                raise CompatError(f"a priority must be a number, got {r!r}") from None
-            if not 0 <= x < math.inf:
-                raise CompatError(f"priorities must be finite and >= 0, got {r!r}")
-            out.append(x)
-        return out, missing
-
     def _extend(self, items: list, envstep: int = -1, check_rate: bool = True) -> None:
         for i, d in enumerate(items):
             if not isinstance(d, dict):
                 raise TypeError(f"AdvancedReplayBuffer stores dicts; item {i} is {type(d).__name__}")
         self._check_tracked(items)
-        given, missing = self._priorities(items)
+        given, missing = item_priorities(items)
         k = len(items)
         if k == 0:
             return
@@ -239,11 +215,8 @@ class AdvancedReplayBuffer(RingBufferBase):
             else:
                 self._use[slots] = 0
                 retired[slots] = False
-            self._set_weights(slots, prios[first:])
-            if self._track_staleness:
-                col = [_collect_iter(d, math.inf) for d in written]
-                self._collect[slots] = col
-                self._collect_tree.set(slots, col)
+            self._index.set_priorities(slots, prios[first:])
+            self._index.set_collect(slots, written)
             self._valid_count += len(slots) - replaced
             self._tail = (tail + k) % n
             self._push_count += k
@@ -253,27 +226,6 @@ class AdvancedReplayBuffer(RingBufferBase):
             if self._thruput_controller is not None:
                 self._thruput_controller.add(pushed=k)
             self._periodic_thruput_monitor.record(pushed=k, removed=len(gone), valid=self._valid_count)
-
-    def _set_weights(self, slots: Any, priorities: Any) -> None:
-        """Tree weights ``priority ** alpha`` of ``slots`` (lists or arrays of equal length)."""
-        if len(slots) <= 4:
-            a = self.alpha
-            for s, p in zip(slots, priorities):
-                w = float(p) ** a
-                self._sum_tree._set_one(int(s), w)
-                self._min_tree._set_one(int(s), w if w > 0 else math.inf)
-            return
-        p = np.asarray(priorities, dtype=np.float64)
-        w = p if self.alpha == 1.0 else np.power(p, self.alpha)
-        self._sum_tree.set(slots, w)
-        self._min_tree.set(slots, np.where(w > 0, w, np.inf))
-
-    def _neutralise(self, slots: np.ndarray) -> None:
-        self._sum_tree.set(slots, 0.0)
-        self._min_tree.set(slots, np.inf)
-        if self._track_staleness:
-            self._collect[slots] = np.inf
-            self._collect_tree.set(slots, np.inf)
 
     def _remove(self, slots: np.ndarray) -> int:
         """Empty distinct occupied slots; return how many valid items left."""
@@ -288,7 +240,7 @@ class AdvancedReplayBuffer(RingBufferBase):
             self._ids[s] = None
         self._use[slots] = 0
         self._retired[slots] = False
-        self._neutralise(slots)
+        self._index.neutralise(slots)
         self._valid_count -= valid
         self._discard(gone)
         self._periodic_thruput_monitor.record(removed=len(gone), valid=self._valid_count)
@@ -297,27 +249,9 @@ class AdvancedReplayBuffer(RingBufferBase):
     # -- sample -----------------------------------------------------------------------------------
     def _staleness_sweep(self, cur_learner_iter: int) -> int:
         """Remove every item whose staleness reached ``max_staleness``; return how many."""
-        if not self._track_staleness:
-            return 0
-        threshold = cur_learner_iter - self._max_staleness  # stale: collect_iter <= threshold
-        if self._collect_tree.value[1] > threshold:
-            return 0
-        stale = np.flatnonzero(self._collect <= threshold)
+        stale = self._index.stale_slots(cur_learner_iter - self._max_staleness)  # collect_iter <= it
         self._remove(stale)
         return len(stale)
-
-    def _mass_range(self, sample_range: slice | None) -> tuple[float, float, int, int] | None:
-        total = float(self._sum_tree.value[1])
-        if sample_range is None:
-            return 0.0, total, 0, self._replay_buffer_size
-        if not isinstance(sample_range, slice):
-            raise TypeError(f"sample_range must be a slice, got {type(sample_range).__name__}")
-        r = range(self._replay_buffer_size)[sample_range]
-        if r.step != 1:
-            raise CompatError(f"sample_range must have step 1, got {sample_range.step}")
-        if len(r) == 0:
-            return None
-        return self._sum_tree.prefix(r.start), self._sum_tree.prefix(r.stop), r.start, r.stop
 
     def sample(self, size: int, cur_learner_iter: int, sample_range: slice | None = None) -> list | None:
         """``size`` items drawn in proportion to ``priority ** alpha``, or ``None`` (logged).
@@ -353,32 +287,18 @@ class AdvancedReplayBuffer(RingBufferBase):
                     why = info
             mass = None
             if why is None:
-                mass = self._mass_range(sample_range)
+                mass = self._index.mass_range(sample_range)
                 if mass is None or not mass[1] > mass[0]:
                     why = f"no sampleable data in sample_range {sample_range}"
             if why is not None:
                 self._logger.info("Refuse to sample %d (removed %d stale items): %s", size, removed, why)
                 return None
-            slots = self._draw(size, *mass)
+            slots = self._index.draw(size, *mass)
             out = self._sample_with_indices(slots, cur_learner_iter)
             return out
 
-    def _draw(self, size: int, lo: float, hi: float, first: int, stop: int) -> np.ndarray:
-        targets = lo + (np.arange(size) + np.random.uniform(size=size)) * ((hi - lo) / size)
-        np.minimum(targets, np.nextafter(hi, -np.inf), out=targets)
-        slots = self._sum_tree.find_prefixsum_idx(targets)
-        bad = (slots < first) | (slots >= stop)
-        if bad.any():  # float rounding at a range boundary
-            cap = self._sum_tree.capacity
-            nz = first + np.flatnonzero(self._sum_tree.value[cap + first:cap + stop] > 0)
-            slots[bad & (slots < first)] = nz[0]
-            slots[bad & (slots >= stop)] = nz[-1]
-        return slots
-
     def _sample_with_indices(self, slots: np.ndarray, cur_learner_iter: int) -> list:
-        cap = self._sum_tree.capacity
-        w = self._sum_tree.value[cap + slots]
-        is_list = np.power(w / self._min_tree.value[1], -self._beta).tolist()
+        is_list = self._index.is_weights(slots, self._beta)
         np.add.at(self._use, slots, 1)
         use_list = self._use[slots].tolist()
         data = self._data
@@ -394,7 +314,7 @@ class AdvancedReplayBuffer(RingBufferBase):
                 d = copy.deepcopy(d)
             else:
                 d = copy.deepcopy(data[s]) if deep else data[s]
-                d["staleness"] = cur_learner_iter - _collect_iter(d, default_ci)
+                d["staleness"] = cur_learner_iter - collect_iter(d, default_ci)
                 d["use"] = use_list[j]
                 d["IS"] = is_list[j]
                 d["replay_buffer_idx"] = s
@@ -418,7 +338,7 @@ class AdvancedReplayBuffer(RingBufferBase):
             return
         fresh = slots[~self._retired[slots]]
         self._retired[fresh] = True
-        self._neutralise(fresh)
+        self._index.neutralise(fresh)
         self._valid_count -= len(fresh)
         self._periodic_thruput_monitor.record(valid=self._valid_count)
 
@@ -427,26 +347,7 @@ class AdvancedReplayBuffer(RingBufferBase):
             self._thruput_controller.add(sampled=n)
         self._periodic_thruput_monitor.record(sampled=n)
         self._cur_learner_iter = cur_learner_iter
-        pr = np.asarray(prio, dtype=np.float64)
-        st = np.asarray(stal, dtype=np.float64)
-        self._sampled_data_attr_monitor.record(
-            use_avg=sum(use) / n, use_max=max(use), priority_avg=float(pr.mean()),
-            priority_max=float(pr.max()), priority_min=float(pr.min()), staleness_avg=float(st.mean()),
-            staleness_max=float(st.max()),
-        )
-        if self._sampled_data_attr_print_count % self._print_freq == 0:
-            stats = self._sampled_data_attr_monitor.report()
-            stats["beta"] = self._beta
-            self._logger.info("=== Sample data %d Times === %s", self._sampled_data_attr_print_count,
-                              ", ".join(f"{k}={v:.4g}" for k, v in stats.items()))
-            tb = self._tb_logger
-            if tb is not None:
-                for k, v in stats.items():
-                    if self._cur_learner_iter != -1:
-                        tb.add_scalar(f"{self._instance_name}_iter/{k}", v, self._cur_learner_iter)
-                    if self._cur_collector_envstep != -1:
-                        tb.add_scalar(f"{self._instance_name}_step/{k}", v, self._cur_collector_envstep)
-        self._sampled_data_attr_print_count += 1
+        self._sample_reporter.record(use, prio, stal, self._beta, cur_learner_iter, self._cur_collector_envstep)
 
     # -- update -----------------------------------------------------------------------------------
     def update(self, info: Mapping) -> None:
@@ -488,7 +389,7 @@ class AdvancedReplayBuffer(RingBufferBase):
             stored_p = (new_p + self._eps).tolist()
             for s, v in zip(slots.tolist(), stored_p):
                 self._data[s]["priority"] = v
-            self._set_weights(slots, new_p + self._eps)
+            self._index.set_priorities(slots, new_p + self._eps)
             self._max_priority = max(self._max_priority, float(new_p.max()))
 
     # -- the rest of the interface ----------------------------------------------------------------
@@ -501,11 +402,7 @@ class AdvancedReplayBuffer(RingBufferBase):
             self._ids = [None] * n
             self._use[:] = 0
             self._retired[:] = False
-            self._sum_tree.clear()
-            self._min_tree.clear()
-            self._collect[:] = np.inf
-            if self._collect_tree is not None:
-                self._collect_tree.clear()
+            self._index.clear()
             self._valid_count = 0
             self._tail = 0
             self._max_priority = 1.0
@@ -554,20 +451,7 @@ class AdvancedReplayBuffer(RingBufferBase):
         if set(_state_dict) == {"data"}:
             self._extend([d for d in data if d is not None], check_rate=False)
             return
-        n = self._replay_buffer_size
-        if len(data) != n:
-            raise CompatError(f"state dict holds {len(data)} slots, this buffer has {n}")
-        for i, d in enumerate(data):
-            if d is not None and not isinstance(d, dict):
-                raise TypeError(f"slot {i} holds a {type(d).__name__}, expected a dict or None")
-        use = _state_dict.get("use_count", None)
-        if isinstance(use, Mapping):
-            use = [use.get(i, 0) for i in range(n)]
-        use_arr = np.zeros(n, dtype=np.int64) if use is None else np.asarray(use, dtype=np.int64).reshape(n)
-        retired = np.asarray(_state_dict.get("retired", np.zeros(n, bool)), dtype=bool).reshape(n)
-        tail = int(_state_dict.get("tail", 0))
-        if not 0 <= tail < n:
-            raise CompatError(f"tail {tail} out of range [0, {n})")
+        use_arr, retired, tail = slot_state(_state_dict, data, self._replay_buffer_size)
         with self._lock:
             self._max_priority = float(_state_dict.get("max_priority", self._max_priority))
             live = np.flatnonzero([d is not None for d in data])
@@ -580,22 +464,16 @@ class AdvancedReplayBuffer(RingBufferBase):
                 if d.get("priority") is None:
                     d["priority"] = self._max_priority
                 d["replay_buffer_idx"] = s
-            prios = np.asarray(self._priorities([data[s] for s in live.tolist()])[0], dtype=np.float64)
+            prios = np.asarray(item_priorities([data[s] for s in live.tolist()])[0], dtype=np.float64)
             self._data = data
             self._ids = [None if d is None else str(d["replay_unique_id"]) for d in data]
             self._use = use_arr.copy()
             self._retired = retired & np.array([d is not None for d in data], dtype=bool)
-            self._sum_tree.clear()
-            self._min_tree.clear()
+            self._index.clear()
             active = ~self._retired[live]
-            self._set_weights(live[active], prios[active])
-            self._collect[:] = np.inf
-            if self._collect_tree is not None:
-                self._collect_tree.clear()
-                act = live[active]
-                col = np.array([_collect_iter(data[s], np.inf) for s in act.tolist()], dtype=np.float64)
-                self._collect[act] = col
-                self._collect_tree.set(act, col)
+            act = live[active]
+            self._index.set_priorities(act, prios[active])
+            self._index.set_collect(act, [data[s] for s in act.tolist()])
             self._valid_count = int(active.sum())
             self._tail = tail
             self._push_count = int(_state_dict.get("push_count", self._valid_count))
@@ -610,11 +488,11 @@ class AdvancedReplayBuffer(RingBufferBase):
             n = self._replay_buffer_size
             order = [(self._tail + i) % n for i in range(n)]
             items = [self._data[s] for s in order if self._data[s] is not None and not self._retired[s]]
-        _persist.dump_items(items, file_name)
+        dump_items(items, file_name)
 
     def load_data(self, file_name: str) -> None:
         """Push the items of a file written by :meth:`save_data` (or DI-engine's hickle dump).
 
         Items keep their priorities and get new unique ids; the throughput controller is bypassed.
         """
-        self._extend(_persist.load_items(file_name), check_rate=False)
+        self._extend(load_items(file_name), check_rate=False)

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _persist
 from ._config import CompatError
+from ._persist import dump_items, load_items
 from .base_buffer import RingBufferBase, choose
 from .registry import BUFFER_REGISTRY
 
@@ -215,11 +215,11 @@ class NaiveReplayBuffer(RingBufferBase):
         """Write the items held, oldest first, to ``file_name`` (pickle; atomic; parents created)."""
         with self._lock:
             items = self._ordered_items()
-        _persist.dump_items(items, file_name)
+        dump_items(items, file_name)
 
     def load_data(self, file_name: str) -> None:
         """Push the items of a file written by :meth:`save_data` (or DI-engine's hickle dump)."""
-        self._extend(_persist.load_items(file_name))
+        self._extend(load_items(file_name))
 
 
 @BUFFER_REGISTRY.register("elastic")

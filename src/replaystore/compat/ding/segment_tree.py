@@ -66,7 +66,7 @@ class SegmentTree:
 
     def __setitem__(self, idx: Any, val: Any) -> None:
         if np.ndim(idx) == 0:
-            self._set_one(self._check_leaf(idx), float(val))
+            self.set_leaf(self._check_leaf(idx), float(val))
         else:
             self.set(idx, val)
 
@@ -78,7 +78,8 @@ class SegmentTree:
             raise CompatError(f"leaf indices out of range [0, {self.capacity})")
         return self.value[self.capacity + idx]
 
-    def _set_one(self, idx: int, val: float) -> None:
+    def set_leaf(self, idx: int, val: float) -> None:
+        """Set leaf ``idx`` to ``val`` and update its ancestors; unchecked: ``0 <= idx < capacity``."""
         v = self.value
         i = idx + self.capacity
         v[i] = val
@@ -109,7 +110,7 @@ class SegmentTree:
             raise CompatError(f"leaf indices out of range [0, {self.capacity})")
         if len(idx) <= _SCALAR_BATCH:
             for i, val in zip(idx.tolist(), values.tolist()):
-                self._set_one(i, val)
+                self.set_leaf(i, val)
             return
         idx, values = _last_wins(idx, values)
         self._update_batch(idx, values)

@@ -13,6 +13,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 from ._config import CompatError
 
 _log = logging.getLogger("replaystore.compat.ding")
@@ -174,6 +176,46 @@ class SampledDataAttrMonitor:
             else:
                 out[k] = min(w)
         return out
+
+
+class SampleReporter:
+    """What a prioritized buffer reports about its samples (DI-engine's sampled-data monitor).
+
+    Every sample call is recorded in a :class:`SampledDataAttrMonitor`; every ``print_freq``-th
+    call (the first included) logs the windowed statistics and ``beta``, and writes them to
+    ``tb_logger`` (tags ``{name}_iter/...`` by learner iteration and ``{name}_step/...`` by
+    collector env step, each when known, i.e. not -1). Not thread-safe (the buffer holds its lock).
+    """
+
+    def __init__(self, average_range: int | float, print_freq: int, logger: logging.Logger, tb_logger: Any,
+                 name: str) -> None:
+        self.monitor = SampledDataAttrMonitor(None, expire=average_range)
+        self.print_freq = max(1, int(print_freq))
+        self.count = 0
+        self.logger, self.tb_logger, self.name = logger, tb_logger, name
+
+    def record(self, use: list, prio: list, stal: list, beta: float, learner_iter: int, envstep: int) -> None:
+        """Record one sample call: per item its use count, priority and staleness (non-empty lists)."""
+        pr = np.asarray(prio, dtype=np.float64)
+        st = np.asarray(stal, dtype=np.float64)
+        self.monitor.record(
+            use_avg=sum(use) / len(use), use_max=max(use), priority_avg=float(pr.mean()),
+            priority_max=float(pr.max()), priority_min=float(pr.min()), staleness_avg=float(st.mean()),
+            staleness_max=float(st.max()),
+        )
+        if self.count % self.print_freq == 0:
+            stats = self.monitor.report()
+            stats["beta"] = beta
+            self.logger.info("=== Sample data %d Times === %s", self.count,
+                             ", ".join(f"{k}={v:.4g}" for k, v in stats.items()))
+            tb = self.tb_logger
+            if tb is not None:
+                for k, v in stats.items():
+                    if learner_iter != -1:
+                        tb.add_scalar(f"{self.name}_iter/{k}", v, learner_iter)
+                    if envstep != -1:
+                        tb.add_scalar(f"{self.name}_step/{k}", v, envstep)
+        self.count += 1
 
 
 class PeriodicThruputMonitor:

@@ -15,17 +15,12 @@ torchgfn itself is optional: its containers are recognised when it is installed.
 only by the Ray backend. See ``docs/compat/gfn.md``.
 """
 
-from .buffer import (
-    ContainerTypeError,
-    EmptyBufferError,
-    NormBasedDiversePrioritizedReplayBuffer,
-    ReplayBuffer,
-    TerminatingStateBuffer,
-    UnsupportedContainer,
-)
+from .batch import ContainerTypeError, EmptyBufferError, UnsupportedContainer
+from .buffer import ReplayBuffer
 from .containers import Container, TensorContainer, TensorStates, make_tensor_container
 from .layout import RankLayout
 from .manager import ReplayBufferManager
+from .strategies import NormBasedDiversePrioritizedReplayBuffer, TerminatingStateBuffer
 
 __all__ = [
     "Container",

@@ -18,13 +18,15 @@ evicts exactly the stored items that lost.
 Reads (``sample``, ``training_container``, ``save``) build a new container of the stored type.
 ``training_container`` lists the items as torchgfn does: ascending log-reward with
 ``prioritized_capacity``, oldest first otherwise.
+
+Neighbours: :mod:`~replaystore.compat.gfn.batch` (container handling: errors, prepared batches),
+:mod:`~replaystore.compat.gfn.remote` (sending to a manager), :mod:`~replaystore.compat.gfn.strategies`
+(the diverse and terminating-state buffers).
 """
 
 from __future__ import annotations
 
-import math
 import os
-import warnings
 from typing import Any
 
 import numpy as np
@@ -33,61 +35,18 @@ import torch
 from ...limiters import MinSize
 from ...samplers import Fifo, MinHeap, Uniform
 from ...table import Table
-from .codecs import Codec, TensorContainerCodec, codec_by_kind, codec_for, infer_file_kind
-from .containers import Container, TensorContainer
-from .store import ContainerLog, SlotStorage, TensorStore, _clear_stale_fields, concat_fields
+from .batch import Batch, ContainerTypeError, EmptyBufferError, UnsupportedContainer, container_repr, is_container
+from .codecs import Codec, codec_by_kind, codec_for, infer_file_kind
+from .remote import RemotePath
+from .store import ContainerLog, SlotStorage, TensorStore
 from .timing import Timer, format_timing
 
 _KIND_KEY = "replaystore_kind"
-_FINITE_MAX = np.finfo(np.float64).max
+
+__all__ = ["ContainerTypeError", "EmptyBufferError", "ReplayBuffer", "UnsupportedContainer"]
 
 
-class ContainerTypeError(TypeError, AssertionError):
-    """The object is not a container, or not of the buffer's container type.
-
-    It is both a ``TypeError`` and an ``AssertionError``: torchgfn raises either, by version.
-    """
-
-
-class UnsupportedContainer(ValueError, AssertionError):
-    """The operation does not support this container type (e.g. baseline filtering of Transitions).
-
-    It is both a ``ValueError`` and an ``AssertionError`` (torchgfn asserts).
-    """
-
-
-class EmptyBufferError(ValueError, AssertionError):
-    """The buffer holds nothing yet (torchgfn raises ``ValueError`` or asserts, by method)."""
-
-
-class _Batch:
-    """A prepared batch: encoded fields (codec path) or a container, plus per-item metadata."""
-
-    __slots__ = ("n", "fields", "container", "logr", "prio", "repr")
-
-    def __init__(self, n: int, fields: dict[str, torch.Tensor] | None, container: Any,
-                 logr: np.ndarray | None, repr_: torch.Tensor | None) -> None:
-        self.n = n
-        self.fields = fields
-        self.container = container
-        self.logr = logr
-        self.prio = np.zeros(n) if logr is None else np.clip(logr, -_FINITE_MAX, _FINITE_MAX)  # NaN rejected earlier
-        self.repr = repr_
-
-    def subset(self, idx: np.ndarray) -> _Batch:
-        t = torch.from_numpy(np.ascontiguousarray(idx, dtype=np.int64))
-        if self.fields is not None:
-            dev = next(iter(self.fields.values())).device
-            fields = {k: v.index_select(0, t.to(dev)) for k, v in self.fields.items()}
-            container = None
-        else:
-            fields = None
-            container = self.container[t]
-        return _Batch(len(idx), fields, container, None if self.logr is None else self.logr[idx],
-                      None if self.repr is None else self.repr[t.to(self.repr.device)])
-
-
-class ReplayBuffer:
+class ReplayBuffer(RemotePath):
     """A replay buffer of GFlowNet containers, with torchgfn's API (``gfn.containers.ReplayBuffer``).
 
     Args:
@@ -197,19 +156,10 @@ class ReplayBuffer:
         self._codec: Codec | None = None
         self._store: TensorStore | ContainerLog | None = None
         self._repr: torch.Tensor | None = None
-        self._pending_batches: list[_Batch] = []
+        self._pending_batches: list[Batch] = []
         self._pending_len = 0
 
-        # remote state (torchgfn's names where they exist)
-        self.pending_container: Any = None
-        self._add_counter = 0
-        self._pending_score = False
-        self._transport: Any = None
-        self._baseline_log_reward = -math.inf
-        self._baseline_total = 0
-        self._baseline_kept = 0
-        self._baseline_skipped_sends = 0
-        self._consecutive_filtered_empty = 0
+        self._init_remote()
 
     # -- queries ----------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -270,7 +220,7 @@ class ReplayBuffer:
             ``None`` without a remote manager or on the adds that do not send; otherwise the
             manager's score dict (with ``async_score``: the previous send's, ``None`` the first time).
         """
-        if not _is_container(training_container):
+        if not is_container(training_container):
             raise ContainerTypeError("Must be a container type")
         self._local_add(training_container)
         if self.remote_manager is None:
@@ -304,7 +254,7 @@ class ReplayBuffer:
                 f"this buffer holds {self._container_type.__name__}, got {type(container).__name__}"
             )
 
-    def _make_batch(self, container: Any, need_repr: bool = False) -> _Batch:
+    def _make_batch(self, container: Any, need_repr: bool = False) -> Batch:
         """Encode a container (type already checked) into a batch; validates, changes nothing."""
         n = len(container)
         lr = container.log_rewards
@@ -318,10 +268,10 @@ class ReplayBuffer:
         if self._codec is not None:
             fields = self._codec.encode(container)
             repr_ = self._codec.diversity_repr(fields) if need_repr else None
-            return _Batch(n, fields, None, logr, repr_)
-        repr_ = _container_repr(container) if need_repr else None
+            return Batch(n, fields, None, logr, repr_)
+        repr_ = container_repr(container) if need_repr else None
         # index a copy: the log extends it, and must never extend the caller's object
-        return _Batch(n, None, container[torch.arange(n)], logr, repr_)
+        return Batch(n, None, container[torch.arange(n)], logr, repr_)
 
     def _local_add(self, training_container: Any) -> None:
         """Insert locally (the template hook subclasses override, as in torchgfn)."""
@@ -332,7 +282,7 @@ class ReplayBuffer:
 
     _needs_repr = False
 
-    def _queue_or_commit(self, batch: _Batch) -> None:
+    def _queue_or_commit(self, batch: Batch) -> None:
         if batch.n == 0:
             return
         if self.prioritized_capacity and batch.logr is None:
@@ -353,7 +303,7 @@ class ReplayBuffer:
         for b in batches:
             ReplayBuffer._commit(self, b)
 
-    def _commit(self, batch: _Batch) -> None:
+    def _commit(self, batch: Batch) -> None:
         """Admit a batch: top-k by log-reward or newest, then write it."""
         with Timer(self.timing_data, "local_add/sort", self.timing):
             if self.prioritized_capacity:
@@ -381,13 +331,13 @@ class ReplayBuffer:
         keep[dropped[dropped >= kb] - kb] = False
         return np.flatnonzero(keep)
 
-    def _write(self, batch: _Batch) -> None:
+    def _write(self, batch: Batch) -> None:
         with Timer(self.timing_data, "local_add/extend", self.timing):
             if isinstance(self._store, TensorStore):
                 self._store.check(batch.fields)
             self._table.extend(batch, priorities=batch.prio, timeout=0)
 
-    def _on_write(self, slots: np.ndarray, batch: _Batch) -> None:
+    def _on_write(self, slots: np.ndarray, batch: Batch) -> None:
         if isinstance(self._store, TensorStore):
             self._store.write(slots, batch.fields)
         else:
@@ -557,358 +507,3 @@ class ReplayBuffer:
             extra.append(f"baseline filtering: kept {kept}/{total} ({pct:.1f}% filtered), "
                          f"{self._baseline_skipped_sends} sends skipped entirely")
         return format_timing(self.timing_data, extra)
-
-    # -- remote ---------------------------------------------------------------------------------------
-    def _remote_add(self, container: Any) -> dict[str, float] | None:
-        self._add_counter += 1
-        if self.pending_container is None:
-            self.pending_container = []
-        self.pending_container.append(container)
-        if self._add_counter % self.remote_buffer_freq != 0:
-            return None
-        pending = self._merge_pending(self.pending_container)
-        self.pending_container = None
-        if self.async_score:
-            stale = self._collect_pending_score()
-            self._update_baseline(stale)
-            self._filter_and_send(pending, wait=False)
-            return stale
-        score = self._filter_and_send(pending, wait=True)
-        self._update_baseline(score)
-        return score
-
-    def _merge_pending(self, containers: list[Any]) -> Any:
-        """One new container of the pending batches, without stale per-sample fields."""
-        codec = codec_for(containers[0], self.env)
-        if codec is not None:
-            fields = concat_fields([codec.encode(c) for c in containers], codec.ragged)
-            return codec.decode(fields)
-        merged = containers[0][torch.arange(len(containers[0]))]
-        for c in containers[1:]:
-            merged.extend(c)
-        _clear_stale_fields(merged)
-        return merged
-
-    def _kind_of(self, container: Any) -> str:
-        codec = codec_for(container, self.env)
-        return "object" if codec is None else codec.kind
-
-    def _per_item_rewards(self, container: Any) -> bool:
-        codec = codec_for(container, self.env)
-        if codec is not None:
-            return codec.per_item_rewards
-        return type(container).__name__ != "Transitions"
-
-    def _update_baseline(self, score: dict | None) -> None:
-        if self.baseline_filtering and score and "baseline_log_reward" in score:
-            self._baseline_log_reward = float(score["baseline_log_reward"])
-
-    def _filter_by_baseline(self, container: Any) -> Any:
-        """The items with ``log_reward >= baseline`` (``None``: send nothing this time).
-
-        Unfiltered while no baseline is known or without log-rewards; every
-        ``baseline_refresh_after`` consecutive fully filtered batches, the next passes whole.
-        """
-        if not self._per_item_rewards(container):
-            raise UnsupportedContainer("baseline filtering supports Trajectories or StatesContainer only")
-        lr = container.log_rewards
-        n = len(container)
-        if self._baseline_log_reward == -math.inf or lr is None:
-            self._baseline_total += n
-            self._baseline_kept += n
-            return container
-        mask = lr >= self._baseline_log_reward
-        kept = int(mask.sum())
-        self._baseline_total += n
-        if kept == n:
-            self._consecutive_filtered_empty = 0
-            self._baseline_kept += n
-            return container
-        if kept == 0:
-            self._baseline_skipped_sends += 1
-            self._consecutive_filtered_empty += 1
-            if self._consecutive_filtered_empty >= self.baseline_refresh_after:
-                self._consecutive_filtered_empty = 0
-                self._baseline_kept += n
-                return container
-            return None
-        self._consecutive_filtered_empty = 0
-        self._baseline_kept += kept
-        return container[torch.where(mask)[0]]
-
-    def _prepare_for_remote(self, container: Any) -> Any:
-        """With ``scoring_only``: a states container of terminating states and log-rewards."""
-        if not self.scoring_only:
-            return container
-        codec = codec_for(container, self.env)
-        if codec is None:
-            if type(container).__name__ == "Transitions":
-                raise UnsupportedContainer("scoring_only supports Trajectories or StatesContainer only")
-            return container
-        if not codec.per_item_rewards:
-            raise UnsupportedContainer("scoring_only supports Trajectories or StatesContainer only")
-        kind, fields = codec.terminal_fields(codec.encode(container))
-        if kind == codec.kind:
-            return container
-        return codec_by_kind(kind, self.env).decode(fields)
-
-    def _filter_and_send(self, container: Any, wait: bool) -> dict[str, float] | None:
-        if self.baseline_filtering:
-            container = self._filter_by_baseline(container)
-            if container is None:
-                return None
-        with Timer(self.timing_data, "prepare_for_remote", self.timing):
-            container = self._prepare_for_remote(container)
-        transport = self._get_transport()
-        with Timer(self.timing_data, "send_objs", self.timing):
-            if wait:
-                return transport.send(container, wait=True)
-            transport.send(container, wait=False)
-            self._pending_score = True
-            return None
-
-    def _collect_pending_score(self, timeout: float | None = None) -> dict[str, float] | None:
-        """The score of the previous async send (``None`` if none is pending)."""
-        if not self._pending_score:
-            return None
-        with Timer(self.timing_data, "wait_pending_score", self.timing):
-            score = self._get_transport().collect(self.remote_timeout if timeout is None else timeout)
-        self._pending_score = False
-        return score
-
-    def drain_pending_score(self, timeout_sec: float = 30.0) -> dict[str, float] | None:
-        """Wait for the last async score before shutting down; ``None`` on timeout (with a warning)."""
-        if not self._pending_score or self._transport is None:
-            return None
-        try:
-            return self._collect_pending_score(timeout_sec)
-        except TimeoutError:
-            warnings.warn(f"no score from the replay buffer manager within {timeout_sec}s; dropped",
-                          RuntimeWarning, stacklevel=2)
-            self._pending_score = False
-            self._transport.abandon()
-            return None
-
-    def _get_transport(self) -> Any:
-        if self._transport is None:
-            if self.communication_backend == "ray":
-                from .ray_backend import RayTrainerTransport
-
-                self._transport = RayTrainerTransport(self.remote_manager, self, namespace=self.ray_namespace)
-            elif self.communication_backend == "torch":
-                from .torch_backend import TorchTrainerTransport
-
-                self._transport = TorchTrainerTransport(int(self.remote_manager), self)
-            else:
-                raise NotImplementedError("the MPI backend is not available; use 'ray' or 'torch'")
-        return self._transport
-
-    def close(self, timeout: float | None = None) -> None:
-        """Drain a pending score and say goodbye to the manager (no-op without one). Idempotent."""
-        if self.remote_manager is None:
-            return
-        transport = self._get_transport()
-        self.drain_pending_score(self.remote_timeout if timeout is None else timeout)
-        transport.goodbye(self.remote_timeout if timeout is None else timeout)
-
-
-_CONTAINER_TYPES: set[type] = set()
-
-
-def _is_container(obj: Any) -> bool:
-    """Whether ``obj`` has the :class:`Container` members (checked once per type, on the type).
-
-    ``isinstance(obj, Container)`` would evaluate the properties (``terminating_states``) on
-    every call; the check on the type is the same structural test without that cost.
-    """
-    cls = type(obj)
-    if cls in _CONTAINER_TYPES:
-        return True
-    if all(hasattr(cls, name) for name in ("__len__", "__getitem__", "extend", "log_rewards", "terminating_states")):
-        _CONTAINER_TYPES.add(cls)
-        return True
-    return isinstance(obj, Container)
-
-
-def _container_repr(container: Any) -> torch.Tensor:
-    """Flattened terminating states (and conditions) of a contract-only container."""
-    states = container.terminating_states
-    tensor = states.tensor
-    if not isinstance(tensor, torch.Tensor):
-        raise ValueError("the diverse buffer needs terminating states held in a tensor")
-    if tensor.shape[0] != len(container):
-        raise ValueError("the diverse buffer needs one terminating state per item")
-    n = tensor.shape[0]
-    out = tensor.reshape(n, -1).to(torch.get_default_dtype())
-    cond = getattr(states, "conditions", None)
-    if cond is not None:
-        out = torch.cat([out, cond.reshape(n, -1).to(out.dtype)], dim=-1)
-    return out
-
-
-class NormBasedDiversePrioritizedReplayBuffer(ReplayBuffer):
-    """Top-``capacity`` by log-reward, admitting only items far enough from what is stored.
-
-    Until the buffer is full, batches are added whole. Once full, a batch is ranked by
-    log-reward (descending); items below the buffer's minimum are dropped; with
-    ``cutoff_distance >= 0`` an item is kept only if its p-norm distance (``p_norm_distance``)
-    to every stored terminating state is ``> cutoff_distance`` and, going down the ranking, to
-    every *kept* higher-reward batch item (a greedy filter). Conditions are part of the compared
-    vector when present. A negative cutoff turns the diversity check off. Sampling is uniform.
-    """
-
-    _needs_repr = True
-
-    def __init__(self, env: Any, capacity: int = 1000, cutoff_distance: float = 0.0, p_norm_distance: float = 1.0,
-                 **kwargs: Any) -> None:
-        kwargs.pop("prioritized_capacity", None)
-        kwargs.pop("prioritized_sampling", None)
-        super().__init__(env, capacity, prioritized_capacity=True, prioritized_sampling=False, **kwargs)
-        self.cutoff_distance = float(cutoff_distance)
-        self.p_norm_distance = float(p_norm_distance)
-        # cutoff 0 (torchgfn's default) only rejects exact duplicates: a hash of the stored vectors
-        # answers that in O(B) instead of B x N distances
-        self._exact = self.cutoff_distance == 0.0 and self.p_norm_distance > 0
-        self._row_count: dict[bytes, int] = {}
-        self._row_of_slot: list[bytes | None] = [None] * self.capacity
-
-    @staticmethod
-    def _row_keys(x: torch.Tensor) -> list[bytes]:
-        a = np.ascontiguousarray((x.detach().cpu() + 0.0).numpy())  # + 0.0: -0.0 and 0.0 are one vector
-        return [r.tobytes() for r in a]
-
-    def _on_write(self, slots: np.ndarray, batch: _Batch) -> None:
-        super()._on_write(slots, batch)
-        if self._exact and batch.repr is not None:
-            counts = self._row_count
-            for slot, key in zip(slots.tolist(), self._row_keys(batch.repr)):
-                self._row_of_slot[slot] = key
-                counts[key] = counts.get(key, 0) + 1
-
-    def _on_release(self, slots: np.ndarray) -> None:
-        super()._on_release(slots)
-        if self._exact:
-            counts = self._row_count
-            for slot in slots.tolist():
-                key = self._row_of_slot[slot]
-                if key is None:
-                    continue
-                self._row_of_slot[slot] = None
-                if counts[key] <= 1:
-                    del counts[key]
-                else:
-                    counts[key] -= 1
-
-    @staticmethod
-    def _diversity_repr(container: Any) -> torch.Tensor:
-        """The ``(n, d)`` vectors compared: terminating states, conditions concatenated."""
-        codec = codec_for(container, getattr(container, "env", None))
-        if codec is not None:
-            return codec.diversity_repr(codec.encode(container))
-        return _container_repr(container)
-
-    def _local_add(self, training_container: Any) -> None:
-        self._check_type(training_container)
-        batch = self._make_batch(training_container, need_repr=True)
-        if batch.n == 0:
-            return
-        if batch.logr is None:
-            raise ValueError("log_rewards must be defined for prioritized replay.")
-        if len(self) < self.capacity:
-            self._queue_or_commit(batch)
-            return
-        self._flush_pending()
-        with Timer(self.timing_data, "local_add/diversity", self.timing):
-            batch = self._diverse_subset(batch)
-        if batch is not None:
-            ReplayBuffer._commit(self, batch)
-
-    def _diverse_subset(self, batch: _Batch) -> _Batch | None:
-        order = np.argsort(-batch.prio, kind="stable")
-        minimum = self._prio[self._table.remover.peek()]
-        order = order[batch.prio[order] >= minimum]
-        if len(order) == 0:
-            return None
-        batch = batch.subset(order)
-        if self.cutoff_distance < 0:
-            return batch
-        if self._exact:
-            seen: set[bytes] = set()
-            keep = []
-            for i, key in enumerate(self._row_keys(batch.repr)):
-                if key not in self._row_count and key not in seen:
-                    keep.append(i)
-                    seen.add(key)
-            return batch.subset(np.asarray(keep, dtype=np.int64)) if keep else None
-        x = batch.repr
-        stored = self._repr[torch.from_numpy(self._live_slots()).to(self._repr.device)]
-        far = torch.cdist(x.unsqueeze(0), stored.unsqueeze(0), p=self.p_norm_distance).squeeze(0).min(-1)[0]
-        candidates = np.flatnonzero((far > self.cutoff_distance).cpu().numpy())
-        if len(candidates) == 0:
-            return None
-        xc = x[torch.from_numpy(candidates).to(x.device)]
-        close = (torch.cdist(xc.unsqueeze(0), xc.unsqueeze(0), p=self.p_norm_distance).squeeze(0)
-                 <= self.cutoff_distance).cpu().numpy()
-        removed = np.zeros(len(candidates), dtype=bool)
-        kept = []
-        for i in range(len(candidates)):
-            if removed[i]:
-                continue
-            kept.append(i)
-            removed |= close[i]
-        return batch.subset(candidates[np.asarray(kept, dtype=np.int64)])
-
-
-class TerminatingStateBuffer(ReplayBuffer):
-    """Stores the terminating states of what is added, with their log-rewards.
-
-    torchgfn containers become a ``StatesContainer`` (all rows terminating); other containers a
-    :class:`TensorContainer` of ``terminating_states.tensor``, conditions and log-rewards. The
-    remote path (if any) still sends the original container unless ``scoring_only`` is set.
-    """
-
-    def __init__(self, env: Any, capacity: int = 1000, communication_backend: str = "ray", timing: bool = False,
-                 **kwargs: Any) -> None:
-        super().__init__(env, capacity, communication_backend=communication_backend, timing=timing, **kwargs)
-
-    @property
-    def training_container(self) -> Any:
-        """The stored states (an empty states container before the first add)."""
-        if self._container_type is None:
-            return self._empty()
-        return ReplayBuffer.training_container.fget(self)
-
-    @training_container.setter
-    def training_container(self, container: Any) -> None:
-        ReplayBuffer.training_container.fset(self, container)
-
-    def _empty(self) -> Any:
-        if self.env is not None and hasattr(self.env, "states_from_batch_shape"):
-            try:
-                from gfn.containers import StatesContainer
-
-                return StatesContainer(self.env)
-            except ImportError:  # pragma: no cover - torchgfn absent but a gfn-like env
-                pass
-        return TensorContainerCodec().empty()
-
-    def _to_states(self, container: Any) -> Any:
-        codec = codec_for(container, self.env)
-        if codec is not None and codec.kind.startswith("gfn."):
-            if not codec.per_item_rewards:
-                raise UnsupportedContainer("TerminatingStateBuffer supports Trajectories or StatesContainer")
-            fields = codec.encode(container)
-            if codec.kind == "gfn.StatesContainer":
-                mask = fields["is_terminating"]
-                fields = {k: v[mask] for k, v in fields.items()}
-                return codec.decode(fields)
-            kind, fields = codec.terminal_fields(fields)
-            return codec_by_kind(kind, self.env).decode(fields)
-        states = container.terminating_states
-        lr = container.log_rewards
-        if lr is not None and len(lr) != len(states):
-            raise UnsupportedContainer("TerminatingStateBuffer needs one log-reward per terminating state")
-        return TensorContainer(states.tensor, lr, getattr(states, "conditions", None))
-
-    def _local_add(self, training_container: Any) -> None:
-        super()._local_add(self._to_states(training_container))

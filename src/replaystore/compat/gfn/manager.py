@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .buffer import NormBasedDiversePrioritizedReplayBuffer, ReplayBuffer
+from .buffer import ReplayBuffer
+from .strategies import NormBasedDiversePrioritizedReplayBuffer
 from .timing import Timer
 
 _STRATEGIES = ("min", "percentile", "ema")
@@ -186,6 +187,10 @@ class ReplayBufferManager:
     def _compute_metadata(self) -> dict[str, Any]:
         """What ``get_metadata`` returns; subclasses override (default: buffer size and counts)."""
         return {"size": len(self.replay_buffer), "n_requests": sum(s["n_requests"] for s in self.per_sender.values())}
+
+    def compute_metadata(self) -> dict[str, Any]:
+        """What ``get_metadata`` returns: :meth:`_compute_metadata`, the hook subclasses override (torchgfn's name)."""
+        return self._compute_metadata()
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def handle_exit(self, sender: Any) -> bool:

@@ -86,7 +86,7 @@ class _ManagerActor:
 
     async def metadata(self) -> dict:
         """See :meth:`ReplayBufferManager._compute_metadata`."""
-        return self.core._compute_metadata()
+        return self.core.compute_metadata()
 
     async def summary(self) -> dict:
         """The manager's summary."""

@@ -117,7 +117,7 @@ class ContainerLog:
         else:
             start = len(self.log)
             self.log.extend(container)
-        _clear_stale_fields(self.log)
+        clear_stale_fields(self.log)
         self.row_of_slot[slots] = np.arange(start, start + n)
         if len(self.log) > 2 * self.capacity:
             self.compact(live)
@@ -140,7 +140,7 @@ class ContainerLog:
         self.row_of_slot[:] = -1
 
 
-def _clear_stale_fields(container: Any) -> None:
+def clear_stale_fields(container: Any) -> None:
     """Set ``log_probs`` / ``estimator_outputs`` to ``None`` where the container has them."""
     for name in ("log_probs", "estimator_outputs"):
         if getattr(container, name, None) is not None:

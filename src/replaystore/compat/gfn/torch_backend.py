@@ -112,7 +112,7 @@ def serve(core: Any, idle_timeout: float | None = None) -> dict[str, Any]:
         elif msg_type == MSG_EXIT:
             core.handle_exit(src)
         elif msg_type == MSG_METADATA:
-            _send_json(core._compute_metadata(), MSG_REPLY, src, TAG_META, None)
+            _send_json(core.compute_metadata(), MSG_REPLY, src, TAG_META, None)
         elif msg_type == MSG_BASELINE_SYNC:
             core.handle_baseline_sync(body)
         elif msg_type == MSG_SHUTDOWN:

@@ -26,8 +26,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ...ray import ReplayClient, ReplayServer, serve
-from ...ray._runtime import import_ray
+from ...ray import ReplayClient, ReplayServer, import_ray, serve
 from ...ray.fragment_buffer import FragmentBufferConfig
 
 #: the actor class (a :class:`replaystore.ray.ReplayServer`); create it with :func:`create_replay_buffer`

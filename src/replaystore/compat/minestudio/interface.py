@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...ray import ReplayClient
-from ...ray.client import _lookup
+from ...ray import ReplayClient, import_ray
 from .actor import DEFAULT_NAME, create_replay_buffer
 from .datatypes import FragmentIndex, FragmentMetadata, SampleFragment
 from .fragment_store import FragmentStore
@@ -29,6 +28,14 @@ class FetchedFragments(list):
     def __init__(self, records: list[tuple[FragmentIndex, str]], lease_id: str) -> None:
         super().__init__(records)
         self.lease_id = lease_id
+
+
+def _lookup(name: str, namespace: str | None) -> Any:
+    """The named actor, or ``None`` when there is none."""
+    try:
+        return import_ray().get_actor(name, namespace=namespace)
+    except ValueError:
+        return None
 
 
 def _records(refs: list) -> list[tuple[FragmentIndex, str]]:

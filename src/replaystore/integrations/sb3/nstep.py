@@ -23,7 +23,8 @@ from stable_baselines3.common.buffers import NStepReplayBuffer
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
 
-from .buffers import ReplaystoreReplayBuffer, SB3BufferError
+from .buffers import ReplaystoreReplayBuffer
+from .table_backed import SB3BufferError
 
 
 class ReplaystoreNStepReplayBuffer(ReplaystoreReplayBuffer, NStepReplayBuffer):

@@ -31,8 +31,9 @@ from stable_baselines3.common.vec_env import VecNormalize
 from torch.nn import functional as F
 
 from ...samplers import Prioritized, Selector
-from .buffers import ReplaystoreReplayBuffer, SB3BufferError
+from .buffers import ReplaystoreReplayBuffer
 from .nstep import ReplaystoreNStepReplayBuffer
+from .table_backed import SB3BufferError
 
 
 class PrioritizedReplayBufferSamples(NamedTuple):

@@ -1,0 +1,142 @@
+"""The fragment-buffer part of the replay service: methods of :class:`~replaystore.ray.server.ReplayServer`.
+
+A mixin class: the service's actor class inherits these methods; they act on its one
+:class:`~replaystore.ray.fragment_buffer.FragmentBuffer` (``self.fragments``), acknowledging fragments,
+serving fetches that wait for enough chunks, and leases. See docs/ray.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..errors import KeyNotFound, Timeout
+from ._runtime import import_ray
+
+if TYPE_CHECKING:
+    from .fragment_buffer import FragmentBuffer
+
+
+class FragmentService:
+    """Fragment-buffer methods of the replay service (mixed into ``ReplayServer``).
+
+    Relies on the service core for ``name``, ``node_id``, ``namespace``, ``fragments``, ``_closed``,
+    ``_check_open()``, ``_start()`` (the asyncio condition) and ``_notify()``.
+    """
+
+    name: str
+    node_id: str
+    namespace: str
+    fragments: FragmentBuffer | None
+    _closed: bool
+    _store_actor: Any
+
+    if TYPE_CHECKING:
+        def _check_open(self) -> None: ...
+        def _start(self) -> asyncio.Condition: ...
+        async def _notify(self) -> None: ...
+        def _housekeeping(self) -> None: ...
+
+    def _buffer(self) -> FragmentBuffer:
+        self._check_open()
+        if self.fragments is None:
+            raise KeyNotFound(f"service {self.name!r} has no fragment buffer")
+        return self.fragments
+
+    async def store_info(self) -> dict[str, Any]:
+        """Where the fragment store lives: ``path``, ``num_shards``, ``map_size``, ``node_id``."""
+        c = self._buffer().config
+        return {"path": c.path, "num_shards": c.num_shards, "map_size": c.map_size, "node_id": self.node_id,
+                "store_actor": f"{self.name}:store", "namespace": self.namespace}
+
+    async def store_actor(self) -> Any:
+        """A store actor on this node for clients on other nodes (created on first request)."""
+        if self._store_actor is None:
+            from .store import StoreServer
+
+            ray = import_ray()
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            c = self._buffer().config
+            self._store_actor = (
+                ray.remote(StoreServer)
+                .options(name=f"{self.name}:store", namespace=self.namespace, get_if_exists=True, num_cpus=0,
+                         max_concurrency=16,
+                         scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False))
+                .remote(c.path, c.num_shards, c.map_size)
+            )
+        return [self._store_actor]  # in a list: Ray would otherwise resolve nothing, but keep it explicit
+
+    async def add_fragment(self, fragment_id: str, stream: str, seq: int, version: int, session: str) -> str:
+        """Acknowledge one fragment (see :meth:`FragmentBuffer.add`); wakes waiting fetches."""
+        status = self._buffer().add(fragment_id, stream, seq, version, session)
+        if status == "chunk":
+            await self._notify()
+        return status
+
+    async def add_fragments(self, records: list[tuple[str, str, int, int, str]]) -> list[str]:
+        """Acknowledge several fragments in one call; returns each status."""
+        buf = self._buffer()
+        out = [buf.add(*r) for r in records]
+        if "chunk" in out:
+            await self._notify()
+        return out
+
+    async def fetch_fragments(self, num_fragments: int, timeout: float | None = None,
+                              client: str | None = None) -> tuple[str, list]:
+        """Wait until ``num_fragments / fragments_per_chunk`` chunks exist, then fetch.
+
+        See :meth:`FragmentBuffer.fetch`. Returns ``(lease_id, records)``.
+
+        Raises:
+            Timeout: not enough chunks within ``timeout`` seconds (``None``: wait).
+            Closed: the service closed while waiting. ValueError: impossible request.
+        """
+        buf = self._buffer()
+        need = buf.chunks_for(num_fragments)
+        if buf.num_chunks < need:
+            cond = self._start()
+            start = time.monotonic()
+            try:
+                async with cond:
+                    await asyncio.wait_for(cond.wait_for(lambda: self._closed or buf.num_chunks >= need), timeout)
+            except (asyncio.TimeoutError, TimeoutError):
+                raise Timeout(f"fetch of {num_fragments} fragments ({need} chunks) from {self.name!r}: only "
+                              f"{buf.num_chunks} chunks after {time.monotonic() - start:.3g}s") from None
+            self._check_open()
+        lease = buf.fetch(num_fragments, client)
+        return lease.lease_id, [tuple(r) for r in lease.records]
+
+    async def release(self, lease_id: str) -> int:
+        """Release a fetch's lease; returns its fragment count. ``KeyNotFound`` if not held."""
+        return self._buffer().release(lease_id)
+
+    async def compact_store(self) -> int:
+        """Compact the fragment store online; returns the bytes given back to the file system."""
+        return self._buffer().compact()
+
+    async def renew_lease(self, lease_id: str) -> float:
+        """Extend a lease by ``lease_ttl``; returns the seconds it has left. ``KeyNotFound`` if not held."""
+        return self._buffer().renew(lease_id)
+
+    async def prepared_fragments(self, lease_id: str | None = None) -> list:
+        """Records of a lease, or of the last fetch by anyone."""
+        return [tuple(r) for r in self._buffer().prepared(lease_id)]
+
+    async def update_model_version(self, session_id: str, model_version: int) -> int:
+        """Set session and model version; drops every stale chunk. Returns chunks dropped."""
+        return self._buffer().set_version(session_id, model_version)
+
+    async def drain(self) -> None:
+        """Drop every chunk, partial chunk and lease of the fragment buffer (payloads deleted)."""
+        self._buffer().drain()
+
+    async def housekeeping(self) -> None:
+        """Run the fragment buffer's housekeeping now (also runs every ``housekeeping_period``)."""
+        self._housekeeping()
+
+
+    def _expire_fragments(self) -> None:
+        if self.fragments is not None and not self._closed:
+            self.fragments.expire()
