@@ -23,8 +23,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .episodes import EpisodeIndex, Episodes
-from .errors import (CapacityError, Closed, EpisodeError, InvalidArgument, InvalidPriority, InvalidState, SpecError,
-                     Timeout)
+from .errors import (
+    CapacityError,
+    Closed,
+    EpisodeError,
+    InvalidArgument,
+    InvalidPriority,
+    InvalidState,
+    SpecError,
+    Timeout,
+)
 from .items import Sample
 from .keys import KeyIndex, RingIndex, RingLiveSet
 from .limiters import MinSize, Queue, RateLimiter, Stack

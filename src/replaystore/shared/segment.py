@@ -135,7 +135,7 @@ class Segment:
         """
         if path.exists():
             raise _exists(path)
-        layout, offset = [], 0
+        offset = 0
         body = []
         for name, shape, dtype in regions:
             nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -314,8 +314,11 @@ class Segment:
 
 
 def _map(file: Path, size: int) -> mmap.mmap:
-    """Map ``file`` through a descriptor of its own: ``mmap`` keeps a duplicate of the descriptor it
-    is given, which would hold any ``flock`` taken on it for as long as the map lives."""
+    """Map ``file`` through a descriptor of its own.
+
+    ``mmap`` keeps a duplicate of the descriptor it is given, which would hold any ``flock`` taken
+    on it for as long as the map lives.
+    """
     fd = os.open(file, os.O_RDWR)
     try:
         return mmap.mmap(fd, size)

@@ -153,7 +153,8 @@ class SharedTable(Table):
             return int(self._guard.value("size"))
 
     # -- inserts: note how many rows they may write (recovery after a crash) ----------------------
-    def extend(self, data: Any, priorities: Any = None, version: Any = None, timeout: float | None = None) -> np.ndarray:
+    def extend(self, data: Any, priorities: Any = None, version: Any = None,
+               timeout: float | None = None) -> np.ndarray:
         """As :meth:`Table.extend`; the batch is published to other processes all at once."""
         guard = self._guard
         if self._segment.closed:
