@@ -268,3 +268,47 @@ def test_cli_lists_and_removes_leftovers(tmp_path, capsys):
     assert "leftover" in capsys.readouterr().out
     assert main(["shm", "rm", "--dir", str(tmp_path), "--all"]) == 0
     assert list(tmp_path.iterdir()) == []
+
+
+def _producer(table, n):
+    for i in range(n):
+        table.extend(transitions(1, i), timeout=30)  # blocks while the queue is full
+
+
+def test_queue_across_processes_delivers_each_item_once_in_order(tmp_path):
+    t = SharedTable.create("queue", 4, SPEC, sampler=rs.Fifo(), rate_limiter=rs.Queue(4), max_times_sampled=1,
+                           directory=tmp_path)
+    p = mp.get_context("fork").Process(target=_producer, args=(t, 40))
+    p.start()
+    got = [int(t.sample(1, timeout=30).data["id"][0]) for _ in range(40)]
+    p.join(10)
+    assert p.exitcode == 0 and got == list(range(40))
+    assert len(t) == 0 and t.stats()["retired"] == 40
+    t.close()
+
+
+def test_threads_of_one_process_share_a_handle(tmp_path):
+    import threading
+
+    t = SharedTable.create("threads", 4000, SPEC, sampler=rs.Prioritized(), directory=tmp_path)
+    errors = []
+
+    def write(w):
+        try:
+            for j in range(50):
+                t.extend(transitions(8, w * 10_000 + j * 8))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(4)]
+    for th in threads:
+        th.start()
+    while any(th.is_alive() for th in threads):
+        if len(t):
+            assert consistent(t.sample(32).data)
+    for th in threads:
+        th.join()
+    assert not errors and len(t) == 1600
+    data, _ = t.get(t.keys())
+    assert consistent(data)
+    t.close()
