@@ -23,7 +23,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .recovery import reconcile
-from .segment import COPY0, COPY_WORDS, W_ACTIVE, W_BUSY, W_RECOVERIES, Segment, state_format
+from .segment import COPY0, COPY_WORDS, W_ACTIVE, W_BUSY, W_RECOVERIES, W_WAITING, Segment, state_format
 
 if TYPE_CHECKING:
     from ..table import Table
@@ -119,6 +119,8 @@ class ProcessGuard:
             seg.words[W_BUSY] = 0
         finally:
             fcntl.flock(seg.lock_fd, fcntl.LOCK_UN)
+        if seg.words[W_WAITING]:  # another process waits for the lock: let it run first
+            os.sched_yield()
 
     def _recover(self) -> None:
         """The previous holder died inside the critical section: make the table consistent."""
