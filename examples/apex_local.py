@@ -179,6 +179,7 @@ def train_ray(config: DemoConfig, actors: int, write_batch: int, slack: int) -> 
 
 
 def main() -> None:
+    """Parse the flags, train with the shared table (then, with --compare-ray, on the Ray service)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--actors", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)

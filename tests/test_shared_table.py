@@ -276,3 +276,26 @@ def test_as_tensor_views(tmp_path):
     assert isinstance(s.data["obs"], torch.Tensor) and s.data["obs"].shape == (4, 4)
     assert torch.equal(s.data["id"], torch.as_tensor(s.keys))
     t.close()
+
+
+def test_close_wakes_a_blocked_sampler_with_closed(tmp_path):
+    import threading
+
+    t = SharedTable.create("wake", 8, SPEC, directory=tmp_path)
+    errors = []
+
+    def blocked():
+        try:
+            t.sample(1, timeout=30)
+        except rs.ReplayError as e:
+            errors.append(e)
+
+    th = threading.Thread(target=blocked)
+    th.start()
+    import time
+
+    time.sleep(0.2)
+    t.close()
+    th.join(10)
+    assert not th.is_alive() and len(errors) == 1 and isinstance(errors[0], rs.Closed)
+    assert list(tmp_path.iterdir()) == []

@@ -22,6 +22,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..errors import Closed
 from .recovery import reconcile
 from .segment import COPY0, COPY_WORDS, W_ACTIVE, W_BUSY, W_RECOVERIES, W_WAITING, Segment, state_format
 
@@ -51,6 +52,7 @@ class ProcessGuard:
         self.recovered = 0  # recoveries this process performed
         self._copy_word = (COPY0, COPY0 + COPY_WORDS)  # first word (the generation) of each copy
         self._copy_byte = (COPY0 * 8, (COPY0 + COPY_WORDS) * 8)
+        self._holding = False  # this process holds the mutex (entered and not yet left)
 
     # -- state copies ---------------------------------------------------------------------------
     def read_copy(self) -> tuple[int, int, tuple]:
@@ -82,6 +84,8 @@ class ProcessGuard:
     # -- enter / leave ------------------------------------------------------------------------------
     def _enter(self, intent: int) -> None:
         seg = self.segment
+        if seg.closed:
+            raise Closed(f"shared table {self.table.name!r} was closed in this process")
         try:
             fcntl.flock(seg.lock_fd, _EX_NB)
         except BlockingIOError:
@@ -102,8 +106,12 @@ class ProcessGuard:
         except BaseException:
             seg.unlock()
             raise
+        self._holding = True
 
     def _leave(self) -> None:
+        if not self._holding:  # (a wait that could not re-enter: nothing to publish or release)
+            return
+        self._holding = False
         seg = self.segment
         try:
             values = self.table.state_scalars()
@@ -187,7 +195,11 @@ class ProcessGuard:
         self.release()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Publish, release every level, sleep a little (at most ``timeout``), re-enter. Returns True."""
+        """Publish, release every level, sleep a little (at most ``timeout``), re-enter. Returns True.
+
+        Raises ``Closed`` (or ``Timeout`` for the mutex) if it cannot re-enter; the caller's levels
+        are then still counted, and leaving them releases nothing more.
+        """
         depth, intent = self._depth, self.intent
         self._depth = 0
         try:
@@ -200,13 +212,8 @@ class ProcessGuard:
         self._delay = min(self._delay * 2, 2e-3)
         for _ in range(depth):
             self._tlock.acquire()
-        try:
-            self._enter(intent)
-        except BaseException:
-            for _ in range(depth):
-                self._tlock.release()
-            raise
         self._depth = depth
+        self._enter(intent)
         return True
 
     def notify_all(self) -> None:
