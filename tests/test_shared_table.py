@@ -299,3 +299,18 @@ def test_close_wakes_a_blocked_sampler_with_closed(tmp_path):
     th.join(10)
     assert not th.is_alive() and len(errors) == 1 and isinstance(errors[0], rs.Closed)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_single_adds_of_a_prioritized_table(make):
+    t = make(4, sampler=rs.Prioritized(alpha=1.0))
+    item = {"obs": np.full(4, 0, np.float32), "action": 0, "reward": 0.0, "id": 0}
+    assert t.add(item) == 0
+    assert t.add(dict(item, id=1, obs=np.full(4, 1, np.float32), action=1, reward=0.5), priority=3.0) == 1
+    with pytest.raises(rs.SpecError):
+        t.add(dict(item, action=1.5))  # a float into an int64 field: refused, as in-process
+    for i in range(2, 6):
+        assert t.add({"obs": np.full(4, i, np.float32), "action": np.int64(i % 3), "reward": np.float32(i / 2),
+                      "id": np.int64(i)}) == i
+    data, found = t.get(t.keys())
+    assert t.keys().tolist() == [2, 3, 4, 5] and (data["obs"][:, 0] == data["id"]).all()
+    assert t.info([2])["priorities"].tolist() == [3.0]  # the largest priority set so far
