@@ -120,8 +120,8 @@ def _sample_counts(name, directory, draws, queue):
 def test_prioritized_distribution_from_another_process(tmp_path):
     t = SharedTable.create("chi", 8, SPEC, sampler=rs.Prioritized(alpha=0.5), directory=tmp_path)
     t.extend(transitions(8), priorities=np.arange(1.0, 9.0) ** 2)  # p ** alpha = 1 .. 8
-    q = mp.get_context("spawn").Queue()
-    p = mp.get_context("spawn").Process(target=_sample_counts, args=("chi", str(tmp_path), 20000, q))
+    q = mp.get_context("fork").Queue()
+    p = mp.get_context("fork").Process(target=_sample_counts, args=("chi", str(tmp_path), 20000, q))
     p.start()
     counts = q.get(timeout=60)
     p.join(10)
