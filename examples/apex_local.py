@@ -187,12 +187,19 @@ def main() -> None:
     ap.add_argument("--slack", type=int, default=256)
     ap.add_argument("--publish-every", type=int, default=32)
     ap.add_argument("--compare-ray", action="store_true", help="then run the same configuration on the Ray service")
+    ap.add_argument("--ray-only", action="store_true", help="only the Ray service run (as --compare-ray runs it)")
     ap.add_argument("--smoke", action="store_true", help="a few hundred steps, no bar: a check that runs in seconds")
     args = ap.parse_args()
     config = DemoConfig(seed=args.seed)
     if args.smoke:
         config = dataclasses.replace(config, total_steps=600, learning_starts=200, capacity=2_000, batch_size=16,
                                      eval_episodes=2)
+    if args.ray_only:
+        remote = train_ray(config, args.actors, args.write_batch, args.slack)
+        print(f"Ray service:  {remote['steps']:,} env steps, {remote['updates']:,} updates in "
+              f"{remote['wall_s']:.1f}s: {remote['inserts_per_s']:,.0f} inserts/s, "
+              f"{remote['batches_per_s']:,.1f} learner batches/s; final greedy return {remote['final_return']:.1f}")
+        return
     local = train_local(config, args.actors, args.write_batch, args.slack, args.publish_every, args.smoke)
     print(f"shared table: {local['steps']:,} env steps, {local['updates']:,} updates in {local['wall_s']:.1f}s: "
           f"{local['inserts_per_s']:,.0f} inserts/s, {local['batches_per_s']:,.1f} learner batches/s"
