@@ -178,6 +178,12 @@ def train_ray(config: DemoConfig, actors: int, write_batch: int, slack: int) -> 
             "final_return": result.final_return}
 
 
+def _print_ray(remote: dict) -> None:
+    print(f"Ray service:  {remote['steps']:,} env steps, {remote['updates']:,} updates in "
+          f"{remote['wall_s']:.1f}s: {remote['inserts_per_s']:,.0f} inserts/s, "
+          f"{remote['batches_per_s']:,.1f} learner batches/s; final greedy return {remote['final_return']:.1f}")
+
+
 def main() -> None:
     """Parse the flags, train with the shared table (then, with --compare-ray, on the Ray service)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -195,10 +201,7 @@ def main() -> None:
         config = dataclasses.replace(config, total_steps=600, learning_starts=200, capacity=2_000, batch_size=16,
                                      eval_episodes=2)
     if args.ray_only:
-        remote = train_ray(config, args.actors, args.write_batch, args.slack)
-        print(f"Ray service:  {remote['steps']:,} env steps, {remote['updates']:,} updates in "
-              f"{remote['wall_s']:.1f}s: {remote['inserts_per_s']:,.0f} inserts/s, "
-              f"{remote['batches_per_s']:,.1f} learner batches/s; final greedy return {remote['final_return']:.1f}")
+        _print_ray(train_ray(config, args.actors, args.write_batch, args.slack))
         return
     local = train_local(config, args.actors, args.write_batch, args.slack, args.publish_every, args.smoke)
     print(f"shared table: {local['steps']:,} env steps, {local['updates']:,} updates in {local['wall_s']:.1f}s: "
@@ -206,9 +209,7 @@ def main() -> None:
           + (f"; solved at step {local['solved_at']:,}" if local["solved_at"] else ""))
     if args.compare_ray:
         remote = train_ray(config, args.actors, args.write_batch, args.slack)
-        print(f"Ray service:  {remote['steps']:,} env steps, {remote['updates']:,} updates in "
-              f"{remote['wall_s']:.1f}s: {remote['inserts_per_s']:,.0f} inserts/s, "
-              f"{remote['batches_per_s']:,.1f} learner batches/s; final greedy return {remote['final_return']:.1f}")
+        _print_ray(remote)
         print(f"shared / Ray: inserts/s x{local['inserts_per_s'] / remote['inserts_per_s']:.2f}, "
               f"batches/s x{local['batches_per_s'] / remote['batches_per_s']:.2f}")
 
