@@ -264,8 +264,10 @@ def test_cli_lists_and_removes_leftovers(tmp_path, capsys):
     assert main(["shm", "rm", "cli", "--dir", str(tmp_path)]) == 1  # still open: kept
     assert "is open" in capsys.readouterr().out and t.keys().tolist() == []
     t._segment.close(remove=False)  # as if its process had died
+    (tmp_path / ".replaystore-x.tmp-999999999-ab").mkdir()  # a creator that died half way
     main(["shm", "list", "--dir", str(tmp_path)])
-    assert "leftover" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "leftover" in out and "incomplete" in out
     assert main(["shm", "rm", "--dir", str(tmp_path), "--all"]) == 0
     assert list(tmp_path.iterdir()) == []
 

@@ -9,6 +9,7 @@ still open is removed only with ``--force`` (its processes keep their mapping un
 from __future__ import annotations
 
 import argparse
+import shutil
 from typing import Any
 
 from .errors import SharedTableExists, SharedTableNotFound
@@ -42,8 +43,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"{s['name']:24s} {state:8s} {s.get('bytes', 0) / 2**20:10.1f} MiB  "
                   f"capacity {s.get('capacity', '?')}  pids {s.get('pids') or '-'}  {s['path']}{extra}")
         return 0
-    names = list(args.names) + ([s["name"] for s in infos if s["orphaned"]] if args.all else [])
+    names = list(args.names) + ([s["name"] for s in infos if s["orphaned"] and not s.get("incomplete")]
+                                if args.all else [])
     status = 0
+    for s in infos:
+        if args.all and s.get("incomplete"):
+            shutil.rmtree(s["path"], ignore_errors=True)
+            print(f"removed {s['name']} (incomplete)")
     for name in dict.fromkeys(names):
         try:
             remove(name, args.dir, force=args.force)

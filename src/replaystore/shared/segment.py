@@ -419,14 +419,22 @@ def list_segments(directory: str | os.PathLike | None = None) -> list[dict[str, 
     """The shared tables in ``directory`` (default ``/dev/shm``): name, path, bytes, pids, orphaned.
 
     ``orphaned``: no process has it open (a leftover of crashed runs, or a table kept on purpose).
-    ``error``: set when the segment cannot be read (not a table of this layout).
+    ``error``: set when the segment cannot be read (not a table of this layout). ``incomplete``:
+    a hidden directory left by a creator that died before its table was published (or a removal
+    that was cut short); ``replaystore shm rm --all`` deletes those too.
     """
     root = Path(directory) if directory is not None else default_directory()
-    out = []
+    out: list[dict[str, Any]] = []
     try:
         entries = sorted(p for p in root.iterdir() if p.name.startswith(PREFIX) and p.is_dir())
+        hidden = sorted(p for p in root.iterdir() if p.name.startswith("." + PREFIX) and p.is_dir())
     except FileNotFoundError:
         return out
+    for path in hidden:  # a creation that never finished, or a removal cut short
+        m = re.search(r"\.tmp-(\d+)-", path.name)
+        if m is None or not _alive(int(m.group(1))):
+            out.append({"name": path.name, "path": str(path), "orphaned": True, "incomplete": True, "bytes": 0,
+                        "pids": [], "error": "incomplete: its creator died, or its removal was cut short"})
     for path in entries:
         info: dict[str, Any] = {"name": path.name[len(PREFIX):], "path": str(path)}
         try:
