@@ -11,7 +11,8 @@ way over processes of one machine:
   copy of the Q-network, read the learner's newest weights from shared memory (a
   ``share_memory()`` network and a version counter) and write transitions straight into the
   shared table in batches of ``--write-batch``;
-- the learner (this process) samples, trains, updates priorities, publishes its weights, and
+- the learner (this process) samples (a thread draws two batches ahead: ``Table.iterate``),
+  trains, updates priorities, publishes its weights, and
   evaluates the greedy policy when the recent training returns reach the bar (and every
   ``eval_every`` steps); it stops once an evaluation does.
 
@@ -116,20 +117,23 @@ def train_local(config: DemoConfig, actors: int, write_batch: int, slack: int, p
     start = None
     steps = solved_at = 0
     next_eval = config.eval_every
+    spent = {"sample": 0.0, "learn": 0.0, "update": 0.0}
+    batches = table.iterate(config.batch_size, prefetch=2, timeout=120)  # sampled ahead by a thread
     try:
         while steps < config.total_steps:
-            try:
-                s = table.sample(config.batch_size, timeout=0.5)
-            except rs.Timeout:
-                if not all(p.is_alive() for p in procs):
-                    raise RuntimeError("an actor process died") from None
-                continue
+            t0 = time.perf_counter()
+            s = next(batches)
             if start is None:  # the rates count from the first gradient step (actors are started by then)
                 start, inserts0, cpu0 = time.perf_counter(), table.stats()["inserts"], time.process_time()
                 updates0 = agent.updates
             table.sampler.beta = config.beta(steps)
+            t1 = time.perf_counter()
             td, _ = agent.learn(s, config.learning_rate(steps))
+            t2 = time.perf_counter()
             table.update_priorities(s.keys, td + config.priority_eps)
+            spent["sample"] += (t1 - t0) if agent.updates > updates0 + 1 else 0.0  # (not the wait for the first batch)
+            spent["learn"] += t2 - t1
+            spent["update"] += time.perf_counter() - t2
             if agent.updates % publish_every == 0:
                 weights.load_state_dict(agent.q.state_dict())
                 version.value += 1
@@ -153,6 +157,7 @@ def train_local(config: DemoConfig, actors: int, write_batch: int, slack: int, p
                 recent = []
     finally:
         stop.set()
+        batches.close()
         wall = time.perf_counter() - start if start else float("nan")
         cpu = time.process_time() - cpu0 if start else float("nan")
         stats = table.stats()
@@ -163,7 +168,7 @@ def train_local(config: DemoConfig, actors: int, write_batch: int, slack: int, p
     return {"steps": stats["inserts"], "solved_at": solved_at, "evaluations": evaluations,
             "inserts_per_s": (stats["inserts"] - inserts0) / wall if start else 0.0,
             "batches_per_s": (agent.updates - updates0) / wall if start else 0.0,
-            "wall_s": wall, "learner_cpu_s": cpu, "updates": agent.updates}
+            "wall_s": wall, "learner_cpu_s": cpu, "updates": agent.updates, "spent": spent}
 
 
 def train_ray(config: DemoConfig, actors: int, write_batch: int, slack: int) -> dict:
@@ -207,6 +212,8 @@ def main() -> None:
     print(f"shared table: {local['steps']:,} env steps, {local['updates']:,} updates in {local['wall_s']:.1f}s: "
           f"{local['inserts_per_s']:,.0f} inserts/s, {local['batches_per_s']:,.1f} learner batches/s"
           + (f"; solved at step {local['solved_at']:,}" if local["solved_at"] else ""))
+    print("learner seconds in sample (with waits) / learn / update_priorities: "
+          + " / ".join(f"{v:.1f}" for v in local["spent"].values()) + f"; learner CPU {local['learner_cpu_s']:.1f}s")
     if args.compare_ray:
         remote = train_ray(config, args.actors, args.write_batch, args.slack)
         _print_ray(remote)

@@ -247,7 +247,7 @@ class Segment:
 
         A waiter notes its pid in the header (a holder that sees it yields the CPU after releasing,
         so a learner sampling back to back cannot starve writers), yields while it spins for the
-        first 2 ms, then sleeps 50 us, doubling to 500 us, between attempts.
+        first 0.2 ms, then sleeps 50 us, doubling to 500 us, between attempts.
         """
         fd, words, pid = self.lock_fd, self.words, self.pid
         try:
@@ -256,7 +256,7 @@ class Segment:
         except BlockingIOError:
             pass
         start = time.monotonic()
-        deadline, spin_until = start + self.lock_timeout, start + 0.002
+        deadline, spin_until = start + self.lock_timeout, start + 0.0002
         delay = 50e-6
         while True:
             words[W_WAITING] = pid
