@@ -203,9 +203,14 @@ def phase(cls, payload, prioritized, writers, rows, seconds, capacity, directory
         procs.append(ctx.Process(target=_learner_proc, args=(buf, start_at, stop_at, q)))
         for p in procs:
             p.start()
-        results = [q.get(timeout=seconds + 120) for _ in procs]
-        for p in procs:
-            p.join(30)
+        try:
+            results = [q.get(timeout=seconds + 60) for _ in procs]
+        finally:
+            for p in procs:
+                p.join(10)
+                if p.is_alive():  # a peer that did not finish in time: do not leave it running
+                    p.kill()
+                    p.join(10)
     finally:
         buf.close()
     learner = [r for r in results if r[1] == 0]
@@ -311,7 +316,7 @@ def main() -> None:
           "| x in-proc |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for payload in args.payloads.split(","):
-        capacity = 20_000 if payload == "atari" else 200_000
+        capacity = 4_000 if payload == "atari" else 200_000
         for sampler in args.samplers.split(","):
             prio = sampler == "prioritized"
             for rows in [int(x) for x in args.rows.split(",")]:
