@@ -21,6 +21,7 @@ the learning curve (greedy reward on short and long prompts) for each mode.
 
     nice python examples/async_pg_pacing.py                 # both modes, ~2-3 minutes on 2 cores
     nice python examples/async_pg_pacing.py --modes pace --steps 100
+    python examples/async_pg_pacing.py --smoke                # seconds once Ray is up
 
 Needs ``replaystore[ray,lmdb,torch]``. Ends with ``ray.shutdown()``.
 """
@@ -72,6 +73,49 @@ def reward(prompt: int, tokens: np.ndarray) -> float:
     return float(np.mean(tokens == (prompt + np.arange(len(tokens))) % VOCAB))
 
 
+class WeightStore:
+    """The latest policy weights and their version (a Ray actor in the examples)."""
+
+    def __init__(self) -> None:
+        self.version, self.state = 0, None
+
+    def set(self, version: int, state: dict) -> None:
+        """Publish ``state`` as ``version``."""
+        self.version, self.state = version, state
+
+    def get(self, have: int) -> tuple:
+        """``(version, state)`` if newer than ``have``, else ``(have, None)``."""
+        return (self.version, self.state) if self.version > have else (have, None)
+
+
+def clipped_pg_step(policy, opt, rollouts: list) -> float:
+    """One clipped importance-weighted policy-gradient step over tokens (PPO's clip at 0.2); the loss.
+
+    ``rollouts``: ``(payload, advantages)`` pairs; a payload has ``prompt``, ``tokens`` and the
+    behaviour ``logp``; advantages are per token (an array) or one number for every token.
+    """
+    import torch
+
+    prompts, positions, tokens, old_logp, adv = [], [], [], [], []
+    for data, a in rollouts:
+        n = len(data["tokens"])
+        prompts += [data["prompt"]] * n
+        positions += list(range(n))
+        tokens += data["tokens"].tolist()
+        old_logp += data["logp"].tolist()
+        adv += np.broadcast_to(np.asarray(a, dtype=np.float32), (n,)).tolist()
+
+    logits = policy.logits(torch.tensor(prompts), torch.tensor(positions))
+    logp = torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
+    ratio = torch.exp(logp - torch.tensor(old_logp))
+    adv_t = torch.tensor(adv, dtype=torch.float32)
+    loss = -torch.min(ratio * adv_t, torch.clamp(ratio, 0.8, 1.2) * adv_t).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
 def decode(policy, prompt: int, length: int, n: int, greedy: bool, rng: np.random.Generator,
            refresh=None, token_s: float = 0.0):
     """``n`` completions of ``length`` tokens decoded as one batch: tokens and behaviour log-probs.
@@ -112,7 +156,10 @@ def main() -> None:
     ap.add_argument("--token-ms", type=float, default=4.0, help="decode cost per token (ms)")
     ap.add_argument("--lr", type=float, default=0.02)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--smoke", action="store_true", help="a few steps of both modes, to check that it runs")
     args = ap.parse_args()
+    if args.smoke:
+        args.steps, args.producers, args.token_ms = 4, 2, 0.5
 
     import ray
     import torch
@@ -120,22 +167,11 @@ def main() -> None:
     from replaystore import ray as rsr
     from replaystore.online import RolloutBufferConfig, VersionRange
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     lengths = prompt_lengths(args.prompts, args.seed)
     short = lengths < 20
 
-    @ray.remote(num_cpus=0)
-    class Weights:
-        """The latest policy weights and their version."""
-
-        def __init__(self) -> None:
-            self.version, self.state = 0, None
-
-        def set(self, version: int, state: dict) -> None:
-            self.version, self.state = version, state
-
-        def get(self, have: int):
-            return (self.version, self.state) if self.version > have else (have, None)
+    Weights = ray.remote(num_cpus=0)(WeightStore)
 
     @ray.remote(num_cpus=0)
     class Producer:
@@ -181,28 +217,14 @@ def main() -> None:
                     n += 1
 
     def train_step(policy, opt, batch) -> float:
-        prompts, positions, tokens, old_logp, adv = [], [], [], [], []
+        rollouts = []
         for g in batch.groups:
             # per-token rewards (a token is right or wrong), baseline: the group's mean at that position
             right = np.stack([m.data["tokens"] == (m.data["prompt"] + np.arange(len(m.data["tokens"]))) % VOCAB
                               for m in g.members]).astype(np.float32)
             a = (right - right.mean(0)) / (right.std(0) + 0.1)
-            for m, am in zip(g.members, a):
-                n = len(m.data["tokens"])
-                prompts += [m.data["prompt"]] * n
-                positions += list(range(n))
-                tokens += m.data["tokens"].tolist()
-                old_logp += m.data["logp"].tolist()
-                adv += am.tolist()
-        logits = policy.logits(torch.tensor(prompts), torch.tensor(positions))
-        logp = torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
-        ratio = torch.exp(logp - torch.tensor(old_logp))
-        adv_t = torch.tensor(adv, dtype=torch.float32)
-        loss = -torch.min(ratio * adv_t, torch.clamp(ratio, 0.8, 1.2) * adv_t).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss.item()
+            rollouts += [(m.data, am) for m, am in zip(g.members, a)]
+        return clipped_pg_step(policy, opt, rollouts)
 
     def evaluate(policy) -> tuple[float, float]:
         rng = np.random.default_rng(0)

@@ -411,17 +411,17 @@ def test_a_reader_racing_a_swap_never_resurrects_the_replaced_generation(tmp_pat
     old = os.readlink(path / "shard-000")
     writer.clear()  # swaps to a new generation and deletes the old one
     fid = writer.put(payload(5))
-    real = fr._read_target
+    real = fr.read_target
     calls = []
 
     def stale_once(link):
         calls.append(link)
         return old if len(calls) == 1 else real(link)
 
-    monkeypatch.setattr(fr, "_read_target", stale_once)
+    monkeypatch.setattr(fr, "read_target", stale_once)
     reader = FragmentStore.__new__(FragmentStore)  # a handle that has not opened the shard yet
     reader.__dict__.update(path=writer.path, num_shards=1, map_size=writer.map_size, sync=False, writemap=False,
-                           shrink_threshold=None, _shards=[fr._Shard(str(path / "shard-000"))], _closed=False,
+                           shrink_threshold=None, _shards=[fr.ShardLink(str(path / "shard-000"))], _closed=False,
                            shrinks=0)
     assert reader.get(fid)["i"] == 5  # found in the current generation
     assert not (path / old).exists() and len(calls) >= 2

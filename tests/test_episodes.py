@@ -511,26 +511,28 @@ def test_uniform_with_a_tracked_window_is_exact():
 
 
 # -- rings and threads -------------------------------------------------------------------------------
-def test_a_step_kept_alive_far_behind_its_stream_is_detached_not_misread(tmp_path):
+def test_a_step_kept_alive_far_behind_its_stream_stays_in_it_and_is_not_misread(tmp_path):
     # MinHeap evicts the lowest priority: the high-priority first step outlives 60 newer steps of its
-    # stream, further than a ring may reach (2 x capacity rounded up = 16 positions)
+    # stream, further than a ring may reach (2 x capacity rounded up = 16 positions): it moves to
+    # the index's overflow map and stays reachable (issue 24)
     t = rs.Table(8, remover=rs.MinHeap(), episodes=rs.Episodes(next_obs_field="next_obs"), seed=0)
     old = t.add_step(step(0), stream=0, priority=100.0)
     for i in range(1, 61):
         t.add_step(step(i), stream=0, priority=float(i))
     assert old in t
     idx = t._episodes
-    slot = t._index.lookup([old])[0]
-    assert not idx.attached(np.array([slot]))[0]
-    assert (idx.attached(t._index.lookup(t.keys()[1:]))).all()
+    assert idx.n_overflow == 1
+    assert (idx.attached(t._index.lookup(t.keys()))).all()
     for _ in range(5):
         s = t.sample_sequences(16, 2, mode="padded")
-        assert old not in s.step_keys and (np.diff(s.data["id"], axis=1)[s.mask[:, 1]] == 1).all()
+        assert (np.diff(s.data["id"], axis=1)[s.mask[:, 1]] == 1).all()
+        assert (~s.mask[s.step_keys[:, 0] == old, 1]).all()  # its successor is gone
         assert old not in t.sample_sequences(16, 3).step_keys
     t.save(tmp_path / "ck")
     u = rs.Table.load(tmp_path / "ck")
-    assert not u._episodes.attached(u._index.lookup([old]))[0]
+    assert u._episodes.attached(u._index.lookup([old]))[0] and u._episodes.n_overflow == 1
     assert (u.sample_sequences(16, 3).data["id"] >= 53).all()
+    assert old in u.sample_sequences(64, 1).keys
 
 
 def test_concurrent_writers_blocked_by_the_rate_limiter_keep_their_streams_consecutive():

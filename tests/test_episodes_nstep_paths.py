@@ -182,27 +182,26 @@ def test_truncation_termination_and_the_write_head_on_the_fast_path():
     assert s.discount[i] == g**3 and not s.done[i]
 
 
-def test_detached_starts_are_redrawn_on_every_path():
-    # MinHeap keeps the high-priority first step far behind its stream: it is detached
+def test_far_behind_starts_are_planned_alike_on_every_path():
+    # MinHeap keeps the high-priority first step far behind its stream: it is in the overflow map
     t = rs.Table(8, remover=rs.MinHeap(), episodes=rs.Episodes(next_obs_field="next_obs"), seed=0)
     old = t.add_step({"obs": np.float32(0), "next_obs": 0.5, "reward": 1.0}, stream=0, priority=100.0)
     for i in range(1, 61):
         t.add_step({"obs": np.float32(i), "next_obs": i + 0.5, "reward": 1.0}, stream=0, priority=float(i))
     idx = t._episodes
-    assert not idx.all_gapless()
+    assert not idx.all_gapless() and idx.n_overflow == 1
     slots = t._index.lookup(t.keys())
     for plan in (nstep_mod.plan_nstep, nstep_mod.plan_runs, nstep_mod.plan_ring, nstep_mod.plan_checked):
         _, k, _, _ = plan(idx, slots, N, True)
-        assert (k[slots == t._index.lookup([old])[0]] == 0).all() and (k[t.keys() != old] >= 1).all()
-    for _ in range(5):
-        assert old not in t.sample_nstep(32, N, 0.9).keys
+        assert (k[slots == t._index.lookup([old])[0]] == 1).all() and (k >= 1).all()
+    assert any(old in t.sample_nstep(32, N, 0.9).keys for _ in range(20))
 
 
-def test_explicitly_detached_steps_are_counted_and_redrawn():
-    # a ring that grows to its cap past an old live step drops it (its id is marked detached)
+def test_steps_past_a_capped_ring_move_to_the_overflow_map_and_back_out():
+    # a ring that grows to its cap past an old live step moves it to the overflow map
     t = rs.Table(32, remover=rs.MinHeap(), episodes=rs.Episodes(next_obs_field="next_obs"), seed=0)
     idx = t._episodes
-    idx.ring_cap = 32
+    assert idx.ring_cap == 64
 
     def rows(ids):
         ids = np.asarray(ids)
@@ -210,15 +209,18 @@ def test_explicitly_detached_steps_are_counted_and_redrawn():
 
     old = t.add_step({"obs": np.float32(0), "next_obs": 0.5, "reward": 1.0}, stream=0, priority=100.0)
     t.extend_steps(rows(range(1, 11)), streams=0, priorities=np.arange(1.0, 11.0))
-    t.extend_steps(rows(range(11, 35)), streams=0, priorities=np.arange(11.0, 35.0))  # the ring grows 16 -> 32
+    assert idx.n_overflow == 0
+    # the live span would be 35 > 64 / 2: the ring grows 16 -> 64 (its cap), position 0 moves out
+    t.extend_steps(rows(range(11, 35)), streams=0, priorities=np.arange(11.0, 35.0))
     assert old in t
-    assert idx.n_detached == 1 and not idx.all_gapless()
+    assert idx.n_overflow == 1 and idx.n_detached == 0 and not idx.all_gapless()
     slots = t._index.lookup(t.keys())
     for plan in (nstep_mod.plan_nstep, nstep_mod.plan_runs, nstep_mod.plan_ring, nstep_mod.plan_checked):
         _, k, _, _ = plan(idx, slots, N, True)
-        assert (k[t.keys() == old] == 0).all() and (k[t.keys() != old] >= 1).all()
+        assert (k[t.keys() == old] == 1).all() and (k[t.keys() != old] >= 1).all()
     t.delete([old])
-    assert idx.n_detached == 0
+    assert idx.n_overflow == 0
+    assert idx.all_gapless()  # the hole left with it
 
 
 # -- index memory -------------------------------------------------------------------------------------

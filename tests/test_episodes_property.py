@@ -134,7 +134,6 @@ class EpisodeMachine(RuleBasedStateMachine):
         ep = rs.Episodes(next_obs_field="next_obs" if has_next else None,
                          sequence_length=3 if prio else None, burn_in=1 if prio else 0)
         self.t = rs.Table(CAP, sampler=sampler, episodes=ep, max_staleness=1, max_times_sampled=mts, seed=0)
-        self.t._episodes.ring_cap = 1 << 30  # never detach in this model (detaching is tested elsewhere)
         self.ref = Ref()
         self.next_id = 0
 

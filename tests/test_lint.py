@@ -138,6 +138,31 @@ def test_ruff_check():
     assert r.returncode == 0, f"ruff check:\n{r.stdout}\n{r.stderr}"
 
 
+#: "No module over ~500 lines" (issue 21): the check allows 10% over; a longer module needs a reason here.
+MAX_MODULE_LINES = 550
+#: Modules still longer than that, each with the reason (shrink this list, do not grow it).
+LONG_MODULES = {
+    "replaystore/ray/wal.py": "not split yet: records, group commit and recovery share one file format",
+    "replaystore/ray/fragment_buffer.py": "not split yet (issue 21 follow-up)",
+    "replaystore/storage/fragments.py": "not split yet (issue 21 follow-up)",
+    "replaystore/online/buffer.py": "not split yet (issue 21 follow-up)",
+    "replaystore/episodes/index.py": "not split yet (issue 21 follow-up)",
+    "replaystore/checkpoint.py": "not split yet (issue 21 follow-up)",
+    "replaystore/table.py": "being split into the table package (issue 21)",
+}
+
+
+def test_no_module_is_too_long():
+    too_long = {}
+    for f in sorted((SRC / "replaystore").rglob("*.py")):
+        rel = f.relative_to(SRC).as_posix()
+        n = len(f.read_text().splitlines())
+        if n > MAX_MODULE_LINES and rel not in LONG_MODULES:
+            too_long[rel] = n
+    assert not too_long, (f"modules over {MAX_MODULE_LINES} lines (split them by concept, or add one to "
+                          f"LONG_MODULES with the reason): {too_long}")
+
+
 @pytest.mark.skipif(not FORMAT_ENFORCED, reason="FORMAT_ENFORCED is False until the lead formats the tree once")
 def test_ruff_format():
     r = _run([_tool("ruff"), "format", "--check", "--no-cache", "src", "tests"])

@@ -6,6 +6,8 @@ The core is :class:`Table`: a storage, a sampler, a remover, a rate limiter and 
 
 from .episodes import EpisodeBatch, EpisodeInfo, Episodes, NStepSample, SequenceSample, sequence_priority
 from .errors import (
+    AlreadySampled,
+    BlockingWarning,
     CapacityError,
     CheckpointError,
     Closed,
@@ -20,17 +22,21 @@ from .errors import (
     NoValidSequence,
     RateLimitError,
     ReplayError,
+    ReplayWarning,
     SpecError,
     StorageError,
+    TicketCancelled,
     Timeout,
     UnknownStream,
     UnknownTicket,
     WalCorrupt,
+    WouldDeadlock,
 )
 from .items import Sample
 from .limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack
 from .mixing import InvalidMix, MixedSample, MixedSampler
 from .samplers import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Selector, Uniform, WithoutReplacement
+from .snapshot import TableSnapshot
 from .storage import (
     ColumnStorage,
     CompressedColumnStorage,
@@ -45,6 +51,10 @@ from .table import Table
 __version__ = "0.1.0"
 
 __all__ = [
+    "AlreadySampled",
+    "BlockingWarning",
+    "ReplayWarning",
+    "TableSnapshot",
     "CapacityError",
     "sequence_priority",
     "UnknownStream",
@@ -93,8 +103,10 @@ __all__ = [
     "Table",
     "Timeout",
     "Uniform",
+    "TicketCancelled",
     "UnknownTicket",
     "WalCorrupt",
+    "WouldDeadlock",
     "WithoutReplacement",
     "__version__",
 ]

@@ -49,25 +49,25 @@ import re
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from .episodes.consistency import check_index_arrays
 from .errors import CheckpointError, DiskFull, InvalidArgument, ReplayError, StorageError
-from .limiters import limiter_from_config
-from .samplers import selector_from_config
-from .storage import ColumnStorage, FrameStackStorage, MemmapColumnStorage, ObjectStorage
-from .storage.spec import normalize_spec, unflatten
+from .snapshot import META_DTYPES, TableSnapshot
+from .storage import Storage
+from .storage.describe import from_description
 
-if TYPE_CHECKING:
-    from .table import Table
+T = TypeVar("T")
 
 FORMAT = "replaystore-checkpoint"
 VERSION = 2  # 2: manifest.sha256, fsync'd files, recoverable side copies; 1 (read only): no manifest checksum
 MANIFEST = "manifest.json"
 CHECKSUM = "manifest.sha256"
-_META = {"keys": np.int64, "priorities": np.float64, "times_sampled": np.int64, "versions": np.int64}
+_META = META_DTYPES
 # per-step episode structure of an episodic table (see replaystore.episodes.index)
 _EPISODE_ROWS = {"stream": np.int64, "t": np.int64, "episode": np.int64, "pos": np.int64, "flags": np.uint8}
 _KINDS = ("columns", "memmap", "frames", "compressed", "objects")
@@ -149,10 +149,13 @@ def _recover(path: Path) -> None:
         shutil.rmtree(p, ignore_errors=True)
 
 
-def save_table(table: "Table", path: str | os.PathLike) -> None:
-    """Write ``table`` to the directory ``path``, replacing any checkpoint there (see the module doc).
+def save_table(table: Any, path: str | os.PathLike) -> None:
+    """Write ``table`` (anything with a ``snapshot()``, i.e. a Table) to ``path``: see :func:`save_snapshot`."""
+    save_snapshot(table.snapshot(), path)
 
-    Thread-safe (the table's lock is held only while the live rows are copied).
+
+def save_snapshot(snapshot: TableSnapshot, path: str | os.PathLike) -> None:
+    """Write ``snapshot`` to the directory ``path``, replacing any checkpoint there (see the module doc).
 
     Raises:
         InvalidArgument: ``path`` is a file or a non-empty directory that is not a checkpoint.
@@ -162,47 +165,20 @@ def save_table(table: "Table", path: str | os.PathLike) -> None:
         is left behind.
     """
     path = Path(path)
-    with table._cond:
-        table._flush_pending()
-        slots = table._index.live_slots()
-        keys = table._index.key_of_slot[slots]
-        meta = {
-            "keys": keys,
-            "priorities": table._priority[slots].copy(),
-            "times_sampled": table._times_sampled[slots].copy(),
-            "versions": table._version[slots].copy(),
-        }
-        payload = table.storage.export(slots)
-        episodes = None if table._episodes is None else table._episodes.export_rows(slots)
-        manifest = {
-            "format": FORMAT,
-            "version": VERSION,
-            "saved_ns": time.time_ns(),
-            "table": {
-                "name": table.name,
-                "capacity": table.capacity,
-                "max_times_sampled": table.max_times_sampled,
-                "max_staleness": table.max_staleness,
-                "default_timeout": table.default_timeout,
-                "seed": table.seed,
-                "next_key": table._next_key,
-                "model_version": table.version,
-                "max_priority": table.max_priority,
-                "counters": dict(table._counters),
-                "blocked": dict(table._blocked),
-                "rng": table.rng.bit_generator.state,
-            },
-            "storage": table.storage.describe(),
-            "sampler": {"config": table.sampler.config(),
-                        "state": table.sampler.export_state(table._index.key_of_slot)},
-            "remover": {"config": table.remover.config(),
-                        "state": table.remover.export_state(table._index.key_of_slot)},
-            "rate_limiter": {"config": table.rate_limiter.config(), "state": table.rate_limiter.state()},
-            "size": len(slots),
-        }
-        if episodes is not None:
-            manifest["episodes"] = {"config": table._episodes.options.config(),
-                                    "streams": table._episodes.export_streams()}
+    meta, payload, episodes = snapshot.meta, snapshot.payload, snapshot.episodes
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "saved_ns": time.time_ns(),
+        "table": {**snapshot.config, **snapshot.state},
+        "storage": snapshot.storage,
+        "sampler": snapshot.sampler,
+        "remover": snapshot.remover,
+        "rate_limiter": snapshot.rate_limiter,
+        "size": snapshot.size,
+    }
+    if episodes is not None:
+        manifest["episodes"] = {"config": episodes["config"], "streams": episodes["streams"]}
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise InvalidArgument(f"cannot save a checkpoint to {path}: it exists and is not a directory")
     if path.is_dir() and not (path / MANIFEST).exists() and any(path.iterdir()):
@@ -219,10 +195,10 @@ def save_table(table: "Table", path: str | os.PathLike) -> None:
         for name, arr in meta.items():
             fname = f"meta_{name}.npy"
             files[fname] = _write_file(tmp / fname, lambda f, a=arr: np.save(f, a, allow_pickle=False))
-        for name, arr in (episodes or {}).items():
+        for name, arr in (episodes or {}).get("rows", {}).items():
             fname = f"episodes_{name}.npy"
             files[fname] = _write_file(tmp / fname, lambda f, a=arr: np.save(f, a, allow_pickle=False))
-        if isinstance(table.storage, ObjectStorage):
+        if snapshot.storage["kind"] == "objects":
             files["objects.pkl"] = _write_file(
                 tmp / "objects.pkl", lambda f: pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL))
             manifest["columns"] = None
@@ -510,28 +486,33 @@ def checkpoint_exists(path: str | os.PathLike) -> bool:
 
 
 # -- loading --------------------------------------------------------------------------------------------
-def load_table(path: str | os.PathLike, allow_pickle: bool = False, memmap_dir: str | None = None) -> "Table":
-    """Rebuild the table saved at ``path``.
+def load_snapshot(path: str | os.PathLike, build: Callable[[TableSnapshot, Storage], T], allow_pickle: bool = False,
+                  memmap_dir: str | None = None) -> T:
+    """Read the checkpoint at ``path`` into a :class:`~replaystore.TableSnapshot`; return ``build(snapshot, storage)``.
+
+    ``build`` makes the table (``Table.from_snapshot``); ``storage`` is a new, empty storage like
+    the saved one. :meth:`Table.load` is the usual way in.
 
     Args:
         path: the checkpoint directory.
+        build: makes the table from the snapshot and the storage.
         allow_pickle: required to load an object storage (its items are pickled; see the module doc).
         memmap_dir: for a checkpoint of a memmap table, the directory of the new memmap storage
             (absent or empty); without it the columns are loaded into RAM.
 
     Raises:
-        CheckpointError: no checkpoint, or anything wrong with it (named in the message). On any
-            error, ``memmap_dir`` is left as it was.
+        CheckpointError: no checkpoint, or anything wrong with it (named in the message), including
+            a configuration ``build`` refuses. On any error, ``memmap_dir`` is left as it was.
     """
     root, m = _locate(Path(path))
     if memmap_dir is None:
-        return _build(root, m, allow_pickle, None)
+        return _build(root, m, build, allow_pickle, None)
     mdir = Path(memmap_dir)
     existed = mdir.exists()
     if existed and (not mdir.is_dir() or any(mdir.iterdir())):
         raise CheckpointError(f"memmap_dir {mdir} must be absent or an empty directory")
     try:
-        return _build(root, m, allow_pickle, mdir)
+        return _build(root, m, build, allow_pickle, mdir)
     except BaseException:
         if existed:
             for p in mdir.iterdir():
@@ -541,9 +522,8 @@ def load_table(path: str | os.PathLike, allow_pickle: bool = False, memmap_dir: 
         raise
 
 
-def _build(path: Path, m: dict, allow_pickle: bool, memmap_dir: Path | None) -> "Table":
-    from .table import Table
-
+def _build(path: Path, m: dict, build: Callable[[TableSnapshot, Storage], T], allow_pickle: bool,
+           memmap_dir: Path | None) -> T:
     t = m["table"]
     n = m["size"]
     capacity = t["capacity"]
@@ -584,42 +564,34 @@ def _build(path: Path, m: dict, allow_pickle: bool, memmap_dir: Path | None) -> 
             payload[col] = arr
     episodes = None
     if "episodes" in m:
-        meta["episodes"] = {name: _load_npy(path, f"episodes_{name}.npy") for name in _EPISODE_ROWS}
+        # the episode arrays: dtype and shape, then that they form one consistent history
+        rows = {name: _load_npy(path, f"episodes_{name}.npy") for name in _EPISODE_ROWS}
         for name, dtype in _EPISODE_ROWS.items():
-            _check_array(meta["episodes"][name], f"episodes_{name}.npy", dtype, (n,))
+            _check_array(rows[name], f"episodes_{name}.npy", dtype, (n,))
+        ep = _field(m, "episodes", dict, "")
+        episodes = {"config": _field(ep, "config", dict, "episodes"), "streams": ep.get("streams"), "rows": rows}
+        check_index_arrays(rows, ep.get("streams"), where=str(path))
     _check_memory(path, capacity, desc, in_ram=not (kind == "memmap" and memmap_dir is not None))
-    try:
-        if "episodes" in m:
-            from .episodes import Episodes
-
-            episodes = Episodes(**_field(_field(m, "episodes", dict, ""), "config", dict, "episodes"))
-        storage = _make_storage(desc, capacity, memmap_dir)
-        table = Table(
-            capacity,
-            sampler=selector_from_config(m["sampler"]["config"]),
-            remover=selector_from_config(m["remover"]["config"]),
-            rate_limiter=limiter_from_config(m["rate_limiter"]["config"]),
-            max_times_sampled=t["max_times_sampled"],
-            max_staleness=t["max_staleness"],
-            storage=storage,
-            seed=t["seed"],
-            default_timeout=t["default_timeout"],
-            name=t["name"],
-            episodes=episodes,
-        )
-    except (ReplayError, KeyError, TypeError, ValueError, OverflowError, MemoryError) as e:
-        raise CheckpointError(f"{path}: manifest has an invalid table configuration: {e!r}") from None
     lim = m["rate_limiter"]["state"]
     for key in ("inserts", "samples", "deletes"):
         if _field(lim, key, int, "rate_limiter.state") < 0:
             raise CheckpointError(f"{path}: manifest field rate_limiter.state.{key} is negative")
     # (inserts - deletes is not compared with the item count: a limiter object shared by two
     # tables, a misuse but a harmless one, counts both, and its checkpoints must still load)
+    config_keys = ("name", "capacity", "max_times_sampled", "max_staleness", "default_timeout", "seed")
+    snapshot = TableSnapshot(
+        config={k: t[k] for k in config_keys},
+        state={k: v for k, v in t.items() if k not in config_keys},
+        sampler=m["sampler"], remover=m["remover"], rate_limiter=m["rate_limiter"], storage=desc,
+        meta=meta, payload=payload, episodes=episodes,
+    )
     try:
-        table._restore(payload, n, meta, m)
-    except Exception as e:  # noqa: BLE001 - whatever a corrupt state trips over is a bad checkpoint
-        raise CheckpointError(f"{path}: the saved state is inconsistent ({type(e).__name__}: {e})") from None
-    return table
+        storage = from_description(desc, capacity, memmap_dir)
+        return build(snapshot, storage)
+    except CheckpointError as e:  # the state does not fit together
+        raise CheckpointError(f"{path}: {e}") from None
+    except (ReplayError, KeyError, TypeError, ValueError, OverflowError, MemoryError) as e:
+        raise CheckpointError(f"{path}: manifest has an invalid table configuration: {e!r}") from None
 
 
 def _check_memory(path: Path, capacity: int, desc: dict, in_ram: bool) -> None:
@@ -643,25 +615,3 @@ def _check_memory(path: Path, capacity: int, desc: dict, in_ram: bool) -> None:
     if need > total:
         raise CheckpointError(f"{path}: manifest fields table.capacity ({capacity:,}) and the storage's need "
                               f"about {need:,} bytes of memory, more than this machine has ({total:,})")
-
-
-def _make_storage(desc: dict, capacity: int, memmap_dir: Path | None) -> Any:
-    kind = desc["kind"]
-    if kind == "objects":
-        return ObjectStorage(capacity)
-    flat = desc.get("spec")
-    spec = None if flat is None else unflatten({p: (f["shape"], f["dtype"]) for p, f in flat.items()})
-    if kind == "frames":
-        storage = FrameStackStorage(capacity, desc["obs_key"], desc["next_obs_key"], desc["end_keys"],
-                                    frame_capacity=desc.get("frame_capacity"))
-        if spec is not None:
-            storage._adopt(normalize_spec(spec))
-        return storage
-    if kind == "compressed":
-        from .storage.compressed import CompressedColumnStorage
-
-        return CompressedColumnStorage(capacity, spec, compress=desc.get("compress"),
-                                       min_bytes=desc.get("min_bytes", 1024), level=desc.get("level", 3))
-    if kind == "memmap" and memmap_dir is not None:
-        return MemmapColumnStorage(capacity, memmap_dir, spec)
-    return ColumnStorage(capacity, spec)

@@ -114,6 +114,26 @@ class UnknownTicket(KeyNotFound):
     """A rollout ticket that is not held: never acquired, already finished or abandoned, or expired."""
 
 
+class TicketCancelled(UnknownTicket):
+    """A rollout ticket that was cancelled (over-provisioning: its batch filled, or ``cancel_slowest``).
+
+    The producer should stop generating for it; anything it sends for the ticket is refused.
+    """
+
+
+class AlreadySampled(InvalidRequest):
+    """A group cannot be rejected: the trainer has already sampled it."""
+
+
+class WouldDeadlock(InvalidRequest):
+    """An ``acquire`` that can never be granted while its holder keeps the tickets it holds.
+
+    Either the holder's tickets plus the request exceed what the budget ever admits at once, or the
+    trainer waits for one of the holder's running groups (``fifo``/``in_order`` picks) while the
+    holder waits for capacity that only the trainer's next version would bring.
+    """
+
+
 class WalCorrupt(CheckpointError):
     """A write-ahead log holds a corrupted record that is not a torn tail (see ``replaystore.ray.wal``)."""
 
@@ -139,3 +159,16 @@ class NoValidSequence(EpisodeError):
 
 class InvalidState(ReplayError, RuntimeError):
     """A call that needs a set-up step first (e.g. an SB3 HER buffer sampled before ``set_env``)."""
+
+
+class ReplayWarning(UserWarning):
+    """Base class of every warning replaystore issues (filter them with ``rs.ReplayWarning``)."""
+
+
+class BlockingWarning(ReplayWarning):
+    """A table cannot do what a call waits for (e.g. a loaded table under ``MinSize`` it does not reach).
+
+    Issued after :meth:`Table.load` when the rate limiter cannot admit a sample, and once by a
+    blocking call without a timeout that has waited 10 s. The call still blocks; the message names
+    the limiter, the table's size and the fix.
+    """

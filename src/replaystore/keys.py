@@ -11,6 +11,8 @@ lookups consult only for keys that missed the ring.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 
@@ -38,6 +40,10 @@ class KeyIndex:
                 self._overflow[k] = s
         self._ring[pos] = slots
         self.key_of_slot[slots] = keys
+        if len(keys) and int(keys.max()) - int(keys.min()) > self._mask:  # keys of this batch collide
+            lost = self._ring[pos] != slots  # (a restored checkpoint whose keys span more than the ring)
+            for k, s in zip(keys[lost].tolist(), slots[lost].tolist()):
+                self._overflow[k] = s
 
     def replace(self, slots: np.ndarray, keys: np.ndarray, newest_gone: int | None = None) -> None:
         """Live ``slots`` now hold new increasing ``keys`` (their old keys are gone).
@@ -88,6 +94,15 @@ class KeyIndex:
         self._overflow.clear()
 
 
+class RingBounds:
+    """Where a :class:`RingIndex` keeps its three numbers when no table state holds them."""
+
+    __slots__ = ("ring_base", "ring_lo", "ring_hi")
+
+    def __init__(self) -> None:
+        self.ring_base = self.ring_lo = self.ring_hi = 0
+
+
 class RingIndex:
     """Key -> slot map of a table whose items leave only oldest-first: no bookkeeping at all.
 
@@ -102,11 +117,41 @@ class RingIndex:
     order; ``release``/``replace`` get the :meth:`oldest` slots. Not thread-safe (the Table locks).
     """
 
-    def __init__(self, capacity: int, key_of_slot: np.ndarray, base: int = 0) -> None:
+    def __init__(self, capacity: int, key_of_slot: np.ndarray, base: int = 0, bounds: Any = None) -> None:
         self.capacity = capacity
         self.key_of_slot = key_of_slot
+        # the three numbers live in ``bounds`` (the table's state object: ring_base/lo/hi), so the
+        # table's hot paths can move them without a call, and its state stays one object
+        self.bounds = bounds if bounds is not None else RingBounds()
         self.base = base  # the key that sits in slot 0
         self.lo = self.hi = base  # live keys: [lo, hi)
+
+    @property
+    def base(self) -> int:
+        """The key that sits (or would sit) in slot 0."""
+        return self.bounds.ring_base
+
+    @base.setter
+    def base(self, value: int) -> None:
+        self.bounds.ring_base = value
+
+    @property
+    def lo(self) -> int:
+        """The oldest live key (``== hi`` when empty)."""
+        return self.bounds.ring_lo
+
+    @lo.setter
+    def lo(self, value: int) -> None:
+        self.bounds.ring_lo = value
+
+    @property
+    def hi(self) -> int:
+        """One past the newest live key."""
+        return self.bounds.ring_hi
+
+    @hi.setter
+    def hi(self, value: int) -> None:
+        self.bounds.ring_hi = value
 
     @property
     def size(self) -> int:

@@ -18,13 +18,21 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .errors import Closed, InvalidArgument, Timeout
+from .items import Sample
 
-if TYPE_CHECKING:
-    from .items import Sample
-    from .table import Table
+
+class Sampleable(Protocol):
+    """What a :class:`SampleIterator` draws from: a :class:`~replaystore.Table` (or alike)."""
+
+    name: str
+
+    def sample(self, batch_size: int, timeout: float | None = None, as_tensor: bool = False, device: Any = None,
+               pin_memory: bool = False) -> Sample:
+        """Draw ``batch_size`` items (see :meth:`replaystore.Table.sample`)."""
+        ...
 
 _POLL = 0.05  # seconds: how often a waiting thread checks for close()
 _END = object()
@@ -35,7 +43,7 @@ class SampleIterator:
 
     def __init__(
         self,
-        table: "Table",
+        table: Sampleable,
         batch_size: int,
         prefetch: int = 2,
         timeout: float | None = None,
@@ -68,7 +76,7 @@ class SampleIterator:
                 continue
         return False
 
-    def _draw(self) -> "Sample":
+    def _draw(self) -> Sample:
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
             wait = _POLL if deadline is None else min(_POLL, max(0.0, deadline - time.monotonic()))
@@ -100,7 +108,7 @@ class SampleIterator:
     def __iter__(self) -> "SampleIterator":
         return self
 
-    def __next__(self) -> "Sample":
+    def __next__(self) -> Sample:
         if self._done:
             raise StopIteration
         while True:

@@ -4,18 +4,11 @@ import threading
 import time
 
 import pytest
+from online_helpers import FakeClock
 
 import replaystore as rs
 from replaystore.errors import InvalidRequest, UnknownTicket
 from replaystore.online import StalenessBudget
-
-
-class FakeClock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def test_admission_follows_the_version_budget():

@@ -6,18 +6,11 @@ import time
 
 import numpy as np
 import pytest
+from online_helpers import FakeClock, snapshot
 
 import replaystore as rs
 from replaystore.errors import InvalidRequest, UnknownTicket
 from replaystore.online import RolloutBuffer, VersionRange
-
-
-class FakeClock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class ListSink:
@@ -29,12 +22,6 @@ class ListSink:
 
     def close(self):
         pass
-
-
-def snapshot(buf):
-    s = buf.stats()
-    s.pop("budget", None)
-    return s, (None if buf.budget is None else buf.budget.state()), len(buf.table)
 
 
 def test_version_range():

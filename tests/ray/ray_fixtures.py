@@ -42,3 +42,42 @@ def start_ray(**kwargs):
     kwargs.setdefault("runtime_env", {"env_vars": {"PYTHONPATH": path}})
     ray.init(**kwargs)
     return ray
+
+
+def wait_restarted(client, deadline_s: float = 90):
+    """Wait until the service behind ``client`` answers ``ping`` as a restarted actor."""
+    import time
+
+    import replaystore as rs
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            if client.ping()["restarted"]:
+                return
+        except (rs.Closed, rs.Timeout):
+            pass
+        assert time.monotonic() < deadline, "the service did not restart"
+        time.sleep(0.2)
+
+
+def log_then_replay(d: str, make_table, run_ops, ops, ops2, checkpoint: bool):
+    """Run ``ops``, (a checkpoint,) ``ops2`` on a logged ``make_table()``; rebuild it from checkpoint + log.
+
+    Returns ``(table, logged, restored, logged_restored, next_id)``; ``logged`` is closed,
+    ``logged_restored`` is open (on the same log).
+    """
+    import replaystore as rs
+    from replaystore.ray.logged_table import LoggedTable
+    from replaystore.ray.wal import WalConfig
+
+    cfg = WalConfig(dir=d, fsync="never")
+    t = make_table()
+    lt = LoggedTable.open(t, os.path.join(d, "wal"), cfg)
+    nid = run_ops(lt, ops)
+    if checkpoint:
+        lt.save(os.path.join(d, "ckpt"))
+    nid = run_ops(lt, ops2, nid)
+    lt.close()
+    restored = rs.Table.load(os.path.join(d, "ckpt")) if checkpoint else make_table()
+    return t, lt, restored, LoggedTable.open(restored, os.path.join(d, "wal"), cfg), nid

@@ -49,10 +49,11 @@ def make_producer(ray):
     return Producer
 
 
-def serve(name, **cfg):
+def serve(name, housekeeping_period=0.2, **cfg):
     from replaystore import ray as rsr
 
-    return rsr.serve(name=name, online={"rollouts": RolloutBufferConfig(**cfg)}, housekeeping_period=0.2)
+    return rsr.serve(name=name, online={"rollouts": RolloutBufferConfig(**cfg)},
+                     housekeeping_period=housekeeping_period)
 
 
 def test_service_api_and_bad_input(ray_local):
@@ -191,10 +192,9 @@ def test_service_restart_keeps_tickets_groups_and_counters(ray_local, tmp_path):
     try:
         a, b, c = oc.acquire(3, timeout=5)
         oc.add("a0", group=a)
-        oc.add("b0", group=b)
-        oc.add("b1", group=b)
+        assert oc.add_group(b, ["b0", "b1"]) == "complete"  # one call, one transaction
         oc.set_version(1)
-        oc.add("c0", group=c, versions=(0, 1))
+        oc.add("c0", group=c, versions=(0, 1), index=0)
         before = oc.stats()
         ray_local.kill(svc.actor, no_restart=False)
         deadline = time.time() + 60
@@ -211,9 +211,150 @@ def test_service_restart_keeps_tickets_groups_and_counters(ray_local, tmp_path):
         for k in ("version", "groups", "pending_groups", "pending_rollouts", "rollouts_added"):
             assert after[k] == before[k], k
         assert after["budget"]["running"] == 2
+        # the producers retry the calls whose answers they may have missed: nothing is duplicated
+        assert oc.add_group(b, ["b0", "b1"]) == "complete"
+        assert oc.add("c0", group=c, versions=(0, 1), index=0) == "pending"
+        assert oc.stats()["rollouts_added"] == before["rollouts_added"]
         assert oc.add("a1", group=a) == "complete"
-        assert oc.add("c1", group=c) == "complete"
+        assert oc.add_group(c, ["c0", "c1"], member_versions=[(0, 1), 1]) == "complete"
         assert sorted(oc.sample(3, timeout=5).group_ids) == [a, b, c]
         assert os.path.isdir(cfg.path)
     finally:
         svc.shutdown()
+
+
+def test_workflow_calls_on_the_service(ray_local):
+    """add_group, admission versions, version signals, reject, over-provisioning, pause, bare tickets."""
+    import asyncio
+    import threading
+
+    svc = serve("online-workflow", capacity=64, batch_size=2, max_staleness=1, group_size=2)
+    oc = svc.online("rollouts")
+    try:
+        oc.set_version(2)
+        a, b = oc.acquire(2, timeout=5, holder="p")
+        assert a.version == b.version == 2 and oc.version_of(int(a)) == 2 and oc.held(a)
+        assert oc.add_group(a, ["a0", "a1"], versions=(a.version, 2)) == "complete"
+        assert oc.add_group(a, ["a0", "a1"]) == "complete"  # retried: nothing twice
+        oc.reject(a, "zero_variance")  # scored: every reward equal
+        oc.renew(b)  # a bare ticket
+        with pytest.raises(rs.AlreadySampled):
+            oc.add_group(b, ["b0", "b1"])
+            oc.sample(1, timeout=5)
+            oc.reject(b, "late")
+        with pytest.raises(rs.InvalidRequest):
+            oc.add_group(99, ["x"])  # wrong number of members
+        s = oc.stats()
+        assert s["rejected"] == {"zero_variance": 1} and s["rollouts_added"] == 4 and s["groups_rejected"] == 1
+        # over-provisioning: 1 needed + 2 extra; once 1 completes, the others are cancelled
+        x, y, z = oc.acquire(1, timeout=5, overprovision=2)
+        oc.add_group(y, ["y0", "y1"])
+        with pytest.raises(rs.TicketCancelled):
+            oc.add("late", group=x)
+        assert not oc.held(z) and oc.stats()["budget"]["cancelled"] == 2
+        oc.pause()
+        with pytest.raises(rs.InvalidRequest):
+            oc.pause()
+        assert oc.try_acquire(1) == []
+        oc.resume()
+        # version signals: a blocking wait and the async iterator, both answered by set_version
+        got = []
+        th = threading.Thread(target=lambda: got.append(oc.wait_for_version(4, timeout=30)))
+        th.start()
+
+        async def follow():
+            seen = []
+            async for v in oc.versions(after=2, poll=1.0):
+                seen.append(v)
+                if v >= 4:
+                    return seen
+
+        def bump():
+            time.sleep(0.3)
+            oc.set_version(3)
+            time.sleep(0.3)
+            oc.set_version(4)
+
+        bumper = threading.Thread(target=bump)
+        bumper.start()
+        assert asyncio.run(follow()) == [3, 4]
+        th.join(30)
+        bumper.join(30)
+        assert got == [4]
+        assert oc.wait_for_version(1, timeout=0) == 4  # reached long ago: at once
+        with pytest.raises(rs.Timeout):
+            oc.wait_for_version(9, timeout=0.2)
+    finally:
+        svc.shutdown()
+
+
+def test_expiry_is_judged_at_the_call_without_other_traffic(ray_local):
+    svc = serve("online-ttl-clock", housekeeping_period=3600, capacity=16, batch_size=2, max_staleness=0,
+                group_size=2, ticket_ttl=0.5)
+    oc = svc.online("rollouts")
+    try:
+        [t] = oc.acquire(1, timeout=5)
+        oc.add("first", group=t)
+        time.sleep(0.8)  # no call at all meanwhile, no housekeeping
+        with pytest.raises(rs.UnknownTicket):
+            oc.renew([t])
+        with pytest.raises(rs.UnknownTicket):
+            oc.add("second", group=t)
+        s = oc.stats()
+        assert s["groups_dropped_expired"] == 1 and s["budget"]["expired"] == 1 and s["budget"]["accepted"] == 0
+    finally:
+        svc.shutdown()
+
+
+def test_producer_killed_while_waiting_for_a_version_gives_its_tickets_back(ray_local):
+    svc = serve("online-kill-wait", capacity=32, batch_size=2, max_staleness=0, group_size=2, ticket_ttl=1.0)
+    oc = svc.online("rollouts")
+
+    @ray_local.remote(num_cpus=0)
+    class Waiter:
+        def __init__(self, oc):
+            self.oc = oc
+
+        def hold(self):
+            tickets = self.oc.acquire(1, timeout=10, holder="doomed", overprovision=1)
+            self.oc.add("partial", group=tickets[0])
+            return [int(t) for t in tickets]
+
+        def wait(self):
+            return self.oc.wait_for_version(99, timeout=60)
+
+    w = Waiter.remote(oc)
+    try:
+        held = ray_local.get(w.hold.remote(), timeout=30)
+        assert oc.try_acquire(1) == []  # the budget (2) is spent by the over-provisioned pair
+        w.wait.remote()
+        time.sleep(0.2)
+        ray_local.kill(w)
+        got = oc.acquire(2, timeout=20)  # back after their TTL
+        assert len(got) == 2
+        s = oc.stats()
+        assert s["budget"]["expired"] == 2 and s["groups_dropped_expired"] == 1
+        with pytest.raises(rs.UnknownTicket):
+            oc.add("late", group=held[1])
+    finally:
+        svc.shutdown()
+
+
+def test_grpo_dapo_overprovision_example_smoke(ray_local):
+    """examples/grpo_dapo_overprovision.py --smoke on the running Ray: every mode trains, DAPO rejects
+    count, over-provisioned tickets are cancelled (and they are the long ones more often)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "grpo_dapo_overprovision.py")
+    spec = importlib.util.spec_from_file_location("grpo_dapo_overprovision", path)
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    results = ex.main(["--smoke"])
+    assert set(results) == {"base", "dapo", "dapo+over"}
+    for mode, r in results.items():
+        s, p = r["stats"], r["producers"]
+        assert s["groups_sampled"] == 4 * 4 and s["rollouts_dropped"] == sum(s["dropped_by_length"].values())
+        assert max(int(k) for k in s["trained_staleness"]) <= 1
+        assert s["groups_rejected"] == p["rejected"] and (mode != "base" or p["rejected"] == 0)
+        assert (p["cancelled"] > 0) == (mode == "dapo+over") and s["tickets_cancelled"] == p["cancelled"]
+        assert r["zero_adv_trained"] == 0 or mode == "base"

@@ -4,6 +4,7 @@ same message), every time (not depending on timing), and the name is free again 
 import functools
 import os
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -120,4 +121,32 @@ def test_corrupt_checkpoint_raises_checkpoint_error(ray_local, tmp_path):
     victim.write_bytes(good)
     c = good_serve("svc-start-ckpt", tables=functools.partial(rs.Table, 100), checkpoint_dir=str(ckpt))
     assert len(c) == 10
+    c.shutdown()
+
+
+def test_a_restart_that_cannot_rebuild_its_table_says_why(ray_local, tmp_path):
+    """Ray restarts a crashed service whose log was damaged meanwhile: calls raise ``WalCorrupt``."""
+
+    cfg = WalConfig(dir=str(tmp_path / "wal"), fsync="always")
+    c = good_serve("svc-start-restart", tables=functools.partial(rs.Table, 100), wal=cfg, max_restarts=1)
+    for i in range(3):
+        c.extend(rows(np.arange(8 * i, 8 * i + 8)), timeout=10)
+    (seg,) = [p for _, p in list_segments(str(tmp_path / "wal" / "default"))]
+    _flip_middle_record(seg)
+    ray_local.kill(c.actor, no_restart=False)
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            c.ping()
+        except rs.WalCorrupt as e:
+            assert "fails its checksum" in str(e)
+            break
+        except (rs.Closed, rs.Timeout):  # the old process, or the restart under way
+            pass
+        assert time.monotonic() < deadline, "the restarted service never reported its start error"
+        time.sleep(0.2)
+    with pytest.raises(rs.WalCorrupt):
+        c.keys()
+    with pytest.raises(rs.WalCorrupt):
+        c.extend(rows([99]), timeout=5)
     c.shutdown()

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from ray_fixtures import start_ray
+from ray_fixtures import start_ray, wait_restarted
 
 import replaystore as rs
 
@@ -27,18 +27,6 @@ def ray_local():
 def rows(ids):
     ids = np.asarray(ids, dtype=np.int64)
     return {"id": ids, "obs": np.repeat(ids[:, None], 64, axis=1).astype(np.float32)}
-
-
-def wait_restarted(c, deadline_s=90):
-    deadline = time.monotonic() + deadline_s
-    while True:
-        try:
-            if c.ping()["restarted"]:
-                return
-        except (rs.Closed, rs.Timeout):
-            pass
-        assert time.monotonic() < deadline, "the service did not restart"
-        time.sleep(0.2)
 
 
 def table_factory():

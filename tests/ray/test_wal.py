@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ray_fixtures import log_then_replay
 
 import replaystore as rs
 from replaystore.errors import DiskFull, WalCorrupt
-from replaystore.ray.logged_table import LSN_COUNTER, LoggedTable
+from replaystore.ray.logged_table import LoggedTable
 from replaystore.ray.wal import MAGIC, WalConfig, WriteAheadLog, list_segments, read_log, write_records
 from replaystore.samplers import selector_from_config
 
@@ -324,17 +325,9 @@ def test_replay_equals_original(kind, ops, ops2, checkpoint):
     d = tempfile.mkdtemp()
     try:
         cfg = WalConfig(dir=d, fsync="never")
-        t = make_table(kind)
-        lt = LoggedTable.open(t, os.path.join(d, "wal"), cfg)
-        nid = run_ops(lt, ops)
-        if checkpoint:
-            lt.save(os.path.join(d, "ckpt"))
-        run_ops(lt, ops2, nid)
-        lt.close()
-        restored = rs.Table.load(os.path.join(d, "ckpt")) if checkpoint else make_table(kind)
-        lt2 = LoggedTable.open(restored, os.path.join(d, "wal"), cfg)
+        t, lt, restored, lt2, _ = log_then_replay(d, lambda: make_table(kind), run_ops, ops, ops2, checkpoint)
         assert_same(t, restored)
-        assert restored._counters[LSN_COUNTER] == lt.wal.last_lsn
+        assert restored.wal_lsn == lt.wal.last_lsn
         # the restored table keeps logging where the first left off
         run_ops(lt2, [("extend", 3), ("sample", 2)], 10_000)
         lt2.close()
@@ -380,8 +373,6 @@ def test_bad_input_changes_nothing_and_logs_nothing(tmp_path):
     assert lt.wal.last_lsn == 1 and len(t) == 3
     with pytest.raises(rs.SpecError):
         LoggedTable.open(rs.Table(4, storage="objects"), str(tmp_path / "objs"))
-    with pytest.raises(rs.InvalidArgument, match="episode"):
-        LoggedTable.open(rs.Table(4, episodes=rs.Episodes()), str(tmp_path / "episodes"))
     lt.close()
 
 

@@ -58,7 +58,7 @@ _T_MASK = (1 << UID_SHIFT) - 1
 TERMINATED = np.uint8(1)
 TRUNCATED = np.uint8(2)
 ENDS = TERMINATED | TRUNCATED
-DETACHED = np.uint8(4)  # flag of a live step no ring reaches (restored ones have t = _T_MASK)
+DETACHED = np.uint8(4)  # flag of a live step of no stream (only restored from old checkpoints: t = _T_MASK)
 _INT32_MAX = np.iinfo(np.int32).max
 _MIN_RING = 16
 
@@ -123,6 +123,9 @@ class EpisodeIndex(Selector):
         # the index before a clear() cannot be mistaken for current ones
         self.generation = getattr(self, "generation", -1) + 1
         self.n_detached = 0  # live steps marked detached (see the module doc)
+        self._ov: dict[int, int] = {}  # overflow: slot -> uid of live steps their ring no longer holds
+        self._ov_sorted: tuple[np.ndarray, np.ndarray] | None = None  # (uids sorted, their slots)
+        self._in_ov: np.ndarray | None = None  # per slot: in the overflow map (allocated at first use)
         self._gapless_at = (-1, False)  # (generation, all_gapless()) cache
         self.next_episode = 0
         self.ring_cap = _pow2_at_least(2 * c)
@@ -130,6 +133,17 @@ class EpisodeIndex(Selector):
         self.ring_used = 0
         self._streams_alloc(self.options.max_streams or 8)
         self.written = int(self.next_t.max())  # grows by every plan's rows: bounds every stream's next position
+
+    def share_live(self, live: DenseSet | None) -> None:
+        """Read the live steps from ``live``, a set another part of the table keeps.
+
+        (The ring's or the Uniform sampler's.) ``None``: keep a set of its own, empty (the caller
+        adds the live steps).
+        """
+        if live is None:
+            self.live, self._shared_live, self._own_live = DenseSet(self.capacity), None, True
+        else:
+            self.live, self._shared_live, self._own_live = live, live, False
 
     def _streams_alloc(self, n: int) -> None:
         old = getattr(self, "next_t", None)
@@ -173,6 +187,8 @@ class EpisodeIndex(Selector):
         arrays = (self.uid, self.episode_of, self.pos_of, self.flags, self.ring, self.next_t, self.cur_ep,
                   self.cur_pos, self.ring_off, self.ring_len, self.lo_t, self.n_live, self.oldest_t, self._mark)
         own = (self.live.items, self.live.pos) if self._own_live else ()  # else the Uniform sampler's set
+        if self._in_ov is not None:  # the overflow map (see the module doc)
+            own = (*own, self._in_ov, *(self._ov_sorted or ()))
         return sum(a.nbytes for a in (*arrays, *own))
 
     @property
@@ -363,7 +379,7 @@ class EpisodeIndex(Selector):
             self.flags[slots[~on]] |= DETACHED
             self.n_detached += int((~on).sum())
             self._count_in(streams[on], ts[on], "general")
-            self._ring_put(slots[on], streams[on], ts[on])
+            self._ring_put(slots[on], streams[on], ts[on], restore=True)
         else:
             self._count_in(streams, ts, plan.shape)
             self._ring_put(slots, streams, ts, plan.shape)
@@ -378,6 +394,8 @@ class EpisodeIndex(Selector):
         if self.validity is not None:
             self.validity.on_remove(slots)
         self._count_out(slots)
+        if self._ov:
+            self._overflow_drop(slots)
         self.episode_of[slots] = -1
         self.uid[slots] = -1
         if self._own_live:
@@ -425,7 +443,12 @@ class EpisodeIndex(Selector):
         self.n_live[us] += counts
 
     def _count_out(self, slots: np.ndarray) -> None:
-        """Uncount leaving steps; ``oldest_t`` advances when they are exactly its stream's oldest."""
+        """Uncount leaving steps; ``oldest_t`` advances when its stream's oldest step leaves.
+
+        It moves past the leaving steps when they are exactly the oldest ones, else one position,
+        and then on to the next live step when the stream has a gap (so a stream whose holes all
+        left is gapless again).
+        """
         uid = self.uid[slots]
         counted = uid >= 0  # free slots and detached steps were not counted
         if self.n_detached:
@@ -439,21 +462,56 @@ class EpisodeIndex(Selector):
         s0 = st[0]
         if len(st) == 1 or bool((st == s0).all()):
             s, k = int(s0), len(ts)
-            self.n_live[s] -= k
-            if self.n_live[s] == 0:
+            left = int(self.n_live[s]) - k
+            self.n_live[s] = left
+            old = int(self.oldest_t[s])
+            if left == 0:
                 self.oldest_t[s] = self.next_t[s]
-            elif int(ts.min()) == self.oldest_t[s] and int(ts.max()) == self.oldest_t[s] + k - 1:
-                self.oldest_t[s] += k  # positions are distinct: exactly the k oldest left
+            elif int(ts.min()) == old:
+                new = old + k if int(ts.max()) == old + k - 1 else old + 1  # positions are distinct
+                self.oldest_t[s] = new
+                if left != self.next_t[s] - new and not self._live_at(s, new):
+                    self._advance_oldest(np.array([s]))
             return
         us, inv, counts = np.unique(st, return_inverse=True, return_counts=True)
         lo = np.full(len(us), np.iinfo(np.int64).max)
         hi = np.full(len(us), np.iinfo(np.int64).min)
         np.minimum.at(lo, inv, ts)
         np.maximum.at(hi, inv, ts)
-        self.n_live[us] -= counts
+        left = self.n_live[us] - counts
+        self.n_live[us] = left
         old = self.oldest_t[us]
-        prefix = (lo == old) & (hi == old + counts - 1)
-        self.oldest_t[us] = np.where(self.n_live[us] == 0, self.next_t[us], np.where(prefix, old + counts, old))
+        hit = lo == old
+        new = np.where(hit, np.where(hi == old + counts - 1, old + counts, old + 1), old)
+        new = np.where(left == 0, self.next_t[us], new)
+        self.oldest_t[us] = new
+        gap = hit & (left > 0) & (left != self.next_t[us] - new)
+        if gap.any():
+            self._advance_oldest(us[gap])
+
+    def _live_at(self, s: int, t: int) -> bool:
+        """Whether position ``t`` of stream ``s`` is a live step its ring holds (scalar, cheap)."""
+        ln = int(self.ring_len[s])
+        if ln == 0:
+            return False
+        slot = int(self.ring[int(self.ring_off[s]) + (t & (ln - 1))])
+        return slot >= 0 and int(self.uid[slot]) == (s << UID_SHIFT | t)
+
+    def _advance_oldest(self, streams: np.ndarray) -> None:
+        """Move ``oldest_t`` of ``streams`` (which have live steps) on to their oldest live step.
+
+        Scans blocks of positions with :meth:`lookup`; a stream whose next live step is further
+        than the blocks reach keeps a lower bound (it has a gap either way).
+        """
+        for width in (8, 64, 512):
+            t0 = self.oldest_t[streams]
+            ts = t0[:, None] + np.arange(width)
+            found = (self.lookup(streams[:, None], ts) >= 0) & (ts < self.next_t[streams][:, None])
+            has = found.any(axis=1)
+            self.oldest_t[streams] = np.where(has, t0 + found.argmax(axis=1), t0 + width)
+            streams = streams[~has]
+            if len(streams) == 0:
+                return
 
     def all_gapless(self) -> bool:
         """Whether every stream is gapless and no live step is detached (cheap while streams are few).
@@ -494,16 +552,60 @@ class EpisodeIndex(Selector):
         """The slot of step ``ts`` of ``streams`` (broadcast), ``-1`` where it is not live."""
         ln = self.ring_len[streams]
         cand = self.ring[self.ring_off[streams] + (ts & np.maximum(ln - 1, 0))]
+        want = (streams << UID_SHIFT) | (ts & _T_MASK)
         # cand == -1 reads the last slot's uid: the second test rejects it
-        ok = (self.uid[cand] == ((streams << UID_SHIFT) | (ts & _T_MASK))) & (cand >= 0)
-        return np.where(ok, cand, -1)
+        out = np.where((self.uid[cand] == want) & (cand >= 0), cand, -1)
+        if self._ov:  # live steps their ring no longer holds (see the module doc)
+            miss = out < 0
+            if miss.any():
+                out[miss] = self._overflow_find(np.broadcast_to(want, out.shape)[miss])
+        return out
+
+    def _overflow_find(self, uids: np.ndarray) -> np.ndarray:
+        """The slots of the overflow steps ``uids`` (``-1`` where not there)."""
+        if self._ov_sorted is None:
+            slots = np.fromiter(self._ov.keys(), dtype=np.int64, count=len(self._ov))
+            u = self.uid[slots]
+            order = np.argsort(u)
+            self._ov_sorted = (u[order], slots[order])
+        su, ss = self._ov_sorted
+        i = np.minimum(np.searchsorted(su, uids), len(su) - 1)
+        return np.where(su[i] == uids, ss[i], -1)
+
+    def _overflow_add(self, slots: np.ndarray) -> None:
+        """Live steps their stream's ring is about to lose: find them through the overflow map."""
+        if len(slots):
+            self._ov.update(dict.fromkeys(slots.tolist(), 0))
+            if self._in_ov is None:
+                self._in_ov = np.zeros(self.capacity, dtype=bool)
+            self._in_ov[slots] = True
+            self._ov_sorted = None
+
+    def _overflow_drop(self, slots: np.ndarray) -> None:
+        """Forget leaving ``slots`` that were overflow steps."""
+        gone = slots[self._in_ov[slots]]
+        if len(gone):
+            for sl in gone.tolist():
+                del self._ov[sl]
+            self._in_ov[gone] = False
+            self._ov_sorted = None
+
+    @property
+    def n_overflow(self) -> int:
+        """Live steps found through the overflow map.
+
+        Steps kept far behind their stream's newest one by deletes, retirements or a non-FIFO remover.
+        """
+        return len(self._ov)
 
     def attached(self, slots: np.ndarray) -> np.ndarray:
         """Which live ``slots`` are reachable through their stream's ring."""
         st, t = self.stream_t(slots)
         return self.lookup(st, t) == slots
 
-    def _ring_put(self, slots: np.ndarray, streams: np.ndarray, ts: np.ndarray, shape: str = "general") -> None:
+    def _ring_put(self, slots: np.ndarray, streams: np.ndarray, ts: np.ndarray, shape: str = "general",
+                  restore: bool = False) -> None:
+        """Enter new steps in their rings (``restore``: steps of any age, into an empty index)."""
         if len(slots) == 0:
             return
         if len(slots) == 1 or shape == "same":
@@ -528,24 +630,41 @@ class EpisodeIndex(Selector):
         np.minimum.at(lo, inv, ts)
         ln = self.ring_len[us]
         need = (ln == 0) | (hi - self.lo_t[us] >= ln)
+        if restore:  # steps far behind their stream's newest go to the overflow map
+            lo = np.maximum(lo, hi - self.ring_cap // 2 + 1)
         for i in np.flatnonzero(need).tolist():
             self._ensure(int(us[i]), int(lo[i]), int(hi[i]))
+        if restore:
+            old = ts < self.lo_t[streams]
+            if old.any():
+                self._overflow_add(slots[old])
+                slots, streams, ts = slots[~old], streams[~old], ts[~old]
         ln = self.ring_len[streams]
         self.ring[self.ring_off[streams] + (ts & (ln - 1))] = slots
 
     def _ensure(self, s: int, t_lo: int, t_hi: int) -> None:
-        """Make stream ``s``'s ring hold its live steps and positions up to ``t_hi``."""
+        """Make stream ``s``'s ring hold positions ``t_lo ... t_hi`` and its live steps.
+
+        The ring grows (doubling) to twice the span of its live steps and the new positions, up to
+        ``ring_cap``; live steps further than ``ring_cap / 2`` behind ``t_hi`` then move to the
+        overflow map (they stay live and reachable through :meth:`lookup`). ``lo_t[s]`` becomes the
+        oldest position the ring holds, so the next call comes at least ``ring_len / 2`` positions
+        later (amortised O(1) per step).
+        """
         ln = int(self.ring_len[s])
         live_slots = live_ts = np.empty(0, dtype=np.int64)
+        off = int(self.ring_off[s])
         lo = t_lo
         if ln:
-            off = int(self.ring_off[s])
             region = self.ring[off : off + ln]
             idx = np.flatnonzero(region >= 0)
             cand = region[idx]
             u = self.uid[cand]  # the entry is live when its slot holds this stream at a position of this entry
-            ok = (u >= 0) & ((u >> UID_SHIFT) == s) & ((u & (ln - 1)) == idx) & ((self.flags[cand] & DETACHED) == 0)
-            live_slots = cand[ok]
+            ok = (u >= 0) & ((u >> UID_SHIFT) == s) & ((u & (ln - 1)) == idx)
+            ok &= (self.flags[cand] & DETACHED) == 0
+            if self._ov:
+                ok &= ~self._in_ov[cand]
+            live_slots = cand[ok].astype(np.int64)
             live_ts = u[ok] & _T_MASK
             if len(live_ts):
                 lo = min(lo, int(live_ts.min()))
@@ -554,18 +673,19 @@ class EpisodeIndex(Selector):
             self.lo_t[s] = lo
             return
         new_len = min(self.ring_cap, max(_MIN_RING, _pow2_at_least(2 * span)))
-        if new_len <= ln:  # capped: the oldest positions will be overwritten (detached)
-            self.lo_t[s] = t_hi - ln + 1
-            return
-        off = self._alloc(new_len, dropping=s)
-        keep = live_ts > t_hi - new_len
-        self.ring[off + (live_ts[keep] & (new_len - 1))] = live_slots[keep]
-        self.flags[live_slots[~keep]] |= DETACHED
-        self.n_detached += int((~keep).sum())
-        self.n_live[s] -= int((~keep).sum())  # oldest_t stays a lower bound: the stream has a gap now
-        self.ring_off[s] = off
-        self.ring_len[s] = new_len
-        self.lo_t[s] = max(lo, t_hi - new_len + 1)
+        if 2 * span > new_len:  # capped: the oldest live steps go to the overflow map
+            keep = live_ts >= min(t_lo, t_hi - new_len // 2 + 1)
+            self._overflow_add(live_slots[~keep])
+            if new_len == ln:
+                self.ring[off + (live_ts[~keep] & (ln - 1))] = -1
+            live_slots, live_ts = live_slots[keep], live_ts[keep]
+            lo = min(t_lo, int(live_ts.min())) if len(live_ts) else t_lo
+        if new_len != ln:
+            off = self._alloc(new_len, dropping=s)
+            self.ring[off + (live_ts & (new_len - 1))] = live_slots
+            self.ring_off[s] = off
+            self.ring_len[s] = new_len
+        self.lo_t[s] = lo
 
     def _alloc(self, size: int, dropping: int) -> int:
         """Offset of a fresh region of ``size`` entries for stream ``dropping``.

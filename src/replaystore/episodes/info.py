@@ -17,15 +17,12 @@ position in it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..errors import EpisodeError
 from .index import ENDS, TERMINATED, TRUNCATED, EpisodeIndex
-
-if TYPE_CHECKING:
-    from ..table import Table
 
 
 @dataclass(frozen=True)
@@ -164,20 +161,8 @@ def _all_live(index: EpisodeIndex, streams: np.ndarray, first: np.ndarray, lengt
     return ok
 
 
-def episode_info(table: "Table", keys: Any) -> EpisodeInfo:
-    """See :meth:`Table.episode_info`."""
-    from ..table import _as_keys
-
-    index = table._require_episodes()
-    keys = _as_keys(keys)
-    with table._cond:
-        if table._stager is not None and table._stager.n:
-            table._flush_pending()
-        slots = table._index.lookup(keys)
-        return _info(index, slots)
-
-
-def _info(index: EpisodeIndex, slots: np.ndarray) -> EpisodeInfo:
+def info_of_slots(index: EpisodeIndex, slots: np.ndarray) -> EpisodeInfo:
+    """The :class:`EpisodeInfo` of the steps in ``slots`` (``-1``: not live). Changes nothing."""
     n = len(slots)
     found = slots >= 0
     s = slots[found]
@@ -244,12 +229,8 @@ def _info(index: EpisodeIndex, slots: np.ndarray) -> EpisodeInfo:
                        is_last)
 
 
-def episode_keys(table: "Table", keys: Any, positions: Any) -> np.ndarray:
-    """See :meth:`Table.episode_keys`."""
-    from ..table import _as_keys
-
-    index = table._require_episodes()
-    keys = _as_keys(keys)
+def check_positions(positions: Any, n: int) -> np.ndarray:
+    """``positions`` of :meth:`Table.episode_keys` as ``n`` int64 values (``EpisodeError`` otherwise)."""
     try:
         want = np.asarray(positions)
     except (TypeError, ValueError) as e:
@@ -257,27 +238,32 @@ def episode_keys(table: "Table", keys: Any, positions: Any) -> np.ndarray:
     if want.dtype.kind not in "iu" or want.ndim > 1:
         raise EpisodeError(f"positions must be integers (a scalar or one per key), got {want.dtype} "
                            f"of shape {want.shape}")
-    want = np.broadcast_to(want.astype(np.int64), keys.shape) if want.ndim == 0 else want.astype(np.int64)
-    if want.shape != keys.shape:
-        raise EpisodeError(f"positions must be a scalar or one per key: {want.shape} for {keys.shape} keys")
-    out = np.full(len(keys), -1, np.int64)
-    with table._cond:
-        if table._stager is not None and table._stager.n:
-            table._flush_pending()
-        slots = table._index.lookup(keys)
-        found = slots >= 0
-        found[found] = index.attached(slots[found])
-        s = slots[found]
-        if len(s) == 0:
-            return out
-        st, t = index.stream_t(s)
-        target = t - index.pos_of[s] + want[found]
-        inside = (want[found] >= 0) & (target < index.next_t[st])
-        got = np.full(len(s), -1, np.int64)
-        got[inside] = index.lookup(st[inside], target[inside])
-        ok = got >= 0
-        ok[ok] = index.episode_of[got[ok]] == index.episode_of[s][ok]
-        res = np.full(len(s), -1, np.int64)
-        res[ok] = table._meta[:, 0][got[ok]]
-        out[found] = res
+    want = np.broadcast_to(want.astype(np.int64), (n,)) if want.ndim == 0 else want.astype(np.int64)
+    if want.shape != (n,):
+        raise EpisodeError(f"positions must be a scalar or one per key: {want.shape} for ({n},) keys")
+    return want
+
+
+def keys_at(index: EpisodeIndex, key_of_slot: np.ndarray, slots: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """The key of the step at episode position ``want[i]`` of the episode of the step in ``slots[i]``.
+
+    ``slots``: ``-1`` for keys that are not live; ``key_of_slot``: the table's key of each slot.
+    Returns ``-1`` where that step is not live. Changes nothing.
+    """
+    out = np.full(len(slots), -1, np.int64)
+    found = slots >= 0
+    found[found] = index.attached(slots[found])
+    s = slots[found]
+    if len(s) == 0:
+        return out
+    st, t = index.stream_t(s)
+    target = t - index.pos_of[s] + want[found]
+    inside = (want[found] >= 0) & (target < index.next_t[st])
+    got = np.full(len(s), -1, np.int64)
+    got[inside] = index.lookup(st[inside], target[inside])
+    ok = got >= 0
+    ok[ok] = index.episode_of[got[ok]] == index.episode_of[s][ok]
+    res = np.full(len(s), -1, np.int64)
+    res[ok] = key_of_slot[got[ok]]
+    out[found] = res
     return out

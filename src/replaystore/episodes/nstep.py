@@ -30,17 +30,16 @@ without verification; the rest verify every ring entry. The per-position work ru
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..errors import EpisodeError, NoValidSequence
+from ..samplers.base import Selector
+from ..storage.base import Storage
 from .index import _T_MASK, TERMINATED, UID_SHIFT, EpisodeIndex
 from .samples import NStepSample
-from .sampling import account, check_batch, read_field, wait_for_sample
-
-if TYPE_CHECKING:
-    from ..table import Table
+from .sampling import check_batch, read_field
 
 _REDRAWS = 16
 
@@ -249,22 +248,22 @@ def _powers(gamma: float, n: int) -> np.ndarray:
 _POWERS: dict[tuple[float, int], np.ndarray] = {}
 
 
-def _returns(table: "Table", win: np.ndarray, k: np.ndarray, slots: np.ndarray, powers: np.ndarray) -> np.ndarray:
+def _returns(storage: Storage, field: str, win: np.ndarray, k: np.ndarray, slots: np.ndarray,
+             powers: np.ndarray) -> np.ndarray:
     """``sum_{j<k} gamma**j r_{t+j}`` (float64) from the ``(n, B)`` window ``win`` (``powers``: of gamma)."""
     n = len(win)
     used = _arange(n)[:, None] < k
-    field = table._episodes.options.reward_field
-    columns = getattr(table.storage, "columns", None)
+    columns = getattr(storage, "columns", None)
     if columns and field in columns:  # rows past k may name -1 or any slot: masked by the sum
         r = columns[field].take(win)
     else:
-        r = read_field(table, np.where(used, win, slots).ravel(), field).reshape(win.shape)
+        r = read_field(storage, np.where(used, win, slots).ravel(), field).reshape(win.shape)
     return (r * powers[:n, None]).sum(axis=0, where=used)
 
 
-def sample_nstep(table: "Table", batch_size: Any, n: Any, gamma: Any, timeout: float | None) -> NStepSample:
-    """See :meth:`Table.sample_nstep`."""
-    index = table._require_episodes()
+def check_request(index: EpisodeIndex, storage: Storage, batch_size: Any, n: Any,
+                  gamma: Any) -> tuple[int, int, float]:
+    """``(batch_size, n, gamma)`` of a :meth:`Table.sample_nstep` call, checked (``EpisodeError``)."""
     b = check_batch(batch_size)
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
         raise EpisodeError(f"n must be an int >= 1, got {n!r}")
@@ -277,7 +276,7 @@ def sample_nstep(table: "Table", batch_size: Any, n: Any, gamma: Any, timeout: f
         raise EpisodeError(f"gamma must be in (0, 1], got {gamma}")
     cfg = index.options
     has_next = cfg.next_obs_field is not None
-    spec = getattr(table.storage, "spec", None)
+    spec = getattr(storage, "spec", None)
     if spec is not None:
         for f in (cfg.reward_field, cfg.next_obs_field if has_next else cfg.obs_field):
             if f not in spec:
@@ -285,41 +284,50 @@ def sample_nstep(table: "Table", batch_size: Any, n: Any, gamma: Any, timeout: f
         if spec[cfg.reward_field].shape != ():
             raise EpisodeError(f"the reward field {cfg.reward_field!r} must be a scalar per step, "
                                f"got shape {spec[cfg.reward_field].shape}")
-    with table._cond:
-        if table._stager is not None and table._stager.n:
-            table._flush_pending()
-        wait_for_sample(table, b, timeout)
-        slots, probabilities, weights = table.sampler.sample(b)
-        win, k, done, boot = plan_nstep(index, slots, n, has_next)
-        for _ in range(_REDRAWS if not k.all() else 0):  # k = 0: no next observations, or a detached start
-            bad = np.flatnonzero(k == 0)
-            if len(bad) == 0:
-                break
-            s2, p2, w2 = table.sampler.sample(len(bad))
-            slots[bad] = s2
-            probabilities = np.asarray(probabilities, dtype=np.float64).copy()
-            probabilities[bad] = p2
-            if weights is not None:
-                weights = np.asarray(weights).copy()
-                weights[bad] = w2 if w2 is not None else 1.0
-            win2, k2, d2, b2 = plan_nstep(index, s2, n, has_next)
-            win[bad], k[bad], done[bad], boot[bad] = win2, k2, d2, b2
-        if not k.all():
-            raise NoValidSequence(
-                "n-step: the sampled steps have no stored successor (the newest step of an open episode "
-                "or a truncated episode's final observation); store next observations "
-                "(Episodes(next_obs_field=...)) or add more steps"
-            )
-        powers = _powers(gamma, n)
-        returns = _returns(table, win.T, k, slots, powers)
-        discount = powers[k]
-        discount[done] = 0.0
-        next_obs = read_field(table, boot, cfg.next_obs_field if has_next else cfg.obs_field)
-        data = table.storage.read(slots)
-        rows = table._meta.take(slots, axis=0)
-        streams = index.streams(slots)
-        episodes = index.episode_of[slots].astype(np.int64)
-        times = account(table, slots, b)
+    return b, n, gamma
+
+
+def draw_nstep(index: EpisodeIndex, sampler: Selector, storage: Storage, meta: np.ndarray, b: int, n: int,
+               gamma: float) -> tuple[NStepSample, np.ndarray]:
+    """Draw ``b`` start steps with ``sampler`` and compute their transitions: ``(sample, start slots)``.
+
+    ``meta``: the table's metadata rows. Changes nothing but the sampler's own draw state: the
+    sample's ``times_sampled`` holds the counts before this sample, for the caller to overwrite
+    once it has counted the sample over the start slots.
+
+    Raises:
+        NoValidSequence: no sampled step could start a transition (after redraws).
+    """
+    cfg = index.options
+    has_next = cfg.next_obs_field is not None
+    slots, probabilities, weights = sampler.sample(b)
+    win, k, done, boot = plan_nstep(index, slots, n, has_next)
+    for _ in range(_REDRAWS if not k.all() else 0):  # k = 0: no next observations, or a detached start
+        bad = np.flatnonzero(k == 0)
+        if len(bad) == 0:
+            break
+        s2, p2, w2 = sampler.sample(len(bad))
+        slots[bad] = s2
+        probabilities = np.asarray(probabilities, dtype=np.float64).copy()
+        probabilities[bad] = p2
+        if weights is not None:
+            weights = np.asarray(weights).copy()
+            weights[bad] = w2 if w2 is not None else 1.0
+        win2, k2, d2, b2 = plan_nstep(index, s2, n, has_next)
+        win[bad], k[bad], done[bad], boot[bad] = win2, k2, d2, b2
+    if not k.all():
+        raise NoValidSequence(
+            "n-step: the sampled steps have no stored successor (the newest step of an open episode "
+            "or a truncated episode's final observation); store next observations "
+            "(Episodes(next_obs_field=...)) or add more steps"
+        )
+    powers = _powers(gamma, n)
+    returns = _returns(storage, cfg.reward_field, win.T, k, slots, powers)
+    discount = powers[k]
+    discount[done] = 0.0
+    next_obs = read_field(storage, boot, cfg.next_obs_field if has_next else cfg.obs_field)
+    data = storage.read(slots)
+    rows = meta.take(slots, axis=0)
     return NStepSample(
         data=data,
         returns=returns,
@@ -331,8 +339,8 @@ def sample_nstep(table: "Table", batch_size: Any, n: Any, gamma: Any, timeout: f
         probabilities=np.asarray(probabilities, dtype=np.float64),
         weights=np.ones(b) if weights is None else np.asarray(weights, dtype=np.float64),
         priorities=rows.view(np.float64)[:, 3],
-        times_sampled=times,
+        times_sampled=rows[:, 1],
         versions=rows[:, 2],
-        streams=streams,
-        episodes=episodes,
-    )
+        streams=index.streams(slots),
+        episodes=index.episode_of[slots].astype(np.int64),
+    ), slots

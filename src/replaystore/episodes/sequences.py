@@ -17,21 +17,25 @@ A window of a start step (the *key* step, at stream position ``t0``) covers posi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import weakref
+from typing import Any
 
 import numpy as np
 
 from ..errors import EpisodeError, NoValidSequence
-from ..samplers import Prioritized
+from ..samplers.base import Selector
+from ..samplers.prioritized import Prioritized
+from ..storage.base import Storage
 from ..storage.columns import runs_view
 from .index import EpisodeIndex
 from .samples import SequenceSample
-from .sampling import account, check_batch, reshape_leaves, wait_for_sample, zero_where
-
-if TYPE_CHECKING:
-    from ..table import Table
+from .sampling import check_batch, reshape_leaves, zero_where
 
 _ROUNDS = 4  # rejection rounds before the exact valid set is computed
+# per episode index: the exact valid starts (keyed by its generation and the window) and the last
+# acceptance rate per window; weak, so a table's caches go with it
+_VALID: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_RATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _MIN_ACCEPT = 1 / 8  # below this acceptance rate, compute the exact set at once
 
 
@@ -117,7 +121,7 @@ def padded_mask(index: EpisodeIndex, win: np.ndarray, key_slots: np.ndarray, bur
 
 def exact_valid_starts(index: EpisodeIndex, width: int, burn_in: int) -> np.ndarray:
     """All key slots whose strict window is valid (cached until the index changes)."""
-    cache = getattr(index, "_valid_cache", None)
+    cache = _VALID.get(index)
     if cache is not None and cache[0] == (index.generation, width, burn_in):
         return cache[1]
     live = index.live.contents().copy()
@@ -133,7 +137,7 @@ def exact_valid_starts(index: EpisodeIndex, width: int, burn_in: int) -> np.ndar
     run_last = np.append(np.flatnonzero(breaks)[1:], n) - 1
     remaining = run_last[run] - np.arange(n)  # steps after this one in its run
     valid = live[np.flatnonzero(remaining >= width - 1) + burn_in]
-    index._valid_cache = ((index.generation, width, burn_in), valid)
+    _VALID[index] = ((index.generation, width, burn_in), valid)
     return valid
 
 
@@ -153,7 +157,7 @@ def uniform_strict_starts(index: EpisodeIndex, rng: np.random.Generator, n: int,
     live = index.live
     got_keys, got_win = [], []
     have = drawn = 0
-    rates = index.__dict__.setdefault("_accept_rates", {})  # last acceptance rate per window
+    rates = _RATES.setdefault(index, {})  # last acceptance rate per window
     for r in range(_ROUNDS):
         rate = have / drawn if drawn else rates.get((width, burn_in), 0.5)
         m = min(64 * n, int((n - have) / max(rate, _MIN_ACCEPT) * 1.2) + 8)
@@ -199,10 +203,9 @@ def _no_valid(index: EpisodeIndex, width: int) -> str:
             f"shorter length, or wait for more data ({index.live.size} live steps)")
 
 
-def sample_sequences(table: "Table", batch_size: Any, length: Any, burn_in: Any, mode: str,
-                     timeout: float | None) -> SequenceSample:
-    """See :meth:`Table.sample_sequences`."""
-    index = table._require_episodes()
+def check_request(index: EpisodeIndex, sampler: Selector, batch_size: Any, length: Any, burn_in: Any,
+                  mode: str) -> tuple[int, int, int, bool]:
+    """``(n, width, burn_in, prioritized)`` of a :meth:`Table.sample_sequences` call (``EpisodeError``)."""
     n = check_batch(batch_size)
     length = check_batch(length, "length")
     if isinstance(burn_in, (bool, np.bool_)) or not isinstance(burn_in, (int, np.integer)) or burn_in < 0:
@@ -211,7 +214,7 @@ def sample_sequences(table: "Table", batch_size: Any, length: Any, burn_in: Any,
     if mode not in ("strict", "padded"):
         raise EpisodeError(f"mode must be 'strict' or 'padded', got {mode!r}")
     width = burn_in + length
-    prioritized = isinstance(table.sampler, Prioritized)
+    prioritized = isinstance(sampler, Prioritized)
     if prioritized:
         cfg = index.options
         if cfg.sequence_length is None:
@@ -221,67 +224,74 @@ def sample_sequences(table: "Table", batch_size: Any, length: Any, burn_in: Any,
                 f"this table samples prioritized strict sequences of sequence_length={cfg.sequence_length} with "
                 f"burn_in={cfg.burn_in}; got length={length}, burn_in={burn_in}, mode={mode!r}"
             )
-    with table._cond:
-        if table._stager is not None and table._stager.n:
-            table._flush_pending()
-        wait_for_sample(table, n, timeout)
-        weights = None
-        if prioritized:
-            keys, probabilities, weights = table.sampler.sample(n)
-            win = window(index, keys, width, burn_in)
-            if not strict_valid(index, win, keys).all():  # every priority of a valid start is 0
-                keys, win, p = uniform_strict_starts(index, table.rng, n, width, burn_in)
-                probabilities, weights = np.full(n, p), None
-            mask, full = np.ones(win.shape, dtype=bool), True
-        elif mode == "strict":
-            keys, win, p = uniform_strict_starts(index, table.rng, n, width, burn_in)
-            probabilities = np.full(n, p)
-            mask, full = np.ones(win.shape, dtype=bool), True
-        else:
-            keys = index.live.sample(n, table.rng)
+    return n, width, burn_in, prioritized
+
+
+def draw_sequences(index: EpisodeIndex, sampler: Selector, rng: np.random.Generator, storage: Storage,
+                   meta: np.ndarray, n: int, width: int, burn_in: int, mode: str,
+                   prioritized: bool) -> tuple[SequenceSample, np.ndarray]:
+    """Draw ``n`` windows (see the module doc) and gather them: ``(sample, start slots)``.
+
+    ``meta``: the table's metadata rows (key, times_sampled, version, priority bits). Changes
+    nothing: the sample's ``times_sampled`` holds the counts before this sample, for the caller to
+    overwrite once it has counted the sample over the start slots.
+
+    Raises:
+        NoValidSequence: strict mode and no stored run is long enough.
+    """
+    weights = None
+    if prioritized:
+        keys, probabilities, weights = sampler.sample(n)
+        win = window(index, keys, width, burn_in)
+        if not strict_valid(index, win, keys).all():  # every priority of a valid start is 0
+            keys, win, p = uniform_strict_starts(index, rng, n, width, burn_in)
+            probabilities, weights = np.full(n, p), None
+        mask, full = np.ones(win.shape, dtype=bool), True
+    elif mode == "strict":
+        keys, win, p = uniform_strict_starts(index, rng, n, width, burn_in)
+        probabilities = np.full(n, p)
+        mask, full = np.ones(win.shape, dtype=bool), True
+    else:
+        keys = index.live.sample(n, rng)
+        att = index.attached(keys)
+        for _ in range(8):  # detached steps (rare, see EpisodeIndex) cannot start a sequence
+            if att.all():
+                break
+            redo = np.flatnonzero(~att)
+            keys[redo] = index.live.sample(len(redo), rng)
             att = index.attached(keys)
-            for _ in range(8):  # detached steps (rare, see EpisodeIndex) cannot start a sequence
-                if att.all():
-                    break
-                redo = np.flatnonzero(~att)
-                keys[redo] = index.live.sample(len(redo), table.rng)
-                att = index.attached(keys)
-            if not att.all():
-                raise NoValidSequence("no live step is reachable through its stream (all detached)")
-            probabilities = np.full(n, 1.0 / index.live.size)
-            win = window(index, keys, width, burn_in)
-            mask = padded_mask(index, win, keys, burn_in)
-            full = bool(mask.all())
-        slots = win if full else np.where(mask, win, keys[:, None])
-        storage = table.storage
-        if (full and hasattr(storage, "read_runs") and table._meta.flags.c_contiguous
-                and runs_of(slots, min(table.capacity, storage.capacity))):
-            # steps written in order to a FIFO table sit in consecutive slots: block copies
-            first = slots[:, 0]
-            data = storage.read_runs(first, slots.shape[1])
-            step_keys = runs_view(table._meta, slots.shape[1], column=0)[first]
-        else:
-            data = reshape_leaves(storage.read(slots.ravel()), slots.shape)
-            step_keys = table._meta[:, 0][slots]
-        if not full:
-            zero_where(data, mask)
-        rows = table._meta.take(keys, axis=0)
-        if not full:
-            step_keys[~mask] = -1
-        streams = index.streams(keys)
-        episodes = index.episode_of[keys].astype(np.int64)
-        times = account(table, keys, n)
+        if not att.all():
+            raise NoValidSequence("no live step is reachable through its stream (all detached)")
+        probabilities = np.full(n, 1.0 / index.live.size)
+        win = window(index, keys, width, burn_in)
+        mask = padded_mask(index, win, keys, burn_in)
+        full = bool(mask.all())
+    slots = win if full else np.where(mask, win, keys[:, None])
+    if (full and hasattr(storage, "read_runs") and meta.flags.c_contiguous
+            and runs_of(slots, min(len(meta), storage.capacity))):
+        # steps written in order to a FIFO table sit in consecutive slots: block copies
+        first = slots[:, 0]
+        data = storage.read_runs(first, slots.shape[1])
+        step_keys = runs_view(meta, slots.shape[1], column=0)[first]
+    else:
+        data = reshape_leaves(storage.read(slots.ravel()), slots.shape)
+        step_keys = meta[:, 0][slots]
+    if not full:
+        zero_where(data, mask)
+    rows = meta.take(keys, axis=0)
+    if not full:
+        step_keys[~mask] = -1
     return SequenceSample(
         data=data,
         mask=mask,
         keys=rows[:, 0],
         step_keys=step_keys,
-        streams=streams,
-        episodes=episodes,
+        streams=index.streams(keys),
+        episodes=index.episode_of[keys].astype(np.int64),
         probabilities=np.asarray(probabilities, dtype=np.float64),
         weights=np.ones(n) if weights is None else weights,
         priorities=rows.view(np.float64)[:, 3],
-        times_sampled=times,
+        times_sampled=rows[:, 1],
         versions=rows[:, 2],
         burn_in=burn_in,
-    )
+    ), keys

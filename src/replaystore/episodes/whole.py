@@ -8,17 +8,19 @@ still live and reachable. Open episodes (still being written) and episodes that 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import weakref
+from typing import Any
 
 import numpy as np
 
 from ..errors import EpisodeError, NoValidSequence
+from ..storage.base import Storage
 from .index import TERMINATED, TRUNCATED, EpisodeIndex
 from .samples import EpisodeBatch
-from .sampling import account, check_batch, wait_for_sample
+from .sampling import check_batch
 
-if TYPE_CHECKING:
-    from ..table import Table
+# per episode index: its complete episodes, keyed by its generation (weak: they go with the table)
+_COMPLETE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def complete_episodes(index: EpisodeIndex) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -27,7 +29,7 @@ def complete_episodes(index: EpisodeIndex) -> tuple[np.ndarray, np.ndarray, np.n
     ``slots`` are their steps in order, concatenated: episode ``i`` is
     ``slots[bounds[i]:bounds[i + 1]]``. Cached until the index changes.
     """
-    cache = getattr(index, "_episodes_cache", None)
+    cache = _COMPLETE.get(index)
     if cache is not None and cache[0] == index.generation:
         return cache[1]
     live = index.live.contents().copy()
@@ -38,7 +40,7 @@ def complete_episodes(index: EpisodeIndex) -> tuple[np.ndarray, np.ndarray, np.n
     n = len(live)
     if n == 0:
         out = (np.empty(0, np.int64), np.zeros(1, np.int64), np.empty(0, np.int64))
-        index._episodes_cache = (index.generation, out)
+        _COMPLETE[index] = (index.generation, out)
         return out
     first = np.ones(n, dtype=bool)
     if n > 1:
@@ -53,39 +55,44 @@ def complete_episodes(index: EpisodeIndex) -> tuple[np.ndarray, np.ndarray, np.n
     take = np.repeat(starts[keep], lengths) + (np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths,
                                                                                      lengths))
     out = (ep[starts[keep]], np.append(0, np.cumsum(lengths)), live[take])
-    index._episodes_cache = (index.generation, out)
+    _COMPLETE[index] = (index.generation, out)
     return out
 
 
-def sample_episodes(table: "Table", k: Any, timeout: float | None, replace: bool) -> EpisodeBatch:
-    """See :meth:`Table.sample_episodes`."""
-    index = table._require_episodes()
+def check_request(k: Any, replace: Any) -> int:
+    """``k`` of :meth:`Table.sample_episodes` as an int (``EpisodeError`` for bad arguments)."""
     k = check_batch(k, "k")
     if not isinstance(replace, (bool, np.bool_)):
         raise EpisodeError(f"replace must be a bool, got {replace!r}")
-    with table._cond:
-        if table._stager is not None and table._stager.n:
-            table._flush_pending()
-        wait_for_sample(table, k, timeout)
-        ids, bounds, slots = complete_episodes(index)
-        if len(ids) == 0:
-            raise NoValidSequence("no complete episode is stored (open episodes and episodes that lost a step "
-                                  "are never returned)")
-        if not replace and k > len(ids):
-            raise NoValidSequence(f"asked for {k} distinct episodes, {len(ids)} complete ones are stored")
-        pick = (table.rng.choice(len(ids), size=k, replace=False) if not replace
-                else (table.rng.random(k) * len(ids)).astype(np.int64))
-        lengths = (bounds[1:] - bounds[:-1])[pick]
-        parts = [slots[bounds[i]:bounds[i + 1]] for i in pick.tolist()]
-        flat = np.concatenate(parts)
-        data = table.storage.read(flat)
-        keys = table._meta[:, 0][flat]
-        last = np.cumsum(lengths) - 1
-        fl = index.flags[flat[last]]
-        streams = index.streams(flat[last])
-        account(table, flat, 0)
-        table.rate_limiter.samples += k
-        table._counters["samples"] += k
+    return k
+
+
+def draw_episodes(index: EpisodeIndex, storage: Storage, meta: np.ndarray, rng: np.random.Generator, k: int,
+                  replace: bool) -> tuple[np.ndarray, EpisodeBatch]:
+    """Draw ``k`` complete episodes uniformly: ``(slots of every returned step, the batch)``.
+
+    ``meta``: the table's metadata rows (column 0: keys). Changes nothing (the caller counts the
+    sample over the returned slots).
+
+    Raises:
+        NoValidSequence: no complete episode (or fewer than ``k`` with ``replace=False``).
+    """
+    ids, bounds, slots = complete_episodes(index)
+    if len(ids) == 0:
+        raise NoValidSequence("no complete episode is stored (open episodes and episodes that lost a step "
+                              "are never returned)")
+    if not replace and k > len(ids):
+        raise NoValidSequence(f"asked for {k} distinct episodes, {len(ids)} complete ones are stored")
+    pick = (rng.choice(len(ids), size=k, replace=False) if not replace
+            else (rng.random(k) * len(ids)).astype(np.int64))
+    lengths = (bounds[1:] - bounds[:-1])[pick]
+    parts = [slots[bounds[i]:bounds[i + 1]] for i in pick.tolist()]
+    flat = np.concatenate(parts)
+    data = storage.read(flat)
+    keys = meta[:, 0][flat]
+    last = np.cumsum(lengths) - 1
+    fl = index.flags[flat[last]]
+    streams = index.streams(flat[last])
     out = EpisodeBatch()
     cuts = np.cumsum(lengths)[:-1]
     for part in np.split(np.arange(len(flat)), cuts):
@@ -96,7 +103,7 @@ def sample_episodes(table: "Table", k: Any, timeout: float | None, replace: bool
     out.terminated = (fl & TERMINATED) != 0
     out.truncated = ((fl & TRUNCATED) != 0) & ~out.terminated
     out.lengths = lengths.astype(np.int64)
-    return out
+    return flat, out
 
 
 def _take(data: Any, rows: np.ndarray) -> Any:

@@ -1,22 +1,21 @@
-"""Writers of an episodic Table: steps with their stream, whole episodes, episode ends.
+"""Writers of an episodic Table: the plans of steps with their stream, whole episodes, episode ends.
 
-The Table's public methods (``add_step``, ``extend_steps``, ``add_episode``, ``end_episode``) call
-these with the table; each validates everything before changing anything, then inserts through
-the table's ordinary insert path (rate limiter, staleness, eviction, priorities, versions).
+The Table's public methods (``add_step``, ``extend_steps``, ``add_episode``, ``end_episode``) hold
+the table's lock, ask these for a validated :class:`StepPlan` (nothing changes on error), then
+insert the rows through the table's ordinary insert path (rate limiter, staleness, eviction,
+priorities, versions) with the plan begun in the index. ``end_episodes`` changes only the index.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from ..errors import EpisodeError, UnknownStream
 from .config import Episodes
 from .index import TERMINATED, TRUNCATED, EpisodeIndex, StepPlan
-
-if TYPE_CHECKING:
-    from ..table import Table
 
 
 def validate_streams(streams: Any, n: int, config: Episodes) -> np.ndarray:
@@ -58,112 +57,104 @@ def validate_flags(flags: Any, n: int, name: str) -> np.ndarray:
     return a.astype(bool)
 
 
-def _insert_rows(table: "Table", index: EpisodeIndex, prepared: Any, n: int, plan: StepPlan,
-                 priorities: Any, version: Any, timeout: float | None) -> np.ndarray:
-    index.begin(plan)
-    try:
-        keys = table._insert(prepared, n, priorities, version, timeout)
-        index.finish(plan)  # only does something when every row was refused as stale
-    finally:
-        index.end()
-    return keys
+def steps_plan(index: EpisodeIndex, n: int, streams: Any, terminated: Any, truncated: Any) -> StepPlan:
+    """The plan of ``n`` rows of :meth:`Table.extend_steps` (validated; nothing changes)."""
+    return StepPlan(validate_streams(streams, n, index.options), validate_flags(terminated, n, "terminated"),
+                    validate_flags(truncated, n, "truncated"), same_stream=np.ndim(streams) == 0)
 
 
-def extend_steps(table: "Table", steps: Any, streams: Any, terminated: Any, truncated: Any,
-                 priorities: Any, version: Any, timeout: float | None) -> np.ndarray:
-    """See :meth:`Table.extend_steps`."""
-    index = table._require_episodes()
-    with table._cond:
-        table._check_open()
-        prepared, n = table.storage.prepare(steps, batched=True)
-        if n == 0:
-            return np.empty(0, dtype=np.int64)
-        plan = StepPlan(validate_streams(streams, n, index.options), validate_flags(terminated, n, "terminated"),
-                        validate_flags(truncated, n, "truncated"), same_stream=np.ndim(streams) == 0)
-        return _insert_rows(table, index, prepared, n, plan, priorities, version, timeout)
+def step_plan(index: EpisodeIndex, stream: Any, terminated: Any, truncated: Any) -> StepPlan:
+    """The plan of the one step of :meth:`Table.add_step` (validated; nothing changes)."""
+    if type(stream) is int and 0 <= stream < index.options.stream_limit:  # the common case, fast
+        s = np.array([stream], dtype=np.int64)
+    else:
+        s = validate_streams(stream, 1, index.options)
+        if np.ndim(stream) != 0:
+            raise EpisodeError(f"add_step takes one stream id, got shape {np.shape(stream)}")
+    if type(terminated) is bool and type(truncated) is bool:
+        term, trunc = np.array([terminated]), np.array([truncated])
+    else:
+        if np.ndim(terminated) != 0 or np.ndim(truncated) != 0:
+            raise EpisodeError("add_step takes scalar terminated/truncated flags")
+        term = validate_flags(terminated, 1, "terminated")
+        trunc = validate_flags(truncated, 1, "truncated")
+    return StepPlan(s, term, trunc, same_stream=True)
 
 
-def add_step(table: "Table", step: Any, stream: Any, terminated: Any, truncated: Any,
-             priority: Any, version: Any, timeout: float | None) -> int:
-    """See :meth:`Table.add_step`."""
-    index = table._require_episodes()
-    with table._cond:
-        table._check_open()
-        prepared, n = table.storage.prepare(step, batched=False)
-        if type(stream) is int and 0 <= stream < index.options.stream_limit:  # the common case, fast
-            s = np.array([stream], dtype=np.int64)
-        else:
-            s = validate_streams(stream, 1, index.options)
-            if np.ndim(stream) != 0:
-                raise EpisodeError(f"add_step takes one stream id, got shape {np.shape(stream)}")
-        if type(terminated) is bool and type(truncated) is bool:
-            term, trunc = np.array([terminated]), np.array([truncated])
-        else:
-            if np.ndim(terminated) != 0 or np.ndim(truncated) != 0:
-                raise EpisodeError("add_step takes scalar terminated/truncated flags")
-            term = validate_flags(terminated, 1, "terminated")
-            trunc = validate_flags(truncated, 1, "truncated")
-        plan = StepPlan(s, term, trunc, same_stream=True)
-        return int(_insert_rows(table, index, prepared, n, plan, priority, version, timeout)[0])
+def episode_plan(index: EpisodeIndex, n: int, stream: Any, terminated: bool, truncated: bool) -> StepPlan:
+    """The plan of the ``n`` steps of :meth:`Table.add_episode` (validated; nothing changes)."""
+    if n == 0:
+        raise EpisodeError("add_episode needs at least one step")
+    if stream is None:
+        s = index.fresh_stream()
+        if s >= index.options.stream_limit:
+            raise EpisodeError(f"no free stream id below {index.options.stream_limit}")
+        streams = np.full(n, s, dtype=np.int64)
+    else:
+        if np.ndim(stream) != 0:
+            raise EpisodeError(f"add_episode takes one stream id, got shape {np.shape(stream)}")
+        streams = validate_streams(stream, n, index.options)
+        s = int(streams[0])
+        if index.known(streams[:1])[0] and index.cur_ep[s] >= 0:
+            raise EpisodeError(
+                f"stream {s} has an open episode (its last step did not end it): call "
+                "end_episode(stream) first or write its steps with add_step/extend_steps"
+            )
+    for name, flag in (("terminated", terminated), ("truncated", truncated)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise EpisodeError(f"add_episode: {name} must be a bool, got {flag!r}")
+    term = np.zeros(n, dtype=bool)
+    trunc = np.zeros(n, dtype=bool)
+    term[-1], trunc[-1] = bool(terminated), bool(truncated)
+    return StepPlan(streams, term, trunc, new_episode=True, same_stream=True)
 
 
-def add_episode(table: "Table", steps: Any, stream: Any, terminated: bool, truncated: bool,
-                priorities: Any, version: Any, timeout: float | None) -> np.ndarray:
-    """See :meth:`Table.add_episode`."""
-    index = table._require_episodes()
-    with table._cond:
-        table._check_open()
-        prepared, n = table.storage.prepare(steps, batched=True)
-        if n == 0:
-            raise EpisodeError("add_episode needs at least one step")
-        if stream is None:
-            s = index.fresh_stream()
-            if s >= index.options.stream_limit:
-                raise EpisodeError(f"no free stream id below {index.options.stream_limit}")
-            streams = np.full(n, s, dtype=np.int64)
-        else:
-            if np.ndim(stream) != 0:
-                raise EpisodeError(f"add_episode takes one stream id, got shape {np.shape(stream)}")
-            streams = validate_streams(stream, n, index.options)
-            s = int(streams[0])
-            if index.known(streams[:1])[0] and index.cur_ep[s] >= 0:
-                raise EpisodeError(
-                    f"stream {s} has an open episode (its last step did not end it): call "
-                    "end_episode(stream) first or write its steps with add_step/extend_steps"
-                )
-        for name, flag in (("terminated", terminated), ("truncated", truncated)):
-            if not isinstance(flag, (bool, np.bool_)):
-                raise EpisodeError(f"add_episode: {name} must be a bool, got {flag!r}")
-        term = np.zeros(n, dtype=bool)
-        trunc = np.zeros(n, dtype=bool)
-        term[-1], trunc[-1] = bool(terminated), bool(truncated)
-        plan = StepPlan(streams, term, trunc, new_episode=True, same_stream=True)
-        return _insert_rows(table, index, prepared, n, plan, priorities, version, timeout)
-
-
-def end_episode(table: "Table", streams: Any, truncated: bool) -> int:
-    """See :meth:`Table.end_episode`."""
-    index = table._require_episodes()
+def check_end_flag(truncated: Any) -> None:
+    """:class:`EpisodeError` unless ``truncated`` is a bool (``end_episode``'s flag)."""
     if not isinstance(truncated, (bool, np.bool_)):
         raise EpisodeError(f"truncated must be a bool, got {truncated!r}")
-    with table._cond:
-        table._flush_pending()
-        table._check_open()
-        n = int(np.size(streams)) if np.ndim(streams) else 1
-        if np.ndim(streams) > 1:
-            raise EpisodeError(f"stream ids must be an int or a 1-D array, got shape {np.shape(streams)}")
-        s = validate_streams(streams, n, index.options)
-        s = np.unique(s)
-        unknown = s[~index.known(s)]
-        if len(unknown):
-            raise UnknownStream(f"end_episode: stream(s) {unknown[:5].tolist()} never wrote a step")
-        s = s[index.cur_ep[s] >= 0]
-        if len(s) == 0:
-            return 0
-        slots = index.lookup(s, index.next_t[s] - 1)
-        live = slots[slots >= 0]
-        index.flags[live] |= TRUNCATED if truncated else TERMINATED
-        index.cur_ep[s] = -1
-        index.cur_pos[s] = 0
-        index.generation += 1
-        return len(s)
+
+
+def end_episodes(index: EpisodeIndex, streams: Any, truncated: bool) -> int:
+    """Close the open episode of each of ``streams`` in ``index``; return how many closed.
+
+    Validates everything before changing anything (see :meth:`Table.end_episode`).
+    """
+    n = int(np.size(streams)) if np.ndim(streams) else 1
+    if np.ndim(streams) > 1:
+        raise EpisodeError(f"stream ids must be an int or a 1-D array, got shape {np.shape(streams)}")
+    s = validate_streams(streams, n, index.options)
+    s = np.unique(s)
+    unknown = s[~index.known(s)]
+    if len(unknown):
+        raise UnknownStream(f"end_episode: stream(s) {unknown[:5].tolist()} never wrote a step")
+    s = s[index.cur_ep[s] >= 0]
+    if len(s) == 0:
+        return 0
+    slots = index.lookup(s, index.next_t[s] - 1)
+    live = slots[slots >= 0]
+    index.flags[live] |= TRUNCATED if truncated else TERMINATED
+    index.cur_ep[s] = -1
+    index.cur_pos[s] = 0
+    index.generation += 1
+    return len(s)
+
+
+def recorded_plan(index: EpisodeIndex, n: int, steps: Mapping[str, Any]) -> StepPlan:
+    """The plan of a recorded step write of ``n`` rows (see ``Table.replay_insert``; validated).
+
+    ``steps``: ``{"streams", "terminated", "truncated", "new_episode"}`` as the write took them
+    (``streams`` None: a fresh stream, as ``add_episode(stream=None)`` chose).
+    """
+    if not isinstance(steps, Mapping):
+        raise EpisodeError(f"steps must be a mapping of step arguments, got {type(steps).__name__}")
+    stream = steps.get("streams")
+    if stream is None:
+        stream = index.fresh_stream()
+    new_episode = steps.get("new_episode", False)
+    if not isinstance(new_episode, (bool, np.bool_)):
+        raise EpisodeError(f"new_episode must be a bool, got {new_episode!r}")
+    return StepPlan(validate_streams(stream, n, index.options),
+                    validate_flags(steps.get("terminated"), n, "terminated"),
+                    validate_flags(steps.get("truncated"), n, "truncated"),
+                    new_episode=bool(new_episode), same_stream=np.ndim(stream) == 0)

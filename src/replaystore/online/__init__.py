@@ -11,15 +11,16 @@ See ``docs/online.md``.
 """
 
 from .budget import StalenessBudget
-from .buffer import RolloutBuffer
+from .buffer import DEFAULT_TICKET_TTL, RolloutBuffer
 from .config import RolloutBufferConfig
 from .groups import Group, Rollout, RolloutBatch
 from .heartbeat import KeepAlive
 from .journal import OnlineJournal
 from .measure import OnlineMetrics
 from .picks import PICKS
+from .tickets import Ticket
 from .versions import STALENESS_ENDS, VersionRange
 
-__all__ = ["PICKS", "STALENESS_ENDS", "Group", "KeepAlive", "OnlineJournal", "OnlineMetrics", "Rollout", "RolloutBatch",
-           "RolloutBuffer", "RolloutBufferConfig",
-           "StalenessBudget", "VersionRange"]
+__all__ = ["DEFAULT_TICKET_TTL", "PICKS", "STALENESS_ENDS", "Group", "KeepAlive", "OnlineJournal", "OnlineMetrics",
+           "Rollout", "RolloutBatch", "RolloutBuffer", "RolloutBufferConfig", "StalenessBudget", "Ticket",
+           "VersionRange"]

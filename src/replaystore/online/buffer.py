@@ -3,9 +3,8 @@
 ```python
 buf = RolloutBuffer(capacity=4096, batch_size=8, max_staleness=1, group_size=4, pick="fifo")
 # producers
-[t] = buf.acquire(1, timeout=60)              # waits while the version budget is spent
-for completion in generate(prompt):           # 4 completions of one prompt = one group
-    buf.add(completion, group=t, versions=(v_start, v_end), length=len(completion))
+[t] = buf.acquire(1, timeout=60)              # waits while the version budget is spent; t.version
+buf.add_group(t, completions, versions=(t.version, buf.version), lengths=[len(c) for c in completions])
 # trainer
 batch = buf.sample(8, timeout=60)             # 8 whole groups, oldest first
 train(batch.data, batch.staleness())
@@ -20,6 +19,11 @@ first) and drops stale groups itself, so that every group that leaves untrained 
 reason and by length (:class:`~replaystore.online.measure.OnlineMetrics`), and its budget given
 back.
 
+The class is written in three modules, one concept each: this one holds the state, the journal
+staging, admission and removal of groups, expiry and the lifecycle; :mod:`.buffer_producers` the
+producer-side calls (tickets, ``add``/``add_group``, ``reject``, over-provisioning, pause);
+:mod:`.buffer_trainer` the trainer-side calls (``sample``, ``set_version``, waiting for versions).
+
 Staleness: each rollout carries a :class:`~replaystore.online.VersionRange`; a group's range
 covers its members'. ``staleness_end`` (``"min"`` by default) says which end counts. With
 ``drop_stale``, a complete group more than ``max_staleness`` versions behind is refused, and
@@ -31,7 +35,7 @@ pick, a sample takes the oldest outstanding groups and waits for those still run
 as the trainer samples ``batch_size`` groups per version and calls :meth:`set_version` after each
 step (``max_reuse=1``), no group is ever stale and none is dropped. ``"fifo"`` (ready first) waits
 only for a running group on its last version in the window: exact for ``max_staleness <= 1``,
-nearly so beyond.
+nearly so beyond. With ``batch_tokens`` the budget and the samples are measured in tokens.
 
 Every public method is thread-safe (one lock; waits release it) and validates its input before it
 changes anything: bad input raises a :class:`~replaystore.ReplayError` subclass and leaves the
@@ -46,21 +50,27 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from ..errors import CheckpointError, Closed, InvalidRequest, StorageError, Timeout, UnknownTicket
+from ..errors import CheckpointError, Closed, InvalidRequest, StorageError
 from ..limiters import MinSize
 from ..monitor import Sink, flatten_scalars
 from ..samplers import Fifo
 from ..table import Table
 from .budget import StalenessBudget
-from .groups import Group, Rollout, RolloutBatch
+from .buffer_producers import ProducerCalls
+from .buffer_trainer import TrainerCalls
+from .groups import Group
 from .measure import OnlineMetrics
 from .picks import check_pick, make_selector, priority
-from .versions import VersionRange, check_end, check_int
+from .versions import check_end, check_int
 
+DEFAULT_TICKET_TTL = 600.0  # seconds: a dead producer's tickets come back after 10 minutes
 _COUNTERS = ("rollouts_added", "groups_completed", "groups_admitted", "groups_sampled", "rollouts_sampled",
              "sample_calls", "groups_retired", "groups_evicted_after_training", "groups_dropped_after_training",
              "groups_dropped_stale", "groups_dropped_expired", "groups_dropped_evicted",
-             "groups_dropped_abandoned", "groups_dropped_incomplete", "rollouts_dropped", "restarts")
+             "groups_dropped_abandoned", "groups_dropped_incomplete", "groups_dropped_rejected",
+             "groups_dropped_cancelled", "groups_rejected", "tickets_cancelled", "rollouts_dropped",
+             "duplicate_members_ignored", "add_calls", "restarts")
+_REMEMBER_DONE = 4096  # completed groups remembered so that a retried write is answered, not duplicated
 
 
 class NullOnlineJournal:
@@ -76,15 +86,15 @@ class NullOnlineJournal:
         pass
 
 
-class RolloutBuffer:
+class RolloutBuffer(ProducerCalls, TrainerCalls):
     """Online rollouts with staleness by pacing and/or dropping, groups and pick policies.
 
     Args:
         capacity: rollouts held at most (complete groups; the oldest complete group is evicted).
-        batch_size: groups the trainer samples per policy version (needed for pacing).
+        batch_size: groups the trainer samples per policy version (pacing in groups).
         max_staleness: versions a group may lag (``None``: no staleness limit, no pacing).
         pacing: hold producers back with a :class:`StalenessBudget` (default: on when
-            ``batch_size`` and ``max_staleness`` are given).
+            ``batch_size`` (or ``batch_tokens``) and ``max_staleness`` are given).
         drop_stale: refuse and drop groups more than ``max_staleness`` behind (default on when
             ``max_staleness`` is given). Pacing and dropping combine.
         group_size: rollouts per group by default (``add`` may override it per group).
@@ -95,8 +105,14 @@ class RolloutBuffer:
         group_timeout: drop a pending group this many seconds after its first member arrived
             (``None``: never); its ticket is abandoned.
         ticket_ttl: a ticket not renewed for this many seconds is abandoned and its pending group
-            dropped (a producer that died). ``None``: tickets never expire.
+            dropped (a producer that died). Default :data:`DEFAULT_TICKET_TTL` (600 s);
+            ``None``: tickets never expire (one dead producer can then stall a ``fifo`` trainer).
         max_running: at most this many tickets held at once.
+        batch_tokens: instead of ``batch_size``: tokens (sum of rollout lengths) the trainer samples
+            per version; the budget counts tokens and ``sample()`` returns whole groups until
+            their tokens reach ``batch_tokens``.
+        group_tokens: with ``batch_tokens`` and pacing, the tokens a ticket reserves until its group
+            completes (the most a group can produce); ``acquire(tokens=...)`` overrides it.
         length_buckets: edges of the length histograms.
         seed: seed of the ``"uniform"`` pick.
         sinks: monitoring sinks :meth:`report` writes to (``replaystore.monitor``).
@@ -112,21 +128,30 @@ class RolloutBuffer:
     def __init__(self, capacity: int, batch_size: int | None = None, max_staleness: int | None = None, *,
                  pacing: bool | None = None, drop_stale: bool | None = None, group_size: int = 1,
                  pick: str = "fifo", staleness_end: str = "min", max_reuse: int = 1,
-                 group_timeout: float | None = None, ticket_ttl: float | None = None,
-                 max_running: int | None = None, length_buckets: Sequence[int] = (16, 64, 256, 1024),
+                 group_timeout: float | None = None, ticket_ttl: float | None = DEFAULT_TICKET_TTL,
+                 max_running: int | None = None, batch_tokens: int | None = None, group_tokens: int | None = None,
+                 length_buckets: Sequence[int] = (16, 64, 256, 1024),
                  seed: int | None = None, sinks: Sequence[Sink] | None = None, journal: Any = None,
                  clock: Callable[[], float] = time.time, name: str = "rollouts") -> None:
         self.capacity = check_int(capacity, "capacity", 1)
         self.batch_size = None if batch_size is None else check_int(batch_size, "batch_size", 1)
+        self.batch_tokens = None if batch_tokens is None else check_int(batch_tokens, "batch_tokens", 1)
+        if self.batch_size is not None and self.batch_tokens is not None:
+            raise InvalidRequest("give batch_size (groups) or batch_tokens (tokens), not both")
         self.max_staleness = None if max_staleness is None else check_int(max_staleness, "max_staleness", 0)
+        per_version = self.batch_size if self.batch_tokens is None else self.batch_tokens
         if pacing is None:
-            pacing = self.batch_size is not None and self.max_staleness is not None
+            pacing = per_version is not None and self.max_staleness is not None
         if drop_stale is None:
             drop_stale = self.max_staleness is not None
-        if pacing and (self.batch_size is None or self.max_staleness is None):
-            raise InvalidRequest("pacing needs batch_size and max_staleness")
+        if pacing and (per_version is None or self.max_staleness is None):
+            raise InvalidRequest("pacing needs batch_size (or batch_tokens) and max_staleness")
         if drop_stale and self.max_staleness is None:
             raise InvalidRequest("drop_stale needs max_staleness")
+        self.group_tokens = None if group_tokens is None else check_int(group_tokens, "group_tokens", 1)
+        if pacing and self.batch_tokens is not None and self.group_tokens is None:
+            raise InvalidRequest("a token budget (batch_tokens with pacing) needs group_tokens: the tokens a "
+                                 "ticket reserves until its group completes")
         self.pacing, self.drop_stale = bool(pacing), bool(drop_stale)
         self.group_size = check_int(group_size, "group_size", 1)
         if self.group_size > self.capacity:
@@ -138,12 +163,15 @@ class RolloutBuffer:
             if v is not None and not v > 0:
                 raise InvalidRequest(f"{what} must be > 0 seconds or None, got {v!r}")
         self.group_timeout = group_timeout
+        self.ticket_ttl = ticket_ttl
         self.name = name
         self._clock = clock
         self.budget: StalenessBudget | None = None
         if self.pacing:
-            self.budget = StalenessBudget(self.batch_size, self.max_staleness, max_running=max_running,
-                                          ttl=ticket_ttl, clock=clock)
+            waits = self.pick if self.pick in ("fifo", "in_order") else None
+            self.budget = StalenessBudget(per_version, self.max_staleness, max_running=max_running,
+                                          ttl=ticket_ttl, clock=clock, weight=self.group_tokens or 1,
+                                          trainer_waits=waits)
         self.table = Table(self.capacity, sampler=make_selector(self.pick), remover=Fifo(),
                            rate_limiter=MinSize(1),
                            max_staleness=self.max_staleness if self.drop_stale else None,
@@ -159,7 +187,10 @@ class RolloutBuffer:
         self._pending: dict[Hashable, Group] = {}
         self._complete: dict[int, Group] = {}  # table key -> group, in admission (FIFO) order
         self._jkey: dict[int, str] = {}  # table key -> journal key
+        self._by_gid: dict[Hashable, int] = {}  # group id -> table key (complete groups)
+        self._done: dict[Hashable, list] = {}  # group id -> [status of its last write, fate]; bounded
         self._items = 0  # rollouts in complete groups
+        self._tokens = 0  # tokens in complete groups
         self._next_order = 0
         self._next_arrival = 0
         self._auto_ids = itertools.count()
@@ -183,6 +214,11 @@ class RolloutBuffer:
         """Groups still waiting for members."""
         return len(self._pending)
 
+    @property
+    def tokens(self) -> bool:
+        """Whether the budget and samples are measured in tokens (``batch_tokens``)."""
+        return self.batch_tokens is not None
+
     def _check_open(self) -> None:
         if self._closed:
             raise Closed(f"rollout buffer {self.name!r} is closed")
@@ -192,6 +228,10 @@ class RolloutBuffer:
 
     def _is_stale(self, g: Group) -> bool:
         return self.drop_stale and self.version - self._end(g) > self.max_staleness
+
+    def _units(self, g: Group) -> int:
+        """What a group counts in the budget: 1, or its tokens."""
+        return g.tokens if self.tokens else 1
 
     # -- journal ----------------------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
@@ -208,6 +248,8 @@ class RolloutBuffer:
         """
         puts, deletes = self._puts, self._deletes
         self._puts, self._deletes = {}, set()
+        if type(self.journal) is NullOnlineJournal:  # nothing kept: no state to build
+            return
         puts.pop("s", None)
         try:
             self.journal.write({**puts, "s": self._state()}, [d for d in deletes if d not in puts])
@@ -218,236 +260,131 @@ class RolloutBuffer:
             raise StorageError(f"rollout buffer {self.name!r}: journal write failed ({type(e).__name__}: {e})",
                                path=getattr(self.journal, "path", None)) from e
 
-    @staticmethod
-    def _pkey(gid: Hashable) -> str:
-        return f"p/{gid!r}"
+    def _stage(self, key: str, value: Any) -> None:
+        self._puts[key] = value
+        self._deletes.discard(key)
+
+    def _unstage(self, key: str) -> None:
+        self._puts.pop(key, None)
+        self._deletes.add(key)
 
     def _put_pending(self, g: Group) -> None:
-        self._puts[self._pkey(g.group_id)] = g
+        self._stage(f"p/{g.group_id!r}", g)
 
-    def _drop_pending_key(self, g: Group) -> None:
-        k = self._pkey(g.group_id)
-        self._puts.pop(k, None)
-        self._deletes.add(k)
+    def _drop_pending(self, g: Group, reason: str) -> None:
+        """Forget a pending group that leaves untrained, counted by ``reason`` (lock held)."""
+        del self._pending[g.group_id]
+        self._unstage(f"p/{g.group_id!r}")
+        self._drop_group(g, reason)
 
-    # -- producers ------------------------------------------------------------------------------------------
-    def acquire(self, k: int = 1, timeout: float | None = None, holder: str | None = None) -> list[int]:
-        """``k`` tickets (group ids) from the budget, waiting while it is spent.
+    def _mark_done(self, gid: Hashable, status: str | None = None, fate: str | None = None) -> None:
+        """Remember a group's write status and fate (what happened to it), journaled, bounded."""
+        rec = self._done.pop(gid, [None, None])
+        if status is not None:
+            rec[0] = status
+        if fate is not None:
+            rec[1] = fate
+        self._done[gid] = rec
+        self._stage(f"d/{gid!r}", (gid, rec))
+        while len(self._done) > _REMEMBER_DONE:
+            old = next(iter(self._done))
+            del self._done[old]
+            self._unstage(f"d/{old!r}")
 
-        Raises:
-            InvalidRequest: no pacing, or a bad ``k``. Timeout: not granted in time. Closed.
-        """
-        budget = self._need_budget()
-        with self._lock:
-            self._check_open()
-            self._expire(self._clock())
-            self._commit()
-        tickets = budget.acquire(k, timeout=timeout, holder=holder)
-        with self._lock:
-            self._commit()  # the budget's new tickets
-        return tickets
-
-    def try_acquire(self, k: int = 1, holder: str | None = None) -> list[int]:
-        """``k`` tickets if the budget allows them now, else ``[]``; never waits."""
-        budget = self._need_budget()
-        with self._lock:
-            self._check_open()
-            self._expire(self._clock())
-            tickets = budget.try_acquire(k, holder=holder)
-            self._commit()
-            return tickets
-
-    def renew(self, tickets: Iterable[int]) -> None:
-        """Restart the time-to-live of held tickets. :class:`UnknownTicket` if one is not held."""
-        budget = self._need_budget()
-        with self._lock:
-            budget.renew(list(tickets))
-            self._commit()
-
-    def abandon(self, tickets: Iterable[int]) -> None:
-        """Give tickets back; their pending groups are dropped (counted as ``abandoned``).
-
-        Raises:
-            UnknownTicket: a ticket is not held (nothing changed).
-        """
-        budget = self._need_budget()
-        with self._lock:
-            ids = list(tickets)
-            budget.abandon(ids)
-            for t in ids:
-                g = self._pending.pop(t, None)
-                if g is not None:
-                    self._drop_group(g, "abandoned")
-                    self._drop_pending_key(g)
-            self._cond.notify_all()
-            self._commit()
-
-    def finish(self, tickets: Iterable[int], accepted: bool = True) -> None:
-        """End tickets whose rollouts are kept elsewhere (budget-only use, e.g. the fragment buffer).
-
-        A ticket used as a group id in this buffer is finished by its group instead.
-
-        Raises:
-            UnknownTicket: a ticket is not held. InvalidRequest: a ticket has a pending group here.
-            (Nothing changed in either case.)
-        """
-        budget = self._need_budget()
-        with self._lock:
-            ids = list(tickets)
-            busy = [t for t in ids if t in self._pending]
-            if busy:
-                raise InvalidRequest(f"tickets {busy[:5]!r} have pending groups in {self.name!r}: "
-                                     f"their groups finish them")
-            budget.finish(ids, accepted=accepted)
-            self._cond.notify_all()
-            self._commit()
-
-    def discard(self, n: int) -> None:
-        """``n`` accepted rollouts kept elsewhere left untrained: give their budget back."""
-        budget = self._need_budget()
-        with self._lock:
-            budget.discard(n)
-            self._commit()
-
-    def _need_budget(self) -> StalenessBudget:
-        if self.budget is None:
-            raise InvalidRequest(f"rollout buffer {self.name!r} does not pace producers (pacing=False)")
-        return self.budget
-
-    def add(self, data: Any, group: Hashable | None = None, versions: Any = None, length: int | None = None,
-            group_size: int | None = None) -> str:
-        """Add one rollout to its group.
-
-        Args:
-            data: the payload (any object).
-            group: the group id; with pacing, the ticket from :meth:`acquire`. ``None`` (without
-                pacing, groups of one): a new group.
-            versions: the policy versions that produced it: an int, ``(min, max)`` or a
-                :class:`VersionRange` (default: the current version).
-            length: its length for the length histograms (default ``len(data)``, else 1).
-            group_size: the group's size (default: the buffer's ``group_size``); fixed by the
-                group's first member.
-
-        Returns:
-            ``"pending"`` (the group waits for more members), ``"complete"`` (the group completed and
-            can be sampled), or ``"stale"`` (the group completed but was dropped as stale).
-
-        Raises:
-            InvalidRequest: bad versions (``min > max``, negative, not integers), length or size, a
-                size different from the group's, a group larger than the capacity.
-            UnknownTicket: with pacing, ``group`` is not a held ticket (never acquired, expired, ...).
-            Closed: the buffer was closed.
-        """
-        with self._lock:
-            self._check_open()
-            size = self.group_size if group_size is None else check_int(group_size, "group_size", 1)
-            if size > self.capacity:
-                raise InvalidRequest(f"a group of {size} rollouts can never fit capacity {self.capacity}")
-            rng = VersionRange.of(self.version if versions is None else versions)
-            if length is None:
-                length = len(data) if hasattr(data, "__len__") else 1
-            length = check_int(length, "length")
-            if group is not None:
-                try:
-                    hash(group)
-                except TypeError:
-                    raise InvalidRequest(f"a group id must be hashable, got {type(group).__name__}") from None
-            self._expire(self._clock())
-            g = self._pending.get(group) if group is not None else None
-            if self.budget is not None:
-                if group is None:
-                    raise InvalidRequest("with pacing, pass the ticket from acquire() as the group")
-                if not self.budget.held(group):
-                    raise UnknownTicket(f"group {group!r} is not a held ticket (never acquired, finished, "
-                                        f"abandoned or expired)")
-            elif group is None:
-                if size != 1:
-                    raise InvalidRequest(f"a group of {size} needs a group id")
-            if g is not None and g.size != size:
-                raise InvalidRequest(f"group {group!r} has size {g.size}, not {size}")
-            # -- valid: mutate
-            if g is None:
-                gid = group if group is not None else ("auto", next(self._auto_ids))
-                g = Group(gid, size, created=self._clock())
-                self._pending[gid] = g
-            g.members.append(Rollout(data, rng, length))
-            self.counters["rollouts_added"] += 1
-            self.metrics.generated([length])
-            if not g.complete:
-                self._put_pending(g)
-                status = "pending"
-            else:
-                del self._pending[g.group_id]
-                self._drop_pending_key(g)
-                status = self._admit(g)
-            self._commit()
-            return status
-
+    # -- groups in and out (lock held) -----------------------------------------------------------------
     def _admit(self, g: Group) -> str:
-        """A complete group: drop it if stale, else evict for room and insert it (lock held)."""
+        """A complete group: drop it if stale, else evict for room and insert it."""
         self.counters["groups_completed"] += 1
+        gid = g.group_id
         if self._is_stale(g):
             if self.budget is not None:
-                self.budget.finish([g.group_id], accepted=False)
+                self._settle(self.budget.finish([gid], accepted=False))
             self._drop_group(g, "stale")
+            self._mark_done(gid, "stale", "dropped")
             return "stale"
         while self._items + g.size > self.capacity:
             self._remove(next(iter(self._complete)), "evicted")
         if self.budget is not None:
-            g.order = int(g.group_id)  # admission order
+            g.order = int(gid)  # admission order
         else:
             g.order = self._next_order
             self._next_order += 1
-        end = self._end(g)
-        key = self.table.add(g, priority=priority(self.pick, g.order, end), version=end)
-        self._complete[key] = g
-        jk = self._jkey[key] = f"c/{self._next_arrival:020d}"
+        g.arrival = self._next_arrival
         self._next_arrival += 1
-        self._puts[jk] = g
-        self._items += g.size
+        self._insert(g, f"c/{g.arrival:020d}")
         self.counters["groups_admitted"] += 1
+        self._mark_done(gid, "complete", "held")
         if self.budget is not None:
-            self.budget.finish([g.group_id], accepted=True)
+            self._settle(self.budget.finish([gid], accepted=True, units=[self._units(g)]))
         self._cond.notify_all()
         return "complete"
 
+    def _insert(self, g: Group, jkey: str) -> int:
+        end = self._end(g)
+        key = self.table.add(g, priority=priority(self.pick, g.order, end, g.arrival), version=end)
+        if key >= 0:
+            self._complete[key] = g
+            self._jkey[key] = jkey
+            self._by_gid[g.group_id] = key
+            self._items += g.size
+            self._tokens += g.tokens
+            self._stage(jkey, g)
+        return key
+
+    def _take_out(self, key: int) -> Group:
+        """A complete group out of the table and the journal."""
+        g = self._complete.pop(key)
+        del self._by_gid[g.group_id]
+        self._items -= g.size
+        self._tokens -= g.tokens
+        self._unstage(self._jkey.pop(key))
+        return g
+
     def _drop_group(self, g: Group, reason: str) -> None:
-        """Count a group that leaves untrained (lock held)."""
+        """Count a group that leaves untrained."""
         self.counters[f"groups_dropped_{reason}"] += 1
         self.counters["rollouts_dropped"] += len(g.members)
         self.metrics.dropped(reason, g.lengths)
 
     def _remove(self, key: int, reason: str) -> None:
-        """Take a complete group out of the table (lock held)."""
-        g = self._complete.pop(key)
+        """Take a complete group out of the table (evicted or stale)."""
+        g = self._take_out(key)
         self.table.delete([key])
-        self._items -= g.size
-        self._deletes.add(self._jkey.pop(key))
         if g.times_sampled == 0:
             self._drop_group(g, reason)
+            self._mark_done(g.group_id, fate="dropped")
             if self.budget is not None:
-                self.budget.discard(1)
+                self.budget.discard(self._units(g))
         else:
             self.counters[f"groups_{reason}_after_training" if reason == "evicted"
                           else "groups_dropped_after_training"] += 1
 
-    # -- expiry ---------------------------------------------------------------------------------------------------
+    def _settle(self, cancelled: Iterable[int] = ()) -> None:
+        """Drop the pending groups of tickets that expired or were cancelled (lock held)."""
+        if self.budget is None:
+            return
+        expired, more = self.budget.take_ended(self._clock())
+        if not expired and not more and not cancelled:
+            return
+        for reason, ids in (("expired", expired), ("cancelled", list(cancelled) + more)):
+            if reason == "cancelled":
+                self.counters["tickets_cancelled"] += len(set(ids))
+            for t in dict.fromkeys(ids):
+                g = self._pending.get(t)
+                if g is not None:
+                    self._drop_pending(g, reason)
+            if ids:
+                self._cond.notify_all()
+
     def _expire(self, now: float) -> None:
         """Drop pending groups whose ticket expired or that waited longer than ``group_timeout``."""
-        if self.budget is not None:
-            for t in self.budget.expire(now):
-                g = self._pending.pop(t, None)
-                if g is not None:
-                    self._drop_group(g, "expired")
-                    self._drop_pending_key(g)
+        self._settle()
         if self.group_timeout is not None and self._pending:
             old = [g for g in self._pending.values() if now - g.created > self.group_timeout]
             for g in old:
-                del self._pending[g.group_id]
                 if self.budget is not None and self.budget.held(g.group_id):
                     self.budget.abandon([g.group_id])
-                self._drop_group(g, "incomplete")
-                self._drop_pending_key(g)
+                self._drop_pending(g, "incomplete")
             if old:
                 self._cond.notify_all()
 
@@ -456,111 +393,6 @@ class RolloutBuffer:
         with self._lock:
             self._expire(self._clock())
             self._commit()
-
-    # -- trainer --------------------------------------------------------------------------------------------------
-    def _straggler(self, n: int) -> bool:
-        """Whether the sample must wait for running groups (pacing with ``fifo`` or ``in_order``).
-
-        ``fifo``: a running group is on its last version in the window. ``in_order``: one of the
-        ``n`` oldest outstanding groups is still running.
-        """
-        if self.budget is None:
-            return False
-        if self.pick == "fifo":
-            oldest = self.budget.oldest_running_version()
-            return oldest is not None and oldest <= self.version - self.max_staleness
-        if self.pick == "in_order":
-            first_running = self.budget.oldest_running_id()
-            if first_running is None:
-                return False
-            return sum(1 for g in self._complete.values() if g.order < first_running) < n
-        return False
-
-    def sample(self, num_groups: int, timeout: float | None = None) -> RolloutBatch:
-        """Draw ``num_groups`` distinct complete groups with the pick policy; wait while too few exist.
-
-        With pacing and ``"fifo"``, also waits for running groups that would otherwise go stale at
-        the next version. Groups reaching ``max_reuse`` samples are retired.
-
-        Raises:
-            InvalidRequest: ``num_groups`` not a positive integer, or larger than the buffer (or the
-                budget) could ever provide.
-            Timeout: not enough complete groups within ``timeout`` seconds (``None``: wait forever).
-            Closed: the buffer was closed.
-        """
-        n = check_int(num_groups, "num_groups", 1)
-        if n > self.capacity:
-            raise InvalidRequest(f"{n} groups can never be held by capacity {self.capacity}")
-        if self.budget is not None and n > (self.max_staleness + 1) * self.batch_size:
-            raise InvalidRequest(f"{n} groups can never be admitted at once: the budget admits "
-                                 f"(max_staleness + 1) * batch_size = {(self.max_staleness + 1) * self.batch_size}")
-        start = time.monotonic()
-        deadline = None if timeout is None else start + timeout
-        with self._lock:
-            self._check_open()
-            while True:
-                self._expire(self._clock())
-                if len(self._complete) >= n and not self._straggler(n):
-                    break
-                self._check_open()
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    self._commit()
-                    waiting = " (waiting for running groups, see pick)" if self._straggler(n) else ""
-                    raise Timeout(f"sample of {n} groups from {self.name!r}: {len(self._complete)} complete, "
-                                  f"{len(self._pending)} pending after {timeout:.3g}s{waiting}")
-                # wake periodically so expiring tickets and timed-out groups are noticed
-                self._cond.wait(0.05 if remaining is None else min(remaining, 0.05))
-            s = self.table.sample(n, timeout=0)
-            groups = [self._complete[k] for k in s.keys.tolist()]
-            retired = []
-            for key, g in zip(s.keys.tolist(), groups):
-                g.times_sampled += 1
-                if g.times_sampled >= self.max_reuse:
-                    retired.append(key)
-                    del self._complete[key]
-                    self._items -= g.size
-                    self._deletes.add(self._jkey.pop(key))
-                    self.counters["groups_retired"] += 1
-                else:
-                    self._puts[self._jkey[key]] = g
-            if retired:
-                self.table.delete(retired)
-            batch = RolloutBatch(groups, self.version)
-            self.metrics.trained(batch.lengths.tolist(), batch.staleness(self.staleness_end).tolist())
-            self.counters["groups_sampled"] += n
-            self.counters["rollouts_sampled"] += len(batch.rollouts)
-            self.counters["sample_calls"] += 1
-            self._commit()
-            return batch
-
-    def set_version(self, version: int) -> int:
-        """Set the trainer's policy version (it may only grow); drop groups that became stale.
-
-        Returns:
-            How many complete groups were dropped.
-
-        Raises:
-            InvalidRequest: not an integer, or lower than the current version.
-        """
-        with self._lock:
-            self._check_open()
-            v = check_int(version, "version")
-            if v < self.version:
-                raise InvalidRequest(f"version may only grow: {v} < {self.version}")
-            self.version = v
-            if self.budget is not None:
-                self.budget.set_version(v)
-            dropped = 0
-            if self.drop_stale:
-                stale = [k for k, g in self._complete.items() if self._is_stale(g)]
-                for k in stale:
-                    self._remove(k, "stale")
-                dropped = len(stale)
-            self.table.set_version(v)
-            self._cond.notify_all()
-            self._commit()
-            return dropped
 
     # -- lifecycle, stats ------------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -576,11 +408,15 @@ class RolloutBuffer:
             self.journal.close()
 
     def stats(self) -> dict[str, Any]:
-        """Counters, sizes, the budget's stats and the measurement histograms (totals since start)."""
+        """Counters, sizes, the budget's stats and the measurement histograms (totals since start).
+
+        Expiry is judged first (tickets past their TTL and their pending groups are gone).
+        """
         with self._lock:
+            self._expire(self._clock())
             out: dict[str, Any] = {**self.counters, "name": self.name, "version": self.version,
                                    "groups": len(self._complete), "rollouts": self._items,
-                                   "pending_groups": len(self._pending),
+                                   "tokens": self._tokens, "pending_groups": len(self._pending),
                                    "pending_rollouts": sum(len(g.members) for g in self._pending.values())}
             if self.budget is not None:
                 out["budget"] = self.budget.stats()
@@ -633,18 +469,17 @@ class RolloutBuffer:
         if self.budget is not None and state["budget"] is not None:
             self.budget.load_state(state["budget"])
         self.table.set_version(self.version)
-        for k, g in sorted(saved.items()):
+        for k, v in sorted(saved.items()):
             if k.startswith("p/"):
-                self._pending[g.group_id] = g
+                self._pending[v.group_id] = v
+            elif k.startswith("d/"):
+                self._done[v[0]] = list(v[1])
             elif k.startswith("c/"):
-                end = self._end(g)
-                key = self.table.add(g, priority=priority(self.pick, g.order, end), version=end)
-                if key < 0:  # stale by the saved version: cannot happen with a consistent journal
-                    self._deletes.add(k)
-                    continue
-                self._complete[key] = g
-                self._jkey[key] = k
-                self._items += g.size
+                if v.arrival < 0:  # a journal written before groups kept their arrival
+                    v.arrival = int(k[2:])
+                if self._insert(v, k) < 0:  # stale by the saved version: cannot happen with a consistent journal
+                    self._unstage(k)
+        self._puts.clear()
         if self._deletes:
             self._commit()
 
@@ -653,4 +488,4 @@ class RolloutBuffer:
                 f"version={self.version}, pacing={self.pacing}, drop_stale={self.drop_stale}, pick={self.pick!r})")
 
 
-__all__ = ["RolloutBuffer"]
+__all__ = ["DEFAULT_TICKET_TTL", "RolloutBuffer"]

@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .buffer import RolloutBuffer
+from .buffer import DEFAULT_TICKET_TTL, RolloutBuffer
 from .journal import OnlineJournal
 
 
@@ -33,8 +33,10 @@ class RolloutBufferConfig:
     staleness_end: str = "min"
     max_reuse: int = 1
     group_timeout: float | None = None
-    ticket_ttl: float | None = None
+    ticket_ttl: float | None = DEFAULT_TICKET_TTL
     max_running: int | None = None
+    batch_tokens: int | None = None
+    group_tokens: int | None = None
     length_buckets: Sequence[int] = (16, 64, 256, 1024)
     seed: int | None = None
     path: str | None = None
@@ -60,7 +62,8 @@ class RolloutBufferConfig:
                 self.capacity, self.batch_size, self.max_staleness, pacing=self.pacing, drop_stale=self.drop_stale,
                 group_size=self.group_size, pick=self.pick, staleness_end=self.staleness_end,
                 max_reuse=self.max_reuse, group_timeout=self.group_timeout, ticket_ttl=self.ticket_ttl,
-                max_running=self.max_running, length_buckets=self.length_buckets, seed=self.seed,
+                max_running=self.max_running, batch_tokens=self.batch_tokens,
+                group_tokens=self.group_tokens, length_buckets=self.length_buckets, seed=self.seed,
                 journal=journal, name=name)
         except BaseException:
             if journal is not None:

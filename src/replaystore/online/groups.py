@@ -23,6 +23,7 @@ class Rollout:
     data: Any
     versions: VersionRange
     length: int
+    index: int | None = None  # the member's index in its group (idempotent writes), if given
 
 
 @dataclass
@@ -34,8 +35,10 @@ class Group:
         size: how many rollouts complete the group.
         members: the rollouts received so far, in arrival order.
         created: wall-clock time of the first member (or of the ticket), for ``group_timeout``.
-        order: arrival rank of the completed group (FIFO order; -1 while pending).
+        order: admission rank of the completed group (its ticket with pacing, else completion
+            order; FIFO order; -1 while pending).
         times_sampled: how many samples returned the group.
+        arrival: completion rank (-1 while pending); ``freshest`` breaks ties by it.
     """
 
     group_id: Hashable
@@ -44,6 +47,7 @@ class Group:
     created: float = 0.0
     order: int = -1
     times_sampled: int = 0
+    arrival: int = -1
 
     @property
     def complete(self) -> bool:
@@ -61,6 +65,16 @@ class Group:
     def lengths(self) -> list[int]:
         """The members' lengths."""
         return [m.length for m in self.members]
+
+    @property
+    def tokens(self) -> int:
+        """The sum of the members' lengths."""
+        return sum(m.length for m in self.members)
+
+    @property
+    def indices(self) -> set[int]:
+        """The member indices received (members added without an index are not in it)."""
+        return {m.index for m in self.members if m.index is not None}
 
     @property
     def data(self) -> list[Any]:
@@ -112,6 +126,11 @@ class RolloutBatch:
     def lengths(self) -> np.ndarray:
         """Per rollout, its length (int64)."""
         return np.array([m.length for m in self.rollouts], dtype=np.int64)
+
+    @property
+    def tokens(self) -> int:
+        """The sum of the rollouts' lengths."""
+        return int(sum(m.length for g in self.groups for m in g.members))
 
     def staleness(self, end: str = "min") -> np.ndarray:
         """Per rollout, ``version - end`` of its range (``end`` ``"min"``: oldest part)."""

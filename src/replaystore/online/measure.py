@@ -8,6 +8,7 @@ Per report window (and in total since start) it counts:
   that arrived, that were sampled, and that were dropped (stale, expired, evicted unsampled,
   abandoned) - the length bias of dropping shows as a difference between these;
 - ``dropped``: groups dropped, by reason;
+- ``rejected``: groups rejected after scoring (``RolloutBuffer.reject``), by the caller's reason;
 - ``producer_wait_s``: how long producers waited for admission (mean and max per acquire).
 
 Not thread-safe by itself: the owning buffer calls it under its lock.
@@ -23,7 +24,7 @@ import numpy as np
 
 from ..errors import InvalidRequest
 
-DROP_REASONS = ("stale", "expired", "evicted", "abandoned", "incomplete")
+DROP_REASONS = ("stale", "expired", "evicted", "abandoned", "incomplete", "rejected", "cancelled")
 _STALENESS_BINS = 16
 
 
@@ -52,7 +53,7 @@ class OnlineMetrics:
         self.names = bucket_names(edges)
         self.total: dict[str, Counter] = {k: Counter() for k in
                                           ("generated_by_length", "trained_by_length", "dropped_by_length",
-                                           "trained_staleness", "dropped")}
+                                           "trained_staleness", "dropped", "rejected")}
         self.window: dict[str, Counter] = {k: Counter() for k in self.total}
         self._waits: list[float] = []
 
@@ -79,6 +80,11 @@ class OnlineMetrics:
         """One group dropped for ``reason`` (see ``DROP_REASONS``), with its rollouts' lengths."""
         self._count("dropped", [reason])
         self._count("dropped_by_length", self._buckets(lengths))
+
+    def rejected(self, reason: str, lengths: Iterable[int]) -> None:
+        """One group rejected after scoring for ``reason`` (also counted as dropped ``"rejected"``)."""
+        self._count("rejected", [reason])
+        self.dropped("rejected", lengths)
 
     def waits(self, seconds: Iterable[float]) -> None:
         """Producer waits for admission, one per acquire."""

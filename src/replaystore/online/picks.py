@@ -9,7 +9,8 @@
   groups whose tickets are still outstanding and waits for any of them still running. Trades
   ready-first throughput for an exact guarantee at any ``max_staleness``.
 - ``"freshest"``: the newest policy version first (by the range's staleness end; ties newest
-  arrival first). Keeps batches on-policy at the cost of leaving old groups to go stale.
+  arrival first: the group that completed last, not the highest ticket). Keeps batches
+  on-policy at the cost of leaving old groups to go stale.
 
 Each policy is a Table selector plus the priority a group gets in it, so the Table does the
 choosing (``MinHeap``/``MaxHeap`` are ordered by priority, ties by insertion).
@@ -18,8 +19,8 @@ choosing (``MinHeap``/``MaxHeap`` are ordered by priority, ties by insertion).
 from __future__ import annotations
 
 from ..errors import InvalidRequest
-from ..ray.uniform_distinct import UniformDistinct
 from ..samplers import MaxHeap, MinHeap, Selector
+from ..samplers.uniform_distinct import UniformDistinct
 
 PICKS = ("fifo", "in_order", "uniform", "freshest")
 _TIE = float(1 << 31)
@@ -41,12 +42,16 @@ def make_selector(pick: str) -> Selector:
     return MaxHeap()
 
 
-def priority(pick: str, order: int, end_version: int) -> float:
-    """A group's priority in the selector of ``pick``: its order (fifo), its version (freshest)."""
+def priority(pick: str, order: int, end_version: int, arrival: int = 0) -> float:
+    """A group's priority in the selector of ``pick``.
+
+    ``fifo``/``in_order``: its admission ``order``; ``freshest``: its version, ties broken by
+    ``arrival`` (completion rank: the newest arrival first, whatever its ticket's number).
+    """
     if pick in ("fifo", "in_order"):
         return float(order)
     if pick == "freshest":
-        return float(end_version) + (order % (1 << 31)) / _TIE
+        return float(end_version) + (arrival % (1 << 31)) / _TIE
     return 1.0
 
 

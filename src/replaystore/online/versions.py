@@ -18,6 +18,10 @@ STALENESS_ENDS = ("min", "max")
 
 def check_int(value: Any, what: str, minimum: int | None = 0) -> int:
     """``value`` as an ``int`` if it is an integer (not a bool) ``>= minimum``; else :class:`InvalidRequest`."""
+    if type(value) is int:  # the common case, without the ABC check
+        if minimum is not None and value < minimum:
+            raise InvalidRequest(f"{what} must be >= {minimum}, got {value}")
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InvalidRequest(f"{what} must be an integer, got {value!r} ({type(value).__name__})")
     value = int(value)
@@ -48,11 +52,10 @@ class VersionRange(NamedTuple):
         """A range from an int (one version), a ``(min, max)`` pair or a ``VersionRange``.
 
         Raises:
-            InvalidRequest: not integers, negative, or ``min > max``. Nothing is changed anywhere.
+            InvalidRequest: not integers, negative, or ``min > max`` (a ``VersionRange`` built
+                directly is checked like a tuple). Nothing is changed anywhere.
         """
-        if isinstance(versions, VersionRange):
-            return versions
-        if isinstance(versions, (tuple, list)):
+        if isinstance(versions, (tuple, list)):  # a VersionRange is a tuple: validated the same way
             if len(versions) != 2:
                 raise InvalidRequest(f"a version range is (min, max), got {versions!r}")
             lo = check_int(versions[0], "min version")

@@ -10,6 +10,9 @@
 - :class:`WalConfig` (``serve(..., wal=...)``): a write-ahead log per Table, so inserts acknowledged
   to a client survive a crash of the service (:mod:`replaystore.ray.wal`,
   :mod:`replaystore.ray.logged_table`).
+- :func:`serve_sharded` runs a Table as N shard services (placement over nodes) behind one
+  :class:`ShardedClient` with the Table API; samples are drawn as from one table
+  (:mod:`replaystore.ray.shard_sampling`), keys carry their shard.
 - :func:`create_loader_pool` and :func:`data_iter` read fetched fragments in parallel.
 
 Importing this package does not import Ray; the first call that needs it does, after setting
@@ -25,11 +28,16 @@ from .loader import FragmentLoader, LocalLoaderPool, create_loader_pool, data_it
 from .logged_table import LoggedTable
 from .online_client import OnlineClient
 from .server import ReplayServer
+from .shard_keys import ForeignKey
+from .shard_placement import PlacementError
+from .shard_service import connect_sharded, serve_sharded
+from .sharded import ShardedClient
 from .uniform_distinct import UniformDistinct
 from .wal import WalConfig, WriteAheadLog
 
 __all__ = [
     "Fetch",
+    "ForeignKey",
     "FragmentBuffer",
     "FragmentBufferConfig",
     "FragmentClient",
@@ -38,16 +46,20 @@ __all__ = [
     "LocalLoaderPool",
     "LoggedTable",
     "OnlineClient",
+    "PlacementError",
     "ReplayClient",
     "ReplayServer",
+    "ShardedClient",
     "UniformDistinct",
     "WalConfig",
     "WriteAheadLog",
     "connect",
+    "connect_sharded",
     "create_loader_pool",
     "data_iter",
     "detach",
     "import_ray",
     "init_local",
     "serve",
+    "serve_sharded",
 ]

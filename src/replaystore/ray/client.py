@@ -294,6 +294,7 @@ def serve(
     start_timeout: float = 120.0,
     online: Mapping[str, RolloutBufferConfig] | None = None,
     wal: WalConfig | Mapping[str, WalConfig] | None = None,
+    server_class: type[ReplayServer] = ReplayServer,
 ) -> ReplayClient:
     """Start a replay service as a named Ray actor; return a client bound to its first table.
 
@@ -328,6 +329,9 @@ def serve(
         wal: a write-ahead log for every table (a :class:`~replaystore.ray.WalConfig`) or for some
             (``{table: WalConfig}``): each mutation is logged before its call returns and replayed
             after a restart, on top of the last checkpoint (see docs/ray.md, "Durable tables").
+        server_class: the actor class, :class:`ReplayServer` or a subclass adding methods (the
+            shards of :func:`~replaystore.ray.serve_sharded` use
+            :class:`~replaystore.ray.shard_server.ShardServer`).
 
     Raises:
         InvalidArgument: a service (actor) with this name already exists.
@@ -358,7 +362,7 @@ def serve(
     if scheduling_strategy is not None:
         options["scheduling_strategy"] = scheduling_strategy
     # the factories travel pickled: an error unpickling them in the actor is a start error like any other
-    actor = ray.remote(ReplayServer).options(**options).remote(
+    actor = ray.remote(server_class).options(**options).remote(
         name, ray.cloudpickle.dumps(dict(tables)), fragments, checkpoint_dir, checkpoint_period, report_period, sinks,
         housekeeping_period, online=dict(online) if online else None, wal=wal)
     client = ReplayClient(actor, name, next(iter(tables), DEFAULT_TABLE), default_timeout, rpc_grace)

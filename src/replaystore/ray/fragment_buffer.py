@@ -40,8 +40,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -50,152 +49,11 @@ from ..limiters import MinSize
 from ..samplers import Fifo
 from ..storage.fragments import FragmentStore, RefCounts, fragment_age
 from ..table import Table
+from .fragment_records import Chunk, FragmentBufferConfig, FragmentRef, Lease, StreamState
 from .journal import LEASE, PENDING, STREAM, Journal, NullJournal, chunk_key
 from .uniform_distinct import UniformDistinct
 
 log = logging.getLogger("replaystore")
-
-
-@dataclass
-class FragmentBufferConfig:
-    """Configuration of a :class:`FragmentBuffer` (MineStudio's keys first).
-
-    Attributes:
-        max_chunks: capacity in chunks (FIFO eviction beyond).
-        max_staleness: chunks more than this many model versions behind are dropped.
-        max_reuse: a chunk is retired after this many fetches.
-        fragments_per_chunk: consecutive fragments of one stream per chunk.
-        fragments_per_report: write a monitoring report every this many fragments (``None``: off).
-        path: directory of the fragment store (the journal lives in ``path/meta``).
-        num_shards: LMDB shards of the store.
-        map_size: LMDB map size per shard, bytes.
-        partial_max_age: drop a stream's partial chunk when the stream sent nothing for this many
-            seconds (``None``: only staleness drops partials). Covers producers that died mid-chunk.
-        stream_ttl: forget a quiet stream's high-water mark (used to spot duplicates) after this long.
-        orphan_grace: payloads in the store that no fragment references are deleted once older
-            than this (a producer wrote them but its ``add`` never arrived).
-        seed: seed of the chunk selection (``None``: from the OS).
-        persist: keep the journal (needed to survive restarts).
-        clear_on_start: wipe store and journal when the service is first created (never on a
-            restart after a crash).
-        lease_ttl: seconds a fetch's lease lives without renewal (``None``: forever). Renewed by
-            :meth:`FragmentBuffer.renew` (``FragmentClient.renew``/``keep_alive``) and by every
-            fetch of the same client; housekeeping releases expired leases (``leases_expired``).
-        sync: LMDB ``sync``/``metasync`` of the store and the journal: flush every commit, so it
-            survives a machine crash (off: a process crash only).
-        writemap: open the store's shards with a writable memory map (faster large writes; each
-            write reserves its blocks first). ``None``: the setting recorded in the store, else off.
-        shrink_threshold: a shard emptied by deletes that holds more than this many bytes is replaced
-            by an empty one, giving its space back (``None``: never); see ``FragmentStore``.
-        journal_reserve: bytes the journal keeps allocated ahead, so fetches and releases can be
-            recorded on a full disk; new fragments are refused when it cannot be kept.
-        journal_map_size: LMDB map size of the journal, bytes.
-        staleness_end: which end of a chunk's version range (its fragments' oldest and newest
-            versions: a stream that continued across a weight update) decides its staleness:
-            ``"min"`` (MineStudio's, the default) or ``"max"``.
-        compact_ratio: housekeeping compacts the store online (``FragmentStore.compact``) when its
-            files hold more than this many times its live pages, plus 64 MiB (``None``: never; call
-            :meth:`FragmentBuffer.compact`). LMDB reuses freed pages, so this matters only after the
-            live data shrank for good.
-    """
-
-    max_chunks: int
-    max_staleness: int
-    max_reuse: int
-    fragments_per_chunk: int = 1
-    fragments_per_report: int | None = None
-    path: str = "replay_buffer_cache"
-    num_shards: int = 4
-    map_size: int = 1 << 40
-    partial_max_age: float | None = 600.0
-    stream_ttl: float = 3600.0
-    orphan_grace: float = 300.0
-    seed: int | None = None
-    persist: bool = True
-    clear_on_start: bool = False
-    lease_ttl: float | None = 600.0
-    sync: bool = False
-    writemap: bool | None = None
-    shrink_threshold: int | None = 1 << 20
-    journal_reserve: int = 8 << 20
-    journal_map_size: int = 1 << 32
-    staleness_end: str = "min"
-    compact_ratio: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_chunks < 1 or self.max_reuse < 1 or self.fragments_per_chunk < 1:
-            raise InvalidArgument("max_chunks, max_reuse and fragments_per_chunk must be >= 1")
-        if self.max_staleness < 0:
-            raise InvalidArgument(f"max_staleness must be >= 0, got {self.max_staleness}")
-        if self.staleness_end not in ("min", "max"):
-            raise InvalidArgument(f"staleness_end must be 'min' or 'max', got {self.staleness_end!r}")
-        if self.lease_ttl is not None and not self.lease_ttl > 0:
-            raise InvalidArgument(f"lease_ttl must be > 0 or None, got {self.lease_ttl}")
-        self.path = os.path.abspath(self.path)
-
-    def open_store(self) -> FragmentStore:
-        """The fragment store this configuration describes."""
-        return FragmentStore(self.path, self.num_shards, self.map_size, sync=self.sync, writemap=self.writemap,
-                             shrink_threshold=self.shrink_threshold)
-
-
-class FragmentRef(NamedTuple):
-    """One acknowledged fragment: payload id plus the metadata the buffer needs."""
-
-    fragment_id: str
-    stream: str
-    seq: int
-    version: int
-    session: str
-
-
-@dataclass
-class Chunk:
-    """Consecutive fragments of one stream, sampled together."""
-
-    chunk_id: int
-    fragments: list[FragmentRef]
-    version: int
-    session: str
-    use_count: int = 0
-
-    def to_json(self) -> dict:
-        """JSON-able form for the journal."""
-        return {"chunk_id": self.chunk_id, "fragments": [list(f) for f in self.fragments],
-                "version": self.version, "session": self.session, "use_count": self.use_count}
-
-    @property
-    def versions(self) -> tuple[int, int]:
-        """``(oldest, newest)`` version of its fragments (a chunk can span a weight update)."""
-        vs = [f.version for f in self.fragments]
-        return min(vs), max(vs)
-
-    @classmethod
-    def from_json(cls, d: dict) -> "Chunk":
-        """Inverse of :meth:`to_json`."""
-        return cls(d["chunk_id"], [FragmentRef(*f) for f in d["fragments"]], d["version"], d["session"],
-                   d["use_count"])
-
-
-@dataclass
-class _Stream:
-    last_seq: int
-    last_seen: float
-    partial: list[FragmentRef] = field(default_factory=list)
-
-
-@dataclass
-class Lease:
-    """The fragments handed out by one fetch; their payloads stay until the lease is released."""
-
-    lease_id: str
-    client: str | None
-    records: list[FragmentRef]
-    expires: float | None = None  # wall-clock time (persisted across restarts); None: never
-
-    def to_json(self) -> dict:
-        """JSON-able form for the journal."""
-        return {"client": self.client, "records": [list(r) for r in self.records], "expires": self.expires}
 
 
 _COUNTERS = (
@@ -241,7 +99,7 @@ class FragmentBuffer:
         self.refs = RefCounts()
         self.version = -1
         self.session = ""
-        self._streams: dict[str, _Stream] = {}
+        self._streams: dict[str, StreamState] = {}
         self._chunks: dict[int, Chunk] = {}  # table key -> chunk, FIFO order
         self._leases: dict[str, Lease] = {}
         self._client_lease: dict[str, str] = {}
@@ -343,7 +201,7 @@ class FragmentBuffer:
         puts: dict[str, Any] = {}
         deletes: list[str] = []
         if st is None:
-            st = self._streams[stream] = _Stream(seq - 1, now)
+            st = self._streams[stream] = StreamState(seq - 1, now)
         elif seq > st.last_seq + 1 and st.partial:
             self.counters["gaps"] += 1
             self.counters["fragments_dropped_gap"] += len(st.partial)
@@ -683,10 +541,10 @@ class FragmentBuffer:
         self.counters["restarts"] += restart
         self.table.set_version(self.version)
         for name, (last_seq, last_seen) in saved["streams"].items():
-            self._streams[name] = _Stream(int(last_seq), float(last_seen))
+            self._streams[name] = StreamState(int(last_seq), float(last_seen))
         for fid, f in sorted(saved["pending"].items(), key=lambda kv: (kv[1][1], kv[1][2])):
             ref = FragmentRef(*f)
-            st = self._streams.setdefault(ref.stream, _Stream(ref.seq, time.time()))
+            st = self._streams.setdefault(ref.stream, StreamState(ref.seq, time.time()))
             st.partial.append(ref)
             self.refs.incref([fid])
         for d in saved["chunks"]:

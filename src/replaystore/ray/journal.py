@@ -29,7 +29,8 @@ from typing import Any
 
 from ..errors import DiskFull, StorageError
 from ..storage.diskspace import allocated_bytes, lmdb_write_error, reserve
-from ..storage.fragments import _acquire_env, _release_env
+from ..storage.lmdb_envs import acquire_env as _acquire_env
+from ..storage.lmdb_envs import release_env as _release_env
 
 STATE = b"s"
 PENDING = "p/"

@@ -8,31 +8,40 @@ order is the order in which the calls changed the table):
   priorities and versions as given, the keys returned, and, for removers other than ``Fifo``, the
   keys of the items the insert evicted (``Uniform`` and the heaps choose them with randomness or
   ties that a rebuilt table would not reproduce);
-- ``sample`` (unless ``log_samples=False``): the keys returned, in order. Replaying it applies
-  what a sample changes: ``times_sampled``, retirement at ``max_times_sampled``, the
-  ``WithoutReplacement`` epoch, the rate limiter's and the table's sample counters;
+- ``extend_steps`` / ``add_step`` / ``add_episode`` (episodic tables): the same, plus the stream
+  ids and end flags as the table took them (``add_episode(stream=None)``: the stream it chose);
+  ``end_episode``: the streams and the flag. Replayed through ``Table.replay_insert(steps=...)``
+  and ``Table.end_episode``, the steps get the same streams, positions, episode ids and end
+  flags, so sequences and n-step returns after a restart read the same episodes;
+- ``sample``, ``sample_sequences``, ``sample_nstep``, ``sample_episodes`` (unless
+  ``log_samples=False``): the keys they counted, in order. Replaying one applies what it changed:
+  ``times_sampled``, retirement at ``max_times_sampled``, the ``WithoutReplacement`` epoch (for
+  the calls that draw with the sampler), the rate limiter's and the table's sample counters;
 - ``update_priorities``, ``delete``, ``set_version``, ``clear``: their arguments (replayed through
   the same Table methods, which are deterministic).
 
 Replay (:meth:`LoggedTable.open`) starts from the table it is given (a loaded checkpoint, or a new
-one), skips records the checkpoint already holds (the table's ``stats()["wal_lsn"]`` counter is the
-number of the last record applied, saved inside each checkpoint), and applies the rest. Inserts
-replay without the rate limiter (they were admitted when they happened) and are checked against
-the keys they got then; a record that does not fit the table (a sampled or evicted key that is
-not there) raises :class:`~replaystore.errors.WalCorrupt`.
+one), skips records the checkpoint already holds (``Table.wal_lsn``, the number of the last record
+applied, is saved inside each checkpoint), and applies the rest. Inserts replay without the rate
+limiter (they were admitted when they happened) and are checked against the keys they got then;
+a record that does not fit the table (a sampled or evicted key that is not there) raises
+:class:`~replaystore.errors.WalCorrupt`. Only the Table's journal interface is used (``locked``,
+``wal_lsn``, ``keys_of_slots``, ``replay_insert``, ``replay_sample``), plus, for removers other than
+``Fifo``, a wrapper around this table's ``remover.victims`` that notes the keys it chose.
 
 Exactly restored: keys, payloads, priorities, versions, ``times_sampled``, the model version,
 ``max_priority``, every counter in ``stats()``, the rate limiter's counts, the sampler's and
-remover's membership, the ``WithoutReplacement`` epoch. Not restored exactly: the random
-generator's stream (samples are replayed from their keys, not re-drawn, so samples after a
-restart are not the samples the original table would have drawn next), time spent blocked
-(``insert_blocked_s``/``sample_blocked_s``), and the internal order of the selectors (which the
-checkpoint does not keep either). Object storages cannot be logged (their items would have to be
-pickled) and neither can tables with episode structure (``episodes=``: their steps, streams and
-episode boundaries are not recorded yet): :meth:`open` refuses both.
+remover's membership, the ``WithoutReplacement`` epoch, the episode index. Not restored exactly:
+the random generator's stream (samples are replayed from their keys, not re-drawn, so samples
+after a restart are not the samples the original table would have drawn next), time spent
+blocked (``insert_blocked_s``/``sample_blocked_s``), the internal order of the selectors (which
+the checkpoint does not keep either), and the ``WithoutReplacement`` epoch after a
+``sample_nstep`` that redrew starts without a successor (only the starts it returned are
+logged). Object storages cannot be logged (their items would have to be pickled): :meth:`open`
+refuses them.
 
 Calls return ``(result, lsn)``; the caller acknowledges the result only after
-``wait(lsn)``/``wait_async(lsn)`` (the plain-Python convenience methods ``*_durable`` do both). A
+``wait(lsn)``/``wait_async(lsn)`` (the plain-Python convenience method ``durable`` does both). A
 call made while the log cannot write (full disk) raises :class:`~replaystore.errors.DiskFull`
 before changing anything. A call whose record then fails to be written raises it from ``wait``:
 that call was applied in memory but not acknowledged; its record stays queued and is written
@@ -42,20 +51,22 @@ when space returns (or is lost if the process dies first), never leaving a hole 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgument, SpecError, WalCorrupt
+from ..errors import SpecError, WalCorrupt
 from ..items import Sample
-from ..samplers import Fifo, WithoutReplacement
+from ..samplers import Fifo
 from ..storage import ObjectStorage
 from ..storage.spec import flatten, unflatten
 from ..table import Table
 from .wal import Record, WalConfig, WriteAheadLog, check_arrays
 
 OP_EXTEND, OP_ADD, OP_SAMPLE, OP_UPDATE, OP_DELETE, OP_SET_VERSION, OP_CLEAR = range(1, 8)
+OP_STEPS, OP_STEP, OP_EPISODE, OP_END_EPISODE = range(8, 12)  # episode writes (episodic tables)
+_INSERTS = (OP_EXTEND, OP_ADD, OP_STEPS, OP_STEP, OP_EPISODE)
 LSN_COUNTER = "wal_lsn"
 _LOOSE = (bool, int, float, complex, list, tuple)  # what a column storage converts leniently
 
@@ -88,28 +99,29 @@ def _encode_data(data: Any) -> tuple[dict[str, np.ndarray], dict[str, int], Any]
     return arrays, flags, unflatten(applied)
 
 
-def _decode_data(rec: Record, names: list[str]) -> Any:
+def _decode_data(rec: Record) -> Any:
     flat = {}
-    for name in names:
-        arr = rec.arrays[name]
+    for name, arr in rec.arrays.items():
         flat[name] = arr.tolist() if rec.flags.get(name) else arr
     return unflatten(flat)
 
 
-def _optional(rec: Record, name: str) -> Any:
-    if name in rec.arrays:
-        a = rec.arrays[name]
-        return a.item() if a.ndim == 0 else a
-    return rec.meta.get(name)
+def _optional(head: Mapping[str, np.ndarray], name: str) -> Any:
+    a = head.get(name)
+    if a is None:
+        return None
+    return a.item() if a.ndim == 0 else a
 
 
 class LoggedTable:
     """A :class:`~replaystore.Table` plus its :class:`~replaystore.ray.wal.WriteAheadLog`.
 
     Build it with :meth:`open`. The mutating methods (``extend``, ``add``, ``sample``,
-    ``update_priorities``, ``delete``, ``set_version``, ``clear``) take the Table's arguments and
-    return ``(result, lsn)`` (``lsn`` 0: nothing to wait for); they are thread-safe. Reads go to
-    :attr:`table` directly. Only this object may mutate the table.
+    ``update_priorities``, ``delete``, ``set_version``, ``clear``, and for episodic tables
+    ``extend_steps``, ``add_step``, ``add_episode``, ``end_episode``, ``sample_sequences``,
+    ``sample_nstep``, ``sample_episodes``) take the Table's arguments and return ``(result, lsn)``
+    (``lsn`` 0: nothing to wait for); they are thread-safe. Reads go to :attr:`table` directly.
+    Only this object may mutate the table.
     """
 
     def __init__(self, table: Table, wal: WriteAheadLog, log_samples: bool = True,
@@ -118,10 +130,9 @@ class LoggedTable:
         self.wal = wal
         self.log_samples = log_samples
         self.max_log_bytes = max_log_bytes
-        self._victims: list[np.ndarray] = []
-        self._forced: np.ndarray | None = None
+        self._victims: list[np.ndarray] | None = None  # keys evicted by the insert being logged
         if type(table.remover) is not Fifo:
-            self._hook_remover()
+            self._watch_evictions()
 
     @classmethod
     def open(cls, table: Table, path: str, config: WalConfig | None = None) -> "LoggedTable":
@@ -133,12 +144,9 @@ class LoggedTable:
         """
         if isinstance(table.storage, ObjectStorage):
             raise SpecError(f"table {table.name!r} stores Python objects: a write-ahead log needs a column storage")
-        if getattr(table, "episodic", False):
-            raise InvalidArgument(f"table {table.name!r} has episode structure (episodes=), which the write-ahead "
-                                  "log does not record yet: serve it without wal=")
         config = config or WalConfig(dir=os.path.dirname(path) or ".")
-        after = int(table._counters.get(LSN_COUNTER, 0))
-        wal, records = WriteAheadLog.open(path, config.fsync, config.interval, config.retry_period, after=after)
+        wal, records = WriteAheadLog.open(path, config.fsync, config.interval, config.retry_period,
+                                          after=table.wal_lsn)
         self = cls(table, wal, config.log_samples, config.max_log_bytes)
         try:
             for rec in records:
@@ -146,122 +154,178 @@ class LoggedTable:
         except BaseException:
             wal.close()
             raise
-        table._counters[LSN_COUNTER] = wal.last_lsn
+        with table.locked():
+            table.wal_lsn = wal.last_lsn
         return self
 
-    # -- eviction record/replay for removers that do not evict in key order -------------------------
-    def _hook_remover(self) -> None:
+    # -- which keys an insert evicted, for removers that do not evict in key order ----------------------
+    def _watch_evictions(self) -> None:
         remover = self.table.remover
         choose = remover.victims
-        key_of_slot = self.table._index.key_of_slot
+        keys_of_slots = self.table.keys_of_slots
 
         def victims(n: int) -> np.ndarray:
-            forced = self._forced
-            if forced is None:
-                slots = choose(n)
-            elif len(forced) != n:
-                raise WalCorrupt(f"replay: the log evicted {len(forced)} items here, the table wants {n}")
-            else:
-                slots = forced
-            self._victims.append(key_of_slot[slots].copy())
+            slots = choose(n)
+            if self._victims is not None:  # a logged insert (not a replay, which names its victims)
+                self._victims.append(keys_of_slots(slots))
             return slots
 
         remover.victims = victims  # an instance attribute: this table's remover only
 
     def _taken_victims(self) -> dict[str, np.ndarray]:
-        if not self._victims:
+        v, self._victims = self._victims, None
+        if not v:
             return {}
-        v = self._victims[0] if len(self._victims) == 1 else np.concatenate(self._victims)
-        self._victims = []
-        return {"victims": v}
+        return {"victims": v[0] if len(v) == 1 else np.concatenate(v)}
 
     # -- logged mutations (lsn returned; wait before acknowledging) ----------------------------------
     def _append(self, op: int, meta: dict | None = None, head: dict | None = None, data: dict | None = None,
                 flags: dict | None = None) -> int:
         lsn = self.wal.append(op, meta, head, data, flags)
-        self.table._counters[LSN_COUNTER] = lsn
+        self.table.wal_lsn = lsn
         return lsn
+
+    def _insert(self, op: int, call: Callable[[Any], Any], data: Any, head: dict[str, Any],
+                meta: dict | None = None) -> tuple[Any, int]:
+        """Apply ``call(data for the table)`` and log it as ``op`` with the keys it returned."""
+        arrays, flags, applied = _encode_data(data)
+        self.wal.check()
+        with self.table.locked():
+            self._victims = []
+            try:
+                result = call(applied)
+            finally:
+                head.update(self._taken_victims())
+            head["keys"] = np.atleast_1d(np.asarray(result, dtype=np.int64))
+            lsn = self._append(op, meta, head, arrays, flags)
+        return result, lsn
 
     def extend(self, data: Any, priorities: Any = None, version: Any = None,
                timeout: float | None = None) -> tuple[np.ndarray, int]:
         """:meth:`Table.extend`, logged: ``(keys, lsn)``. ``DiskFull`` before any change if the log is failing."""
-        arrays, flags, applied = _encode_data(data)
-        head = _request_arrays(priorities, version)
-        self.wal.check()
-        t = self.table
-        with t._lock:
-            self._victims = []
-            keys = t.extend(applied, priorities, version, timeout=timeout)
-            head["keys"] = keys
-            head.update(self._taken_victims())
-            lsn = self._append(OP_EXTEND, None, head, arrays, flags)
-        return keys, lsn
+        return self._insert(OP_EXTEND, lambda d: self.table.extend(d, priorities, version, timeout=timeout), data,
+                            _request_arrays(priorities, version))
 
     def add(self, item: Any, priority: float | None = None, version: int | None = None,
             timeout: float | None = None) -> tuple[int, int]:
         """:meth:`Table.add`, logged: ``(key, lsn)``."""
-        arrays, flags, applied = _encode_data(item)
+        return self._insert(OP_ADD, lambda d: self.table.add(d, priority, version, timeout=timeout), item,
+                            _request_arrays(priority, version))
+
+    def extend_steps(self, steps: Any, streams: Any = 0, terminated: Any = None, truncated: Any = None,
+                     priorities: Any = None, version: Any = None,
+                     timeout: float | None = None) -> tuple[np.ndarray, int]:
+        """:meth:`Table.extend_steps`, logged: ``(keys, lsn)``."""
+        head = _request_arrays(priorities, version)
+
+        def call(d: Any) -> np.ndarray:
+            keys = self.table.extend_steps(d, streams, terminated, truncated, priorities, version, timeout=timeout)
+            head.update(_step_arrays(streams, terminated, truncated))  # valid: the table took them
+            return keys
+
+        return self._insert(OP_STEPS, call, steps, head)
+
+    def add_step(self, step: Any, stream: int = 0, terminated: bool = False, truncated: bool = False,
+                 priority: float | None = None, version: int | None = None,
+                 timeout: float | None = None) -> tuple[int, int]:
+        """:meth:`Table.add_step`, logged: ``(key, lsn)``."""
         head = _request_arrays(priority, version)
+
+        def call(d: Any) -> int:
+            key = self.table.add_step(d, stream, terminated, truncated, priority, version, timeout=timeout)
+            head.update(_step_arrays(stream, terminated, truncated))
+            return key
+
+        return self._insert(OP_STEP, call, step, head)
+
+    def add_episode(self, steps: Any, stream: int | None = None, terminated: bool = True, truncated: bool = False,
+                    priorities: Any = None, version: Any = None,
+                    timeout: float | None = None) -> tuple[np.ndarray, int]:
+        """:meth:`Table.add_episode`, logged: ``(keys, lsn)`` (``stream=None``: the stream chosen is logged)."""
+        head = _request_arrays(priorities, version)
+        meta: dict[str, Any] = {}
+
+        def call(d: Any) -> np.ndarray:
+            keys = self.table.add_episode(d, stream, terminated, truncated, priorities, version, timeout=timeout)
+            chosen = stream
+            if chosen is None and (keys >= 0).any():  # the fresh stream it took (deterministic; logged anyway)
+                chosen = int(self.table.episode_info(keys[keys >= 0][:1]).streams[0])
+            if chosen is not None:
+                head["streams"] = np.asarray(chosen, dtype=np.int64)
+            meta.update(terminated=bool(terminated), truncated=bool(truncated))
+            return keys
+
+        return self._insert(OP_EPISODE, call, steps, head, meta)
+
+    def end_episode(self, streams: Any, truncated: bool = False) -> tuple[int, int]:
+        """:meth:`Table.end_episode`, logged: ``(closed, lsn)``."""
         self.wal.check()
-        t = self.table
-        with t._lock:
-            self._victims = []
-            key = t.add(applied, priority, version, timeout=timeout)
-            head["keys"] = np.asarray(key, dtype=np.int64)
-            head.update(self._taken_victims())
-            lsn = self._append(OP_ADD, None, head, arrays, flags)
-        return key, lsn
+        with self.table.locked():
+            n = self.table.end_episode(streams, truncated)
+            lsn = self._append(OP_END_EPISODE, {"truncated": bool(truncated)},
+                               {"streams": np.atleast_1d(np.asarray(streams, dtype=np.int64))})
+        return n, lsn
+
+    def _sampled(self, call: Callable[[], Any], keys_of: Callable[[Any], tuple[np.ndarray, int | None]],
+                 sampler: bool) -> tuple[Any, int]:
+        """Run a sampling call and log what it changed (unless ``log_samples`` is off)."""
+        if not self.log_samples:
+            return call(), 0
+        self.wal.check()
+        with self.table.locked():
+            s = call()
+            keys, draws = keys_of(s)
+            meta = {"sampler": sampler} if draws is None else {"sampler": sampler, "draws": draws}
+            lsn = self._append(OP_SAMPLE, meta, {"keys": np.ascontiguousarray(keys, dtype=np.int64)})
+        return s, lsn
 
     def sample(self, batch_size: int, timeout: float | None = None) -> tuple[Sample, int]:
         """:meth:`Table.sample` (NumPy data), logged unless ``log_samples`` is off: ``(sample, lsn)``."""
-        t = self.table
-        if not self.log_samples:
-            return t.sample(batch_size, timeout=timeout), 0
+        return self._sampled(lambda: self.table.sample(batch_size, timeout=timeout), lambda s: (s.keys, None), True)
+
+    def sample_sequences(self, batch_size: int, length: int, burn_in: int = 0, mode: str = "strict",
+                         timeout: float | None = None) -> tuple[Any, int]:
+        """:meth:`Table.sample_sequences`, logged like :meth:`sample`: ``(sample, lsn)``."""
+        return self._sampled(lambda: self.table.sample_sequences(batch_size, length, burn_in, mode, timeout=timeout),
+                             lambda s: (s.keys, None), False)
+
+    def sample_nstep(self, batch_size: int, n: int, gamma: float, timeout: float | None = None) -> tuple[Any, int]:
+        """:meth:`Table.sample_nstep`, logged like :meth:`sample`: ``(sample, lsn)``."""
+        return self._sampled(lambda: self.table.sample_nstep(batch_size, n, gamma, timeout=timeout),
+                             lambda s: (s.keys, None), True)
+
+    def sample_episodes(self, k: int, timeout: float | None = None, replace: bool = True) -> tuple[Any, int]:
+        """:meth:`Table.sample_episodes`, logged like :meth:`sample`: ``(episodes, lsn)``."""
+        return self._sampled(lambda: self.table.sample_episodes(k, timeout=timeout, replace=replace),
+                             lambda b: (np.concatenate(b.keys), len(b)), False)
+
+    def _call(self, op: int, call: Callable[[], Any], meta: dict | None = None,
+              head: dict | None = None) -> tuple[Any, int]:
         self.wal.check()
-        with t._lock:
-            s = t.sample(batch_size, timeout=timeout)
-            lsn = self._append(OP_SAMPLE, None, {"keys": np.ascontiguousarray(s.keys)})
-        return s, lsn
+        with self.table.locked():
+            result = call()
+            lsn = self._append(op, meta, head)
+        return result, lsn
 
     def update_priorities(self, keys: Any, priorities: Any) -> tuple[int, int]:
         """:meth:`Table.update_priorities`, logged: ``(applied, lsn)``."""
         k = np.atleast_1d(np.asarray(keys, dtype=np.int64))
         p = np.asarray(priorities, dtype=np.float64)
-        self.wal.check()
-        t = self.table
-        with t._lock:
-            n = t.update_priorities(k, p)
-            lsn = self._append(OP_UPDATE, None, {"keys": k, "priorities": p})
-        return n, lsn
+        return self._call(OP_UPDATE, lambda: self.table.update_priorities(k, p), None, {"keys": k, "priorities": p})
 
     def delete(self, keys: Any) -> tuple[int, int]:
         """:meth:`Table.delete`, logged: ``(deleted, lsn)``."""
         k = np.atleast_1d(np.asarray(keys, dtype=np.int64))
-        self.wal.check()
-        t = self.table
-        with t._lock:
-            n = t.delete(k)
-            lsn = self._append(OP_DELETE, None, {"keys": k})
-        return n, lsn
+        return self._call(OP_DELETE, lambda: self.table.delete(k), None, {"keys": k})
 
     def set_version(self, version: int) -> tuple[int, int]:
         """:meth:`Table.set_version`, logged: ``(dropped, lsn)``."""
         v = int(version)
-        self.wal.check()
-        t = self.table
-        with t._lock:
-            n = t.set_version(v)
-            lsn = self._append(OP_SET_VERSION, {"version": v})
-        return n, lsn
+        return self._call(OP_SET_VERSION, lambda: self.table.set_version(v), {"version": v})
 
     def clear(self) -> tuple[None, int]:
         """:meth:`Table.clear`, logged: ``(None, lsn)``."""
-        self.wal.check()
-        t = self.table
-        with t._lock:
-            t.clear()
-            lsn = self._append(OP_CLEAR)
-        return None, lsn
+        return self._call(OP_CLEAR, self.table.clear)
 
     # -- waiting, checkpoints, closing ---------------------------------------------------------------------
     def wait(self, lsn: int, timeout: float | None = None) -> None:
@@ -314,80 +378,51 @@ class LoggedTable:
     def _replay(self, rec: Record) -> None:
         t = self.table
         where = f"{self.wal.path}: record {rec.lsn}"
+        head = rec.head
         try:
-            with t._cond:
-                t._flush_pending()
-                if rec.op in (OP_EXTEND, OP_ADD):
+            with t.locked():
+                if rec.op in _INSERTS:
                     self._replay_insert(rec, where)
                 elif rec.op == OP_SAMPLE:
-                    self._replay_sample(rec.arrays["keys"], where)
+                    t.replay_sample(head["keys"], rec.meta.get("draws"), sampler=bool(rec.meta.get("sampler", True)))
                 elif rec.op == OP_UPDATE:
-                    t.update_priorities(rec.arrays["keys"], rec.arrays["priorities"])
+                    t.update_priorities(head["keys"], head["priorities"])
                 elif rec.op == OP_DELETE:
-                    t.delete(rec.arrays["keys"])
+                    t.delete(head["keys"])
                 elif rec.op == OP_SET_VERSION:
                     t.set_version(int(rec.meta["version"]))
                 elif rec.op == OP_CLEAR:
                     t.clear()
+                elif rec.op == OP_END_EPISODE:
+                    t.end_episode(head["streams"], bool(rec.meta["truncated"]))
                 else:
                     raise WalCorrupt(f"{where}: unknown operation {rec.op}")
-                t._counters[LSN_COUNTER] = rec.lsn
+                t.wal_lsn = rec.lsn
         except WalCorrupt:
             raise
         except (KeyError, TypeError, ValueError) as e:  # ReplayErrors are ValueErrors/KeyErrors too
             raise WalCorrupt(f"{where} does not apply to the table: {type(e).__name__}: {e}") from None
 
     def _replay_insert(self, rec: Record, where: str) -> None:
-        t = self.table
-        names = [d for d in rec.arrays if d not in ("keys", "victims", "priorities", "version")]
-        data = _decode_data(rec, names)
-        batched = rec.op == OP_EXTEND
-        prepared, n = t.storage.prepare(data, batched=batched)
-        want = np.atleast_1d(rec.arrays["keys"]).astype(np.int64)
-        if n == 0:
-            return
-        victims = rec.arrays.get("victims")
-        if victims is not None:
-            slots = t._index.lookup(victims.astype(np.int64))
-            if (slots < 0).any():
-                raise WalCorrupt(f"{where}: evicts keys the table does not hold")
-            self._forced = slots
-        try:
-            got = t._insert(prepared, n, _optional(rec, "priorities"), _optional(rec, "version"), None,
-                            admitted=True)
-        finally:
-            self._forced = None
-            self._victims = []
-        if not np.array_equal(got, want):
-            raise WalCorrupt(f"{where}: replayed insert got keys {got[:4].tolist()}..., the log says "
+        head = rec.head
+        data = _decode_data(rec)
+        want = np.atleast_1d(head["keys"]).astype(np.int64)
+        steps = None
+        if rec.op in (OP_STEPS, OP_STEP):
+            steps = {"streams": _optional(head, "streams"), "terminated": _optional(head, "terminated"),
+                     "truncated": _optional(head, "truncated")}
+        elif rec.op == OP_EPISODE:
+            n = len(want)
+            term, trunc = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+            term[-1], trunc[-1] = bool(rec.meta["terminated"]), bool(rec.meta["truncated"])
+            steps = {"streams": _optional(head, "streams"), "terminated": term, "truncated": trunc,
+                     "new_episode": True}
+        got = self.table.replay_insert(data, _optional(head, "priorities"), _optional(head, "version"),
+                                       evict_keys=head.get("victims"), batched=rec.op not in (OP_ADD, OP_STEP),
+                                       steps=steps)
+        if not np.array_equal(np.atleast_1d(got), want):
+            raise WalCorrupt(f"{where}: replayed insert got keys {np.atleast_1d(got)[:4].tolist()}..., the log says "
                              f"{want[:4].tolist()}...: the log does not continue this table")
-
-    def _replay_sample(self, keys: np.ndarray, where: str) -> None:
-        t = self.table
-        n = len(keys)
-        slots = t._index.lookup(keys.astype(np.int64))
-        if n == 0 or (slots < 0).any():
-            raise WalCorrupt(f"{where}: a sample of keys the table does not hold")
-        sampler = t.sampler
-        if isinstance(sampler, WithoutReplacement):  # what its sample() did: consume the epoch in order
-            i = 0
-            while i < n:
-                if sampler._remaining.size == 0:
-                    sampler._remaining.add(sampler._all.contents().copy())
-                    sampler.epoch += 1
-                k = min(n - i, sampler._remaining.size)
-                sampler._remaining.discard(slots[i:i + k])
-                i += k
-        np.add.at(t._times_sampled, slots, 1)
-        times = t._times_sampled[slots]
-        t.rate_limiter.samples += n
-        t._counters["samples"] += n
-        t._counters["sample_calls"] += 1
-        if t.max_times_sampled:
-            done = np.unique(slots[times >= t.max_times_sampled])
-            if len(done):
-                t._remove_slots(done)
-                t._counters["retired"] += len(done)
 
 
 def _request_arrays(priorities: Any, version: Any) -> dict[str, Any]:
@@ -402,3 +437,12 @@ def _request_arrays(priorities: Any, version: Any) -> dict[str, Any]:
             raise SpecError(f"version must be an integer or an array of integers, got dtype {v.dtype}")
         head["version"] = v.astype(np.int64)
     return head
+
+
+def _step_arrays(streams: Any, terminated: Any, truncated: Any) -> dict[str, np.ndarray]:
+    """A step write's stream ids and end flags as the table took them (so: valid), as arrays to log."""
+    out = {"streams": np.asarray(streams, dtype=np.int64)}
+    for name, flags in (("terminated", terminated), ("truncated", truncated)):
+        if flags is not None:
+            out[name] = np.asarray(flags).astype(bool)
+    return out

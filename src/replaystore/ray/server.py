@@ -14,7 +14,12 @@ fetch on an asyncio condition, so a waiting call never stalls the others.
 Restarts: with ``max_restarts`` Ray recreates the actor after a crash with the same arguments. The
 fragment buffer then resumes from its journal; Tables reload from ``checkpoint_dir`` when a
 checkpoint exists there, then, with ``wal``, replay their write-ahead log (every call acknowledged
-since that checkpoint; see :mod:`replaystore.ray.logged_table`).
+since that checkpoint, episode writes included; see :mod:`replaystore.ray.logged_table`).
+
+Start errors: whatever stops the actor from building or reloading what it holds is kept and
+raised, as itself, by every call (see :class:`ReplayServer`), so :func:`~replaystore.ray.serve`
+reports the cause deterministically. Methods of the fragment buffer and of the rollout buffers
+live in :mod:`~replaystore.ray.server_fragments` and :mod:`~replaystore.ray.server_online`.
 """
 
 from __future__ import annotations
@@ -365,125 +370,97 @@ class ReplayServer(FragmentService, OnlineService):
         self._write(flatten_scalars(await self.stats()))
 
     # -- tables ---------------------------------------------------------------------------------------------
+    async def _apply(self, table: str, method: str, *args: Any, waits: bool = True,
+                     timeout: float | None = None, **kwargs: Any) -> Any:
+        """Call ``method`` of ``table`` (through its log when it has one: acknowledged once logged).
+
+        ``waits``: the method takes a ``timeout`` and may block (rate limiter), so it runs as
+        :meth:`_blocking` does: first without waiting, then in a worker thread.
+        """
+        t = self._table(table)
+        lt = self.logged.get(table)
+        fn = getattr(t if lt is None else lt, method)
+        if waits:
+            result = await self._blocking(lambda timeout: fn(*args, timeout=timeout, **kwargs), timeout=timeout)
+        else:
+            result = fn(*args, **kwargs)
+        if lt is not None:
+            return await self._logged(table, lt, result)
+        return result
+
     async def extend(self, table: str, data: Any, priorities: Any = None, version: Any = None,
                      timeout: float | None = None) -> Any:
         """``Table.extend`` on ``table``; see :meth:`replaystore.Table.extend`."""
-        t = self._table(table)
-        lt = self.logged.get(table)
-        if lt is not None:
-            return await self._logged(table, lt, await self._blocking(
-                lambda timeout: lt.extend(data, priorities, version, timeout=timeout), timeout=timeout))
-        return await self._blocking(lambda timeout: t.extend(data, priorities, version, timeout=timeout),
-                                    timeout=timeout)
+        return await self._apply(table, "extend", data, priorities, version, timeout=timeout)
 
     async def add(self, table: str, item: Any, priority: float | None = None, version: int | None = None,
                   timeout: float | None = None) -> int:
         """``Table.add`` on ``table``."""
-        t = self._table(table)
-        lt = self.logged.get(table)
-        if lt is not None:
-            return await self._logged(table, lt, await self._blocking(
-                lambda timeout: lt.add(item, priority, version, timeout=timeout), timeout=timeout))
-        return await self._blocking(lambda timeout: t.add(item, priority, version, timeout=timeout),
-                                    timeout=timeout)
+        return await self._apply(table, "add", item, priority, version, timeout=timeout)
 
     async def sample(self, table: str, batch_size: int, timeout: float | None = None) -> Any:
         """``Table.sample`` on ``table`` (NumPy data)."""
-        t = self._table(table)
-        lt = self.logged.get(table)
-        if lt is not None:
-            return await self._logged(table, lt, await self._blocking(
-                lambda timeout: lt.sample(batch_size, timeout=timeout), timeout=timeout))
-        return await self._blocking(lambda timeout: t.sample(batch_size, timeout=timeout), timeout=timeout)
+        return await self._apply(table, "sample", batch_size, timeout=timeout)
 
-    # -- episodes (tables built with episodes=, see docs/sequences.md) -------------------------------------
-    def _episodic(self, table: str) -> Table:
-        t = self._table(table)
-        if table in self.logged:
-            raise InvalidArgument(f"table {table!r} has a write-ahead log, which does not record episode "
-                                  "writes yet: serve episodic tables without wal=")
-        return t
-
+    # -- episodes (tables built with episodes=, see docs/sequences.md; logged like the rest) ---------------
     async def extend_steps(self, table: str, steps: Any, streams: Any = 0, terminated: Any = None,
                            truncated: Any = None, priorities: Any = None, version: Any = None,
                            timeout: float | None = None) -> Any:
         """``Table.extend_steps`` on ``table``."""
-        t = self._episodic(table)
-        return await self._blocking(lambda timeout: t.extend_steps(steps, streams, terminated, truncated,
-                                                                   priorities, version, timeout=timeout),
-                                    timeout=timeout)
+        return await self._apply(table, "extend_steps", steps, streams, terminated, truncated, priorities, version,
+                                 timeout=timeout)
 
     async def add_step(self, table: str, step: Any, stream: int = 0, terminated: bool = False,
                        truncated: bool = False, priority: float | None = None, version: int | None = None,
                        timeout: float | None = None) -> int:
         """``Table.add_step`` on ``table``."""
-        t = self._episodic(table)
-        return await self._blocking(lambda timeout: t.add_step(step, stream, terminated, truncated, priority,
-                                                               version, timeout=timeout), timeout=timeout)
+        return await self._apply(table, "add_step", step, stream, terminated, truncated, priority, version,
+                                 timeout=timeout)
 
     async def add_episode(self, table: str, steps: Any, stream: int | None = None, terminated: bool = True,
                           truncated: bool = False, priorities: Any = None, version: Any = None,
                           timeout: float | None = None) -> Any:
         """``Table.add_episode`` on ``table``."""
-        t = self._episodic(table)
-        return await self._blocking(lambda timeout: t.add_episode(steps, stream, terminated, truncated, priorities,
-                                                                  version, timeout=timeout), timeout=timeout)
+        return await self._apply(table, "add_episode", steps, stream, terminated, truncated, priorities, version,
+                                 timeout=timeout)
 
     async def end_episode(self, table: str, streams: Any, truncated: bool = False) -> int:
         """``Table.end_episode`` on ``table``."""
-        return self._episodic(table).end_episode(streams, truncated)
+        return await self._apply(table, "end_episode", streams, truncated, waits=False)
 
     async def sample_sequences(self, table: str, batch_size: int, length: int, burn_in: int = 0,
                                mode: str = "strict", timeout: float | None = None) -> Any:
         """``Table.sample_sequences`` on ``table``."""
-        t = self._episodic(table)
-        return await self._blocking(lambda timeout: t.sample_sequences(batch_size, length, burn_in, mode,
-                                                                       timeout=timeout), timeout=timeout)
+        return await self._apply(table, "sample_sequences", batch_size, length, burn_in, mode, timeout=timeout)
 
     async def sample_nstep(self, table: str, batch_size: int, n: int, gamma: float,
                            timeout: float | None = None) -> Any:
         """``Table.sample_nstep`` on ``table``."""
-        t = self._episodic(table)
-        return await self._blocking(lambda timeout: t.sample_nstep(batch_size, n, gamma, timeout=timeout),
-                                    timeout=timeout)
+        return await self._apply(table, "sample_nstep", batch_size, n, gamma, timeout=timeout)
 
     async def sample_episodes(self, table: str, k: int, timeout: float | None = None, replace: bool = True) -> Any:
         """``Table.sample_episodes`` on ``table``."""
-        t = self._episodic(table)
-        return await self._blocking(lambda timeout: t.sample_episodes(k, timeout=timeout, replace=replace),
-                                    timeout=timeout)
+        return await self._apply(table, "sample_episodes", k, timeout=timeout, replace=replace)
 
     async def episode_info(self, table: str, keys: Any) -> Any:
         """``Table.episode_info`` on ``table``."""
-        return self._episodic(table).episode_info(keys)
+        return self._table(table).episode_info(keys)
 
     async def episode_keys(self, table: str, keys: Any, positions: Any) -> Any:
         """``Table.episode_keys`` on ``table``."""
-        return self._episodic(table).episode_keys(keys, positions)
+        return self._table(table).episode_keys(keys, positions)
 
     async def update_priorities(self, table: str, keys: Any, priorities: Any) -> int:
         """``Table.update_priorities`` on ``table``."""
-        t = self._table(table)
-        lt = self.logged.get(table)
-        if lt is not None:
-            return await self._logged(table, lt, lt.update_priorities(keys, priorities))
-        return t.update_priorities(keys, priorities)
+        return await self._apply(table, "update_priorities", keys, priorities, waits=False)
 
     async def delete(self, table: str, keys: Any) -> int:
         """``Table.delete`` on ``table``."""
-        t = self._table(table)
-        lt = self.logged.get(table)
-        if lt is not None:
-            return await self._logged(table, lt, lt.delete(keys))
-        return t.delete(keys)
+        return await self._apply(table, "delete", keys, waits=False)
 
     async def set_version(self, table: str, version: int) -> int:
         """``Table.set_version`` on ``table``."""
-        t = self._table(table)
-        lt = self.logged.get(table)
-        if lt is not None:
-            return await self._logged(table, lt, lt.set_version(version))
-        return t.set_version(version)
+        return await self._apply(table, "set_version", version, waits=False)
 
     async def get(self, table: str, keys: Any) -> Any:
         """``Table.get`` on ``table``."""
@@ -503,9 +480,4 @@ class ReplayServer(FragmentService, OnlineService):
 
     async def clear(self, table: str) -> None:
         """``Table.clear`` on ``table``."""
-        t = self._table(table)
-        lt = self.logged.get(table)
-        if lt is not None:
-            await self._logged(table, lt, lt.clear())
-            return
-        t.clear()
+        await self._apply(table, "clear", waits=False)

@@ -42,46 +42,89 @@ class OnlineService:
             raise KeyNotFound(f"service {self.name!r} has no rollout buffer {name!r}; "
                               f"rollout buffers: {sorted(self.online)}") from None
 
-    async def online_acquire(self, name: str, k: int, timeout: float | None, holder: str | None) -> list[int]:
+    async def online_acquire(self, name: str, k: int, timeout: float | None, holder: str | None,
+                             overprovision: int = 0, tokens: int | None = None) -> list[int]:
         """``RolloutBuffer.acquire`` (waits in a worker thread, never on the event loop)."""
         buf = self._rollouts(name)
-        got = buf.try_acquire(k, holder=holder)  # validates k; no wait when the budget allows
+        # validates everything and raises WouldDeadlock; no wait when the budget allows
+        got = buf.try_acquire(k, holder=holder, overprovision=overprovision, tokens=tokens)
         if got or (timeout is not None and timeout <= 0):
             if not got:
                 raise Timeout(f"{k} tickets of {name!r} not granted (timeout 0)")
             return got
         return await asyncio.get_running_loop().run_in_executor(
-            self._pool, lambda: buf.acquire(k, timeout=timeout, holder=holder))
+            self._pool, lambda: buf.acquire(k, timeout=timeout, holder=holder, overprovision=overprovision,
+                                            tokens=tokens))
 
-    async def online_try_acquire(self, name: str, k: int, holder: str | None) -> list[int]:
+    async def online_try_acquire(self, name: str, k: int, holder: str | None, overprovision: int = 0,
+                                 tokens: int | None = None) -> list[int]:
         """``RolloutBuffer.try_acquire``."""
-        return self._rollouts(name).try_acquire(k, holder=holder)
+        return self._rollouts(name).try_acquire(k, holder=holder, overprovision=overprovision, tokens=tokens)
 
-    async def online_renew(self, name: str, tickets: list[int]) -> None:
-        """``RolloutBuffer.renew``."""
+    async def online_held(self, name: str, ticket: int) -> bool:
+        """``RolloutBuffer.held`` (judged by the clock at the call)."""
+        return self._rollouts(name).held(ticket)
+
+    async def online_version_of(self, name: str, ticket: int) -> int:
+        """``RolloutBuffer.version_of``."""
+        return self._rollouts(name).version_of(ticket)
+
+    async def online_renew(self, name: str, tickets: Any) -> None:
+        """``RolloutBuffer.renew`` (one ticket or a list)."""
         self._rollouts(name).renew(tickets)
 
-    async def online_abandon(self, name: str, tickets: list[int]) -> None:
-        """``RolloutBuffer.abandon``."""
+    async def online_abandon(self, name: str, tickets: Any) -> None:
+        """``RolloutBuffer.abandon`` (one ticket or a list)."""
         self._rollouts(name).abandon(tickets)
 
-    async def online_finish(self, name: str, tickets: list[int], accepted: bool) -> None:
-        """``RolloutBuffer.finish`` (budget-only use)."""
+    async def online_finish(self, name: str, tickets: Any, accepted: bool) -> None:
+        """``RolloutBuffer.finish`` (budget-only use; one ticket or a list)."""
         self._rollouts(name).finish(tickets, accepted=accepted)
+
+    async def online_cancel_slowest(self, name: str, n: int, holder: str | None) -> list[int]:
+        """``RolloutBuffer.cancel_slowest``."""
+        return self._rollouts(name).cancel_slowest(n, holder=holder)
+
+    async def online_pause(self, name: str) -> None:
+        """``RolloutBuffer.pause``."""
+        self._rollouts(name).pause()
+
+    async def online_resume(self, name: str) -> None:
+        """``RolloutBuffer.resume``."""
+        self._rollouts(name).resume()
+
+    async def online_reject(self, name: str, group: Any, reason: str) -> None:
+        """``RolloutBuffer.reject``."""
+        self._rollouts(name).reject(group, reason)
+
+    async def online_add_group(self, name: str, group: Any, completions: Any, versions: Any, lengths: Any,
+                               group_size: Any, indices: Any, member_versions: Any) -> str:
+        """``RolloutBuffer.add_group``: one call, one journal transaction, idempotent."""
+        return self._rollouts(name).add_group(group, completions, versions=versions, lengths=lengths,
+                                              group_size=group_size, indices=indices,
+                                              member_versions=member_versions)
+
+    async def online_wait_for_version(self, name: str, version: int, timeout: float | None) -> int:
+        """``RolloutBuffer.wait_for_version`` (waits in a worker thread)."""
+        buf = self._rollouts(name)
+        return await self._blocking(lambda timeout: buf.wait_for_version(version, timeout=timeout), timeout=timeout)
 
     async def online_discard(self, name: str, n: int) -> None:
         """``RolloutBuffer.discard`` (budget-only use)."""
         self._rollouts(name).discard(n)
 
     async def online_add(self, name: str, data: Any, group: Any, versions: Any, length: Any,
-                         group_size: Any) -> str:
+                         group_size: Any, index: Any = None) -> str:
         """``RolloutBuffer.add``; returns ``"pending"``, ``"complete"`` or ``"stale"``."""
-        return self._rollouts(name).add(data, group=group, versions=versions, length=length, group_size=group_size)
+        return self._rollouts(name).add(data, group=group, versions=versions, length=length, group_size=group_size,
+                                        index=index)
 
-    async def online_sample(self, name: str, num_groups: int, timeout: float | None) -> Any:
+    async def online_sample(self, name: str, num_groups: int | None, timeout: float | None,
+                            tokens: int | None = None) -> Any:
         """``RolloutBuffer.sample`` (waits in a worker thread); reports every ``report_every`` samples."""
         buf = self._rollouts(name)
-        batch = await self._blocking(lambda timeout: buf.sample(num_groups, timeout=timeout), timeout=timeout)
+        batch = await self._blocking(lambda timeout: buf.sample(num_groups, timeout=timeout, tokens=tokens),
+                                     timeout=timeout)
         every = self._online_report_every.get(name)
         if every and buf.counters["sample_calls"] % every == 0:
             buf.report()
@@ -102,6 +145,10 @@ class OnlineService:
     async def online_report(self, name: str) -> dict[str, float]:
         """``RolloutBuffer.report``: the window's scalars, also written to the service's sinks."""
         return self._rollouts(name).report()
+
+    async def online_close(self, name: str) -> None:
+        """``RolloutBuffer.close``: this buffer's waiting and later calls raise ``Closed``; the service goes on."""
+        self._rollouts(name).close()
 
     async def online_expire(self, name: str) -> None:
         """``RolloutBuffer.expire`` now (also runs every ``housekeeping_period``)."""

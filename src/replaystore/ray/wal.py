@@ -1,29 +1,11 @@
 r"""WriteAheadLog: an append-only log of records with group commit, checksums and segment files.
 
 The log is what makes a served Table durable between checkpoints (see
-:mod:`replaystore.ray.logged_table` for what is logged and how it is replayed). This module knows
-nothing of Tables: it stores numbered records, each an operation code, a small JSON header and
-NumPy arrays, and gives them back in order.
-
-Files: a directory of segments ``wal-<first lsn, 20 digits>.log``. A segment starts with the
-8-byte magic ``b"RSWAL01\\n"``, followed by records::
-
-    frame (20 bytes, little-endian u32): total_len  head_len  crc_head  crc_data  crc_frame
-    head  (head_len bytes):  u64 lsn, u8 op, u32 json_len, json, raw bytes of the head arrays
-    data  (total_len - head_len bytes): raw bytes of the data arrays
-
-``crc_frame`` is the CRC32 of the first 16 bytes of the frame, ``crc_head`` and ``crc_data`` of the
-head and data. Arrays are described in the JSON (``[name, dtype, shape, flag]``; dtype as
-``np.dtype.str``, never an object dtype) and stored as raw C-order bytes, like ``.npy``: nothing
-read from a log is ever unpickled. Record numbers (LSNs) are consecutive from 1.
-
-Reading (:func:`read_log`) treats the file as untrusted input. A record cut short at the end of
-the last segment (a crash in the middle of a write: the frame or body extends past the end of the
-file, or the last record fails its checksum with nothing after it, or the tail is all zeros) is a
-*torn tail*: it was never acknowledged, so it is ignored and :meth:`WriteAheadLog.open` truncates
-it away. Anything else that does not check out (a bad checksum with records after it, a gap in
-LSNs, a malformed header, a torn record in a segment that is not the last) raises
-:class:`~replaystore.errors.WalCorrupt` naming the file and offset.
+:mod:`replaystore.ray.logged_table` for what is logged and how it is replayed). This package part
+knows nothing of Tables: it stores numbered records, each an operation code, a small JSON header
+and NumPy arrays, and gives them back in order. Three modules: :mod:`~replaystore.ray.wal_format`
+(one record's bytes), :mod:`~replaystore.ray.wal_files` (segment files, reading with recovery of a
+torn tail, the writer's lock) and this one (the writer).
 
 Writing (:class:`WriteAheadLog`): :meth:`~WriteAheadLog.append` only queues a record and returns
 its LSN; one writer thread takes everything queued since its last write and writes it with one
@@ -44,313 +26,25 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import fcntl
-import json
 import logging
 import os
-import re
-import struct
 import threading
 import time
-import zlib
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..errors import DiskFull, InvalidArgument, InvalidState, InvalidType, StorageError, WalCorrupt
+from ..errors import DiskFull, InvalidArgument, StorageError, WalCorrupt
+from .wal_config import FsyncPolicy, WalConfig
+from .wal_files import ScanResult, fsync_dir, list_segments, lock_dir, read_log, segment_path
+from .wal_format import MAGIC, Payload, Record, check_arrays, decode, encode
 
 log = logging.getLogger("replaystore")
 
-MAGIC = b"RSWAL01\n"
-FRAME = struct.Struct("<IIIII")  # total_len, head_len, crc_head, crc_data, crc_frame
-HEAD = struct.Struct("<QBI")  # lsn, op, json_len
-MAX_RECORD = 1 << 31  # refuse to read a record claimed larger than this (untrusted lengths)
-MAX_JSON = 1 << 20
-_SEGMENT = re.compile(r"^wal-(\d{20})\.log$")
 _IOV_MAX = 512
-FsyncPolicy = Literal["always", "interval", "never"]
 
 
-@dataclass(frozen=True)
-class WalConfig:
-    """Write-ahead logging of the Tables of a replay service (``serve(..., wal=WalConfig(...))``).
-
-    Args:
-        dir: directory of the logs; table ``t`` logs to ``<dir>/<t>/``.
-        fsync: ``"always"`` (fsync once per group commit, before any call in the group returns),
-            ``"interval"`` (write per group, fsync every ``interval`` seconds) or ``"never"``.
-        interval: seconds between fsyncs with ``"interval"``.
-        log_samples: log what samples change (``times_sampled``, retirements by
-            ``max_times_sampled``, the sampler's epoch, the rate limiter's sample count). Off:
-            samples are not delayed by the log, and a restart forgets them.
-        max_log_bytes: when a table's log grows past this many bytes the service checkpoints the
-            table (needs ``checkpoint_dir``), which truncates its log (``None``: only the
-            service's ``checkpoint_period`` and explicit ``save()`` calls do).
-        retry_period: after a failed write, retry the queued records this often (seconds).
-    """
-
-    dir: str
-    fsync: FsyncPolicy = "always"
-    interval: float = 0.05
-    log_samples: bool = True
-    max_log_bytes: int | None = 256 << 20
-    retry_period: float = 0.5
-
-    def __post_init__(self) -> None:
-        if self.fsync not in ("always", "interval", "never"):
-            raise InvalidArgument(f"fsync must be 'always', 'interval' or 'never', got {self.fsync!r}")
-        if not self.interval > 0:
-            raise InvalidArgument(f"interval must be > 0, got {self.interval}")
-        if not self.retry_period > 0:
-            raise InvalidArgument(f"retry_period must be > 0, got {self.retry_period}")
-        if self.max_log_bytes is not None and self.max_log_bytes <= 0:
-            raise InvalidArgument(f"max_log_bytes must be positive or None, got {self.max_log_bytes}")
-
-
-# -- encoding -------------------------------------------------------------------------------------------
-@dataclass
-class Record:
-    """One decoded record.
-
-    ``lsn``, ``op`` code, ``meta`` (the JSON header minus array descriptors), ``arrays`` (name ->
-    read-only array) and ``flags`` (name -> the array's flag).
-    """
-
-    lsn: int
-    op: int
-    meta: dict[str, Any]
-    arrays: dict[str, np.ndarray]
-    flags: dict[str, int] = field(default_factory=dict)
-
-
-def _as_bytes(arr: np.ndarray) -> memoryview:
-    return memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
-
-
-def _check_dtype(arr: np.ndarray, name: str) -> None:
-    if arr.dtype.hasobject or arr.dtype.fields is not None or arr.dtype.kind not in "biufcSUVMm":
-        raise InvalidType(f"array {name!r} has dtype {arr.dtype}: a log holds only plain (non-object) arrays")
-
-
-def check_arrays(arrays: Mapping[str, np.ndarray]) -> None:
-    """Raise ``TypeError`` unless every array can go into a log record (no object dtypes)."""
-    for name, arr in arrays.items():
-        _check_dtype(np.asarray(arr), name)
-
-
-class Payload:
-    """Arrays ready to write: their descriptors, their buffers and the CRC32 of those buffers.
-
-    Args:
-        arrays: name -> array (not an object dtype); the arrays must not change until the record is
-            written (the caller waits for it).
-        flags: optional small int per array, given back on reading.
-    """
-
-    __slots__ = ("descs", "buffers", "nbytes", "crc")
-
-    def __init__(self, arrays: Mapping[str, np.ndarray] | None = None,
-                 flags: Mapping[str, int] | None = None) -> None:
-        self.descs: list[list] = []
-        self.buffers: list[memoryview] = []
-        self.nbytes = 0
-        crc = 0
-        for name, arr in (arrays or {}).items():
-            arr = np.asarray(arr)
-            _check_dtype(arr, name)
-            buf = _as_bytes(arr)
-            self.descs.append([name, arr.dtype.str, list(arr.shape), int((flags or {}).get(name, 0))])
-            self.buffers.append(buf)
-            self.nbytes += buf.nbytes
-            crc = zlib.crc32(buf, crc)
-        self.crc = crc
-
-
-EMPTY = Payload()
-
-
-def encode(lsn: int, op: int, meta: Mapping[str, Any] | None = None,
-           head_arrays: Mapping[str, np.ndarray] | None = None,
-           data: Payload = EMPTY) -> tuple[list, int]:
-    """The buffers of one record and their total size (``head_arrays`` go in the head)."""
-    head = Payload(head_arrays)
-    doc = dict(meta or {})
-    doc["_h"] = head.descs
-    doc["_d"] = data.descs
-    js = json.dumps(doc, separators=(",", ":")).encode()
-    head_prefix = HEAD.pack(lsn, op, len(js)) + js
-    head_len = len(head_prefix) + head.nbytes
-    crc_head = zlib.crc32(head_prefix)
-    for b in head.buffers:
-        crc_head = zlib.crc32(b, crc_head)
-    total = head_len + data.nbytes
-    frame16 = struct.pack("<IIII", total, head_len, crc_head, data.crc)
-    frame = frame16 + struct.pack("<I", zlib.crc32(frame16))
-    return [frame + head_prefix, *head.buffers, *data.buffers], FRAME.size + total
-
-
-def _decode_arrays(descs: Any, buf: memoryview, where: str) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    if not isinstance(descs, list):
-        raise WalCorrupt(f"{where}: malformed array list")
-    arrays: dict[str, np.ndarray] = {}
-    flags: dict[str, int] = {}
-    pos = 0
-    for d in descs:
-        try:
-            name, dtype_str, shape, flag = d
-            dtype = np.dtype(str(dtype_str))
-            if dtype.hasobject or dtype.fields is not None or dtype.kind not in "biufcSUVMm":
-                raise ValueError(f"dtype {dtype_str!r} is not allowed in a log")
-            shape = tuple(int(s) for s in shape)
-            if any(s < 0 for s in shape) or len(shape) > 32 or not isinstance(name, str):
-                raise ValueError(f"bad shape {shape} or name {name!r}")
-            count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-            nbytes = count * dtype.itemsize
-        except (TypeError, ValueError, OverflowError) as e:
-            raise WalCorrupt(f"{where}: malformed array descriptor {d!r}: {e}") from None
-        if nbytes < 0 or pos + nbytes > len(buf):
-            raise WalCorrupt(f"{where}: array {name!r} overruns its record")
-        arrays[name] = np.frombuffer(buf[pos:pos + nbytes], dtype=dtype).reshape(shape)
-        flags[name] = int(flag)
-        pos += nbytes
-    if pos != len(buf):
-        raise WalCorrupt(f"{where}: {len(buf) - pos} bytes after the last array")
-    return arrays, flags
-
-
-def decode(head: bytes, data: bytes, where: str) -> Record:
-    """Parse a record's head and data (checksums already verified); :class:`WalCorrupt` if malformed."""
-    if len(head) < HEAD.size:
-        raise WalCorrupt(f"{where}: record head too short")
-    lsn, op, json_len = HEAD.unpack_from(head)
-    if json_len > min(MAX_JSON, len(head) - HEAD.size):
-        raise WalCorrupt(f"{where}: record header length {json_len} is out of bounds")
-    try:
-        doc = json.loads(bytes(head[HEAD.size:HEAD.size + json_len]))
-    except ValueError as e:
-        raise WalCorrupt(f"{where}: record header is not JSON: {e}") from None
-    if not isinstance(doc, dict):
-        raise WalCorrupt(f"{where}: record header is not a JSON object")
-    hview = memoryview(head)[HEAD.size + json_len:]
-    arrays, flags = _decode_arrays(doc.pop("_h", []), hview, where)
-    darrays, dflags = _decode_arrays(doc.pop("_d", []), memoryview(data), where)
-    if arrays.keys() & darrays.keys():
-        raise WalCorrupt(f"{where}: duplicate array names")
-    arrays.update(darrays)
-    flags.update(dflags)
-    return Record(lsn, op, doc, arrays, flags)
-
-
-# -- reading --------------------------------------------------------------------------------------------
-def list_segments(path: str) -> list[tuple[int, str]]:
-    """``(first lsn, file path)`` of the segments in ``path``, in order (missing directory: none)."""
-    try:
-        names = os.listdir(path)
-    except FileNotFoundError:
-        return []
-    out = []
-    for n in names:
-        m = _SEGMENT.match(n)
-        if m:
-            out.append((int(m.group(1)), os.path.join(path, n)))
-    return sorted(out)
-
-
-@dataclass
-class ScanResult:
-    """Where reading stopped.
-
-    The last segment's path and its valid length (``None`` if no segment), the last LSN read (0 if
-    none), and the bytes of a torn tail that were ignored.
-    """
-
-    last_segment: str | None = None
-    valid_bytes: int = 0
-    last_lsn: int = 0
-    torn_bytes: int = 0
-
-
-def _scan_segment(fpath: str, is_last: bool, first_lsn: int, prev_lsn: int,
-                  after: int, result: ScanResult) -> Iterator[Record]:
-    with open(fpath, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        magic = f.read(len(MAGIC))
-        if magic != MAGIC:
-            if is_last and len(magic) < len(MAGIC) and MAGIC.startswith(magic):
-                result.last_segment, result.valid_bytes, result.torn_bytes = fpath, 0, len(magic)
-                return  # created, crashed before the magic was written
-            raise WalCorrupt(f"{fpath}: not a replaystore log segment (bad magic)")
-        pos = len(MAGIC)
-        expect = first_lsn
-
-        def torn(reason: str) -> None:
-            if not is_last:
-                raise WalCorrupt(f"{fpath}: record at offset {pos} is {reason}, and a later segment follows")
-            result.torn_bytes = size - pos
-            log.warning("write-ahead log %s: ignoring a torn tail of %d bytes at offset %d (%s)",
-                        fpath, size - pos, pos, reason)
-
-        while pos < size:
-            remaining = size - pos
-            if remaining < FRAME.size:
-                torn("cut inside its frame")
-                break
-            frame = f.read(FRAME.size)
-            total, head_len, crc_head, crc_data, crc_frame = FRAME.unpack(frame)
-            if zlib.crc32(frame[:16]) != crc_frame:
-                rest = frame + f.read()
-                if is_last and not rest.strip(b"\0"):
-                    torn("all zeros")
-                    break
-                raise WalCorrupt(f"{fpath}: the record frame at offset {pos} fails its checksum")
-            if total > remaining - FRAME.size:
-                torn(f"cut short ({remaining - FRAME.size} of {total} bytes present)")
-                break
-            if head_len > total or total > MAX_RECORD:
-                raise WalCorrupt(f"{fpath}: record at offset {pos} has inconsistent lengths")
-            head = f.read(head_len)
-            data = f.read(total - head_len)
-            end = pos + FRAME.size + total
-            if zlib.crc32(head) != crc_head or zlib.crc32(data) != crc_data:
-                if end == size:
-                    torn("failing its checksum at the end of the file")
-                    break
-                raise WalCorrupt(f"{fpath}: record at offset {pos} fails its checksum and is not the last one")
-            where = f"{fpath}@{pos}"
-            rec = decode(head, data, where)
-            if rec.lsn != expect or (prev_lsn and rec.lsn != prev_lsn + 1):
-                raise WalCorrupt(f"{where}: record number {rec.lsn}, expected {expect}")
-            expect = rec.lsn + 1
-            prev_lsn = rec.lsn
-            result.last_lsn = rec.lsn
-            pos = end
-            if rec.lsn > after:
-                yield rec
-        result.last_segment, result.valid_bytes = fpath, pos
-
-
-def read_log(path: str, after: int = 0, result: ScanResult | None = None) -> Iterator[Record]:
-    """Yield the records of the log in ``path`` with ``lsn > after``, in order.
-
-    Every record is checked (see the module doc); a torn tail ends the iteration quietly and is
-    described in ``result`` (a :class:`ScanResult` filled in as reading goes).
-
-    Raises:
-        WalCorrupt: a corrupted record, a gap between segments, or a malformed file.
-    """
-    result = result if result is not None else ScanResult()
-    segments = list_segments(path)
-    prev = 0
-    for i, (first, fpath) in enumerate(segments):
-        if prev and first != prev + 1:
-            raise WalCorrupt(f"{fpath}: segment starts at record {first}, but the previous one ended at {prev}")
-        yield from _scan_segment(fpath, i == len(segments) - 1, first, prev, after, result)
-        prev = result.last_lsn if result.last_lsn else first - 1
-
-
-# -- writing --------------------------------------------------------------------------------------------
 class _Rotation:
     """A queued request to start a new segment (``done`` is set once it has)."""
 
@@ -358,34 +52,6 @@ class _Rotation:
 
     def __init__(self) -> None:
         self.done = threading.Event()
-
-
-def _lock_dir(path: str, timeout: float) -> int:
-    """An exclusive ``flock`` on ``<path>/LOCK`` (one writer per log); its file descriptor.
-
-    The kernel drops the lock when its process dies, so a restarted service gets it once the old
-    process is gone. Raises :class:`~replaystore.errors.InvalidState` after ``timeout`` seconds.
-    """
-    fd = os.open(os.path.join(path, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                os.close(fd)
-                raise InvalidState(f"the write-ahead log {path} is in use by another writer "
-                                   f"(waited {timeout:.3g}s for its lock)") from None
-            time.sleep(0.05)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class WriteAheadLog:
@@ -416,7 +82,7 @@ class WriteAheadLog:
         self.interval = float(interval)
         self.retry_period = float(retry_period)
         os.makedirs(self.path, exist_ok=True)
-        self._lock_fd = _lock_dir(self.path, lock_timeout) if _lock_fd is None else _lock_fd
+        self._lock_fd = lock_dir(self.path, lock_timeout) if _lock_fd is None else _lock_fd
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._queue: list[Any] = []  # (lsn, op, meta, head arrays, data arrays, flags) or a _Rotation
@@ -461,7 +127,7 @@ class WriteAheadLog:
             WalCorrupt: see :func:`read_log`.
         """
         os.makedirs(path, exist_ok=True)
-        lock_fd = _lock_dir(os.path.abspath(path), lock_timeout)
+        lock_fd = lock_dir(os.path.abspath(path), lock_timeout)
         try:
             return cls._open_locked(path, fsync, interval, retry_period, after, lock_timeout, lock_fd)
         except BaseException:
@@ -572,7 +238,7 @@ class WriteAheadLog:
                     self._bytes_total -= size
                 dropped += 1
         if dropped:
-            _fsync_dir(self.path)
+            fsync_dir(self.path)
         return dropped
 
     # -- waiting ----------------------------------------------------------------------------------------
@@ -794,13 +460,13 @@ class WriteAheadLog:
             self._fd = -1
 
     def _new_segment(self, first_lsn: int) -> None:
-        fpath = os.path.join(self.path, f"wal-{first_lsn:020d}.log")
+        fpath = segment_path(self.path, first_lsn)
         fd = os.open(fpath, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             os.ftruncate(fd, 0)
             os.write(fd, MAGIC)
             os.fsync(fd)
-            _fsync_dir(self.path)
+            fsync_dir(self.path)
         except OSError:
             os.close(fd)
             raise
@@ -857,3 +523,7 @@ def write_records(path: str, records: Sequence[tuple[int, Mapping[str, Any], Map
         wal.wait(last)
     finally:
         wal.close()
+
+
+__all__ = ["MAGIC", "FsyncPolicy", "Record", "ScanResult", "WalConfig", "WriteAheadLog", "check_arrays", "decode",
+           "encode", "list_segments", "read_log", "write_records"]

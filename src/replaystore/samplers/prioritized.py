@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
+import replaystore.samplers.sumtree as sumtree
+import replaystore.samplers.sumtree_jit as sumtree_jit
+
 from ..errors import InvalidArgument
 from ..placement import allocate
-from . import sumtree, sumtree_jit
 from .base import Selector
 from .dense import DenseSet
 
@@ -117,6 +119,15 @@ class Prioritized(Selector):
         if not total > 0.0:
             return np.full(len(slots), 1.0 / max(1, self._live.size))
         return self._sum[slots + len(self._sum) // 2] / total
+
+    def mass(self) -> tuple[float, float]:
+        """``(sum of priority ** alpha, smallest positive priority ** alpha)`` over the live items.
+
+        The smallest is ``inf`` when no item has a positive priority. A sharded table draws its
+        shards in proportion to the first and computes importance weights with the second.
+        """
+        return (float(sumtree.total(self._sum, self._frontier)),
+                float(sumtree.minimum(self._min, self._frontier)))
 
     def clear(self) -> None:  # noqa: D102
         self._sum[:] = 0.0

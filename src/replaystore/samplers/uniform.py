@@ -19,6 +19,11 @@ class Uniform(Selector):
         self._set: DenseSet | None = DenseSet(capacity)
         self._ring = None
 
+    @property
+    def live_set(self) -> DenseSet | None:
+        """The set of tracked slots (``None`` while following a ring); others may read, not change it."""
+        return self._set
+
     def follow(self, ring) -> bool:
         """Pick from the ring's run of keys; the dense set is freed until :meth:`unfollow`."""
         self._ring, self._set = ring, None

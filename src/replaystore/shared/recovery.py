@@ -65,7 +65,7 @@ def reconcile(table: "Table", segment: "Segment", names: tuple[str, ...], values
             s = slots[order]
             sampler.update(s, keys[order], meta.view(np.float64)[s, 3].copy())
     dropped = old_size - (hi - lo)
-    v.update(ring_lo=lo, size=hi - lo, free=cap - (hi - lo))
+    v.update(ring_lo=lo, size=hi - lo, nfree=cap - (hi - lo))
     for name in ("limiter_deletes", "deletes", "evictions"):
         v[name] += dropped
     return tuple(v[n] for n in names), dropped

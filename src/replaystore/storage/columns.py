@@ -45,6 +45,15 @@ class ColumnStorage(Storage):
         if spec is not None:
             self._adopt(normalize_spec(spec))
 
+    @property
+    def nested(self) -> bool:
+        """Whether some field path is nested (``a/b``): items are then nested dicts."""
+        return self._nested
+
+    def set_spec(self, spec: Mapping) -> None:
+        """Fix the field spec of a new, empty storage now (instead of from its first item)."""
+        self._adopt(normalize_spec(spec))
+
     # -- spec -------------------------------------------------------------------------------
     def _adopt(self, spec: dict[str, Field]) -> None:
         self.spec = spec

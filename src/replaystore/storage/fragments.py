@@ -11,16 +11,12 @@ Layout of ``path/``: ``shard-000/ ... shard-NNN/``, one LMDB environment each (`
 write at the same time. LMDB files are sparse and never shrink, but pages freed by deletes are
 reused, so the disk use follows the live payloads.
 
-Values are pickled with protocol 5 and their large buffers (NumPy arrays) kept out of band, then
-packed into one record: reading a 30 MB fragment costs one copy out of the memory map, and the
-arrays it returns are writable views of that copy. Pickle runs code on load: open only stores your
-own processes wrote.
-
-Fragment ids are strings ``"<time_ns hex>-<uuid4 hex>"``: unique, and their age is readable
-(:func:`fragment_age`), which lets a service remove payloads nobody acknowledged.
-
-:class:`RefCounts` is the explicit reference counting that decides when a payload may be deleted
-(the service counts every chunk, pending stream and handed-out fetch that holds a fragment).
+Values are records of :mod:`~replaystore.storage.fragment_codec` (pickle protocol 5, arrays out of
+band): reading a 30 MB fragment costs one copy out of the memory map, and the arrays it returns are
+writable views of that copy. Pickle runs code on load: open only stores your own processes wrote.
+Environments and shard generations: :mod:`~replaystore.storage.lmdb_envs`.
+:class:`~replaystore.storage.refcounts.RefCounts` (re-exported here) is the explicit reference
+counting that decides when a payload may be deleted.
 """
 
 from __future__ import annotations
@@ -30,11 +26,7 @@ import functools
 import json
 import logging
 import os
-import pickle
 import shutil
-import struct
-import threading
-import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -42,6 +34,30 @@ from typing import Any
 
 from ..errors import Closed, DiskFull, InvalidArgument, KeyNotFound, StorageError
 from .diskspace import allocated_bytes, lmdb_write_error, reserve
+from .fragment_codec import decode, encode, fragment_age, new_fragment_id
+from .lmdb_envs import (
+    BUMP,
+    DELETE_SLACK,
+    ENVS_LOCK,
+    GEN,
+    KEEP,
+    PUT_SLACK,
+    SPARE,
+    EnvEntry,
+    Moved,
+    ShardLink,
+    acquire_env,
+    checkin,
+    delete_slack,
+    init_env,
+    make_spare,
+    open_env_locked,
+    read_target,
+    release_env,
+    release_env_locked,
+    reserve_lock_file,
+)
+from .refcounts import RefCounts
 
 try:  # lmdb is an optional dependency (the [lmdb] extra)
     import lmdb
@@ -53,266 +69,9 @@ __all__ = ["FragmentStore", "RefCounts", "decode", "encode", "fragment_age", "ne
 log = logging.getLogger("replaystore")
 
 _OPTIONS = "store.json"
-_MAGIC = b"RSF1"
-_ALIGN = 64
-_HEADER = struct.Struct("<4sIQ")  # magic, number of buffers, length of the pickle
-_LEN = struct.Struct("<Q")
 
-
-# -- ids ------------------------------------------------------------------------------------------
-def new_fragment_id() -> str:
-    """A new unique fragment id, ``"<time_ns hex>-<uuid4 hex>"`` (sortable by creation time)."""
-    return f"{time.time_ns():016x}-{uuid.uuid4().hex}"
-
-
-def fragment_age(fragment_id: str, now: float | None = None) -> float:
-    """Seconds since ``fragment_id`` was made by :func:`new_fragment_id` (``inf`` for other ids)."""
-    head, sep, _ = fragment_id.partition("-")
-    if not sep or len(head) != 16:
-        return float("inf")
-    try:
-        t = int(head, 16) / 1e9
-    except ValueError:
-        return float("inf")
-    return (time.time() if now is None else now) - t
-
-
-# -- encoding -------------------------------------------------------------------------------------
-def _pad(n: int) -> int:
-    return (-n) % _ALIGN
-
-
-def encode(value: Any) -> bytes:
-    """Pack ``value`` into one record: header, pickle (protocol 5), aligned out-of-band buffers."""
-    buffers: list[pickle.PickleBuffer] = []
-    meta = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
-    raws = [b.raw() for b in buffers]
-    head = _HEADER.size + _LEN.size * len(raws) + len(meta)
-    parts: list[Any] = [_HEADER.pack(_MAGIC, len(raws), len(meta))]
-    parts += [_LEN.pack(r.nbytes) for r in raws]
-    parts += [meta, bytes(_pad(head))]
-    for r in raws:
-        parts += [r, bytes(_pad(r.nbytes))]
-    return b"".join(parts)  # one copy of the payload, no zero-filling
-
-
-def decode(record: bytes | bytearray | memoryview) -> Any:
-    """Inverse of :func:`encode`. Arrays are views of ``record`` (writable if it is)."""
-    view = memoryview(record)
-    magic, nbuf, meta_len = _HEADER.unpack_from(view, 0)
-    if magic != _MAGIC:
-        raise ValueError("not a FragmentStore record")
-    pos = _HEADER.size
-    lens = [_LEN.unpack_from(view, pos + i * _LEN.size)[0] for i in range(nbuf)]
-    pos += _LEN.size * nbuf
-    meta = view[pos : pos + meta_len]
-    off = pos + meta_len
-    off += _pad(off)
-    bufs = []
-    for n in lens:
-        bufs.append(view[off : off + n])
-        off += n + _pad(n)
-    return pickle.loads(meta, buffers=bufs)
-
-
-# -- one environment per (directory, process) -------------------------------------------------------
-class _EnvEntry:
-    """An open environment, its users in this process, and the directory's inode.
-
-    ``count`` is the number of handles holding it, ``active`` the transactions running on it right
-    now; the environment closes when both are zero (never under a running transaction).
-    """
-
-    __slots__ = ("env", "count", "active", "inode", "path", "fd", "closed")
-
-    def __init__(self, env: Any, inode: int, path: str) -> None:
-        self.env, self.count, self.active, self.inode, self.path = env, 0, 0, inode, path
-        self.fd = -1  # data.mdb opened for space reservations (writemap only)
-        self.closed = False
-
-    def close(self) -> None:
-        self.closed = True
-        self.env.close()
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-
-_ENVS: dict[str, _EnvEntry] = {}  # path -> the entry new handles share
-_ENVS_LOCK = threading.Lock()
-
-
-_MAX_READERS = 1024
-_LOCK_BYTES = 65664  # the size LMDB gives its lock file: a 128-byte header and 64 bytes per reader slot (1024)
-
-
-def _reserve_lock_file(path: str) -> None:
-    """Allocate ``lock.mdb`` before LMDB maps it writable (its pages are touched through the map).
-
-    LMDB sizes a new lock file with ``ftruncate``: a sparse file, whose first touch on a full disk
-    would be a ``SIGBUS``. Allocated here first, a full disk raises ``DiskFull`` instead.
-    """
-    lock = os.path.join(path, "lock.mdb")
-    try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise DiskFull(f"no space to create {lock}", lock, _LOCK_BYTES) from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if st.st_blocks * 512 < max(st.st_size, _LOCK_BYTES):
-            reserve(fd, 0, max(st.st_size, _LOCK_BYTES), lock)
-    finally:
-        os.close(fd)
-
-
-def _open_env_locked(path: str, map_size: int, sync: bool, writemap: bool, create: bool = True) -> _EnvEntry:
-    """Open (or share) the environment in ``path``; ``create=False``: ``FileNotFoundError`` if it is gone."""
-    if create:
-        os.makedirs(path, exist_ok=True)
-    inode = os.stat(path).st_ino
-    entry = _ENVS.get(path)
-    if entry is None or entry.inode != inode:
-        _reserve_lock_file(path)
-        try:
-            env = lmdb.open(path, map_size=map_size, subdir=True, max_readers=_MAX_READERS, sync=sync,
-                            metasync=sync, readahead=False, meminit=False, lock=True, writemap=writemap,
-                            create=create)
-        except lmdb.Error as e:
-            if not create and not os.path.isdir(path):
-                raise FileNotFoundError(path) from None
-            raise lmdb_write_error(e, path, None, map_size) from None
-        entry = _ENVS[path] = _EnvEntry(env, inode, path)  # a stale entry lives on with its handles
-    entry.count += 1
-    return entry
-
-
-def _release_env_locked(path: str, entry: _EnvEntry) -> None:
-    entry.count -= 1
-    if entry.count <= 0:
-        if _ENVS.get(path) is entry:
-            del _ENVS[path]
-        if entry.active <= 0 and not entry.closed:
-            entry.close()
-
-
-def _acquire_env(path: str, map_size: int, sync: bool, writemap: bool = False) -> _EnvEntry:
-    """Open ``path`` once per process (LMDB forbids opening one environment twice in a process).
-
-    A directory that was deleted and created again (a new inode) gets a new environment: the
-    cached one still maps the old, deleted files.
-    """
-    with _ENVS_LOCK:
-        return _open_env_locked(path, map_size, sync, writemap)
-
-
-def _release_env(path: str, entry: _EnvEntry) -> None:
-    with _ENVS_LOCK:
-        _release_env_locked(path, entry)
-
-
-def _checkin(entry: _EnvEntry) -> None:
-    """End one transaction's use of ``entry`` (closes it if nobody holds it any more)."""
-    with _ENVS_LOCK:
-        entry.active -= 1
-        if entry.active <= 0 and entry.count <= 0 and not entry.closed:
-            entry.close()
-
-
-# -- shards: a symlink to the current generation of the environment ----------------------------------------
-_GEN = ".g"
-
-
-def _read_target(link: str) -> str | None:
-    """The generation directory ``link`` points to (``None``: a plain directory, an older layout)."""
-    try:
-        return os.readlink(link)
-    except OSError as e:
-        if e.errno == errno.EINVAL:  # a real directory: a store written before generations
-            return None
-        if e.errno == errno.ENOENT:
-            first = os.path.basename(link) + _GEN + "000000"
-            os.makedirs(os.path.join(os.path.dirname(link), first), exist_ok=True)
-            try:
-                os.symlink(first, link)
-            except FileExistsError:  # another process made it first
-                pass
-            return _read_target(link)
-        raise
-
-
-_SPARE = ".spare"  # marks an initialised, empty generation ready to replace the current one
-
-
-def _init_env(path: str, map_size: int, writemap: bool) -> None:
-    """Create an empty LMDB environment in ``path`` (its lock file reserved first)."""
-    lmdb.open(path, map_size=map_size, subdir=True, lock=True, max_readers=_MAX_READERS,
-              writemap=writemap).close()
-
-
-def _make_spare(link: str, current: str) -> None:
-    """Prepare the next generation of ``link`` as an empty environment, if there is room (best effort).
-
-    A shard emptied by deletes on a full disk is swapped for this spare: giving space back then
-    needs no space.
-    """
-    if current is None:
-        return
-    base = os.path.basename(link)
-    gen = int(current.rsplit(_GEN, 1)[1]) + 1
-    path = os.path.join(os.path.dirname(link), f"{base}{_GEN}{gen:06d}")
-    if os.path.exists(os.path.join(path, _SPARE)):
-        return
-    try:
-        shutil.rmtree(path, ignore_errors=True)
-        os.makedirs(path)
-        _reserve_lock_file(path)
-        _init_env(path, 1 << 20, False)  # the map size and writemap do not matter to an empty file
-        with open(os.path.join(path, _SPARE), "w"):
-            pass
-    except (OSError, lmdb.Error):  # DiskFull included: no spare this time
-        shutil.rmtree(path, ignore_errors=True)
-
-
-class _Shard:
-    """One shard of a store: ``shard-NNN`` is a symlink to ``shard-NNN.gKKKKKK/`` (its LMDB files).
-
-    Compaction writes a new generation and swaps the symlink while holding the old generation's
-    write lock; every operation resolves the symlink first and a writer re-checks it once it holds
-    the write lock, so no write can land in a generation that was replaced.
-    """
-
-    __slots__ = ("link", "target", "entry")
-
-    def __init__(self, link: str) -> None:
-        self.link = link
-        self.target: str | None = None
-        self.entry: _EnvEntry | None = None
-
-    def dir_of(self, target: str | None) -> str:
-        return self.link if target is None else os.path.join(os.path.dirname(self.link), target)
-
-
-class _Moved(Exception):
-    """The shard moved to a new generation while a writer waited for its lock (retry there)."""
-
-
-_PUT_SLACK = 128 << 10  # reserved beyond a put's record (plus 1/64 of it) for B-tree and free-list pages
-_KEEP = 64 << 10  # allocated past the last page after a put, for the deletes that will follow
-_DELETE_SLACK = 32 << 10  # reserved for a delete's copied pages (writemap), plus its free-list growth
-
-
-def _delete_slack(txn: Any, keys: list[bytes]) -> int:
-    """Bytes a delete of ``keys`` may add: copied B-tree pages, and 8 bytes per freed page in the free list."""
-    freed = 0
-    for k in keys:
-        v = txn.get(k)
-        freed += 0 if v is None else len(v)
-    return _DELETE_SLACK + 8 * (freed // 4096 + len(keys))
-
-
-_BUMP = b"\x00replaystore-bump"  # written and deleted in one commit (never visible)
+# the journals' former private names (replaystore.online.journal still imports these)
+_acquire_env, _release_env = acquire_env, release_env
 
 
 class FragmentStore:
@@ -366,7 +125,7 @@ class FragmentStore:
         self.shrink_threshold = None if shrink_threshold is None else int(shrink_threshold)
         os.makedirs(self.path, exist_ok=True)
         self.writemap = self._recorded_writemap(writemap)
-        self._shards = [_Shard(os.path.join(self.path, f"shard-{i:03d}")) for i in range(self.num_shards)]
+        self._shards = [ShardLink(os.path.join(self.path, f"shard-{i:03d}")) for i in range(self.num_shards)]
         self._closed = False
         self.shrinks = 0  # shards this handle replaced by an empty generation
         for i in range(self.num_shards):
@@ -414,46 +173,46 @@ class FragmentStore:
     def _shard_of(self, key: bytes) -> int:
         return zlib.crc32(key) % self.num_shards
 
-    def _checkout(self, i: int) -> _EnvEntry:
-        """The current generation of shard ``i``, marked in use (pair with :func:`_checkin`)."""
+    def _checkout(self, i: int) -> EnvEntry:
+        """The current generation of shard ``i``, marked in use (pair with :func:`checkin`)."""
         if self._closed:
             raise Closed(f"{self!r} is closed")
         sh = self._shards[i]
         for _ in range(1000):
-            target = _read_target(sh.link)
-            with _ENVS_LOCK:
+            target = read_target(sh.link)
+            with ENVS_LOCK:
                 if sh.entry is None or target != sh.target:
                     try:  # a generation is never re-created: if it vanished, it was just replaced
-                        entry = _open_env_locked(sh.dir_of(target), self.map_size, self.sync, self.writemap,
+                        entry = open_env_locked(sh.dir_of(target), self.map_size, self.sync, self.writemap,
                                                  create=target is None)
                     except FileNotFoundError:
                         continue  # swapped between readlink and open: read the link again
                     old = sh.entry
                     sh.entry, sh.target = entry, target
                     if old is not None:
-                        _release_env_locked(old.path, old)  # closes once its last transaction ends
+                        release_env_locked(old.path, old)  # closes once its last transaction ends
                 sh.entry.active += 1
                 return sh.entry
         raise StorageError(f"shard {sh.link} keeps moving: cannot open its current generation", sh.link, None)
 
     def _ensure_spare(self, i: int) -> None:
-        """Open shard ``i`` and make sure its next generation is ready (see :func:`_make_spare`)."""
+        """Open shard ``i`` and make sure its next generation is ready (see :func:`make_spare`)."""
         sh = self._shards[i]
         entry = self._checkout(i)
         try:
             if entry.path == sh.link:
                 return
             current = os.path.basename(entry.path)
-            nxt = f"{os.path.basename(sh.link)}{_GEN}{int(current.rsplit(_GEN, 1)[1]) + 1:06d}"
-            if os.path.exists(os.path.join(os.path.dirname(sh.link), nxt, _SPARE)):
+            nxt = f"{os.path.basename(sh.link)}{GEN}{int(current.rsplit(GEN, 1)[1]) + 1:06d}"
+            if os.path.exists(os.path.join(os.path.dirname(sh.link), nxt, SPARE)):
                 return
             with entry.env.begin(write=True):  # spares are made and used under the shard's write lock
-                if _read_target(sh.link) == current:
-                    _make_spare(sh.link, current)
+                if read_target(sh.link) == current:
+                    make_spare(sh.link, current)
         except lmdb.Error:
             pass
         finally:
-            _checkin(entry)
+            checkin(entry)
 
     def _read(self, i: int, fn: Callable[[Any], Any]) -> Any:
         entry = self._checkout(i)
@@ -461,7 +220,7 @@ class FragmentStore:
             with entry.env.begin(buffers=True) as txn:
                 return fn(txn)
         finally:
-            _checkin(entry)
+            checkin(entry)
 
     def _write(self, i: int, fn: Callable[[Any], Any], wanted: int, slack: int | Callable[[Any], int]) -> Any:
         """Run ``fn(txn)`` in a write transaction of shard ``i``'s current generation; commit.
@@ -480,14 +239,14 @@ class FragmentStore:
             entry = self._checkout(i)
             try:
                 with entry.env.begin(write=True, buffers=True) as txn:
-                    if entry.path != sh.link and _read_target(sh.link) != os.path.basename(entry.path):
-                        raise _Moved
+                    if entry.path != sh.link and read_target(sh.link) != os.path.basename(entry.path):
+                        raise Moved
                     if self.writemap:
                         self._reserve(entry, wanted + (slack(txn) if callable(slack) else slack), wanted)
                     elif wanted:  # a put without writemap: see _reserve_for_put
                         self._reserve_for_put(entry, wanted + (slack(txn) if callable(slack) else slack), wanted)
                     return fn(txn)
-            except _Moved:
+            except Moved:
                 continue
             except lmdb.Error as e:
                 err = lmdb_write_error(e, entry.path, wanted, self.map_size)
@@ -496,28 +255,28 @@ class FragmentStore:
                 retried = True
                 try:
                     with entry.env.begin(write=True) as txn:  # makes the last commit's free pages reusable
-                        txn.put(_BUMP, b"")
-                        txn.delete(_BUMP)
+                        txn.put(BUMP, b"")
+                        txn.delete(BUMP)
                 except lmdb.Error:
                     raise err from None
             finally:
-                _checkin(entry)
+                checkin(entry)
 
-    def _reserve_for_put(self, entry: _EnvEntry, nbytes: int, wanted: int) -> None:
-        """Keep room for deletes: a put (without writemap) must leave ``_KEEP`` bytes allocated past the end.
+    def _reserve_for_put(self, entry: EnvEntry, nbytes: int, wanted: int) -> None:
+        """Keep room for deletes: a put (without writemap) must leave ``KEEP`` bytes allocated past the end.
 
         A delete copies a few pages; on a disk filled by puts it would find none and the store
         could never shrink again. So a put first allocates its bytes past the last page; if that
-        fails, it goes ahead only when ``_KEEP`` bytes can be allocated there (it may still fit in
+        fails, it goes ahead only when ``KEEP`` bytes can be allocated there (it may still fit in
         pages freed by deletes; if not, LMDB's write fails cleanly with ``DiskFull``). Pages past the
         end that a failed commit wrote stay allocated, so the next delete finds them.
         """
         try:
             self._reserve(entry, nbytes, wanted)
         except DiskFull:
-            self._reserve(entry, _KEEP, wanted)
+            self._reserve(entry, KEEP, wanted)
 
-    def _reserve(self, entry: _EnvEntry, nbytes: int, wanted: int) -> None:
+    def _reserve(self, entry: EnvEntry, nbytes: int, wanted: int) -> None:
         """Allocate ``nbytes`` past the last page (the caller holds the write lock)."""
         if entry.fd < 0:
             entry.fd = os.open(os.path.join(entry.path, "data.mdb"), os.O_RDWR)
@@ -543,7 +302,7 @@ class FragmentStore:
         """Store an already :func:`encode`-d record under ``fragment_id`` (errors as :meth:`put`)."""
         key = fragment_id.encode()
         self._write(self._shard_of(key), lambda txn: txn.put(key, record), len(record),
-                    _PUT_SLACK + len(record) // 64)
+                    PUT_SLACK + len(record) // 64)
 
     def delete(self, fragment_ids: str | Iterable[str]) -> int:
         """Delete payloads; return how many existed. Unknown ids are skipped (no error).
@@ -567,7 +326,7 @@ class FragmentStore:
             def drop(txn: Any, keys: list[bytes] = keys) -> tuple[int, int]:
                 return sum(bool(txn.delete(k)) for k in keys), txn.stat()["entries"]
 
-            gone, left = self._write(shard, drop, 0, functools.partial(_delete_slack, keys=keys))
+            gone, left = self._write(shard, drop, 0, functools.partial(delete_slack, keys=keys))
             n += gone
             if gone and left == 0:
                 self._maybe_shrink(shard)
@@ -578,7 +337,7 @@ class FragmentStore:
         for i in range(self.num_shards):
             if not self._swap(i, empty=True):  # a store of the older layout: delete in place
                 self._write(i, lambda txn: [txn.delete(bytes(k)) for k in list(txn.cursor().iternext(values=False))],
-                            0, _DELETE_SLACK)
+                            0, DELETE_SLACK)
 
     def compact(self) -> int:
         """Rewrite every shard without its free pages; return the bytes given back to the file system.
@@ -613,28 +372,28 @@ class FragmentStore:
         while True:
             entry = self._checkout(i)
             if entry.path == sh.link:
-                _checkin(entry)
+                checkin(entry)
                 return False
             parent = os.path.dirname(sh.link)
             base = os.path.basename(sh.link)
             try:
                 with entry.env.begin(write=True) as txn:  # blocks every writer of this shard
-                    current = _read_target(sh.link)
+                    current = read_target(sh.link)
                     if current != os.path.basename(entry.path):
-                        raise _Moved
+                        raise Moved
                     if only_if_empty and txn.stat()["entries"]:
                         return True
-                    gen = int(current.rsplit(_GEN, 1)[1]) + 1
-                    new = f"{base}{_GEN}{gen:06d}"
+                    gen = int(current.rsplit(GEN, 1)[1]) + 1
+                    new = f"{base}{GEN}{gen:06d}"
                     new_dir = os.path.join(parent, new)
-                    spare = os.path.exists(os.path.join(new_dir, _SPARE))
+                    spare = os.path.exists(os.path.join(new_dir, SPARE))
                     try:
                         if not (empty and spare):  # an empty swap uses the spare: it needs no space
                             shutil.rmtree(new_dir, ignore_errors=True)
                             os.makedirs(new_dir)
-                            _reserve_lock_file(new_dir)
+                            reserve_lock_file(new_dir)
                             if empty:
-                                _init_env(new_dir, self.map_size, self.writemap)
+                                init_env(new_dir, self.map_size, self.writemap)
                             else:
                                 entry.env.copy(new_dir, compact=True)
                         tmp = os.path.join(parent, f".{base}.{uuid.uuid4().hex}")
@@ -654,17 +413,17 @@ class FragmentStore:
                                            None) from None
                         raise
                     if empty and spare:
-                        os.unlink(os.path.join(new_dir, _SPARE))
+                        os.unlink(os.path.join(new_dir, SPARE))
                     for name in os.listdir(parent):  # the replaced generation and any leftovers
-                        if name.startswith(base + _GEN) and name != new:
+                        if name.startswith(base + GEN) and name != new:
                             shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-                    _make_spare(sh.link, new)
+                    make_spare(sh.link, new)
                     self.shrinks += 1
-            except _Moved:
+            except Moved:
                 continue
             finally:
-                _checkin(entry)
-            _checkin(self._checkout(i))  # move this handle to the new generation: the old one closes
+                checkin(entry)
+            checkin(self._checkout(i))  # move this handle to the new generation: the old one closes
             return True
 
     # -- reads ------------------------------------------------------------------------------------
@@ -721,7 +480,7 @@ class FragmentStore:
 
     def _files(self, i: int) -> list[str]:
         sh = self._shards[i]
-        d = sh.dir_of(_read_target(sh.link))
+        d = sh.dir_of(read_target(sh.link))
         return [os.path.join(d, "data.mdb"), os.path.join(d, "lock.mdb")]
 
     def _indices(self) -> range:
@@ -744,10 +503,10 @@ class FragmentStore:
                     except (StorageError, lmdb.Error):  # closing must not fail over space
                         pass
             self._closed = True
-            with _ENVS_LOCK:
+            with ENVS_LOCK:
                 for sh in self._shards:
                     if sh.entry is not None:
-                        _release_env_locked(sh.entry.path, sh.entry)
+                        release_env_locked(sh.entry.path, sh.entry)
                         sh.entry = None
 
     def __enter__(self) -> "FragmentStore":
@@ -755,60 +514,3 @@ class FragmentStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class RefCounts:
-    """Explicit reference counts of fragment ids (no ``__del__``, no reliance on the GC).
-
-    A holder (a chunk, a pending stream, a handed-out fetch) calls :meth:`incref` when it starts
-    holding ids and :meth:`decref` when it lets go; ``decref`` returns the ids nobody holds any
-    more, which the owner then deletes from the store. Not thread-safe: one owner (the service's
-    event loop) drives it.
-    """
-
-    def __init__(self) -> None:
-        self._counts: dict[str, int] = {}
-
-    def incref(self, ids: Iterable[str]) -> None:
-        """Add one reference to each id (an id listed twice gains two)."""
-        c = self._counts
-        for i in ids:
-            c[i] = c.get(i, 0) + 1
-
-    def decref(self, ids: Iterable[str]) -> list[str]:
-        """Drop one reference from each id; return the ids whose count reached zero.
-
-        Raises:
-            KeyNotFound: an id holds no reference (a bookkeeping bug: nothing is changed).
-        """
-        ids = list(ids)
-        c = self._counts
-        need: dict[str, int] = {}
-        for i in ids:
-            need[i] = need.get(i, 0) + 1
-        for i, k in need.items():
-            if c.get(i, 0) < k:
-                raise KeyNotFound(f"fragment {i!r} has {c.get(i, 0)} references, cannot drop {k}")
-        freed = []
-        for i, k in need.items():
-            left = c[i] - k
-            if left:
-                c[i] = left
-            else:
-                del c[i]
-                freed.append(i)
-        return freed
-
-    def count(self, fragment_id: str) -> int:
-        """References held on ``fragment_id`` (0 if none)."""
-        return self._counts.get(fragment_id, 0)
-
-    def __contains__(self, fragment_id: object) -> bool:
-        return fragment_id in self._counts
-
-    def __len__(self) -> int:
-        return len(self._counts)
-
-    def ids(self) -> list[str]:
-        """Every referenced id."""
-        return list(self._counts)

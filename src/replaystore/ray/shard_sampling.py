@@ -1,0 +1,165 @@
+"""Sampling N shards as one table: shard counts, merged batches, global probabilities and weights.
+
+Plain NumPy, no Ray (tested on its own). The math, for shards ``s`` with masses ``m_s`` (item
+counts for a uniform sampler, sums of ``priority ** alpha`` for a prioritized one), ``M = sum m_s``:
+
+- the batch's per-shard counts are ``Multinomial(B, m / M)``; shard ``s`` then draws its count
+  with its own sampler, so an item ``i`` of shard ``s`` is drawn with probability
+  ``P(i) = (m_s / M) * p_s(i)`` per draw, ``p_s(i)`` its probability inside the shard. When the
+  masses are current, ``P(i) = priority_i ** alpha / M`` (or ``1 / size``): one big table's;
+- importance weights as one table's: ``w_i = (P(i) / P_min) ** -beta``, ``P_min`` the smallest
+  positive ``P`` over all shards, ``min_t (m_t / M) * pmin_t``. A shard that answered this sample
+  gives its ``pmin_s`` at draw time through its own weights (``w_local = (p_s(i) / pmin_s) **
+  -beta``), the others through their last known ``min_mass / mass``.
+
+The counts use the masses the client knew when it drew them; the probabilities returned are the
+ones the items were really drawn with (share from those masses, times the shard's own
+probability at draw time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from . import shard_keys
+
+#: ``(size, mass, min_mass, kind, beta)`` as :func:`replaystore.ray.shard_server.shard_state` returns it.
+State = tuple
+
+
+def masses(states: list[State | None], alive: np.ndarray) -> np.ndarray:
+    """The masses to draw shards from: prioritized masses, or sizes if every prioritized mass is 0.
+
+    Shards with no known state or not ``alive`` get 0.
+    """
+    m = np.array([0.0 if st is None else float(st[1]) for st in states])
+    size = np.array([0.0 if st is None else float(st[0]) for st in states])
+    m[~alive] = 0.0
+    size[~alive] = 0.0
+    if not m.sum() > 0.0:
+        return size
+    return m
+
+
+def draw_counts(rng: np.random.Generator, batch_size: int, mass: np.ndarray) -> np.ndarray:
+    """``Multinomial(batch_size, mass / mass.sum())`` (int64 counts per shard); ``mass.sum() > 0``."""
+    return rng.multinomial(batch_size, mass / mass.sum()).astype(np.int64)
+
+
+def concat(parts: list[Any]) -> Any:
+    """Concatenate batch payloads along the first axis (dicts recursively, lists of objects, arrays)."""
+    first = parts[0]
+    if isinstance(first, dict):
+        return {k: concat([p[k] for p in parts]) for k in first}
+    if isinstance(first, list):
+        return [x for p in parts for x in p]
+    if len(parts) == 1:
+        return first
+    return np.concatenate(parts)
+
+
+def take(data: Any, idx: np.ndarray) -> Any:
+    """Rows ``idx`` of a batch payload (dicts recursively, lists of objects, arrays)."""
+    if isinstance(data, dict):
+        return {k: take(v, idx) for k, v in data.items()}
+    if isinstance(data, list):
+        return [data[i] for i in idx.tolist()]
+    return data[idx]
+
+
+_PAYLOAD = ("data", "next_obs")
+_KEYS = ("keys", "step_keys")
+
+
+def merge(parts: list[tuple[int, Any]], tag: int, mass: np.ndarray, states: list[State | None],
+          rng: np.random.Generator | None) -> Any:
+    """One sample from the shards' samples, with global keys, probabilities and weights.
+
+    Each part is ``(shard, sample)``, a Sample, SequenceSample or NStepSample.
+
+    Args:
+        parts: the shards' replies, each drawn with the count ``mass`` gave its shard.
+        tag: the table's key tag.
+        mass: the masses the counts were drawn from.
+        states: last known shard states (for shards that did not answer this sample).
+        rng: shuffles the rows (so a row's position says nothing about its shard); ``None``: keep
+            the shards' order.
+    """
+    total = float(mass.sum())
+    share = mass / total
+    beta = next((float(st[4]) for st in states if st is not None), 0.0)
+    pmin = np.full(len(mass), np.inf)
+    for t, st in enumerate(states):
+        if st is not None and mass[t] > 0 and float(st[1]) > 0 and np.isfinite(float(st[2])):
+            pmin[t] = float(st[2]) / float(st[1])
+    prob_parts, fields = [], {}
+    for s, smp in parts:
+        p_local = np.asarray(smp.probabilities, dtype=np.float64)
+        prob_parts.append(share[s] * p_local)
+        if beta > 0 and len(p_local):
+            w_local = np.asarray(smp.weights, dtype=np.float64)
+            pmin[s] = float(np.min(p_local * np.power(w_local, 1.0 / beta)))
+    probabilities = np.concatenate(prob_parts)
+    if beta > 0 and mass_is_priority(states, mass):
+        ok = (share > 0) & np.isfinite(pmin)
+        global_min = float(np.min(share[ok] * pmin[ok])) if ok.any() else float(probabilities.min())
+        weights = np.power(probabilities / global_min, -beta)
+    else:
+        weights = np.ones(len(probabilities))
+    first = parts[0][1]
+    n = len(probabilities)
+    for f in dataclasses.fields(first):
+        name = f.name
+        values = [getattr(smp, name) for _, smp in parts]
+        if name in _PAYLOAD:
+            fields[name] = concat(values)
+        elif name in _KEYS:
+            fields[name] = np.concatenate([shard_keys.encode(tag, s, v) for (s, _), v in zip(parts, values)])
+        elif name == "probabilities":
+            fields[name] = probabilities
+        elif name == "weights":
+            fields[name] = weights
+        elif isinstance(values[0], np.ndarray) and values[0].ndim >= 1:
+            fields[name] = np.concatenate(values)
+        else:
+            fields[name] = values[0]
+    if rng is not None and len(parts) > 1:
+        order = rng.permutation(n)
+        for name, v in fields.items():
+            if name in _PAYLOAD:
+                fields[name] = take(v, order)
+            elif isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == n:
+                fields[name] = v[order]
+    return type(first)(**fields)
+
+
+def mass_is_priority(states: list[State | None], mass: np.ndarray) -> bool:
+    """Whether ``mass`` is prioritized mass (not the all-zero fallback to sizes)."""
+    known = [st for st in states if st is not None]
+    if not known or known[0][3] != "prioritized":
+        return False
+    return any(float(st[1]) > 0 for st in known)
+
+
+def rows(value: Any, idx: np.ndarray) -> Any:
+    """``value[idx]`` for per-row arguments; scalars and ``None`` unchanged."""
+    if value is None or np.ndim(value) == 0:
+        return value
+    return np.asarray(value)[idx]
+
+
+def concat_samples(a: Any, b: Any) -> Any:
+    """Two merged samples as one (rows of ``b`` after ``a``)."""
+    fields = {}
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if f.name in ("data", "next_obs"):
+            fields[f.name] = concat([x, y])
+        elif isinstance(x, np.ndarray) and x.ndim >= 1:
+            fields[f.name] = np.concatenate([x, y])
+        else:
+            fields[f.name] = x
+    return type(a)(**fields)

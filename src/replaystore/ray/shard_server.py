@@ -1,0 +1,115 @@
+"""The shard side of a sharded table: a ReplayServer whose replies carry the shard's mass.
+
+A shard of :func:`replaystore.ray.serve_sharded` is an ordinary replay service (same methods, same
+write-ahead log and checkpoints) with one more entry point, :meth:`ShardServer.shard_call`: it runs
+one of the service's Table methods and returns ``(result, state)``, where ``state`` is the shard's
+:func:`shard_state` right after the call. The sharded client keeps the last state of every shard
+and draws the shards of the next sample from those masses, so a sample costs one round trip.
+
+:class:`ShardFactory` builds a shard's Table from the user's factory and scales its rate limiter
+to the shard (see docs/ray.md, "Sharded tables").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import InvalidArgument, KeyNotFound
+from ..limiters import Queue, RateLimiter
+from ..samplers import Prioritized, Uniform
+from ..table import Table
+from .server import ReplayServer
+
+#: Table methods a shard call may run (the ReplayServer methods of the same names).
+SHARD_METHODS = frozenset({
+    "extend", "add", "sample", "sample_nstep", "sample_sequences", "update_priorities", "delete",
+    "set_version", "get", "info", "keys", "size", "clear", "extend_steps", "add_step", "add_episode", "end_episode",
+})
+
+
+def shard_state(table: Table) -> tuple[int, float, float, str, float]:
+    """``(size, mass, min_mass, kind, beta)`` of a shard's table.
+
+    ``kind`` is ``"prioritized"`` (mass: sum of ``priority ** alpha``; min_mass: the smallest
+    positive one, ``inf`` if none), ``"uniform"`` (mass: the size; min_mass: 1) or the sampler's
+    class name for samplers a sharded table cannot combine; ``beta`` is the prioritized sampler's
+    importance exponent (0 otherwise). Read on the service's event loop, between calls.
+    """
+    size = len(table)
+    sampler = table.sampler
+    if isinstance(sampler, Prioritized):
+        total, smallest = sampler.mass()
+        return size, total, smallest, "prioritized", sampler.beta
+    if isinstance(sampler, Uniform):
+        return size, float(size), 1.0, "uniform", 0.0
+    return size, float(size), 1.0, type(sampler).__name__, 0.0
+
+
+class ShardServer(ReplayServer):
+    """A :class:`~replaystore.ray.server.ReplayServer` with :meth:`shard_call` and :meth:`shard_state`."""
+
+    def _shard_table(self, table: str) -> Table:
+        try:
+            return self.tables[table]
+        except KeyError:
+            raise KeyNotFound(f"shard {self.name!r} has no table {table!r}; tables: {sorted(self.tables)}") from None
+
+    async def shard_state(self, table: str) -> tuple[int, float, float, str, float]:
+        """The table's :func:`shard_state` (``KeyNotFound`` for an unknown table)."""
+        return shard_state(self._shard_table(table))
+
+    async def shard_call(self, method: str, table: str, *args: Any) -> tuple[Any, tuple]:
+        """Run the service method ``method(table, *args)``; return ``(its result, shard_state)``.
+
+        The method is the ordinary one (write-ahead log, rate limiter waits and errors included),
+        so the result is acknowledged exactly as a plain service's call would be.
+
+        Raises:
+            InvalidArgument: ``method`` is not one of :data:`SHARD_METHODS`.
+            Whatever the method raises.
+        """
+        if method not in SHARD_METHODS:
+            raise InvalidArgument(f"shard_call: {method!r} is not a shard method ({sorted(SHARD_METHODS)})")
+        result = await getattr(self, method)(table, *args)
+        return result, shard_state(self._shard_table(table))
+
+
+class ShardFactory:
+    """Builds shard ``index`` of ``num_shards`` from the user's Table factory (runs in the shard actor).
+
+    With ``scale_rate_limiter``, the Table's rate limiter is replaced by one with the same
+    ``samples_per_insert``, ``min_size_to_sample / num_shards`` (rounded up) and
+    ``min_diff / num_shards``, ``max_diff / num_shards``: every shard keeps its own
+    ``diff = inserts * spi - samples`` within its share, so the sum over the shards stays within
+    the table's ``[min_diff, max_diff]`` (see docs/ray.md for the drift bound). Queue and stack
+    tables (each item once, in order) cannot be sharded.
+
+    Raises (in the actor, surfacing from ``serve_sharded``):
+        InvalidArgument: a queue/stack limiter.
+    """
+
+    def __init__(self, factory: Callable[[], Table], num_shards: int, index: int,
+                 scale_rate_limiter: bool = True) -> None:
+        self.factory = factory
+        self.num_shards = num_shards
+        self.index = index
+        self.scale_rate_limiter = scale_rate_limiter
+
+    def __call__(self) -> Table:
+        """A new Table for this shard."""
+        table = self.factory()
+        if not isinstance(table, Table):
+            return table  # the server names the wrong type
+        lim = table.rate_limiter
+        if isinstance(lim, Queue):
+            raise InvalidArgument(f"a {type(lim).__name__} table (each item once, in order) cannot be sharded")
+        if table.seed is not None:  # shards must not draw the same random streams
+            table.rng.bit_generator.state = type(table.rng.bit_generator)(
+                [int(table.seed), 7919, self.index]).state
+        n = self.num_shards
+        if self.scale_rate_limiter and n > 1:
+            table.rate_limiter = RateLimiter(lim.samples_per_insert, max(1, math.ceil(lim.min_size_to_sample / n)),
+                                             lim.min_diff / n, lim.max_diff / n)
+        return table

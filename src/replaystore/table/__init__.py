@@ -1,0 +1,19 @@
+"""The Table: one class, built from modules that each hold one concept.
+
+- :mod:`.core`: construction, insert, sample, queries; the lock, waiting and sample accounting.
+- :mod:`.edit`: calls by key (get, info, update_priorities, delete) and set_version/clear/close.
+- :mod:`.insert`: the general insert path (validation, staleness, rate limiter, eviction).
+- :mod:`.fast`: the compiled ring writes and the staging of single adds.
+- :mod:`.ring`: slot bookkeeping (free slots, removal, eviction in place, leaving ring mode).
+- :mod:`.episodic`: the episode methods around the planners of :mod:`replaystore.episodes`.
+- :mod:`.journal`: what a write-ahead log needs (``locked``, ``wal_lsn``, ``replay_*``).
+- :mod:`.persist`: snapshots, ``save``/``load`` through :mod:`replaystore.checkpoint`.
+- :mod:`.stats`: ``stats()``.
+- :mod:`.state`: :class:`TableState`, every mutable scalar in one object; the metadata rows.
+- :mod:`.args`: argument checks shared by the above.
+"""
+
+from .core import Table
+from .state import STATE_DTYPE, TableState
+
+__all__ = ["STATE_DTYPE", "Table", "TableState"]

@@ -1,0 +1,225 @@
+"""The Table's fast paths: compiled ring writes and the staging of single adds.
+
+- **Ring fast paths** (:meth:`FastPaths._extend_ring`, :meth:`FastPaths._add_ring`): in ring mode,
+  a batch (or one item) of exactly the table's flat columns is copied straight into its ring
+  slots by the compiled ``rows`` helpers, and the metadata, selectors, ring and counters are
+  moved in one step (:meth:`FastPaths._ring_commit`).
+- **Staging** (:meth:`FastPaths._try_stage`, :meth:`FastPaths._flush_pending`): single adds to a
+  table whose selectors must be told are collected (see :mod:`replaystore.staging`) and inserted
+  as one batch; every other operation flushes them first, so it is invisible except in speed.
+
+A mixin of :class:`~replaystore.table.Table`: every method runs with the table's lock held.
+Each returns "not handled" (``None`` / ``-1``) without changing anything when its preconditions
+do not hold, and the caller takes the general path.
+"""
+
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+
+from ..rows import add_row, copy_rows, fill_meta
+from ..samplers import Fifo
+from ..staging import AddStager
+from ..storage import ColumnStorage, Storage
+from .args import NO_LIMIT
+
+
+class FastPaths:
+    """Ring writes and staged adds (see the module doc)."""
+
+    def _ring_plan(self) -> tuple | bool | None:
+        """What the ring fast paths need, or False when they cannot apply to this table.
+
+        They apply in ring mode to flat columns written by :class:`ColumnStorage`'s own ``write``
+        (plain or memory-mapped columns: no frame rings, no compression). A rate limiter that
+        would block the insert sends it to the general path (which waits). ``None`` until the
+        storage knows its spec.
+        """
+        storage = self.storage
+        if (self._ring is None or self._episodes is not None or not isinstance(storage, ColumnStorage)
+                or type(storage).write is not ColumnStorage.write
+                or type(storage).release is not Storage.release
+                or type(storage).evictions_needed is not Storage.evictions_needed):
+            self._plan = False
+            return False
+        if storage.spec is None:
+            return None
+        names = tuple(storage.columns)
+        columns = tuple(storage.columns.values())
+        if storage.nested or not names or not all(c.flags.c_contiguous and c.flags.writeable for c in columns):
+            self._plan = False
+            return False
+        get = itemgetter(*names) if len(names) > 1 else (lambda d, _n=names[0]: (d[_n],))
+        self._plan = (frozenset(names), columns, get)
+        return self._plan
+
+    def _extend_ring(self, data: Any) -> np.ndarray | None:
+        """Insert a batch of exactly-typed columns at the ring's head; ``None``: not handled (unchanged)."""
+        plan = self._plan or self._ring_plan()
+        if not plan or type(data) is not dict or data.keys() != plan[0]:
+            return None
+        sources = plan[2](data)
+        try:
+            n = len(sources[0])
+        except TypeError:
+            return None
+        st, cap = self._state, self.capacity
+        first = st.next_key
+        start = (first - st.ring_base) % cap
+        if n == 0 or start + n > cap:
+            return None  # (a batch that wraps around takes the general path)
+        limiter = self.rate_limiter
+        if limiter.max_diff < NO_LIMIT and not limiter.can_insert(n):
+            return None  # the general path waits (or raises) as the limiter says
+        if not copy_rows(plan[1], sources, start, n, True):
+            return None
+        self._ring_commit(start, n, st.max_priority, st.version)
+        return np.arange(first, first + n, dtype=np.int64)
+
+    def _ring_commit(self, start: int, n: int, priority: float, version: int) -> None:
+        """Account for ``n`` new items whose payloads are in slots ``start ..``.
+
+        Writes their metadata, tells the selectors, moves the ring and the counters; the oldest
+        items whose slots they took are evicted.
+        """
+        st = self._state
+        first = st.next_key
+        size = st.size
+        overflow = size + n - self.capacity  # > 0: that many of the oldest items were overwritten
+        fill_meta(self._meta, start, n, first, version, priority)
+        if self._selectors:
+            slots = np.arange(start, start + n, dtype=np.int64)
+            keys = np.arange(first, first + n, dtype=np.int64)
+            prios = np.full(n, priority)
+            if overflow == n:
+                for sel in self._selectors:
+                    sel.replace(slots, keys, prios)
+            else:
+                if overflow > 0:  # the oldest live items sit just after the free slots
+                    for sel in self._selectors:
+                        sel.remove(slots[n - overflow :])
+                for sel in self._selectors:
+                    sel.insert(slots, keys, prios)
+        st.ring_hi = first + n
+        st.inserts += n
+        self.rate_limiter.inserts += n
+        if overflow > 0:
+            st.ring_lo += overflow
+            self.rate_limiter.deletes += overflow
+            st.deletes += overflow
+            st.evictions += overflow
+            st.size = self.capacity
+        else:
+            if size == 0:
+                st.ring_lo = first
+            st.size = size + n
+        st.nfree = self.capacity - st.size
+        st.next_key = first + n
+        if self._waiting:
+            self._cond.notify_all()
+
+    def _add_ring(self, plan: tuple, item: dict, priority: Any, version: Any) -> int:
+        """Write one item straight into its ring slot; -1: not handled (nothing changed).
+
+        Only for tables with no selector to tell (a Uniform sampler and the Fifo remover follow
+        the ring), so there is nothing to batch: staging would only copy the item twice.
+        """
+        st = self._state
+        meta = self._plain_meta(priority, version, st.max_priority)
+        if meta is None:
+            return -1
+        p, v = meta
+        limiter = self.rate_limiter
+        if limiter.max_diff < NO_LIMIT and not limiter.can_insert(1):
+            return -1
+        key = st.next_key
+        cap = self.capacity
+        if not add_row(plan[1], plan[2](item), (key - st.ring_base) % cap, self._meta, key, v, p):
+            return -1
+        # _ring_commit for one item, unrolled (this is the whole cost of an add beyond the copy)
+        st.ring_hi = st.next_key = key + 1
+        limiter.inserts += 1
+        st.inserts += 1
+        if st.size == cap:  # the oldest item's slot was taken
+            st.ring_lo += 1
+            limiter.deletes += 1
+            st.deletes += 1
+            st.evictions += 1
+        else:
+            if st.size == 0:
+                st.ring_lo = key
+            st.size += 1
+            st.nfree -= 1
+        if p > st.max_priority:
+            st.max_priority = p
+        if self._waiting:
+            self._cond.notify_all()
+        return key
+
+    def _plain_meta(self, priority: Any, version: Any, default_priority: float) -> tuple[float, int] | None:
+        """``(priority, version)`` of a single add when both are plain and admissible, else ``None``.
+
+        Plain: ``None`` or a finite float ``>= 0``; ``None`` or an int not stale. Anything else
+        (NaN, numpy scalars, a stale version) goes to the general path, which says what is wrong.
+        """
+        if priority is None:
+            p = default_priority
+        elif type(priority) is float and priority >= 0.0 and priority != float("inf"):
+            p = priority
+        else:
+            return None
+        current = self._state.version
+        if version is None:
+            v = current
+        elif type(version) is int:
+            v = version
+        else:
+            return None
+        if self.max_staleness is not None and v < current - self.max_staleness:
+            return None
+        return p, v
+
+    def _make_stager(self) -> None:
+        storage = self.storage
+        # Staging inserts a run of adds as one batch; only FIFO eviction picks the same victims
+        # for a batch as for the same items added one at a time.
+        if (isinstance(storage, ColumnStorage) and storage.spec and not storage.nested
+                and type(self.remover) is Fifo and self._episodes is None):
+            rows = min(256, self.capacity, storage.stage_rows or 256)
+            make = getattr(storage, "make_stager", None)
+            self._stager = make(rows) if make is not None else AddStager(storage.spec, rows=rows)
+
+    def _try_stage(self, stager: AddStager, item: Any, priority: Any, version: Any) -> int:
+        """Stage one item if the fast path applies; return its key, or -1 (nothing changed)."""
+        if self._waiting:  # a blocked call may wait for this item: insert (and notify) now
+            return -1
+        st = self._state
+        meta = self._plain_meta(priority, version, st.pending_max_priority if stager.n else st.max_priority)
+        if meta is None:
+            return -1
+        p, v = meta
+        limiter = self.rate_limiter
+        if limiter.max_diff < NO_LIMIT and not limiter.can_insert(stager.n + 1):
+            return -1
+        if not stager.try_stage(item, p, v):
+            return -1
+        n = stager.n
+        if n == 1 or p > st.pending_max_priority:
+            st.pending_max_priority = p if n > 1 or p > st.max_priority else st.max_priority
+        key = st.next_key + n - 1
+        if n >= stager.rows:
+            self._flush_pending()
+        return key
+
+    def _flush_pending(self) -> None:
+        """Insert the staged single-item adds as one batch (lock held)."""
+        stager = self._stager
+        if stager is None or stager.n == 0:
+            return
+        prepared, n, priorities, versions = stager.take()
+        # the rate limiter admitted each staged item when it was staged (and only samples and
+        # deletes, which never make an insert less admissible, can have happened since)
+        self._insert(prepared, n, priorities, versions, None, admitted=True)

@@ -1,0 +1,163 @@
+"""The Table's mutable scalar state in one small object, and its metadata row array.
+
+Everything a Table changes besides its arrays lives in one :class:`TableState`: the next key, the
+size and free-slot count, the ring's three numbers, the model version, the priority maxima, the
+counters ``stats()`` reports and the seconds calls spent blocked. One object, so a variant of the
+Table that keeps its state elsewhere (a shared-memory segment) has one thing to place:
+:meth:`TableState.to_array` / :meth:`TableState.from_array` convert it to and from a NumPy record
+of :data:`STATE_DTYPE`. The per-slot metadata is one ``(capacity, 4)`` int64 array allocated by
+:func:`allocate_rows`.
+
+Plain attributes (``__slots__``), not a NumPy record, on purpose: the single-item insert reads and
+writes a dozen of them, and a Python attribute costs a fraction of a NumPy scalar access.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, MutableMapping
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from ..placement import allocate
+
+#: counters reported by ``Table.stats()`` (ints), in report order
+COUNTERS = ("inserts", "samples", "sample_calls", "deletes", "evictions", "retired", "dropped_stale",
+            "skipped_updates", "skipped_deletes")
+#: seconds blocked callers waited, reported by ``Table.stats()``
+BLOCKED = ("insert_blocked_s", "sample_blocked_s")
+_INTS = ("next_key", "size", "nfree", "version", "ring_base", "ring_lo", "ring_hi", "closed", "wal_lsn", *COUNTERS)
+_FLOATS = ("max_priority", "pending_max_priority", *BLOCKED)
+#: the fields a shared table publishes to other processes (``closed`` is per process), in this order
+SHARED_INTS = tuple(name for name in _INTS if name != "closed")
+SHARED_FLOATS = _FLOATS
+#: the record :meth:`TableState.to_array` fills
+STATE_DTYPE = np.dtype([(name, np.int64) for name in _INTS] + [(name, np.float64) for name in _FLOATS])
+
+
+class TableState:
+    """The mutable scalars of a Table (changed only under the table's lock).
+
+    Attributes:
+        next_key: the key the next item gets.
+        size: live items. nfree: free slots.
+        version: the current model version (``Table.version``).
+        ring_base, ring_lo, ring_hi: in ring mode, the key in slot 0 and the live keys ``[lo, hi)``
+            (see :class:`~replaystore.keys.RingIndex`, which reads them here).
+        closed: 1 once the table is closed.
+        wal_lsn: the last write-ahead-log record applied, ``-1`` if no log ever set it.
+        max_priority: the largest priority given so far (new items' default).
+        pending_max_priority: the largest priority among staged adds.
+        inserts ... skipped_deletes: the counters of :data:`COUNTERS`.
+        insert_blocked_s, sample_blocked_s: seconds blocked calls waited.
+    """
+
+    __slots__ = _INTS + _FLOATS
+
+    def __init__(self, capacity: int) -> None:
+        for name in _INTS:
+            setattr(self, name, 0)
+        for name in _FLOATS:
+            setattr(self, name, 0.0)
+        self.nfree = int(capacity)
+        self.wal_lsn = -1
+        self.max_priority = self.pending_max_priority = 1.0
+
+    def counters(self) -> dict[str, int]:
+        """The counters of :data:`COUNTERS` (and ``wal_lsn`` once set) as a dict."""
+        out = {name: getattr(self, name) for name in COUNTERS}
+        if self.wal_lsn >= 0:
+            out["wal_lsn"] = self.wal_lsn
+        return out
+
+    def blocked(self) -> dict[str, float]:
+        """The seconds of :data:`BLOCKED` as a dict."""
+        return {name: getattr(self, name) for name in BLOCKED}
+
+    def load_counters(self, counters: dict[str, Any], blocked: dict[str, Any]) -> None:
+        """Set the counters and blocked seconds that the dicts name (others are left as they are)."""
+        for name in COUNTERS:
+            if name in counters:
+                setattr(self, name, int(counters[name]))
+        if "wal_lsn" in counters:
+            self.wal_lsn = int(counters["wal_lsn"])
+        for name in BLOCKED:
+            if name in blocked:
+                setattr(self, name, float(blocked[name]))
+
+    def to_array(self) -> np.ndarray:
+        """The state as a NumPy record of :data:`STATE_DTYPE` (a copy)."""
+        rec = np.zeros((), dtype=STATE_DTYPE)
+        for name in STATE_DTYPE.names:
+            rec[name] = getattr(self, name)
+        return rec
+
+    @classmethod
+    def from_array(cls, rec: np.ndarray) -> "TableState":
+        """A state holding the values of a record made by :meth:`to_array`."""
+        out = cls.__new__(cls)
+        for name in _INTS:
+            setattr(out, name, int(rec[name]))
+        for name in _FLOATS:
+            setattr(out, name, float(rec[name]))
+        return out
+
+    def __repr__(self) -> str:
+        return f"TableState({', '.join(f'{n}={getattr(self, n)!r}' for n in self.__slots__)})"
+
+
+class CountersView(MutableMapping):
+    """The counters of a :class:`TableState` as a dict-like view (reads and writes go to the state).
+
+    Transitional: for code written against the Table's former ``_counters`` dict (the write-ahead
+    log, until it uses the journal interface). New code uses ``stats()`` and ``wal_lsn``.
+    """
+
+    def __init__(self, state: TableState) -> None:
+        self._state = state
+
+    def _names(self) -> tuple[str, ...]:
+        return (*COUNTERS, "wal_lsn") if self._state.wal_lsn >= 0 else COUNTERS
+
+    def __getitem__(self, name: str) -> int:
+        if name not in self._names():
+            raise KeyError(name)
+        return getattr(self._state, name)
+
+    def __setitem__(self, name: str, value: int) -> None:
+        if name not in (*COUNTERS, "wal_lsn"):
+            raise KeyError(f"{name!r} is not a table counter")
+        setattr(self._state, name, int(value))
+
+    def __delitem__(self, name: str) -> None:
+        raise TypeError("table counters cannot be deleted")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+
+def allocate_rows(capacity: int) -> np.ndarray:
+    """The per-slot metadata: one ``(capacity, 4)`` int64 row per slot, key ``-1`` (free).
+
+    Columns: key, times_sampled, version, priority (float64 bits). One row of 32 bytes per item,
+    so a sample gathers one cache line per item instead of four. Allocated through
+    :func:`replaystore.placement.allocate` (``"table.meta"``): NumPy, or a shared segment.
+    """
+    return allocate("table.meta", (capacity, 4), np.int64, (-1, 0, 0, 0))
+
+
+#: the values of :data:`SHARED_INTS` + :data:`SHARED_FLOATS` of a state, as a tuple
+shared_fields = attrgetter(*SHARED_INTS, *SHARED_FLOATS)
+
+
+def load_shared(state: TableState, values: Any) -> None:
+    """Set the fields :func:`shared_fields` reads from ``values`` (in that order)."""
+    for name, value in zip(_SHARED_NAMES, values):
+        setattr(state, name, value)
+
+
+_SHARED_NAMES = (*SHARED_INTS, *SHARED_FLOATS)

@@ -1,0 +1,70 @@
+"""The sharded table's arithmetic without Ray: keys that carry their shard, merged samples."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import replaystore as rs
+from replaystore.ray import shard_keys, shard_sampling
+
+
+@settings(max_examples=200, deadline=None)
+@given(tag=st.integers(1, (1 << 15) - 1), n=st.integers(1, 256), data=st.data())
+def test_keys_round_trip_and_foreign_keys_are_named(tag, n, data):
+    shards = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=20)))
+    local = np.array(data.draw(st.lists(st.integers(0, shard_keys.LOCAL_MASK), min_size=len(shards),
+                                        max_size=len(shards))))
+    keys = np.concatenate([shard_keys.encode(tag, int(s), np.array([k])) for s, k in zip(shards, local)])
+    assert (keys >= 0).all()
+    got_s, got_l = shard_keys.decode(tag, keys, n)
+    assert got_s.tolist() == shards.tolist() and got_l.tolist() == local.tolist()
+    groups = shard_keys.group(got_s, n)
+    assert sorted(np.concatenate(groups).tolist()) == list(range(len(keys)))
+    for s, g in enumerate(groups):
+        assert (got_s[g] == s).all() and list(g) == sorted(g)
+    other = tag + 1 if tag < (1 << 15) - 1 else 1
+    with pytest.raises(shard_keys.ForeignKey, match="does not belong"):
+        shard_keys.decode(other, keys, n)
+    with pytest.raises(shard_keys.ForeignKey):
+        shard_keys.decode(tag, local[:1], n)  # a plain Table's key (tag 0)
+    if n > 1 and shards.max() > 0:
+        with pytest.raises(shard_keys.ForeignKey):  # a shard this table does not have
+            shard_keys.decode(tag, keys, int(shards.max()))
+
+
+def test_merge_gives_one_tables_probabilities_and_weights():
+    """Shard samples of every item, merged: P and w equal a single prioritized table's formulas."""
+    alpha, beta = 0.6, 0.4
+    prios = [np.array([1.0, 2.0, 3.0]), np.array([4.0]), np.array([0.5, 5.0])]
+    scaled = [p ** alpha for p in prios]
+    mass = np.array([s.sum() for s in scaled])
+    states = [(len(p), s.sum(), s.min(), "prioritized", beta) for p, s in zip(prios, scaled)]
+    parts = []
+    for i, (p, s) in enumerate(zip(prios, scaled)):
+        p_local = s / s.sum()
+        w_local = (p_local / p_local.min()) ** -beta
+        n = len(p)
+        parts.append((i, rs.Sample(data={"x": np.arange(n) + 10 * i}, keys=np.arange(n), indices=np.arange(n),
+                                   probabilities=p_local, weights=w_local, priorities=p,
+                                   times_sampled=np.ones(n, np.int64), versions=np.zeros(n, np.int64))))
+    merged = shard_sampling.merge(parts, 5, mass, states, rng=np.random.default_rng(0))
+    all_scaled = np.concatenate(scaled)
+    x = np.concatenate([np.arange(len(p)) + 10 * i for i, p in enumerate(prios)])
+    order = np.argsort(merged.data["x"])
+    np.testing.assert_array_equal(merged.data["x"][order], np.sort(x))
+    expect_p = (all_scaled / all_scaled.sum())[np.argsort(x)]
+    np.testing.assert_allclose(merged.probabilities[order], expect_p, rtol=1e-12)
+    np.testing.assert_allclose(merged.weights[order], (expect_p / expect_p.min()) ** -beta, rtol=1e-12)
+    shards, _ = shard_keys.decode(5, merged.keys, 3)
+    np.testing.assert_array_equal(shards, merged.data["x"] // 10)
+
+
+def test_masses_fall_back_to_sizes_and_skip_dead_shards():
+    states = [(3, 0.0, np.inf, "prioritized", 0.4), (5, 0.0, np.inf, "prioritized", 0.4), None]
+    np.testing.assert_array_equal(shard_sampling.masses(states, np.array([True, True, True])), [3, 5, 0])
+    states[1] = (5, 2.5, 0.5, "prioritized", 0.4)
+    np.testing.assert_array_equal(shard_sampling.masses(states, np.array([True, False, True])), [3, 0, 0])
+    np.testing.assert_array_equal(shard_sampling.masses(states, np.array([True, True, True])), [0, 2.5, 0])
+    counts = shard_sampling.draw_counts(np.random.default_rng(0), 1000, np.array([1.0, 0.0, 3.0]))
+    assert counts.sum() == 1000 and counts[1] == 0 and 650 < counts[2] < 850
