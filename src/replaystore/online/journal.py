@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import CheckpointError
-from ..storage.fragments import _acquire_env, _release_env
+from ..storage.lmdb_envs import acquire_env, release_env
 
 
 class OnlineJournal:
@@ -34,7 +34,7 @@ class OnlineJournal:
 
     def __init__(self, path: str, map_size: int = 1 << 34) -> None:
         self.path = os.path.abspath(path)
-        self._entry = _acquire_env(self.path, map_size, False)
+        self._entry = acquire_env(self.path, map_size, False)
         self._env = self._entry.env
         self._closed = False
 
@@ -71,7 +71,7 @@ class OnlineJournal:
         """Release the environment (idempotent)."""
         if not self._closed:
             self._closed = True
-            _release_env(self.path, self._entry)
+            release_env(self.path, self._entry)
 
     def destroy(self) -> None:
         """Close and delete the journal's directory."""
