@@ -19,7 +19,7 @@ an episodic table, as in R2D2 (Kapturowski et al., 2019):
 
 Usage (two CPU cores, a few minutes)::
 
-    PYTHONPATH=src python examples/r2d2_cartpole_pomdp.py [--steps 120000] [--seed 0] [--target 400]
+    PYTHONPATH=src python examples/r2d2_cartpole_pomdp.py [--steps 120000] [--seed 0] [--target 400] [--smoke]
 
 Training stops early once a greedy evaluation (10 episodes) reaches ``--target``; the script then
 prints the final greedy return over 20 fresh episodes and the wall time. Figures measured on this
@@ -203,7 +203,10 @@ def main() -> None:
     ap.add_argument("--target", type=float, default=400.0, help="stop once a greedy evaluation reaches this")
     ap.add_argument("--eval-every", type=int, default=5_000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--smoke", action="store_true", help="a few seconds: 2,400 env steps, a few updates")
     args = ap.parse_args()
+    if args.smoke:
+        args.steps, args.eval_every = 2_400, 1_200
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
@@ -221,7 +224,12 @@ def main() -> None:
     returns, ep_ret = [], np.zeros(n)
     step, updates, best = 0, 0, (-1.0, None)
     next_eval = args.eval_every
+    last_line = t0
     while step < args.steps:
+        if time.perf_counter() - last_line > 20:  # a line at least every 20 s between evaluations
+            last_line = time.perf_counter()
+            print(f"step {step:>7,}: {updates:,} updates, training return (last 20) "
+                  f"{np.mean(returns[-20:]) if returns else 0.0:6.1f}, {last_line - t0:5.0f} s", flush=True)
         eps = max(0.02, 1.0 - step / 20_000)
         greedy = hist.q_values(q).argmax(-1).numpy()
         action = np.where(rng.random(n) < eps, rng.integers(0, 2, n), greedy)
@@ -263,6 +271,7 @@ def main() -> None:
         if step >= next_eval:
             next_eval += args.eval_every
             score = evaluate(q, 10, seed=10_000 + step, width=args.burn_in + args.length)
+            last_line = time.perf_counter()
             recent = np.mean(returns[-20:]) if returns else 0.0
             print(f"step {step:>7,}: {updates:,} updates, training return (last 20) {recent:6.1f}, "
                   f"greedy evaluation {score:6.1f}, {time.perf_counter() - t0:5.0f} s", flush=True)

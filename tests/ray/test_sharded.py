@@ -226,6 +226,11 @@ def test_checkpoint_manifest_and_restore(ray_local, tmp_path):
         assert found.all() and np.array_equal(data["id"], np.arange(30))
         np.testing.assert_array_equal(c.info(keys)["priorities"], np.arange(1, 31))
         assert rsr.connect_sharded(name).num_shards == 3
+        batches = list(c.iterate(8, prefetch=3, max_batches=4))  # 3 samples in flight while one is used
+        assert len(batches) == 4 and all(c.get(b.keys)[1].all() for b in batches)
+        assert c.stats()["total"]["samples"] == 32
+        with pytest.raises(rs.InvalidArgument, match="prefetch"):
+            next(c.iterate(8, prefetch=0))
     finally:
         c.shutdown()
 

@@ -13,7 +13,7 @@ import uuid
 
 import numpy as np
 import pytest
-from ray_fixtures import start_ray
+from ray_fixtures import start_ray, wait_restarted
 
 import replaystore as rs
 from replaystore import ray as rsr
@@ -35,18 +35,6 @@ def rows(ids):
 
 def factory():
     return rs.Table(100_000, sampler=rs.Prioritized(0.6, 0.4), seed=0)
-
-
-def wait_restarted(shard, deadline_s=90):
-    deadline = time.monotonic() + deadline_s
-    while True:
-        try:
-            if shard.ping()["restarted"]:
-                return
-        except (rs.Closed, rs.Timeout):
-            pass
-        assert time.monotonic() < deadline, "the shard did not restart"
-        time.sleep(0.2)
 
 
 @pytest.mark.parametrize("on_dead", ["wait", "skip"])

@@ -14,7 +14,6 @@ writes a dozen of them, and a Python attribute costs a fraction of a NumPy scala
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
 from operator import attrgetter
 from typing import Any
 
@@ -105,39 +104,6 @@ class TableState:
 
     def __repr__(self) -> str:
         return f"TableState({', '.join(f'{n}={getattr(self, n)!r}' for n in self.__slots__)})"
-
-
-class CountersView(MutableMapping):
-    """The counters of a :class:`TableState` as a dict-like view (reads and writes go to the state).
-
-    Transitional: for code written against the Table's former ``_counters`` dict (the write-ahead
-    log, until it uses the journal interface). New code uses ``stats()`` and ``wal_lsn``.
-    """
-
-    def __init__(self, state: TableState) -> None:
-        self._state = state
-
-    def _names(self) -> tuple[str, ...]:
-        return (*COUNTERS, "wal_lsn") if self._state.wal_lsn >= 0 else COUNTERS
-
-    def __getitem__(self, name: str) -> int:
-        if name not in self._names():
-            raise KeyError(name)
-        return getattr(self._state, name)
-
-    def __setitem__(self, name: str, value: int) -> None:
-        if name not in (*COUNTERS, "wal_lsn"):
-            raise KeyError(f"{name!r} is not a table counter")
-        setattr(self._state, name, int(value))
-
-    def __delitem__(self, name: str) -> None:
-        raise TypeError("table counters cannot be deleted")
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names())
-
-    def __len__(self) -> int:
-        return len(self._names())
 
 
 def allocate_rows(capacity: int) -> np.ndarray:
