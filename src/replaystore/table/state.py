@@ -121,9 +121,18 @@ shared_fields = attrgetter(*SHARED_INTS, *SHARED_FLOATS)
 
 
 def load_shared(state: TableState, values: Any) -> None:
-    """Set the fields :func:`shared_fields` reads from ``values`` (in that order)."""
-    for name, value in zip(_SHARED_NAMES, values):
-        setattr(state, name, value)
+    """Set the fields :func:`shared_fields` reads from ``values`` (in that order).
+
+    One tuple assignment (a loop of ``setattr`` costs several times more, and a shared table
+    calls this whenever another process changed the table); the names are checked against
+    :data:`SHARED_INTS` + :data:`SHARED_FLOATS` below.
+    """
+    (state.next_key, state.size, state.nfree, state.version, state.ring_base, state.ring_lo, state.ring_hi,
+     state.wal_lsn, state.inserts, state.samples, state.sample_calls, state.deletes, state.evictions, state.retired,
+     state.dropped_stale, state.skipped_updates, state.skipped_deletes, state.max_priority,
+     state.pending_max_priority, state.insert_blocked_s, state.sample_blocked_s) = values
 
 
-_SHARED_NAMES = (*SHARED_INTS, *SHARED_FLOATS)
+_LOADED = ("next_key", "size", "nfree", "version", "ring_base", "ring_lo", "ring_hi", "wal_lsn", *COUNTERS,
+           "max_priority", "pending_max_priority", *BLOCKED)
+assert _LOADED == (*SHARED_INTS, *SHARED_FLOATS), "load_shared no longer lists TableState's shared fields"
