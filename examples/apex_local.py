@@ -116,6 +116,7 @@ def train_local(config: DemoConfig, actors: int, write_batch: int, slack: int, p
     recent: list[float] = []
     evaluations: list[tuple[int, float]] = []
     start = None
+    shown = time.perf_counter()
     steps = solved_at = 0
     next_eval = config.eval_every
     spent = {"sample": 0.0, "learn": 0.0, "update": 0.0}
@@ -140,6 +141,9 @@ def train_local(config: DemoConfig, actors: int, write_batch: int, slack: int, p
                 version.value += 1
             if agent.updates % 64 == 0:
                 steps = table.stats()["inserts"]
+                if time.perf_counter() - shown > 25:  # progress at least every 30 s
+                    shown = time.perf_counter()
+                    print(f"step {steps:>7,}: {agent.updates:,} updates, {len(table):,} items", flush=True)
             while True:
                 try:
                     recent = (recent + [returns.get_nowait()])[-config.solved_window:]
