@@ -57,7 +57,7 @@ def train(buffer_impl: str, args: argparse.Namespace) -> dict[str, float]:
     buffer = ReplayBuffer(env, capacity=args.buffer_size, prioritized_capacity=args.prioritized,
                           prioritized_sampling=args.prioritized)
 
-    start = time.perf_counter()
+    start = last = time.perf_counter()
     metrics: dict[str, float] = {}
     for it in range(args.n_iterations):
         trajectories = gflownet.sample_trajectories(env, n=args.batch_size, save_logprobs=False,
@@ -69,7 +69,11 @@ def train(buffer_impl: str, args: argparse.Namespace) -> dict[str, float]:
         loss = gflownet.loss(env, training, recalculate_all_logprobs=True)
         loss.backward()
         optimizer.step()
+        if time.perf_counter() - last > 20:  # a line at least every 20 s between validations
+            last = time.perf_counter()
+            print(f"[{buffer_impl}] iter {it + 1}: loss {loss.item():.4f}", flush=True)
         if (it + 1) % args.validation_interval == 0 or it + 1 == args.n_iterations:
+            last = time.perf_counter()
             metrics, _ = env.validate(gflownet, n_validation_samples=args.validation_samples)
             print(f"[{buffer_impl}] iter {it + 1}: loss {loss.item():.4f} l1 {metrics['l1_dist']:.4f}", flush=True)
     metrics["seconds"] = time.perf_counter() - start

@@ -1,4 +1,4 @@
-"""``replaystore demo --n-step 3`` names its own figure and says 3-step; "solved" uses the figure's bar."""
+"""The demo: figure name and title per n-step, the "solved" bar, and progress lines without a bar."""
 
 from replaystore.demo.config import DemoConfig
 
@@ -12,3 +12,21 @@ def test_figure_name_and_title_follow_n_step():
 def test_the_solved_bar_is_below_the_stopping_bar():
     c = DemoConfig()
     assert c.pass_return == 450 and c.pass_return <= c.solved_return
+
+
+def test_without_a_bar_the_demo_prints_a_line_at_least_every_period():
+    import io
+    import time
+
+    from replaystore.demo.train import Reporter
+
+    out = io.StringIO()
+    r = Reporter(100, progress=False, out=out, every=0.05)
+    r.advance(10, ret="9")
+    assert out.getvalue() == ""  # not due yet
+    time.sleep(0.06)
+    r.advance(5, ret="12")
+    assert out.getvalue() == "step      15: ret 12\n"
+    r.message("evaluation")  # any line restarts the period
+    r.advance(1, ret="13")
+    assert out.getvalue().splitlines()[-1] == "evaluation"

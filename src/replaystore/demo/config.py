@@ -83,8 +83,8 @@ class DemoConfig:
 
     @property
     def title(self) -> str:
-        """What is trained: ``DQN + prioritized replay`` (``on 3-step returns`` with ``n_step=3``)."""
-        return "DQN + prioritized replay" + (f" on {self.n_step}-step returns" if self.n_step > 1 else "")
+        """What is trained: ``DQN + prioritized replay`` (plus `` with 3-step returns`` when ``n_step=3``)."""
+        return "DQN + prioritized replay" + (f" with {self.n_step}-step returns" if self.n_step > 1 else "")
 
     def linear(self, start: float, end: float, step: int, horizon: int) -> float:
         """``start`` moved linearly towards ``end`` over ``horizon`` steps, then held."""

@@ -19,8 +19,9 @@ non-FIFO remover) moves to the *overflow map* (its slot in a sorted array of ids
 step stays reachable, and a ring is re-laid out at most once per ``ring_cap / 2`` positions of its
 stream (amortised O(1) per step).
 
-Per stream, ``n_live`` counts its live steps and ``oldest_t`` is a lower bound of their positions,
-exact unless a hole lies beyond the reach of :meth:`StreamRings._advance_oldest`'s scan. A stream
+Per stream, ``n_live`` counts its live steps and ``oldest_t`` is the position of the oldest one
+(``next_t`` when there is none; when the oldest leaves in a removal that is not exactly the oldest
+run, :meth:`StreamRings._advance_oldest` scans forward to the next live one). A stream
 with ``n_live == next_t - oldest_t`` is *gapless*: every position from ``oldest_t`` to its newest
 step is a live step (pigeonhole), so a window whose two ends are live needs no check in between
 (:meth:`StreamRings.gapless`, :meth:`StreamRings.ring_window`). A gapless stream has no step in the
@@ -151,18 +152,19 @@ class StreamRings:
     def _advance_oldest(self, streams: np.ndarray) -> None:
         """Move ``oldest_t`` of ``streams`` (which have live steps) on to their oldest live step.
 
-        Scans blocks of positions with :meth:`lookup`; a stream whose next live step is further
-        than the blocks reach keeps a lower bound (it has a gap either way).
+        Scans blocks of positions (8, 64, 512, ... up to 65536) with :meth:`lookup`. ``oldest_t``
+        never moves back, so the scans of a stream cost O(1) amortised per position it writes.
         """
-        for width in (8, 64, 512):
+        width = 8
+        while len(streams):
             t0 = self.oldest_t[streams]
+            nt = self.next_t[streams]
             ts = t0[:, None] + np.arange(width)
-            found = (self.lookup(streams[:, None], ts) >= 0) & (ts < self.next_t[streams][:, None])
+            found = (self.lookup(streams[:, None], ts) >= 0) & (ts < nt[:, None])
             has = found.any(axis=1)
-            self.oldest_t[streams] = np.where(has, t0 + found.argmax(axis=1), t0 + width)
-            streams = streams[~has]
-            if len(streams) == 0:
-                return
+            self.oldest_t[streams] = np.where(has, t0 + found.argmax(axis=1), np.minimum(t0 + width, nt))
+            streams = streams[~has & (t0 + width < nt)]  # (n_live > 0: a live step lies ahead)
+            width = min(8 * width, 1 << 16)
 
     def all_gapless(self) -> bool:
         """Whether every stream is gapless and no live step is detached (cheap while streams are few).

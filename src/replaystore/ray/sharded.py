@@ -34,7 +34,6 @@ from . import shard_keys, shard_sampling
 from ._runtime import get, import_ray, rpc_timeout
 from .client import ReplayClient
 
-ROUTINGS = ("round_robin", "stream", "key")
 MANIFEST = "sharded.json"
 _NOT_ADDED = ("version", "max_priority_seen", "sample_to_insert_ratio", "wal_lsn")
 
@@ -162,6 +161,9 @@ class ShardedClient:
         shards, local = shard_keys.decode(self.tag, keys, len(self.shards))
         groups = shard_keys.group(shards, len(self.shards))
         cols = [np.asarray(c).reshape(-1) if np.ndim(c) else np.full(len(keys), c) for c in columns]
+        for c in cols:
+            if len(c) != len(keys):
+                raise InvalidArgument(f"{method}: {len(c)} values for {len(keys)} keys")
         refs = {s: self._ref(s, method, local[g], *[c[g] for c in cols]) for s, g in enumerate(groups) if len(g)}
         res = self._get(refs, 0.0, method) if refs else {}
         return [res.get(s) for s in range(len(self.shards))], groups, shards
@@ -481,7 +483,7 @@ class ShardedClient:
         total["sample_to_insert_ratio"] = total["samples"] / total["inserts"] if total.get("inserts") else 0.0
         return {"shards": per, "total": total, "down": [i for i, st in enumerate(per) if st is None]}
 
-    def save(self, path: str | None = None) -> str:
+    def save(self, path: str | None = None, timeout: float | None = None) -> str:
         """Checkpoint every shard, then write one manifest naming all of them; return its path.
 
         Each shard writes ``<path>/shard-<i>/<table>`` (or, with ``path=None``, into its own
@@ -489,10 +491,11 @@ class ShardedClient:
         ``<path or the first shard's parent dir>/sharded.json`` is written atomically only after
         every shard finished, so a manifest always names a complete set. Shards are saved in
         parallel, each atomically; under concurrent writers they are not one instant (docs/ray.md).
+        ``rs.Timeout`` (and no manifest) if the shards have not all finished within ``timeout``.
         """
         refs = [c.actor.save.remote(None if path is None else os.path.join(path, f"shard-{i}"))
                 for i, c in enumerate(self.shards)]
-        dirs = get(refs, None, f"{self.name}.save")
+        dirs = get(refs, timeout, f"{self.name}.save")
         root = path or os.path.dirname(os.path.dirname(dirs[0][0]))
         manifest = {"name": self.name, "namespace": self.namespace, "tag": self.tag, "num_shards": len(self.shards),
                     "table": self.table_name, "shards": [d[0] for d in dirs], "time": time.time()}
