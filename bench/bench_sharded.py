@@ -92,25 +92,23 @@ def cpu_of(services) -> float:
     return total
 
 
-def insert_phase(ray, client, services, writers: int, batch: int, seconds: float) -> tuple[float, float]:
-    """``(items/s, service CPU µs per call)``."""
-    actors = [ray.remote(Writer).options(num_cpus=0).remote(client, i) for i in range(writers)]
-    ray.get([a.run.remote(0.05, batch, 0) for a in actors])  # warm up (connections, imports)
+def insert_phase(ray, actors, services, batch: int, seconds: float) -> tuple[float, float]:
+    """``(items/s, service CPU µs per call)`` of the writer ``actors`` writing together."""
+    ray.get([a.run.remote(0.05, batch, 0) for a in actors], timeout=120)  # warm up
     cpu0 = cpu_of(services)
     start_at = time.time() + 0.5
-    counts = ray.get([a.run.remote(seconds, batch, start_at) for a in actors])
+    counts = ray.get([a.run.remote(seconds, batch, start_at) for a in actors], timeout=seconds + 120)
     cpu = cpu_of(services) - cpu0
-    for a in actors:
-        ray.kill(a)
     items = sum(counts)
     return items / seconds, 1e6 * cpu / max(1, items // batch)
 
 
-def sample_phase(client, services, prioritized: bool, seconds: float, batch: int = 256) -> tuple[float, float]:
-    """``(sampled items/s, service CPU µs per learner step)`` of one learner."""
+def sample_phase(client, services, prioritized: bool, seconds: float, batch: int = 256) -> tuple[float, float, float]:
+    """``(sampled items/s, service CPU µs per learner step, learner CPU µs per step)`` of one learner."""
     while len(client) < 100_000:
-        client.extend(make_batch(4096), priorities=np.ones(4096))
+        client.extend(make_batch(4096), priorities=np.ones(4096), timeout=60)
     cpu0 = cpu_of(services)
+    own0 = time.process_time()
     n = calls = 0
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
@@ -119,7 +117,8 @@ def sample_phase(client, services, prioritized: bool, seconds: float, batch: int
             client.update_priorities(s.keys, np.abs(s.weights) + 0.5)
         n += len(s.keys)
         calls += 1
-    return n / seconds, 1e6 * (cpu_of(services) - cpu0) / calls
+    own = time.process_time() - own0
+    return n / seconds, 1e6 * (cpu_of(services) - cpu0) / calls, 1e6 * own / calls
 
 
 def main() -> None:
@@ -144,32 +143,36 @@ def main() -> None:
             client, services = start(kind, shards, prioritized)
             try:
                 if not prioritized:
+                    pool = [ray.remote(Writer).options(num_cpus=0).remote(client, i) for i in range(8)]
                     for writers in (2, 8):
                         for b in batches:
-                            runs = [insert_phase(ray, client, services, writers, b, args.seconds)
+                            runs = [insert_phase(ray, pool[:writers], services, b, args.seconds)
                                     for _ in range(args.repeats)]
                             results[("insert", cfg, writers, b)] = (statistics.median(r[0] for r in runs),
                                                                     statistics.median(r[1] for r in runs))
                             print(f"  insert {cfg:<9} writers {writers} batch {b:>3}: "
                                   f"{results[('insert', cfg, writers, b)][0]:>9.0f} items/s", flush=True)
+                    for a in pool:
+                        ray.kill(a)
                 runs = [sample_phase(client, services, prioritized, args.seconds) for _ in range(args.repeats)]
-                results[("sample", cfg, label)] = (statistics.median(r[0] for r in runs),
-                                                   statistics.median(r[1] for r in runs))
+                results[("sample", cfg, label)] = tuple(statistics.median(r[i] for r in runs) for i in range(3))
                 print(f"  sample {cfg:<9} {label}: {results[('sample', cfg, label)][0]:>9.0f} items/s", flush=True)
             finally:
                 client.shutdown()
     print("\ninserts/s (uniform table), ratio to one actor, service CPU us per call")
     print(f"{'config':<10} {'writers':>7} {'batch':>5} {'items/s':>10} {'ratio':>6} {'cpu us/call':>11}")
-    for (what, cfg, *rest), (rate, cpu) in results.items():
+    for (what, cfg, *rest), values in results.items():
         if what == "insert":
-            writers, b = rest
+            (rate, cpu), (writers, b) = values, rest
             base = results[("insert", "one actor", writers, b)][0]
             print(f"{cfg:<10} {writers:>7} {b:>5} {rate:>10.0f} {rate / base:>6.2f} {cpu:>11.0f}")
-    print("\nsamples/s (one learner, batches of 256; prioritized: + update_priorities), ratio, service CPU us/step")
-    for (what, cfg, *rest), (rate, cpu) in results.items():
+    print("\nsamples/s (one learner, batches of 256; prioritized: + update_priorities), ratio, "
+          "service CPU us/step (all shards), learner CPU us/step")
+    for (what, cfg, *rest), values in results.items():
         if what == "sample":
+            rate, cpu, own = values
             base = results[("sample", "one actor", rest[0])][0]
-            print(f"{cfg:<10} {rest[0]:<11} {rate:>10.0f} {rate / base:>6.2f} {cpu:>11.0f}")
+            print(f"{cfg:<10} {rest[0]:<11} {rate:>10.0f} {rate / base:>6.2f} {cpu:>11.0f} {own:>11.0f}")
     ray.shutdown()
 
 

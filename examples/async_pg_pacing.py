@@ -247,7 +247,7 @@ def main() -> None:
         producers = [Producer.remote(oc, weights, pace, i) for i in range(args.producers)]
         runs = [p.run.remote() for p in producers]
         curve = [(0, *evaluate(policy))]
-        t0 = time.perf_counter()
+        t0 = last = time.perf_counter()
         trained = 0
         for step in range(1, args.steps + 1):
             batch = oc.sample(args.batch, timeout=120)
@@ -256,7 +256,8 @@ def main() -> None:
             train_step(policy, opt, batch)
             ray.get(weights.set.remote(step, {k: v.detach().numpy() for k, v in policy.state_dict().items()}))
             oc.set_version(step)
-            if step % 20 == 0 or step == args.steps:
+            if step % 20 == 0 or step == args.steps or time.perf_counter() - last > 20:
+                last = time.perf_counter()
                 curve.append((step, *evaluate(policy)))
                 print(f"[{mode}] step {step:4d}  greedy reward short {curve[-1][1]:.3f} long {curve[-1][2]:.3f}",
                       flush=True)

@@ -9,7 +9,7 @@ back as its priority, and the importance-sampling weights scale the loss.
   workers sample the same service (and a writer could keep adding to it meanwhile).
 
 Run: ``pip install 'replaystore[torch,gym,ray]'``, then
-``python examples/dataloader_training.py [--ray --workers 2] [--steps 600]``.
+``python examples/dataloader_training.py [--ray --workers 2] [--steps 600]`` (``--smoke``: a few seconds).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import functools
 import gymnasium as gym
 import numpy as np
 import torch
+from _progress import Ticker
 
 import replaystore as rs
 from replaystore.integrations.dataloader import ReplayDataset, replay_loader
@@ -54,9 +55,12 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=0, help="DataLoader workers (needs --ray when > 0)")
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--smoke", action="store_true", help="a few seconds: 1,000 transitions, 30 steps")
     args = ap.parse_args()
+    if args.smoke:
+        args.steps = min(args.steps, 30)
 
-    data = collect(10_000)
+    data = collect(1_000 if args.smoke else 10_000)
     if args.ray:
         from replaystore import ray as rsr
 
@@ -72,6 +76,7 @@ def main() -> None:
     loader = replay_loader(dataset, num_workers=args.workers)
 
     losses = []
+    ticker = Ticker(20.0)
     for step, batch in enumerate(loader):
         d = batch["data"]
         x = torch.cat([d["obs"], torch.nn.functional.one_hot(d["action"], 2).float()], dim=1)
@@ -81,8 +86,8 @@ def main() -> None:
         loss.backward()
         opt.step()
         dataset.update_priorities(batch["keys"], err.detach().double() + 1e-6)
-        losses.append(float(err.mean()))
-        if step % 100 == 0:
+        losses.append(float(err.detach().mean()))
+        if step % 100 == 0 or ticker.due():
             print(f"step {step:4d}  mse {losses[-1]:.5f}")
     print(f"mse: first 50 steps {np.mean(losses[:50]):.5f} -> last 50 steps {np.mean(losses[-50:]):.5f} "
           f"({len(losses)} batches of {args.batch_size}, {args.workers} workers, "

@@ -6,15 +6,24 @@ Each iteration samples a batch of trajectories on-policy, adds it to the buffer,
 batch sampled from the buffer (off-policy, so log-probabilities are recomputed). The final L1
 distance between the empirical and the true terminating-state distribution is printed for both.
 
-Needs torchgfn (``bench/.venv-gfn`` has it)::
+Needs torchgfn 2.4.1, in an environment of its own (it pins NumPy 1.26 and brings
+torch-geometric), with torch 2.13.0 installed first::
 
+    python3 -m venv bench/.venv-gfn
+    bench/.venv-gfn/bin/pip install torch==2.13.0
+    bench/.venv-gfn/bin/pip install -e '.[gfn-test]'     # torchgfn==2.4.1 (docs/compat/gfn.md)
     nice bench/.venv-gfn/bin/python examples/gfn_hypergrid.py            # a few minutes
     nice bench/.venv-gfn/bin/python examples/gfn_hypergrid.py --buffer replaystore --n-iterations 500
+    bench/.venv-gfn/bin/python examples/gfn_hypergrid.py --smoke         # seconds
+
+Without torchgfn it says so and exits with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import sys
 import time
 
 import torch
@@ -48,7 +57,7 @@ def train(buffer_impl: str, args: argparse.Namespace) -> dict[str, float]:
     buffer = ReplayBuffer(env, capacity=args.buffer_size, prioritized_capacity=args.prioritized,
                           prioritized_sampling=args.prioritized)
 
-    start = time.perf_counter()
+    start = last = time.perf_counter()
     metrics: dict[str, float] = {}
     for it in range(args.n_iterations):
         trajectories = gflownet.sample_trajectories(env, n=args.batch_size, save_logprobs=False,
@@ -60,11 +69,26 @@ def train(buffer_impl: str, args: argparse.Namespace) -> dict[str, float]:
         loss = gflownet.loss(env, training, recalculate_all_logprobs=True)
         loss.backward()
         optimizer.step()
+        if time.perf_counter() - last > 20:  # a line at least every 20 s between validations
+            last = time.perf_counter()
+            print(f"[{buffer_impl}] iter {it + 1}: loss {loss.item():.4f}", flush=True)
         if (it + 1) % args.validation_interval == 0 or it + 1 == args.n_iterations:
+            last = time.perf_counter()
             metrics, _ = env.validate(gflownet, n_validation_samples=args.validation_samples)
             print(f"[{buffer_impl}] iter {it + 1}: loss {loss.item():.4f} l1 {metrics['l1_dist']:.4f}", flush=True)
     metrics["seconds"] = time.perf_counter() - start
     return metrics
+
+
+MISSING_TORCHGFN = """examples/gfn_hypergrid.py needs torchgfn (the 'gfn' package), which is not installed in
+this Python. It pins NumPy 1.26, so give it an environment of its own, from the repository root:
+
+    python3 -m venv bench/.venv-gfn
+    bench/.venv-gfn/bin/pip install torch==2.13.0
+    bench/.venv-gfn/bin/pip install -e '.[gfn-test]'
+    bench/.venv-gfn/bin/python examples/gfn_hypergrid.py
+
+(docs/compat/gfn.md, "Example: HyperGrid")"""
 
 
 def main() -> None:
@@ -84,7 +108,13 @@ def main() -> None:
     p.add_argument("--validation-interval", type=int, default=500)
     p.add_argument("--validation-samples", type=int, default=10000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--smoke", action="store_true", help="seconds: 20 iterations, a small validation")
     args = p.parse_args()
+    if importlib.util.find_spec("gfn") is None:
+        print(MISSING_TORCHGFN, file=sys.stderr)
+        raise SystemExit(2)
+    if args.smoke:
+        args.n_iterations, args.validation_interval, args.validation_samples = 20, 10, 200
     torch.set_num_threads(1)
     impls = {"both": ["replaystore", "torchgfn"], "both-reversed": ["torchgfn", "replaystore"]}.get(
         args.buffer, [args.buffer])

@@ -144,7 +144,10 @@ def main(argv=None) -> int:
     p.add_argument("--max-reuse", type=int, default=2)
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--smoke", action="store_true", help="a few seconds: 2 iterations of short fragments")
     args = p.parse_args(argv)
+    if args.smoke:
+        args.iterations, args.fragment_length, args.fragments_per_worker, args.fetch = 2, 32, 2, 2
 
     import torch
 
@@ -173,7 +176,7 @@ def main(argv=None) -> int:
     broadcast(version)
     collecting = {i: w.collect.remote(args.fragments_per_worker) for i, w in enumerate(workers)}
     recent: list[float] = []
-    t_start = time.time()
+    t_start = t_last = time.time()
     try:
         def refill() -> None:
             """Collect the episode returns of idle workers and start their next rollouts."""
@@ -217,14 +220,15 @@ def main(argv=None) -> int:
             broadcast(version)
             refill()
             recent = recent[-20:]
-            if it % 5 == 0 or it == 1:
+            if it % 5 == 0 or it == 1 or time.time() - t_last > 20:
+                t_last = time.time()
                 st = fc.stats()
                 mean_ret = np.mean(recent) if recent else float("nan")
                 print(f"iter {it:3d}  version {version:3d}  return(last 20 ep) {mean_ret:6.1f}  "
                       f"batch staleness {np.mean(staleness):.2f}  chunks {st['replay_buffer_size_chunks']:2d}  "
                       f"retired {st['chunks_retired']:3d}  stale-dropped {st['chunks_dropped_stale']:3d}  "
                       f"{time.time() - t_start:5.1f}s", flush=True)
-        print(f"final mean return over the last 20 episodes: {np.mean(recent):.1f}")
+        print(f"final mean return over the last 20 episodes: {np.mean(recent) if recent else float('nan'):.1f}")
     finally:
         client.shutdown()
         ray.shutdown()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import replaystore as rs
-from replaystore.checkpoint import _digest  # the saver's own file checksum
+from replaystore.checkpoint.verify import digest as _digest  # the saver's own file checksum
 from replaystore.episodes.consistency import check_index_arrays
 
 
@@ -315,3 +315,18 @@ def test_steps_detached_by_an_older_version_still_load_outside_every_stream(ck):
     assert info.found.all() and info.lengths[8] == -1 and (np.delete(info.lengths, 8) > 0).all()
     assert u._episodes.n_detached == 1
     assert all(keys[8] not in u.sample_sequences(8, 2).step_keys for _ in range(5))
+
+
+@pytest.mark.parametrize("episodic", [False, True])
+def test_a_fifo_checkpoint_whose_newest_keys_were_deleted_continues_with_the_right_keys(tmp_path, episodic):
+    # the loaded table used to resume ring mode with a key run that the next key does not continue
+    t = rs.Table(4, episodes=rs.Episodes() if episodic else None)
+    data = {"x": np.arange(6.0)}
+    t.extend_steps(data) if episodic else t.extend(data)
+    t.delete(t.keys()[-1:])
+    t.save(tmp_path / "ck")
+    u = rs.Table.load(tmp_path / "ck")
+    for i in range(5):
+        u.add_step({"x": 10.0 + i}) if episodic else u.add({"x": 10.0 + i})
+    assert u.keys().tolist() == [7, 8, 9, 10]
+    assert u.get(u.keys())[0]["x"].tolist() == [11.0, 12.0, 13.0, 14.0]

@@ -68,14 +68,14 @@ def test_lifo_with_max_times_sampled_keeps_old_steps_visible():
 
 
 def test_lifo_eviction_keeps_the_oldest_steps_in_their_episode():
-    # Lifo evicts the newest: the first steps of the stream stay while thousands of positions pass
+    # Lifo evicts the newest: the first steps of the stream stay while a thousand positions pass
     t = rs.Table(8, remover=rs.Lifo(), episodes=rs.Episodes(next_obs_field="next_obs"), seed=0)
-    keys = [t.add_step(step(i)) for i in range(5000)]
+    keys = [t.add_step(step(i)) for i in range(1000)]
     live = t.keys().tolist()
     assert live == keys[:7] + [keys[-1]]
     info = t.episode_info(live)
-    assert info.stream_positions.tolist() == [*range(7), 4999]
-    assert (info.lengths == 5000).all()
+    assert info.stream_positions.tolist() == [*range(7), 999]
+    assert (info.lengths == 1000).all()
     q = t.sample_sequences(64, 7)
     assert (q.step_keys == np.array(keys[:7])).all()
     s = t.sample_nstep(64, 3, 0.5)
@@ -125,3 +125,19 @@ def test_gapless_again_once_the_hole_is_evicted(how):
         t.add_step(step(i))
     assert idx.gapless(np.array([0]))[0]
     assert idx.oldest_t[0] == 24
+
+
+def test_gapless_again_after_a_hole_of_thousands_of_positions():
+    t = rs.Table(16, remover=rs.Fifo(), episodes=rs.Episodes(next_obs_field="next_obs"))
+    idx = t._episodes
+    keep = [t.add_step(step(i)) for i in range(3)]
+    for i in range(3, 1200):  # a hole of ~1200 positions (newer steps deleted one by one)
+        t.delete([t.add_step(step(i))])
+    for i in range(1200, 1210):
+        t.add_step(step(i))
+    assert not idx.gapless(np.array([0]))[0]
+    t.delete(keep)  # the oldest steps leave: the oldest live step is now position 1200
+    assert idx.oldest_t[0] == 1200 and idx.gapless(np.array([0]))[0]
+    assert idx.n_overflow == 0
+    q = t.sample_sequences(8, 10)
+    assert (t.episode_info(q.keys).stream_positions == 1200).all()

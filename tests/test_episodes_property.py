@@ -1,11 +1,18 @@
 """The episode index against a plain reference: a Python list of steps per stream.
 
 A hypothesis state machine writes interleaved streams (batches, single steps, whole episodes,
-episode ends), deletes, bumps the version (staleness drops and refusals), samples with
-``max_times_sampled``, through a small FIFO table (wrap-around, eviction mid-episode). After every
-step the table's episode ids, positions and flags, its set of valid strict starts, its n-step
-transitions for every live start, and its complete episodes must equal the reference's.
+episode ends, long runs of one stream that are deleted again), deletes, bumps the version
+(staleness drops and refusals), samples with ``max_times_sampled``, clears, and round-trips the
+table through a checkpoint, on a small table with a FIFO or a non-FIFO remover (``Lifo``,
+``MinHeap``, ``Uniform``: old steps outlive many newer ones of their stream). After every step
+the table's episode ids, positions and flags, ``episode_info`` of every live key, its set of valid
+strict starts, its n-step transitions for every live start and its complete episodes must equal
+the reference's; public sampling draws only valid starts and, uniform, reaches every one of them.
 """
+
+import shutil
+import tempfile
+from pathlib import Path
 
 import numpy as np
 from hypothesis import settings
@@ -112,6 +119,20 @@ class Ref:
         ret = sum(GAMMA**i * run[i]["r"] for i in range(k))
         return k, ret, done, boot
 
+    def info(self, key):
+        """``episode_info`` of a live key: (stream, t, pos, length, closed, complete, term, trunc, is_last)."""
+        x = self.by_key[key]
+        steps = [y for y in self.streams[x["s"]] if y["ep"] == x["ep"]]
+        last = steps[-1]
+        closed = self.open.get(x["s"]) != x["ep"]
+        if not closed:
+            length = len(steps)
+        else:
+            length = last["pos"] + 1 if last["live"] else -1
+        ended = closed and last["live"]
+        return (x["s"], x["t"], x["pos"], length, closed, closed and all(y["live"] for y in steps),
+                ended and last["term"], ended and last["trunc"] and not last["term"], x["term"] or x["trunc"])
+
     def complete(self):
         eps = {}
         for lst in self.streams.values():
@@ -125,15 +146,20 @@ class Ref:
 
 
 class EpisodeMachine(RuleBasedStateMachine):
-    @initialize(has_next=st.booleans(), mts=st.sampled_from([0, 0, 3]), prio=st.booleans())
-    def setup(self, has_next, mts, prio):
+    @initialize(has_next=st.booleans(), mts=st.sampled_from([0, 0, 3]), prio=st.booleans(),
+                remover=st.sampled_from(["fifo", "fifo", "lifo", "minheap", "uniform"]))
+    def setup(self, has_next, mts, prio, remover):
         self.has_next = has_next
         self.prio = prio
+        self.dir = Path(tempfile.mkdtemp(dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+        self.saves = 0
         # with prio: prioritized sequences of a fixed window (3 steps, 1 of burn-in)
         sampler = rs.Prioritized(alpha=1.0) if prio else None
         ep = rs.Episodes(next_obs_field="next_obs" if has_next else None,
                          sequence_length=3 if prio else None, burn_in=1 if prio else 0)
-        self.t = rs.Table(CAP, sampler=sampler, episodes=ep, max_staleness=1, max_times_sampled=mts, seed=0)
+        rem = {"fifo": rs.Fifo, "lifo": rs.Lifo, "minheap": rs.MinHeap, "uniform": rs.Uniform}[remover]()
+        self.t = rs.Table(CAP, sampler=sampler, remover=rem, episodes=ep, max_staleness=1, max_times_sampled=mts,
+                          seed=0)
         self.ref = Ref()
         self.next_id = 0
 
@@ -185,6 +211,60 @@ class EpisodeMachine(RuleBasedStateMachine):
             pick = np.random.default_rng(seed).random(len(keys)) < frac * 0.5
             self.t.delete(keys[pick])
 
+    @rule(s=st.integers(0, STREAMS - 1), n=st.integers(1, 80), keep=st.integers(0, 2))
+    def long_run(self, s, n, keep):
+        """``n`` steps of stream ``s``, all but the first ``keep`` deleted: old steps fall far behind."""
+        for i in range(0, n, 8):  # batches a non-FIFO table accepts (<= capacity)
+            m = min(8, n - i)
+            keys = self.t.extend_steps(self._data(m, np.arange(m) % 2), streams=s, priorities=np.full(m, 0.5))
+            self.ref.write([(s, False, False, j % 2) for j in range(m)], keys.tolist())
+            drop = keys[keep:] if i == 0 else keys
+            self.t.delete(drop[drop >= 0])
+
+    @rule()
+    def checkpoint(self):
+        self.saves += 1
+        path = self.dir / f"ck{self.saves}"
+        self.t.save(path)
+        self.t = rs.Table.load(path)
+        shutil.rmtree(path)
+
+    @rule()
+    def clear(self):
+        self.t.clear()
+
+    @rule(n=st.integers(1, 3))
+    def sample_public(self, n):
+        """Public sampling draws only valid starts; uniform strict starts reach every valid one."""
+        t, ref = self.t, self.ref
+        ref.sync_live(t.keys().tolist())
+        width, burn_in = (3, 1) if self.prio else (n, 0)
+        valid = ref.valid_starts(width, burn_in)
+        if t.max_times_sampled:
+            return  # a draw retires starts: covered by the sample rule
+        try:
+            got = t.sample_sequences(400, width - burn_in, burn_in=burn_in, timeout=0)
+        except (rs.NoValidSequence, rs.Timeout):  # Timeout: an empty table
+            assert not valid
+        else:
+            drawn = set(got.keys.tolist())
+            assert drawn <= valid
+            if not self.prio:  # uniform over <= 12 starts, 400 draws: a miss has probability < 1e-13
+                assert drawn == valid
+        live = [k for k in t.keys().tolist() if ref.nstep(ref.by_key[k], n, self.has_next) is not None]
+        try:
+            got = t.sample_nstep(400, n, GAMMA, timeout=0)
+        except (rs.NoValidSequence, rs.Timeout):  # (without next_obs the redraws may give up)
+            assert not live or not self.has_next
+        else:
+            assert set(got.keys.tolist()) <= set(live)
+            for key, k, ret in zip(got.keys.tolist(), got.steps.tolist(), got.returns.tolist()):
+                r = ref.nstep(ref.by_key[key], n, self.has_next)
+                assert k == r[0] and abs(ret - r[1]) < 1e-9
+
+    def teardown(self):
+        shutil.rmtree(getattr(self, "dir", "/nonexistent"), ignore_errors=True)
+
     @rule()
     def bump_version(self):
         self.t.set_version(self.t.version + 1)
@@ -219,6 +299,13 @@ class EpisodeMachine(RuleBasedStateMachine):
             assert ren.setdefault(int(idx.episode_of[sl]), x["ep"]) == x["ep"]
             assert bool(idx.flags[sl] & 1) == x["term"] and bool(idx.flags[sl] & 2) == x["trunc"]
         assert len(set(ren.values())) == len(ren)
+        # episode_info of every live key
+        info = t.episode_info(live_keys)
+        assert info.found.all()
+        got = list(zip(*(getattr(info, f).tolist() for f in (
+            "streams", "stream_positions", "positions", "lengths", "closed", "complete", "terminated", "truncated",
+            "is_last"))))
+        assert got == [ref.info(k) for k in live_keys.tolist()]
         # valid strict starts
         for width, burn_in in ((1, 0), (2, 0), (3, 1), (4, 2)):
             got = set(t._index.key_of_slot[exact_valid_starts(idx, width, burn_in)].tolist())
@@ -267,6 +354,10 @@ class EpisodeMachine(RuleBasedStateMachine):
             lst = ref.streams.get(s, [])
             n_live = sum(x["live"] for x in lst)
             assert idx.n_live[s] == n_live, s
+            if n_live:  # gapless exactly when no hole follows the oldest live step (oldest_t is exact then)
+                first = min(tt for tt, x in enumerate(lst) if x["live"])
+                assert idx.gapless(np.array([s]))[0] == all(x["live"] for x in lst[first:]), (
+                    s, [x["live"] for x in lst], idx.n_live[s], idx.oldest_t[s], idx.next_t[s])
             if n_live and idx.gapless(np.array([s]))[0]:
                 lo, hi = int(idx.oldest_t[s]), len(lst)
                 assert all(lst[tt]["live"] for tt in range(lo, hi)), s
@@ -285,5 +376,5 @@ class EpisodeMachine(RuleBasedStateMachine):
         assert got == ref.complete()
 
 
-EpisodeMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+EpisodeMachine.TestCase.settings = settings(max_examples=80, stateful_step_count=30, deadline=None)
 TestEpisodes = EpisodeMachine.TestCase

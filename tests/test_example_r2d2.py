@@ -74,7 +74,7 @@ def test_learn_step_on_prioritized_sequences(ex):
 
 
 def test_short_run(ex, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["r2d2", "--steps", "2100", "--eval-every", "1000000", "--batch", "8"])
+    monkeypatch.setattr(sys, "argv", ["r2d2", "--steps", "2400", "--eval-every", "1000000", "--batch", "8"])
     ex.main()
     out = capsys.readouterr().out
-    assert "final greedy return over 20 episodes" in out and "2,100 env steps" in out
+    assert "final greedy return over 20 episodes" in out and "2,400 env steps" in out

@@ -193,3 +193,23 @@ def test_d4rl_from_npz_and_hdf5_files(tmp_path):
         with pytest.raises(OfflineDataError):
             load_d4rl(tmp_path / bad, table=t)
     assert len(t) == 0
+
+
+def test_minari_download_reaches_minari_not_the_table(minari_dir, monkeypatch):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        minari.create_dataset_from_buffers("test/dl-tiny-v0", _episodes(n=2), env="CartPole-v1",
+                                           algorithm_name="random")
+    real, calls = minari.load_dataset, []
+
+    def spy(dataset_id, download=False, **kwargs):  # records the flag, loads locally (no network here)
+        calls.append(download)
+        return real(dataset_id, **kwargs)
+
+    monkeypatch.setattr(minari, "load_dataset", spy)
+    t = load_minari("test/dl-tiny-v0", capacity=1000, download=True)
+    assert calls == [True] and len(t) > 0 and t.capacity == 1000
+    load_minari("test/dl-tiny-v0", capacity=1000)
+    assert calls == [True, False]

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .demo.config import DemoConfig
+from .shared.command import add_parser as add_shm_parser
 
 _DEMO_EXTRA = "pip install 'replaystore[demo]'  (torch==2.13.0, gymnasium, tqdm, matplotlib)"
 
@@ -107,12 +108,13 @@ def _demo(args: argparse.Namespace) -> int:
           f"{config.beta_end}){nstep} on {config.env_id}, seed {config.seed}, at most {config.total_steps:,} steps, "
           f"device {config.device}", flush=True)
     result = train(config, progress=not args.no_progress)
-    out = Path(args.out or "replaystore-demo.png")
+    out = Path(args.out or config.figure_name)
     out.parent.mkdir(parents=True, exist_ok=True)
     plot_result(result, out)
     st = result.stats
     rets = result.final_returns
-    solved = "solved" if result.final_return >= 450 else "not solved (below 450)"
+    bar = config.pass_return  # the figure draws the same bar
+    solved = f"solved (>= {bar:.0f})" if result.final_return >= bar else f"not solved (below {bar:.0f})"
     stop = f"solved at step {result.solved_at:,}" if result.solved_at else "step budget used up"
     print(f"trained {result.steps:,} env steps ({stop}), {result.updates:,} gradient steps, "
           f"{result.wall_time:.1f} s wall, {result.cpu_time:.1f} s CPU")
@@ -297,6 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
                       f"(default {d.total_steps:,})")
     demo.add_argument("--out", default=None,
                       help="path of the PNG figure to write (default replaystore-demo.png, "
+                      "replaystore-demo-nstep3.png with --n-step 3, "
                       "replaystore-demo-distributed.png with --distributed)")
     demo.add_argument("--device", default=d.device,
                       help=f"PyTorch device of the Q-network, e.g. cpu or cuda (default {d.device})")
@@ -354,6 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "(needs matplotlib)")
     insp.set_defaults(func=_inspect)
 
+    add_shm_parser(sub)  # replaystore shm list|rm (replaystore.shared.command)
     sub.add_parser("bench", add_help=False,
                    help="run the benchmark harness bench/run.py of a source checkout; arguments are passed "
                    "through ([WORKLOAD ...] [--repeats N] [--quick]; `replaystore bench --help` for all)")

@@ -32,7 +32,8 @@ class RateLimiter:
     Args:
         samples_per_insert: target number of samples per inserted item.
         min_size_to_sample: samples block until the table holds at least this many items (>= 1).
-        min_diff, max_diff: the allowed range of ``inserts * samples_per_insert - samples``.
+        min_diff: the lower end of the allowed range of ``inserts * samples_per_insert - samples``.
+        max_diff: its upper end.
     """
 
     def __init__(

@@ -29,6 +29,17 @@ correct for it themselves.
 (or is closed), the samples already drawn from sources before ``k`` stay counted in their tables
 (``times_sampled``, rate limiters). Argument errors are raised before any source is sampled.
 
+**Specs agree, or are cast.** When the sampler is built, the sources whose spec is known (a
+Table's storage has one once its first item arrived, or when built with ``spec=``) are compared
+field by field: a shape difference, or a dtype difference without ``cast=True``, raises
+:class:`~replaystore.SpecError` at once, naming the field and the fix. The usual case is an online
+table filled from gymnasium, whose Python ``float`` rewards make a ``float64`` column next to an
+offline dataset's ``float32``. Either build the online table with the offline spec,
+``rs.Table(..., spec=spec_of(offline))`` (Python scalars are then cast on insert), or pass
+``cast=True``: each batch's fields are then cast to the reference dtype (the first source's with a
+known spec) when NumPy can do it ``same_kind`` (float64 -> float32, int32 -> int64, never float ->
+int). Sources with no spec yet are checked on every batch the same way.
+
 Sources are :class:`~replaystore.Table` objects or anything with the same ``sample`` and
 ``update_priorities`` methods (a :class:`replaystore.ray.ReplayClient`). The sampler itself is
 thread-safe when its sources are (it holds only a random generator behind a lock).
@@ -45,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InvalidArgument, InvalidPriority, SpecError
+from .storage.spec import Field, normalize_spec, unflatten
 
 
 class InvalidMix(InvalidArgument):
@@ -108,19 +120,77 @@ class MixedSample:
 _META = ("keys", "indices", "probabilities", "weights", "priorities", "times_sampled", "versions")
 
 
-def _concat(parts: list, path: str = "data") -> Any:
+def spec_of(source: Any) -> dict | None:
+    """The spec of a source's storage as a nested dict of :class:`~replaystore.Field`, or ``None``.
+
+    ``None`` when the source has no column storage or its spec is not known yet (no item and no
+    ``spec=``). The result is a valid ``spec=`` for a new Table: ``rs.Table(n, spec=spec_of(offline))``
+    makes a table whose fields (dtypes included) match ``offline``'s.
+    """
+    storage = getattr(source, "storage", None)
+    describe = getattr(storage, "describe", None)
+    if describe is None:
+        return None
+    flat = describe().get("spec")
+    if not flat:
+        return None
+    return unflatten({path: Field.from_json(f) for path, f in flat.items()})
+
+
+def _check_specs(specs: dict[str, dict[str, Field]], cast: bool) -> dict[str, np.dtype]:
+    """Compare the known flat specs; return the reference dtype per field path.
+
+    Raises:
+        SpecError: fields, or shapes, differ; or dtypes differ and ``cast`` is false (or cannot
+            be cast ``same_kind``).
+    """
+    if not specs:
+        return {}
+    ref_name, ref = next(iter(specs.items()))
+    for name, spec in specs.items():
+        if spec.keys() != ref.keys():
+            raise SpecError(f"sources {ref_name!r} and {name!r} have different fields: "
+                            f"{sorted(ref)} and {sorted(spec)}")
+        for path, f in spec.items():
+            r = ref[path]
+            if f.shape != r.shape:
+                raise SpecError(f"field {path!r}: source {ref_name!r} has item shape {r.shape}, "
+                                f"source {name!r} {f.shape}; the shapes of mixed sources must agree")
+            if f.dtype == r.dtype:
+                continue
+            if not cast:
+                raise SpecError(
+                    f"field {path!r}: source {ref_name!r} stores {r.dtype}, source {name!r} {f.dtype}; "
+                    f"pass cast=True to cast each batch to {r.dtype}, or build {name!r} with "
+                    f"spec=replaystore.mixing.spec_of(<table {ref_name!r}>) so its inserts are cast "
+                    f"(a gymnasium float reward is float64 unless the spec says float32)")
+            if not np.can_cast(f.dtype, r.dtype, "same_kind"):
+                raise SpecError(f"field {path!r}: source {name!r} stores {f.dtype}, which cannot be cast "
+                                f"same_kind to {r.dtype} (source {ref_name!r})")
+    return {path: f.dtype for path, f in ref.items()}
+
+
+def _concat(parts: list, path: str = "data", ref: Mapping[str, np.dtype] | None = None,
+            cast: bool = False) -> Any:
     first = parts[0]
     if isinstance(first, Mapping):
         if any(not isinstance(p, Mapping) or p.keys() != first.keys() for p in parts):
             raise SpecError(f"sources sampled different fields at {path!r}: "
                             f"{[sorted(p) if isinstance(p, Mapping) else type(p).__name__ for p in parts]}")
-        return {k: _concat([p[k] for p in parts], f"{path}/{k}") for k in first}
+        return {k: _concat([p[k] for p in parts], f"{path}/{k}", ref, cast) for k in first}
     if isinstance(first, np.ndarray):
         shapes = {p.shape[1:] for p in parts}
         dtypes = {p.dtype for p in parts}
+        if cast and len(shapes) == 1:
+            field = path.split("/", 1)[1] if "/" in path else path
+            target = (ref or {}).get(field, first.dtype)
+            if all(np.can_cast(d, target, "same_kind") for d in dtypes):
+                return np.concatenate([p.astype(target, copy=False) for p in parts])
         if len(shapes) > 1 or len(dtypes) > 1:
             raise SpecError(f"sources differ at {path!r}: shapes {sorted(map(str, shapes))}, "
-                            f"dtypes {sorted(map(str, dtypes))}")
+                            f"dtypes {sorted(map(str, dtypes))}"
+                            + ("" if cast or len(shapes) > 1 else
+                               "; pass cast=True to MixedSampler to cast to the first source's dtype"))
         return np.concatenate(parts)
     if isinstance(first, list):
         return [x for p in parts for x in p]
@@ -137,14 +207,19 @@ class MixedSampler:
         rounding: ``"largest_remainder"`` (fixed counts per batch size) or ``"stochastic"``
             (counts whose expectation is exact); see the module doc.
         seed: seed of the stochastic rounding.
+        cast: cast each batch's fields to the reference dtype (the first source's with a known
+            spec) when the sources' dtypes differ and NumPy can cast ``same_kind``; without it a
+            dtype difference raises ``SpecError`` (see "Specs agree, or are cast" in the module doc).
 
     Raises:
         InvalidMix: no sources, a ratio per source missing, negative/NaN ratios, all zero, or an
             unknown rounding.
+        SpecError: the known specs of the sources differ in fields or shapes, or in dtypes without
+            ``cast=True`` (the message names the field and both fixes).
     """
 
     def __init__(self, sources: Mapping[str, Any], ratios: Sequence[float] | Mapping[str, float],
-                 rounding: str = "largest_remainder", seed: int | None = None) -> None:
+                 rounding: str = "largest_remainder", seed: int | None = None, cast: bool = False) -> None:
         if not sources:
             raise InvalidMix("a MixedSampler needs at least one source")
         self.names = tuple(sources)
@@ -160,6 +235,10 @@ class MixedSampler:
             raise InvalidMix(f"ratios must be finite, non-negative and not all zero, got {r.tolist()}")
         if rounding not in ("largest_remainder", "stochastic"):
             raise InvalidMix(f"rounding must be 'largest_remainder' or 'stochastic', got {rounding!r}")
+        known = {name: spec for name in self.names
+                 if (spec := spec_of(self.sources[name])) is not None}
+        self._ref_dtypes = _check_specs({n: normalize_spec(s) for n, s in known.items()}, bool(cast))
+        self.cast = bool(cast)
         self.ratios = r / r.sum()
         self.rounding = rounding
         self._rng = np.random.default_rng(seed)
@@ -211,7 +290,8 @@ class MixedSampler:
                 extra[f.name] = values[0]  # a per-sample constant (e.g. a sequence sample's burn_in)
             else:
                 raise SpecError(f"sources returned different {f.name!r}: {values}")
-        return MixedSample(data=_concat([s.data for s in samples]), source=source, names=self.names,
+        data = _concat([s.data for s in samples], ref=self._ref_dtypes, cast=self.cast)
+        return MixedSample(data=data, source=source, names=self.names,
                            counts=counts, mixture_probabilities=share * meta["probabilities"], extra=extra,
                            **meta)
 

@@ -161,7 +161,8 @@ def _d4rl(arrays: Mapping[str, Any]) -> tuple[dict[str, Any], np.ndarray]:
     }, episode
 
 
-def minari_transitions(dataset: Any, episode_indices: Iterable[int] | None = None) -> dict[str, Any]:
+def minari_transitions(dataset: Any, episode_indices: Iterable[int] | None = None,
+                       download: bool = False) -> dict[str, Any]:
     """Transition columns of a Minari dataset (an id, or a ``minari.MinariDataset``).
 
     Episode ``e`` with ``T`` steps gives ``T`` transitions: ``obs = observations[:-1]``,
@@ -169,24 +170,28 @@ def minari_transitions(dataset: Any, episode_indices: Iterable[int] | None = Non
     (so every transition, truncated ones included, has its true next observation).
 
     Args:
-        dataset: a dataset id (loaded with ``minari.load_dataset``, never downloaded) or a dataset.
+        dataset: a dataset id (loaded with ``minari.load_dataset``) or a dataset.
         episode_indices: the episodes to take (default: all, in the dataset's order).
+        download: passed to ``minari.load_dataset(dataset, download=...)``: ``True`` fetches a
+            dataset id that is not in the local Minari directory from Minari's remote (the
+            network); ``False`` (default) reads only local datasets.
 
     Raises:
         OfflineDataError: the dataset has no steps, or an episode is malformed.
         ImportError: ``minari`` is not installed (``pip install 'replaystore[offline]'``).
     """
-    return _minari(dataset, episode_indices)[0]
+    return _minari(dataset, episode_indices, download)[0]
 
 
-def _minari(dataset: Any, episode_indices: Iterable[int] | None) -> tuple[dict[str, Any], np.ndarray]:
+def _minari(dataset: Any, episode_indices: Iterable[int] | None,
+            download: bool = False) -> tuple[dict[str, Any], np.ndarray]:
     """:func:`minari_transitions` plus the episode number of each row."""
     if isinstance(dataset, str):
         try:
             import minari
         except ImportError as e:  # pragma: no cover - exercised only without the extra
             raise ImportError("loading Minari datasets needs minari: pip install 'replaystore[offline]'") from e
-        dataset = minari.load_dataset(dataset)
+        dataset = minari.load_dataset(dataset, download=bool(download))
     parts: dict[str, list] = {f: [] for f in FIELDS}
     episodes: list[np.ndarray] = []
     for ep in dataset.iterate_episodes(None if episode_indices is None else list(episode_indices)):
@@ -313,12 +318,14 @@ def load_d4rl(arrays: Mapping[str, Any] | str | os.PathLike, table: Table | None
 
 def load_minari(dataset: Any, table: Table | None = None, capacity: int | None = None,
                 episode_indices: Iterable[int] | None = None, as_episodes: bool = False,
-                stream: int | None = None, **table_kwargs: Any) -> Table:
+                stream: int | None = None, download: bool = False, **table_kwargs: Any) -> Table:
     """A Minari dataset into a Table as transitions, or as episodes with ``as_episodes``.
 
-    See :func:`minari_transitions`, :func:`fill_table` and :func:`fill_episodes` (``stream``).
+    ``download=True`` goes to ``minari.load_dataset`` (fetch a dataset id missing locally; it is
+    never a Table argument). See :func:`minari_transitions`, :func:`fill_table` and
+    :func:`fill_episodes` (``stream``).
     """
-    columns, episode = _minari(dataset, episode_indices)
+    columns, episode = _minari(dataset, episode_indices, download)
     if as_episodes:
         return fill_episodes(columns, episode, table, capacity, stream, **table_kwargs)
     return fill_table(columns, table, capacity, **table_kwargs)

@@ -353,3 +353,27 @@ def test_token_budget_admits_and_samples_by_tokens():
         RolloutBuffer(64, batch_size=2, batch_tokens=100, max_staleness=0, group_tokens=10)
     with pytest.raises(InvalidRequest):
         buf.acquire(1, tokens=101)  # more than the budget ever admits
+
+
+def test_pause_batches_and_cancellations_survive_a_restart(tmp_path):
+    cfg = RolloutBufferConfig(64, batch_size=4, max_staleness=0, group_size=2, path=str(tmp_path / "j"))
+    buf = cfg.build("r")
+    a, b = buf.acquire(1, overprovision=1)
+    [c] = buf.acquire(1)
+    buf.pause()
+    buf.close()
+    buf = cfg.build("r")  # restarted: paused, one over-provisioned batch open
+    assert buf.try_acquire(1) == [] and buf.stats()["budget"]["paused"]
+    with pytest.raises(InvalidRequest):
+        buf.pause()
+    buf.add_group(a, ["a0", "a1"])  # the batch is full: b is cancelled
+    with pytest.raises(rs.TicketCancelled):
+        buf.add("late", group=b)
+    buf.close()
+    buf = cfg.build("r")  # and the cancellation is remembered
+    with pytest.raises(rs.TicketCancelled):
+        buf.renew(b)
+    assert buf.held(c)
+    buf.resume()
+    assert buf.try_acquire(1)
+    buf.close()

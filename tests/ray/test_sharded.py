@@ -104,6 +104,8 @@ def test_keys_route_to_their_shard_and_foreign_keys_are_refused(ray_local):
                 c.delete(bad)
             with pytest.raises(rsr.ForeignKey):
                 c.get(bad)
+        with pytest.raises(rs.InvalidArgument, match="3 values for 2 keys"):
+            c.update_priorities(k0[:2], [1.0, 2.0, 3.0])
         assert c.stats()["total"] == before  # nothing changed, counters included
         np.testing.assert_array_equal(c.info(k0)["priorities"], [7, 1, 1, 1])
         assert c.delete(k0[:3]) == 3 and len(c) == 5
@@ -226,6 +228,11 @@ def test_checkpoint_manifest_and_restore(ray_local, tmp_path):
         assert found.all() and np.array_equal(data["id"], np.arange(30))
         np.testing.assert_array_equal(c.info(keys)["priorities"], np.arange(1, 31))
         assert rsr.connect_sharded(name).num_shards == 3
+        batches = list(c.iterate(8, prefetch=3, max_batches=4))  # 3 samples in flight while one is used
+        assert len(batches) == 4 and all(c.get(b.keys)[1].all() for b in batches)
+        assert c.stats()["total"]["samples"] == 32
+        with pytest.raises(rs.InvalidArgument, match="prefetch"):
+            next(c.iterate(8, prefetch=0))
     finally:
         c.shutdown()
 
@@ -250,7 +257,7 @@ def model_client(ray_local):
     c.shutdown()
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS)
 def test_sharded_client_matches_a_dict_model(model_client, ops):
     c = model_client

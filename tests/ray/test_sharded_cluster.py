@@ -78,6 +78,7 @@ def test_spread_pack_and_colocated_placements(cluster):
     assert time.monotonic() - start < 30
 
 
+@pytest.mark.slow
 def test_node_removed_mid_run_skip_keeps_serving(cluster):
     ray, c, worker = cluster
     sc = rsr.serve_sharded(factory, 2, name=f"rm-{uuid.uuid4().hex[:6]}", placement="spread", on_dead="skip",

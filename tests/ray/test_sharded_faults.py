@@ -13,7 +13,7 @@ import uuid
 
 import numpy as np
 import pytest
-from ray_fixtures import start_ray
+from ray_fixtures import start_ray, wait_restarted
 
 import replaystore as rs
 from replaystore import ray as rsr
@@ -37,19 +37,8 @@ def factory():
     return rs.Table(100_000, sampler=rs.Prioritized(0.6, 0.4), seed=0)
 
 
-def wait_restarted(shard, deadline_s=90):
-    deadline = time.monotonic() + deadline_s
-    while True:
-        try:
-            if shard.ping()["restarted"]:
-                return
-        except (rs.Closed, rs.Timeout):
-            pass
-        assert time.monotonic() < deadline, "the shard did not restart"
-        time.sleep(0.2)
-
-
-@pytest.mark.parametrize("on_dead", ["wait", "skip"])
+@pytest.mark.parametrize("on_dead", ["wait", pytest.param("skip", marks=pytest.mark.slow)])  # skip: also in
+# test_sharded_cluster.py (a removed node), slow
 def test_sigkilled_shard_loses_no_acknowledged_insert(ray_local, tmp_path, on_dead):
     c = rsr.serve_sharded(factory, 2, name=f"kill-{uuid.uuid4().hex[:6]}", max_restarts=-1,
                           checkpoint_dir=str(tmp_path / "ck"), on_dead=on_dead, skip_after=0.5, seed=0,

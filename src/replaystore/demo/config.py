@@ -37,6 +37,9 @@ class DemoConfig:
         solved_return: training stops once the moving average of the last ``solved_window``
             training episodes reaches this and a greedy evaluation confirms it.
         solved_window: episodes in the moving average that triggers a confirming evaluation.
+        pass_return: the run is reported "solved" when the final evaluation (fresh greedy
+            episodes) averages at least this; the figure draws this bar (CartPole-v1: 450, a
+            little below the stopping bar, since fresh episodes vary).
         eval_every: also evaluate every this many env steps (the best policy is kept).
         eval_episodes: episodes of each evaluation, and of the final one.
         stats_every: record the table's sample-to-insert ratio every this many env steps.
@@ -68,9 +71,20 @@ class DemoConfig:
     priority_eps: float = 1e-3
     solved_return: float = 475.0
     solved_window: int = 10
+    pass_return: float = 450.0
     eval_every: int = 2_500
     eval_episodes: int = 20
     stats_every: int = 250
+
+    @property
+    def figure_name(self) -> str:
+        """The default PNG name: ``replaystore-demo.png``, ``replaystore-demo-nstep3.png`` with ``n_step=3``."""
+        return "replaystore-demo.png" if self.n_step <= 1 else f"replaystore-demo-nstep{self.n_step}.png"
+
+    @property
+    def title(self) -> str:
+        """What is trained: ``DQN + prioritized replay`` (plus `` with 3-step returns`` when ``n_step=3``)."""
+        return "DQN + prioritized replay" + (f" with {self.n_step}-step returns" if self.n_step > 1 else "")
 
     def linear(self, start: float, end: float, step: int, horizon: int) -> float:
         """``start`` moved linearly towards ``end`` over ``horizon`` steps, then held."""

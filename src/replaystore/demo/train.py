@@ -111,22 +111,27 @@ def evaluate(agent: DQNAgent, env_id: str, episodes: int, seed: int) -> np.ndarr
 
 
 class Reporter:
-    """The progress bar (tqdm) or, without it, a plain line now and then."""
+    """The progress bar (tqdm) or, without it, a plain line at least every ``every`` seconds."""
 
-    def __init__(self, total: int, progress: bool, out: TextIO) -> None:
+    def __init__(self, total: int, progress: bool, out: TextIO, every: float = 20.0) -> None:
         self.out = out
+        self.every, self.steps, self.last = every, 0, time.monotonic()
         self.bar = tqdm(total=total, unit="step", desc="DQN+PER", disable=not progress, file=out,
                         dynamic_ncols=True, mininterval=0.5, smoothing=0.1) if progress else None
 
     def advance(self, n: int, **postfix: Any) -> None:
-        """Move the bar ``n`` steps and show ``postfix`` (no-op without a bar)."""
+        """Move the bar ``n`` steps and show ``postfix``; without a bar, a line when ``every`` s passed."""
+        self.steps += n
         if self.bar is not None:
             self.bar.update(n)
             if postfix:
                 self.bar.set_postfix(postfix, refresh=False)
+        elif time.monotonic() - self.last >= self.every:
+            self.message(f"step {self.steps:>7,}: " + ", ".join(f"{k} {v}" for k, v in postfix.items()))
 
     def message(self, text: str) -> None:
         """Print a line (above the bar, if any)."""
+        self.last = time.monotonic()
         if self.bar is not None:
             self.bar.write(text, file=self.out)
         else:

@@ -13,31 +13,18 @@ State:
   and :meth:`EpisodeIndex.positions` derive the stream and position; ``episode_of`` (a
   table-wide episode id, ``-1`` for a free slot) and ``pos_of`` (position within the episode, 0
   for its first step), both int32 until a value needs int64; ``flags``
-  (``TERMINATED | TRUNCATED``, and ``DETACHED``, see below);
+  (``TERMINATED | TRUNCATED``; ``DETACHED`` only for steps restored from checkpoints of versions
+  that detached steps, which belong to no stream);
 - per stream: the next ``t``, the open episode (``-1`` when the next step starts a new one) and
-  the next position in it, and a ring ``t -> slot``: a power-of-two region of one flat array
-  (``ring[ring_off[s] + (t & (ring_len[s] - 1))]``, int32 slots while the capacity fits). A ring
-  entry is trusted only when the slot it names still holds that stream and ``t`` (its ``uid``:
-  slots are reused, ``(stream, t)`` never is), so removals cost nothing here and ``B x L``
-  positions are resolved with one vectorised expression.
+  the next position in it, and a ring ``t -> slot`` with its gapless accounting
+  (:mod:`replaystore.episodes.rings`: every live step is reachable through its ring or the
+  overflow map, whatever else left the table).
 
-Per stream, ``n_live`` counts its live steps a ring reaches and ``oldest_t`` is a lower bound of
-their positions (exact while removals take the oldest steps, as FIFO eviction does). A stream with
-``n_live == next_t - oldest_t`` is *gapless*: every position from ``oldest_t`` to its newest step is
-a live step (pigeonhole), so a window whose two ends are live needs no check in between
-(:meth:`EpisodeIndex.gapless`, :meth:`EpisodeIndex.ring_window`).
-
-A ring is grown (doubling, to at least twice the span of the stream's live positions) when a new
-step would overwrite a live one. Its length is capped at the first power of two >= twice the table
-capacity; a stream whose live positions span more than that (possible only with a non-FIFO remover
-keeping a very old step alive) *detaches* its oldest steps: they stay items of the table but are no
-longer part of any sequence. Steps dropped from a ring when it is re-laid out are flagged
-``DETACHED`` (and not counted in ``n_live``); steps whose ring entry a newer step overwrote are
-unreachable the same way (their stream then has a gap, so no fast path trusts its ring).
-
-Writers hand their rows over as a :class:`StepPlan` registered for the writing thread; the insert
-hook turns it into positions when the table writes the rows (after any wait for the rate limiter,
-so concurrent writers never interleave their plans).
+Writers hand their rows over as a :class:`~replaystore.episodes.plans.StepPlan` registered for the
+writing thread; the insert hook turns it into positions (:func:`~replaystore.episodes.plans.compute_plan`)
+when the table writes the rows (after any wait for the rate limiter, so concurrent writers never
+interleave their plans). Checkpoints export the per-step arrays and the stream state; a restore is
+a plan with explicit rows (checked first by :mod:`replaystore.episodes.consistency` in the loader).
 """
 
 from __future__ import annotations
@@ -49,50 +36,14 @@ import numpy as np
 from ..errors import EpisodeError
 from ..samplers.base import Selector
 from ..samplers.dense import DenseSet
-from ..storage.columns import runs_view
 from .config import Episodes
+from .plans import ENDS, TERMINATED, TRUNCATED, StepPlan, compute_plan
+from .rings import _T_MASK, DETACHED, UID_SHIFT, StreamRings, _pow2_at_least
 
-#: a step's ``uid`` is ``stream << UID_SHIFT | t``: one gather verifies a ring entry
-UID_SHIFT = 40
-_T_MASK = (1 << UID_SHIFT) - 1
-TERMINATED = np.uint8(1)
-TRUNCATED = np.uint8(2)
-ENDS = TERMINATED | TRUNCATED
-DETACHED = np.uint8(4)  # flag of a live step of no stream (only restored from old checkpoints: t = _T_MASK)
 _INT32_MAX = np.iinfo(np.int32).max
-_MIN_RING = 16
 
 
-def _pow2_at_least(x: int) -> int:
-    return 1 << max(0, int(x - 1).bit_length())
-
-
-class StepPlan:
-    """Rows a writer is about to insert: their streams and end flags (validated).
-
-    ``new_episode`` forces the first row of each stream to start a new episode (``add_episode``).
-    ``same_stream`` promises that every row has the same stream id.
-    ``rows`` (restore only) gives explicit per-row ``(stream, t, episode, pos, flags)``.
-    """
-
-    __slots__ = ("streams", "terminated", "truncated", "new_episode", "accepted", "computed", "rows",
-                 "committed", "same_stream", "shape")
-
-    def __init__(self, streams: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-                 new_episode: bool = False, rows: tuple | None = None, same_stream: bool = False) -> None:
-        self.streams = streams
-        self.terminated = terminated
-        self.truncated = truncated
-        self.new_episode = new_episode
-        self.accepted: np.ndarray | None = None
-        self.computed: tuple | None = None
-        self.rows = rows
-        self.committed = False
-        self.same_stream = same_stream  # every row has the same stream id
-        self.shape = "general"  # set by the plan's computation: "same", "distinct" or "general"
-
-
-class EpisodeIndex(Selector):
+class EpisodeIndex(StreamRings, Selector):
     """Per-slot and per-stream episode structure of a Table (see the module doc).
 
     Not thread-safe on its own: the Table calls it under its lock. ``live`` may be the table's
@@ -116,21 +67,13 @@ class EpisodeIndex(Selector):
         self.episode_of = np.full(c, -1, dtype=np.int32)  # widened to int64 when an id needs it
         self.pos_of = np.zeros(c, dtype=np.int32)  # likewise
         self.flags = np.zeros(c, dtype=np.uint8)
-        self._slot_dtype = np.int32 if c <= _INT32_MAX else np.int64
         self.live = self._shared_live if self._shared_live is not None else DenseSet(c)
         self._own_live = self._shared_live is None
         # bumped on every change of the live steps (caches key on it); never reset, so caches of
         # the index before a clear() cannot be mistaken for current ones
         self.generation = getattr(self, "generation", -1) + 1
-        self.n_detached = 0  # live steps marked detached (see the module doc)
-        self._ov: dict[int, int] = {}  # overflow: slot -> uid of live steps their ring no longer holds
-        self._ov_sorted: tuple[np.ndarray, np.ndarray] | None = None  # (uids sorted, their slots)
-        self._in_ov: np.ndarray | None = None  # per slot: in the overflow map (allocated at first use)
-        self._gapless_at = (-1, False)  # (generation, all_gapless()) cache
         self.next_episode = 0
-        self.ring_cap = _pow2_at_least(2 * c)
-        self.ring = np.full(1024, -1, dtype=self._slot_dtype)
-        self.ring_used = 0
+        self._rings_alloc(c)
         self._streams_alloc(self.options.max_streams or 8)
         self.written = int(self.next_t.max())  # grows by every plan's rows: bounds every stream's next position
 
@@ -250,86 +193,8 @@ class EpisodeIndex(Selector):
             plan.accepted = accepted
 
     def _compute(self, plan: StepPlan) -> tuple:
-        """Per-row ``(ts, episodes, pos, flags)`` and the streams' next state, for all rows.
-
-        Three shapes of batch have a short path: one row, rows of one stream (a scalar stream id,
-        ``add_episode``), rows of distinct streams (one row per environment of a vectorised env).
-        """
-        if plan.computed is not None:
-            return plan.computed
-        streams = plan.streams
-        n = len(streams)
-        flags = plan.terminated.astype(np.uint8) * TERMINATED | plan.truncated.astype(np.uint8) * TRUNCATED
-        ends = flags != 0
-        if n == 1:
-            plan.shape = "same"
-            s = int(streams[0])
-            t = int(self.next_t[s])
-            ep, pos, new = int(self.cur_ep[s]), int(self.cur_pos[s]), 0
-            if ep < 0 or plan.new_episode:
-                ep, pos, new = self.next_episode, 0, 1
-            end = bool(ends[0])
-            plan.computed = (np.array([t]), np.array([ep]), np.array([pos]), flags, streams,
-                             (t + 1, -1 if end else ep, 0 if end else pos + 1), self.next_episode + new)
-            return plan.computed
-        if plan.same_stream:
-            plan.shape = "same"
-            s = int(streams[0])
-            ar = np.arange(n)
-            ts = self.next_t[s] + ar
-            starts = np.empty(n, dtype=bool)
-            starts[0] = self.cur_ep[s] < 0 or plan.new_episode
-            starts[1:] = ends[:-1]
-            c = np.cumsum(starts)
-            eps = np.where(c > 0, self.next_episode + c - 1, self.cur_ep[s])
-            last_start = np.maximum.accumulate(np.where(starts, ar, -1))
-            pos = np.where(last_start >= 0, ar - last_start, self.cur_pos[s] + ar)
-            end = bool(ends[-1])
-            state = (self.next_t[s] + n, -1 if end else int(eps[-1]), 0 if end else int(pos[-1]) + 1)
-            plan.computed = (ts, eps, pos, flags, streams[:1], state, self.next_episode + int(c[-1]))
-            return plan.computed
-        ar = np.arange(n)
-        mark = self._mark
-        mark[streams] = ar
-        if bool((mark[streams] == ar).all()):  # distinct streams
-            plan.shape = "distinct"
-            ts = self.next_t[streams]
-            starts = (self.cur_ep[streams] < 0) | plan.new_episode
-            c = np.cumsum(starts)
-            eps = np.where(starts, self.next_episode + c - 1, self.cur_ep[streams])
-            pos = np.where(starts, 0, self.cur_pos[streams])
-            state = (ts + 1, np.where(ends, -1, eps), np.where(ends, 0, pos + 1))
-            plan.computed = (ts, eps, pos, flags, streams, state, self.next_episode + int(c[-1]))
-            return plan.computed
-        plan.shape = "general"
-        order = np.argsort(streams, kind="stable")
-        ss = streams[order]
-        first = np.ones(n, dtype=bool)
-        first[1:] = ss[1:] != ss[:-1]
-        gidx = np.flatnonzero(first)
-        gid = np.cumsum(first) - 1
-        rank = ar - gidx[gid]
-        us = ss[gidx]
-        counts = np.diff(np.append(gidx, n))
-        ts = self.next_t[us][gid] + rank
-        es = ends[order]
-        starts = np.empty(n, dtype=bool)
-        starts[0] = False
-        starts[1:] = es[:-1]
-        starts[gidx] = (self.cur_ep[us] < 0) | plan.new_episode
-        c = np.cumsum(starts)
-        c_before_group = (c[gidx] - starts[gidx])[gid]
-        in_new = c - c_before_group > 0
-        eps = np.where(in_new, self.next_episode + c - 1, self.cur_ep[us][gid])
-        last_start = np.maximum.accumulate(np.where(starts, ar, -1))
-        pos = np.where(last_start >= gidx[gid], ar - last_start, self.cur_pos[us][gid] + rank)
-        last = gidx + counts - 1
-        lend = es[last]
-        state = (self.next_t[us] + counts, np.where(lend, -1, eps[last]), np.where(lend, 0, pos[last] + 1))
-        out_t, out_e, out_p = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
-        out_t[order], out_e[order], out_p[order] = ts, eps, pos
-        plan.computed = (out_t, out_e, out_p, flags, us, state, self.next_episode + int(c[-1]))
-        return plan.computed
+        """:func:`~replaystore.episodes.plans.compute_plan` of ``plan`` against the current streams."""
+        return compute_plan(plan, self.next_t, self.cur_ep, self.cur_pos, self.next_episode, self._mark)
 
     def finish(self, plan: StepPlan) -> None:
         """Advance the streams of a plan whose rows were all refused (stale): they leave holes."""
@@ -393,11 +258,13 @@ class EpisodeIndex(Selector):
         """Forget steps (their ring entries become stale by themselves)."""
         if self.validity is not None:
             self.validity.on_remove(slots)
-        self._count_out(slots)
-        if self._ov:
+        gap = self._count_out(slots)
+        if self._ov_n:
             self._overflow_drop(slots)
         self.episode_of[slots] = -1
         self.uid[slots] = -1
+        if gap is not None:  # (after the leaving steps are gone: the scan must not find them)
+            self._advance_oldest(gap)
         if self._own_live:
             self.live.discard(slots)
         self.generation += 1
@@ -418,299 +285,6 @@ class EpisodeIndex(Selector):
     def clear(self) -> None:
         """Forget every step and stream."""
         self.bind(self.capacity, self.rng)
-
-    # -- gapless streams --------------------------------------------------------------------------------
-    def _count_in(self, streams: np.ndarray, ts: np.ndarray, shape: str) -> None:
-        """Count new attached steps (each newer than every live step of its stream)."""
-        if len(streams) == 0:
-            return
-        if len(streams) == 1 or shape == "same":
-            s = int(streams[0])
-            if self.n_live[s] == 0:
-                self.oldest_t[s] = int(ts.min())
-            self.n_live[s] += len(ts)
-            return
-        if shape == "distinct":
-            empty = self.n_live[streams] == 0
-            self.oldest_t[streams[empty]] = ts[empty]
-            self.n_live[streams] += 1
-            return
-        us, inv, counts = np.unique(streams, return_inverse=True, return_counts=True)
-        lo = np.full(len(us), np.iinfo(np.int64).max)
-        np.minimum.at(lo, inv, ts)
-        empty = self.n_live[us] == 0
-        self.oldest_t[us[empty]] = lo[empty]
-        self.n_live[us] += counts
-
-    def _count_out(self, slots: np.ndarray) -> None:
-        """Uncount leaving steps; ``oldest_t`` advances when its stream's oldest step leaves.
-
-        It moves past the leaving steps when they are exactly the oldest ones, else one position,
-        and then on to the next live step when the stream has a gap (so a stream whose holes all
-        left is gapless again).
-        """
-        uid = self.uid[slots]
-        counted = uid >= 0  # free slots and detached steps were not counted
-        if self.n_detached:
-            detached = (self.flags[slots] & DETACHED) != 0
-            self.n_detached -= int(detached.sum())
-            counted &= ~detached
-        uid = uid[counted]
-        if len(uid) == 0:
-            return
-        st, ts = uid >> UID_SHIFT, uid & _T_MASK
-        s0 = st[0]
-        if len(st) == 1 or bool((st == s0).all()):
-            s, k = int(s0), len(ts)
-            left = int(self.n_live[s]) - k
-            self.n_live[s] = left
-            old = int(self.oldest_t[s])
-            if left == 0:
-                self.oldest_t[s] = self.next_t[s]
-            elif int(ts.min()) == old:
-                new = old + k if int(ts.max()) == old + k - 1 else old + 1  # positions are distinct
-                self.oldest_t[s] = new
-                if left != self.next_t[s] - new and not self._live_at(s, new):
-                    self._advance_oldest(np.array([s]))
-            return
-        us, inv, counts = np.unique(st, return_inverse=True, return_counts=True)
-        lo = np.full(len(us), np.iinfo(np.int64).max)
-        hi = np.full(len(us), np.iinfo(np.int64).min)
-        np.minimum.at(lo, inv, ts)
-        np.maximum.at(hi, inv, ts)
-        left = self.n_live[us] - counts
-        self.n_live[us] = left
-        old = self.oldest_t[us]
-        hit = lo == old
-        new = np.where(hit, np.where(hi == old + counts - 1, old + counts, old + 1), old)
-        new = np.where(left == 0, self.next_t[us], new)
-        self.oldest_t[us] = new
-        gap = hit & (left > 0) & (left != self.next_t[us] - new)
-        if gap.any():
-            self._advance_oldest(us[gap])
-
-    def _live_at(self, s: int, t: int) -> bool:
-        """Whether position ``t`` of stream ``s`` is a live step its ring holds (scalar, cheap)."""
-        ln = int(self.ring_len[s])
-        if ln == 0:
-            return False
-        slot = int(self.ring[int(self.ring_off[s]) + (t & (ln - 1))])
-        return slot >= 0 and int(self.uid[slot]) == (s << UID_SHIFT | t)
-
-    def _advance_oldest(self, streams: np.ndarray) -> None:
-        """Move ``oldest_t`` of ``streams`` (which have live steps) on to their oldest live step.
-
-        Scans blocks of positions with :meth:`lookup`; a stream whose next live step is further
-        than the blocks reach keeps a lower bound (it has a gap either way).
-        """
-        for width in (8, 64, 512):
-            t0 = self.oldest_t[streams]
-            ts = t0[:, None] + np.arange(width)
-            found = (self.lookup(streams[:, None], ts) >= 0) & (ts < self.next_t[streams][:, None])
-            has = found.any(axis=1)
-            self.oldest_t[streams] = np.where(has, t0 + found.argmax(axis=1), t0 + width)
-            streams = streams[~has]
-            if len(streams) == 0:
-                return
-
-    def all_gapless(self) -> bool:
-        """Whether every stream is gapless and no live step is detached (cheap while streams are few).
-
-        ``False`` may also mean "not known cheaply" (many stream ids): test :meth:`gapless` of the
-        streams at hand then.
-        """
-        if self._gapless_at[0] == self.generation:
-            return self._gapless_at[1]
-        ok = (not self.n_detached and len(self.next_t) <= 64
-              and bool((self.n_live == self.next_t - self.oldest_t).all()))
-        self._gapless_at = (self.generation, ok)
-        return ok
-
-    def gapless(self, streams: np.ndarray) -> np.ndarray:
-        """Which ``streams`` have no gap: a live step at every position from their oldest on.
-
-        Every position from ``oldest_t`` to the newest written one holds a live, ring-reachable
-        step (no deleted, out-of-order evicted, refused or detached step in between).
-        """
-        return self.n_live[streams] == self.next_t[streams] - self.oldest_t[streams]
-
-    def ring_window(self, streams: np.ndarray, t_first: np.ndarray, width: int) -> np.ndarray:
-        """``(m, width)`` ring entries of positions ``t_first ... t_first + width - 1`` (unverified).
-
-        Exact only for gapless ``streams`` and windows whose two ends are live steps (then every
-        position in between is one, see :meth:`gapless`); use :meth:`lookup` otherwise.
-        """
-        ln = self.ring_len[streams]
-        first = t_first & (ln - 1)
-        if len(first) and int((first - ln).max()) <= -width:  # no window wraps around its ring
-            return runs_view(self.ring, width)[self.ring_off[streams] + first]  # a row copy per window
-        ts = t_first[:, None] + np.arange(width)
-        return self.ring[self.ring_off[streams][:, None] + (ts & (ln - 1)[:, None])]
-
-    # -- the rings --------------------------------------------------------------------------------------
-    def lookup(self, streams: np.ndarray, ts: np.ndarray) -> np.ndarray:
-        """The slot of step ``ts`` of ``streams`` (broadcast), ``-1`` where it is not live."""
-        ln = self.ring_len[streams]
-        cand = self.ring[self.ring_off[streams] + (ts & np.maximum(ln - 1, 0))]
-        want = (streams << UID_SHIFT) | (ts & _T_MASK)
-        # cand == -1 reads the last slot's uid: the second test rejects it
-        out = np.where((self.uid[cand] == want) & (cand >= 0), cand, -1)
-        if self._ov:  # live steps their ring no longer holds (see the module doc)
-            miss = out < 0
-            if miss.any():
-                out[miss] = self._overflow_find(np.broadcast_to(want, out.shape)[miss])
-        return out
-
-    def _overflow_find(self, uids: np.ndarray) -> np.ndarray:
-        """The slots of the overflow steps ``uids`` (``-1`` where not there)."""
-        if self._ov_sorted is None:
-            slots = np.fromiter(self._ov.keys(), dtype=np.int64, count=len(self._ov))
-            u = self.uid[slots]
-            order = np.argsort(u)
-            self._ov_sorted = (u[order], slots[order])
-        su, ss = self._ov_sorted
-        i = np.minimum(np.searchsorted(su, uids), len(su) - 1)
-        return np.where(su[i] == uids, ss[i], -1)
-
-    def _overflow_add(self, slots: np.ndarray) -> None:
-        """Live steps their stream's ring is about to lose: find them through the overflow map."""
-        if len(slots):
-            self._ov.update(dict.fromkeys(slots.tolist(), 0))
-            if self._in_ov is None:
-                self._in_ov = np.zeros(self.capacity, dtype=bool)
-            self._in_ov[slots] = True
-            self._ov_sorted = None
-
-    def _overflow_drop(self, slots: np.ndarray) -> None:
-        """Forget leaving ``slots`` that were overflow steps."""
-        gone = slots[self._in_ov[slots]]
-        if len(gone):
-            for sl in gone.tolist():
-                del self._ov[sl]
-            self._in_ov[gone] = False
-            self._ov_sorted = None
-
-    @property
-    def n_overflow(self) -> int:
-        """Live steps found through the overflow map.
-
-        Steps kept far behind their stream's newest one by deletes, retirements or a non-FIFO remover.
-        """
-        return len(self._ov)
-
-    def attached(self, slots: np.ndarray) -> np.ndarray:
-        """Which live ``slots`` are reachable through their stream's ring."""
-        st, t = self.stream_t(slots)
-        return self.lookup(st, t) == slots
-
-    def _ring_put(self, slots: np.ndarray, streams: np.ndarray, ts: np.ndarray, shape: str = "general",
-                  restore: bool = False) -> None:
-        """Enter new steps in their rings (``restore``: steps of any age, into an empty index)."""
-        if len(slots) == 0:
-            return
-        if len(slots) == 1 or shape == "same":
-            s, lo, hi = int(streams[0]), int(ts[0]), int(ts[-1])
-            if self.ring_len[s] == 0 or hi - self.lo_t[s] >= self.ring_len[s]:
-                self._ensure(s, lo, hi)
-            self.ring[self.ring_off[s] + (ts & (self.ring_len[s] - 1))] = slots
-            return
-        if shape == "distinct":
-            ln = self.ring_len[streams]
-            need = (ln == 0) | (ts - self.lo_t[streams] >= ln)
-            if need.any():
-                for i in np.flatnonzero(need).tolist():
-                    self._ensure(int(streams[i]), int(ts[i]), int(ts[i]))
-                ln = self.ring_len[streams]
-            self.ring[self.ring_off[streams] + (ts & (ln - 1))] = slots
-            return
-        us, inv = np.unique(streams, return_inverse=True)
-        hi = np.full(len(us), np.iinfo(np.int64).min)
-        lo = np.full(len(us), np.iinfo(np.int64).max)
-        np.maximum.at(hi, inv, ts)
-        np.minimum.at(lo, inv, ts)
-        ln = self.ring_len[us]
-        need = (ln == 0) | (hi - self.lo_t[us] >= ln)
-        if restore:  # steps far behind their stream's newest go to the overflow map
-            lo = np.maximum(lo, hi - self.ring_cap // 2 + 1)
-        for i in np.flatnonzero(need).tolist():
-            self._ensure(int(us[i]), int(lo[i]), int(hi[i]))
-        if restore:
-            old = ts < self.lo_t[streams]
-            if old.any():
-                self._overflow_add(slots[old])
-                slots, streams, ts = slots[~old], streams[~old], ts[~old]
-        ln = self.ring_len[streams]
-        self.ring[self.ring_off[streams] + (ts & (ln - 1))] = slots
-
-    def _ensure(self, s: int, t_lo: int, t_hi: int) -> None:
-        """Make stream ``s``'s ring hold positions ``t_lo ... t_hi`` and its live steps.
-
-        The ring grows (doubling) to twice the span of its live steps and the new positions, up to
-        ``ring_cap``; live steps further than ``ring_cap / 2`` behind ``t_hi`` then move to the
-        overflow map (they stay live and reachable through :meth:`lookup`). ``lo_t[s]`` becomes the
-        oldest position the ring holds, so the next call comes at least ``ring_len / 2`` positions
-        later (amortised O(1) per step).
-        """
-        ln = int(self.ring_len[s])
-        live_slots = live_ts = np.empty(0, dtype=np.int64)
-        off = int(self.ring_off[s])
-        lo = t_lo
-        if ln:
-            region = self.ring[off : off + ln]
-            idx = np.flatnonzero(region >= 0)
-            cand = region[idx]
-            u = self.uid[cand]  # the entry is live when its slot holds this stream at a position of this entry
-            ok = (u >= 0) & ((u >> UID_SHIFT) == s) & ((u & (ln - 1)) == idx)
-            ok &= (self.flags[cand] & DETACHED) == 0
-            if self._ov:
-                ok &= ~self._in_ov[cand]
-            live_slots = cand[ok].astype(np.int64)
-            live_ts = u[ok] & _T_MASK
-            if len(live_ts):
-                lo = min(lo, int(live_ts.min()))
-        span = t_hi - lo + 1
-        if ln and 2 * span <= ln:
-            self.lo_t[s] = lo
-            return
-        new_len = min(self.ring_cap, max(_MIN_RING, _pow2_at_least(2 * span)))
-        if 2 * span > new_len:  # capped: the oldest live steps go to the overflow map
-            keep = live_ts >= min(t_lo, t_hi - new_len // 2 + 1)
-            self._overflow_add(live_slots[~keep])
-            if new_len == ln:
-                self.ring[off + (live_ts[~keep] & (ln - 1))] = -1
-            live_slots, live_ts = live_slots[keep], live_ts[keep]
-            lo = min(t_lo, int(live_ts.min())) if len(live_ts) else t_lo
-        if new_len != ln:
-            off = self._alloc(new_len, dropping=s)
-            self.ring[off + (live_ts & (new_len - 1))] = live_slots
-            self.ring_off[s] = off
-            self.ring_len[s] = new_len
-        self.lo_t[s] = lo
-
-    def _alloc(self, size: int, dropping: int) -> int:
-        """Offset of a fresh region of ``size`` entries for stream ``dropping``.
-
-        Compacts the flat array when it is full; the old region of ``dropping`` (already read by
-        the caller) is not kept then.
-        """
-        if self.ring_used + size > len(self.ring):
-            self.ring_len[dropping] = 0
-            total = int(self.ring_len.sum()) + size
-            # 25% room for growth, counting only the rings that can still grow
-            growable = int(self.ring_len[self.ring_len < self.ring_cap].sum()) + (size if size < self.ring_cap else 0)
-            new = np.full(max(1024, total + growable // 4), -1, dtype=self._slot_dtype)
-            used = 0
-            for s in np.flatnonzero(self.ring_len).tolist():
-                ln, off = int(self.ring_len[s]), int(self.ring_off[s])
-                new[used : used + ln] = self.ring[off : off + ln]
-                self.ring_off[s] = used
-                used += ln
-            self.ring = new
-            self.ring_used = used
-        off = self.ring_used
-        self.ring[off : off + size] = -1
-        self.ring_used += size
-        return off
 
     # -- export / import (checkpoints) ----------------------------------------------------------------
     def export_rows(self, slots: np.ndarray) -> dict[str, np.ndarray]:
@@ -773,3 +347,6 @@ class EpisodeIndex(Selector):
                         rows=(st.astype(np.int64), t.astype(np.int64), ep.astype(np.int64),
                               pos.astype(np.int64), fl.astype(np.uint8)))
         self._pending[threading.get_ident()] = plan
+
+
+__all__ = ["DETACHED", "ENDS", "TERMINATED", "TRUNCATED", "UID_SHIFT", "EpisodeIndex", "StepPlan"]

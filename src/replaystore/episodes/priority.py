@@ -23,7 +23,7 @@ def sequence_priority(td_errors: Any, eta: float = 0.9, mask: Any = None) -> np.
 
     Raises:
         InvalidPriority: ``td_errors`` not 2-D or not finite where counted, ``eta`` outside [0, 1],
-        a mask of another shape.
+            a mask of another shape.
     """
     d = np.abs(np.asarray(td_errors, dtype=np.float64))
     if d.ndim != 2:

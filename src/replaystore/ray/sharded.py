@@ -19,10 +19,12 @@ one client is safe to share between threads.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -32,7 +34,6 @@ from . import shard_keys, shard_sampling
 from ._runtime import get, import_ray, rpc_timeout
 from .client import ReplayClient
 
-ROUTINGS = ("round_robin", "stream", "key")
 MANIFEST = "sharded.json"
 _NOT_ADDED = ("version", "max_priority_seen", "sample_to_insert_ratio", "wal_lsn")
 
@@ -160,6 +161,9 @@ class ShardedClient:
         shards, local = shard_keys.decode(self.tag, keys, len(self.shards))
         groups = shard_keys.group(shards, len(self.shards))
         cols = [np.asarray(c).reshape(-1) if np.ndim(c) else np.full(len(keys), c) for c in columns]
+        for c in cols:
+            if len(c) != len(keys):
+                raise InvalidArgument(f"{method}: {len(c)} values for {len(keys)} keys")
         refs = {s: self._ref(s, method, local[g], *[c[g] for c in cols]) for s, g in enumerate(groups) if len(g)}
         res = self._get(refs, 0.0, method) if refs else {}
         return [res.get(s) for s in range(len(self.shards))], groups, shards
@@ -310,7 +314,29 @@ class ShardedClient:
             for s, st in zip(refs, states):
                 self._states[s] = st
 
+    def iterate(self, batch_size: int, prefetch: int = 4, timeout: float | None = None,
+                max_batches: int | None = None) -> Iterator[Any]:
+        """Samples of ``batch_size`` with ``prefetch`` samples in flight (as ``ReplayClient.iterate``).
+
+        Each in-flight sample drew its shard counts when it was sent, from the masses known then,
+        so the drift bound of :meth:`sample` covers the changes of the last ``prefetch`` calls.
+        Stopping early drops up to ``prefetch`` drawn batches.
+        """
+        if prefetch < 1:
+            raise InvalidArgument(f"prefetch must be >= 1, got {prefetch}")
+        pending: collections.deque = collections.deque()
+        produced = 0
+        while max_batches is None or produced < max_batches:
+            while len(pending) < prefetch and (max_batches is None or produced + len(pending) < max_batches):
+                pending.append(self._start("sample", batch_size, (), timeout))
+            produced += 1
+            yield self._finish(pending.popleft())
+
     def _sample(self, method: str, batch_size: int, args: tuple, timeout: float | None) -> Any:
+        return self._finish(self._start(method, batch_size, args, timeout))
+
+    def _start(self, method: str, batch_size: int, args: tuple, timeout: float | None) -> tuple:
+        """Draw the shard counts and send the calls; the pending sample for :meth:`_finish`."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise InvalidArgument(f"batch_size must be an integer >= 1, got {batch_size!r}")
         t = self._t(timeout)
@@ -331,17 +357,22 @@ class ShardedClient:
             self._refresh(None if deadline is None else max(0.0, deadline - time.monotonic()))
         with self._lock:
             counts = shard_sampling.draw_counts(self._rng, int(batch_size), mass)
+            shuffle = np.random.default_rng(self._rng.integers(1 << 62)) if self.shuffle else None
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         refs = {s: self._ref(s, method, int(counts[s]), *args, left) for s in range(len(self.shards)) if counts[s]}
         # the other shards report their masses in the same round trip, so the next draw is current
         state_refs = {s: self.shards[s].actor.shard_state.remote(self.table_name)
                       for s in range(len(self.shards)) if not counts[s] and alive[s]}
+        return method, args, counts, mass, states, refs, state_refs, left, shuffle
+
+    def _finish(self, pending: tuple) -> Any:
+        """Collect a pending sample: merged, with global keys, probabilities and weights."""
+        method, args, counts, mass, states, refs, state_refs, left, shuffle = pending
         if self.on_dead == "skip":
             got, missing = self._get_skipping(refs, method)
             if missing:  # draw the missing rows again from the shards that answered
-                rest = int(counts[missing].sum())
-                more = self._sample(method, rest, args, left)
-                return shard_sampling.concat_samples(self._merge(got, mass, states), more)
+                more = self._sample(method, int(counts[missing].sum()), args, left)
+                return shard_sampling.concat_samples(self._merge(got, mass, states, shuffle), more)
         else:
             got = self._get(refs, left, method)
         if state_refs:
@@ -353,11 +384,11 @@ class ShardedClient:
                         self._states[s] = st
             except (Timeout, Closed):
                 pass  # a slow or dead shard keeps its old state; the next sample asks again
-        return self._merge(got, mass, states)
+        return self._merge(got, mass, states, shuffle)
 
-    def _merge(self, got: dict[int, Any], mass: np.ndarray, states: list) -> Any:
+    def _merge(self, got: dict[int, Any], mass: np.ndarray, states: list, shuffle: Any) -> Any:
         parts = [(s, got[s]) for s in sorted(got)]
-        return shard_sampling.merge(parts, self.tag, mass, states, self._rng if self.shuffle else None)
+        return shard_sampling.merge(parts, self.tag, mass, states, shuffle)
 
     # -- by key ---------------------------------------------------------------------------------------------------
     def update_priorities(self, keys: Any, priorities: Any) -> int:
@@ -452,7 +483,7 @@ class ShardedClient:
         total["sample_to_insert_ratio"] = total["samples"] / total["inserts"] if total.get("inserts") else 0.0
         return {"shards": per, "total": total, "down": [i for i, st in enumerate(per) if st is None]}
 
-    def save(self, path: str | None = None) -> str:
+    def save(self, path: str | None = None, timeout: float | None = None) -> str:
         """Checkpoint every shard, then write one manifest naming all of them; return its path.
 
         Each shard writes ``<path>/shard-<i>/<table>`` (or, with ``path=None``, into its own
@@ -460,10 +491,11 @@ class ShardedClient:
         ``<path or the first shard's parent dir>/sharded.json`` is written atomically only after
         every shard finished, so a manifest always names a complete set. Shards are saved in
         parallel, each atomically; under concurrent writers they are not one instant (docs/ray.md).
+        ``rs.Timeout`` (and no manifest) if the shards have not all finished within ``timeout``.
         """
         refs = [c.actor.save.remote(None if path is None else os.path.join(path, f"shard-{i}"))
                 for i, c in enumerate(self.shards)]
-        dirs = get(refs, None, f"{self.name}.save")
+        dirs = get(refs, timeout, f"{self.name}.save")
         root = path or os.path.dirname(os.path.dirname(dirs[0][0]))
         manifest = {"name": self.name, "namespace": self.namespace, "tag": self.tag, "num_shards": len(self.shards),
                     "table": self.table_name, "shards": [d[0] for d in dirs], "time": time.time()}

@@ -48,7 +48,8 @@ class FrameStackStorage(ColumnStorage):
 
     Args:
         capacity: number of item slots.
-        obs_key, next_obs_key: the stacked fields, shaped ``(S, *frame_shape)`` per item.
+        obs_key: the stacked observation field, shaped ``(S, *frame_shape)`` per item.
+        next_obs_key: the stacked next-observation field, shaped as ``obs_key``.
         end_keys: fields whose truth marks the last item of an episode.
         spec: optional spec (else inferred from the first item).
         frame_capacity: frames in the ring (default ``capacity + capacity // 64 + 4 * S + 8``).

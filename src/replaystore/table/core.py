@@ -42,8 +42,9 @@ from .fast import FastPaths
 from .insert import GeneralInsert
 from .journal import JournalMethods
 from .persist import Persistence
+from .placed import PlacedState
 from .ring import SlotBookkeeping
-from .state import CountersView, TableState, allocate_rows
+from .state import TableState, allocate_rows
 from .stats import StatsMethods
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 
 
 class Table(KeyedMethods, EpisodeMethods, JournalMethods, Persistence, StatsMethods, GeneralInsert, FastPaths,
-            SlotBookkeeping):
+            SlotBookkeeping, PlacedState):
     """A replay table. See the package README for a tour.
 
     Args:
@@ -213,8 +214,6 @@ class Table(KeyedMethods, EpisodeMethods, JournalMethods, Persistence, StatsMeth
     _next_key = property(lambda self: self._state.next_key)
     _nfree = property(lambda self: self._state.nfree)
     _size = property(lambda self: self._state.size)
-    # transitional, for ray/logged_table until it uses the journal interface (see .journal)
-    _counters = property(lambda self: CountersView(self._state))
 
     def keys(self) -> np.ndarray:
         """The keys of all live items, oldest first."""

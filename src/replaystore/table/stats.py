@@ -13,7 +13,7 @@ class StatsMethods:
     """``stats()`` (a mixin of :class:`~replaystore.table.Table`)."""
 
     def stats(self) -> dict[str, Any]:
-        """A plain dict of counters and gauges (see docs/api.md for every key). Thread-safe."""
+        """A plain dict of counters and gauges (every key: docs/getting_started.md, the API table). Thread-safe."""
         with self._cond:
             self._flush_pending()
             st = self._state

@@ -30,10 +30,12 @@ from .table_backed import SB3BufferError
 class ReplaystoreNStepReplayBuffer(ReplaystoreReplayBuffer, NStepReplayBuffer):
     """SB3 ``NStepReplayBuffer`` whose arrays are a replaystore Table's storage.
 
+    ``buffer_size``, ``observation_space``, ``action_space``, ``device``, ``n_envs``,
+    ``optimize_memory_usage``, ``handle_timeout_termination`` and ``seed`` are as for
+    :class:`ReplaystoreReplayBuffer` (unlike SB3's,
+    ``optimize_memory_usage=True`` is supported).
+
     Args:
-        buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
-        handle_timeout_termination, seed: as :class:`ReplaystoreReplayBuffer` (unlike SB3's,
-            ``optimize_memory_usage=True`` is supported).
         n_steps: rows summed per sample (``>= 1``; SB3's default 3).
         gamma: discount factor in ``(0, 1]``.
 

@@ -52,9 +52,11 @@ class PrioritizedReplayBufferSamples(NamedTuple):
 class ReplaystorePrioritizedReplayBuffer(ReplaystoreNStepReplayBuffer):
     """Proportional prioritized replay (Schaul et al. 2016) as an SB3 replay buffer.
 
+    ``buffer_size``, ``observation_space``, ``action_space``, ``device``, ``n_envs``,
+    ``optimize_memory_usage``, ``handle_timeout_termination`` and ``seed`` are as for
+    :class:`ReplaystoreReplayBuffer`.
+
     Args:
-        buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
-        handle_timeout_termination, seed: as :class:`ReplaystoreReplayBuffer`.
         n_steps: ``1`` (default) for one-step samples (``discounts`` is ``None``), more for n-step
             returns with ``discounts``.
         gamma: discount of the n-step returns.
@@ -146,7 +148,8 @@ class PrioritizedDQN(DQN):
     """SB3's ``DQN`` trained with prioritized replay (importance-weighted loss, priority updates).
 
     Args:
-        *args, **kwargs: as ``stable_baselines3.DQN``; ``replay_buffer_class`` defaults to
+        *args: as ``stable_baselines3.DQN``.
+        **kwargs: as ``stable_baselines3.DQN``; ``replay_buffer_class`` defaults to
             :class:`ReplaystorePrioritizedReplayBuffer` (pass ``replay_buffer_kwargs`` for
             ``alpha``, ``beta``, ``n_steps``, ...).
         beta_end: anneal the buffer's ``beta`` linearly from its initial value to this by the end
