@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .demo.config import DemoConfig
+from .shared.command import add_parser as add_shm_parser
 
 _DEMO_EXTRA = "pip install 'replaystore[demo]'  (torch==2.13.0, gymnasium, tqdm, matplotlib)"
 
@@ -356,6 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "(needs matplotlib)")
     insp.set_defaults(func=_inspect)
 
+    add_shm_parser(sub)  # replaystore shm list|rm (replaystore.shared.command)
     sub.add_parser("bench", add_help=False,
                    help="run the benchmark harness bench/run.py of a source checkout; arguments are passed "
                    "through ([WORKLOAD ...] [--repeats N] [--quick]; `replaystore bench --help` for all)")

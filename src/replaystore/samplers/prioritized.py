@@ -14,6 +14,7 @@ import replaystore.samplers.sumtree as sumtree
 import replaystore.samplers.sumtree_jit as sumtree_jit
 
 from ..errors import InvalidArgument
+from ..placement import allocate
 from .base import Selector
 from .dense import DenseSet
 
@@ -57,8 +58,9 @@ class Prioritized(Selector):
 
     def bind(self, capacity: int, rng: np.random.Generator) -> None:  # noqa: D102
         super().bind(capacity, rng)
-        self._sum = sumtree.new_sum_tree(capacity)
-        self._min = sumtree.new_min_tree(capacity)
+        leaves = sumtree.leaf_base(capacity)  # the trees' layout (see sumtree.new_sum_tree)
+        self._sum = allocate("prioritized.sum", (2 * leaves,), np.float64, 0.0)
+        self._min = allocate("prioritized.min", (2 * leaves,), np.float64, np.inf)
         self._frontier = self._trees.frontier_for(capacity)
         self._live = DenseSet(capacity)  # for the all-zero fallback
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
+from ..placement import allocate
 from ..rows import gather_rows
 from .base import Storage
 from .spec import SEP, Field, flatten, normalize_spec, unflatten
@@ -67,7 +68,7 @@ class ColumnStorage(Storage):
         self._rows = (tuple(self.columns), cols, tuple((c.shape[1:], c.dtype) for c in cols)) if ok else ()
 
     def _allocate(self, path: str, field: Field) -> np.ndarray:
-        return np.zeros((self.capacity, *field.shape), dtype=field.dtype)
+        return allocate(f"columns/{path}", (self.capacity, *field.shape), field.dtype, 0)
 
     @staticmethod
     def _as_array(path: str, value: Any) -> tuple[np.ndarray, bool]:

@@ -46,14 +46,12 @@ from .lmdb_envs import (
     EnvEntry,
     Moved,
     ShardLink,
-    acquire_env,
     checkin,
     delete_slack,
     init_env,
     make_spare,
     open_env_locked,
     read_target,
-    release_env,
     release_env_locked,
     reserve_lock_file,
 )
@@ -70,8 +68,6 @@ log = logging.getLogger("replaystore")
 
 _OPTIONS = "store.json"
 
-# the journals' former private names (replaystore.online.journal still imports these)
-_acquire_env, _release_env = acquire_env, release_env
 
 
 class FragmentStore:

@@ -42,6 +42,7 @@ from .fast import FastPaths
 from .insert import GeneralInsert
 from .journal import JournalMethods
 from .persist import Persistence
+from .placed import PlacedState
 from .ring import SlotBookkeeping
 from .state import TableState, allocate_rows
 from .stats import StatsMethods
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 
 
 class Table(KeyedMethods, EpisodeMethods, JournalMethods, Persistence, StatsMethods, GeneralInsert, FastPaths,
-            SlotBookkeeping):
+            SlotBookkeeping, PlacedState):
     """A replay table. See the package README for a tour.
 
     Args:

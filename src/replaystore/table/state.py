@@ -14,9 +14,12 @@ writes a dozen of them, and a Python attribute costs a fraction of a NumPy scala
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
+
+from ..placement import allocate
 
 #: counters reported by ``Table.stats()`` (ints), in report order
 COUNTERS = ("inserts", "samples", "sample_calls", "deletes", "evictions", "retired", "dropped_stale",
@@ -25,6 +28,9 @@ COUNTERS = ("inserts", "samples", "sample_calls", "deletes", "evictions", "retir
 BLOCKED = ("insert_blocked_s", "sample_blocked_s")
 _INTS = ("next_key", "size", "nfree", "version", "ring_base", "ring_lo", "ring_hi", "closed", "wal_lsn", *COUNTERS)
 _FLOATS = ("max_priority", "pending_max_priority", *BLOCKED)
+#: the fields a shared table publishes to other processes (``closed`` is per process), in this order
+SHARED_INTS = tuple(name for name in _INTS if name != "closed")
+SHARED_FLOATS = _FLOATS
 #: the record :meth:`TableState.to_array` fills
 STATE_DTYPE = np.dtype([(name, np.int64) for name in _INTS] + [(name, np.float64) for name in _FLOATS])
 
@@ -104,8 +110,29 @@ def allocate_rows(capacity: int) -> np.ndarray:
     """The per-slot metadata: one ``(capacity, 4)`` int64 row per slot, key ``-1`` (free).
 
     Columns: key, times_sampled, version, priority (float64 bits). One row of 32 bytes per item,
-    so a sample gathers one cache line per item instead of four.
+    so a sample gathers one cache line per item instead of four. Allocated through
+    :func:`replaystore.placement.allocate` (``"table.meta"``): NumPy, or a shared segment.
     """
-    rows = np.zeros((capacity, 4), dtype=np.int64)
-    rows[:, 0] = -1
-    return rows
+    return allocate("table.meta", (capacity, 4), np.int64, (-1, 0, 0, 0))
+
+
+#: the values of :data:`SHARED_INTS` + :data:`SHARED_FLOATS` of a state, as a tuple
+shared_fields = attrgetter(*SHARED_INTS, *SHARED_FLOATS)
+
+
+def load_shared(state: TableState, values: Any) -> None:
+    """Set the fields :func:`shared_fields` reads from ``values`` (in that order).
+
+    One tuple assignment (a loop of ``setattr`` costs several times more, and a shared table
+    calls this whenever another process changed the table); the names are checked against
+    :data:`SHARED_INTS` + :data:`SHARED_FLOATS` below.
+    """
+    (state.next_key, state.size, state.nfree, state.version, state.ring_base, state.ring_lo, state.ring_hi,
+     state.wal_lsn, state.inserts, state.samples, state.sample_calls, state.deletes, state.evictions, state.retired,
+     state.dropped_stale, state.skipped_updates, state.skipped_deletes, state.max_priority,
+     state.pending_max_priority, state.insert_blocked_s, state.sample_blocked_s) = values
+
+
+_LOADED = ("next_key", "size", "nfree", "version", "ring_base", "ring_lo", "ring_hi", "wal_lsn", *COUNTERS,
+           "max_priority", "pending_max_priority", *BLOCKED)
+assert _LOADED == (*SHARED_INTS, *SHARED_FLOATS), "load_shared no longer lists TableState's shared fields"

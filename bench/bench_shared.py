@@ -1,0 +1,354 @@
+"""Many writer processes and one learner on one host: a SharedTable against its multi-process peers.
+
+Peers (issue 20): cpprb's ``MPReplayBuffer`` and ``MPPrioritizedReplayBuffer`` (shared memory,
+explorers add, one learner samples), TorchRL's ``ReplayBuffer(shared=True)`` on a
+``LazyMemmapStorage`` (uniform only: its samplers' state is not shared), the Ray service
+(``replaystore.ray``: writer and learner Ray actors), and the in-process Table (the limit: the
+same calls in one process, no lock round trip).
+
+Each phase: a buffer of ``--capacity`` prefilled to half, then ``W`` writer processes (forked;
+Ray actors for the service) call ``extend`` of ``B`` rows in a loop while one learner process
+samples 256 (uniform; or prioritized and updates the 256 priorities) for ``--seconds``. Reported
+per phase: rows inserted per second (all writers), the writers' CPU time per ``extend`` call, the
+learner's batches per second and its CPU time per batch. Payloads: ``small`` transitions (obs
+f32[4], action i64, reward f32, next_obs f32[4], done; 45 bytes) and ``atari`` (obs and next_obs
+u8[4, 84, 84]: 56 KB). The machine these run on may be loaded: compare ratios of one run.
+
+Usage (the bench venv has cpprb and TorchRL)::
+
+    PYTHONPATH=src bench/.venv/bin/python bench/bench_shared.py [--quick] [--seconds 1]
+        [--writers 1,2,4] [--rows 1,8,64,256] [--payloads small,atari] [--peers shared,cpprb,torchrl,ray]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import tempfile
+import time
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+import numpy as np  # noqa: E402
+
+import replaystore as rs  # noqa: E402
+from replaystore.shared import SharedTable  # noqa: E402
+
+SAMPLE = 256
+
+
+def spec_of(payload: str) -> dict:
+    if payload == "atari":
+        frames = ((4, 84, 84), np.uint8)
+        return {"obs": frames, "action": ((), np.int64), "reward": ((), np.float32), "next_obs": frames,
+                "done": ((), np.bool_)}
+    return {"obs": ((4,), np.float32), "action": ((), np.int64), "reward": ((), np.float32),
+            "next_obs": ((4,), np.float32), "done": ((), np.bool_)}
+
+
+def batch_of(payload: str, n: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for k, (shape, dtype) in spec_of(payload).items():
+        out[k] = (rng.random((n, *shape)) * 100).astype(dtype)
+    return out
+
+
+# -- the buffers -------------------------------------------------------------------------------------
+class Shared:
+    """replaystore.shared.SharedTable."""
+
+    name = "replaystore shared"
+
+    def __init__(self, capacity, payload, prioritized, directory):
+        sampler = rs.Prioritized(0.6, 0.4) if prioritized else rs.Uniform()
+        self.t = SharedTable.create(f"bench-{os.getpid()}", capacity, spec_of(payload), sampler=sampler,
+                                    directory=directory)
+        self.prioritized = prioritized
+
+    def writer(self, batch):
+        t = self.t
+        return lambda: t.extend(batch)
+
+    def learner(self):
+        t, rng = self.t, np.random.default_rng(0)
+        if not self.prioritized:
+            return lambda: t.sample(SAMPLE)
+
+        def step():
+            s = t.sample(SAMPLE)
+            t.update_priorities(s.keys, rng.random(SAMPLE) + 0.01)
+        return step
+
+    def close(self):
+        self.t.close()
+
+
+class InProcess(Shared):
+    """The in-process Table (measured alone, in this process)."""
+
+    name = "in-process Table"
+
+    def __init__(self, capacity, payload, prioritized, directory):
+        sampler = rs.Prioritized(0.6, 0.4) if prioritized else rs.Uniform()
+        self.t = rs.Table(capacity, sampler=sampler, spec=spec_of(payload))
+        self.prioritized = prioritized
+
+    def close(self):
+        pass
+
+
+class Cpprb:
+    """cpprb MPReplayBuffer / MPPrioritizedReplayBuffer."""
+
+    name = "cpprb MP"
+
+    def __init__(self, capacity, payload, prioritized, directory):
+        import cpprb
+
+        env = {k: {"shape": shape or 1, "dtype": dtype} for k, (shape, dtype) in spec_of(payload).items()}
+        ctx = mp.get_context("fork")
+        cls = cpprb.MPPrioritizedReplayBuffer if prioritized else cpprb.MPReplayBuffer
+        self.rb = cls(capacity, env, ctx=ctx)
+        self.prioritized = prioritized
+
+    def writer(self, batch):
+        rb = self.rb
+        return lambda: rb.add(**batch)
+
+    def learner(self):
+        rb, rng = self.rb, np.random.default_rng(0)
+        if not self.prioritized:
+            return lambda: rb.sample(SAMPLE)
+
+        def step():
+            s = rb.sample(SAMPLE)
+            rb.update_priorities(s["indexes"], rng.random(SAMPLE) + 0.01)
+        return step
+
+    def close(self):
+        pass
+
+
+class TorchRL:
+    """TorchRL ReplayBuffer(shared=True) on a LazyMemmapStorage (uniform)."""
+
+    name = "TorchRL shared memmap"
+
+    def __init__(self, capacity, payload, prioritized, directory):
+        from torchrl.data import LazyMemmapStorage, ReplayBuffer
+
+        if prioritized:
+            raise NotImplementedError("its prioritized sampler's state is not shared between processes")
+        scratch = tempfile.mkdtemp(dir=directory)  # a directory per phase: its files may not exist yet
+        self.rb = ReplayBuffer(storage=LazyMemmapStorage(capacity, scratch_dir=scratch), shared=True,
+                               batch_size=SAMPLE)
+        self.scratch = scratch
+
+    def writer(self, batch):
+        import torch
+        from tensordict import TensorDict
+
+        td = TensorDict({k: torch.from_numpy(v) for k, v in batch.items()}, batch_size=[len(batch["obs"])])
+        rb = self.rb
+        return lambda: rb.extend(td)
+
+    def learner(self):
+        return self.rb.sample
+
+    def close(self):
+        import shutil
+
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+# -- one phase ------------------------------------------------------------------------------------------
+def _loop(fn, stop_at, queue, rows):
+    fn()  # warm (first-touch, imports)
+    calls, c0 = 0, time.process_time()
+    while time.time() < stop_at:
+        fn()
+        calls += 1
+    queue.put((calls, calls * rows, time.process_time() - c0))
+
+
+def _writer_proc(buf, payload, rows, seed, start_at, stop_at, queue):
+    fn = buf.writer(batch_of(payload, rows, seed))
+    while time.time() < start_at:
+        time.sleep(0.001)
+    _loop(fn, stop_at, queue, rows)
+
+
+def _learner_proc(buf, start_at, stop_at, queue):
+    fn = buf.learner()
+    while time.time() < start_at:
+        time.sleep(0.001)
+    _loop(fn, stop_at, queue, 0)
+
+
+def phase(cls, payload, prioritized, writers, rows, seconds, capacity, directory) -> dict:
+    buf = cls(capacity, payload, prioritized, directory)
+    try:
+        fill = buf.writer(batch_of(payload, 256, 99))
+        for _ in range(capacity // 2 // 256):
+            fill()
+        ctx = mp.get_context("fork")
+        q = ctx.Queue()
+        start_at = time.time() + 0.5
+        stop_at = start_at + seconds
+        procs = [ctx.Process(target=_writer_proc, args=(buf, payload, rows, i, start_at, stop_at, q))
+                 for i in range(writers)]
+        procs.append(ctx.Process(target=_learner_proc, args=(buf, start_at, stop_at, q)))
+        for p in procs:
+            p.start()
+        try:
+            results = [q.get(timeout=seconds + 60) for _ in procs]
+        finally:
+            for p in procs:
+                p.join(10)
+                if p.is_alive():  # a peer that did not finish in time: do not leave it running
+                    p.kill()
+                    p.join(10)
+    finally:
+        buf.close()
+    learner = [r for r in results if r[1] == 0]
+    ws = [r for r in results if r[1] != 0]
+    calls = sum(r[0] for r in ws) or 1
+    return {"inserts_s": sum(r[1] for r in ws) / seconds, "extend_cpu_us": sum(r[2] for r in ws) / calls * 1e6,
+            "batches_s": learner[0][0] / seconds if learner else 0.0,
+            "sample_cpu_us": learner[0][2] / max(1, learner[0][0]) * 1e6 if learner else 0.0}
+
+
+def alone(payload, prioritized, rows, capacity, seconds) -> dict:
+    """The in-process Table in this process: extend alone, then sample (+ update) alone."""
+    buf = InProcess(capacity, payload, prioritized, None)
+    fill = buf.writer(batch_of(payload, 256, 99))
+    for _ in range(capacity // 2 // 256):
+        fill()
+    out = {}
+    for key, fn, n in (("extend", buf.writer(batch_of(payload, rows, 1)), rows), ("sample", buf.learner(), 0)):
+        q = _ListQueue()
+        _loop(fn, time.time() + seconds / 2, q, n)
+        calls, total, cpu = q.items[0]
+        out[key + "_cpu_us"] = cpu / max(1, calls) * 1e6
+        out[key + "_per_s"] = (total if n else calls) / (seconds / 2)
+    return out
+
+
+class _ListQueue:
+    def __init__(self):
+        self.items = []
+
+    def put(self, x):
+        self.items.append(x)
+
+
+def ray_phase(payload, prioritized, writers, rows, seconds, capacity) -> dict:
+    """The Ray service: writer actors call client.extend(B) (one call at a time), one learner actor samples."""
+    import functools
+
+    from replaystore import ray as rsr
+
+    ray = rsr.init_local(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    name = f"bench-shared-{os.getpid()}"
+    sampler = rs.Prioritized(0.6, 0.4) if prioritized else rs.Uniform()
+    client = rsr.serve({"replay": functools.partial(rs.Table, capacity, sampler=sampler)}, name=name)
+    fill = batch_of(payload, 256, 99)
+    for _ in range(capacity // 2 // 256):
+        client.extend(fill)
+
+    @ray.remote(num_cpus=0)
+    class Worker:
+        def __init__(self):
+            self.c = rsr.connect(name, table="replay")
+
+        def write(self, stop_at, seed):
+            c, b = self.c, batch_of(payload, rows, seed)
+            calls, c0 = 0, time.process_time()
+            while time.time() < stop_at:
+                c.extend(b)
+                calls += 1
+            return calls, calls * rows, time.process_time() - c0
+
+        def learn(self, stop_at):
+            c, rng = self.c, np.random.default_rng(0)
+            calls, c0 = 0, time.process_time()
+            while time.time() < stop_at:
+                s = c.sample(SAMPLE, timeout=30)
+                if prioritized:
+                    c.update_priorities(s.keys, rng.random(SAMPLE) + 0.01)
+                calls += 1
+            return calls, 0, time.process_time() - c0
+
+    ws = [Worker.remote() for _ in range(writers)]
+    lr = Worker.remote()
+    ray.get([w.write.remote(0, 0) for w in ws] + [lr.learn.remote(0)])
+    stop_at = time.time() + seconds
+    refs = [w.write.remote(stop_at, i) for i, w in enumerate(ws)] + [lr.learn.remote(stop_at)]
+    *res_w, res_l = ray.get(refs)
+    client.shutdown()
+    ray.shutdown()
+    calls = sum(r[0] for r in res_w) or 1
+    return {"inserts_s": sum(r[1] for r in res_w) / seconds, "extend_cpu_us": sum(r[2] for r in res_w) / calls * 1e6,
+            "batches_s": res_l[0] / seconds, "sample_cpu_us": res_l[2] / max(1, res_l[0]) * 1e6}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=1.0)
+    ap.add_argument("--writers", default="1,2,4")
+    ap.add_argument("--rows", default="1,8,64,256")
+    ap.add_argument("--payloads", default="small,atari")
+    ap.add_argument("--peers", default="shared,cpprb,torchrl,ray")
+    ap.add_argument("--samplers", default="uniform,prioritized")
+    ap.add_argument("--quick", action="store_true", help="one writer count, two batch sizes, small payload")
+    args = ap.parse_args()
+    if args.quick:
+        args.writers, args.rows, args.payloads, args.seconds = "1,2", "8,256", "small", min(args.seconds, 0.5)
+    peers = {"shared": Shared, "cpprb": Cpprb, "torchrl": TorchRL, "ray": None}
+    wanted = args.peers.split(",")
+    directory = tempfile.mkdtemp(prefix="bench-shared-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    print(f"# bench_shared: {args.seconds}s per phase, load average {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} CPUs (compare ratios within this run)")
+    print("| payload | sampler | W | B | peer | rows/s in | extend CPU us | x in-proc | batches/s | sample CPU us "
+          "| x in-proc |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for payload in args.payloads.split(","):
+        capacity = 4_000 if payload == "atari" else 200_000
+        for sampler in args.samplers.split(","):
+            prio = sampler == "prioritized"
+            for rows in [int(x) for x in args.rows.split(",")]:
+                base = alone(payload, prio, rows, capacity, args.seconds)
+                print(f"| {payload} | {sampler} | - | {rows} | in-process Table (alone) | "
+                      f"{base['extend_per_s']:,.0f} | "
+                      f"{base['extend_cpu_us']:.1f} | 1.00 | {base['sample_per_s']:,.0f} | "
+                      f"{base['sample_cpu_us']:.1f} | 1.00 |", flush=True)
+                for w in [int(x) for x in args.writers.split(",")]:
+                    for key in wanted:
+                        if key == "torchrl" and prio:
+                            continue
+                        try:
+                            if key == "ray":
+                                if w > 2 or rows not in (8, 256):
+                                    continue
+                                r = ray_phase(payload, prio, w, rows, args.seconds, capacity)
+                                label = "Ray service"
+                            else:
+                                r = phase(peers[key], payload, prio, w, rows, args.seconds, capacity, directory)
+                                label = peers[key].name
+                        except Exception as e:  # noqa: BLE001 - a peer that cannot run this row says why
+                            print(f"| {payload} | {sampler} | {w} | {rows} | {key} | failed: {type(e).__name__}: "
+                                  f"{str(e)[:80]} |", flush=True)
+                            continue
+                        print(f"| {payload} | {sampler} | {w} | {rows} | {label} | {r['inserts_s']:,.0f} | "
+                              f"{r['extend_cpu_us']:.1f} | {r['extend_cpu_us'] / base['extend_cpu_us']:.2f} | "
+                              f"{r['batches_s']:,.0f} | {r['sample_cpu_us']:.1f} | "
+                              f"{r['sample_cpu_us'] / base['sample_cpu_us']:.2f} |", flush=True)
+    print("# one phase per row (no repeats): run twice to see the noise")
+    os.rmdir(directory)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,20 @@
+"""The errors of shared tables (all :class:`~replaystore.ReplayError`)."""
+
+from __future__ import annotations
+
+from ..errors import CheckpointError, InvalidArgument, ReplayError
+
+
+class SharedTableNotFound(ReplayError, FileNotFoundError):
+    """No shared table of that name in that directory (never created, or already removed)."""
+
+
+class SharedTableExists(InvalidArgument, FileExistsError):
+    """A shared table of that name exists already (created by another process, or left by a crash)."""
+
+
+class LayoutMismatch(CheckpointError):
+    """A segment that is not a shared table of this library's layout version (or is damaged)."""
+
+
+__all__ = ["LayoutMismatch", "SharedTableExists", "SharedTableNotFound"]

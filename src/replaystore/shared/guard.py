@@ -1,0 +1,233 @@
+"""The lock of a shared table: a thread lock, the segment's cross-process mutex, and state sync.
+
+A :class:`ProcessGuard` replaces a Table's own lock and Condition (``Table.guard_with``), so every
+method of the one Table implementation runs as before, inside a critical section that spans
+processes. Entering it (outermost level) takes this process's thread lock, then the segment's
+``flock``; if the previous holder died inside it (``busy`` still set) the table is recovered
+first (:mod:`replaystore.shared.recovery`); then the current state copy is loaded into the local
+Table object when another process has published since (``Table.load_state_scalars``). Leaving it
+publishes the Table's scalars when they changed (the copy not current, then the selector) and
+releases both locks.
+
+Waiting (the rate limiter) is polling: ``wait(timeout)`` publishes, releases everything, sleeps
+(50 us, doubling to 2 ms while the wait goes on) and re-enters. Every wait has the caller's timeout;
+taking the mutex has ``lock_timeout``. ``notify_all`` does nothing (waiters poll).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..errors import Closed
+from .recovery import reconcile
+from .segment import COPY0, COPY_WORDS, W_ACTIVE, W_BUSY, W_RECOVERIES, W_WAITING, Segment, state_format
+
+if TYPE_CHECKING:
+    from ..table import Table
+
+#: test hook: with ``REPLAYSTORE_SHM_TEST_HOOK=pause-before-publish:<file>``, a critical section
+#: that changed the state touches ``<file>`` and sleeps before publishing (the crash tests kill it there)
+_HOOK = os.environ.get("REPLAYSTORE_SHM_TEST_HOOK", "").partition("pause-before-publish:")[2]
+_EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB
+
+
+class ProcessGuard:
+    """A re-entrant lock and Condition over threads and processes for one Table (see the module doc)."""
+
+    def __init__(self, segment: Segment, table: "Table", names: tuple[str, ...], n_floats: int) -> None:
+        self.segment = segment
+        self.table = table
+        self.names = names
+        self._fmt = state_format(len(names) - n_floats, n_floats)
+        self._tlock = threading.RLock()
+        self._depth = 0
+        self._gen = -1  # generation of the state the local Table holds
+        self._values: tuple | None = None
+        self.intent = 0  # rows the current insert may write (set by acquire_insert)
+        self._delay = 50e-6
+        self.recovered = 0  # recoveries this process performed
+        self._copy_word = (COPY0, COPY0 + COPY_WORDS)  # first word (the generation) of each copy
+        self._copy_byte = (COPY0 * 8, (COPY0 + COPY_WORDS) * 8)
+        self._holding = False  # this process holds the mutex (entered and not yet left)
+
+    # -- state copies ---------------------------------------------------------------------------
+    def read_copy(self) -> tuple[int, int, tuple]:
+        """``(generation, intent, values)`` of the current copy (mutex held, or a snapshot)."""
+        raw = self._fmt.unpack_from(self.segment.mm, self._copy_byte[self.segment.words[W_ACTIVE] & 1])
+        return raw[0], raw[1], raw[2:]
+
+    def publish(self, gen: int, values: tuple) -> None:
+        """Write a new current copy: the other copy first, then flip the selector."""
+        words = self.segment.words
+        other = (words[W_ACTIVE] & 1) ^ 1
+        self._fmt.pack_into(self.segment.mm, self._copy_byte[other], gen, 0, *values)
+        words[W_ACTIVE] = other
+
+    def set_intent(self, n: int) -> None:
+        """Write the current insert's row count into the current copy (mutex held)."""
+        words = self.segment.words
+        words[self._copy_word[words[W_ACTIVE] & 1] + 1] = n
+
+    def start(self, values: tuple) -> None:
+        """Publish the first state of a new segment (generation 0) as the one the local Table holds."""
+        self.publish(0, values)
+        self._gen, self._values = 0, values
+
+    def value(self, name: str) -> Any:
+        """A scalar of the state the local Table holds (the last one loaded or published)."""
+        return self._values[self.names.index(name)]
+
+    # -- enter / leave ------------------------------------------------------------------------------
+    def _enter(self, intent: int) -> None:
+        seg = self.segment
+        if seg.closed:
+            raise Closed(f"shared table {self.table.name!r} was closed in this process")
+        try:
+            fcntl.flock(seg.lock_fd, _EX_NB)
+        except BlockingIOError:
+            seg.lock()
+        try:
+            words = seg.words
+            if words[W_BUSY]:
+                self._recover()
+            words[W_BUSY] = seg.pid
+            word = self._copy_word[words[W_ACTIVE] & 1]
+            if words[word] != self._gen:
+                gen, _, values = self.read_copy()
+                self.table.load_state_scalars(values)
+                self._gen, self._values = gen, values
+            if intent:
+                self.intent = intent
+                words[word + 1] = intent
+        except BaseException:
+            seg.unlock()
+            raise
+        self._holding = True
+
+    def _leave(self) -> None:
+        if not self._holding:  # (a wait that could not re-enter: nothing to publish or release)
+            return
+        self._holding = False
+        seg = self.segment
+        try:
+            values = self.table.state_scalars()
+            if values != self._values:
+                if _HOOK:
+                    _pause(_HOOK)
+                self._gen += 1
+                self.publish(self._gen, values)
+                self._values = values
+            elif self.intent:
+                self.set_intent(0)
+            self.intent = 0
+            seg.words[W_BUSY] = 0
+        finally:
+            fcntl.flock(seg.lock_fd, fcntl.LOCK_UN)
+        if seg.words[W_WAITING]:  # another process waits for the lock: let it run first
+            os.sched_yield()
+
+    def _recover(self) -> None:
+        """The previous holder died inside the critical section: make the table consistent."""
+        gen, intent, values = self.read_copy()
+        fixed, dropped = reconcile(self.table, self.segment, self.names, values, intent)
+        self.publish(gen + 1, fixed)
+        words = self.segment.words
+        words[W_RECOVERIES] += 1
+        self.recovered += 1
+        if dropped:
+            import logging
+
+            logging.getLogger("replaystore.shared").warning(
+                "shared table %r: a process died inside the lock; %d item(s) it may have overwritten "
+                "were dropped", self.table.name, dropped)
+
+    # -- the lock protocol ---------------------------------------------------------------------
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """Enter (re-entrant); blocks up to the segment's ``lock_timeout`` (``Timeout``)."""
+        self._tlock.acquire()
+        if self._depth:
+            self._depth += 1
+            return True
+        try:
+            self._enter(0)
+        except BaseException:
+            self._tlock.release()
+            raise
+        self._depth = 1
+        return True
+
+    def acquire_insert(self, rows: int) -> None:
+        """:meth:`acquire` for an insert that may write ``rows`` rows (noted for recovery until released)."""
+        self._tlock.acquire()
+        if self._depth:
+            self._depth += 1
+            if rows > self.intent:
+                self.intent = rows
+                self.set_intent(rows)
+            return
+        try:
+            self._enter(rows)
+        except BaseException:
+            self._tlock.release()
+            raise
+        self._depth = 1
+
+    def release(self) -> None:
+        """Leave one level; the outermost publishes and releases the mutex."""
+        if self._depth > 1:
+            self._depth -= 1
+            self._tlock.release()
+            return
+        self._depth = 0
+        self._delay = 50e-6
+        try:
+            self._leave()
+        finally:
+            self._tlock.release()
+
+    __enter__ = acquire
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Publish, release every level, sleep a little (at most ``timeout``), re-enter. Returns True.
+
+        Raises ``Closed`` (or ``Timeout`` for the mutex) if it cannot re-enter; the caller's levels
+        are then still counted, and leaving them releases nothing more.
+        """
+        depth, intent = self._depth, self.intent
+        self._depth = 0
+        try:
+            self._leave()
+        finally:
+            for _ in range(depth):
+                self._tlock.release()
+        delay = self._delay if timeout is None else max(0.0, min(self._delay, timeout))
+        time.sleep(delay)
+        self._delay = min(self._delay * 2, 2e-3)
+        for _ in range(depth):
+            self._tlock.acquire()
+        self._depth = depth
+        self._enter(intent)
+        return True
+
+    def notify_all(self) -> None:
+        """Nothing: waiters in every process poll."""
+
+    notify = notify_all
+
+    def after_fork(self) -> None:
+        """In a forked child: a fresh thread lock (the parent's threads are not here)."""
+        self._tlock = threading.RLock()
+        self._depth = 0
+
+
+def _pause(marker: str) -> None:
+    with open(marker, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(3600)

@@ -1,0 +1,471 @@
+"""A shared table's segment: one directory holding a mapped data file and a lock file.
+
+Layout of ``<directory>/replaystore-<name>/``::
+
+    segment   the mapped file: a header page, the configuration as JSON, then one page-aligned
+              region per state array (the Table's metadata rows, the Prioritized trees, the
+              payload columns), every block reserved up front (``posix_fallocate``)
+    lock      the mutex: ``flock(LOCK_EX)`` on it, which the kernel drops when its holder dies
+
+Every process that has the table open holds ``flock(LOCK_SH)`` on ``segment``: the process that
+closes last (and so can take ``LOCK_EX``) removes the directory; a directory nobody holds is a
+leftover of crashed runs (:func:`list_segments`, ``replaystore shm``).
+
+The header (int64 words): magic, layout version, sizes, creator pid, the pid of the process inside
+the critical section (``busy``, zero outside it), which of the two state copies is current, and
+two copies of the Table's scalar state (``Table.state_scalars``) each led by a generation number
+and an insert *intent* (rows an insert in progress may be writing). A writer fills the copy that
+is not current and then flips the selector (one aligned 8-byte store), so a reader, or a process
+that recovers after a writer died, always finds one complete copy.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import mmap
+import os
+import re
+import secrets
+import shutil
+import struct
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import DiskFull, InvalidArgument, Timeout
+from ..storage.diskspace import free_bytes, reserve
+from .errors import LayoutMismatch, SharedTableExists, SharedTableNotFound
+
+_EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB
+MAGIC = int.from_bytes(b"RSSHMTB1", "little")
+LAYOUT_VERSION = 1
+PAGE = 4096
+PREFIX = "replaystore-"
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+
+# header words
+W_MAGIC, W_VERSION, W_HEADER, W_TOTAL, W_JSON_OFF, W_JSON_LEN, W_CREATOR, W_CREATED = range(8)
+W_BUSY, W_ACTIVE, W_RECOVERIES, W_WAITING = 8, 9, 10, 11
+COPY_WORDS = 32
+COPY0 = 16  # first word of state copy 0; copy 1 follows
+PIDS = COPY0 + 2 * COPY_WORDS  # the table of attached pids
+MAX_PIDS = 128
+HEADER_BYTES = PAGE
+
+
+def default_directory() -> Path:
+    """Where shared tables live by default: ``/dev/shm`` (memory), else the temp directory."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        return shm
+    import tempfile
+
+    return Path(tempfile.gettempdir())
+
+
+def check_name(name: str) -> str:
+    """``name`` if it is a valid table name (letters, digits, ``_ . -``; at most 100), else InvalidArgument."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise InvalidArgument(f"a shared table name is 1-100 letters, digits, '_', '.' or '-' "
+                              f"(not starting with '.' or '-'), got {name!r}")
+    return name
+
+
+def path_of(name: str, directory: str | os.PathLike | None) -> Path:
+    """The directory of table ``name``."""
+    root = Path(directory) if directory is not None else default_directory()
+    return root / f"{PREFIX}{check_name(name)}"
+
+
+def _flock(fd: int, op: int, timeout: float, what: str) -> None:
+    """``flock(fd, op)`` polled without blocking, with a backoff, until ``timeout`` seconds pass."""
+    try:
+        fcntl.flock(fd, op | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    deadline = time.monotonic() + timeout
+    delay, spins = 20e-6, 0
+    while True:
+        if spins < 50:
+            os.sched_yield()
+            spins += 1
+        else:
+            time.sleep(delay)
+            delay = min(delay * 2, 1e-3)
+        try:
+            fcntl.flock(fd, op | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise Timeout(f"{what}: not acquired within {timeout:.3g}s") from None
+
+
+class Segment:
+    """One process's handle on a table's files: the mapping, the mutex and its place in the count.
+
+    Not thread-safe (the table's lock serialises every use). ``regions`` maps a state array's name
+    to ``(offset, shape, dtype)``.
+    """
+
+    def __init__(self, path: Path, fd: int, mm: mmap.mmap, config: dict, lock_timeout: float) -> None:
+        self.path = path
+        self.fd = fd  # the segment file: LOCK_SH held while open (the reference count)
+        self.mm = mm
+        self.config = config
+        self.lock_timeout = float(lock_timeout)
+        self.words = memoryview(mm).cast("q")
+        self.regions = {r["name"]: (r["offset"], tuple(r["shape"]), np.dtype(r["dtype"])) for r in config["regions"]}
+        self.lock_fd = os.open(path / "lock", os.O_RDWR)
+        self.pid = os.getpid()
+        self.closed = False
+
+    # -- create / open ------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, path: Path, config: dict, regions: list[tuple[str, tuple, np.dtype]],
+               lock_timeout: float) -> tuple["Segment", Path]:
+        """Build the files in a hidden sibling directory; :meth:`publish_dir` renames it into place.
+
+        Raises:
+            SharedTableExists: ``path`` exists. DiskFull: the file system cannot hold the segment
+            (checked with ``statvfs`` first, then every block reserved).
+        """
+        if path.exists():
+            raise _exists(path)
+        offset = 0
+        body = []
+        for name, shape, dtype in regions:
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            body.append({"name": name, "offset": offset, "shape": list(shape), "dtype": dtype.str,
+                         "nbytes": nbytes})
+            offset += -(-nbytes // PAGE) * PAGE
+        config = dict(config, regions=body)
+        raw = json.dumps(config).encode()
+        json_bytes = -(-len(raw) // PAGE) * PAGE
+        start = HEADER_BYTES + json_bytes
+        for r in body:
+            r["offset"] += start
+        config["regions"] = body
+        raw = json.dumps(config).encode()
+        if len(raw) > json_bytes:  # the offsets' digits made it longer: one more page
+            json_bytes += PAGE
+            for r in body:
+                r["offset"] += PAGE
+            config["regions"] = body
+            raw = json.dumps(config).encode()
+        total = HEADER_BYTES + json_bytes + offset
+        root = path.parent
+        root.mkdir(parents=True, exist_ok=True)
+        free = free_bytes(root)
+        if total > free:
+            raise DiskFull(f"shared table {path.name[len(PREFIX):]!r} needs {total:,} bytes in {root}, "
+                           f"which has {free:,} bytes free (use a smaller capacity, or directory= on a "
+                           f"larger file system)", str(path), total)
+        tmp = root / f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        tmp.mkdir()
+        fd = -1
+        try:
+            fd = os.open(tmp / "segment", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_SH)  # (the map keeps a duplicate of a descriptor: not of this one)
+            reserve(fd, 0, total, tmp / "segment")
+            os.close(os.open(tmp / "lock", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+            mm = _map(tmp / "segment", total)
+            mm[HEADER_BYTES : HEADER_BYTES + len(raw)] = raw
+            words = memoryview(mm).cast("q")
+            words[W_VERSION] = LAYOUT_VERSION
+            words[W_HEADER] = HEADER_BYTES
+            words[W_TOTAL] = total
+            words[W_JSON_OFF] = HEADER_BYTES
+            words[W_JSON_LEN] = len(raw)
+            words[W_CREATOR] = os.getpid()
+            words[W_CREATED] = time.time_ns()
+            words[W_MAGIC] = MAGIC  # last: a segment with a magic is complete
+            words.release()
+            seg = cls.__new__(cls)
+            seg.path = tmp
+            seg.fd, seg.mm, seg.config, seg.lock_timeout = fd, mm, config, float(lock_timeout)
+            seg.words = memoryview(mm).cast("q")
+            seg.regions = {r["name"]: (r["offset"], tuple(r["shape"]), np.dtype(r["dtype"])) for r in body}
+            seg.lock_fd = os.open(tmp / "lock", os.O_RDWR)
+            seg.pid = os.getpid()
+            seg.closed = False
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return seg, tmp
+
+    def publish_dir(self, path: Path) -> None:
+        """Rename the directory built by :meth:`create` to ``path`` (``SharedTableExists`` if taken)."""
+        tmp = self.path
+        try:
+            os.rename(tmp, path)
+        except OSError as e:
+            if e.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                self.close(remove=False)
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise _exists(path) from None
+            raise
+        self.path = path
+
+    @classmethod
+    def open(cls, path: Path, lock_timeout: float) -> "Segment":
+        """Map the segment of an existing table (``SharedTableNotFound``, ``LayoutMismatch``)."""
+        name = path.name[len(PREFIX):]
+        try:
+            fd = os.open(path / "segment", os.O_RDWR)
+        except FileNotFoundError:
+            raise SharedTableNotFound(f"no shared table {name!r} in {path.parent} "
+                                      f"(existing: {sorted(s['name'] for s in list_segments(path.parent)) or 'none'})"
+                                      ) from None
+        try:
+            _flock(fd, fcntl.LOCK_SH, lock_timeout, f"attaching to shared table {name!r}")
+            try:
+                same = os.stat(path / "segment").st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # removed (its last user closed) between our open and our lock
+                raise SharedTableNotFound(f"shared table {name!r} in {path.parent} was removed while attaching")
+            size = os.fstat(fd).st_size
+            if size < HEADER_BYTES:
+                raise LayoutMismatch(f"{path / 'segment'} is {size} bytes: not a shared table segment")
+            mm = _map(path / "segment", size)
+            config = _read_config(mm, path, size)
+            return cls(path, fd, mm, config, lock_timeout)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    # -- the mutex ------------------------------------------------------------------------------
+    def lock(self) -> None:
+        """Take the cross-process mutex (``Timeout`` after ``lock_timeout`` seconds).
+
+        A waiter notes its pid in the header (a holder that sees it yields the CPU after releasing,
+        so a learner sampling back to back cannot starve writers), yields while it spins for the
+        first 0.2 ms, then sleeps 50 us, doubling to 500 us, between attempts.
+        """
+        fd, words, pid = self.lock_fd, self.words, self.pid
+        try:
+            fcntl.flock(fd, _EX_NB)
+            return
+        except BlockingIOError:
+            pass
+        start = time.monotonic()
+        deadline, spin_until = start + self.lock_timeout, start + 0.0002
+        delay = 50e-6
+        while True:
+            words[W_WAITING] = pid
+            now = time.monotonic()
+            if now < spin_until:
+                os.sched_yield()
+            else:
+                time.sleep(delay)
+                delay = min(delay * 2, 500e-6)
+            try:
+                fcntl.flock(fd, _EX_NB)
+                break
+            except BlockingIOError:
+                if now > deadline:
+                    raise Timeout(f"the lock of shared table {self.path.name[len(PREFIX):]!r} (held by pid "
+                                  f"{words[W_BUSY]}): not acquired within {self.lock_timeout:.3g}s") from None
+        if words[W_WAITING] == pid:
+            words[W_WAITING] = 0
+
+    def unlock(self) -> None:
+        """Release the mutex."""
+        fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+
+    # -- regions ------------------------------------------------------------------------------------
+    def view(self, name: str) -> np.ndarray:
+        """The region ``name`` as a writable array (a view of the mapping)."""
+        offset, shape, dtype = self.regions[name]
+        count = int(np.prod(shape, dtype=np.int64))
+        return np.frombuffer(self.mm, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+    # -- attached pids ----------------------------------------------------------------------------
+    def register(self, pid: int) -> None:
+        """Note ``pid`` in the table of attached processes (mutex held); dead entries are reused."""
+        w = self.words
+        for i in range(PIDS, PIDS + MAX_PIDS):
+            p = w[i]
+            if p == pid:
+                return
+            if p == 0 or not _alive(p):
+                w[i] = pid
+                return
+
+    def unregister(self, pid: int) -> None:
+        """Remove ``pid`` from the table of attached processes (mutex held)."""
+        w = self.words
+        for i in range(PIDS, PIDS + MAX_PIDS):
+            if w[i] == pid:
+                w[i] = 0
+
+    # -- after fork, close ------------------------------------------------------------------------
+    def reopen_after_fork(self) -> None:
+        """In a forked child: descriptors of our own (the parent's locks are per open file)."""
+        old_fd, old_lock = self.fd, self.lock_fd
+        self.fd = os.open(self.path / "segment", os.O_RDWR)
+        fcntl.flock(self.fd, fcntl.LOCK_SH)
+        self.lock_fd = os.open(self.path / "lock", os.O_RDWR)
+        for fd in (old_fd, old_lock):
+            os.close(fd)
+        self.pid = os.getpid()
+
+    def close(self, remove: bool = True) -> bool:
+        """Leave the reference count; the last process out removes the directory. Returns whether it did.
+
+        The mapping stays valid for arrays that still view it (the kernel frees it with the last one).
+        """
+        if self.closed:
+            return False
+        self.closed = True
+        removed = False
+        try:
+            if remove:
+                try:
+                    fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    removed = remove_dir(self.path)
+                except BlockingIOError:
+                    pass
+        finally:
+            os.close(self.fd)
+            os.close(self.lock_fd)
+        return removed
+
+
+def _map(file: Path, size: int) -> mmap.mmap:
+    """Map ``file`` through a descriptor of its own.
+
+    ``mmap`` keeps a duplicate of the descriptor it is given, which would hold any ``flock`` taken
+    on it for as long as the map lives.
+    """
+    fd = os.open(file, os.O_RDWR)
+    try:
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+
+
+def remove_dir(path: Path) -> bool:
+    """Remove a table directory: renamed aside first (new attachers fail at once), then deleted."""
+    tomb = path.parent / f".{path.name}.gone-{secrets.token_hex(4)}"
+    try:
+        os.rename(path, tomb)
+    except FileNotFoundError:
+        return False
+    shutil.rmtree(tomb, ignore_errors=True)
+    return True
+
+
+def _exists(path: Path) -> SharedTableExists:
+    name = path.name[len(PREFIX):]
+    info = next((s for s in list_segments(path.parent) if s["name"] == name), None)
+    if info is not None and info["orphaned"]:
+        return SharedTableExists(f"shared table {name!r} exists in {path.parent}, left by processes that "
+                                 f"are gone: attach to it, or remove it with `replaystore shm rm {name}`")
+    return SharedTableExists(f"shared table {name!r} exists in {path.parent} (open in another process); "
+                             "attach to it, or choose another name")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _read_config(mm: mmap.mmap, path: Path, size: int) -> dict:
+    words = memoryview(mm).cast("q")
+    try:
+        magic, version, total = words[W_MAGIC], words[W_VERSION], words[W_TOTAL]
+        off, length = words[W_JSON_OFF], words[W_JSON_LEN]
+    finally:
+        words.release()
+    if magic != MAGIC:
+        raise LayoutMismatch(f"{path / 'segment'} is not a replaystore shared table (bad magic)")
+    if version != LAYOUT_VERSION:
+        raise LayoutMismatch(f"{path / 'segment'} has layout version {version}; this replaystore reads "
+                             f"version {LAYOUT_VERSION}: open it with the version that created it")
+    if total != size or not (HEADER_BYTES <= off and 0 < length and off + length <= size):
+        raise LayoutMismatch(f"{path / 'segment'}: header sizes do not match the file ({size} bytes)")
+    try:
+        config = json.loads(bytes(mm[off : off + length]))
+        for r in config["regions"]:
+            nbytes = int(np.prod(r["shape"], dtype=np.int64)) * np.dtype(r["dtype"]).itemsize
+            if r["offset"] < HEADER_BYTES or r["offset"] + nbytes > size:
+                raise ValueError(f"region {r['name']!r} lies outside the file")
+    except (ValueError, KeyError, TypeError) as e:
+        raise LayoutMismatch(f"{path / 'segment'}: unreadable configuration ({e})") from None
+    return config
+
+
+def state_format(n_ints: int, n_floats: int) -> struct.Struct:
+    """The packing of one state copy: generation, intent, the integers, the floats."""
+    if 2 + n_ints + n_floats > COPY_WORDS:
+        raise InvalidArgument("the table's state has more scalars than a segment copy holds")
+    return struct.Struct(f"<{2 + n_ints}q{n_floats}d")
+
+
+def list_segments(directory: str | os.PathLike | None = None) -> list[dict[str, Any]]:
+    """The shared tables in ``directory`` (default ``/dev/shm``): name, path, bytes, pids, orphaned.
+
+    ``orphaned``: no process has it open (a leftover of crashed runs, or a table kept on purpose).
+    ``error``: set when the segment cannot be read (not a table of this layout). ``incomplete``:
+    a hidden directory left by a creator that died before its table was published (or a removal
+    that was cut short); ``replaystore shm rm --all`` deletes those too.
+    """
+    root = Path(directory) if directory is not None else default_directory()
+    out: list[dict[str, Any]] = []
+    try:
+        entries = sorted(p for p in root.iterdir() if p.name.startswith(PREFIX) and p.is_dir())
+        hidden = sorted(p for p in root.iterdir() if p.name.startswith("." + PREFIX) and p.is_dir())
+    except FileNotFoundError:
+        return out
+    for path in hidden:  # a creation that never finished, or a removal cut short
+        m = re.search(r"\.tmp-(\d+)-", path.name)
+        if m is None or not _alive(int(m.group(1))):
+            out.append({"name": path.name, "path": str(path), "orphaned": True, "incomplete": True, "bytes": 0,
+                        "pids": [], "error": "incomplete: its creator died, or its removal was cut short"})
+    for path in entries:
+        info: dict[str, Any] = {"name": path.name[len(PREFIX):], "path": str(path)}
+        try:
+            fd = os.open(path / "segment", os.O_RDWR)
+        except OSError as e:
+            info.update(orphaned=True, error=str(e), bytes=0, pids=[])
+            out.append(info)
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                info["orphaned"] = True
+            except BlockingIOError:
+                info["orphaned"] = False
+            size = os.fstat(fd).st_size
+            info["bytes"] = size
+            try:
+                if size < HEADER_BYTES:
+                    raise LayoutMismatch("too short")
+                with mmap.mmap(fd, size) as mm:
+                    config = _read_config(mm, path, size)
+                    words = memoryview(mm).cast("q")
+                    pids = [words[i] for i in range(PIDS, PIDS + MAX_PIDS) if words[i]]
+                    info["creator_pid"] = words[W_CREATOR]
+                    info["recoveries"] = words[W_RECOVERIES]
+                    words.release()
+                info["pids"] = [p for p in pids if _alive(p)]
+                info["capacity"] = config["capacity"]
+            except LayoutMismatch as e:
+                info.update(error=str(e), pids=[])
+        finally:
+            os.close(fd)
+        out.append(info)
+    return out

@@ -1,0 +1,380 @@
+"""SharedTable: the one Table, with its state in a shared-memory segment that processes open by name.
+
+A :class:`SharedTable` *is* a :class:`~replaystore.Table` (a subclass that adds no algorithm of its
+own): its per-slot arrays (metadata rows, ``Prioritized`` trees, payload columns) are views of the
+segment (:mod:`replaystore.placement`), its lock is a :class:`~replaystore.shared.guard.ProcessGuard`
+(a thread lock plus the segment's ``flock``), and its small scalar state (next key, ring bounds,
+rate-limiter and stats counters, version, max priority) is loaded from the segment when a process
+enters the lock and published when it leaves. So every process runs the Table's own code on the
+same data: same semantics, same distributions.
+
+What the first version supports (anything else raises :class:`~replaystore.InvalidArgument` naming
+it): column storage with a ``spec``; the ``Fifo`` remover (the table stays in *ring mode*: the key
+index, free slots and uniform set are arithmetic on three shared numbers); ``Uniform``,
+``Prioritized`` and ``Fifo`` samplers; every rate limiter; ``max_times_sampled`` with the ``Fifo``
+sampler (retirement is then of the oldest items); ``max_staleness`` while the items that go stale
+are the oldest ones; ``delete`` of the oldest items. Not yet: episodes, other removers, deletes or
+retirements out of insertion order.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgument
+from ..limiters import MinSize, RateLimiter, limiter_from_config
+from ..placement import placed
+from ..samplers import Fifo, Prioritized, Selector, Uniform, selector_from_config
+from ..storage import ColumnStorage
+from ..storage.spec import Field, normalize_spec, unflatten
+from ..table import Table
+from .guard import ProcessGuard
+from .segment import Segment, check_name, path_of
+
+_SAMPLERS = (Uniform, Prioritized, Fifo)
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # open tables of this process (re-opened after a fork)
+
+
+class SharedTable(Table):
+    """A Table in shared memory; build it with :meth:`create` or :meth:`attach`, never directly.
+
+    Every method of :class:`~replaystore.Table` works and keeps its contract, across processes
+    (thread- and process-safe). Blocking calls poll across processes (every wait has the
+    caller's timeout); the cross-process lock has ``lock_timeout``. Pickling a SharedTable (to a
+    ``spawn``/``forkserver`` child, a Ray task or actor on the same host) attaches by name on
+    the other side; a ``fork`` child may use the table it inherited.
+    """
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def create(cls, name: str, capacity: int, spec: Mapping, sampler: Selector | None = None,
+               rate_limiter: RateLimiter | None = None, max_times_sampled: int = 0,
+               max_staleness: int | None = None, seed: int | None = None,
+               default_timeout: float | None = None, directory: str | os.PathLike | None = None,
+               remover: Selector | None = None, lock_timeout: float = 60.0) -> "SharedTable":
+        """Create the segment ``name`` (in ``directory``, default ``/dev/shm``) and open it.
+
+        Args mirror :class:`~replaystore.Table`; ``spec`` (field shapes and dtypes) is required,
+        since the segment is sized up front. ``seed`` seeds this process's sampling only.
+
+        Raises:
+            InvalidArgument: a bad name or argument, or an option shared tables do not support yet.
+            SharedTableExists: the name is taken (by a live table or a leftover).
+            DiskFull: the segment does not fit (the bytes wanted and free are in the message).
+        """
+        check_name(name)
+        capacity = int(capacity)
+        if capacity <= 0:
+            raise InvalidArgument(f"capacity must be positive, got {capacity}")
+        if spec is None or not isinstance(spec, Mapping) or not spec:
+            raise InvalidArgument("a shared table needs spec= (its columns are sized when it is created)")
+        sampler = Uniform() if sampler is None else sampler
+        rate_limiter = MinSize(1) if rate_limiter is None else rate_limiter
+        _check_supported(sampler, remover, rate_limiter, max_times_sampled)
+        flat = normalize_spec(spec)
+        config = {
+            "name": name, "capacity": capacity,
+            "spec": {p: f.to_json() for p, f in flat.items()},
+            "sampler": sampler.config(), "rate_limiter": rate_limiter.config(),
+            "max_times_sampled": int(max_times_sampled),
+            "max_staleness": None if max_staleness is None else int(max_staleness),
+            "default_timeout": default_timeout,
+        }
+        regions: list[tuple[str, tuple, np.dtype]] = []
+        _construct(config, _recorder(regions), None)  # a dry run says what the Table allocates
+        path = path_of(name, directory)
+        seg, tmp = Segment.create(path, config, regions, lock_timeout)
+        try:
+            table = _construct(config, _placer(seg, fill=True), seed, cls)
+            table._open(seg, first=True)
+            seg.publish_dir(path)
+        except BaseException:
+            if not seg.closed:
+                seg.close(remove=False)
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return table
+
+    @classmethod
+    def attach(cls, name: str, directory: str | os.PathLike | None = None, seed: int | None = None,
+               lock_timeout: float = 60.0) -> "SharedTable":
+        """Open the existing shared table ``name`` (created by any process, alive or not).
+
+        Raises:
+            SharedTableNotFound: no such table. LayoutMismatch: not a table of this layout version.
+        """
+        seg = Segment.open(path_of(name, directory), lock_timeout)
+        try:
+            table = _construct(seg.config, _placer(seg, fill=False), seed, cls)
+            table._open(seg, first=False)
+        except BaseException:
+            seg.close(remove=False)
+            raise
+        return table
+
+    def _open(self, seg: Segment, first: bool) -> None:
+        self._segment = seg
+        self.shared_name = seg.config["name"]
+        self.storage.stage_rows = 1  # no staging: staged rows would hold keys other processes cannot see
+        names = Table.STATE_INTS + Table.STATE_FLOATS
+        self._guard = ProcessGuard(seg, self, names, len(Table.STATE_FLOATS))
+        if first:
+            self._guard.start(self.state_scalars())
+        self.guard_with(self._guard)
+        with self._guard:
+            seg.register(seg.pid)
+        self._unlink_on_close = True
+        self._batched_adds = type(self.sampler) is Prioritized
+        _LIVE.add(self)
+
+    # -- identity, pickling -------------------------------------------------------------------------
+    @property
+    def path(self) -> str:
+        """The table's directory (``<directory>/replaystore-<name>``)."""
+        return str(self._segment.path)
+
+    def __reduce__(self) -> tuple:
+        return (_attach, (self.shared_name, str(self._segment.path.parent)))
+
+    def __repr__(self) -> str:
+        return f"Shared{super().__repr__()[:-1]}, path={self.path!r})"
+
+    def __len__(self) -> int:
+        with self._cond:
+            return int(self._guard.value("size"))
+
+    # -- inserts: note how many rows they may write (recovery after a crash) ----------------------
+    def extend(self, data: Any, priorities: Any = None, version: Any = None,
+               timeout: float | None = None) -> np.ndarray:
+        """As :meth:`Table.extend`; the batch is published to other processes all at once."""
+        guard = self._guard
+        if self._segment.closed:
+            return Table.extend(self, data, priorities, version, timeout)  # raises Closed
+        guard.acquire_insert(_batch_len(data, self.capacity))
+        try:
+            return Table.extend(self, data, priorities, version, timeout)
+        finally:
+            guard.release()
+
+    def add(self, item: Any, priority: float | None = None, version: int | None = None,
+            timeout: float | None = None) -> int:
+        """As :meth:`Table.add` (never staged: the item is visible to other processes on return).
+
+        With a ``Prioritized`` sampler an item goes in as a batch of one (the ring's fast path).
+        """
+        # (Uniform and Fifo samplers follow the ring: Table.add has a fast path of its own for them)
+        batch = _as_batch_of_one(item, self.storage.spec) if self._batched_adds and type(item) is dict else None
+        if batch is not None:
+            priorities = None if priority is None else [priority]
+            return int(self.extend(batch, priorities, version, timeout)[0])
+        guard = self._guard
+        if self._segment.closed:
+            return Table.add(self, item, priority, version, timeout)  # raises Closed
+        guard.acquire_insert(1)
+        try:
+            return Table.add(self, item, priority, version, timeout)
+        finally:
+            guard.release()
+
+    # -- removals that keep ring mode ---------------------------------------------------------------
+    def delete(self, keys: Any) -> int:
+        """As :meth:`Table.delete`, for the oldest items only (see the module doc).
+
+        Raises:
+            InvalidArgument: a live key that is not among the oldest ``k`` items (nothing deleted).
+        """
+        with self._cond:
+            arr = np.asarray(keys) if not isinstance(keys, np.ndarray) else keys
+            if arr.dtype.kind in "iu":
+                k = np.unique(arr.astype(np.int64).ravel())
+                lo, hi = self._guard.value("ring_lo"), self._guard.value("ring_hi")
+                live = k[(k >= lo) & (k < hi)]
+                if len(live) and not (live[0] == lo and live[-1] == lo + len(live) - 1):
+                    raise InvalidArgument(
+                        f"shared table {self.shared_name!r} deletes only its oldest items (keys {lo} ..): "
+                        "deleting others is not supported in shared mode yet")
+            return super().delete(keys)
+
+    def set_version(self, version: int) -> int:
+        """As :meth:`Table.set_version`, while the items that go stale are the oldest ones.
+
+        Raises:
+            InvalidArgument: stale items that are not the oldest (nothing dropped, version unchanged).
+        """
+        with self._cond:
+            if self.max_staleness is not None and isinstance(version, (int, np.integer, float)) \
+                    and not isinstance(version, bool) and float(version).is_integer():
+                lo, hi = self._guard.value("ring_lo"), self._guard.value("ring_hi")
+                base = self._guard.value("ring_base")
+                slots = (np.arange(lo, hi, dtype=np.int64) - base) % self.capacity
+                stale = self._segment.view("table.meta")[slots, 2] < int(version) - self.max_staleness
+                m = int(stale.sum())
+                if m and not stale[:m].all():
+                    raise InvalidArgument(
+                        f"shared table {self.shared_name!r}: version {int(version)} would make items stale "
+                        "out of insertion order, which shared mode does not support yet (only the oldest)")
+            return super().set_version(version)
+
+    # -- not in shared mode yet ---------------------------------------------------------------------
+    def _no_episodes(self, *args: Any, **kwargs: Any) -> Any:
+        raise InvalidArgument("episodes (steps, sequences, n-step) are not supported by shared tables yet")
+
+    add_step = extend_steps = add_episode = end_episode = _no_episodes
+    sample_sequences = sample_nstep = sample_episodes = episode_info = episode_keys = _no_episodes
+
+    # -- close ------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close this process's handle: later calls raise ``Closed``; the last process out removes the segment.
+
+        Idempotent. ``stats()`` and ``save()`` still read the state as it was at the close.
+        """
+        if self._segment.closed:
+            return
+        with self._guard:
+            super().close()
+            self._segment.unregister(self._segment.pid)
+        self.guard_with(threading.Condition(threading.RLock()))
+        self._segment.close(remove=self._unlink_on_close)
+
+    def unlink(self) -> None:
+        """Remove the segment's files now (processes that have it open keep working on their mapping)."""
+        from .segment import remove_dir
+
+        self._unlink_on_close = False
+        remove_dir(self._segment.path)
+
+    def recoveries(self) -> int:
+        """How many times a process found a dead holder of the lock and repaired the table."""
+        from .segment import W_RECOVERIES
+
+        return int(self._segment.words[W_RECOVERIES])
+
+
+def _attach(name: str, directory: str) -> SharedTable:
+    return SharedTable.attach(name, directory)
+
+
+def _check_supported(sampler: Selector, remover: Selector | None, limiter: RateLimiter, max_times_sampled: int) -> None:
+    if type(sampler) not in _SAMPLERS:
+        raise InvalidArgument(f"shared tables support the Uniform, Prioritized and Fifo samplers, not "
+                              f"{type(sampler).__name__} (yet)")
+    if remover is not None and type(remover) is not Fifo:
+        raise InvalidArgument(f"shared tables evict with the Fifo remover only, not {type(remover).__name__} (yet)")
+    if not isinstance(limiter, RateLimiter):
+        raise InvalidArgument(f"rate_limiter must be a RateLimiter, got {type(limiter).__name__}")
+    if max_times_sampled and type(sampler) is not Fifo:
+        raise InvalidArgument("max_times_sampled in a shared table needs the Fifo sampler (retirement out of "
+                              "insertion order is not supported in shared mode yet)")
+
+
+def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table) -> Any:
+    """A Table (or ``cls``) of ``config`` whose arrays come from ``allocator``."""
+    spec = unflatten({p: Field.from_json(f) for p, f in config["spec"].items()})
+    capacity = config["capacity"]
+    with placed(allocator):
+        storage = ColumnStorage(capacity, spec)
+        table = cls.__new__(cls)
+        Table.__init__(
+            table, capacity,
+            sampler=selector_from_config(config["sampler"]), remover=Fifo(),
+            rate_limiter=limiter_from_config(config["rate_limiter"]),
+            max_times_sampled=config["max_times_sampled"], max_staleness=config["max_staleness"],
+            storage=storage, seed=seed, default_timeout=config["default_timeout"], name=config["name"],
+        )
+    return table
+
+
+def _recorder(regions: list) -> Any:
+    """An allocator that notes each request and returns a zero-byte stand-in of the right shape."""
+    def record(name: str, shape: tuple, dtype: np.dtype, fill: Any) -> np.ndarray:
+        regions.append((name, shape, dtype))
+        return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, (0,) * len(shape))
+    return record
+
+
+def _placer(seg: Segment, fill: bool) -> Any:
+    """An allocator handing out the segment's regions (filled when the segment is new)."""
+    def place(name: str, shape: tuple, dtype: np.dtype, value: Any) -> np.ndarray:
+        if name not in seg.regions:
+            from .errors import LayoutMismatch
+
+            raise LayoutMismatch(f"segment {seg.path} has no region {name!r}")
+        offset, rshape, rdtype = seg.regions[name]
+        if rshape != shape or rdtype != dtype:
+            from .errors import LayoutMismatch
+
+            raise LayoutMismatch(f"segment {seg.path}: region {name!r} is {rshape} {rdtype}, this table "
+                                 f"needs {shape} {dtype}")
+        arr = seg.view(name)
+        if fill and not (np.isscalar(value) and value == 0):  # a new segment is zeros already
+            arr[...] = value
+        return arr
+    return place
+
+
+_PY_KINDS = {bool: "biufc", int: "iufc", float: "fc"}  # as rows.py: Python scalars cast "same_kind"
+
+
+def _as_batch_of_one(item: dict, spec: dict | None) -> dict | None:
+    """``item`` (a flat dict) as a batch of one row, or ``None`` when :meth:`Table.add` should judge it.
+
+    Arrays get a leading axis (no dtype change: the Table checks it); Python scalars of a 0-d field
+    become one-element arrays of the field's dtype when the Table would cast them too.
+    """
+    if spec is None:
+        return None
+    batch = {}
+    for k, v in item.items():
+        if type(v) is np.ndarray or isinstance(v, np.generic):
+            batch[k] = v[None]
+            continue
+        field = spec.get(k)
+        if field is None or field.shape != () or field.dtype.kind not in _PY_KINDS.get(type(v), ""):
+            return None
+        try:
+            batch[k] = np.array((v,), dtype=field.dtype)
+        except (OverflowError, ValueError):
+            return None
+    return batch
+
+
+def _batch_len(data: Any, default: int) -> int:
+    """The leading length of a (nested) dict batch, at most ``default`` (``default`` when it has none)."""
+    while type(data) is dict and data or isinstance(data, Mapping) and data:
+        data = next(iter(data.values()))
+    try:
+        return min(len(data), default)
+    except TypeError:
+        return default
+
+
+def _after_fork() -> None:
+    for table in list(_LIVE):
+        seg = table._segment
+        if not seg.closed:
+            seg.reopen_after_fork()
+            table._guard.after_fork()
+
+
+def _close_at_exit() -> None:
+    """Leave the reference count of every table this process still has open (the last one out removes it)."""
+    for table in list(_LIVE):
+        seg = table._segment
+        if seg.pid == os.getpid() and not seg.closed:
+            try:
+                seg.close(remove=table._unlink_on_close)
+            except OSError:
+                pass
+
+
+os.register_at_fork(after_in_child=_after_fork)
+atexit.register(_close_at_exit)
