@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import dataclasses
 import random
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import numpy as np
-
 from ..errors import InvalidArgument, Timeout
 from ._runtime import get, import_ray
+from .detach import detach
 
 
 class FragmentLoader:
@@ -181,22 +179,6 @@ def _loaders(ray: Any, node_id: str, n: int, num_cpus: float, service: str, name
     cls = ray.remote(FragmentLoader)
     return [cls.options(num_cpus=num_cpus, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
             .remote(service, namespace, wrap) for _ in range(int(n))]
-
-
-def detach(obj: Any) -> Any:
-    """A copy of ``obj`` whose NumPy arrays own writable memory (dicts, lists, tuples, dataclasses)."""
-    if isinstance(obj, np.ndarray):
-        return np.array(obj, copy=True)
-    if isinstance(obj, dict):
-        return {k: detach(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [detach(v) for v in obj]
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(detach(v) for v in obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        fields = {f.name: detach(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
-        return dataclasses.replace(obj, **fields)
-    return obj
 
 
 def data_iter(loader_pool: Any, records: Sequence[Any], batch_size: int, prefetch_batches: int,

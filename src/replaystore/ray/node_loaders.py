@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import Timeout
 from ._runtime import import_ray
+from .detach import detach
 from .node_stores import NodeLost, label_of
 
 
@@ -53,8 +54,6 @@ class NodeLoaderPool:
 
     def next_loaded(self, timeout: float | None) -> Any:
         """The result of any finished load (its error if it failed); ``Timeout`` if none in time."""
-        from .loader import detach
-
         if self._failed:
             raise self._failed.popleft()
         ray = import_ray()

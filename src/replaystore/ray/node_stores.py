@@ -256,8 +256,12 @@ class NodeStoreClient:
                 raise NodeLost(f"node store {label!r} is not attached (its node left the cluster)")
         if label not in self._actors:
             ray = import_ray()
-            self._actors[label] = ray.get_actor(store_actor_name(self.info["service"], label),
-                                                namespace=self.info["namespace"])
+            try:
+                self._actors[label] = ray.get_actor(store_actor_name(self.info["service"], label),
+                                                    namespace=self.info["namespace"])
+            except ValueError:  # the named actor is gone: its node left
+                self._refresh()
+                raise NodeLost(f"node store {label!r} is gone (its node left the cluster)") from None
         return self._actors[label]
 
     def _remote(self, label: str, method: str, *args: Any) -> Any:
