@@ -49,8 +49,10 @@ from ..limiters import MinSize
 from ..samplers import Fifo
 from ..storage.fragments import FragmentStore, RefCounts, fragment_age
 from ..table import Table
+from .fragment_nodes import FragmentNodes
 from .fragment_records import Chunk, FragmentBufferConfig, FragmentRef, Lease, StreamState
 from .journal import LEASE, PENDING, STREAM, Journal, NullJournal, chunk_key
+from .node_stores import label_of
 from .uniform_distinct import UniformDistinct
 
 log = logging.getLogger("replaystore")
@@ -61,11 +63,12 @@ _COUNTERS = (
     "partials_expired", "fragments_dropped_expired", "chunks_formed", "chunks_evicted",
     "chunks_dropped_stale", "chunks_retired", "fetches", "fragments_fetched", "leases_released",
     "leases_expired", "lease_renewals", "payloads_deleted", "payload_delete_errors", "orphans_deleted",
-    "compactions", "bytes_compacted", "restarts",
+    "compactions", "bytes_compacted", "restarts", "nodes_lost", "nodes_reattached", "fragments_lost_with_node",
+    "chunks_lost_with_node", "fragments_refused_lost_node",
 )
 
 
-class FragmentBuffer:
+class FragmentBuffer(FragmentNodes):
     """MineStudio's chunked replay metadata over a Table (see the module doc).
 
     Args:
@@ -110,11 +113,15 @@ class FragmentBuffer:
         self._left_staleness: list[int] = []  # staleness of chunks retired by reuse since then
         self._last_report = (time.time(), 0)
         self._doomed: list[str] = []  # payloads to delete once the current operation is journaled
+        self.lost_nodes: set[str] = set()  # node-local stores dropped with their node (journaled)
 
     # -- helpers ------------------------------------------------------------------------------------
     def _state(self) -> dict:
-        return {"version": self.version, "session": self.session, "next_chunk_id": self._next_chunk_id,
-                "counters": self.counters}
+        state = {"version": self.version, "session": self.session, "next_chunk_id": self._next_chunk_id,
+                 "counters": self.counters}
+        if self.lost_nodes:
+            state["lost_nodes"] = sorted(self.lost_nodes)
+        return state
 
     def _free(self, ids: list[str]) -> None:
         """Drop one reference from each id; payloads nobody holds any more are deleted on commit."""
@@ -137,6 +144,8 @@ class FragmentBuffer:
 
     def _delete_payloads(self) -> None:
         doomed, self._doomed = self._doomed, []
+        if self.lost_nodes:  # a lost node's payloads went with it (re-attached: the orphan scan takes them)
+            doomed = [f for f in doomed if label_of(f) not in self.lost_nodes]
         if doomed:
             try:
                 self.counters["payloads_deleted"] += self.store.delete(doomed)
@@ -183,12 +192,17 @@ class FragmentBuffer:
         Returns:
             ``"pending"`` (waits in its stream's partial chunk), ``"chunk"`` (completed a chunk),
             ``"stale"`` (dropped: too old or another session), ``"duplicate"`` (ignored: the id or
-            the stream's sequence number was seen before; a new payload of a duplicate is deleted).
+            the stream's sequence number was seen before; a new payload of a duplicate is deleted),
+            ``"lost"`` (node-local stores: the fragment's node was dropped; counted in
+            ``fragments_refused_lost_node``).
         """
         now = time.time() if now is None else now
         seq, version = int(seq), int(version)
         c = self.config
         self.journal.check_space()  # refuse (DiskFull) rather than acknowledge what may not be recorded
+        if self.lost_nodes and label_of(fragment_id) in self.lost_nodes:
+            self.counters["fragments_refused_lost_node"] += 1
+            return "lost"
         if fragment_id in self.refs:
             self.counters["duplicates"] += 1
             return "duplicate"
@@ -498,6 +512,7 @@ class FragmentBuffer:
             "streams": len(self._streams),
             "leases": len(self._leases),
             "lease_ttl": self.config.lease_ttl,
+            "lost_nodes": sorted(self.lost_nodes),
             "referenced_payloads": len(self.refs),
             "journal_low_space": self.journal.low_space,
             "store_disk_bytes": self.store.disk_usage(),
@@ -538,6 +553,7 @@ class FragmentBuffer:
         self.version, self.session = int(state["version"]), state["session"]
         self._next_chunk_id = int(state["next_chunk_id"])
         self.counters.update(state["counters"])
+        self.lost_nodes = set(state.get("lost_nodes", ()))
         self.counters["restarts"] += restart
         self.table.set_version(self.version)
         for name, (last_seq, last_seen) in saved["streams"].items():

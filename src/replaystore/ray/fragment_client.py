@@ -90,10 +90,19 @@ class FragmentClient:
         return self._info
 
     @property
-    def store(self) -> LocalStore | RemoteStore:
-        """The store: opened directly on its node, through the store actor elsewhere."""
+    def store(self) -> Any:
+        """The store: opened directly on its node, through the store actor elsewhere.
+
+        With node-local stores, a :class:`~replaystore.ray.node_stores.NodeStoreClient` (puts into
+        this node's store, reads from the node holding each fragment).
+        """
         if self._store is None:
-            self._store = open_store(self.actor, self.store_info, self.rpc_grace)
+            if self.store_info.get("node_local") is not None:
+                from .node_stores import NodeStoreClient
+
+                self._store = NodeStoreClient(self.actor, self.store_info, self.rpc_grace)
+            else:
+                self._store = open_store(self.actor, self.store_info, self.rpc_grace)
         return self._store
 
     # -- producers -----------------------------------------------------------------------------------
@@ -176,7 +185,7 @@ class FragmentClient:
         return [FragmentRef(*r) for r in self._call("prepared_fragments", lease)]
 
     def load(self, fragment_id: str) -> Any:
-        """Read a payload (``KeyNotFound`` if it was deleted)."""
+        """Read a payload (``KeyNotFound`` if it was deleted; node-local: ``NodeLost`` if its node left)."""
         return self.store.get(fragment_id)
 
     # -- versions and service -------------------------------------------------------------------------------

@@ -55,6 +55,10 @@ class FragmentBufferConfig:
             files hold more than this many times its live pages, plus 64 MiB (``None``: never; call
             :meth:`FragmentBuffer.compact`). LMDB reuses freed pages, so this matters only after the
             live data shrank for good.
+        node_local: a Ray resource name (e.g. ``"database"``): every node declaring it keeps its
+            own store in ``path/node-<label>`` and producers write into their own node's store
+            (:mod:`~replaystore.ray.node_stores`). ``None`` (default): one store in ``path`` on the
+            service's node.
     """
 
     max_chunks: int
@@ -79,6 +83,7 @@ class FragmentBufferConfig:
     journal_map_size: int = 1 << 32
     staleness_end: str = "min"
     compact_ratio: float | None = None
+    node_local: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_chunks < 1 or self.max_reuse < 1 or self.fragments_per_chunk < 1:
@@ -89,6 +94,8 @@ class FragmentBufferConfig:
             raise InvalidArgument(f"staleness_end must be 'min' or 'max', got {self.staleness_end!r}")
         if self.lease_ttl is not None and not self.lease_ttl > 0:
             raise InvalidArgument(f"lease_ttl must be > 0 or None, got {self.lease_ttl}")
+        if self.node_local is not None and not (isinstance(self.node_local, str) and self.node_local):
+            raise InvalidArgument(f"node_local must be a Ray resource name or None, got {self.node_local!r}")
         self.path = os.path.abspath(self.path)
 
     def open_store(self) -> FragmentStore:

@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import dataclasses
 import random
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import numpy as np
-
 from ..errors import InvalidArgument, Timeout
 from ._runtime import get, import_ray
+from .detach import detach
 
 
 class FragmentLoader:
@@ -142,48 +140,45 @@ class _ActorLoads:
 
 def create_loader_pool(num_readers: int, num_cpus_per_reader: float, service: str = "replaystore",
                        namespace: str | None = None, wrap: Callable[[Any, Any], Any] | None = None,
-                       local: bool = False) -> Any:
+                       local: bool = False, per_node: bool = False) -> Any:
     """An ``ActorPool`` of ``num_readers`` loaders on the node of ``service``'s store.
 
     With ``local=True``, a :class:`LocalLoaderPool` of ``num_readers`` threads in this process
     instead (this process must run on the store's node; ``num_cpus_per_reader`` is then unused).
+    With ``per_node=True`` (node-local stores), a :class:`~replaystore.ray.node_loaders.NodeLoaderPool`:
+    ``num_readers`` loaders on every node keeping a store; :func:`data_iter` sends each record to a
+    loader on the node holding its payload.
 
     Raises:
-        ValueError: no such service, it has no fragment buffer, or (``local``) another node.
+        ValueError: no such service, it has no fragment buffer, or (``local``) another node, or
+            (``per_node``) the service has no node-local stores.
     """
     if local:
         return LocalLoaderPool(num_readers, service=service, namespace=namespace, wrap=wrap)
     ray = import_ray()
     from ray.util.actor_pool import ActorPool
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from .client import connect
 
     info = connect(service, namespace=namespace).fragments.store_info
+    if per_node:
+        from .node_loaders import NodeLoaderPool
+
+        if info.get("node_local") is None:
+            raise InvalidArgument(f"service {service!r} keeps one store: per_node loaders need node_local stores")
+        return NodeLoaderPool({lb: _loaders(ray, nid, num_readers, num_cpus_per_reader, service, namespace, wrap)
+                               for lb, nid in info["nodes"].items()})
+    return ActorPool(_loaders(ray, info["node_id"], num_readers, num_cpus_per_reader, service, namespace, wrap))
+
+
+def _loaders(ray: Any, node_id: str, n: int, num_cpus: float, service: str, namespace: str | None,
+             wrap: Callable[[Any, Any], Any] | None) -> list[Any]:
+    """``n`` loader actors pinned to ``node_id`` (hard node affinity)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
     cls = ray.remote(FragmentLoader)
-    actors = [
-        cls.options(num_cpus=num_cpus_per_reader,
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(info["node_id"], soft=False))
-        .remote(service, namespace, wrap)
-        for _ in range(int(num_readers))
-    ]
-    return ActorPool(actors)
-
-
-def detach(obj: Any) -> Any:
-    """A copy of ``obj`` whose NumPy arrays own writable memory (dicts, lists, tuples, dataclasses)."""
-    if isinstance(obj, np.ndarray):
-        return np.array(obj, copy=True)
-    if isinstance(obj, dict):
-        return {k: detach(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [detach(v) for v in obj]
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(detach(v) for v in obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        fields = {f.name: detach(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
-        return dataclasses.replace(obj, **fields)
-    return obj
+    return [cls.options(num_cpus=num_cpus, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+            .remote(service, namespace, wrap) for _ in range(int(n))]
 
 
 def data_iter(loader_pool: Any, records: Sequence[Any], batch_size: int, prefetch_batches: int,
@@ -193,7 +188,8 @@ def data_iter(loader_pool: Any, records: Sequence[Any], batch_size: int, prefetc
     """Yield batches of loaded records, ``batch_size`` each (the last one may be smaller).
 
     Args:
-        loader_pool: from :func:`create_loader_pool`.
+        loader_pool: from :func:`create_loader_pool` (a per-node pool routes each record to a
+            loader on its payload's node; a record whose node left raises ``NodeLost``).
         records: ``(index, fragment_id)`` pairs, e.g. a fetch's records.
         batch_size: items per batch.
         prefetch_batches: batches loaded ahead; ``(prefetch_batches + 1) * batch_size`` loads are
@@ -214,7 +210,7 @@ def data_iter(loader_pool: Any, records: Sequence[Any], batch_size: int, prefetc
     if shuffle:
         random.Random(seed).shuffle(todo)
     pending = deque(todo)
-    loads = loader_pool if isinstance(loader_pool, LocalLoaderPool) else _ActorLoads(loader_pool)
+    loads = loader_pool if hasattr(loader_pool, "next_loaded") else _ActorLoads(loader_pool)
     in_flight = 0
 
     def submit() -> None:

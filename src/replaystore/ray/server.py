@@ -162,7 +162,8 @@ class ReplayServer(FragmentService, OnlineService):
                     log.warning("table %r has a write-ahead log but the service no checkpoint_dir: "
                                 "the log is never truncated", tname)
         if fragments is not None:
-            self.fragments = FragmentBuffer(fragments, report=self._write_fragment_report,
+            self.fragments = FragmentBuffer(fragments, store=self._fragment_store(fragments),
+                                            report=self._write_fragment_report,
                                             resume=self.restarted or not fragments.clear_on_start)
         for oname, ocfg in (online or {}).items():
             buf = ocfg.build(oname, resume=self.restarted or not ocfg.clear_on_start)

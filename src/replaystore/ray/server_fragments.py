@@ -16,6 +16,7 @@ from ._runtime import import_ray
 
 if TYPE_CHECKING:
     from .fragment_buffer import FragmentBuffer
+    from .fragment_records import FragmentBufferConfig
 
 
 class FragmentService:
@@ -44,11 +45,29 @@ class FragmentService:
             raise KeyNotFound(f"service {self.name!r} has no fragment buffer")
         return self.fragments
 
+    def _fragment_store(self, config: FragmentBufferConfig) -> Any:
+        """The buffer's store: ``None`` (one store, opened by the buffer) or the node-local router."""
+        if config.node_local is None:
+            return None
+        from .node_stores import NodeStores
+
+        return NodeStores(config.path, config.num_shards, config.map_size, config.node_local, self.name,
+                          self.namespace)
+
     async def store_info(self) -> dict[str, Any]:
-        """Where the fragment store lives: ``path``, ``num_shards``, ``map_size``, ``node_id``."""
-        c = self._buffer().config
-        return {"path": c.path, "num_shards": c.num_shards, "map_size": c.map_size, "node_id": self.node_id,
-                "store_actor": f"{self.name}:store", "namespace": self.namespace}
+        """Where the fragment store lives: ``path``, ``num_shards``, ``map_size``, ``node_id``.
+
+        With node-local stores also ``node_local`` (the resource) and ``nodes`` (``{label: node_id}``
+        of the attached stores); ``node_id`` is then the service's node.
+        """
+        buf = self._buffer()
+        c = buf.config
+        info = {"path": c.path, "num_shards": c.num_shards, "map_size": c.map_size, "node_id": self.node_id,
+                "store_actor": f"{self.name}:store", "namespace": self.namespace,
+                "node_local": c.node_local, "service": self.name}
+        if c.node_local is not None:
+            info["nodes"] = buf.store.info()
+        return info
 
     async def store_actor(self) -> Any:
         """A store actor on this node for clients on other nodes (created on first request)."""
@@ -139,4 +158,12 @@ class FragmentService:
 
     def _expire_fragments(self) -> None:
         if self.fragments is not None and not self._closed:
+            self.fragments.check_nodes()
             self.fragments.expire()
+
+    async def check_nodes(self) -> tuple[list[str], list[str]]:
+        """Node-local stores: attach stores on new nodes, drop lost ones now (housekeeping does it too).
+
+        Returns ``(attached, lost)`` labels.
+        """
+        return self._buffer().check_nodes()

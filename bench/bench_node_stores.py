@@ -1,0 +1,152 @@
+"""Node-local fragment stores vs one store: payload bytes moved between nodes per fragment.
+
+A simulated cluster (``ray.cluster_utils.Cluster``: head + 2 workers on 127.0.0.1, each declaring
+``database``). The service runs on the head; one producer task on each worker puts ``--per-producer``
+MineStudio-sized fragments (64x128x128x3 uint8, 3 MiB) and acknowledges them; a trainer task on
+worker 1 fetches them all and reads them through a loader pool with ``data_iter``.
+
+- one store (today): the store is on the head; each put from a worker goes through the store
+  actor (one hop), the loaders run on the head, and each result travels to the trainer (one hop).
+- node-local: each producer writes into its own node's store (no hop); per-node loaders read each
+  payload on its node, and only results from another node than the trainer's cross (one hop).
+
+Bytes moved are counted from where things ran (a proxy for Ray's transfer counters): a put
+crosses when the producer's node is not the node of the store it wrote into; a loaded payload
+crosses when the loader's node is not the trainer's. Also fragments/s in (puts + acks) and out
+(fetch + loads), wall time on a shared machine (loaded).
+
+    PYTHONPATH=src python bench/bench_node_stores.py --per-producer 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+import uuid
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+import numpy as np  # noqa: E402
+
+SHAPE = (64, 128, 128, 3)
+
+
+def produce(service: str, namespace: str, stream: str, n: int) -> tuple[list[str], str, float, str | None]:
+    """Put ``n`` fragments and acknowledge them; returns ids, this node, seconds, and the store's node."""
+    import ray
+
+    from replaystore import ray as rsr
+
+    fc = rsr.connect(service, namespace=namespace).fragments
+    frag = {"obs": np.random.default_rng(0).integers(0, 255, SHAPE, dtype=np.uint8)}
+    t0 = time.perf_counter()
+    ids = []
+    for seq in range(n):
+        fid = fc.put(frag)
+        fc.add(fid, stream, seq, 0, "s")
+        ids.append(fid)
+    return ids, ray.get_runtime_context().get_node_id(), time.perf_counter() - t0, fc.store_info["node_id"]
+
+
+def where(index, payload):
+    import ray
+
+    return index, payload["obs"].nbytes, ray.get_runtime_context().get_node_id()
+
+
+def train(service: str, namespace: str, n: int, per_node: bool) -> tuple[list, str, float]:
+    """Fetch ``n`` fragments and load them all; returns (index, nbytes, loader node), this node, seconds."""
+    import ray
+
+    from replaystore import ray as rsr
+
+    fc = rsr.connect(service, namespace=namespace).fragments
+    pool = rsr.create_loader_pool(1, 0, service=service, namespace=namespace, wrap=where, per_node=per_node)
+    t0 = time.perf_counter()
+    fetch = fc.fetch(n, timeout=300)
+    out = [x for b in rsr.data_iter(pool, [(i, r.fragment_id) for i, r in enumerate(fetch.records)], 2, 1,
+                                     timeout=300) for x in b]
+    return out, ray.get_runtime_context().get_node_id(), time.perf_counter() - t0
+
+
+def run(ray, workers, head: str, per_producer: int, node_local: bool) -> dict:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from replaystore import ray as rsr
+    from replaystore.ray.node_stores import label_of
+
+    name = f"bn-{uuid.uuid4().hex[:6]}"
+    ns = ray.get_runtime_context().namespace
+    with tempfile.TemporaryDirectory() as d:
+        cfg = rsr.FragmentBufferConfig(max_chunks=64, max_staleness=4, max_reuse=100, fragments_per_chunk=1,
+                                       path=d, num_shards=1, map_size=1 << 30, lease_ttl=None,
+                                       node_local="database" if node_local else None)
+        client = rsr.serve(name=name, fragments=cfg, housekeeping_period=0, start_timeout=300,
+                           scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False))
+        fc = client.fragments
+        fc.update_model_version("s", 0)
+        nodes = fc.store_info.get("nodes")
+
+        def on(node):
+            return NodeAffinitySchedulingStrategy(node, soft=False)
+
+        t0 = time.perf_counter()
+        runs = ray.get([ray.remote(produce).options(num_cpus=0, scheduling_strategy=on(w.node_id))
+                        .remote(name, ns, f"w{i}", per_producer) for i, w in enumerate(workers)], timeout=600)
+        t_in = time.perf_counter() - t0
+        n = per_producer * len(workers)
+        nbytes = int(np.prod(SHAPE))
+        put_bytes = 0
+        for ids, node, _, store_node in runs:
+            for fid in ids:
+                holder = nodes[label_of(fid)] if node_local else store_node
+                put_bytes += nbytes * (holder != node)
+        trainer_task = ray.remote(train).options(num_cpus=0, scheduling_strategy=on(workers[0].node_id))
+        loaded, trainer, t_out = ray.get(trainer_task.remote(name, ns, n, node_local), timeout=600)
+        load_bytes = sum(b for _, b, loader in loaded if loader != trainer)
+        client.shutdown()
+    return {"mode": "node-local" if node_local else "one store", "fragments": n,
+            "put_hops_per_fragment": put_bytes / nbytes / n, "load_hops_per_fragment": load_bytes / nbytes / n,
+            "bytes_per_fragment": (put_bytes + load_bytes) / n, "fragments_per_s_in": n / t_in,
+            "fragments_per_s_out": n / t_out}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--per-producer", type=int, default=4)
+    args = ap.parse_args()
+    import ray
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
+                                                      "resources": {"database": 1}})
+    workers = [c.add_node(num_cpus=1, resources={"database": 1}) for _ in range(2)]
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    path = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)
+    ray.init(address=c.address, namespace=f"bn-{uuid.uuid4().hex[:6]}", log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path}})
+    c.wait_for_nodes()
+    head = ray.get_runtime_context().get_node_id()
+    try:
+        rows = [run(ray, workers, head, args.per_producer, nl) for nl in (False, True)]
+    finally:
+        ray.shutdown()
+        c.shutdown()
+    mib = float(np.prod(SHAPE)) / 2**20
+    print(f"fragments of {SHAPE} uint8 ({mib:.1f} MiB); producers on 2 workers, service on the head, "
+          "trainer on worker 1 (wall times: shared machine, loaded)")
+    print(f"{'mode':12} {'frags':>5} {'put hops':>9} {'load hops':>10} {'MiB moved/frag':>15} "
+          f"{'frag/s in':>10} {'frag/s out':>11}")
+    for r in rows:
+        print(f"{r['mode']:12} {r['fragments']:5d} {r['put_hops_per_fragment']:9.2f} "
+              f"{r['load_hops_per_fragment']:10.2f} {r['bytes_per_fragment'] / 2**20:15.2f} "
+              f"{r['fragments_per_s_in']:10.2f} {r['fragments_per_s_out']:11.2f}")
+    ratio = rows[1]["bytes_per_fragment"] / rows[0]["bytes_per_fragment"]
+    print(f"bytes moved per fragment, node-local / one store: {ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Node loss and re-attachment in the FragmentBuffer (node-local fragment ids), without Ray.
+
+The buffer's store here is one FragmentStore holding ids that name two node labels, as node-local
+stores make them (``"<time>-<uuid>@<label>"``); the Ray side is in test_node_stores_cluster.py.
+"""
+
+import pytest
+
+pytest.importorskip("lmdb")
+
+from replaystore.ray.fragment_buffer import FragmentBuffer, FragmentBufferConfig  # noqa: E402
+from replaystore.ray.node_stores import label_of  # noqa: E402
+from replaystore.storage.fragments import new_fragment_id  # noqa: E402
+
+S = "s"
+
+
+def make(tmp_path, **kw):
+    cfg = dict(max_chunks=8, max_staleness=5, max_reuse=5, fragments_per_chunk=2, path=str(tmp_path),
+               num_shards=1, seed=0, orphan_grace=3600.0, lease_ttl=None)
+    cfg.update(kw)
+    buf = FragmentBuffer(FragmentBufferConfig(**cfg))
+    buf.set_version(S, 0)
+    return buf
+
+
+def put(buf, label, stream, seq):
+    fid = buf.store.put({"seq": seq}, new_fragment_id() + "@" + label)
+    return fid, buf.add(fid, stream, seq, 0, S)
+
+
+def test_label_of():
+    assert label_of("0001-abc@node-a") == "node-a"
+    assert label_of(new_fragment_id()) is None
+
+
+def test_node_local_config_is_checked(tmp_path):
+    with pytest.raises(ValueError, match="node_local"):
+        FragmentBufferConfig(max_chunks=1, max_staleness=0, max_reuse=1, path=str(tmp_path), node_local="")
+
+
+def test_drop_node_counts_and_keeps_the_rest(tmp_path):
+    buf = make(tmp_path)
+    a = [put(buf, "A", "sa", i)[0] for i in range(4)]   # two chunks on A
+    b = [put(buf, "B", "sb", i)[0] for i in range(4)]   # two chunks on B
+    pb = put(buf, "B", "sb", 4)[0]                      # a partial chunk on B
+    assert buf.num_chunks == 4
+    lease = buf.fetch(8)                                # leases every chunk (A and B)
+    assert {label_of(r.fragment_id) for r in lease.records} == {"A", "B"}
+    lost = buf.drop_node("B")
+    assert lost == 5                                     # 4 chunked (also leased) + 1 partial
+    st = buf.stats()
+    assert st["fragments_lost_with_node"] == 5 and st["chunks_lost_with_node"] == 2 and st["nodes_lost"] == 1
+    assert st["lost_nodes"] == ["B"] and st["pending_fragments"] == 0
+    assert buf.num_chunks == 2
+    assert buf.drop_node("B") == 0                       # idempotent
+    assert all(label_of(r.fragment_id) == "A" for r in buf.fetch(4).records)
+    # fragments naming the lost node are refused, others accepted
+    assert put(buf, "B", "sb", 5)[1] == "lost"
+    assert buf.stats()["fragments_refused_lost_node"] == 1
+    assert put(buf, "A", "sa", 4)[1] == "pending"
+    # releasing the lease frees A's payloads; deletes of B's are not sent (its store went with it)
+    buf.release(lease.lease_id)
+    assert all(f in buf.store for f in a)
+    assert pb in buf.store and all(f in buf.store for f in b)  # never sent to the lost node
+
+
+def test_lost_nodes_survive_restart_and_reattach(tmp_path):
+    buf = make(tmp_path)
+    put(buf, "A", "sa", 0), put(buf, "A", "sa", 1)
+    put(buf, "B", "sb", 0), put(buf, "B", "sb", 1)
+    buf.drop_node("B")
+    buf.close()
+    buf = FragmentBuffer(FragmentBufferConfig(max_chunks=8, max_staleness=5, max_reuse=5, fragments_per_chunk=2,
+                                              path=str(tmp_path), num_shards=1, seed=0, lease_ttl=None))
+    st = buf.stats()
+    assert st["lost_nodes"] == ["B"] and st["fragments_lost_with_node"] == 2 and buf.num_chunks == 1
+    assert put(buf, "B", "sb", 2)[1] == "lost"
+    assert buf.attach_node("B") and not buf.attach_node("B")
+    assert buf.stats()["nodes_reattached"] == 1
+    assert put(buf, "B", "sb", 3)[1] == "pending"
+    buf.close()
+    buf = FragmentBuffer(FragmentBufferConfig(max_chunks=8, max_staleness=5, max_reuse=5, fragments_per_chunk=2,
+                                              path=str(tmp_path), num_shards=1, seed=0, lease_ttl=None))
+    assert buf.stats()["lost_nodes"] == []
+    buf.close()
