@@ -197,9 +197,9 @@ class NullJournal(Journal):
     def disk_usage(self) -> int:  # noqa: D102
         return 0
 
-    def write(self, puts: Mapping[str, Any] | None = None, deletes: Iterable[str] = (),  # noqa: D102
+    def write(self, puts: Mapping[str, Any] | None = None, deletes: Iterable[str] = (),
               state: Mapping[str, Any] | None = None) -> None:
-        pass
+        """Nothing is kept."""
 
     def load(self) -> dict[str, Any]:  # noqa: D102
         return {"state": None, "pending": {}, "streams": {}, "chunks": [], "leases": {}}
