@@ -8,9 +8,9 @@ Run: ``pip install 'replaystore[sb3]'``, then ``python examples/sb3_dqn_per.py [
 (``--smoke``: a few seconds, no result to speak of). Prints a progress line at least every 20 s,
 then the mean evaluation return (500 is the maximum) and the buffer's table statistics.
 
-Result (docs/compat/sb3.md): these are RL Zoo's hyperparameters for uniform-replay DQN, not tuned
-for PER, and at 50,000 steps the outcome depends on the seed: ``--seed 1`` reaches 500.0 +- 0.0,
-the default ``--seed 0`` only 81.1 +- 20.8 (about 7 minutes on a loaded 2-core machine).
+Result over seeds 0-4 (docs/benchmarks.md, "Learning results"): these are RL Zoo's hyperparameters
+for uniform-replay DQN, not tuned for PER; median 500.0, range 81.1-500.0, 4 of 5 seeds at 475
+(seeds 1-4 reach 500.0 +- 0.0, the default ``--seed 0`` only 81.1 +- 20.8); about 82 s of CPU.
 """
 
 import argparse

@@ -142,8 +142,6 @@ def test_ruff_check():
 MAX_MODULE_LINES = 550
 #: Modules still longer than that, each with the reason (shrink this list, do not grow it).
 LONG_MODULES = {
-    "replaystore/episodes/index.py": "not split yet: grew with issue 24's overflow map (issue 21 follow-up)",
-    "replaystore/checkpoint.py": "not split yet: the writer and the reader of one format (issue 21 follow-up)",
     "replaystore/ray/fragment_buffer.py": "not split further yet; its records went to fragment_records.py",
 }
 
