@@ -5,12 +5,14 @@ stores make them (``"<time>-<uuid>@<label>"``); the Ray side is in test_node_sto
 """
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("lmdb")
 
 from replaystore.ray.fragment_buffer import FragmentBuffer, FragmentBufferConfig  # noqa: E402
 from replaystore.ray.node_stores import label_of  # noqa: E402
-from replaystore.storage.fragments import new_fragment_id  # noqa: E402
+from replaystore.storage.fragments import FragmentStore, new_fragment_id  # noqa: E402
 
 S = "s"
 
@@ -83,4 +85,75 @@ def test_lost_nodes_survive_restart_and_reattach(tmp_path):
     buf = FragmentBuffer(FragmentBufferConfig(max_chunks=8, max_staleness=5, max_reuse=5, fragments_per_chunk=2,
                                               path=str(tmp_path), num_shards=1, seed=0, lease_ttl=None))
     assert buf.stats()["lost_nodes"] == []
+    buf.close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(["A", "B"]), st.integers(0, 2)), min_size=1, max_size=30),
+       st.integers(0, 30))
+def test_drop_node_against_a_model(tmp_path_factory, sends, drop_at):
+    """Fragments of streams on nodes A and B; B dropped after ``drop_at`` sends: counts match a plain model."""
+    buf = make(tmp_path_factory.mktemp("nodes"), max_chunks=64, persist=False)
+    seqs: dict[str, int] = {}
+    model = {"lost": 0, "refused": 0}
+    dropped = False
+    for step, (label, s) in enumerate(sends):
+        if step == drop_at:
+            assert buf.drop_node("B") == model["lost"]
+            dropped = True
+        stream = f"{label}{s}"
+        seq = seqs.get(stream, 0)
+        status = put(buf, label, stream, seq)[1]
+        seqs[stream] = seq + 1
+        if label == "B" and dropped:
+            assert status == "lost"
+            model["refused"] += 1
+        elif label == "B":
+            model["lost"] += 1
+    if not dropped:
+        assert buf.drop_node("B") == model["lost"]
+    a_counts = [n for k, n in seqs.items() if k.startswith("A")]
+    st_ = buf.stats()
+    assert st_["fragments_lost_with_node"] == model["lost"]
+    assert st_["fragments_refused_lost_node"] == model["refused"]
+    assert buf.num_chunks == sum(n // 2 for n in a_counts)
+    assert st_["pending_fragments"] == sum(n % 2 for n in a_counts)
+    buf.close()
+
+
+class Membership(FragmentStore):
+    """A real store with the router's membership calls: ``alive`` labels, new ones reported once."""
+
+    def __init__(self, path, alive):
+        super().__init__(path, 1, 1 << 26)
+        self.alive, self.known = set(alive), set(alive)
+
+    def refresh(self):
+        attached, lost = sorted(self.alive - self.known), sorted(self.known - self.alive)
+        self.known = set(self.alive)
+        return attached, lost
+
+    def info(self):
+        return dict.fromkeys(self.known, "node")
+
+
+def test_check_nodes_finds_a_node_that_left_while_the_service_was_down(tmp_path):
+    cfg = FragmentBufferConfig(max_chunks=8, max_staleness=5, max_reuse=5, fragments_per_chunk=2,
+                               path=str(tmp_path), num_shards=1, seed=0, lease_ttl=None)
+    buf = FragmentBuffer(cfg, store=Membership(tmp_path / "s", {"A", "B"}))
+    buf.set_version(S, 0)
+    for i in range(3):
+        put(buf, "A", "sa", i), put(buf, "B", "sb", i)
+    assert buf.check_nodes() == ([], [])
+    buf.close()
+    store = Membership(tmp_path / "s", {"A"})               # restarted: B is gone, the router never knew it
+    buf = FragmentBuffer(cfg, store=store)
+    assert buf.check_nodes() == ([], ["B"])
+    st_ = buf.stats()
+    assert st_["fragments_lost_with_node"] == 3 and st_["lost_nodes"] == ["B"] and buf.num_chunks == 1
+    assert buf.check_nodes() == ([], [])                     # nothing more to drop
+    store.alive.add("B")                                     # B comes back with its directory
+    assert buf.check_nodes() == (["B"], [])
+    assert buf.stats()["lost_nodes"] == [] and buf.stats()["nodes_reattached"] == 1
+    assert put(buf, "B", "sb", 3)[1] == "pending"
     buf.close()

@@ -95,7 +95,7 @@ def test_producers_put_locally_loaders_read_locally_and_a_node_is_lost(cluster, 
     assert fc.stats()["replay_buffer_size_chunks"] == 4
 
     fetch = fc.fetch(8, timeout=60)
-    assert {nodes[label_of(r.fragment_id)] for r in fetch.records} == {w.node_id for w in workers}
+    assert {fc.node_of(r.fragment_id) for r in fetch.records} == {w.node_id for w in workers}  # records say where
     pool = rsr.create_loader_pool(1, 0, service=name, namespace=ns, wrap=where, per_node=True)
     assert all(ids == [nodes[lb]] for lb, ids in pool.node_ids().items())
     loaded = [x for b in rsr.data_iter(pool, [(i, r.fragment_id) for i, r in enumerate(fetch.records)], 4, 1,

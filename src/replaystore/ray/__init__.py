@@ -13,7 +13,8 @@
 - :func:`serve_sharded` runs a Table as N shard services (placement over nodes) behind one
   :class:`ShardedClient` with the Table API; samples are drawn as from one table
   (:mod:`replaystore.ray.shard_sampling`), keys carry their shard.
-- :func:`create_loader_pool` and :func:`data_iter` read fetched fragments in parallel.
+- :func:`create_loader_pool` and :func:`data_iter` read fetched fragments in parallel (per node,
+  with node-local stores: ``FragmentBufferConfig(node_local=...)``, :mod:`replaystore.ray.node_stores`).
 
 Importing this package does not import Ray; the first call that needs it does, after setting
 ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` and ``RAY_AUTH_MODE=disabled`` (unless already set) so a
@@ -26,6 +27,8 @@ from .fragment_buffer import FragmentBuffer, FragmentBufferConfig, FragmentRef
 from .fragment_client import Fetch, FragmentClient
 from .loader import FragmentLoader, LocalLoaderPool, create_loader_pool, data_iter, detach
 from .logged_table import LoggedTable
+from .node_loaders import NodeLoaderPool
+from .node_stores import NodeLost, label_of
 from .online_client import OnlineClient
 from .server import ReplayServer
 from .shard_keys import ForeignKey
@@ -45,6 +48,8 @@ __all__ = [
     "FragmentRef",
     "LocalLoaderPool",
     "LoggedTable",
+    "NodeLoaderPool",
+    "NodeLost",
     "OnlineClient",
     "PlacementError",
     "ReplayClient",
@@ -58,6 +63,7 @@ __all__ = [
     "create_loader_pool",
     "data_iter",
     "detach",
+    "label_of",
     "import_ray",
     "init_local",
     "serve",

@@ -184,6 +184,18 @@ class FragmentClient:
         lease = fetch.lease_id if isinstance(fetch, Fetch) else fetch
         return [FragmentRef(*r) for r in self._call("prepared_fragments", lease)]
 
+    def node_of(self, fragment_id: str) -> str | None:
+        """The node id holding ``fragment_id`` (one store: the store's node).
+
+        With node-local stores, from the store map this client last read (``None``: its node was
+        not attached then).
+        """
+        if self.store_info.get("node_local") is None:
+            return self.store_info["node_id"]
+        from .node_stores import label_of
+
+        return self.store_info["nodes"].get(label_of(fragment_id) or "")
+
     def load(self, fragment_id: str) -> Any:
         """Read a payload (``KeyNotFound`` if it was deleted; node-local: ``NodeLost`` if its node left)."""
         return self.store.get(fragment_id)

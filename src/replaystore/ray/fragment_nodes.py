@@ -80,8 +80,18 @@ class FragmentNodes:
         self._commit(None, [])
         return True
 
+    def _labels_referenced(self) -> set[str]:
+        """Node labels of every fragment in a chunk, a partial chunk or a lease."""
+        ids = [f.fragment_id for ch in self._chunks.values() for f in ch.fragments]
+        ids += [f.fragment_id for s in self._streams.values() for f in s.partial]
+        ids += [r.fragment_id for lease in self._leases.values() for r in lease.records]
+        return {lb for lb in map(label_of, ids) if lb is not None}
+
     def check_nodes(self) -> tuple[list[str], list[str]]:
         """With node-local stores: refresh the router, drop lost nodes, re-attach returned ones.
+
+        A node is lost when its store's node left, or when the metadata names a label no store
+        answers for (it left while the service was down).
 
         Returns ``(attached, lost)`` labels (both empty with one store).
         """
@@ -89,6 +99,10 @@ class FragmentNodes:
         if refresh is None:
             return [], []
         attached, lost = refresh()
+        alive = set(self.store.info())
+        # labels the metadata references but no store answers for (e.g. a node that left while the
+        # service was down and restarted): lost too
+        lost += sorted(self._labels_referenced() - alive - self.lost_nodes - set(lost))
         for label in lost:
             self.drop_node(label)
         for label in attached:
