@@ -92,7 +92,12 @@ def test_acknowledged_steps_survive_a_crash_and_episodes_continue(ray_local, tmp
         else:
             ray_local.kill(c.actor, no_restart=False)
         wait_restarted(c)
-        time.sleep(1.5)  # the envs and the learner go on against the restarted service
+        # the envs and the learner go on against the restarted service: until both writers have
+        # been acknowledged again (bounded: a loaded machine may take a while to replay the log)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not all(len(acked[w]) > before[w] for w in range(2)):
+            time.sleep(0.1)
+        time.sleep(0.5)
     finally:
         stop.set()
         for th in threads:
