@@ -39,8 +39,9 @@ def tmpfs_factory(tmp_path):
     def mount(size: str = "2m", name: str | None = None):
         mnt = tmp_path / (name or f"tmpfs{len(mounts)}")
         mnt.mkdir()
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True, text=True
+        )
         if r.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}): needs root")
         mounts.append(mnt)

@@ -19,8 +19,14 @@ SAMPLERS = [
 
 @pytest.mark.parametrize("make_sampler", SAMPLERS)
 def test_round_trip_restores_items_metadata_and_counters(tmp_path, make_sampler):
-    t = rs.Table(20, sampler=make_sampler(), remover=rs.Fifo(),
-                 rate_limiter=rs.SampleToInsertRatio(2.0, 3, 100.0), max_times_sampled=5, seed=0)
+    t = rs.Table(
+        20,
+        sampler=make_sampler(),
+        remover=rs.Fifo(),
+        rate_limiter=rs.SampleToInsertRatio(2.0, 3, 100.0),
+        max_times_sampled=5,
+        seed=0,
+    )
     t.extend(transitions(15), priorities=np.linspace(0.5, 3, 15), version=2)
     t.extend(transitions(10, 15), priorities=np.linspace(0.7, 2, 10), version=3)
     t.delete([7])

@@ -99,6 +99,7 @@ def test_two_episodes_merged_by_id(ck):
     def f(a):
         b = rows_of(a, 0, range(4, 8))
         a["episode"][b] = a["episode"][rows_of(a, 0, [0])[0]]
+
     tamper(ck, f)
     refused(ck, "not one run of positions")
 
@@ -109,6 +110,7 @@ def test_two_episodes_merged_with_positions_renumbered(ck):
         b = rows_of(a, 0, range(4, 8))
         a["episode"][b] = a["episode"][rows_of(a, 0, [0])[0]]
         a["pos"][b] = np.arange(4, 8)
+
     tamper(ck, f)
     refused(ck, "end flag but is not the episode's last step")
 
@@ -116,6 +118,7 @@ def test_two_episodes_merged_with_positions_renumbered(ck):
 def test_end_flag_cleared(ck):
     def f(a):
         a["flags"][rows_of(a, 0, [3])] = 0  # A's termination: n-step would sum into B
+
     tamper(ck, f)
     refused(ck, "carries no end flag, but the next position starts episode")
 
@@ -149,6 +152,7 @@ def test_swapped_stream_positions(ck):
         i, j = rows_of(a, 0, [1, 2])
         a["t"][[i, j]] = a["t"][[j, i]]
         a["pos"][[i, j]] = a["pos"][[j, i]]
+
     tamper(ck, f)
     refused(ck, "positions must strictly increase")
 
@@ -164,6 +168,7 @@ def test_episode_moved_to_a_fresh_stream_position_range(ck):
     def f(a):
         b = rows_of(a, 0, range(4, 8))
         a["stream"][b] = 1
+
     tamper(ck, f)
     refused(ck, "whose next position is 6")
 
@@ -182,6 +187,7 @@ def test_step_position_beyond_its_stream(ck):
 def test_open_episode_pointing_at_a_closed_one(ck):
     def f(s):
         s["cur_ep"][1] = int(arrays(ck)["episode"][rows_of(arrays(ck), 1, [0])[0]])  # C, truncated
+
     tamper(ck, change_streams=f)
     refused(ck, "points at a closed episode")
 
@@ -195,6 +201,7 @@ def test_episode_id_disagrees_with_its_position(ck):
     # step t = 2 of A takes B's id: ids along stream 0 go A, B, A
     def f(a):
         a["episode"][rows_of(a, 0, [2])] = a["episode"][rows_of(a, 0, [4])[0]]
+
     tamper(ck, f)
     refused(ck, "ids grow along a stream")
 
@@ -226,9 +233,14 @@ REMOVERS = {"fifo": rs.Fifo, "lifo": rs.Lifo, "minheap": rs.MinHeap, "uniform": 
 
 def random_table(seed, remover):
     rng = np.random.default_rng(seed)
-    t = rs.Table(int(rng.integers(4, 40)), remover=REMOVERS[remover](), max_staleness=1,
-                 max_times_sampled=int(rng.choice([0, 2])),
-                 episodes=rs.Episodes(next_obs_field="next_obs" if rng.random() < 0.5 else None), seed=seed)
+    t = rs.Table(
+        int(rng.integers(4, 40)),
+        remover=REMOVERS[remover](),
+        max_staleness=1,
+        max_times_sampled=int(rng.choice([0, 2])),
+        episodes=rs.Episodes(next_obs_field="next_obs" if rng.random() < 0.5 else None),
+        seed=seed,
+    )
     nid = 0
     for _ in range(int(rng.integers(5, 60))):
         op = rng.random()
@@ -236,9 +248,14 @@ def random_table(seed, remover):
             n = int(rng.integers(1, 6))
             streams = rng.integers(0, 4, n)
             stale = rng.random(n) < 0.1
-            t.extend_steps(rows(range(nid, nid + n)), streams=streams, terminated=rng.random(n) < 0.2,
-                           truncated=rng.random(n) < 0.05, priorities=rng.uniform(0.1, 5, n),
-                           version=np.where(stale, t.version - 3, t.version))
+            t.extend_steps(
+                rows(range(nid, nid + n)),
+                streams=streams,
+                terminated=rng.random(n) < 0.2,
+                truncated=rng.random(n) < 0.05,
+                priorities=rng.uniform(0.1, 5, n),
+                version=np.where(stale, t.version - 3, t.version),
+            )
             nid += n
         elif op < 0.55 and len(t.keys()):
             t.delete(t.keys()[rng.random(len(t.keys())) < 0.3])
@@ -276,8 +293,18 @@ def test_untampered_checkpoints_of_many_shapes_load_as_the_same_table(tmp_path, 
         keys = t.keys()
         assert u.keys().tolist() == keys.tolist()
         a, b = t.episode_info(keys), u.episode_info(keys)
-        for f in ("found", "streams", "episodes", "stream_positions", "positions", "lengths", "closed",
-                  "complete", "terminated", "truncated"):
+        for f in (
+            "found",
+            "streams",
+            "episodes",
+            "stream_positions",
+            "positions",
+            "lengths",
+            "closed",
+            "complete",
+            "terminated",
+            "truncated",
+        ):
             assert getattr(a, f).tolist() == getattr(b, f).tolist(), (seed, f)
 
 

@@ -87,26 +87,51 @@ def snapshot(t):
     info = t.info(keys)
     st_ = t.stats()
     st_.pop("priority_mean")
-    return {"keys": keys.tolist(), "data": {k: v.tolist() for k, v in data.items()},
-            "info": {k: v.tolist() for k, v in info.items()}, "stats": st_,
-            "limiter": t.rate_limiter.state(), "next_key": t._next_key}
+    return {
+        "keys": keys.tolist(),
+        "data": {k: v.tolist() for k, v in data.items()},
+        "info": {k: v.tolist() for k, v in info.items()},
+        "stats": st_,
+        "limiter": t.rate_limiter.state(),
+        "next_key": t._next_key,
+    }
 
 
 OLD, NEW = snapshot(build(0)), snapshot(build(1))
 
 # every named point of save_table, and the table load must give after a kill there
-FILES = ["meta_keys.npy", "meta_priorities.npy", "meta_times_sampled.npy", "meta_versions.npy",
-         "col000.npy", "col001.npy", "col002.npy", "manifest.json", "manifest.sha256"]
+FILES = [
+    "meta_keys.npy",
+    "meta_priorities.npy",
+    "meta_times_sampled.npy",
+    "meta_versions.npy",
+    "col000.npy",
+    "col001.npy",
+    "col002.npy",
+    "manifest.json",
+    "manifest.sha256",
+]
 POINTS = [(f"file:{f}", "old") for f in FILES] + [
-    ("torn:col001.npy", "old"), ("torn:manifest.json", "old"), ("torn:manifest.sha256", "old"),
-    ("manifest", "old"), ("synced", "old"), ("old-aside", "new"), ("in-place", "new"), ("done", "new"),
+    ("torn:col001.npy", "old"),
+    ("torn:manifest.json", "old"),
+    ("torn:manifest.sha256", "old"),
+    ("manifest", "old"),
+    ("synced", "old"),
+    ("old-aside", "new"),
+    ("in-place", "new"),
+    ("done", "new"),
     ("never", "new"),  # not killed: the save completes
 ]
 
 
 def run_child(point, path):
-    r = subprocess.run([sys.executable, "-c", CHILD, point, str(path)], capture_output=True, text=True,
-                       timeout=60, env=dict(os.environ, PYTHONPATH=SRC))
+    r = subprocess.run(
+        [sys.executable, "-c", CHILD, point, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=SRC),
+    )
     return r
 
 
@@ -226,6 +251,7 @@ def test_save_refuses_to_replace_a_directory_that_is_not_a_checkpoint(tmp_path):
 
 # -- tampering -----------------------------------------------------------------------------------------
 
+
 def sha(path):
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
@@ -281,10 +307,12 @@ def test_column_path_with_dotdot_or_absolute_is_refused(ck, tmp_path):
     outside = tmp_path / "x.npy"
     np.save(outside, np.zeros((12, 3), np.float32))
     for bad in ("../x.npy", str(outside)):
+
         def change(m, bad=bad):
             col = next(iter(m["columns"]))
             m["columns"][col] = bad
             m["files"][bad] = {"bytes": outside.stat().st_size, "sha256": sha(outside)}
+
         build(1).save(ck)
         resign(ck, change)
         load_fails(ck, "not a plain file name")
@@ -311,6 +339,7 @@ def test_unlisted_column_is_refused(ck):
         col = next(iter(m["columns"]))
         fname = m["columns"][col]
         del m["files"][fname]
+
     resign(ck, change)
     load_fails(ck, "not listed")
 
@@ -328,37 +357,41 @@ def test_missing_and_truncated_files(ck):
     load_fails(ck, "meta_versions.npy")
 
 
-@pytest.mark.parametrize("where, value, match", [
-    (("table", "capacity"), "16", "table.capacity must be an integer"),
-    (("table", "capacity"), True, "table.capacity must be an integer"),
-    (("table", "next_key"), None, "table.next_key"),
-    (("table", "max_priority"), float("nan"), "table.max_priority"),
-    (("table",), [1, 2], "table must be an object"),
-    (("files",), [], "files must be an object"),
-    (("size",), -1, "size"),
-    (("size",), 99, "size"),
-    (("table", "capacity"), 10**13, "memory"),
-    (("table", "capacity"), 2**70, "memory"),
-    (("storage", "kind"), "tape", "storage.kind"),
-    (("storage", "spec"), None, "no storage.spec"),
-    (("sampler", "config", "type"), "Nope", "invalid table configuration"),
-    (("sampler", "config"), {"type": "Prioritized", "alpha": "x"}, "invalid table configuration"),
-    (("remover", "config", "type"), "Prioritized", "invalid table configuration"),
-    (("rate_limiter", "state", "inserts"), -3, "inserts is negative"),
-    (("rate_limiter", "state"), {}, "rate_limiter.state.inserts is missing"),
-    (("table", "counters", "wal_lsn"), -0.5, "table.counters.wal_lsn"),
-    (("table", "counters", "inserts"), "many", "table.counters.inserts"),
-    (("table", "rng"), {"bit_generator": "Nope"}, "inconsistent"),
-    (("sampler", "state"), 7, "sampler.state must be an object"),
-    (("version",), 99, "format version"),
-    (("format",), "other", "not a replaystore checkpoint"),
-])
+@pytest.mark.parametrize(
+    "where, value, match",
+    [
+        (("table", "capacity"), "16", "table.capacity must be an integer"),
+        (("table", "capacity"), True, "table.capacity must be an integer"),
+        (("table", "next_key"), None, "table.next_key"),
+        (("table", "max_priority"), float("nan"), "table.max_priority"),
+        (("table",), [1, 2], "table must be an object"),
+        (("files",), [], "files must be an object"),
+        (("size",), -1, "size"),
+        (("size",), 99, "size"),
+        (("table", "capacity"), 10**13, "memory"),
+        (("table", "capacity"), 2**70, "memory"),
+        (("storage", "kind"), "tape", "storage.kind"),
+        (("storage", "spec"), None, "no storage.spec"),
+        (("sampler", "config", "type"), "Nope", "invalid table configuration"),
+        (("sampler", "config"), {"type": "Prioritized", "alpha": "x"}, "invalid table configuration"),
+        (("remover", "config", "type"), "Prioritized", "invalid table configuration"),
+        (("rate_limiter", "state", "inserts"), -3, "inserts is negative"),
+        (("rate_limiter", "state"), {}, "rate_limiter.state.inserts is missing"),
+        (("table", "counters", "wal_lsn"), -0.5, "table.counters.wal_lsn"),
+        (("table", "counters", "inserts"), "many", "table.counters.inserts"),
+        (("table", "rng"), {"bit_generator": "Nope"}, "inconsistent"),
+        (("sampler", "state"), 7, "sampler.state must be an object"),
+        (("version",), 99, "format version"),
+        (("format",), "other", "not a replaystore checkpoint"),
+    ],
+)
 def test_wrong_manifest_structure_is_a_named_checkpoint_error(ck, where, value, match):
     def change(m):
         d = m
         for k in where[:-1]:
             d = d[k]
         d[where[-1]] = value
+
     resign(ck, change)
     load_fails(ck, match)
 
@@ -420,14 +453,23 @@ def _leaves(obj, path=()):
 
 # integers: small ones, and absurd ones the loader must refuse; not a legitimate capacity of
 # millions of items, which loads (slowly: it preallocates gigabytes) and proves nothing here
-JSON_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 10**4), st.integers(2**60, 2**70),
-                        st.floats(allow_nan=False, max_value=1e4),
-                        st.text(max_size=8), st.lists(st.integers(-3, 3), max_size=3),
-                        st.dictionaries(st.text(max_size=4), st.integers(-3, 3), max_size=2))
+JSON_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 10**4),
+    st.integers(2**60, 2**70),
+    st.floats(allow_nan=False, max_value=1e4),
+    st.text(max_size=8),
+    st.lists(st.integers(-3, 3), max_size=3),
+    st.dictionaries(st.text(max_size=4), st.integers(-3, 3), max_size=2),
+)
 
 
-@settings(max_examples=int(os.environ.get("RS_FUZZ_EXAMPLES", 40)), deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=int(os.environ.get("RS_FUZZ_EXAMPLES", 40)),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(data=st.data())
 def test_fuzzed_manifest_loads_or_raises_checkpoint_error(tmp_path_factory, data):
     template = tmp_path_factory.getbasetemp() / "fuzz-template"

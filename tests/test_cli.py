@@ -22,8 +22,14 @@ def checkpoint(tmp_path):
         name="small",
     )
     n = 60
-    t.extend({"obs": np.zeros((n, 4), np.float32), "action": np.arange(n, dtype=np.int64),
-              "reward": np.ones(n, np.float32), "img": {"pixels": np.zeros((n, 2, 3), np.uint8)}})
+    t.extend(
+        {
+            "obs": np.zeros((n, 4), np.float32),
+            "action": np.arange(n, dtype=np.int64),
+            "reward": np.ones(n, np.float32),
+            "img": {"pixels": np.zeros((n, 2, 3), np.uint8)},
+        }
+    )
     for _ in range(5):
         s = t.sample(8)
         t.update_priorities(s.keys, np.linspace(0.1, 3.0, 8))
@@ -92,8 +98,18 @@ def test_demo_help_lists_options(capsys):
         cli.main(["demo", "--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    for option in ("--seed", "--steps", "--out", "--device", "--threads", "--eval-episodes", "--no-progress",
-                   "--distributed", "CartPole-v1", "[demo]"):
+    for option in (
+        "--seed",
+        "--steps",
+        "--out",
+        "--device",
+        "--threads",
+        "--eval-episodes",
+        "--no-progress",
+        "--distributed",
+        "CartPole-v1",
+        "[demo]",
+    ):
         assert option in out
 
 
@@ -145,6 +161,10 @@ def test_bench_script_points_at_the_checkout():
 
 
 def test_module_entry_point(checkpoint):
-    r = subprocess.run([sys.executable, "-m", "replaystore.cli", "inspect", str(checkpoint)],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "replaystore.cli", "inspect", str(checkpoint)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0 and "60 / 100 items" in r.stdout

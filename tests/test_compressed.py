@@ -17,14 +17,18 @@ def frames(n, seed=0):
     for i in range(n):
         for _ in range(3):
             y, x = rng.integers(0, 76, 2)
-            out[i, :, y:y + 8, x:x + 8] = rng.integers(0, 256)
+            out[i, :, y : y + 8, x : x + 8] = rng.integers(0, 256)
     return out
 
 
 def batch(n, seed=0):
     rng = np.random.default_rng(seed)
-    return {"obs": frames(n, seed), "action": rng.integers(0, 6, n), "reward": rng.normal(size=n).astype(np.float32),
-            "done": rng.random(n) < 0.1}
+    return {
+        "obs": frames(n, seed),
+        "action": rng.integers(0, 6, n),
+        "reward": rng.normal(size=n).astype(np.float32),
+        "done": rng.random(n) < 0.1,
+    }
 
 
 def make(capacity, **kw):
@@ -143,12 +147,16 @@ def test_checkpoint_round_trip(tmp_path):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-ops = st.lists(st.one_of(
-    st.tuples(st.just("extend"), st.integers(1, 12)),
-    st.tuples(st.just("add"), st.just(1)),
-    st.tuples(st.just("delete"), st.integers(0, 5)),
-    st.tuples(st.just("sample"), st.integers(1, 9)),
-), min_size=1, max_size=25)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("extend"), st.integers(1, 12)),
+        st.tuples(st.just("add"), st.just(1)),
+        st.tuples(st.just("delete"), st.integers(0, 5)),
+        st.tuples(st.just("sample"), st.integers(1, 9)),
+    ),
+    min_size=1,
+    max_size=25,
+)
 
 
 @settings(max_examples=40, deadline=None)

@@ -21,8 +21,13 @@ def d4rl_episodes(lengths=(5, 7, 4), seed=0, with_next=True):
     ends = np.cumsum(lengths) - 1
     terminals[ends[0]] = True  # episode 0 terminal, episode 1 time limit, episode 2 cut by the data
     timeouts[ends[1]] = True
-    out = {"observations": obs, "actions": rng.integers(0, 3, n), "rewards": np.ones(n),
-           "terminals": terminals, "timeouts": timeouts}
+    out = {
+        "observations": obs,
+        "actions": rng.integers(0, 3, n),
+        "rewards": np.ones(n),
+        "terminals": terminals,
+        "timeouts": timeouts,
+    }
     if with_next:
         out["next_observations"] = obs + 0.5
     return out
@@ -63,8 +68,7 @@ def episodic_table(start, lengths, seed):
     pos = start
     for length in lengths:
         ids = np.arange(pos, pos + length)
-        t.add_episode({"obs": ids.astype(np.float32)[:, None], "reward": np.ones(length, np.float32),
-                       "id": ids})
+        t.add_episode({"obs": ids.astype(np.float32)[:, None], "reward": np.ones(length, np.float32), "id": ids})
         pos += length
     return t
 
@@ -123,15 +127,27 @@ def test_minari_as_episodes(tmp_path, monkeypatch):
         term = np.zeros(T, bool)
         trunc = np.zeros(T, bool)
         (term if ep != 1 else trunc)[-1] = True  # episode 1 ends by a time limit
-        bufs.append(EpisodeBuffer(id=ep, observations=obs, actions=rng.integers(0, 2, T), rewards=np.ones(T),
-                                  terminations=term, truncations=trunc))
+        bufs.append(
+            EpisodeBuffer(
+                id=ep,
+                observations=obs,
+                actions=rng.integers(0, 2, T),
+                rewards=np.ones(T),
+                terminations=term,
+                truncations=trunc,
+            )
+        )
     import gymnasium as gym
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        minari.create_dataset_from_buffers("test/eps-tiny-v0", bufs, algorithm_name="random",
-                                           observation_space=gym.spaces.Box(-np.inf, np.inf, (3,), np.float32),
-                                           action_space=gym.spaces.Discrete(2))
+        minari.create_dataset_from_buffers(
+            "test/eps-tiny-v0",
+            bufs,
+            algorithm_name="random",
+            observation_space=gym.spaces.Box(-np.inf, np.inf, (3,), np.float32),
+            action_space=gym.spaces.Discrete(2),
+        )
     t = load_minari("test/eps-tiny-v0", capacity=50, as_episodes=True, stream=0)
     assert len(t) == sum(lengths)
     s = t.sample_nstep(200, 3, 0.5)

@@ -24,8 +24,16 @@ def test_table_batches_are_tensors_of_sampled_items():
     batches = list(replay_loader(ds))
     assert len(batches) == 7
     for b in batches:
-        assert set(b) == {"data", "keys", "indices", "probabilities", "weights", "priorities",
-                          "times_sampled", "versions"}
+        assert set(b) == {
+            "data",
+            "keys",
+            "indices",
+            "probabilities",
+            "weights",
+            "priorities",
+            "times_sampled",
+            "versions",
+        }
         assert b["data"]["obs"].shape == (32, 4) and b["data"]["obs"].dtype == torch.float32
         assert b["keys"].dtype == torch.int64 and b["weights"].dtype == torch.float64
         # the data row is the item of its key (ids were inserted as keys 0..499)

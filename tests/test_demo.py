@@ -20,8 +20,17 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def tiny(**kw) -> DemoConfig:
-    base = dict(total_steps=600, learning_starts=200, capacity=400, batch_size=16, hidden=16,
-                eval_every=300, eval_episodes=2, stats_every=50, eps_decay_steps=300)
+    base = dict(
+        total_steps=600,
+        learning_starts=200,
+        capacity=400,
+        batch_size=16,
+        hidden=16,
+        eval_every=300,
+        eval_episodes=2,
+        stats_every=50,
+        eps_decay_steps=300,
+    )
     base.update(kw)
     return DemoConfig(**base)
 
@@ -50,8 +59,12 @@ def test_train_smoke_writes_four_panel_figure(tmp_path):
     titles = plot_result(r, out)
     assert out.read_bytes()[:8] == PNG
     assert len(titles) == 4
-    assert ["Learning curve" in titles[0], "Priorities" in titles[1], "sampled" in titles[2],
-            "Sample-to-insert" in titles[3]] == [True] * 4
+    assert [
+        "Learning curve" in titles[0],
+        "Priorities" in titles[1],
+        "sampled" in titles[2],
+        "Sample-to-insert" in titles[3],
+    ] == [True] * 4
 
 
 def test_nstep_smoke_uses_episodic_table_and_nstep_targets():
@@ -68,25 +81,42 @@ def test_nstep_smoke_uses_episodic_table_and_nstep_targets():
     assert (r.priorities > 0).all() and np.isfinite(r.final_return)
     # the n-step target: returns + discount * Q'(next_obs), discount 0 at termination
     cfg = tiny(n_step=3)
-    table = rs.Table(100, sampler=rs.Uniform(), remover=rs.Fifo(), episodes=rs.Episodes(next_obs_field="next_obs"),
-                     seed=0)
+    table = rs.Table(
+        100, sampler=rs.Uniform(), remover=rs.Fifo(), episodes=rs.Episodes(next_obs_field="next_obs"), seed=0
+    )
     obs = np.arange(40, dtype=np.float32).reshape(10, 4)
     for t in range(10):
-        table.add_step({"obs": obs[t], "action": np.int64(t % 2), "reward": np.float32(1.0),
-                        "next_obs": obs[t] + 4, "terminated": t == 9, "truncated": False},
-                       terminated=t == 9)
+        table.add_step(
+            {
+                "obs": obs[t],
+                "action": np.int64(t % 2),
+                "reward": np.float32(1.0),
+                "next_obs": obs[t] + 4,
+                "terminated": t == 9,
+                "truncated": False,
+            },
+            terminated=t == 9,
+        )
     s = table.sample_nstep(64, 3, cfg.gamma)
     agent = DQNAgent(4, 2, cfg)
     with torch_no_grad():
-        q_next = agent.target(torch_tensor(s.next_obs)).gather(
-            1, agent.q(torch_tensor(s.next_obs)).argmax(1, keepdim=True)).squeeze(1).numpy()
-        q = agent.q(torch_tensor(s.data["obs"])).gather(
-            1, torch_tensor(s.data["action"]).long()[:, None]).squeeze(1).numpy()
+        q_next = (
+            agent.target(torch_tensor(s.next_obs))
+            .gather(1, agent.q(torch_tensor(s.next_obs)).argmax(1, keepdim=True))
+            .squeeze(1)
+            .numpy()
+        )
+        q = (
+            agent.q(torch_tensor(s.data["obs"]))
+            .gather(1, torch_tensor(s.data["action"]).long()[:, None])
+            .squeeze(1)
+            .numpy()
+        )
     td, _ = agent.learn(s, lr=0.0)
     expect = np.abs(s.returns + s.discount * q_next - q)
     np.testing.assert_allclose(td, expect, rtol=1e-4, atol=1e-5)
     k = np.minimum(3, 10 - s.data["obs"][:, 0].astype(int) // 4)  # steps left in the episode
-    np.testing.assert_allclose(s.returns, (1 - cfg.gamma ** k) / (1 - cfg.gamma))
+    np.testing.assert_allclose(s.returns, (1 - cfg.gamma**k) / (1 - cfg.gamma))
     np.testing.assert_array_equal(s.discount == 0, s.data["obs"][:, 0] // 4 + k == 10)
 
 

@@ -29,8 +29,17 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def tiny(**kw) -> DemoConfig:
     # capacity above the step budget: nothing is evicted, so the live items show every insert
-    base = dict(total_steps=640, learning_starts=200, capacity=1_000, batch_size=16, hidden=16,
-                eval_every=320, eval_episodes=2, stats_every=64, eps_decay_steps=300)
+    base = dict(
+        total_steps=640,
+        learning_starts=200,
+        capacity=1_000,
+        batch_size=16,
+        hidden=16,
+        eval_every=320,
+        eval_episodes=2,
+        stats_every=64,
+        eps_decay_steps=300,
+    )
     base.update(kw)
     return DemoConfig(**base)
 
@@ -105,9 +114,29 @@ def test_cli_distributed_branch(run, tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(distributed, "train_distributed", fake)
     out = tmp_path / "fig" / "d.png"
-    code = cli.main(["demo", "--distributed", "--actors", "3", "--sync-every", "16", "--write-batch", "8",
-                     "--batches-per-call", "2", "--steps", "5000", "--seed", "4", "--eval-episodes", "2",
-                     "--no-progress", "--out", str(out)])
+    code = cli.main(
+        [
+            "demo",
+            "--distributed",
+            "--actors",
+            "3",
+            "--sync-every",
+            "16",
+            "--write-batch",
+            "8",
+            "--batches-per-call",
+            "2",
+            "--steps",
+            "5000",
+            "--seed",
+            "4",
+            "--eval-episodes",
+            "2",
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     d = seen["dist"]
     assert (d.actors, d.sync_every, d.write_batch, d.batches_per_call) == (3, 16, 8, 2)
@@ -133,14 +162,23 @@ def test_help_explains_the_distributed_options(capsys):
     with pytest.raises(SystemExit):
         cli.main(["demo", "--help"])
     out = capsys.readouterr().out
-    for option in ("--distributed", "--actors", "--sync-every", "--write-batch", "--batches-per-call",
-                   "object store", "Ray"):
+    for option in (
+        "--distributed",
+        "--actors",
+        "--sync-every",
+        "--write-batch",
+        "--batches-per-call",
+        "object store",
+        "Ray",
+    ):
         assert option in out
 
 
 def test_importing_the_module_stays_light():
-    code = ("import sys, replaystore.demo.distributed as d; d.DistributedConfig(); "
-            "assert 'torch' not in sys.modules and 'ray' not in sys.modules, 'heavy import'")
+    code = (
+        "import sys, replaystore.demo.distributed as d; d.DistributedConfig(); "
+        "assert 'torch' not in sys.modules and 'ray' not in sys.modules, 'heavy import'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
@@ -158,6 +196,7 @@ def test_config_validation():
 
 def test_minibatches_rescale_weights_to_any_beta():
     """weights ** beta of a beta=1 sampler are the weights a beta sampler returns (same draws)."""
+
     def table(beta):
         t = rs.Table(capacity=100, sampler=rs.Prioritized(alpha=0.6, beta=beta), seed=3)
         t.extend({"x": np.arange(100, dtype=np.float32)}, priorities=np.linspace(0.1, 5.0, 100))

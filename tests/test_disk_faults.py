@@ -86,8 +86,18 @@ def _memmap_writer_too_big(q, directory, filler):
         q.put(("no error",))
         return
     except rs.DiskFull as e:
-        q.put(("DiskFull", isinstance(e, OSError), e.errno, e.path, e.wanted, len(t), t.stats()["inserts"],
-               sorted(os.listdir(f"{directory}/table"))))
+        q.put(
+            (
+                "DiskFull",
+                isinstance(e, OSError),
+                e.errno,
+                e.path,
+                e.wanted,
+                len(t),
+                t.stats()["inserts"],
+                sorted(os.listdir(f"{directory}/table")),
+            )
+        )
     os.unlink(filler)  # space comes back, the same table works
     t.close()
     q.put(("after", "skip"))
@@ -194,7 +204,7 @@ def test_fragment_store_on_a_full_disk_raises_diskfull_and_keeps_every_acknowled
     assert out[2] == ("recovered", -1)
     # a fresh reader (another process, the same files) sees every payload acknowledged and not deleted
     with FragmentStore(path, num_shards=1) as fresh:
-        for fid, i in acked[len(acked) // 2:]:
+        for fid, i in acked[len(acked) // 2 :]:
             assert fresh.get(fid)["i"] == i
         assert fresh.get("after-free")["i"] == -1
         assert len(fresh) == len(acked) - len(acked) // 2 + 1
@@ -294,8 +304,17 @@ S = "session"
 
 
 def buffer_config(path, **kw) -> FragmentBufferConfig:
-    cfg = dict(max_chunks=1000, max_staleness=100, max_reuse=1000, fragments_per_chunk=1, path=str(path),
-               num_shards=1, seed=0, journal_reserve=256 << 10, lease_ttl=None)
+    cfg = dict(
+        max_chunks=1000,
+        max_staleness=100,
+        max_reuse=1000,
+        fragments_per_chunk=1,
+        path=str(path),
+        num_shards=1,
+        seed=0,
+        journal_reserve=256 << 10,
+        lease_ttl=None,
+    )
     cfg.update(kw)
     return FragmentBufferConfig(**cfg)
 
@@ -420,9 +439,17 @@ def test_a_reader_racing_a_swap_never_resurrects_the_replaced_generation(tmp_pat
 
     monkeypatch.setattr(fr, "read_target", stale_once)
     reader = FragmentStore.__new__(FragmentStore)  # a handle that has not opened the shard yet
-    reader.__dict__.update(path=writer.path, num_shards=1, map_size=writer.map_size, sync=False, writemap=False,
-                           shrink_threshold=None, _shards=[fr.ShardLink(str(path / "shard-000"))], _closed=False,
-                           shrinks=0)
+    reader.__dict__.update(
+        path=writer.path,
+        num_shards=1,
+        map_size=writer.map_size,
+        sync=False,
+        writemap=False,
+        shrink_threshold=None,
+        _shards=[fr.ShardLink(str(path / "shard-000"))],
+        _closed=False,
+        shrinks=0,
+    )
     assert reader.get(fid)["i"] == 5  # found in the current generation
     assert not (path / old).exists() and len(calls) >= 2
     writer.close()

@@ -28,8 +28,25 @@ ROOT = Path(__file__).resolve().parents[1]
 NO_RUN = re.compile(r"^\s*<!--\s*no-run:\s*(?P<reason>.+?)\s*-->\s*$")
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w+-]*)\s*$")
 # optional packages: a snippet that needs a missing one is skipped, not failed
-OPTIONAL = {"torch", "ray", "gymnasium", "stable_baselines3", "minari", "lmdb", "zstandard", "numba",
-            "tensorboard", "wandb", "tensordict", "gfn", "ding", "minestudio", "matplotlib", "tqdm", "h5py"}
+OPTIONAL = {
+    "torch",
+    "ray",
+    "gymnasium",
+    "stable_baselines3",
+    "minari",
+    "lmdb",
+    "zstandard",
+    "numba",
+    "tensorboard",
+    "wandb",
+    "tensordict",
+    "gfn",
+    "ding",
+    "minestudio",
+    "matplotlib",
+    "tqdm",
+    "h5py",
+}
 GROUP_TIMEOUT = 420  # seconds for each child process (a quiet machine needs well under a minute)
 
 
@@ -62,7 +79,7 @@ def python_blocks(path: Path) -> list[Block]:
         body: list[str] = []
         i += 1
         while i < len(lines) and lines[i].strip() != "```":
-            body.append(lines[i][len(indent):] if lines[i].startswith(indent) else lines[i].lstrip())
+            body.append(lines[i][len(indent) :] if lines[i].startswith(indent) else lines[i].lstrip())
             i += 1
         i += 1
         if lang not in ("python", "py"):
@@ -142,16 +159,23 @@ def run_in_subprocess(paths: list[Path], timeout: float) -> dict[str, list[dict]
     with tempfile.TemporaryDirectory(prefix="snippets-") as tmp:
         out = Path(tmp) / "results.json"
         try:
-            proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--out", str(out),
-                                   *map(str, paths)], cwd=tmp, env=env, capture_output=True, text=True,
-                                  timeout=timeout)
+            proc = subprocess.run(
+                [sys.executable, str(Path(__file__).resolve()), "--out", str(out), *map(str, paths)],
+                cwd=tmp,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
             tail = f"exit {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         except subprocess.TimeoutExpired as e:
             tail = f"timed out after {timeout:.0f} s:\n{str(e.stdout)[-3000:]}\n{str(e.stderr)[-3000:]}"
         results = json.loads(out.read_text()) if out.exists() else {}
         for path in paths:  # a file the child never finished: one failure saying why
-            results.setdefault(str(path), [{"line": 0, "status": "failed",
-                                            "reason": f"the snippet runner stopped before this file ({tail})"}])
+            results.setdefault(
+                str(path),
+                [{"line": 0, "status": "failed", "reason": f"the snippet runner stopped before this file ({tail})"}],
+            )
         return results
 
 
@@ -184,8 +208,11 @@ def snippet_results() -> dict[str, list[dict]]:
 
 def test_collector_finds_blocks_and_markers(tmp_path: Path) -> None:
     md = tmp_path / "x.md"
-    md.write_text("text\n```python\na = 1\n```\n<!-- no-run: needs a GPU -->\n```python\nb = 2\n```\n"
-                  "```bash\nls\n```\n- item:\n\n  ```python\n  c = a + 1\n  ```\n", encoding="utf-8")
+    md.write_text(
+        "text\n```python\na = 1\n```\n<!-- no-run: needs a GPU -->\n```python\nb = 2\n```\n"
+        "```bash\nls\n```\n- item:\n\n  ```python\n  c = a + 1\n  ```\n",
+        encoding="utf-8",
+    )
     blocks = python_blocks(md)
     assert [(b.line, b.no_run) for b in blocks] == [(2, None), (6, "needs a GPU"), (14, None)]
     assert blocks[2].code == "c = a + 1\n"

@@ -28,9 +28,25 @@ MISSING = [m for m in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handl
 @pytest.mark.skipif(bool(MISSING), reason=f"the [docs] extra is not installed (missing {MISSING})")
 def test_mkdocs_build_strict(tmp_path: Path) -> None:
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
-                           "-f", str(ROOT / "mkdocs.yml"), "-d", str(tmp_path / "site")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--quiet",
+            "-f",
+            str(ROOT / "mkdocs.yml"),
+            "-d",
+            str(tmp_path / "site"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
     site = tmp_path / "site"
     assert (site / "index.html").is_file()
@@ -38,6 +54,17 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     table_page = (site / "reference" / "table" / "index.html").read_text(encoding="utf-8")
     assert "update_priorities" in table_page and "sample" in table_page
     # every page of the nav was built, the existing docs files among them
-    for page in ("getting_started", "serving", "offline_to_online", "sequences", "ray", "online",
-                 "durability", "architecture", "benchmarks", "compat/sb3", "compat/ding"):
+    for page in (
+        "getting_started",
+        "serving",
+        "offline_to_online",
+        "sequences",
+        "ray",
+        "online",
+        "durability",
+        "architecture",
+        "benchmarks",
+        "compat/sb3",
+        "compat/ding",
+    ):
         assert (site / page / "index.html").is_file(), page

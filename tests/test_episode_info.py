@@ -16,8 +16,14 @@ def steps(n, start=0.0):
 def snapshot(table):
     keys = table.keys()
     info = table.info(keys)
-    return (len(table), keys.tolist(), info["times_sampled"].tolist(), info["priorities"].tolist(),
-            table.rate_limiter.samples, table.rate_limiter.inserts)
+    return (
+        len(table),
+        keys.tolist(),
+        info["times_sampled"].tolist(),
+        info["priorities"].tolist(),
+        table.rate_limiter.samples,
+        table.rate_limiter.inserts,
+    )
 
 
 def test_interleaved_streams_open_closed_flags():
@@ -167,8 +173,11 @@ def test_against_a_reference_with_eviction_and_deletes():
                 t.end_episode([s], truncated=bool(rng.random() < 0.5))
                 ep = open_ep.pop(s)
                 last_live = ep["keys"][-1] in set(t.keys().tolist())
-                ep["end"] = ("truncated" if t.episode_info([ep["keys"][-1]]).truncated[0] else "terminated") \
-                    if last_live else "gone"
+                ep["end"] = (
+                    ("truncated" if t.episode_info([ep["keys"][-1]]).truncated[0] else "terminated")
+                    if last_live
+                    else "gone"
+                )
         if step % 10:
             continue
         live = set(t.keys().tolist())

@@ -31,8 +31,15 @@ def snapshot(t):
     st.pop("insert_blocked_s")  # time spent waiting is measured, not state
     st.pop("sample_blocked_s")
     idx = t._episodes
-    return (t.keys().tolist(), st, idx.next_t.tolist(), idx.cur_ep.tolist(), idx.next_episode,
-            idx.flags.tolist(), t.rate_limiter.state())
+    return (
+        t.keys().tolist(),
+        st,
+        idx.next_t.tolist(),
+        idx.cur_ep.tolist(),
+        idx.next_episode,
+        idx.flags.tolist(),
+        t.rate_limiter.state(),
+    )
 
 
 # -- writers ---------------------------------------------------------------------------------------
@@ -59,8 +66,12 @@ def test_object_storage_is_refused():
 def test_positions_and_episodes_of_interleaved_streams():
     t = table()
     # two envs, rows alternate; stream 1 terminates at its 3rd step, stream 0 truncates at its 4th
-    t.extend_steps(steps([0, 100, 1, 101, 2, 102, 3, 103]), streams=[0, 1] * 4,
-                   terminated=[0, 0, 0, 0, 0, 1, 0, 0], truncated=[0, 0, 0, 0, 0, 0, 1, 0])
+    t.extend_steps(
+        steps([0, 100, 1, 101, 2, 102, 3, 103]),
+        streams=[0, 1] * 4,
+        terminated=[0, 0, 0, 0, 0, 1, 0, 0],
+        truncated=[0, 0, 0, 0, 0, 0, 1, 0],
+    )
     idx = t._episodes
     slots = t._index.lookup(np.arange(8))
     assert idx.streams(slots).tolist() == [0, 1] * 4
@@ -164,8 +175,7 @@ def test_strict_sequences_never_cross_ends_head_or_holes():
     for _ in range(60):  # 3 streams, random episode ends
         ids = np.arange(nxt, nxt + 3)
         nxt += 3
-        t.extend_steps(steps(ids), streams=[0, 1, 2], terminated=rng.random(3) < 0.15,
-                       truncated=rng.random(3) < 0.05)
+        t.extend_steps(steps(ids), streams=[0, 1, 2], terminated=rng.random(3) < 0.15, truncated=rng.random(3) < 0.05)
     t.delete(rng.choice(t.keys(), 10, replace=False))
     idx = t._episodes
     for _ in range(20):
@@ -282,8 +292,13 @@ def all_nstep(t, n, gamma):
     for _ in range(50):
         s = t.sample_nstep(64, n, gamma)
         for i in range(64):
-            out[int(s.data["id"][i])] = (round(float(s.returns[i]), 9), int(s.steps[i]), bool(s.done[i]),
-                                         round(float(s.discount[i]), 9), float(s.next_obs[i]))
+            out[int(s.data["id"][i])] = (
+                round(float(s.returns[i]), 9),
+                int(s.steps[i]),
+                bool(s.done[i]),
+                round(float(s.discount[i]), 9),
+                float(s.next_obs[i]),
+            )
         if len(out) == len(t):
             break
     return out
@@ -333,8 +348,17 @@ def test_nstep_stops_before_a_deleted_step():
     assert got[0] == (1 + 2 * 0.5, 2, False, 0.25, 2.0)  # bootstrap next_obs of id 1
 
 
-@pytest.mark.parametrize("n, gamma, match", [(0, 0.9, "n must"), (1.5, 0.9, "n must"), (3, 0.0, "gamma"),
-                                             (3, 1.01, "gamma"), (3, float("nan"), "gamma"), (3, "x", "gamma")])
+@pytest.mark.parametrize(
+    "n, gamma, match",
+    [
+        (0, 0.9, "n must"),
+        (1.5, 0.9, "n must"),
+        (3, 0.0, "gamma"),
+        (3, 1.01, "gamma"),
+        (3, float("nan"), "gamma"),
+        (3, "x", "gamma"),
+    ],
+)
 def test_nstep_bad_arguments_change_nothing(n, gamma, match):
     t = nstep_table()
     before = snapshot(t)
@@ -344,8 +368,9 @@ def test_nstep_bad_arguments_change_nothing(n, gamma, match):
 
 
 def test_nstep_with_prioritized_sampler_returns_weights_and_updates():
-    t = rs.Table(100, sampler=rs.Prioritized(alpha=1.0, beta=1.0), episodes=rs.Episodes(next_obs_field="next_obs"),
-                 seed=0)
+    t = rs.Table(
+        100, sampler=rs.Prioritized(alpha=1.0, beta=1.0), episodes=rs.Episodes(next_obs_field="next_obs"), seed=0
+    )
     k = t.add_episode(steps(np.arange(10)), stream=0, priorities=np.arange(1, 11, dtype=float))
     s = t.sample_nstep(2000, 3, 0.9)
     np.testing.assert_allclose(s.probabilities, (s.keys + 1) / 55)
@@ -426,9 +451,13 @@ def test_fifo_batch_larger_than_capacity_keeps_the_newest_steps_in_place():
 
 # -- prioritized sequences ---------------------------------------------------------------------------
 def prio_table(capacity=200, length=4, burn_in=1, **kw):
-    return rs.Table(capacity, sampler=rs.Prioritized(alpha=1.0, beta=1.0), seed=0,
-                    episodes=rs.Episodes(sequence_length=length + burn_in, burn_in=burn_in,
-                                         next_obs_field="next_obs"), **kw)
+    return rs.Table(
+        capacity,
+        sampler=rs.Prioritized(alpha=1.0, beta=1.0),
+        seed=0,
+        episodes=rs.Episodes(sequence_length=length + burn_in, burn_in=burn_in, next_obs_field="next_obs"),
+        **kw,
+    )
 
 
 def valid_keys(t, width, burn_in):
@@ -587,8 +616,17 @@ def test_padded_starts_are_uniform_over_live_steps_and_episodes_uniform_over_com
     assert t.stats()["samples"] == draws + 3000  # one per sequence, one per episode
 
 
-@pytest.mark.parametrize("kw", [{"max_streams": 0}, {"max_streams": 1 << 24}, {"sequence_length": 0},
-                                {"sequence_length": 3, "burn_in": 3}, {"burn_in": -1}, {"next_obs_field": 3}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"max_streams": 0},
+        {"max_streams": 1 << 24},
+        {"sequence_length": 0},
+        {"sequence_length": 3, "burn_in": 3},
+        {"burn_in": -1},
+        {"next_obs_field": 3},
+    ],
+)
 def test_bad_episode_options_are_refused(kw):
     with pytest.raises(rs.EpisodeError):
         rs.Episodes(**kw)
@@ -597,8 +635,11 @@ def test_bad_episode_options_are_refused(kw):
 def test_samplers_and_writers_in_threads_always_see_valid_windows():
     import threading
 
-    t = table(400, episodes=rs.Episodes(next_obs_field="next_obs", sequence_length=6, burn_in=2),
-              sampler=rs.Prioritized(alpha=1.0))
+    t = table(
+        400,
+        episodes=rs.Episodes(next_obs_field="next_obs", sequence_length=6, burn_in=2),
+        sampler=rs.Prioritized(alpha=1.0),
+    )
     t.add_episode(steps(np.arange(10) * 4), stream=0, terminated=False)
     stop = threading.Event()
     bad = []
@@ -607,8 +648,12 @@ def test_samplers_and_writers_in_threads_always_see_valid_windows():
         i = 10
         while not stop.is_set() and i < 3000:
             ids = np.arange(i, i + 5)
-            t.extend_steps(steps(ids * 4 + np.arange(5) % 4), streams=np.arange(5) % 4,
-                           terminated=(ids % 37) == 0, priorities=np.full(5, 1.0 + i % 3))
+            t.extend_steps(
+                steps(ids * 4 + np.arange(5) % 4),
+                streams=np.arange(5) % 4,
+                terminated=(ids % 37) == 0,
+                priorities=np.full(5, 1.0 + i % 3),
+            )
             i += 5
         stop.set()
 
@@ -627,4 +672,5 @@ def test_samplers_and_writers_in_threads_always_see_valid_windows():
         th.join(30)
     assert not bad and stop.is_set()
     assert set(t._index.key_of_slot[t._episodes.validity.valid.contents()].tolist()) == set(
-        t._index.key_of_slot[exact_valid_starts(t._episodes, 6, 2)].tolist())
+        t._index.key_of_slot[exact_valid_starts(t._episodes, 6, 2)].tolist()
+    )

@@ -54,8 +54,14 @@ def test_issue_snippet_fifo_deletes_keep_the_open_episode_visible(tmp_path):
 
 def test_lifo_with_max_times_sampled_keeps_old_steps_visible():
     # a Lifo sampler with max_times_sampled=1 retires the newest step at every draw
-    t = rs.Table(4, sampler=rs.Lifo(), remover=rs.Lifo(), max_times_sampled=1,
-                 episodes=rs.Episodes(next_obs_field="next_obs"), seed=0)
+    t = rs.Table(
+        4,
+        sampler=rs.Lifo(),
+        remover=rs.Lifo(),
+        max_times_sampled=1,
+        episodes=rs.Episodes(next_obs_field="next_obs"),
+        seed=0,
+    )
     a = [t.add_step(step(i)) for i in range(2)]
     for i in range(2, 42):
         k = t.add_step(step(i))

@@ -89,8 +89,7 @@ def _samples(t, next_obs, calls=6, batch=128):
 
 @pytest.mark.parametrize("next_obs", [True, False])
 @pytest.mark.parametrize("capacity, n_steps, streams, delete", CASES)
-def test_sample_nstep_is_identical_with_the_checked_planner(monkeypatch, capacity, n_steps, streams, delete,
-                                                             next_obs):
+def test_sample_nstep_is_identical_with_the_checked_planner(monkeypatch, capacity, n_steps, streams, delete, next_obs):
     fast = _samples(build(capacity, n_steps, streams, next_obs, 7, delete, end_open=False), next_obs)
     calls = []
 
@@ -105,8 +104,20 @@ def test_sample_nstep_is_identical_with_the_checked_planner(monkeypatch, capacit
         assert (a is None) == (b is None)
         if a is None:
             continue
-        for name in ("returns", "steps", "done", "discount", "keys", "probabilities", "weights", "priorities",
-                     "times_sampled", "versions", "streams", "episodes"):
+        for name in (
+            "returns",
+            "steps",
+            "done",
+            "discount",
+            "keys",
+            "probabilities",
+            "weights",
+            "priorities",
+            "times_sampled",
+            "versions",
+            "streams",
+            "episodes",
+        ):
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
         np.testing.assert_array_equal(a.next_obs, b.next_obs)
         for f in a.data:
@@ -160,8 +171,9 @@ def test_truncation_termination_and_the_write_head_on_the_fast_path():
     term = np.isin(ids, [5])
     trunc = np.isin(ids, [11])
     # 20 steps into 16 slots: ids 4..19 live, slots wrap (id 16 is in slot 0)
-    t.extend_steps({"obs": ids.astype(np.float32), "next_obs": ids + 0.5, "reward": r}, streams=0,
-                   terminated=term, truncated=trunc)
+    t.extend_steps(
+        {"obs": ids.astype(np.float32), "next_obs": ids + 0.5, "reward": r}, streams=0, terminated=term, truncated=trunc
+    )
     idx = t._episodes
     slots = t._index.lookup(t.keys())
     win, k, done, boot = nstep_mod.plan_nstep(idx, slots, N, True)
@@ -231,8 +243,19 @@ def test_index_per_slot_state_is_17_bytes_and_ring_slots_are_int32():
     assert per_slot == 17
     assert idx.ring.dtype == np.int32
     assert idx.nbytes == per_slot * t.capacity + idx.ring.nbytes + sum(
-        a.nbytes for a in (idx.next_t, idx.cur_ep, idx.cur_pos, idx.ring_off, idx.ring_len, idx.lo_t, idx.n_live,
-                           idx.oldest_t, idx._mark))
+        a.nbytes
+        for a in (
+            idx.next_t,
+            idx.cur_ep,
+            idx.cur_pos,
+            idx.ring_off,
+            idx.ring_len,
+            idx.lo_t,
+            idx.n_live,
+            idx.oldest_t,
+            idx._mark,
+        )
+    )
     # streams and positions derive from the per-slot id
     slots = t._index.lookup(t.keys())
     st, pos = idx.stream_t(slots)
@@ -284,9 +307,11 @@ def test_a_stream_reaching_position_2_40_is_refused_and_nothing_changes():
     keys = t.extend_steps(rows([2, 3]), streams=0)  # positions 2**40 - 3 and - 2: the last ones allowed
     assert idx.positions(t._index.lookup(keys)).tolist() == [limit - 3, limit - 2]
     before = (t.keys().tolist(), t.stats()["inserts"], idx.next_t.tolist(), idx.written)
-    for call in (lambda: t.extend_steps(rows([4]), streams=0),
-                 lambda: t.extend_steps(rows([4, 5]), streams=[1, 0]),
-                 lambda: t.add_step({k: v[0] for k, v in rows([4]).items()}, stream=0)):
+    for call in (
+        lambda: t.extend_steps(rows([4]), streams=0),
+        lambda: t.extend_steps(rows([4, 5]), streams=[1, 0]),
+        lambda: t.add_step({k: v[0] for k, v in rows([4]).items()}, stream=0),
+    ):
         with pytest.raises(rs.EpisodeError, match="below 2\\*\\*40 - 1"):
             call()
         assert (t.keys().tolist(), t.stats()["inserts"], idx.next_t.tolist(), idx.written) == before

@@ -49,8 +49,17 @@ class Ref:
                 self.next_ep += 1
             seen_first.add(s)
             pos = 0 if not lst or lst[-1]["ep"] != ep else lst[-1]["pos"] + 1
-            stp = {"key": key, "s": s, "t": len(lst), "ep": ep, "pos": pos, "term": term, "trunc": trunc,
-                   "r": reward, "live": key >= 0}
+            stp = {
+                "key": key,
+                "s": s,
+                "t": len(lst),
+                "ep": ep,
+                "pos": pos,
+                "term": term,
+                "trunc": trunc,
+                "r": reward,
+                "live": key >= 0,
+            }
             lst.append(stp)
             if key >= 0:
                 self.by_key[key] = stp
@@ -130,8 +139,17 @@ class Ref:
         else:
             length = last["pos"] + 1 if last["live"] else -1
         ended = closed and last["live"]
-        return (x["s"], x["t"], x["pos"], length, closed, closed and all(y["live"] for y in steps),
-                ended and last["term"], ended and last["trunc"] and not last["term"], x["term"] or x["trunc"])
+        return (
+            x["s"],
+            x["t"],
+            x["pos"],
+            length,
+            closed,
+            closed and all(y["live"] for y in steps),
+            ended and last["term"],
+            ended and last["trunc"] and not last["term"],
+            x["term"] or x["trunc"],
+        )
 
     def complete(self):
         eps = {}
@@ -146,8 +164,12 @@ class Ref:
 
 
 class EpisodeMachine(RuleBasedStateMachine):
-    @initialize(has_next=st.booleans(), mts=st.sampled_from([0, 0, 3]), prio=st.booleans(),
-                remover=st.sampled_from(["fifo", "fifo", "lifo", "minheap", "uniform"]))
+    @initialize(
+        has_next=st.booleans(),
+        mts=st.sampled_from([0, 0, 3]),
+        prio=st.booleans(),
+        remover=st.sampled_from(["fifo", "fifo", "lifo", "minheap", "uniform"]),
+    )
     def setup(self, has_next, mts, prio, remover):
         self.has_next = has_next
         self.prio = prio
@@ -155,11 +177,15 @@ class EpisodeMachine(RuleBasedStateMachine):
         self.saves = 0
         # with prio: prioritized sequences of a fixed window (3 steps, 1 of burn-in)
         sampler = rs.Prioritized(alpha=1.0) if prio else None
-        ep = rs.Episodes(next_obs_field="next_obs" if has_next else None,
-                         sequence_length=3 if prio else None, burn_in=1 if prio else 0)
+        ep = rs.Episodes(
+            next_obs_field="next_obs" if has_next else None,
+            sequence_length=3 if prio else None,
+            burn_in=1 if prio else 0,
+        )
         rem = {"fifo": rs.Fifo, "lifo": rs.Lifo, "minheap": rs.MinHeap, "uniform": rs.Uniform}[remover]()
-        self.t = rs.Table(CAP, sampler=sampler, remover=rem, episodes=ep, max_staleness=1, max_times_sampled=mts,
-                          seed=0)
+        self.t = rs.Table(
+            CAP, sampler=sampler, remover=rem, episodes=ep, max_staleness=1, max_times_sampled=mts, seed=0
+        )
         self.ref = Ref()
         self.next_id = 0
 
@@ -168,16 +194,27 @@ class EpisodeMachine(RuleBasedStateMachine):
         self.next_id += n
         return {"obs": ids.astype(np.float64), "next_obs": ids + 0.5, "reward": np.asarray(rewards, float)}
 
-    @rule(rows=st.lists(st.tuples(st.integers(0, STREAMS - 1), st.booleans(), st.booleans(),
-                                  st.integers(-3, 3), st.booleans()), min_size=1, max_size=5))
+    @rule(
+        rows=st.lists(
+            st.tuples(st.integers(0, STREAMS - 1), st.booleans(), st.booleans(), st.integers(-3, 3), st.booleans()),
+            min_size=1,
+            max_size=5,
+        )
+    )
     def extend(self, rows):
         stale = [r[4] for r in rows]
         versions = [self.t.version - 2 if s else self.t.version for s in stale]
         term = [r[1] and r[3] % 2 == 0 for r in rows]
         trunc = [r[2] and r[3] % 3 == 0 for r in rows]
         data = self._data(len(rows), [r[3] for r in rows])
-        keys = self.t.extend_steps(data, streams=[r[0] for r in rows], terminated=term, truncated=trunc,
-                                   version=versions, priorities=[1.0 + abs(r[3]) for r in rows])
+        keys = self.t.extend_steps(
+            data,
+            streams=[r[0] for r in rows],
+            terminated=term,
+            truncated=trunc,
+            version=versions,
+            priorities=[1.0 + abs(r[3]) for r in rows],
+        )
         assert ((keys == -1) == np.asarray(stale)).all()
         self.ref.write([(r[0], a, b, r[3]) for r, a, b in zip(rows, term, trunc)], keys.tolist())
 
@@ -191,8 +228,11 @@ class EpisodeMachine(RuleBasedStateMachine):
         if self.ref.open.get(s) is not None:
             return
         keys = self.t.add_episode(self._data(n, np.arange(n) % 3), stream=s, terminated=not trunc, truncated=trunc)
-        self.ref.write([(s, False, False, i % 3) for i in range(n - 1)] + [(s, not trunc, trunc, (n - 1) % 3)],
-                       keys.tolist(), new_episode=True)
+        self.ref.write(
+            [(s, False, False, i % 3) for i in range(n - 1)] + [(s, not trunc, trunc, (n - 1) % 3)],
+            keys.tolist(),
+            new_episode=True,
+        )
 
     @rule(s=st.integers(0, STREAMS + 2), trunc=st.booleans())
     def end(self, s, trunc):
@@ -302,9 +342,24 @@ class EpisodeMachine(RuleBasedStateMachine):
         # episode_info of every live key
         info = t.episode_info(live_keys)
         assert info.found.all()
-        got = list(zip(*(getattr(info, f).tolist() for f in (
-            "streams", "stream_positions", "positions", "lengths", "closed", "complete", "terminated", "truncated",
-            "is_last"))))
+        got = list(
+            zip(
+                *(
+                    getattr(info, f).tolist()
+                    for f in (
+                        "streams",
+                        "stream_positions",
+                        "positions",
+                        "lengths",
+                        "closed",
+                        "complete",
+                        "terminated",
+                        "truncated",
+                        "is_last",
+                    )
+                )
+            )
+        )
         assert got == [ref.info(k) for k in live_keys.tolist()]
         # valid strict starts
         for width, burn_in in ((1, 0), (2, 0), (3, 1), (4, 2)):
@@ -357,7 +412,12 @@ class EpisodeMachine(RuleBasedStateMachine):
             if n_live:  # gapless exactly when no hole follows the oldest live step (oldest_t is exact then)
                 first = min(tt for tt, x in enumerate(lst) if x["live"])
                 assert idx.gapless(np.array([s]))[0] == all(x["live"] for x in lst[first:]), (
-                    s, [x["live"] for x in lst], idx.n_live[s], idx.oldest_t[s], idx.next_t[s])
+                    s,
+                    [x["live"] for x in lst],
+                    idx.n_live[s],
+                    idx.oldest_t[s],
+                    idx.next_t[s],
+                )
             if n_live and idx.gapless(np.array([s]))[0]:
                 lo, hi = int(idx.oldest_t[s]), len(lst)
                 assert all(lst[tt]["live"] for tt in range(lo, hi)), s
@@ -372,7 +432,7 @@ class EpisodeMachine(RuleBasedStateMachine):
                 np.testing.assert_array_equal(fast, ends_valid(idx, on, width, burn_in))
         # complete episodes
         ids, bounds, eslots = complete_episodes(idx)
-        got = {tuple(t._index.key_of_slot[eslots[bounds[i]:bounds[i + 1]]].tolist()) for i in range(len(ids))}
+        got = {tuple(t._index.key_of_slot[eslots[bounds[i] : bounds[i + 1]]].tolist()) for i in range(len(ids))}
         assert got == ref.complete()
 
 

@@ -21,8 +21,13 @@ def fill(t, rng, rounds=30):
     for _ in range(rounds):
         ids = np.arange(nxt, nxt + 3)
         nxt += 3
-        t.extend_steps(steps(ids, rng.integers(0, 5, 3)), streams=[0, 1, 2], terminated=rng.random(3) < 0.1,
-                       truncated=rng.random(3) < 0.05, priorities=rng.uniform(0.5, 2, 3))
+        t.extend_steps(
+            steps(ids, rng.integers(0, 5, 3)),
+            streams=[0, 1, 2],
+            terminated=rng.random(3) < 0.1,
+            truncated=rng.random(3) < 0.05,
+            priorities=rng.uniform(0.5, 2, 3),
+        )
     t.end_episode(1)
     t.delete(rng.choice(t.keys(), 5, replace=False))
     return nxt
@@ -45,8 +50,9 @@ def index_state(t):
 
 @pytest.mark.parametrize("prioritized", [False, True])
 def test_checkpoint_round_trip_keeps_the_episode_structure(tmp_path, prioritized):
-    ep = rs.Episodes(next_obs_field="next_obs", sequence_length=5 if prioritized else None,
-                     burn_in=1 if prioritized else 0)
+    ep = rs.Episodes(
+        next_obs_field="next_obs", sequence_length=5 if prioritized else None, burn_in=1 if prioritized else 0
+    )
     sampler = rs.Prioritized(alpha=1.0, beta=1.0) if prioritized else None
     t = rs.Table(64, sampler=sampler, episodes=ep, seed=0)
     rng = np.random.default_rng(0)
@@ -57,8 +63,9 @@ def test_checkpoint_round_trip_keeps_the_episode_structure(tmp_path, prioritized
     assert index_state(u) == index_state(t)
     if prioritized:
         sl_t, sl_u = t._index.lookup(t.keys()), u._index.lookup(u.keys())
-        np.testing.assert_allclose(t.sampler._sum[sl_t + len(t.sampler._sum) // 2],
-                                   u.sampler._sum[sl_u + len(u.sampler._sum) // 2])
+        np.testing.assert_allclose(
+            t.sampler._sum[sl_t + len(t.sampler._sum) // 2], u.sampler._sum[sl_u + len(u.sampler._sum) // 2]
+        )
     # both continue identically (slots differ after a load, so samples are compared per key)
     for x in (t, u):
         x.extend_steps(steps([nxt, nxt + 1, nxt + 2]), streams=[0, 1, 2])
@@ -67,11 +74,16 @@ def test_checkpoint_round_trip_keeps_the_episode_structure(tmp_path, prioritized
     for x in (t, u):
         a = x.sample_sequences(400, 4, burn_in=1)
         # (uniform probabilities without a tracked window are estimates: compared only when exact)
-        seqs.append({k: (tuple(r), round(p, 12) if prioritized else None)
-                     for k, r, p in zip(a.keys.tolist(), a.data["id"].tolist(), a.probabilities.tolist())})
+        seqs.append(
+            {
+                k: (tuple(r), round(p, 12) if prioritized else None)
+                for k, r, p in zip(a.keys.tolist(), a.data["id"].tolist(), a.probabilities.tolist())
+            }
+        )
         b = x.sample_nstep(400, 3, 0.9)
-        nsteps.append({k: (r, s, d) for k, r, s, d in zip(b.keys.tolist(), b.returns.tolist(), b.steps.tolist(),
-                                                          b.done.tolist())})
+        nsteps.append(
+            {k: (r, s, d) for k, r, s, d in zip(b.keys.tolist(), b.returns.tolist(), b.steps.tolist(), b.done.tolist())}
+        )
     for d1, d2 in (seqs, nsteps):
         common = set(d1) & set(d2)
         assert len(common) > 10
@@ -90,8 +102,9 @@ def _resign(ck):
     return m
 
 
-@pytest.mark.parametrize("edit", ["t_beyond_stream", "unknown_stream", "bad_flags", "bad_config", "missing_file",
-                                  "next_t_beyond_ids"])
+@pytest.mark.parametrize(
+    "edit", ["t_beyond_stream", "unknown_stream", "bad_flags", "bad_config", "missing_file", "next_t_beyond_ids"]
+)
 def test_inconsistent_episode_state_in_a_checkpoint_is_a_checkpoint_error(tmp_path, edit):
     t = rs.Table(64, episodes=rs.Episodes(), seed=0)
     t.extend_steps(steps(np.arange(10)), streams=[0, 1] * 5)
@@ -149,8 +162,8 @@ def test_frame_stack_storage_rebuilds_stacks_inside_sequences():
 
     def episode(base, n):
         frames = np.stack([np.full(hw, base + i, np.uint8) for i in range(n + stack)])
-        obs = np.stack([frames[i:i + stack] for i in range(n)])
-        nxt = np.stack([frames[i + 1:i + 1 + stack] for i in range(n)])
+        obs = np.stack([frames[i : i + stack] for i in range(n)])
+        nxt = np.stack([frames[i + 1 : i + 1 + stack] for i in range(n)])
         term = np.zeros(n, bool)
         term[-1] = True
         return {"obs": obs, "next_obs": nxt, "reward": np.ones(n), "terminated": term}
@@ -161,8 +174,7 @@ def test_frame_stack_storage_rebuilds_stacks_inside_sequences():
     newest = s.data["obs"][:, :, -1, 0, 0].astype(int)  # newest frame of each stack: base + i + stack - 1
     assert (np.diff(newest, axis=1) == 1).all()
     n = t.sample_nstep(16, 2, 0.5)
-    np.testing.assert_array_equal(n.next_obs[:, -1, 0, 0].astype(int),
-                                  n.data["obs"][:, -1, 0, 0].astype(int) + n.steps)
+    np.testing.assert_array_equal(n.next_obs[:, -1, 0, 0].astype(int), n.data["obs"][:, -1, 0, 0].astype(int) + n.steps)
 
 
 def test_inspect_shows_the_episode_options(tmp_path, capsys):
@@ -180,8 +192,12 @@ def test_inspect_shows_the_episode_options(tmp_path, capsys):
 def test_block_reads_of_consecutive_slots_equal_the_gather(tmp_path, kind):
     """``read_runs`` (one block copy per run) returns exactly ``read`` of the runs' slots."""
     cap = 30
-    storage = {"columns": rs.ColumnStorage(cap), "nested": rs.ColumnStorage(cap),
-               "memmap": f"memmap:{tmp_path / 'mm'}", "frames": rs.FrameStackStorage(cap)}[kind]
+    storage = {
+        "columns": rs.ColumnStorage(cap),
+        "nested": rs.ColumnStorage(cap),
+        "memmap": f"memmap:{tmp_path / 'mm'}",
+        "frames": rs.FrameStackStorage(cap),
+    }[kind]
     t = rs.Table(cap, storage=storage, seed=0)
     rng = np.random.default_rng(0)
     for i in range(40):  # wraps: slots hold items of two generations
@@ -222,8 +238,7 @@ def test_sequence_payloads_belong_to_their_step_keys(interleaved):
         streams = [0, 1] if interleaved else [0, 0]
         ids = np.arange(nxt, nxt + 2)
         nxt += 2
-        keys = t.extend_steps({"id": ids, "obs": ids.astype(np.float32)}, streams=streams,
-                              terminated=[False, False])
+        keys = t.extend_steps({"id": ids, "obs": ids.astype(np.float32)}, streams=streams, terminated=[False, False])
         id_of.update(zip(keys.tolist(), ids.tolist()))
     s = t.sample_sequences(16, 6, burn_in=2)
     want = np.vectorize(id_of.__getitem__)(s.step_keys)

@@ -57,8 +57,7 @@ TABLE_CALLS = [
     ("sample(2.5)", rs.InvalidArgument, ValueError, lambda t: t.sample(2.5)),
     ("sample('4')", rs.InvalidArgument, ValueError, lambda t: t.sample("4")),
     ("sample(None)", rs.InvalidArgument, ValueError, lambda t: t.sample(None)),
-    ("2-D keys update", rs.InvalidArgument, ValueError,
-     lambda t: t.update_priorities(np.array([[1, 2], [3, 4]]), 1.0)),
+    ("2-D keys update", rs.InvalidArgument, ValueError, lambda t: t.update_priorities(np.array([[1, 2], [3, 4]]), 1.0)),
     ("2-D keys delete", rs.InvalidArgument, ValueError, lambda t: t.delete(np.array([[1, 2], [3, 4]]))),
     ("2-D keys get", rs.InvalidArgument, ValueError, lambda t: t.get(np.array([[1, 2]]))),
     ("2-D keys info", rs.InvalidArgument, ValueError, lambda t: t.info(np.array([[1, 2]]))),
@@ -71,12 +70,14 @@ TABLE_CALLS = [
     ("too large, Lifo", rs.CapacityError, ValueError, None),  # built below with a Lifo remover
     ("nan priority", rs.InvalidPriority, ValueError, lambda t: t.extend(transitions(2), priorities=np.nan)),
     ("negative update", rs.InvalidPriority, ValueError, lambda t: t.update_priorities(t.keys()[:1], -1.0)),
-    ("wrong dtype", rs.SpecError, ValueError,
-     lambda t: t.extend(dict(transitions(2), id=np.zeros(2, np.float32)))),
-    ("sample to a bogus device", rs.InvalidArgument, ValueError,
-     lambda t: t.sample(2, as_tensor=True, device="bogus:0")),
-    ("sample to an absent GPU", rs.InvalidArgument, ValueError,
-     lambda t: t.sample(2, as_tensor=True, device="cuda:7")),
+    ("wrong dtype", rs.SpecError, ValueError, lambda t: t.extend(dict(transitions(2), id=np.zeros(2, np.float32)))),
+    (
+        "sample to a bogus device",
+        rs.InvalidArgument,
+        ValueError,
+        lambda t: t.sample(2, as_tensor=True, device="bogus:0"),
+    ),
+    ("sample to an absent GPU", rs.InvalidArgument, ValueError, lambda t: t.sample(2, as_tensor=True, device="cuda:7")),
     ("sample timeout", rs.Timeout, TimeoutError, None),  # built below with a limiter that blocks
 ]
 
@@ -126,10 +127,17 @@ CONFIG_CALLS = [
     ("iterate prefetch", rs.InvalidArgument, lambda: rs.Table(4).iterate(2, prefetch=0)),
     ("fragment buffer chunks", rs.InvalidArgument, lambda: _fragment_config(max_chunks=0)),
     ("fragment buffer lease_ttl", rs.InvalidArgument, lambda: _fragment_config(lease_ttl=0)),
-    ("frame ring too small", rs.InvalidArgument,
-     lambda: rs.Table(4, storage=rs.FrameStackStorage(4, "obs", "next_obs", frame_capacity=3)).extend(
-         {"obs": np.zeros((1, 4, 2), np.float32), "next_obs": np.zeros((1, 4, 2), np.float32),
-          "done": np.zeros(1, bool)})),
+    (
+        "frame ring too small",
+        rs.InvalidArgument,
+        lambda: rs.Table(4, storage=rs.FrameStackStorage(4, "obs", "next_obs", frame_capacity=3)).extend(
+            {
+                "obs": np.zeros((1, 4, 2), np.float32),
+                "next_obs": np.zeros((1, 4, 2), np.float32),
+                "done": np.zeros(1, bool),
+            }
+        ),
+    ),
 ]
 
 
@@ -160,8 +168,7 @@ def test_rate_limiter_size_errors_are_named_and_change_nothing():
 
 def test_timed_out_insert_counts_no_stale_items_and_keeps_max_priority():
     """An insert refused by a timeout used to count its stale items in ``dropped_stale``."""
-    t = rs.Table(10, rate_limiter=rs.Queue(3), sampler=rs.Fifo(), max_times_sampled=1,
-                 max_staleness=1, seed=0)
+    t = rs.Table(10, rate_limiter=rs.Queue(3), sampler=rs.Fifo(), max_times_sampled=1, max_staleness=1, seed=0)
     t.set_version(5)
     t.extend(transitions(3), version=5)  # the queue is full
     before = state(t)
@@ -180,14 +187,20 @@ def test_timed_out_insert_counts_no_stale_items_and_keeps_max_priority():
 def test_failed_first_write_gives_its_slots_back():
     """A frame-stack storage adopts its spec in the first write; a refused first write leaks nothing."""
     t = rs.Table(4, storage=rs.FrameStackStorage(4, "obs", "next_obs"), seed=0)
-    bad = {"obs": np.zeros((2, 3, 5), np.float32), "next_obs": np.zeros((2, 3, 6), np.float32),
-           "done": np.zeros(2, bool)}
+    bad = {
+        "obs": np.zeros((2, 3, 5), np.float32),
+        "next_obs": np.zeros((2, 3, 6), np.float32),
+        "done": np.zeros(2, bool),
+    }
     before = state(t)
     with pytest.raises(rs.SpecError):
         t.extend(bad)
     assert state(t) == before and t._nfree == 4
-    good = {"obs": np.zeros((4, 3, 5), np.float32), "next_obs": np.ones((4, 3, 5), np.float32),
-            "done": np.zeros(4, bool)}
+    good = {
+        "obs": np.zeros((4, 3, 5), np.float32),
+        "next_obs": np.ones((4, 3, 5), np.float32),
+        "done": np.zeros(4, bool),
+    }
     assert t.extend(good).tolist() == [0, 1, 2, 3]
     assert len(t) == 4
 

@@ -59,8 +59,17 @@ def test_learn_step_on_prioritized_sequences(ex):
         t = len(table) // 2
         obs = rng.standard_normal((2, 2)).astype(np.float32)
         end = np.full(2, t % 12 == 11)
-        table.extend_steps({"obs": obs, "action": rng.integers(0, 2, 2), "reward": np.ones(2, np.float32),
-                            "next_obs": obs + 1, "terminated": end}, streams=np.arange(2), terminated=end)
+        table.extend_steps(
+            {
+                "obs": obs,
+                "action": rng.integers(0, 2, 2),
+                "reward": np.ones(2, np.float32),
+                "next_obs": obs + 1,
+                "terminated": end,
+            },
+            streams=np.arange(2),
+            terminated=end,
+        )
     s = table.sample_sequences(16, length, burn_in=burn_in)
     assert s.data["obs"].shape == (16, burn_in + length, 2)
     q = ex.RecurrentQ(2, 2, hidden=8)

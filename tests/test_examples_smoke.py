@@ -19,10 +19,25 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py")
-                  if not p.name.startswith("_") and "--smoke" in p.read_text(encoding="utf-8"))
-OPTIONAL = {"torch", "ray", "gymnasium", "stable_baselines3", "gfn", "matplotlib", "tqdm", "lmdb", "minari",
-            "zstandard", "tensorboard", "numba"}
+EXAMPLES = sorted(
+    p
+    for p in (ROOT / "examples").glob("*.py")
+    if not p.name.startswith("_") and "--smoke" in p.read_text(encoding="utf-8")
+)
+OPTIONAL = {
+    "torch",
+    "ray",
+    "gymnasium",
+    "stable_baselines3",
+    "gfn",
+    "matplotlib",
+    "tqdm",
+    "lmdb",
+    "minari",
+    "zstandard",
+    "tensorboard",
+    "numba",
+}
 TIMEOUT = 240
 
 
@@ -44,8 +59,11 @@ def needed_packages(path: Path) -> set[str]:
                 needs.add("ray")
             if parts[:2] == ["replaystore", "demo"]:
                 needs.update({"torch", "gymnasium", "matplotlib"})
-            if parts[:3] == ["replaystore", "integrations", "sb3"] or parts[:2] == ["replaystore", "integrations"] \
-                    and "sb3" in name:
+            if (
+                parts[:3] == ["replaystore", "integrations", "sb3"]
+                or parts[:2] == ["replaystore", "integrations"]
+                and "sb3" in name
+            ):
                 needs.add("stable_baselines3")
     return needs
 
@@ -65,8 +83,9 @@ def run_example(path: Path, *args: str, cwd: Path) -> subprocess.CompletedProces
     env.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     env.setdefault("RAY_AUTH_MODE", "disabled")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])])
-    return subprocess.run([sys.executable, str(path), *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=TIMEOUT)
+    return subprocess.run(
+        [sys.executable, str(path), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT
+    )
 
 
 def test_every_existing_example_has_a_smoke_mode() -> None:
@@ -76,8 +95,11 @@ def test_every_existing_example_has_a_smoke_mode() -> None:
 
 def test_dependency_scan_sees_lazy_and_replaystore_imports(tmp_path: Path) -> None:
     script = tmp_path / "x.py"
-    script.write_text("import numpy\ndef main():\n    import torch\n    from replaystore import ray as rsr\n"
-                      "from replaystore.integrations.sb3 import PrioritizedDQN\n", encoding="utf-8")
+    script.write_text(
+        "import numpy\ndef main():\n    import torch\n    from replaystore import ray as rsr\n"
+        "from replaystore.integrations.sb3 import PrioritizedDQN\n",
+        encoding="utf-8",
+    )
     assert needed_packages(script) == {"torch", "ray", "stable_baselines3"}
 
 

@@ -18,13 +18,13 @@ def episode_stream(lengths, seed=0):
             obs = np.stack(stack)
             stack = stack[1:] + [frames[t + 1]]
             nxt = np.stack(stack)
-            yield {"obs": obs, "action": np.int64(t), "reward": np.float32(t), "next_obs": nxt,
-                   "done": t == length - 1}
+            yield {"obs": obs, "action": np.int64(t), "reward": np.float32(t), "next_obs": nxt, "done": t == length - 1}
 
 
 def make(capacity, **kw):
-    return rs.Table(capacity, sampler=rs.Uniform(), remover=rs.Fifo(),
-                    storage=rs.FrameStackStorage(capacity, **kw), seed=0)
+    return rs.Table(
+        capacity, sampler=rs.Uniform(), remover=rs.Fifo(), storage=rs.FrameStackStorage(capacity, **kw), seed=0
+    )
 
 
 def check_all(table, originals):

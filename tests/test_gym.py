@@ -18,8 +18,12 @@ def test_box_discrete_multidiscrete_multibinary():
 
 
 def test_dict_and_tuple_spaces_nest():
-    sp = spaces.Dict({"image": spaces.Box(0, 255, (8, 8, 3), np.uint8),
-                      "state": spaces.Tuple((spaces.Discrete(2), spaces.Box(-1, 1, (2,))))})
+    sp = spaces.Dict(
+        {
+            "image": spaces.Box(0, 255, (8, 8, 3), np.uint8),
+            "state": spaces.Tuple((spaces.Discrete(2), spaces.Box(-1, 1, (2,)))),
+        }
+    )
     spec = space_spec(sp)
     assert spec["image"].shape == (8, 8, 3)
     assert spec["state"]["0"] == rs.Field((), np.dtype(np.int64))
@@ -50,8 +54,16 @@ def test_vector_env_uses_single_spaces_and_extends_per_step():
     obs, _ = envs.reset(seed=0)
     actions = envs.action_space.sample()
     nobs, r, term, trunc, _ = envs.step(actions)
-    keys = t.extend({"obs": obs, "action": actions, "reward": r.astype(np.float32), "terminated": term,
-                     "truncated": trunc, "next_obs": nobs})
+    keys = t.extend(
+        {
+            "obs": obs,
+            "action": actions,
+            "reward": r.astype(np.float32),
+            "terminated": term,
+            "truncated": trunc,
+            "next_obs": nobs,
+        }
+    )
     assert len(keys) == 3
     envs.close()
 

@@ -108,8 +108,9 @@ def test_relabelling_is_exact(strategy):
     # real rows: exactly as stored
     real = ~b.relabelled
     np.testing.assert_array_equal(b.obs["desired_goal"][real][:, 2], -1)
-    np.testing.assert_array_equal(b.reward[real], reward_fn(b.next_obs["achieved_goal"][real],
-                                                            b.obs["desired_goal"][real], None))
+    np.testing.assert_array_equal(
+        b.reward[real], reward_fn(b.next_obs["achieved_goal"][real], b.obs["desired_goal"][real], None)
+    )
     # virtual rows: goal from the same stream and episode, index by the strategy
     v = b.relabelled
     g = b.obs["desired_goal"][v]
@@ -239,8 +240,14 @@ def test_sb3_adapter_matches_sb3_bookkeeping_and_relabels_correctly():
     from replaystore.integrations.sb3_her import ReplaystoreHerReplayBuffer
 
     venv = _bitflip_vec(2)
-    kw = dict(buffer_size=40, observation_space=venv.observation_space, action_space=venv.action_space,
-              env=venv, n_envs=2, n_sampled_goal=4)
+    kw = dict(
+        buffer_size=40,
+        observation_space=venv.observation_space,
+        action_space=venv.action_space,
+        env=venv,
+        n_envs=2,
+        n_sampled_goal=4,
+    )
     theirs, ours = HerReplayBuffer(**kw), ReplaystoreHerReplayBuffer(**kw)
     obs = venv.reset()
     rng = np.random.default_rng(0)
@@ -272,9 +279,17 @@ def test_sb3_dqn_runs_with_adapter_and_truncates():
     from replaystore.integrations.sb3_her import ReplaystoreHerReplayBuffer
 
     venv = _bitflip_vec(2)
-    model = DQN("MultiInputPolicy", venv, replay_buffer_class=ReplaystoreHerReplayBuffer,
-                replay_buffer_kwargs=dict(n_sampled_goal=2, goal_selection_strategy="final"),
-                learning_starts=20, train_freq=4, buffer_size=1000, policy_kwargs=dict(net_arch=[16]), seed=0)
+    model = DQN(
+        "MultiInputPolicy",
+        venv,
+        replay_buffer_class=ReplaystoreHerReplayBuffer,
+        replay_buffer_kwargs=dict(n_sampled_goal=2, goal_selection_strategy="final"),
+        learning_starts=20,
+        train_freq=4,
+        buffer_size=1000,
+        policy_kwargs=dict(net_arch=[16]),
+        seed=0,
+    )
     model.learn(120)
     rb = model.replay_buffer
     assert isinstance(rb, ReplaystoreHerReplayBuffer) and len(rb.hindsight) == 120
@@ -286,4 +301,3 @@ def test_sb3_dqn_runs_with_adapter_and_truncates():
     assert (rb._current_ep_start == rb.pos).all()
     assert (rb.dones[rb.pos - 1] == 1).all() and (rb.timeouts[rb.pos - 1] == 1).all()
     assert (rb.ep_length[rb.pos - 1] > 0).all()
-

@@ -92,8 +92,11 @@ BUFFERS = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0, 12.5]
 @st.composite
 def limiters(draw):
     """``(limiter, Ref)`` for a valid limiter of any kind, with the parameters it should have."""
-    kind = draw(st.sampled_from(["MinSize", "SampleToInsertRatio", "SampleToInsertRatio-tuple", "Queue",
-                                 "Stack", "RateLimiter"]))
+    kind = draw(
+        st.sampled_from(
+            ["MinSize", "SampleToInsertRatio", "SampleToInsertRatio-tuple", "Queue", "Stack", "RateLimiter"]
+        )
+    )
     m = draw(st.integers(1, 5))
     if kind == "MinSize":
         return MinSize(m), Ref(1, m, -MAX, MAX)
@@ -116,8 +119,7 @@ def limiters(draw):
     return RateLimiter(spi, m, lo, lo + width), Ref(spi, m, lo, lo + width)
 
 
-ops_st = st.lists(st.tuples(st.sampled_from(["insert", "insert", "sample", "delete"]), st.integers(1, 6)),
-                  max_size=60)
+ops_st = st.lists(st.tuples(st.sampled_from(["insert", "insert", "sample", "delete"]), st.integers(1, 6)), max_size=60)
 table_ops_st = st.lists(
     st.tuples(st.sampled_from(["insert", "add", "add", "sample", "delete"]), st.integers(1, 6)), max_size=60
 )
@@ -132,6 +134,7 @@ def assert_agree(lim, ref):
 
 
 # -- construction ------------------------------------------------------------------------------------
+
 
 @settings(max_examples=200, deadline=None)
 @given(limiters())
@@ -199,6 +202,7 @@ def test_invalid_limiter_arguments(make):
 
 
 # -- the rules ---------------------------------------------------------------------------------------
+
 
 @settings(max_examples=200, deadline=None)
 @given(limiters(), ops_st)
@@ -345,6 +349,7 @@ def test_size_checks_with_a_fractional_ratio_and_an_off_grid_buffer():
 
 # -- the same rules through a Table (timeout=0 makes every call a non-blocking try) --------------------
 
+
 @settings(max_examples=60, deadline=None)
 @given(limiters(), table_ops_st, st.integers(0, 2**16))
 def test_table_calls_follow_the_reference(pair, ops, seed):
@@ -397,6 +402,7 @@ def test_table_calls_follow_the_reference(pair, ops, seed):
 
 
 # -- real blocking with threads ----------------------------------------------------------------------
+
 
 def run_thread(fn, errors):
     def wrapped():

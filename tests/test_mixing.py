@@ -10,9 +10,9 @@ from replaystore.mixing import InvalidMix, MixedSampler, mix_counts
 
 def two_tables(seed=0):
     off = rs.Table(1000, seed=seed, name="offline")
-    off.extend(transitions(500))                      # ids 0..499
+    off.extend(transitions(500))  # ids 0..499
     on = rs.Table(1000, sampler=rs.Prioritized(1.0, 1.0), seed=seed + 1, name="online")
-    on.extend(transitions(100, start=10_000))         # ids 10000..10099
+    on.extend(transitions(100, start=10_000))  # ids 10000..10099
     return off, on
 
 
@@ -45,7 +45,7 @@ def test_weights_are_per_source_and_mixture_probabilities():
     assert s.counts.tolist() == [16, 48]
     assert np.allclose(s.weights[s.source == 0], 1.0)  # uniform source
     w_on = s.weights[s.source == 1]
-    assert w_on.max() <= 1.0 and w_on.min() < 1.0      # prioritized source: its own IS weights
+    assert w_on.max() <= 1.0 and w_on.min() < 1.0  # prioritized source: its own IS weights
     p = s.probabilities[s.source == 1]
     assert np.allclose(p, s.priorities[s.source == 1] / np.arange(1, 101).sum())
     assert np.allclose(s.mixture_probabilities[s.source == 1], 0.75 * p)

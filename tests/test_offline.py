@@ -54,9 +54,16 @@ def test_d4rl_with_next_observations_keeps_every_row_and_timeouts_as_truncated()
 
 def test_d4rl_bad_input_changes_nothing():
     t = rs.Table(100)
-    t.extend({"obs": np.zeros((2, 3), np.float32), "action": np.zeros(2, np.int64),
-              "reward": np.zeros(2, np.float32), "next_obs": np.zeros((2, 3), np.float32),
-              "terminated": np.zeros(2, bool), "truncated": np.zeros(2, bool)})
+    t.extend(
+        {
+            "obs": np.zeros((2, 3), np.float32),
+            "action": np.zeros(2, np.int64),
+            "reward": np.zeros(2, np.float32),
+            "next_obs": np.zeros((2, 3), np.float32),
+            "terminated": np.zeros(2, bool),
+            "truncated": np.zeros(2, bool),
+        }
+    )
     cases = []
     a = d4rl_arrays()
     del a["timeouts"]
@@ -109,8 +116,16 @@ def _episodes(env_id="CartPole-v1", n=4, seed=0):
             tr.append(t2)
             if t1 or t2:
                 break
-        bufs.append(EpisodeBuffer(id=ep, observations=np.array(obs), actions=np.array(acts),
-                                  rewards=np.array(rews), terminations=np.array(te), truncations=np.array(tr)))
+        bufs.append(
+            EpisodeBuffer(
+                id=ep,
+                observations=np.array(obs),
+                actions=np.array(acts),
+                rewards=np.array(rews),
+                terminations=np.array(te),
+                truncations=np.array(tr),
+            )
+        )
     return bufs
 
 
@@ -151,21 +166,36 @@ def test_minari_dict_observations(minari_dir):
     import gymnasium as gym
     from minari.data_collector import EpisodeBuffer
 
-    space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,), np.float32),
-                             "img": gym.spaces.Box(0, 255, (4, 4), np.uint8)})
+    space = gym.spaces.Dict(
+        {"pos": gym.spaces.Box(-1, 1, (2,), np.float32), "img": gym.spaces.Box(0, 255, (4, 4), np.uint8)}
+    )
     rng = np.random.default_rng(0)
     bufs = []
     for ep in range(2):
         T = 5 + ep
-        obs = {"pos": rng.uniform(-1, 1, (T + 1, 2)).astype(np.float32),
-               "img": rng.integers(0, 256, (T + 1, 4, 4), dtype=np.uint8)}
-        bufs.append(EpisodeBuffer(id=ep, observations=obs, actions=rng.integers(0, 3, T),
-                                  rewards=rng.random(T), terminations=np.r_[np.zeros(T - 1, bool), True],
-                                  truncations=np.zeros(T, bool)))
+        obs = {
+            "pos": rng.uniform(-1, 1, (T + 1, 2)).astype(np.float32),
+            "img": rng.integers(0, 256, (T + 1, 4, 4), dtype=np.uint8),
+        }
+        bufs.append(
+            EpisodeBuffer(
+                id=ep,
+                observations=obs,
+                actions=rng.integers(0, 3, T),
+                rewards=rng.random(T),
+                terminations=np.r_[np.zeros(T - 1, bool), True],
+                truncations=np.zeros(T, bool),
+            )
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        minari.create_dataset_from_buffers("test/dict-tiny-v0", bufs, observation_space=space,
-                                           action_space=gym.spaces.Discrete(3), algorithm_name="random")
+        minari.create_dataset_from_buffers(
+            "test/dict-tiny-v0",
+            bufs,
+            observation_space=space,
+            action_space=gym.spaces.Discrete(3),
+            algorithm_name="random",
+        )
     c = minari_transitions("test/dict-tiny-v0")
     assert np.array_equal(c["obs"]["img"], np.concatenate([b.observations["img"][:-1] for b in bufs]))
     assert np.array_equal(c["next_obs"]["pos"], np.concatenate([b.observations["pos"][1:] for b in bufs]))
@@ -200,8 +230,9 @@ def test_minari_download_reaches_minari_not_the_table(minari_dir, monkeypatch):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        minari.create_dataset_from_buffers("test/dl-tiny-v0", _episodes(n=2), env="CartPole-v1",
-                                           algorithm_name="random")
+        minari.create_dataset_from_buffers(
+            "test/dl-tiny-v0", _episodes(n=2), env="CartPole-v1", algorithm_name="random"
+        )
     real, calls = minari.load_dataset, []
 
     def spy(dataset_id, download=False, **kwargs):  # records the flag, loads locally (no network here)

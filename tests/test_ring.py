@@ -13,8 +13,10 @@ from replaystore.keys import KeyIndex, RingIndex
 
 
 def rows(n, start=0):
-    return {"x": np.arange(start, start + n, dtype=np.float32)[:, None].repeat(3, 1),
-            "y": np.arange(start, start + n, dtype=np.int64)}
+    return {
+        "x": np.arange(start, start + n, dtype=np.float32)[:, None].repeat(3, 1),
+        "y": np.arange(start, start + n, dtype=np.int64),
+    }
 
 
 def explicit(table):
@@ -164,6 +166,7 @@ class RingAgainstExplicit(RuleBasedStateMachine):
         def make():
             sampler = rs.Prioritized(0.7, 0.5) if prioritized else rs.Uniform()
             return rs.Table(capacity, sampler=sampler, max_staleness=2, seed=seed)
+
         self.ring, self.ref = make(), explicit(make())
         self.next = 0
 
@@ -199,6 +202,7 @@ class RingAgainstExplicit(RuleBasedStateMachine):
             data, found = t.get(s.keys)
             assert found.all() and np.array_equal(data["y"], s.data["y"])  # live keys, their payloads
             return len(s.keys)
+
         self.both(draw)
 
     @rule(k=st.integers(0, 40))
@@ -246,11 +250,13 @@ def test_episodic_tables_run_in_ring_mode_until_a_delete(prioritized):
     def make():
         sampler = rs.Prioritized(0.6, 0.4) if prioritized else rs.Uniform()
         return rs.Table(40, sampler=sampler, seed=2, episodes=rs.Episodes(max_streams=4, sequence_length=3))
+
     t, ref = make(), explicit(make())
     for table in (t, ref):
         for step in range(60):  # 4 interleaved streams, episodes of 7 steps, through 40 slots
-            table.add_step({"obs": np.float32([step]), "reward": np.float32(1)}, stream=step % 4,
-                           terminated=(step // 4) % 7 == 6)
+            table.add_step(
+                {"obs": np.float32([step]), "reward": np.float32(1)}, stream=step % 4, terminated=(step // 4) % 7 == 6
+            )
     assert isinstance(t._index, RingIndex)
     assert prioritized or t.sampler._set is None
     assert sorted(t._episodes.live.contents().tolist()) == sorted(ref._episodes.live.contents().tolist())
@@ -280,8 +286,9 @@ def test_fast_paths_respect_a_rate_limiter():
     with pytest.raises(rs.Timeout):
         t.add({"x": np.zeros(3, np.float32), "y": 1}, timeout=0.05)
     after = t.stats()
-    assert {k: v for k, v in after.items() if k != "insert_blocked_s"} == \
-        {k: v for k, v in before[0].items() if k != "insert_blocked_s"}
+    assert {k: v for k, v in after.items() if k != "insert_blocked_s"} == {
+        k: v for k, v in before[0].items() if k != "insert_blocked_s"
+    }
     assert t.keys().tolist() == before[1]
     t.sample(4)
     assert t.extend(rows(2, 4)).tolist() == [4, 5]

@@ -35,11 +35,22 @@ def test_the_core_behaves_the_same_on_the_pure_python_fallback():
     env = dict(os.environ, REPLAYSTORE_PURE_PYTHON="1")
     here = Path(__file__).parent
     files = [str(here / f) for f in ("test_table.py", "test_ring.py", "test_table_model.py", "test_storage.py")]
-    probe = subprocess.run([sys.executable, "-c", "import replaystore.rows as r; print(r.COMPILED)"], env=env,
-                           capture_output=True, text=True, timeout=60)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import replaystore.rows as r; print(r.COMPILED)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert probe.stdout.strip() == "False", probe.stderr
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *files], env=env,
-                         capture_output=True, text=True, timeout=600, cwd=here.parent)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *files],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=here.parent,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
 
 
@@ -55,10 +66,22 @@ def test_copy_rows_batched_and_single(impl):
 
 
 @pytest.mark.parametrize("impl", IMPLS, ids=IDS)
-@pytest.mark.parametrize("bad", [
-    "dtype", "row_shape", "batch", "not_contiguous", "range", "negative_start", "list", "count", "float_into_int",
-    "int_overflow", "torch_like",
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "dtype",
+        "row_shape",
+        "batch",
+        "not_contiguous",
+        "range",
+        "negative_start",
+        "list",
+        "count",
+        "float_into_int",
+        "int_overflow",
+        "torch_like",
+    ],
+)
 def test_copy_rows_refuses_and_writes_nothing(impl, bad):
     _, copy_rows, _, _ = impl
     cols = (np.zeros((10, 3), np.float32), np.zeros(10, np.int8))
@@ -205,8 +228,12 @@ def test_gather_rows_with_and_without_counting(impl):
 
 @pytest.mark.skipif(not rows.COMPILED, reason="the compiled module is not built")
 @settings(max_examples=100, deadline=None)
-@given(st.integers(1, 50), st.lists(st.integers(0, 49), max_size=40), st.sampled_from(DTYPES),
-       st.lists(st.integers(1, 4), max_size=2))
+@given(
+    st.integers(1, 50),
+    st.lists(st.integers(0, 49), max_size=40),
+    st.sampled_from(DTYPES),
+    st.lists(st.integers(1, 4), max_size=2),
+)
 def test_compiled_gather_matches_numpy_take(cap, slots, dtype, shape):
     rng = np.random.default_rng(0)
     col = (rng.random((cap, *shape)) * 100).astype(dtype)

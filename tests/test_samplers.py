@@ -118,12 +118,15 @@ def test_heap_samplers_order_with_oldest_first_ties():
     assert t.sample(1).keys.tolist() == [0]
 
 
-@pytest.mark.parametrize("remover,survivors", [
-    (rs.Fifo, [3, 4, 5, 6]),
-    (rs.Lifo, [0, 1, 2, 6]),
-    (rs.MinHeap, [0, 2, 4, 6]),   # lowest priorities leave
-    (rs.MaxHeap, [1, 3, 5, 6]),   # highest priorities leave
-])
+@pytest.mark.parametrize(
+    "remover,survivors",
+    [
+        (rs.Fifo, [3, 4, 5, 6]),
+        (rs.Lifo, [0, 1, 2, 6]),
+        (rs.MinHeap, [0, 2, 4, 6]),  # lowest priorities leave
+        (rs.MaxHeap, [1, 3, 5, 6]),  # highest priorities leave
+    ],
+)
 def test_removers(remover, survivors):
     t = rs.Table(4, sampler=rs.Uniform(), remover=remover(), seed=0)
     prios = [9.0, 1.0, 8.0, 2.0, 7.0, 3.0, 5.0]

@@ -61,8 +61,10 @@ def _fill(buffers, n, n_envs=1, obs_dim=3, seed=0, done_every=7, timeout_every=N
         act = rng.integers(0, 4, size=n_envs)
         rew = rng.standard_normal(n_envs)
         done = np.array([(t + e) % done_every == 0 for e in range(n_envs)])
-        infos = [{"TimeLimit.truncated": bool(timeout_every and (t + e) % timeout_every == 0 and done[e])}
-                 for e in range(n_envs)]
+        infos = [
+            {"TimeLimit.truncated": bool(timeout_every and (t + e) % timeout_every == 0 and done[e])}
+            for e in range(n_envs)
+        ]
         for b in buffers:
             b.add(obs, nobs, act, rew, done, infos)
         steps.append((obs, nobs, act, rew, done, infos))
@@ -77,8 +79,9 @@ def test_is_an_sb3_replay_buffer():
     assert issubclass(ReplaystoreReplayBuffer, ReplayBuffer)
 
 
-@pytest.mark.parametrize("action_space", [spaces.Discrete(4), spaces.Box(-1, 1, (2,), np.float64),
-                                          spaces.Box(-1, 1, (2, 3), np.float32)])
+@pytest.mark.parametrize(
+    "action_space", [spaces.Discrete(4), spaces.Box(-1, 1, (2,), np.float64), spaces.Box(-1, 1, (2, 3), np.float32)]
+)
 def test_sample_shapes_and_dtypes_match_sb3(action_space):
     obs_space = spaces.Box(-10, 10, (3,), np.float32)
     ours = ReplaystoreReplayBuffer(100, obs_space, action_space, device="cpu")
@@ -126,8 +129,14 @@ def test_oldest_transitions_leave_first():
     obs_space, act_space = _spaces(1)
     buf = ReplaystoreReplayBuffer(5, obs_space, act_space, device="cpu")
     for t in range(12):
-        buf.add(np.array([[t]], np.float32), np.array([[t + 1]], np.float32), np.array([0]), np.array([0.0]),
-                np.array([False]), [{}])
+        buf.add(
+            np.array([[t]], np.float32),
+            np.array([[t + 1]], np.float32),
+            np.array([0]),
+            np.array([0.0]),
+            np.array([False]),
+            [{}],
+        )
     obs = buf.sample(200).observations.numpy().ravel()
     assert set(obs.tolist()) == {7.0, 8.0, 9.0, 10.0, 11.0}
 
@@ -177,8 +186,14 @@ def test_discrete_observations_with_n_envs():
     obs_space, act_space = spaces.Discrete(10), spaces.Discrete(2)
     buf = ReplaystoreReplayBuffer(20, obs_space, act_space, device="cpu", n_envs=2)
     for t in range(5):
-        buf.add(np.array([t, t + 1]), np.array([t + 1, t + 2]), np.array([0, 1]), np.array([1.0, 1.0]),
-                np.array([False, False]), [{}, {}])
+        buf.add(
+            np.array([t, t + 1]),
+            np.array([t + 1, t + 2]),
+            np.array([0, 1]),
+            np.array([1.0, 1.0]),
+            np.array([False, False]),
+            [{}, {}],
+        )
     s = buf.sample(4)
     assert s.observations.shape == (4, 1) and s.observations.dtype == th.int64
 
@@ -286,8 +301,14 @@ def test_optimize_memory_usage_matches_sb3(n_envs):
     for t in range(21):  # step t: obs t, next obs t + 1 in every environment (+ 1000 * env)
         obs = (t + 1000 * np.arange(n_envs, dtype=np.float32))[:, None].repeat(2, axis=1)
         for b in (ours, ref):
-            b.add(obs, obs + 1, np.zeros(n_envs, np.int64), np.full(n_envs, t, np.float32), np.zeros(n_envs),
-                  [{}] * n_envs)
+            b.add(
+                obs,
+                obs + 1,
+                np.zeros(n_envs, np.int64),
+                np.full(n_envs, t, np.float32),
+                np.zeros(n_envs),
+                [{}] * n_envs,
+            )
         assert np.array_equal(ours.observations, ref.observations)
         s = ours.sample(400)
         o, no, r = s.observations[:, 0].numpy(), s.next_observations[:, 0].numpy(), s.rewards[:, 0].numpy()
@@ -319,21 +340,35 @@ def test_external_pos_and_full_changes_are_followed():
 
 
 def test_dict_buffer_matches_sb3():
-    obs_space = spaces.Dict({"img": spaces.Box(0, 255, (2, 3), np.uint8), "vec": spaces.Box(-1, 1, (4,), np.float32),
-                             "d": spaces.Discrete(5)})
+    obs_space = spaces.Dict(
+        {
+            "img": spaces.Box(0, 255, (2, 3), np.uint8),
+            "vec": spaces.Box(-1, 1, (4,), np.float32),
+            "d": spaces.Discrete(5),
+        }
+    )
     act_space = spaces.Box(-1, 1, (2,), np.float64)
     n_envs = 2
     ours = ReplaystoreDictReplayBuffer(12, obs_space, act_space, device="cpu", n_envs=n_envs)
     ref = DictReplayBuffer(12, obs_space, act_space, device="cpu", n_envs=n_envs)
     rng = np.random.default_rng(0)
     for t in range(9):
-        obs = {"img": rng.integers(0, 255, (n_envs, 2, 3), dtype=np.uint8),
-               "vec": rng.standard_normal((n_envs, 4)).astype(np.float32), "d": rng.integers(0, 5, n_envs)}
+        obs = {
+            "img": rng.integers(0, 255, (n_envs, 2, 3), dtype=np.uint8),
+            "vec": rng.standard_normal((n_envs, 4)).astype(np.float32),
+            "d": rng.integers(0, 5, n_envs),
+        }
         nobs = {k: v.copy() for k, v in obs.items()}
         act = rng.standard_normal((n_envs, 2))
         for b in (ours, ref):
-            b.add({k: v.copy() for k, v in obs.items()}, {k: v.copy() for k, v in nobs.items()}, act,
-                  np.full(n_envs, t, np.float32), np.zeros(n_envs), [{"TimeLimit.truncated": t % 2 == 0}] * n_envs)
+            b.add(
+                {k: v.copy() for k, v in obs.items()},
+                {k: v.copy() for k, v in nobs.items()},
+                act,
+                np.full(n_envs, t, np.float32),
+                np.zeros(n_envs),
+                [{"TimeLimit.truncated": t % 2 == 0}] * n_envs,
+            )
     for k in obs_space.spaces:
         assert np.array_equal(ours.observations[k], ref.observations[k]), k
         assert np.array_equal(ours.next_observations[k], ref.next_observations[k]), k
@@ -353,8 +388,9 @@ def test_dict_buffer_matches_sb3():
 def test_dict_buffer_optimize_memory_usage():
     box = spaces.Box(-1e6, 1e6, (1,), np.float32)
     obs_space = spaces.Dict({"a": box, "b": spaces.Box(-1e6, 1e6, (2,), np.float32)})
-    buf = ReplaystoreDictReplayBuffer(6, obs_space, spaces.Discrete(2), device="cpu", optimize_memory_usage=True,
-                                      handle_timeout_termination=False)
+    buf = ReplaystoreDictReplayBuffer(
+        6, obs_space, spaces.Discrete(2), device="cpu", optimize_memory_usage=True, handle_timeout_termination=False
+    )
     for t in range(10):
         o = {"a": np.full((1, 1), t, np.float32), "b": np.full((1, 2), -t, np.float32)}
         n = {"a": np.full((1, 1), t + 1, np.float32), "b": np.full((1, 2), -t - 1, np.float32)}
@@ -409,20 +445,36 @@ def test_nstep_equals_sb3_nstep_buffer(n_envs, steps, n_steps):
 
 def test_nstep_algorithm_uses_discounts():
     th.set_num_threads(1)
-    model = DQN("MlpPolicy", "CartPole-v1", replay_buffer_class=ReplaystoreNStepReplayBuffer,
-                replay_buffer_kwargs={"n_steps": 3, "gamma": 0.9}, gamma=0.9, learning_starts=50, buffer_size=500,
-                policy_kwargs={"net_arch": [16]}, seed=0, device="cpu")
+    model = DQN(
+        "MlpPolicy",
+        "CartPole-v1",
+        replay_buffer_class=ReplaystoreNStepReplayBuffer,
+        replay_buffer_kwargs={"n_steps": 3, "gamma": 0.9},
+        gamma=0.9,
+        learning_starts=50,
+        buffer_size=500,
+        policy_kwargs={"net_arch": [16]},
+        seed=0,
+        device="cpu",
+    )
     model.learn(200)
     s = model.replay_buffer.sample(32)
     assert s.discounts is not None and th.all(s.discounts <= 0.9 + 1e-6)
 
 
 def test_prioritized_sampling_follows_priorities_and_weights():
-    buf = ReplaystorePrioritizedReplayBuffer(4, spaces.Box(-10, 10, (1,), np.float32), spaces.Discrete(2),
-                                             device="cpu", alpha=1.0, beta=1.0, eps=0.0, seed=0)
+    buf = ReplaystorePrioritizedReplayBuffer(
+        4, spaces.Box(-10, 10, (1,), np.float32), spaces.Discrete(2), device="cpu", alpha=1.0, beta=1.0, eps=0.0, seed=0
+    )
     for t in range(4):
-        buf.add(np.array([[t]], np.float32), np.array([[t]], np.float32), np.array([0]), np.array([0.0]),
-                np.array([False]), [{}])
+        buf.add(
+            np.array([[t]], np.float32),
+            np.array([[t]], np.float32),
+            np.array([0]),
+            np.array([0.0]),
+            np.array([False]),
+            [{}],
+        )
     s = buf.sample(4)
     keys_by_obs = dict(zip(s.observations[:, 0].tolist(), s.keys.tolist()))
     assert np.all(s.weights.numpy() == 1.0)  # every priority is the initial maximum
@@ -437,8 +489,14 @@ def test_prioritized_sampling_follows_priorities_and_weights():
     expected_w = (p / p.min()) ** -1.0
     assert np.allclose(w, expected_w[s.observations[:, 0].numpy().astype(int)])
     # a newer transition gets the largest priority seen so far, also when registered lazily
-    buf.add(np.array([[9]], np.float32), np.array([[9]], np.float32), np.array([0]), np.array([0.0]),
-            np.array([False]), [{}])
+    buf.add(
+        np.array([[9]], np.float32),
+        np.array([[9]], np.float32),
+        np.array([0]),
+        np.array([0.0]),
+        np.array([False]),
+        [{}],
+    )
     info = buf.table.info(buf.table.keys())
     assert info["priorities"][-1] == 4.0
     assert keys_by_obs  # keys were returned with the first sample
@@ -452,8 +510,9 @@ def test_prioritized_pickle_keeps_priorities_and_rng():
     s = buf.sample(16)
     buf.update_priorities(s.keys, np.linspace(0.1, 5, 16))
     clone = pickle.loads(pickle.dumps(buf))
-    assert np.array_equal(clone.table.info(clone.table.keys())["priorities"],
-                          buf.table.info(buf.table.keys())["priorities"])
+    assert np.array_equal(
+        clone.table.info(clone.table.keys())["priorities"], buf.table.info(buf.table.keys())["priorities"]
+    )
     a, b = buf.sample(32), clone.sample(32)
     assert th.equal(a.observations, b.observations) and th.equal(a.weights, b.weights)
 
@@ -462,9 +521,19 @@ def test_prioritized_dqn_updates_priorities_and_anneals_beta():
     from replaystore.integrations.sb3 import PrioritizedDQN
 
     th.set_num_threads(1)
-    model = PrioritizedDQN("MlpPolicy", "CartPole-v1", learning_starts=100, buffer_size=1_000, batch_size=32,
-                           train_freq=4, replay_buffer_kwargs={"beta": 0.4}, beta_end=1.0,
-                           policy_kwargs={"net_arch": [16]}, seed=0, device="cpu")
+    model = PrioritizedDQN(
+        "MlpPolicy",
+        "CartPole-v1",
+        learning_starts=100,
+        buffer_size=1_000,
+        batch_size=32,
+        train_freq=4,
+        replay_buffer_kwargs={"beta": 0.4},
+        beta_end=1.0,
+        policy_kwargs={"net_arch": [16]},
+        seed=0,
+        device="cpu",
+    )
     assert isinstance(model.replay_buffer, ReplaystorePrioritizedReplayBuffer)
     model.learn(600)
     st = model.replay_buffer.table.stats()
@@ -495,10 +564,21 @@ def test_pickle_roundtrip():
 def test_dqn_cartpole_trains_with_replaystore_buffer(tmp_path):
     th.set_num_threads(1)
     model = DQN(
-        "MlpPolicy", "CartPole-v1", replay_buffer_class=ReplaystoreReplayBuffer, buffer_size=10_000,
-        learning_starts=500, learning_rate=2.3e-3, batch_size=64, train_freq=1, gradient_steps=1,
-        target_update_interval=100, exploration_fraction=0.3, exploration_final_eps=0.05,
-        policy_kwargs={"net_arch": [64, 64]}, seed=0, device="cpu",
+        "MlpPolicy",
+        "CartPole-v1",
+        replay_buffer_class=ReplaystoreReplayBuffer,
+        buffer_size=10_000,
+        learning_starts=500,
+        learning_rate=2.3e-3,
+        batch_size=64,
+        train_freq=1,
+        gradient_steps=1,
+        target_update_interval=100,
+        exploration_fraction=0.3,
+        exploration_final_eps=0.05,
+        policy_kwargs={"net_arch": [64, 64]},
+        seed=0,
+        device="cpu",
     )
     assert isinstance(model.replay_buffer, ReplaystoreReplayBuffer)
     before = [p.detach().clone() for p in model.policy.q_net.parameters()]
@@ -527,8 +607,17 @@ def test_dqn_cartpole_trains_with_replaystore_buffer(tmp_path):
 
 def test_sac_pendulum_runs_with_replaystore_buffer():
     th.set_num_threads(1)
-    model = SAC("MlpPolicy", "Pendulum-v1", replay_buffer_class=ReplaystoreReplayBuffer, buffer_size=1_000,
-                learning_starts=100, batch_size=32, policy_kwargs={"net_arch": [32, 32]}, seed=0, device="cpu")
+    model = SAC(
+        "MlpPolicy",
+        "Pendulum-v1",
+        replay_buffer_class=ReplaystoreReplayBuffer,
+        buffer_size=1_000,
+        learning_starts=100,
+        batch_size=32,
+        policy_kwargs={"net_arch": [32, 32]},
+        seed=0,
+        device="cpu",
+    )
     model.learn(300)
     assert model.replay_buffer.size() == 300
     s = model.replay_buffer.sample(16)
@@ -572,8 +661,14 @@ def test_table_items_are_sb3_valid_rows_under_random_operations(optimize, n_envs
             for _ in range(int(rng.integers(1, 2 * bs))):
                 obs = np.full((n_envs, 2), t, np.float32)
                 for b in (ours, ref):
-                    b.add(obs, obs + 1, np.zeros(n_envs, np.int64), np.full(n_envs, t, np.float32),
-                          np.zeros(n_envs), [{}] * n_envs)
+                    b.add(
+                        obs,
+                        obs + 1,
+                        np.zeros(n_envs, np.int64),
+                        np.full(n_envs, t, np.float32),
+                        np.zeros(n_envs),
+                        [{}] * n_envs,
+                    )
                 t += 1
         elif op == "sample" and ref.size() > (1 if optimize and ref.full else 0):
             s = ours.sample(16)
@@ -603,10 +698,15 @@ def test_nstep_agrees_with_the_core_sample_nstep(steps):
 
     n_envs, bs, n, gamma = 2, 12, 3, 0.9
     obs_space = spaces.Box(-1e6, 1e6, (2,), np.float32)
-    ours = ReplaystoreNStepReplayBuffer(bs * n_envs, obs_space, spaces.Discrete(2), device="cpu", n_envs=n_envs,
-                                        n_steps=n, gamma=gamma)
-    core = rs.Table(bs * n_envs, remover=rs.Fifo(), seed=0,
-                    episodes=rs.Episodes(obs_field="obs", next_obs_field="next_obs", reward_field="reward"))
+    ours = ReplaystoreNStepReplayBuffer(
+        bs * n_envs, obs_space, spaces.Discrete(2), device="cpu", n_envs=n_envs, n_steps=n, gamma=gamma
+    )
+    core = rs.Table(
+        bs * n_envs,
+        remover=rs.Fifo(),
+        seed=0,
+        episodes=rs.Episodes(obs_field="obs", next_obs_field="next_obs", reward_field="reward"),
+    )
     rng = np.random.default_rng(steps)
     for t in range(steps):
         row = t % bs
@@ -616,10 +716,12 @@ def test_nstep_agrees_with_the_core_sample_nstep(steps):
         rew = rng.standard_normal(n_envs).astype(np.float32)
         term = rng.random(n_envs) < 0.15
         trunc = ~term & (rng.random(n_envs) < 0.1)
-        ours.add(obs, nobs, np.zeros(n_envs, np.int64), rew, term | trunc,
-                 [{"TimeLimit.truncated": bool(x)} for x in trunc])
-        core.extend_steps({"obs": obs, "next_obs": nobs, "reward": rew}, streams=np.arange(n_envs),
-                          terminated=term, truncated=trunc)
+        ours.add(
+            obs, nobs, np.zeros(n_envs, np.int64), rew, term | trunc, [{"TimeLimit.truncated": bool(x)} for x in trunc]
+        )
+        core.extend_steps(
+            {"obs": obs, "next_obs": nobs, "reward": rew}, streams=np.arange(n_envs), terminated=term, truncated=trunc
+        )
     assert len(core) == len(ours.table)
     s = core.sample_nstep(200, n, gamma)
     pos = s.data["obs"][:, 0].astype(np.int64)
@@ -636,8 +738,9 @@ def test_add_accepts_what_numpy_assignment_accepts():
     ref = ReplayBuffer(10, *_spaces(), device="cpu")
     obs = np.ones((1, 1, 3), np.float32)  # a leading 1 more than the row, as NumPy allows
     for b in (ours, ref):
-        b.add(obs, obs, np.array([[1]]), np.array([[2.0]]), np.array([[True]]),
-              [{"TimeLimit.truncated": np.array([1.0])}])
+        b.add(
+            obs, obs, np.array([[1]]), np.array([[2.0]]), np.array([[True]]), [{"TimeLimit.truncated": np.array([1.0])}]
+        )
     for name in ("observations", "actions", "rewards", "dones", "timeouts"):
         assert np.array_equal(getattr(ours, name), getattr(ref, name)), name
     with pytest.raises(SB3BufferError):

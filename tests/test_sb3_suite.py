@@ -30,8 +30,9 @@ def sb3_tests(tmp_path_factory):
 
 
 def _run(files, timeout):
-    out = subprocess.run([sys.executable, str(RUNNER), *files, "--", "-q", "-x"],
-                         capture_output=True, text=True, timeout=timeout)
+    out = subprocess.run(
+        [sys.executable, str(RUNNER), *files, "--", "-q", "-x"], capture_output=True, text=True, timeout=timeout
+    )
     tail = "\n".join(out.stdout.splitlines()[-30:])
     assert out.returncode == 0, f"SB3's tests failed on replaystore buffers:\n{tail}\n{out.stderr[-2000:]}"
     assert "redirected to replaystore" in out.stdout

@@ -62,15 +62,17 @@ class TwoProcesses(RuleBasedStateMachine):
     @initialize()
     def start(self):
         self.name = f"model{next(_names)}"
-        self.table = SharedTable.create(self.name, CAP, SPEC, sampler=rs.Prioritized(alpha=1.0),
-                                        directory=self.directory, seed=3)
+        self.table = SharedTable.create(
+            self.name, CAP, SPEC, sampler=rs.Prioritized(alpha=1.0), directory=self.directory, seed=3
+        )
         self.conn.send(("attach", self.name, self.directory))
         assert self.conn.recv() == ("ok", None)
         self.items = {}  # key -> [id, priority, times_sampled]
         self.next_key = 0
         self.max_priority = 1.0
-        self.counts = dict.fromkeys(("inserts", "samples", "deletes", "evictions", "skipped_updates",
-                                     "skipped_deletes"), 0)
+        self.counts = dict.fromkeys(
+            ("inserts", "samples", "deletes", "evictions", "skipped_updates", "skipped_deletes"), 0
+        )
 
     def teardown(self):
         if getattr(self, "table", None) is not None:
@@ -114,8 +116,11 @@ class TwoProcesses(RuleBasedStateMachine):
             self.items[k][2] += 1
         self.counts["samples"] += n
 
-    @rule(remote=st.booleans(), picks=st.lists(st.integers(-2, 12), min_size=1, max_size=4),
-          prio=st.sampled_from([0.0, 2.0, 5.0]))
+    @rule(
+        remote=st.booleans(),
+        picks=st.lists(st.integers(-2, 12), min_size=1, max_size=4),
+        prio=st.sampled_from([0.0, 2.0, 5.0]),
+    )
     def update(self, remote, picks, prio):
         keys = [max(0, self.next_key - 1 - i) for i in picks]
         applied = self.call(remote, "update_priorities", keys, [prio] * len(keys))

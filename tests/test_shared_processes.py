@@ -34,8 +34,11 @@ def run_python(code: str, env: dict | None = None, wait: bool = True, timeout: f
 def consistent(data) -> bool:
     """Every row written by ``transitions`` carries its id in every field: no torn row."""
     ids = data["id"]
-    return bool((data["obs"] == ids[:, None]).all() and (data["reward"] == ids * 0.5).all()
-                and (data["action"] == ids % 3).all())
+    return bool(
+        (data["obs"] == ids[:, None]).all()
+        and (data["reward"] == ids * 0.5).all()
+        and (data["action"] == ids % 3).all()
+    )
 
 
 def _writer(table, w, batches):
@@ -137,14 +140,18 @@ def test_writer_killed_before_publishing_leaves_no_torn_row(tmp_path, full):
     t = SharedTable.create("crash", 16, SPEC, sampler=rs.Prioritized(), directory=tmp_path)
     t.extend(transitions(16 if full else 6))
     marker = tmp_path / "paused"
-    proc = run_python(f"""
+    proc = run_python(
+        f"""
 import numpy as np
 from replaystore.shared import SharedTable
 t = SharedTable.attach("crash", directory={str(tmp_path)!r})
 bad = {{"obs": np.full((5, 4), -7, np.float32), "action": np.zeros(5, np.int64),
         "reward": np.ones(5, np.float32), "id": np.arange(5)}}
 t.extend(bad)
-""", env={"REPLAYSTORE_SHM_TEST_HOOK": f"pause-before-publish:{marker}"}, wait=False)
+""",
+        env={"REPLAYSTORE_SHM_TEST_HOOK": f"pause-before-publish:{marker}"},
+        wait=False,
+    )
     deadline = time.monotonic() + 60
     while not marker.exists():
         assert proc.poll() is None, proc.stderr.read()
@@ -170,7 +177,8 @@ t.extend(bad)
 
 
 def test_table_whose_creator_died_can_be_attached_read_and_saved(tmp_path):
-    proc = run_python(f"""
+    proc = run_python(
+        f"""
 import os, signal
 import numpy as np
 import replaystore as rs
@@ -181,7 +189,9 @@ spec = {{"obs": ((4,), np.float32), "action": ((), np.int64), "reward": ((), np.
 t = SharedTable.create("orphan", 32, spec, sampler=rs.Prioritized(), directory={str(tmp_path)!r})
 t.extend(transitions(20), priorities=np.arange(1.0, 21.0))
 os.kill(os.getpid(), signal.SIGKILL)
-""", wait=False)
+""",
+        wait=False,
+    )
     proc.wait(60)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read()
     [info] = list_segments(tmp_path)
@@ -278,8 +288,9 @@ def _producer(table, n):
 
 
 def test_queue_across_processes_delivers_each_item_once_in_order(tmp_path):
-    t = SharedTable.create("queue", 4, SPEC, sampler=rs.Fifo(), rate_limiter=rs.Queue(4), max_times_sampled=1,
-                           directory=tmp_path)
+    t = SharedTable.create(
+        "queue", 4, SPEC, sampler=rs.Fifo(), rate_limiter=rs.Queue(4), max_times_sampled=1, directory=tmp_path
+    )
     p = mp.get_context("fork").Process(target=_producer, args=(t, 40))
     p.start()
     got = [int(t.sample(1, timeout=30).data["id"][0]) for _ in range(40)]

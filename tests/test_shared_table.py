@@ -309,8 +309,17 @@ def test_single_adds_of_a_prioritized_table(make):
     with pytest.raises(rs.SpecError):
         t.add(dict(item, action=1.5))  # a float into an int64 field: refused, as in-process
     for i in range(2, 6):
-        assert t.add({"obs": np.full(4, i, np.float32), "action": np.int64(i % 3), "reward": np.float32(i / 2),
-                      "id": np.int64(i)}) == i
+        assert (
+            t.add(
+                {
+                    "obs": np.full(4, i, np.float32),
+                    "action": np.int64(i % 3),
+                    "reward": np.float32(i / 2),
+                    "id": np.int64(i),
+                }
+            )
+            == i
+        )
     data, found = t.get(t.keys())
     assert t.keys().tolist() == [2, 3, 4, 5] and (data["obs"][:, 0] == data["id"]).all()
     assert t.info([2])["priorities"].tolist() == [3.0]  # the largest priority set so far

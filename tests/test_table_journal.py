@@ -19,8 +19,9 @@ def _state(t: rs.Table) -> tuple:
     keys = t.keys()
     info = t.info(keys)
     # (rounded: a mean over slots in another order may differ in the last bit)
-    stats = {k: round(v, 12) if isinstance(v, float) else v
-             for k, v in t.stats().items() if not k.endswith("_blocked_s")}
+    stats = {
+        k: round(v, 12) if isinstance(v, float) else v for k, v in t.stats().items() if not k.endswith("_blocked_s")
+    }
     return keys.tolist(), info["priorities"].tolist(), info["times_sampled"].tolist(), stats
 
 
@@ -92,8 +93,9 @@ def test_replayed_inserts_and_samples_reach_the_same_state(remover):
         before = set(live.keys().tolist())
         keys = live.extend(transitions(n, step * 10), priorities=prio)
         evicted = sorted(before - set(live.keys().tolist()))
-        got = replica.replay_insert(transitions(n, step * 10), priorities=prio,
-                                    evict_keys=None if remover == "fifo" else evicted)
+        got = replica.replay_insert(
+            transitions(n, step * 10), priorities=prio, evict_keys=None if remover == "fifo" else evicted
+        )
         assert got.tolist() == keys.tolist()
         assert _state(replica) == _state(live)
     assert _state(replica) == _state(live)

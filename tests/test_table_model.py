@@ -82,8 +82,9 @@ class TableModel(RuleBasedStateMachine):
         self.max_priority = 1.0
         self.dead: list[int] = []
         self.remaining: set[int] = set()  # WithoutReplacement: live keys not yet returned this epoch
-        self.counts = dict(inserts=0, deletes=0, evictions=0, retired=0, skipped_updates=0, skipped_deletes=0,
-                           samples=0)
+        self.counts = dict(
+            inserts=0, deletes=0, evictions=0, retired=0, skipped_updates=0, skipped_deletes=0, samples=0
+        )
 
     # -- helpers ---------------------------------------------------------------------------------
     @property
@@ -116,8 +117,11 @@ class TableModel(RuleBasedStateMachine):
         def call():
             if single:
                 item = {f: a[0] for f, a in data.items()}
-                return [self.table.add(item, priority=None if priorities is None else priorities[0],
-                                       version=version, timeout=0.5)]
+                return [
+                    self.table.add(
+                        item, priority=None if priorities is None else priorities[0], version=version, timeout=0.5
+                    )
+                ]
             arg = priorities[0] if scalar else priorities
             return self.table.extend(data, priorities=arg, version=version, timeout=0.5).tolist()
 
@@ -173,8 +177,9 @@ class TableModel(RuleBasedStateMachine):
             priorities = [data.draw(st.sampled_from(PRIORITIES), label="priority")] * k
         else:
             priorities = data.draw(st.lists(st.sampled_from(PRIORITIES), min_size=k, max_size=k), label="prios")
-        version = data.draw(st.one_of(st.integers(0, 3), st.lists(st.integers(0, 3), min_size=k, max_size=k)),
-                            label="version")
+        version = data.draw(
+            st.one_of(st.integers(0, 3), st.lists(st.integers(0, 3), min_size=k, max_size=k)), label="version"
+        )
         # a scalar priority applies to the whole batch
         scalar = mode == "scalar" and data.draw(st.booleans(), label="as one float")
         self._insert(k, priorities, version, scalar=scalar)
@@ -227,8 +232,10 @@ class TableModel(RuleBasedStateMachine):
                 self.table.extend(payload(range(n)))
             assert snapshot(self.table) == before
             return
-        prios = data.draw(st.one_of(st.none(), st.lists(st.sampled_from([p for p in PRIORITIES if p >= 0]),
-                                                        min_size=n, max_size=n)), label="prios")
+        prios = data.draw(
+            st.one_of(st.none(), st.lists(st.sampled_from([p for p in PRIORITIES if p >= 0]), min_size=n, max_size=n)),
+            label="prios",
+        )
         version = data.draw(st.integers(0, 3), label="version")
         values = list(range(self.next_value, self.next_value + n))
         self.next_value += n
@@ -236,8 +243,13 @@ class TableModel(RuleBasedStateMachine):
         assert keys == list(range(self.next_key, self.next_key + n))
         gone = n - self.capacity
         # as if inserted one at a time: every old item, then the batch's first `gone`, are evicted
-        self._model_insert(keys[gone:], values[gone:], None if prios is None else prios[gone:],
-                           [version] * self.capacity, set(self.items))
+        self._model_insert(
+            keys[gone:],
+            values[gone:],
+            None if prios is None else prios[gone:],
+            [version] * self.capacity,
+            set(self.items),
+        )
         self.next_key += gone
         self.dead.extend(keys[:gone])
         for name in ("inserts", "evictions", "deletes"):
@@ -322,8 +334,7 @@ class TableModel(RuleBasedStateMachine):
     def update_priorities(self, data):
         pool = list(self.items) + self.dead[-10:] + [self.next_key + 3, 10**12]
         keys = data.draw(st.lists(st.sampled_from(pool), min_size=0, max_size=12), label="keys")
-        prios = data.draw(st.lists(st.sampled_from(PRIORITIES), min_size=len(keys), max_size=len(keys)),
-                          label="prios")
+        prios = data.draw(st.lists(st.sampled_from(PRIORITIES), min_size=len(keys), max_size=len(keys)), label="prios")
         # the last occurrence of a key wins (priorities often return to earlier values: heap
         # selectors must not then hold the item twice)
         last = {k: i for i, k in enumerate(keys)}
@@ -402,12 +413,11 @@ class TableModel(RuleBasedStateMachine):
 def test_table_against_model(remover):
     machine = type(f"TableModel_{remover}", (TableModel,), {"REMOVER": remover})
     examples = int(os.environ.get("RS_MODEL_EXAMPLES", 40))  # raise it for a longer search
-    run_state_machine_as_test(
-        machine, settings=settings(max_examples=examples, stateful_step_count=25, deadline=None)
-    )
+    run_state_machine_as_test(machine, settings=settings(max_examples=examples, stateful_step_count=25, deadline=None))
 
 
 # -- heap selectors and repeated priorities --------------------------------------------------------
+
 
 @pytest.mark.parametrize("role", ["sampler", "remover"])
 @pytest.mark.parametrize("heap", ["MinHeap", "MaxHeap"])
@@ -433,6 +443,7 @@ def test_heap_update_to_a_previous_priority_keeps_the_item_once(heap, role):
 
 
 # -- staged single adds ------------------------------------------------------------------------------
+
 
 # one add at a time into the full table [0 (p=5), 1 (p=6), 2 (p=7)]: add 3 (p=0.5), then 4 (p=9)
 @pytest.mark.parametrize(
@@ -469,6 +480,7 @@ def test_len_never_exceeds_capacity_with_staged_adds():
 
 
 # -- bad input is atomic -------------------------------------------------------------------------
+
 
 def snapshot(t):
     keys = t.keys()
@@ -517,16 +529,15 @@ def bad_calls():
         ("add negative", rs.InvalidPriority, lambda t: t.add({"v": 5, "obs": [5.0, -5.0]}, priority=-1.0)),
         ("add wrong shape", rs.SpecError, lambda t: t.add({"v": 5, "obs": [5.0, -5.0, 1.0]})),
         ("add not a dict", rs.SpecError, lambda t: t.add([1, 2])),
-        ("update nan", rs.InvalidPriority,
-         lambda t: t.update_priorities(t.keys()[:3], [5.0, np.nan, 5.0])),
-        ("update negative", rs.InvalidPriority,
-         lambda t: t.update_priorities(t.keys()[:3], [5.0, 5.0, -2.0])),
+        ("update nan", rs.InvalidPriority, lambda t: t.update_priorities(t.keys()[:3], [5.0, np.nan, 5.0])),
+        ("update negative", rs.InvalidPriority, lambda t: t.update_priorities(t.keys()[:3], [5.0, 5.0, -2.0])),
         ("update count", rs.InvalidPriority, lambda t: t.update_priorities(t.keys()[:3], [5.0, 5.0])),
     ]
 
 
-@pytest.mark.parametrize("sampler, remover", [("Prioritized", "Fifo"), ("Prioritized", "MinHeap"),
-                                              ("Prioritized", "Uniform")])
+@pytest.mark.parametrize(
+    "sampler, remover", [("Prioritized", "Fifo"), ("Prioritized", "MinHeap"), ("Prioritized", "Uniform")]
+)
 @pytest.mark.parametrize("name, error, call", bad_calls(), ids=[c[0] for c in bad_calls()])
 def test_bad_input_is_atomic(sampler, remover, name, error, call):
     if name == "too large" and remover == "Fifo":

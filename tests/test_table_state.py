@@ -34,7 +34,11 @@ def test_stats_and_counters_come_from_the_state():
     st = t._state
     s = t.stats()
     assert {k: s[k] for k in ("inserts", "evictions", "skipped_deletes", "size")} == {
-        "inserts": st.inserts, "evictions": st.evictions, "skipped_deletes": st.skipped_deletes, "size": st.size}
+        "inserts": st.inserts,
+        "evictions": st.evictions,
+        "skipped_deletes": st.skipped_deletes,
+        "size": st.size,
+    }
     assert "wal_lsn" not in s and t.wal_lsn == 0  # never set by a log
     t.close()
     assert t.closed and t._state.closed == 1

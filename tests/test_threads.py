@@ -23,9 +23,7 @@ def rows(uids):
 
 
 def test_hammer_prioritized_table_with_fifo_remover():
-    t = rs.Table(
-        CAPACITY, sampler=rs.Prioritized(alpha=ALPHA, beta=0.4), remover=rs.Fifo(), spec=SPEC, seed=0
-    )
+    t = rs.Table(CAPACITY, sampler=rs.Prioritized(alpha=ALPHA, beta=0.4), remover=rs.Fifo(), spec=SPEC, seed=0)
     stop = threading.Event()
     errors = []
     uid_to_key = {}  # filled by writers after extend returns; dict item assignment is atomic
@@ -56,8 +54,13 @@ def test_hammer_prioritized_table_with_fifo_remover():
             prios = rng.random(k) * 10
             prios[rng.random(k) < 0.1] = 0.0  # some zero priorities
             if w == 3:  # single adds (staged and inserted in batches by the table)
-                keys = np.array([t.add({"uid": u, "obs": o}, priority=float(p), timeout=5)
-                                 for u, o, p in zip(uids, rows(uids)["obs"], prios)], dtype=np.int64)
+                keys = np.array(
+                    [
+                        t.add({"uid": u, "obs": o}, priority=float(p), timeout=5)
+                        for u, o, p in zip(uids, rows(uids)["obs"], prios)
+                    ],
+                    dtype=np.int64,
+                )
             else:
                 keys = t.extend(rows(uids), priorities=prios, timeout=5)
             assert len(keys) == k

@@ -9,8 +9,14 @@ torch = pytest.importorskip("torch")
 
 def test_as_tensor_dtypes_and_no_copy_on_cpu():
     t = rs.Table(50, sampler=rs.Prioritized(), seed=0)
-    t.extend({"obs": np.zeros((10, 3), np.float32), "act": np.arange(10), "done": np.zeros(10, bool),
-              "img": {"px": np.ones((10, 2, 2), np.uint8)}})
+    t.extend(
+        {
+            "obs": np.zeros((10, 3), np.float32),
+            "act": np.arange(10),
+            "done": np.zeros(10, bool),
+            "img": {"px": np.ones((10, 2, 2), np.uint8)},
+        }
+    )
     s = t.sample(6, as_tensor=True)
     assert s.data["obs"].dtype == torch.float32
     assert s.data["act"].dtype == torch.int64

@@ -165,8 +165,9 @@ class HindsightReplay:
         self.infos = np.empty(shape, dtype=object) if self.copy_info else None
 
     def _new_table(self) -> Table:
-        return Table(self.capacity * self.n_streams, sampler=Uniform(), remover=Fifo(), seed=self.seed,
-                     name="hindsight")
+        return Table(
+            self.capacity * self.n_streams, sampler=Uniform(), remover=Fifo(), seed=self.seed, name="hindsight"
+        )
 
     # -- writing ----------------------------------------------------------------------------------
     def _rows(self, x: Any, what: str) -> np.ndarray:
@@ -201,8 +202,11 @@ class HindsightReplay:
             "reward": self._rows(np.asarray(reward, np.float32).reshape(-1), "reward"),
         }
         done_ = self._rows(np.asarray(done).reshape(-1), "done").astype(bool)
-        timeout_ = (np.zeros(self.n_streams, bool) if timeout is None
-                    else self._rows(np.asarray(timeout).reshape(-1), "timeout").astype(bool))
+        timeout_ = (
+            np.zeros(self.n_streams, bool)
+            if timeout is None
+            else self._rows(np.asarray(timeout).reshape(-1), "timeout").astype(bool)
+        )
         if infos is not None and len(infos) != self.n_streams:
             raise SpecError(f"infos must have {self.n_streams} entries, got {len(infos)}")
         keys = self.table.extend(row)  # validates shapes/dtypes first; raises before any change
@@ -259,8 +263,10 @@ class HindsightReplay:
             raise HindsightError(f"batch_size must be an int >= 1, got {batch_size!r}")
         valid = np.flatnonzero(self.ep_length > 0)
         if len(valid) == 0:
-            raise NoCompleteEpisode("no finished episode yet: sample after the first episode ends "
-                                    "(e.g. learning_starts > the longest episode)")
+            raise NoCompleteEpisode(
+                "no finished episode yet: sample after the first episode ends "
+                "(e.g. learning_starts > the longest episode)"
+            )
         flat = valid[self.rng.integers(0, len(valid), batch_size)]
         return np.divmod(flat, self.n_streams)
 
@@ -300,9 +306,17 @@ class HindsightReplay:
             reward[n_real:] = np.asarray(r, np.float32).reshape(n_virtual)
         relabelled = np.zeros(batch_size, bool)
         relabelled[n_real:] = True
-        return HerBatch(obs=obs, next_obs=next_obs, action=data["action"], reward=reward,
-                        done=self.dones[pos, stream].copy(), timeout=self.timeouts[pos, stream].copy(),
-                        relabelled=relabelled, keys=keys, infos=infos)
+        return HerBatch(
+            obs=obs,
+            next_obs=next_obs,
+            action=data["action"],
+            reward=reward,
+            done=self.dones[pos, stream].copy(),
+            timeout=self.timeouts[pos, stream].copy(),
+            relabelled=relabelled,
+            keys=keys,
+            infos=infos,
+        )
 
     # -- views ------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -329,8 +343,7 @@ class HindsightReplay:
         self.table.clear()
         self.pos, self.full = 0, False
         self.slot_key.fill(-1)
-        for a in (self.dones, self.timeouts, self.ep_start, self.ep_length, self.current_ep_start,
-                  self.open_length):
+        for a in (self.dones, self.timeouts, self.ep_start, self.ep_length, self.current_ep_start, self.open_length):
             a.fill(0)
         if self.infos is not None:
             self.infos.fill(None)

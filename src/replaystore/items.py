@@ -70,8 +70,9 @@ def _torch():
 
 
 def _pinning_available(torch) -> bool:
-    return bool(torch.cuda.is_available()) or bool(getattr(torch, "accelerator", None)
-                                                   and torch.accelerator.is_available())
+    return bool(torch.cuda.is_available()) or bool(
+        getattr(torch, "accelerator", None) and torch.accelerator.is_available()
+    )
 
 
 def check_device(device: Any) -> None:
@@ -124,9 +125,7 @@ def sample_to_tensors(sample: Sample, device: Any = None, pin_memory: bool = Fal
     pin = pin_memory and _pinning_available(torch)
     if pin_memory and not pin:
         warnings.warn("pin_memory=True ignored: no accelerator is available", RuntimeWarning, stacklevel=2)
-    fields = {
-        f.name: to_tensor(getattr(sample, f.name), device, pin) for f in dataclasses.fields(sample)
-    }
+    fields = {f.name: to_tensor(getattr(sample, f.name), device, pin) for f in dataclasses.fields(sample)}
     return Sample(**fields)
 
 

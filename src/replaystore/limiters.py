@@ -36,9 +36,7 @@ class RateLimiter:
         max_diff: its upper end.
     """
 
-    def __init__(
-        self, samples_per_insert: float, min_size_to_sample: int, min_diff: float, max_diff: float
-    ) -> None:
+    def __init__(self, samples_per_insert: float, min_size_to_sample: int, min_diff: float, max_diff: float) -> None:
         if min_size_to_sample < 1:
             raise InvalidArgument(f"min_size_to_sample must be >= 1, got {min_size_to_sample}")
         if samples_per_insert <= 0:

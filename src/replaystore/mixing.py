@@ -149,13 +149,16 @@ def _check_specs(specs: dict[str, dict[str, Field]], cast: bool) -> dict[str, np
     ref_name, ref = next(iter(specs.items()))
     for name, spec in specs.items():
         if spec.keys() != ref.keys():
-            raise SpecError(f"sources {ref_name!r} and {name!r} have different fields: "
-                            f"{sorted(ref)} and {sorted(spec)}")
+            raise SpecError(
+                f"sources {ref_name!r} and {name!r} have different fields: {sorted(ref)} and {sorted(spec)}"
+            )
         for path, f in spec.items():
             r = ref[path]
             if f.shape != r.shape:
-                raise SpecError(f"field {path!r}: source {ref_name!r} has item shape {r.shape}, "
-                                f"source {name!r} {f.shape}; the shapes of mixed sources must agree")
+                raise SpecError(
+                    f"field {path!r}: source {ref_name!r} has item shape {r.shape}, "
+                    f"source {name!r} {f.shape}; the shapes of mixed sources must agree"
+                )
             if f.dtype == r.dtype:
                 continue
             if not cast:
@@ -163,20 +166,24 @@ def _check_specs(specs: dict[str, dict[str, Field]], cast: bool) -> dict[str, np
                     f"field {path!r}: source {ref_name!r} stores {r.dtype}, source {name!r} {f.dtype}; "
                     f"pass cast=True to cast each batch to {r.dtype}, or build {name!r} with "
                     f"spec=replaystore.mixing.spec_of(<table {ref_name!r}>) so its inserts are cast "
-                    f"(a gymnasium float reward is float64 unless the spec says float32)")
+                    f"(a gymnasium float reward is float64 unless the spec says float32)"
+                )
             if not np.can_cast(f.dtype, r.dtype, "same_kind"):
-                raise SpecError(f"field {path!r}: source {name!r} stores {f.dtype}, which cannot be cast "
-                                f"same_kind to {r.dtype} (source {ref_name!r})")
+                raise SpecError(
+                    f"field {path!r}: source {name!r} stores {f.dtype}, which cannot be cast "
+                    f"same_kind to {r.dtype} (source {ref_name!r})"
+                )
     return {path: f.dtype for path, f in ref.items()}
 
 
-def _concat(parts: list, path: str = "data", ref: Mapping[str, np.dtype] | None = None,
-            cast: bool = False) -> Any:
+def _concat(parts: list, path: str = "data", ref: Mapping[str, np.dtype] | None = None, cast: bool = False) -> Any:
     first = parts[0]
     if isinstance(first, Mapping):
         if any(not isinstance(p, Mapping) or p.keys() != first.keys() for p in parts):
-            raise SpecError(f"sources sampled different fields at {path!r}: "
-                            f"{[sorted(p) if isinstance(p, Mapping) else type(p).__name__ for p in parts]}")
+            raise SpecError(
+                f"sources sampled different fields at {path!r}: "
+                f"{[sorted(p) if isinstance(p, Mapping) else type(p).__name__ for p in parts]}"
+            )
         return {k: _concat([p[k] for p in parts], f"{path}/{k}", ref, cast) for k in first}
     if isinstance(first, np.ndarray):
         shapes = {p.shape[1:] for p in parts}
@@ -187,10 +194,15 @@ def _concat(parts: list, path: str = "data", ref: Mapping[str, np.dtype] | None 
             if all(np.can_cast(d, target, "same_kind") for d in dtypes):
                 return np.concatenate([p.astype(target, copy=False) for p in parts])
         if len(shapes) > 1 or len(dtypes) > 1:
-            raise SpecError(f"sources differ at {path!r}: shapes {sorted(map(str, shapes))}, "
-                            f"dtypes {sorted(map(str, dtypes))}"
-                            + ("" if cast or len(shapes) > 1 else
-                               "; pass cast=True to MixedSampler to cast to the first source's dtype"))
+            raise SpecError(
+                f"sources differ at {path!r}: shapes {sorted(map(str, shapes))}, "
+                f"dtypes {sorted(map(str, dtypes))}"
+                + (
+                    ""
+                    if cast or len(shapes) > 1
+                    else "; pass cast=True to MixedSampler to cast to the first source's dtype"
+                )
+            )
         return np.concatenate(parts)
     if isinstance(first, list):
         return [x for p in parts for x in p]
@@ -218,8 +230,14 @@ class MixedSampler:
             ``cast=True`` (the message names the field and both fixes).
     """
 
-    def __init__(self, sources: Mapping[str, Any], ratios: Sequence[float] | Mapping[str, float],
-                 rounding: str = "largest_remainder", seed: int | None = None, cast: bool = False) -> None:
+    def __init__(
+        self,
+        sources: Mapping[str, Any],
+        ratios: Sequence[float] | Mapping[str, float],
+        rounding: str = "largest_remainder",
+        seed: int | None = None,
+        cast: bool = False,
+    ) -> None:
         if not sources:
             raise InvalidMix("a MixedSampler needs at least one source")
         self.names = tuple(sources)
@@ -235,8 +253,7 @@ class MixedSampler:
             raise InvalidMix(f"ratios must be finite, non-negative and not all zero, got {r.tolist()}")
         if rounding not in ("largest_remainder", "stochastic"):
             raise InvalidMix(f"rounding must be 'largest_remainder' or 'stochastic', got {rounding!r}")
-        known = {name: spec for name in self.names
-                 if (spec := spec_of(self.sources[name])) is not None}
+        known = {name: spec for name in self.names if (spec := spec_of(self.sources[name])) is not None}
         self._ref_dtypes = _check_specs({n: normalize_spec(s) for n, s in known.items()}, bool(cast))
         self.cast = bool(cast)
         self.ratios = r / r.sum()
@@ -275,8 +292,11 @@ class MixedSampler:
         total = int(counts.sum())
         meta = {}
         for m in _META:  # a sample type without a field (sequence samples have no indices): -1
-            meta[m] = (np.concatenate([np.asarray(getattr(s, m)) for s in samples])
-                       if all(hasattr(s, m) for s in samples) else np.full(total, -1, dtype=np.int64))
+            meta[m] = (
+                np.concatenate([np.asarray(getattr(s, m)) for s in samples])
+                if all(hasattr(s, m) for s in samples)
+                else np.full(total, -1, dtype=np.int64)
+            )
         source = np.repeat(np.arange(len(self.names), dtype=np.int64), counts)
         share = (counts / batch_size)[source]
         extra = {}
@@ -291,9 +311,15 @@ class MixedSampler:
             else:
                 raise SpecError(f"sources returned different {f.name!r}: {values}")
         data = _concat([s.data for s in samples], ref=self._ref_dtypes, cast=self.cast)
-        return MixedSample(data=data, source=source, names=self.names,
-                           counts=counts, mixture_probabilities=share * meta["probabilities"], extra=extra,
-                           **meta)
+        return MixedSample(
+            data=data,
+            source=source,
+            names=self.names,
+            counts=counts,
+            mixture_probabilities=share * meta["probabilities"],
+            extra=extra,
+            **meta,
+        )
 
     def sample(self, batch_size: int, timeout: float | None = None) -> MixedSample:
         """Draw one batch: ``counts(batch_size)[j]`` rows from source ``j`` (each via its ``sample``).

@@ -129,8 +129,9 @@ class StatsReporter:
     logged, not raised, so monitoring never stops training.
     """
 
-    def __init__(self, stats_fn: Callable[[], Mapping[str, Any]], sinks: Iterable[Sink] | None = None,
-                 period: float = 30.0) -> None:
+    def __init__(
+        self, stats_fn: Callable[[], Mapping[str, Any]], sinks: Iterable[Sink] | None = None, period: float = 30.0
+    ) -> None:
         self.stats_fn = stats_fn
         self.sinks = list(sinks) if sinks is not None else [LoggingSink()]
         self.period = float(period)

@@ -161,8 +161,9 @@ def _d4rl(arrays: Mapping[str, Any]) -> tuple[dict[str, Any], np.ndarray]:
     }, episode
 
 
-def minari_transitions(dataset: Any, episode_indices: Iterable[int] | None = None,
-                       download: bool = False) -> dict[str, Any]:
+def minari_transitions(
+    dataset: Any, episode_indices: Iterable[int] | None = None, download: bool = False
+) -> dict[str, Any]:
     """Transition columns of a Minari dataset (an id, or a ``minari.MinariDataset``).
 
     Episode ``e`` with ``T`` steps gives ``T`` transitions: ``obs = observations[:-1]``,
@@ -183,8 +184,9 @@ def minari_transitions(dataset: Any, episode_indices: Iterable[int] | None = Non
     return _minari(dataset, episode_indices, download)[0]
 
 
-def _minari(dataset: Any, episode_indices: Iterable[int] | None,
-            download: bool = False) -> tuple[dict[str, Any], np.ndarray]:
+def _minari(
+    dataset: Any, episode_indices: Iterable[int] | None, download: bool = False
+) -> tuple[dict[str, Any], np.ndarray]:
     """:func:`minari_transitions` plus the episode number of each row."""
     if isinstance(dataset, str):
         try:
@@ -228,12 +230,15 @@ def _target(n: int, table: Table | None, capacity: int | None, table_kwargs: dic
 def _check_fits(n: int, table: Table) -> None:
     free = table.capacity - len(table)
     if n > free:
-        raise OfflineDataError(f"{n} transitions do not fit the table's free space of {free} "
-                               f"(capacity {table.capacity}); they would evict each other")
+        raise OfflineDataError(
+            f"{n} transitions do not fit the table's free space of {free} "
+            f"(capacity {table.capacity}); they would evict each other"
+        )
 
 
-def fill_table(columns: Mapping[str, Any], table: Table | None = None, capacity: int | None = None,
-               **table_kwargs: Any) -> Table:
+def fill_table(
+    columns: Mapping[str, Any], table: Table | None = None, capacity: int | None = None, **table_kwargs: Any
+) -> Table:
     """Insert transition columns into ``table`` (or a new ``Table(capacity or rows, **table_kwargs)``).
 
     One ``extend`` call: all rows or none.
@@ -249,8 +254,14 @@ def fill_table(columns: Mapping[str, Any], table: Table | None = None, capacity:
     return table
 
 
-def fill_episodes(columns: Mapping[str, Any], episode: Any, table: Table | None = None,
-                  capacity: int | None = None, stream: int | None = None, **table_kwargs: Any) -> Table:
+def fill_episodes(
+    columns: Mapping[str, Any],
+    episode: Any,
+    table: Table | None = None,
+    capacity: int | None = None,
+    stream: int | None = None,
+    **table_kwargs: Any,
+) -> Table:
     """Insert transition columns as **episodes** of an episodic table (``Table(episodes=...)``).
 
     ``episode`` numbers each row's episode (rows of one episode are consecutive). Each episode is
@@ -300,8 +311,14 @@ def fill_episodes(columns: Mapping[str, Any], episode: Any, table: Table | None 
     return table
 
 
-def load_d4rl(arrays: Mapping[str, Any] | str | os.PathLike, table: Table | None = None, capacity: int | None = None,
-              as_episodes: bool = False, stream: int | None = None, **table_kwargs: Any) -> Table:
+def load_d4rl(
+    arrays: Mapping[str, Any] | str | os.PathLike,
+    table: Table | None = None,
+    capacity: int | None = None,
+    as_episodes: bool = False,
+    stream: int | None = None,
+    **table_kwargs: Any,
+) -> Table:
     """D4RL-style arrays or a D4RL file into a Table as transitions (episodes with ``as_episodes``).
 
     ``arrays`` is a dict of arrays or a path (see :func:`read_d4rl_file`).
@@ -316,9 +333,16 @@ def load_d4rl(arrays: Mapping[str, Any] | str | os.PathLike, table: Table | None
     return fill_table(columns, table, capacity, **table_kwargs)
 
 
-def load_minari(dataset: Any, table: Table | None = None, capacity: int | None = None,
-                episode_indices: Iterable[int] | None = None, as_episodes: bool = False,
-                stream: int | None = None, download: bool = False, **table_kwargs: Any) -> Table:
+def load_minari(
+    dataset: Any,
+    table: Table | None = None,
+    capacity: int | None = None,
+    episode_indices: Iterable[int] | None = None,
+    as_episodes: bool = False,
+    stream: int | None = None,
+    download: bool = False,
+    **table_kwargs: Any,
+) -> Table:
     """A Minari dataset into a Table as transitions, or as episodes with ``as_episodes``.
 
     ``download=True`` goes to ``minari.load_dataset`` (fetch a dataset id missing locally; it is

@@ -29,10 +29,17 @@ class Sampleable(Protocol):
 
     name: str
 
-    def sample(self, batch_size: int, timeout: float | None = None, as_tensor: bool = False, device: Any = None,
-               pin_memory: bool = False) -> Sample:
+    def sample(
+        self,
+        batch_size: int,
+        timeout: float | None = None,
+        as_tensor: bool = False,
+        device: Any = None,
+        pin_memory: bool = False,
+    ) -> Sample:
         """Draw ``batch_size`` items (see :meth:`replaystore.Table.sample`)."""
         ...
+
 
 _POLL = 0.05  # seconds: how often a waiting thread checks for close()
 _END = object()

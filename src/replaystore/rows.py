@@ -71,8 +71,9 @@ def _fill_meta_py(meta: np.ndarray, start: int, n: int, first_key: int, version:
     rows.view(np.float64)[:, 3] = priority
 
 
-def _add_row_py(columns: tuple, sources: tuple, start: int, meta: np.ndarray, key: int, version: int,
-                priority: float) -> bool:
+def _add_row_py(
+    columns: tuple, sources: tuple, start: int, meta: np.ndarray, key: int, version: int, priority: float
+) -> bool:
     if not _copy_rows_py(columns, sources, start, 1, False):
         return False
     _fill_meta_py(meta, start, 1, key, version, priority)
@@ -84,10 +85,12 @@ def _count_samples_py(meta: np.ndarray, slots: np.ndarray, out: np.ndarray) -> N
     np.take(meta, slots, axis=0, out=out, mode="clip")  # slots are in range; "raise" would buffer out
 
 
-def _gather_rows_py(columns: tuple, slots: np.ndarray, outs: tuple, meta: np.ndarray | None = None,
-                    meta_out: np.ndarray | None = None) -> bool:
+def _gather_rows_py(
+    columns: tuple, slots: np.ndarray, outs: tuple, meta: np.ndarray | None = None, meta_out: np.ndarray | None = None
+) -> bool:
     if len(columns) != len(outs) or any(
-            c.dtype != o.dtype or o.shape != (len(slots), *c.shape[1:]) for c, o in zip(columns, outs)):
+        c.dtype != o.dtype or o.shape != (len(slots), *c.shape[1:]) for c, o in zip(columns, outs)
+    ):
         return False
     if len(slots) and (slots.min() < 0 or slots.max() >= min(len(c) for c in columns)):
         return False

@@ -25,8 +25,13 @@ needs_gfn = pytest.mark.skipif(not HAS_GFN, reason="torchgfn is not installed (o
 class ContractContainer:
     """Only what the contract asks for: len, getitem (new container), extend, log_rewards, terminating_states."""
 
-    def __init__(self, states: torch.Tensor, log_rewards: torch.Tensor | None, conditions: torch.Tensor | None = None,
-                 log_probs: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        states: torch.Tensor,
+        log_rewards: torch.Tensor | None,
+        conditions: torch.Tensor | None = None,
+        log_probs: torch.Tensor | None = None,
+    ) -> None:
         self.states = states
         self._log_rewards = log_rewards
         self.conditions = conditions
@@ -110,8 +115,13 @@ class BuiltinKit(Kit):
         if conditions is not None:
             cond = torch.as_tensor(conditions, dtype=torch.get_default_dtype()).reshape(n, -1)
         lp = torch.zeros(n, 3) if log_probs else None
-        return TensorContainer(_states_tensor(n, states), lr, cond, log_probs=lp,
-                               estimator_outputs=torch.zeros(n, 2) if log_probs else None)
+        return TensorContainer(
+            _states_tensor(n, states),
+            lr,
+            cond,
+            log_probs=lp,
+            estimator_outputs=torch.zeros(n, 2) if log_probs else None,
+        )
 
     def other(self):
         return ContractContainer(torch.zeros(2, 2), torch.zeros(2))
@@ -163,8 +173,11 @@ class GfnKit(Kit):
         if cond is not None:
             states_obj.conditions = cond
         return Trajectories(
-            env, states=states_obj, actions=env.actions_from_tensor(acts),
-            terminating_idx=torch.full((n,), 2, dtype=torch.long), log_rewards=lr,
+            env,
+            states=states_obj,
+            actions=env.actions_from_tensor(acts),
+            terminating_idx=torch.full((n,), 2, dtype=torch.long),
+            log_rewards=lr,
             log_probs=torch.zeros(2, n) if log_probs else None,
             estimator_outputs=torch.zeros(2, n, env.n_actions) if log_probs else None,
         )
@@ -193,8 +206,9 @@ class GfnKit(Kit):
         from gfn.utils.modules import DiscreteUniform
 
         env = self.env
-        pf = DiscretePolicyEstimator(DiscreteUniform(env.n_actions), env.n_actions,
-                                     preprocessor=KHotPreprocessor(env.height, env.ndim))
+        pf = DiscretePolicyEstimator(
+            DiscreteUniform(env.n_actions), env.n_actions, preprocessor=KHotPreprocessor(env.height, env.ndim)
+        )
         torch.manual_seed(seed)
         return Sampler(pf).sample_trajectories(env, n=n, save_logprobs=True)
 
@@ -222,8 +236,11 @@ N_TRAINERS = 4
 def score_batch(container: Any, sender: Any = None) -> dict[str, float]:
     """The test scoring function: the batch's best log-reward, its size, and whether states only arrived."""
     lr = container.log_rewards
-    return {"score": float(lr.max()), "n": float(len(container)),
-            "is_states": float(type(container).__name__ in ("StatesContainer", "TensorContainer"))}
+    return {
+        "score": float(lr.max()),
+        "n": float(len(container)),
+        "is_states": float(type(container).__name__ in ("StatesContainer", "TensorContainer")),
+    }
 
 
 def slow_score(container: Any, sender: Any = None) -> dict[str, float]:
@@ -255,8 +272,11 @@ def scenario_buffer_kwargs(scenario: str) -> dict[str, Any]:
 
 def scenario_manager_kwargs(scenario: str) -> dict[str, Any]:
     """Manager options of a scenario."""
-    return {"num_training_ranks": N_TRAINERS, "scoring_function": score_batch,
-            "capacity": 8 if scenario == "baseline" else 100}
+    return {
+        "num_training_ranks": N_TRAINERS,
+        "scoring_function": score_batch,
+        "capacity": 8 if scenario == "baseline" else 100,
+    }
 
 
 def run_scenario_trainer(scenario: str, rb: Any, kit: Kit, index: int) -> dict[str, Any]:
@@ -265,8 +285,15 @@ def run_scenario_trainer(scenario: str, rb: Any, kit: Kit, index: int) -> dict[s
     scores = [rb.add(scenario_batch(kit, scenario, k, index)) for k in range(n_adds)]
     drained = rb.drain_pending_score(10.0)
     rb.close()
-    return {"scores": scores, "drained": drained, "total": rb._baseline_total, "kept": rb._baseline_kept,
-            "skipped": rb._baseline_skipped_sends, "baseline": rb._baseline_log_reward, "local": len(rb)}
+    return {
+        "scores": scores,
+        "drained": drained,
+        "total": rb._baseline_total,
+        "kept": rb._baseline_kept,
+        "skipped": rb._baseline_skipped_sends,
+        "baseline": rb._baseline_log_reward,
+        "local": len(rb),
+    }
 
 
 def _best(scenario: str, k: int, index: int) -> float:
@@ -342,8 +369,13 @@ def torch_worker(rank: int, world: int, port: int, kit_name: str, out_dir: str, 
             m = ReplayBufferManager(kit.env, rank, communication_backend="torch", **scenario_manager_kwargs(scenario))
             results[scenario] = m.run(timeout=60)
         else:
-            rb = ReplayBuffer(kit.env, remote_manager_rank=manager, communication_backend="torch", remote_timeout=60,
-                              **scenario_buffer_kwargs(scenario))
+            rb = ReplayBuffer(
+                kit.env,
+                remote_manager_rank=manager,
+                communication_backend="torch",
+                remote_timeout=60,
+                **scenario_buffer_kwargs(scenario),
+            )
             results[scenario] = run_scenario_trainer(scenario, rb, kit, rank)
         barrier.wait(150)  # a trainer that said goodbye must not talk to the next scenario's manager early
     # a manager stops when asked; later sends time out instead of hanging

@@ -38,8 +38,11 @@ def make():
     made = []
 
     def factory(instance_name="test", **cfg):
-        buf = AdvancedReplayBuffer(deep_merge_dicts(AdvancedReplayBuffer.default_config(), EasyDict(cfg)),
-                                   tb_logger=None, instance_name=instance_name)
+        buf = AdvancedReplayBuffer(
+            deep_merge_dicts(AdvancedReplayBuffer.default_config(), EasyDict(cfg)),
+            tb_logger=None,
+            instance_name=instance_name,
+        )
         made.append(buf)
         return buf
 
@@ -53,9 +56,11 @@ def slots(buf):
 
 
 def update_info(items, priorities):
-    return {"replay_unique_id": [d["replay_unique_id"] for d in items],
-            "replay_buffer_idx": [d["replay_buffer_idx"] for d in items],
-            "priority": list(priorities)}
+    return {
+        "replay_unique_id": [d["replay_unique_id"] for d in items],
+        "replay_buffer_idx": [d["replay_buffer_idx"] for d in items],
+        "priority": list(priorities),
+    }
 
 
 def test_push(make):
@@ -259,8 +264,12 @@ def test_sample_range_negative_bounds(make):
 
 
 def test_rate_limit(make):
-    buf = make(replay_buffer_size=1000, thruput_controller=dict(
-        push_sample_rate_limit=dict(max=2, min=0.5), window_seconds=5, sample_min_limit_ratio=1.5))
+    buf = make(
+        replay_buffer_size=1000,
+        thruput_controller=dict(
+            push_sample_rate_limit=dict(max=2, min=0.5), window_seconds=5, sample_min_limit_ratio=1.5
+        ),
+    )
     buf.push(generate_data_list(30), 0)  # push: 30
     for _ in range(3):
         assert buf.sample(19, 0) is not None  # sample: 3 * 19 = 57

@@ -82,8 +82,12 @@ def test_easydict():
 
 @pytest.mark.parametrize("as_type", [dict, EasyDict])
 def test_create_buffer_from_partial_config(as_type, closing):
-    buf = create_buffer(as_type(type="advanced", replay_buffer_size=32, thruput_controller={"window_seconds": 5}),
-                        tb_logger=None, exp_name="e", instance_name="x")
+    buf = create_buffer(
+        as_type(type="advanced", replay_buffer_size=32, thruput_controller={"window_seconds": 5}),
+        tb_logger=None,
+        exp_name="e",
+        instance_name="x",
+    )
     closing(buf)
     assert type(buf) is AdvancedReplayBuffer
     assert buf.replay_buffer_size == 32 and buf.alpha == 0.6
@@ -93,8 +97,12 @@ def test_create_buffer_from_partial_config(as_type, closing):
 
 
 def test_create_buffer_types_and_errors(closing):
-    for name, cls in [("naive", ding.NaiveReplayBuffer), ("advanced", AdvancedReplayBuffer),
-                      ("episode", ding.EpisodeReplayBuffer), ("sequence", ding.SequenceReplayBuffer)]:
+    for name, cls in [
+        ("naive", ding.NaiveReplayBuffer),
+        ("advanced", AdvancedReplayBuffer),
+        ("episode", ding.EpisodeReplayBuffer),
+        ("sequence", ding.SequenceReplayBuffer),
+    ]:
         buf = create_buffer({"type": name, "replay_buffer_size": 8}, tb_logger=FakeWriter())
         closing(buf)
         assert type(buf) is cls
@@ -125,9 +133,17 @@ def test_registry():
     assert set(BUFFER_REGISTRY) >= {"naive", "advanced", "episode", "elastic", "sequence"}
 
 
-@pytest.mark.parametrize("bad", [dict(alpha=1.5), dict(beta=-0.1), dict(replay_buffer_size=0),
-                                 dict(thruput_controller=dict(sample_min_limit_ratio=0.5)), dict(max_use=0),
-                                 dict(anneal_step=-1)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(alpha=1.5),
+        dict(beta=-0.1),
+        dict(replay_buffer_size=0),
+        dict(thruput_controller=dict(sample_min_limit_ratio=0.5)),
+        dict(max_use=0),
+        dict(anneal_step=-1),
+    ],
+)
 def test_invalid_advanced_config(bad):
     before = set(threading.enumerate())
     with pytest.raises(CompatError):
@@ -137,14 +153,16 @@ def test_invalid_advanced_config(bad):
 
 
 # -- monitors ------------------------------------------------------------------------------------
-NAMES = ["use_avg", "use_max", "priority_avg", "priority_max", "priority_min", "staleness_avg",
-         "staleness_max", "beta"]
+NAMES = ["use_avg", "use_max", "priority_avg", "priority_max", "priority_min", "staleness_avg", "staleness_max", "beta"]
 
 
 def test_sampled_data_attr_scalars_go_to_tensorboard(closing):
     w = FakeWriter()
-    buf = AdvancedReplayBuffer({"replay_buffer_size": 16, "monitor": {"sampled_data_attr": {"print_freq": 2}}},
-                               tb_logger=w, instance_name="buf")
+    buf = AdvancedReplayBuffer(
+        {"replay_buffer_size": 16, "monitor": {"sampled_data_attr": {"print_freq": 2}}},
+        tb_logger=w,
+        instance_name="buf",
+    )
     closing(buf)
     buf.push([{"o": i} for i in range(16)], 0)  # envstep 0 is a valid step
     for it in range(4):
@@ -191,14 +209,12 @@ def test_periodic_thruput_monitor_thread():
     assert not mon.alive
     assert {"buf_sec/pushed_in", "buf_sec/sampled_out", "buf_sec/removed", "buf_sec/current_have"} <= w.tags()
     first = {t: v for t, v, s in w.scalars if s == 0}
-    assert first == {"buf_sec/pushed_in": 5, "buf_sec/sampled_out": 3, "buf_sec/removed": 1,
-                     "buf_sec/current_have": 4}
+    assert first == {"buf_sec/pushed_in": 5, "buf_sec/sampled_out": 3, "buf_sec/removed": 1, "buf_sec/current_have": 4}
 
 
 def test_thruput_controller_decay_and_limits():
     now = [0.0]
-    c = ThruputController({"push_sample_rate_limit": {"max": 2, "min": 0.5}, "window_seconds": 5},
-                          clock=lambda: now[0])
+    c = ThruputController({"push_sample_rate_limit": {"max": 2, "min": 0.5}, "window_seconds": 5}, clock=lambda: now[0])
     assert c.can_push(1000)[0]  # nothing sampled yet
     c.add(pushed=30, sampled=57)
     assert not c.can_sample(19)[0] and c.can_sample(3)[0]
@@ -221,8 +237,13 @@ def test_state_dict_round_trip_keeps_ids_priorities_and_use(closing):
     closing(b)
     a.push([{"o": i} for i in range(10)], 0)
     batch = a.sample(4, 0)
-    a.update({"replay_unique_id": [x["replay_unique_id"] for x in batch],
-              "replay_buffer_idx": [x["replay_buffer_idx"] for x in batch], "priority": [5.0] * 4})
+    a.update(
+        {
+            "replay_unique_id": [x["replay_unique_id"] for x in batch],
+            "replay_buffer_idx": [x["replay_buffer_idx"] for x in batch],
+            "priority": [5.0] * 4,
+        }
+    )
     b.load_state_dict(a.state_dict())
     sa, sb = a.state_dict(), b.state_dict()
     assert sa["use_count"] == sb["use_count"] and sa["tail"] == sb["tail"] == 2
@@ -241,11 +262,25 @@ def test_state_dict_round_trip_keeps_ids_priorities_and_use(closing):
 def test_accepts_a_dingengine_style_state_dict(closing):
     buf = AdvancedReplayBuffer({"replay_buffer_size": 4}, instance_name="buffer")
     closing(buf)
-    data = [{"o": i, "replay_unique_id": f"buffer_{i}", "replay_buffer_idx": i, "priority": 1.0 + i}
-            for i in range(3)] + [None]
-    buf.load_state_dict({"data": data, "use_count": {0: 1, 1: 0, 2: 0, 3: 0}, "tail": 3, "max_priority": 3.0,
-                         "anneal_step": 100000, "beta": 0.5, "head": 0, "next_unique_id": 3, "valid_count": 3,
-                         "push_count": 3, "sum_tree": None, "min_tree": None})
+    data = [
+        {"o": i, "replay_unique_id": f"buffer_{i}", "replay_buffer_idx": i, "priority": 1.0 + i} for i in range(3)
+    ] + [None]
+    buf.load_state_dict(
+        {
+            "data": data,
+            "use_count": {0: 1, 1: 0, 2: 0, 3: 0},
+            "tail": 3,
+            "max_priority": 3.0,
+            "anneal_step": 100000,
+            "beta": 0.5,
+            "head": 0,
+            "next_unique_id": 3,
+            "valid_count": 3,
+            "push_count": 3,
+            "sum_tree": None,
+            "min_tree": None,
+        }
+    )
     assert buf.count() == 3 and buf.beta == 0.5 and buf.max_priority == 3.0
     batch = buf.sample(3, 0)
     assert all(x["IS"] == pytest.approx(((1.0 + x["o"]) ** 0.6 / 1.0) ** -0.5) for x in batch)
@@ -271,9 +306,13 @@ def test_concurrent_push_sample_update(closing):
         while time.monotonic() < stop:
             batch = buf.sample(32, it)
             if batch:
-                buf.update({"replay_unique_id": [x["replay_unique_id"] for x in batch],
-                            "replay_buffer_idx": [x["replay_buffer_idx"] for x in batch],
-                            "priority": list(np.random.rand(len(batch)))})
+                buf.update(
+                    {
+                        "replay_unique_id": [x["replay_unique_id"] for x in batch],
+                        "replay_buffer_idx": [x["replay_buffer_idx"] for x in batch],
+                        "priority": list(np.random.rand(len(batch))),
+                    }
+                )
             it += 1
 
     def run(fn):

@@ -100,9 +100,13 @@ def test_invalid_priorities_are_rejected_atomically(make):
     buf.push(items(4), 0)
     batch = buf.sample(4, 0)
     with pytest.raises(CompatError):
-        buf.update({"replay_unique_id": [b["replay_unique_id"] for b in batch],
-                    "replay_buffer_idx": [b["replay_buffer_idx"] for b in batch],
-                    "priority": [1.0, 2.0, -1.0, 3.0]})
+        buf.update(
+            {
+                "replay_unique_id": [b["replay_unique_id"] for b in batch],
+                "replay_buffer_idx": [b["replay_buffer_idx"] for b in batch],
+                "priority": [1.0, 2.0, -1.0, 3.0],
+            }
+        )
     assert all(d["priority"] == 1.0 for d in buf.state_dict()["data"] if d is not None)  # nothing applied
 
 
@@ -130,8 +134,7 @@ def test_push_larger_than_capacity_counts_right(make):
 # -- staleness -----------------------------------------------------------------------------------
 def test_staleness_removes_every_stale_item_even_out_of_order(make):
     buf = make(replay_buffer_size=8, max_staleness=10)
-    buf.push([{"i": 0, "collect_iter": 5}, {"i": 1, "collect_iter": 0}, {"i": 2, "collect_iter": [5, 7]},
-              {"i": 3}], 0)
+    buf.push([{"i": 0, "collect_iter": 5}, {"i": 1, "collect_iter": 0}, {"i": 2, "collect_iter": [5, 7]}, {"i": 3}], 0)
     assert {b["staleness"] for b in buf.sample(4, 9, sample_range=slice(1, 2))} == {9}
     assert buf.count() == 4
     batch = buf.sample(3, 10)  # item 1 reached staleness 10; DI-engine's sweep stops at item 0
@@ -153,9 +156,13 @@ def test_used_up_items_are_not_revived_by_a_late_update(make, tmp_path):
     batch = buf.sample(2, 0)
     used = {b["i"] for b in batch}
     assert buf.count() == 4 - len(used)
-    buf.update({"replay_unique_id": [b["replay_unique_id"] for b in batch],
-                "replay_buffer_idx": [b["replay_buffer_idx"] for b in batch],
-                "priority": [100.0] * len(batch)})  # DI-engine revives them
+    buf.update(
+        {
+            "replay_unique_id": [b["replay_unique_id"] for b in batch],
+            "replay_buffer_idx": [b["replay_buffer_idx"] for b in batch],
+            "priority": [100.0] * len(batch),
+        }
+    )  # DI-engine revives them
     assert buf.count() == 4 - len(used)
     for _ in range(10):
         got = buf.sample(1, 0)
@@ -214,8 +221,11 @@ def test_save_data_is_atomic(make, tmp_path, monkeypatch):
 # -- threads ----------------------------------------------------------------------------------
 def test_close_stops_every_thread_and_is_idempotent(make):
     before = set(threading.enumerate())
-    buf = make(replay_buffer_size=8, enable_track_used_data=True,
-               thruput_controller=dict(push_sample_rate_limit=dict(max=10, min=0.1)))
+    buf = make(
+        replay_buffer_size=8,
+        enable_track_used_data=True,
+        thruput_controller=dict(push_sample_rate_limit=dict(max=10, min=0.1)),
+    )
     buf.start()
     assert len(set(threading.enumerate()) - before) == 2  # thruput monitor + used-data remover
     buf.close()

@@ -85,8 +85,11 @@ def test_max_tree():
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 31), st.floats(0, 100, allow_nan=False)), min_size=1, max_size=60),
-       st.integers(0, 31), st.integers(1, 32))
+@given(
+    st.lists(st.tuples(st.integers(0, 31), st.floats(0, 100, allow_nan=False)), min_size=1, max_size=60),
+    st.integers(0, 31),
+    st.integers(1, 32),
+)
 def test_batch_and_single_updates_agree_with_numpy(ops, start, end):
     sum_a, sum_b, min_a = SumSegmentTree(32), SumSegmentTree(32), MinSegmentTree(32)
     leaves = np.zeros(32)

@@ -359,8 +359,9 @@ def test_manager_baseline_min_when_buffer_full(kit):
 
 
 def test_manager_baseline_percentile(kit):
-    m = ReplayBufferManager(kit.env, rank=0, num_training_ranks=1, capacity=5, baseline_strategy="percentile",
-                            baseline_percentile=0.5)
+    m = ReplayBufferManager(
+        kit.env, rank=0, num_training_ranks=1, capacity=5, baseline_strategy="percentile", baseline_percentile=0.5
+    )
     assert m.handle_data(kit.make(range(5)), sender=0)["baseline_log_reward"] == 2.0
 
 
@@ -602,13 +603,14 @@ def test_store_grows_with_longer_trajectories():
     assert torch.equal(tc[torch.arange(2)].states.tensor, short.states.tensor)
 
 
-
 # -- the top-k bookkeeping against a model -----------------------------------------------------------------
 
 
 @settings(max_examples=60, deadline=None)
-@given(capacity=st.integers(1, 8),
-       batches=st.lists(st.lists(st.integers(-3, 3), min_size=0, max_size=10), min_size=1, max_size=8))
+@given(
+    capacity=st.integers(1, 8),
+    batches=st.lists(st.lists(st.integers(-3, 3), min_size=0, max_size=10), min_size=1, max_size=8),
+)
 def test_prioritized_capacity_matches_a_stable_sort_model(capacity, batches):
     """Contents = the top `capacity` of everything added; among equal rewards the newest win."""
     rb = ReplayBuffer(None, capacity=capacity, prioritized_capacity=True)
@@ -621,8 +623,9 @@ def test_prioritized_capacity_matches_a_stable_sort_model(capacity, batches):
             rb.add(TensorContainer(torch.tensor(ids)[:, None], torch.tensor(b, dtype=torch.float32)))
         model = sorted(model + list(zip(map(float, b), ids)))[-capacity:]
         got = rb.training_container
-        got_pairs = [] if got is None or len(got) == 0 else list(
-            zip(got.log_rewards.tolist(), got.states[:, 0].tolist()))
+        got_pairs = (
+            [] if got is None or len(got) == 0 else list(zip(got.log_rewards.tolist(), got.states[:, 0].tolist()))
+        )
         assert got_pairs == model
 
 
@@ -645,8 +648,13 @@ def test_full_buffer_add_touches_only_the_batch(diverse):
 
 
 @settings(max_examples=40, deadline=None)
-@given(batches=st.lists(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2), st.integers(0, 4)),
-                                 min_size=1, max_size=8), min_size=1, max_size=6))
+@given(
+    batches=st.lists(
+        st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2), st.integers(0, 4)), min_size=1, max_size=8),
+        min_size=1,
+        max_size=6,
+    )
+)
 def test_diverse_exact_duplicate_path_matches_the_distance_path(batches):
     """cutoff 0 uses a hash of the stored vectors; a tiny positive cutoff computes distances: same result."""
     exact = NormBasedDiversePrioritizedReplayBuffer(None, capacity=5, cutoff_distance=0.0)

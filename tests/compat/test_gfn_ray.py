@@ -16,6 +16,7 @@ from replaystore.errors import Closed  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     here = os.path.dirname(os.path.abspath(__file__))
@@ -101,8 +102,7 @@ def test_two_managers_shard_the_trainers(trainers):
     layout = gc.RankLayout.build(world_size=6, num_managers=2)  # managers 2 and 5, two trainers each
     names = {m: f"shard-{m}-{kit_name}" for m in layout.managers}
     for m, trainer_ranks in layout.trainers_of.items():
-        _start(names[m], kit_name, num_training_ranks=len(trainer_ranks), scoring_function=gc.score_batch,
-               capacity=100)
+        _start(names[m], kit_name, num_training_ranks=len(trainer_ranks), scoring_function=gc.score_batch, capacity=100)
     trainer_ranks = [r for m in layout.managers for r in layout.trainers_of[m]]
     refs = [a.run.remote("sync", names[layout.manager_of(r)], i) for i, (a, r) in enumerate(zip(actors, trainer_ranks))]
     results = ray.get(refs, timeout=120)
@@ -116,8 +116,14 @@ def test_two_managers_shard_the_trainers(trainers):
 def test_trainer_dies_mid_run(trainers):
     kit_name, actors = trainers
     name = f"mgr-death-{kit_name}"
-    _start(name, kit_name, num_training_ranks=gc.N_TRAINERS, scoring_function=gc.score_batch, capacity=100,
-           liveness_interval=0.2)
+    _start(
+        name,
+        kit_name,
+        num_training_ranks=gc.N_TRAINERS,
+        scoring_function=gc.score_batch,
+        capacity=100,
+        liveness_interval=0.2,
+    )
     victim = Trainer.remote(kit_name)
     ray.get(victim.__ray_ready__.remote(), timeout=120)
     victim.run_forever.remote(name, 3)

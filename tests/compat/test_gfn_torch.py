@@ -26,8 +26,13 @@ def test_torch_backend_scenarios(tmp_path, kit_name):
     world = gc.N_TRAINERS + 1
     ctx = mp.get_context("spawn")
     barrier, flag = ctx.Barrier(world), ctx.Event()
-    mp.start_processes(gc.torch_worker, args=(world, _free_port(), kit_name, str(tmp_path), barrier, flag),
-                       nprocs=world, join=True, start_method="spawn")
+    mp.start_processes(
+        gc.torch_worker,
+        args=(world, _free_port(), kit_name, str(tmp_path), barrier, flag),
+        nprocs=world,
+        join=True,
+        start_method="spawn",
+    )
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
     manager, trainers = ranks[-1], ranks[:-1]
     for scenario in gc.TORCH_SCENARIOS:

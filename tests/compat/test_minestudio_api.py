@@ -20,11 +20,18 @@ from replaystore.compat.minestudio import (
 
 
 def frag(i, t=4):
-    return SampleFragment(obs={"image": np.full((t, 2, 2, 3), i, np.uint8)}, action={"camera": np.full((t, 1), i)},
-                          next_done=np.zeros(t, bool), reward=np.zeros(t, np.float32),
-                          first=np.eye(1, t, dtype=bool)[0],
-                          in_state=[np.full((1, 3), i, np.float32)], worker_uuid="w", fid_in_worker=i,
-                          next_obs={"image": np.zeros((2, 2, 3), np.uint8)}, episode_uuids=["e"] * t)
+    return SampleFragment(
+        obs={"image": np.full((t, 2, 2, 3), i, np.uint8)},
+        action={"camera": np.full((t, 1), i)},
+        next_done=np.zeros(t, bool),
+        reward=np.zeros(t, np.float32),
+        first=np.eye(1, t, dtype=bool)[0],
+        in_state=[np.full((1, 3), i, np.float32)],
+        worker_uuid="w",
+        fid_in_worker=i,
+        next_obs={"image": np.zeros((2, 2, 3), np.uint8)},
+        episode_uuids=["e"] * t,
+    )
 
 
 def test_datatypes():
@@ -73,9 +80,17 @@ def test_torch_helpers():
 
 
 def test_config_mapping(tmp_path):
-    c = buffer_config({"max_chunks": 10, "max_staleness": 2, "max_reuse": 3, "fragments_per_chunk": 2,
-                       "fragments_per_report": 5, "database_config": {"path": "rel/dir", "num_shards": 3},
-                       "seed": 4})
+    c = buffer_config(
+        {
+            "max_chunks": 10,
+            "max_staleness": 2,
+            "max_reuse": 3,
+            "fragments_per_chunk": 2,
+            "fragments_per_report": 5,
+            "database_config": {"path": "rel/dir", "num_shards": 3},
+            "seed": 4,
+        }
+    )
     assert c.max_chunks == 10 and c.fragments_per_chunk == 2 and c.num_shards == 3 and c.seed == 4
     assert c.path.endswith("rel/dir") and c.path.startswith("/")  # absolute, whoever opens it
     with pytest.raises(ValueError):

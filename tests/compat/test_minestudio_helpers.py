@@ -52,8 +52,11 @@ class Producer:
             for w in self.uuids:
                 fid = self.next_fid[w]
                 self.next_fid[w] += 1
-                out.append(self.buffer.add_fragment(make_fragment(w, fid, version, self.t, self.img),
-                                                    FragmentMetadata(version, session, w, fid)))
+                out.append(
+                    self.buffer.add_fragment(
+                        make_fragment(w, fid, version, self.t, self.img), FragmentMetadata(version, session, w, fid)
+                    )
+                )
         return out
 
     def store_is_local(self) -> bool:
@@ -61,9 +64,16 @@ class Producer:
 
 
 def config(path, **kw):
-    c = {"max_chunks": 12, "max_staleness": 1, "max_reuse": 2, "fragments_per_chunk": 2,
-         "fragments_per_report": 8, "database_config": {"path": str(path), "num_shards": 2}, "seed": 0,
-         "orphan_grace": 0.0}
+    c = {
+        "max_chunks": 12,
+        "max_staleness": 1,
+        "max_reuse": 2,
+        "fragments_per_chunk": 2,
+        "fragments_per_report": 8,
+        "database_config": {"path": str(path), "num_shards": 2},
+        "seed": 0,
+        "orphan_grace": 0.0,
+    }
     c.update(kw)
     return c
 

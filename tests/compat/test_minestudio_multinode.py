@@ -49,12 +49,19 @@ def test_remote_store_and_loaders_on_the_database_node(cluster, tmp_path):
     assert not buf.store.local  # the driver goes through the store actor
     buf.update_model_version(S, 0)
     for fid in range(2):
-        buf.add_fragment(make_fragment("driver-env", fid, 0, t=8, img=(16, 16, 3)),
-                         FragmentMetadata(0, S, "driver-env", fid))
-    on_head = ray.remote(num_cpus=0)(Producer).options(
-        scheduling_strategy=NodeAffinitySchedulingStrategy(head_id, soft=False)).remote(2, t=8, img=(16, 16, 3))
-    on_db = ray.remote(num_cpus=0)(Producer).options(
-        scheduling_strategy=NodeAffinitySchedulingStrategy(db_node.node_id, soft=False)).remote(2, t=8, img=(16, 16, 3))
+        buf.add_fragment(
+            make_fragment("driver-env", fid, 0, t=8, img=(16, 16, 3)), FragmentMetadata(0, S, "driver-env", fid)
+        )
+    on_head = (
+        ray.remote(num_cpus=0)(Producer)
+        .options(scheduling_strategy=NodeAffinitySchedulingStrategy(head_id, soft=False))
+        .remote(2, t=8, img=(16, 16, 3))
+    )
+    on_db = (
+        ray.remote(num_cpus=0)(Producer)
+        .options(scheduling_strategy=NodeAffinitySchedulingStrategy(db_node.node_id, soft=False))
+        .remote(2, t=8, img=(16, 16, 3))
+    )
     assert ray.get(on_head.store_is_local.remote(), timeout=120) is False
     assert ray.get(on_db.store_is_local.remote(), timeout=120) is True
     ray.get([on_head.produce.remote(2, 0, S), on_db.produce.remote(2, 0, S)], timeout=120)
@@ -63,8 +70,9 @@ def test_remote_store_and_loaders_on_the_database_node(cluster, tmp_path):
     nodes = {ray.get(a.node_id.remote(), timeout=60) for a in pool._idle_actors}
     assert nodes == {db_node.node_id}
     got = [f for b in data_iter(pool, records, 4, 1, seed=0, timeout=60) for f in b["fragment"]]
-    assert sorted((f.worker_uuid, f.fid_in_worker) for f in got) == sorted((i.worker_uuid, i.fid_in_worker)
-                                                                           for i, _ in records)
+    assert sorted((f.worker_uuid, f.fid_in_worker) for f in got) == sorted(
+        (i.worker_uuid, i.fid_in_worker) for i, _ in records
+    )
     assert buf.load_fragment(records[0][1]).obs["image"].shape == (8, 16, 16, 3)  # through the actor
     buf.fragments.drain()
     assert buf.fragments.store.size() == 0

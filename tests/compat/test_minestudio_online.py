@@ -117,10 +117,10 @@ def test_out_of_order_and_duplicates_do_not_kill_the_caller(ray_local, buffer):
         return buffer.add_fragment(make_fragment(w, fid, 0, t=4, img=(8, 8, 3)), FragmentMetadata(0, S1, w, fid))
 
     assert add(0) == "pending"
-    assert add(0) == "duplicate"      # a retry after a crash
-    assert add(3) == "pending"        # a gap: the partial chunk restarts at 3
+    assert add(0) == "duplicate"  # a retry after a crash
+    assert add(3) == "pending"  # a gap: the partial chunk restarts at 3
     assert add(4) == "chunk"
-    assert add(2) == "duplicate"      # late and out of order
+    assert add(2) == "duplicate"  # late and out of order
     st = buffer.stats()
     assert st["duplicates"] == 2 and st["gaps"] == 1 and st["fragments_dropped_gap"] == 1
     records = buffer.fetch_fragments(2, timeout=10)
@@ -183,8 +183,9 @@ def test_loader_iterator_contract(ray_local, buffer, local):
     buffer.update_model_version(S1, 0)
     for k in range(5):
         for fid in range(2):
-            buffer.add_fragment(make_fragment(f"L{k}", fid, 0, t=4, img=(8, 8, 3)),
-                                FragmentMetadata(0, S1, f"L{k}", fid))
+            buffer.add_fragment(
+                make_fragment(f"L{k}", fid, 0, t=4, img=(8, 8, 3)), FragmentMetadata(0, S1, f"L{k}", fid)
+            )
     records = buffer.fetch_fragments(10, timeout=10)
     pool = create_loader_pool(2, 0.1, local=local)
     sizes = [len(b["index"]) for b in data_iter(pool, records, 4, 1, seed=1, timeout=30)]

@@ -34,8 +34,9 @@ def wait_restarted(buf, timeout=90):
 
 def test_kill_mid_run_and_resume(ray_local, tmp_path):
     # clear_on_start=True: a fresh buffer wipes the store, a restarted one must not
-    buf = ReplayBufferInterface(config(tmp_path, max_restarts=3, max_chunks=100, max_reuse=5,
-                                       clear_on_start=True, orphan_grace=300.0))
+    buf = ReplayBufferInterface(
+        config(tmp_path, max_restarts=3, max_chunks=100, max_reuse=5, clear_on_start=True, orphan_grace=300.0)
+    )
     buf.update_model_version(S, 3)
     producer = ray_local.remote(num_cpus=0)(Producer).remote(3, t=16, img=(32, 32, 3))
     statuses = ray_local.get(producer.produce.remote(3, 3, S), timeout=120)  # 3 x 3 fragments

@@ -13,18 +13,21 @@ from replaystore.online import StalenessBudget
 
 TTL = 10.0
 
-ops = st.lists(st.one_of(
-    st.tuples(st.just("try"), st.integers(-1, 5), st.integers(-1, 2), st.integers(0, 3)),
-    st.tuples(st.just("finish"), st.integers(0, 12), st.booleans(), st.integers(-1, 4)),
-    st.tuples(st.just("abandon"), st.integers(0, 12)),
-    st.tuples(st.just("discard"), st.integers(-1, 3)),
-    st.tuples(st.just("version"), st.integers(-1, 2)),
-    st.tuples(st.just("cancel"), st.integers(-1, 3)),
-    st.tuples(st.just("pause")),
-    st.tuples(st.just("resume")),
-    st.tuples(st.just("tick"), st.sampled_from([0.5, 4.0, 6.0, 11.0])),
-    st.tuples(st.just("renew"), st.integers(0, 12)),
-), max_size=60)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("try"), st.integers(-1, 5), st.integers(-1, 2), st.integers(0, 3)),
+        st.tuples(st.just("finish"), st.integers(0, 12), st.booleans(), st.integers(-1, 4)),
+        st.tuples(st.just("abandon"), st.integers(0, 12)),
+        st.tuples(st.just("discard"), st.integers(-1, 3)),
+        st.tuples(st.just("version"), st.integers(-1, 2)),
+        st.tuples(st.just("cancel"), st.integers(-1, 3)),
+        st.tuples(st.just("pause")),
+        st.tuples(st.just("resume")),
+        st.tuples(st.just("tick"), st.sampled_from([0.5, 4.0, 6.0, 11.0])),
+        st.tuples(st.just("renew"), st.integers(0, 12)),
+    ),
+    max_size=60,
+)
 
 
 class Clock:
@@ -38,8 +41,19 @@ class Clock:
 @settings(max_examples=150, deadline=None)
 @given(st.integers(1, 4), st.integers(0, 2), ops)
 @example(2, 0, [("try", 1, 1, 1), ("finish", 0, True, -1), ("finish", 1, True, -1)])  # a batch fills
-@example(2, 1, [("try", 2, 1, 1), ("tick", 6.0), ("renew", 0), ("cancel", 1), ("finish", 1, True, 3),
-                ("tick", 6.0), ("finish", 0, True, -1)])
+@example(
+    2,
+    1,
+    [
+        ("try", 2, 1, 1),
+        ("tick", 6.0),
+        ("renew", 0),
+        ("cancel", 1),
+        ("finish", 1, True, 3),
+        ("tick", 6.0),
+        ("finish", 0, True, -1),
+    ],
+)
 def test_budget_matches_reference(batch, staleness, seq):
     clock = Clock()
     b = StalenessBudget(batch, staleness, ttl=TTL, clock=clock)
@@ -117,7 +131,7 @@ def test_budget_matches_reference(batch, staleness, seq):
             elif kind == "cancel":
                 out = b.cancel_slowest(op[1])
                 assert op[1] >= 0
-                expect = [i for _, i in sorted((r[2], i) for i, r in held.items())[:op[1]]]
+                expect = [i for _, i in sorted((r[2], i) for i, r in held.items())[: op[1]]]
                 assert out == expect
                 cancel(expect)
             elif kind == "pause":

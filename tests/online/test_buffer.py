@@ -215,12 +215,21 @@ def test_report_writes_the_window_to_sinks():
     assert "online/trained_by_length/>=10" not in buf.report()  # a new window
 
 
-def run_async_loop(pacing: bool, drop: bool, steps: int = 20, batch: int = 4, staleness: int = 1, seed: int = 0,
-                   pick: str = "fifo"):
+def run_async_loop(
+    pacing: bool, drop: bool, steps: int = 20, batch: int = 4, staleness: int = 1, seed: int = 0, pick: str = "fifo"
+):
     """Producer threads of different speeds and lengths, groups of 2 whose members come from
     different threads, versions bumped mid-rollout; returns what the trainer saw."""
-    buf = RolloutBuffer(256, batch_size=batch, max_staleness=staleness, pacing=pacing, drop_stale=drop,
-                        group_size=2, pick=pick, length_buckets=(8, 32))
+    buf = RolloutBuffer(
+        256,
+        batch_size=batch,
+        max_staleness=staleness,
+        pacing=pacing,
+        drop_stale=drop,
+        group_size=2,
+        pick=pick,
+        length_buckets=(8, 32),
+    )
     stop = threading.Event()
     violations, trained = [], []
     groups_open = []  # tickets/ids started, whose 2nd member is sent by another thread
@@ -246,8 +255,12 @@ def run_async_loop(pacing: bool, drop: bool, steps: int = 20, batch: int = 4, st
                 length = rnd.choice([2, 4, 40]) * (i + 1)
                 time.sleep(length * 0.0002)  # longer rollouts take longer; versions move meanwhile
                 try:
-                    buf.add({"g": gid, "len": length}, group=gid, versions=VersionRange.start(v0).observe(buf.version),
-                            length=length)
+                    buf.add(
+                        {"g": gid, "len": length},
+                        group=gid,
+                        versions=VersionRange.start(v0).observe(buf.version),
+                        length=length,
+                    )
                 except rs.Closed:
                     return
 

@@ -10,8 +10,16 @@ S = "s"
 
 
 def make(tmp_path, end):
-    cfg = FragmentBufferConfig(max_chunks=8, max_staleness=1, max_reuse=1, fragments_per_chunk=3,
-                               path=str(tmp_path), num_shards=1, seed=0, staleness_end=end)
+    cfg = FragmentBufferConfig(
+        max_chunks=8,
+        max_staleness=1,
+        max_reuse=1,
+        fragments_per_chunk=3,
+        path=str(tmp_path),
+        num_shards=1,
+        seed=0,
+        staleness_end=end,
+    )
     buf = FragmentBuffer(cfg)
     buf.set_version(S, 0)
     return buf
@@ -49,9 +57,18 @@ def test_max_end_still_drops_chunks_whose_newest_part_is_stale_and_survives_rest
     stream(buf, [1, 1, 1], name="b")
     assert buf.num_chunks == 2
     buf.close()
-    again = FragmentBuffer(FragmentBufferConfig(  # a restart on the same path
-        max_chunks=8, max_staleness=1, max_reuse=1, fragments_per_chunk=3, path=str(tmp_path), num_shards=1,
-        seed=0, staleness_end="max"))
+    again = FragmentBuffer(
+        FragmentBufferConfig(  # a restart on the same path
+            max_chunks=8,
+            max_staleness=1,
+            max_reuse=1,
+            fragments_per_chunk=3,
+            path=str(tmp_path),
+            num_shards=1,
+            seed=0,
+            staleness_end="max",
+        )
+    )
     assert again.num_chunks == 2 and sorted(c.versions for c in again._chunks.values()) == [(0, 1), (1, 1)]
     assert again.set_version(S, 3) == 2  # both newest ends are now 2 behind
     again.close()

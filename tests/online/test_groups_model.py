@@ -10,14 +10,17 @@ from replaystore.online import RolloutBufferConfig
 
 SIZE = 3
 
-ops = st.lists(st.one_of(
-    st.tuples(st.just("acquire")),
-    st.tuples(st.just("add"), st.integers(0, 5), st.integers(0, SIZE - 1)),
-    st.tuples(st.just("group"), st.integers(0, 5)),
-    st.tuples(st.just("reject"), st.integers(0, 5)),
-    st.tuples(st.just("sample")),
-    st.tuples(st.just("restart")),
-), max_size=40)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("acquire")),
+        st.tuples(st.just("add"), st.integers(0, 5), st.integers(0, SIZE - 1)),
+        st.tuples(st.just("group"), st.integers(0, 5)),
+        st.tuples(st.just("reject"), st.integers(0, 5)),
+        st.tuples(st.just("sample")),
+        st.tuples(st.just("restart")),
+    ),
+    max_size=40,
+)
 
 
 @settings(max_examples=60, deadline=None)

@@ -29,8 +29,16 @@ def test_reopened_buffer_resumes_everything(tmp_path):
     again = cfg(tmp_path).build("r")
     after = again.stats()
     assert after["restarts"] == 1
-    for k in ("version", "groups", "rollouts", "pending_groups", "pending_rollouts", "groups_sampled",
-              "generated_by_length", "trained_staleness"):
+    for k in (
+        "version",
+        "groups",
+        "rollouts",
+        "pending_groups",
+        "pending_rollouts",
+        "groups_sampled",
+        "generated_by_length",
+        "trained_staleness",
+    ):
         assert after[k] == before[k], k
     assert after["budget"]["running"] == 1 and after["budget"]["accepted"] == before["budget"]["accepted"]
     with pytest.raises(rs.UnknownTicket):

@@ -74,8 +74,13 @@ def test_ticket_expiry_is_judged_at_the_call_by_the_clock():
     [g] = buf.acquire(1)
     buf.add("first", group=g)
     clock.t += 6  # no other call in between
-    for call in (lambda: buf.renew([g]), lambda: buf.add("second", group=g), lambda: buf.finish([g]),
-                 lambda: buf.abandon(g), lambda: buf.add_group(g, ["a", "b"])):
+    for call in (
+        lambda: buf.renew([g]),
+        lambda: buf.add("second", group=g),
+        lambda: buf.finish([g]),
+        lambda: buf.abandon(g),
+        lambda: buf.add_group(g, ["a", "b"]),
+    ):
         with pytest.raises(UnknownTicket):
             call()
     assert not buf.held(g)
@@ -128,15 +133,17 @@ def test_add_group_bad_input_changes_nothing():
     buf = RolloutBuffer(16, batch_size=2, max_staleness=1, group_size=4)
     [t] = buf.acquire(1)
     buf.add("x", group=t, index=0)
-    for call in (lambda: buf.add_group(t, ["a", "b", "c"]),  # wrong number of members
-                 lambda: buf.add_group(t, ["a", "b", "c", "d", "e"]),
-                 lambda: buf.add_group(t, ["a", "b"], indices=[1, 1]),  # an index twice
-                 lambda: buf.add_group(t, ["a"], indices=[4]),  # out of range
-                 lambda: buf.add_group(t, ["a", "b", "c", "d"], lengths=[1, 2]),
-                 lambda: buf.add_group(t, ["a", "b", "c", "d"], versions=VersionRange(2, 1)),
-                 lambda: buf.add_group(t, ["a", "b", "c", "d"], member_versions=[0, 0, (1, 0), 0]),
-                 lambda: buf.add_group(t, "abcd"),
-                 lambda: buf.add_group(999, ["a", "b", "c", "d"])):
+    for call in (
+        lambda: buf.add_group(t, ["a", "b", "c"]),  # wrong number of members
+        lambda: buf.add_group(t, ["a", "b", "c", "d", "e"]),
+        lambda: buf.add_group(t, ["a", "b"], indices=[1, 1]),  # an index twice
+        lambda: buf.add_group(t, ["a"], indices=[4]),  # out of range
+        lambda: buf.add_group(t, ["a", "b", "c", "d"], lengths=[1, 2]),
+        lambda: buf.add_group(t, ["a", "b", "c", "d"], versions=VersionRange(2, 1)),
+        lambda: buf.add_group(t, ["a", "b", "c", "d"], member_versions=[0, 0, (1, 0), 0]),
+        lambda: buf.add_group(t, "abcd"),
+        lambda: buf.add_group(999, ["a", "b", "c", "d"]),
+    ):
         refused(buf, call)
     assert buf.add_group(t, ["x", "b", "c", "d"]) == "complete"  # index 0 was there: kept, not duplicated
     assert buf.sample(1).data == ["x", "b", "c", "d"]
@@ -234,8 +241,12 @@ def test_reject_returns_the_budget_and_counts_the_reason():
     buf.add_group(w, ["c", "d"])
     buf.sample(1)
     assert isinstance(refused(buf, lambda: buf.reject(w, "late")), rs.AlreadySampled)
-    for call in (lambda: buf.reject(t, "again"), lambda: buf.reject(12345, "never"), lambda: buf.reject(w, ""),
-                 lambda: buf.reject(w, None)):
+    for call in (
+        lambda: buf.reject(t, "again"),
+        lambda: buf.reject(12345, "never"),
+        lambda: buf.reject(w, ""),
+        lambda: buf.reject(w, None),
+    ):
         refused(buf, call)
 
 

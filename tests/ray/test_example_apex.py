@@ -18,8 +18,13 @@ PATH = Path(__file__).resolve().parents[2] / "examples" / "apex_dqn_ray.py"
 def test_apex_example_smoke_run():
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PATH.parents[1] / "src"), env.get("PYTHONPATH")) if p)
-    out = subprocess.run([sys.executable, str(PATH), "--smoke", "--actors", "2", "--shards", "2"], env=env,
-                         capture_output=True, text=True, timeout=260)
+    out = subprocess.run(
+        [sys.executable, str(PATH), "--smoke", "--actors", "2", "--shards", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=260,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     last = out.stdout.strip().splitlines()[-1]
     assert "learner batches/s" in last and "inserts/s" in last and "samples/s" in last, out.stdout

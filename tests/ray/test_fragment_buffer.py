@@ -11,8 +11,16 @@ S = "session-1"
 
 
 def make_buffer(tmp_path, **kw):
-    cfg = dict(max_chunks=4, max_staleness=1, max_reuse=2, fragments_per_chunk=2, path=str(tmp_path),
-               num_shards=2, seed=0, orphan_grace=0.0)
+    cfg = dict(
+        max_chunks=4,
+        max_staleness=1,
+        max_reuse=2,
+        fragments_per_chunk=2,
+        path=str(tmp_path),
+        num_shards=2,
+        seed=0,
+        orphan_grace=0.0,
+    )
     cfg.update(kw)
     reports = []
     buf = FragmentBuffer(FragmentBufferConfig(**cfg), report=reports.append)
@@ -68,8 +76,8 @@ def test_gap_restarts_the_partial_chunk(tmp_path):
 def test_staleness_drops_every_stale_chunk_not_only_the_head(tmp_path):
     buf = make_buffer(tmp_path, max_chunks=10, max_staleness=1, fragments_per_chunk=1)
     buf.set_version(S, 3)
-    put(buf, "a", 0, version=3)   # head: fresh
-    put(buf, "b", 0, version=2)   # behind it: older
+    put(buf, "a", 0, version=3)  # head: fresh
+    put(buf, "b", 0, version=2)  # behind it: older
     put(buf, "c", 0, version=3)
     assert buf.num_chunks == 3
     assert buf.set_version(S, 4) == 1  # b (version 2 < 4 - 1) dropped although a (version 3) is the head

@@ -18,8 +18,17 @@ S = "s"
 
 
 def make(tmp_path, **kw):
-    cfg = dict(max_chunks=8, max_staleness=5, max_reuse=5, fragments_per_chunk=2, path=str(tmp_path),
-               num_shards=1, seed=0, orphan_grace=3600.0, lease_ttl=None)
+    cfg = dict(
+        max_chunks=8,
+        max_staleness=5,
+        max_reuse=5,
+        fragments_per_chunk=2,
+        path=str(tmp_path),
+        num_shards=1,
+        seed=0,
+        orphan_grace=3600.0,
+        lease_ttl=None,
+    )
     cfg.update(kw)
     buf = FragmentBuffer(FragmentBufferConfig(**cfg))
     buf.set_version(S, 0)
@@ -43,19 +52,19 @@ def test_node_local_config_is_checked(tmp_path):
 
 def test_drop_node_counts_and_keeps_the_rest(tmp_path):
     buf = make(tmp_path)
-    a = [put(buf, "A", "sa", i)[0] for i in range(4)]   # two chunks on A
-    b = [put(buf, "B", "sb", i)[0] for i in range(4)]   # two chunks on B
-    pb = put(buf, "B", "sb", 4)[0]                      # a partial chunk on B
+    a = [put(buf, "A", "sa", i)[0] for i in range(4)]  # two chunks on A
+    b = [put(buf, "B", "sb", i)[0] for i in range(4)]  # two chunks on B
+    pb = put(buf, "B", "sb", 4)[0]  # a partial chunk on B
     assert buf.num_chunks == 4
-    lease = buf.fetch(8)                                # leases every chunk (A and B)
+    lease = buf.fetch(8)  # leases every chunk (A and B)
     assert {label_of(r.fragment_id) for r in lease.records} == {"A", "B"}
     lost = buf.drop_node("B")
-    assert lost == 5                                     # 4 chunked (also leased) + 1 partial
+    assert lost == 5  # 4 chunked (also leased) + 1 partial
     st = buf.stats()
     assert st["fragments_lost_with_node"] == 5 and st["chunks_lost_with_node"] == 2 and st["nodes_lost"] == 1
     assert st["lost_nodes"] == ["B"] and st["pending_fragments"] == 0
     assert buf.num_chunks == 2
-    assert buf.drop_node("B") == 0                       # idempotent
+    assert buf.drop_node("B") == 0  # idempotent
     assert all(label_of(r.fragment_id) == "A" for r in buf.fetch(4).records)
     # fragments naming the lost node are refused, others accepted
     assert put(buf, "B", "sb", 5)[1] == "lost"
@@ -73,8 +82,18 @@ def test_lost_nodes_survive_restart_and_reattach(tmp_path):
     put(buf, "B", "sb", 0), put(buf, "B", "sb", 1)
     buf.drop_node("B")
     buf.close()
-    buf = FragmentBuffer(FragmentBufferConfig(max_chunks=8, max_staleness=5, max_reuse=5, fragments_per_chunk=2,
-                                              path=str(tmp_path), num_shards=1, seed=0, lease_ttl=None))
+    buf = FragmentBuffer(
+        FragmentBufferConfig(
+            max_chunks=8,
+            max_staleness=5,
+            max_reuse=5,
+            fragments_per_chunk=2,
+            path=str(tmp_path),
+            num_shards=1,
+            seed=0,
+            lease_ttl=None,
+        )
+    )
     st = buf.stats()
     assert st["lost_nodes"] == ["B"] and st["fragments_lost_with_node"] == 2 and buf.num_chunks == 1
     assert put(buf, "B", "sb", 2)[1] == "lost"
@@ -82,15 +101,24 @@ def test_lost_nodes_survive_restart_and_reattach(tmp_path):
     assert buf.stats()["nodes_reattached"] == 1
     assert put(buf, "B", "sb", 3)[1] == "pending"
     buf.close()
-    buf = FragmentBuffer(FragmentBufferConfig(max_chunks=8, max_staleness=5, max_reuse=5, fragments_per_chunk=2,
-                                              path=str(tmp_path), num_shards=1, seed=0, lease_ttl=None))
+    buf = FragmentBuffer(
+        FragmentBufferConfig(
+            max_chunks=8,
+            max_staleness=5,
+            max_reuse=5,
+            fragments_per_chunk=2,
+            path=str(tmp_path),
+            num_shards=1,
+            seed=0,
+            lease_ttl=None,
+        )
+    )
     assert buf.stats()["lost_nodes"] == []
     buf.close()
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.sampled_from(["A", "B"]), st.integers(0, 2)), min_size=1, max_size=30),
-       st.integers(0, 30))
+@given(st.lists(st.tuples(st.sampled_from(["A", "B"]), st.integers(0, 2)), min_size=1, max_size=30), st.integers(0, 30))
 def test_drop_node_against_a_model(tmp_path_factory, sends, drop_at):
     """Fragments of streams on nodes A and B; B dropped after ``drop_at`` sends: counts match a plain model."""
     buf = make(tmp_path_factory.mktemp("nodes"), max_chunks=64, persist=False)
@@ -138,21 +166,29 @@ class Membership(FragmentStore):
 
 
 def test_check_nodes_finds_a_node_that_left_while_the_service_was_down(tmp_path):
-    cfg = FragmentBufferConfig(max_chunks=8, max_staleness=5, max_reuse=5, fragments_per_chunk=2,
-                               path=str(tmp_path), num_shards=1, seed=0, lease_ttl=None)
+    cfg = FragmentBufferConfig(
+        max_chunks=8,
+        max_staleness=5,
+        max_reuse=5,
+        fragments_per_chunk=2,
+        path=str(tmp_path),
+        num_shards=1,
+        seed=0,
+        lease_ttl=None,
+    )
     buf = FragmentBuffer(cfg, store=Membership(tmp_path / "s", {"A", "B"}))
     buf.set_version(S, 0)
     for i in range(3):
         put(buf, "A", "sa", i), put(buf, "B", "sb", i)
     assert buf.check_nodes() == ([], [])
     buf.close()
-    store = Membership(tmp_path / "s", {"A"})               # restarted: B is gone, the router never knew it
+    store = Membership(tmp_path / "s", {"A"})  # restarted: B is gone, the router never knew it
     buf = FragmentBuffer(cfg, store=store)
     assert buf.check_nodes() == ([], ["B"])
     st_ = buf.stats()
     assert st_["fragments_lost_with_node"] == 3 and st_["lost_nodes"] == ["B"] and buf.num_chunks == 1
-    assert buf.check_nodes() == ([], [])                     # nothing more to drop
-    store.alive.add("B")                                     # B comes back with its directory
+    assert buf.check_nodes() == ([], [])  # nothing more to drop
+    store.alive.add("B")  # B comes back with its directory
     assert buf.check_nodes() == (["B"], [])
     assert buf.stats()["lost_nodes"] == [] and buf.stats()["nodes_reattached"] == 1
     assert put(buf, "B", "sb", 3)[1] == "pending"

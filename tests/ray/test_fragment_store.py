@@ -30,8 +30,11 @@ class Frag:
 
 def make(i=0):
     rng = np.random.default_rng(i)
-    return Frag({"image": rng.integers(0, 255, (8, 16, 16, 3), dtype=np.uint8)},
-                [np.full((1, 4, 8), i, np.float32), np.zeros((1, 1, 4), bool)], f"f{i}")
+    return Frag(
+        {"image": rng.integers(0, 255, (8, 16, 16, 3), dtype=np.uint8)},
+        [np.full((1, 4, 8), i, np.float32), np.zeros((1, 1, 4), bool)],
+        f"f{i}",
+    )
 
 
 def test_encode_roundtrip_writable_and_noncontiguous():

@@ -27,8 +27,18 @@ S = "session"
 
 
 def make_buffer(path, **kw) -> FragmentBuffer:
-    cfg = dict(max_chunks=8, max_staleness=10, max_reuse=100, fragments_per_chunk=1, path=str(path), num_shards=1,
-               seed=0, lease_ttl=10.0, orphan_grace=0.0, journal_reserve=0)
+    cfg = dict(
+        max_chunks=8,
+        max_staleness=10,
+        max_reuse=100,
+        fragments_per_chunk=1,
+        path=str(path),
+        num_shards=1,
+        seed=0,
+        lease_ttl=10.0,
+        orphan_grace=0.0,
+        journal_reserve=0,
+    )
     cfg.update(kw)
     buf = FragmentBuffer(FragmentBufferConfig(**cfg))
     buf.set_version(S, 0)
@@ -131,9 +141,17 @@ class Trainer:
 def service(ray_local, tmp_path):
     from replaystore import ray as rsr
 
-    cfg = FragmentBufferConfig(max_chunks=16, max_staleness=10, max_reuse=100, fragments_per_chunk=1,
-                               path=str(tmp_path / "store"), num_shards=1, seed=0, lease_ttl=1.5,
-                               journal_reserve=1 << 20)
+    cfg = FragmentBufferConfig(
+        max_chunks=16,
+        max_staleness=10,
+        max_reuse=100,
+        fragments_per_chunk=1,
+        path=str(tmp_path / "store"),
+        num_shards=1,
+        seed=0,
+        lease_ttl=1.5,
+        journal_reserve=1 << 20,
+    )
     client = rsr.serve(name="lease-test", fragments=cfg, housekeeping_period=0.25)
     fc = client.fragments
     fc.update_model_version(S, 0)
@@ -190,9 +208,17 @@ def tmpfs(tmpfs_factory):
 def test_service_on_a_full_disk(ray_local, tmpfs):
     from replaystore import ray as rsr
 
-    cfg = FragmentBufferConfig(max_chunks=1000, max_staleness=10_000, max_reuse=1000, fragments_per_chunk=1,
-                               path=str(tmpfs / "store"), num_shards=1, seed=0, lease_ttl=None,
-                               journal_reserve=128 << 10)
+    cfg = FragmentBufferConfig(
+        max_chunks=1000,
+        max_staleness=10_000,
+        max_reuse=1000,
+        fragments_per_chunk=1,
+        path=str(tmpfs / "store"),
+        num_shards=1,
+        seed=0,
+        lease_ttl=None,
+        journal_reserve=128 << 10,
+    )
     client = rsr.serve(name="full-disk", fragments=cfg, housekeeping_period=0)
     try:
         fc = client.fragments

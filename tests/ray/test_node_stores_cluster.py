@@ -27,13 +27,18 @@ def cluster():
 
     if ray.is_initialized():
         ray.shutdown()
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
-                                                      "resources": {"database": 1}})
+    c = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, "resources": {"database": 1}}
+    )
     workers = [c.add_node(num_cpus=1, resources={"database": 1}) for _ in range(2)]
     here = os.path.dirname(os.path.abspath(__file__))
     path = os.pathsep.join(p for p in (here, os.path.dirname(here), os.environ.get("PYTHONPATH")) if p)
-    ray.init(address=c.address, namespace=f"nl-{uuid.uuid4().hex[:6]}",
-             runtime_env={"env_vars": {"PYTHONPATH": path}}, log_to_driver=False)
+    ray.init(
+        address=c.address,
+        namespace=f"nl-{uuid.uuid4().hex[:6]}",
+        runtime_env={"env_vars": {"PYTHONPATH": path}},
+        log_to_driver=False,
+    )
     c.wait_for_nodes()
     yield ray, c, workers
     ray.shutdown()
@@ -73,11 +78,25 @@ def test_producers_put_locally_loaders_read_locally_and_a_node_is_lost(cluster, 
     head = ray.get_runtime_context().get_node_id()
     name = f"nl-{uuid.uuid4().hex[:6]}"
     ns = ray.get_runtime_context().namespace
-    cfg = rsr.FragmentBufferConfig(max_chunks=16, max_staleness=4, max_reuse=100, fragments_per_chunk=FPC,
-                                   path=str(tmp_path / "frag"), num_shards=1, map_size=1 << 26, lease_ttl=None,
-                                   node_local="database", seed=0)
-    client = rsr.serve(name=name, fragments=cfg, housekeeping_period=0,
-                       scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False), start_timeout=120)
+    cfg = rsr.FragmentBufferConfig(
+        max_chunks=16,
+        max_staleness=4,
+        max_reuse=100,
+        fragments_per_chunk=FPC,
+        path=str(tmp_path / "frag"),
+        num_shards=1,
+        map_size=1 << 26,
+        lease_ttl=None,
+        node_local="database",
+        seed=0,
+    )
+    client = rsr.serve(
+        name=name,
+        fragments=cfg,
+        housekeeping_period=0,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False),
+        start_timeout=120,
+    )
     fc = client.fragments
     fc.update_model_version("s", 0)
     nodes = fc.store_info["nodes"]  # label -> node id: one store per node
@@ -85,8 +104,15 @@ def test_producers_put_locally_loaders_read_locally_and_a_node_is_lost(cluster, 
     assert all(os.path.isdir(tmp_path / "frag" / f"node-{lb}") for lb in nodes)
 
     task = ray.remote(produce)
-    runs = ray.get([task.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(w.node_id, soft=False))
-                    .remote(name, ns, f"w{i}", 4, 10 * i) for i, w in enumerate(workers)], timeout=120)
+    runs = ray.get(
+        [
+            task.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(w.node_id, soft=False)).remote(
+                name, ns, f"w{i}", 4, 10 * i
+            )
+            for i, w in enumerate(workers)
+        ],
+        timeout=120,
+    )
     by_node = {}
     for (fids, node), w in zip(runs, workers):
         assert node == w.node_id
@@ -98,8 +124,13 @@ def test_producers_put_locally_loaders_read_locally_and_a_node_is_lost(cluster, 
     assert {fc.node_of(r.fragment_id) for r in fetch.records} == {w.node_id for w in workers}  # records say where
     pool = rsr.create_loader_pool(1, 0, service=name, namespace=ns, wrap=where, per_node=True)
     assert all(ids == [nodes[lb]] for lb, ids in pool.node_ids().items())
-    loaded = [x for b in rsr.data_iter(pool, [(i, r.fragment_id) for i, r in enumerate(fetch.records)], 4, 1,
-                                      seed=0, timeout=60) for x in b]
+    loaded = [
+        x
+        for b in rsr.data_iter(
+            pool, [(i, r.fragment_id) for i, r in enumerate(fetch.records)], 4, 1, seed=0, timeout=60
+        )
+        for x in b
+    ]
     assert len(loaded) == 8
     for index, stream, value, loader_node in loaded:
         rec = fetch.records[index]
@@ -121,8 +152,9 @@ def test_producers_put_locally_loaders_read_locally_and_a_node_is_lost(cluster, 
     st = fc.stats()
     assert st["fragments_lost_with_node"] == 4 and st["nodes_lost"] == 1 and st["chunks_lost_with_node"] == 2
     assert st["replay_buffer_size_chunks"] == 2
-    gone_records = [(i, r.fragment_id) for i, r in enumerate(fetch.records) if nodes[label_of(r.fragment_id)] ==
-                    gone.node_id]
+    gone_records = [
+        (i, r.fragment_id) for i, r in enumerate(fetch.records) if nodes[label_of(r.fragment_id)] == gone.node_id
+    ]
     with pytest.raises(NodeLost):
         list(rsr.data_iter(pool, gone_records, 4, 0, timeout=60))
     with pytest.raises(NodeLost):
@@ -130,8 +162,11 @@ def test_producers_put_locally_loaders_read_locally_and_a_node_is_lost(cluster, 
     # the service keeps serving the rest
     fetch2 = fc.fetch(4, timeout=60)
     assert {nodes[label_of(r.fragment_id)] for r in fetch2.records} == {workers[0].node_id}
-    again = [x for b in rsr.data_iter(pool, [(i, r.fragment_id) for i, r in enumerate(fetch2.records)], 4, 0,
-                                     timeout=60) for x in b]
+    again = [
+        x
+        for b in rsr.data_iter(pool, [(i, r.fragment_id) for i, r in enumerate(fetch2.records)], 4, 0, timeout=60)
+        for x in b
+    ]
     assert len(again) == 4 and {x[3] for x in again} == {workers[0].node_id}
     with pytest.raises(rs.KeyNotFound):
         fc.release(fetch)  # the client's second fetch released its first (auto_release)

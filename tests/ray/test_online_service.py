@@ -52,8 +52,9 @@ def make_producer(ray):
 def serve(name, housekeeping_period=0.2, **cfg):
     from replaystore import ray as rsr
 
-    return rsr.serve(name=name, online={"rollouts": RolloutBufferConfig(**cfg)},
-                     housekeeping_period=housekeeping_period)
+    return rsr.serve(
+        name=name, online={"rollouts": RolloutBufferConfig(**cfg)}, housekeeping_period=housekeeping_period
+    )
 
 
 def test_service_api_and_bad_input(ray_local):
@@ -63,15 +64,17 @@ def test_service_api_and_bad_input(ray_local):
         a, b = oc.acquire(2, timeout=5)
         assert oc.add("x", group=a) == "pending"
         before = oc.stats()
-        for call, err in ((lambda: oc.add("y", group=a, versions=(2, 1)), rs.InvalidRequest),
-                          (lambda: oc.add("y", group=999), rs.UnknownTicket),
-                          (lambda: oc.add("y", group=a, group_size=17), rs.InvalidRequest),
-                          (lambda: oc.acquire(-1), rs.InvalidRequest),
-                          (lambda: oc.acquire(1.5), rs.InvalidRequest),
-                          (lambda: oc.finish([12345]), rs.UnknownTicket),
-                          (lambda: oc.finish([a]), rs.InvalidRequest),  # its group finishes it
-                          (lambda: oc.sample(0), rs.InvalidRequest),
-                          (lambda: oc.acquire(3, timeout=0.2), rs.Timeout)):
+        for call, err in (
+            (lambda: oc.add("y", group=a, versions=(2, 1)), rs.InvalidRequest),
+            (lambda: oc.add("y", group=999), rs.UnknownTicket),
+            (lambda: oc.add("y", group=a, group_size=17), rs.InvalidRequest),
+            (lambda: oc.acquire(-1), rs.InvalidRequest),
+            (lambda: oc.acquire(1.5), rs.InvalidRequest),
+            (lambda: oc.finish([12345]), rs.UnknownTicket),
+            (lambda: oc.finish([a]), rs.InvalidRequest),  # its group finishes it
+            (lambda: oc.sample(0), rs.InvalidRequest),
+            (lambda: oc.acquire(3, timeout=0.2), rs.Timeout),
+        ):
             with pytest.raises(err):
                 call()
         after = oc.stats()
@@ -93,13 +96,23 @@ def test_service_api_and_bad_input(ray_local):
 @pytest.mark.parametrize("pick,staleness", [("fifo", 1), ("in_order", 2)])
 def test_async_producers_with_pacing_train_nothing_stale_and_drop_nothing(ray_local, pick, staleness):
     batch, steps = 4, 8
-    svc = serve(f"online-pace-{pick}", capacity=64, batch_size=batch, max_staleness=staleness, group_size=2,
-                pick=pick, length_buckets=(8, 32))
+    svc = serve(
+        f"online-pace-{pick}",
+        capacity=64,
+        batch_size=batch,
+        max_staleness=staleness,
+        group_size=2,
+        pick=pick,
+        length_buckets=(8, 32),
+    )
     oc = svc.online("rollouts")
     Producer = make_producer(ray_local)
     # different speeds and lengths; 16 pairs = 32 groups = steps * batch
-    producers = [Producer.remote(oc, 0, [2, 3], 0.002), Producer.remote(oc, 1, [40, 4], 0.002),
-                 Producer.remote(oc, 2, [60], 0.001)]
+    producers = [
+        Producer.remote(oc, 0, [2, 3], 0.002),
+        Producer.remote(oc, 1, [40, 4], 0.002),
+        Producer.remote(oc, 2, [60], 0.001),
+    ]
     runs = [p.run.remote(n) for p, n in zip(producers, (6, 6, 4))]
     try:
         for v in range(steps):
@@ -125,8 +138,9 @@ def test_drop_only_drops_long_rollouts(ray_local):
     """Without pacing, a rollout that spans a weight update is stale at ``max_staleness=0`` and
     dropped: long rollouts (which span updates) go, short ones mostly stay, and the buckets show it."""
     batch, steps = 4, 8
-    svc = serve("online-drop", capacity=64, batch_size=batch, max_staleness=0, pacing=False, group_size=1,
-                length_buckets=(8,))
+    svc = serve(
+        "online-drop", capacity=64, batch_size=batch, max_staleness=0, pacing=False, group_size=1, length_buckets=(8,)
+    )
     oc = svc.online("rollouts")
 
     @ray_local.remote(num_cpus=0)
@@ -189,8 +203,15 @@ def test_producer_killed_mid_group_gives_its_ticket_back(ray_local):
 def test_service_restart_keeps_tickets_groups_and_counters(ray_local, tmp_path):
     from replaystore import ray as rsr
 
-    cfg = RolloutBufferConfig(capacity=32, batch_size=2, max_staleness=1, group_size=2, ticket_ttl=120,
-                              path=str(tmp_path / "rl"), clear_on_start=True)
+    cfg = RolloutBufferConfig(
+        capacity=32,
+        batch_size=2,
+        max_staleness=1,
+        group_size=2,
+        ticket_ttl=120,
+        path=str(tmp_path / "rl"),
+        clear_on_start=True,
+    )
     svc = rsr.serve(name="online-restart", online={"rollouts": cfg}, max_restarts=1)
     oc = svc.online("rollouts")
     try:
@@ -285,8 +306,15 @@ def test_workflow_calls_on_the_service(ray_local):
 
 
 def test_expiry_is_judged_at_the_call_without_other_traffic(ray_local):
-    svc = serve("online-ttl-clock", housekeeping_period=3600, capacity=16, batch_size=2, max_staleness=0,
-                group_size=2, ticket_ttl=0.5)
+    svc = serve(
+        "online-ttl-clock",
+        housekeeping_period=3600,
+        capacity=16,
+        batch_size=2,
+        max_staleness=0,
+        group_size=2,
+        ticket_ttl=0.5,
+    )
     oc = svc.online("rollouts")
     try:
         [t] = oc.acquire(1, timeout=5)

@@ -20,8 +20,9 @@ def episodic_table():
 
 
 def prioritized_sequences():
-    return rs.Table(1000, sampler=rs.Prioritized(alpha=1.0, beta=1.0), seed=0,
-                    episodes=rs.Episodes(sequence_length=4, burn_in=1))
+    return rs.Table(
+        1000, sampler=rs.Prioritized(alpha=1.0, beta=1.0), seed=0, episodes=rs.Episodes(sequence_length=4, burn_in=1)
+    )
 
 
 @pytest.fixture(scope="module")

@@ -69,8 +69,13 @@ def test_factory_error_reaches_the_caller(ray_local):
 
 def test_refused_option_reaches_the_caller(ray_local, tmp_path):
     objs = functools.partial(rs.Table, 10, storage="objects")
-    serve_fails("svc-start-refused", rs.SpecError, "stores Python objects", tables={"objs": objs},
-                wal=WalConfig(dir=str(tmp_path)))
+    serve_fails(
+        "svc-start-refused",
+        rs.SpecError,
+        "stores Python objects",
+        tables={"objs": objs},
+        wal=WalConfig(dir=str(tmp_path)),
+    )
     c = good_serve("svc-start-refused", tables={"objs": objs})
     c.add({"any": "thing"})
     assert len(c) == 1
@@ -116,8 +121,13 @@ def test_corrupt_checkpoint_raises_checkpoint_error(ray_local, tmp_path):
     bad = bytearray(good)
     bad[-1] ^= 1
     victim.write_bytes(bytes(bad))
-    serve_fails("svc-start-ckpt", rs.CheckpointError, "meta_priorities.npy is corrupted",
-                tables=functools.partial(rs.Table, 100), checkpoint_dir=str(ckpt))
+    serve_fails(
+        "svc-start-ckpt",
+        rs.CheckpointError,
+        "meta_priorities.npy is corrupted",
+        tables=functools.partial(rs.Table, 100),
+        checkpoint_dir=str(ckpt),
+    )
     victim.write_bytes(good)
     c = good_serve("svc-start-ckpt", tables=functools.partial(rs.Table, 100), checkpoint_dir=str(ckpt))
     assert len(c) == 10

@@ -41,8 +41,12 @@ def test_table_api_round_trip(svc):
     c = svc.table("per")
     keys = c.extend(transitions(100), priorities=np.linspace(0.1, 1.0, 100), timeout=5)
     assert keys.dtype == np.int64 and len(keys) == 100
-    assert c.add(transitions(1, 100) | {"obs": np.zeros(4, np.float32), "action": 1, "reward": 0.5,
-                                         "id": 100}, priority=0.5) == 100
+    assert (
+        c.add(
+            transitions(1, 100) | {"obs": np.zeros(4, np.float32), "action": 1, "reward": 0.5, "id": 100}, priority=0.5
+        )
+        == 100
+    )
     s = c.sample(32, timeout=5)
     assert s.data["obs"].shape == (32, 4) and np.all(s.weights <= 1.0)
     assert c.update_priorities(s.keys, np.full(32, 2.0)) == len(np.unique(s.keys))
@@ -152,8 +156,7 @@ def test_serve_and_connect_errors(svc):
 def test_checkpoint_and_restart(ray_local, tmp_path):
     from replaystore import ray as rsr
 
-    c = rsr.serve(functools.partial(rs.Table, 1000), name="svc-restart", max_restarts=2,
-                  checkpoint_dir=str(tmp_path))
+    c = rsr.serve(functools.partial(rs.Table, 1000), name="svc-restart", max_restarts=2, checkpoint_dir=str(tmp_path))
     c.extend(transitions(50), timeout=5)
     assert c.save() == [str(tmp_path / "default")]
     c.extend(transitions(5, 50), timeout=5)  # not checkpointed: lost in the crash
@@ -179,8 +182,12 @@ def test_stats_reach_the_monitor_sinks(ray_local, tmp_path):
     from replaystore import ray as rsr
 
     logdir = tmp_path / "tb"
-    c = rsr.serve(functools.partial(rs.Table, 100), name="svc-monitor", report_period=0.3,
-                  sinks=["logging", f"tensorboard:{logdir}"])
+    c = rsr.serve(
+        functools.partial(rs.Table, 100),
+        name="svc-monitor",
+        report_period=0.3,
+        sinks=["logging", f"tensorboard:{logdir}"],
+    )
     c.extend(transitions(10), timeout=5)
     deadline = time.monotonic() + 30
     while not list(logdir.glob("events.out.tfevents.*")) and time.monotonic() < deadline:

@@ -39,8 +39,14 @@ def test_acknowledged_inserts_survive_a_crash(ray_local, tmp_path, how):
     from replaystore import ray as rsr
 
     name = f"svc-wal-{how.replace('.', '-')}"
-    c = rsr.serve({"t": table_factory}, name=name, max_restarts=-1, checkpoint_dir=str(tmp_path / "ckpt"),
-                  wal=rsr.WalConfig(dir=str(tmp_path / "wal"), fsync="always"), rpc_grace=60)
+    c = rsr.serve(
+        {"t": table_factory},
+        name=name,
+        max_restarts=-1,
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        wal=rsr.WalConfig(dir=str(tmp_path / "wal"), fsync="always"),
+        rpc_grace=60,
+    )
     acked: list[list[int]] = [[], []]
     sampled = [0]
     stop = threading.Event()
@@ -112,9 +118,13 @@ def test_per_table_log_and_checkpoint_by_size(ray_local, tmp_path):
     from replaystore import ray as rsr
 
     wal = rsr.WalConfig(dir=str(tmp_path / "wal"), fsync="interval", interval=0.01, max_log_bytes=200_000)
-    c = rsr.serve({"logged": functools.partial(rs.Table, 10_000), "plain": functools.partial(rs.Table, 10_000)},
-                  name="svc-wal-tables", max_restarts=1, checkpoint_dir=str(tmp_path / "ckpt"),
-                  wal={"logged": wal})
+    c = rsr.serve(
+        {"logged": functools.partial(rs.Table, 10_000), "plain": functools.partial(rs.Table, 10_000)},
+        name="svc-wal-tables",
+        max_restarts=1,
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        wal={"logged": wal},
+    )
     for i in range(40):  # ~40 x 16 KB: the log passes max_log_bytes and the service checkpoints itself
         c.table("logged").extend(rows(np.arange(64 * i, 64 * (i + 1))), timeout=10)
         c.table("plain").extend(rows(np.arange(64 * i, 64 * (i + 1))), timeout=10)
@@ -138,8 +148,12 @@ def test_object_storage_cannot_be_logged(ray_local, tmp_path):
     from replaystore import ray as rsr
 
     with pytest.raises(rs.ReplayError):
-        rsr.serve({"objs": functools.partial(rs.Table, 10, storage="objects")}, name="svc-wal-objects",
-                  wal=rsr.WalConfig(dir=str(tmp_path)), start_timeout=60)
+        rsr.serve(
+            {"objs": functools.partial(rs.Table, 10, storage="objects")},
+            name="svc-wal-objects",
+            wal=rsr.WalConfig(dir=str(tmp_path)),
+            start_timeout=60,
+        )
     deadline = time.monotonic() + 30
     while True:  # the failed service gave its name back: it can be served again, without the log
         try:
@@ -161,8 +175,13 @@ def tiny_fs(tmpfs_factory):
 def test_full_disk_fails_calls_with_disk_full_and_recovers(ray_local, tmp_path, tiny_fs):
     from replaystore import ray as rsr
 
-    c = rsr.serve(functools.partial(rs.Table, 10_000), name="svc-wal-full", max_restarts=1,
-                  checkpoint_dir=str(tmp_path), wal=rsr.WalConfig(dir=tiny_fs, retry_period=0.05))
+    c = rsr.serve(
+        functools.partial(rs.Table, 10_000),
+        name="svc-wal-full",
+        max_restarts=1,
+        checkpoint_dir=str(tmp_path),
+        wal=rsr.WalConfig(dir=tiny_fs, retry_period=0.05),
+    )
     acked = c.extend(rows(np.arange(8)), timeout=10).tolist()
     fd = os.open(os.path.join(tiny_fs, "ballast"), os.O_WRONLY | os.O_CREAT)
     try:  # fill the file system

@@ -35,8 +35,12 @@ def steps(stream, t):
     """Rows for ``stream[i]`` at its step ``t[i]``: ``id`` encodes both."""
     stream, t = np.atleast_1d(stream).astype(np.int64), np.atleast_1d(t).astype(np.int64)
     ids = stream * 1_000_000 + t
-    return {"obs": ids.astype(np.float32), "next_obs": (ids + 1).astype(np.float32),
-            "reward": np.ones(len(ids), np.float32), "id": ids}
+    return {
+        "obs": ids.astype(np.float32),
+        "next_obs": (ids + 1).astype(np.float32),
+        "reward": np.ones(len(ids), np.float32),
+        "id": ids,
+    }
 
 
 @pytest.mark.parametrize("how", ["sigkill", pytest.param("ray.kill", marks=pytest.mark.slow)])
@@ -45,8 +49,14 @@ def test_acknowledged_steps_survive_a_crash_and_episodes_continue(ray_local, tmp
 
     name = f"svc-wal-ep-{how.replace('.', '-')}"
     # no retries by Ray: a call cut off by the crash fails (not acknowledged) instead of running twice
-    c = rsr.serve({"ep": episodic_table}, name=name, max_restarts=-1, max_task_retries=0,
-                  checkpoint_dir=str(tmp_path / "ckpt"), wal=rsr.WalConfig(dir=str(tmp_path / "wal"), fsync="always"))
+    c = rsr.serve(
+        {"ep": episodic_table},
+        name=name,
+        max_restarts=-1,
+        max_task_retries=0,
+        checkpoint_dir=str(tmp_path / "ckpt"),
+        wal=rsr.WalConfig(dir=str(tmp_path / "wal"), fsync="always"),
+    )
     acked: list[set[int]] = [set(), set()]
     failed = [0, 0]
     learned = [0]

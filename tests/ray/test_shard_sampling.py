@@ -13,8 +13,9 @@ from replaystore.ray import shard_keys, shard_sampling
 @given(tag=st.integers(1, (1 << 15) - 1), n=st.integers(1, 256), data=st.data())
 def test_keys_round_trip_and_foreign_keys_are_named(tag, n, data):
     shards = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=20)))
-    local = np.array(data.draw(st.lists(st.integers(0, shard_keys.LOCAL_MASK), min_size=len(shards),
-                                        max_size=len(shards))))
+    local = np.array(
+        data.draw(st.lists(st.integers(0, shard_keys.LOCAL_MASK), min_size=len(shards), max_size=len(shards)))
+    )
     keys = np.concatenate([shard_keys.encode(tag, int(s), np.array([k])) for s, k in zip(shards, local)])
     assert (keys >= 0).all()
     got_s, got_l = shard_keys.decode(tag, keys, n)
@@ -37,7 +38,7 @@ def test_merge_gives_one_tables_probabilities_and_weights():
     """Shard samples of every item, merged: P and w equal a single prioritized table's formulas."""
     alpha, beta = 0.6, 0.4
     prios = [np.array([1.0, 2.0, 3.0]), np.array([4.0]), np.array([0.5, 5.0])]
-    scaled = [p ** alpha for p in prios]
+    scaled = [p**alpha for p in prios]
     mass = np.array([s.sum() for s in scaled])
     states = [(len(p), s.sum(), s.min(), "prioritized", beta) for p, s in zip(prios, scaled)]
     parts = []
@@ -45,9 +46,21 @@ def test_merge_gives_one_tables_probabilities_and_weights():
         p_local = s / s.sum()
         w_local = (p_local / p_local.min()) ** -beta
         n = len(p)
-        parts.append((i, rs.Sample(data={"x": np.arange(n) + 10 * i}, keys=np.arange(n), indices=np.arange(n),
-                                   probabilities=p_local, weights=w_local, priorities=p,
-                                   times_sampled=np.ones(n, np.int64), versions=np.zeros(n, np.int64))))
+        parts.append(
+            (
+                i,
+                rs.Sample(
+                    data={"x": np.arange(n) + 10 * i},
+                    keys=np.arange(n),
+                    indices=np.arange(n),
+                    probabilities=p_local,
+                    weights=w_local,
+                    priorities=p,
+                    times_sampled=np.ones(n, np.int64),
+                    versions=np.zeros(n, np.int64),
+                ),
+            )
+        )
     merged = shard_sampling.merge(parts, 5, mass, states, rng=np.random.default_rng(0))
     all_scaled = np.concatenate(scaled)
     x = np.concatenate([np.arange(len(p)) + 10 * i for i, p in enumerate(prios)])

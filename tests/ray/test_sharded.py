@@ -52,7 +52,7 @@ def test_samples_are_distributed_as_one_table(ray_local, kind):
     try:
         keys = c.extend(transitions(n_items), priorities=prios, route=route)
         assert np.array_equal(c.get(keys)[0]["id"], ids)
-        scaled = prios ** 0.6 if kind == "prioritized" else np.ones(n_items)
+        scaled = prios**0.6 if kind == "prioritized" else np.ones(n_items)
         expected_p = scaled / scaled.sum()
         expected_w = (expected_p / expected_p.min()) ** -0.4 if kind == "prioritized" else np.ones(n_items)
         counts = np.zeros(n_items)
@@ -155,8 +155,13 @@ def test_rate_limit_staleness_and_retirement_across_shards(ray_local):
     spi, min_size, err, shards = 2.0, 8, 200.0, 4
     # each shard gets min_size 2 and diff range [min_diff/4, max_diff/4] = [-46, 54]: a batch of 10
     # (20 of diff) fits; the whole keeps inserts * spi - samples within [-184, 216]
-    factory = functools.partial(make_table, "uniform", rate_limiter=rs.SampleToInsertRatio(spi, min_size, err),
-                                max_staleness=1, max_times_sampled=0)
+    factory = functools.partial(
+        make_table,
+        "uniform",
+        rate_limiter=rs.SampleToInsertRatio(spi, min_size, err),
+        max_staleness=1,
+        max_times_sampled=0,
+    )
     c = rsr.serve_sharded(factory, shards, name=unique(), seed=0)
     try:
         with pytest.raises(rs.Timeout):  # empty: a sample waits, then times out
@@ -194,8 +199,7 @@ def test_episodes_stay_on_their_stream_shard(ray_local):
     c = rsr.serve_sharded(factory, 2, name=unique(), seed=0)
     try:
         for t in range(6):
-            steps = {"obs": np.full((4, 2), t, np.float32), "reward": np.ones(4, np.float32),
-                     "stream_id": np.arange(4)}
+            steps = {"obs": np.full((4, 2), t, np.float32), "reward": np.ones(4, np.float32), "stream_id": np.arange(4)}
             keys = c.extend_steps(steps, streams=np.arange(4), terminated=np.full(4, t == 5))
             shards = (keys >> 40) & 0xFF
             np.testing.assert_array_equal(shards, np.arange(4) % 2)
@@ -241,13 +245,17 @@ def test_checkpoint_manifest_and_restore(ray_local, tmp_path):
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-OPS = st.lists(st.one_of(
-    st.tuples(st.just("extend"), st.integers(1, 6), st.booleans()),
-    st.tuples(st.just("delete"), st.integers(0, 10**6), st.integers(0, 4)),
-    st.tuples(st.just("update"), st.integers(0, 10**6), st.integers(1, 4)),
-    st.tuples(st.just("get"), st.integers(0, 10**6), st.integers(1, 5)),
-    st.tuples(st.just("sample"), st.integers(1, 8), st.just(0)),
-), min_size=1, max_size=12)
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("extend"), st.integers(1, 6), st.booleans()),
+        st.tuples(st.just("delete"), st.integers(0, 10**6), st.integers(0, 4)),
+        st.tuples(st.just("update"), st.integers(0, 10**6), st.integers(1, 4)),
+        st.tuples(st.just("get"), st.integers(0, 10**6), st.integers(1, 5)),
+        st.tuples(st.just("sample"), st.integers(1, 8), st.just(0)),
+    ),
+    min_size=1,
+    max_size=12,
+)
 
 
 @pytest.fixture(scope="module")

@@ -30,8 +30,12 @@ def cluster():
     worker = c.add_node(num_cpus=1, resources={"writers": 1})
     here = os.path.dirname(os.path.abspath(__file__))
     path = os.pathsep.join(p for p in (here, os.path.dirname(here), os.environ.get("PYTHONPATH")) if p)
-    ray.init(address=c.address, namespace=f"cl-{uuid.uuid4().hex[:6]}",
-             runtime_env={"env_vars": {"PYTHONPATH": path}}, log_to_driver=False)
+    ray.init(
+        address=c.address,
+        namespace=f"cl-{uuid.uuid4().hex[:6]}",
+        runtime_env={"env_vars": {"PYTHONPATH": path}},
+        log_to_driver=False,
+    )
     c.wait_for_nodes()
     yield ray, c, worker
     ray.shutdown()
@@ -55,8 +59,7 @@ def test_spread_pack_and_colocated_placements(cluster):
         assert {node_of(s) for s in sc.shards} == {head_id, worker_id}
     finally:
         sc.shutdown()
-    sc = rsr.serve_sharded(factory, 2, name=f"pk-{uuid.uuid4().hex[:6]}", placement="strict_pack",
-                           placement_timeout=30)
+    sc = rsr.serve_sharded(factory, 2, name=f"pk-{uuid.uuid4().hex[:6]}", placement="strict_pack", placement_timeout=30)
     try:
         assert len({node_of(s) for s in sc.shards}) == 1
     finally:
@@ -81,8 +84,16 @@ def test_spread_pack_and_colocated_placements(cluster):
 @pytest.mark.slow
 def test_node_removed_mid_run_skip_keeps_serving(cluster):
     ray, c, worker = cluster
-    sc = rsr.serve_sharded(factory, 2, name=f"rm-{uuid.uuid4().hex[:6]}", placement="spread", on_dead="skip",
-                           skip_after=1.0, placement_timeout=30, seed=0)
+    sc = rsr.serve_sharded(
+        factory,
+        2,
+        name=f"rm-{uuid.uuid4().hex[:6]}",
+        placement="spread",
+        on_dead="skip",
+        skip_after=1.0,
+        placement_timeout=30,
+        seed=0,
+    )
     try:
         keys = sc.extend(transitions(40), priorities=np.ones(40), route=np.arange(40))
         on_worker = [i for i, s in enumerate(sc.shards) if node_of(s) == worker.node_id]

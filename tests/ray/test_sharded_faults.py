@@ -40,9 +40,17 @@ def factory():
 @pytest.mark.parametrize("on_dead", ["wait", pytest.param("skip", marks=pytest.mark.slow)])  # skip: also in
 # test_sharded_cluster.py (a removed node), slow
 def test_sigkilled_shard_loses_no_acknowledged_insert(ray_local, tmp_path, on_dead):
-    c = rsr.serve_sharded(factory, 2, name=f"kill-{uuid.uuid4().hex[:6]}", max_restarts=-1,
-                          checkpoint_dir=str(tmp_path / "ck"), on_dead=on_dead, skip_after=0.5, seed=0,
-                          wal=rsr.WalConfig(dir=str(tmp_path / "wal"), fsync="never"))
+    c = rsr.serve_sharded(
+        factory,
+        2,
+        name=f"kill-{uuid.uuid4().hex[:6]}",
+        max_restarts=-1,
+        checkpoint_dir=str(tmp_path / "ck"),
+        on_dead=on_dead,
+        skip_after=0.5,
+        seed=0,
+        wal=rsr.WalConfig(dir=str(tmp_path / "wal"), fsync="never"),
+    )
     acked: dict[int, int] = {}  # global key -> id
     errors: list[BaseException] = []
     stop = threading.Event()

@@ -47,9 +47,16 @@ def _offsets(fpath):
 
 
 def test_round_trip_dtypes(tmp_path):
-    arrays = {"f": np.arange(6, dtype=np.float16).reshape(2, 3), "b": np.array([True, False]),
-              "c": np.array([1 + 2j]), "u": np.array(["ab", "c"]), "s": np.array([b"xy"]), "e": np.zeros((0, 4)),
-              "t": np.array(np.datetime64("2020-01-01")), "nc": np.arange(12).reshape(3, 4)[:, ::2]}
+    arrays = {
+        "f": np.arange(6, dtype=np.float16).reshape(2, 3),
+        "b": np.array([True, False]),
+        "c": np.array([1 + 2j]),
+        "u": np.array(["ab", "c"]),
+        "s": np.array([b"xy"]),
+        "e": np.zeros((0, 4)),
+        "t": np.array(np.datetime64("2020-01-01")),
+        "nc": np.arange(12).reshape(3, 4)[:, ::2],
+    }
     write_records(str(tmp_path), [(3, {"a": [1, "z"]}, arrays)])
     (rec,) = list(read_log(str(tmp_path)))
     assert rec.lsn == 1 and rec.op == 3 and rec.meta == {"a": [1, "z"]}
@@ -125,14 +132,17 @@ def _craft(lsn, doc, payload=b""):
     return frame16 + struct.pack("<I", zlib.crc32(frame16)) + head + payload
 
 
-@pytest.mark.parametrize("doc", [
-    {"_h": [], "_d": [["x", "|O", [1], 0]]},  # an object array: never unpickled
-    {"_h": [], "_d": [["x", "<f8", [1000], 0]]},  # claims more bytes than the record has
-    {"_h": [], "_d": [["x", "<f8", [-1], 0]]},
-    {"_h": [], "_d": [["x", "not a dtype", [1], 0]]},
-    {"_h": [], "_d": "nonsense"},
-    {"_h": [], "_d": [["x", [["a", "|O"]], [1], 0]]},
-])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"_h": [], "_d": [["x", "|O", [1], 0]]},  # an object array: never unpickled
+        {"_h": [], "_d": [["x", "<f8", [1000], 0]]},  # claims more bytes than the record has
+        {"_h": [], "_d": [["x", "<f8", [-1], 0]]},
+        {"_h": [], "_d": [["x", "not a dtype", [1], 0]]},
+        {"_h": [], "_d": "nonsense"},
+        {"_h": [], "_d": [["x", [["a", "|O"]], [1], 0]]},
+    ],
+)
 def test_tampered_records_with_valid_checksums_are_corrupt(tmp_path, doc):
     path = str(tmp_path)
     with open(os.path.join(path, f"wal-{1:020d}.log"), "wb") as f:
@@ -228,8 +238,7 @@ CONFIGS = {
     "per-uniform-remover": dict(sampler=rs.Prioritized(0.6, 0.4), remover=rs.Uniform(), max_times_sampled=3),
     "without-replacement-minheap": dict(sampler=rs.WithoutReplacement(), remover=rs.MinHeap(), max_staleness=2),
     "queue": "queue",
-    "lifo-ratio": dict(sampler=rs.Lifo(), remover=rs.Fifo(),
-                       rate_limiter=rs.SampleToInsertRatio(2.0, 1, 1000.0)),
+    "lifo-ratio": dict(sampler=rs.Lifo(), remover=rs.Fifo(), rate_limiter=rs.SampleToInsertRatio(2.0, 1, 1000.0)),
 }
 
 
@@ -246,8 +255,11 @@ def make_table(kind, capacity=40, seed=0):
 
 def batch(n, start):
     ids = np.arange(start, start + n)
-    return {"obs": np.repeat(ids[:, None].astype(np.float32), 3, axis=1), "id": ids.astype(np.int64),
-            "info": {"r": (ids * 0.5).tolist()}}
+    return {
+        "obs": np.repeat(ids[:, None].astype(np.float32), 3, axis=1),
+        "id": ids.astype(np.int64),
+        "info": {"r": (ids * 0.5).tolist()},
+    }
 
 
 def assert_same(a: rs.Table, b: rs.Table):
@@ -285,7 +297,7 @@ def run_ops(lt: LoggedTable, ops, start=0):
                 lt.durable("sample", arg, timeout=0)
             elif op == "update":
                 keys = t.keys()
-                lt.durable("update_priorities", np.concatenate([keys[: arg], [10_000]]), 0.25 * (arg + 1))
+                lt.durable("update_priorities", np.concatenate([keys[:arg], [10_000]]), 0.25 * (arg + 1))
             elif op == "delete":
                 lt.durable("delete", t.keys()[::arg])
             elif op == "version":
@@ -306,17 +318,20 @@ def run_ops(lt: LoggedTable, ops, start=0):
     return nid
 
 
-OPS = st.lists(st.one_of(
-    st.tuples(st.just("extend"), st.integers(1, 12)),
-    st.tuples(st.just("add"), st.just(0)),
-    st.tuples(st.just("sample"), st.integers(1, 6)),
-    st.tuples(st.just("update"), st.integers(0, 4)),
-    st.tuples(st.just("delete"), st.integers(2, 7)),
-    st.tuples(st.just("version"), st.integers(0, 2)),
-    st.tuples(st.just("stale"), st.just(0)),
-    st.tuples(st.just("clear"), st.just(0)),
-    st.tuples(st.just("big"), st.just(0)),
-), max_size=40)
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("extend"), st.integers(1, 12)),
+        st.tuples(st.just("add"), st.just(0)),
+        st.tuples(st.just("sample"), st.integers(1, 6)),
+        st.tuples(st.just("update"), st.integers(0, 4)),
+        st.tuples(st.just("delete"), st.integers(2, 7)),
+        st.tuples(st.just("version"), st.integers(0, 2)),
+        st.tuples(st.just("stale"), st.just(0)),
+        st.tuples(st.just("clear"), st.just(0)),
+        st.tuples(st.just("big"), st.just(0)),
+    ),
+    max_size=40,
+)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

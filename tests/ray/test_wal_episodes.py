@@ -29,14 +29,24 @@ KINDS = {
 
 def make_table(kind, seed=0):
     cfg = {k: selector_from_config(v.config()) for k, v in KINDS[kind].items() if k != "max_times_sampled"}
-    return rs.Table(CAPACITY, seed=seed, max_staleness=2, max_times_sampled=KINDS[kind].get("max_times_sampled", 0),
-                    episodes=rs.Episodes(max_streams=8, next_obs_field="next_obs"), **cfg)
+    return rs.Table(
+        CAPACITY,
+        seed=seed,
+        max_staleness=2,
+        max_times_sampled=KINDS[kind].get("max_times_sampled", 0),
+        episodes=rs.Episodes(max_streams=8, next_obs_field="next_obs"),
+        **cfg,
+    )
 
 
 def steps(ids):
     ids = np.asarray(ids, dtype=np.int64)
-    return {"obs": ids.astype(np.float32)[:, None], "next_obs": (ids + 1).astype(np.float32)[:, None],
-            "reward": np.ones(len(ids), np.float32), "id": ids}
+    return {
+        "obs": ids.astype(np.float32)[:, None],
+        "next_obs": (ids + 1).astype(np.float32)[:, None],
+        "reward": np.ones(len(ids), np.float32),
+        "id": ids,
+    }
 
 
 def run_ops(lt, ops, nid=0):
@@ -46,20 +56,33 @@ def run_ops(lt, ops, nid=0):
             if op == "extend_steps":  # a vectorised env: distinct streams, some ending
                 n = a % 4 + 1
                 streams = (np.arange(n) + b) % 8
-                lt.durable("extend_steps", steps(np.arange(nid, nid + n)), streams, terminated=np.arange(n) == a % 3,
-                           timeout=0)
+                lt.durable(
+                    "extend_steps", steps(np.arange(nid, nid + n)), streams, terminated=np.arange(n) == a % 3, timeout=0
+                )
                 nid += n
             elif op == "one_stream":  # rows of one stream in one call, with an end inside
-                lt.durable("extend_steps", steps(np.arange(nid, nid + 3)), int(b % 8),
-                           truncated=[False, a % 2 == 0, False], timeout=0)
+                lt.durable(
+                    "extend_steps",
+                    steps(np.arange(nid, nid + 3)),
+                    int(b % 8),
+                    truncated=[False, a % 2 == 0, False],
+                    timeout=0,
+                )
                 nid += 3
             elif op == "add_step":
-                lt.durable("add_step", {k: v[0] for k, v in steps([nid]).items()}, int(b % 8), terminated=a % 4 == 0,
-                           timeout=0)
+                lt.durable(
+                    "add_step", {k: v[0] for k, v in steps([nid]).items()}, int(b % 8), terminated=a % 4 == 0, timeout=0
+                )
                 nid += 1
             elif op == "add_episode":
-                lt.durable("add_episode", steps(np.arange(nid, nid + a % 3 + 1)), None if b % 2 else int(b % 8),
-                           terminated=b % 3 != 0, truncated=b % 3 == 0, timeout=0)
+                lt.durable(
+                    "add_episode",
+                    steps(np.arange(nid, nid + a % 3 + 1)),
+                    None if b % 2 else int(b % 8),
+                    terminated=b % 3 != 0,
+                    truncated=b % 3 == 0,
+                    timeout=0,
+                )
                 nid += a % 3 + 1
             elif op == "end_episode":
                 lt.durable("end_episode", [int(b % 8), int((b + a) % 8)], truncated=a % 2 == 1)
@@ -70,7 +93,7 @@ def run_ops(lt, ops, nid=0):
                 lt.durable("set_version", t.version + 1)
             elif op == "delete":
                 keys = t.keys()
-                lt.durable("delete", keys[a % max(1, len(keys)):: 3])
+                lt.durable("delete", keys[a % max(1, len(keys)) :: 3])
             elif op == "sample":
                 lt.durable("sample", a % 3 + 1, timeout=0)
             elif op == "sequences":
@@ -88,10 +111,23 @@ def run_ops(lt, ops, nid=0):
     return nid
 
 
-NAMES = ["extend_steps", "one_stream", "add_step", "add_episode", "end_episode", "stale", "version", "delete",
-         "sample", "sequences", "nstep", "episodes"]
-OPS = st.lists(st.tuples(st.sampled_from(NAMES * 4 + ["clear"]), st.integers(0, 11), st.integers(0, 15)),
-               min_size=6, max_size=40)
+NAMES = [
+    "extend_steps",
+    "one_stream",
+    "add_step",
+    "add_episode",
+    "end_episode",
+    "stale",
+    "version",
+    "delete",
+    "sample",
+    "sequences",
+    "nstep",
+    "episodes",
+]
+OPS = st.lists(
+    st.tuples(st.sampled_from(NAMES * 4 + ["clear"]), st.integers(0, 11), st.integers(0, 15)), min_size=6, max_size=40
+)
 
 
 def assert_same(a: rs.Table, b: rs.Table):
@@ -101,8 +137,19 @@ def assert_same(a: rs.Table, b: rs.Table):
     for k in ia:
         assert np.array_equal(ia[k], ib[k]), k
     ea, eb = a.episode_info(ka), b.episode_info(ka)
-    for f in ("found", "streams", "episodes", "stream_positions", "positions", "lengths", "closed", "complete",
-              "terminated", "truncated", "is_last"):
+    for f in (
+        "found",
+        "streams",
+        "episodes",
+        "stream_positions",
+        "positions",
+        "lengths",
+        "closed",
+        "complete",
+        "terminated",
+        "truncated",
+        "is_last",
+    ):
         assert np.array_equal(getattr(ea, f), getattr(eb, f)), f
     if len(ka):
         assert np.array_equal(a.get(ka)[0]["id"], b.get(ka)[0]["id"])
@@ -119,8 +166,11 @@ def assert_continue_alike(a: rs.Table, b: rs.Table, nid: int):
         assert ka == kb
         if ka >= 0:
             ea, eb = a.episode_info([ka]), b.episode_info([kb])
-            assert (ea.episodes[0], ea.stream_positions[0], ea.positions[0]) == \
-                   (eb.episodes[0], eb.stream_positions[0], eb.positions[0])
+            assert (ea.episodes[0], ea.stream_positions[0], ea.positions[0]) == (
+                eb.episodes[0],
+                eb.stream_positions[0],
+                eb.positions[0],
+            )
 
 
 @settings(max_examples=40, deadline=None)

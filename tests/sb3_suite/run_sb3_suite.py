@@ -36,10 +36,23 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 #: SB3's buffer and off-policy algorithm test files
 FILES = (
-    "test_buffers.py", "test_run.py", "test_save_load.py", "test_sde.py", "test_dict_env.py",
-    "test_n_step_replay.py", "test_her.py", "test_cnn.py", "test_callbacks.py", "test_custom_policy.py",
-    "test_deterministic.py", "test_identity.py", "test_predict.py", "test_train_eval_mode.py",
-    "test_vec_normalize.py", "test_tensorboard.py", "test_spaces.py",
+    "test_buffers.py",
+    "test_run.py",
+    "test_save_load.py",
+    "test_sde.py",
+    "test_dict_env.py",
+    "test_n_step_replay.py",
+    "test_her.py",
+    "test_cnn.py",
+    "test_callbacks.py",
+    "test_custom_policy.py",
+    "test_deterministic.py",
+    "test_identity.py",
+    "test_predict.py",
+    "test_train_eval_mode.py",
+    "test_vec_normalize.py",
+    "test_tensorboard.py",
+    "test_spaces.py",
 )
 
 
@@ -60,8 +73,21 @@ def fetch_tests(cache: Path) -> Path:
     given = os.environ.get("SB3_SDIST")
     sdist = Path(given) if given else cache / SDIST
     if not sdist.exists():
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                        f"stable-baselines3=={VERSION}", "-d", str(cache)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                f"stable-baselines3=={VERSION}",
+                "-d",
+                str(cache),
+            ],
+            check=True,
+        )
     digest = _sha256(sdist)
     if digest != SHA256:
         raise SystemExit(f"{sdist}: SHA-256 {digest} is not the pinned {SHA256}")
@@ -80,12 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     extra: list[str] = []
     if "--" in argv:
         i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
+        argv, extra = argv[:i], argv[i + 1 :]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", help=f"SB3 test files (default: {' '.join(FILES)})")
     parser.add_argument("--baseline", action="store_true", help="run with SB3's own buffers")
-    parser.add_argument("--cache", default=os.environ.get("REPLAYSTORE_SB3_CACHE",
-                                                          str(Path.home() / ".cache" / "replaystore")))
+    parser.add_argument(
+        "--cache", default=os.environ.get("REPLAYSTORE_SB3_CACHE", str(Path.home() / ".cache" / "replaystore"))
+    )
     args = parser.parse_args(argv)
     root = fetch_tests(Path(args.cache))
     env = dict(os.environ)

@@ -76,7 +76,6 @@ from .verify import (
 T = TypeVar("T")
 
 
-
 def _at(point: str) -> None:
     """A named point of :func:`save_table` (a no-op; crash tests replace it to kill the process there).
 
@@ -202,7 +201,8 @@ def save_snapshot(snapshot: TableSnapshot, path: str | os.PathLike) -> None:
             files[fname] = _write_file(tmp / fname, lambda f, a=arr: np.save(f, a, allow_pickle=False))
         if snapshot.storage["kind"] == "objects":
             files["objects.pkl"] = _write_file(
-                tmp / "objects.pkl", lambda f: pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL))
+                tmp / "objects.pkl", lambda f: pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL)
+            )
             manifest["columns"] = None
         else:
             columns = {}
@@ -233,8 +233,12 @@ def save_snapshot(snapshot: TableSnapshot, path: str | os.PathLike) -> None:
         if isinstance(e, OSError) and not isinstance(e, ReplayError):
             wanted = _estimate_bytes(meta, payload)
             cls = DiskFull if e.errno in (errno.ENOSPC, errno.EDQUOT) else StorageError
-            raise cls(f"saving a checkpoint to {path} failed ({e.strerror or e}); it needs about {wanted:,} "
-                      "bytes; the previous checkpoint is unchanged", path=str(path), wanted=wanted) from e
+            raise cls(
+                f"saving a checkpoint to {path} failed ({e.strerror or e}); it needs about {wanted:,} "
+                "bytes; the previous checkpoint is unchanged",
+                path=str(path),
+                wanted=wanted,
+            ) from e
         raise
     if moved_aside:
         shutil.rmtree(old, ignore_errors=True)
@@ -299,8 +303,12 @@ def checkpoint_exists(path: str | os.PathLike) -> bool:
 
 
 # -- loading --------------------------------------------------------------------------------------------
-def load_snapshot(path: str | os.PathLike, build: Callable[[TableSnapshot, Storage], T], allow_pickle: bool = False,
-                  memmap_dir: str | None = None) -> T:
+def load_snapshot(
+    path: str | os.PathLike,
+    build: Callable[[TableSnapshot, Storage], T],
+    allow_pickle: bool = False,
+    memmap_dir: str | None = None,
+) -> T:
     """Read the checkpoint at ``path`` into a :class:`~replaystore.TableSnapshot`; return ``build(snapshot, storage)``.
 
     ``build`` makes the table (``Table.from_snapshot``); ``storage`` is a new, empty storage like
@@ -335,8 +343,9 @@ def load_snapshot(path: str | os.PathLike, build: Callable[[TableSnapshot, Stora
         raise
 
 
-def _build(path: Path, m: dict, build: Callable[[TableSnapshot, Storage], T], allow_pickle: bool,
-           memmap_dir: Path | None) -> T:
+def _build(
+    path: Path, m: dict, build: Callable[[TableSnapshot, Storage], T], allow_pickle: bool, memmap_dir: Path | None
+) -> T:
     t = m["table"]
     n = m["size"]
     capacity = t["capacity"]
@@ -347,8 +356,10 @@ def _build(path: Path, m: dict, build: Callable[[TableSnapshot, Storage], T], al
     if n and (keys[0] < 0 or (n > 1 and not bool((keys[1:] > keys[:-1]).all()))):
         raise CheckpointError(f"{path}: meta_keys.npy is not a list of distinct keys >= 0, oldest first")
     if n and t["next_key"] <= int(keys[-1]):
-        raise CheckpointError(f"{path}: manifest field table.next_key ({t['next_key']}) is not above the "
-                              f"largest stored key ({int(keys[-1])}): new keys would collide")
+        raise CheckpointError(
+            f"{path}: manifest field table.next_key ({t['next_key']}) is not above the "
+            f"largest stored key ({int(keys[-1])}): new keys would collide"
+        )
     if not np.isfinite(meta["priorities"]).all():
         raise CheckpointError(f"{path}: meta_priorities.npy holds NaN or infinite priorities")
     if n and meta["times_sampled"].min() < 0:
@@ -357,9 +368,7 @@ def _build(path: Path, m: dict, build: Callable[[TableSnapshot, Storage], T], al
     kind = desc["kind"]
     if kind == "objects":
         if not allow_pickle:
-            raise CheckpointError(
-                f"{path} holds pickled Python objects; pass allow_pickle=True only if you trust it"
-            )
+            raise CheckpointError(f"{path} holds pickled Python objects; pass allow_pickle=True only if you trust it")
         try:
             with open(path / "objects.pkl", "rb") as f:
                 payload = pickle.load(f)
@@ -382,8 +391,11 @@ def _build(path: Path, m: dict, build: Callable[[TableSnapshot, Storage], T], al
         for name, dtype in EPISODE_ROWS.items():
             check_array(rows[name], f"episodes_{name}.npy", dtype, (n,))
         ep = manifest_field(m, "episodes", dict, "")
-        episodes = {"config": manifest_field(ep, "config", dict, "episodes"), "streams": ep.get("streams"),
-                    "rows": rows}
+        episodes = {
+            "config": manifest_field(ep, "config", dict, "episodes"),
+            "streams": ep.get("streams"),
+            "rows": rows,
+        }
         check_index_arrays(rows, ep.get("streams"), where=str(path))
     check_memory(path, capacity, desc, in_ram=not (kind == "memmap" and memmap_dir is not None))
     lim = m["rate_limiter"]["state"]
@@ -396,8 +408,13 @@ def _build(path: Path, m: dict, build: Callable[[TableSnapshot, Storage], T], al
     snapshot = TableSnapshot(
         config={k: t[k] for k in config_keys},
         state={k: v for k, v in t.items() if k not in config_keys},
-        sampler=m["sampler"], remover=m["remover"], rate_limiter=m["rate_limiter"], storage=desc,
-        meta=meta, payload=payload, episodes=episodes,
+        sampler=m["sampler"],
+        remover=m["remover"],
+        rate_limiter=m["rate_limiter"],
+        storage=desc,
+        meta=meta,
+        payload=payload,
+        episodes=episodes,
     )
     try:
         storage = from_description(desc, capacity, memmap_dir)

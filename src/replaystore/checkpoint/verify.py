@@ -34,8 +34,14 @@ SHA256 = re.compile(r"[0-9a-f]{64}")
 
 def type_name(kind: Any) -> str:
     """How a manifest error names a JSON type (or a tuple of them)."""
-    names = {int: "an integer", float: "a number", str: "a string", dict: "an object", list: "a list",
-             type(None): "null"}
+    names = {
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        dict: "an object",
+        list: "a list",
+        type(None): "null",
+    }
     kinds = kind if isinstance(kind, tuple) else (kind,)
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
@@ -68,8 +74,15 @@ def manifest_field(obj: Any, key: str, kind: Any, where: str) -> Any:
 
 def inside(root: Path, name: Any, what: str) -> Path:
     """The file ``root/name`` after checking ``name`` is a plain file name that stays inside ``root``."""
-    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name \
-            or "\x00" in name or os.path.isabs(name):
+    if (
+        not isinstance(name, str)
+        or not name
+        or name in (".", "..")
+        or "/" in name
+        or "\\" in name
+        or "\x00" in name
+        or os.path.isabs(name)
+    ):
         raise CheckpointError(f"{what}: {name!r} is not a plain file name inside the checkpoint directory")
     f = root / name
     if f.is_symlink():
@@ -118,8 +131,9 @@ def read_verified_manifest(path: Path) -> dict:
     elif manifest.get("version") != 1:
         raise CheckpointError(f"{path} has no {CHECKSUM}: the manifest cannot be verified")
     if manifest.get("version") not in (1, VERSION):
-        raise CheckpointError(f"{mpath} has format version {manifest.get('version')!r}, "
-                              f"this reader knows 1 and {VERSION}")
+        raise CheckpointError(
+            f"{mpath} has format version {manifest.get('version')!r}, this reader knows 1 and {VERSION}"
+        )
     check_structure(manifest)
     files = manifest["files"]
     for name, info in files.items():
@@ -141,8 +155,9 @@ def read_verified_manifest(path: Path) -> dict:
         needed += list((manifest["columns"] or {}).values())
     for name in needed:
         if name not in files:
-            raise CheckpointError(f"checkpoint {path}: {name!r} is used but not listed (with its checksum) "
-                                  "in the manifest's files")
+            raise CheckpointError(
+                f"checkpoint {path}: {name!r} is used but not listed (with its checksum) in the manifest's files"
+            )
     return manifest
 
 
@@ -163,10 +178,18 @@ def check_structure(m: dict) -> None:
         raise CheckpointError(f"manifest field table.capacity must be >= 1, got {capacity}")
     if not 0 <= size <= capacity:
         raise CheckpointError(f"manifest field size {size} is not within 0..capacity ({capacity})")
-    for key, kind in (("max_times_sampled", int), ("max_staleness", (int, type(None))),
-                      ("default_timeout", (float, type(None))), ("seed", (int, type(None))),
-                      ("next_key", int), ("model_version", int), ("max_priority", float),
-                      ("counters", dict), ("blocked", dict), ("rng", dict)):
+    for key, kind in (
+        ("max_times_sampled", int),
+        ("max_staleness", (int, type(None))),
+        ("default_timeout", (float, type(None))),
+        ("seed", (int, type(None))),
+        ("next_key", int),
+        ("model_version", int),
+        ("max_priority", float),
+        ("counters", dict),
+        ("blocked", dict),
+        ("rng", dict),
+    ):
         manifest_field(t, key, kind, "table")
     if t["next_key"] < size:
         raise CheckpointError(f"manifest field table.next_key ({t['next_key']}) is smaller than the item count")
@@ -201,8 +224,7 @@ def check_structure(m: dict) -> None:
                 if dt.hasobject:
                     raise CheckpointError(f"manifest field storage.spec[{p!r}].dtype is an object dtype")
             if set(columns) != set(spec):
-                raise CheckpointError(f"manifest columns {sorted(columns)} do not match storage.spec "
-                                      f"{sorted(spec)}")
+                raise CheckpointError(f"manifest columns {sorted(columns)} do not match storage.spec {sorted(spec)}")
             for p in columns:
                 manifest_field(columns, p, str, "columns")
     for part in ("sampler", "remover", "rate_limiter"):
@@ -244,5 +266,7 @@ def check_memory(path: Path, capacity: int, desc: dict, in_ram: bool) -> None:
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
         return
     if need > total:
-        raise CheckpointError(f"{path}: manifest fields table.capacity ({capacity:,}) and the storage's need "
-                              f"about {need:,} bytes of memory, more than this machine has ({total:,})")
+        raise CheckpointError(
+            f"{path}: manifest fields table.capacity ({capacity:,}) and the storage's need "
+            f"about {need:,} bytes of memory, more than this machine has ({total:,})"
+        )

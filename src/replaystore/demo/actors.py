@@ -48,8 +48,9 @@ class RolloutActor:
         index: this actor's index; it seeds the environment, NumPy and PyTorch with ``seed + index``.
     """
 
-    def __init__(self, service: str, table: str, weights: Any, config: DemoConfig, dist: DistributedConfig,
-                 index: int) -> None:
+    def __init__(
+        self, service: str, table: str, weights: Any, config: DemoConfig, dist: DistributedConfig, index: int
+    ) -> None:
         import gymnasium as gym
         import torch
 
@@ -63,8 +64,9 @@ class RolloutActor:
         self.env.action_space.seed(seed)
         self.obs, _ = self.env.reset(seed=seed)
         self.rng = np.random.default_rng(seed)
-        self.agent = DQNAgent(int(np.prod(self.env.observation_space.shape)), int(self.env.action_space.n),
-                              replace(config, device="cpu"))
+        self.agent = DQNAgent(
+            int(np.prod(self.env.observation_space.shape)), int(self.env.action_space.n), replace(config, device="cpu")
+        )
         self.client = rsr.connect(service, table=table, rpc_grace=dist.rpc_grace)
         self.weights = weights
         self.ray = rsr.import_ray()
@@ -86,10 +88,15 @@ class RolloutActor:
             return
         obs, action, reward, next_obs, terminated, truncated, version = zip(*self.rows)
         n = len(self.rows)
-        batch = {"obs": np.stack(obs), "action": np.asarray(action, np.int64),
-                 "reward": np.asarray(reward, np.float32), "next_obs": np.stack(next_obs),
-                 "terminated": np.asarray(terminated, bool), "truncated": np.asarray(truncated, bool),
-                 ACTOR_FIELD: np.full(n, self.index, np.int16)}
+        batch = {
+            "obs": np.stack(obs),
+            "action": np.asarray(action, np.int64),
+            "reward": np.asarray(reward, np.float32),
+            "next_obs": np.stack(next_obs),
+            "terminated": np.asarray(terminated, bool),
+            "truncated": np.asarray(truncated, bool),
+            ACTOR_FIELD: np.full(n, self.index, np.int16),
+        }
         while True:  # the rate limiter may hold the batch back while the learner catches up
             try:
                 self.client.extend(batch, version=np.asarray(version, np.int64), timeout=10.0)
@@ -130,9 +137,16 @@ class RolloutActor:
             self._flush()
         except rs.Closed:
             self.closed = True
-        return {"index": self.index, "steps": done_steps, "episodes": episodes, "closed": self.closed,
-                "total_steps": self.steps, "inserts": self.inserts, "episodes_total": self.episodes,
-                "pulls": self.pulls}
+        return {
+            "index": self.index,
+            "steps": done_steps,
+            "episodes": episodes,
+            "closed": self.closed,
+            "total_steps": self.steps,
+            "inserts": self.inserts,
+            "episodes_total": self.episodes,
+            "pulls": self.pulls,
+        }
 
 
 def service_table(config: DemoConfig, dist: DistributedConfig, spec: dict) -> rs.Table:

@@ -16,8 +16,10 @@ from .config import DemoConfig
 def q_network(obs_dim: int, n_actions: int, hidden: int) -> nn.Module:
     """An MLP ``obs -> Q(obs, .)`` with two hidden ReLU layers."""
     return nn.Sequential(
-        nn.Linear(obs_dim, hidden), nn.ReLU(),
-        nn.Linear(hidden, hidden), nn.ReLU(),
+        nn.Linear(obs_dim, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
         nn.Linear(hidden, n_actions),
     )
 

@@ -144,8 +144,16 @@ class DistributedConfig:
     rpc_grace: float = 60.0
 
     def __post_init__(self) -> None:
-        for name in ("actors", "sync_every", "write_batch", "publish_every", "chunk", "slack", "batches_per_call",
-                     "num_cpus"):
+        for name in (
+            "actors",
+            "sync_every",
+            "write_batch",
+            "publish_every",
+            "chunk",
+            "slack",
+            "batches_per_call",
+            "num_cpus",
+        ):
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.samples_per_insert is not None and not self.samples_per_insert > 0:
@@ -154,12 +162,16 @@ class DistributedConfig:
     def check(self, config: DemoConfig) -> None:
         """Raise :class:`InvalidArgument` (a ``ValueError``) if a write or a sample could never pass."""
         if self.write_batch > 2 * self.slack:
-            raise InvalidArgument(f"write_batch ({self.write_batch}) must be <= 2 * slack ({2 * self.slack}): "
-                                  "a larger insert never fits the rate limiter's window")
+            raise InvalidArgument(
+                f"write_batch ({self.write_batch}) must be <= 2 * slack ({2 * self.slack}): "
+                "a larger insert never fits the rate limiter's window"
+            )
         if config.batch_size * self.batches_per_call > 2 * self.spi(config) * self.slack:
             n = config.batch_size * self.batches_per_call
-            raise InvalidArgument(f"a sample of batch_size * batches_per_call = {n} "
-                                  "items never fits the rate limiter's window (2 * spi * slack)")
+            raise InvalidArgument(
+                f"a sample of batch_size * batches_per_call = {n} "
+                "items never fits the rate limiter's window (2 * spi * slack)"
+            )
 
     def spi(self, config: DemoConfig) -> float:
         """The rate limiter's samples per insert."""

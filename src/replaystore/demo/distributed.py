@@ -115,9 +115,13 @@ def minibatches(sample: Sample, k: int, beta: float) -> list[Sample]:
 
 
 # -- the learner (driver) -------------------------------------------------------------------------------
-def train_distributed(config: DemoConfig, dist: DistributedConfig | None = None, progress: bool = True,
-                      out: TextIO | None = None,
-                      on_update: Callable[[int], None] | None = None) -> Any:
+def train_distributed(
+    config: DemoConfig,
+    dist: DistributedConfig | None = None,
+    progress: bool = True,
+    out: TextIO | None = None,
+    on_update: Callable[[int], None] | None = None,
+) -> Any:
     """Train DQN with prioritized replay from rollout actors through the Ray replay service.
 
     Args:
@@ -167,10 +171,14 @@ def train_distributed(config: DemoConfig, dist: DistributedConfig | None = None,
     try:
         if started_ray:
             # address="local": always a new instance of our own, never a cluster someone else started
-            rsr.init_local(address="local", num_cpus=dist.num_cpus, include_dashboard=False,
-                           log_to_driver=False, logging_level=logging.WARNING)
-        client = rsr.serve(functools.partial(service_table, config, dist, spec), name=name,
-                           rpc_grace=dist.rpc_grace)
+            rsr.init_local(
+                address="local",
+                num_cpus=dist.num_cpus,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
+        client = rsr.serve(functools.partial(service_table, config, dist, spec), name=name, rpc_grace=dist.rpc_grace)
         store = ray.remote(num_cpus=0)(WeightStore).remote()
         version = 0
 
@@ -192,8 +200,15 @@ def train_distributed(config: DemoConfig, dist: DistributedConfig | None = None,
         if progress:  # the in-process demo's bar, named after the actors
             from tqdm.auto import tqdm
 
-            report.bar = tqdm(total=config.total_steps, unit="step", desc=f"DQN+PER Ray x{dist.actors}", file=out,
-                              dynamic_ncols=True, mininterval=0.5, smoothing=0.1)
+            report.bar = tqdm(
+                total=config.total_steps,
+                unit="step",
+                desc=f"DQN+PER Ray x{dist.actors}",
+                file=out,
+                dynamic_ncols=True,
+                mininterval=0.5,
+                smoothing=0.1,
+            )
 
         inflight: dict[Any, int] = {}
         submitted = 0
@@ -217,8 +232,10 @@ def train_distributed(config: DemoConfig, dist: DistributedConfig | None = None,
             result.evaluations.append((env_steps, mean))
             if mean >= best[0]:
                 best = (mean, agent.snapshot())
-            report.message(f"step {env_steps:>7,} (update {agent.updates:,}): greedy evaluation ({why}) over "
-                           f"{config.eval_episodes} episodes: {mean:.1f}")
+            report.message(
+                f"step {env_steps:>7,} (update {agent.updates:,}): greedy evaluation ({why}) over "
+                f"{config.eval_episodes} episodes: {mean:.1f}"
+            )
             return mean
 
         def record() -> None:
@@ -268,9 +285,8 @@ def train_distributed(config: DemoConfig, dist: DistributedConfig | None = None,
                 record()
             if agent.updates == 0:
                 return False
-            recent = result.episode_returns[-config.solved_window:]
-            if (check_solved and len(recent) == config.solved_window
-                    and np.mean(recent) >= config.solved_return):
+            recent = result.episode_returns[-config.solved_window :]
+            if check_solved and len(recent) == config.solved_window and np.mean(recent) >= config.solved_return:
                 if evaluation("recent training returns are high") >= config.solved_return:
                     return True
                 last_eval_block = env_steps // config.eval_every
@@ -315,8 +331,9 @@ def train_distributed(config: DemoConfig, dist: DistributedConfig | None = None,
                     next_sample = io.submit(draw)
                 result.sample_calls += 1
                 lr = config.learning_rate(env_steps)
-                td = np.concatenate([agent.learn(mb, lr)[0] for mb in
-                                     minibatches(s, dist.batches_per_call, config.beta(env_steps))])
+                td = np.concatenate(
+                    [agent.learn(mb, lr)[0] for mb in minibatches(s, dist.batches_per_call, config.beta(env_steps))]
+                )
                 if dist.prefetch:
                     updates.append(io.submit(client.update_priorities, s.keys, td + config.priority_eps))
                     settle(wait=False)
@@ -381,8 +398,7 @@ def train_distributed(config: DemoConfig, dist: DistributedConfig | None = None,
         agent.restore(best[1])
     result.steps = env_steps
     result.updates = agent.updates
-    result.final_returns = evaluate(agent, config.env_id, config.eval_episodes,
-                                          FINAL_SEED + config.seed * 1000)
+    result.final_returns = evaluate(agent, config.env_id, config.eval_episodes, FINAL_SEED + config.seed * 1000)
     result.wall_time = time.perf_counter() - start
     result.cpu_time = time.process_time() - cpu_start
     return result

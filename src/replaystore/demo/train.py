@@ -116,8 +116,20 @@ class Reporter:
     def __init__(self, total: int, progress: bool, out: TextIO, every: float = 20.0) -> None:
         self.out = out
         self.every, self.steps, self.last = every, 0, time.monotonic()
-        self.bar = tqdm(total=total, unit="step", desc="DQN+PER", disable=not progress, file=out,
-                        dynamic_ncols=True, mininterval=0.5, smoothing=0.1) if progress else None
+        self.bar = (
+            tqdm(
+                total=total,
+                unit="step",
+                desc="DQN+PER",
+                disable=not progress,
+                file=out,
+                dynamic_ncols=True,
+                mininterval=0.5,
+                smoothing=0.1,
+            )
+            if progress
+            else None
+        )
 
     def advance(self, n: int, **postfix: Any) -> None:
         """Move the bar ``n`` steps and show ``postfix``; without a bar, a line when ``every`` s passed."""
@@ -143,8 +155,9 @@ class Reporter:
             self.bar.close()
 
 
-def train(config: DemoConfig, progress: bool = True, out: TextIO | None = None,
-          on_step: Callable[[int], None] | None = None) -> DemoResult:
+def train(
+    config: DemoConfig, progress: bool = True, out: TextIO | None = None, on_step: Callable[[int], None] | None = None
+) -> DemoResult:
     """Train DQN with prioritized replay on ``config.env_id``; evaluate; return the measurements.
 
     Args:
@@ -174,8 +187,7 @@ def train(config: DemoConfig, progress: bool = True, out: TextIO | None = None,
         result.evaluations.append((step, mean))
         if mean >= best[0]:
             best = (mean, agent.snapshot())
-        report.message(f"step {step:>7,}: greedy evaluation ({why}) over {config.eval_episodes} "
-                       f"episodes: {mean:.1f}")
+        report.message(f"step {step:>7,}: greedy evaluation ({why}) over {config.eval_episodes} episodes: {mean:.1f}")
         return mean
 
     obs, _ = env.reset(seed=config.seed)
@@ -184,8 +196,14 @@ def train(config: DemoConfig, progress: bool = True, out: TextIO | None = None,
         while step < config.total_steps:
             action = agent.act(obs, config.epsilon(step), rng)
             next_obs, reward, terminated, truncated, _ = env.step(action)
-            item = {"obs": obs, "action": action, "reward": reward, "next_obs": next_obs,
-                    "terminated": terminated, "truncated": truncated}
+            item = {
+                "obs": obs,
+                "action": action,
+                "reward": reward,
+                "next_obs": next_obs,
+                "terminated": terminated,
+                "truncated": truncated,
+            }
             if config.n_step > 1:
                 table.add_step(item, stream=0, terminated=terminated, truncated=truncated)
             else:
@@ -199,8 +217,11 @@ def train(config: DemoConfig, progress: bool = True, out: TextIO | None = None,
                 table.sampler.beta = config.beta(step)
                 lr = config.learning_rate(step)
                 for _ in range(config.gradient_steps):
-                    s = (table.sample_nstep(config.batch_size, config.n_step, config.gamma, timeout=0)
-                         if config.n_step > 1 else table.sample(config.batch_size, timeout=0))
+                    s = (
+                        table.sample_nstep(config.batch_size, config.n_step, config.gamma, timeout=0)
+                        if config.n_step > 1
+                        else table.sample(config.batch_size, timeout=0)
+                    )
                     td, _ = agent.learn(s, lr)
                     table.update_priorities(s.keys, td + config.priority_eps)
 
@@ -208,9 +229,12 @@ def train(config: DemoConfig, progress: bool = True, out: TextIO | None = None,
             if terminated or truncated:
                 result.episode_returns.append(episode_return)
                 result.episode_end_steps.append(step)
-                recent = result.episode_returns[-config.solved_window:]
-                if (len(recent) == config.solved_window and np.mean(recent) >= config.solved_return
-                        and agent.updates > 0):
+                recent = result.episode_returns[-config.solved_window :]
+                if (
+                    len(recent) == config.solved_window
+                    and np.mean(recent) >= config.solved_return
+                    and agent.updates > 0
+                ):
                     solved = evaluation(step, "recent training returns are high") >= config.solved_return
                 episode_return = 0.0
                 obs, _ = env.reset()
@@ -243,8 +267,7 @@ def train(config: DemoConfig, progress: bool = True, out: TextIO | None = None,
     return result
 
 
-def _record(result: DemoResult, table: rs.Table, step: int, report: Reporter, pending: int,
-            config: DemoConfig) -> None:
+def _record(result: DemoResult, table: rs.Table, step: int, report: Reporter, pending: int, config: DemoConfig) -> None:
     """Record the sample-to-insert ratio and refresh the progress bar's buffer stats."""
     st = table.stats()
     result.ratio_steps.append(step)

@@ -9,5 +9,12 @@ from .info import EpisodeInfo
 from .priority import sequence_priority
 from .samples import EpisodeBatch, NStepSample, SequenceSample
 
-__all__ = ["EpisodeBatch", "EpisodeIndex", "EpisodeInfo", "Episodes", "NStepSample", "SequenceSample",
-           "sequence_priority"]
+__all__ = [
+    "EpisodeBatch",
+    "EpisodeIndex",
+    "EpisodeInfo",
+    "Episodes",
+    "NStepSample",
+    "SequenceSample",
+    "sequence_priority",
+]

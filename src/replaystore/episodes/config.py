@@ -42,10 +42,12 @@ class Episodes:
     reward_field: str = "reward"
 
     def __post_init__(self) -> None:
-        if self.max_streams is not None and not (isinstance(self.max_streams, int)
-                                                 and 1 <= self.max_streams <= MAX_STREAMS_LIMIT):
-            raise EpisodeError(f"max_streams must be an int in [1, {MAX_STREAMS_LIMIT}] or None, "
-                             f"got {self.max_streams!r}")
+        if self.max_streams is not None and not (
+            isinstance(self.max_streams, int) and 1 <= self.max_streams <= MAX_STREAMS_LIMIT
+        ):
+            raise EpisodeError(
+                f"max_streams must be an int in [1, {MAX_STREAMS_LIMIT}] or None, got {self.max_streams!r}"
+            )
         if self.sequence_length is not None and not (
             isinstance(self.sequence_length, int) and self.sequence_length >= 1
         ):

@@ -54,8 +54,9 @@ def _ints(streams: dict, name: str, where: str) -> np.ndarray:
     return np.asarray(value, dtype=np.int64).reshape(-1)
 
 
-def check_index_arrays(rows: dict[str, np.ndarray], streams: dict[str, Any], stream_limit: int = MAX_STREAMS_LIMIT,
-                       where: str = "") -> None:
+def check_index_arrays(
+    rows: dict[str, np.ndarray], streams: dict[str, Any], stream_limit: int = MAX_STREAMS_LIMIT, where: str = ""
+) -> None:
     """Raise :class:`CheckpointError` unless ``rows`` and ``streams`` are one consistent history.
 
     ``rows``: the per-step arrays of :meth:`EpisodeIndex.export_rows` in key order (1-D, equal
@@ -102,53 +103,76 @@ def check_index_arrays(rows: dict[str, np.ndarray], streams: dict[str, Any], str
     s_next, s_ep, s_pos = nxt[order_ids][slot], cur_ep[order_ids][slot], cur_pos[order_ids][slot]
     if (t >= s_next).any():
         bad = int(np.flatnonzero(t >= s_next)[0])
-        _fail(where, f"episodes_t.npy: step {bad} is at position {int(t[bad])} of stream {int(st[bad])}, "
-                     f"whose next position is {int(s_next[bad])}")
+        _fail(
+            where,
+            f"episodes_t.npy: step {bad} is at position {int(t[bad])} of stream {int(st[bad])}, "
+            f"whose next position is {int(s_next[bad])}",
+        )
     on = t >= 0  # steps detached by an old version have no position to check
     st, t, ep, pos, fl, s_next, s_ep, s_pos = (a[on] for a in (st, t, ep, pos, fl, s_next, s_ep, s_pos))
     start = t - pos
     if (start < 0).any():
         bad = int(np.flatnonzero(start < 0)[0])
-        _fail(where, f"episodes_pos.npy: a step at position {int(t[bad])} of stream {int(st[bad])} claims "
-                     f"position {int(pos[bad])} in episode {int(ep[bad])} (more steps than its stream had)")
+        _fail(
+            where,
+            f"episodes_pos.npy: a step at position {int(t[bad])} of stream {int(st[bad])} claims "
+            f"position {int(pos[bad])} in episode {int(ep[bad])} (more steps than its stream had)",
+        )
     # -- along each stream, in key order -------------------------------------------------------------
     o = np.argsort(st, kind="stable")  # key order within each stream
-    st, t, ep, pos, fl, start, s_next, s_ep, s_pos = (
-        a[o] for a in (st, t, ep, pos, fl, start, s_next, s_ep, s_pos))
+    st, t, ep, pos, fl, start, s_next, s_ep, s_pos = (a[o] for a in (st, t, ep, pos, fl, start, s_next, s_ep, s_pos))
     same = st[1:] == st[:-1]
     bad = same & (t[1:] <= t[:-1])
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        _fail(where, f"episodes_t.npy: stream {int(st[i])} has positions {int(t[i])} then {int(t[i + 1])} in key "
-                     "order (positions must strictly increase: duplicated or swapped)")
+        _fail(
+            where,
+            f"episodes_t.npy: stream {int(st[i])} has positions {int(t[i])} then {int(t[i + 1])} in key "
+            "order (positions must strictly increase: duplicated or swapped)",
+        )
     bad = same & (ep[1:] < ep[:-1])
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        _fail(where, f"episodes_episode.npy: stream {int(st[i])} has episode {int(ep[i + 1])} after episode "
-                     f"{int(ep[i])} (ids grow along a stream)")
+        _fail(
+            where,
+            f"episodes_episode.npy: stream {int(st[i])} has episode {int(ep[i + 1])} after episode "
+            f"{int(ep[i])} (ids grow along a stream)",
+        )
     inner = same & (ep[1:] == ep[:-1])  # two steps of one episode, one after the other
     bad = inner & (start[1:] != start[:-1])
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        _fail(where, f"episodes_pos.npy: episode {int(ep[i])} of stream {int(st[i])} has position {int(pos[i])} "
-                     f"at stream position {int(t[i])} and {int(pos[i + 1])} at {int(t[i + 1])}: "
-                     "not one run of positions")
+        _fail(
+            where,
+            f"episodes_pos.npy: episode {int(ep[i])} of stream {int(st[i])} has position {int(pos[i])} "
+            f"at stream position {int(t[i])} and {int(pos[i + 1])} at {int(t[i + 1])}: "
+            "not one run of positions",
+        )
     bad = inner & (fl[:-1] != 0)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        _fail(where, f"episodes_flags.npy: step {int(pos[i])} of episode {int(ep[i])} (stream {int(st[i])}) "
-                     "carries an end flag but is not the episode's last step")
+        _fail(
+            where,
+            f"episodes_flags.npy: step {int(pos[i])} of episode {int(ep[i])} (stream {int(st[i])}) "
+            "carries an end flag but is not the episode's last step",
+        )
     nxt_ep = same & (ep[1:] != ep[:-1])  # the last stored step of an episode, and the next episode's first
     bad = nxt_ep & (start[1:] <= t[:-1])
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        _fail(where, f"episodes_pos.npy: episode {int(ep[i + 1])} of stream {int(st[i])} starts at position "
-                     f"{int(start[i + 1])}, not after episode {int(ep[i])}'s step at {int(t[i])}")
+        _fail(
+            where,
+            f"episodes_pos.npy: episode {int(ep[i + 1])} of stream {int(st[i])} starts at position "
+            f"{int(start[i + 1])}, not after episode {int(ep[i])}'s step at {int(t[i])}",
+        )
     bad = nxt_ep & (t[:-1] == start[1:] - 1) & (fl[:-1] == 0)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        _fail(where, f"episodes_flags.npy: the step at position {int(t[i])} of stream {int(st[i])} carries no end "
-                     f"flag, but the next position starts episode {int(ep[i + 1])}")
+        _fail(
+            where,
+            f"episodes_flags.npy: the step at position {int(t[i])} of stream {int(st[i])} carries no end "
+            f"flag, but the next position starts episode {int(ep[i + 1])}",
+        )
     # -- each stream's newest stored step, against the stream state ---------------------------------
     last = np.ones(len(st), dtype=bool)
     last[:-1] = ~same
@@ -159,30 +183,43 @@ def check_index_arrays(rows: dict[str, np.ndarray], streams: dict[str, Any], str
     bad = is_open & ((zf != 0) | (zstart != c_start))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        _fail(where, f"stream {int(zs[i])}'s open episode {int(ze[i])} (episodes.streams.cur_ep) "
-                     + ("has an end flag" if zf[i] else f"starts at position {int(zstart[i])}, the stream state "
-                        f"says {int(c_start[i])}"))
+        _fail(
+            where,
+            f"stream {int(zs[i])}'s open episode {int(ze[i])} (episodes.streams.cur_ep) "
+            + (
+                "has an end flag"
+                if zf[i]
+                else f"starts at position {int(zstart[i])}, the stream state says {int(c_start[i])}"
+            ),
+        )
     other = (c >= 0) & ~is_open
     bad = other & ((c < ze) | (c_start <= zt) | ((zt == c_start - 1) & (zf == 0)))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        _fail(where, f"stream {int(zs[i])}'s open episode {int(c[i])} (episodes.streams.cur_ep, starting at "
-                     f"position {int(c_start[i])}) does not follow its stored episode {int(ze[i])} (last step at "
-                     f"{int(zt[i])}, {'flagged' if zf[i] else 'not flagged'}): it points at a closed episode, or "
-                     "the stream has two open episodes")
+        _fail(
+            where,
+            f"stream {int(zs[i])}'s open episode {int(c[i])} (episodes.streams.cur_ep, starting at "
+            f"position {int(c_start[i])}) does not follow its stored episode {int(ze[i])} (last step at "
+            f"{int(zt[i])}, {'flagged' if zf[i] else 'not flagged'}): it points at a closed episode, or "
+            "the stream has two open episodes",
+        )
     bad = (c < 0) & (zt == s_next[z] - 1) & (zf == 0)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        _fail(where, f"stream {int(zs[i])} has no open episode but its newest step (position {int(zt[i])}, "
-                     f"episode {int(ze[i])}) carries no end flag: two open episodes, or a cleared end flag")
+        _fail(
+            where,
+            f"stream {int(zs[i])} has no open episode but its newest step (position {int(zt[i])}, "
+            f"episode {int(ze[i])}) carries no end flag: two open episodes, or a cleared end flag",
+        )
     # -- an episode is in one stream --------------------------------------------------------------------
     e_o = np.argsort(ep, kind="stable")
     es, ee = st[e_o], ep[e_o]
     bad = (ee[1:] == ee[:-1]) & (es[1:] != es[:-1])
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        _fail(where, f"episodes_stream.npy: episode {int(ee[i])} has steps in streams {int(es[i])} and "
-                     f"{int(es[i + 1])}")
+        _fail(
+            where, f"episodes_stream.npy: episode {int(ee[i])} has steps in streams {int(es[i])} and {int(es[i + 1])}"
+        )
     open_ids, open_streams = cur_ep[cur_ep >= 0], ids[cur_ep >= 0]
     if len(open_ids):
         k = np.searchsorted(ee, open_ids)
@@ -191,8 +228,11 @@ def check_index_arrays(rows: dict[str, np.ndarray], streams: dict[str, Any], str
         bad = has & (ee[k] == open_ids) & (es[k] != open_streams)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            _fail(where, f"stream {int(open_streams[i])}'s open episode {int(open_ids[i])} has its steps in "
-                         f"stream {int(es[k[i]])}")
+            _fail(
+                where,
+                f"stream {int(open_streams[i])}'s open episode {int(open_ids[i])} has its steps in "
+                f"stream {int(es[k[i]])}",
+            )
 
 
 __all__ = ["check_index_arrays"]

@@ -91,8 +91,16 @@ class EpisodeIndex(StreamRings, Selector):
     def _streams_alloc(self, n: int) -> None:
         old = getattr(self, "next_t", None)
         k = 0 if old is None else len(old)
-        arrays = {"next_t": 0, "cur_ep": -1, "cur_pos": 0, "ring_off": 0, "ring_len": 0, "lo_t": 0,
-                  "n_live": 0, "oldest_t": 0}
+        arrays = {
+            "next_t": 0,
+            "cur_ep": -1,
+            "cur_pos": 0,
+            "ring_off": 0,
+            "ring_len": 0,
+            "lo_t": 0,
+            "n_live": 0,
+            "oldest_t": 0,
+        }
         for name, fill in arrays.items():
             a = np.full(n, fill, dtype=np.int64)
             if k:
@@ -127,8 +135,22 @@ class EpisodeIndex(StreamRings, Selector):
         17 per slot, the rings, the per-stream state, and its own set of live slots (16 per slot)
         unless it shares the table's ``Uniform`` sampler's.
         """
-        arrays = (self.uid, self.episode_of, self.pos_of, self.flags, self.ring, self.next_t, self.cur_ep,
-                  self.cur_pos, self.ring_off, self.ring_len, self.lo_t, self.n_live, self.oldest_t, self._mark)
+        arrays = (
+            self.uid,
+            self.episode_of,
+            self.pos_of,
+            self.flags,
+            self.ring,
+            self.next_t,
+            self.cur_ep,
+            self.cur_pos,
+            self.ring_off,
+            self.ring_len,
+            self.lo_t,
+            self.n_live,
+            self.oldest_t,
+            self._mark,
+        )
         own = (self.live.items, self.live.pos) if self._own_live else ()  # else the Uniform sampler's set
         if self._in_ov is not None:  # the overflow map (see the module doc)
             own = (*own, self._in_ov, *(self._ov_sorted or ()))
@@ -175,8 +197,10 @@ class EpisodeIndex(StreamRings, Selector):
             worst = int((self.next_t[us] + counts).max())
             if worst > _T_MASK:
                 self.written -= len(plan.streams)
-                raise EpisodeError(f"a stream would reach position {worst - 1}: positions must stay below "
-                                   "2**40 - 1 per stream (write to a new stream id)")
+                raise EpisodeError(
+                    f"a stream would reach position {worst - 1}: positions must stay below "
+                    "2**40 - 1 per stream (write to a new stream id)"
+                )
 
     def end(self) -> StepPlan | None:
         """Forget the calling thread's plan (after its insert returned or raised)."""
@@ -323,9 +347,15 @@ class EpisodeIndex(StreamRings, Selector):
         limit = self.options.stream_limit
         if not (ids.ndim == 1 and nxt.shape == cur_ep.shape == cur_pos.shape == ids.shape):
             raise ValueError("episode stream state has inconsistent lengths")
-        if len(ids) and (ids.min() < 0 or ids.max() >= limit or len(np.unique(ids)) != len(ids)
-                         or (nxt < 1).any() or (nxt > _T_MASK).any() or (cur_pos < 0).any()
-                         or (cur_ep >= next_episode).any()):
+        if len(ids) and (
+            ids.min() < 0
+            or ids.max() >= limit
+            or len(np.unique(ids)) != len(ids)
+            or (nxt < 1).any()
+            or (nxt > _T_MASK).any()
+            or (cur_pos < 0).any()
+            or (cur_ep >= next_episode).any()
+        ):
             raise ValueError("episode stream state is out of range")
         if len(st):
             if st.min() < 0 or st.max() >= limit or not np.isin(st, ids).all():
@@ -343,9 +373,18 @@ class EpisodeIndex(StreamRings, Selector):
             self.next_t[ids], self.cur_ep[ids], self.cur_pos[ids] = nxt, cur_ep, cur_pos
             self.written = int(nxt.max())
         self.next_episode = next_episode
-        plan = StepPlan(st.astype(np.int64), np.zeros(len(st), bool), np.zeros(len(st), bool),
-                        rows=(st.astype(np.int64), t.astype(np.int64), ep.astype(np.int64),
-                              pos.astype(np.int64), fl.astype(np.uint8)))
+        plan = StepPlan(
+            st.astype(np.int64),
+            np.zeros(len(st), bool),
+            np.zeros(len(st), bool),
+            rows=(
+                st.astype(np.int64),
+                t.astype(np.int64),
+                ep.astype(np.int64),
+                pos.astype(np.int64),
+                fl.astype(np.uint8),
+            ),
+        )
         self._pending[threading.get_ident()] = plan
 
 

@@ -89,8 +89,9 @@ def _end_positions(index: EpisodeIndex, streams: np.ndarray, ts: np.ndarray, epi
         other = live & ~mine
         flagged = mine & ((index.flags[safe] & ENDS) != 0)
         first_flag = np.where(flagged.any(1), flagged.argmax(1), width)
-        first_stop = np.minimum(np.where(other.any(1), other.argmax(1), width),
-                                np.where((~inside).any(1), (~inside).argmax(1), width))
+        first_stop = np.minimum(
+            np.where(other.any(1), other.argmax(1), width), np.where((~inside).any(1), (~inside).argmax(1), width)
+        )
         found = first_flag < first_stop
         end[todo[found]] = c[found] + first_flag[found]
         go_on = ~found & (first_stop == width)
@@ -135,8 +136,9 @@ def _gapless_ends(index: EpisodeIndex, streams: np.ndarray, ts: np.ndarray) -> t
     return end, end_flags
 
 
-def _all_live(index: EpisodeIndex, streams: np.ndarray, first: np.ndarray, lengths: np.ndarray,
-              episodes: np.ndarray) -> np.ndarray:
+def _all_live(
+    index: EpisodeIndex, streams: np.ndarray, first: np.ndarray, lengths: np.ndarray, episodes: np.ndarray
+) -> np.ndarray:
     """Whether every position ``first .. first + length - 1`` of each stream is a live step of the episode."""
     ok = np.ones(len(streams), dtype=bool)
     if len(streams) == 0:
@@ -177,8 +179,7 @@ def info_of_slots(index: EpisodeIndex, slots: np.ndarray) -> EpisodeInfo:
     truncated = np.zeros(n, bool)
     is_last = np.zeros(n, bool)
     if len(s) == 0:
-        return EpisodeInfo(found, streams, episodes, ts, pos, lengths, closed, complete, terminated, truncated,
-                           is_last)
+        return EpisodeInfo(found, streams, episodes, ts, pos, lengths, closed, complete, terminated, truncated, is_last)
     st, t = index.stream_t(s)
     ep, p = index.episode_of[s].astype(np.int64), index.pos_of[s].astype(np.int64)
     fl = index.flags[s]
@@ -225,8 +226,7 @@ def info_of_slots(index: EpisodeIndex, slots: np.ndarray) -> EpisodeInfo:
     lengths[found] = ln
     terminated[found] = (end_fl & TERMINATED) != 0
     truncated[found] = ((end_fl & TRUNCATED) != 0) & ~terminated[found]
-    return EpisodeInfo(found, streams, episodes, ts, pos, lengths, closed, complete, terminated, truncated,
-                       is_last)
+    return EpisodeInfo(found, streams, episodes, ts, pos, lengths, closed, complete, terminated, truncated, is_last)
 
 
 def check_positions(positions: Any, n: int) -> np.ndarray:
@@ -236,8 +236,9 @@ def check_positions(positions: Any, n: int) -> np.ndarray:
     except (TypeError, ValueError) as e:
         raise EpisodeError(f"positions must be integers, got {type(positions).__name__} ({e})") from None
     if want.dtype.kind not in "iu" or want.ndim > 1:
-        raise EpisodeError(f"positions must be integers (a scalar or one per key), got {want.dtype} "
-                           f"of shape {want.shape}")
+        raise EpisodeError(
+            f"positions must be integers (a scalar or one per key), got {want.dtype} of shape {want.shape}"
+        )
     want = np.broadcast_to(want.astype(np.int64), (n,)) if want.ndim == 0 else want.astype(np.int64)
     if want.shape != (n,):
         raise EpisodeError(f"positions must be a scalar or one per key: {want.shape} for ({n},) keys")

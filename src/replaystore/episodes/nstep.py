@@ -44,8 +44,9 @@ from .sampling import check_batch, read_field
 _REDRAWS = 16
 
 
-def plan_nstep(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def plan_nstep(
+    index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(win, k, done, boot)`` of start slots.
 
     ``win`` is the ``(B, n)`` window of slots of positions ``t ... t + n - 1`` (a transposed
@@ -62,15 +63,17 @@ def plan_nstep(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bo
     return plan_runs(index, starts, n, has_next_obs)
 
 
-def plan_ring(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def plan_ring(
+    index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`plan_gapless` where it applies, else :func:`plan_checked`."""
     plan = plan_gapless(index, starts, n, has_next_obs)
     return plan if plan is not None else plan_checked(index, starts, n, has_next_obs)
 
 
-def plan_runs(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def plan_runs(
+    index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`plan_nstep` for starts whose next steps sit at a fixed slot stride; :func:`plan_ring` for the others.
 
     Steps of one stream written in order to a FIFO table sit ``d`` slots apart, where ``d`` is the
@@ -134,8 +137,9 @@ def _learn_stride(index: EpisodeIndex, starts: np.ndarray, uid: np.ndarray, hint
         hint[0] = stride
 
 
-def plan_checked(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def plan_checked(
+    index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`plan_nstep` for any stream: every position is verified through the ring."""
     w = n if has_next_obs else n + 1
     # (w, B): position-major, so the per-position work runs along the batch (NumPy's fast axis)
@@ -147,8 +151,9 @@ def plan_checked(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: 
     return _stops(index, win, m, n, has_next_obs)
 
 
-def plan_gapless(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+def plan_gapless(
+    index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """:func:`plan_nstep` when every start's stream is gapless (see :meth:`EpisodeIndex.gapless`), else ``None``.
 
     In a gapless stream the live, ring-reachable positions are exactly ``oldest_t ... next_t - 1``:
@@ -175,8 +180,9 @@ def plan_gapless(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: 
     return win[:n].T, k, done, boot
 
 
-def _ends(index: EpisodeIndex, win: np.ndarray, n: int, has_next_obs: bool
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _ends(
+    index: EpisodeIndex, win: np.ndarray, n: int, has_next_obs: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(k, done, bootstrap slot)`` of ``(w, B)`` windows whose every position is a live step.
 
     A transition stops at the first end flag within its first ``n`` steps, else after step
@@ -197,8 +203,9 @@ def _ends(index: EpisodeIndex, win: np.ndarray, n: int, has_next_obs: bool
     return k, done, win[x, cols]
 
 
-def _stops(index: EpisodeIndex, win: np.ndarray, m: np.ndarray, n: int, has_next_obs: bool
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _stops(
+    index: EpisodeIndex, win: np.ndarray, m: np.ndarray, n: int, has_next_obs: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`plan_nstep`'s result from the ``(w, B)`` window whose first ``m`` rows are live steps.
 
     The transition's last step ``x`` is the first of: an end flag (within the first ``n``), the
@@ -248,8 +255,9 @@ def _powers(gamma: float, n: int) -> np.ndarray:
 _POWERS: dict[tuple[float, int], np.ndarray] = {}
 
 
-def _returns(storage: Storage, field: str, win: np.ndarray, k: np.ndarray, slots: np.ndarray,
-             powers: np.ndarray) -> np.ndarray:
+def _returns(
+    storage: Storage, field: str, win: np.ndarray, k: np.ndarray, slots: np.ndarray, powers: np.ndarray
+) -> np.ndarray:
     """``sum_{j<k} gamma**j r_{t+j}`` (float64) from the ``(n, B)`` window ``win`` (``powers``: of gamma)."""
     n = len(win)
     used = _arange(n)[:, None] < k
@@ -261,8 +269,7 @@ def _returns(storage: Storage, field: str, win: np.ndarray, k: np.ndarray, slots
     return (r * powers[:n, None]).sum(axis=0, where=used)
 
 
-def check_request(index: EpisodeIndex, storage: Storage, batch_size: Any, n: Any,
-                  gamma: Any) -> tuple[int, int, float]:
+def check_request(index: EpisodeIndex, storage: Storage, batch_size: Any, n: Any, gamma: Any) -> tuple[int, int, float]:
     """``(batch_size, n, gamma)`` of a :meth:`Table.sample_nstep` call, checked (``EpisodeError``)."""
     b = check_batch(batch_size)
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
@@ -282,13 +289,16 @@ def check_request(index: EpisodeIndex, storage: Storage, batch_size: Any, n: Any
             if f not in spec:
                 raise EpisodeError(f"n-step needs the field {f!r}; the table has {sorted(spec)}")
         if spec[cfg.reward_field].shape != ():
-            raise EpisodeError(f"the reward field {cfg.reward_field!r} must be a scalar per step, "
-                               f"got shape {spec[cfg.reward_field].shape}")
+            raise EpisodeError(
+                f"the reward field {cfg.reward_field!r} must be a scalar per step, "
+                f"got shape {spec[cfg.reward_field].shape}"
+            )
     return b, n, gamma
 
 
-def draw_nstep(index: EpisodeIndex, sampler: Selector, storage: Storage, meta: np.ndarray, b: int, n: int,
-               gamma: float) -> tuple[NStepSample, np.ndarray]:
+def draw_nstep(
+    index: EpisodeIndex, sampler: Selector, storage: Storage, meta: np.ndarray, b: int, n: int, gamma: float
+) -> tuple[NStepSample, np.ndarray]:
     """Draw ``b`` start steps with ``sampler`` and compute their transitions: ``(sample, start slots)``.
 
     ``meta``: the table's metadata rows. Changes nothing but the sampler's own draw state: the

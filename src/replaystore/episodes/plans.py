@@ -24,11 +24,28 @@ class StepPlan:
     ``rows`` (restore only) gives explicit per-row ``(stream, t, episode, pos, flags)``.
     """
 
-    __slots__ = ("streams", "terminated", "truncated", "new_episode", "accepted", "computed", "rows",
-                 "committed", "same_stream", "shape")
+    __slots__ = (
+        "streams",
+        "terminated",
+        "truncated",
+        "new_episode",
+        "accepted",
+        "computed",
+        "rows",
+        "committed",
+        "same_stream",
+        "shape",
+    )
 
-    def __init__(self, streams: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-                 new_episode: bool = False, rows: tuple | None = None, same_stream: bool = False) -> None:
+    def __init__(
+        self,
+        streams: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        new_episode: bool = False,
+        rows: tuple | None = None,
+        same_stream: bool = False,
+    ) -> None:
         self.streams = streams
         self.terminated = terminated
         self.truncated = truncated
@@ -41,8 +58,9 @@ class StepPlan:
         self.shape = "general"  # set by the plan's computation: "same", "distinct" or "general"
 
 
-def compute_plan(plan: StepPlan, next_t: np.ndarray, cur_ep: np.ndarray, cur_pos: np.ndarray,
-                 next_episode: int, mark: np.ndarray) -> tuple:
+def compute_plan(
+    plan: StepPlan, next_t: np.ndarray, cur_ep: np.ndarray, cur_pos: np.ndarray, next_episode: int, mark: np.ndarray
+) -> tuple:
     """Per-row ``(ts, episodes, pos, flags)`` and the streams' next state, for all rows of ``plan``.
 
     ``next_t``, ``cur_ep``, ``cur_pos`` (per stream) and ``next_episode`` are the index's stream
@@ -67,8 +85,15 @@ def compute_plan(plan: StepPlan, next_t: np.ndarray, cur_ep: np.ndarray, cur_pos
         if ep < 0 or plan.new_episode:
             ep, pos, new = next_episode, 0, 1
         end = bool(ends[0])
-        plan.computed = (np.array([t]), np.array([ep]), np.array([pos]), flags, streams,
-                         (t + 1, -1 if end else ep, 0 if end else pos + 1), next_episode + new)
+        plan.computed = (
+            np.array([t]),
+            np.array([ep]),
+            np.array([pos]),
+            flags,
+            streams,
+            (t + 1, -1 if end else ep, 0 if end else pos + 1),
+            next_episode + new,
+        )
         return plan.computed
     if plan.same_stream:
         plan.shape = "same"

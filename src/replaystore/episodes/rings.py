@@ -174,8 +174,7 @@ class StreamRings:
         """
         if self._gapless_at[0] == self.generation:
             return self._gapless_at[1]
-        ok = (not self.n_detached and len(self.next_t) <= 64
-              and bool((self.n_live == self.next_t - self.oldest_t).all()))
+        ok = not self.n_detached and len(self.next_t) <= 64 and bool((self.n_live == self.next_t - self.oldest_t).all())
         self._gapless_at = (self.generation, ok)
         return ok
 
@@ -267,8 +266,9 @@ class StreamRings:
         st, t = self.stream_t(slots)
         return self.lookup(st, t) == slots
 
-    def _ring_put(self, slots: np.ndarray, streams: np.ndarray, ts: np.ndarray, shape: str = "general",
-                  restore: bool = False) -> None:
+    def _ring_put(
+        self, slots: np.ndarray, streams: np.ndarray, ts: np.ndarray, shape: str = "general", restore: bool = False
+    ) -> None:
         """Enter new steps in their rings (``restore``: steps of any age, into an empty index)."""
         if len(slots) == 0:
             return

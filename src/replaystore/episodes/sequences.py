@@ -78,8 +78,7 @@ def strict_valid(index: EpisodeIndex, win: np.ndarray, key_slots: np.ndarray) ->
     and whose two ends belong to the key step's episode lies inside that episode.
     """
     ep = index.episode_of[key_slots]
-    return ((win >= 0).all(axis=1) & (index.episode_of[win[:, 0]] == ep)
-            & (index.episode_of[win[:, -1]] == ep))
+    return (win >= 0).all(axis=1) & (index.episode_of[win[:, 0]] == ep) & (index.episode_of[win[:, -1]] == ep)
 
 
 def ends_valid(index: EpisodeIndex, key_slots: np.ndarray, width: int, burn_in: int) -> np.ndarray:
@@ -94,8 +93,9 @@ def ends_valid(index: EpisodeIndex, key_slots: np.ndarray, width: int, burn_in: 
     return (e >= 0).all(axis=1) & (index.episode_of[e[:, 0]] == ep) & (index.episode_of[e[:, 1]] == ep)
 
 
-def gapless_ends_valid(index: EpisodeIndex, key_slots: np.ndarray, streams: np.ndarray, t_first: np.ndarray,
-                       width: int) -> np.ndarray:
+def gapless_ends_valid(
+    index: EpisodeIndex, key_slots: np.ndarray, streams: np.ndarray, t_first: np.ndarray, width: int
+) -> np.ndarray:
     """:func:`ends_valid` for keys of gapless ``streams`` (see :meth:`EpisodeIndex.gapless`).
 
     A position of such a stream is a live step exactly when it lies between ``oldest_t`` and the
@@ -107,8 +107,7 @@ def gapless_ends_valid(index: EpisodeIndex, key_slots: np.ndarray, streams: np.n
     ep = index.episode_of[key_slots]
     ring, episode_of = index.ring, index.episode_of
     # outside entries may be -1 or stale: their episode test is masked by ``inside``
-    return (inside & (episode_of[ring[off + (t_first & mask)]] == ep)
-            & (episode_of[ring[off + (t_last & mask)]] == ep))
+    return inside & (episode_of[ring[off + (t_first & mask)]] == ep) & (episode_of[ring[off + (t_last & mask)]] == ep)
 
 
 def padded_mask(index: EpisodeIndex, win: np.ndarray, key_slots: np.ndarray, burn_in: int) -> np.ndarray:
@@ -141,8 +140,9 @@ def exact_valid_starts(index: EpisodeIndex, width: int, burn_in: int) -> np.ndar
     return valid
 
 
-def uniform_strict_starts(index: EpisodeIndex, rng: np.random.Generator, n: int, width: int,
-                          burn_in: int) -> tuple[np.ndarray, np.ndarray, float]:
+def uniform_strict_starts(
+    index: EpisodeIndex, rng: np.random.Generator, n: int, width: int, burn_in: int
+) -> tuple[np.ndarray, np.ndarray, float]:
     """``n`` key slots uniform over the valid strict starts, their windows, and ``1 / #valid``.
 
     ``#valid`` is exact when the exact set was computed, else estimated from the acceptance rate.
@@ -198,13 +198,16 @@ def uniform_strict_starts(index: EpisodeIndex, rng: np.random.Generator, n: int,
 
 
 def _no_valid(index: EpisodeIndex, width: int) -> str:
-    return (f"no stored run of {width} consecutive steps of one episode (strict mode): the window is "
-            f"longer than every stored episode, or the steps between are gone; use mode='padded', a "
-            f"shorter length, or wait for more data ({index.live.size} live steps)")
+    return (
+        f"no stored run of {width} consecutive steps of one episode (strict mode): the window is "
+        f"longer than every stored episode, or the steps between are gone; use mode='padded', a "
+        f"shorter length, or wait for more data ({index.live.size} live steps)"
+    )
 
 
-def check_request(index: EpisodeIndex, sampler: Selector, batch_size: Any, length: Any, burn_in: Any,
-                  mode: str) -> tuple[int, int, int, bool]:
+def check_request(
+    index: EpisodeIndex, sampler: Selector, batch_size: Any, length: Any, burn_in: Any, mode: str
+) -> tuple[int, int, int, bool]:
     """``(n, width, burn_in, prioritized)`` of a :meth:`Table.sample_sequences` call (``EpisodeError``)."""
     n = check_batch(batch_size)
     length = check_batch(length, "length")
@@ -227,9 +230,18 @@ def check_request(index: EpisodeIndex, sampler: Selector, batch_size: Any, lengt
     return n, width, burn_in, prioritized
 
 
-def draw_sequences(index: EpisodeIndex, sampler: Selector, rng: np.random.Generator, storage: Storage,
-                   meta: np.ndarray, n: int, width: int, burn_in: int, mode: str,
-                   prioritized: bool) -> tuple[SequenceSample, np.ndarray]:
+def draw_sequences(
+    index: EpisodeIndex,
+    sampler: Selector,
+    rng: np.random.Generator,
+    storage: Storage,
+    meta: np.ndarray,
+    n: int,
+    width: int,
+    burn_in: int,
+    mode: str,
+    prioritized: bool,
+) -> tuple[SequenceSample, np.ndarray]:
     """Draw ``n`` windows (see the module doc) and gather them: ``(sample, start slots)``.
 
     ``meta``: the table's metadata rows (key, times_sampled, version, priority bits). Changes
@@ -267,8 +279,12 @@ def draw_sequences(index: EpisodeIndex, sampler: Selector, rng: np.random.Genera
         mask = padded_mask(index, win, keys, burn_in)
         full = bool(mask.all())
     slots = win if full else np.where(mask, win, keys[:, None])
-    if (full and hasattr(storage, "read_runs") and meta.flags.c_contiguous
-            and runs_of(slots, min(len(meta), storage.capacity))):
+    if (
+        full
+        and hasattr(storage, "read_runs")
+        and meta.flags.c_contiguous
+        and runs_of(slots, min(len(meta), storage.capacity))
+    ):
         # steps written in order to a FIFO table sit in consecutive slots: block copies
         first = slots[:, 0]
         data = storage.read_runs(first, slots.shape[1])

@@ -48,12 +48,16 @@ def complete_episodes(index: EpisodeIndex) -> tuple[np.ndarray, np.ndarray, np.n
     starts = np.flatnonzero(first)
     stops = np.append(starts[1:], n)
     last = stops - 1
-    ok = ((pos[starts] == 0) & (pos[last] == stops - starts - 1)
-          & ((index.flags[live[last]] & (TERMINATED | TRUNCATED)) != 0))
+    ok = (
+        (pos[starts] == 0)
+        & (pos[last] == stops - starts - 1)
+        & ((index.flags[live[last]] & (TERMINATED | TRUNCATED)) != 0)
+    )
     keep = np.flatnonzero(ok)
     lengths = (stops - starts)[keep]
-    take = np.repeat(starts[keep], lengths) + (np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths,
-                                                                                     lengths))
+    take = np.repeat(starts[keep], lengths) + (
+        np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    )
     out = (ep[starts[keep]], np.append(0, np.cumsum(lengths)), live[take])
     _COMPLETE[index] = (index.generation, out)
     return out
@@ -67,8 +71,9 @@ def check_request(k: Any, replace: Any) -> int:
     return k
 
 
-def draw_episodes(index: EpisodeIndex, storage: Storage, meta: np.ndarray, rng: np.random.Generator, k: int,
-                  replace: bool) -> tuple[np.ndarray, EpisodeBatch]:
+def draw_episodes(
+    index: EpisodeIndex, storage: Storage, meta: np.ndarray, rng: np.random.Generator, k: int, replace: bool
+) -> tuple[np.ndarray, EpisodeBatch]:
     """Draw ``k`` complete episodes uniformly: ``(slots of every returned step, the batch)``.
 
     ``meta``: the table's metadata rows (column 0: keys). Changes nothing (the caller counts the
@@ -79,14 +84,14 @@ def draw_episodes(index: EpisodeIndex, storage: Storage, meta: np.ndarray, rng: 
     """
     ids, bounds, slots = complete_episodes(index)
     if len(ids) == 0:
-        raise NoValidSequence("no complete episode is stored (open episodes and episodes that lost a step "
-                              "are never returned)")
+        raise NoValidSequence(
+            "no complete episode is stored (open episodes and episodes that lost a step are never returned)"
+        )
     if not replace and k > len(ids):
         raise NoValidSequence(f"asked for {k} distinct episodes, {len(ids)} complete ones are stored")
-    pick = (rng.choice(len(ids), size=k, replace=False) if not replace
-            else (rng.random(k) * len(ids)).astype(np.int64))
+    pick = rng.choice(len(ids), size=k, replace=False) if not replace else (rng.random(k) * len(ids)).astype(np.int64)
     lengths = (bounds[1:] - bounds[:-1])[pick]
-    parts = [slots[bounds[i]:bounds[i + 1]] for i in pick.tolist()]
+    parts = [slots[bounds[i] : bounds[i + 1]] for i in pick.tolist()]
     flat = np.concatenate(parts)
     data = storage.read(flat)
     keys = meta[:, 0][flat]
@@ -109,4 +114,4 @@ def draw_episodes(index: EpisodeIndex, storage: Storage, meta: np.ndarray, rng: 
 def _take(data: Any, rows: np.ndarray) -> Any:
     if isinstance(data, dict):
         return {k: _take(v, rows) for k, v in data.items()}
-    return data[rows[0]: rows[-1] + 1]
+    return data[rows[0] : rows[-1] + 1]

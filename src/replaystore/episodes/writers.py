@@ -59,8 +59,12 @@ def validate_flags(flags: Any, n: int, name: str) -> np.ndarray:
 
 def steps_plan(index: EpisodeIndex, n: int, streams: Any, terminated: Any, truncated: Any) -> StepPlan:
     """The plan of ``n`` rows of :meth:`Table.extend_steps` (validated; nothing changes)."""
-    return StepPlan(validate_streams(streams, n, index.options), validate_flags(terminated, n, "terminated"),
-                    validate_flags(truncated, n, "truncated"), same_stream=np.ndim(streams) == 0)
+    return StepPlan(
+        validate_streams(streams, n, index.options),
+        validate_flags(terminated, n, "terminated"),
+        validate_flags(truncated, n, "truncated"),
+        same_stream=np.ndim(streams) == 0,
+    )
 
 
 def step_plan(index: EpisodeIndex, stream: Any, terminated: Any, truncated: Any) -> StepPlan:
@@ -154,7 +158,10 @@ def recorded_plan(index: EpisodeIndex, n: int, steps: Mapping[str, Any]) -> Step
     new_episode = steps.get("new_episode", False)
     if not isinstance(new_episode, (bool, np.bool_)):
         raise EpisodeError(f"new_episode must be a bool, got {new_episode!r}")
-    return StepPlan(validate_streams(stream, n, index.options),
-                    validate_flags(steps.get("terminated"), n, "terminated"),
-                    validate_flags(steps.get("truncated"), n, "truncated"),
-                    new_episode=bool(new_episode), same_stream=np.ndim(stream) == 0)
+    return StepPlan(
+        validate_streams(stream, n, index.options),
+        validate_flags(steps.get("terminated"), n, "terminated"),
+        validate_flags(steps.get("truncated"), n, "truncated"),
+        new_episode=bool(new_episode),
+        same_stream=np.ndim(stream) == 0,
+    )

@@ -118,8 +118,14 @@ class ReplayDataset(IterableDataset):
         InvalidArgument: ``batch_size``, ``prefetch`` or ``max_batches`` out of range.
     """
 
-    def __init__(self, source: Any, batch_size: int, max_batches: int | None = None, prefetch: int = 2,
-                 timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        source: Any,
+        batch_size: int,
+        max_batches: int | None = None,
+        prefetch: int = 2,
+        timeout: float | None = None,
+    ) -> None:
         super().__init__()
         if int(batch_size) < 1:
             raise InvalidArgument(f"batch_size must be >= 1, got {batch_size}")
@@ -143,12 +149,19 @@ class ReplayDataset(IterableDataset):
             ctx = ray.get_runtime_context()
             self.table = None
             self._client = source
-            self._connect = dict(name=source.name, table=source.table_name, namespace=ctx.namespace,
-                                 address=ctx.gcs_address, default_timeout=source.default_timeout,
-                                 rpc_grace=source.rpc_grace)
+            self._connect = dict(
+                name=source.name,
+                table=source.table_name,
+                namespace=ctx.namespace,
+                address=ctx.gcs_address,
+                default_timeout=source.default_timeout,
+                rpc_grace=source.rpc_grace,
+            )
         else:
-            raise InvalidType(f"source must be a replaystore Table, MixedSampler or replaystore.ray ReplayClient, "
-                            f"got {type(source).__name__}")
+            raise InvalidType(
+                f"source must be a replaystore Table, MixedSampler or replaystore.ray ReplayClient, "
+                f"got {type(source).__name__}"
+            )
 
     @property
     def uses_ray(self) -> bool:
@@ -174,15 +187,26 @@ class ReplayDataset(IterableDataset):
             if os.getpid() != self._owner_pid and getattr(self, "_initialized_pid", None) != os.getpid():
                 raise WorkerSourceError(
                     "a forked DataLoader worker cannot use Ray: start workers with "
-                    "multiprocessing_context='spawn' (replay_loader does)")
+                    "multiprocessing_context='spawn' (replay_loader does)"
+                )
         else:
-            ray.init(address=c["address"], namespace=c["namespace"], include_dashboard=False,
-                     log_to_driver=False, configure_logging=False)
+            ray.init(
+                address=c["address"],
+                namespace=c["namespace"],
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
             self._initialized_pid = os.getpid()
         from ..ray.client import connect
 
-        self._client = connect(c["name"], table=c["table"], namespace=c["namespace"],
-                               default_timeout=c["default_timeout"], rpc_grace=c["rpc_grace"])
+        self._client = connect(
+            c["name"],
+            table=c["table"],
+            namespace=c["namespace"],
+            default_timeout=c["default_timeout"],
+            rpc_grace=c["rpc_grace"],
+        )
         return self._client
 
     # -- iteration -----------------------------------------------------------------------------------
@@ -200,15 +224,17 @@ class ReplayDataset(IterableDataset):
                 raise WorkerSourceError(
                     "an in-process Table cannot be sampled from DataLoader worker processes (each would "
                     "sample a stale copy); use num_workers=0 (a prefetch thread), or serve the table "
-                    "with replaystore.ray and pass its client")
+                    "with replaystore.ray and pass its client"
+                )
             return self._iter_table(count)
         return self._iter_client(count)
 
     def _iter_table(self, count: int | None) -> Iterator[dict[str, Any]]:
         if count == 0:
             return
-        with SampleIterator(self.table, self.batch_size, prefetch=self.prefetch, timeout=self.timeout,
-                            max_batches=count) as it:
+        with SampleIterator(
+            self.table, self.batch_size, prefetch=self.prefetch, timeout=self.timeout, max_batches=count
+        ) as it:
             for sample in it:
                 yield sample_to_batch(sample)
 
@@ -217,8 +243,7 @@ class ReplayDataset(IterableDataset):
             return
         client = self._source_client()
         shared = get_worker_info() is not None
-        for sample in client.iterate(self.batch_size, prefetch=self.prefetch, timeout=self.timeout,
-                                     max_batches=count):
+        for sample in client.iterate(self.batch_size, prefetch=self.prefetch, timeout=self.timeout, max_batches=count):
             yield sample_to_batch(sample, shared)
 
     def update_priorities(self, keys: Any, priorities: Any) -> Any:
@@ -236,8 +261,9 @@ class ReplayDataset(IterableDataset):
         return self._source_client().update_priorities(keys, priorities)
 
 
-def replay_loader(dataset: ReplayDataset, num_workers: int = 0, pin_memory: bool = False,
-                  **loader_kwargs: Any) -> DataLoader:
+def replay_loader(
+    dataset: ReplayDataset, num_workers: int = 0, pin_memory: bool = False, **loader_kwargs: Any
+) -> DataLoader:
     """A ``DataLoader`` over ``dataset`` with ``batch_size=None`` (elements are whole batches).
 
     With ``num_workers > 0`` the source must be a Ray client, and workers are spawned
@@ -251,7 +277,8 @@ def replay_loader(dataset: ReplayDataset, num_workers: int = 0, pin_memory: bool
         if not dataset.uses_ray:
             raise WorkerSourceError(
                 f"num_workers={num_workers} needs a Ray client source: an in-process Table cannot be "
-                "shared with worker processes (use num_workers=0, which prefetches in a thread)")
+                "shared with worker processes (use num_workers=0, which prefetches in a thread)"
+            )
         ctx = loader_kwargs.setdefault("multiprocessing_context", "spawn")
         if ctx == "fork" or getattr(ctx, "get_start_method", lambda: None)() == "fork":
             raise WorkerSourceError("Ray cannot be used from forked workers: use 'spawn' or 'forkserver'")

@@ -155,8 +155,7 @@ class ReplaystoreHerReplayBuffer(HerReplayBuffer):
     def _compute_reward(self, achieved: np.ndarray, desired: np.ndarray, infos: Any) -> np.ndarray:
         if self.env is None:
             raise InvalidState("set_env() must be called before sampling (it computes the HER rewards)")
-        return np.asarray(self.env.env_method("compute_reward", achieved, desired, infos, indices=[0])[0],
-                          np.float32)
+        return np.asarray(self.env.env_method("compute_reward", achieved, desired, infos, indices=[0])[0], np.float32)
 
     # -- writing / sampling ---------------------------------------------------------------------
     def add(  # type: ignore[override]
@@ -182,8 +181,15 @@ class ReplaystoreHerReplayBuffer(HerReplayBuffer):
             timeout = np.array([info.get("TimeLimit.truncated", False) for info in infos], dtype=bool)
         else:
             timeout = np.zeros(n, bool)
-        self.hindsight.add(shaped["obs"], shaped["next_obs"], action, reward, done, timeout=timeout,
-                           infos=infos if self.copy_info_dict else None)
+        self.hindsight.add(
+            shaped["obs"],
+            shaped["next_obs"],
+            action,
+            reward,
+            done,
+            timeout=timeout,
+            infos=infos if self.copy_info_dict else None,
+        )
 
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> DictReplayBufferSamples:  # type: ignore[override]
         """Real transitions first, then ``int(her_ratio * batch_size)`` relabelled ones."""

@@ -21,6 +21,19 @@ from .picks import PICKS
 from .tickets import Ticket
 from .versions import STALENESS_ENDS, VersionRange
 
-__all__ = ["DEFAULT_TICKET_TTL", "PICKS", "STALENESS_ENDS", "Group", "KeepAlive", "OnlineJournal", "OnlineMetrics",
-           "Rollout", "RolloutBatch", "RolloutBuffer", "RolloutBufferConfig", "StalenessBudget", "Ticket",
-           "VersionRange"]
+__all__ = [
+    "DEFAULT_TICKET_TTL",
+    "PICKS",
+    "STALENESS_ENDS",
+    "Group",
+    "KeepAlive",
+    "OnlineJournal",
+    "OnlineMetrics",
+    "Rollout",
+    "RolloutBatch",
+    "RolloutBuffer",
+    "RolloutBufferConfig",
+    "StalenessBudget",
+    "Ticket",
+    "VersionRange",
+]

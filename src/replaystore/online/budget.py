@@ -43,8 +43,18 @@ from ..errors import Closed, InvalidRequest, TicketCancelled, Timeout, WouldDead
 from .tickets import VERSION, WEIGHT, Ticket, TicketBook, ticket_ids
 from .versions import check_int
 
-_COUNTERS = ("acquired", "accepted_total", "rejected", "abandoned", "expired", "discarded", "cancelled",
-             "overprovisioned", "acquire_calls", "acquire_timeouts")
+_COUNTERS = (
+    "acquired",
+    "accepted_total",
+    "rejected",
+    "abandoned",
+    "expired",
+    "discarded",
+    "cancelled",
+    "overprovisioned",
+    "acquire_calls",
+    "acquire_timeouts",
+)
 TRAINER_WAITS = (None, "fifo", "in_order")
 
 
@@ -68,9 +78,17 @@ class StalenessBudget:
         InvalidRequest: a non-integer or out-of-range argument.
     """
 
-    def __init__(self, batch_size: int, max_staleness: int, max_running: int | None = None,
-                 ttl: float | None = None, version: int = 0, clock: Callable[[], float] = time.time,
-                 weight: int = 1, trainer_waits: str | None = None) -> None:
+    def __init__(
+        self,
+        batch_size: int,
+        max_staleness: int,
+        max_running: int | None = None,
+        ttl: float | None = None,
+        version: int = 0,
+        clock: Callable[[], float] = time.time,
+        weight: int = 1,
+        trainer_waits: str | None = None,
+    ) -> None:
         self.batch_size = check_int(batch_size, "batch_size", 1)
         self.max_staleness = check_int(max_staleness, "max_staleness", 0)
         self.max_running = None if max_running is None else check_int(max_running, "max_running", 1)
@@ -178,9 +196,11 @@ class StalenessBudget:
         w = self.weight if weight is None else check_int(weight, "ticket weight", 1)
         m = check_int(overprovision, "overprovision", 0)
         if (k + m) * w > self._max_units() or (self.max_running is not None and k + m > self.max_running):
-            raise InvalidRequest(f"{k + m} tickets of {w} units can never be granted at once: the budget admits "
-                                 f"at most {self._max_units()} units ((max_staleness + 1) * batch_size)"
-                                 f"{'' if self.max_running is None else f' and {self.max_running} tickets'}")
+            raise InvalidRequest(
+                f"{k + m} tickets of {w} units can never be granted at once: the budget admits "
+                f"at most {self._max_units()} units ((max_staleness + 1) * batch_size)"
+                f"{'' if self.max_running is None else f' and {self.max_running} tickets'}"
+            )
         return k, w, m
 
     def _check_held(self, ids: list[int]) -> None:
@@ -198,8 +218,9 @@ class StalenessBudget:
 
     def _deadlock(self, holder: str | None, k: int, w: int) -> str | None:
         """Why ``holder``'s request can never be granted while it holds its tickets, or ``None``."""
-        return self._book.deadlock(holder, k, w, self._max_units(), self.max_running, self.trainer_waits,
-                                   self.version - self.max_staleness)
+        return self._book.deadlock(
+            holder, k, w, self._max_units(), self.max_running, self.trainer_waits, self.version - self.max_staleness
+        )
 
     # -- acquiring ---------------------------------------------------------------------------------
     def _grant(self, k: int, w: int, m: int, holder: str | None, now: float) -> list[Ticket]:
@@ -211,8 +232,9 @@ class StalenessBudget:
             self._no_expiry_before = min(self._no_expiry_before, deadline)
         return self._book.grant(k + m, self.version, holder, deadline, w, now, need=k if m else None)
 
-    def try_acquire(self, k: int = 1, holder: str | None = None, overprovision: int = 0,
-                    weight: int | None = None) -> list[Ticket]:
+    def try_acquire(
+        self, k: int = 1, holder: str | None = None, overprovision: int = 0, weight: int | None = None
+    ) -> list[Ticket]:
         """``k`` (+ ``overprovision``) tickets if the budget allows all of them now, else ``[]``.
 
         Never blocks. See :meth:`acquire` for the arguments.
@@ -233,8 +255,14 @@ class StalenessBudget:
             self._window_wait.append(0.0)
             return self._grant(k, w, m, holder, now)
 
-    def acquire(self, k: int = 1, timeout: float | None = None, holder: str | None = None,
-                overprovision: int = 0, weight: int | None = None) -> list[Ticket]:
+    def acquire(
+        self,
+        k: int = 1,
+        timeout: float | None = None,
+        holder: str | None = None,
+        overprovision: int = 0,
+        weight: int | None = None,
+    ) -> list[Ticket]:
         """``k`` tickets, waiting until the budget allows all of them (all or nothing).
 
         Args:
@@ -274,9 +302,11 @@ class StalenessBudget:
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         self.counters["acquire_timeouts"] += 1
-                        raise Timeout(f"{k + m} tickets not granted within {timeout:.3g}s: version {self.version}, "
-                                      f"running {len(self._book)}, accepted {self.accepted}, limit {self.limit()}"
-                                      f"{', admission paused' if self.paused else ''}")
+                        raise Timeout(
+                            f"{k + m} tickets not granted within {timeout:.3g}s: version {self.version}, "
+                            f"running {len(self._book)}, accepted {self.accepted}, limit {self.limit()}"
+                            f"{', admission paused' if self.paused else ''}"
+                        )
                     nxt = self._book.next_deadline()
                     if nxt is not None:  # wake when a ticket may expire
                         step = max(nxt - now, 0.001)
@@ -490,15 +520,29 @@ class StalenessBudget:
         """Counters and gauges: version, running, accepted, capacity, limit, wait seconds, paused, ..."""
         with self._lock:
             self._expire(self._clock())
-            return {**self.counters, "version": self.version, "running": len(self._book),
-                    "running_units": self._book.weight, "accepted": self.accepted, "capacity": self._capacity(),
-                    "limit": self.limit(), "producer_wait_s": self.wait_s, "paused": self.paused}
+            return {
+                **self.counters,
+                "version": self.version,
+                "running": len(self._book),
+                "running_units": self._book.weight,
+                "accepted": self.accepted,
+                "capacity": self._capacity(),
+                "limit": self.limit(),
+                "producer_wait_s": self.wait_s,
+                "paused": self.paused,
+            }
 
     def state(self) -> dict[str, Any]:
         """JSON-able state (tickets with their deadlines, counters, version, batches) for a journal."""
         with self._lock:
-            return {"version": self.version, "accepted": self.accepted, **self._book.state(),
-                    "counters": dict(self.counters), "wait_s": self.wait_s, "paused": self.paused}
+            return {
+                "version": self.version,
+                "accepted": self.accepted,
+                **self._book.state(),
+                "counters": dict(self.counters),
+                "wait_s": self.wait_s,
+                "paused": self.paused,
+            }
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state` output (a restarted service). Tickets keep their deadlines."""
@@ -513,8 +557,10 @@ class StalenessBudget:
             self._cond.notify_all()
 
     def __repr__(self) -> str:
-        return (f"StalenessBudget(batch_size={self.batch_size}, max_staleness={self.max_staleness}, "
-                f"version={self.version}, running={len(self._book)}, accepted={self.accepted})")
+        return (
+            f"StalenessBudget(batch_size={self.batch_size}, max_staleness={self.max_staleness}, "
+            f"version={self.version}, running={len(self._book)}, accepted={self.accepted})"
+        )
 
 
 __all__ = ["TRAINER_WAITS", "StalenessBudget"]

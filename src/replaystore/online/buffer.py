@@ -64,12 +64,30 @@ from .picks import check_pick, make_selector, priority
 from .versions import check_end, check_int
 
 DEFAULT_TICKET_TTL = 600.0  # seconds: a dead producer's tickets come back after 10 minutes
-_COUNTERS = ("rollouts_added", "groups_completed", "groups_admitted", "groups_sampled", "rollouts_sampled",
-             "sample_calls", "groups_retired", "groups_evicted_after_training", "groups_dropped_after_training",
-             "groups_dropped_stale", "groups_dropped_expired", "groups_dropped_evicted",
-             "groups_dropped_abandoned", "groups_dropped_incomplete", "groups_dropped_rejected",
-             "groups_dropped_cancelled", "groups_rejected", "tickets_cancelled", "rollouts_dropped",
-             "duplicate_members_ignored", "add_calls", "restarts")
+_COUNTERS = (
+    "rollouts_added",
+    "groups_completed",
+    "groups_admitted",
+    "groups_sampled",
+    "rollouts_sampled",
+    "sample_calls",
+    "groups_retired",
+    "groups_evicted_after_training",
+    "groups_dropped_after_training",
+    "groups_dropped_stale",
+    "groups_dropped_expired",
+    "groups_dropped_evicted",
+    "groups_dropped_abandoned",
+    "groups_dropped_incomplete",
+    "groups_dropped_rejected",
+    "groups_dropped_cancelled",
+    "groups_rejected",
+    "tickets_cancelled",
+    "rollouts_dropped",
+    "duplicate_members_ignored",
+    "add_calls",
+    "restarts",
+)
 _REMEMBER_DONE = 4096  # completed groups remembered so that a retried write is answered, not duplicated
 
 
@@ -125,14 +143,30 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
             pacing without ``batch_size``/``max_staleness``, an unknown pick or end).
     """
 
-    def __init__(self, capacity: int, batch_size: int | None = None, max_staleness: int | None = None, *,
-                 pacing: bool | None = None, drop_stale: bool | None = None, group_size: int = 1,
-                 pick: str = "fifo", staleness_end: str = "min", max_reuse: int = 1,
-                 group_timeout: float | None = None, ticket_ttl: float | None = DEFAULT_TICKET_TTL,
-                 max_running: int | None = None, batch_tokens: int | None = None, group_tokens: int | None = None,
-                 length_buckets: Sequence[int] = (16, 64, 256, 1024),
-                 seed: int | None = None, sinks: Sequence[Sink] | None = None, journal: Any = None,
-                 clock: Callable[[], float] = time.time, name: str = "rollouts") -> None:
+    def __init__(
+        self,
+        capacity: int,
+        batch_size: int | None = None,
+        max_staleness: int | None = None,
+        *,
+        pacing: bool | None = None,
+        drop_stale: bool | None = None,
+        group_size: int = 1,
+        pick: str = "fifo",
+        staleness_end: str = "min",
+        max_reuse: int = 1,
+        group_timeout: float | None = None,
+        ticket_ttl: float | None = DEFAULT_TICKET_TTL,
+        max_running: int | None = None,
+        batch_tokens: int | None = None,
+        group_tokens: int | None = None,
+        length_buckets: Sequence[int] = (16, 64, 256, 1024),
+        seed: int | None = None,
+        sinks: Sequence[Sink] | None = None,
+        journal: Any = None,
+        clock: Callable[[], float] = time.time,
+        name: str = "rollouts",
+    ) -> None:
         self.capacity = check_int(capacity, "capacity", 1)
         self.batch_size = None if batch_size is None else check_int(batch_size, "batch_size", 1)
         self.batch_tokens = None if batch_tokens is None else check_int(batch_tokens, "batch_tokens", 1)
@@ -150,8 +184,10 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
             raise InvalidRequest("drop_stale needs max_staleness")
         self.group_tokens = None if group_tokens is None else check_int(group_tokens, "group_tokens", 1)
         if pacing and self.batch_tokens is not None and self.group_tokens is None:
-            raise InvalidRequest("a token budget (batch_tokens with pacing) needs group_tokens: the tokens a "
-                                 "ticket reserves until its group completes")
+            raise InvalidRequest(
+                "a token budget (batch_tokens with pacing) needs group_tokens: the tokens a "
+                "ticket reserves until its group completes"
+            )
         self.pacing, self.drop_stale = bool(pacing), bool(drop_stale)
         self.group_size = check_int(group_size, "group_size", 1)
         if self.group_size > self.capacity:
@@ -169,13 +205,25 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
         self.budget: StalenessBudget | None = None
         if self.pacing:
             waits = self.pick if self.pick in ("fifo", "in_order") else None
-            self.budget = StalenessBudget(per_version, self.max_staleness, max_running=max_running,
-                                          ttl=ticket_ttl, clock=clock, weight=self.group_tokens or 1,
-                                          trainer_waits=waits)
-        self.table = Table(self.capacity, sampler=make_selector(self.pick), remover=Fifo(),
-                           rate_limiter=MinSize(1),
-                           max_staleness=self.max_staleness if self.drop_stale else None,
-                           storage="objects", seed=seed, name=name)
+            self.budget = StalenessBudget(
+                per_version,
+                self.max_staleness,
+                max_running=max_running,
+                ttl=ticket_ttl,
+                clock=clock,
+                weight=self.group_tokens or 1,
+                trainer_waits=waits,
+            )
+        self.table = Table(
+            self.capacity,
+            sampler=make_selector(self.pick),
+            remover=Fifo(),
+            rate_limiter=MinSize(1),
+            max_staleness=self.max_staleness if self.drop_stale else None,
+            storage="objects",
+            seed=seed,
+            name=name,
+        )
         self.metrics = OnlineMetrics(length_buckets)
         self.sinks = list(sinks or [])
         self._report_step = 0
@@ -235,9 +283,14 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
 
     # -- journal ----------------------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
-        return {"version": self.version, "counters": self.counters, "next_order": self._next_order,
-                "next_arrival": self._next_arrival, "metrics": self.metrics.snapshot("total"),
-                "budget": None if self.budget is None else self.budget.state()}
+        return {
+            "version": self.version,
+            "counters": self.counters,
+            "next_order": self._next_order,
+            "next_arrival": self._next_arrival,
+            "metrics": self.metrics.snapshot("total"),
+            "budget": None if self.budget is None else self.budget.state(),
+        }
 
     def _commit(self) -> None:
         """Write what the last operation changed, plus the state, in one journal transaction.
@@ -257,8 +310,10 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
             self._puts, self._deletes = puts, deletes  # staged again (the lock is held: nothing came since)
             if isinstance(e, StorageError):
                 raise
-            raise StorageError(f"rollout buffer {self.name!r}: journal write failed ({type(e).__name__}: {e})",
-                               path=getattr(self.journal, "path", None)) from e
+            raise StorageError(
+                f"rollout buffer {self.name!r}: journal write failed ({type(e).__name__}: {e})",
+                path=getattr(self.journal, "path", None),
+            ) from e
 
     def _stage(self, key: str, value: Any) -> None:
         self._puts[key] = value
@@ -356,8 +411,9 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
             if self.budget is not None:
                 self.budget.discard(self._units(g))
         else:
-            self.counters[f"groups_{reason}_after_training" if reason == "evicted"
-                          else "groups_dropped_after_training"] += 1
+            self.counters[
+                f"groups_{reason}_after_training" if reason == "evicted" else "groups_dropped_after_training"
+            ] += 1
 
     def _settle(self, cancelled: Iterable[int] = ()) -> None:
         """Drop the pending groups of tickets that expired or were cancelled (lock held)."""
@@ -414,10 +470,16 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
         """
         with self._lock:
             self._expire(self._clock())
-            out: dict[str, Any] = {**self.counters, "name": self.name, "version": self.version,
-                                   "groups": len(self._complete), "rollouts": self._items,
-                                   "tokens": self._tokens, "pending_groups": len(self._pending),
-                                   "pending_rollouts": sum(len(g.members) for g in self._pending.values())}
+            out: dict[str, Any] = {
+                **self.counters,
+                "name": self.name,
+                "version": self.version,
+                "groups": len(self._complete),
+                "rollouts": self._items,
+                "tokens": self._tokens,
+                "pending_groups": len(self._pending),
+                "pending_rollouts": sum(len(g.members) for g in self._pending.values()),
+            }
             if self.budget is not None:
                 out["budget"] = self.budget.stats()
             out.update(self.metrics.snapshot("total"))
@@ -454,8 +516,9 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
         try:
             self._restore_records(saved)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
-            raise CheckpointError(f"rollout buffer {self.name!r}: the journal does not hold a valid state "
-                                  f"({type(e).__name__}: {e})") from e
+            raise CheckpointError(
+                f"rollout buffer {self.name!r}: the journal does not hold a valid state ({type(e).__name__}: {e})"
+            ) from e
 
     def _restore_records(self, saved: dict[str, Any]) -> None:
         state = saved["s"]
@@ -484,8 +547,10 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
             self._commit()
 
     def __repr__(self) -> str:
-        return (f"RolloutBuffer(name={self.name!r}, groups={len(self._complete)}, pending={len(self._pending)}, "
-                f"version={self.version}, pacing={self.pacing}, drop_stale={self.drop_stale}, pick={self.pick!r})")
+        return (
+            f"RolloutBuffer(name={self.name!r}, groups={len(self._complete)}, pending={len(self._pending)}, "
+            f"version={self.version}, pacing={self.pacing}, drop_stale={self.drop_stale}, pick={self.pick!r})"
+        )
 
 
 __all__ = ["DEFAULT_TICKET_TTL", "RolloutBuffer"]

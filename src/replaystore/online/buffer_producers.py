@@ -34,8 +34,14 @@ class ProducerCalls:
         return self.budget
 
     # -- tickets ------------------------------------------------------------------------------------------
-    def acquire(self, k: int = 1, timeout: float | None = None, holder: str | None = None,
-                overprovision: int = 0, tokens: int | None = None) -> list[Ticket]:
+    def acquire(
+        self,
+        k: int = 1,
+        timeout: float | None = None,
+        holder: str | None = None,
+        overprovision: int = 0,
+        tokens: int | None = None,
+    ) -> list[Ticket]:
         """``k`` tickets (group ids) from the budget, waiting while it is spent.
 
         Args:
@@ -67,8 +73,9 @@ class ProducerCalls:
             self._commit()  # the budget's new tickets
         return tickets
 
-    def try_acquire(self, k: int = 1, holder: str | None = None, overprovision: int = 0,
-                    tokens: int | None = None) -> list[Ticket]:
+    def try_acquire(
+        self, k: int = 1, holder: str | None = None, overprovision: int = 0, tokens: int | None = None
+    ) -> list[Ticket]:
         """Like :meth:`acquire` but never waits: the tickets if the budget allows them now, else ``[]``."""
         budget = self._need_budget()
         with self._lock:
@@ -141,8 +148,9 @@ class ProducerCalls:
             ids = ticket_ids(tickets)
             busy = [t for t in ids if t in self._pending]
             if busy:
-                raise InvalidRequest(f"tickets {busy[:5]!r} have pending groups in {self.name!r}: "
-                                     f"their groups finish them")
+                raise InvalidRequest(
+                    f"tickets {busy[:5]!r} have pending groups in {self.name!r}: their groups finish them"
+                )
             self._settle(budget.finish(ids, accepted=accepted))
             self._cond.notify_all()
             self._commit()
@@ -200,8 +208,15 @@ class ProducerCalls:
             self._commit()
 
     # -- writes -----------------------------------------------------------------------------------------------
-    def add(self, data: Any, group: Hashable | None = None, versions: Any = None, length: int | None = None,
-            group_size: int | None = None, index: int | None = None) -> str:
+    def add(
+        self,
+        data: Any,
+        group: Hashable | None = None,
+        versions: Any = None,
+        length: int | None = None,
+        group_size: int | None = None,
+        index: int | None = None,
+    ) -> str:
         """Add one rollout to its group.
 
         Args:
@@ -228,12 +243,26 @@ class ProducerCalls:
                 now, ...; :class:`TicketCancelled` if cancelled).
             Closed: the buffer was closed.
         """
-        return self._write(group, [data], versions, None if length is None else [length], group_size,
-                           None if index is None else [index], whole=False)
+        return self._write(
+            group,
+            [data],
+            versions,
+            None if length is None else [length],
+            group_size,
+            None if index is None else [index],
+            whole=False,
+        )
 
-    def add_group(self, group: Hashable, completions: Sequence[Any], versions: Any = None,
-                  lengths: Sequence[int] | None = None, group_size: int | None = None,
-                  indices: Sequence[int] | None = None, member_versions: Sequence[Any] | None = None) -> str:
+    def add_group(
+        self,
+        group: Hashable,
+        completions: Sequence[Any],
+        versions: Any = None,
+        lengths: Sequence[int] | None = None,
+        group_size: int | None = None,
+        indices: Sequence[int] | None = None,
+        member_versions: Sequence[Any] | None = None,
+    ) -> str:
         """Add a whole group (or, with ``indices``, several members) in one call and one journal write.
 
         Idempotent by (group, member index): a retried call (a service restarted before it replied)
@@ -271,11 +300,20 @@ class ProducerCalls:
             raise InvalidRequest(f"{len(indices)} indices for {n} completions")
         vs = versions if member_versions is None else list(member_versions)
         idx = list(range(n)) if indices is None else list(indices)
-        return self._write(group, list(completions), vs, lengths, group_size, idx, whole=indices is None,
-                           per_member=member_versions is not None)
+        return self._write(
+            group,
+            list(completions),
+            vs,
+            lengths,
+            group_size,
+            idx,
+            whole=indices is None,
+            per_member=member_versions is not None,
+        )
 
-    def _check_members(self, datas: list, versions: Any, lengths: Any, indices: list | None,
-                       per_member: bool) -> tuple[list, list, list | None]:
+    def _check_members(
+        self, datas: list, versions: Any, lengths: Any, indices: list | None, per_member: bool
+    ) -> tuple[list, list, list | None]:
         n = len(datas)
         if per_member:
             rngs = [VersionRange.of(self.version if v is None else v) for v in versions]
@@ -304,8 +342,17 @@ class ProducerCalls:
                 raise InvalidRequest(f"a group id must be hashable, got {type(group).__name__}") from None
         return group
 
-    def _write(self, group: Any, datas: list, versions: Any, lengths: Any, group_size: Any, indices: list | None,
-               whole: bool, per_member: bool = False) -> str:
+    def _write(
+        self,
+        group: Any,
+        datas: list,
+        versions: Any,
+        lengths: Any,
+        group_size: Any,
+        indices: list | None,
+        whole: bool,
+        per_member: bool = False,
+    ) -> str:
         with self._lock:
             self._check_open()
             rngs, lens, indices = self._check_members(datas, versions, lengths, indices, per_member)
@@ -330,8 +377,12 @@ class ProducerCalls:
             if g is None and gid is not None:
                 writable = self.budget is None or self.budget.held(gid)
                 done = self._done.get(gid)
-                if indices is not None and done is not None and done[0] is not None and (
-                        not writable or self.budget is None):  # without pacing, group ids must be unique
+                if (
+                    indices is not None
+                    and done is not None
+                    and done[0] is not None
+                    and (not writable or self.budget is None)
+                ):  # without pacing, group ids must be unique
                     self.counters["duplicate_members_ignored"] += len(datas)
                     return done[0]  # a retried write of a group that completed: answered, not duplicated
                 if self.budget is not None and not writable:
@@ -397,8 +448,9 @@ class ProducerCalls:
                 key = self._by_gid[gid]
                 g = self._complete[key]
                 if g.times_sampled > 0:
-                    raise AlreadySampled(f"group {gid!r} was already sampled {g.times_sampled} time(s): "
-                                         f"it cannot be rejected")
+                    raise AlreadySampled(
+                        f"group {gid!r} was already sampled {g.times_sampled} time(s): it cannot be rejected"
+                    )
                 self._take_out(key)
                 self.table.delete([key])
                 if self.budget is not None:

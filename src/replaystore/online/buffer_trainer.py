@@ -53,8 +53,10 @@ class TrainerCalls:
         if n > self.capacity:
             raise InvalidRequest(f"{n} groups can never be held by capacity {self.capacity}")
         if self.budget is not None and not self.tokens and n > (self.max_staleness + 1) * self.batch_size:
-            raise InvalidRequest(f"{n} groups can never be admitted at once: the budget admits "
-                                 f"(max_staleness + 1) * batch_size = {(self.max_staleness + 1) * self.batch_size}")
+            raise InvalidRequest(
+                f"{n} groups can never be admitted at once: the budget admits "
+                f"(max_staleness + 1) * batch_size = {(self.max_staleness + 1) * self.batch_size}"
+            )
         return n, None
 
     def _ready(self, n: int | None, tokens: int | None) -> bool:
@@ -62,8 +64,9 @@ class TrainerCalls:
             return len(self._complete) >= n and not self._straggler(n)
         return bool(self._complete) and self._tokens >= tokens and not self._straggler(1)
 
-    def sample(self, num_groups: int | None = None, timeout: float | None = None,
-               tokens: int | None = None) -> RolloutBatch:
+    def sample(
+        self, num_groups: int | None = None, timeout: float | None = None, tokens: int | None = None
+    ) -> RolloutBatch:
         """Draw distinct complete groups with the pick policy; wait while too few exist.
 
         ``num_groups`` groups; or, with ``num_groups=None``, whole groups in pick order until their
@@ -92,9 +95,11 @@ class TrainerCalls:
                     self._commit()
                     waiting = " (waiting for running groups, see pick)" if self._straggler(n or 1) else ""
                     what = f"{n} groups" if n is not None else f"{want_tokens} tokens"
-                    raise Timeout(f"sample of {what} from {self.name!r}: {len(self._complete)} complete "
-                                  f"({self._tokens} tokens), {len(self._pending)} pending after "
-                                  f"{timeout:.3g}s{waiting}")
+                    raise Timeout(
+                        f"sample of {what} from {self.name!r}: {len(self._complete)} complete "
+                        f"({self._tokens} tokens), {len(self._pending)} pending after "
+                        f"{timeout:.3g}s{waiting}"
+                    )
                 # wake periodically so expiring tickets and timed-out groups are noticed
                 self._cond.wait(0.05 if remaining is None else min(remaining, 0.05))
             keys = self.table.sample(n if n is not None else len(self._complete), timeout=0).keys.tolist()
@@ -178,12 +183,14 @@ class TrainerCalls:
                     return self.version
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    raise Timeout(f"version {v} of {self.name!r} not reached within {timeout:.3g}s "
-                                  f"(version {self.version})")
+                    raise Timeout(
+                        f"version {v} of {self.name!r} not reached within {timeout:.3g}s (version {self.version})"
+                    )
                 self._cond.wait(remaining)
 
-    async def versions(self, after: int | None = None, timeout: float | None = None,
-                       poll: float = 0.5) -> AsyncIterator[int]:
+    async def versions(
+        self, after: int | None = None, timeout: float | None = None, poll: float = 0.5
+    ) -> AsyncIterator[int]:
         """An async iterator of version changes; ends when the buffer closes.
 
         Yields each newer version it sees (several changes between two reads yield the newest only).

@@ -59,12 +59,25 @@ class RolloutBufferConfig:
                 journal.clear()
         try:
             return RolloutBuffer(
-                self.capacity, self.batch_size, self.max_staleness, pacing=self.pacing, drop_stale=self.drop_stale,
-                group_size=self.group_size, pick=self.pick, staleness_end=self.staleness_end,
-                max_reuse=self.max_reuse, group_timeout=self.group_timeout, ticket_ttl=self.ticket_ttl,
-                max_running=self.max_running, batch_tokens=self.batch_tokens,
-                group_tokens=self.group_tokens, length_buckets=self.length_buckets, seed=self.seed,
-                journal=journal, name=name)
+                self.capacity,
+                self.batch_size,
+                self.max_staleness,
+                pacing=self.pacing,
+                drop_stale=self.drop_stale,
+                group_size=self.group_size,
+                pick=self.pick,
+                staleness_end=self.staleness_end,
+                max_reuse=self.max_reuse,
+                group_timeout=self.group_timeout,
+                ticket_ttl=self.ticket_ttl,
+                max_running=self.max_running,
+                batch_tokens=self.batch_tokens,
+                group_tokens=self.group_tokens,
+                length_buckets=self.length_buckets,
+                seed=self.seed,
+                journal=journal,
+                name=name,
+            )
         except BaseException:
             if journal is not None:
                 journal.close()

@@ -51,9 +51,17 @@ class OnlineMetrics:
             raise InvalidRequest(f"length_buckets must be increasing positive integers, got {list(length_buckets)!r}")
         self.edges = np.asarray(edges, dtype=np.int64)
         self.names = bucket_names(edges)
-        self.total: dict[str, Counter] = {k: Counter() for k in
-                                          ("generated_by_length", "trained_by_length", "dropped_by_length",
-                                           "trained_staleness", "dropped", "rejected")}
+        self.total: dict[str, Counter] = {
+            k: Counter()
+            for k in (
+                "generated_by_length",
+                "trained_by_length",
+                "dropped_by_length",
+                "trained_staleness",
+                "dropped",
+                "rejected",
+            )
+        }
         self.window: dict[str, Counter] = {k: Counter() for k in self.total}
         self._waits: list[float] = []
 

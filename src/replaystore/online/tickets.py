@@ -86,8 +86,16 @@ class TicketBook:
     def __contains__(self, tid: object) -> bool:
         return tid in self.records
 
-    def grant(self, k: int, version: int, holder: str | None, deadline: float | None, weight: int,
-              now: float, need: int | None = None) -> list[Ticket]:
+    def grant(
+        self,
+        k: int,
+        version: int,
+        holder: str | None,
+        deadline: float | None,
+        weight: int,
+        now: float,
+        need: int | None = None,
+    ) -> list[Ticket]:
         """``k`` new tickets; with ``need``, an over-provisioned batch of which ``need`` are wanted."""
         batch = None
         if need is not None:
@@ -104,8 +112,9 @@ class TicketBook:
         """:class:`UnknownTicket` unless every id is held."""
         missing = [t for t in ids if t not in self.records]
         if missing:
-            raise UnknownTicket(f"tickets {missing[:5]!r} are not held (never acquired, already finished "
-                                f"or abandoned, or expired)")
+            raise UnknownTicket(
+                f"tickets {missing[:5]!r} are not held (never acquired, already finished or abandoned, or expired)"
+            )
 
     def pop(self, ids: Iterable[int]) -> list[list]:
         """Remove held tickets (a batch left without tickets is closed); their records."""
@@ -174,8 +183,16 @@ class TicketBook:
         cand = [(r[GRANTED], i) for i, r in self.records.items() if holder is None or r[HOLDER] == holder]
         return [i for _, i in sorted(cand)[:n]]
 
-    def deadlock(self, holder: str | None, k: int, w: int, max_units: int, max_running: int | None,
-                 trainer_waits: str | None, last_version: int) -> str | None:
+    def deadlock(
+        self,
+        holder: str | None,
+        k: int,
+        w: int,
+        max_units: int,
+        max_running: int | None,
+        trainer_waits: str | None,
+        last_version: int,
+    ) -> str | None:
         """Why ``holder``'s request can never be granted while it holds its tickets, or ``None``.
 
         ``k`` tickets of ``w`` units: with the holder's, more than a budget admits at once; or the
@@ -187,8 +204,10 @@ class TicketBook:
             return None
         units = sum(self.records[i][WEIGHT] for i in mine)
         if units + k * w > max_units or (max_running is not None and len(mine) + k > max_running):
-            return (f"holder {holder!r} holds {len(mine)} tickets and asks for {k} more: together more than the "
-                    f"budget ever admits at once; acquire everything you need in one call")
+            return (
+                f"holder {holder!r} holds {len(mine)} tickets and asks for {k} more: together more than the "
+                f"budget ever admits at once; acquire everything you need in one call"
+            )
         if trainer_waits == "fifo":
             waited = [i for i in mine if self.records[i][VERSION] <= last_version]
         elif trainer_waits == "in_order":
@@ -196,16 +215,22 @@ class TicketBook:
         else:
             waited = []
         if waited:
-            return (f"holder {holder!r} holds ticket {waited[0]} that the trainer waits for (pick "
-                    f"{trainer_waits!r}), while it waits for {k} more that only the trainer's next version "
-                    f"would admit: finish or abandon it first, or acquire everything at once")
+            return (
+                f"holder {holder!r} holds ticket {waited[0]} that the trainer waits for (pick "
+                f"{trainer_waits!r}), while it waits for {k} more that only the trainer's next version "
+                f"would admit: finish or abandon it first, or acquire everything at once"
+            )
         return None
 
     def state(self) -> dict[str, Any]:
         """JSON-able records."""
-        return {"next_id": self.next_id, "tickets": {str(i): list(r) for i, r in self.records.items()},
-                "batches": {str(b): list(v) for b, v in self.batches.items()}, "next_batch": self.next_batch,
-                "cancelled": list(self.cancelled)}
+        return {
+            "next_id": self.next_id,
+            "tickets": {str(i): list(r) for i, r in self.records.items()},
+            "batches": {str(b): list(v) for b, v in self.batches.items()},
+            "next_batch": self.next_batch,
+            "cancelled": list(self.cancelled),
+        }
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state` (records of older journals, ``[version, holder, deadline]``, are padded)."""
@@ -214,7 +239,7 @@ class TicketBook:
         for i, r in state["tickets"].items():
             r = list(r)
             if len(r) < 6:
-                r += [1, r[DEADLINE] or 0.0, None][len(r) - 3:]
+                r += [1, r[DEADLINE] or 0.0, None][len(r) - 3 :]
             self.records[int(i)] = r
         self.weight = sum(r[WEIGHT] for r in self.records.values())
         self.batches = {int(b): list(v) for b, v in state.get("batches", {}).items()}

@@ -60,8 +60,14 @@ class ReplayClient:
     limits above gives ``rs.Timeout``.
     """
 
-    def __init__(self, actor: Any, name: str, table: str = DEFAULT_TABLE, default_timeout: float | None = None,
-                 rpc_grace: float | None = 60.0) -> None:
+    def __init__(
+        self,
+        actor: Any,
+        name: str,
+        table: str = DEFAULT_TABLE,
+        default_timeout: float | None = None,
+        rpc_grace: float | None = 60.0,
+    ) -> None:
         self.actor = actor
         self.name = name
         self.table_name = table
@@ -83,19 +89,20 @@ class ReplayClient:
         return get(ref, rpc_timeout(op_timeout, self.rpc_grace), f"{self.name}.{method}")
 
     # -- the Table API -----------------------------------------------------------------------------------
-    def extend(self, data: Any, priorities: Any = None, version: Any = None,
-               timeout: float | None = None) -> np.ndarray:
+    def extend(
+        self, data: Any, priorities: Any = None, version: Any = None, timeout: float | None = None
+    ) -> np.ndarray:
         """Insert a batch (one Ray call); return the int64 keys. See :meth:`replaystore.Table.extend`."""
         t = self._t(timeout)
         return self._call("extend", self.table_name, data, priorities, version, t, op_timeout=t)
 
-    def extend_async(self, data: Any, priorities: Any = None, version: Any = None,
-                     timeout: float | None = None) -> Any:
+    def extend_async(self, data: Any, priorities: Any = None, version: Any = None, timeout: float | None = None) -> Any:
         """Start an insert and return its ``ObjectRef`` at once (pipelined writers; ``ray.get`` it later)."""
         return self.actor.extend.remote(self.table_name, data, priorities, version, self._t(timeout))
 
-    def add(self, item: Any, priority: float | None = None, version: int | None = None,
-            timeout: float | None = None) -> int:
+    def add(
+        self, item: Any, priority: float | None = None, version: int | None = None, timeout: float | None = None
+    ) -> int:
         """Insert one item; return its key. See :meth:`replaystore.Table.add`."""
         t = self._t(timeout)
         return self._call("add", self.table_name, item, priority, version, t, op_timeout=t)
@@ -106,33 +113,61 @@ class ReplayClient:
         return self._call("sample", self.table_name, batch_size, t, op_timeout=t)
 
     # -- episodes (see replaystore.Table.add_step and docs/sequences.md) ----------------------------------
-    def extend_steps(self, steps: Any, streams: Any = 0, terminated: Any = None, truncated: Any = None,
-                     priorities: Any = None, version: Any = None, timeout: float | None = None) -> np.ndarray:
+    def extend_steps(
+        self,
+        steps: Any,
+        streams: Any = 0,
+        terminated: Any = None,
+        truncated: Any = None,
+        priorities: Any = None,
+        version: Any = None,
+        timeout: float | None = None,
+    ) -> np.ndarray:
         """Append steps with their stream ids (one Ray call). See :meth:`replaystore.Table.extend_steps`."""
         t = self._t(timeout)
-        return self._call("extend_steps", self.table_name, steps, streams, terminated, truncated, priorities,
-                          version, t, op_timeout=t)
+        return self._call(
+            "extend_steps", self.table_name, steps, streams, terminated, truncated, priorities, version, t, op_timeout=t
+        )
 
-    def add_step(self, step: Any, stream: int = 0, terminated: bool = False, truncated: bool = False,
-                 priority: float | None = None, version: int | None = None, timeout: float | None = None) -> int:
+    def add_step(
+        self,
+        step: Any,
+        stream: int = 0,
+        terminated: bool = False,
+        truncated: bool = False,
+        priority: float | None = None,
+        version: int | None = None,
+        timeout: float | None = None,
+    ) -> int:
         """Append one step. See :meth:`replaystore.Table.add_step`."""
         t = self._t(timeout)
-        return self._call("add_step", self.table_name, step, stream, terminated, truncated, priority, version, t,
-                          op_timeout=t)
+        return self._call(
+            "add_step", self.table_name, step, stream, terminated, truncated, priority, version, t, op_timeout=t
+        )
 
-    def add_episode(self, steps: Any, stream: int | None = None, terminated: bool = True, truncated: bool = False,
-                    priorities: Any = None, version: Any = None, timeout: float | None = None) -> np.ndarray:
+    def add_episode(
+        self,
+        steps: Any,
+        stream: int | None = None,
+        terminated: bool = True,
+        truncated: bool = False,
+        priorities: Any = None,
+        version: Any = None,
+        timeout: float | None = None,
+    ) -> np.ndarray:
         """Insert a whole episode. See :meth:`replaystore.Table.add_episode`."""
         t = self._t(timeout)
-        return self._call("add_episode", self.table_name, steps, stream, terminated, truncated, priorities,
-                          version, t, op_timeout=t)
+        return self._call(
+            "add_episode", self.table_name, steps, stream, terminated, truncated, priorities, version, t, op_timeout=t
+        )
 
     def end_episode(self, streams: Any, truncated: bool = False) -> int:
         """Close streams' open episodes. See :meth:`replaystore.Table.end_episode`."""
         return self._call("end_episode", self.table_name, streams, truncated)
 
-    def sample_sequences(self, batch_size: int, length: int, burn_in: int = 0, mode: str = "strict",
-                         timeout: float | None = None) -> Any:
+    def sample_sequences(
+        self, batch_size: int, length: int, burn_in: int = 0, mode: str = "strict", timeout: float | None = None
+    ) -> Any:
         """``B`` sequences (a :class:`~replaystore.SequenceSample`). See :meth:`replaystore.Table.sample_sequences`."""
         t = self._t(timeout)
         return self._call("sample_sequences", self.table_name, batch_size, length, burn_in, mode, t, op_timeout=t)
@@ -158,8 +193,9 @@ class ReplayClient:
         """Keys of other steps of the keys' episodes. See :meth:`replaystore.Table.episode_keys`."""
         return self._call("episode_keys", self.table_name, keys, positions)
 
-    def iterate(self, batch_size: int, prefetch: int = 4, timeout: float | None = None,
-                max_batches: int | None = None) -> Iterator[Sample]:
+    def iterate(
+        self, batch_size: int, prefetch: int = 4, timeout: float | None = None, max_batches: int | None = None
+    ) -> Iterator[Sample]:
         """Samples of ``batch_size``, with ``prefetch`` sample calls kept in flight.
 
         The service draws the next batches while the caller works on this one, which hides the
@@ -351,8 +387,9 @@ def serve(
         raise InvalidArgument(f"a replay service named {name!r} already exists")
     if max_task_retries is None:
         max_task_retries = -1 if max_restarts else 0
-    options: dict[str, Any] = dict(name=name, max_restarts=max_restarts, max_task_retries=max_task_retries,
-                                   num_cpus=num_cpus, max_concurrency=1000)
+    options: dict[str, Any] = dict(
+        name=name, max_restarts=max_restarts, max_task_retries=max_task_retries, num_cpus=num_cpus, max_concurrency=1000
+    )
     if namespace is not None:
         options["namespace"] = namespace
     if resources:
@@ -362,9 +399,22 @@ def serve(
     if scheduling_strategy is not None:
         options["scheduling_strategy"] = scheduling_strategy
     # the factories travel pickled: an error unpickling them in the actor is a start error like any other
-    actor = ray.remote(server_class).options(**options).remote(
-        name, ray.cloudpickle.dumps(dict(tables)), fragments, checkpoint_dir, checkpoint_period, report_period, sinks,
-        housekeeping_period, online=dict(online) if online else None, wal=wal)
+    actor = (
+        ray.remote(server_class)
+        .options(**options)
+        .remote(
+            name,
+            ray.cloudpickle.dumps(dict(tables)),
+            fragments,
+            checkpoint_dir,
+            checkpoint_period,
+            report_period,
+            sinks,
+            housekeeping_period,
+            online=dict(online) if online else None,
+            wal=wal,
+        )
+    )
     client = ReplayClient(actor, name, next(iter(tables), DEFAULT_TABLE), default_timeout, rpc_grace)
     try:
         get(actor.ping.remote(), start_timeout, f"starting {name!r}")
@@ -393,8 +443,13 @@ def _lookup(name: str, namespace: str | None) -> Any:
         return None
 
 
-def connect(name: str = "replaystore", table: str | None = None, namespace: str | None = None,
-            default_timeout: float | None = None, rpc_grace: float | None = 60.0) -> ReplayClient:
+def connect(
+    name: str = "replaystore",
+    table: str | None = None,
+    namespace: str | None = None,
+    default_timeout: float | None = None,
+    rpc_grace: float | None = 60.0,
+) -> ReplayClient:
     """A client of the running service ``name`` (default table: ``table`` or its first one).
 
     Raises:

@@ -59,12 +59,33 @@ log = logging.getLogger("replaystore")
 
 
 _COUNTERS = (
-    "fragments_added", "duplicates", "gaps", "fragments_dropped_gap", "fragments_dropped_stale",
-    "partials_expired", "fragments_dropped_expired", "chunks_formed", "chunks_evicted",
-    "chunks_dropped_stale", "chunks_retired", "fetches", "fragments_fetched", "leases_released",
-    "leases_expired", "lease_renewals", "payloads_deleted", "payload_delete_errors", "orphans_deleted",
-    "compactions", "bytes_compacted", "restarts", "nodes_lost", "nodes_reattached", "fragments_lost_with_node",
-    "chunks_lost_with_node", "fragments_refused_lost_node",
+    "fragments_added",
+    "duplicates",
+    "gaps",
+    "fragments_dropped_gap",
+    "fragments_dropped_stale",
+    "partials_expired",
+    "fragments_dropped_expired",
+    "chunks_formed",
+    "chunks_evicted",
+    "chunks_dropped_stale",
+    "chunks_retired",
+    "fetches",
+    "fragments_fetched",
+    "leases_released",
+    "leases_expired",
+    "lease_renewals",
+    "payloads_deleted",
+    "payload_delete_errors",
+    "orphans_deleted",
+    "compactions",
+    "bytes_compacted",
+    "restarts",
+    "nodes_lost",
+    "nodes_reattached",
+    "fragments_lost_with_node",
+    "chunks_lost_with_node",
+    "fragments_refused_lost_node",
 )
 
 
@@ -81,12 +102,20 @@ class FragmentBuffer(FragmentNodes):
             store and journal are wiped first.
     """
 
-    def __init__(self, config: FragmentBufferConfig, store: FragmentStore | None = None,
-                 report: Callable[[dict[str, float]], None] | None = None, resume: bool = True) -> None:
+    def __init__(
+        self,
+        config: FragmentBufferConfig,
+        store: FragmentStore | None = None,
+        report: Callable[[dict[str, float]], None] | None = None,
+        resume: bool = True,
+    ) -> None:
         self.config = c = config
         self.store = store if store is not None else c.open_store()
-        self.journal: Journal = (Journal(os.path.join(c.path, "meta"), c.journal_map_size, c.journal_reserve, c.sync)
-                                 if c.persist else NullJournal())
+        self.journal: Journal = (
+            Journal(os.path.join(c.path, "meta"), c.journal_map_size, c.journal_reserve, c.sync)
+            if c.persist
+            else NullJournal()
+        )
         self._report_fn = report
         self._reset()
         if not resume and c.clear_on_start:
@@ -97,8 +126,16 @@ class FragmentBuffer(FragmentNodes):
     def _reset(self) -> None:
         """Empty in-memory state (then filled from the journal by :meth:`_restore`)."""
         c = self.config
-        self.table = Table(c.max_chunks, sampler=UniformDistinct(), remover=Fifo(), rate_limiter=MinSize(1),
-                           max_staleness=c.max_staleness, storage="objects", seed=c.seed, name="chunks")
+        self.table = Table(
+            c.max_chunks,
+            sampler=UniformDistinct(),
+            remover=Fifo(),
+            rate_limiter=MinSize(1),
+            max_staleness=c.max_staleness,
+            storage="objects",
+            seed=c.seed,
+            name="chunks",
+        )
         self.refs = RefCounts()
         self.version = -1
         self.session = ""
@@ -117,8 +154,12 @@ class FragmentBuffer(FragmentNodes):
 
     # -- helpers ------------------------------------------------------------------------------------
     def _state(self) -> dict:
-        state = {"version": self.version, "session": self.session, "next_chunk_id": self._next_chunk_id,
-                 "counters": self.counters}
+        state = {
+            "version": self.version,
+            "session": self.session,
+            "next_chunk_id": self._next_chunk_id,
+            "counters": self.counters,
+        }
         if self.lost_nodes:
             state["lost_nodes"] = sorted(self.lost_nodes)
         return state
@@ -151,8 +192,9 @@ class FragmentBuffer(FragmentNodes):
                 self.counters["payloads_deleted"] += self.store.delete(doomed)
             except StorageError:  # unreferenced now: housekeeping collects them as orphans later
                 self.counters["payload_delete_errors"] += len(doomed)
-                log.warning("fragment buffer: could not delete %d payloads (collected later)", len(doomed),
-                            exc_info=True)
+                log.warning(
+                    "fragment buffer: could not delete %d payloads (collected later)", len(doomed), exc_info=True
+                )
 
     def _rollback(self) -> None:
         """Forget uncommitted changes: rebuild every in-memory structure from the journal."""
@@ -185,8 +227,7 @@ class FragmentBuffer(FragmentNodes):
         return len(self._chunks)
 
     # -- add ------------------------------------------------------------------------------------------
-    def add(self, fragment_id: str, stream: str, seq: int, version: int, session: str,
-            now: float | None = None) -> str:
+    def add(self, fragment_id: str, stream: str, seq: int, version: int, session: str, now: float | None = None) -> str:
         """Acknowledge a fragment whose payload is in the store.
 
         Returns:
@@ -343,8 +384,12 @@ class FragmentBuffer(FragmentNodes):
     def _expire_leases(self, now: float) -> list[str]:
         expired = [lid for lid, lease in self._leases.items() if lease.expires is not None and lease.expires < now]
         for lid in expired:
-            log.info("fragment buffer: lease %s of client %s expired (%d fragments released)", lid,
-                     self._leases[lid].client, len(self._leases[lid].records))
+            log.info(
+                "fragment buffer: lease %s of client %s expired (%d fragments released)",
+                lid,
+                self._leases[lid].client,
+                len(self._leases[lid].records),
+            )
         return [self._release(lid, "leases_expired") for lid in expired]
 
     def collect_orphans(self, now: float | None = None) -> int:
@@ -365,8 +410,9 @@ class FragmentBuffer(FragmentNodes):
         """How many chunks a fetch of ``num_fragments`` takes; ``ValueError`` if impossible."""
         fpc = self.config.fragments_per_chunk
         if num_fragments < 1 or num_fragments % fpc:
-            raise InvalidArgument(f"num_fragments must be a positive multiple of fragments_per_chunk={fpc}, "
-                             f"got {num_fragments}")
+            raise InvalidArgument(
+                f"num_fragments must be a positive multiple of fragments_per_chunk={fpc}, got {num_fragments}"
+            )
         n = num_fragments // fpc
         if n > self.config.max_chunks:
             raise InvalidArgument(f"a fetch of {n} chunks can never be served by max_chunks={self.config.max_chunks}")
@@ -388,8 +434,9 @@ class FragmentBuffer(FragmentNodes):
         ttl = self.config.lease_ttl
         n = self.chunks_for(num_fragments)
         if n > len(self._chunks):
-            raise InvalidArgument(f"a fetch of {n} chunks needs at least {n} chunks, "
-                                  f"the buffer holds {len(self._chunks)}")
+            raise InvalidArgument(
+                f"a fetch of {n} chunks needs at least {n} chunks, the buffer holds {len(self._chunks)}"
+            )
         sample = self.table.sample(n, timeout=0)
         records: list[FragmentRef] = []
         puts: dict[str, Any] = {}
@@ -519,7 +566,8 @@ class FragmentBuffer(FragmentNodes):
             "journal_disk_bytes": self.journal.disk_usage(),
             "staleness_histogram": t["staleness_histogram"],
             "chunk_use_count_mean": float(np.mean([c.use_count for c in self._chunks.values()]))
-            if self._chunks else 0.0,
+            if self._chunks
+            else 0.0,
         }
 
     def report(self, now: float | None = None) -> dict[str, float]:
@@ -585,9 +633,13 @@ class FragmentBuffer(FragmentNodes):
                 self._client_lease[d["client"]] = lid
         if not restart:
             return
-        log.info("fragment buffer resumed: %d chunks, %d pending fragments, %d leases, version %d",
-                 len(self._chunks), sum(len(s.partial) for s in self._streams.values()), len(self._leases),
-                 self.version)
+        log.info(
+            "fragment buffer resumed: %d chunks, %d pending fragments, %d leases, version %d",
+            len(self._chunks),
+            sum(len(s.partial) for s in self._streams.values()),
+            len(self._leases),
+            self.version,
+        )
 
 
 __all__ = ["Chunk", "FragmentBuffer", "FragmentBufferConfig", "FragmentRef", "Lease"]

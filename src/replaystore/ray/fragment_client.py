@@ -65,8 +65,14 @@ class FragmentClient:
     Picklable (the store handle is reopened on first use in the receiving process).
     """
 
-    def __init__(self, actor: Any, name: str, rpc_grace: float | None = 60.0, client_id: str | None = None,
-                 auto_release: bool = True) -> None:
+    def __init__(
+        self,
+        actor: Any,
+        name: str,
+        rpc_grace: float | None = 60.0,
+        client_id: str | None = None,
+        auto_release: bool = True,
+    ) -> None:
         self.actor = actor
         self.name = name
         self.rpc_grace = rpc_grace
@@ -79,8 +85,9 @@ class FragmentClient:
         return (FragmentClient, (self.actor, self.name, self.rpc_grace, self.client_id, self.auto_release))
 
     def _call(self, method: str, *args: Any, op_timeout: float | None = 0.0) -> Any:
-        return get(getattr(self.actor, method).remote(*args), rpc_timeout(op_timeout, self.rpc_grace),
-                   f"{self.name}.{method}")
+        return get(
+            getattr(self.actor, method).remote(*args), rpc_timeout(op_timeout, self.rpc_grace), f"{self.name}.{method}"
+        )
 
     @property
     def store_info(self) -> dict[str, Any]:

@@ -100,8 +100,14 @@ class FragmentBufferConfig:
 
     def open_store(self) -> FragmentStore:
         """The fragment store this configuration describes."""
-        return FragmentStore(self.path, self.num_shards, self.map_size, sync=self.sync, writemap=self.writemap,
-                             shrink_threshold=self.shrink_threshold)
+        return FragmentStore(
+            self.path,
+            self.num_shards,
+            self.map_size,
+            sync=self.sync,
+            writemap=self.writemap,
+            shrink_threshold=self.shrink_threshold,
+        )
 
 
 class FragmentRef(NamedTuple):
@@ -126,8 +132,13 @@ class Chunk:
 
     def to_json(self) -> dict:
         """JSON-able form for the journal."""
-        return {"chunk_id": self.chunk_id, "fragments": [list(f) for f in self.fragments],
-                "version": self.version, "session": self.session, "use_count": self.use_count}
+        return {
+            "chunk_id": self.chunk_id,
+            "fragments": [list(f) for f in self.fragments],
+            "version": self.version,
+            "session": self.session,
+            "use_count": self.use_count,
+        }
 
     @property
     def versions(self) -> tuple[int, int]:
@@ -138,8 +149,7 @@ class Chunk:
     @classmethod
     def from_json(cls, d: dict) -> "Chunk":
         """Inverse of :meth:`to_json`."""
-        return cls(d["chunk_id"], [FragmentRef(*f) for f in d["fragments"]], d["version"], d["session"],
-                   d["use_count"])
+        return cls(d["chunk_id"], [FragmentRef(*f) for f in d["fragments"]], d["version"], d["session"], d["use_count"])
 
 
 @dataclass

@@ -87,12 +87,16 @@ class Journal:
         if self.low_space:
             self._top_up()
             if self.low_space:
-                raise DiskFull(f"the disk holding the journal {self.path} is full: no room to keep its "
-                               f"{self.reserve}-byte reserve; new fragments are refused until space is freed",
-                               self._data, self.reserve)
+                raise DiskFull(
+                    f"the disk holding the journal {self.path} is full: no room to keep its "
+                    f"{self.reserve}-byte reserve; new fragments are refused until space is freed",
+                    self._data,
+                    self.reserve,
+                )
 
-    def write(self, puts: Mapping[str, Any] | None = None, deletes: Iterable[str] = (),
-              state: Mapping[str, Any] | None = None) -> None:
+    def write(
+        self, puts: Mapping[str, Any] | None = None, deletes: Iterable[str] = (), state: Mapping[str, Any] | None = None
+    ) -> None:
         """Apply ``puts`` (key -> JSON-able value), ``deletes`` and the new ``state`` atomically.
 
         Raises:
@@ -146,13 +150,13 @@ class Journal:
                 key = k.decode()
                 val = json.loads(v)
                 if key.startswith(PENDING):
-                    out["pending"][key[len(PENDING):]] = val
+                    out["pending"][key[len(PENDING) :]] = val
                 elif key.startswith(STREAM):
-                    out["streams"][key[len(STREAM):]] = val
+                    out["streams"][key[len(STREAM) :]] = val
                 elif key.startswith(CHUNK):
                     out["chunks"].append(val)
                 elif key.startswith(LEASE):
-                    out["leases"][key[len(LEASE):]] = val
+                    out["leases"][key[len(LEASE) :]] = val
         return out
 
     def clear(self) -> None:
@@ -197,8 +201,9 @@ class NullJournal(Journal):
     def disk_usage(self) -> int:  # noqa: D102
         return 0
 
-    def write(self, puts: Mapping[str, Any] | None = None, deletes: Iterable[str] = (),
-              state: Mapping[str, Any] | None = None) -> None:
+    def write(
+        self, puts: Mapping[str, Any] | None = None, deletes: Iterable[str] = (), state: Mapping[str, Any] | None = None
+    ) -> None:
         """Nothing is kept."""
 
     def load(self) -> dict[str, Any]:  # noqa: D102

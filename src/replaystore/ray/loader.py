@@ -39,8 +39,9 @@ class FragmentLoader:
         wrap: builds the result from ``(index, payload)`` (default: ``{"index", "fragment"}``).
     """
 
-    def __init__(self, service: str, namespace: str | None = None,
-                 wrap: Callable[[Any, Any], Any] | None = None) -> None:
+    def __init__(
+        self, service: str, namespace: str | None = None, wrap: Callable[[Any, Any], Any] | None = None
+    ) -> None:
         from .client import connect
 
         self.fragments = connect(service, namespace=namespace).fragments
@@ -69,8 +70,13 @@ class LocalLoaderPool:
     Thread-safe for one ``data_iter`` at a time.
     """
 
-    def __init__(self, num_readers: int, service: str = "replaystore", namespace: str | None = None,
-                 wrap: Callable[[Any, Any], Any] | None = None) -> None:
+    def __init__(
+        self,
+        num_readers: int,
+        service: str = "replaystore",
+        namespace: str | None = None,
+        wrap: Callable[[Any, Any], Any] | None = None,
+    ) -> None:
         from .client import connect
 
         if num_readers < 1:
@@ -78,8 +84,10 @@ class LocalLoaderPool:
         info = connect(service, namespace=namespace).fragments.store_info
         here = import_ray().get_runtime_context().get_node_id()
         if info["node_id"] != here:
-            raise InvalidArgument(f"the store of {service!r} is on node {info['node_id']}, this process on {here}: "
-                             "a local loader pool needs the store's node; use the actor loaders")
+            raise InvalidArgument(
+                f"the store of {service!r} is on node {info['node_id']}, this process on {here}: "
+                "a local loader pool needs the store's node; use the actor loaders"
+            )
         self._loader = FragmentLoader(service, namespace, wrap)
         self._threads = concurrent.futures.ThreadPoolExecutor(int(num_readers), thread_name_prefix="replaystore-load")
         self._running: set[concurrent.futures.Future] = set()
@@ -138,9 +146,15 @@ class _ActorLoads:
                 pass
 
 
-def create_loader_pool(num_readers: int, num_cpus_per_reader: float, service: str = "replaystore",
-                       namespace: str | None = None, wrap: Callable[[Any, Any], Any] | None = None,
-                       local: bool = False, per_node: bool = False) -> Any:
+def create_loader_pool(
+    num_readers: int,
+    num_cpus_per_reader: float,
+    service: str = "replaystore",
+    namespace: str | None = None,
+    wrap: Callable[[Any, Any], Any] | None = None,
+    local: bool = False,
+    per_node: bool = False,
+) -> Any:
     """An ``ActorPool`` of ``num_readers`` loaders on the node of ``service``'s store.
 
     With ``local=True``, a :class:`LocalLoaderPool` of ``num_readers`` threads in this process
@@ -166,25 +180,47 @@ def create_loader_pool(num_readers: int, num_cpus_per_reader: float, service: st
 
         if info.get("node_local") is None:
             raise InvalidArgument(f"service {service!r} keeps one store: per_node loaders need node_local stores")
-        return NodeLoaderPool({lb: _loaders(ray, nid, num_readers, num_cpus_per_reader, service, namespace, wrap)
-                               for lb, nid in info["nodes"].items()})
+        return NodeLoaderPool(
+            {
+                lb: _loaders(ray, nid, num_readers, num_cpus_per_reader, service, namespace, wrap)
+                for lb, nid in info["nodes"].items()
+            }
+        )
     return ActorPool(_loaders(ray, info["node_id"], num_readers, num_cpus_per_reader, service, namespace, wrap))
 
 
-def _loaders(ray: Any, node_id: str, n: int, num_cpus: float, service: str, namespace: str | None,
-             wrap: Callable[[Any, Any], Any] | None) -> list[Any]:
+def _loaders(
+    ray: Any,
+    node_id: str,
+    n: int,
+    num_cpus: float,
+    service: str,
+    namespace: str | None,
+    wrap: Callable[[Any, Any], Any] | None,
+) -> list[Any]:
     """``n`` loader actors pinned to ``node_id`` (hard node affinity)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     cls = ray.remote(FragmentLoader)
-    return [cls.options(num_cpus=num_cpus, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
-            .remote(service, namespace, wrap) for _ in range(int(n))]
+    return [
+        cls.options(num_cpus=num_cpus, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(
+            service, namespace, wrap
+        )
+        for _ in range(int(n))
+    ]
 
 
-def data_iter(loader_pool: Any, records: Sequence[Any], batch_size: int, prefetch_batches: int,
-              seed: int | None = None, timeout: float | None = None,
-              collate: Callable[[list[Any]], Any] | None = None, shuffle: bool = True,
-              keep_alive: contextlib.AbstractContextManager | None = None) -> Iterator[Any]:
+def data_iter(
+    loader_pool: Any,
+    records: Sequence[Any],
+    batch_size: int,
+    prefetch_batches: int,
+    seed: int | None = None,
+    timeout: float | None = None,
+    collate: Callable[[list[Any]], Any] | None = None,
+    shuffle: bool = True,
+    keep_alive: contextlib.AbstractContextManager | None = None,
+) -> Iterator[Any]:
     """Yield batches of loaded records, ``batch_size`` each (the last one may be smaller).
 
     Args:

@@ -124,8 +124,9 @@ class LoggedTable:
     Only this object may mutate the table.
     """
 
-    def __init__(self, table: Table, wal: WriteAheadLog, log_samples: bool = True,
-                 max_log_bytes: int | None = None) -> None:
+    def __init__(
+        self, table: Table, wal: WriteAheadLog, log_samples: bool = True, max_log_bytes: int | None = None
+    ) -> None:
         self.table = table
         self.wal = wal
         self.log_samples = log_samples
@@ -145,8 +146,7 @@ class LoggedTable:
         if isinstance(table.storage, ObjectStorage):
             raise SpecError(f"table {table.name!r} stores Python objects: a write-ahead log needs a column storage")
         config = config or WalConfig(dir=os.path.dirname(path) or ".")
-        wal, records = WriteAheadLog.open(path, config.fsync, config.interval, config.retry_period,
-                                          after=table.wal_lsn)
+        wal, records = WriteAheadLog.open(path, config.fsync, config.interval, config.retry_period, after=table.wal_lsn)
         self = cls(table, wal, config.log_samples, config.max_log_bytes)
         try:
             for rec in records:
@@ -179,14 +179,21 @@ class LoggedTable:
         return {"victims": v[0] if len(v) == 1 else np.concatenate(v)}
 
     # -- logged mutations (lsn returned; wait before acknowledging) ----------------------------------
-    def _append(self, op: int, meta: dict | None = None, head: dict | None = None, data: dict | None = None,
-                flags: dict | None = None) -> int:
+    def _append(
+        self,
+        op: int,
+        meta: dict | None = None,
+        head: dict | None = None,
+        data: dict | None = None,
+        flags: dict | None = None,
+    ) -> int:
         lsn = self.wal.append(op, meta, head, data, flags)
         self.table.wal_lsn = lsn
         return lsn
 
-    def _insert(self, op: int, call: Callable[[Any], Any], data: Any, head: dict[str, Any],
-                meta: dict | None = None) -> tuple[Any, int]:
+    def _insert(
+        self, op: int, call: Callable[[Any], Any], data: Any, head: dict[str, Any], meta: dict | None = None
+    ) -> tuple[Any, int]:
         """Apply ``call(data for the table)`` and log it as ``op`` with the keys it returned."""
         arrays, flags, applied = _encode_data(data)
         self.wal.check()
@@ -200,21 +207,38 @@ class LoggedTable:
             lsn = self._append(op, meta, head, arrays, flags)
         return result, lsn
 
-    def extend(self, data: Any, priorities: Any = None, version: Any = None,
-               timeout: float | None = None) -> tuple[np.ndarray, int]:
+    def extend(
+        self, data: Any, priorities: Any = None, version: Any = None, timeout: float | None = None
+    ) -> tuple[np.ndarray, int]:
         """:meth:`Table.extend`, logged: ``(keys, lsn)``. ``DiskFull`` before any change if the log is failing."""
-        return self._insert(OP_EXTEND, lambda d: self.table.extend(d, priorities, version, timeout=timeout), data,
-                            _request_arrays(priorities, version))
+        return self._insert(
+            OP_EXTEND,
+            lambda d: self.table.extend(d, priorities, version, timeout=timeout),
+            data,
+            _request_arrays(priorities, version),
+        )
 
-    def add(self, item: Any, priority: float | None = None, version: int | None = None,
-            timeout: float | None = None) -> tuple[int, int]:
+    def add(
+        self, item: Any, priority: float | None = None, version: int | None = None, timeout: float | None = None
+    ) -> tuple[int, int]:
         """:meth:`Table.add`, logged: ``(key, lsn)``."""
-        return self._insert(OP_ADD, lambda d: self.table.add(d, priority, version, timeout=timeout), item,
-                            _request_arrays(priority, version))
+        return self._insert(
+            OP_ADD,
+            lambda d: self.table.add(d, priority, version, timeout=timeout),
+            item,
+            _request_arrays(priority, version),
+        )
 
-    def extend_steps(self, steps: Any, streams: Any = 0, terminated: Any = None, truncated: Any = None,
-                     priorities: Any = None, version: Any = None,
-                     timeout: float | None = None) -> tuple[np.ndarray, int]:
+    def extend_steps(
+        self,
+        steps: Any,
+        streams: Any = 0,
+        terminated: Any = None,
+        truncated: Any = None,
+        priorities: Any = None,
+        version: Any = None,
+        timeout: float | None = None,
+    ) -> tuple[np.ndarray, int]:
         """:meth:`Table.extend_steps`, logged: ``(keys, lsn)``."""
         head = _request_arrays(priorities, version)
 
@@ -225,9 +249,16 @@ class LoggedTable:
 
         return self._insert(OP_STEPS, call, steps, head)
 
-    def add_step(self, step: Any, stream: int = 0, terminated: bool = False, truncated: bool = False,
-                 priority: float | None = None, version: int | None = None,
-                 timeout: float | None = None) -> tuple[int, int]:
+    def add_step(
+        self,
+        step: Any,
+        stream: int = 0,
+        terminated: bool = False,
+        truncated: bool = False,
+        priority: float | None = None,
+        version: int | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, int]:
         """:meth:`Table.add_step`, logged: ``(key, lsn)``."""
         head = _request_arrays(priority, version)
 
@@ -238,9 +269,16 @@ class LoggedTable:
 
         return self._insert(OP_STEP, call, step, head)
 
-    def add_episode(self, steps: Any, stream: int | None = None, terminated: bool = True, truncated: bool = False,
-                    priorities: Any = None, version: Any = None,
-                    timeout: float | None = None) -> tuple[np.ndarray, int]:
+    def add_episode(
+        self,
+        steps: Any,
+        stream: int | None = None,
+        terminated: bool = True,
+        truncated: bool = False,
+        priorities: Any = None,
+        version: Any = None,
+        timeout: float | None = None,
+    ) -> tuple[np.ndarray, int]:
         """:meth:`Table.add_episode`, logged: ``(keys, lsn)`` (``stream=None``: the stream chosen is logged)."""
         head = _request_arrays(priorities, version)
         meta: dict[str, Any] = {}
@@ -262,12 +300,16 @@ class LoggedTable:
         self.wal.check()
         with self.table.locked():
             n = self.table.end_episode(streams, truncated)
-            lsn = self._append(OP_END_EPISODE, {"truncated": bool(truncated)},
-                               {"streams": np.atleast_1d(np.asarray(streams, dtype=np.int64))})
+            lsn = self._append(
+                OP_END_EPISODE,
+                {"truncated": bool(truncated)},
+                {"streams": np.atleast_1d(np.asarray(streams, dtype=np.int64))},
+            )
         return n, lsn
 
-    def _sampled(self, call: Callable[[], Any], keys_of: Callable[[Any], tuple[np.ndarray, int | None]],
-                 sampler: bool) -> tuple[Any, int]:
+    def _sampled(
+        self, call: Callable[[], Any], keys_of: Callable[[Any], tuple[np.ndarray, int | None]], sampler: bool
+    ) -> tuple[Any, int]:
         """Run a sampling call and log what it changed (unless ``log_samples`` is off)."""
         if not self.log_samples:
             return call(), 0
@@ -283,24 +325,33 @@ class LoggedTable:
         """:meth:`Table.sample` (NumPy data), logged unless ``log_samples`` is off: ``(sample, lsn)``."""
         return self._sampled(lambda: self.table.sample(batch_size, timeout=timeout), lambda s: (s.keys, None), True)
 
-    def sample_sequences(self, batch_size: int, length: int, burn_in: int = 0, mode: str = "strict",
-                         timeout: float | None = None) -> tuple[Any, int]:
+    def sample_sequences(
+        self, batch_size: int, length: int, burn_in: int = 0, mode: str = "strict", timeout: float | None = None
+    ) -> tuple[Any, int]:
         """:meth:`Table.sample_sequences`, logged like :meth:`sample`: ``(sample, lsn)``."""
-        return self._sampled(lambda: self.table.sample_sequences(batch_size, length, burn_in, mode, timeout=timeout),
-                             lambda s: (s.keys, None), False)
+        return self._sampled(
+            lambda: self.table.sample_sequences(batch_size, length, burn_in, mode, timeout=timeout),
+            lambda s: (s.keys, None),
+            False,
+        )
 
     def sample_nstep(self, batch_size: int, n: int, gamma: float, timeout: float | None = None) -> tuple[Any, int]:
         """:meth:`Table.sample_nstep`, logged like :meth:`sample`: ``(sample, lsn)``."""
-        return self._sampled(lambda: self.table.sample_nstep(batch_size, n, gamma, timeout=timeout),
-                             lambda s: (s.keys, None), True)
+        return self._sampled(
+            lambda: self.table.sample_nstep(batch_size, n, gamma, timeout=timeout), lambda s: (s.keys, None), True
+        )
 
     def sample_episodes(self, k: int, timeout: float | None = None, replace: bool = True) -> tuple[Any, int]:
         """:meth:`Table.sample_episodes`, logged like :meth:`sample`: ``(episodes, lsn)``."""
-        return self._sampled(lambda: self.table.sample_episodes(k, timeout=timeout, replace=replace),
-                             lambda b: (np.concatenate(b.keys), len(b)), False)
+        return self._sampled(
+            lambda: self.table.sample_episodes(k, timeout=timeout, replace=replace),
+            lambda b: (np.concatenate(b.keys), len(b)),
+            False,
+        )
 
-    def _call(self, op: int, call: Callable[[], Any], meta: dict | None = None,
-              head: dict | None = None) -> tuple[Any, int]:
+    def _call(
+        self, op: int, call: Callable[[], Any], meta: dict | None = None, head: dict | None = None
+    ) -> tuple[Any, int]:
         self.wal.check()
         with self.table.locked():
             result = call()
@@ -366,8 +417,12 @@ class LoggedTable:
         (on disk), ``last_lsn``, ``durable_lsn`` and ``failing`` (0/1).
         """
         out = dict(self.wal.stats)
-        out.update(log_bytes=self.wal.nbytes, last_lsn=self.wal.last_lsn, durable_lsn=self.wal.durable_lsn,
-                   failing=int(self.wal.error is not None))
+        out.update(
+            log_bytes=self.wal.nbytes,
+            last_lsn=self.wal.last_lsn,
+            durable_lsn=self.wal.durable_lsn,
+            failing=int(self.wal.error is not None),
+        )
         return out
 
     def close(self) -> None:
@@ -409,20 +464,29 @@ class LoggedTable:
         want = np.atleast_1d(head["keys"]).astype(np.int64)
         steps = None
         if rec.op in (OP_STEPS, OP_STEP):
-            steps = {"streams": _optional(head, "streams"), "terminated": _optional(head, "terminated"),
-                     "truncated": _optional(head, "truncated")}
+            steps = {
+                "streams": _optional(head, "streams"),
+                "terminated": _optional(head, "terminated"),
+                "truncated": _optional(head, "truncated"),
+            }
         elif rec.op == OP_EPISODE:
             n = len(want)
             term, trunc = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
             term[-1], trunc[-1] = bool(rec.meta["terminated"]), bool(rec.meta["truncated"])
-            steps = {"streams": _optional(head, "streams"), "terminated": term, "truncated": trunc,
-                     "new_episode": True}
-        got = self.table.replay_insert(data, _optional(head, "priorities"), _optional(head, "version"),
-                                       evict_keys=head.get("victims"), batched=rec.op not in (OP_ADD, OP_STEP),
-                                       steps=steps)
+            steps = {"streams": _optional(head, "streams"), "terminated": term, "truncated": trunc, "new_episode": True}
+        got = self.table.replay_insert(
+            data,
+            _optional(head, "priorities"),
+            _optional(head, "version"),
+            evict_keys=head.get("victims"),
+            batched=rec.op not in (OP_ADD, OP_STEP),
+            steps=steps,
+        )
         if not np.array_equal(np.atleast_1d(got), want):
-            raise WalCorrupt(f"{where}: replayed insert got keys {np.atleast_1d(got)[:4].tolist()}..., the log says "
-                             f"{want[:4].tolist()}...: the log does not continue this table")
+            raise WalCorrupt(
+                f"{where}: replayed insert got keys {np.atleast_1d(got)[:4].tolist()}..., the log says "
+                f"{want[:4].tolist()}...: the log does not continue this table"
+            )
 
 
 def _request_arrays(priorities: Any, version: Any) -> dict[str, Any]:

@@ -45,8 +45,12 @@ class NodeLoaderPool:
         label = label_of(str(record[1]))
         actors = self.actors.get(label) if label is not None else None
         if not actors:
-            self._failed.append(NodeLost(f"fragment {record[1]!r}: no loader on node store {label!r} "
-                                         "(its node left the cluster, or the id names no node store)"))
+            self._failed.append(
+                NodeLost(
+                    f"fragment {record[1]!r}: no loader on node store {label!r} "
+                    "(its node left the cluster, or the id names no node store)"
+                )
+            )
             return
         i = self._next[label]
         self._next[label] = (i + 1) % len(actors)

@@ -110,8 +110,16 @@ class NodeStores:
     nodes not attached (lost) are skipped. Not thread-safe: the service calls it from its loop.
     """
 
-    def __init__(self, path: str, num_shards: int, map_size: int, resource: str, service: str,
-                 namespace: str | None, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: str,
+        num_shards: int,
+        map_size: int,
+        resource: str,
+        service: str,
+        namespace: str | None,
+        timeout: float = 30.0,
+    ) -> None:
         self.path, self.num_shards, self.map_size = path, num_shards, map_size
         self.resource, self.service, self.namespace, self.timeout = resource, service, namespace, timeout
         self.actors: dict[str, Any] = {}
@@ -133,11 +141,18 @@ class NodeStores:
         for lb, nid in alive.items():
             if lb in self.actors:
                 continue
-            actor = (ray.remote(NodeStoreServer)
-                     .options(name=store_actor_name(self.service, lb), namespace=self.namespace,
-                              get_if_exists=True, num_cpus=0, max_concurrency=16,
-                              scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False))
-                     .remote(node_dir(self.path, lb), self.num_shards, self.map_size, lb))
+            actor = (
+                ray.remote(NodeStoreServer)
+                .options(
+                    name=store_actor_name(self.service, lb),
+                    namespace=self.namespace,
+                    get_if_exists=True,
+                    num_cpus=0,
+                    max_concurrency=16,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False),
+                )
+                .remote(node_dir(self.path, lb), self.num_shards, self.map_size, lb)
+            )
             self.actors[lb], self.nodes[lb] = actor, nid
             attached.append(lb)
         if attached:
@@ -245,8 +260,9 @@ class NodeStoreClient:
 
     def _open(self, label: str) -> FragmentStore:
         if label not in self._local:
-            self._local[label] = FragmentStore(node_dir(self.info["path"], label), self.info["num_shards"],
-                                               self.info["map_size"])
+            self._local[label] = FragmentStore(
+                node_dir(self.info["path"], label), self.info["num_shards"], self.info["map_size"]
+            )
         return self._local[label]
 
     def _actor(self, label: str) -> Any:
@@ -257,8 +273,9 @@ class NodeStoreClient:
         if label not in self._actors:
             ray = import_ray()
             try:
-                self._actors[label] = ray.get_actor(store_actor_name(self.info["service"], label),
-                                                    namespace=self.info["namespace"])
+                self._actors[label] = ray.get_actor(
+                    store_actor_name(self.info["service"], label), namespace=self.info["namespace"]
+                )
             except ValueError:  # the named actor is gone: its node left
                 self._refresh()
                 raise NodeLost(f"node store {label!r} is gone (its node left the cluster)") from None
@@ -321,5 +338,13 @@ class NodeStoreClient:
         self._local.clear()
 
 
-__all__ = ["NodeLost", "NodeStoreClient", "NodeStoreServer", "NodeStores", "label_of", "node_dir", "node_labels",
-           "store_actor_name"]
+__all__ = [
+    "NodeLost",
+    "NodeStoreClient",
+    "NodeStoreServer",
+    "NodeStores",
+    "label_of",
+    "node_dir",
+    "node_labels",
+    "store_actor_name",
+]

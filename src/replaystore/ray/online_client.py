@@ -55,12 +55,21 @@ class OnlineClient:
         return f"OnlineClient(service={self.name!r}, buffer={self.buffer!r})"
 
     def _call(self, method: str, *args: Any, op_timeout: float | None = 0.0) -> Any:
-        return get(getattr(self.actor, method).remote(self.buffer, *args), rpc_timeout(op_timeout, self.rpc_grace),
-                   f"{self.name}.{method}({self.buffer!r})")
+        return get(
+            getattr(self.actor, method).remote(self.buffer, *args),
+            rpc_timeout(op_timeout, self.rpc_grace),
+            f"{self.name}.{method}({self.buffer!r})",
+        )
 
     # -- producers ------------------------------------------------------------------------------------------
-    def acquire(self, k: int = 1, timeout: float | None = None, holder: str | None = None,
-                overprovision: int = 0, tokens: int | None = None) -> list[Ticket]:
+    def acquire(
+        self,
+        k: int = 1,
+        timeout: float | None = None,
+        holder: str | None = None,
+        overprovision: int = 0,
+        tokens: int | None = None,
+    ) -> list[Ticket]:
         """``k`` tickets (carrying ``.version``), waiting while the budget is spent.
 
         ``rs.Timeout`` after ``timeout``; see :meth:`RolloutBuffer.acquire` for ``overprovision``,
@@ -68,8 +77,9 @@ class OnlineClient:
         """
         return self._call("online_acquire", k, timeout, holder, overprovision, tokens, op_timeout=timeout)
 
-    def try_acquire(self, k: int = 1, holder: str | None = None, overprovision: int = 0,
-                    tokens: int | None = None) -> list[Ticket]:
+    def try_acquire(
+        self, k: int = 1, holder: str | None = None, overprovision: int = 0, tokens: int | None = None
+    ) -> list[Ticket]:
         """``k`` tickets if the budget allows them now, else ``[]``."""
         return self._call("online_try_acquire", k, holder, overprovision, tokens)
 
@@ -111,28 +121,44 @@ class OnlineClient:
         """Admit producers again (``InvalidRequest`` if not paused)."""
         self._call("online_resume")
 
-    def add(self, data: Any, group: Hashable | None = None, versions: Any = None, length: int | None = None,
-            group_size: int | None = None, index: int | None = None) -> str:
+    def add(
+        self,
+        data: Any,
+        group: Hashable | None = None,
+        versions: Any = None,
+        length: int | None = None,
+        group_size: int | None = None,
+        index: int | None = None,
+    ) -> str:
         """Add a rollout to its group; ``"pending"``, ``"complete"`` or ``"stale"``.
 
         With ``index`` (the member's index in its group) a retried call adds nothing twice.
         """
         return self._call("online_add", data, group, versions, length, group_size, index)
 
-    def add_group(self, group: Hashable, completions: Sequence[Any], versions: Any = None,
-                  lengths: Sequence[int] | None = None, group_size: int | None = None,
-                  indices: Sequence[int] | None = None, member_versions: Sequence[Any] | None = None) -> str:
+    def add_group(
+        self,
+        group: Hashable,
+        completions: Sequence[Any],
+        versions: Any = None,
+        lengths: Sequence[int] | None = None,
+        group_size: int | None = None,
+        indices: Sequence[int] | None = None,
+        member_versions: Sequence[Any] | None = None,
+    ) -> str:
         """A whole group in one call and one journal transaction; idempotent (a retry adds nothing twice)."""
-        return self._call("online_add_group", group, completions, versions, lengths, group_size, indices,
-                          member_versions)
+        return self._call(
+            "online_add_group", group, completions, versions, lengths, group_size, indices, member_versions
+        )
 
     def reject(self, group: Hashable, reason: str) -> None:
         """Drop a scored group (or a held ticket's future group), counted by ``reason``; its budget comes back."""
         self._call("online_reject", group, reason)
 
     # -- trainers ----------------------------------------------------------------------------------------------
-    def sample(self, num_groups: int | None = None, timeout: float | None = None,
-               tokens: int | None = None) -> RolloutBatch:
+    def sample(
+        self, num_groups: int | None = None, timeout: float | None = None, tokens: int | None = None
+    ) -> RolloutBatch:
         """``num_groups`` whole groups, or groups until ``tokens`` (``rs.Timeout`` after ``timeout``)."""
         return self._call("online_sample", num_groups, timeout, tokens, op_timeout=timeout)
 
@@ -152,8 +178,9 @@ class OnlineClient:
         """
         return self._call("online_wait_for_version", version, timeout, op_timeout=timeout)
 
-    async def versions(self, after: int | None = None, timeout: float | None = None,
-                       poll: float = 5.0) -> AsyncIterator[int]:
+    async def versions(
+        self, after: int | None = None, timeout: float | None = None, poll: float = 5.0
+    ) -> AsyncIterator[int]:
         """An async iterator of version changes (each newer version seen); ends when the service closes.
 
         Each wait is one Ray call of at most ``poll`` seconds, awaited without blocking the event loop.

@@ -101,13 +101,20 @@ class ReplayServer(FragmentService, OnlineService):
     instead of a dead actor; ``serve`` then kills the actor and frees its name.
     """
 
-    def __init__(self, name: str, tables: Mapping[str, Callable[[], Table]] | None = None,
-                 fragments: FragmentBufferConfig | None = None, checkpoint_dir: str | None = None,
-                 checkpoint_period: float | None = None, report_period: float | None = None,
-                 sinks: SinkSpec = None, housekeeping_period: float = 10.0,
-                 max_blocking_threads: int = 64,
-                 online: Mapping[str, RolloutBufferConfig] | None = None,
-                 wal: WalConfig | Mapping[str, WalConfig] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        tables: Mapping[str, Callable[[], Table]] | None = None,
+        fragments: FragmentBufferConfig | None = None,
+        checkpoint_dir: str | None = None,
+        checkpoint_period: float | None = None,
+        report_period: float | None = None,
+        sinks: SinkSpec = None,
+        housekeeping_period: float = 10.0,
+        max_blocking_threads: int = 64,
+        online: Mapping[str, RolloutBufferConfig] | None = None,
+        wal: WalConfig | Mapping[str, WalConfig] | None = None,
+    ) -> None:
         ray = import_ray()
         ctx = ray.get_runtime_context()
         self.name = name
@@ -142,9 +149,14 @@ class ReplayServer(FragmentService, OnlineService):
             return
         log.info("replay service %r started on node %s (restarted=%s)", name, self.node_id, self.restarted)
 
-    def _open(self, tables: Mapping[str, Callable[[], Table]] | bytes | None, fragments: FragmentBufferConfig | None,
-              sinks: SinkSpec, online: Mapping[str, RolloutBufferConfig] | None,
-              wal: WalConfig | Mapping[str, WalConfig] | None) -> None:
+    def _open(
+        self,
+        tables: Mapping[str, Callable[[], Table]] | bytes | None,
+        fragments: FragmentBufferConfig | None,
+        sinks: SinkSpec,
+        online: Mapping[str, RolloutBufferConfig] | None,
+        wal: WalConfig | Mapping[str, WalConfig] | None,
+    ) -> None:
         """Build (or reload) everything the service holds; raise whatever goes wrong."""
         if isinstance(tables, bytes):  # serve() pickles the factories, so that unpickling errors land here too
             tables = pickle.loads(tables)
@@ -156,15 +168,21 @@ class ReplayServer(FragmentService, OnlineService):
                 path = os.path.join(os.path.abspath(cfg.dir), tname)
                 lt = LoggedTable.open(self.tables[tname], path, cfg)
                 self.logged[tname] = lt
-                log.info("table %r: write-ahead log %s at record %d (fsync=%s)", tname, path,
-                         lt.wal.last_lsn, cfg.fsync)
+                log.info(
+                    "table %r: write-ahead log %s at record %d (fsync=%s)", tname, path, lt.wal.last_lsn, cfg.fsync
+                )
                 if self.checkpoint_dir is None:
-                    log.warning("table %r has a write-ahead log but the service no checkpoint_dir: "
-                                "the log is never truncated", tname)
+                    log.warning(
+                        "table %r has a write-ahead log but the service no checkpoint_dir: the log is never truncated",
+                        tname,
+                    )
         if fragments is not None:
-            self.fragments = FragmentBuffer(fragments, store=self._fragment_store(fragments),
-                                            report=self._write_fragment_report,
-                                            resume=self.restarted or not fragments.clear_on_start)
+            self.fragments = FragmentBuffer(
+                fragments,
+                store=self._fragment_store(fragments),
+                report=self._write_fragment_report,
+                resume=self.restarted or not fragments.clear_on_start,
+            )
         for oname, ocfg in (online or {}).items():
             buf = ocfg.build(oname, resume=self.restarted or not ocfg.clear_on_start)
             buf.sinks = self._sinks
@@ -175,9 +193,13 @@ class ReplayServer(FragmentService, OnlineService):
         """Keep ``error`` for every later call and let go of whatever was opened before it."""
         log.error("replay service %r failed to start: %s: %s", self.name, type(error).__name__, error)
         self._start_error, self._start_tb = error, error.__traceback__
-        for closing in ([lt.close for lt in self.logged.values()] + [t.close for t in self.tables.values()]
-                        + [b.close for b in self.online.values()] + [s.close for s in self._sinks]
-                        + ([self.fragments.close] if self.fragments is not None else [])):
+        for closing in (
+            [lt.close for lt in self.logged.values()]
+            + [t.close for t in self.tables.values()]
+            + [b.close for b in self.online.values()]
+            + [s.close for s in self._sinks]
+            + ([self.fragments.close] if self.fragments is not None else [])
+        ):
             try:
                 closing()
             except Exception:  # noqa: BLE001 - the first error is the one to report
@@ -271,8 +293,13 @@ class ReplayServer(FragmentService, OnlineService):
         """
         self._raise_start_error()
         self._start()
-        return {"name": self.name, "node_id": self.node_id, "restarted": self.restarted,
-                "tables": sorted(self.tables), "fragments": self.fragments is not None}
+        return {
+            "name": self.name,
+            "node_id": self.node_id,
+            "restarted": self.restarted,
+            "tables": sorted(self.tables),
+            "fragments": self.fragments is not None,
+        }
 
     async def stats(self) -> dict[str, Any]:
         """Every table's ``stats()`` by name (with ``"wal"``: its log's, if logged), plus ``"fragments"``."""
@@ -371,8 +398,9 @@ class ReplayServer(FragmentService, OnlineService):
         self._write(flatten_scalars(await self.stats()))
 
     # -- tables ---------------------------------------------------------------------------------------------
-    async def _apply(self, table: str, method: str, *args: Any, waits: bool = True,
-                     timeout: float | None = None, **kwargs: Any) -> Any:
+    async def _apply(
+        self, table: str, method: str, *args: Any, waits: bool = True, timeout: float | None = None, **kwargs: Any
+    ) -> Any:
         """Call ``method`` of ``table`` (through its log when it has one: acknowledged once logged).
 
         ``waits``: the method takes a ``timeout`` and may block (rate limiter), so it runs as
@@ -389,13 +417,20 @@ class ReplayServer(FragmentService, OnlineService):
             return await self._logged(table, lt, result)
         return result
 
-    async def extend(self, table: str, data: Any, priorities: Any = None, version: Any = None,
-                     timeout: float | None = None) -> Any:
+    async def extend(
+        self, table: str, data: Any, priorities: Any = None, version: Any = None, timeout: float | None = None
+    ) -> Any:
         """``Table.extend`` on ``table``; see :meth:`replaystore.Table.extend`."""
         return await self._apply(table, "extend", data, priorities, version, timeout=timeout)
 
-    async def add(self, table: str, item: Any, priority: float | None = None, version: int | None = None,
-                  timeout: float | None = None) -> int:
+    async def add(
+        self,
+        table: str,
+        item: Any,
+        priority: float | None = None,
+        version: int | None = None,
+        timeout: float | None = None,
+    ) -> int:
         """``Table.add`` on ``table``."""
         return await self._apply(table, "add", item, priority, version, timeout=timeout)
 
@@ -404,38 +439,73 @@ class ReplayServer(FragmentService, OnlineService):
         return await self._apply(table, "sample", batch_size, timeout=timeout)
 
     # -- episodes (tables built with episodes=, see docs/sequences.md; logged like the rest) ---------------
-    async def extend_steps(self, table: str, steps: Any, streams: Any = 0, terminated: Any = None,
-                           truncated: Any = None, priorities: Any = None, version: Any = None,
-                           timeout: float | None = None) -> Any:
+    async def extend_steps(
+        self,
+        table: str,
+        steps: Any,
+        streams: Any = 0,
+        terminated: Any = None,
+        truncated: Any = None,
+        priorities: Any = None,
+        version: Any = None,
+        timeout: float | None = None,
+    ) -> Any:
         """``Table.extend_steps`` on ``table``."""
-        return await self._apply(table, "extend_steps", steps, streams, terminated, truncated, priorities, version,
-                                 timeout=timeout)
+        return await self._apply(
+            table, "extend_steps", steps, streams, terminated, truncated, priorities, version, timeout=timeout
+        )
 
-    async def add_step(self, table: str, step: Any, stream: int = 0, terminated: bool = False,
-                       truncated: bool = False, priority: float | None = None, version: int | None = None,
-                       timeout: float | None = None) -> int:
+    async def add_step(
+        self,
+        table: str,
+        step: Any,
+        stream: int = 0,
+        terminated: bool = False,
+        truncated: bool = False,
+        priority: float | None = None,
+        version: int | None = None,
+        timeout: float | None = None,
+    ) -> int:
         """``Table.add_step`` on ``table``."""
-        return await self._apply(table, "add_step", step, stream, terminated, truncated, priority, version,
-                                 timeout=timeout)
+        return await self._apply(
+            table, "add_step", step, stream, terminated, truncated, priority, version, timeout=timeout
+        )
 
-    async def add_episode(self, table: str, steps: Any, stream: int | None = None, terminated: bool = True,
-                          truncated: bool = False, priorities: Any = None, version: Any = None,
-                          timeout: float | None = None) -> Any:
+    async def add_episode(
+        self,
+        table: str,
+        steps: Any,
+        stream: int | None = None,
+        terminated: bool = True,
+        truncated: bool = False,
+        priorities: Any = None,
+        version: Any = None,
+        timeout: float | None = None,
+    ) -> Any:
         """``Table.add_episode`` on ``table``."""
-        return await self._apply(table, "add_episode", steps, stream, terminated, truncated, priorities, version,
-                                 timeout=timeout)
+        return await self._apply(
+            table, "add_episode", steps, stream, terminated, truncated, priorities, version, timeout=timeout
+        )
 
     async def end_episode(self, table: str, streams: Any, truncated: bool = False) -> int:
         """``Table.end_episode`` on ``table``."""
         return await self._apply(table, "end_episode", streams, truncated, waits=False)
 
-    async def sample_sequences(self, table: str, batch_size: int, length: int, burn_in: int = 0,
-                               mode: str = "strict", timeout: float | None = None) -> Any:
+    async def sample_sequences(
+        self,
+        table: str,
+        batch_size: int,
+        length: int,
+        burn_in: int = 0,
+        mode: str = "strict",
+        timeout: float | None = None,
+    ) -> Any:
         """``Table.sample_sequences`` on ``table``."""
         return await self._apply(table, "sample_sequences", batch_size, length, burn_in, mode, timeout=timeout)
 
-    async def sample_nstep(self, table: str, batch_size: int, n: int, gamma: float,
-                           timeout: float | None = None) -> Any:
+    async def sample_nstep(
+        self, table: str, batch_size: int, n: int, gamma: float, timeout: float | None = None
+    ) -> Any:
         """``Table.sample_nstep`` on ``table``."""
         return await self._apply(table, "sample_nstep", batch_size, n, gamma, timeout=timeout)
 

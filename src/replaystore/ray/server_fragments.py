@@ -34,6 +34,7 @@ class FragmentService:
     _store_actor: Any
 
     if TYPE_CHECKING:
+
         def _check_open(self) -> None: ...
         def _start(self) -> asyncio.Condition: ...
         async def _notify(self) -> None: ...
@@ -51,8 +52,7 @@ class FragmentService:
             return None
         from .node_stores import NodeStores
 
-        return NodeStores(config.path, config.num_shards, config.map_size, config.node_local, self.name,
-                          self.namespace)
+        return NodeStores(config.path, config.num_shards, config.map_size, config.node_local, self.name, self.namespace)
 
     async def store_info(self) -> dict[str, Any]:
         """Where the fragment store lives: ``path``, ``num_shards``, ``map_size``, ``node_id``.
@@ -62,9 +62,16 @@ class FragmentService:
         """
         buf = self._buffer()
         c = buf.config
-        info = {"path": c.path, "num_shards": c.num_shards, "map_size": c.map_size, "node_id": self.node_id,
-                "store_actor": f"{self.name}:store", "namespace": self.namespace,
-                "node_local": c.node_local, "service": self.name}
+        info = {
+            "path": c.path,
+            "num_shards": c.num_shards,
+            "map_size": c.map_size,
+            "node_id": self.node_id,
+            "store_actor": f"{self.name}:store",
+            "namespace": self.namespace,
+            "node_local": c.node_local,
+            "service": self.name,
+        }
         if c.node_local is not None:
             info["nodes"] = buf.store.info()
         return info
@@ -80,9 +87,14 @@ class FragmentService:
             c = self._buffer().config
             self._store_actor = (
                 ray.remote(StoreServer)
-                .options(name=f"{self.name}:store", namespace=self.namespace, get_if_exists=True, num_cpus=0,
-                         max_concurrency=16,
-                         scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False))
+                .options(
+                    name=f"{self.name}:store",
+                    namespace=self.namespace,
+                    get_if_exists=True,
+                    num_cpus=0,
+                    max_concurrency=16,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False),
+                )
                 .remote(c.path, c.num_shards, c.map_size)
             )
         return [self._store_actor]  # in a list: Ray would otherwise resolve nothing, but keep it explicit
@@ -102,8 +114,9 @@ class FragmentService:
             await self._notify()
         return out
 
-    async def fetch_fragments(self, num_fragments: int, timeout: float | None = None,
-                              client: str | None = None) -> tuple[str, list]:
+    async def fetch_fragments(
+        self, num_fragments: int, timeout: float | None = None, client: str | None = None
+    ) -> tuple[str, list]:
         """Wait until ``num_fragments / fragments_per_chunk`` chunks exist, then fetch.
 
         See :meth:`FragmentBuffer.fetch`. Returns ``(lease_id, records)``.
@@ -121,8 +134,10 @@ class FragmentService:
                 async with cond:
                     await asyncio.wait_for(cond.wait_for(lambda: self._closed or buf.num_chunks >= need), timeout)
             except (asyncio.TimeoutError, TimeoutError):
-                raise Timeout(f"fetch of {num_fragments} fragments ({need} chunks) from {self.name!r}: only "
-                              f"{buf.num_chunks} chunks after {time.monotonic() - start:.3g}s") from None
+                raise Timeout(
+                    f"fetch of {num_fragments} fragments ({need} chunks) from {self.name!r}: only "
+                    f"{buf.num_chunks} chunks after {time.monotonic() - start:.3g}s"
+                ) from None
             self._check_open()
         lease = buf.fetch(num_fragments, client)
         return lease.lease_id, [tuple(r) for r in lease.records]
@@ -154,7 +169,6 @@ class FragmentService:
     async def housekeeping(self) -> None:
         """Run the fragment buffer's housekeeping now (also runs every ``housekeeping_period``)."""
         self._housekeeping()
-
 
     def _expire_fragments(self) -> None:
         if self.fragments is not None and not self._closed:

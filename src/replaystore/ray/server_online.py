@@ -31,6 +31,7 @@ class OnlineService:
     _pool: ThreadPoolExecutor
 
     if TYPE_CHECKING:
+
         def _check_open(self) -> None: ...
         async def _blocking(self, fn: Callable, *args: Any, timeout: float | None) -> Any: ...
 
@@ -39,11 +40,19 @@ class OnlineService:
         try:
             return self.online[name]
         except KeyError:
-            raise KeyNotFound(f"service {self.name!r} has no rollout buffer {name!r}; "
-                              f"rollout buffers: {sorted(self.online)}") from None
+            raise KeyNotFound(
+                f"service {self.name!r} has no rollout buffer {name!r}; rollout buffers: {sorted(self.online)}"
+            ) from None
 
-    async def online_acquire(self, name: str, k: int, timeout: float | None, holder: str | None,
-                             overprovision: int = 0, tokens: int | None = None) -> list[int]:
+    async def online_acquire(
+        self,
+        name: str,
+        k: int,
+        timeout: float | None,
+        holder: str | None,
+        overprovision: int = 0,
+        tokens: int | None = None,
+    ) -> list[int]:
         """``RolloutBuffer.acquire`` (waits in a worker thread, never on the event loop)."""
         buf = self._rollouts(name)
         # validates everything and raises WouldDeadlock; no wait when the budget allows
@@ -53,11 +62,13 @@ class OnlineService:
                 raise Timeout(f"{k} tickets of {name!r} not granted (timeout 0)")
             return got
         return await asyncio.get_running_loop().run_in_executor(
-            self._pool, lambda: buf.acquire(k, timeout=timeout, holder=holder, overprovision=overprovision,
-                                            tokens=tokens))
+            self._pool,
+            lambda: buf.acquire(k, timeout=timeout, holder=holder, overprovision=overprovision, tokens=tokens),
+        )
 
-    async def online_try_acquire(self, name: str, k: int, holder: str | None, overprovision: int = 0,
-                                 tokens: int | None = None) -> list[int]:
+    async def online_try_acquire(
+        self, name: str, k: int, holder: str | None, overprovision: int = 0, tokens: int | None = None
+    ) -> list[int]:
         """``RolloutBuffer.try_acquire``."""
         return self._rollouts(name).try_acquire(k, holder=holder, overprovision=overprovision, tokens=tokens)
 
@@ -97,12 +108,27 @@ class OnlineService:
         """``RolloutBuffer.reject``."""
         self._rollouts(name).reject(group, reason)
 
-    async def online_add_group(self, name: str, group: Any, completions: Any, versions: Any, lengths: Any,
-                               group_size: Any, indices: Any, member_versions: Any) -> str:
+    async def online_add_group(
+        self,
+        name: str,
+        group: Any,
+        completions: Any,
+        versions: Any,
+        lengths: Any,
+        group_size: Any,
+        indices: Any,
+        member_versions: Any,
+    ) -> str:
         """``RolloutBuffer.add_group``: one call, one journal transaction, idempotent."""
-        return self._rollouts(name).add_group(group, completions, versions=versions, lengths=lengths,
-                                              group_size=group_size, indices=indices,
-                                              member_versions=member_versions)
+        return self._rollouts(name).add_group(
+            group,
+            completions,
+            versions=versions,
+            lengths=lengths,
+            group_size=group_size,
+            indices=indices,
+            member_versions=member_versions,
+        )
 
     async def online_wait_for_version(self, name: str, version: int, timeout: float | None) -> int:
         """``RolloutBuffer.wait_for_version`` (waits in a worker thread)."""
@@ -113,18 +139,22 @@ class OnlineService:
         """``RolloutBuffer.discard`` (budget-only use)."""
         self._rollouts(name).discard(n)
 
-    async def online_add(self, name: str, data: Any, group: Any, versions: Any, length: Any,
-                         group_size: Any, index: Any = None) -> str:
+    async def online_add(
+        self, name: str, data: Any, group: Any, versions: Any, length: Any, group_size: Any, index: Any = None
+    ) -> str:
         """``RolloutBuffer.add``; returns ``"pending"``, ``"complete"`` or ``"stale"``."""
-        return self._rollouts(name).add(data, group=group, versions=versions, length=length, group_size=group_size,
-                                        index=index)
+        return self._rollouts(name).add(
+            data, group=group, versions=versions, length=length, group_size=group_size, index=index
+        )
 
-    async def online_sample(self, name: str, num_groups: int | None, timeout: float | None,
-                            tokens: int | None = None) -> Any:
+    async def online_sample(
+        self, name: str, num_groups: int | None, timeout: float | None, tokens: int | None = None
+    ) -> Any:
         """``RolloutBuffer.sample`` (waits in a worker thread); reports every ``report_every`` samples."""
         buf = self._rollouts(name)
-        batch = await self._blocking(lambda timeout: buf.sample(num_groups, timeout=timeout, tokens=tokens),
-                                     timeout=timeout)
+        batch = await self._blocking(
+            lambda timeout: buf.sample(num_groups, timeout=timeout, tokens=tokens), timeout=timeout
+        )
         every = self._online_report_every.get(name)
         if every and buf.counters["sample_calls"] % every == 0:
             buf.report()

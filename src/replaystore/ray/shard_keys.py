@@ -62,9 +62,11 @@ def decode(tag: int, keys: np.ndarray, num_shards: int) -> tuple[np.ndarray, np.
     bad = (tags != tag) | (shards >= num_shards)
     if bad.any():
         k = int(keys[np.flatnonzero(bad)[0]])
-        raise ForeignKey(f"key {k} does not belong to this sharded table (tag {k >> TAG_SHIFT if k >= 0 else '-'},"
-                         f" shard {(k >> LOCAL_BITS) & SHARD_MASK if k >= 0 else '-'}; this table: tag {tag}, "
-                         f"{num_shards} shards): a key of another table, or of a plain Table")
+        raise ForeignKey(
+            f"key {k} does not belong to this sharded table (tag {k >> TAG_SHIFT if k >= 0 else '-'},"
+            f" shard {(k >> LOCAL_BITS) & SHARD_MASK if k >= 0 else '-'}; this table: tag {tag}, "
+            f"{num_shards} shards): a key of another table, or of a plain Table"
+        )
     return shards, keys & LOCAL_MASK
 
 
@@ -72,4 +74,4 @@ def group(shards: np.ndarray, num_shards: int) -> list[np.ndarray]:
     """Positions of each shard's entries, shard by shard (stable order within a shard)."""
     order = np.argsort(shards, kind="stable")
     bounds = np.searchsorted(shards[order], np.arange(num_shards + 1))
-    return [order[bounds[s]:bounds[s + 1]] for s in range(num_shards)]
+    return [order[bounds[s] : bounds[s + 1]] for s in range(num_shards)]

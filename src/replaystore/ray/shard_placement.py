@@ -53,8 +53,9 @@ def _cluster_summary(ray: Any) -> str:
     parts = []
     for n in ray.nodes():
         if n.get("Alive"):
-            res = ", ".join(f"{k}: {v:g}" for k, v in sorted(n["Resources"].items())
-                            if not k.startswith("node:") and k not in skip)
+            res = ", ".join(
+                f"{k}: {v:g}" for k, v in sorted(n["Resources"].items()) if not k.startswith("node:") and k not in skip
+            )
             parts.append(f"{n['NodeID'][:8]}: {{{res}}}")
     return f"{len(parts)} alive node(s): " + "; ".join(parts)
 
@@ -85,20 +86,27 @@ def place(placement: Any, num_shards: int, bundle: dict[str, float], timeout: fl
         alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
         missing = [n for n in placement if n not in alive]
         if missing:
-            raise PlacementError(f"placement names node(s) {missing} that are not alive in the cluster "
-                                 f"({_cluster_summary(ray)})")
-        return Placement([NodeAffinitySchedulingStrategy(n, soft=False) for n in placement],
-                         describe="nodes " + ", ".join(n[:8] for n in placement), nodes=list(placement))
+            raise PlacementError(
+                f"placement names node(s) {missing} that are not alive in the cluster ({_cluster_summary(ray)})"
+            )
+        return Placement(
+            [NodeAffinitySchedulingStrategy(n, soft=False) for n in placement],
+            describe="nodes " + ", ".join(n[:8] for n in placement),
+            nodes=list(placement),
+        )
     if placement not in STRATEGIES:
-        raise InvalidArgument(f"placement must be None, one of {sorted(STRATEGIES)} or a list of node ids, "
-                              f"got {placement!r}")
+        raise InvalidArgument(
+            f"placement must be None, one of {sorted(STRATEGIES)} or a list of node ids, got {placement!r}"
+        )
     strategy = STRATEGIES[placement]
     bundles = [dict(bundle) for _ in range(num_shards)]
     group = ray.util.placement_group(bundles, strategy=strategy)
     if not group.wait(timeout):
         summary = _cluster_summary(ray)
         ray.util.remove_placement_group(group)
-        raise PlacementError(f"placement {placement!r} ({strategy} of {num_shards} bundles {bundle}) not "
-                             f"satisfiable within {timeout:g}s; {summary}")
+        raise PlacementError(
+            f"placement {placement!r} ({strategy} of {num_shards} bundles {bundle}) not "
+            f"satisfiable within {timeout:g}s; {summary}"
+        )
     strategies = [PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i) for i in range(num_shards)]
     return Placement(strategies, group, describe=f"{strategy} placement group")

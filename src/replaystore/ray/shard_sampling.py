@@ -74,8 +74,13 @@ _PAYLOAD = ("data", "next_obs")
 _KEYS = ("keys", "step_keys")
 
 
-def merge(parts: list[tuple[int, Any]], tag: int, mass: np.ndarray, states: list[State | None],
-          rng: np.random.Generator | None) -> Any:
+def merge(
+    parts: list[tuple[int, Any]],
+    tag: int,
+    mass: np.ndarray,
+    states: list[State | None],
+    rng: np.random.Generator | None,
+) -> Any:
     """One sample from the shards' samples, with global keys, probabilities and weights.
 
     Each part is ``(shard, sample)``, a Sample, SequenceSample or NStepSample.

@@ -23,10 +23,27 @@ from ..table import Table
 from .server import ReplayServer
 
 #: Table methods a shard call may run (the ReplayServer methods of the same names).
-SHARD_METHODS = frozenset({
-    "extend", "add", "sample", "sample_nstep", "sample_sequences", "update_priorities", "delete",
-    "set_version", "get", "info", "keys", "size", "clear", "extend_steps", "add_step", "add_episode", "end_episode",
-})
+SHARD_METHODS = frozenset(
+    {
+        "extend",
+        "add",
+        "sample",
+        "sample_nstep",
+        "sample_sequences",
+        "update_priorities",
+        "delete",
+        "set_version",
+        "get",
+        "info",
+        "keys",
+        "size",
+        "clear",
+        "extend_steps",
+        "add_step",
+        "add_episode",
+        "end_episode",
+    }
+)
 
 
 def shard_state(table: Table) -> tuple[int, float, float, str, float]:
@@ -90,8 +107,9 @@ class ShardFactory:
         InvalidArgument: a queue/stack limiter.
     """
 
-    def __init__(self, factory: Callable[[], Table], num_shards: int, index: int,
-                 scale_rate_limiter: bool = True) -> None:
+    def __init__(
+        self, factory: Callable[[], Table], num_shards: int, index: int, scale_rate_limiter: bool = True
+    ) -> None:
         self.factory = factory
         self.num_shards = num_shards
         self.index = index
@@ -106,10 +124,13 @@ class ShardFactory:
         if isinstance(lim, Queue):
             raise InvalidArgument(f"a {type(lim).__name__} table (each item once, in order) cannot be sharded")
         if table.seed is not None:  # shards must not draw the same random streams
-            table.rng.bit_generator.state = type(table.rng.bit_generator)(
-                [int(table.seed), 7919, self.index]).state
+            table.rng.bit_generator.state = type(table.rng.bit_generator)([int(table.seed), 7919, self.index]).state
         n = self.num_shards
         if self.scale_rate_limiter and n > 1:
-            table.rate_limiter = RateLimiter(lim.samples_per_insert, max(1, math.ceil(lim.min_size_to_sample / n)),
-                                             lim.min_diff / n, lim.max_diff / n)
+            table.rate_limiter = RateLimiter(
+                lim.samples_per_insert,
+                max(1, math.ceil(lim.min_size_to_sample / n)),
+                lim.min_diff / n,
+                lim.max_diff / n,
+            )
         return table

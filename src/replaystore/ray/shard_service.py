@@ -121,12 +121,23 @@ def serve_sharded(
         opts = dict(serve_options)
         if where.group is not None:  # the actor takes its bundle's resources
             opts["num_cpus"] = bundle.get("CPU", 0.0)
-        return serve({table: ShardFactory(factory, num_shards, i, scale_rate_limiter)}, name=shard_name(name, i),
-                     namespace=namespace, max_restarts=max_restarts, server_class=ShardServer,
-                     checkpoint_dir=None if checkpoint_dir is None else os.path.join(checkpoint_dir, f"shard-{i}"),
-                     checkpoint_period=checkpoint_period, wal=cfg, resources=dict(resources or {}) or None,
-                     num_cpus=opts.pop("num_cpus", num_cpus), scheduling_strategy=where.strategies[i],
-                     default_timeout=default_timeout, rpc_grace=rpc_grace, start_timeout=shard_timeout, **opts)
+        return serve(
+            {table: ShardFactory(factory, num_shards, i, scale_rate_limiter)},
+            name=shard_name(name, i),
+            namespace=namespace,
+            max_restarts=max_restarts,
+            server_class=ShardServer,
+            checkpoint_dir=None if checkpoint_dir is None else os.path.join(checkpoint_dir, f"shard-{i}"),
+            checkpoint_period=checkpoint_period,
+            wal=cfg,
+            resources=dict(resources or {}) or None,
+            num_cpus=opts.pop("num_cpus", num_cpus),
+            scheduling_strategy=where.strategies[i],
+            default_timeout=default_timeout,
+            rpc_grace=rpc_grace,
+            start_timeout=shard_timeout,
+            **opts,
+        )
 
     errors: list[BaseException] = []
     with ThreadPoolExecutor(min(num_shards, 16)) as pool:
@@ -140,14 +151,17 @@ def serve_sharded(
         if errors:
             err = errors[0]
             if isinstance(err, Timeout) and (placement is not None or resources):
-                raise PlacementError(f"shards of {name!r} not placed within {shard_timeout:g}s "
-                                     f"(placement {where.describe}, resources {bundle}): {err}") from err
+                raise PlacementError(
+                    f"shards of {name!r} not placed within {shard_timeout:g}s "
+                    f"(placement {where.describe}, resources {bundle}): {err}"
+                ) from err
             raise err
         states = get([c.actor.shard_state.remote(table) for c in clients], start_timeout, f"{name}.shard_state")
         kinds = {st[3] for st in states}
         if not kinds <= {"uniform", "prioritized"} or len(kinds) != 1:
-            raise InvalidArgument(f"a sharded table needs one Uniform or Prioritized sampler on every shard, got "
-                                  f"{sorted(kinds)}")
+            raise InvalidArgument(
+                f"a sharded table needs one Uniform or Prioritized sampler on every shard, got {sorted(kinds)}"
+            )
     except BaseException:
         for c in clients:
             if c is not None:
@@ -157,9 +171,17 @@ def serve_sharded(
                     pass
         where.remove()
         raise
-    client = ShardedClient([c for c in clients if c is not None], name, namespace, consistency=consistency,
-                           on_dead=on_dead, skip_after=skip_after, seed=seed, default_timeout=default_timeout,
-                           rpc_grace=rpc_grace)
+    client = ShardedClient(
+        [c for c in clients if c is not None],
+        name,
+        namespace,
+        consistency=consistency,
+        on_dead=on_dead,
+        skip_after=skip_after,
+        seed=seed,
+        default_timeout=default_timeout,
+        rpc_grace=rpc_grace,
+    )
     client.placement_group = where.group
     return client
 
@@ -188,8 +210,10 @@ def _check_manifest(root: str, num_shards: int) -> None:
         with open(path) as f:
             manifest = json.load(f)
         if manifest.get("num_shards") != num_shards:
-            raise InvalidArgument(f"{path} records {manifest.get('num_shards')} shards, not {num_shards}: "
-                                  "resharding a checkpoint is not supported")
+            raise InvalidArgument(
+                f"{path} records {manifest.get('num_shards')} shards, not {num_shards}: "
+                "resharding a checkpoint is not supported"
+            )
 
 
 __all__ = ["PlacementError", "connect_sharded", "serve_sharded", "shard_name", "tag_for"]

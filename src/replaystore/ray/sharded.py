@@ -57,10 +57,20 @@ class ShardedClient:
         default_timeout, rpc_grace: as for :class:`~replaystore.ray.ReplayClient`.
     """
 
-    def __init__(self, shards: list[ReplayClient], name: str, namespace: str | None = None,
-                 consistency: str = "cached", on_dead: str = "wait", skip_after: float = 2.0,
-                 probe_period: float = 5.0, seed: int | None = None, shuffle: bool = True,
-                 default_timeout: float | None = None, rpc_grace: float | None = 60.0) -> None:
+    def __init__(
+        self,
+        shards: list[ReplayClient],
+        name: str,
+        namespace: str | None = None,
+        consistency: str = "cached",
+        on_dead: str = "wait",
+        skip_after: float = 2.0,
+        probe_period: float = 5.0,
+        seed: int | None = None,
+        shuffle: bool = True,
+        default_timeout: float | None = None,
+        rpc_grace: float | None = 60.0,
+    ) -> None:
         if consistency not in ("cached", "exact"):
             raise InvalidArgument(f"consistency must be 'cached' or 'exact', got {consistency!r}")
         if on_dead not in ("wait", "skip"):
@@ -92,9 +102,22 @@ class ShardedClient:
         return f"ShardedClient(name={self.name!r}, shards={len(self.shards)}, table={self.table_name!r})"
 
     def __reduce__(self) -> tuple:
-        return (ShardedClient, (self.shards, self.name, self.namespace, self.consistency, self.on_dead,
-                                self.skip_after, self.probe_period, self.seed, self.shuffle,
-                                self.default_timeout, self.rpc_grace))
+        return (
+            ShardedClient,
+            (
+                self.shards,
+                self.name,
+                self.namespace,
+                self.consistency,
+                self.on_dead,
+                self.skip_after,
+                self.probe_period,
+                self.seed,
+                self.shuffle,
+                self.default_timeout,
+                self.rpc_grace,
+            ),
+        )
 
     @property
     def num_shards(self) -> int:
@@ -196,8 +219,9 @@ class ShardedClient:
         s = order[0]
         return s, self._get({s: self._ref(s, method, *args, t)}, t, method)[s]
 
-    def extend(self, data: Any, priorities: Any = None, version: Any = None, timeout: float | None = None,
-               route: Any = None) -> np.ndarray:
+    def extend(
+        self, data: Any, priorities: Any = None, version: Any = None, timeout: float | None = None, route: Any = None
+    ) -> np.ndarray:
         """Insert a batch; return its global keys (int64, in row order).
 
         ``route=None``: the whole batch to the next shard in round robin (one Ray call); a shard
@@ -216,8 +240,14 @@ class ShardedClient:
         refs = {}
         for s, g in enumerate(groups):
             if len(g):
-                refs[s] = self._ref(s, "extend", shard_sampling.take(data, g), shard_sampling.rows(priorities, g),
-                                    shard_sampling.rows(version, g), t)
+                refs[s] = self._ref(
+                    s,
+                    "extend",
+                    shard_sampling.take(data, g),
+                    shard_sampling.rows(priorities, g),
+                    shard_sampling.rows(version, g),
+                    t,
+                )
         res = self._get(refs, t, "extend")
         out = np.empty(len(route), dtype=np.int64)
         for s, g in enumerate(groups):
@@ -225,24 +255,45 @@ class ShardedClient:
                 out[g] = shard_keys.encode(self.tag, s, res[s])
         return out
 
-    def add(self, item: Any, priority: float | None = None, version: int | None = None,
-            timeout: float | None = None) -> int:
+    def add(
+        self, item: Any, priority: float | None = None, version: int | None = None, timeout: float | None = None
+    ) -> int:
         """Insert one item (round robin); return its global key."""
         s, key = self._insert_rr("add", (item, priority, version), timeout)
         return int(shard_keys.encode(self.tag, s, np.array([key]))[0])
 
     # -- episodes: a stream lives on shard ``stream % num_shards`` -------------------------------------------------
-    def extend_steps(self, steps: Any, streams: Any = 0, terminated: Any = None, truncated: Any = None,
-                     priorities: Any = None, version: Any = None, timeout: float | None = None) -> np.ndarray:
+    def extend_steps(
+        self,
+        steps: Any,
+        streams: Any = 0,
+        terminated: Any = None,
+        truncated: Any = None,
+        priorities: Any = None,
+        version: Any = None,
+        timeout: float | None = None,
+    ) -> np.ndarray:
         """``Table.extend_steps``, each row to its stream's shard (parallel calls); global keys."""
         n = len(next(iter(steps.values()))) if isinstance(steps, dict) else len(steps)
         streams_a = np.broadcast_to(np.asarray(streams, dtype=np.int64), (n,))
         groups = shard_keys.group(streams_a % len(self.shards), len(self.shards))
         t = self._t(timeout)
         rows = shard_sampling.rows
-        refs = {s: self._ref(s, "extend_steps", shard_sampling.take(steps, g), streams_a[g], rows(terminated, g),
-                             rows(truncated, g), rows(priorities, g), rows(version, g), t)
-                for s, g in enumerate(groups) if len(g)}
+        refs = {
+            s: self._ref(
+                s,
+                "extend_steps",
+                shard_sampling.take(steps, g),
+                streams_a[g],
+                rows(terminated, g),
+                rows(truncated, g),
+                rows(priorities, g),
+                rows(version, g),
+                t,
+            )
+            for s, g in enumerate(groups)
+            if len(g)
+        }
         res = self._get(refs, t, "extend_steps")
         out = np.empty(n, dtype=np.int64)
         for s, g in enumerate(groups):
@@ -250,16 +301,33 @@ class ShardedClient:
                 out[g] = shard_keys.encode(self.tag, s, res[s])
         return out
 
-    def add_step(self, step: Any, stream: int = 0, terminated: bool = False, truncated: bool = False,
-                 priority: float | None = None, version: int | None = None, timeout: float | None = None) -> int:
+    def add_step(
+        self,
+        step: Any,
+        stream: int = 0,
+        terminated: bool = False,
+        truncated: bool = False,
+        priority: float | None = None,
+        version: int | None = None,
+        timeout: float | None = None,
+    ) -> int:
         """``Table.add_step`` on the stream's shard; the global key."""
         s, t = int(stream) % len(self.shards), self._t(timeout)
-        key = self._get({s: self._ref(s, "add_step", step, stream, terminated, truncated, priority, version, t)},
-                        t, "add_step")[s]
+        key = self._get(
+            {s: self._ref(s, "add_step", step, stream, terminated, truncated, priority, version, t)}, t, "add_step"
+        )[s]
         return int(shard_keys.encode(self.tag, s, np.array([key]))[0])
 
-    def add_episode(self, steps: Any, stream: int | None = None, terminated: bool = True, truncated: bool = False,
-                    priorities: Any = None, version: Any = None, timeout: float | None = None) -> np.ndarray:
+    def add_episode(
+        self,
+        steps: Any,
+        stream: int | None = None,
+        terminated: bool = True,
+        truncated: bool = False,
+        priorities: Any = None,
+        version: Any = None,
+        timeout: float | None = None,
+    ) -> np.ndarray:
         """``Table.add_episode`` on the stream's shard (round robin without a stream); global keys."""
         args = (steps, stream, terminated, truncated, priorities, version)
         if stream is None:
@@ -292,8 +360,9 @@ class ShardedClient:
         """n-step transitions (a :class:`~replaystore.NStepSample`), shards drawn as in :meth:`sample`."""
         return self._sample("sample_nstep", batch_size, (n, gamma), timeout)
 
-    def sample_sequences(self, batch_size: int, length: int, burn_in: int = 0, mode: str = "strict",
-                         timeout: float | None = None) -> Any:
+    def sample_sequences(
+        self, batch_size: int, length: int, burn_in: int = 0, mode: str = "strict", timeout: float | None = None
+    ) -> Any:
         """Sequences (a :class:`~replaystore.SequenceSample`), shards drawn by their item masses.
 
         See docs/ray.md for when that equals one table's distribution.
@@ -314,8 +383,9 @@ class ShardedClient:
             for s, st in zip(refs, states):
                 self._states[s] = st
 
-    def iterate(self, batch_size: int, prefetch: int = 4, timeout: float | None = None,
-                max_batches: int | None = None) -> Iterator[Any]:
+    def iterate(
+        self, batch_size: int, prefetch: int = 4, timeout: float | None = None, max_batches: int | None = None
+    ) -> Iterator[Any]:
         """Samples of ``batch_size`` with ``prefetch`` samples in flight (as ``ReplayClient.iterate``).
 
         Each in-flight sample drew its shard counts when it was sent, from the masses known then,
@@ -351,8 +421,9 @@ class ShardedClient:
             if mass.sum() > 0:
                 break
             if deadline is not None and time.monotonic() >= deadline:
-                raise Timeout(f"{method} of {batch_size} from sharded table {self.name!r}: no shard holds an item "
-                              f"after {t:.3g}s")
+                raise Timeout(
+                    f"{method} of {batch_size} from sharded table {self.name!r}: no shard holds an item after {t:.3g}s"
+                )
             time.sleep(0.02)
             self._refresh(None if deadline is None else max(0.0, deadline - time.monotonic()))
         with self._lock:
@@ -361,8 +432,11 @@ class ShardedClient:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         refs = {s: self._ref(s, method, int(counts[s]), *args, left) for s in range(len(self.shards)) if counts[s]}
         # the other shards report their masses in the same round trip, so the next draw is current
-        state_refs = {s: self.shards[s].actor.shard_state.remote(self.table_name)
-                      for s in range(len(self.shards)) if not counts[s] and alive[s]}
+        state_refs = {
+            s: self.shards[s].actor.shard_state.remote(self.table_name)
+            for s in range(len(self.shards))
+            if not counts[s] and alive[s]
+        }
         return method, args, counts, mass, states, refs, state_refs, left, shuffle
 
     def _finish(self, pending: tuple) -> Any:
@@ -377,8 +451,11 @@ class ShardedClient:
             got = self._get(refs, left, method)
         if state_refs:
             try:
-                fresh = get(list(state_refs.values()), self.skip_after if self.on_dead == "skip" else self.rpc_grace,
-                            f"{self.name}.shard_state")
+                fresh = get(
+                    list(state_refs.values()),
+                    self.skip_after if self.on_dead == "skip" else self.rpc_grace,
+                    f"{self.name}.shard_state",
+                )
                 with self._lock:
                     for s, st in zip(state_refs, fresh):
                         self._states[s] = st
@@ -477,8 +554,12 @@ class ShardedClient:
         total: dict[str, Any] = {}
         for st in filter(None, per):
             for k, v in st.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in _NOT_ADDED \
-                        and not k.startswith(("priority_", "times_")):
+                if (
+                    isinstance(v, (int, float))
+                    and not isinstance(v, bool)
+                    and k not in _NOT_ADDED
+                    and not k.startswith(("priority_", "times_"))
+                ):
                     total[k] = total.get(k, 0) + v
         total["sample_to_insert_ratio"] = total["samples"] / total["inserts"] if total.get("inserts") else 0.0
         return {"shards": per, "total": total, "down": [i for i, st in enumerate(per) if st is None]}
@@ -493,12 +574,21 @@ class ShardedClient:
         parallel, each atomically; under concurrent writers they are not one instant (docs/ray.md).
         ``rs.Timeout`` (and no manifest) if the shards have not all finished within ``timeout``.
         """
-        refs = [c.actor.save.remote(None if path is None else os.path.join(path, f"shard-{i}"))
-                for i, c in enumerate(self.shards)]
+        refs = [
+            c.actor.save.remote(None if path is None else os.path.join(path, f"shard-{i}"))
+            for i, c in enumerate(self.shards)
+        ]
         dirs = get(refs, timeout, f"{self.name}.save")
         root = path or os.path.dirname(os.path.dirname(dirs[0][0]))
-        manifest = {"name": self.name, "namespace": self.namespace, "tag": self.tag, "num_shards": len(self.shards),
-                    "table": self.table_name, "shards": [d[0] for d in dirs], "time": time.time()}
+        manifest = {
+            "name": self.name,
+            "namespace": self.namespace,
+            "tag": self.tag,
+            "num_shards": len(self.shards),
+            "table": self.table_name,
+            "shards": [d[0] for d in dirs],
+            "time": time.time(),
+        }
         os.makedirs(root, exist_ok=True)
         tmp = os.path.join(root, f".{MANIFEST}.tmp")
         with open(tmp, "w") as f:
@@ -525,4 +615,3 @@ class ShardedClient:
         if self.placement_group is not None:
             import_ray().util.remove_placement_group(self.placement_group)
             self.placement_group = None
-

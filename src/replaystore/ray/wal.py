@@ -71,10 +71,17 @@ class WriteAheadLog:
             being restarted while its old process dies) before raising ``InvalidState``.
     """
 
-    def __init__(self, path: str, fsync: FsyncPolicy = "always", interval: float = 0.05,
-                 retry_period: float = 0.5, next_lsn: int = 1,
-                 segment: tuple[str, int] | None = None, lock_timeout: float = 10.0,
-                 _lock_fd: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        fsync: FsyncPolicy = "always",
+        interval: float = 0.05,
+        retry_period: float = 0.5,
+        next_lsn: int = 1,
+        segment: tuple[str, int] | None = None,
+        lock_timeout: float = 10.0,
+        _lock_fd: int | None = None,
+    ) -> None:
         if fsync not in ("always", "interval", "never"):
             raise InvalidArgument(f"fsync must be 'always', 'interval' or 'never', got {fsync!r}")
         self.path = os.path.abspath(path)
@@ -110,13 +117,21 @@ class WriteAheadLog:
         else:
             self._new_segment(self._next_lsn)
         self._bytes_total = sum(os.path.getsize(p) for _, p in list_segments(self.path))
-        self._thread = threading.Thread(target=self._run, name=f"replaystore-wal-{os.path.basename(self.path)}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"replaystore-wal-{os.path.basename(self.path)}", daemon=True
+        )
         self._thread.start()
 
     @classmethod
-    def open(cls, path: str, fsync: FsyncPolicy = "always", interval: float = 0.05, retry_period: float = 0.5,
-             after: int = 0, lock_timeout: float = 10.0) -> tuple["WriteAheadLog", list[Record]]:
+    def open(
+        cls,
+        path: str,
+        fsync: FsyncPolicy = "always",
+        interval: float = 0.05,
+        retry_period: float = 0.5,
+        after: int = 0,
+        lock_timeout: float = 10.0,
+    ) -> tuple["WriteAheadLog", list[Record]]:
         """Read the log in ``path`` and open it for appending.
 
         Returns ``(log, records)``: the records with ``lsn > after`` (to replay), in order. A torn
@@ -135,13 +150,23 @@ class WriteAheadLog:
             raise
 
     @classmethod
-    def _open_locked(cls, path: str, fsync: FsyncPolicy, interval: float, retry_period: float, after: int,
-                     lock_timeout: float, lock_fd: int) -> tuple["WriteAheadLog", list[Record]]:
+    def _open_locked(
+        cls,
+        path: str,
+        fsync: FsyncPolicy,
+        interval: float,
+        retry_period: float,
+        after: int,
+        lock_timeout: float,
+        lock_fd: int,
+    ) -> tuple["WriteAheadLog", list[Record]]:
         result = ScanResult()
         records = list(read_log(path, after, result))
         if records and records[0].lsn != after + 1:
-            raise WalCorrupt(f"{path}: the log resumes at record {records[0].lsn}, but the state it applies to "
-                             f"ends at record {after}: records {after + 1}..{records[0].lsn - 1} are missing")
+            raise WalCorrupt(
+                f"{path}: the log resumes at record {records[0].lsn}, but the state it applies to "
+                f"ends at record {after}: records {after + 1}..{records[0].lsn - 1} are missing"
+            )
         segment = None
         if result.last_segment is not None and result.last_lsn >= after:
             segment = (result.last_segment, result.valid_bytes)
@@ -184,9 +209,14 @@ class WriteAheadLog:
         if err is not None:
             raise _again(err)
 
-    def append(self, op: int, meta: Mapping[str, Any] | None = None,
-               head_arrays: Mapping[str, np.ndarray] | None = None,
-               data: Mapping[str, np.ndarray] | None = None, flags: Mapping[str, int] | None = None) -> int:
+    def append(
+        self,
+        op: int,
+        meta: Mapping[str, Any] | None = None,
+        head_arrays: Mapping[str, np.ndarray] | None = None,
+        data: Mapping[str, np.ndarray] | None = None,
+        flags: Mapping[str, int] | None = None,
+    ) -> int:
         """Queue a record; return its LSN (does not wait: see :meth:`wait`).
 
         ``meta`` is JSON-able; ``head_arrays`` (small) and ``data`` are plain arrays (check them
@@ -292,6 +322,7 @@ class WriteAheadLog:
             by_loop.setdefault(loop, []).append((lsn, fut))
 
         for loop, items in by_loop.items():
+
             def resolve(items=items) -> None:
                 for lsn, fut in items:
                     if fut.done():
@@ -302,6 +333,7 @@ class WriteAheadLog:
                         fut.set_exception(_again(err))
                     else:
                         fut.set_exception(ValueError(closed_msg))
+
             try:
                 loop.call_soon_threadsafe(resolve)
             except RuntimeError:  # the loop is closed
@@ -350,7 +382,7 @@ class WriteAheadLog:
                 part = batch[:stop]
             if not self._write_retrying(part):
                 return  # closed while failing
-            batch = batch[len(part):]
+            batch = batch[len(part) :]
 
     def _write_retrying(self, part: list) -> bool:
         """Write one group (or rotation); on failure report it and retry until it succeeds.
@@ -368,14 +400,18 @@ class WriteAheadLog:
             except Exception as e:  # noqa: BLE001 - I/O errors, and anything else, keep the records queued
                 err: BaseException = e
                 if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) and not isinstance(e, DiskFull):
-                    what = "a new segment" if isinstance(part[0], _Rotation) else \
-                        f"records {part[0][0]}..{part[-1][0]}"
+                    what = "a new segment" if isinstance(part[0], _Rotation) else f"records {part[0][0]}..{part[-1][0]}"
                     wanted = None if isinstance(part[0], _Rotation) else self._pending_bytes
-                    err = DiskFull(f"{self._segment}: no space left to log {what} ({e.strerror})", self._segment,
-                                   wanted)
+                    err = DiskFull(
+                        f"{self._segment}: no space left to log {what} ({e.strerror})", self._segment, wanted
+                    )
                 self.stats["write_errors"] += 1
-                log.error("write-ahead log %s: write failed, records from %s stay queued: %s", self.path,
-                          self._durable + 1, err)
+                log.error(
+                    "write-ahead log %s: write failed, records from %s stay queued: %s",
+                    self.path,
+                    self._durable + 1,
+                    err,
+                )
                 with self._cond:
                     self._error = err
                     self._cond.notify_all()
@@ -431,7 +467,7 @@ class WriteAheadLog:
         """``writev`` every buffer (in slices of at most ``_IOV_MAX``), retrying short writes."""
         i = 0
         while i < len(buffers):
-            chunk = buffers[i:i + _IOV_MAX]
+            chunk = buffers[i : i + _IOV_MAX]
             want = sum(len(b) if isinstance(b, bytes) else b.nbytes for b in chunk)
             done = os.writev(self._fd, chunk)
             while done < want:  # a short write: write the rest one buffer at a time
@@ -525,5 +561,17 @@ def write_records(path: str, records: Sequence[tuple[int, Mapping[str, Any], Map
         wal.close()
 
 
-__all__ = ["MAGIC", "FsyncPolicy", "Record", "ScanResult", "WalConfig", "WriteAheadLog", "check_arrays", "decode",
-           "encode", "list_segments", "read_log", "write_records"]
+__all__ = [
+    "MAGIC",
+    "FsyncPolicy",
+    "Record",
+    "ScanResult",
+    "WalConfig",
+    "WriteAheadLog",
+    "check_arrays",
+    "decode",
+    "encode",
+    "list_segments",
+    "read_log",
+    "write_records",
+]

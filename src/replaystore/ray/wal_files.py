@@ -63,8 +63,9 @@ class ScanResult:
     torn_bytes: int = 0
 
 
-def scan_segment(fpath: str, is_last: bool, first_lsn: int, prev_lsn: int,
-                 after: int, result: ScanResult) -> Iterator[Record]:
+def scan_segment(
+    fpath: str, is_last: bool, first_lsn: int, prev_lsn: int, after: int, result: ScanResult
+) -> Iterator[Record]:
     """Yield the valid records of one segment with ``lsn > after``; fill in ``result`` (see :func:`read_log`)."""
     with open(fpath, "rb") as f:
         size = os.fstat(f.fileno()).st_size
@@ -81,8 +82,9 @@ def scan_segment(fpath: str, is_last: bool, first_lsn: int, prev_lsn: int,
             if not is_last:
                 raise WalCorrupt(f"{fpath}: record at offset {pos} is {reason}, and a later segment follows")
             result.torn_bytes = size - pos
-            log.warning("write-ahead log %s: ignoring a torn tail of %d bytes at offset %d (%s)",
-                        fpath, size - pos, pos, reason)
+            log.warning(
+                "write-ahead log %s: ignoring a torn tail of %d bytes at offset %d (%s)", fpath, size - pos, pos, reason
+            )
 
         while pos < size:
             remaining = size - pos
@@ -142,7 +144,6 @@ def read_log(path: str, after: int = 0, result: ScanResult | None = None) -> Ite
         prev = result.last_lsn if result.last_lsn else first - 1
 
 
-
 def lock_dir(path: str, timeout: float) -> int:
     """An exclusive ``flock`` on ``<path>/LOCK`` (one writer per log); its file descriptor.
 
@@ -158,8 +159,9 @@ def lock_dir(path: str, timeout: float) -> int:
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 os.close(fd)
-                raise InvalidState(f"the write-ahead log {path} is in use by another writer "
-                                   f"(waited {timeout:.3g}s for its lock)") from None
+                raise InvalidState(
+                    f"the write-ahead log {path} is in use by another writer (waited {timeout:.3g}s for its lock)"
+                ) from None
             time.sleep(0.05)
 
 

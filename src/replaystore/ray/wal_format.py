@@ -76,8 +76,7 @@ class Payload:
 
     __slots__ = ("descs", "buffers", "nbytes", "crc")
 
-    def __init__(self, arrays: Mapping[str, np.ndarray] | None = None,
-                 flags: Mapping[str, int] | None = None) -> None:
+    def __init__(self, arrays: Mapping[str, np.ndarray] | None = None, flags: Mapping[str, int] | None = None) -> None:
         self.descs: list[list] = []
         self.buffers: list[memoryview] = []
         self.nbytes = 0
@@ -96,9 +95,13 @@ class Payload:
 EMPTY = Payload()
 
 
-def encode(lsn: int, op: int, meta: Mapping[str, Any] | None = None,
-           head_arrays: Mapping[str, np.ndarray] | None = None,
-           data: Payload = EMPTY) -> tuple[list, int]:
+def encode(
+    lsn: int,
+    op: int,
+    meta: Mapping[str, Any] | None = None,
+    head_arrays: Mapping[str, np.ndarray] | None = None,
+    data: Payload = EMPTY,
+) -> tuple[list, int]:
     """The buffers of one record and their total size (``head_arrays`` go in the head)."""
     head = Payload(head_arrays)
     doc = dict(meta or {})
@@ -139,7 +142,7 @@ def _decode_arrays(descs: Any, buf: memoryview, where: str) -> tuple[dict[str, n
             raise WalCorrupt(f"{where}: array {name!r} listed twice")
         if nbytes < 0 or pos + nbytes > len(buf):
             raise WalCorrupt(f"{where}: array {name!r} overruns its record")
-        arrays[name] = np.frombuffer(buf[pos:pos + nbytes], dtype=dtype).reshape(shape)
+        arrays[name] = np.frombuffer(buf[pos : pos + nbytes], dtype=dtype).reshape(shape)
         flags[name] = int(flag)
         pos += nbytes
     if pos != len(buf):
@@ -155,12 +158,12 @@ def decode(head: bytes, data: bytes, where: str) -> Record:
     if json_len > min(MAX_JSON, len(head) - HEAD.size):
         raise WalCorrupt(f"{where}: record header length {json_len} is out of bounds")
     try:
-        doc = json.loads(bytes(head[HEAD.size:HEAD.size + json_len]))
+        doc = json.loads(bytes(head[HEAD.size : HEAD.size + json_len]))
     except ValueError as e:
         raise WalCorrupt(f"{where}: record header is not JSON: {e}") from None
     if not isinstance(doc, dict):
         raise WalCorrupt(f"{where}: record header is not a JSON object")
-    hview = memoryview(head)[HEAD.size + json_len:]
+    hview = memoryview(head)[HEAD.size + json_len :]
     harrays, _ = _decode_arrays(doc.pop("_h", []), hview, where)
     arrays, flags = _decode_arrays(doc.pop("_d", []), memoryview(data), where)
     return Record(lsn, op, doc, arrays, flags, harrays)

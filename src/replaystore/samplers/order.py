@@ -67,8 +67,10 @@ class _InsertionLog(Selector):
         if b <= len(self._log_slots):
             return self._log_slots[a:b], self._log_keys[a:b]
         b -= len(self._log_slots)
-        return (np.concatenate((self._log_slots[a:], self._log_slots[:b])),
-                np.concatenate((self._log_keys[a:], self._log_keys[:b])))
+        return (
+            np.concatenate((self._log_slots[a:], self._log_slots[:b])),
+            np.concatenate((self._log_keys[a:], self._log_keys[:b])),
+        )
 
     def _append(self, slots: np.ndarray, keys: np.ndarray) -> None:
         k = len(slots)

@@ -38,8 +38,7 @@ class Prioritized(Selector):
     usable_as_remover = False
     requires_nonnegative = True
 
-    def __init__(self, alpha: float = 0.6, beta: float = 0.4, stratified: bool = False,
-                 backend: str = "auto") -> None:
+    def __init__(self, alpha: float = 0.6, beta: float = 0.4, stratified: bool = False, backend: str = "auto") -> None:
         super().__init__()
         if backend not in ("auto", "numpy", "numba"):
             raise InvalidArgument(f"backend must be 'auto', 'numpy' or 'numba', got {backend!r}")
@@ -126,8 +125,7 @@ class Prioritized(Selector):
         The smallest is ``inf`` when no item has a positive priority. A sharded table draws its
         shards in proportion to the first and computes importance weights with the second.
         """
-        return (float(sumtree.total(self._sum, self._frontier)),
-                float(sumtree.minimum(self._min, self._frontier)))
+        return (float(sumtree.total(self._sum, self._frontier)), float(sumtree.minimum(self._min, self._frontier)))
 
     def clear(self) -> None:  # noqa: D102
         self._sum[:] = 0.0

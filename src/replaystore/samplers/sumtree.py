@@ -92,8 +92,9 @@ def frontier_prefix(tree: np.ndarray, frontier: int) -> np.ndarray:
     return np.cumsum(tree[frontier : 2 * frontier])
 
 
-def update_both(sum_tree: np.ndarray, min_tree: np.ndarray, leaves: np.ndarray, values: np.ndarray,
-                frontier: int = 1) -> None:
+def update_both(
+    sum_tree: np.ndarray, min_tree: np.ndarray, leaves: np.ndarray, values: np.ndarray, frontier: int = 1
+) -> None:
     """Set ``values`` in the sum tree and in the min tree (where a 0 counts as ``inf``: not sampled).
 
     The two trees share their layout; the compiled module walks both in one pass.

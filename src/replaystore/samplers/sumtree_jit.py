@@ -128,25 +128,34 @@ if AVAILABLE:
 
 def update_sum(tree: np.ndarray, leaves: np.ndarray, values: np.ndarray, frontier: int = 1) -> None:
     """As :func:`replaystore.samplers.sumtree.update_sum`."""
-    _update_sum(tree, np.ascontiguousarray(leaves, dtype=np.int64),
-                np.ascontiguousarray(values, dtype=np.float64), frontier)
+    _update_sum(
+        tree, np.ascontiguousarray(leaves, dtype=np.int64), np.ascontiguousarray(values, dtype=np.float64), frontier
+    )
 
 
 def update_min(tree: np.ndarray, leaves: np.ndarray, values: np.ndarray, frontier: int = 1) -> None:
     """As :func:`replaystore.samplers.sumtree.update_min`."""
-    _update_min(tree, np.ascontiguousarray(leaves, dtype=np.int64),
-                np.ascontiguousarray(values, dtype=np.float64), frontier)
+    _update_min(
+        tree, np.ascontiguousarray(leaves, dtype=np.int64), np.ascontiguousarray(values, dtype=np.float64), frontier
+    )
 
 
-def update_both(sum_tree: np.ndarray, min_tree: np.ndarray, leaves: np.ndarray, values: np.ndarray,
-                frontier: int = 1) -> None:
+def update_both(
+    sum_tree: np.ndarray, min_tree: np.ndarray, leaves: np.ndarray, values: np.ndarray, frontier: int = 1
+) -> None:
     """As :func:`replaystore.samplers.sumtree.update_both`, both trees in one pass."""
-    _update_both(sum_tree, min_tree, np.ascontiguousarray(leaves, dtype=np.int64),
-                 np.ascontiguousarray(values, dtype=np.float64), frontier)
+    _update_both(
+        sum_tree,
+        min_tree,
+        np.ascontiguousarray(leaves, dtype=np.int64),
+        np.ascontiguousarray(values, dtype=np.float64),
+        frontier,
+    )
 
 
-def find_prefix(tree: np.ndarray, targets: np.ndarray, frontier: int = 1,
-                prefix: np.ndarray | None = None) -> np.ndarray:
+def find_prefix(
+    tree: np.ndarray, targets: np.ndarray, frontier: int = 1, prefix: np.ndarray | None = None
+) -> np.ndarray:
     """As :func:`replaystore.samplers.sumtree.find_prefix`."""
     if frontier != 1 and prefix is None:
         prefix = frontier_prefix(tree, frontier)

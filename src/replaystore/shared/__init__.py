@@ -25,10 +25,10 @@ def remove(name: str, directory: str | None = None, force: bool = False) -> bool
     if info is None:
         raise SharedTableNotFound(f"no shared table {name!r} in {path.parent}")
     if not info["orphaned"] and not force:
-        raise SharedTableExists(f"shared table {name!r} is open in pids {info.get('pids')}: close it "
-                                "there, or pass force=True")
+        raise SharedTableExists(
+            f"shared table {name!r} is open in pids {info.get('pids')}: close it there, or pass force=True"
+        )
     return remove_dir(Path(info["path"]))
 
 
-__all__ = ["LayoutMismatch", "SharedTable", "SharedTableExists", "SharedTableNotFound", "list_segments",
-           "remove"]
+__all__ = ["LayoutMismatch", "SharedTable", "SharedTableExists", "SharedTableNotFound", "list_segments", "remove"]

@@ -18,9 +18,12 @@ from .segment import default_directory, list_segments
 
 def add_parser(sub: Any) -> None:
     """Register the ``shm`` subcommand on an ``argparse`` subparsers object."""
-    shm = sub.add_parser("shm", help="list shared tables, remove leftovers of crashed runs",
-                         description="List the shared-memory tables of a directory (default /dev/shm) "
-                         "and remove leftovers that no process has open.")
+    shm = sub.add_parser(
+        "shm",
+        help="list shared tables, remove leftovers of crashed runs",
+        description="List the shared-memory tables of a directory (default /dev/shm) "
+        "and remove leftovers that no process has open.",
+    )
     shm.add_argument("action", choices=("list", "rm"), help="list, or rm (remove)")
     shm.add_argument("names", nargs="*", help="with rm: the tables to remove")
     shm.add_argument("--dir", default=None, help=f"directory of the tables (default {default_directory()})")
@@ -40,11 +43,14 @@ def run(args: argparse.Namespace) -> int:
         for s in infos:
             state = "leftover" if s["orphaned"] else "open"
             extra = f" ({s['error']})" if "error" in s else ""
-            print(f"{s['name']:24s} {state:8s} {s.get('bytes', 0) / 2**20:10.1f} MiB  "
-                  f"capacity {s.get('capacity', '?')}  pids {s.get('pids') or '-'}  {s['path']}{extra}")
+            print(
+                f"{s['name']:24s} {state:8s} {s.get('bytes', 0) / 2**20:10.1f} MiB  "
+                f"capacity {s.get('capacity', '?')}  pids {s.get('pids') or '-'}  {s['path']}{extra}"
+            )
         return 0
-    names = list(args.names) + ([s["name"] for s in infos if s["orphaned"] and not s.get("incomplete")]
-                                if args.all else [])
+    names = list(args.names) + (
+        [s["name"] for s in infos if s["orphaned"] and not s.get("incomplete")] if args.all else []
+    )
     status = 0
     for s in infos:
         if args.all and s.get("incomplete"):

@@ -142,8 +142,10 @@ class ProcessGuard:
             import logging
 
             logging.getLogger("replaystore.shared").warning(
-                "shared table %r: a process died inside the lock; %d item(s) it may have overwritten "
-                "were dropped", self.table.name, dropped)
+                "shared table %r: a process died inside the lock; %d item(s) it may have overwritten were dropped",
+                self.table.name,
+                dropped,
+            )
 
     # -- the lock protocol ---------------------------------------------------------------------
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:

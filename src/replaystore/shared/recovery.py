@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     from .segment import Segment
 
 
-def reconcile(table: "Table", segment: "Segment", names: tuple[str, ...], values: tuple,
-              intent: int) -> tuple[tuple, int]:
+def reconcile(
+    table: "Table", segment: "Segment", names: tuple[str, ...], values: tuple, intent: int
+) -> tuple[tuple, int]:
     """The repaired state (as ``Table.state_scalars`` values) and how many items were dropped.
 
     Writes the repairs into the segment's arrays (metadata rows, sampler trees); the caller

@@ -70,8 +70,10 @@ def default_directory() -> Path:
 def check_name(name: str) -> str:
     """``name`` if it is a valid table name (letters, digits, ``_ . -``; at most 100), else InvalidArgument."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise InvalidArgument(f"a shared table name is 1-100 letters, digits, '_', '.' or '-' "
-                              f"(not starting with '.' or '-'), got {name!r}")
+        raise InvalidArgument(
+            f"a shared table name is 1-100 letters, digits, '_', '.' or '-' "
+            f"(not starting with '.' or '-'), got {name!r}"
+        )
     return name
 
 
@@ -126,8 +128,9 @@ class Segment:
 
     # -- create / open ------------------------------------------------------------------------------
     @classmethod
-    def create(cls, path: Path, config: dict, regions: list[tuple[str, tuple, np.dtype]],
-               lock_timeout: float) -> tuple["Segment", Path]:
+    def create(
+        cls, path: Path, config: dict, regions: list[tuple[str, tuple, np.dtype]], lock_timeout: float
+    ) -> tuple["Segment", Path]:
         """Build the files in a hidden sibling directory; :meth:`publish_dir` renames it into place.
 
         Raises:
@@ -140,8 +143,7 @@ class Segment:
         body = []
         for name, shape, dtype in regions:
             nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            body.append({"name": name, "offset": offset, "shape": list(shape), "dtype": dtype.str,
-                         "nbytes": nbytes})
+            body.append({"name": name, "offset": offset, "shape": list(shape), "dtype": dtype.str, "nbytes": nbytes})
             offset += -(-nbytes // PAGE) * PAGE
         config = dict(config, regions=body)
         raw = json.dumps(config).encode()
@@ -162,9 +164,13 @@ class Segment:
         root.mkdir(parents=True, exist_ok=True)
         free = free_bytes(root)
         if total > free:
-            raise DiskFull(f"shared table {path.name[len(PREFIX):]!r} needs {total:,} bytes in {root}, "
-                           f"which has {free:,} bytes free (use a smaller capacity, or directory= on a "
-                           f"larger file system)", str(path), total)
+            raise DiskFull(
+                f"shared table {path.name[len(PREFIX) :]!r} needs {total:,} bytes in {root}, "
+                f"which has {free:,} bytes free (use a smaller capacity, or directory= on a "
+                f"larger file system)",
+                str(path),
+                total,
+            )
         tmp = root / f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
         tmp.mkdir()
         fd = -1
@@ -216,13 +222,14 @@ class Segment:
     @classmethod
     def open(cls, path: Path, lock_timeout: float) -> "Segment":
         """Map the segment of an existing table (``SharedTableNotFound``, ``LayoutMismatch``)."""
-        name = path.name[len(PREFIX):]
+        name = path.name[len(PREFIX) :]
         try:
             fd = os.open(path / "segment", os.O_RDWR)
         except FileNotFoundError:
-            raise SharedTableNotFound(f"no shared table {name!r} in {path.parent} "
-                                      f"(existing: {sorted(s['name'] for s in list_segments(path.parent)) or 'none'})"
-                                      ) from None
+            raise SharedTableNotFound(
+                f"no shared table {name!r} in {path.parent} "
+                f"(existing: {sorted(s['name'] for s in list_segments(path.parent)) or 'none'})"
+            ) from None
         try:
             _flock(fd, fcntl.LOCK_SH, lock_timeout, f"attaching to shared table {name!r}")
             try:
@@ -271,8 +278,10 @@ class Segment:
                 break
             except BlockingIOError:
                 if now > deadline:
-                    raise Timeout(f"the lock of shared table {self.path.name[len(PREFIX):]!r} (held by pid "
-                                  f"{words[W_BUSY]}): not acquired within {self.lock_timeout:.3g}s") from None
+                    raise Timeout(
+                        f"the lock of shared table {self.path.name[len(PREFIX) :]!r} (held by pid "
+                        f"{words[W_BUSY]}): not acquired within {self.lock_timeout:.3g}s"
+                    ) from None
         if words[W_WAITING] == pid:
             words[W_WAITING] = 0
 
@@ -364,13 +373,16 @@ def remove_dir(path: Path) -> bool:
 
 
 def _exists(path: Path) -> SharedTableExists:
-    name = path.name[len(PREFIX):]
+    name = path.name[len(PREFIX) :]
     info = next((s for s in list_segments(path.parent) if s["name"] == name), None)
     if info is not None and info["orphaned"]:
-        return SharedTableExists(f"shared table {name!r} exists in {path.parent}, left by processes that "
-                                 f"are gone: attach to it, or remove it with `replaystore shm rm {name}`")
-    return SharedTableExists(f"shared table {name!r} exists in {path.parent} (open in another process); "
-                             "attach to it, or choose another name")
+        return SharedTableExists(
+            f"shared table {name!r} exists in {path.parent}, left by processes that "
+            f"are gone: attach to it, or remove it with `replaystore shm rm {name}`"
+        )
+    return SharedTableExists(
+        f"shared table {name!r} exists in {path.parent} (open in another process); attach to it, or choose another name"
+    )
 
 
 def _alive(pid: int) -> bool:
@@ -393,8 +405,10 @@ def _read_config(mm: mmap.mmap, path: Path, size: int) -> dict:
     if magic != MAGIC:
         raise LayoutMismatch(f"{path / 'segment'} is not a replaystore shared table (bad magic)")
     if version != LAYOUT_VERSION:
-        raise LayoutMismatch(f"{path / 'segment'} has layout version {version}; this replaystore reads "
-                             f"version {LAYOUT_VERSION}: open it with the version that created it")
+        raise LayoutMismatch(
+            f"{path / 'segment'} has layout version {version}; this replaystore reads "
+            f"version {LAYOUT_VERSION}: open it with the version that created it"
+        )
     if total != size or not (HEADER_BYTES <= off and 0 < length and off + length <= size):
         raise LayoutMismatch(f"{path / 'segment'}: header sizes do not match the file ({size} bytes)")
     try:
@@ -433,10 +447,19 @@ def list_segments(directory: str | os.PathLike | None = None) -> list[dict[str, 
     for path in hidden:  # a creation that never finished, or a removal cut short
         m = re.search(r"\.tmp-(\d+)-", path.name)
         if m is None or not _alive(int(m.group(1))):
-            out.append({"name": path.name, "path": str(path), "orphaned": True, "incomplete": True, "bytes": 0,
-                        "pids": [], "error": "incomplete: its creator died, or its removal was cut short"})
+            out.append(
+                {
+                    "name": path.name,
+                    "path": str(path),
+                    "orphaned": True,
+                    "incomplete": True,
+                    "bytes": 0,
+                    "pids": [],
+                    "error": "incomplete: its creator died, or its removal was cut short",
+                }
+            )
     for path in entries:
-        info: dict[str, Any] = {"name": path.name[len(PREFIX):], "path": str(path)}
+        info: dict[str, Any] = {"name": path.name[len(PREFIX) :], "path": str(path)}
         try:
             fd = os.open(path / "segment", os.O_RDWR)
         except OSError as e:

@@ -54,11 +54,21 @@ class SharedTable(Table):
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
-    def create(cls, name: str, capacity: int, spec: Mapping, sampler: Selector | None = None,
-               rate_limiter: RateLimiter | None = None, max_times_sampled: int = 0,
-               max_staleness: int | None = None, seed: int | None = None,
-               default_timeout: float | None = None, directory: str | os.PathLike | None = None,
-               remover: Selector | None = None, lock_timeout: float = 60.0) -> "SharedTable":
+    def create(
+        cls,
+        name: str,
+        capacity: int,
+        spec: Mapping,
+        sampler: Selector | None = None,
+        rate_limiter: RateLimiter | None = None,
+        max_times_sampled: int = 0,
+        max_staleness: int | None = None,
+        seed: int | None = None,
+        default_timeout: float | None = None,
+        directory: str | os.PathLike | None = None,
+        remover: Selector | None = None,
+        lock_timeout: float = 60.0,
+    ) -> "SharedTable":
         """Create the segment ``name`` (in ``directory``, default ``/dev/shm``) and open it.
 
         Args mirror :class:`~replaystore.Table`; ``spec`` (field shapes and dtypes) is required,
@@ -80,9 +90,11 @@ class SharedTable(Table):
         _check_supported(sampler, remover, rate_limiter, max_times_sampled)
         flat = normalize_spec(spec)
         config = {
-            "name": name, "capacity": capacity,
+            "name": name,
+            "capacity": capacity,
             "spec": {p: f.to_json() for p, f in flat.items()},
-            "sampler": sampler.config(), "rate_limiter": rate_limiter.config(),
+            "sampler": sampler.config(),
+            "rate_limiter": rate_limiter.config(),
             "max_times_sampled": int(max_times_sampled),
             "max_staleness": None if max_staleness is None else int(max_staleness),
             "default_timeout": default_timeout,
@@ -105,8 +117,9 @@ class SharedTable(Table):
         return table
 
     @classmethod
-    def attach(cls, name: str, directory: str | os.PathLike | None = None, seed: int | None = None,
-               lock_timeout: float = 60.0) -> "SharedTable":
+    def attach(
+        cls, name: str, directory: str | os.PathLike | None = None, seed: int | None = None, lock_timeout: float = 60.0
+    ) -> "SharedTable":
         """Open the existing shared table ``name`` (created by any process, alive or not).
 
         Raises:
@@ -153,8 +166,9 @@ class SharedTable(Table):
             return int(self._guard.value("size"))
 
     # -- inserts: note how many rows they may write (recovery after a crash) ----------------------
-    def extend(self, data: Any, priorities: Any = None, version: Any = None,
-               timeout: float | None = None) -> np.ndarray:
+    def extend(
+        self, data: Any, priorities: Any = None, version: Any = None, timeout: float | None = None
+    ) -> np.ndarray:
         """As :meth:`Table.extend`; the batch is published to other processes all at once."""
         guard = self._guard
         if self._segment.closed:
@@ -165,8 +179,9 @@ class SharedTable(Table):
         finally:
             guard.release()
 
-    def add(self, item: Any, priority: float | None = None, version: int | None = None,
-            timeout: float | None = None) -> int:
+    def add(
+        self, item: Any, priority: float | None = None, version: int | None = None, timeout: float | None = None
+    ) -> int:
         """As :meth:`Table.add` (never staged: the item is visible to other processes on return).
 
         With a ``Prioritized`` sampler an item goes in as a batch of one (the ring's fast path).
@@ -201,7 +216,8 @@ class SharedTable(Table):
                 if len(live) and not (live[0] == lo and live[-1] == lo + len(live) - 1):
                     raise InvalidArgument(
                         f"shared table {self.shared_name!r} deletes only its oldest items (keys {lo} ..): "
-                        "deleting others is not supported in shared mode yet")
+                        "deleting others is not supported in shared mode yet"
+                    )
             return super().delete(keys)
 
     def set_version(self, version: int) -> int:
@@ -211,8 +227,12 @@ class SharedTable(Table):
             InvalidArgument: stale items that are not the oldest (nothing dropped, version unchanged).
         """
         with self._cond:
-            if self.max_staleness is not None and isinstance(version, (int, np.integer, float)) \
-                    and not isinstance(version, bool) and float(version).is_integer():
+            if (
+                self.max_staleness is not None
+                and isinstance(version, (int, np.integer, float))
+                and not isinstance(version, bool)
+                and float(version).is_integer()
+            ):
                 lo, hi = self._guard.value("ring_lo"), self._guard.value("ring_hi")
                 base = self._guard.value("ring_base")
                 slots = (np.arange(lo, hi, dtype=np.int64) - base) % self.capacity
@@ -221,7 +241,8 @@ class SharedTable(Table):
                 if m and not stale[:m].all():
                     raise InvalidArgument(
                         f"shared table {self.shared_name!r}: version {int(version)} would make items stale "
-                        "out of insertion order, which shared mode does not support yet (only the oldest)")
+                        "out of insertion order, which shared mode does not support yet (only the oldest)"
+                    )
             return super().set_version(version)
 
     # -- not in shared mode yet ---------------------------------------------------------------------
@@ -265,15 +286,18 @@ def _attach(name: str, directory: str) -> SharedTable:
 
 def _check_supported(sampler: Selector, remover: Selector | None, limiter: RateLimiter, max_times_sampled: int) -> None:
     if type(sampler) not in _SAMPLERS:
-        raise InvalidArgument(f"shared tables support the Uniform, Prioritized and Fifo samplers, not "
-                              f"{type(sampler).__name__} (yet)")
+        raise InvalidArgument(
+            f"shared tables support the Uniform, Prioritized and Fifo samplers, not {type(sampler).__name__} (yet)"
+        )
     if remover is not None and type(remover) is not Fifo:
         raise InvalidArgument(f"shared tables evict with the Fifo remover only, not {type(remover).__name__} (yet)")
     if not isinstance(limiter, RateLimiter):
         raise InvalidArgument(f"rate_limiter must be a RateLimiter, got {type(limiter).__name__}")
     if max_times_sampled and type(sampler) is not Fifo:
-        raise InvalidArgument("max_times_sampled in a shared table needs the Fifo sampler (retirement out of "
-                              "insertion order is not supported in shared mode yet)")
+        raise InvalidArgument(
+            "max_times_sampled in a shared table needs the Fifo sampler (retirement out of "
+            "insertion order is not supported in shared mode yet)"
+        )
 
 
 def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table) -> Any:
@@ -284,25 +308,34 @@ def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table
         storage = ColumnStorage(capacity, spec)
         table = cls.__new__(cls)
         Table.__init__(
-            table, capacity,
-            sampler=selector_from_config(config["sampler"]), remover=Fifo(),
+            table,
+            capacity,
+            sampler=selector_from_config(config["sampler"]),
+            remover=Fifo(),
             rate_limiter=limiter_from_config(config["rate_limiter"]),
-            max_times_sampled=config["max_times_sampled"], max_staleness=config["max_staleness"],
-            storage=storage, seed=seed, default_timeout=config["default_timeout"], name=config["name"],
+            max_times_sampled=config["max_times_sampled"],
+            max_staleness=config["max_staleness"],
+            storage=storage,
+            seed=seed,
+            default_timeout=config["default_timeout"],
+            name=config["name"],
         )
     return table
 
 
 def _recorder(regions: list) -> Any:
     """An allocator that notes each request and returns a zero-byte stand-in of the right shape."""
+
     def record(name: str, shape: tuple, dtype: np.dtype, fill: Any) -> np.ndarray:
         regions.append((name, shape, dtype))
         return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, (0,) * len(shape))
+
     return record
 
 
 def _placer(seg: Segment, fill: bool) -> Any:
     """An allocator handing out the segment's regions (filled when the segment is new)."""
+
     def place(name: str, shape: tuple, dtype: np.dtype, value: Any) -> np.ndarray:
         if name not in seg.regions:
             from .errors import LayoutMismatch
@@ -312,12 +345,14 @@ def _placer(seg: Segment, fill: bool) -> Any:
         if rshape != shape or rdtype != dtype:
             from .errors import LayoutMismatch
 
-            raise LayoutMismatch(f"segment {seg.path}: region {name!r} is {rshape} {rdtype}, this table "
-                                 f"needs {shape} {dtype}")
+            raise LayoutMismatch(
+                f"segment {seg.path}: region {name!r} is {rshape} {rdtype}, this table needs {shape} {dtype}"
+            )
         arr = seg.view(name)
         if fill and not (np.isscalar(value) and value == 0):  # a new segment is zeros already
             arr[...] = value
         return arr
+
     return place
 
 

@@ -87,9 +87,7 @@ class ColumnStorage(Storage):
         for path, value in flat.items():
             arr, _ = self._as_array(path, value)
             if arr.dtype == object:
-                raise SpecError(
-                    f"field {path!r} has dtype object; use ObjectStorage for arbitrary Python items"
-                )
+                raise SpecError(f"field {path!r} has dtype object; use ObjectStorage for arbitrary Python items")
             if batched and arr.ndim == 0:
                 raise SpecError(f"field {path!r}: a batch needs a leading batch axis, got a scalar")
             spec[path] = Field(tuple(arr.shape[1:] if batched else arr.shape), arr.dtype)
@@ -123,9 +121,7 @@ class ColumnStorage(Storage):
                 if n is None:
                     n = arr.shape[0]
                 elif arr.shape[0] != n:
-                    raise SpecError(
-                        f"field {path!r}: batch size {arr.shape[0]} differs from the other fields' {n}"
-                    )
+                    raise SpecError(f"field {path!r}: batch size {arr.shape[0]} differs from the other fields' {n}")
                 shape = arr.shape[1:]
             else:
                 shape = arr.shape

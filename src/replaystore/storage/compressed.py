@@ -97,8 +97,7 @@ class CompressedColumnStorage(ColumnStorage):
     # -- spec -------------------------------------------------------------------------------
     def _choose(self, spec: dict[str, Field]) -> dict[str, Field]:
         if self._compress_arg is None:
-            return {p: f for p, f in spec.items()
-                    if math.prod(f.shape) * f.dtype.itemsize >= self.min_bytes}
+            return {p: f for p, f in spec.items() if math.prod(f.shape) * f.dtype.itemsize >= self.min_bytes}
         unknown = sorted(set(self._compress_arg) - spec.keys())
         if unknown:
             raise SpecError(f"compress names fields that are not in the spec: {unknown}; fields: {sorted(spec)}")
@@ -198,15 +197,20 @@ class CompressedColumnStorage(ColumnStorage):
     def describe(self) -> dict:
         """Kind, capacity, spec, the compressed fields and the level."""
         d = super().describe()
-        d.update(compress=sorted(self.compressed) if self.spec is not None else self._compress_arg,
-                 min_bytes=self.min_bytes, level=self.level)
+        d.update(
+            compress=sorted(self.compressed) if self.spec is not None else self._compress_arg,
+            min_bytes=self.min_bytes,
+            level=self.level,
+        )
         return d
 
     def export(self, slots: np.ndarray) -> dict[str, np.ndarray]:
         """Decompressed flat columns of ``slots`` (plain arrays: checkpoints need no zstd to read)."""
         slots = np.asarray(slots, dtype=np.int64)
-        return {p: self._decompress(p, slots) if p in self.compressed else np.take(self.columns[p], slots, axis=0)
-                for p in self.spec or ()}
+        return {
+            p: self._decompress(p, slots) if p in self.compressed else np.take(self.columns[p], slots, axis=0)
+            for p in self.spec or ()
+        }
 
     def import_(self, exported: Mapping[str, np.ndarray]) -> int:
         """Write (and compress) flat columns as produced by :meth:`export` to slots ``0..n-1``."""

@@ -25,14 +25,20 @@ def from_description(desc: dict, capacity: int, memmap_dir: str | Path | None = 
     flat = desc.get("spec")
     spec = None if flat is None else unflatten({p: (f["shape"], f["dtype"]) for p, f in flat.items()})
     if kind == "frames":
-        storage = FrameStackStorage(capacity, desc["obs_key"], desc["next_obs_key"], desc["end_keys"],
-                                    frame_capacity=desc.get("frame_capacity"))
+        storage = FrameStackStorage(
+            capacity, desc["obs_key"], desc["next_obs_key"], desc["end_keys"], frame_capacity=desc.get("frame_capacity")
+        )
         if spec is not None:
             storage.set_spec(spec)
         return storage
     if kind == "compressed":
-        return CompressedColumnStorage(capacity, spec, compress=desc.get("compress"),
-                                       min_bytes=desc.get("min_bytes", 1024), level=desc.get("level", 3))
+        return CompressedColumnStorage(
+            capacity,
+            spec,
+            compress=desc.get("compress"),
+            min_bytes=desc.get("min_bytes", 1024),
+            level=desc.get("level", 3),
+        )
     if kind == "memmap" and memmap_dir is not None:
         return MemmapColumnStorage(capacity, memmap_dir, spec)
     return ColumnStorage(capacity, spec)

@@ -46,13 +46,17 @@ def reserve(fd: int, offset: int, length: int, path: str | os.PathLike) -> None:
         os.posix_fallocate(fd, offset, length)
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise DiskFull(f"no space to reserve {length} bytes in {os.fspath(path)} "
-                           f"({free_bytes(os.path.dirname(os.fspath(path)) or '.')} bytes free)",
-                           os.fspath(path), int(length)) from None
+            raise DiskFull(
+                f"no space to reserve {length} bytes in {os.fspath(path)} "
+                f"({free_bytes(os.path.dirname(os.fspath(path)) or '.')} bytes free)",
+                os.fspath(path),
+                int(length),
+            ) from None
         if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system without fallocate (rare)
             return
-        raise StorageError(f"reserving {length} bytes in {os.fspath(path)} failed: {e}", os.fspath(path),
-                           int(length)) from None
+        raise StorageError(
+            f"reserving {length} bytes in {os.fspath(path)} failed: {e}", os.fspath(path), int(length)
+        ) from None
 
 
 def allocated_bytes(paths: Iterable[str | os.PathLike]) -> int:
@@ -76,8 +80,12 @@ def lmdb_write_error(e: Exception, path: str, wanted: int | None, map_size: int 
     import lmdb
 
     if isinstance(e, lmdb.MapFullError):
-        return DiskFull(f"LMDB environment {path} reached its map_size={map_size} bytes "
-                        f"(writing {wanted} bytes); raise map_size or free space", path, wanted)
+        return DiskFull(
+            f"LMDB environment {path} reached its map_size={map_size} bytes "
+            f"(writing {wanted} bytes); raise map_size or free space",
+            path,
+            wanted,
+        )
     text = str(e)
     try:
         free = free_bytes(path)
@@ -85,6 +93,7 @@ def lmdb_write_error(e: Exception, path: str, wanted: int | None, map_size: int 
         free = -1
     short = (wanted or 0) + (1 << 20)
     if "No space" in text or "quota" in text.lower() or ("Input/output" in text and 0 <= free < short):
-        return DiskFull(f"no space left for a write of {wanted} bytes to {path} ({free} bytes free): {text}",
-                        path, wanted)
+        return DiskFull(
+            f"no space left for a write of {wanted} bytes to {path} ({free} bytes free): {text}", path, wanted
+        )
     return StorageError(f"LMDB write to {path} failed: {text}", path, wanted)

@@ -69,7 +69,6 @@ log = logging.getLogger("replaystore")
 _OPTIONS = "store.json"
 
 
-
 class FragmentStore:
     """Payloads by string id in LMDB shards under ``path``.
 
@@ -107,9 +106,15 @@ class FragmentStore:
     receiving process. Raises :class:`~replaystore.Closed` after :meth:`close`.
     """
 
-    def __init__(self, path: str | os.PathLike, num_shards: int = 4, map_size: int = 1 << 40,
-                 sync: bool = False, writemap: bool | None = None,
-                 shrink_threshold: int | None = 1 << 20) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        num_shards: int = 4,
+        map_size: int = 1 << 40,
+        sync: bool = False,
+        writemap: bool | None = None,
+        shrink_threshold: int | None = 1 << 20,
+    ) -> None:
         if lmdb is None:
             raise ImportError("FragmentStore needs the lmdb package: pip install 'replaystore[lmdb]'")
         if int(num_shards) < 1:
@@ -154,13 +159,17 @@ class FragmentStore:
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise StorageError(f"{file} is unreadable: {e}", file, None) from None
         if writemap is not None and bool(writemap) != recorded:
-            raise InvalidArgument(f"the store at {self.path} was created with writemap={recorded}; "
-                             f"every process must open it the same way (got writemap={writemap})")
+            raise InvalidArgument(
+                f"the store at {self.path} was created with writemap={recorded}; "
+                f"every process must open it the same way (got writemap={writemap})"
+            )
         return recorded
 
     def __reduce__(self) -> tuple:
-        return (FragmentStore, (self.path, self.num_shards, self.map_size, self.sync, self.writemap,
-                                self.shrink_threshold))
+        return (
+            FragmentStore,
+            (self.path, self.num_shards, self.map_size, self.sync, self.writemap, self.shrink_threshold),
+        )
 
     def __repr__(self) -> str:
         return f"FragmentStore(path={self.path!r}, num_shards={self.num_shards})"
@@ -179,8 +188,9 @@ class FragmentStore:
             with ENVS_LOCK:
                 if sh.entry is None or target != sh.target:
                     try:  # a generation is never re-created: if it vanished, it was just replaced
-                        entry = open_env_locked(sh.dir_of(target), self.map_size, self.sync, self.writemap,
-                                                 create=target is None)
+                        entry = open_env_locked(
+                            sh.dir_of(target), self.map_size, self.sync, self.writemap, create=target is None
+                        )
                     except FileNotFoundError:
                         continue  # swapped between readlink and open: read the link again
                     old = sh.entry
@@ -278,8 +288,7 @@ class FragmentStore:
             entry.fd = os.open(os.path.join(entry.path, "data.mdb"), os.O_RDWR)
         psize = entry.env.stat()["psize"]
         try:
-            reserve(entry.fd, (entry.env.info()["last_pgno"] + 1) * psize, nbytes,
-                    os.path.join(entry.path, "data.mdb"))
+            reserve(entry.fd, (entry.env.info()["last_pgno"] + 1) * psize, nbytes, os.path.join(entry.path, "data.mdb"))
         except DiskFull as e:
             raise DiskFull(f"{e} (for a write of {wanted} bytes)", e.path, wanted) from None
 
@@ -297,8 +306,7 @@ class FragmentStore:
     def put_encoded(self, fragment_id: str, record: bytes | bytearray | memoryview) -> None:
         """Store an already :func:`encode`-d record under ``fragment_id`` (errors as :meth:`put`)."""
         key = fragment_id.encode()
-        self._write(self._shard_of(key), lambda txn: txn.put(key, record), len(record),
-                    PUT_SLACK + len(record) // 64)
+        self._write(self._shard_of(key), lambda txn: txn.put(key, record), len(record), PUT_SLACK + len(record) // 64)
 
     def delete(self, fragment_ids: str | Iterable[str]) -> int:
         """Delete payloads; return how many existed. Unknown ids are skipped (no error).
@@ -319,6 +327,7 @@ class FragmentStore:
             raise Closed(f"{self!r} is closed")
         n = 0
         for shard, keys in by_shard.items():
+
             def drop(txn: Any, keys: list[bytes] = keys) -> tuple[int, int]:
                 return sum(bool(txn.delete(k)) for k in keys), txn.stat()["entries"]
 
@@ -332,8 +341,12 @@ class FragmentStore:
         """Delete every payload; every shard becomes a fresh, empty generation (space given back)."""
         for i in range(self.num_shards):
             if not self._swap(i, empty=True):  # a store of the older layout: delete in place
-                self._write(i, lambda txn: [txn.delete(bytes(k)) for k in list(txn.cursor().iternext(values=False))],
-                            0, DELETE_SLACK)
+                self._write(
+                    i,
+                    lambda txn: [txn.delete(bytes(k)) for k in list(txn.cursor().iternext(values=False))],
+                    0,
+                    DELETE_SLACK,
+                )
 
     def compact(self) -> int:
         """Rewrite every shard without its free pages; return the bytes given back to the file system.
@@ -405,8 +418,9 @@ class FragmentStore:
                         if isinstance(e, lmdb.Error):
                             raise lmdb_write_error(e, new_dir, None, self.map_size) from None
                         if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                            raise DiskFull(f"no space to compact shard {sh.link} into {new_dir}", new_dir,
-                                           None) from None
+                            raise DiskFull(
+                                f"no space to compact shard {sh.link} into {new_dir}", new_dir, None
+                            ) from None
                         raise
                     if empty and spare:
                         os.unlink(os.path.join(new_dir, SPARE))
@@ -453,6 +467,7 @@ class FragmentStore:
 
     def keys(self) -> Iterator[str]:
         """Every stored id (shard by shard, each in byte order)."""
+
         def ids(txn: Any) -> list[str]:
             return [bytes(k).decode() for k in txn.cursor().iternext(keys=True, values=False)]
 

@@ -269,8 +269,12 @@ class FrameStackStorage(ColumnStorage):
     def describe(self) -> dict:
         """As :meth:`ColumnStorage.describe`, plus the frame-stack options."""
         d = super().describe()
-        d.update(obs_key=self.obs_key, next_obs_key=self.next_obs_key, end_keys=list(self.end_keys),
-                 frame_capacity=self._frame_capacity_arg)
+        d.update(
+            obs_key=self.obs_key,
+            next_obs_key=self.next_obs_key,
+            end_keys=list(self.end_keys),
+            frame_capacity=self._frame_capacity_arg,
+        )
         return d
 
     def export(self, slots: np.ndarray) -> dict[str, np.ndarray]:

@@ -88,9 +88,19 @@ def open_env_locked(path: str, map_size: int, sync: bool, writemap: bool, create
     if entry is None or entry.inode != inode:
         reserve_lock_file(path)
         try:
-            env = lmdb.open(path, map_size=map_size, subdir=True, max_readers=MAX_READERS, sync=sync,
-                            metasync=sync, readahead=False, meminit=False, lock=True, writemap=writemap,
-                            create=create)
+            env = lmdb.open(
+                path,
+                map_size=map_size,
+                subdir=True,
+                max_readers=MAX_READERS,
+                sync=sync,
+                metasync=sync,
+                readahead=False,
+                meminit=False,
+                lock=True,
+                writemap=writemap,
+                create=create,
+            )
         except lmdb.Error as e:
             if not create and not os.path.isdir(path):
                 raise FileNotFoundError(path) from None
@@ -161,8 +171,7 @@ SPARE = ".spare"  # marks an initialised, empty generation ready to replace the 
 
 def init_env(path: str, map_size: int, writemap: bool) -> None:
     """Create an empty LMDB environment in ``path`` (its lock file reserved first)."""
-    lmdb.open(path, map_size=map_size, subdir=True, lock=True, max_readers=MAX_READERS,
-              writemap=writemap).close()
+    lmdb.open(path, map_size=map_size, subdir=True, lock=True, max_readers=MAX_READERS, writemap=writemap).close()
 
 
 def make_spare(link: str, current: str) -> None:

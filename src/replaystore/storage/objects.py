@@ -30,9 +30,7 @@ class ObjectStorage(Storage):
         if not batched:
             return [data], 1
         if not isinstance(data, Sequence) or isinstance(data, (str, bytes)):
-            raise SpecError(
-                f"object storage takes a batch as a list or tuple of items, got {type(data).__name__}"
-            )
+            raise SpecError(f"object storage takes a batch as a list or tuple of items, got {type(data).__name__}")
         return list(data), len(data)
 
     def write(self, slots: slice | np.ndarray, prepared: list) -> None:

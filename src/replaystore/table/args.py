@@ -71,9 +71,7 @@ def make_storage(storage: str | Storage | None, capacity: int, spec: Mapping | N
         if storage.capacity != capacity:
             raise InvalidArgument(f"storage capacity {storage.capacity} != table capacity {capacity}")
         return storage
-    raise InvalidArgument(
-        f"storage must be 'columns', 'objects', 'memmap:<dir>' or a Storage, got {storage!r}"
-    )
+    raise InvalidArgument(f"storage must be 'columns', 'objects', 'memmap:<dir>' or a Storage, got {storage!r}")
 
 
 def as_slice_if_contiguous(slots: np.ndarray) -> slice | np.ndarray:

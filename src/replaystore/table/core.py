@@ -51,8 +51,17 @@ if TYPE_CHECKING:
     from ..prefetch import SampleIterator
 
 
-class Table(KeyedMethods, EpisodeMethods, JournalMethods, Persistence, StatsMethods, GeneralInsert, FastPaths,
-            SlotBookkeeping, PlacedState):
+class Table(
+    KeyedMethods,
+    EpisodeMethods,
+    JournalMethods,
+    Persistence,
+    StatsMethods,
+    GeneralInsert,
+    FastPaths,
+    SlotBookkeeping,
+    PlacedState,
+):
     """A replay table. See the package README for a tour.
 
     Args:
@@ -121,8 +130,9 @@ class Table(KeyedMethods, EpisodeMethods, JournalMethods, Persistence, StatsMeth
         self._requires_nonnegative = any(s.requires_nonnegative for s in self._selectors)
         self._episodes: EpisodeIndex | None = None
         if episodes is not None:
-            self._episodes = make_episode_index(episodes, self.storage, self.sampler, capacity, self.rng,
-                                                lambda: self._priority)
+            self._episodes = make_episode_index(
+                episodes, self.storage, self.sampler, capacity, self.rng, lambda: self._priority
+            )
             self._selectors = (*self._selectors, self._episodes)
 
         self._lock = threading.RLock()
@@ -270,7 +280,9 @@ class Table(KeyedMethods, EpisodeMethods, JournalMethods, Persistence, StatsMeth
             f"(size {self._state.size}, inserts {limiter.inserts}, samples {limiter.samples}) and goes on "
             "waiting; a call that another thread cannot unblock never returns: pass timeout= (or "
             "default_timeout=) to get a Timeout instead",
-            BlockingWarning, stacklevel=4)
+            BlockingWarning,
+            stacklevel=4,
+        )
 
     def _wait_for_sample(self, n: int, timeout: float | None) -> None:
         """Block (lock held) until the table is open, non-empty and its limiter allows ``n`` samples."""
@@ -279,8 +291,9 @@ class Table(KeyedMethods, EpisodeMethods, JournalMethods, Persistence, StatsMeth
         limiter = self.rate_limiter
         if not (self._state.size > 0 and limiter.can_sample(n)):
             limiter.check_sample_size(n)
-            self._wait(lambda: self._state.size > 0 and limiter.can_sample(n), timeout, f"sample of {n}",
-                       "sample_blocked_s")
+            self._wait(
+                lambda: self._state.size > 0 and limiter.can_sample(n), timeout, f"sample of {n}", "sample_blocked_s"
+            )
 
     def _account_sample(self, slots: np.ndarray, draws: int, out: np.ndarray | None = None) -> None:
         """Count a sample of ``draws`` that drew ``slots`` (duplicates allowed; lock held).
@@ -348,8 +361,9 @@ class Table(KeyedMethods, EpisodeMethods, JournalMethods, Persistence, StatsMeth
                 return np.empty(0, dtype=np.int64)
             return self._insert(prepared, n, priorities, version, timeout)
 
-    def add(self, item: Any, priority: float | None = None, version: int | None = None,
-            timeout: float | None = None) -> int:
+    def add(
+        self, item: Any, priority: float | None = None, version: int | None = None, timeout: float | None = None
+    ) -> int:
         """Insert one item (a dict of per-item arrays, or any object for object storage).
 
         Returns its key (-1 if refused as stale). See :meth:`extend`. Items of a column storage
@@ -419,8 +433,7 @@ class Table(KeyedMethods, EpisodeMethods, JournalMethods, Persistence, StatsMeth
             limiter = self.rate_limiter
             if not (st.size > 0 and limiter.can_sample(n)):
                 limiter.check_sample_size(n)
-                self._wait(lambda: st.size > 0 and limiter.can_sample(n), timeout,
-                           f"sample of {n}", "sample_blocked_s")
+                self._wait(lambda: st.size > 0 and limiter.can_sample(n), timeout, f"sample of {n}", "sample_blocked_s")
             slots, probabilities, weights = self.sampler.sample(n)
             slots = np.ascontiguousarray(slots, dtype=np.int64)
             rows = np.empty((n, 4), dtype=np.int64)
@@ -454,8 +467,14 @@ class Table(KeyedMethods, EpisodeMethods, JournalMethods, Persistence, StatsMeth
             return sample_to_tensors(sample, device=device, pin_memory=pin_memory)
         return sample
 
-    def iterate(self, batch_size: int, prefetch: int = 2, timeout: float | None = None,
-                max_batches: int | None = None, **tensor_options: Any) -> "SampleIterator":
+    def iterate(
+        self,
+        batch_size: int,
+        prefetch: int = 2,
+        timeout: float | None = None,
+        max_batches: int | None = None,
+        **tensor_options: Any,
+    ) -> "SampleIterator":
         """An iterator of samples drawn ahead by a background thread (see :mod:`replaystore.prefetch`).
 
         ``tensor_options`` are ``as_tensor``, ``device`` and ``pin_memory``, as for :meth:`sample`.
@@ -463,5 +482,6 @@ class Table(KeyedMethods, EpisodeMethods, JournalMethods, Persistence, StatsMeth
         """
         from ..prefetch import SampleIterator
 
-        return SampleIterator(self, batch_size, prefetch=prefetch, timeout=timeout,
-                              max_batches=max_batches, **tensor_options)
+        return SampleIterator(
+            self, batch_size, prefetch=prefetch, timeout=timeout, max_batches=max_batches, **tensor_options
+        )

@@ -29,8 +29,14 @@ from ..storage import ObjectStorage, Storage
 from .args import as_keys
 
 
-def make_episode_index(episodes: Episodes, storage: Storage, sampler: Selector, capacity: int,
-                       rng: np.random.Generator, priorities: Callable[[], np.ndarray]) -> EpisodeIndex:
+def make_episode_index(
+    episodes: Episodes,
+    storage: Storage,
+    sampler: Selector,
+    capacity: int,
+    rng: np.random.Generator,
+    priorities: Callable[[], np.ndarray],
+) -> EpisodeIndex:
     """The episode index of a new table built with ``episodes=`` (bound to its capacity and rng).
 
     ``priorities``: returns the table's per-slot priority column (read when starts are scored).
@@ -38,8 +44,10 @@ def make_episode_index(episodes: Episodes, storage: Storage, sampler: Selector, 
     if not isinstance(episodes, Episodes):
         raise EpisodeError(f"episodes must be an rs.Episodes, got {type(episodes).__name__}")
     if isinstance(storage, ObjectStorage):
-        raise EpisodeError("episode structure needs a column storage (columns, memmap or frames): sequences "
-                           "are gathered as (B, T, ...) arrays, which Python objects cannot be")
+        raise EpisodeError(
+            "episode structure needs a column storage (columns, memmap or frames): sequences "
+            "are gathered as (B, T, ...) arrays, which Python objects cannot be"
+        )
     shared = sampler.live_set if type(sampler) is Uniform else None
     index = EpisodeIndex(episodes, shared)
     index.bind(capacity, rng)
@@ -62,8 +70,17 @@ class EpisodeMethods:
             raise EpisodeError(f"table {self.name!r} has no episode structure: build it with episodes=rs.Episodes()")
         return self._episodes
 
-    def _insert_steps(self, index: EpisodeIndex, prepared: Any, n: int, plan: StepPlan, priorities: Any,
-                      version: Any, timeout: float | None, admitted: bool = False) -> np.ndarray:
+    def _insert_steps(
+        self,
+        index: EpisodeIndex,
+        prepared: Any,
+        n: int,
+        plan: StepPlan,
+        priorities: Any,
+        version: Any,
+        timeout: float | None,
+        admitted: bool = False,
+    ) -> np.ndarray:
         """Insert rows through the general path with ``plan`` begun in the index (lock held).
 
         ``admitted``: a replayed write (``replay_insert``), which the rate limiter does not hold.
@@ -76,9 +93,16 @@ class EpisodeMethods:
             index.end()
         return keys
 
-    def add_step(self, step: Any, stream: int = 0, terminated: bool = False, truncated: bool = False,
-                 priority: float | None = None, version: int | None = None,
-                 timeout: float | None = None) -> int:
+    def add_step(
+        self,
+        step: Any,
+        stream: int = 0,
+        terminated: bool = False,
+        truncated: bool = False,
+        priority: float | None = None,
+        version: int | None = None,
+        timeout: float | None = None,
+    ) -> int:
         """Append one step to ``stream``'s current episode; return its key (-1 if refused as stale).
 
         A step after a terminated or truncated step of the same stream starts a new episode.
@@ -95,8 +119,16 @@ class EpisodeMethods:
             plan = _writers.step_plan(index, stream, terminated, truncated)
             return int(self._insert_steps(index, prepared, n, plan, priority, version, timeout)[0])
 
-    def extend_steps(self, steps: Any, streams: Any = 0, terminated: Any = None, truncated: Any = None,
-                     priorities: Any = None, version: Any = None, timeout: float | None = None) -> np.ndarray:
+    def extend_steps(
+        self,
+        steps: Any,
+        streams: Any = 0,
+        terminated: Any = None,
+        truncated: Any = None,
+        priorities: Any = None,
+        version: Any = None,
+        timeout: float | None = None,
+    ) -> np.ndarray:
         """Append a batch of steps, one stream id per row (an int: all rows of one stream).
 
         One row per environment of a vectorised env; rows of the same stream in one call are
@@ -116,9 +148,16 @@ class EpisodeMethods:
             plan = _writers.steps_plan(index, n, streams, terminated, truncated)
             return self._insert_steps(index, prepared, n, plan, priorities, version, timeout)
 
-    def add_episode(self, steps: Any, stream: int | None = None, terminated: bool = True,
-                    truncated: bool = False, priorities: Any = None, version: Any = None,
-                    timeout: float | None = None) -> np.ndarray:
+    def add_episode(
+        self,
+        steps: Any,
+        stream: int | None = None,
+        terminated: bool = True,
+        truncated: bool = False,
+        priorities: Any = None,
+        version: Any = None,
+        timeout: float | None = None,
+    ) -> np.ndarray:
         """Insert a whole episode (a batch of ``T`` steps) as a new episode of ``stream``.
 
         ``stream=None`` uses a stream id larger than any used so far. The last step gets the
@@ -151,8 +190,9 @@ class EpisodeMethods:
             self._check_open()
             return _writers.end_episodes(index, streams, truncated)
 
-    def sample_sequences(self, batch_size: int, length: int, burn_in: int = 0, mode: str = "strict",
-                         timeout: float | None = None) -> SequenceSample:
+    def sample_sequences(
+        self, batch_size: int, length: int, burn_in: int = 0, mode: str = "strict", timeout: float | None = None
+    ) -> SequenceSample:
         """Draw ``batch_size`` windows of ``burn_in + length`` consecutive steps of one episode.
 
         ``mode="strict"``: windows never cross an episode end, the write head, a deleted or evicted
@@ -167,19 +207,20 @@ class EpisodeMethods:
             EpisodeError: bad arguments. Timeout, Closed: as for :meth:`sample`.
         """
         index = self._require_episodes()
-        n, width, burn_in, prioritized = _sequences.check_request(index, self.sampler, batch_size, length,
-                                                                  burn_in, mode)
+        n, width, burn_in, prioritized = _sequences.check_request(
+            index, self.sampler, batch_size, length, burn_in, mode
+        )
         with self._cond:
             if self._stager is not None and self._stager.n:
                 self._flush_pending()
             self._wait_for_sample(n, timeout)
-            sample, starts = _sequences.draw_sequences(index, self.sampler, self.rng, self.storage, self._meta, n,
-                                                       width, burn_in, mode, prioritized)
+            sample, starts = _sequences.draw_sequences(
+                index, self.sampler, self.rng, self.storage, self._meta, n, width, burn_in, mode, prioritized
+            )
             self._account_sample(starts, n, sample.times_sampled)
         return sample
 
-    def sample_nstep(self, batch_size: int, n: int, gamma: float,
-                     timeout: float | None = None) -> NStepSample:
+    def sample_nstep(self, batch_size: int, n: int, gamma: float, timeout: float | None = None) -> NStepSample:
         """Draw ``batch_size`` start steps with the sampler and compute their n-step transitions.
 
         See :mod:`replaystore.episodes.nstep` for where a transition stops and what it bootstraps
@@ -199,8 +240,7 @@ class EpisodeMethods:
             self._account_sample(starts, b, sample.times_sampled)
         return sample
 
-    def sample_episodes(self, k: int, timeout: float | None = None,
-                        replace: bool = True) -> EpisodeBatch:
+    def sample_episodes(self, k: int, timeout: float | None = None, replace: bool = True) -> EpisodeBatch:
         """Draw ``k`` complete episodes uniformly (closed, with every step live).
 
         Returns an :class:`~replaystore.episodes.EpisodeBatch`: a list of dicts of ``(T_i, ...)``

@@ -39,10 +39,14 @@ class FastPaths:
         storage knows its spec.
         """
         storage = self.storage
-        if (self._ring is None or self._episodes is not None or not isinstance(storage, ColumnStorage)
-                or type(storage).write is not ColumnStorage.write
-                or type(storage).release is not Storage.release
-                or type(storage).evictions_needed is not Storage.evictions_needed):
+        if (
+            self._ring is None
+            or self._episodes is not None
+            or not isinstance(storage, ColumnStorage)
+            or type(storage).write is not ColumnStorage.write
+            or type(storage).release is not Storage.release
+            or type(storage).evictions_needed is not Storage.evictions_needed
+        ):
             self._plan = False
             return False
         if storage.spec is None:
@@ -186,8 +190,13 @@ class FastPaths:
         storage = self.storage
         # Staging inserts a run of adds as one batch; only FIFO eviction picks the same victims
         # for a batch as for the same items added one at a time.
-        if (isinstance(storage, ColumnStorage) and storage.spec and not storage.nested
-                and type(self.remover) is Fifo and self._episodes is None):
+        if (
+            isinstance(storage, ColumnStorage)
+            and storage.spec
+            and not storage.nested
+            and type(self.remover) is Fifo
+            and self._episodes is None
+        ):
             rows = min(256, self.capacity, storage.stage_rows or 256)
             make = getattr(storage, "make_stager", None)
             self._stager = make(rows) if make is not None else AddStager(storage.spec, rows=rows)

@@ -48,8 +48,9 @@ class GeneralInsert:
             raise SpecError(f"expected {n} versions, got shape {v.shape}")
         return v
 
-    def _insert(self, prepared: Any, n: int, priorities: Any, version: Any, timeout: float | None,
-                admitted: bool = False) -> np.ndarray:
+    def _insert(
+        self, prepared: Any, n: int, priorities: Any, version: Any, timeout: float | None, admitted: bool = False
+    ) -> np.ndarray:
         """Insert a prepared batch (lock held).
 
         Nothing changes (counters included) until every check has passed and the rate limiter

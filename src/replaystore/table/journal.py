@@ -79,9 +79,16 @@ class JournalMethods:
             self._flush_pending()
             return self._meta[slots, 0]
 
-    def replay_insert(self, data: Any, priorities: Any = None, version: Any = None,
-                      evict_keys: Any = None, *, batched: bool = True,
-                      steps: Mapping[str, Any] | None = None) -> np.ndarray:
+    def replay_insert(
+        self,
+        data: Any,
+        priorities: Any = None,
+        version: Any = None,
+        evict_keys: Any = None,
+        *,
+        batched: bool = True,
+        steps: Mapping[str, Any] | None = None,
+    ) -> np.ndarray:
         """Apply a recorded insert without waiting for the rate limiter (the limiter counts it).
 
         As :meth:`extend` (``batched=False``: one item, as :meth:`add`), but never blocks.
@@ -115,8 +122,9 @@ class JournalMethods:
                 wanted = as_keys(evict_keys)
                 victims = self._index.lookup(wanted)
                 if (victims < 0).any():
-                    raise InvalidArgument(f"evict_keys {wanted[victims < 0][:5].tolist()} are not "
-                                          f"in table {self.name!r}")
+                    raise InvalidArgument(
+                        f"evict_keys {wanted[victims < 0][:5].tolist()} are not in table {self.name!r}"
+                    )
                 self._forced_victims = victims
             try:
                 if plan is not None:
@@ -144,8 +152,10 @@ class JournalMethods:
             self._flush_pending()
             slots = self._index.lookup(keys)
             if len(keys) == 0 or (slots < 0).any():
-                raise InvalidArgument(f"a recorded sample of keys table {self.name!r} does not hold: "
-                                      f"{keys[slots < 0][:5].tolist() if len(keys) else 'none'}")
+                raise InvalidArgument(
+                    f"a recorded sample of keys table {self.name!r} does not hold: "
+                    f"{keys[slots < 0][:5].tolist() if len(keys) else 'none'}"
+                )
             if sampler:
                 self.sampler.replay_sample(slots)
             self._account_sample(slots, len(keys) if draws is None else as_count(draws, "draws"))

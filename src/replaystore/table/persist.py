@@ -48,14 +48,28 @@ class Persistence:
             }
             episodes = None
             if self._episodes is not None:
-                episodes = {"config": self._episodes.options.config(), "streams": self._episodes.export_streams(),
-                            "rows": self._episodes.export_rows(slots)}
+                episodes = {
+                    "config": self._episodes.options.config(),
+                    "streams": self._episodes.export_streams(),
+                    "rows": self._episodes.export_rows(slots),
+                }
             return TableSnapshot(
-                config={"name": self.name, "capacity": self.capacity, "max_times_sampled": self.max_times_sampled,
-                        "max_staleness": self.max_staleness, "default_timeout": self.default_timeout,
-                        "seed": self.seed},
-                state={"next_key": st.next_key, "model_version": st.version, "max_priority": st.max_priority,
-                       "counters": st.counters(), "blocked": st.blocked(), "rng": self.rng.bit_generator.state},
+                config={
+                    "name": self.name,
+                    "capacity": self.capacity,
+                    "max_times_sampled": self.max_times_sampled,
+                    "max_staleness": self.max_staleness,
+                    "default_timeout": self.default_timeout,
+                    "seed": self.seed,
+                },
+                state={
+                    "next_key": st.next_key,
+                    "model_version": st.version,
+                    "max_priority": st.max_priority,
+                    "counters": st.counters(),
+                    "blocked": st.blocked(),
+                    "rng": self.rng.bit_generator.state,
+                },
                 sampler={"config": self.sampler.config(), "state": self.sampler.export_state(key_of_slot)},
                 remover={"config": self.remover.config(), "state": self.remover.export_state(key_of_slot)},
                 rate_limiter={"config": self.rate_limiter.config(), "state": self.rate_limiter.state()},
@@ -109,8 +123,11 @@ class Persistence:
             keys = meta["keys"].astype(np.int64)
             if self._ring is not None and n:  # the items go to slots 0 .. n-1: slot 0 holds keys[0]
                 # ring mode needs one run of keys that the next key continues (not so after deletes of the newest)
-                if (int(keys[-1]) - int(keys[0]) == n - 1 and int(state["next_key"]) == int(keys[-1]) + 1
-                        and bool((np.diff(keys) == 1).all())):
+                if (
+                    int(keys[-1]) - int(keys[0]) == n - 1
+                    and int(state["next_key"]) == int(keys[-1]) + 1
+                    and bool((np.diff(keys) == 1).all())
+                ):
                     st.ring_base = st.ring_lo = st.ring_hi = int(keys[0])
                 else:
                     self._leave_ring()
@@ -168,9 +185,13 @@ def _unsampleable(name: str, size: int, limiter: Any) -> str:
     """Why a table of ``size`` items cannot be sampled now, and what to do."""
     if limiter.size < limiter.min_size_to_sample:
         need = limiter.min_size_to_sample - limiter.size
-        return (f"table {name!r} holds {size} items, fewer than the {limiter.min_size_to_sample} its rate limiter "
-                f"{limiter!r} needs before any sample: sample() blocks until {need} more are inserted. "
-                "Insert them first, or pass timeout= to get a Timeout instead of waiting")
-    return (f"table {name!r} holds {size} items but its rate limiter {limiter!r} admits no sample until more "
-            f"items are inserted (inserts {limiter.inserts}, samples {limiter.samples}): sample() blocks until "
-            "then. Insert more, or pass timeout= to get a Timeout instead")
+        return (
+            f"table {name!r} holds {size} items, fewer than the {limiter.min_size_to_sample} its rate limiter "
+            f"{limiter!r} needs before any sample: sample() blocks until {need} more are inserted. "
+            "Insert them first, or pass timeout= to get a Timeout instead of waiting"
+        )
+    return (
+        f"table {name!r} holds {size} items but its rate limiter {limiter!r} admits no sample until more "
+        f"items are inserted (inserts {limiter.inserts}, samples {limiter.samples}): sample() blocks until "
+        "then. Insert more, or pass timeout= to get a Timeout instead"
+    )

@@ -66,8 +66,10 @@ class SlotBookkeeping:
         if forced is None:
             return self.remover.victims(n)
         if len(forced) != n or (type(self.remover) is Fifo and not np.array_equal(forced, self.remover.victims(n))):
-            raise InvalidArgument(f"evict_keys names {len(forced)} victims; this insert evicts {n} other items: "
-                                  "the recorded insert does not continue this table")
+            raise InvalidArgument(
+                f"evict_keys names {len(forced)} victims; this insert evicts {n} other items: "
+                "the recorded insert does not continue this table"
+            )
         return forced
 
     def _take_free(self, n: int, first_key: int) -> np.ndarray:

@@ -22,8 +22,17 @@ import numpy as np
 from ..placement import allocate
 
 #: counters reported by ``Table.stats()`` (ints), in report order
-COUNTERS = ("inserts", "samples", "sample_calls", "deletes", "evictions", "retired", "dropped_stale",
-            "skipped_updates", "skipped_deletes")
+COUNTERS = (
+    "inserts",
+    "samples",
+    "sample_calls",
+    "deletes",
+    "evictions",
+    "retired",
+    "dropped_stale",
+    "skipped_updates",
+    "skipped_deletes",
+)
 #: seconds blocked callers waited, reported by ``Table.stats()``
 BLOCKED = ("insert_blocked_s", "sample_blocked_s")
 _INTS = ("next_key", "size", "nfree", "version", "ring_base", "ring_lo", "ring_hi", "closed", "wal_lsn", *COUNTERS)
@@ -127,12 +136,43 @@ def load_shared(state: TableState, values: Any) -> None:
     calls this whenever another process changed the table); the names are checked against
     :data:`SHARED_INTS` + :data:`SHARED_FLOATS` below.
     """
-    (state.next_key, state.size, state.nfree, state.version, state.ring_base, state.ring_lo, state.ring_hi,
-     state.wal_lsn, state.inserts, state.samples, state.sample_calls, state.deletes, state.evictions, state.retired,
-     state.dropped_stale, state.skipped_updates, state.skipped_deletes, state.max_priority,
-     state.pending_max_priority, state.insert_blocked_s, state.sample_blocked_s) = values
+    (
+        state.next_key,
+        state.size,
+        state.nfree,
+        state.version,
+        state.ring_base,
+        state.ring_lo,
+        state.ring_hi,
+        state.wal_lsn,
+        state.inserts,
+        state.samples,
+        state.sample_calls,
+        state.deletes,
+        state.evictions,
+        state.retired,
+        state.dropped_stale,
+        state.skipped_updates,
+        state.skipped_deletes,
+        state.max_priority,
+        state.pending_max_priority,
+        state.insert_blocked_s,
+        state.sample_blocked_s,
+    ) = values
 
 
-_LOADED = ("next_key", "size", "nfree", "version", "ring_base", "ring_lo", "ring_hi", "wal_lsn", *COUNTERS,
-           "max_priority", "pending_max_priority", *BLOCKED)
+_LOADED = (
+    "next_key",
+    "size",
+    "nfree",
+    "version",
+    "ring_base",
+    "ring_lo",
+    "ring_hi",
+    "wal_lsn",
+    *COUNTERS,
+    "max_priority",
+    "pending_max_priority",
+    *BLOCKED,
+)
 assert _LOADED == (*SHARED_INTS, *SHARED_FLOATS), "load_shared no longer lists TableState's shared fields"

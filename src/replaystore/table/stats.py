@@ -42,6 +42,12 @@ class StatsMethods:
                     (str(i) if i < _STALENESS_BINS - 1 else f">={i}"): int(c) for i, c in enumerate(hist) if c
                 }
             else:
-                out.update(times_sampled_mean=0.0, times_sampled_max=0, priority_min=0.0,
-                           priority_max=0.0, priority_mean=0.0, staleness_histogram={})
+                out.update(
+                    times_sampled_mean=0.0,
+                    times_sampled_max=0,
+                    priority_min=0.0,
+                    priority_max=0.0,
+                    priority_mean=0.0,
+                    staleness_histogram={},
+                )
             return out

@@ -70,8 +70,13 @@ class AdvancedReplayBuffer(RingBufferBase):
         ),
     )
 
-    def __init__(self, cfg: Mapping | None = None, tb_logger: Any = None,
-                 exp_name: str | None = "default_experiment", instance_name: str | None = "buffer") -> None:
+    def __init__(
+        self,
+        cfg: Mapping | None = None,
+        tb_logger: Any = None,
+        exp_name: str | None = "default_experiment",
+        instance_name: str | None = "buffer",
+    ) -> None:
         super().__init__(cfg, tb_logger, exp_name, instance_name)
         try:
             self._configure()
@@ -107,8 +112,9 @@ class AdvancedReplayBuffer(RingBufferBase):
         limited = float(limit["max"]) != math.inf or float(limit["min"]) != 0
         self._thruput_controller = ThruputController(tc) if limited else None
         mon = cfg.monitor.sampled_data_attr
-        self._sample_reporter = SampleReporter(mon.average_range, mon.print_freq, self._logger, self._tb_logger,
-                                               self._instance_name)
+        self._sample_reporter = SampleReporter(
+            mon.average_range, mon.print_freq, self._logger, self._tb_logger, self._instance_name
+        )
         self._cur_learner_iter = -1
         self._cur_collector_envstep = -1
         self._eps = _EPS
@@ -279,8 +285,10 @@ class AdvancedReplayBuffer(RingBufferBase):
             removed = self._staleness_sweep(cur_learner_iter)
             why = None
             if self._valid_count / size < self._sample_min_limit_ratio:
-                why = (f"not enough data: valid({self._valid_count}) / sample({size}) < "
-                       f"sample_min_limit_ratio({self._sample_min_limit_ratio})")
+                why = (
+                    f"not enough data: valid({self._valid_count}) / sample({size}) < "
+                    f"sample_min_limit_ratio({self._sample_min_limit_ratio})"
+                )
             elif self._thruput_controller is not None:
                 ok, info = self._thruput_controller.can_sample(size)
                 if not ok:

@@ -125,8 +125,13 @@ class RingBufferBase(IBuffer):
     goes to slot ``k % replay_buffer_size``, overwriting what was there.
     """
 
-    def __init__(self, cfg: Mapping | None = None, tb_logger: Any = None,
-                 exp_name: str | None = "default_experiment", instance_name: str | None = "buffer") -> None:
+    def __init__(
+        self,
+        cfg: Mapping | None = None,
+        tb_logger: Any = None,
+        exp_name: str | None = "default_experiment",
+        instance_name: str | None = "buffer",
+    ) -> None:
         self._end_flag = True  # until fully constructed: close() has nothing to stop
         self._cfg = merge_config(self.default_config(), cfg)
         self._exp_name = exp_name

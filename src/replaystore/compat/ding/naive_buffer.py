@@ -45,8 +45,13 @@ class NaiveReplayBuffer(RingBufferBase):
         periodic_thruput_seconds=60,
     )
 
-    def __init__(self, cfg: Mapping | None = None, tb_logger: Any = None,
-                 exp_name: str | None = "default_experiment", instance_name: str | None = "buffer") -> None:
+    def __init__(
+        self,
+        cfg: Mapping | None = None,
+        tb_logger: Any = None,
+        exp_name: str | None = "default_experiment",
+        instance_name: str | None = "buffer",
+    ) -> None:
         super().__init__(cfg, tb_logger, exp_name, instance_name)
         self._data: list[Any] = [None] * self._replay_buffer_size
         self._tail = 0
@@ -104,8 +109,9 @@ class NaiveReplayBuffer(RingBufferBase):
         slots = range(self._filled())
         return slots if sample_range is None else slots[_check_slice(sample_range)]
 
-    def sample(self, size: int, cur_learner_iter: int, sample_range: slice | None = None,
-               replace: bool = False) -> list | None:
+    def sample(
+        self, size: int, cur_learner_iter: int, sample_range: slice | None = None, replace: bool = False
+    ) -> list | None:
         """``size`` items drawn uniformly, or ``None`` (logged) when that is impossible.
 
         Args:
@@ -140,16 +146,20 @@ class NaiveReplayBuffer(RingBufferBase):
             self._logger.info("The buffer is empty")
             return False
         if self._valid_count < size and not replace:
-            self._logger.info("Not enough items to sample %d without replacement (have %d)", size,
-                              self._valid_count)
+            self._logger.info("Not enough items to sample %d without replacement (have %d)", size, self._valid_count)
             return False
         return True
 
     def _get_indices(self, size: int, sample_range: slice | None, replace: bool) -> list[int] | None:
         cand = self._candidates(sample_range)
         if len(cand) == 0 or (len(cand) < size and not replace):
-            self._logger.info("sample_range %s holds %d items, cannot sample %d%s", sample_range, len(cand),
-                              size, "" if replace else " without replacement")
+            self._logger.info(
+                "sample_range %s holds %d items, cannot sample %d%s",
+                sample_range,
+                len(cand),
+                size,
+                "" if replace else " without replacement",
+            )
             return None
         pos = choose(len(cand), size, replace)
         return (cand.start + cand.step * pos).tolist()
@@ -183,8 +193,12 @@ class NaiveReplayBuffer(RingBufferBase):
     def state_dict(self) -> dict:
         """``{'data', 'tail', 'valid_count', 'push_count'}``; ``data`` is a copy of the slot list."""
         with self._lock:
-            return {"data": list(self._data), "tail": self._tail, "valid_count": self._valid_count,
-                    "push_count": self._push_count}
+            return {
+                "data": list(self._data),
+                "tail": self._tail,
+                "valid_count": self._valid_count,
+                "push_count": self._push_count,
+            }
 
     def load_state_dict(self, _state_dict: Mapping) -> None:
         """Restore a :meth:`state_dict`; ``{'data': [...]}`` alone pushes those items instead.
@@ -238,8 +252,13 @@ class ElasticReplayBuffer(NaiveReplayBuffer):
         periodic_thruput_seconds=60,
     )
 
-    def __init__(self, cfg: Mapping | None = None, tb_logger: Any = None,
-                 exp_name: str | None = "default_experiment", instance_name: str | None = "buffer") -> None:
+    def __init__(
+        self,
+        cfg: Mapping | None = None,
+        tb_logger: Any = None,
+        exp_name: str | None = "default_experiment",
+        instance_name: str | None = "buffer",
+    ) -> None:
         super().__init__(cfg, tb_logger, exp_name, instance_name)
         fn = self._cfg.get("set_buffer_size")
         if not callable(fn):
@@ -293,8 +312,14 @@ class SequenceReplayBuffer(NaiveReplayBuffer):
     #: slots per episode chunk (DI-engine hard-codes 500)
     chunk_len = 500
 
-    def sample(self, batch: int, sequence: int, cur_learner_iter: int,  # type: ignore[override]
-               sample_range: slice | None = None, replace: bool = False) -> list | None:
+    def sample(
+        self,
+        batch: int,
+        sequence: int,
+        cur_learner_iter: int,  # type: ignore[override]
+        sample_range: slice | None = None,
+        replace: bool = False,
+    ) -> list | None:
         """``batch`` windows (lists) of ``sequence`` consecutive items, or ``None`` (logged).
 
         Returns ``None`` when the buffer holds fewer than ``batch * sequence`` items (without
@@ -321,8 +346,8 @@ class SequenceReplayBuffer(NaiveReplayBuffer):
             offsets = np.floor(np.random.random(batch) * (lengths[chunk] - sequence + 1)).astype(np.int64)
             starts = (chunk * self.chunk_len + offsets).tolist()
             if self._deepcopy:
-                out = [copy.deepcopy(self._data[s:s + sequence]) for s in starts]
+                out = [copy.deepcopy(self._data[s : s + sequence]) for s in starts]
             else:
-                out = [self._data[s:s + sequence] for s in starts]
+                out = [self._data[s : s + sequence] for s in starts]
         self._periodic_thruput_monitor.record(sampled=len(out))
         return out

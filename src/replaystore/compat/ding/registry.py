@@ -39,9 +39,7 @@ class Registry(dict):
             KeyError: ``obj_type`` is not registered.
         """
         if obj_type not in self:
-            raise KeyError(
-                f"not support buildable-object type: {obj_type!r}; registered: {sorted(self)}"
-            )
+            raise KeyError(f"not support buildable-object type: {obj_type!r}; registered: {sorted(self)}")
         return self[obj_type](*args, **kwargs)
 
 

@@ -54,8 +54,11 @@ class SegmentTree:
         self.value = np.full(2 * capacity, self.neutral_element, dtype=np.float64)
         self._ufunc = _UFUNC[operation]
         # the core's compiled kernels (the [fast] extra) share this layout for sum and min trees
-        self._kernel = {"sum": sumtree_jit.update_sum, "min": sumtree_jit.update_min}.get(operation) \
-            if sumtree_jit.AVAILABLE else None
+        self._kernel = (
+            {"sum": sumtree_jit.update_sum, "min": sumtree_jit.update_min}.get(operation)
+            if sumtree_jit.AVAILABLE
+            else None
+        )
 
     # -- single leaves ------------------------------------------------------------------------
     def _check_leaf(self, idx: int) -> int:
@@ -136,7 +139,7 @@ class SegmentTree:
             base >>= 1
             if base <= dense:
                 while base >= 1:
-                    ufunc(v[2 * base:4 * base:2], v[2 * base + 1:4 * base:2], out=v[base:2 * base])
+                    ufunc(v[2 * base : 4 * base : 2], v[2 * base + 1 : 4 * base : 2], out=v[base : 2 * base])
                     base >>= 1
                 return
             node = node >> 1
@@ -236,7 +239,7 @@ class SumSegmentTree(SegmentTree):
         v = self.value
         cap = self.capacity
         width = min(cap, _CUMSUM_CAPACITY)
-        level = v[width:2 * width]
+        level = v[width : 2 * width]
         c = np.cumsum(level)
         pos = np.searchsorted(c, targets, side="right")
         np.minimum(pos, int(np.searchsorted(c, c[-1], side="left")), out=pos)

@@ -45,8 +45,13 @@ def remove_file(path: str | os.PathLike) -> bool:
         if aws is None:
             _log.warning("cannot remove %r: the aws command is not installed", p)
             return False
-        subprocess.run([aws, "s3", "rm", "--recursive", p], check=False, shell=False,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [aws, "s3", "rm", "--recursive", p],
+            check=False,
+            shell=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         return True
     if os.path.realpath(p) == os.path.realpath(os.sep) or os.path.normpath(p) in (os.sep, "//"):
         raise CompatError(f"refusing to remove the filesystem root ({p!r})")
@@ -150,8 +155,7 @@ class SampledDataAttrMonitor:
         expire: window length, in sample calls.
     """
 
-    NAMES = ("use_avg", "use_max", "priority_avg", "priority_max", "priority_min", "staleness_avg",
-             "staleness_max")
+    NAMES = ("use_avg", "use_max", "priority_avg", "priority_max", "priority_min", "staleness_avg", "staleness_max")
 
     def __init__(self, time_: Any = None, expire: int | float = 5) -> None:
         n = max(1, int(expire))
@@ -187,8 +191,9 @@ class SampleReporter:
     collector env step, each when known, i.e. not -1). Not thread-safe (the buffer holds its lock).
     """
 
-    def __init__(self, average_range: int | float, print_freq: int, logger: logging.Logger, tb_logger: Any,
-                 name: str) -> None:
+    def __init__(
+        self, average_range: int | float, print_freq: int, logger: logging.Logger, tb_logger: Any, name: str
+    ) -> None:
         self.monitor = SampledDataAttrMonitor(None, expire=average_range)
         self.print_freq = max(1, int(print_freq))
         self.count = 0
@@ -199,15 +204,20 @@ class SampleReporter:
         pr = np.asarray(prio, dtype=np.float64)
         st = np.asarray(stal, dtype=np.float64)
         self.monitor.record(
-            use_avg=sum(use) / len(use), use_max=max(use), priority_avg=float(pr.mean()),
-            priority_max=float(pr.max()), priority_min=float(pr.min()), staleness_avg=float(st.mean()),
+            use_avg=sum(use) / len(use),
+            use_max=max(use),
+            priority_avg=float(pr.mean()),
+            priority_max=float(pr.max()),
+            priority_min=float(pr.min()),
+            staleness_avg=float(st.mean()),
             staleness_max=float(st.max()),
         )
         if self.count % self.print_freq == 0:
             stats = self.monitor.report()
             stats["beta"] = beta
-            self.logger.info("=== Sample data %d Times === %s", self.count,
-                             ", ".join(f"{k}={v:.4g}" for k, v in stats.items()))
+            self.logger.info(
+                "=== Sample data %d Times === %s", self.count, ", ".join(f"{k}={v:.4g}" for k, v in stats.items())
+            )
             tb = self.tb_logger
             if tb is not None:
                 for k, v in stats.items():
@@ -227,8 +237,7 @@ class PeriodicThruputMonitor:
     thread starts in the constructor and :meth:`close` stops and joins it (idempotent).
     """
 
-    def __init__(self, name: str, cfg: Any, logger: logging.Logger | None = None,
-                 tb_logger: Any = None) -> None:
+    def __init__(self, name: str, cfg: Any, logger: logging.Logger | None = None, tb_logger: Any = None) -> None:
         seconds = float(cfg["seconds"] if isinstance(cfg, Mapping) else cfg.seconds)
         if not seconds > 0:
             raise CompatError(f"periodic thruput seconds must be > 0, got {seconds}")
@@ -258,14 +267,22 @@ class PeriodicThruputMonitor:
     def emit(self, seconds_passed: float | None = None) -> dict[str, int]:
         """Write one report now, reset the counters and return what was written."""
         with self._lock:
-            counts = {"pushed_in": self.push_data_count, "sampled_out": self.sample_data_count,
-                      "removed": self.remove_data_count, "current_have": self.valid_count}
+            counts = {
+                "pushed_in": self.push_data_count,
+                "sampled_out": self.sample_data_count,
+                "removed": self.remove_data_count,
+                "current_have": self.valid_count,
+            }
             self.push_data_count = self.sample_data_count = self.remove_data_count = 0
             step = self.print_times
             self.print_times += 1
         passed = self.seconds if seconds_passed is None else seconds_passed
-        self._logger.info("In the past %.1f seconds, buffer %s: %s", passed, self.name,
-                          ", ".join(f"{k}={v}" for k, v in counts.items()))
+        self._logger.info(
+            "In the past %.1f seconds, buffer %s: %s",
+            passed,
+            self.name,
+            ", ".join(f"{k}={v}" for k, v in counts.items()),
+        )
         if self._tb_logger is not None:
             for k, v in counts.items():
                 self._tb_logger.add_scalar(f"{self.name}_sec/{k}", v, step)
@@ -334,7 +351,7 @@ class ThruputController:
         now = self._clock()
         dt = now - self._t
         if dt > 0:
-            f = self._decay ** dt
+            f = self._decay**dt
             self._push *= f
             self._sample *= f
             self._t = now

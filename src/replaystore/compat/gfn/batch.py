@@ -40,8 +40,14 @@ class Batch:
 
     __slots__ = ("n", "fields", "container", "logr", "prio", "repr")
 
-    def __init__(self, n: int, fields: dict[str, torch.Tensor] | None, container: Any,
-                 logr: np.ndarray | None, repr_: torch.Tensor | None) -> None:
+    def __init__(
+        self,
+        n: int,
+        fields: dict[str, torch.Tensor] | None,
+        container: Any,
+        logr: np.ndarray | None,
+        repr_: torch.Tensor | None,
+    ) -> None:
         self.n = n
         self.fields = fields
         self.container = container
@@ -59,8 +65,13 @@ class Batch:
         else:
             fields = None
             container = self.container[t]
-        return Batch(len(idx), fields, container, None if self.logr is None else self.logr[idx],
-                      None if self.repr is None else self.repr[t.to(self.repr.device)])
+        return Batch(
+            len(idx),
+            fields,
+            container,
+            None if self.logr is None else self.logr[idx],
+            None if self.repr is None else self.repr[t.to(self.repr.device)],
+        )
 
 
 _CONTAINER_TYPES: set[type] = set()

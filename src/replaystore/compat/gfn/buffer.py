@@ -108,8 +108,9 @@ class ReplayBuffer(RemotePath):
         if communication_backend not in ("ray", "torch", "mpi"):
             raise ValueError(f"communication_backend must be 'ray' or 'torch', got {communication_backend!r}")
         if isinstance(remote_manager, int) and communication_backend == "ray":
-            raise ValueError("a manager rank needs communication_backend='torch'; on Ray, pass the manager's "
-                             "actor name or handle")
+            raise ValueError(
+                "a manager rank needs communication_backend='torch'; on Ray, pass the manager's actor name or handle"
+            )
         if baseline_filtering and remote_manager is None:
             raise ValueError("baseline_filtering needs a remote manager (remote_manager=...)")
         if int(remote_buffer_freq) < 1:
@@ -353,8 +354,9 @@ class ReplayBuffer(RemotePath):
         self._next_seq += len(slots)
         if batch.repr is not None:
             if self._repr is None or self._repr.shape[1:] != batch.repr.shape[1:]:
-                self._repr = torch.zeros((self.capacity, *batch.repr.shape[1:]), dtype=batch.repr.dtype,
-                                         device=batch.repr.device)
+                self._repr = torch.zeros(
+                    (self.capacity, *batch.repr.shape[1:]), dtype=batch.repr.dtype, device=batch.repr.device
+                )
             self._repr[torch.from_numpy(slots).to(self._repr.device)] = batch.repr
 
     def _on_release(self, slots: np.ndarray) -> None:
@@ -444,8 +446,10 @@ class ReplayBuffer(RemotePath):
             raw = dict(container.to_tensordict().to_dict())
             kind = "object"
         else:
-            raise TypeError(f"cannot save {self._container_type.__name__}: it has no tensor codec "
-                            "(TensorContainer, torchgfn containers, or a to_tensordict method)")
+            raise TypeError(
+                f"cannot save {self._container_type.__name__}: it has no tensor codec "
+                "(TensorContainer, torchgfn containers, or a to_tensordict method)"
+            )
         raw = {k: v for k, v in raw.items() if k not in ("log_probs", "estimator_outputs")}
         raw[_KIND_KEY] = torch.tensor(list(kind.encode()), dtype=torch.uint8)
         path = os.fspath(path)
@@ -477,15 +481,20 @@ class ReplayBuffer(RemotePath):
         if kind == "object":
             cls = self._container_type
             if cls is None or not hasattr(cls, "from_tensordict"):
-                raise TypeError("this file holds a container type without a codec: load it into a buffer "
-                                "that already holds that type")
+                raise TypeError(
+                    "this file holds a container type without a codec: load it into a buffer "
+                    "that already holds that type"
+                )
             from tensordict import TensorDict
 
             container = cls.from_tensordict(self.env, TensorDict(raw, batch_size=[]))
         else:
             is_backward = bool(raw["is_backward"].item()) if "is_backward" in raw else False
-            codec = self._codec if (self._codec is not None and self._codec.kind == kind) else \
-                codec_by_kind(kind, self.env, is_backward)
+            codec = (
+                self._codec
+                if (self._codec is not None and self._codec.kind == kind)
+                else codec_by_kind(kind, self.env, is_backward)
+            )
             container = codec.from_file(raw)
         self.clear()
         self._container_type = None
@@ -504,6 +513,8 @@ class ReplayBuffer(RemotePath):
             total = self._baseline_total
             kept = self._baseline_kept
             pct = 100.0 * (1 - kept / total) if total else 0.0
-            extra.append(f"baseline filtering: kept {kept}/{total} ({pct:.1f}% filtered), "
-                         f"{self._baseline_skipped_sends} sends skipped entirely")
+            extra.append(
+                f"baseline filtering: kept {kept}/{total} ({pct:.1f}% filtered), "
+                f"{self._baseline_skipped_sends} sends skipped entirely"
+            )
         return format_timing(self.timing_data, extra)

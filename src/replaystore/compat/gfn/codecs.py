@@ -276,8 +276,9 @@ class GfnTransitionsCodec(_GfnCodec):
 
     def diversity_repr(self, fields: Fields) -> torch.Tensor:  # noqa: D102
         if not bool(fields["is_terminating"].all()):
-            raise ValueError("the diverse buffer needs one terminating state per item; these Transitions "
-                             "have non-terminating rows")
+            raise ValueError(
+                "the diverse buffer needs one terminating state per item; these Transitions have non-terminating rows"
+            )
         return _flat_repr(fields["states"], fields.get("states_conditions"))
 
 
@@ -294,8 +295,7 @@ class GfnStatesContainerCodec(_GfnCodec):
         return type(container) is self.cls
 
     def encode(self, c: Any) -> Fields:  # noqa: D102
-        fields: Fields = {"states": c.states.tensor, "is_terminating": c.is_terminating,
-                          "log_rewards": c.log_rewards}
+        fields: Fields = {"states": c.states.tensor, "is_terminating": c.is_terminating, "log_rewards": c.log_rewards}
         if c.states.conditions is not None:
             fields["states_conditions"] = c.states.conditions
         return fields
@@ -313,8 +313,9 @@ class GfnStatesContainerCodec(_GfnCodec):
 
     def diversity_repr(self, fields: Fields) -> torch.Tensor:  # noqa: D102
         if not bool(fields["is_terminating"].all()):
-            raise ValueError("the diverse buffer needs one terminating state per item; this StatesContainer "
-                             "has non-terminating rows")
+            raise ValueError(
+                "the diverse buffer needs one terminating state per item; this StatesContainer has non-terminating rows"
+            )
         return _flat_repr(fields["states"], fields.get("states_conditions"))
 
 

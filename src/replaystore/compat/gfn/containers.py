@@ -208,8 +208,9 @@ def _normalize_index(idx: Any) -> Any:
     return idx
 
 
-def make_tensor_container(states: Iterable | torch.Tensor, log_rewards: Iterable | torch.Tensor | None = None,
-                          **fields: Any) -> TensorContainer:
+def make_tensor_container(
+    states: Iterable | torch.Tensor, log_rewards: Iterable | torch.Tensor | None = None, **fields: Any
+) -> TensorContainer:
     """Convenience constructor from tensors or nested lists (floats become the default dtype)."""
     s = states if isinstance(states, torch.Tensor) else torch.as_tensor(states)
     lr = None

@@ -80,7 +80,8 @@ class ReplayBufferManager:
             warnings.warn(
                 f"{num_buffer_managers} buffer managers with baseline_strategy={baseline_strategy!r}: each "
                 "shard computes its own baseline, so they diverge unless synchronised (BASELINE_SYNC)",
-                UserWarning, stacklevel=2,
+                UserWarning,
+                stacklevel=2,
             )
         self.env = env
         self.rank = rank
@@ -97,13 +98,22 @@ class ReplayBufferManager:
         remote = remote_manager if remote_manager is not None else remote_manager_rank
         if self.diverse_replay_buffer:
             self.replay_buffer: ReplayBuffer = NormBasedDiversePrioritizedReplayBuffer(
-                env, capacity, cutoff_distance=cutoff_distance, p_norm_distance=p_norm_distance, timing=timing,
-                remote_manager=remote, communication_backend=communication_backend,
+                env,
+                capacity,
+                cutoff_distance=cutoff_distance,
+                p_norm_distance=p_norm_distance,
+                timing=timing,
+                remote_manager=remote,
+                communication_backend=communication_backend,
             )
         else:
             self.replay_buffer = ReplayBuffer(
-                env, capacity, prioritized_capacity=True, remote_manager=remote,
-                communication_backend=communication_backend, timing=timing,
+                env,
+                capacity,
+                prioritized_capacity=True,
+                remote_manager=remote,
+                communication_backend=communication_backend,
+                timing=timing,
             )
         self.is_running = True
         self.exit_counter = 0
@@ -151,8 +161,11 @@ class ReplayBufferManager:
         if self._global_baseline is not None:
             score["baseline_log_reward"] = self._global_baseline
             return score
-        if (self.store_locally and self.baseline_strategy in ("min", "percentile")
-                and len(self.replay_buffer) >= self.capacity):
+        if (
+            self.store_locally
+            and self.baseline_strategy in ("min", "percentile")
+            and len(self.replay_buffer) >= self.capacity
+        ):
             values = self.replay_buffer.live_log_rewards()
             values = values[np.isfinite(values)]
             if len(values):
@@ -231,9 +244,17 @@ class ReplayBufferManager:
 
     # -- backends -------------------------------------------------------------------------------------
     @classmethod
-    def start(cls, name: str, *args: Any, namespace: str | None = None, env_fn: Callable[[], Any] | None = None,
-              exit_when_done: bool = False, liveness_interval: float = 1.0, actor_options: dict | None = None,
-              **kwargs: Any) -> Any:
+    def start(
+        cls,
+        name: str,
+        *args: Any,
+        namespace: str | None = None,
+        env_fn: Callable[[], Any] | None = None,
+        exit_when_done: bool = False,
+        liveness_interval: float = 1.0,
+        actor_options: dict | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Start a manager as a named async Ray actor; returns its handle.
 
         ``args``/``kwargs`` go to the constructor (``env_fn`` builds the env inside the actor,
@@ -244,9 +265,17 @@ class ReplayBufferManager:
         """
         from .ray_backend import start_manager_actor
 
-        return start_manager_actor(cls, name, args, kwargs, namespace=namespace, env_fn=env_fn,
-                                   exit_when_done=exit_when_done, liveness_interval=liveness_interval,
-                                   actor_options=actor_options)
+        return start_manager_actor(
+            cls,
+            name,
+            args,
+            kwargs,
+            namespace=namespace,
+            env_fn=env_fn,
+            exit_when_done=exit_when_done,
+            liveness_interval=liveness_interval,
+            actor_options=actor_options,
+        )
 
     @staticmethod
     def wait(manager: Any, timeout: float, namespace: str | None = None) -> dict[str, Any]:
@@ -282,8 +311,9 @@ class ReplayBufferManager:
         return serve(self, idle_timeout=timeout)
 
     @staticmethod
-    def send_termination_signal(manager: Any, backend: str = "ray", sender: Any = None, timeout: float = 60.0,
-                                namespace: str | None = None) -> None:
+    def send_termination_signal(
+        manager: Any, backend: str = "ray", sender: Any = None, timeout: float = 60.0, namespace: str | None = None
+    ) -> None:
         """Say goodbye to a manager on behalf of ``sender`` (a trainer that has no buffer at hand)."""
         if backend == "ray":
             from .ray_backend import goodbye

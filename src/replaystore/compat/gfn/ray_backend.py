@@ -35,8 +35,15 @@ _STARTED: dict[tuple[str | None, str], Any] = {}
 class _ManagerActor:
     """The actor wrapped around a :class:`ReplayBufferManager` (one event loop: calls run one at a time)."""
 
-    def __init__(self, manager_cls: type, args: tuple, kwargs: dict, env_fn: Callable[[], Any] | None,
-                 exit_when_done: bool, liveness_interval: float) -> None:
+    def __init__(
+        self,
+        manager_cls: type,
+        args: tuple,
+        kwargs: dict,
+        env_fn: Callable[[], Any] | None,
+        exit_when_done: bool,
+        liveness_interval: float,
+    ) -> None:
         if env_fn is not None:
             kwargs = dict(kwargs, env=env_fn())
         self.core = manager_cls(*args, **kwargs)
@@ -132,17 +139,24 @@ def _handle(manager: Any, namespace: str | None) -> Any:
     return manager
 
 
-def start_manager_actor(manager_cls: type, name: str, args: tuple, kwargs: dict, namespace: str | None,
-                        env_fn: Callable[[], Any] | None, exit_when_done: bool, liveness_interval: float,
-                        actor_options: dict | None) -> Any:
+def start_manager_actor(
+    manager_cls: type,
+    name: str,
+    args: tuple,
+    kwargs: dict,
+    namespace: str | None,
+    env_fn: Callable[[], Any] | None,
+    exit_when_done: bool,
+    liveness_interval: float,
+    actor_options: dict | None,
+) -> Any:
     """Create the named manager actor and wait until it is constructed."""
     options = {"name": name, "num_cpus": 0, "max_concurrency": 64}
     if namespace is not None:
         options["namespace"] = namespace
     options.update(actor_options or {})
     actor_cls = ray.remote(_ManagerActor)
-    handle = actor_cls.options(**options).remote(manager_cls, args, kwargs, env_fn, exit_when_done,
-                                                 liveness_interval)
+    handle = actor_cls.options(**options).remote(manager_cls, args, kwargs, env_fn, exit_when_done, liveness_interval)
     ray.get(handle.__ray_ready__.remote(), timeout=120)
     _STARTED[(namespace, name)] = handle
     return handle

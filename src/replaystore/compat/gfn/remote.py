@@ -179,8 +179,9 @@ class RemotePath:
         try:
             return self._collect_pending_score(timeout_sec)
         except TimeoutError:
-            warnings.warn(f"no score from the replay buffer manager within {timeout_sec}s; dropped",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"no score from the replay buffer manager within {timeout_sec}s; dropped", RuntimeWarning, stacklevel=2
+            )
             self._pending_score = False
             self._transport.abandon()
             return None

@@ -55,8 +55,9 @@ class TensorStore:
                 raise SpecError(f"field {name!r}: dtype {t.dtype} != stored {col.dtype}")
             if name in self.codec.ragged:
                 if t.ndim != col.ndim or t.shape[2:] != col.shape[2:]:
-                    raise SpecError(f"field {name!r}: shape {tuple(t.shape[1:])} incompatible with "
-                                    f"stored {tuple(col.shape[1:])}")
+                    raise SpecError(
+                        f"field {name!r}: shape {tuple(t.shape[1:])} incompatible with stored {tuple(col.shape[1:])}"
+                    )
             elif t.shape[1:] != col.shape[1:]:
                 raise SpecError(f"field {name!r}: per-item shape {tuple(t.shape[1:])} != stored {tuple(col.shape[1:])}")
         for name, fill in self.codec.ragged.items():
@@ -67,7 +68,7 @@ class TensorStore:
         col = self.columns[name]
         new = torch.empty((col.shape[0], length, *col.shape[2:]), dtype=col.dtype, device=col.device)
         new[:, : col.shape[1]] = col
-        new[:, col.shape[1]:] = fill.to(col.device, col.dtype)
+        new[:, col.shape[1] :] = fill.to(col.device, col.dtype)
         self.columns[name] = new
 
     def write(self, slots: slice | np.ndarray, fields: Fields) -> None:
@@ -156,8 +157,9 @@ class SlotStorage(Storage):
 
     kind = "gfn-slots"
 
-    def __init__(self, capacity: int, on_write: Callable[[np.ndarray, Any], None],
-                 on_release: Callable[[np.ndarray], None]) -> None:
+    def __init__(
+        self, capacity: int, on_write: Callable[[np.ndarray, Any], None], on_release: Callable[[np.ndarray], None]
+    ) -> None:
         super().__init__(capacity)
         self._on_write = on_write
         self._on_release = on_release

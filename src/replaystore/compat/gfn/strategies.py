@@ -32,8 +32,9 @@ class NormBasedDiversePrioritizedReplayBuffer(ReplayBuffer):
 
     _needs_repr = True
 
-    def __init__(self, env: Any, capacity: int = 1000, cutoff_distance: float = 0.0, p_norm_distance: float = 1.0,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, env: Any, capacity: int = 1000, cutoff_distance: float = 0.0, p_norm_distance: float = 1.0, **kwargs: Any
+    ) -> None:
         kwargs.pop("prioritized_capacity", None)
         kwargs.pop("prioritized_sampling", None)
         super().__init__(env, capacity, prioritized_capacity=True, prioritized_sampling=False, **kwargs)
@@ -120,8 +121,11 @@ class NormBasedDiversePrioritizedReplayBuffer(ReplayBuffer):
         if len(candidates) == 0:
             return None
         xc = x[torch.from_numpy(candidates).to(x.device)]
-        close = (torch.cdist(xc.unsqueeze(0), xc.unsqueeze(0), p=self.p_norm_distance).squeeze(0)
-                 <= self.cutoff_distance).cpu().numpy()
+        close = (
+            (torch.cdist(xc.unsqueeze(0), xc.unsqueeze(0), p=self.p_norm_distance).squeeze(0) <= self.cutoff_distance)
+            .cpu()
+            .numpy()
+        )
         removed = np.zeros(len(candidates), dtype=bool)
         kept = []
         for i in range(len(candidates)):
@@ -140,8 +144,9 @@ class TerminatingStateBuffer(ReplayBuffer):
     remote path (if any) still sends the original container unless ``scoring_only`` is set.
     """
 
-    def __init__(self, env: Any, capacity: int = 1000, communication_backend: str = "ray", timing: bool = False,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, env: Any, capacity: int = 1000, communication_backend: str = "ray", timing: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(env, capacity, communication_backend=communication_backend, timing=timing, **kwargs)
 
     @property

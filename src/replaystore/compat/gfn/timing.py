@@ -22,8 +22,9 @@ class Timer:
             self._start = time.perf_counter()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self.enabled:
             self.data.setdefault(self.key, []).append(time.perf_counter() - self._start)
 

@@ -67,8 +67,12 @@ def _encode(container: Any, env: Any) -> tuple[dict, list[torch.Tensor]]:
     codec = codec_for(container, env)
     if codec is None:
         raise TypeError(f"the torch backend sends containers with a codec only, not {type(container).__name__}")
-    header: dict[str, Any] = {"kind": codec.kind, "is_backward": bool(getattr(codec, "is_backward", False)),
-                              "n": len(container), "fields": []}
+    header: dict[str, Any] = {
+        "kind": codec.kind,
+        "is_backward": bool(getattr(codec, "is_backward", False)),
+        "n": len(container),
+        "fields": [],
+    }
     tensors = []
     for name, t in codec.encode(container).items():
         t = t.detach().cpu()

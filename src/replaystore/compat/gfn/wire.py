@@ -27,14 +27,20 @@ def to_wire(container: Any, env: Any) -> dict[str, Any]:
             fields[name] = t.numpy()
         except TypeError:  # dtypes NumPy lacks (bfloat16): let the transport pickle the tensor
             fields[name] = t
-    return {"kind": codec.kind, "is_backward": bool(getattr(codec, "is_backward", False)),
-            "n": len(container), "fields": fields}
+    return {
+        "kind": codec.kind,
+        "is_backward": bool(getattr(codec, "is_backward", False)),
+        "n": len(container),
+        "fields": fields,
+    }
 
 
 def wire_nbytes(wire: dict[str, Any]) -> int:
     """Payload size of a wire message (0 for pickled objects)."""
-    return sum(int(a.nbytes) if isinstance(a, np.ndarray) else a.numel() * a.element_size()
-               for a in wire.get("fields", {}).values())
+    return sum(
+        int(a.nbytes) if isinstance(a, np.ndarray) else a.numel() * a.element_size()
+        for a in wire.get("fields", {}).values()
+    )
 
 
 def _tensor(a: Any, device: Any) -> torch.Tensor:

@@ -42,8 +42,10 @@ def to_dict(config: Any) -> dict[str, Any]:
 
         return OmegaConf.to_container(config, resolve=True)  # type: ignore[return-value]
     if isinstance(config, Mapping):
-        return {k: to_dict(v) if isinstance(v, Mapping) or type(v).__name__ == "DictConfig" else v
-                for k, v in config.items()}
+        return {
+            k: to_dict(v) if isinstance(v, Mapping) or type(v).__name__ == "DictConfig" else v
+            for k, v in config.items()
+        }
     raise TypeError(f"expected a mapping or DictConfig, got {type(config).__name__}")
 
 

@@ -19,28 +19,39 @@ from .utils import auto_stack, auto_to_torch
 FragmentLoader = _loader.FragmentLoader
 
 
-def create_loader_pool(num_readers: int, num_cpus_per_reader: float, name: str = DEFAULT_NAME,
-                       namespace: str | None = None, local: bool = False) -> Any:
+def create_loader_pool(
+    num_readers: int,
+    num_cpus_per_reader: float,
+    name: str = DEFAULT_NAME,
+    namespace: str | None = None,
+    local: bool = False,
+) -> Any:
     """An ``ActorPool`` of ``num_readers`` loaders on the store's node.
 
     Each loader's ``load((index, id))`` returns ``{"index": index, "fragment": SampleFragment}``.
     ``local=True`` (an addition): threads of this process read the store directly instead, for a
     trainer on the store's node (see :class:`replaystore.ray.loader.LocalLoaderPool`).
     """
-    return _loader.create_loader_pool(num_readers, num_cpus_per_reader, service=name, namespace=namespace,
-                                      local=local)
+    return _loader.create_loader_pool(num_readers, num_cpus_per_reader, service=name, namespace=namespace, local=local)
 
 
-def data_iter(loader_pool: Any, records: Sequence[tuple[FragmentIndex, str]], batch_size: int,
-              prefetch_batches: int, seed: int | None = None, timeout: float | None = None) -> Iterator[dict]:
+def data_iter(
+    loader_pool: Any,
+    records: Sequence[tuple[FragmentIndex, str]],
+    batch_size: int,
+    prefetch_batches: int,
+    seed: int | None = None,
+    timeout: float | None = None,
+) -> Iterator[dict]:
     """Yield ``auto_stack``-ed batches ``{"index": [...], "fragment": [...]}`` (the last may be short).
 
     Records are shuffled (seeded by ``seed``), ``(prefetch_batches + 1) * batch_size`` loads are
     in flight, batches are formed in completion order. ``rs.Timeout`` if a load takes longer than
     ``timeout`` seconds.
     """
-    return _loader.data_iter(loader_pool, records, batch_size, prefetch_batches, seed=seed, timeout=timeout,
-                             collate=auto_stack)
+    return _loader.data_iter(
+        loader_pool, records, batch_size, prefetch_batches, seed=seed, timeout=timeout, collate=auto_stack
+    )
 
 
 def prepare_batch(model: Any, batch_fragments: list[SampleFragment]) -> dict[str, Any]:

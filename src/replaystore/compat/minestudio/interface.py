@@ -56,8 +56,13 @@ class ReplayBufferInterface:
         ValueError: ``"Replay buffer already initialized"`` / ``"Replay buffer not initialized"``.
     """
 
-    def __init__(self, config: Any = None, name: str = DEFAULT_NAME, namespace: str | None = None,
-                 rpc_grace: float | None = 120.0) -> None:
+    def __init__(
+        self,
+        config: Any = None,
+        name: str = DEFAULT_NAME,
+        namespace: str | None = None,
+        rpc_grace: float | None = 120.0,
+    ) -> None:
         existing = _lookup(name, namespace)
         if config is not None:
             if existing is not None:
@@ -83,8 +88,9 @@ class ReplayBufferInterface:
         Returns the buffer's verdict. Duplicates and out-of-order fragments never raise.
         """
         fragment_id = self.store.add_fragment(fragment)
-        return self.fragments.add(fragment_id, metadata.worker_uuid, metadata.fid_in_worker,
-                                  metadata.model_version, metadata.session_id)
+        return self.fragments.add(
+            fragment_id, metadata.worker_uuid, metadata.fid_in_worker, metadata.model_version, metadata.session_id
+        )
 
     def load_fragment(self, fragment_id: str) -> SampleFragment:
         """Read a fragment from the store (``rs.KeyNotFound`` if it was deleted)."""

@@ -110,11 +110,13 @@ class ReplaystoreReplayBuffer(TableBackedBuffer, ReplayBuffer):
         "obs", "Observations, ``(buffer_size, n_envs, *obs_shape)``; with ``optimize_memory_usage`` also the next ones."
     )
     actions = array_property(
-        "action", "Actions, ``(buffer_size, n_envs, action_dim)`` (float64 spaces stored as float32, as SB3).")
+        "action", "Actions, ``(buffer_size, n_envs, action_dim)`` (float64 spaces stored as float32, as SB3)."
+    )
     rewards = array_property("reward", "Rewards, float32 ``(buffer_size, n_envs)``.")
     dones = array_property("done", "Episode ends (terminated or truncated), float32 ``(buffer_size, n_envs)``.")
     timeouts = array_property(
-        "timeout", "Time-limit ends (``info[\"TimeLimit.truncated\"]``), float32 ``(buffer_size, n_envs)``.")
+        "timeout", 'Time-limit ends (``info["TimeLimit.truncated"]``), float32 ``(buffer_size, n_envs)``.'
+    )
 
     @property
     def next_observations(self) -> np.ndarray:

@@ -62,8 +62,16 @@ class ReplaystoreNStepReplayBuffer(ReplaystoreReplayBuffer, NStepReplayBuffer):
             raise SB3BufferError(f"gamma must lie in (0, 1], got {gamma}")
         self.n_steps = int(n_steps)
         self.gamma = float(gamma)
-        super().__init__(buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
-                         handle_timeout_termination, seed)
+        super().__init__(
+            buffer_size,
+            observation_space,
+            action_space,
+            device,
+            n_envs,
+            optimize_memory_usage,
+            handle_timeout_termination,
+            seed,
+        )
 
     def _bind_views(self) -> None:
         super()._bind_views()
@@ -118,5 +126,6 @@ class ReplaystoreNStepReplayBuffer(ReplaystoreReplayBuffer, NStepReplayBuffer):
     def _nstep(self, rows: np.ndarray, envs: np.ndarray, env: VecNormalize | None) -> ReplayBufferSamples:
         p = self._nstep_parts(rows, envs, env)
         t = self._tensor
-        return ReplayBufferSamples(t(p["obs"]), t(p["action"]), t(p["next_obs"]), t(p["done"]), t(p["reward"]),
-                                   t(p["discount"]))
+        return ReplayBufferSamples(
+            t(p["obs"]), t(p["action"]), t(p["next_obs"]), t(p["done"]), t(p["reward"]), t(p["discount"])
+        )

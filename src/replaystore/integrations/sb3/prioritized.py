@@ -93,8 +93,18 @@ class ReplaystorePrioritizedReplayBuffer(ReplaystoreNStepReplayBuffer):
         self._beta = float(beta)
         self.eps = float(eps)
         self.stratified = bool(stratified)
-        super().__init__(buffer_size, observation_space, action_space, device, n_envs, optimize_memory_usage,
-                         handle_timeout_termination, seed, n_steps=n_steps, gamma=gamma)
+        super().__init__(
+            buffer_size,
+            observation_space,
+            action_space,
+            device,
+            n_envs,
+            optimize_memory_usage,
+            handle_timeout_termination,
+            seed,
+            n_steps=n_steps,
+            gamma=gamma,
+        )
 
     def _sampler(self) -> Selector:
         return Prioritized(alpha=self.alpha, beta=self._beta, stratified=self.stratified)
@@ -140,8 +150,9 @@ class ReplaystorePrioritizedReplayBuffer(ReplaystoreNStepReplayBuffer):
         Raises :class:`~replaystore.InvalidPriority` for NaN or infinite errors (nothing changes).
         """
         td = td_errors.detach().cpu().numpy() if isinstance(td_errors, th.Tensor) else np.asarray(td_errors)
-        return self._table.update_priorities(np.asarray(keys).reshape(-1),
-                                              np.abs(td.astype(np.float64).reshape(-1)) + self.eps)
+        return self._table.update_priorities(
+            np.asarray(keys).reshape(-1), np.abs(td.astype(np.float64).reshape(-1)) + self.eps
+        )
 
 
 class PrioritizedDQN(DQN):

@@ -66,9 +66,14 @@ class SB3RingStorage(Storage):
     kind = "sb3-ring"
     requires_fifo = True  # items leave in ring order
 
-    def __init__(self, buffer_size: int, n_envs: int, fields: Mapping[str, Field],
-                 next_of: Mapping[str, str] | None = None,
-                 arrays: Mapping[str, np.ndarray] | None = None) -> None:
+    def __init__(
+        self,
+        buffer_size: int,
+        n_envs: int,
+        fields: Mapping[str, Field],
+        next_of: Mapping[str, str] | None = None,
+        arrays: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
         super().__init__(int(buffer_size) * int(n_envs))
         self.buffer_size = int(buffer_size)
         self.n_envs = int(n_envs)
@@ -120,8 +125,9 @@ class SB3RingStorage(Storage):
         buffer's ``add``, which writes the payload into the arrays first.
         """
         if not isinstance(data, RingRows):
-            raise SpecError(f"{type(self).__name__} is filled through the SB3 buffer's add(); "
-                            f"got {type(data).__name__}")
+            raise SpecError(
+                f"{type(self).__name__} is filled through the SB3 buffer's add(); got {type(data).__name__}"
+            )
         pos = data.positions
         if not isinstance(pos, np.ndarray) or pos.dtype != np.int64 or pos.ndim != 1:
             raise SpecError("RingRows.positions must be a 1-D int64 array")

@@ -52,8 +52,14 @@ class TableBackedBuffer:
     handle_timeout_termination: bool
 
     # -- construction -------------------------------------------------------------------------------
-    def _setup(self, buffer_size: int, n_envs: int, optimize_memory_usage: bool,
-               handle_timeout_termination: bool, seed: int | None) -> None:
+    def _setup(
+        self,
+        buffer_size: int,
+        n_envs: int,
+        optimize_memory_usage: bool,
+        handle_timeout_termination: bool,
+        seed: int | None,
+    ) -> None:
         if int(n_envs) < 1:
             raise SB3BufferError(f"n_envs must be >= 1, got {n_envs}")
         self.buffer_size = max(int(buffer_size) // int(n_envs), 1)
@@ -64,7 +70,7 @@ class TableBackedBuffer:
         fields = self._fields()
         if self.optimize_memory_usage:  # next observations are read from the following row
             for name in [n for n in fields if n.startswith("next_obs")]:
-                next_of[name] = "obs" + name[len("next_obs"):]
+                next_of[name] = "obs" + name[len("next_obs") :]
                 del fields[name]
         self._storage = SB3RingStorage(self.buffer_size, self.n_envs, fields, next_of)
         self._warn_if_too_large()
@@ -82,8 +88,15 @@ class TableBackedBuffer:
         return Uniform()
 
     def _new_table(self) -> Table:
-        return Table(self._storage.capacity, sampler=self._sampler(), remover=Fifo(), rate_limiter=MinSize(1),
-                     storage=self._storage, seed=self.seed, name="sb3-replay")
+        return Table(
+            self._storage.capacity,
+            sampler=self._sampler(),
+            remover=Fifo(),
+            rate_limiter=MinSize(1),
+            storage=self._storage,
+            seed=self.seed,
+            name="sb3-replay",
+        )
 
     def _warn_if_too_large(self) -> None:
         if psutil is None:
@@ -91,8 +104,11 @@ class TableBackedBuffer:
         nbytes = sum(a.nbytes for n, a in self._storage.arrays.items() if n != "timeout")
         available = psutil.virtual_memory().available
         if nbytes > available:
-            warnings.warn("This system does not have apparently enough memory to store the complete replay "
-                          f"buffer {nbytes / 1e9:.2f}GB > {available / 1e9:.2f}GB", stacklevel=3)
+            warnings.warn(
+                "This system does not have apparently enough memory to store the complete replay "
+                f"buffer {nbytes / 1e9:.2f}GB > {available / 1e9:.2f}GB",
+                stacklevel=3,
+            )
 
     @property
     def table(self) -> Table:
@@ -109,8 +125,9 @@ class TableBackedBuffer:
         """Register the rows written since the last call with the table (one batch)."""
         k = self._pending
         expected = self._synced_pos + k
-        if (self.pos != expected % self.buffer_size
-                or bool(self.full) != (self._synced_full or expected >= self.buffer_size)):
+        if self.pos != expected % self.buffer_size or bool(self.full) != (
+            self._synced_full or expected >= self.buffer_size
+        ):
             self._resync()  # pos/full were changed from outside add(): rebuild from SB3's rules
             return
         if k == 0 or self._storage.max_items == 0:  # (one row with optimize_memory_usage: nothing valid)
@@ -243,13 +260,12 @@ class TableBackedBuffer:
         fields = {n: Field(a.shape[2:], a.dtype) for n, a in saved["arrays"].items()}
         next_of = {}
         if self.optimize_memory_usage:
-            next_of = {"next_obs" + n[len("obs"):]: n for n in fields if n.startswith("obs")}
+            next_of = {"next_obs" + n[len("obs") :]: n for n in fields if n.startswith("obs")}
         self._storage = SB3RingStorage(self.buffer_size, self.n_envs, fields, next_of, arrays=saved["arrays"])
         self._table = self._new_table()
         self._load_sampler_state(saved["sampler"])
         if len(saved["positions"]):
-            self._table.extend(RingRows(np.asarray(saved["positions"], dtype=np.int64)),
-                               priorities=saved["priorities"])
+            self._table.extend(RingRows(np.asarray(saved["positions"], dtype=np.int64)), priorities=saved["priorities"])
         self._table.max_priority = saved["max_priority"]
         self._table.rng.bit_generator.state = saved["rng"]
         self._bind_views()
