@@ -1,7 +1,7 @@
 """SharedTable in one process: the Table's behaviour (parametrised in-process vs shared), bad input,
-what shared mode refuses. Processes, crashes and full file systems: test_shared_processes.py."""
+what shared mode refuses (the ``make`` fixture: conftest.py). Processes, crashes and full file
+systems: test_shared_processes.py; out of ring mode: test_shared_out_of_ring.py."""
 
-import itertools
 import pickle
 
 import numpy as np
@@ -20,25 +20,6 @@ from replaystore.shared import (
 from replaystore.shared.segment import LAYOUT_VERSION, W_MAGIC, W_VERSION
 
 SPEC = {"obs": ((4,), np.float32), "action": ((), np.int64), "reward": ((), np.float32), "id": ((), np.int64)}
-_names = itertools.count()
-
-
-@pytest.fixture(params=["local", "shared"])
-def make(request, tmp_path):
-    """``make(capacity, **kw)``: an in-process Table, or a SharedTable with the same options."""
-    opened = []
-
-    def build(capacity=10, **kw):
-        kw.setdefault("seed", 0)
-        if request.param == "local":
-            return rs.Table(capacity, spec=SPEC, **kw)
-        t = SharedTable.create(f"t{next(_names)}", capacity, SPEC, directory=tmp_path, **kw)
-        opened.append(t)
-        return t
-
-    yield build
-    for t in opened:
-        t.close()
 
 
 def test_extend_keys_len_and_get(make):
