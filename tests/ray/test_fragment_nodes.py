@@ -230,3 +230,28 @@ def test_a_store_started_again_is_reconciled_with_its_directory(tmp_path):
     assert b[0] not in store  # its chunk was dropped: freed once the lease let it go
     assert put(buf, "B", "sb", 5)[1] == "chunk"
     buf.close()
+
+
+def test_a_store_that_does_not_answer_on_an_alive_node_is_not_dropped(tmp_path):
+    cfg = FragmentBufferConfig(
+        max_chunks=8,
+        max_staleness=5,
+        max_reuse=5,
+        fragments_per_chunk=2,
+        path=str(tmp_path),
+        num_shards=1,
+        seed=0,
+        lease_ttl=None,
+    )
+    store = Membership(tmp_path / "s", {"A", "B"})
+    buf = FragmentBuffer(cfg, store=store)
+    buf.set_version(S, 0)
+    put(buf, "B", "sb", 0), put(buf, "B", "sb", 1)
+    buf.close()
+    store = Membership(tmp_path / "s", {"A"})  # restarted; B's node is alive but its store did not start
+    store.starting = {"B"}
+    buf = FragmentBuffer(cfg, store=store)
+    assert buf.stats()["fragments_lost_with_node"] == 0 and buf.num_chunks == 1
+    store.starting = set()  # the node left after all
+    assert buf.check_nodes() == ([], ["B"]) and buf.stats()["fragments_lost_with_node"] == 2
+    buf.close()

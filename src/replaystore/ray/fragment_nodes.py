@@ -133,7 +133,7 @@ class FragmentNodes:
         if refresh is None:
             return [], []
         attached, lost = refresh()
-        alive = set(self.store.info())
+        alive = set(self.store.info()) | set(getattr(self.store, "starting", ()))  # starting: node alive
         # labels the metadata references but no store answers for (e.g. a node that left while the
         # service was down and restarted): lost too
         lost += sorted(self._labels_referenced() - alive - self.lost_nodes - set(lost))

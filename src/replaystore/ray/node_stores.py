@@ -161,6 +161,7 @@ class NodeStores:
         self.actors: dict[str, Any] = {}
         self.nodes: dict[str, str] = {}  # label -> node id
         self._deleting: list[Any] = []
+        self.starting: set[str] = set()  # labels of alive nodes whose store did not answer yet
         self._unreported, _ = self.refresh()  # reported by the first check (the buffer reconciles them)
 
     # -- membership ----------------------------------------------------------------------------------
@@ -170,7 +171,8 @@ class NodeStores:
         ``attached``: stores started by this call: on nodes new to the router, including a label
         that came back on another node (a restarted node declaring the same label: its store
         reopens the same directory). A store that does not answer within ``timeout`` is left
-        unattached (tried again at the next refresh). ``lost``: labels whose node is not alive.
+        unattached and listed in ``starting`` (its node is alive: not lost; tried again at the next
+        refresh). ``lost``: labels whose node is not alive.
         """
         ray = import_ray()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -197,12 +199,14 @@ class NodeStores:
                 .remote(node_dir(self.path, lb), self.num_shards, self.map_size, lb)
             )
         attached = []
+        self.starting = set()
         for lb, actor in started.items():
             try:  # a handle of the store's previous life (its node just left) fails here
                 if get(actor.node_id.remote(), self.timeout, f"node store {lb} start") != alive[lb]:
                     raise StorageError(f"node store {lb!r} answered from another node")
             except Exception:  # noqa: BLE001 - not attached now; the next refresh tries again
                 log.warning("node store %s did not start; retried at the next refresh", lb, exc_info=True)
+                self.starting.add(lb)
                 continue
             self.actors[lb], self.nodes[lb] = actor, alive[lb]
             attached.append(lb)
