@@ -39,7 +39,7 @@ class ShardedBase:
         shuffle: bool = True,
         default_timeout: float | None = None,
         rpc_grace: float | None = 60.0,
-        depth: int = 4,
+        depth: int = 8,
         defer_updates: bool = True,
     ) -> None:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:

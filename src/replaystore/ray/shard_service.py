@@ -48,7 +48,7 @@ def serve_sharded(
     wal: WalConfig | None = None,
     scale_rate_limiter: bool = True,
     consistency: str = "cached",
-    depth: int = 4,
+    depth: int = 8,
     defer_updates: bool = True,
     on_dead: str = "wait",
     skip_after: float = 2.0,
