@@ -11,7 +11,7 @@ repeated ``--repeats`` times (medians printed):
 - **sample** (the table holds 100k items): one learner (this process) calls ``sample(256)`` in a
   loop, and for the prioritized table ``update_priorities`` on what it drew. Sharded tables are
   sampled three ways: ``depth 1`` (one call per shard per sample, updates sent at once: the client
-  before issue 19's follow-up), ``depth 4`` (the default: one call per shard per 4 batches,
+  before issue 19's follow-up), ``depth 8`` (the default: one call per shard per 8 batches,
   updates riding on the next fetch) and through a *sampling actor* (the learner calls one actor,
   which holds a default ``ShardedClient``). Printed: batches/s, the ratio to one actor, the
   learner's CPU per ``sample`` call and per ``update_priorities`` call, and the services' CPU per
@@ -166,7 +166,7 @@ def learner_modes(ray, shards: int, client, prioritized: bool) -> list[tuple[str
     actor = ray.remote(SamplingActor).options(num_cpus=0).remote(rsr.connect_sharded(client.name, seed=2))
     modes = [
         ("depth 1", functools.partial(old.sample, timeout=30), old.update_priorities, []),
-        ("depth 4", functools.partial(client.sample, timeout=30), client.update_priorities, []),
+        (f"depth {client.depth}", functools.partial(client.sample, timeout=30), client.update_priorities, []),
         (
             "sampling actor",
             lambda b: ray.get(actor.sample.remote(b)),
@@ -230,8 +230,8 @@ def main() -> None:
             finally:
                 client.shutdown()
     ray.shutdown()
-    print(f"\ninserts/s (uniform table; medians), ratio to one actor; CPU µs per insert call: services, each writer")
-    print(f"| config | writers | batch | items/s | ratio | service CPU µs/call | writer CPU µs/call |")
+    print("\ninserts/s (uniform table; medians), ratio to one actor; CPU µs per insert call: services, each writer")
+    print("| config | writers | batch | items/s | ratio | service CPU µs/call | writer CPU µs/call |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for (cfg, writers, b), (rate, cpu, own) in inserts.items():
         base = inserts[("one actor", writers, b)][0]
