@@ -146,7 +146,7 @@ class ShardedSampler(ShardedBase):
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         refs = {}
         for s in range(len(self.shards)):
-            updates = self._updates.take(s) if len(self._updates) else None
+            updates = self._updates.take(s) if alive[s] and len(self._updates) else None  # a down shard keeps its queue
             if totals[s] or updates is not None:
                 refs[s] = self.shards[s].actor.shard_fetch.remote(
                     self.table_name, updates, method, int(totals[s]), *args, left
