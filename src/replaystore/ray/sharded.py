@@ -4,16 +4,18 @@
 client = rsr.serve_sharded(functools.partial(rs.Table, 1_000_000, sampler=rs.Prioritized(0.6, 0.4)),
                            num_shards=4, name="apex", placement="spread")
 keys = client.extend(batch, priorities=p)       # one shard per call (round robin)
-s = client.sample(512, timeout=30)              # every shard in parallel: one round trip
-client.update_priorities(s.keys, new_p)         # each key goes to its owner
+s = client.sample(512, timeout=30)              # one call per shard fetches 8 batches; 7 wait here
+client.update_priorities(s.keys, new_p)         # queued: rides on the next fetch to each owner
 ```
 
 Routing of inserts: ``"round_robin"`` (a whole batch to the next shard; a shard whose rate limiter
 would block is passed over), by ``route=`` user keys (row ``i`` to shard ``route[i] % N``), and by
 stream for episodic tables (stream ``k`` to shard ``k % N``: an episode never spans shards). Keys
-carry their shard (:mod:`replaystore.ray.shard_keys`). Samples: :mod:`replaystore.ray.shard_sampling`.
+carry their shard (:mod:`replaystore.ray.shard_keys`). Samples: :mod:`replaystore.ray.shard_sampler`
+(fetches, deferred updates) and :mod:`replaystore.ray.shard_sampling` (the math).
 
-A client is picklable (its copies keep their own round-robin position, masses and random stream);
+A client is picklable (its copies keep their own round-robin position, masses and random stream,
+and start with no fetched batches and no queued updates);
 one client is safe to share between threads.
 """
 
