@@ -9,13 +9,13 @@ enters the lock and published when it leaves. So every process runs the Table's 
 same data: same semantics, same distributions.
 
 What shared tables support (anything else raises :class:`~replaystore.InvalidArgument` naming
-it): column storage with a ``spec``; the ``Uniform``, ``Prioritized``, ``Fifo``, ``Lifo`` and
-``WithoutReplacement`` samplers; the ``Fifo``, ``Lifo`` and ``Uniform`` removers; every rate
+it): column storage with a ``spec``; every sampler and remover of the library (``Uniform``,
+``Prioritized``, ``Fifo``, ``Lifo``, ``MinHeap``, ``MaxHeap``, ``WithoutReplacement``); every rate
 limiter; ``max_times_sampled``, ``max_staleness``, ``delete`` and ``clear``. A table starts in
 *ring mode* (with the ``Fifo`` remover: key index, free slots and uniform set are arithmetic on
 three shared numbers); the first removal out of insertion order switches it, in every process,
 to the out-of-ring structures that every process built over the segment when it attached. Not
-yet: episodes, the ``MinHeap``/``MaxHeap`` selectors (their heap is a Python list).
+yet: episodes.
 """
 
 from __future__ import annotations
@@ -32,15 +32,25 @@ import numpy as np
 from ..errors import InvalidArgument, InvalidState
 from ..limiters import MinSize, RateLimiter, limiter_from_config
 from ..placement import allocate, placed
-from ..samplers import Fifo, Lifo, Prioritized, Selector, Uniform, WithoutReplacement, selector_from_config
+from ..samplers import (
+    Fifo,
+    Lifo,
+    MaxHeap,
+    MinHeap,
+    Prioritized,
+    Selector,
+    Uniform,
+    WithoutReplacement,
+    selector_from_config,
+)
 from ..storage import ColumnStorage
 from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
 from .guard import ProcessGuard
 from .segment import VICTIMS, Segment, check_name, path_of
 
-_SAMPLERS = (Uniform, Prioritized, Fifo, Lifo, WithoutReplacement)
-_REMOVERS = (Fifo, Lifo, Uniform)
+_SAMPLERS = (Uniform, Prioritized, Fifo, Lifo, MinHeap, MaxHeap, WithoutReplacement)
+_REMOVERS = (Fifo, Lifo, Uniform, MinHeap, MaxHeap)
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # open tables of this process (re-opened after a fork)
 
 
@@ -254,12 +264,12 @@ def _check_supported(sampler: Selector, remover: Selector, limiter: RateLimiter)
     if type(sampler) not in _SAMPLERS:
         raise InvalidArgument(
             f"shared tables support the {', '.join(c.__name__ for c in _SAMPLERS)} samplers, not "
-            f"{type(sampler).__name__} (a heap selector keeps a Python heap, which is not in shared memory yet)"
+            f"{type(sampler).__name__}"
         )
     if type(remover) not in _REMOVERS:
         raise InvalidArgument(
             f"shared tables evict with the {', '.join(c.__name__ for c in _REMOVERS)} removers, not "
-            f"{type(remover).__name__} (a heap selector keeps a Python heap, which is not in shared memory yet)"
+            f"{type(remover).__name__}"
         )
     if not isinstance(limiter, RateLimiter):
         raise InvalidArgument(f"rate_limiter must be a RateLimiter, got {type(limiter).__name__}")
