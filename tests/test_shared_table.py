@@ -17,7 +17,7 @@ from replaystore.shared import (
     list_segments,
     remove,
 )
-from replaystore.shared.segment import W_MAGIC, W_VERSION
+from replaystore.shared.segment import LAYOUT_VERSION, W_MAGIC, W_VERSION
 
 SPEC = {"obs": ((4,), np.float32), "action": ((), np.int64), "reward": ((), np.float32), "id": ((), np.int64)}
 _names = itertools.count()
@@ -242,7 +242,7 @@ def test_tampered_header_is_a_layout_mismatch(tmp_path):
     words[W_VERSION] = 99
     with pytest.raises(LayoutMismatch, match="version 99"):
         SharedTable.attach("v", directory=tmp_path)
-    words[W_VERSION], magic = 1, words[W_MAGIC]
+    words[W_VERSION], magic = LAYOUT_VERSION, words[W_MAGIC]
     words[W_MAGIC] = 0
     with pytest.raises(LayoutMismatch, match="magic"):
         SharedTable.attach("v", directory=tmp_path)

@@ -3,8 +3,9 @@
 A :class:`ProcessGuard` replaces a Table's own lock and Condition (``Table.guard_with``), so every
 method of the one Table implementation runs as before, inside a critical section that spans
 processes. Entering it (outermost level) takes this process's thread lock, then the segment's
-``flock``; if the previous holder died inside it (``busy`` still set) the table is recovered
-first (:mod:`replaystore.shared.recovery`); then the current state copy is loaded into the local
+mutex (:mod:`replaystore.shared.lock`: a robust process-shared mutex, or ``flock``); if the
+previous holder died inside it (``busy`` still set) the table is recovered first
+(:mod:`replaystore.shared.recovery`); then the current state copy is loaded into the local
 Table object when another process has published since (``Table.load_state_scalars``). Leaving it
 publishes the Table's scalars when they changed (the copy not current, then the selector) and
 releases both locks.
@@ -16,7 +17,6 @@ taking the mutex has ``lock_timeout``. ``notify_all`` does nothing (waiters poll
 
 from __future__ import annotations
 
-import fcntl
 import os
 import threading
 import time
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Closed
 from .recovery import reconcile
-from .segment import COPY0, COPY_WORDS, W_ACTIVE, W_BUSY, W_RECOVERIES, W_WAITING, Segment, state_format
+from .segment import COPY0, COPY_WORDS, W_ACTIVE, W_BUSY, W_RECOVERIES, Segment, state_format
 
 if TYPE_CHECKING:
     from ..table import Table
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 #: test hook: with ``REPLAYSTORE_SHM_TEST_HOOK=pause-before-publish:<file>``, a critical section
 #: that changed the state touches ``<file>`` and sleeps before publishing (the crash tests kill it there)
 _HOOK = os.environ.get("REPLAYSTORE_SHM_TEST_HOOK", "").partition("pause-before-publish:")[2]
-_EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB
 
 
 class ProcessGuard:
@@ -86,10 +85,8 @@ class ProcessGuard:
         seg = self.segment
         if seg.closed:
             raise Closed(f"shared table {self.table.name!r} was closed in this process")
-        try:
-            fcntl.flock(seg.lock_fd, _EX_NB)
-        except BlockingIOError:
-            seg.lock()
+        if not seg.mutex.acquire(seg.lock_timeout):
+            raise seg.lock_timed_out()
         try:
             words = seg.words
             if words[W_BUSY]:
@@ -126,9 +123,7 @@ class ProcessGuard:
             self.intent = 0
             seg.words[W_BUSY] = 0
         finally:
-            fcntl.flock(seg.lock_fd, fcntl.LOCK_UN)
-        if seg.words[W_WAITING]:  # another process waits for the lock: let it run first
-            os.sched_yield()
+            seg.mutex.release()  # (yields the CPU once when another process waits for it)
 
     def _recover(self) -> None:
         """The previous holder died inside the critical section: make the table consistent."""

@@ -36,6 +36,7 @@ from ..storage import ColumnStorage
 from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
 from .guard import ProcessGuard
+from .lock import lock_kind
 from .segment import Segment, check_name, path_of
 
 _SAMPLERS = (Uniform, Prioritized, Fifo)
@@ -68,11 +69,15 @@ class SharedTable(Table):
         directory: str | os.PathLike | None = None,
         remover: Selector | None = None,
         lock_timeout: float = 60.0,
+        lock: str = "auto",
     ) -> "SharedTable":
         """Create the segment ``name`` (in ``directory``, default ``/dev/shm``) and open it.
 
         Args mirror :class:`~replaystore.Table`; ``spec`` (field shapes and dtypes) is required,
         since the segment is sized up front. ``seed`` seeds this process's sampling only.
+        ``lock``: ``"mutex"`` (a robust process-shared mutex: needs the compiled extension in every
+        process that attaches), ``"flock"`` (slower calls, any process), or ``"auto"`` (the mutex
+        when it is compiled here).
 
         Raises:
             InvalidArgument: a bad name or argument, or an option shared tables do not support yet.
@@ -80,6 +85,7 @@ class SharedTable(Table):
             DiskFull: the segment does not fit (the bytes wanted and free are in the message).
         """
         check_name(name)
+        kind = lock_kind(lock)
         capacity = int(capacity)
         if capacity <= 0:
             raise InvalidArgument(f"capacity must be positive, got {capacity}")
@@ -102,7 +108,7 @@ class SharedTable(Table):
         regions: list[tuple[str, tuple, np.dtype]] = []
         _construct(config, _recorder(regions), None)  # a dry run says what the Table allocates
         path = path_of(name, directory)
-        seg, tmp = Segment.create(path, config, regions, lock_timeout)
+        seg, tmp = Segment.create(path, config, regions, lock_timeout, kind)
         try:
             table = _construct(config, _placer(seg, fill=True), seed, cls)
             table._open(seg, first=True)
