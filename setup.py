@@ -1,4 +1,4 @@
-"""Build the optional compiled parts (``replaystore._rows``, ``replaystore.shared._mutex``).
+"""Build the optional compiled parts (``replaystore._rows``, ``replaystore.shared._sync``).
 
 Everything else is in pyproject.toml.
 
@@ -14,8 +14,8 @@ setup(
         Extension("replaystore._rows", ["src/replaystore/_rows.c"], optional=True, extra_compile_args=["-O2"]),
         # shared tables' robust process-shared mutex (POSIX); without it they lock with flock()
         Extension(
-            "replaystore.shared._mutex",
-            ["src/replaystore/shared/_mutex.c"],
+            "replaystore.shared._sync",
+            ["src/replaystore/shared/_sync.c"],
             optional=True,
             extra_compile_args=["-O2"],
             libraries=["pthread"],

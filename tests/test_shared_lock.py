@@ -18,7 +18,7 @@ from replaystore.shared.lock import KIND_FLOCK, KIND_MUTEX, RobustMutex, default
 from replaystore.shared.segment import W_BUSY, W_LOCK_KIND, W_WAITING
 
 HAVE_MUTEX = RobustMutex is not None
-KINDS = ["flock", pytest.param("mutex", marks=pytest.mark.skipif(not HAVE_MUTEX, reason="_mutex not built"))]
+KINDS = ["flock", pytest.param("mutex", marks=pytest.mark.skipif(not HAVE_MUTEX, reason="_sync not built"))]
 
 
 def _hold_then_report(table, ready, go):
@@ -96,7 +96,7 @@ def test_live_holder_times_out_naming_its_pid_and_the_waiting_word_is_cleared(tm
     t.close()
 
 
-@pytest.mark.skipif(not HAVE_MUTEX, reason="_mutex not built")
+@pytest.mark.skipif(not HAVE_MUTEX, reason="_sync not built")
 def test_a_process_without_the_compiled_mutex_gets_a_named_error(tmp_path):
     t = SharedTable.create("m", 8, SPEC, directory=tmp_path, lock="mutex")
     t.extend(transitions(3))
@@ -119,14 +119,14 @@ print("created", len(t))
         env={"REPLAYSTORE_PURE_PYTHON": "1"},
     )
     assert "LockUnsupported: shared table 'm' locks with a robust process-shared mutex" in out
-    assert "replaystore.shared._mutex" in out and "lock='flock'" in out
+    assert "replaystore.shared._sync" in out and "lock='flock'" in out
     assert "InvalidArgument" in out and "created 2" in out
     assert t.keys().tolist() == [0, 1, 2]  # the refused attach changed nothing
     assert issubclass(LockUnsupported, rs.ReplayError)
     t.close()
 
 
-@pytest.mark.skipif(not HAVE_MUTEX, reason="_mutex not built")
+@pytest.mark.skipif(not HAVE_MUTEX, reason="_sync not built")
 def test_a_signal_interrupts_a_blocked_acquire(tmp_path):
     t = SharedTable.create("sig", 8, SPEC, directory=tmp_path, lock="mutex", lock_timeout=60)
     attached, go = tmp_path / "attached", tmp_path / "go"

@@ -23,8 +23,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Closed
+from .copies import state_copies
 from .recovery import reconcile
-from .segment import COPY0, COPY_WORDS, W_ACTIVE, W_BUSY, W_RECOVERIES, Segment, state_format
+from .segment import COPY0, COPY_WORDS, W_ACTIVE, W_BUSY, W_RECOVERIES, Segment
 
 if TYPE_CHECKING:
     from ..table import Table
@@ -41,7 +42,9 @@ class ProcessGuard:
         self.segment = segment
         self.table = table
         self.names = names
-        self._fmt = state_format(len(names) - n_floats, n_floats)
+        #: the state copies in the header (:mod:`replaystore.shared.copies`)
+        self.copies = state_copies(segment.mm, W_ACTIVE, COPY0, COPY_WORDS, len(names) - n_floats, n_floats)
+        self._mutex = segment.mutex
         self._tlock = threading.RLock()
         self._depth = 0
         self._gen = -1  # generation of the state the local Table holds
@@ -49,31 +52,12 @@ class ProcessGuard:
         self.intent = 0  # rows the current insert may write (set by acquire_insert)
         self._delay = 50e-6
         self.recovered = 0  # recoveries this process performed
-        self._copy_word = (COPY0, COPY0 + COPY_WORDS)  # first word (the generation) of each copy
-        self._copy_byte = (COPY0 * 8, (COPY0 + COPY_WORDS) * 8)
         self._holding = False  # this process holds the mutex (entered and not yet left)
 
     # -- state copies ---------------------------------------------------------------------------
-    def read_copy(self) -> tuple[int, int, tuple]:
-        """``(generation, intent, values)`` of the current copy (mutex held, or a snapshot)."""
-        raw = self._fmt.unpack_from(self.segment.mm, self._copy_byte[self.segment.words[W_ACTIVE] & 1])
-        return raw[0], raw[1], raw[2:]
-
-    def publish(self, gen: int, values: tuple) -> None:
-        """Write a new current copy: the other copy first, then flip the selector."""
-        words = self.segment.words
-        other = (words[W_ACTIVE] & 1) ^ 1
-        self._fmt.pack_into(self.segment.mm, self._copy_byte[other], gen, 0, *values)
-        words[W_ACTIVE] = other
-
-    def set_intent(self, n: int) -> None:
-        """Write the current insert's row count into the current copy (mutex held)."""
-        words = self.segment.words
-        words[self._copy_word[words[W_ACTIVE] & 1] + 1] = n
-
     def start(self, values: tuple) -> None:
         """Publish the first state of a new segment (generation 0) as the one the local Table holds."""
-        self.publish(0, values)
+        self.copies.publish(0, values)
         self._gen, self._values = 0, values
 
     def value(self, name: str) -> Any:
@@ -85,23 +69,23 @@ class ProcessGuard:
         seg = self.segment
         if seg.closed:
             raise Closed(f"shared table {self.table.name!r} was closed in this process")
-        if not seg.mutex.acquire(seg.lock_timeout):
+        if not self._mutex.acquire(seg.lock_timeout):
             raise seg.lock_timed_out()
         try:
             words = seg.words
             if words[W_BUSY]:
                 self._recover()
             words[W_BUSY] = seg.pid
-            word = self._copy_word[words[W_ACTIVE] & 1]
-            if words[word] != self._gen:
-                gen, _, values = self.read_copy()
+            copies = self.copies
+            if copies.generation() != self._gen:  # another process published since: load its state
+                gen, _, values = copies.read()
                 self.table.load_state_scalars(values)
                 self._gen, self._values = gen, values
             if intent:
                 self.intent = intent
-                words[word + 1] = intent
+                copies.set_intent(intent)
         except BaseException:
-            seg.unlock()
+            self._mutex.release()
             raise
         self._holding = True
 
@@ -109,27 +93,26 @@ class ProcessGuard:
         if not self._holding:  # (a wait that could not re-enter: nothing to publish or release)
             return
         self._holding = False
-        seg = self.segment
         try:
             values = self.table.state_scalars()
             if values != self._values:
                 if _HOOK:
                     _pause(_HOOK)
                 self._gen += 1
-                self.publish(self._gen, values)
+                self.copies.publish(self._gen, values)
                 self._values = values
             elif self.intent:
-                self.set_intent(0)
+                self.copies.set_intent(0)
             self.intent = 0
-            seg.words[W_BUSY] = 0
+            self.segment.words[W_BUSY] = 0
         finally:
-            seg.mutex.release()  # (yields the CPU once when another process waits for it)
+            self._mutex.release()  # (yields the CPU once when another process waits for it)
 
     def _recover(self) -> None:
         """The previous holder died inside the critical section: make the table consistent."""
-        gen, intent, values = self.read_copy()
+        gen, intent, values = self.copies.read()
         fixed, dropped = reconcile(self.table, self.segment, self.names, values, intent)
-        self.publish(gen + 1, fixed)
+        self.copies.publish(gen + 1, fixed)
         words = self.segment.words
         words[W_RECOVERIES] += 1
         self.recovered += 1
@@ -164,7 +147,7 @@ class ProcessGuard:
             self._depth += 1
             if rows > self.intent:
                 self.intent = rows
-                self.set_intent(rows)
+                self.copies.set_intent(rows)
             return
         try:
             self._enter(rows)
@@ -189,7 +172,11 @@ class ProcessGuard:
     __enter__ = acquire
 
     def __exit__(self, *exc: Any) -> None:
-        self.release()
+        if self._depth > 1:  # (release's nested case, one call less: the Table's methods nest in ours)
+            self._depth -= 1
+            self._tlock.release()
+        else:
+            self.release()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Publish, release every level, sleep a little (at most ``timeout``), re-enter. Returns True.

@@ -2,7 +2,7 @@
 
 Two kinds, one interface (``acquire(timeout) -> bool``, ``release()``, ``set_pid(pid)``); the
 segment's header records which one a table was created with (:data:`KIND_MUTEX` when the
-compiled :mod:`replaystore.shared._mutex` is built, else :data:`KIND_FLOCK`), and every process
+compiled :mod:`replaystore.shared._sync` is built, else :data:`KIND_FLOCK`), and every process
 that attaches uses the same one:
 
 - :data:`KIND_MUTEX`: a ``pthread_mutex_t`` in the header (``PTHREAD_PROCESS_SHARED``,
@@ -34,7 +34,7 @@ from .errors import LayoutMismatch, LockUnsupported
 try:
     if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
         raise ImportError("REPLAYSTORE_PURE_PYTHON is set")
-    from ._mutex import MUTEX_BYTES, RobustMutex, init_mutex
+    from ._sync import MUTEX_BYTES, RobustMutex, init_mutex
 except ImportError:  # not built (no compiler at install time), or refused: tables lock with flock
     RobustMutex = init_mutex = None
     MUTEX_BYTES = 0
@@ -63,7 +63,7 @@ def lock_kind(lock: str) -> int:
         return KIND_FLOCK
     if lock == "mutex":
         if RobustMutex is None:
-            raise InvalidArgument(f"lock='mutex' needs the compiled module replaystore.shared._mutex ({_why()})")
+            raise InvalidArgument(f"lock='mutex' needs the compiled module replaystore.shared._sync ({_why()})")
         return KIND_MUTEX
     raise InvalidArgument(f"lock must be 'auto', 'mutex' or 'flock', got {lock!r}")
 
@@ -90,7 +90,7 @@ def open_lock(kind: int, mm: mmap.mmap, lock_file: Path, waiting_word: int, pid:
         if RobustMutex is None:
             raise LockUnsupported(
                 f"shared table {name!r} locks with a robust process-shared mutex, which needs the "
-                f"compiled module replaystore.shared._mutex ({_why()}): build the extension with a "
+                f"compiled module replaystore.shared._sync ({_why()}): build the extension with a "
                 "C compiler, or have the creator pass lock='flock'"
             )
         return RobustMutex(mm, MUTEX_BYTE, waiting_word * 8, pid)

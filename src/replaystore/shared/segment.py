@@ -31,7 +31,6 @@ import os
 import re
 import secrets
 import shutil
-import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -406,13 +405,6 @@ def _read_config(mm: mmap.mmap, path: Path, size: int) -> dict:
     except (ValueError, KeyError, TypeError) as e:
         raise LayoutMismatch(f"{path / 'segment'}: unreadable configuration ({e})") from None
     return config
-
-
-def state_format(n_ints: int, n_floats: int) -> struct.Struct:
-    """The packing of one state copy: generation, intent, the integers, the floats."""
-    if 2 + n_ints + n_floats > COPY_WORDS:
-        raise InvalidArgument("the table's state has more scalars than a segment copy holds")
-    return struct.Struct(f"<{2 + n_ints}q{n_floats}d")
 
 
 def list_segments(directory: str | os.PathLike | None = None) -> list[dict[str, Any]]:

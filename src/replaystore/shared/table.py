@@ -390,6 +390,12 @@ def _as_batch_of_one(item: dict, spec: dict | None) -> dict | None:
 
 def _batch_len(data: Any, default: int) -> int:
     """The leading length of a (nested) dict batch, at most ``default`` (``default`` when it has none)."""
+    if type(data) is dict:  # the common case, a flat dict of arrays: no iterator objects
+        for first in data.values():
+            if type(first) is np.ndarray and first.ndim:
+                n = first.shape[0]
+                return n if n < default else default
+            break
     while type(data) is dict and data or isinstance(data, Mapping) and data:
         data = next(iter(data.values()))
     try:

@@ -1,9 +1,13 @@
-/* replaystore.shared._mutex: the process-shared, robust mutex of a shared table's segment.
+/* replaystore.shared._sync: what a shared table's every call does in its segment's header, compiled.
  *
- * Optional: without it shared tables lock with flock() (replaystore.shared.segment); a segment
- * records which lock it was created with, and a process without this module cannot attach to a
- * segment that uses it (LayoutMismatch, raised by the Python side).
+ * Optional: without it shared tables lock with flock() (replaystore.shared.lock) and pack their
+ * state copies with struct (replaystore.shared.copies); a segment records which lock it was
+ * created with, and a process without this module cannot attach to a segment that uses the
+ * mutex (LockUnsupported, raised by the Python side).
  *
+ * Two types:
+ *
+ * RobustMutex:
  * A RobustMutex wraps a pthread_mutex_t that lives in a mapped segment (PTHREAD_PROCESS_SHARED,
  * PTHREAD_MUTEX_ROBUST): when its holder dies, the kernel hands it to the next locker with
  * EOWNERDEAD, and this module marks it consistent at once; the segment's own "busy" word (set
@@ -13,8 +17,15 @@
  * Fairness: a waiter writes its pid into the segment's "waiting" word; a holder that sees it
  * after unlocking yields the CPU once, so a process calling back to back cannot starve others.
  *
+ * StateCopies: the two copies of a table's scalar state in the header (each: generation, insert
+ * intent, the integers, the floats; int64 / float64 words) and the selector word saying which is
+ * current. publish() fills the copy that is not current and then flips the selector (a release
+ * fence first), so a reader, or a process that recovers after a writer died, finds one complete
+ * copy. Same contract as the struct version in replaystore.shared.copies.
+ *
  * Thread-safety: the mutex is per process-and-thread as pthread defines it; the Python side
- * (ProcessGuard) takes it from one thread at a time, under its own thread lock.
+ * (ProcessGuard) takes it from one thread at a time, under its own thread lock, and touches the
+ * state copies only while it holds the mutex.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,6 +33,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #define SLICE_NS 20000000LL  /* a blocked acquire wakes every 20 ms to let Python handle signals */
@@ -219,7 +231,7 @@ static PyGetSetDef RobustMutex_getset[] = {
 
 static PyTypeObject RobustMutexType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "replaystore.shared._mutex.RobustMutex",
+    .tp_name = "replaystore.shared._sync.RobustMutex",
     .tp_basicsize = sizeof(RobustMutex),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "RobustMutex(buffer, offset, waiting_offset, pid): a robust process-shared mutex "
@@ -230,17 +242,185 @@ static PyTypeObject RobustMutexType = {
     .tp_getset = RobustMutex_getset,
 };
 
+/* -- StateCopies -------------------------------------------------------------------------- */
+#define MAX_SCALARS 64
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer view;
+    volatile int64_t *active;   /* the selector word: bit 0 says which copy is current */
+    char *copy[2];              /* each: gen, intent, n_ints int64, n_floats float64 */
+    Py_ssize_t n_ints, n_floats;
+} StateCopies;
+
+static PyObject *
+StateCopies_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"buffer", "active_offset", "copy_offset", "copy_stride", "n_ints", "n_floats", NULL};
+    PyObject *buffer;
+    Py_ssize_t active_offset, copy_offset, stride, n_ints, n_floats;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Onnnnn", kwlist, &buffer, &active_offset, &copy_offset,
+                                     &stride, &n_ints, &n_floats))
+        return NULL;
+    if (n_ints < 0 || n_floats < 0 || n_ints + n_floats > MAX_SCALARS || stride < 8 * (2 + n_ints + n_floats)) {
+        PyErr_SetString(PyExc_ValueError, "bad state copy layout");
+        return NULL;
+    }
+    StateCopies *self = (StateCopies *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    if (PyObject_GetBuffer(buffer, &self->view, PyBUF_WRITABLE) < 0) {
+        self->view.obj = NULL;
+        Py_DECREF(self);
+        return NULL;
+    }
+    if (active_offset < 0 || active_offset % 8 || active_offset + 8 > self->view.len || copy_offset < 0
+        || copy_offset % 8 || stride % 8 || copy_offset + 2 * stride > self->view.len) {
+        PyErr_SetString(PyExc_ValueError, "state copies outside the buffer, or misaligned");
+        Py_DECREF(self);
+        return NULL;
+    }
+    char *base = (char *)self->view.buf;
+    self->active = (volatile int64_t *)(base + active_offset);
+    self->copy[0] = base + copy_offset;
+    self->copy[1] = base + copy_offset + stride;
+    self->n_ints = n_ints;
+    self->n_floats = n_floats;
+    return (PyObject *)self;
+}
+
+static void
+StateCopies_dealloc(StateCopies *self)
+{
+    if (self->view.obj != NULL)
+        PyBuffer_Release(&self->view);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* read() -> (generation, intent, values): the current copy. */
+static PyObject *
+StateCopies_read(StateCopies *self, PyObject *Py_UNUSED(ignored))
+{
+    const char *c = self->copy[*self->active & 1];
+    int64_t words[2 + MAX_SCALARS];
+    memcpy(words, c, 8 * (2 + self->n_ints + self->n_floats));
+    PyObject *values = PyTuple_New(self->n_ints + self->n_floats);
+    if (values == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < self->n_ints; i++) {
+        PyObject *v = PyLong_FromLongLong(words[2 + i]);
+        if (v == NULL) {
+            Py_DECREF(values);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(values, i, v);
+    }
+    for (Py_ssize_t i = 0; i < self->n_floats; i++) {
+        double d;
+        memcpy(&d, &words[2 + self->n_ints + i], 8);
+        PyObject *v = PyFloat_FromDouble(d);
+        if (v == NULL) {
+            Py_DECREF(values);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(values, self->n_ints + i, v);
+    }
+    return Py_BuildValue("(LLN)", (long long)words[0], (long long)words[1], values);
+}
+
+/* publish(generation, values): write the copy that is not current (intent 0), then flip. */
+static PyObject *
+StateCopies_publish(StateCopies *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "publish(generation, values: tuple)");
+        return NULL;
+    }
+    PyObject *values = args[1];
+    Py_ssize_t n = self->n_ints + self->n_floats;
+    if (PyTuple_GET_SIZE(values) != n) {
+        PyErr_Format(PyExc_ValueError, "publish: %zd values, the state has %zd", PyTuple_GET_SIZE(values), n);
+        return NULL;
+    }
+    int64_t words[2 + MAX_SCALARS];
+    words[0] = PyLong_AsLongLong(args[0]);
+    if (words[0] == -1 && PyErr_Occurred())
+        return NULL;
+    words[1] = 0;
+    for (Py_ssize_t i = 0; i < self->n_ints; i++) {
+        PyObject *v = PyTuple_GET_ITEM(values, i);
+        if (PyFloat_Check(v)) {  /* as struct: an integer field takes no float */
+            PyErr_Format(PyExc_TypeError, "publish: value %zd is a float, the state wants an integer", i);
+            return NULL;
+        }
+        long long x = PyLong_AsLongLong(v);
+        if (x == -1 && PyErr_Occurred())
+            return NULL;
+        words[2 + i] = x;
+    }
+    for (Py_ssize_t i = 0; i < self->n_floats; i++) {
+        double d = PyFloat_AsDouble(PyTuple_GET_ITEM(values, self->n_ints + i));
+        if (d == -1.0 && PyErr_Occurred())
+            return NULL;
+        memcpy(&words[2 + self->n_ints + i], &d, 8);
+    }
+    int other = (int)((*self->active & 1) ^ 1);
+    memcpy(self->copy[other], words, 8 * (2 + n));
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    *self->active = other;
+    Py_RETURN_NONE;
+}
+
+/* generation() -> the current copy's generation. */
+static PyObject *
+StateCopies_generation(StateCopies *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromLongLong(*(volatile int64_t *)self->copy[*self->active & 1]);
+}
+
+/* set_intent(n): the current copy's insert intent. */
+static PyObject *
+StateCopies_set_intent(StateCopies *self, PyObject *arg)
+{
+    long long n = PyLong_AsLongLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    ((volatile int64_t *)self->copy[*self->active & 1])[1] = n;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef StateCopies_methods[] = {
+    {"read", (PyCFunction)StateCopies_read, METH_NOARGS,
+     "read() -> (generation, intent, values): the current copy."},
+    {"publish", (PyCFunction)(void (*)(void))StateCopies_publish, METH_FASTCALL,
+     "publish(generation, values): write the other copy (intent 0), then make it current."},
+    {"generation", (PyCFunction)StateCopies_generation, METH_NOARGS, "generation(): the current copy's."},
+    {"set_intent", (PyCFunction)StateCopies_set_intent, METH_O, "set_intent(n): the current copy's intent."},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject StateCopiesType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "replaystore.shared._sync.StateCopies",
+    .tp_basicsize = sizeof(StateCopies),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "StateCopies(buffer, active_offset, copy_offset, copy_stride, n_ints, n_floats): the two "
+              "state copies of a segment header (see the module doc).",
+    .tp_new = StateCopies_new,
+    .tp_dealloc = (destructor)StateCopies_dealloc,
+    .tp_methods = StateCopies_methods,
+};
+
 static PyMethodDef methods[] = {
     {"init_mutex", init_mutex, METH_VARARGS,
      "init_mutex(buffer, offset): build a robust process-shared mutex at byte offset."},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_mutex", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sync", NULL, -1, methods};
 
 PyMODINIT_FUNC
-PyInit__mutex(void)
+PyInit__sync(void)
 {
-    if (PyType_Ready(&RobustMutexType) < 0)
+    if (PyType_Ready(&RobustMutexType) < 0 || PyType_Ready(&StateCopiesType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -248,6 +428,12 @@ PyInit__mutex(void)
     PyObject *size = PyLong_FromSize_t(sizeof(pthread_mutex_t));
     if (size == NULL || PyModule_AddObject(m, "MUTEX_BYTES", size) < 0) {
         Py_XDECREF(size);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&StateCopiesType);
+    if (PyModule_AddObject(m, "StateCopies", (PyObject *)&StateCopiesType) < 0) {
+        Py_DECREF(&StateCopiesType);
         Py_DECREF(m);
         return NULL;
     }
