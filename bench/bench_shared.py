@@ -303,13 +303,14 @@ def main() -> None:
     ap.add_argument("--payloads", default="small,atari")
     ap.add_argument("--peers", default="shared,cpprb,torchrl,ray")
     ap.add_argument("--samplers", default="uniform,prioritized")
+    ap.add_argument("--directory", default=None, help="where the shared segments go (default /dev/shm)")
     ap.add_argument("--quick", action="store_true", help="one writer count, two batch sizes, small payload")
     args = ap.parse_args()
     if args.quick:
         args.writers, args.rows, args.payloads, args.seconds = "1,2", "8,256", "small", min(args.seconds, 0.5)
     peers = {"shared": Shared, "cpprb": Cpprb, "torchrl": TorchRL, "ray": None}
     wanted = args.peers.split(",")
-    directory = tempfile.mkdtemp(prefix="bench-shared-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    directory = tempfile.mkdtemp(prefix="bench-shared-", dir=args.directory or ("/dev/shm" if os.path.isdir("/dev/shm") else None))
     print(f"# bench_shared: {args.seconds}s per phase, load average {os.getloadavg()[0]:.1f} "
           f"on {os.cpu_count()} CPUs (compare ratios within this run)")
     print("| payload | sampler | W | B | peer | rows/s in | extend CPU us | x in-proc | batches/s | sample CPU us "
