@@ -10,28 +10,28 @@ from hypothesis import strategies as st
 from replaystore.errors import InvalidArgument
 from replaystore.shared.copies import PackedCopies, StateCopies, state_copies
 
-N_INTS, N_FLOATS, WORDS = 5, 2, 12
+CODES, WORDS = "qqdqqqd", 12  # (ints and floats mixed, as Table.state_layout gives them)
 ACTIVE, FIRST = 3, 8  # the selector word, the first copy's first word
 IMPLS = [PackedCopies]
 if StateCopies is not None:
-    IMPLS.append(lambda mm, *a: StateCopies(mm, a[0] * 8, a[1] * 8, a[2] * 8, *a[3:]))
+    IMPLS.append(lambda mm, active, first, words, codes: StateCopies(mm, active * 8, first * 8, words * 8, codes))
 
 ints = st.integers(-(2**63), 2**63 - 1)
 floats = st.floats(allow_nan=False)
-values = st.tuples(*[ints] * N_INTS, *[floats] * N_FLOATS)
+values = st.tuples(*[ints if c == "q" else floats for c in CODES])
 ops = st.lists(st.one_of(st.tuples(st.just("publish"), ints, values), st.tuples(st.just("intent"), ints)), max_size=12)
 
 
 def make(impl):
     mm = mmap.mmap(-1, 4096)
-    return mm, impl(mm, ACTIVE, FIRST, WORDS, N_INTS, N_FLOATS)
+    return mm, impl(mm, ACTIVE, FIRST, WORDS, CODES)
 
 
 @settings(max_examples=60, deadline=None)
 @given(ops)
 def test_implementations_agree_with_a_model(ops):
     pairs = [make(impl) for impl in IMPLS]
-    model = {"current": (0, 0, (0,) * N_INTS + (0.0,) * N_FLOATS)}
+    model = {"current": (0, 0, tuple(0 if c == "q" else 0.0 for c in CODES))}
     for op in ops:
         if op[0] == "publish":
             _, gen, vals = op
@@ -52,21 +52,23 @@ def test_implementations_agree_with_a_model(ops):
 def test_publish_writes_the_other_copy_then_flips(impl):
     mm, c = make(impl)
     words = memoryview(mm).cast("q")
-    c.publish(7, (1, 2, 3, 4, 5, 0.5, -1.5))
-    assert words[ACTIVE] == 1 and words[FIRST + WORDS : FIRST + WORDS + 7].tolist() == [7, 0, 1, 2, 3, 4, 5]
+    c.publish(7, (1, 2, 0.5, 3, 4, 5, -1.5))
+    assert words[ACTIVE] == 1 and words[FIRST + WORDS : FIRST + WORDS + 4].tolist() == [7, 0, 1, 2]
+    assert memoryview(mm).cast("d")[FIRST + WORDS + 4] == 0.5  # (gen, intent, 1, 2, 0.5)
     c.set_intent(9)
-    c.publish(8, (6, 7, 8, 9, 10, 0.0, 1.0))
+    c.publish(8, (6, 7, 0.0, 8, 9, 10, 1.0))
     assert words[ACTIVE] == 0 and words[FIRST + WORDS + 1] == 9  # the old copy keeps its intent
-    assert c.read() == (8, 0, (6, 7, 8, 9, 10, 0.0, 1.0))
+    assert c.read() == (8, 0, (6, 7, 0.0, 8, 9, 10, 1.0))
 
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize(
-    "bad", [(1, 2, 3, 4, 5, 0.5), (1, 2, 3, 4.5, 5, 0.5, 0.5), (1, 2, 3, 4, 2**64, 0.5, 0.5), (1, 2, 3, 4, 5, "x", 0.5)]
+    "bad",
+    [(1, 2, 0.5, 3, 4, 5), (1, 2, 0.5, 3.5, 4, 5, 0.5), (1, 2, 0.5, 3, 2**64, 5, 0.5), (1, 2, "x", 3, 4, 5, 0.5)],
 )
 def test_bad_values_leave_the_current_copy(impl, bad):
     mm, c = make(impl)
-    c.publish(1, (1, 2, 3, 4, 5, 0.5, 0.5))
+    c.publish(1, (1, 2, 0.5, 3, 4, 5, 0.5))
     before, active = c.read(), mm[ACTIVE * 8]
     with pytest.raises((TypeError, ValueError, OverflowError, struct_error())):
         c.publish(2, bad)
@@ -79,6 +81,8 @@ def struct_error():
     return struct.error
 
 
-def test_more_scalars_than_a_copy_holds_is_named():
+def test_more_scalars_than_a_copy_holds_and_bad_codes_are_named():
     with pytest.raises(InvalidArgument, match="30 scalars; a segment copy holds 10"):
-        state_copies(mmap.mmap(-1, 4096), ACTIVE, FIRST, WORDS, 26, 4)
+        state_copies(mmap.mmap(-1, 4096), ACTIVE, FIRST, WORDS, "q" * 30)
+    with pytest.raises(InvalidArgument, match="'q' or 'd'"):
+        state_copies(mmap.mmap(-1, 4096), ACTIVE, FIRST, WORDS, "qqf")

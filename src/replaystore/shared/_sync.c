@@ -18,7 +18,7 @@
  * after unlocking yields the CPU once, so a process calling back to back cannot starve others.
  *
  * StateCopies: the two copies of a table's scalar state in the header (each: generation, insert
- * intent, the integers, the floats; int64 / float64 words) and the selector word saying which is
+ * intent, then the scalars, int64 or float64 words as their codes say) and the selector word saying which is
  * current. publish() fills the copy that is not current and then flips the selector (a release
  * fence first), so a reader, or a process that recovers after a writer died, finds one complete
  * copy. Same contract as the struct version in replaystore.shared.copies.
@@ -243,27 +243,29 @@ static PyTypeObject RobustMutexType = {
 };
 
 /* -- StateCopies -------------------------------------------------------------------------- */
-#define MAX_SCALARS 64
+#define MAX_SCALARS 256
 
 typedef struct {
     PyObject_HEAD
     Py_buffer view;
     volatile int64_t *active;   /* the selector word: bit 0 says which copy is current */
-    char *copy[2];              /* each: gen, intent, n_ints int64, n_floats float64 */
-    Py_ssize_t n_ints, n_floats;
+    char *copy[2];              /* each: gen, intent, then one word per scalar */
+    Py_ssize_t n;               /* scalars */
+    char codes[MAX_SCALARS];    /* 'q' (int64) or 'd' (float64) per scalar */
 } StateCopies;
 
 static PyObject *
 StateCopies_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"buffer", "active_offset", "copy_offset", "copy_stride", "n_ints", "n_floats", NULL};
+    static char *kwlist[] = {"buffer", "active_offset", "copy_offset", "copy_stride", "codes", NULL};
     PyObject *buffer;
-    Py_ssize_t active_offset, copy_offset, stride, n_ints, n_floats;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Onnnnn", kwlist, &buffer, &active_offset, &copy_offset,
-                                     &stride, &n_ints, &n_floats))
+    Py_ssize_t active_offset, copy_offset, stride, n;
+    const char *codes;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Onnns#", kwlist, &buffer, &active_offset, &copy_offset,
+                                     &stride, &codes, &n))
         return NULL;
-    if (n_ints < 0 || n_floats < 0 || n_ints + n_floats > MAX_SCALARS || stride < 8 * (2 + n_ints + n_floats)) {
-        PyErr_SetString(PyExc_ValueError, "bad state copy layout");
+    if (n > MAX_SCALARS || stride < 8 * (2 + n) || strspn(codes, "qd") != (size_t)n) {
+        PyErr_SetString(PyExc_ValueError, "bad state copy layout (codes are 'q' or 'd', one per scalar)");
         return NULL;
     }
     StateCopies *self = (StateCopies *)type->tp_alloc(type, 0);
@@ -284,8 +286,8 @@ StateCopies_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->active = (volatile int64_t *)(base + active_offset);
     self->copy[0] = base + copy_offset;
     self->copy[1] = base + copy_offset + stride;
-    self->n_ints = n_ints;
-    self->n_floats = n_floats;
+    self->n = n;
+    memcpy(self->codes, codes, n);
     return (PyObject *)self;
 }
 
@@ -303,27 +305,24 @@ StateCopies_read(StateCopies *self, PyObject *Py_UNUSED(ignored))
 {
     const char *c = self->copy[*self->active & 1];
     int64_t words[2 + MAX_SCALARS];
-    memcpy(words, c, 8 * (2 + self->n_ints + self->n_floats));
-    PyObject *values = PyTuple_New(self->n_ints + self->n_floats);
+    memcpy(words, c, 8 * (2 + self->n));
+    PyObject *values = PyTuple_New(self->n);
     if (values == NULL)
         return NULL;
-    for (Py_ssize_t i = 0; i < self->n_ints; i++) {
-        PyObject *v = PyLong_FromLongLong(words[2 + i]);
+    for (Py_ssize_t i = 0; i < self->n; i++) {
+        PyObject *v;
+        if (self->codes[i] == 'q') {
+            v = PyLong_FromLongLong(words[2 + i]);
+        } else {
+            double d;
+            memcpy(&d, &words[2 + i], 8);
+            v = PyFloat_FromDouble(d);
+        }
         if (v == NULL) {
             Py_DECREF(values);
             return NULL;
         }
         PyTuple_SET_ITEM(values, i, v);
-    }
-    for (Py_ssize_t i = 0; i < self->n_floats; i++) {
-        double d;
-        memcpy(&d, &words[2 + self->n_ints + i], 8);
-        PyObject *v = PyFloat_FromDouble(d);
-        if (v == NULL) {
-            Py_DECREF(values);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(values, self->n_ints + i, v);
     }
     return Py_BuildValue("(LLN)", (long long)words[0], (long long)words[1], values);
 }
@@ -337,7 +336,7 @@ StateCopies_publish(StateCopies *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *values = args[1];
-    Py_ssize_t n = self->n_ints + self->n_floats;
+    Py_ssize_t n = self->n;
     if (PyTuple_GET_SIZE(values) != n) {
         PyErr_Format(PyExc_ValueError, "publish: %zd values, the state has %zd", PyTuple_GET_SIZE(values), n);
         return NULL;
@@ -347,22 +346,23 @@ StateCopies_publish(StateCopies *self, PyObject *const *args, Py_ssize_t nargs)
     if (words[0] == -1 && PyErr_Occurred())
         return NULL;
     words[1] = 0;
-    for (Py_ssize_t i = 0; i < self->n_ints; i++) {
+    for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *v = PyTuple_GET_ITEM(values, i);
-        if (PyFloat_Check(v)) {  /* as struct: an integer field takes no float */
-            PyErr_Format(PyExc_TypeError, "publish: value %zd is a float, the state wants an integer", i);
-            return NULL;
+        if (self->codes[i] == 'q') {
+            if (PyFloat_Check(v)) {  /* as struct: an integer field takes no float */
+                PyErr_Format(PyExc_TypeError, "publish: value %zd is a float, the state wants an integer", i);
+                return NULL;
+            }
+            long long x = PyLong_AsLongLong(v);
+            if (x == -1 && PyErr_Occurred())
+                return NULL;
+            words[2 + i] = x;
+        } else {
+            double d = PyFloat_AsDouble(v);
+            if (d == -1.0 && PyErr_Occurred())
+                return NULL;
+            memcpy(&words[2 + i], &d, 8);
         }
-        long long x = PyLong_AsLongLong(v);
-        if (x == -1 && PyErr_Occurred())
-            return NULL;
-        words[2 + i] = x;
-    }
-    for (Py_ssize_t i = 0; i < self->n_floats; i++) {
-        double d = PyFloat_AsDouble(PyTuple_GET_ITEM(values, self->n_ints + i));
-        if (d == -1.0 && PyErr_Occurred())
-            return NULL;
-        memcpy(&words[2 + self->n_ints + i], &d, 8);
     }
     int other = (int)((*self->active & 1) ^ 1);
     memcpy(self->copy[other], words, 8 * (2 + n));
@@ -403,8 +403,8 @@ static PyTypeObject StateCopiesType = {
     .tp_name = "replaystore.shared._sync.StateCopies",
     .tp_basicsize = sizeof(StateCopies),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "StateCopies(buffer, active_offset, copy_offset, copy_stride, n_ints, n_floats): the two "
-              "state copies of a segment header (see the module doc).",
+    .tp_doc = "StateCopies(buffer, active_offset, copy_offset, copy_stride, codes): the two state copies "
+              "of a segment header, one 'q' (int64) or 'd' (float64) code per scalar (see the module doc).",
     .tp_new = StateCopies_new,
     .tp_dealloc = (destructor)StateCopies_dealloc,
     .tp_methods = StateCopies_methods,

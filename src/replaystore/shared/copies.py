@@ -1,7 +1,8 @@
 """The two copies of a shared table's scalar state in its segment's header.
 
 Each copy is int64/float64 words: a generation number, an insert *intent* (rows an insert in
-progress may be writing), the integers, then the floats of ``Table.state_scalars``. A selector
+progress may be writing), then the values of ``Table.state_scalars``, each an int64 or a float64
+as its ``struct`` code (``"q"`` / ``"d"``) says. A selector
 word says which copy is current. :meth:`publish` fills the copy that is not current and then
 flips the selector (one aligned 8-byte store), so a reader, or a process that recovers after a
 writer died, always finds one complete copy.
@@ -28,33 +29,35 @@ except ImportError:  # not built, or refused: struct packing
     StateCopies = None
 
 
-def state_copies(mm: mmap.mmap, active_word: int, first_word: int, copy_words: int, n_ints: int, n_floats: int):  # noqa: ANN201
+def state_copies(mm: mmap.mmap, active_word: int, first_word: int, copy_words: int, codes: str):  # noqa: ANN201
     """The copies at word ``first_word`` (and ``first_word + copy_words``) of ``mm``, selected by ``active_word``.
+
+    ``codes``: one ``"q"`` (int64) or ``"d"`` (float64) per scalar.
 
     Returns an object with ``read() -> (generation, intent, values)``, ``publish(generation,
     values)``, ``generation()`` and ``set_intent(n)`` (the current copy's).
 
     Raises:
-        InvalidArgument: more scalars than a copy holds.
+        InvalidArgument: more scalars than a copy holds, or a code that is not ``"q"`` / ``"d"``.
     """
-    if 2 + n_ints + n_floats > copy_words:
-        raise InvalidArgument(
-            f"the table's state has {n_ints + n_floats} scalars; a segment copy holds {copy_words - 2}"
-        )
+    if 2 + len(codes) > copy_words:
+        raise InvalidArgument(f"the table's state has {len(codes)} scalars; a segment copy holds {copy_words - 2}")
+    if codes.strip("qd"):
+        raise InvalidArgument(f"state codes are 'q' or 'd', got {codes!r}")
     if StateCopies is not None:
-        return StateCopies(mm, active_word * 8, first_word * 8, copy_words * 8, n_ints, n_floats)
-    return PackedCopies(mm, active_word, first_word, copy_words, n_ints, n_floats)
+        return StateCopies(mm, active_word * 8, first_word * 8, copy_words * 8, codes)
+    return PackedCopies(mm, active_word, first_word, copy_words, codes)
 
 
 class PackedCopies:
     """The ``struct`` implementation (see the module doc)."""
 
-    def __init__(self, mm: mmap.mmap, active_word: int, first_word: int, copy_words: int, n_ints: int, n_floats: int):
+    def __init__(self, mm: mmap.mmap, active_word: int, first_word: int, copy_words: int, codes: str) -> None:
         self.mm = mm
         self.words = memoryview(mm).cast("q")
         self.active = active_word
         self.first = (first_word, first_word + copy_words)
-        self.fmt = struct.Struct(f"<{2 + n_ints}q{n_floats}d")
+        self.fmt = struct.Struct(f"<qq{codes}")
 
     def read(self) -> tuple[int, int, tuple]:
         """``(generation, intent, values)`` of the current copy."""

@@ -43,7 +43,8 @@ class ProcessGuard:
         self.table = table
         self.names = names
         #: the state copies in the header (:mod:`replaystore.shared.copies`)
-        self.copies = state_copies(segment.mm, W_ACTIVE, COPY0, COPY_WORDS, len(names) - n_floats, n_floats)
+        codes = "q" * (len(names) - n_floats) + "d" * n_floats
+        self.copies = state_copies(segment.mm, W_ACTIVE, COPY0, COPY_WORDS, codes)
         self._mutex = segment.mutex
         self._tlock = threading.RLock()
         self._depth = 0
