@@ -25,9 +25,11 @@ from typing import TYPE_CHECKING, Any
 from ..errors import Closed
 from .copies import state_copies
 from .recovery import reconcile
-from .segment import COPY0, COPY_WORDS, W_ACTIVE, W_BUSY, W_RECOVERIES, Segment
+from .segment import COPY0, COPY_WORDS, VICTIMS, W_ACTIVE, W_BUSY, W_RECOVERIES, Segment
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ..table import Table
 
 #: test hook: with ``REPLAYSTORE_SHM_TEST_HOOK=pause-before-publish:<file>``, a critical section
@@ -38,14 +40,16 @@ _HOOK = os.environ.get("REPLAYSTORE_SHM_TEST_HOOK", "").partition("pause-before-
 class ProcessGuard:
     """A re-entrant lock and Condition over threads and processes for one Table (see the module doc)."""
 
-    def __init__(self, segment: Segment, table: "Table", names: tuple[str, ...], n_floats: int) -> None:
+    def __init__(self, segment: Segment, table: "Table") -> None:
         self.segment = segment
         self.table = table
-        self.names = names
+        self.names, codes = table.state_layout()  # every part's scalars (the placement's scalar hook)
         #: the state copies in the header (:mod:`replaystore.shared.copies`)
-        codes = "q" * (len(names) - n_floats) + "d" * n_floats
         self.copies = state_copies(segment.mm, W_ACTIVE, COPY0, COPY_WORDS, codes)
         self._mutex = segment.mutex
+        # victims of the insert in progress, noted before their rows are overwritten (recovery)
+        self._victims = segment.view(VICTIMS)
+        self._noted = False
         self._tlock = threading.RLock()
         self._depth = 0
         self._gen = -1  # generation of the state the local Table holds
@@ -105,14 +109,34 @@ class ProcessGuard:
             elif self.intent:
                 self.copies.set_intent(0)
             self.intent = 0
+            if self._noted:
+                self._noted = False
+                self._victims[0] = 0
             self.segment.words[W_BUSY] = 0
         finally:
             self._mutex.release()  # (yields the CPU once when another process waits for it)
 
+    def note_victims(self, slots: "np.ndarray") -> None:
+        """Note the slots an insert will overwrite in place (mutex held), before it writes them.
+
+        A process that dies after this drops those items when the table is recovered (their
+        rows may be torn). The notes are cleared when the critical section is left.
+        """
+        v = self._victims
+        n = int(v[0])
+        k = len(slots)
+        if n + k >= len(v):  # (two inserts in one section: the first one is complete)
+            n = 0
+        v[1 + n : 1 + n + k] = slots
+        v[0] = n + k
+        self._noted = True
+
     def _recover(self) -> None:
         """The previous holder died inside the critical section: make the table consistent."""
         gen, intent, values = self.copies.read()
-        fixed, dropped = reconcile(self.table, self.segment, self.names, values, intent)
+        victims = self._victims[1 : 1 + int(self._victims[0])].copy()
+        fixed, dropped = reconcile(self.table, self.segment, self.names, values, intent, victims)
+        self._victims[0] = 0
         self.copies.publish(gen + 1, fixed)
         words = self.segment.words
         words[W_RECOVERIES] += 1

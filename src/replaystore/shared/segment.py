@@ -43,7 +43,7 @@ from .errors import LayoutMismatch, SharedTableExists, SharedTableNotFound
 from .lock import MUTEX_BYTE, FlockMutex, default_kind, init_lock, open_lock
 
 MAGIC = int.from_bytes(b"RSSHMTB1", "little")
-LAYOUT_VERSION = 2  # 2: the lock kind word (and the robust mutex)
+LAYOUT_VERSION = 3  # 2: state copies of 120 words (every part's scalars), out-of-ring regions; 3: the lock kind word
 PAGE = 4096
 PREFIX = "replaystore-"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
@@ -51,12 +51,14 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 # header words
 W_MAGIC, W_VERSION, W_HEADER, W_TOTAL, W_JSON_OFF, W_JSON_LEN, W_CREATOR, W_CREATED = range(8)
 W_BUSY, W_ACTIVE, W_RECOVERIES, W_WAITING, W_LOCK_KIND = 8, 9, 10, 11, 12
-COPY_WORDS = 32
+COPY_WORDS = 120  # generation, intent, then the scalars (Table.state_layout)
 COPY0 = 16  # first word of state copy 0; copy 1 follows
 PIDS = COPY0 + 2 * COPY_WORDS  # the table of attached pids
 MAX_PIDS = 128
 HEADER_BYTES = PAGE
 assert (PIDS + MAX_PIDS) * 8 <= MUTEX_BYTE < HEADER_BYTES - 64, "the header's words overlap its mutex"
+#: the region where an insert notes the slots it overwrites in place (count, then slots)
+VICTIMS = "shared.victims"
 
 
 def default_directory() -> Path:

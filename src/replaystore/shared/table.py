@@ -8,13 +8,14 @@ rate-limiter and stats counters, version, max priority) is loaded from the segme
 enters the lock and published when it leaves. So every process runs the Table's own code on the
 same data: same semantics, same distributions.
 
-What the first version supports (anything else raises :class:`~replaystore.InvalidArgument` naming
-it): column storage with a ``spec``; the ``Fifo`` remover (the table stays in *ring mode*: the key
-index, free slots and uniform set are arithmetic on three shared numbers); ``Uniform``,
-``Prioritized`` and ``Fifo`` samplers; every rate limiter; ``max_times_sampled`` with the ``Fifo``
-sampler (retirement is then of the oldest items); ``max_staleness`` while the items that go stale
-are the oldest ones; ``delete`` of the oldest items. Not yet: episodes, other removers, deletes or
-retirements out of insertion order.
+What shared tables support (anything else raises :class:`~replaystore.InvalidArgument` naming
+it): column storage with a ``spec``; the ``Uniform``, ``Prioritized``, ``Fifo``, ``Lifo`` and
+``WithoutReplacement`` samplers; the ``Fifo``, ``Lifo`` and ``Uniform`` removers; every rate
+limiter; ``max_times_sampled``, ``max_staleness``, ``delete`` and ``clear``. A table starts in
+*ring mode* (with the ``Fifo`` remover: key index, free slots and uniform set are arithmetic on
+three shared numbers); the first removal out of insertion order switches it, in every process,
+to the out-of-ring structures that every process built over the segment when it attached. Not
+yet: episodes, the ``MinHeap``/``MaxHeap`` selectors (their heap is a Python list).
 """
 
 from __future__ import annotations
@@ -28,18 +29,19 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, InvalidState
 from ..limiters import MinSize, RateLimiter, limiter_from_config
-from ..placement import placed
-from ..samplers import Fifo, Prioritized, Selector, Uniform, selector_from_config
+from ..placement import allocate, placed
+from ..samplers import Fifo, Lifo, Prioritized, Selector, Uniform, WithoutReplacement, selector_from_config
 from ..storage import ColumnStorage
 from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
 from .guard import ProcessGuard
 from .lock import lock_kind
-from .segment import Segment, check_name, path_of
+from .segment import VICTIMS, Segment, check_name, path_of
 
-_SAMPLERS = (Uniform, Prioritized, Fifo)
+_SAMPLERS = (Uniform, Prioritized, Fifo, Lifo, WithoutReplacement)
+_REMOVERS = (Fifo, Lifo, Uniform)
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # open tables of this process (re-opened after a fork)
 
 
@@ -93,13 +95,15 @@ class SharedTable(Table):
             raise InvalidArgument("a shared table needs spec= (its columns are sized when it is created)")
         sampler = Uniform() if sampler is None else sampler
         rate_limiter = MinSize(1) if rate_limiter is None else rate_limiter
-        _check_supported(sampler, remover, rate_limiter, max_times_sampled)
+        remover = Fifo() if remover is None else remover
+        _check_supported(sampler, remover, rate_limiter)
         flat = normalize_spec(spec)
         config = {
             "name": name,
             "capacity": capacity,
             "spec": {p: f.to_json() for p, f in flat.items()},
             "sampler": sampler.config(),
+            "remover": remover.config(),
             "rate_limiter": rate_limiter.config(),
             "max_times_sampled": int(max_times_sampled),
             "max_staleness": None if max_staleness is None else int(max_staleness),
@@ -144,8 +148,7 @@ class SharedTable(Table):
         self._segment = seg
         self.shared_name = seg.config["name"]
         self.storage.stage_rows = 1  # no staging: staged rows would hold keys other processes cannot see
-        names = Table.STATE_INTS + Table.STATE_FLOATS
-        self._guard = ProcessGuard(seg, self, names, len(Table.STATE_FLOATS))
+        self._guard = ProcessGuard(seg, self)
         if first:
             self._guard.start(self.state_scalars())
         self.guard_with(self._guard)
@@ -206,50 +209,13 @@ class SharedTable(Table):
         finally:
             guard.release()
 
-    # -- removals that keep ring mode ---------------------------------------------------------------
-    def delete(self, keys: Any) -> int:
-        """As :meth:`Table.delete`, for the oldest items only (see the module doc).
-
-        Raises:
-            InvalidArgument: a live key that is not among the oldest ``k`` items (nothing deleted).
-        """
-        with self._cond:
-            arr = np.asarray(keys) if not isinstance(keys, np.ndarray) else keys
-            if arr.dtype.kind in "iu":
-                k = np.unique(arr.astype(np.int64).ravel())
-                lo, hi = self._guard.value("ring_lo"), self._guard.value("ring_hi")
-                live = k[(k >= lo) & (k < hi)]
-                if len(live) and not (live[0] == lo and live[-1] == lo + len(live) - 1):
-                    raise InvalidArgument(
-                        f"shared table {self.shared_name!r} deletes only its oldest items (keys {lo} ..): "
-                        "deleting others is not supported in shared mode yet"
-                    )
-            return super().delete(keys)
-
-    def set_version(self, version: int) -> int:
-        """As :meth:`Table.set_version`, while the items that go stale are the oldest ones.
-
-        Raises:
-            InvalidArgument: stale items that are not the oldest (nothing dropped, version unchanged).
-        """
-        with self._cond:
-            if (
-                self.max_staleness is not None
-                and isinstance(version, (int, np.integer, float))
-                and not isinstance(version, bool)
-                and float(version).is_integer()
-            ):
-                lo, hi = self._guard.value("ring_lo"), self._guard.value("ring_hi")
-                base = self._guard.value("ring_base")
-                slots = (np.arange(lo, hi, dtype=np.int64) - base) % self.capacity
-                stale = self._segment.view("table.meta")[slots, 2] < int(version) - self.max_staleness
-                m = int(stale.sum())
-                if m and not stale[:m].all():
-                    raise InvalidArgument(
-                        f"shared table {self.shared_name!r}: version {int(version)} would make items stale "
-                        "out of insertion order, which shared mode does not support yet (only the oldest)"
-                    )
-            return super().set_version(version)
+    # -- evictions in place: noted for recovery ------------------------------------------------------
+    def _victims(self, n: int) -> np.ndarray:
+        """As the Table's; out of ring mode, the victims are noted before their rows are overwritten."""
+        slots = super()._victims(n)
+        if self._ring is None:
+            self._guard.note_victims(slots)
+        return slots
 
     # -- not in shared mode yet ---------------------------------------------------------------------
     def _no_episodes(self, *args: Any, **kwargs: Any) -> Any:
@@ -290,20 +256,19 @@ def _attach(name: str, directory: str) -> SharedTable:
     return SharedTable.attach(name, directory)
 
 
-def _check_supported(sampler: Selector, remover: Selector | None, limiter: RateLimiter, max_times_sampled: int) -> None:
+def _check_supported(sampler: Selector, remover: Selector, limiter: RateLimiter) -> None:
     if type(sampler) not in _SAMPLERS:
         raise InvalidArgument(
-            f"shared tables support the Uniform, Prioritized and Fifo samplers, not {type(sampler).__name__} (yet)"
+            f"shared tables support the {', '.join(c.__name__ for c in _SAMPLERS)} samplers, not "
+            f"{type(sampler).__name__} (a heap selector keeps a Python heap, which is not in shared memory yet)"
         )
-    if remover is not None and type(remover) is not Fifo:
-        raise InvalidArgument(f"shared tables evict with the Fifo remover only, not {type(remover).__name__} (yet)")
+    if type(remover) not in _REMOVERS:
+        raise InvalidArgument(
+            f"shared tables evict with the {', '.join(c.__name__ for c in _REMOVERS)} removers, not "
+            f"{type(remover).__name__} (a heap selector keeps a Python heap, which is not in shared memory yet)"
+        )
     if not isinstance(limiter, RateLimiter):
         raise InvalidArgument(f"rate_limiter must be a RateLimiter, got {type(limiter).__name__}")
-    if max_times_sampled and type(sampler) is not Fifo:
-        raise InvalidArgument(
-            "max_times_sampled in a shared table needs the Fifo sampler (retirement out of "
-            "insertion order is not supported in shared mode yet)"
-        )
 
 
 def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table) -> Any:
@@ -317,7 +282,7 @@ def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table
             table,
             capacity,
             sampler=selector_from_config(config["sampler"]),
-            remover=Fifo(),
+            remover=selector_from_config(config.get("remover", {"type": "Fifo"})),
             rate_limiter=limiter_from_config(config["rate_limiter"]),
             max_times_sampled=config["max_times_sampled"],
             max_staleness=config["max_staleness"],
@@ -326,6 +291,7 @@ def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table
             default_timeout=config["default_timeout"],
             name=config["name"],
         )
+        allocate(VICTIMS, (capacity + 1,), np.int64)  # (the guard's notes: ProcessGuard.note_victims)
     return table
 
 
@@ -333,6 +299,8 @@ def _recorder(regions: list) -> Any:
     """An allocator that notes each request and returns a zero-byte stand-in of the right shape."""
 
     def record(name: str, shape: tuple, dtype: np.dtype, fill: Any) -> np.ndarray:
+        if any(r[0] == name for r in regions):
+            raise InvalidState(f"two parts of a shared table allocate a region named {name!r}")
         regions.append((name, shape, dtype))
         return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, (0,) * len(shape))
 
