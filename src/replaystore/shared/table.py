@@ -47,6 +47,7 @@ from ..storage import ColumnStorage
 from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
 from .guard import ProcessGuard
+from .lock import lock_kind
 from .segment import VICTIMS, Segment, check_name, path_of
 
 _SAMPLERS = (Uniform, Prioritized, Fifo, Lifo, MinHeap, MaxHeap, WithoutReplacement)
@@ -80,11 +81,15 @@ class SharedTable(Table):
         directory: str | os.PathLike | None = None,
         remover: Selector | None = None,
         lock_timeout: float = 60.0,
+        lock: str = "auto",
     ) -> "SharedTable":
         """Create the segment ``name`` (in ``directory``, default ``/dev/shm``) and open it.
 
         Args mirror :class:`~replaystore.Table`; ``spec`` (field shapes and dtypes) is required,
         since the segment is sized up front. ``seed`` seeds this process's sampling only.
+        ``lock``: ``"mutex"`` (a robust process-shared mutex: needs the compiled extension in every
+        process that attaches), ``"flock"`` (slower calls, any process), or ``"auto"`` (the mutex
+        when it is compiled here).
 
         Raises:
             InvalidArgument: a bad name or argument, or an option shared tables do not support yet.
@@ -92,6 +97,7 @@ class SharedTable(Table):
             DiskFull: the segment does not fit (the bytes wanted and free are in the message).
         """
         check_name(name)
+        kind = lock_kind(lock)
         capacity = int(capacity)
         if capacity <= 0:
             raise InvalidArgument(f"capacity must be positive, got {capacity}")
@@ -116,7 +122,7 @@ class SharedTable(Table):
         regions: list[tuple[str, tuple, np.dtype]] = []
         _construct(config, _recorder(regions), None)  # a dry run says what the Table allocates
         path = path_of(name, directory)
-        seg, tmp = Segment.create(path, config, regions, lock_timeout)
+        seg, tmp = Segment.create(path, config, regions, lock_timeout, kind)
         try:
             table = _construct(config, _placer(seg, fill=True), seed, cls)
             table._open(seg, first=True)
@@ -362,6 +368,12 @@ def _as_batch_of_one(item: dict, spec: dict | None) -> dict | None:
 
 def _batch_len(data: Any, default: int) -> int:
     """The leading length of a (nested) dict batch, at most ``default`` (``default`` when it has none)."""
+    if type(data) is dict:  # the common case, a flat dict of arrays: no iterator objects
+        for first in data.values():
+            if type(first) is np.ndarray and first.ndim:
+                n = first.shape[0]
+                return n if n < default else default
+            break
     while type(data) is dict and data or isinstance(data, Mapping) and data:
         data = next(iter(data.values()))
     try:
