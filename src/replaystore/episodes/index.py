@@ -310,6 +310,46 @@ class EpisodeIndex(StreamRings, Selector):
         """Forget every step and stream."""
         self.bind(self.capacity, self.rng)
 
+    # -- replicas (replaystore.shared) -----------------------------------------------------------------
+    def apply_rows(self, slots: np.ndarray, rows: tuple, priorities: np.ndarray) -> None:
+        """Internal (replaystore.shared): enter steps whose rows another copy of this index computed.
+
+        ``rows`` is ``(streams, ts, episodes, positions, flags)`` of the new steps in ``slots``
+        (free in this index, each step newer than every live step of its stream, the stream
+        state already loaded with :meth:`load_streams`); ``priorities`` are the slots' priorities
+        (for prioritized sequence validity). Same effect as the insert that wrote them. Lock held.
+        """
+        if len(slots) == 0:
+            return
+        streams = rows[0]
+        top = int(streams.max())
+        if top >= self.n_streams:
+            self._streams_alloc(min(self.options.stream_limit, _pow2_at_least(top + 1)))
+        plan = StepPlan(streams, np.zeros(len(slots), bool), np.zeros(len(slots), bool), rows=rows)
+        tid = threading.get_ident()
+        self._pending[tid] = plan
+        try:
+            self.insert(slots, slots, priorities)
+        finally:
+            del self._pending[tid]
+
+    def load_streams(
+        self, ids: np.ndarray, next_t: np.ndarray, cur_ep: np.ndarray, cur_pos: np.ndarray, next_episode: int
+    ) -> None:
+        """Internal (replaystore.shared): set the state of streams ``ids`` and the next episode id.
+
+        As another copy of this index has them (trusted input, lock held); a change of structure
+        for the caches (the generation moves on).
+        """
+        if len(ids):
+            top = int(ids.max())
+            if top >= self.n_streams:
+                self._streams_alloc(min(self.options.stream_limit, _pow2_at_least(top + 1)))
+            self.next_t[ids], self.cur_ep[ids], self.cur_pos[ids] = next_t, cur_ep, cur_pos
+            self.written = max(self.written, int(next_t.max()))
+        self.next_episode = int(next_episode)
+        self.generation += 1
+
     # -- export / import (checkpoints) ----------------------------------------------------------------
     def export_rows(self, slots: np.ndarray) -> dict[str, np.ndarray]:
         """Per-step arrays of ``slots`` (checkpoint order); unattached steps get ``t = -1``."""

@@ -53,6 +53,14 @@ class ProcessGuard:
         self._copy_word = (COPY0, COPY0 + COPY_WORDS)  # first word (the generation) of each copy
         self._copy_byte = (COPY0 * 8, (COPY0 + COPY_WORDS) * 8)
         self._holding = False  # this process holds the mutex (entered and not yet left)
+        #: called with the published generation when this process repairs the table after a crash
+        #: (parts with state of their own undo a dead holder's writes: ``EpisodeSync.recover``)
+        self.on_recover: Any = None
+
+    @property
+    def generation(self) -> int:
+        """The generation of the state the local Table holds (the published one, while holding the lock)."""
+        return self._gen
 
     # -- state copies ---------------------------------------------------------------------------
     def read_copy(self) -> tuple[int, int, tuple]:
@@ -133,6 +141,8 @@ class ProcessGuard:
     def _recover(self) -> None:
         """The previous holder died inside the critical section: make the table consistent."""
         gen, intent, values = self.read_copy()
+        if self.on_recover is not None:
+            self.on_recover(gen)
         fixed, dropped = reconcile(self.table, self.segment, self.names, values, intent)
         self.publish(gen + 1, fixed)
         words = self.segment.words

@@ -13,8 +13,10 @@ it): column storage with a ``spec``; the ``Fifo`` remover (the table stays in *r
 index, free slots and uniform set are arithmetic on three shared numbers); ``Uniform``,
 ``Prioritized`` and ``Fifo`` samplers; every rate limiter; ``max_times_sampled`` with the ``Fifo``
 sampler (retirement is then of the oldest items); ``max_staleness`` while the items that go stale
-are the oldest ones; ``delete`` of the oldest items. Not yet: episodes, other removers, deletes or
-retirements out of insertion order.
+are the oldest ones; ``delete`` of the oldest items; episodes (``episodes=rs.Episodes(max_streams=
+...)``: each process keeps its own episode index equal to the table's, see
+:mod:`replaystore.shared.episodes`). Not yet: other removers, deletes or retirements out of
+insertion order.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..episodes import Episodes
 from ..errors import InvalidArgument
 from ..limiters import MinSize, RateLimiter, limiter_from_config
 from ..placement import placed
@@ -35,6 +38,8 @@ from ..samplers import Fifo, Prioritized, Selector, Uniform, selector_from_confi
 from ..storage import ColumnStorage
 from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
+from .episodes import NAMES as EPISODE_NAMES
+from .episodes import EpisodeSync, SharedEpisodeMethods
 from .guard import ProcessGuard
 from .segment import Segment, check_name, path_of
 
@@ -42,7 +47,7 @@ _SAMPLERS = (Uniform, Prioritized, Fifo)
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # open tables of this process (re-opened after a fork)
 
 
-class SharedTable(Table):
+class SharedTable(SharedEpisodeMethods, Table):
     """A Table in shared memory; build it with :meth:`create` or :meth:`attach`, never directly.
 
     Every method of :class:`~replaystore.Table` works and keeps its contract, across processes
@@ -68,11 +73,14 @@ class SharedTable(Table):
         directory: str | os.PathLike | None = None,
         remover: Selector | None = None,
         lock_timeout: float = 60.0,
+        episodes: Episodes | None = None,
     ) -> "SharedTable":
         """Create the segment ``name`` (in ``directory``, default ``/dev/shm``) and open it.
 
         Args mirror :class:`~replaystore.Table`; ``spec`` (field shapes and dtypes) is required,
         since the segment is sized up front. ``seed`` seeds this process's sampling only.
+        ``episodes``: an :class:`~replaystore.Episodes` with ``max_streams`` set (the per-stream
+        state is sized up front too).
 
         Raises:
             InvalidArgument: a bad name or argument, or an option shared tables do not support yet.
@@ -88,6 +96,7 @@ class SharedTable(Table):
         sampler = Uniform() if sampler is None else sampler
         rate_limiter = MinSize(1) if rate_limiter is None else rate_limiter
         _check_supported(sampler, remover, rate_limiter, max_times_sampled)
+        _check_episodes(episodes, max_times_sampled)
         flat = normalize_spec(spec)
         config = {
             "name": name,
@@ -98,9 +107,10 @@ class SharedTable(Table):
             "max_times_sampled": int(max_times_sampled),
             "max_staleness": None if max_staleness is None else int(max_staleness),
             "default_timeout": default_timeout,
+            "episodes": None if episodes is None else episodes.config(),
         }
         regions: list[tuple[str, tuple, np.dtype]] = []
-        _construct(config, _recorder(regions), None)  # a dry run says what the Table allocates
+        _construct(config, _recorder(regions), None, cls)  # a dry run says what the Table allocates
         path = path_of(name, directory)
         seg, tmp = Segment.create(path, config, regions, lock_timeout)
         try:
@@ -138,8 +148,12 @@ class SharedTable(Table):
         self._segment = seg
         self.shared_name = seg.config["name"]
         self.storage.stage_rows = 1  # no staging: staged rows would hold keys other processes cannot see
-        names = Table.STATE_INTS + Table.STATE_FLOATS
+        extra = EPISODE_NAMES if self._episync is not None else ()
+        names = Table.STATE_INTS + extra + Table.STATE_FLOATS
+        self._n_ints = len(Table.STATE_INTS)
         self._guard = ProcessGuard(seg, self, names, len(Table.STATE_FLOATS))
+        if self._episync is not None:
+            self._guard.on_recover = self._episync.recover
         if first:
             self._guard.start(self.state_scalars())
         self.guard_with(self._guard)
@@ -245,12 +259,39 @@ class SharedTable(Table):
                     )
             return super().set_version(version)
 
-    # -- not in shared mode yet ---------------------------------------------------------------------
-    def _no_episodes(self, *args: Any, **kwargs: Any) -> Any:
-        raise InvalidArgument("episodes (steps, sequences, n-step) are not supported by shared tables yet")
+    # -- parts with state of their own (episodes) ------------------------------------------------------
+    def _make_parts(self, config: dict) -> None:
+        """Allocate the episode part's regions (inside the placement of :func:`_construct`)."""
+        ep = config.get("episodes")
+        self._episync = None if ep is None else EpisodeSync(self._episodes, self.capacity, ep["max_streams"])
 
-    add_step = extend_steps = add_episode = end_episode = _no_episodes
-    sample_sequences = sample_nstep = sample_episodes = episode_info = episode_keys = _no_episodes
+    def _batch_rows(self, data: Any) -> int:
+        return _batch_len(data, self.capacity)
+
+    def state_scalars(self) -> tuple:
+        """As :meth:`Table.state_scalars`, with the episode part's scalars after the integers.
+
+        The episode part writes this critical section's changes into the segment first.
+        """
+        values = Table.state_scalars(self)
+        sync = self._episync
+        if sync is None:
+            return values
+        st, k = self._state, self._n_ints
+        ep = sync.push(st.ring_lo, st.ring_hi, st.ring_base, self._guard.generation)
+        return values[:k] + ep + values[k:]
+
+    def load_state_scalars(self, values: Any) -> None:
+        """As :meth:`Table.load_state_scalars`; then this process's episode index catches up."""
+        sync = self._episync
+        if sync is None:
+            Table.load_state_scalars(self, values)
+            return
+        k = self._n_ints
+        m = k + len(EPISODE_NAMES)
+        Table.load_state_scalars(self, values[:k] + values[m:])
+        st = self._state
+        sync.pull(values[k:m], st.ring_lo, st.ring_hi, st.ring_base, self._priority)
 
     # -- close ------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -300,6 +341,23 @@ def _check_supported(sampler: Selector, remover: Selector | None, limiter: RateL
         )
 
 
+def _check_episodes(episodes: Episodes | None, max_times_sampled: int) -> None:
+    if episodes is None:
+        return
+    if not isinstance(episodes, Episodes):
+        raise InvalidArgument(f"episodes must be an rs.Episodes, got {type(episodes).__name__}")
+    if episodes.max_streams is None:
+        raise InvalidArgument(
+            "a shared table with episodes needs Episodes(max_streams=...): its per-stream state is "
+            "sized when the table is created"
+        )
+    if max_times_sampled:
+        raise InvalidArgument(
+            "max_times_sampled with episodes is not supported by shared tables yet (it retires "
+            "sampled steps out of insertion order)"
+        )
+
+
 def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table) -> Any:
     """A Table (or ``cls``) of ``config`` whose arrays come from ``allocator``."""
     spec = unflatten({p: Field.from_json(f) for p, f in config["spec"].items()})
@@ -307,6 +365,7 @@ def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table
     with placed(allocator):
         storage = ColumnStorage(capacity, spec)
         table = cls.__new__(cls)
+        episodes = config.get("episodes")
         Table.__init__(
             table,
             capacity,
@@ -319,7 +378,10 @@ def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table
             seed=seed,
             default_timeout=config["default_timeout"],
             name=config["name"],
+            episodes=None if episodes is None else Episodes(**episodes),
         )
+        if isinstance(table, SharedTable):
+            table._make_parts(config)
     return table
 
 
