@@ -191,8 +191,6 @@ class EpisodeSync:
         return True
 
 
-
-
 def _stream_top(streams: Any, default: int) -> int:
     """One more than the largest stream id in ``streams`` (``default`` when it is not integers)."""
     try:

@@ -1,0 +1,275 @@
+"""Episodes in a shared table: the episode tests run on a SharedTable, writers in two processes
+against an in-process table fed the same steps, a two-process model, the sequence-start
+distribution from another process, a writer killed in the middle of ``extend_steps``."""
+
+import dataclasses
+import itertools
+import multiprocessing as mp
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+import test_episodes as te
+from test_shared_processes import run_python
+
+import replaystore as rs
+from replaystore.shared import SharedTable
+
+SPEC = {"obs": ((), np.float32), "next_obs": ((), np.float32), "reward": ((), np.float64), "id": ((), np.int64)}
+_names = itertools.count()
+
+
+def make_shared(directory, capacity=100, **kw):
+    """A SharedTable with the options of ``test_episodes.table`` (``max_streams`` 64 unless given)."""
+    ep = kw.pop("episodes", None) or rs.Episodes(next_obs_field="next_obs")
+    if ep.max_streams is None:
+        ep = dataclasses.replace(ep, max_streams=64)
+    kw.setdefault("seed", 0)
+    return SharedTable.create(f"ep{next(_names)}", capacity, SPEC, directory=directory, episodes=ep, **kw)
+
+
+# the episode behaviours of test_episodes.py whose tables come from its ``table()`` helper
+SHARED_CASES = [
+    "test_positions_and_episodes_of_interleaved_streams",
+    "test_add_episode_and_end_episode",
+    "test_end_episode_unknown_stream_and_bad_ids_change_nothing",
+    "test_failed_insert_leaves_streams_unchanged",
+    "test_strict_sequence_longer_than_every_episode_raises_and_changes_nothing",
+    "test_uniform_strict_starts_are_uniform_over_valid_starts",
+    "test_wraparound_and_eviction_mid_episode",
+    "test_nstep_reference_with_next_obs",
+    "test_nstep_n1_is_the_one_step_transition_and_gamma_one",
+    "test_staleness_and_clear_keep_the_index_consistent",
+    "test_caches_of_the_index_do_not_survive_clear",
+    "test_fifo_batch_larger_than_capacity_keeps_the_newest_steps_in_place",
+]
+
+
+@pytest.mark.parametrize("case", SHARED_CASES)
+def test_episode_behaviours_on_a_shared_table(case, tmp_path, monkeypatch):
+    opened = []
+
+    def table(capacity=100, **kw):
+        t = make_shared(tmp_path, capacity, **kw)
+        opened.append(t)
+        return t
+
+    monkeypatch.setattr(te, "table", table)
+    getattr(te, case)()
+    for t in opened:
+        t.close()
+
+
+def test_shared_episodes_need_max_streams_and_refuse_max_times_sampled(tmp_path):
+    with pytest.raises(rs.InvalidArgument, match="max_streams"):
+        SharedTable.create("a", 10, SPEC, directory=tmp_path, episodes=rs.Episodes())
+    with pytest.raises(rs.InvalidArgument, match="max_times_sampled"):
+        SharedTable.create("a", 10, SPEC, directory=tmp_path, episodes=rs.Episodes(max_streams=4), max_times_sampled=2)
+    assert list(tmp_path.iterdir()) == []
+    t = SharedTable.create("plain", 10, SPEC, directory=tmp_path)
+    with pytest.raises(rs.EpisodeError, match="no episode structure"):
+        t.extend_steps(te.steps([0]))
+    t.close()
+
+
+def test_two_handles_follow_each_others_steps_and_episode_ends(tmp_path):
+    a = make_shared(tmp_path, 6)
+    b = SharedTable.attach(a.shared_name, directory=tmp_path)
+    local = te.table(6)
+    for tab in (a, local):
+        tab.extend_steps(te.steps([0, 1, 2]), streams=[0, 1, 0])
+    assert b.episode_info([0, 1, 2]).lengths.tolist() == [2, 1, 2]  # b's index holds these steps now
+    for tab in (a, local):
+        tab.end_episode(0)
+    assert b.episode_info([2]).is_last.tolist() == [True]  # the flag set on a step b already had
+    for tab in (b, local):
+        tab.add_step(te.step(3), stream=0)
+        tab.extend_steps(te.steps([4, 5, 6, 7]), streams=[1, 2, 1, 3], truncated=[0, 0, 1, 0])  # evicts 0..1
+    for tab in (a, b):
+        got, want = (
+            dataclasses.asdict(tab.episode_info(np.arange(9))),
+            dataclasses.asdict(local.episode_info(np.arange(9))),
+        )
+        assert all(np.array_equal(got[f], want[f]) for f in want)
+    b.close()
+    a.close()
+
+
+# -- writers in two processes, a reader in a third --------------------------------------------------
+def calls(writer, n_calls, seed):
+    """The ``extend_steps`` arguments writer ``writer`` issues (deterministic: the parent rebuilds them)."""
+    rng = np.random.default_rng(seed + writer)
+    out = []
+    for j in range(n_calls):
+        n = int(rng.integers(1, 7))
+        ids = writer * 100_000 + j * 10 + np.arange(n)
+        streams = rng.integers(0, 7, n)  # streams are table-wide: both writers use ids 0..5
+        streams[streams == 6] += writer  # and one of its own (6 or 7), which it ends with end_episode
+        term = rng.random(n) < 0.08
+        trunc = rng.random(n) < 0.04
+        out.append((te.steps(ids, rng.random(n)), streams, term, trunc))
+    return out
+
+
+def _write(name, directory, writer, n_calls, seed, queue):
+    t = SharedTable.attach(name, directory=directory)
+    firsts = []
+    for j, (data, streams, term, trunc) in enumerate(calls(writer, n_calls, seed)):
+        keys = t.extend_steps(data, streams, terminated=term, truncated=trunc)
+        firsts.append((int(keys[0]), writer, j))
+        if (streams == 6 + writer).any() and j % 3 == 0:  # (the other writer never writes this stream)
+            t.end_episode(6 + writer)
+            firsts.append((int(keys[-1]) + 0.5, writer, -7 - writer))  # after this call's rows
+    queue.put(firsts)
+    t.close()
+
+
+def _read(name, directory, keys, queue):
+    t = SharedTable.attach(name, directory=directory, seed=5)
+    info = t.episode_info(keys)
+    s = t.sample_sequences(64, 3, timeout=10)
+    n = t.sample_nstep(64, 3, 0.9, timeout=10)
+    queue.put((dataclasses.asdict(info), s.data["id"], s.mask, n.keys, n.data["id"]))
+    t.close()
+
+
+def _all_windows_are_one_episode(table, ids):
+    """Every sampled window is consecutive steps of one episode of one stream."""
+    keys = table.keys()
+    data, _ = table.get(keys)
+    key_of = dict(zip(data["id"].tolist(), keys.tolist()))
+    for row in ids:
+        info = table.episode_info([key_of[i] for i in row.tolist()])
+        assert info.found.all() and len(set(info.episodes.tolist())) == 1
+        assert (np.diff(info.positions) == 1).all()
+
+
+@pytest.mark.parametrize("capacity", [60, 1000])  # evicting mid-run, and keeping everything
+def test_two_writer_processes_match_an_in_process_table(tmp_path, capacity):
+    name, seed, n_calls = f"w{capacity}", 11, 40
+    ep = rs.Episodes(max_streams=8, next_obs_field="next_obs")
+    t = SharedTable.create(name, capacity, SPEC, directory=tmp_path, episodes=ep, seed=0)
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_write, args=(name, str(tmp_path), w, n_calls, seed, q)) for w in range(2)]
+    for p in procs:
+        p.start()
+    while any(p.is_alive() for p in procs) and q.empty():  # this process's index follows as they write
+        t.episode_info(t.keys()[-3:])
+        time.sleep(0.002)
+    order = sorted(q.get(timeout=120) + q.get(timeout=120))
+    for p in procs:
+        p.join(30)
+    assert [p.exitcode for p in procs] == [0, 0]
+    # the same calls in the order the shared table took them (keys tell it), into an in-process table
+    local = rs.Table(capacity, episodes=ep, seed=0, spec=SPEC)
+    args = {w: calls(w, n_calls, seed) for w in range(2)}
+    for first, w, j in order:
+        if j < 0:
+            local.end_episode(-1 - j)
+            continue
+        data, streams, term, trunc = args[w][j]
+        assert local.extend_steps(data, streams, terminated=term, truncated=trunc)[0] == first
+    keys = np.arange(local.stats()["inserts"] + 3)  # every key, some not live
+    want = dataclasses.asdict(local.episode_info(keys))
+    got = dataclasses.asdict(t.episode_info(keys))
+    assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in want.items()}
+    p = ctx.Process(target=_read, args=(name, str(tmp_path), keys, q))
+    p.start()
+    info, seq_ids, mask, nkeys, nids = q.get(timeout=60)
+    p.join(30)
+    assert {k: v.tolist() for k, v in info.items()} == {k: v.tolist() for k, v in want.items()}
+    assert mask.all() and np.isin(nkeys, local.keys()).all()
+    _all_windows_are_one_episode(t, seq_ids)
+    assert t.stats()["samples"] == 128
+    t.close()
+
+
+# -- the distribution of strict sequence starts, drawn in another process ---------------------------
+def _count_starts(name, directory, draws, queue):
+    t = SharedTable.attach(name, directory=directory, seed=3)
+    counts = np.zeros(40, dtype=np.int64)
+    for _ in range(draws // 1000):
+        counts += np.bincount(t.sample_sequences(1000, 4).data["id"][:, 0], minlength=40)
+    queue.put(counts)
+    t.close()
+
+
+def test_sequence_starts_are_uniform_over_valid_starts_from_another_process(tmp_path):
+    t = make_shared(tmp_path, 100)
+    # stream 0: an episode of 10 (ids 0..9) ended, then 6 open steps (10..15); stream 1: 3 steps
+    # (20..22, too short); stream 2: 12 steps (30..41 minus the ones past 39: ids 30..39)
+    t.extend_steps(te.steps(np.arange(10)), streams=0, terminated=[0] * 9 + [1])
+    t.extend_steps(te.steps(np.arange(20, 23)), streams=1)
+    t.extend_steps(te.steps(np.arange(10, 16)), streams=0)
+    t.extend_steps(te.steps(np.arange(30, 40)), streams=2)
+    valid = list(range(0, 7)) + list(range(10, 13)) + list(range(30, 37))  # windows of 4 in one episode
+    q = mp.get_context("fork").Queue()
+    p = mp.get_context("fork").Process(target=_count_starts, args=(t.shared_name, str(tmp_path), 34_000, q))
+    p.start()
+    counts = q.get(timeout=60)
+    p.join(10)
+    assert counts.sum() == 34_000 and set(np.flatnonzero(counts).tolist()) == set(valid)
+    expected = 34_000 / len(valid)
+    chi2 = ((counts[valid] - expected) ** 2 / expected).sum()
+    assert chi2 < 45.3  # the 0.9999 quantile of chi-square with 16 degrees of freedom
+    assert t.stats()["samples"] == 34_000
+    t.close()
+
+
+# -- a writer killed between writing its steps and publishing them ---------------------------------
+@pytest.mark.parametrize("call, full", [("extend_steps", False), ("extend_steps", True), ("end_episode", False)])
+def test_writer_killed_mid_call_leaves_the_episodes_as_before(tmp_path, call, full):
+    cap = 12
+    t = make_shared(tmp_path, cap)
+    local = te.table(cap)  # the same steps in process; what the dead call must not change
+    for tab in (t, local):
+        tab.extend_steps(te.steps(np.arange(4)), streams=0)
+        tab.extend_steps(te.steps(np.arange(10, 10 + (8 if full else 3))), streams=1)
+        tab.end_episode(1)
+    keys = np.arange(20)
+    marker = tmp_path / "paused"
+    code = {
+        "extend_steps": """ids = np.arange(100, 105)
+t.extend_steps({"obs": ids.astype(np.float32), "next_obs": ids.astype(np.float32) + 1,
+                "reward": np.ones(5), "id": ids}, streams=[0, 0, 1, 2, 2], terminated=[0, 1, 0, 0, 0])""",
+        "end_episode": "t.end_episode([0, 1])  # flags stream 0's last (published) step, closes its episode",
+    }[call]
+    proc = run_python(
+        f"""
+import numpy as np
+from replaystore.shared import SharedTable
+t = SharedTable.attach({t.shared_name!r}, directory={str(tmp_path)!r})
+{code}
+""",
+        env={"REPLAYSTORE_SHM_TEST_HOOK": f"pause-before-publish:{marker}"},
+        wait=False,
+    )
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    reader = SharedTable.attach(t.shared_name, directory=tmp_path)  # recovers, then builds its index
+    assert t.recoveries() == 1
+    after = dataclasses.asdict(reader.episode_info(keys))
+    if full:  # the dead insert had overwritten the 5 oldest items: they are dropped, nothing else
+        local.delete(local.keys()[:5])
+    want = dataclasses.asdict(local.episode_info(keys))
+    assert all(np.array_equal(after[f], want[f]) for f in want)
+    assert int(after["found"].sum()) == 7
+    for tab in (t, reader):  # both continue the streams from before the dead call
+        info = tab.episode_info(tab.keys())
+        assert info.closed[info.streams == 1].all() and not info.closed[info.streams == 0].any()
+    k = t.extend_steps(te.steps([200, 201]), streams=[0, 2])
+    info = reader.episode_info(k)
+    assert info.stream_positions.tolist() == [4, 0] and info.positions.tolist() == [4, 0]
+    a, b = dataclasses.asdict(t.episode_info(t.keys())), dataclasses.asdict(reader.episode_info(t.keys()))
+    assert all(np.array_equal(a[f], b[f]) for f in a)
+    reader.close()
+    t.close()
