@@ -30,7 +30,25 @@ def make_shared(directory, capacity=100, **kw):
     return SharedTable.create(f"ep{next(_names)}", capacity, SPEC, directory=directory, episodes=ep, **kw)
 
 
-# the episode behaviours of test_episodes.py whose tables come from its ``table()`` helper
+class TwoHandles:
+    """Writes through one handle of a shared table, everything else through another (its own index)."""
+
+    WRITES = {"add_step", "extend_steps", "add_episode", "end_episode", "delete", "clear", "set_version"}
+
+    def __init__(self, writer, reader):
+        self.writer, self.reader = writer, reader
+
+    def __getattr__(self, name):
+        if name.startswith("_"):  # the tests read the index directly: bring the reader's up to date
+            with self.reader._cond:
+                pass
+        return getattr(self.writer if name in self.WRITES else self.reader, name)
+
+    def __len__(self):
+        return len(self.reader)
+
+
+# the episode behaviours of test_episodes.py whose tables come from its ``table()`` / ``prio_table()``
 SHARED_CASES = [
     "test_positions_and_episodes_of_interleaved_streams",
     "test_add_episode_and_end_episode",
@@ -44,21 +62,33 @@ SHARED_CASES = [
     "test_staleness_and_clear_keep_the_index_consistent",
     "test_caches_of_the_index_do_not_survive_clear",
     "test_fifo_batch_larger_than_capacity_keeps_the_newest_steps_in_place",
+    "test_prioritized_sequences_give_zero_mass_to_invalid_starts_and_exact_probabilities",
+    "test_prioritized_sequences_refuse_other_windows_and_all_zero_falls_back_to_uniform",
 ]
 
 
+@pytest.mark.parametrize("handles", [1, 2])
 @pytest.mark.parametrize("case", SHARED_CASES)
-def test_episode_behaviours_on_a_shared_table(case, tmp_path, monkeypatch):
+def test_episode_behaviours_on_a_shared_table(case, handles, tmp_path, monkeypatch):
+    """``handles=2``: the test writes through one handle and reads through another."""
     opened = []
 
     def table(capacity=100, **kw):
         t = make_shared(tmp_path, capacity, **kw)
         opened.append(t)
-        return t
+        if handles == 1:
+            return t
+        opened.append(SharedTable.attach(t.shared_name, directory=tmp_path, seed=0))
+        return TwoHandles(t, opened[-1])
+
+    def prio_table(capacity=200, length=4, burn_in=1, **kw):
+        ep = rs.Episodes(sequence_length=length + burn_in, burn_in=burn_in, next_obs_field="next_obs")
+        return table(capacity, sampler=rs.Prioritized(alpha=1.0, beta=1.0), episodes=ep, **kw)
 
     monkeypatch.setattr(te, "table", table)
+    monkeypatch.setattr(te, "prio_table", prio_table)
     getattr(te, case)()
-    for t in opened:
+    for t in opened[::-1]:
         t.close()
 
 
