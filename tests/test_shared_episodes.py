@@ -12,6 +12,9 @@ import time
 import numpy as np
 import pytest
 import test_episodes as te
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from test_shared_processes import run_python
 
 import replaystore as rs
@@ -303,3 +306,150 @@ t = SharedTable.attach({t.shared_name!r}, directory={str(tmp_path)!r})
     assert all(np.array_equal(a[f], b[f]) for f in a)
     reader.close()
     t.close()
+
+
+# -- two processes against a plain model of streams and episodes (hypothesis) -----------------------
+CAP = 8
+
+
+class StreamsModel(RuleBasedStateMachine):
+    """Steps written from this process or the worker; the model: streams, episodes, FIFO eviction."""
+
+    conn = None
+    directory = None
+
+    @initialize()
+    def start(self):
+        self.name = f"model{next(_names)}"
+        ep = rs.Episodes(max_streams=4, next_obs_field="next_obs")
+        self.table = SharedTable.create(self.name, CAP, SPEC, directory=self.directory, episodes=ep, seed=3)
+        self.conn.send(("attach", self.name, self.directory))
+        assert self.conn.recv() == ("ok", None)
+        self.steps = {}  # key -> [stream, t, episode, pos, ended]
+        self.streams = {}  # stream -> [next_t, open episode or -1, next pos, key of its last step]
+        self.next_key = self.next_episode = 0
+
+    def teardown(self):
+        if getattr(self, "table", None) is not None:
+            self.table.close()
+
+    def call(self, remote, method, *args, **kwargs):
+        if not remote:
+            try:
+                return "ok", getattr(self.table, method)(*args, **kwargs)
+            except rs.ReplayError as e:
+                return "err", type(e).__name__
+        self.conn.send(("call", method, args, kwargs))
+        return self.conn.recv()
+
+    @rule(
+        remote=st.booleans(),
+        rows=st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0, 0, 0, 1, 2])), min_size=1, max_size=10),
+    )
+    def extend_steps(self, remote, rows):
+        streams = np.array([r[0] for r in rows])
+        ends = np.array([r[1] for r in rows])
+        ids = np.arange(self.next_key, self.next_key + len(rows))
+        status, keys = self.call(remote, "extend_steps", te.steps(ids), streams, ends == 1, ends == 2)
+        assert status == "ok" and keys.tolist() == ids.tolist()
+        # new episode ids go in row order when the rows' streams are distinct, else by stream, then row
+        order = np.arange(len(rows)) if len(set(streams.tolist())) == len(rows) else np.argsort(streams, kind="stable")
+        for k, s, e in zip(ids[order].tolist(), streams[order].tolist(), ends[order].tolist()):
+            nt, cur, pos, _ = self.streams.get(s, [0, -1, 0, -1])
+            if cur < 0:
+                cur, pos = self.next_episode, 0
+                self.next_episode += 1
+            self.steps[k] = [s, nt, cur, pos, e > 0]
+            self.streams[s] = [nt + 1, -1 if e else cur, 0 if e else pos + 1, k]
+        self.next_key += len(rows)
+        while len(self.steps) > CAP:
+            del self.steps[min(self.steps)]
+
+    @rule(remote=st.booleans(), streams=st.lists(st.integers(0, 3), min_size=1, max_size=3))
+    def end_episode(self, remote, streams):
+        status, out = self.call(remote, "end_episode", streams)
+        if any(s not in self.streams for s in streams):
+            assert (status, out) == ("err", "UnknownStream")
+            return
+        closed = 0
+        for s in set(streams):
+            st_ = self.streams[s]
+            if st_[1] >= 0:
+                closed += 1
+                if st_[3] in self.steps:
+                    self.steps[st_[3]][4] = True
+                st_[1], st_[2] = -1, 0
+        assert (status, out) == ("ok", closed)
+
+    @rule(remote=st.booleans(), m=st.integers(0, 3))
+    def delete_oldest(self, remote, m):
+        oldest = sorted(self.steps)[:m]
+        assert self.call(remote, "delete", oldest) == ("ok", len(oldest))
+        for k in oldest:
+            del self.steps[k]
+
+    @rule(remote=st.booleans())
+    def sample_nstep(self, remote):
+        status, out = self.call(remote, "sample_nstep", 4, 2, 0.5, timeout=0)
+        if not self.steps:
+            assert status == "err"
+            return
+        assert status == "ok" and all(k in self.steps for k in out.keys.tolist())
+
+    @invariant()
+    def agrees(self):
+        if not hasattr(self, "steps"):
+            return
+        keys = np.arange(max(0, self.next_key - CAP - 2), self.next_key + 1)
+        for remote in (False, True):
+            status, info = self.call(remote, "episode_info", keys)
+            assert status == "ok"
+            model = [self.steps.get(k) for k in keys.tolist()]
+            assert info.found.tolist() == [m is not None for m in model]
+            live = [m for m in model if m is not None]
+            f = info.found
+            assert info.streams[f].tolist() == [m[0] for m in live]
+            assert info.stream_positions[f].tolist() == [m[1] for m in live]
+            assert info.episodes[f].tolist() == [m[2] for m in live]
+            assert info.positions[f].tolist() == [m[3] for m in live]
+            assert info.is_last[f].tolist() == [m[4] for m in live]
+            assert info.closed[f].tolist() == [self.streams[m[0]][1] != m[2] for m in live]
+
+
+def _model_worker(conn):
+    table = None
+    while True:
+        msg = conn.recv()
+        if msg[0] == "stop":
+            break
+        if msg[0] in ("attach", "detach"):
+            if table is not None:
+                table.close()
+            table = SharedTable.attach(msg[1], directory=msg[2], seed=7) if msg[0] == "attach" else None
+            conn.send(("ok", None))
+            continue
+        _, method, args, kwargs = msg
+        try:
+            conn.send(("ok", getattr(table, method)(*args, **kwargs)))
+        except rs.ReplayError as e:
+            conn.send(("err", type(e).__name__))
+    if table is not None:
+        table.close()
+
+
+def test_two_processes_against_a_model_of_streams_and_episodes(tmp_path):
+    ctx = mp.get_context("fork")
+    here, there = ctx.Pipe()
+    proc = ctx.Process(target=_model_worker, args=(there,), daemon=True)
+    proc.start()
+    try:
+        StreamsModel.conn = here
+        StreamsModel.directory = str(tmp_path)
+        run = settings(max_examples=25, stateful_step_count=20, deadline=None)(StreamsModel).TestCase
+        run("runTest").runTest()
+        here.send(("detach",))
+        assert here.recv() == ("ok", None)
+    finally:
+        here.send(("stop",))
+        proc.join(10)
+    assert list(tmp_path.iterdir()) == []
