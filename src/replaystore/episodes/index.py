@@ -255,7 +255,7 @@ class EpisodeIndex(StreamRings, Selector):
         if len(ts):
             # pos <= t: the newest position bounds every position in the episode
             top = int(ts[-1]) if plan.shape == "same" else int(ts.max())
-            if plan.rows is not None:  # restored detached steps have t = -1
+            if plan.shape == "restore":  # restored detached steps have t = -1
                 top = max(top, int(pos.max()))
             if top > _INT32_MAX or self.next_episode > _INT32_MAX:
                 self._widen(top, self.next_episode)
@@ -263,7 +263,7 @@ class EpisodeIndex(StreamRings, Selector):
         self.pos_of[slots] = pos
         self.flags[slots] = flags
         self.uid[slots] = (streams << UID_SHIFT) | (ts & _T_MASK)  # restored detached: t = -1 -> _T_MASK
-        if plan.rows is not None:  # restored steps that were detached stay detached
+        if plan.rows is not None and plan.shape == "restore":  # restored steps that were detached stay detached
             on = ts >= 0
             self.flags[slots[~on]] |= DETACHED
             self.n_detached += int((~on).sum())
@@ -326,6 +326,13 @@ class EpisodeIndex(StreamRings, Selector):
         if top >= self.n_streams:
             self._streams_alloc(min(self.options.stream_limit, _pow2_at_least(top + 1)))
         plan = StepPlan(streams, np.zeros(len(slots), bool), np.zeros(len(slots), bool), rows=rows)
+        n = len(streams)
+        if n == 1 or bool((streams == streams[0]).all()):
+            plan.shape = "same"
+        else:
+            ar = np.arange(n)
+            self._mark[streams] = ar
+            plan.shape = "distinct" if bool((self._mark[streams] == ar).all()) else "general"
         tid = threading.get_ident()
         self._pending[tid] = plan
         try:
@@ -417,6 +424,7 @@ class EpisodeIndex(StreamRings, Selector):
             st.astype(np.int64),
             np.zeros(len(st), bool),
             np.zeros(len(st), bool),
+            shape="restore",
             rows=(
                 st.astype(np.int64),
                 t.astype(np.int64),

@@ -42,7 +42,7 @@ from ..table import Table
 _SHIFT = 40
 _T_MASK = (1 << _SHIFT) - 1
 #: the names of the scalars this part adds to the published state
-NAMES = ("ep_serial", "ep_next_episode", "ep_streams_used")
+NAMES = ("ep_serial", "ep_ends", "ep_next_episode", "ep_streams_used")
 
 
 class EpisodeSync:
@@ -64,6 +64,8 @@ class EpisodeSync:
         # row 0: (generation stamp, entries, ...); then (stream, next_t, cur_ep, cur_pos, slot, flags)
         self.undo = allocate("episodes.undo", (max_streams + 1, 6), np.int64, (-1, 0, 0, 0, -1, 0))
         self.serial = 0  # the episode state this index holds
+        self.ends = 0  # how many critical sections called end_episode (flags of published steps changed)
+        self.ended = False  # this critical section called end_episode
         self.used = 0  # stream ids below it may have state
         self.lo = self.hi = 0  # the live keys this index holds
         self.gen = index.generation  # the index's generation when it last matched the segment
@@ -72,7 +74,7 @@ class EpisodeSync:
 
     def values(self) -> tuple:
         """The scalars of :data:`NAMES` this index holds."""
-        return (self.serial, self.index.next_episode, self.used)
+        return (self.serial, self.ends, self.index.next_episode, self.used)
 
     def note_streams(self, top: int) -> None:
         """Streams below ``top`` (at most ``max_streams``) may get state in this critical section."""
@@ -98,15 +100,17 @@ class EpisodeSync:
     # -- other processes' changes into this index ---------------------------------------------------
     def pull(self, values: tuple, lo: int, hi: int, base: int, priorities: np.ndarray) -> None:
         """Bring this index to the published state: ``values`` of :data:`NAMES`, live keys ``[lo, hi)``."""
-        serial, next_episode, used = (int(v) for v in values)
+        serial, ends, next_episode, used = (int(v) for v in values)
         idx = self.index
         gone_hi = min(lo, self.hi)
         if gone_hi > self.lo:  # keys that left since (oldest first, as the ring removes them)
             idx.remove(self._slots(self.lo, gone_hi, base))
         if serial != self.serial:
             changed = self._changed(max(used, self.used))
-            last = self._last_steps(changed, idx.next_t[changed])
-            idx.flags[last] = self.flags[last]  # end_episode flags the last step of an open episode
+            if ends != self.ends:  # end_episode flagged the last step of an open episode
+                last = self._last_steps(changed, idx.next_t[changed])
+                idx.flags[last] = self.flags[last]
+                self.ends = ends
             sh = self.streams[changed]
             idx.load_streams(changed, sh[:, 0], sh[:, 1], sh[:, 2], next_episode)
             self.serial, self.used = serial, used
@@ -134,7 +138,7 @@ class EpisodeSync:
             changed = self._changed(n)
             first = max(self.hi, lo)
             if len(changed):
-                self._journal(changed, published)
+                self._journal(changed, published, self.ended)
                 sh = self.streams
                 sh[changed, 0], sh[changed, 1], sh[changed, 2] = (
                     idx.next_t[changed],
@@ -149,29 +153,34 @@ class EpisodeSync:
                 self.flags[slots] = idx.flags[slots]
             if len(changed) or hi > first:  # (a new episode changes its stream's state too)
                 self.serial += 1
+                self.ends += self.ended
             if len(changed):
                 self.used = max(self.used, int(changed[-1]) + 1)
             self.gen = idx.generation
         self.hint = 0
+        self.ended = False
         self.lo, self.hi = lo, hi
         return self.values()
 
-    def _journal(self, changed: np.ndarray, published: int) -> None:
-        """Note the old state of ``changed`` streams (and end flags about to change), then fix the flags."""
+    def _journal(self, changed: np.ndarray, published: int, ended: bool) -> None:
+        """Note the old state of ``changed`` streams (and, if ``ended``, end flags about to change), then set the flags."""
         idx, u = self.index, self.undo
         m = len(changed)
         entries = u[1 : m + 1]
         entries[:, 0] = changed
         entries[:, 1:4] = self.streams[changed]
         entries[:, 4] = -1
-        last = self._last_steps(changed, self.streams[changed, 0])
-        last = last[self.flags[last] != idx.flags[last]]
-        k = len(last)
-        entries[:k, 4] = last  # (one flag per stream at most: the entries' order does not matter)
-        entries[:k, 5] = self.flags[last]
+        last = None
+        if ended:
+            last = self._last_steps(changed, self.streams[changed, 0])
+            last = last[self.flags[last] != idx.flags[last]]
+            k = len(last)
+            entries[:k, 4] = last  # (one flag per stream at most: the entries' order does not matter)
+            entries[:k, 5] = self.flags[last]
         u[0, 1] = m
         u[0, 0] = published  # last: a journal with the current stamp is complete
-        self.flags[last] = idx.flags[last]
+        if last is not None:
+            self.flags[last] = idx.flags[last]
 
     def recover(self, published: int) -> bool:
         """After a process died in the lock: undo its stream and flag writes if it journaled them.
@@ -219,6 +228,8 @@ class SharedEpisodeMethods:
         guard.acquire_insert(rows)
         try:
             sync.note_streams(_stream_top(top, sync.used + 1))
+            if method is Table.end_episode:
+                sync.ended = True
             return method(self, *args)
         finally:
             guard.release()
