@@ -157,7 +157,8 @@ def main() -> None:
     directory = tempfile.mkdtemp(prefix="bench-shared-ep-")
     print(f"capacity {args.capacity}, {args.seconds:g} s per phase; CPU per call in us; ratio = shared / in-process")
     print(
-        f"{'read':10s} {'W':>2s} {'B':>4s} {'rows/s':>10s} {'extend us':>10s} {'x':>6s} {'batch/s':>8s} {'sample us':>10s} {'x':>6s}"
+        f"{'read':10s} {'W':>2s} {'B':>4s} {'rows/s':>10s} {'extend us':>10s} {'x':>6s} "
+        f"{'batch/s':>8s} {'sample us':>10s} {'x':>6s}"
     )
     for read in args.reads.split(","):
         for rows in (int(r) for r in args.rows.split(",")):

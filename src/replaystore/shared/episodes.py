@@ -163,7 +163,7 @@ class EpisodeSync:
         return self.values()
 
     def _journal(self, changed: np.ndarray, published: int, ended: bool) -> None:
-        """Note the old state of ``changed`` streams (and, if ``ended``, end flags about to change), then set the flags."""
+        """Journal the old state of ``changed`` streams (and, if ``ended``, of end flags), then set the flags."""
         idx, u = self.index, self.undo
         m = len(changed)
         entries = u[1 : m + 1]
