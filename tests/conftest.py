@@ -1,5 +1,6 @@
 """Test configuration: keep any Ray instance on loopback, and shared helpers."""
 
+import itertools
 import os
 import subprocess
 
@@ -50,3 +51,29 @@ def tmpfs_factory(tmp_path):
     yield mount
     for mnt in mounts:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+#: the spec of ``transitions`` rows, for shared tables (their columns are sized up front)
+SHARED_SPEC = {"obs": ((4,), np.float32), "action": ((), np.int64), "reward": ((), np.float32), "id": ((), np.int64)}
+_shared_names = itertools.count()
+
+
+@pytest.fixture(params=["local", "shared"])
+def make(request, tmp_path):
+    """``make(capacity, **kw)``: an in-process Table, or a SharedTable with the same options."""
+    import replaystore as rs
+    from replaystore.shared import SharedTable
+
+    opened = []
+
+    def build(capacity=10, **kw):
+        kw.setdefault("seed", 0)
+        if request.param == "local":
+            return rs.Table(capacity, spec=SHARED_SPEC, **kw)
+        t = SharedTable.create(f"t{next(_shared_names)}", capacity, SHARED_SPEC, directory=tmp_path, **kw)
+        opened.append(t)
+        return t
+
+    yield build
+    for t in opened:
+        t.close()

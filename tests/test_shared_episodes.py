@@ -100,7 +100,22 @@ def test_shared_episodes_need_max_streams_and_refuse_max_times_sampled(tmp_path)
         SharedTable.create("a", 10, SPEC, directory=tmp_path, episodes=rs.Episodes())
     with pytest.raises(rs.InvalidArgument, match="max_times_sampled"):
         SharedTable.create("a", 10, SPEC, directory=tmp_path, episodes=rs.Episodes(max_streams=4), max_times_sampled=2)
+    with pytest.raises(rs.InvalidArgument, match="Fifo remover"):
+        SharedTable.create("a", 10, SPEC, directory=tmp_path, episodes=rs.Episodes(max_streams=4), remover=rs.Lifo())
     assert list(tmp_path.iterdir()) == []
+    # removals out of insertion order would take the table out of ring mode: refused, nothing changed
+    t = make_shared(tmp_path, 10, max_staleness=0)
+    t.extend_steps(te.steps([0, 1]), streams=[0, 1], version=1)
+    t.extend_steps(te.steps([2, 3]), streams=[0, 1], version=0)
+    before = (t.keys().tolist(), t.stats(), dataclasses.asdict(t.episode_info(np.arange(4))))
+    with pytest.raises(rs.InvalidArgument, match="oldest"):
+        t.delete([2])
+    with pytest.raises(rs.InvalidArgument, match="stale"):
+        t.set_version(1)  # keys 2, 3 would go stale but 0, 1 stay
+    after = (t.keys().tolist(), t.stats(), dataclasses.asdict(t.episode_info(np.arange(4))))
+    assert after[:2] == before[:2] and all(np.array_equal(after[2][f], before[2][f]) for f in before[2])
+    assert t.delete([0, 7]) == 1 and t.keys().tolist() == [1, 2, 3]  # the oldest: fine
+    t.close()
     t = SharedTable.create("plain", 10, SPEC, directory=tmp_path)
     with pytest.raises(rs.EpisodeError, match="no episode structure"):
         t.extend_steps(te.steps([0]))

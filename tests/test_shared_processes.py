@@ -325,3 +325,97 @@ def test_threads_of_one_process_share_a_handle(tmp_path):
     data, _ = t.get(t.keys())
     assert consistent(data)
     t.close()
+
+
+# -- out of ring mode: distributions and crashes ---------------------------------------------------
+def _sample_ids(name, directory, draws, queue):
+    t = SharedTable.attach(name, directory=directory, seed=2)
+    counts = np.zeros(16, dtype=np.int64)
+    for _ in range(draws // 500):
+        counts += np.bincount(t.sample(500).data["id"], minlength=16)
+    queue.put(counts)
+    t.close()
+
+
+@pytest.mark.parametrize("sampler", ["Uniform", "Prioritized"])
+def test_distribution_from_another_process_after_out_of_order_deletes(tmp_path, sampler):
+    kw = {"sampler": rs.Prioritized(alpha=1.0)} if sampler == "Prioritized" else {}
+    t = SharedTable.create("chi2", 16, SPEC, directory=tmp_path, **kw)
+    t.extend(transitions(16), priorities=np.arange(1.0, 17.0))
+    assert t.delete([2, 5, 9, 13, 14]) == 5  # out of insertion order: out of ring mode
+    t.update_priorities([0, 15], [20.0, 3.0])
+    live = t.keys()
+    weights = t.info(live)["priorities"] if sampler == "Prioritized" else np.ones(len(live))
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_sample_ids, args=("chi2", str(tmp_path), 22000, q))
+    p.start()
+    counts = q.get(timeout=60)
+    p.join(10)
+    assert counts[[2, 5, 9, 13, 14]].sum() == 0  # deleted items are never drawn
+    expected = 22000 * weights / weights.sum()
+    chi2 = ((counts[live] - expected) ** 2 / expected).sum()
+    assert chi2 < 37.3  # the 0.9999 quantile of chi-square with 10 degrees of freedom is 35.6; 11: 37.3
+    t.close()
+
+
+def _killed_while_paused(tmp_path, code: str) -> None:
+    """Run ``code`` in a new process that pauses before publishing its change; SIGKILL it there."""
+    marker = tmp_path / "paused"
+    proc = run_python(code, env={"REPLAYSTORE_SHM_TEST_HOOK": f"pause-before-publish:{marker}"}, wait=False)
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    marker.unlink()
+
+
+ATTACH = (
+    "from replaystore.shared import SharedTable\nimport numpy as np\n"
+    "t = SharedTable.attach('{name}', directory={d!r})\n"
+)
+
+
+@pytest.mark.parametrize("ring", [True, False])
+def test_process_killed_mid_delete_out_of_order(tmp_path, ring):
+    t = SharedTable.create("middel", 16, SPEC, sampler=rs.Prioritized(), directory=tmp_path)
+    t.extend(transitions(10), priorities=np.arange(1.0, 11.0))
+    if not ring:
+        t.delete([4])  # out of ring mode before the crash (else the dead call is the switch)
+    _killed_while_paused(tmp_path, ATTACH.format(name="middel", d=str(tmp_path)) + "t.delete([1, 7])")
+    t._segment.lock_timeout = 5.0
+    keys = t.keys()  # recovered: the rows the dead delete cleared are gone, the rest is consistent
+    expected = [0, 2, 3, 5, 6, 8, 9] if not ring else [0, 2, 3, 4, 5, 6, 8, 9]
+    assert keys.tolist() == expected and t.recoveries() == 1 and t._ring is None
+    assert len(t) == len(expected) and t.stats()["size"] == len(expected)
+    s = t.sample(300)
+    assert consistent(s.data) and set(s.keys.tolist()) <= set(expected)  # the trees hold live items only
+    assert t.extend(transitions(2, 10)).tolist() == [10, 11]
+    assert t.delete([3, 10]) == 2 and 3 not in t
+    t.close()
+
+
+@pytest.mark.parametrize("remover", ["Fifo", "Lifo"])
+def test_writer_killed_mid_insert_out_of_ring_mode_leaves_no_torn_row(tmp_path, remover):
+    t = SharedTable.create("midins", 12, SPEC, remover=getattr(rs, remover)(), directory=tmp_path)
+    t.extend(transitions(13 if remover == "Fifo" else 12))  # (Fifo: 13 rows, the first one evicted)
+    t.delete([6])
+    t.extend(transitions(1, 13))  # full again, out of ring mode
+    before, n0 = t.keys().tolist(), t.stats()["inserts"]
+    bad = 'bad = {"obs": np.full((3, 4), -7, np.float32), "action": np.zeros(3, np.int64), '
+    bad += '"reward": np.ones(3, np.float32), "id": np.arange(3)}\nt.extend(bad)\n'
+    _killed_while_paused(tmp_path, ATTACH.format(name="midins", d=str(tmp_path)) + bad)
+    t._segment.lock_timeout = 5.0
+    keys = t.keys().tolist()
+    data, found = t.get(keys)
+    assert found.all() and consistent(data)  # no row of the dead writer, no overwritten row
+    victims = before[:3] if remover == "Fifo" else before[-3:]  # the rows it overwrote in place
+    assert keys == [k for k in before if k not in victims] and t.stats()["evictions"] >= 3
+    s = t.sample(200)
+    assert consistent(s.data) and set(s.keys.tolist()) <= set(keys)
+    assert t.extend(transitions(2, 14)).tolist() == [n0, n0 + 1]  # the dead insert's keys were never published
+    t.close()

@@ -5,8 +5,13 @@ live key in each slot, ``-1`` when free) and a direct-mapped table ``ring[key % 
 slot of the most recent key with that residue, ``R`` a power of two ``>= 2 * capacity``. A lookup
 is two gathers and a comparison. As long as the live keys span fewer than ``R`` values (always the
 case for FIFO eviction) nothing collides; when an old key is still live as a newer key takes its
-ring position (heap removers keep old items), the old key moves to a small overflow dict that
-lookups consult only for keys that missed the ring.
+ring position (heap removers keep old items), the old key moves to a small *overflow*: two arrays
+of at most ``capacity`` entries sorted by key (a binary search for the keys that missed the ring),
+whose released entries are marked dead (slot ``-1``) and dropped when the arrays fill up.
+
+Every array is allocated through :mod:`replaystore.placement` (``index.ring``, ``index.overflow``;
+the overflow lazily, unless placed), and the overflow's two counts are the index's scalars
+(``SCALARS``), so a shared table can place the index in its segment.
 """
 
 from __future__ import annotations
@@ -15,17 +20,62 @@ from typing import Any
 
 import numpy as np
 
+from .placement import allocate, placing
+
 
 class KeyIndex:
     """Key -> slot map for a table of ``capacity`` slots. Not thread-safe (the Table locks)."""
 
+    #: the scalar hook (:mod:`replaystore.placement`): overflow entries, and how many are dead
+    SCALARS = ("overflow_n", "overflow_dead")
+
     def __init__(self, capacity: int, key_of_slot: np.ndarray | None = None) -> None:
         """``key_of_slot`` may be given (an int64 view the owner also reads; all ``-1``)."""
+        self.capacity = int(capacity)
         self.key_of_slot = np.full(capacity, -1, dtype=np.int64) if key_of_slot is None else key_of_slot
         ring = 1 << max(1, int(2 * capacity - 1).bit_length())
         self._mask = ring - 1
-        self._ring = np.full(ring, -1, dtype=np.int64)
-        self._overflow: dict[int, int] = {}
+        self._ring = allocate("index.ring", (ring,), np.int64, -1)
+        self.overflow_n = 0  # entries [0, n) of the overflow arrays, sorted by key
+        self.overflow_dead = 0  # of which released (slot -1)
+        self._overflow: np.ndarray | None = None  # (2, capacity): keys, slots
+        if placing():
+            self._allocate_overflow()
+
+    def _allocate_overflow(self) -> np.ndarray:
+        if self._overflow is None:
+            self._overflow = allocate("index.overflow", (2, self.capacity), np.int64, -1)
+        return self._overflow
+
+    def _overflow_add(self, keys: np.ndarray, slots: np.ndarray) -> None:
+        """Add live keys (not in the index's overflow yet) with their slots."""
+        m = len(keys)
+        if m == 0:
+            return
+        ov = self._allocate_overflow()
+        n = self.overflow_n
+        if n + m > self.capacity:  # drop the dead entries (live ones and the new keys fit)
+            live = ov[1, :n] >= 0
+            kept = ov[:, :n][:, live]
+            n = kept.shape[1]
+            ov[:, :n] = kept
+            self.overflow_dead = 0
+        if m > 1 and not (np.diff(keys) > 0).all():
+            order = np.argsort(keys)
+            keys, slots = keys[order], slots[order]
+        if n == 0 or keys[0] > ov[0, n - 1]:  # the usual case: newer than every entry
+            ov[0, n : n + m] = keys
+            ov[1, n : n + m] = slots
+        else:
+            both = np.concatenate((ov[:, :n], np.stack((keys, slots))), axis=1)
+            ov[:, : n + m] = both[:, np.argsort(both[0], kind="stable")]
+        self.overflow_n = n + m
+
+    def _overflow_find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(positions, hit)``: where ``keys`` are among the live overflow entries."""
+        ov, n = self._overflow, self.overflow_n
+        pos = np.minimum(np.searchsorted(ov[0, :n], keys), n - 1)
+        return pos, (ov[0, pos] == keys) & (ov[1, pos] >= 0)
 
     def assign(self, slots: np.ndarray, keys: np.ndarray) -> None:
         """Record that free ``slots`` now hold new, consecutive-or-increasing ``keys``."""
@@ -36,14 +86,13 @@ class KeyIndex:
             old_slots = old[held]
             old_keys = self.key_of_slot[old_slots]
             still = (old_keys >= 0) & ((old_keys & self._mask) == pos[held])
-            for k, s in zip(old_keys[still].tolist(), old_slots[still].tolist()):
-                self._overflow[k] = s
+            if still.any():
+                self._overflow_add(old_keys[still], old_slots[still])
         self._ring[pos] = slots
         self.key_of_slot[slots] = keys
         if len(keys) and int(keys.max()) - int(keys.min()) > self._mask:  # keys of this batch collide
             lost = self._ring[pos] != slots  # (a restored checkpoint whose keys span more than the ring)
-            for k, s in zip(keys[lost].tolist(), slots[lost].tolist()):
-                self._overflow[k] = s
+            self._overflow_add(keys[lost], slots[lost])
 
     def replace(self, slots: np.ndarray, keys: np.ndarray, newest_gone: int | None = None) -> None:
         """Live ``slots`` now hold new increasing ``keys`` (their old keys are gone).
@@ -52,7 +101,7 @@ class KeyIndex:
         (true when ``slots`` held the oldest items); if the new keys then span less than the ring,
         no live key can share a ring position with them and the collision check is skipped.
         """
-        if newest_gone is not None and not self._overflow and int(keys[-1]) - newest_gone <= self._mask:
+        if newest_gone is not None and not self.overflow_n and int(keys[-1]) - newest_gone <= self._mask:
             first = int(keys[0]) & self._mask
             if first + len(keys) <= len(self._ring) and int(keys[-1]) - int(keys[0]) == len(keys) - 1:
                 self._ring[first : first + len(keys)] = slots  # consecutive keys: a slice of the ring
@@ -65,9 +114,13 @@ class KeyIndex:
 
     def release(self, slots: np.ndarray) -> None:
         """Mark ``slots`` free."""
-        if self._overflow:
-            for k in self.key_of_slot[slots].tolist():
-                self._overflow.pop(k, None)
+        if self.overflow_n:
+            pos, hit = self._overflow_find(self.key_of_slot[slots])
+            if hit.any():
+                self._overflow[1, pos[hit]] = -1
+                self.overflow_dead += int(hit.sum())
+                if self.overflow_dead == self.overflow_n:
+                    self.overflow_n = self.overflow_dead = 0
         self.key_of_slot[slots] = -1
 
     def lookup(self, keys: np.ndarray) -> np.ndarray:
@@ -77,9 +130,10 @@ class KeyIndex:
         ok = (keys >= 0) & (cand >= 0)
         ok[ok] = self.key_of_slot[cand[ok]] == keys[ok]
         slots = np.where(ok, cand, -1)
-        if self._overflow and not ok.all():
+        if self.overflow_n and not ok.all():
             miss = np.flatnonzero(~ok)
-            slots[miss] = [self._overflow.get(k, -1) for k in keys[miss].tolist()]
+            pos, hit = self._overflow_find(keys[miss])
+            slots[miss] = np.where(hit, self._overflow[1, pos], -1)
         return slots
 
     def live_slots(self) -> np.ndarray:
@@ -87,11 +141,15 @@ class KeyIndex:
         slots = np.flatnonzero(self.key_of_slot >= 0)
         return slots[np.argsort(self.key_of_slot[slots], kind="stable")]
 
+    def reset(self) -> None:
+        """Forget the ring and the overflow (``key_of_slot`` is left as it is: the owner's)."""
+        self._ring[:] = -1
+        self.overflow_n = self.overflow_dead = 0
+
     def clear(self) -> None:
         """Forget everything."""
         self.key_of_slot[:] = -1
-        self._ring[:] = -1
-        self._overflow.clear()
+        self.reset()
 
 
 class RingBounds:

@@ -36,6 +36,9 @@ class RateLimiter:
         max_diff: its upper end.
     """
 
+    #: the scalar hook (:mod:`replaystore.placement`): the counters a shared table publishes
+    SCALARS = ("inserts", "samples", "deletes")
+
     def __init__(self, samples_per_insert: float, min_size_to_sample: int, min_diff: float, max_diff: float) -> None:
         if min_size_to_sample < 1:
             raise InvalidArgument(f"min_size_to_sample must be >= 1, got {min_size_to_sample}")

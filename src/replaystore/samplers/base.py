@@ -24,7 +24,13 @@ need no locking of their own):
   :class:`~replaystore.keys.RingIndex`); a selector whose state that run determines may answer
   ``sample``/``victims`` from it and return ``True``: the table then stops calling its
   ``insert``/``remove``/``replace``/``update`` until ``unfollow(slots, keys, priorities)`` hands it
-  the live items (oldest first) to track itself.
+  the live items (oldest first) to track itself. A selector bound under a placement
+  (:func:`replaystore.placement.placing`) keeps its state allocated while it follows, and
+  ``unfollow(None, None, None)`` means: that placed state already holds the items (another
+  process of a shared table filled it), stop following.
+- Placement: arrays come from :func:`replaystore.placement.allocate` (the Table binds the sampler
+  under the name scope ``"sampler."``, the remover under ``"remover."``); a selector's mutable
+  scalars are listed for the scalar hook (``SCALARS``, ``scalar_parts()``; see the placement doc).
 - ``priorities`` are float64, finite, and non-negative when ``requires_nonnegative``.
 """
 

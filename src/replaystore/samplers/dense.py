@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..placement import allocate
+
 
 class DenseSet:
     """A set of integers in ``[0, capacity)`` stored contiguously in ``items[:size]``.
 
     ``pos[s]`` is the position of ``s`` in ``items`` or ``-1``. Adding appends; removing fills the
-    holes with the last elements (a vectorised swap-remove), so both are O(batch).
+    holes with the last elements (a vectorised swap-remove), so both are O(batch). The two arrays
+    are allocated through :mod:`replaystore.placement` as ``<name>.items`` / ``<name>.pos``;
+    ``size`` is the set's scalar (``SCALARS``).
     """
 
-    def __init__(self, capacity: int) -> None:
-        self.items = np.empty(capacity, dtype=np.int64)
-        self.pos = np.full(capacity, -1, dtype=np.int64)
+    #: the scalar hook (:mod:`replaystore.placement`)
+    SCALARS = ("size",)
+
+    def __init__(self, capacity: int, name: str = "set") -> None:
+        self.items = allocate(f"{name}.items", (capacity,), np.int64)
+        self.pos = allocate(f"{name}.pos", (capacity,), np.int64, -1)
         self.size = 0
 
     def __len__(self) -> int:
@@ -62,6 +69,6 @@ class DenseSet:
         return self.items[idx]
 
     def clear(self) -> None:
-        """Remove everything."""
-        self.pos[self.items[: self.size]] = -1
+        """Remove everything (every position is reset: also right after a crash left them torn)."""
+        self.pos[:] = -1
         self.size = 0

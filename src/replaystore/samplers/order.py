@@ -5,12 +5,17 @@ marks its slot dead; dead entries are skipped when met and dropped when the log 
 The log is a ring addressed by ever-growing positions ``head <= p < tail`` (entry ``p`` lives at
 ``p % len``), so a table that only ever evicts its oldest items never compacts: the head simply
 follows the tail. Every operation is amortised O(batch).
+
+The log's arrays are allocated through :mod:`replaystore.placement` (``log.slots``, ``log.keys``,
+``log.key``); ``_head``, ``_tail`` and ``size`` are its scalars (``SCALARS``). A placed log is
+allocated at ``bind`` and kept while the selector follows a ring.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..placement import allocate, placing
 from .base import Selector
 
 
@@ -18,14 +23,27 @@ class _InsertionLog(Selector):
     """Shared machinery: a ring log of ``(slot, key)`` entries with lazy deletion."""
 
     _newest_first = False
+    #: the scalar hook (:mod:`replaystore.placement`)
+    SCALARS = ("_head", "_tail", "size")
 
     def bind(self, capacity: int, rng: np.random.Generator) -> None:  # noqa: D102
         super().bind(capacity, rng)
-        length = 1 << int(2 * capacity + 16).bit_length()  # room for the live items and as many dead
+        self._placed = placing()
+        self._allocate()
+
+    def _allocate(self) -> None:
+        length = 1 << int(2 * self.capacity + 16).bit_length()  # room for the live items and as many dead
         self._mask = length - 1
-        self._log_slots = np.empty(length, dtype=np.int64)
-        self._log_keys = np.empty(length, dtype=np.int64)
-        self._key = np.full(capacity, -1, dtype=np.int64)  # key of the live item per slot
+        self._log_slots = allocate("log.slots", (length,), np.int64)
+        self._log_keys = allocate("log.keys", (length,), np.int64)
+        self._key = allocate("log.key", (self.capacity,), np.int64, -1)  # key of the live item per slot
+        self._reset_scalars()  # (the arrays are as allocated: a placed log may hold a live table's)
+
+    def _reset(self) -> None:
+        self._key[:] = -1
+        self._reset_scalars()
+
+    def _reset_scalars(self) -> None:
         self._head = 0
         self._tail = 0
         self.size = 0
@@ -36,14 +54,19 @@ class _InsertionLog(Selector):
         self._ring = None
 
     def follow(self, ring) -> bool:
-        """Answer from the ring's run of keys (oldest or newest first); free the log until unfollow."""
+        """Answer from the ring's run of keys (oldest or newest first); free the log (unless placed) until unfollow."""
         self._ring = ring
-        self._log_slots = self._log_keys = self._key = None
+        if not self._placed:
+            self._log_slots = self._log_keys = self._key = None
         return True
 
-    def unfollow(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
-        self.bind(self.capacity, self.rng)  # a fresh log, no longer following
-        self.insert(slots, keys, priorities)
+    def unfollow(self, slots: np.ndarray | None, keys: np.ndarray | None, priorities: np.ndarray | None) -> None:  # noqa: D102
+        if not self._placed:
+            self._allocate()  # a fresh log, no longer following
+        self._ring = None
+        if slots is not None:  # (None: a placed log that another process filled)
+            self._reset()
+            self.insert(slots, keys, priorities)
 
     def insert(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
         self._append(slots, keys)
@@ -171,10 +194,7 @@ class _InsertionLog(Selector):
     def clear(self) -> None:  # noqa: D102
         if self._ring is not None:
             return
-        self._key[:] = -1
-        self._cut = None
-        self._head = self._tail = 0
-        self.size = 0
+        self._reset()
 
 
 class Fifo(_InsertionLog):

@@ -14,7 +14,7 @@ import replaystore.samplers.sumtree as sumtree
 import replaystore.samplers.sumtree_jit as sumtree_jit
 
 from ..errors import InvalidArgument
-from ..placement import allocate
+from ..placement import allocate, placing
 from .base import Selector
 from .dense import DenseSet
 
@@ -61,18 +61,29 @@ class Prioritized(Selector):
         self._sum = allocate("prioritized.sum", (2 * leaves,), np.float64, 0.0)
         self._min = allocate("prioritized.min", (2 * leaves,), np.float64, np.inf)
         self._frontier = self._trees.frontier_for(capacity)
-        self._live = DenseSet(capacity)  # for the all-zero fallback
+        self._live = DenseSet(capacity, "live")  # for the all-zero fallback
+        self._placed_live = self._live if placing() else None  # kept while a ring is shared
+
+    def scalar_parts(self) -> dict:
+        """The scalar hook (:mod:`replaystore.placement`): a placed table's set of live slots."""
+        return {} if self._placed_live is None else {"live": self._placed_live}
 
     def share_live(self, live, slots: np.ndarray | None = None) -> None:
         """Read the live slots from ``live`` instead of keeping a set of its own.
 
         A table in ring mode passes its ``RingLiveSet``; ``live=None`` (the table left ring mode):
-        keep a set again, holding ``slots``.
+        keep a set again, holding ``slots`` (a placed set, with ``slots=None``: as another process
+        of a shared table filled it).
         """
         if live is not None:
             self._live = live
+        elif self._placed_live is not None:
+            self._live = self._placed_live
+            if slots is not None:
+                self._live.clear()
+                self._live.add(slots)
         else:
-            self._live = DenseSet(self.capacity)
+            self._live = DenseSet(self.capacity, "live")
             self._live.add(slots)
 
     def _set(self, slots: np.ndarray, priorities: np.ndarray) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..placement import placing
 from .base import Selector
 from .dense import DenseSet
 
@@ -18,6 +19,11 @@ class Uniform(Selector):
         super().bind(capacity, rng)
         self._set: DenseSet | None = DenseSet(capacity)
         self._ring = None
+        self._placed = placing()  # keep the (placed) set while following a ring
+
+    def scalar_parts(self) -> dict:
+        """The scalar hook (:mod:`replaystore.placement`): the set (a placed one is never replaced)."""
+        return {"set": self._set}
 
     @property
     def live_set(self) -> DenseSet | None:
@@ -25,13 +31,19 @@ class Uniform(Selector):
         return self._set
 
     def follow(self, ring) -> bool:
-        """Pick from the ring's run of keys; the dense set is freed until :meth:`unfollow`."""
-        self._ring, self._set = ring, None
+        """Pick from the ring's run of keys; the dense set is freed (unless placed) until :meth:`unfollow`."""
+        self._ring = ring
+        if not self._placed:
+            self._set = None
         return True
 
-    def unfollow(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
-        self._ring, self._set = None, DenseSet(self.capacity)
-        self._set.add(slots)
+    def unfollow(self, slots: np.ndarray | None, keys: np.ndarray | None, priorities: np.ndarray | None) -> None:  # noqa: D102
+        self._ring = None
+        if not self._placed:
+            self._set = DenseSet(self.capacity)
+        if slots is not None:  # (None: a placed set that another process filled)
+            self._set.clear()
+            self._set.add(slots)
 
     def insert(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
         self._set.add(slots)

@@ -19,12 +19,18 @@ class WithoutReplacement(Selector):
     """
 
     usable_as_remover = False
+    #: the scalar hook (:mod:`replaystore.placement`)
+    SCALARS = ("epoch",)
 
     def bind(self, capacity: int, rng: np.random.Generator) -> None:  # noqa: D102
         super().bind(capacity, rng)
-        self._all = DenseSet(capacity)
-        self._remaining = DenseSet(capacity)
+        self._all = DenseSet(capacity, "all")
+        self._remaining = DenseSet(capacity, "remaining")
         self.epoch = 0
+
+    def scalar_parts(self) -> dict:
+        """The scalar hook (:mod:`replaystore.placement`): the two sets."""
+        return {"all": self._all, "remaining": self._remaining}
 
     def insert(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
         self._all.add(slots)

@@ -36,21 +36,25 @@ from typing import Any
 import numpy as np
 
 from ..episodes import EpisodeIndex
+from ..errors import InvalidArgument
 from ..placement import allocate
 from ..table import Table
 
 _SHIFT = 40
 _T_MASK = (1 << _SHIFT) - 1
-#: the names of the scalars this part adds to the published state
-NAMES = ("ep_serial", "ep_ends", "ep_next_episode", "ep_streams_used")
 
 
 class EpisodeSync:
     """One process's episode index and the segment's episode state (see the module doc).
 
     Allocates its regions through :func:`replaystore.placement.allocate` (call it inside the
-    table's placement). Every method runs with the table's lock held.
+    table's placement). Its published scalars (the placement's scalar hook, ``SCALARS``) are the
+    ``pub_*`` attributes: :meth:`push` sets them, :meth:`pull` reads them. Every method runs with
+    the table's lock held.
     """
+
+    #: the scalar hook (:mod:`replaystore.placement`): set by push, published, loaded before pull
+    SCALARS = ("pub_serial", "pub_ends", "pub_next_episode", "pub_used")
 
     def __init__(self, index: EpisodeIndex, capacity: int, max_streams: int) -> None:
         self.index = index
@@ -71,10 +75,7 @@ class EpisodeSync:
         self.gen = index.generation  # the index's generation when it last matched the segment
         self.hint = 0  # stream ids below it may change in the current critical section
         self.revalidate = False
-
-    def values(self) -> tuple:
-        """The scalars of :data:`NAMES` this index holds."""
-        return (self.serial, self.ends, self.index.next_episode, self.used)
+        self.pub_serial = self.pub_ends = self.pub_next_episode = self.pub_used = 0
 
     def note_streams(self, top: int) -> None:
         """Streams below ``top`` (at most ``max_streams``) may get state in this critical section."""
@@ -98,9 +99,9 @@ class EpisodeSync:
         return slots[self.uid[slots] == self.index.uid[slots]]
 
     # -- other processes' changes into this index ---------------------------------------------------
-    def pull(self, values: tuple, lo: int, hi: int, base: int, priorities: np.ndarray) -> None:
-        """Bring this index to the published state: ``values`` of :data:`NAMES`, live keys ``[lo, hi)``."""
-        serial, ends, next_episode, used = (int(v) for v in values)
+    def pull(self, lo: int, hi: int, base: int, priorities: np.ndarray) -> None:
+        """Bring this index to the published state (the ``pub_*`` scalars just loaded, live keys ``[lo, hi)``)."""
+        serial, ends, next_episode, used = self.pub_serial, self.pub_ends, self.pub_next_episode, self.pub_used
         idx = self.index
         gone_hi = min(lo, self.hi)
         if gone_hi > self.lo:  # keys that left since (oldest first, as the ring removes them)
@@ -127,8 +128,8 @@ class EpisodeSync:
         self.gen = idx.generation
 
     # -- this process's changes into the segment ---------------------------------------------------
-    def push(self, lo: int, hi: int, base: int, published: int) -> tuple:
-        """Write this critical section's changes; return the scalars of :data:`NAMES` to publish.
+    def push(self, lo: int, hi: int, base: int, published: int) -> None:
+        """Write this critical section's changes into the segment and set the ``pub_*`` scalars.
 
         ``published``: the generation of the state currently published (the undo journal's stamp).
         """
@@ -160,7 +161,8 @@ class EpisodeSync:
         self.hint = 0
         self.ended = False
         self.lo, self.hi = lo, hi
-        return self.values()
+        self.pub_serial, self.pub_ends, self.pub_used = self.serial, self.ends, self.used
+        self.pub_next_episode = idx.next_episode
 
     def _journal(self, changed: np.ndarray, published: int, ended: bool) -> None:
         """Journal the old state of ``changed`` streams (and, if ``ended``, of end flags), then set the flags."""
@@ -285,5 +287,50 @@ class SharedEpisodeMethods:
         """As :meth:`Table.end_episode <replaystore.Table.end_episode>`."""
         return self._steps_call(Table.end_episode, 0, streams, streams, truncated)
 
+    # -- removals: an episodic shared table stays in ring mode ------------------------------------
+    def delete(self, keys: Any) -> int:
+        """As :meth:`Table.delete <replaystore.Table.delete>`; with episodes, of the oldest steps only.
 
-__all__ = ["NAMES", "EpisodeSync", "SharedEpisodeMethods"]
+        Raises:
+            InvalidArgument: an episodic table and a live key that is not among the oldest ``k``
+            (nothing deleted: its processes' episode indexes follow the ring's key range).
+        """
+        if self._episync is None:
+            return Table.delete(self, keys)
+        with self._cond:
+            arr = np.asarray(keys) if not isinstance(keys, np.ndarray) else keys
+            if arr.dtype.kind in "iu":
+                k = np.unique(arr.astype(np.int64).ravel())
+                st = self._state
+                live = k[(k >= st.ring_lo) & (k < st.ring_hi)]
+                if len(live) and not (live[0] == st.ring_lo and live[-1] == st.ring_lo + len(live) - 1):
+                    raise InvalidArgument(
+                        f"shared table {self.shared_name!r} has episodes: it deletes only its oldest steps "
+                        f"(keys {st.ring_lo} ..); deleting others is not supported with episodes yet"
+                    )
+            return Table.delete(self, keys)
+
+    def set_version(self, version: int) -> int:
+        """As :meth:`Table.set_version <replaystore.Table.set_version>`; with episodes, oldest stale only.
+
+        Raises:
+            InvalidArgument: an episodic table and stale steps that are not the oldest (nothing
+            dropped, version unchanged).
+        """
+        if self._episync is None or self.max_staleness is None:
+            return Table.set_version(self, version)
+        with self._cond:
+            if isinstance(version, (int, np.integer)) and not isinstance(version, bool):
+                st = self._state
+                slots = (np.arange(st.ring_lo, st.ring_hi, dtype=np.int64) - st.ring_base) % self.capacity
+                stale = self._version[slots] < int(version) - self.max_staleness
+                m = int(stale.sum())
+                if m and not stale[:m].all():
+                    raise InvalidArgument(
+                        f"shared table {self.shared_name!r} has episodes: version {int(version)} would make "
+                        "steps stale out of insertion order, which is not supported with episodes yet"
+                    )
+            return Table.set_version(self, version)
+
+
+__all__ = ["EpisodeSync", "SharedEpisodeMethods"]

@@ -24,9 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Closed
 from .recovery import reconcile
-from .segment import COPY0, COPY_WORDS, W_ACTIVE, W_BUSY, W_RECOVERIES, W_WAITING, Segment, state_format
+from .segment import COPY0, COPY_WORDS, VICTIMS, W_ACTIVE, W_BUSY, W_RECOVERIES, W_WAITING, Segment, state_format
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ..table import Table
 
 #: test hook: with ``REPLAYSTORE_SHM_TEST_HOOK=pause-before-publish:<file>``, a critical section
@@ -38,11 +40,14 @@ _EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB
 class ProcessGuard:
     """A re-entrant lock and Condition over threads and processes for one Table (see the module doc)."""
 
-    def __init__(self, segment: Segment, table: "Table", names: tuple[str, ...], n_floats: int) -> None:
+    def __init__(self, segment: Segment, table: "Table") -> None:
         self.segment = segment
         self.table = table
-        self.names = names
-        self._fmt = state_format(len(names) - n_floats, n_floats)
+        self.names, codes = table.state_layout()  # every part's scalars (the placement's scalar hook)
+        self._fmt = state_format(codes)
+        # victims of the insert in progress, noted before their rows are overwritten (recovery)
+        self._victims = segment.view(VICTIMS)
+        self._noted = False
         self._tlock = threading.RLock()
         self._depth = 0
         self._gen = -1  # generation of the state the local Table holds
@@ -132,18 +137,38 @@ class ProcessGuard:
             elif self.intent:
                 self.set_intent(0)
             self.intent = 0
+            if self._noted:
+                self._noted = False
+                self._victims[0] = 0
             seg.words[W_BUSY] = 0
         finally:
             fcntl.flock(seg.lock_fd, fcntl.LOCK_UN)
         if seg.words[W_WAITING]:  # another process waits for the lock: let it run first
             os.sched_yield()
 
+    def note_victims(self, slots: "np.ndarray") -> None:
+        """Note the slots an insert will overwrite in place (mutex held), before it writes them.
+
+        A process that dies after this drops those items when the table is recovered (their
+        rows may be torn). The notes are cleared when the critical section is left.
+        """
+        v = self._victims
+        n = int(v[0])
+        k = len(slots)
+        if n + k >= len(v):  # (two inserts in one section: the first one is complete)
+            n = 0
+        v[1 + n : 1 + n + k] = slots
+        v[0] = n + k
+        self._noted = True
+
     def _recover(self) -> None:
         """The previous holder died inside the critical section: make the table consistent."""
         gen, intent, values = self.read_copy()
         if self.on_recover is not None:
             self.on_recover(gen)
-        fixed, dropped = reconcile(self.table, self.segment, self.names, values, intent)
+        victims = self._victims[1 : 1 + int(self._victims[0])].copy()
+        fixed, dropped = reconcile(self.table, self.segment, self.names, values, intent, victims)
+        self._victims[0] = 0
         self.publish(gen + 1, fixed)
         words = self.segment.words
         words[W_RECOVERIES] += 1

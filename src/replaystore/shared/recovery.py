@@ -2,21 +2,26 @@
 
 What the dead process may have left: the current state copy is complete (copies are flipped, never
 written in place), but it is the state from *before* the dead call, while the shared arrays may
-hold part of that call's writes:
+hold part of that call's writes: payload rows, metadata rows (new keys, ``-1`` over removed items,
+times-sampled counts, priorities), and the derived structures (sum trees, key index, free-slot
+stack, sets, insertion logs) half updated.
 
-- an insert (its ``intent`` says how many rows) may have overwritten the payload of the oldest
-  items when the table was full: those items are dropped (the rows at keys ``next_key ..
-  next_key + intent - 1`` map to their slots);
-- metadata rows: new keys written into free slots, ``-1`` written over items being removed
-  (evictions, retirements, deletes of the oldest items), times-sampled counts;
-- the ``Prioritized`` trees: leaves and ancestors half updated.
+The metadata rows are the truth. :func:`reconcile` keeps the items whose row still holds a key
+the published state knows (``key < next_key``), minus the items whose payload the dead insert may
+have overwritten: in ring mode the oldest ones its ``intent`` (rows it may write) reaches, out of
+ring mode the victims it noted before writing (``ProcessGuard.note_victims``). New keys of the
+dead insert (``>= next_key``) are not published: their slots are free again.
 
-:func:`reconcile` makes every part agree with the ring ``[lo, hi)`` again: it drops the live items
-the insert may have overwritten and every live item up to the last whose metadata row no longer
-holds its key (removals take the oldest first, so that is a prefix), clears the rows of free
-slots, rebuilds the sampler's trees from the metadata (a ``remove`` of the free slots and an
-``update`` of the live ones: every ancestor is recomputed), and counts the dropped items as
-deleted and evicted. ``O(capacity)``, once per crash.
+- In ring mode, when the kept items are still one run of keys (removals take the oldest first),
+  the ring bounds move past the dropped ones, free rows are cleared and the ``Prioritized`` trees
+  are rebuilt from the metadata (a ``remove`` of the free slots and an ``update`` of the live ones:
+  every ancestor is recomputed).
+- Otherwise (out of ring mode, or a call that had just taken the table out of it) every derived
+  structure is rebuilt from the kept rows (``Table.rebuild_from_rows``: keys increase, so
+  insertion order is key order; trees and sets from the priorities), and the table is out of ring
+  mode.
+
+The dropped items are counted as deleted and evicted. ``O(capacity)``, once per crash.
 """
 
 from __future__ import annotations
@@ -33,26 +38,51 @@ if TYPE_CHECKING:
 
 
 def reconcile(
-    table: "Table", segment: "Segment", names: tuple[str, ...], values: tuple, intent: int
+    table: "Table",
+    segment: "Segment",
+    names: tuple[str, ...],
+    values: tuple,
+    intent: int,
+    victims: np.ndarray | None = None,
 ) -> tuple[tuple, int]:
     """The repaired state (as ``Table.state_scalars`` values) and how many items were dropped.
 
-    Writes the repairs into the segment's arrays (metadata rows, sampler trees); the caller
-    publishes the state.
+    Writes the repairs into the segment's arrays; the caller publishes the state. ``victims``:
+    the slots the dead insert noted it would overwrite (out of ring mode).
     """
     v = dict(zip(names, values))
     cap = table.capacity
-    base, lo, hi = v["ring_base"], v["ring_lo"], v["ring_hi"]
-    old_size = hi - lo
-    if intent > 0:  # an insert at next_key may have written the slots of the oldest items
-        lo = max(lo, min(v["next_key"] + intent - cap, hi))
     meta = segment.view("table.meta")
-    keys = np.arange(lo, hi, dtype=np.int64)
-    slots = (keys - base) % cap
-    bad = np.flatnonzero(meta[slots, 0] != keys)
-    if len(bad):
-        lo += int(bad[-1]) + 1
-        keys, slots = keys[int(bad[-1]) + 1 :], slots[int(bad[-1]) + 1 :]
+    old_size = v["size"]
+    if v["ring_mode"]:
+        base, lo, hi = v["ring_base"], v["ring_lo"], v["ring_hi"]
+        if intent > 0:  # an insert at next_key may have written the slots of the oldest items
+            lo = max(lo, min(v["next_key"] + intent - cap, hi))
+        keys = np.arange(lo, hi, dtype=np.int64)
+        slots = (keys - base) % cap
+        good = meta[slots, 0] == keys
+        bad = np.flatnonzero(~good)
+        if not len(bad) or bad[-1] == len(bad) - 1:  # the removed items were the oldest: still a ring
+            return _ring(table, meta, v, names, keys[len(bad) :], slots[len(bad) :], hi, old_size)
+        keep = slots[good]
+    else:
+        keys = meta[:, 0]
+        live = (keys >= 0) & (keys < v["next_key"])
+        if victims is not None and len(victims):
+            live[victims] = False
+        keep = np.flatnonzero(live)
+    table.load_state_scalars(values)
+    table.rebuild_from_rows(keep)
+    dropped = old_size - len(keep)
+    v = dict(zip(names, table.state_scalars()))
+    _count(v, dropped)
+    return tuple(v[n] for n in names), dropped
+
+
+def _ring(table: "Table", meta: np.ndarray, v: dict, names: tuple, keys, slots, hi: int, old_size: int):
+    """Ring mode whose live items are still the run ``keys`` (at ``slots``): clear the rest, fix the trees."""
+    cap = table.capacity
+    lo = int(keys[0]) if len(keys) else hi
     free = np.ones(cap, dtype=bool)
     free[slots] = False
     free_slots = np.flatnonzero(free)
@@ -67,6 +97,10 @@ def reconcile(
             sampler.update(s, keys[order], meta.view(np.float64)[s, 3].copy())
     dropped = old_size - (hi - lo)
     v.update(ring_lo=lo, size=hi - lo, nfree=cap - (hi - lo))
-    for name in ("limiter_deletes", "deletes", "evictions"):
-        v[name] += dropped
+    _count(v, dropped)
     return tuple(v[n] for n in names), dropped
+
+
+def _count(v: dict, dropped: int) -> None:
+    for name in ("limiter.deletes", "deletes", "evictions"):
+        v[name] += dropped

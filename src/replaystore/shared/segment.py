@@ -42,7 +42,7 @@ from .errors import LayoutMismatch, SharedTableExists, SharedTableNotFound
 
 _EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB
 MAGIC = int.from_bytes(b"RSSHMTB1", "little")
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2  # 2: state copies of 120 words (every part's scalars), out-of-ring regions
 PAGE = 4096
 PREFIX = "replaystore-"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
@@ -50,11 +50,13 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 # header words
 W_MAGIC, W_VERSION, W_HEADER, W_TOTAL, W_JSON_OFF, W_JSON_LEN, W_CREATOR, W_CREATED = range(8)
 W_BUSY, W_ACTIVE, W_RECOVERIES, W_WAITING = 8, 9, 10, 11
-COPY_WORDS = 32
+COPY_WORDS = 120  # generation, intent, then the scalars (Table.state_layout)
 COPY0 = 16  # first word of state copy 0; copy 1 follows
 PIDS = COPY0 + 2 * COPY_WORDS  # the table of attached pids
 MAX_PIDS = 128
 HEADER_BYTES = PAGE
+#: the region where an insert notes the slots it overwrites in place (count, then slots)
+VICTIMS = "shared.victims"
 
 
 def default_directory() -> Path:
@@ -422,11 +424,13 @@ def _read_config(mm: mmap.mmap, path: Path, size: int) -> dict:
     return config
 
 
-def state_format(n_ints: int, n_floats: int) -> struct.Struct:
-    """The packing of one state copy: generation, intent, the integers, the floats."""
-    if 2 + n_ints + n_floats > COPY_WORDS:
-        raise InvalidArgument("the table's state has more scalars than a segment copy holds")
-    return struct.Struct(f"<{2 + n_ints}q{n_floats}d")
+def state_format(codes: str) -> struct.Struct:
+    """The packing of one state copy: generation, intent, then one value per ``struct`` code (``q``/``d``)."""
+    if 2 + len(codes) > COPY_WORDS:
+        raise InvalidArgument(
+            f"the table's state has {len(codes)} scalars; a segment copy holds {COPY_WORDS - 2} (segment.COPY_WORDS)"
+        )
+    return struct.Struct(f"<qq{codes}")
 
 
 def list_segments(directory: str | os.PathLike | None = None) -> list[dict[str, Any]]:

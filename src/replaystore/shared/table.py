@@ -8,15 +8,17 @@ rate-limiter and stats counters, version, max priority) is loaded from the segme
 enters the lock and published when it leaves. So every process runs the Table's own code on the
 same data: same semantics, same distributions.
 
-What the first version supports (anything else raises :class:`~replaystore.InvalidArgument` naming
-it): column storage with a ``spec``; the ``Fifo`` remover (the table stays in *ring mode*: the key
-index, free slots and uniform set are arithmetic on three shared numbers); ``Uniform``,
-``Prioritized`` and ``Fifo`` samplers; every rate limiter; ``max_times_sampled`` with the ``Fifo``
-sampler (retirement is then of the oldest items); ``max_staleness`` while the items that go stale
-are the oldest ones; ``delete`` of the oldest items; episodes (``episodes=rs.Episodes(max_streams=
-...)``: each process keeps its own episode index equal to the table's, see
-:mod:`replaystore.shared.episodes`). Not yet: other removers, deletes or retirements out of
-insertion order.
+What shared tables support (anything else raises :class:`~replaystore.InvalidArgument` naming
+it): column storage with a ``spec``; the ``Uniform``, ``Prioritized``, ``Fifo``, ``Lifo`` and
+``WithoutReplacement`` samplers; the ``Fifo``, ``Lifo`` and ``Uniform`` removers; every rate
+limiter; ``max_times_sampled``, ``max_staleness``, ``delete`` and ``clear``. A table starts in
+*ring mode* (with the ``Fifo`` remover: key index, free slots and uniform set are arithmetic on
+three shared numbers); the first removal out of insertion order switches it, in every process,
+to the out-of-ring structures that every process built over the segment when it attached.
+Episodes (``episodes=rs.Episodes(max_streams=...)``): each process keeps its own episode index
+equal to the table's (:mod:`replaystore.shared.episodes`); such a table stays in ring mode (the
+``Fifo`` remover, no ``max_times_sampled``, deletes and stale drops of the oldest steps only). Not
+yet: the ``MinHeap``/``MaxHeap`` selectors (their heap is a Python list).
 """
 
 from __future__ import annotations
@@ -31,19 +33,19 @@ from typing import Any
 import numpy as np
 
 from ..episodes import Episodes
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, InvalidState
 from ..limiters import MinSize, RateLimiter, limiter_from_config
-from ..placement import placed
-from ..samplers import Fifo, Prioritized, Selector, Uniform, selector_from_config
+from ..placement import allocate, placed
+from ..samplers import Fifo, Lifo, Prioritized, Selector, Uniform, WithoutReplacement, selector_from_config
 from ..storage import ColumnStorage
 from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
-from .episodes import NAMES as EPISODE_NAMES
 from .episodes import EpisodeSync, SharedEpisodeMethods
 from .guard import ProcessGuard
-from .segment import Segment, check_name, path_of
+from .segment import VICTIMS, Segment, check_name, path_of
 
-_SAMPLERS = (Uniform, Prioritized, Fifo)
+_SAMPLERS = (Uniform, Prioritized, Fifo, Lifo, WithoutReplacement)
+_REMOVERS = (Fifo, Lifo, Uniform)
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # open tables of this process (re-opened after a fork)
 
 
@@ -95,14 +97,16 @@ class SharedTable(SharedEpisodeMethods, Table):
             raise InvalidArgument("a shared table needs spec= (its columns are sized when it is created)")
         sampler = Uniform() if sampler is None else sampler
         rate_limiter = MinSize(1) if rate_limiter is None else rate_limiter
-        _check_supported(sampler, remover, rate_limiter, max_times_sampled)
-        _check_episodes(episodes, max_times_sampled)
+        remover = Fifo() if remover is None else remover
+        _check_supported(sampler, remover, rate_limiter)
+        _check_episodes(episodes, remover, max_times_sampled)
         flat = normalize_spec(spec)
         config = {
             "name": name,
             "capacity": capacity,
             "spec": {p: f.to_json() for p, f in flat.items()},
             "sampler": sampler.config(),
+            "remover": remover.config(),
             "rate_limiter": rate_limiter.config(),
             "max_times_sampled": int(max_times_sampled),
             "max_staleness": None if max_staleness is None else int(max_staleness),
@@ -148,10 +152,7 @@ class SharedTable(SharedEpisodeMethods, Table):
         self._segment = seg
         self.shared_name = seg.config["name"]
         self.storage.stage_rows = 1  # no staging: staged rows would hold keys other processes cannot see
-        extra = EPISODE_NAMES if self._episync is not None else ()
-        names = Table.STATE_INTS + extra + Table.STATE_FLOATS
-        self._n_ints = len(Table.STATE_INTS)
-        self._guard = ProcessGuard(seg, self, names, len(Table.STATE_FLOATS))
+        self._guard = ProcessGuard(seg, self)
         if self._episync is not None:
             self._guard.on_recover = self._episync.recover
         if first:
@@ -214,50 +215,13 @@ class SharedTable(SharedEpisodeMethods, Table):
         finally:
             guard.release()
 
-    # -- removals that keep ring mode ---------------------------------------------------------------
-    def delete(self, keys: Any) -> int:
-        """As :meth:`Table.delete`, for the oldest items only (see the module doc).
-
-        Raises:
-            InvalidArgument: a live key that is not among the oldest ``k`` items (nothing deleted).
-        """
-        with self._cond:
-            arr = np.asarray(keys) if not isinstance(keys, np.ndarray) else keys
-            if arr.dtype.kind in "iu":
-                k = np.unique(arr.astype(np.int64).ravel())
-                lo, hi = self._guard.value("ring_lo"), self._guard.value("ring_hi")
-                live = k[(k >= lo) & (k < hi)]
-                if len(live) and not (live[0] == lo and live[-1] == lo + len(live) - 1):
-                    raise InvalidArgument(
-                        f"shared table {self.shared_name!r} deletes only its oldest items (keys {lo} ..): "
-                        "deleting others is not supported in shared mode yet"
-                    )
-            return super().delete(keys)
-
-    def set_version(self, version: int) -> int:
-        """As :meth:`Table.set_version`, while the items that go stale are the oldest ones.
-
-        Raises:
-            InvalidArgument: stale items that are not the oldest (nothing dropped, version unchanged).
-        """
-        with self._cond:
-            if (
-                self.max_staleness is not None
-                and isinstance(version, (int, np.integer, float))
-                and not isinstance(version, bool)
-                and float(version).is_integer()
-            ):
-                lo, hi = self._guard.value("ring_lo"), self._guard.value("ring_hi")
-                base = self._guard.value("ring_base")
-                slots = (np.arange(lo, hi, dtype=np.int64) - base) % self.capacity
-                stale = self._segment.view("table.meta")[slots, 2] < int(version) - self.max_staleness
-                m = int(stale.sum())
-                if m and not stale[:m].all():
-                    raise InvalidArgument(
-                        f"shared table {self.shared_name!r}: version {int(version)} would make items stale "
-                        "out of insertion order, which shared mode does not support yet (only the oldest)"
-                    )
-            return super().set_version(version)
+    # -- evictions in place: noted for recovery ------------------------------------------------------
+    def _victims(self, n: int) -> np.ndarray:
+        """As the Table's; out of ring mode, the victims are noted before their rows are overwritten."""
+        slots = super()._victims(n)
+        if self._ring is None:
+            self._guard.note_victims(slots)
+        return slots
 
     # -- parts with state of their own (episodes) ------------------------------------------------------
     def _make_parts(self, config: dict) -> None:
@@ -268,30 +232,28 @@ class SharedTable(SharedEpisodeMethods, Table):
     def _batch_rows(self, data: Any) -> int:
         return _batch_len(data, self.capacity)
 
-    def state_scalars(self) -> tuple:
-        """As :meth:`Table.state_scalars`, with the episode part's scalars after the integers.
+    def scalar_parts(self) -> dict[str, Any]:
+        """As :meth:`Table.scalar_parts`, with the episode part (its published scalars)."""
+        parts = Table.scalar_parts(self)
+        if self._episync is not None:
+            parts["episync"] = self._episync
+        return parts
 
-        The episode part writes this critical section's changes into the segment first.
-        """
-        values = Table.state_scalars(self)
+    def state_scalars(self) -> tuple:
+        """As :meth:`Table.state_scalars`; the episode part first writes this critical section's changes."""
         sync = self._episync
-        if sync is None:
-            return values
-        st, k = self._state, self._n_ints
-        ep = sync.push(st.ring_lo, st.ring_hi, st.ring_base, self._guard.generation)
-        return values[:k] + ep + values[k:]
+        if sync is not None:
+            st = self._state
+            sync.push(st.ring_lo, st.ring_hi, st.ring_base, self._guard.generation)
+        return Table.state_scalars(self)
 
     def load_state_scalars(self, values: Any) -> None:
         """As :meth:`Table.load_state_scalars`; then this process's episode index catches up."""
+        Table.load_state_scalars(self, values)
         sync = self._episync
-        if sync is None:
-            Table.load_state_scalars(self, values)
-            return
-        k = self._n_ints
-        m = k + len(EPISODE_NAMES)
-        Table.load_state_scalars(self, values[:k] + values[m:])
-        st = self._state
-        sync.pull(values[k:m], st.ring_lo, st.ring_hi, st.ring_base, self._priority)
+        if sync is not None:
+            st = self._state
+            sync.pull(st.ring_lo, st.ring_hi, st.ring_base, self._priority)
 
     # -- close ------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -325,23 +287,23 @@ def _attach(name: str, directory: str) -> SharedTable:
     return SharedTable.attach(name, directory)
 
 
-def _check_supported(sampler: Selector, remover: Selector | None, limiter: RateLimiter, max_times_sampled: int) -> None:
+def _check_supported(sampler: Selector, remover: Selector, limiter: RateLimiter) -> None:
     if type(sampler) not in _SAMPLERS:
         raise InvalidArgument(
-            f"shared tables support the Uniform, Prioritized and Fifo samplers, not {type(sampler).__name__} (yet)"
+            f"shared tables support the {', '.join(c.__name__ for c in _SAMPLERS)} samplers, not "
+            f"{type(sampler).__name__} (a heap selector keeps a Python heap, which is not in shared memory yet)"
         )
-    if remover is not None and type(remover) is not Fifo:
-        raise InvalidArgument(f"shared tables evict with the Fifo remover only, not {type(remover).__name__} (yet)")
+    if type(remover) not in _REMOVERS:
+        raise InvalidArgument(
+            f"shared tables evict with the {', '.join(c.__name__ for c in _REMOVERS)} removers, not "
+            f"{type(remover).__name__} (a heap selector keeps a Python heap, which is not in shared memory yet)"
+        )
     if not isinstance(limiter, RateLimiter):
         raise InvalidArgument(f"rate_limiter must be a RateLimiter, got {type(limiter).__name__}")
-    if max_times_sampled and type(sampler) is not Fifo:
-        raise InvalidArgument(
-            "max_times_sampled in a shared table needs the Fifo sampler (retirement out of "
-            "insertion order is not supported in shared mode yet)"
-        )
 
 
-def _check_episodes(episodes: Episodes | None, max_times_sampled: int) -> None:
+def _check_episodes(episodes: Episodes | None, remover: Selector, max_times_sampled: int) -> None:
+    """Episodic shared tables stay in ring mode (their replicas follow the ring's key range)."""
     if episodes is None:
         return
     if not isinstance(episodes, Episodes):
@@ -350,6 +312,11 @@ def _check_episodes(episodes: Episodes | None, max_times_sampled: int) -> None:
         raise InvalidArgument(
             "a shared table with episodes needs Episodes(max_streams=...): its per-stream state is "
             "sized when the table is created"
+        )
+    if type(remover) is not Fifo:
+        raise InvalidArgument(
+            f"a shared table with episodes evicts with the Fifo remover only, not {type(remover).__name__} "
+            "(its steps leave oldest first: other removers are not supported with episodes yet)"
         )
     if max_times_sampled:
         raise InvalidArgument(
@@ -370,7 +337,7 @@ def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table
             table,
             capacity,
             sampler=selector_from_config(config["sampler"]),
-            remover=Fifo(),
+            remover=selector_from_config(config.get("remover", {"type": "Fifo"})),
             rate_limiter=limiter_from_config(config["rate_limiter"]),
             max_times_sampled=config["max_times_sampled"],
             max_staleness=config["max_staleness"],
@@ -382,6 +349,7 @@ def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table
         )
         if isinstance(table, SharedTable):
             table._make_parts(config)
+        allocate(VICTIMS, (capacity + 1,), np.int64)  # (the guard's notes: ProcessGuard.note_victims)
     return table
 
 
@@ -389,6 +357,8 @@ def _recorder(regions: list) -> Any:
     """An allocator that notes each request and returns a zero-byte stand-in of the right shape."""
 
     def record(name: str, shape: tuple, dtype: np.dtype, fill: Any) -> np.ndarray:
+        if any(r[0] == name for r in regions):
+            raise InvalidState(f"two parts of a shared table allocate a region named {name!r}")
         regions.append((name, shape, dtype))
         return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, (0,) * len(shape))
 

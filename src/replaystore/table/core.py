@@ -31,6 +31,7 @@ from ..errors import BlockingWarning, Closed, InvalidArgument, Timeout
 from ..items import Sample, check_device, sample_to_tensors
 from ..keys import KeyIndex, RingIndex, RingLiveSet
 from ..limiters import MinSize, Queue, RateLimiter, Stack
+from ..placement import allocate, placing, scope
 from ..rows import count_samples
 from ..samplers import Fifo, Lifo, Selector, Uniform
 from ..staging import AddStager
@@ -124,9 +125,14 @@ class Table(
         self.storage = make_storage(storage, capacity, spec)
         if self.storage.requires_fifo and type(self.remover) is not Fifo:
             raise InvalidArgument(f"{type(self.storage).__name__} frees space in insertion order: use remover=Fifo()")
+        # built under a placement (a shared table): everything is allocated now, parts are never replaced
+        self._placed = placing()
+        self._scalar_io: tuple | None = None  # compiled by state_layout (placed tables only)
         self._selectors = (self.sampler, self.remover)
-        for sel in self._selectors:
-            sel.bind(capacity, self.rng)
+        with scope("sampler."):  # (region names: a Uniform sampler and a Uniform remover differ)
+            self.sampler.bind(capacity, self.rng)
+        with scope("remover."):
+            self.remover.bind(capacity, self.rng)
         self._requires_nonnegative = any(s.requires_nonnegative for s in self._selectors)
         self._episodes: EpisodeIndex | None = None
         if episodes is not None:
@@ -150,8 +156,15 @@ class Table(
         self._ring: RingIndex | None = None
         self._index: KeyIndex | RingIndex
         self._free: np.ndarray | None = None
+        # a placed table's out-of-ring key index and free-slot stack (allocated now: see _leave_ring)
+        self._placed_index: KeyIndex | None = None
+        self._placed_free: np.ndarray | None = None
         if type(self.remover) is Fifo:
+            st.ring_mode = 1
             self._ring = self._index = RingIndex(capacity, self._meta[:, 0], bounds=st)
+            if self._placed:
+                self._placed_index = KeyIndex(capacity, key_of_slot=self._meta[:, 0])
+                self._placed_free = allocate("table.free", (capacity,), np.int64)
             self._selectors = tuple(sel for sel in self._selectors if not sel.follow(self._ring))
             if self._episodes is not None:  # its set of live steps is the ring's too
                 self._episodes.share_live(RingLiveSet(self._ring))
@@ -159,7 +172,10 @@ class Table(
                 self.sampler.share_live(RingLiveSet(self._ring))
         else:
             self._index = KeyIndex(capacity, key_of_slot=self._meta[:, 0])
-            self._free = np.arange(capacity - 1, -1, -1, dtype=np.int64)  # a stack; pops 0, 1, 2, ...
+            # a stack; pops 0, 1, 2, ...
+            self._free = allocate("table.free", (capacity,), np.int64, np.arange(capacity - 1, -1, -1))
+            if self._placed:
+                self._placed_index, self._placed_free = self._index, self._free
         self._stager: AddStager | None = None
         # (field names, their columns, a getter of an item's fields in that order) for the ring
         # fast paths; None: not known yet (no spec), False: they do not apply to this table.

@@ -3,15 +3,17 @@
 A shared-memory table runs the one Table's code in every process. It needs three things from the
 Table, and only these: to guard it with a lock of its own (a thread lock plus a cross-process
 mutex, which also serves as the Table's Condition), and to read and set the small mutable state
-that it publishes to the other processes: the rate limiter's three counters and every field of
-:class:`~replaystore.table.state.TableState` but ``closed`` (closing is per process).
+that it publishes to the other processes.
 
 The per-slot arrays need no hook: the Table and its parts allocate them through
-:func:`replaystore.placement.allocate`, which a shared table points at its segment.
+:func:`replaystore.placement.allocate`, which a shared table points at its segment (and a table
+built under a placement allocates up front what it would build later, e.g. the structures of
+out-of-ring mode). The scalars are collected with the *scalar hook* of
+:mod:`replaystore.placement`: every part named by :meth:`PlacedState.scalar_parts` lists its
+``SCALARS`` / ``FLOAT_SCALARS`` (and sub-objects in ``scalar_parts()``); this module compiles one
+getter and one setter over all of them. An in-process table never calls any of this.
 
-These are internal API (documented for ``replaystore.shared``); they hold for a table in *ring
-mode* only (a ``Fifo`` remover, items leaving oldest first): out of ring mode a table's key index,
-free-slot stack and selector sets are more state than these numbers.
+These are internal API (documented for ``replaystore.shared``).
 """
 
 from __future__ import annotations
@@ -19,15 +21,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InvalidState
-from .state import SHARED_FLOATS, SHARED_INTS, load_shared, shared_fields
 
 
 class PlacedState:
     """The hooks (a mixin of :class:`~replaystore.Table`)."""
-
-    #: names of :meth:`state_scalars`' values, in order: integers first, then floats
-    STATE_INTS = ("limiter_inserts", "limiter_samples", "limiter_deletes", *SHARED_INTS)
-    STATE_FLOATS = SHARED_FLOATS
 
     def guard_with(self, lock: Any) -> None:
         """Internal (replaystore.shared): guard the table with ``lock`` instead of its own.
@@ -38,23 +35,93 @@ class PlacedState:
         """
         self._lock = self._cond = lock
 
-    def state_scalars(self) -> tuple:
-        """Internal (replaystore.shared): the published state, named by ``STATE_INTS + STATE_FLOATS``.
+    def scalar_parts(self) -> dict[str, Any]:
+        """Internal (replaystore.shared): the parts whose scalars make up the published state.
 
-        Call it with the lock held, on a table in ring mode with no staged adds.
+        ``{prefix: object}``; each object lists its scalars as :mod:`replaystore.placement`
+        describes (``SCALARS``, ``FLOAT_SCALARS``, ``scalar_parts()``). The table's own state has
+        the empty prefix (its names are bare: ``"size"``, ``"ring_lo"``); the others' names are
+        ``"<prefix>.<attribute>"`` (``"limiter.inserts"``, ``"sampler.set.size"``). A part added
+        to the table adds itself here.
+        """
+        parts: dict[str, Any] = {"": self._state, "limiter": self.rate_limiter}
+        if self._placed_index is not None:
+            parts["index"] = self._placed_index
+        parts["sampler"] = self.sampler
+        parts["remover"] = self.remover
+        if self._episodes is not None:
+            parts["episodes"] = self._episodes
+        return parts
+
+    def state_layout(self) -> tuple[tuple[str, ...], str]:
+        """Internal (replaystore.shared): the names of :meth:`state_scalars`' values and their codes.
+
+        Codes are ``struct`` codes, one per value: ``"q"`` (int64) or ``"d"`` (float64). Only for
+        a table built under a placement (whose parts stay the same objects for its life).
 
         Raises:
-            InvalidState: the table left ring mode (its state is then more than these numbers).
+            InvalidState: the table was not built under a placement.
         """
-        if self._ring is None:
-            raise InvalidState(f"table {self.name!r} left ring mode: its state is not a tuple of scalars")
-        lim = self.rate_limiter
-        return (lim.inserts, lim.samples, lim.deletes, *shared_fields(self._state))
+        if self._scalar_io is None:
+            if not self._placed:
+                raise InvalidState(f"table {self.name!r} was not built under a placement: its parts may change")
+            self._scalar_io = _compile(self.scalar_parts())
+        return self._scalar_io[0], self._scalar_io[1]
+
+    def state_scalars(self) -> tuple:
+        """Internal (replaystore.shared): the published state, named by :meth:`state_layout` (lock held)."""
+        if self._scalar_io is None:
+            self.state_layout()
+        return self._scalar_io[2]()
 
     def load_state_scalars(self, values: Any) -> None:
-        """Internal (replaystore.shared): set the state :meth:`state_scalars` returns (lock held)."""
-        if self._ring is None:
-            raise InvalidState(f"table {self.name!r} left ring mode: its state is not a tuple of scalars")
-        lim = self.rate_limiter
-        lim.inserts, lim.samples, lim.deletes = values[:3]
-        load_shared(self._state, values[3:])
+        """Internal (replaystore.shared): set the state :meth:`state_scalars` returns (lock held).
+
+        When the loaded state says another process took the table out of ring mode, this process
+        switches to the out-of-ring structures (already in the segment, already filled).
+        """
+        if self._scalar_io is None:
+            self.state_layout()
+        self._scalar_io[3](values)
+        if self._ring is not None and not self._state.ring_mode:
+            self._leave_ring(fill=False)
+
+
+def _collect(prefix: str, obj: Any, out: list) -> None:
+    for name in getattr(obj, "SCALARS", ()):
+        out.append((obj, name, "q", prefix + name))
+    for name in getattr(obj, "FLOAT_SCALARS", ()):
+        out.append((obj, name, "d", prefix + name))
+    children = getattr(obj, "scalar_parts", None)
+    if children is not None:
+        for sub, child in children().items():
+            _collect(f"{prefix}{sub}.", child, out)
+
+
+def _compile(parts: dict[str, Any]) -> tuple[tuple[str, ...], str, Any, Any]:
+    """``(names, codes, get, put)``: ``get()`` returns every scalar, ``put(values)`` sets them.
+
+    Both are compiled once (as ``collections.namedtuple`` compiles its class): one tuple display
+    and one tuple assignment over the attributes, several times cheaper than loops of
+    ``getattr``/``setattr`` (a shared table runs them on every call that changed the state).
+    """
+    out: list = []
+    for prefix, obj in parts.items():
+        _collect(f"{prefix}." if prefix else "", obj, out)
+    objects: list = []
+    fields = []
+    for obj, attr, _, _ in out:
+        if not attr.isidentifier():
+            raise InvalidState(f"scalar name {attr!r} of {type(obj).__name__} is not an attribute name")
+        i = next((j for j, o in enumerate(objects) if o is obj), None)
+        if i is None:
+            i = len(objects)
+            objects.append(obj)
+        fields.append(f"o{i}.{attr}")
+    names = tuple(entry[3] for entry in out)
+    if len(set(names)) != len(names):
+        raise InvalidState(f"two parts publish scalars of one name: {sorted(n for n in names if names.count(n) > 1)}")
+    namespace = {f"o{i}": o for i, o in enumerate(objects)}
+    src = f"def get():\n    return ({', '.join(fields)},)\n\ndef put(v):\n    ({', '.join(fields)},) = v\n"
+    exec(compile(src, "<replaystore scalars>", "exec"), namespace)  # noqa: S102 - generated from attribute names
+    return names, "".join(entry[2] for entry in out), namespace["get"], namespace["put"]

@@ -88,37 +88,85 @@ class SlotBookkeeping:
         lo = self._state.ring_lo
         return int(keys.min()) == lo and int(keys.max()) == lo + len(slots) - 1
 
-    def _leave_ring(self) -> None:
+    def _leave_ring(self, fill: bool = True) -> None:
         """End ring mode: build the key index, the free-slot stack and the selectors' own state.
 
-        ``O(capacity)``, once per table (until a checkpoint is loaded into a new one).
+        ``O(capacity)``, once per table (until a checkpoint is loaded into a new one). A placed
+        table (``replaystore.shared``) allocated these structures when it was built: they are
+        reset and filled here; with ``fill=False`` (another process of a shared table left ring
+        mode and filled them already) the table only switches to them.
         """
         ring = self._ring
         if ring is None:
             return
-        live = ring.live_slots()
-        keys = self._meta[live, 0]
-        free = ring.free_slots()
-        self._free = np.empty(self.capacity, dtype=np.int64)
-        self._free[: len(free)] = free[::-1]  # pops come out in the order the ring would fill them
-        self._state.nfree = len(free)
-        self._index = ring.to_key_index()
-        for sel in (self.sampler, self.remover):
-            if sel not in self._selectors:
+        st = self._state
+        placed = self._placed_index is not None
+        sampler, remover = self.sampler, self.remover
+        followers = [sel for sel in (sampler, remover) if sel not in self._selectors]
+        if not fill:
+            self._index, self._free = self._placed_index, self._placed_free
+            for sel in followers:
+                sel.unfollow(None, None, None)
+            if hasattr(sampler, "share_live"):
+                sampler.share_live(None, None)
+        else:
+            live = ring.live_slots()
+            keys = self._meta[live, 0]
+            free = ring.free_slots()
+            if placed:
+                self._index, self._free = self._placed_index, self._placed_free
+                self._index.reset()
+                if len(live):
+                    self._index.assign(live, keys)
+            else:
+                self._free = np.empty(self.capacity, dtype=np.int64)
+                self._index = ring.to_key_index()
+            self._free[: len(free)] = free[::-1]  # pops come out in the order the ring would fill them
+            st.nfree = len(free)
+            for sel in followers:
                 sel.unfollow(live, keys, self._priority[live])
-        if hasattr(self.sampler, "share_live"):
-            self.sampler.share_live(None, live)
-        self._selectors = (self.sampler, self.remover)
+            if hasattr(sampler, "share_live"):
+                sampler.share_live(None, live)
+        self._selectors = (sampler, remover)
         if self._episodes is not None:
             index = self._episodes
-            if type(self.sampler) is Uniform:  # share the sampler's new set, as a table built so would
-                index.share_live(self.sampler.live_set)
+            if type(sampler) is Uniform:  # share the sampler's new set, as a table built so would
+                index.share_live(sampler.live_set)
             else:
                 index.share_live(None)
-                index.live.add(live)
+                index.live.add(ring.live_slots())
             self._selectors = (*self._selectors, index)
+        st.ring_mode = 0
         self._ring = None
         self._plan = False
+
+    def rebuild_from_rows(self, slots: np.ndarray) -> None:
+        """Internal (``replaystore.shared``'s crash recovery): hold exactly the items at ``slots``.
+
+        The metadata rows are the truth: the items whose rows are at ``slots`` (distinct) stay,
+        every other row is marked free, and the key index, the free-slot stack, the selectors
+        (cleared, then the items inserted in key order: insertion order, since keys increase) and
+        the size are rebuilt from them. Leaves ring mode. ``O(capacity)``; lock held. Counters are
+        the caller's.
+        """
+        if self._ring is not None:
+            self._leave_ring(fill=False)
+        slots = np.asarray(slots, dtype=np.int64)
+        keys = self._meta[slots, 0]
+        order = np.argsort(keys, kind="stable")
+        slots, keys = slots[order], keys[order]
+        free_mask = np.ones(self.capacity, dtype=bool)
+        free_mask[slots] = False
+        free = np.flatnonzero(free_mask)
+        self._meta[free, 0] = -1
+        self._index.reset()
+        self._index.assign(slots, keys)
+        self._free[: len(free)] = free[::-1]
+        st = self._state
+        st.nfree, st.size = len(free), len(slots)
+        for sel in self._selectors:
+            sel.clear()
+            sel.insert(slots, keys, self._priority[slots])
 
     def _last_occurrences(self, slots: np.ndarray) -> np.ndarray | None:
         """Mask of the last occurrence of each slot, or ``None`` when all are distinct.

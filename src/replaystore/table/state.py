@@ -14,7 +14,6 @@ writes a dozen of them, and a Python attribute costs a fraction of a NumPy scala
 
 from __future__ import annotations
 
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -35,7 +34,19 @@ COUNTERS = (
 )
 #: seconds blocked callers waited, reported by ``Table.stats()``
 BLOCKED = ("insert_blocked_s", "sample_blocked_s")
-_INTS = ("next_key", "size", "nfree", "version", "ring_base", "ring_lo", "ring_hi", "closed", "wal_lsn", *COUNTERS)
+_INTS = (
+    "next_key",
+    "size",
+    "nfree",
+    "version",
+    "ring_mode",
+    "ring_base",
+    "ring_lo",
+    "ring_hi",
+    "closed",
+    "wal_lsn",
+    *COUNTERS,
+)
 _FLOATS = ("max_priority", "pending_max_priority", *BLOCKED)
 #: the fields a shared table publishes to other processes (``closed`` is per process), in this order
 SHARED_INTS = tuple(name for name in _INTS if name != "closed")
@@ -51,6 +62,7 @@ class TableState:
         next_key: the key the next item gets.
         size: live items. nfree: free slots.
         version: the current model version (``Table.version``).
+        ring_mode: 1 while the table is in ring mode (see :mod:`.ring`), else 0.
         ring_base, ring_lo, ring_hi: in ring mode, the key in slot 0 and the live keys ``[lo, hi)``
             (see :class:`~replaystore.keys.RingIndex`, which reads them here).
         closed: 1 once the table is closed.
@@ -62,6 +74,9 @@ class TableState:
     """
 
     __slots__ = _INTS + _FLOATS
+    #: the scalar hook (:mod:`replaystore.placement`): what a shared table publishes
+    SCALARS = SHARED_INTS
+    FLOAT_SCALARS = SHARED_FLOATS
 
     def __init__(self, capacity: int) -> None:
         for name in _INTS:
@@ -123,56 +138,3 @@ def allocate_rows(capacity: int) -> np.ndarray:
     :func:`replaystore.placement.allocate` (``"table.meta"``): NumPy, or a shared segment.
     """
     return allocate("table.meta", (capacity, 4), np.int64, (-1, 0, 0, 0))
-
-
-#: the values of :data:`SHARED_INTS` + :data:`SHARED_FLOATS` of a state, as a tuple
-shared_fields = attrgetter(*SHARED_INTS, *SHARED_FLOATS)
-
-
-def load_shared(state: TableState, values: Any) -> None:
-    """Set the fields :func:`shared_fields` reads from ``values`` (in that order).
-
-    One tuple assignment (a loop of ``setattr`` costs several times more, and a shared table
-    calls this whenever another process changed the table); the names are checked against
-    :data:`SHARED_INTS` + :data:`SHARED_FLOATS` below.
-    """
-    (
-        state.next_key,
-        state.size,
-        state.nfree,
-        state.version,
-        state.ring_base,
-        state.ring_lo,
-        state.ring_hi,
-        state.wal_lsn,
-        state.inserts,
-        state.samples,
-        state.sample_calls,
-        state.deletes,
-        state.evictions,
-        state.retired,
-        state.dropped_stale,
-        state.skipped_updates,
-        state.skipped_deletes,
-        state.max_priority,
-        state.pending_max_priority,
-        state.insert_blocked_s,
-        state.sample_blocked_s,
-    ) = values
-
-
-_LOADED = (
-    "next_key",
-    "size",
-    "nfree",
-    "version",
-    "ring_base",
-    "ring_lo",
-    "ring_hi",
-    "wal_lsn",
-    *COUNTERS,
-    "max_priority",
-    "pending_max_priority",
-    *BLOCKED,
-)
-assert _LOADED == (*SHARED_INTS, *SHARED_FLOATS), "load_shared no longer lists TableState's shared fields"
