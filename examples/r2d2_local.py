@@ -1,5 +1,4 @@
-"""R2D2 on one host without Ray: actor processes write steps into a shared episodic table, a learner
-samples prioritized sequences from it.
+"""R2D2 on one host without Ray: actor processes write steps into a shared table, a learner samples it.
 
 The recurrent agent of ``examples/r2d2_cartpole_pomdp.py`` (CartPole-v1 with the velocities hidden,
 an LSTM Q-network, burn-in, n-step double-DQN targets inside the window, ``sequence_priority``),
