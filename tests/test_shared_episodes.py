@@ -232,6 +232,9 @@ def test_two_writer_processes_match_an_in_process_table(tmp_path, capacity):
     assert mask.all() and np.isin(nkeys, local.keys()).all()
     _all_windows_are_one_episode(t, seq_ids)
     assert t.stats()["samples"] == 128
+    t.save(tmp_path / "ckpt")  # a checkpoint of the shared table loads as an in-process one
+    loaded = dataclasses.asdict(rs.Table.load(tmp_path / "ckpt").episode_info(keys))
+    assert {k: v.tolist() for k, v in loaded.items()} == {k: v.tolist() for k, v in want.items()}
     t.close()
 
 

@@ -135,7 +135,8 @@ class EpisodeSync:
         """
         idx = self.index
         if idx.generation != self.gen:
-            n = max(self.used, self.hint)
+            # streams the writers named (a call that did not name them, e.g. a replayed write: all)
+            n = max(self.used, self.hint) if self.hint else self.max_streams
             changed = self._changed(n)
             first = max(self.hi, lo)
             if len(changed):
