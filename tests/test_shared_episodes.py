@@ -7,6 +7,7 @@ import itertools
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -139,6 +140,39 @@ def test_two_handles_follow_each_others_steps_and_episode_ends(tmp_path):
         got, want = (
             dataclasses.asdict(tab.episode_info(np.arange(9))),
             dataclasses.asdict(local.episode_info(np.arange(9))),
+        )
+        assert all(np.array_equal(got[f], want[f]) for f in want)
+    b.close()
+    a.close()
+
+
+def test_a_writer_waiting_for_the_rate_limiter_while_another_writes(tmp_path):
+    """The waiting writer's index takes the other handle's steps while its own plan is pending."""
+    limiter = rs.RateLimiter(1.0, 1, -100, 3)  # inserts - samples <= 3
+    a = make_shared(tmp_path, 50, rate_limiter=limiter)
+    b = SharedTable.attach(a.shared_name, directory=tmp_path)
+    local = te.table(50, rate_limiter=rs.RateLimiter(1.0, 1, -100, 3))
+    for tab in (b, local):
+        tab.extend_steps(te.steps([0, 1]), streams=[0, 1])
+    out = {}
+    writer = threading.Thread(
+        target=lambda: out.update(keys=a.extend_steps(te.steps([2, 3]), streams=[0, 2], timeout=20))
+    )
+    writer.start()  # 2 + 2 > 3: it waits
+    time.sleep(0.2)
+    assert writer.is_alive()
+    b.extend_steps(te.steps([4]), streams=[1])  # 3 <= 3: goes first, while the other waits
+    b.sample_sequences(3, 1)  # lets the waiting writer in
+    writer.join(20)
+    assert out["keys"].tolist() == [3, 4]
+    # the in-process table takes the calls in the order the shared one did
+    local.extend_steps(te.steps([4]), streams=[1])
+    local.sample_sequences(3, 1)
+    local.extend_steps(te.steps([2, 3]), streams=[0, 2])
+    for tab in (a, b):
+        got, want = (
+            dataclasses.asdict(tab.episode_info(np.arange(6))),
+            dataclasses.asdict(local.episode_info(np.arange(6))),
         )
         assert all(np.array_equal(got[f], want[f]) for f in want)
     b.close()

@@ -334,11 +334,15 @@ class EpisodeIndex(StreamRings, Selector):
             self._mark[streams] = ar
             plan.shape = "distinct" if bool((self._mark[streams] == ar).all()) else "general"
         tid = threading.get_ident()
+        own = self._pending.get(tid)  # (a writer of this thread waiting for the rate limiter keeps its plan)
         self._pending[tid] = plan
         try:
             self.insert(slots, slots, priorities)
         finally:
-            del self._pending[tid]
+            if own is None:
+                del self._pending[tid]
+            else:
+                self._pending[tid] = own
 
     def load_streams(
         self, ids: np.ndarray, next_t: np.ndarray, cur_ep: np.ndarray, cur_pos: np.ndarray, next_episode: int

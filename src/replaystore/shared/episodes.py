@@ -159,8 +159,8 @@ class EpisodeSync:
             if len(changed):
                 self.used = max(self.used, int(changed[-1]) + 1)
             self.gen = idx.generation
-        self.hint = 0
-        self.ended = False
+            self.hint = 0  # (kept while nothing changed: a writer waiting for the rate limiter goes on)
+            self.ended = False
         self.lo, self.hi = lo, hi
         self.pub_serial, self.pub_ends, self.pub_used = self.serial, self.ends, self.used
         self.pub_next_episode = idx.next_episode
