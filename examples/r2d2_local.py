@@ -135,7 +135,7 @@ def main() -> None:
         directory=directory,
         seed=args.seed,
         sampler=rs.Prioritized(alpha=0.6, beta=0.4),
-        rate_limiter=rs.SampleToInsertRatio(spi, learning_starts, spi * 2_000),
+        rate_limiter=rs.SampleToInsertRatio(spi, learning_starts, spi * 200),  # actors lead by <= 200 steps
         episodes=rs.Episodes(
             max_streams=args.actors * args.envs,
             sequence_length=args.burn_in + args.length,
