@@ -102,16 +102,18 @@ class ShardedSampler(ShardedBase):
             yield ready.popleft()
 
     def _sample(self, method: str, batch_size: int, args: tuple, timeout: float | None) -> Any:
-        """One batch: a ready one of the same shape, else a fetch of ``depth`` batches (the rest kept)."""
+        """One batch: a ready one of the same shape, else a fetch of ``depth`` batches (the rest kept).
+
+        Only one shape's batches are kept: a call of another shape drops them (they were counted
+        as sampled), so a kept batch is never older than the run of same-shape calls it belongs to.
+        """
         shape = (method, batch_size, args)
         with self._lock:
-            queue = self._ready.get(shape)
-            if queue:
-                return queue.popleft()
+            if self._ready and self._ready[0] == shape and self._ready[1]:
+                return self._ready[1].popleft()
         batches = self._finish(self._start(method, batch_size, args, timeout, self.depth))
-        if len(batches) > 1:
-            with self._lock:
-                self._ready.setdefault(shape, collections.deque()).extend(batches[1:])
+        with self._lock:
+            self._ready = (shape, collections.deque(batches[1:])) if len(batches) > 1 else ()
         return batches[0]
 
     def _start(self, method: str, batch_size: int, args: tuple, timeout: float | None, depth: int = 1) -> tuple:
