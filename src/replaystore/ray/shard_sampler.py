@@ -37,8 +37,10 @@ class ShardedSampler(ShardedBase):
         Returns a :class:`~replaystore.Sample` with global keys; ``probabilities`` are each draw's
         probability over the whole table and ``weights`` the importance weights with the global
         size and smallest probability (see :mod:`replaystore.ray.shard_sampling`); ``indices`` are
-        slots of the item's own shard. Raises as :meth:`replaystore.Table.sample`; ``rs.Timeout``
-        also when no shard holds an item within ``timeout``.
+        slots of the item's own shard. With ``depth > 1`` the batch may come from this client's
+        last fetch (no call; drawn at that fetch's instant, see :class:`~replaystore.ray.ShardedClient`). Raises as
+        :meth:`replaystore.Table.sample`; ``rs.Timeout`` also when no shard holds an item within
+        ``timeout``.
         """
         return self._sample("sample", batch_size, (), timeout)
 
@@ -202,8 +204,8 @@ class ShardedSampler(ShardedBase):
         shard that dies before they are sent are lost (priorities are hints; nothing else is).
 
         Raises ``ForeignKey`` (nothing sent or queued) for a key of another table,
-        ``InvalidPriority`` for NaN/infinite priorities (negative ones on a prioritized table) or a
-        wrong count, else as the Table.
+        ``InvalidPriority`` for NaN/infinite priorities (negative ones on a prioritized table),
+        ``InvalidArgument`` for a count that does not match the keys, else as the Table.
         """
         if not self.defer_updates:
             res, _, _ = self._by_key("update_priorities", keys, priorities)
