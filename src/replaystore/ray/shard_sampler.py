@@ -139,8 +139,10 @@ class ShardedSampler(ShardedBase):
                 )
             time.sleep(0.02)
             self._refresh(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        if self.consistency == "exact" or not all(st is None or (len(st) > 5 and st[5]) for st in states):
-            depth = 1  # exact: current masses per batch; a rate limiter or max_times_sampled: draw no more than is used
+        if self.consistency == "exact":
+            depth = 1  # the current masses for every batch
+        ahead = np.array([np.inf if st is None else float(st[5]) for st in states])
+        depth = shard_sampling.fetch_depth(int(batch_size), mass, ahead, depth)
         with self._lock:
             counts = shard_sampling.draw_plan(self._rng, int(batch_size), mass, depth)
             shuffles = [
