@@ -14,8 +14,10 @@ it): column storage with a ``spec``; every sampler and remover of the library (`
 limiter; ``max_times_sampled``, ``max_staleness``, ``delete`` and ``clear``. A table starts in
 *ring mode* (with the ``Fifo`` remover: key index, free slots and uniform set are arithmetic on
 three shared numbers); the first removal out of insertion order switches it, in every process,
-to the out-of-ring structures that every process built over the segment when it attached. Not
-yet: episodes.
+to the out-of-ring structures that every process built over the segment when it attached.
+Episodes (``episodes=rs.Episodes(max_streams=...)``): each process keeps its own episode index
+equal to the table's (:mod:`replaystore.shared.episodes`); such a table stays in ring mode (the
+``Fifo`` remover, no ``max_times_sampled``, deletes and stale drops of the oldest steps only).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ..episodes import Episodes
 from ..errors import InvalidArgument, InvalidState
 from ..limiters import MinSize, RateLimiter, limiter_from_config
 from ..placement import allocate, placed
@@ -46,7 +49,9 @@ from ..samplers import (
 from ..storage import ColumnStorage
 from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
+from .episodes import EpisodeSync, SharedEpisodeMethods
 from .guard import ProcessGuard
+from .lock import lock_kind
 from .segment import VICTIMS, Segment, check_name, path_of
 
 _SAMPLERS = (Uniform, Prioritized, Fifo, Lifo, MinHeap, MaxHeap, WithoutReplacement)
@@ -54,7 +59,7 @@ _REMOVERS = (Fifo, Lifo, Uniform, MinHeap, MaxHeap)
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # open tables of this process (re-opened after a fork)
 
 
-class SharedTable(Table):
+class SharedTable(SharedEpisodeMethods, Table):
     """A Table in shared memory; build it with :meth:`create` or :meth:`attach`, never directly.
 
     Every method of :class:`~replaystore.Table` works and keeps its contract, across processes
@@ -80,11 +85,18 @@ class SharedTable(Table):
         directory: str | os.PathLike | None = None,
         remover: Selector | None = None,
         lock_timeout: float = 60.0,
+        lock: str = "auto",
+        episodes: Episodes | None = None,
     ) -> "SharedTable":
         """Create the segment ``name`` (in ``directory``, default ``/dev/shm``) and open it.
 
         Args mirror :class:`~replaystore.Table`; ``spec`` (field shapes and dtypes) is required,
         since the segment is sized up front. ``seed`` seeds this process's sampling only.
+        ``lock``: ``"mutex"`` (a robust process-shared mutex: needs the compiled extension in every
+        process that attaches), ``"flock"`` (slower calls, any process), or ``"auto"`` (the mutex
+        when it is compiled here).
+        ``episodes``: an :class:`~replaystore.Episodes` with ``max_streams`` set (the per-stream
+        state is sized up front too).
 
         Raises:
             InvalidArgument: a bad name or argument, or an option shared tables do not support yet.
@@ -92,6 +104,7 @@ class SharedTable(Table):
             DiskFull: the segment does not fit (the bytes wanted and free are in the message).
         """
         check_name(name)
+        kind = lock_kind(lock)
         capacity = int(capacity)
         if capacity <= 0:
             raise InvalidArgument(f"capacity must be positive, got {capacity}")
@@ -101,6 +114,7 @@ class SharedTable(Table):
         rate_limiter = MinSize(1) if rate_limiter is None else rate_limiter
         remover = Fifo() if remover is None else remover
         _check_supported(sampler, remover, rate_limiter)
+        _check_episodes(episodes, remover, max_times_sampled)
         flat = normalize_spec(spec)
         config = {
             "name": name,
@@ -112,11 +126,12 @@ class SharedTable(Table):
             "max_times_sampled": int(max_times_sampled),
             "max_staleness": None if max_staleness is None else int(max_staleness),
             "default_timeout": default_timeout,
+            "episodes": None if episodes is None else episodes.config(),
         }
         regions: list[tuple[str, tuple, np.dtype]] = []
-        _construct(config, _recorder(regions), None)  # a dry run says what the Table allocates
+        _construct(config, _recorder(regions), None, cls)  # a dry run says what the Table allocates
         path = path_of(name, directory)
-        seg, tmp = Segment.create(path, config, regions, lock_timeout)
+        seg, tmp = Segment.create(path, config, regions, lock_timeout, kind)
         try:
             table = _construct(config, _placer(seg, fill=True), seed, cls)
             table._open(seg, first=True)
@@ -153,6 +168,8 @@ class SharedTable(Table):
         self.shared_name = seg.config["name"]
         self.storage.stage_rows = 1  # no staging: staged rows would hold keys other processes cannot see
         self._guard = ProcessGuard(seg, self)
+        if self._episync is not None:
+            self._guard.on_recover = self._episync.recover
         if first:
             self._guard.start(self.state_scalars())
         self.guard_with(self._guard)
@@ -221,12 +238,37 @@ class SharedTable(Table):
             self._guard.note_victims(slots)
         return slots
 
-    # -- not in shared mode yet ---------------------------------------------------------------------
-    def _no_episodes(self, *args: Any, **kwargs: Any) -> Any:
-        raise InvalidArgument("episodes (steps, sequences, n-step) are not supported by shared tables yet")
+    # -- parts with state of their own (episodes) ------------------------------------------------------
+    def _make_parts(self, config: dict) -> None:
+        """Allocate the episode part's regions (inside the placement of :func:`_construct`)."""
+        ep = config.get("episodes")
+        self._episync = None if ep is None else EpisodeSync(self._episodes, self.capacity, ep["max_streams"])
 
-    add_step = extend_steps = add_episode = end_episode = _no_episodes
-    sample_sequences = sample_nstep = sample_episodes = episode_info = episode_keys = _no_episodes
+    def _batch_rows(self, data: Any) -> int:
+        return _batch_len(data, self.capacity)
+
+    def scalar_parts(self) -> dict[str, Any]:
+        """As :meth:`Table.scalar_parts`, with the episode part (its published scalars)."""
+        parts = Table.scalar_parts(self)
+        if self._episync is not None:
+            parts["episync"] = self._episync
+        return parts
+
+    def state_scalars(self) -> tuple:
+        """As :meth:`Table.state_scalars`; the episode part first writes this critical section's changes."""
+        sync = self._episync
+        if sync is not None:
+            st = self._state
+            sync.push(st.ring_lo, st.ring_hi, st.ring_base, self._guard.generation)
+        return Table.state_scalars(self)
+
+    def load_state_scalars(self, values: Any) -> None:
+        """As :meth:`Table.load_state_scalars`; then this process's episode index catches up."""
+        Table.load_state_scalars(self, values)
+        sync = self._episync
+        if sync is not None:
+            st = self._state
+            sync.pull(st.ring_lo, st.ring_hi, st.ring_base, self._priority)
 
     # -- close ------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -275,6 +317,29 @@ def _check_supported(sampler: Selector, remover: Selector, limiter: RateLimiter)
         raise InvalidArgument(f"rate_limiter must be a RateLimiter, got {type(limiter).__name__}")
 
 
+def _check_episodes(episodes: Episodes | None, remover: Selector, max_times_sampled: int) -> None:
+    """Episodic shared tables stay in ring mode (their replicas follow the ring's key range)."""
+    if episodes is None:
+        return
+    if not isinstance(episodes, Episodes):
+        raise InvalidArgument(f"episodes must be an rs.Episodes, got {type(episodes).__name__}")
+    if episodes.max_streams is None:
+        raise InvalidArgument(
+            "a shared table with episodes needs Episodes(max_streams=...): its per-stream state is "
+            "sized when the table is created"
+        )
+    if type(remover) is not Fifo:
+        raise InvalidArgument(
+            f"a shared table with episodes evicts with the Fifo remover only, not {type(remover).__name__} "
+            "(its steps leave oldest first: other removers are not supported with episodes yet)"
+        )
+    if max_times_sampled:
+        raise InvalidArgument(
+            "max_times_sampled with episodes is not supported by shared tables yet (it retires "
+            "sampled steps out of insertion order)"
+        )
+
+
 def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table) -> Any:
     """A Table (or ``cls``) of ``config`` whose arrays come from ``allocator``."""
     spec = unflatten({p: Field.from_json(f) for p, f in config["spec"].items()})
@@ -282,6 +347,7 @@ def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table
     with placed(allocator):
         storage = ColumnStorage(capacity, spec)
         table = cls.__new__(cls)
+        episodes = config.get("episodes")
         Table.__init__(
             table,
             capacity,
@@ -294,7 +360,10 @@ def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table
             seed=seed,
             default_timeout=config["default_timeout"],
             name=config["name"],
+            episodes=None if episodes is None else Episodes(**episodes),
         )
+        if isinstance(table, SharedTable):
+            table._make_parts(config)
         allocate(VICTIMS, (capacity + 1,), np.int64)  # (the guard's notes: ProcessGuard.note_victims)
     return table
 
@@ -362,6 +431,12 @@ def _as_batch_of_one(item: dict, spec: dict | None) -> dict | None:
 
 def _batch_len(data: Any, default: int) -> int:
     """The leading length of a (nested) dict batch, at most ``default`` (``default`` when it has none)."""
+    if type(data) is dict:  # the common case, a flat dict of arrays: no iterator objects
+        for first in data.values():
+            if type(first) is np.ndarray and first.ndim:
+                n = first.shape[0]
+                return n if n < default else default
+            break
     while type(data) is dict and data or isinstance(data, Mapping) and data:
         data = next(iter(data.values()))
     try:
