@@ -149,7 +149,6 @@ LONG_MODULES = {
     "replaystore/ray/fragment_buffer.py": "not split further yet; its records went to fragment_records.py",
     # 520-530 lines before the tree was formatted with `ruff format` (signatures one argument per
     # line); each is one concept, to be split further in a follow-up, not cut in half:
-    "replaystore/ray/sharded.py": "the sharded client (routing, one logical sample, by-key calls)",
     "replaystore/ray/wal.py": "the group-commit writer (records and files are already apart)",
     "replaystore/online/budget.py": "AReaL's admission rule with over-provisioning, tokens and expiry",
     "replaystore/online/buffer.py": "the rollout buffer's face (producers and trainer are apart)",

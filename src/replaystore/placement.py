@@ -88,4 +88,18 @@ def placed(allocator: Allocator) -> Iterator[None]:
         _current.reset(token)
 
 
-__all__ = ["Allocator", "allocate", "placed", "placing", "scope"]
+@contextmanager
+def unplaced() -> Iterator[None]:
+    """Allocate with NumPy in this block, even inside :func:`placed`.
+
+    For a part that every process keeps a copy of its own (the episode index of a shared table is
+    a per-process replica, kept equal to the segment's truth by ``replaystore.shared.episodes``).
+    """
+    token = _current.set(None)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+__all__ = ["Allocator", "allocate", "placed", "placing", "scope", "unplaced"]

@@ -164,6 +164,9 @@ class Membership(FragmentStore):
     def info(self):
         return dict.fromkeys(self.known, "node")
 
+    def keys_of(self, label):
+        return {k for k in self.keys() if label_of(k) == label}
+
 
 def test_check_nodes_finds_a_node_that_left_while_the_service_was_down(tmp_path):
     cfg = FragmentBufferConfig(
@@ -183,8 +186,7 @@ def test_check_nodes_finds_a_node_that_left_while_the_service_was_down(tmp_path)
     assert buf.check_nodes() == ([], [])
     buf.close()
     store = Membership(tmp_path / "s", {"A"})  # restarted: B is gone, the router never knew it
-    buf = FragmentBuffer(cfg, store=store)
-    assert buf.check_nodes() == ([], ["B"])
+    buf = FragmentBuffer(cfg, store=store)  # its start checks the nodes: B is dropped at once
     st_ = buf.stats()
     assert st_["fragments_lost_with_node"] == 3 and st_["lost_nodes"] == ["B"] and buf.num_chunks == 1
     assert buf.check_nodes() == ([], [])  # nothing more to drop
@@ -192,4 +194,64 @@ def test_check_nodes_finds_a_node_that_left_while_the_service_was_down(tmp_path)
     assert buf.check_nodes() == (["B"], [])
     assert buf.stats()["lost_nodes"] == [] and buf.stats()["nodes_reattached"] == 1
     assert put(buf, "B", "sb", 3)[1] == "pending"
+    buf.close()
+
+
+def test_a_store_started_again_is_reconciled_with_its_directory(tmp_path):
+    """A store (re)attached under a label that was never dropped (service restart, a node back
+    before anyone noticed): what its directory holds counts again; only what it lacks is dropped."""
+    cfg = FragmentBufferConfig(
+        max_chunks=8,
+        max_staleness=5,
+        max_reuse=5,
+        fragments_per_chunk=2,
+        path=str(tmp_path),
+        num_shards=1,
+        seed=0,
+        lease_ttl=None,
+    )
+    store = Membership(tmp_path / "s", {"A", "B"})
+    buf = FragmentBuffer(cfg, store=store)
+    buf.set_version(S, 0)
+    a = [put(buf, "A", "sa", i)[0] for i in range(4)]
+    b = [put(buf, "B", "sb", i)[0] for i in range(5)]  # two chunks and a partial on B
+    lease = buf.fetch(2 * buf.num_chunks)
+    store.known.discard("B")  # the router restarted B's store: it is attached again at the next check
+    assert buf.check_nodes() == (["B"], [])
+    assert buf.num_chunks == 4 and buf.stats()["fragments_lost_with_node"] == 0  # all there: nothing lost
+    store.delete([b[1]])  # B's directory lost one payload of its first chunk
+    store.known.discard("B")
+    assert buf.check_nodes() == (["B"], [])
+    st_ = buf.stats()
+    assert st_["fragments_lost_with_node"] == 1 and st_["chunks_lost_with_node"] == 1 and buf.num_chunks == 3
+    assert st_["lost_nodes"] == [] and st_["pending_fragments"] == 1  # the node itself was not lost
+    assert b[0] in store and all(f in store for f in a)  # b[0] is held by the lease
+    buf.release(lease.lease_id)
+    assert b[0] not in store  # its chunk was dropped: freed once the lease let it go
+    assert put(buf, "B", "sb", 5)[1] == "chunk"
+    buf.close()
+
+
+def test_a_store_that_does_not_answer_on_an_alive_node_is_not_dropped(tmp_path):
+    cfg = FragmentBufferConfig(
+        max_chunks=8,
+        max_staleness=5,
+        max_reuse=5,
+        fragments_per_chunk=2,
+        path=str(tmp_path),
+        num_shards=1,
+        seed=0,
+        lease_ttl=None,
+    )
+    store = Membership(tmp_path / "s", {"A", "B"})
+    buf = FragmentBuffer(cfg, store=store)
+    buf.set_version(S, 0)
+    put(buf, "B", "sb", 0), put(buf, "B", "sb", 1)
+    buf.close()
+    store = Membership(tmp_path / "s", {"A"})  # restarted; B's node is alive but its store did not start
+    store.starting = {"B"}
+    buf = FragmentBuffer(cfg, store=store)
+    assert buf.stats()["fragments_lost_with_node"] == 0 and buf.num_chunks == 1
+    store.starting = set()  # the node left after all
+    assert buf.check_nodes() == ([], ["B"]) and buf.stats()["fragments_lost_with_node"] == 2
     buf.close()

@@ -81,3 +81,45 @@ def test_masses_fall_back_to_sizes_and_skip_dead_shards():
     np.testing.assert_array_equal(shard_sampling.masses(states, np.array([True, True, True])), [0, 2.5, 0])
     counts = shard_sampling.draw_counts(np.random.default_rng(0), 1000, np.array([1.0, 0.0, 3.0]))
     assert counts.sum() == 1000 and counts[1] == 0 and 650 < counts[2] < 850
+
+
+def test_split_fetch_gives_the_planned_rows_of_each_shard_per_batch():
+    """A fetch of k batches: batch j holds rows counts[j, s] of shard s (the next ones, in order), merged."""
+    alpha, beta, k = 0.6, 0.4, 5
+    rng = np.random.default_rng(1)
+    prios = [np.array([1.0, 2.0, 3.0]), np.array([4.0, 0.5])]
+    scaled = [p**alpha for p in prios]
+    mass = np.array([x.sum() for x in scaled])
+    states = [(len(p), x.sum(), x.min(), "prioritized", beta, True) for p, x in zip(prios, scaled)]
+    counts = shard_sampling.draw_plan(rng, 7, mass, k)
+    assert counts.shape == (k, 2) and (counts.sum(axis=1) == 7).all()
+    got = {}
+    for s, (p, x) in enumerate(zip(prios, scaled)):
+        n = int(counts[:, s].sum())
+        slot = rng.integers(0, len(p), n)
+        p_local = (x / x.sum())[slot]
+        got[s] = rs.Sample(
+            data={"row": np.arange(n) + 1000 * s, "pair": np.stack([slot, slot], axis=1)},
+            keys=slot,
+            indices=slot,
+            probabilities=p_local,
+            weights=(p_local / (x.min() / x.sum())) ** -beta,
+            priorities=p[slot],
+            times_sampled=np.ones(n, np.int64),
+            versions=np.zeros(n, np.int64),
+        )
+    shuffles = [np.random.default_rng(j) for j in range(k)]
+    batches = shard_sampling.split_fetch(got, counts, 5, mass, states, shuffles)
+    offsets = np.vstack([np.zeros(2, np.int64), np.cumsum(counts, axis=0)])
+    p_min = min(x.min() for x in scaled) / mass.sum()
+    for j, b in enumerate(batches):
+        shard, local = shard_keys.decode(5, b.keys, 2)
+        for s in range(2):
+            rows = np.sort(b.data["row"][shard == s]) - 1000 * s
+            np.testing.assert_array_equal(rows, np.arange(offsets[j, s], offsets[j + 1, s]))
+        np.testing.assert_array_equal(b.data["pair"][:, 0], local)  # every column gathered alike
+        expect = np.concatenate(scaled)[np.where(shard == 0, local, 3 + local)] / mass.sum()
+        np.testing.assert_allclose(b.probabilities, expect, rtol=1e-12)
+        np.testing.assert_allclose(b.weights, (expect / p_min) ** -beta, rtol=1e-12)
+    counts[:, 1] = 0  # a shard with no rows in the plan, and one missing from the replies
+    assert all(b is None for b in shard_sampling.split_fetch({}, counts, 5, mass, states, shuffles))

@@ -125,6 +125,33 @@ def test_keys_route_to_their_shard_and_foreign_keys_are_refused(ray_local):
         other.shutdown()
 
 
+def test_fetches_of_depth_batches_and_updates_riding_on_them(ray_local):
+    """depth=4: one call per shard per 4 batches; queued updates reach a shard with its next fetch."""
+    c = rsr.serve_sharded(functools.partial(make_table, "prioritized"), 2, name=unique(), seed=0, depth=4)
+    try:
+        keys = c.extend(transitions(40), priorities=np.ones(40), route=np.arange(40))
+        watcher = rsr.connect_sharded(c.name, defer_updates=False)  # sees the shards, not c's queue
+        first = c.sample(8)
+        assert watcher.stats()["total"]["samples"] == 32  # four batches fetched at once
+        rest = [c.sample(8) for _ in range(3)]  # handed out from the fetch: no call
+        assert watcher.stats()["total"]["samples"] == 32
+        assert all(len(b.keys) == 8 and set(b.keys.tolist()) <= set(keys.tolist()) for b in [first, *rest])
+        assert c.update_priorities(keys[:4], 9.0) == 4  # queued
+        with pytest.raises(rs.InvalidPriority):
+            c.update_priorities(keys[:2], [1.0, np.nan])
+        np.testing.assert_array_equal(watcher.info(keys[:4])["priorities"], 1.0)
+        c.sample(8)  # the next fetch carries the updates, applied before the draw
+        np.testing.assert_array_equal(watcher.info(keys[:4])["priorities"], 9.0)
+        assert watcher.stats()["total"]["samples"] == 64
+        c.update_priorities(keys[4:6], 3.0)
+        np.testing.assert_array_equal(c.info(keys[4:6])["priorities"], 3.0)  # by-key calls send the queue first
+        assert c.delete(keys[:30]) == 30  # fetched batches that may hold deleted items are dropped
+        assert set(c.sample(8).keys.tolist()) <= set(keys[30:].tolist())
+        assert watcher.stats()["total"]["samples"] == 96
+    finally:
+        c.shutdown()
+
+
 def test_bad_shard_counts_and_placements(ray_local):
     factory = functools.partial(make_table, "uniform")
     for bad in (0, -1, 257, 2.0, True):

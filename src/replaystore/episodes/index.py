@@ -255,7 +255,7 @@ class EpisodeIndex(StreamRings, Selector):
         if len(ts):
             # pos <= t: the newest position bounds every position in the episode
             top = int(ts[-1]) if plan.shape == "same" else int(ts.max())
-            if plan.rows is not None:  # restored detached steps have t = -1
+            if plan.shape == "restore":  # restored detached steps have t = -1
                 top = max(top, int(pos.max()))
             if top > _INT32_MAX or self.next_episode > _INT32_MAX:
                 self._widen(top, self.next_episode)
@@ -263,7 +263,7 @@ class EpisodeIndex(StreamRings, Selector):
         self.pos_of[slots] = pos
         self.flags[slots] = flags
         self.uid[slots] = (streams << UID_SHIFT) | (ts & _T_MASK)  # restored detached: t = -1 -> _T_MASK
-        if plan.rows is not None:  # restored steps that were detached stay detached
+        if plan.rows is not None and plan.shape == "restore":  # restored steps that were detached stay detached
             on = ts >= 0
             self.flags[slots[~on]] |= DETACHED
             self.n_detached += int((~on).sum())
@@ -309,6 +309,57 @@ class EpisodeIndex(StreamRings, Selector):
     def clear(self) -> None:
         """Forget every step and stream."""
         self.bind(self.capacity, self.rng)
+
+    # -- replicas (replaystore.shared) -----------------------------------------------------------------
+    def apply_rows(self, slots: np.ndarray, rows: tuple, priorities: np.ndarray) -> None:
+        """Internal (replaystore.shared): enter steps whose rows another copy of this index computed.
+
+        ``rows`` is ``(streams, ts, episodes, positions, flags)`` of the new steps in ``slots``
+        (free in this index, each step newer than every live step of its stream, the stream
+        state already loaded with :meth:`load_streams`); ``priorities`` are the slots' priorities
+        (for prioritized sequence validity). Same effect as the insert that wrote them. Lock held.
+        """
+        if len(slots) == 0:
+            return
+        streams = rows[0]
+        top = int(streams.max())
+        if top >= self.n_streams:
+            self._streams_alloc(min(self.options.stream_limit, _pow2_at_least(top + 1)))
+        plan = StepPlan(streams, np.zeros(len(slots), bool), np.zeros(len(slots), bool), rows=rows)
+        n = len(streams)
+        if n == 1 or bool((streams == streams[0]).all()):
+            plan.shape = "same"
+        else:
+            ar = np.arange(n)
+            self._mark[streams] = ar
+            plan.shape = "distinct" if bool((self._mark[streams] == ar).all()) else "general"
+        tid = threading.get_ident()
+        own = self._pending.get(tid)  # (a writer of this thread waiting for the rate limiter keeps its plan)
+        self._pending[tid] = plan
+        try:
+            self.insert(slots, slots, priorities)
+        finally:
+            if own is None:
+                del self._pending[tid]
+            else:
+                self._pending[tid] = own
+
+    def load_streams(
+        self, ids: np.ndarray, next_t: np.ndarray, cur_ep: np.ndarray, cur_pos: np.ndarray, next_episode: int
+    ) -> None:
+        """Internal (replaystore.shared): set the state of streams ``ids`` and the next episode id.
+
+        As another copy of this index has them (trusted input, lock held); a change of structure
+        for the caches (the generation moves on).
+        """
+        if len(ids):
+            top = int(ids.max())
+            if top >= self.n_streams:
+                self._streams_alloc(min(self.options.stream_limit, _pow2_at_least(top + 1)))
+            self.next_t[ids], self.cur_ep[ids], self.cur_pos[ids] = next_t, cur_ep, cur_pos
+            self.written = max(self.written, int(next_t.max()))
+        self.next_episode = int(next_episode)
+        self.generation += 1
 
     # -- export / import (checkpoints) ----------------------------------------------------------------
     def export_rows(self, slots: np.ndarray) -> dict[str, np.ndarray]:
@@ -377,6 +428,7 @@ class EpisodeIndex(StreamRings, Selector):
             st.astype(np.int64),
             np.zeros(len(st), bool),
             np.zeros(len(st), bool),
+            shape="restore",
             rows=(
                 st.astype(np.int64),
                 t.astype(np.int64),

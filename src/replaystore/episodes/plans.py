@@ -21,7 +21,7 @@ class StepPlan:
 
     ``new_episode`` forces the first row of each stream to start a new episode (``add_episode``).
     ``same_stream`` promises that every row has the same stream id.
-    ``rows`` (restore only) gives explicit per-row ``(stream, t, episode, pos, flags)``.
+    ``rows`` (a restore, or a replica's copy) gives explicit per-row ``(stream, t, episode, pos, flags)``.
     """
 
     __slots__ = (
@@ -45,6 +45,7 @@ class StepPlan:
         new_episode: bool = False,
         rows: tuple | None = None,
         same_stream: bool = False,
+        shape: str = "general",
     ) -> None:
         self.streams = streams
         self.terminated = terminated
@@ -55,7 +56,9 @@ class StepPlan:
         self.rows = rows
         self.committed = False
         self.same_stream = same_stream  # every row has the same stream id
-        self.shape = "general"  # set by the plan's computation: "same", "distinct" or "general"
+        # set by the plan's computation: "same", "distinct" or "general"; "restore": rows of a
+        # checkpoint (steps of any age, detached steps with t = -1)
+        self.shape = shape
 
 
 def compute_plan(

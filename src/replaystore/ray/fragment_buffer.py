@@ -122,6 +122,7 @@ class FragmentBuffer(FragmentNodes):
             self.journal.clear()
             self.store.clear()
         self._restore(self.journal.load())
+        self.check_nodes()  # node-local stores: attach every node's store, reconcile it with the journal
 
     def _reset(self) -> None:
         """Empty in-memory state (then filled from the journal by :meth:`_restore`)."""
@@ -366,17 +367,17 @@ class FragmentBuffer(FragmentNodes):
         deletes += self._expire_leases(now)
         self._commit(None, deletes)
         self.collect_orphans(now)
-        ratio = self.config.compact_ratio
-        if ratio is not None and self.store.disk_usage() > ratio * self.store.live_bytes() + (64 << 20):
-            self.compact()
+        if self.config.compact_ratio is not None:
+            self.compact_bloated(self.config.compact_ratio)
 
-    def compact(self) -> int:
+    def compact(self, nodes: list[str] | None = None) -> int:
         """Compact the store online (see ``FragmentStore.compact``); return the bytes given back.
 
         Readers never wait; writers of a shard wait while it is copied. ``DiskFull`` if there is no
-        room for the copy (the store is then as it was).
+        room for the copy (the store is then as it was). With node-local stores, ``nodes`` limits
+        it to those node labels (default: every node).
         """
-        freed = self.store.compact()
+        freed = self.store.compact() if nodes is None else self.store.compact(nodes)
         self.counters["compactions"] += 1
         self.counters["bytes_compacted"] += freed
         return freed
@@ -548,8 +549,13 @@ class FragmentBuffer(FragmentNodes):
 
     # -- stats ------------------------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
-        """Counters and gauges: chunk count, version, pending fragments, leases, table stats."""
+        """Counters and gauges: chunk count, version, pending fragments, leases, table stats.
+
+        With node-local stores also ``nodes``: ``{label: {"node_id", "payloads", "disk_bytes",
+        "live_bytes", "free_bytes"}}`` of every store that answered (``store_disk_bytes`` is their sum).
+        """
         t = self.table.stats()
+        store_disk, nodes = self.store_space()
         return {
             **self.counters,
             "model_version": self.version,
@@ -562,7 +568,8 @@ class FragmentBuffer(FragmentNodes):
             "lost_nodes": sorted(self.lost_nodes),
             "referenced_payloads": len(self.refs),
             "journal_low_space": self.journal.low_space,
-            "store_disk_bytes": self.store.disk_usage(),
+            "store_disk_bytes": store_disk,
+            **({"nodes": nodes} if nodes is not None else {}),
             "journal_disk_bytes": self.journal.disk_usage(),
             "staleness_histogram": t["staleness_histogram"],
             "chunk_use_count_mean": float(np.mean([c.use_count for c in self._chunks.values()]))

@@ -189,6 +189,13 @@ def create_loader_pool(
     return ActorPool(_loaders(ray, info["node_id"], num_readers, num_cpus_per_reader, service, namespace, wrap))
 
 
+def node_local(service: str = "replaystore", namespace: str | None = None) -> bool:
+    """Whether ``service``'s fragment buffer keeps node-local stores (``ValueError``: no such service)."""
+    from .client import connect
+
+    return connect(service, namespace=namespace).fragments.store_info.get("node_local") is not None
+
+
 def _loaders(
     ray: Any,
     node_id: str,
@@ -273,4 +280,4 @@ def data_iter(
             loads.drain(timeout)  # leave the pool empty for its next user (also after a timeout)
 
 
-__all__ = ["FragmentLoader", "LocalLoaderPool", "create_loader_pool", "data_iter", "detach", "get"]
+__all__ = ["FragmentLoader", "LocalLoaderPool", "create_loader_pool", "data_iter", "detach", "get", "node_local"]

@@ -13,9 +13,12 @@ loader know where a payload is without asking.
 store actor. :meth:`NodeStores.refresh` (run by housekeeping) starts stores on new nodes and
 reports nodes that died; the buffer then drops their fragments (:meth:`FragmentBuffer.drop_node`).
 
-The label of a node is its IP address when that is unique among the nodes declaring the resource
-(a real cluster: a node restarted with its disk comes back under the same label and is
-re-attached), else its node id (a simulated cluster on one machine).
+The label of a node is, in this order: the value of its Ray node label ``replaystore-store``
+(``ray start --labels='{"replaystore-store": "rack1-n3"}'``; also what a simulated cluster uses
+to give a restarted node its old label), its IP address when that is unique among the nodes
+declaring the resource (a real cluster), else its node id (a simulated cluster on one machine). A
+node restarted with its directory under the same label is re-attached (see
+:meth:`~replaystore.ray.fragment_nodes.FragmentNodes.check_nodes`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import logging
 import os
 from typing import Any
 
-from ..errors import KeyNotFound, StorageError
+from ..errors import DiskFull, KeyNotFound, StorageError
 from ..storage.fragments import FragmentStore, new_fragment_id
 from ._runtime import get, import_ray
 from .store import StoreServer
@@ -32,6 +35,7 @@ from .store import StoreServer
 log = logging.getLogger("replaystore")
 
 SEP = "@"
+LABEL_KEY = "replaystore-store"  # a Ray node label naming the node's store (stable across restarts)
 
 
 class NodeLost(KeyNotFound):
@@ -55,12 +59,31 @@ def store_actor_name(service: str, label: str) -> str:
 
 
 def node_labels(resource: str) -> dict[str, str]:
-    """``{label: node_id}`` of the alive nodes declaring ``resource`` (see the module doc for labels)."""
+    """``{label: node_id}`` of the alive nodes declaring ``resource`` (see the module doc for labels).
+
+    A ``replaystore-store`` node label declared by two alive nodes is ignored for both (logged).
+    """
     ray = import_ray()
     nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(resource, 0) > 0]
+    named = [(n.get("Labels") or {}).get(LABEL_KEY) for n in nodes]
+    dup = {x for x in named if x is not None and named.count(x) > 1}
+    if dup:
+        log.warning("node stores: nodes share the %s label(s) %s; using their ids instead", LABEL_KEY, sorted(dup))
     ips = [n.get("NodeManagerAddress") for n in nodes]
     unique = len(set(ips)) == len(ips)
-    return {(n["NodeManagerAddress"] if unique else n["NodeID"][:16]): n["NodeID"] for n in nodes}
+    out = {}
+    for n, name in zip(nodes, named):
+        if name is not None and name not in dup:
+            out[name] = n["NodeID"]
+        else:
+            out[n["NodeManagerAddress"] if unique else n["NodeID"][:16]] = n["NodeID"]
+    return out
+
+
+def node_full(error: DiskFull, label: str, node_id: str | None) -> DiskFull:
+    """``error`` restated to name the node store that is full (same ``path`` and ``wanted``)."""
+    where = f"node store {label!r}" + (f" (node {node_id})" if node_id else "")
+    return DiskFull(f"{where} is full: {error.message}", error.path, error.wanted)
 
 
 class NodeStoreServer(StoreServer):
@@ -71,8 +94,11 @@ class NodeStoreServer(StoreServer):
         self.store = FragmentStore(path, num_shards, map_size)
 
     def put(self, value: Any) -> str:
-        """Store ``value``; return its new id ``"<time>-<uuid>@<label>"``."""
-        return self.store.put(value, new_fragment_id() + SEP + self.label)
+        """Store ``value``; return its new id ``"<time>-<uuid>@<label>"`` (``DiskFull`` naming this node)."""
+        try:
+            return self.store.put(value, new_fragment_id() + SEP + self.label)
+        except DiskFull as e:
+            raise node_full(e, self.label, self.node_id()) from None
 
     def keys(self) -> list[str]:
         """Every stored id."""
@@ -86,9 +112,19 @@ class NodeStoreServer(StoreServer):
         """Compact the store online; return the bytes given back."""
         return self.store.compact()
 
-    def space(self) -> tuple[int, int]:
-        """``(disk_usage, live_bytes)`` of the store."""
-        return self.store.disk_usage(), self.store.live_bytes()
+    def space(self) -> dict[str, Any]:
+        """``{"node_id", "payloads", "disk_bytes", "live_bytes", "free_bytes"}`` of this node's store.
+
+        ``free_bytes``: what the file system holding the store has left for unprivileged writes.
+        """
+        st = os.statvfs(self.store.path)
+        return {
+            "node_id": self.node_id(),
+            "payloads": len(self.store),
+            "disk_bytes": self.store.disk_usage(),
+            "live_bytes": self.store.live_bytes(),
+            "free_bytes": st.f_bavail * st.f_frsize,
+        }
 
     def node_id(self) -> str:
         """The node this store runs on."""
@@ -125,23 +161,32 @@ class NodeStores:
         self.actors: dict[str, Any] = {}
         self.nodes: dict[str, str] = {}  # label -> node id
         self._deleting: list[Any] = []
-        self.refresh()
+        self.starting: set[str] = set()  # labels of alive nodes whose store did not answer yet
+        self._unreported, _ = self.refresh()  # reported by the first check (the buffer reconciles them)
 
     # -- membership ----------------------------------------------------------------------------------
     def refresh(self) -> tuple[list[str], list[str]]:
-        """Start stores on new nodes, forget dead ones; return ``(attached, lost)`` labels."""
+        """Start stores on new nodes, forget dead ones; return ``(attached, lost)`` labels.
+
+        ``attached``: stores started by this call: on nodes new to the router, including a label
+        that came back on another node (a restarted node declaring the same label: its store
+        reopens the same directory). A store that does not answer within ``timeout`` is left
+        unattached and listed in ``starting`` (its node is alive: not lost; tried again at the next
+        refresh). ``lost``: labels whose node is not alive.
+        """
         ray = import_ray()
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         alive = node_labels(self.resource)
-        lost = [lb for lb in self.actors if lb not in alive or alive[lb] != self.nodes[lb]]
-        for lb in lost:
+        lost = [lb for lb in self.actors if lb not in alive]
+        moved = [lb for lb in self.actors if lb in alive and alive[lb] != self.nodes[lb]]
+        for lb in lost + moved:
             del self.actors[lb], self.nodes[lb]
-        attached = []
+        started = {}
         for lb, nid in alive.items():
             if lb in self.actors:
                 continue
-            actor = (
+            started[lb] = (
                 ray.remote(NodeStoreServer)
                 .options(
                     name=store_actor_name(self.service, lb),
@@ -153,11 +198,21 @@ class NodeStores:
                 )
                 .remote(node_dir(self.path, lb), self.num_shards, self.map_size, lb)
             )
-            self.actors[lb], self.nodes[lb] = actor, nid
+        attached = []
+        self.starting = set()
+        for lb, actor in started.items():
+            try:  # a handle of the store's previous life (its node just left) fails here
+                if get(actor.node_id.remote(), self.timeout, f"node store {lb} start") != alive[lb]:
+                    raise StorageError(f"node store {lb!r} answered from another node")
+            except Exception:  # noqa: BLE001 - not attached now; the next refresh tries again
+                log.warning("node store %s did not start; retried at the next refresh", lb, exc_info=True)
+                self.starting.add(lb)
+                continue
+            self.actors[lb], self.nodes[lb] = actor, alive[lb]
             attached.append(lb)
-        if attached:
-            get([self.actors[lb].size.remote() for lb in attached], self.timeout, "node store start")
-        return attached, lost
+        earlier = [lb for lb in getattr(self, "_unreported", ()) if lb in self.actors and lb not in attached]
+        self._unreported = []
+        return earlier + attached, lost
 
     def info(self) -> dict[str, str]:
         """``{label: node_id}`` of the attached stores."""
@@ -201,21 +256,47 @@ class NodeStores:
         """Ids stored on every attached node."""
         return [k for ks in self._all("keys").values() for k in ks]
 
+    def keys_of(self, label: str) -> set[str] | None:
+        """Ids stored on node ``label`` (``None`` if its store does not answer)."""
+        try:
+            return set(get(self.actors[label].keys.remote(), self.timeout, f"node store {label}.keys"))
+        except Exception:  # noqa: BLE001 - a dying node: housekeeping drops it
+            log.warning("node store %s: keys failed", label, exc_info=True)
+            return None
+
     def clear(self) -> None:
         """Delete every payload on every attached node."""
         self._all("clear")
 
-    def compact(self) -> int:
-        """Compact every node's store; return the bytes given back."""
-        return sum(self._all("compact").values())
+    def compact(self, labels: list[str] | None = None) -> int:
+        """Compact the stores of ``labels`` (default: every node); return the bytes given back.
+
+        ``DiskFull`` (naming the node) if a node has no room for the copy; the others are compacted.
+        """
+        if labels is None:
+            return sum(self._all("compact").values())
+        refs = {lb: self.actors[lb].compact.remote() for lb in labels if lb in self.actors}
+        freed, full = 0, None
+        for lb, ref in refs.items():
+            try:
+                freed += get(ref, self.timeout, f"node store {lb}.compact")
+            except DiskFull as e:
+                full = node_full(e, lb, self.nodes.get(lb))
+        if full is not None:
+            raise full
+        return freed
+
+    def node_space(self) -> dict[str, dict[str, Any]]:
+        """``{label: NodeStoreServer.space()}`` of every store that answers."""
+        return self._all("space")
 
     def disk_usage(self) -> int:
         """Bytes the attached stores' file systems hold."""
-        return sum(s[0] for s in self._all("space").values())
+        return sum(s["disk_bytes"] for s in self.node_space().values())
 
     def live_bytes(self) -> int:
         """Bytes of live pages in the attached stores."""
-        return sum(s[1] for s in self._all("space").values())
+        return sum(s["live_bytes"] for s in self.node_space().values())
 
     def close(self) -> None:
         """Kill the store actors (their data stays on disk)."""
@@ -282,13 +363,24 @@ class NodeStoreClient:
         return self._actors[label]
 
     def _remote(self, label: str, method: str, *args: Any) -> Any:
+        """Call a store actor, looking the store up again once after a dead handle.
+
+        A dead handle: the service restarted (new store actors) or the node left (``NodeLost`` if
+        the store is no longer attached).
+        """
         from ..errors import Closed
 
-        try:
-            return get(getattr(self._actor(label), method).remote(*args), self.timeout, f"node store {label}.{method}")
-        except Closed:
-            self._actors.pop(label, None)
-            raise NodeLost(f"node store {label!r} is gone (its node left the cluster)") from None
+        for attempt in range(2):
+            try:
+                return get(
+                    getattr(self._actor(label), method).remote(*args), self.timeout, f"node store {label}.{method}"
+                )
+            except Closed:
+                self._actors.pop(label, None)
+                self._refresh()
+                if attempt:
+                    break
+        raise NodeLost(f"node store {label!r} is gone (its node left the cluster)")
 
     def put(self, value: Any) -> str:
         """Store ``value`` on this node (through a store actor if this node keeps none); return its id."""
@@ -297,7 +389,10 @@ class NodeStoreClient:
             self._refresh()
             label = self._mine()
         if label is not None:
-            return self._open(label).put(value, new_fragment_id() + SEP + label)
+            try:
+                return self._open(label).put(value, new_fragment_id() + SEP + label)
+            except DiskFull as e:
+                raise node_full(e, label, self.here) from None
         nodes = self.info["nodes"]
         if not nodes:
             raise NodeLost(f"no node declares the resource {self.info['node_local']!r}: no store to write to")
@@ -343,8 +438,10 @@ __all__ = [
     "NodeStoreClient",
     "NodeStoreServer",
     "NodeStores",
+    "LABEL_KEY",
     "label_of",
     "node_dir",
+    "node_full",
     "node_labels",
     "store_actor_name",
 ]

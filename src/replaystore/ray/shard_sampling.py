@@ -168,3 +168,80 @@ def concat_samples(a: Any, b: Any) -> Any:
         else:
             fields[f.name] = x
     return type(a)(**fields)
+
+
+def draw_plan(rng: np.random.Generator, batch_size: int, mass: np.ndarray, k: int) -> np.ndarray:
+    """``k`` independent rows of :func:`draw_counts`: a ``(k, shards)`` int64 array (a fetch of ``k`` batches)."""
+    return rng.multinomial(batch_size, mass / mass.sum(), size=k).astype(np.int64)
+
+
+def slice_rows(smp: Any, lo: int, hi: int) -> Any:
+    """Rows ``lo:hi`` of a Sample, SequenceSample or NStepSample (views where NumPy allows)."""
+    n = len(smp.probabilities)
+    fields = {}
+    for f in dataclasses.fields(smp):
+        v = getattr(smp, f.name)
+        if f.name in _PAYLOAD:
+            fields[f.name] = _slice_payload(v, lo, hi)
+        elif isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == n:
+            fields[f.name] = v[lo:hi]
+        else:
+            fields[f.name] = v
+    return type(smp)(**fields)
+
+
+def _slice_payload(data: Any, lo: int, hi: int) -> Any:
+    if isinstance(data, dict):
+        return {k: _slice_payload(v, lo, hi) for k, v in data.items()}
+    if data is None:
+        return None
+    return data[lo:hi]
+
+
+def split_fetch(
+    got: dict[int, Any],
+    counts: np.ndarray,
+    tag: int,
+    mass: np.ndarray,
+    states: list[State | None],
+    shuffles: list[np.random.Generator | None],
+) -> list[Any]:
+    """The ``k`` batches of a fetch: shard ``s`` drew ``counts[:, s].sum()`` rows (i.i.d.) in one call.
+
+    Batch ``j`` takes the next ``counts[j, s]`` of shard ``s``'s rows, shuffled by ``shuffles[j]``
+    (``None``: shard by shard); a batch whose rows all came from shards missing from ``got`` is
+    ``None``. Each shard draws with replacement, so its rows split this way are ``k`` independent
+    draws of the planned counts, exactly as ``k`` separate calls at the same instant would give.
+    The fetch is merged once (:func:`merge`) and every column gathered once, in batch order; the
+    batches are views of that.
+    """
+    shards = [s for s in sorted(got) if counts[:, s].sum()]
+    if not shards:
+        return [None] * len(counts)
+    whole = merge([(s, got[s]) for s in shards], tag, mass, states, None)
+    base = dict(zip(shards, np.cumsum([0] + [int(counts[:, s].sum()) for s in shards[:-1]])))
+    offsets = np.zeros((len(counts) + 1, counts.shape[1]), dtype=np.int64)
+    np.cumsum(counts, axis=0, out=offsets[1:])
+    pieces, sizes = [], []
+    for j in range(len(counts)):
+        idx = np.concatenate([np.arange(offsets[j, s], offsets[j + 1, s]) + base[s] for s in shards])
+        if shuffles[j] is not None:
+            idx = idx[shuffles[j].permutation(len(idx))]
+        pieces.append(idx)
+        sizes.append(len(idx))
+    n = len(whole.probabilities)
+    rows = np.concatenate(pieces)
+    gathered = {}
+    for f in dataclasses.fields(whole):
+        v = getattr(whole, f.name)
+        if f.name in _PAYLOAD:
+            gathered[f.name] = take(v, rows)
+        elif isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == n:
+            gathered[f.name] = v[rows]
+        else:
+            gathered[f.name] = v
+    every = type(whole)(**gathered)
+    if len(sizes) == 1:
+        return [every]
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    return [slice_rows(every, int(bounds[j]), int(bounds[j + 1])) if sizes[j] else None for j in range(len(sizes))]

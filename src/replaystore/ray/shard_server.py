@@ -1,10 +1,12 @@
 """The shard side of a sharded table: a ReplayServer whose replies carry the shard's mass.
 
 A shard of :func:`replaystore.ray.serve_sharded` is an ordinary replay service (same methods, same
-write-ahead log and checkpoints) with one more entry point, :meth:`ShardServer.shard_call`: it runs
+write-ahead log and checkpoints) with two more entry points: :meth:`ShardServer.shard_call` runs
 one of the service's Table methods and returns ``(result, state)``, where ``state`` is the shard's
-:func:`shard_state` right after the call. The sharded client keeps the last state of every shard
-and draws the shards of the next sample from those masses, so a sample costs one round trip.
+:func:`shard_state` right after the call; :meth:`ShardServer.shard_fetch` applies a learner's
+queued priority updates and then draws a sample, in one call. The sharded client keeps the last
+state of every shard and draws the shards of the next sample from those masses, so a sample costs
+one call per shard, and a fetch of ``k`` batches one call per shard for all ``k``.
 
 :class:`ShardFactory` builds a shard's Table from the user's factory and scales its rate limiter
 to the shard (see docs/ray.md, "Sharded tables").
@@ -21,6 +23,8 @@ from ..limiters import Queue, RateLimiter
 from ..samplers import Prioritized, Uniform
 from ..table import Table
 from .server import ReplayServer
+
+_UNBOUNDED = -1e300
 
 #: Table methods a shard call may run (the ReplayServer methods of the same names).
 SHARD_METHODS = frozenset(
@@ -46,9 +50,11 @@ SHARD_METHODS = frozenset(
 )
 
 
-def shard_state(table: Table) -> tuple[int, float, float, str, float]:
-    """``(size, mass, min_mass, kind, beta)`` of a shard's table.
+def shard_state(table: Table) -> tuple[int, float, float, str, float, bool]:
+    """``(size, mass, min_mass, kind, beta, batchable)`` of a shard's table.
 
+    ``batchable``: drawing ``k`` batches in one call is the same as drawing them one by one (no
+    rate limiter bounds sampling, and sampling retires nothing: ``max_times_sampled == 0``).
     ``kind`` is ``"prioritized"`` (mass: sum of ``priority ** alpha``; min_mass: the smallest
     positive one, ``inf`` if none), ``"uniform"`` (mass: the size; min_mass: 1) or the sampler's
     class name for samplers a sharded table cannot combine; ``beta`` is the prioritized sampler's
@@ -56,16 +62,19 @@ def shard_state(table: Table) -> tuple[int, float, float, str, float]:
     """
     size = len(table)
     sampler = table.sampler
+    lim = table.rate_limiter
+    # MinSize's min_diff is -float max (divided by the shard count when scaled): samples never wait on it
+    batchable = table.max_times_sampled == 0 and lim.min_diff < _UNBOUNDED and not isinstance(lim, Queue)
     if isinstance(sampler, Prioritized):
         total, smallest = sampler.mass()
-        return size, total, smallest, "prioritized", sampler.beta
+        return size, total, smallest, "prioritized", sampler.beta, batchable
     if isinstance(sampler, Uniform):
-        return size, float(size), 1.0, "uniform", 0.0
-    return size, float(size), 1.0, type(sampler).__name__, 0.0
+        return size, float(size), 1.0, "uniform", 0.0, batchable
+    return size, float(size), 1.0, type(sampler).__name__, 0.0, batchable
 
 
 class ShardServer(ReplayServer):
-    """A :class:`~replaystore.ray.server.ReplayServer` with :meth:`shard_call` and :meth:`shard_state`."""
+    """A :class:`~replaystore.ray.server.ReplayServer` plus ``shard_call``, ``shard_fetch`` and ``shard_state``."""
 
     def _shard_table(self, table: str) -> Table:
         try:
@@ -73,7 +82,7 @@ class ShardServer(ReplayServer):
         except KeyError:
             raise KeyNotFound(f"shard {self.name!r} has no table {table!r}; tables: {sorted(self.tables)}") from None
 
-    async def shard_state(self, table: str) -> tuple[int, float, float, str, float]:
+    async def shard_state(self, table: str) -> tuple[int, float, float, str, float, bool]:
         """The table's :func:`shard_state` (``KeyNotFound`` for an unknown table)."""
         return shard_state(self._shard_table(table))
 
@@ -91,6 +100,27 @@ class ShardServer(ReplayServer):
             raise InvalidArgument(f"shard_call: {method!r} is not a shard method ({sorted(SHARD_METHODS)})")
         result = await getattr(self, method)(table, *args)
         return result, shard_state(self._shard_table(table))
+
+    async def shard_fetch(
+        self, table: str, updates: tuple[Any, Any] | None, method: str, count: int, *args: Any
+    ) -> tuple[tuple[int, Any], tuple]:
+        """Apply ``updates`` (``(local keys, priorities)`` or ``None``), then draw ``count`` items.
+
+        ``method`` is ``"sample"``, ``"sample_nstep"`` or ``"sample_sequences"`` (its arguments
+        after the batch size in ``args``, the timeout last); ``count == 0`` draws nothing. Returns
+        ``((updates applied, the sample or None), shard_state)``. The updates go through the
+        service's ``update_priorities`` (logged like any other), before the draw, so the draw sees
+        them. Raises as those methods (``InvalidArgument`` for another ``method``); an update that
+        raises leaves nothing drawn.
+        """
+        if method not in _FETCH_METHODS:
+            raise InvalidArgument(f"shard_fetch: {method!r} is not one of {sorted(_FETCH_METHODS)}")
+        applied = 0 if updates is None else await self.update_priorities(table, *updates)
+        result = await getattr(self, method)(table, count, *args) if count else None
+        return (applied, result), shard_state(self._shard_table(table))
+
+
+_FETCH_METHODS = frozenset({"sample", "sample_nstep", "sample_sequences"})
 
 
 class ShardFactory:

@@ -48,6 +48,8 @@ def serve_sharded(
     wal: WalConfig | None = None,
     scale_rate_limiter: bool = True,
     consistency: str = "cached",
+    depth: int = 8,
+    defer_updates: bool = True,
     on_dead: str = "wait",
     skip_after: float = 2.0,
     seed: int | None = None,
@@ -81,6 +83,8 @@ def serve_sharded(
         wal: a write-ahead log per shard in ``<wal.dir>/shard-<i>``.
         scale_rate_limiter: give each shard its share of the Table's rate limiter.
         consistency: the client's (``"cached"`` or ``"exact"``, see :class:`ShardedClient`).
+        depth: the client's batches per fetch (see :class:`ShardedClient`).
+        defer_updates: the client's (priority updates ride on the next fetch).
         on_dead: the client's (``"wait"`` or ``"skip"``).
         skip_after: with ``on_dead="skip"``, seconds before a silent shard is left out.
         seed: the client's random stream (shard counts, shuffling).
@@ -176,6 +180,8 @@ def serve_sharded(
         name,
         namespace,
         consistency=consistency,
+        depth=depth,
+        defer_updates=defer_updates,
         on_dead=on_dead,
         skip_after=skip_after,
         seed=seed,

@@ -4,41 +4,40 @@
 client = rsr.serve_sharded(functools.partial(rs.Table, 1_000_000, sampler=rs.Prioritized(0.6, 0.4)),
                            num_shards=4, name="apex", placement="spread")
 keys = client.extend(batch, priorities=p)       # one shard per call (round robin)
-s = client.sample(512, timeout=30)              # every shard in parallel: one round trip
-client.update_priorities(s.keys, new_p)         # each key goes to its owner
+s = client.sample(512, timeout=30)              # one call per shard fetches 8 batches; 7 wait here
+client.update_priorities(s.keys, new_p)         # queued: rides on the next fetch to each owner
 ```
 
 Routing of inserts: ``"round_robin"`` (a whole batch to the next shard; a shard whose rate limiter
 would block is passed over), by ``route=`` user keys (row ``i`` to shard ``route[i] % N``), and by
 stream for episodic tables (stream ``k`` to shard ``k % N``: an episode never spans shards). Keys
-carry their shard (:mod:`replaystore.ray.shard_keys`). Samples: :mod:`replaystore.ray.shard_sampling`.
+carry their shard (:mod:`replaystore.ray.shard_keys`). Samples: :mod:`replaystore.ray.shard_sampler`
+(fetches, deferred updates) and :mod:`replaystore.ray.shard_sampling` (the math).
 
-A client is picklable (its copies keep their own round-robin position, masses and random stream);
+A client is picklable (its copies keep their own round-robin position, masses and random stream,
+and start with no fetched batches and no queued updates);
 one client is safe to share between threads.
 """
 
 from __future__ import annotations
 
-import collections
 import json
 import os
-import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from ..errors import Closed, InvalidArgument, Timeout
+from ..errors import Closed, Timeout
 from . import shard_keys, shard_sampling
-from ._runtime import get, import_ray, rpc_timeout
-from .client import ReplayClient
+from ._runtime import get, import_ray
+from .shard_sampler import ShardedSampler
 
 MANIFEST = "sharded.json"
 _NOT_ADDED = ("version", "max_priority_seen", "sample_to_insert_ratio", "wal_lsn")
 
 
-class ShardedClient:
+class ShardedClient(ShardedSampler):
     """One logical Table over ``len(shards)`` replay services (see the module docstring).
 
     Args:
@@ -47,149 +46,27 @@ class ShardedClient:
         namespace: the shards' Ray namespace.
         consistency: ``"cached"``: a sample draws the shards from the masses every shard reported
             with its last reply (one round trip; every shard answers every sample, so they are at
-            most one sample old); ``"exact"``: ask every shard for its mass first (two round trips).
+            most one sample old); ``"exact"``: ask every shard for its mass first (two round trips)
+            and fetch one batch at a time.
         on_dead: ``"wait"``: a call to a shard that is restarting waits for it (up to its timeout);
             ``"skip"``: a shard that does not answer within ``skip_after`` seconds, or is dead, is
             left out of samples and round-robin inserts and probed again every ``probe_period``
             seconds (keyed calls to it still wait or fail).
         seed: seed of the client's random stream (shard counts, shuffling).
         shuffle: shuffle the rows of a sample (otherwise they come shard by shard).
+        depth: batches fetched per round trip: a ``sample`` that finds no batch ready draws the
+            shard counts of ``depth`` batches at once, asks each shard for all its rows in one
+            call and keeps the other ``depth - 1`` batches for the next calls of the same shape
+            (each an exact draw at the fetch's instant; changes made after it, e.g. priority
+            updates, are seen from the next fetch). ``1``: one call per shard per sample. Tables
+            whose sampling a rate limiter bounds or that retire items (``max_times_sampled``)
+            always fetch one batch at a time.
+        defer_updates: ``update_priorities`` validates, queues the updates and returns at once;
+            they ride on the next sample call to their shard (applied before it draws), or go out
+            on their own with :meth:`flush_updates` and before any other call that reads or
+            changes the shards.
         default_timeout, rpc_grace: as for :class:`~replaystore.ray.ReplayClient`.
     """
-
-    def __init__(
-        self,
-        shards: list[ReplayClient],
-        name: str,
-        namespace: str | None = None,
-        consistency: str = "cached",
-        on_dead: str = "wait",
-        skip_after: float = 2.0,
-        probe_period: float = 5.0,
-        seed: int | None = None,
-        shuffle: bool = True,
-        default_timeout: float | None = None,
-        rpc_grace: float | None = 60.0,
-    ) -> None:
-        if consistency not in ("cached", "exact"):
-            raise InvalidArgument(f"consistency must be 'cached' or 'exact', got {consistency!r}")
-        if on_dead not in ("wait", "skip"):
-            raise InvalidArgument(f"on_dead must be 'wait' or 'skip', got {on_dead!r}")
-        self.shards = list(shards)
-        self.name = name
-        self.namespace = namespace
-        self.tag = shard_keys.tag_for(name, namespace)
-        self.consistency = consistency
-        self.on_dead = on_dead
-        self.skip_after = skip_after
-        self.probe_period = probe_period
-        self.seed = seed
-        self.shuffle = shuffle
-        self.default_timeout = default_timeout
-        self.rpc_grace = rpc_grace
-        self.table_name = self.shards[0].table_name
-        self._rng = np.random.default_rng(seed)
-        self._lock = threading.Lock()
-        self._next = 0
-        self._states: list[tuple | None] = [None] * len(self.shards)
-        self._down: dict[int, float] = {}  # shard -> when to try it again
-        self.placement_group: Any = None  # set by serve_sharded: removed by shutdown()
-
-    def __len__(self) -> int:
-        return int(sum(self._each("size", ())))
-
-    def __repr__(self) -> str:
-        return f"ShardedClient(name={self.name!r}, shards={len(self.shards)}, table={self.table_name!r})"
-
-    def __reduce__(self) -> tuple:
-        return (
-            ShardedClient,
-            (
-                self.shards,
-                self.name,
-                self.namespace,
-                self.consistency,
-                self.on_dead,
-                self.skip_after,
-                self.probe_period,
-                self.seed,
-                self.shuffle,
-                self.default_timeout,
-                self.rpc_grace,
-            ),
-        )
-
-    @property
-    def num_shards(self) -> int:
-        """The number of shards."""
-        return len(self.shards)
-
-    # -- plumbing -------------------------------------------------------------------------------------------
-    def _t(self, timeout: float | None) -> float | None:
-        return self.default_timeout if timeout is None else timeout
-
-    def _ref(self, shard: int, method: str, *args: Any) -> Any:
-        return self.shards[shard].actor.shard_call.remote(method, self.table_name, *args)
-
-    def _get(self, refs: dict[int, Any], op_timeout: float | None, what: str) -> dict[int, Any]:
-        """Results by shard of ``shard_call`` refs; records each shard's state. Raises the first error."""
-        out = get(list(refs.values()), rpc_timeout(op_timeout, self.rpc_grace), f"{self.name}.{what}")
-        results = {}
-        with self._lock:
-            for s, (result, state) in zip(refs, out):
-                self._states[s] = state
-                self._down.pop(s, None)
-                results[s] = result
-        return results
-
-    def _get_skipping(self, refs: dict[int, Any], what: str) -> tuple[dict[int, Any], list[int]]:
-        """Like :meth:`_get`, but a shard that is dead or silent for ``skip_after`` s is marked down.
-
-        Returns ``(results by shard, the shards marked down)`` instead of raising for those.
-        """
-        ray = import_ray()
-        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.skip_after)
-        ready_set = set(ready)
-        results, missing = {}, []
-        for s, ref in refs.items():
-            if ref not in ready_set:
-                missing.append(s)
-                continue
-            try:
-                results.update(self._get({s: ref}, 0.0, what))
-            except Closed:
-                missing.append(s)
-        with self._lock:
-            for s in missing:
-                self._down[s] = time.monotonic() + self.probe_period
-        return results, missing
-
-    def _alive(self) -> np.ndarray:
-        now = time.monotonic()
-        with self._lock:
-            return np.array([self._down.get(s, 0.0) <= now for s in range(len(self.shards))])
-
-    def _each(self, method: str, args: tuple, timeout: float | None = 0.0) -> list[Any]:
-        """``method(table, *args)`` on every shard in parallel; results in shard order."""
-        refs = {s: self._ref(s, method, *args) for s in range(len(self.shards))}
-        res = self._get(refs, timeout, method)
-        return [res[s] for s in range(len(self.shards))]
-
-    def _by_key(self, method: str, keys: Any, *columns: Any) -> tuple[list, list[np.ndarray], np.ndarray]:
-        """Send ``method(table, local_keys, *columns)`` to each owning shard.
-
-        Returns ``(results, positions, shard of each key)``; ``ForeignKey`` before anything is sent.
-        """
-        keys = np.asarray(keys, dtype=np.int64).reshape(-1)
-        shards, local = shard_keys.decode(self.tag, keys, len(self.shards))
-        groups = shard_keys.group(shards, len(self.shards))
-        cols = [np.asarray(c).reshape(-1) if np.ndim(c) else np.full(len(keys), c) for c in columns]
-        for c in cols:
-            if len(c) != len(keys):
-                raise InvalidArgument(f"{method}: {len(c)} values for {len(keys)} keys")
-        refs = {s: self._ref(s, method, local[g], *[c[g] for c in cols]) for s, g in enumerate(groups) if len(g)}
-        res = self._get(refs, 0.0, method) if refs else {}
-        return [res.get(s) for s in range(len(self.shards))], groups, shards
 
     # -- inserts ------------------------------------------------------------------------------------------------
     def _pick(self) -> list[int]:
@@ -344,141 +221,15 @@ class ShardedClient:
         refs = {s: self._ref(s, "end_episode", streams_a[g], truncated) for s, g in enumerate(groups) if len(g)}
         return int(sum(self._get(refs, 0.0, "end_episode").values()))
 
-    # -- samples ------------------------------------------------------------------------------------------------
-    def sample(self, batch_size: int, timeout: float | None = None) -> Any:
-        """``batch_size`` items drawn as from one Table holding every shard's items.
-
-        Returns a :class:`~replaystore.Sample` with global keys; ``probabilities`` are each draw's
-        probability over the whole table and ``weights`` the importance weights with the global
-        size and smallest probability (see :mod:`replaystore.ray.shard_sampling`); ``indices`` are
-        slots of the item's own shard. Raises as :meth:`replaystore.Table.sample`; ``rs.Timeout``
-        also when no shard holds an item within ``timeout``.
-        """
-        return self._sample("sample", batch_size, (), timeout)
-
-    def sample_nstep(self, batch_size: int, n: int, gamma: float, timeout: float | None = None) -> Any:
-        """n-step transitions (a :class:`~replaystore.NStepSample`), shards drawn as in :meth:`sample`."""
-        return self._sample("sample_nstep", batch_size, (n, gamma), timeout)
-
-    def sample_sequences(
-        self, batch_size: int, length: int, burn_in: int = 0, mode: str = "strict", timeout: float | None = None
-    ) -> Any:
-        """Sequences (a :class:`~replaystore.SequenceSample`), shards drawn by their item masses.
-
-        See docs/ray.md for when that equals one table's distribution.
-        """
-        return self._sample("sample_sequences", batch_size, (length, burn_in, mode), timeout)
-
-    def _refresh(self, timeout: float | None) -> None:
-        shards = [s for s in range(len(self.shards)) if self._alive()[s]] or list(range(len(self.shards)))
-        refs = {s: self.shards[s].actor.shard_state.remote(self.table_name) for s in shards}
-        if self.on_dead == "skip":
-            ray = import_ray()
-            ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.skip_after)
-            refs = {s: r for s, r in refs.items() if r in set(ready)}
-            for s in set(shards) - set(refs):
-                self._down[s] = time.monotonic() + self.probe_period
-        states = get(list(refs.values()), rpc_timeout(timeout, self.rpc_grace), f"{self.name}.shard_state")
-        with self._lock:
-            for s, st in zip(refs, states):
-                self._states[s] = st
-
-    def iterate(
-        self, batch_size: int, prefetch: int = 4, timeout: float | None = None, max_batches: int | None = None
-    ) -> Iterator[Any]:
-        """Samples of ``batch_size`` with ``prefetch`` samples in flight (as ``ReplayClient.iterate``).
-
-        Each in-flight sample drew its shard counts when it was sent, from the masses known then,
-        so the drift bound of :meth:`sample` covers the changes of the last ``prefetch`` calls.
-        Stopping early drops up to ``prefetch`` drawn batches.
-        """
-        if prefetch < 1:
-            raise InvalidArgument(f"prefetch must be >= 1, got {prefetch}")
-        pending: collections.deque = collections.deque()
-        produced = 0
-        while max_batches is None or produced < max_batches:
-            while len(pending) < prefetch and (max_batches is None or produced + len(pending) < max_batches):
-                pending.append(self._start("sample", batch_size, (), timeout))
-            produced += 1
-            yield self._finish(pending.popleft())
-
-    def _sample(self, method: str, batch_size: int, args: tuple, timeout: float | None) -> Any:
-        return self._finish(self._start(method, batch_size, args, timeout))
-
-    def _start(self, method: str, batch_size: int, args: tuple, timeout: float | None) -> tuple:
-        """Draw the shard counts and send the calls; the pending sample for :meth:`_finish`."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise InvalidArgument(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        t = self._t(timeout)
-        deadline = None if t is None else time.monotonic() + t
-        if self.consistency == "exact" or any(st is None for st in self._states):
-            self._refresh(t)
-        while True:
-            alive = self._alive()
-            with self._lock:
-                states = list(self._states)
-            mass = shard_sampling.masses(states, alive)
-            if mass.sum() > 0:
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                raise Timeout(
-                    f"{method} of {batch_size} from sharded table {self.name!r}: no shard holds an item after {t:.3g}s"
-                )
-            time.sleep(0.02)
-            self._refresh(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        with self._lock:
-            counts = shard_sampling.draw_counts(self._rng, int(batch_size), mass)
-            shuffle = np.random.default_rng(self._rng.integers(1 << 62)) if self.shuffle else None
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        refs = {s: self._ref(s, method, int(counts[s]), *args, left) for s in range(len(self.shards)) if counts[s]}
-        # the other shards report their masses in the same round trip, so the next draw is current
-        state_refs = {
-            s: self.shards[s].actor.shard_state.remote(self.table_name)
-            for s in range(len(self.shards))
-            if not counts[s] and alive[s]
-        }
-        return method, args, counts, mass, states, refs, state_refs, left, shuffle
-
-    def _finish(self, pending: tuple) -> Any:
-        """Collect a pending sample: merged, with global keys, probabilities and weights."""
-        method, args, counts, mass, states, refs, state_refs, left, shuffle = pending
-        if self.on_dead == "skip":
-            got, missing = self._get_skipping(refs, method)
-            if missing:  # draw the missing rows again from the shards that answered
-                more = self._sample(method, int(counts[missing].sum()), args, left)
-                return shard_sampling.concat_samples(self._merge(got, mass, states, shuffle), more)
-        else:
-            got = self._get(refs, left, method)
-        if state_refs:
-            try:
-                fresh = get(
-                    list(state_refs.values()),
-                    self.skip_after if self.on_dead == "skip" else self.rpc_grace,
-                    f"{self.name}.shard_state",
-                )
-                with self._lock:
-                    for s, st in zip(state_refs, fresh):
-                        self._states[s] = st
-            except (Timeout, Closed):
-                pass  # a slow or dead shard keeps its old state; the next sample asks again
-        return self._merge(got, mass, states, shuffle)
-
-    def _merge(self, got: dict[int, Any], mass: np.ndarray, states: list, shuffle: Any) -> Any:
-        parts = [(s, got[s]) for s in sorted(got)]
-        return shard_sampling.merge(parts, self.tag, mass, states, shuffle)
-
     # -- by key ---------------------------------------------------------------------------------------------------
-    def update_priorities(self, keys: Any, priorities: Any) -> int:
-        """Set priorities by global key (each shard its own keys, in parallel); how many applied.
-
-        Raises ``ForeignKey`` (nothing sent) for a key of another table, else as the Table.
-        """
-        res, _, _ = self._by_key("update_priorities", keys, priorities)
-        return int(sum(r for r in res if r is not None))
-
     def delete(self, keys: Any) -> int:
-        """Delete items by global key; how many were deleted. ``ForeignKey`` as above."""
+        """Delete items by global key; how many were deleted. ``ForeignKey`` as above.
+
+        Batches this client fetched and has not handed out yet are dropped (they may hold the
+        deleted items); they count as sampled on their shards.
+        """
         res, _, _ = self._by_key("delete", keys)
+        self._drop_ready()
         return int(sum(r for r in res if r is not None))
 
     def get(self, keys: Any) -> tuple[Any, np.ndarray]:
@@ -522,12 +273,15 @@ class ShardedClient:
         return np.concatenate([shard_keys.encode(self.tag, s, k) for s, k in enumerate(self._each("keys", ()))])
 
     def set_version(self, version: int) -> int:
-        """``set_version`` on every shard (staleness); the number of items dropped in all."""
-        return int(sum(self._each("set_version", (version,))))
+        """``set_version`` on every shard (staleness); the number of items dropped in all (fetched batches too)."""
+        dropped = int(sum(self._each("set_version", (version,))))
+        self._drop_ready()
+        return dropped
 
     def clear(self) -> None:
-        """Empty every shard."""
+        """Empty every shard (and drop the fetched batches not handed out)."""
         self._each("clear", ())
+        self._drop_ready()
 
     def stats(self) -> dict[str, Any]:
         """``{"shards": [each shard's table stats], "total": counters summed, "down": [shards]}``.
@@ -536,6 +290,8 @@ class ShardedClient:
         With ``on_dead="skip"`` a shard that does not answer within ``skip_after`` is listed in
         ``"down"``, has ``None`` in ``"shards"`` and is missing from the totals.
         """
+        if len(self._updates):
+            self.flush_updates()
         refs = [c.actor.stats.remote() for c in self.shards]
         if self.on_dead == "skip":
             ray = import_ray()
@@ -574,6 +330,8 @@ class ShardedClient:
         parallel, each atomically; under concurrent writers they are not one instant (docs/ray.md).
         ``rs.Timeout`` (and no manifest) if the shards have not all finished within ``timeout``.
         """
+        if len(self._updates):
+            self.flush_updates()
         refs = [
             c.actor.save.remote(None if path is None else os.path.join(path, f"shard-{i}"))
             for i, c in enumerate(self.shards)
@@ -604,7 +362,11 @@ class ShardedClient:
         return [c.ping() for c in self.shards]
 
     def close(self) -> None:
-        """Close every shard."""
+        """Send the queued updates (if the shards answer), then close every shard."""
+        try:
+            self.flush_updates()
+        except (Closed, Timeout):
+            pass
         for c in self.shards:
             c.close()
 

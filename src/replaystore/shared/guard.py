@@ -59,6 +59,14 @@ class ProcessGuard:
         self._delay = 50e-6
         self.recovered = 0  # recoveries this process performed
         self._holding = False  # this process holds the mutex (entered and not yet left)
+        #: called with the published generation when this process repairs the table after a crash
+        #: (parts with state of their own undo a dead holder's writes: ``EpisodeSync.recover``)
+        self.on_recover: Any = None
+
+    @property
+    def generation(self) -> int:
+        """The generation of the state the local Table holds (the published one, while holding the lock)."""
+        return self._gen
 
     # -- state copies ---------------------------------------------------------------------------
     def start(self, values: tuple) -> None:
@@ -135,6 +143,8 @@ class ProcessGuard:
     def _recover(self) -> None:
         """The previous holder died inside the critical section: make the table consistent."""
         gen, intent, values = self.copies.read()
+        if self.on_recover is not None:
+            self.on_recover(gen)
         victims = self._victims[1 : 1 + int(self._victims[0])].copy()
         fixed, dropped = reconcile(self.table, self.segment, self.names, values, intent, victims)
         self._victims[0] = 0

@@ -9,13 +9,15 @@ enters the lock and published when it leaves. So every process runs the Table's 
 same data: same semantics, same distributions.
 
 What shared tables support (anything else raises :class:`~replaystore.InvalidArgument` naming
-it): column storage with a ``spec``; the ``Uniform``, ``Prioritized``, ``Fifo``, ``Lifo`` and
-``WithoutReplacement`` samplers; the ``Fifo``, ``Lifo`` and ``Uniform`` removers; every rate
+it): column storage with a ``spec``; every sampler and remover of the library (``Uniform``,
+``Prioritized``, ``Fifo``, ``Lifo``, ``MinHeap``, ``MaxHeap``, ``WithoutReplacement``); every rate
 limiter; ``max_times_sampled``, ``max_staleness``, ``delete`` and ``clear``. A table starts in
 *ring mode* (with the ``Fifo`` remover: key index, free slots and uniform set are arithmetic on
 three shared numbers); the first removal out of insertion order switches it, in every process,
-to the out-of-ring structures that every process built over the segment when it attached. Not
-yet: episodes, the ``MinHeap``/``MaxHeap`` selectors (their heap is a Python list).
+to the out-of-ring structures that every process built over the segment when it attached.
+Episodes (``episodes=rs.Episodes(max_streams=...)``): each process keeps its own episode index
+equal to the table's (:mod:`replaystore.shared.episodes`); such a table stays in ring mode (the
+``Fifo`` remover, no ``max_times_sampled``, deletes and stale drops of the oldest steps only).
 """
 
 from __future__ import annotations
@@ -29,23 +31,35 @@ from typing import Any
 
 import numpy as np
 
+from ..episodes import Episodes
 from ..errors import InvalidArgument, InvalidState
 from ..limiters import MinSize, RateLimiter, limiter_from_config
 from ..placement import allocate, placed
-from ..samplers import Fifo, Lifo, Prioritized, Selector, Uniform, WithoutReplacement, selector_from_config
+from ..samplers import (
+    Fifo,
+    Lifo,
+    MaxHeap,
+    MinHeap,
+    Prioritized,
+    Selector,
+    Uniform,
+    WithoutReplacement,
+    selector_from_config,
+)
 from ..storage import ColumnStorage
 from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
+from .episodes import EpisodeSync, SharedEpisodeMethods
 from .guard import ProcessGuard
 from .lock import lock_kind
 from .segment import VICTIMS, Segment, check_name, path_of
 
-_SAMPLERS = (Uniform, Prioritized, Fifo, Lifo, WithoutReplacement)
-_REMOVERS = (Fifo, Lifo, Uniform)
+_SAMPLERS = (Uniform, Prioritized, Fifo, Lifo, MinHeap, MaxHeap, WithoutReplacement)
+_REMOVERS = (Fifo, Lifo, Uniform, MinHeap, MaxHeap)
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # open tables of this process (re-opened after a fork)
 
 
-class SharedTable(Table):
+class SharedTable(SharedEpisodeMethods, Table):
     """A Table in shared memory; build it with :meth:`create` or :meth:`attach`, never directly.
 
     Every method of :class:`~replaystore.Table` works and keeps its contract, across processes
@@ -72,6 +86,7 @@ class SharedTable(Table):
         remover: Selector | None = None,
         lock_timeout: float = 60.0,
         lock: str = "auto",
+        episodes: Episodes | None = None,
     ) -> "SharedTable":
         """Create the segment ``name`` (in ``directory``, default ``/dev/shm``) and open it.
 
@@ -80,6 +95,8 @@ class SharedTable(Table):
         ``lock``: ``"mutex"`` (a robust process-shared mutex: needs the compiled extension in every
         process that attaches), ``"flock"`` (slower calls, any process), or ``"auto"`` (the mutex
         when it is compiled here).
+        ``episodes``: an :class:`~replaystore.Episodes` with ``max_streams`` set (the per-stream
+        state is sized up front too).
 
         Raises:
             InvalidArgument: a bad name or argument, or an option shared tables do not support yet.
@@ -97,6 +114,7 @@ class SharedTable(Table):
         rate_limiter = MinSize(1) if rate_limiter is None else rate_limiter
         remover = Fifo() if remover is None else remover
         _check_supported(sampler, remover, rate_limiter)
+        _check_episodes(episodes, remover, max_times_sampled)
         flat = normalize_spec(spec)
         config = {
             "name": name,
@@ -108,9 +126,10 @@ class SharedTable(Table):
             "max_times_sampled": int(max_times_sampled),
             "max_staleness": None if max_staleness is None else int(max_staleness),
             "default_timeout": default_timeout,
+            "episodes": None if episodes is None else episodes.config(),
         }
         regions: list[tuple[str, tuple, np.dtype]] = []
-        _construct(config, _recorder(regions), None)  # a dry run says what the Table allocates
+        _construct(config, _recorder(regions), None, cls)  # a dry run says what the Table allocates
         path = path_of(name, directory)
         seg, tmp = Segment.create(path, config, regions, lock_timeout, kind)
         try:
@@ -149,6 +168,8 @@ class SharedTable(Table):
         self.shared_name = seg.config["name"]
         self.storage.stage_rows = 1  # no staging: staged rows would hold keys other processes cannot see
         self._guard = ProcessGuard(seg, self)
+        if self._episync is not None:
+            self._guard.on_recover = self._episync.recover
         if first:
             self._guard.start(self.state_scalars())
         self.guard_with(self._guard)
@@ -217,12 +238,37 @@ class SharedTable(Table):
             self._guard.note_victims(slots)
         return slots
 
-    # -- not in shared mode yet ---------------------------------------------------------------------
-    def _no_episodes(self, *args: Any, **kwargs: Any) -> Any:
-        raise InvalidArgument("episodes (steps, sequences, n-step) are not supported by shared tables yet")
+    # -- parts with state of their own (episodes) ------------------------------------------------------
+    def _make_parts(self, config: dict) -> None:
+        """Allocate the episode part's regions (inside the placement of :func:`_construct`)."""
+        ep = config.get("episodes")
+        self._episync = None if ep is None else EpisodeSync(self._episodes, self.capacity, ep["max_streams"])
 
-    add_step = extend_steps = add_episode = end_episode = _no_episodes
-    sample_sequences = sample_nstep = sample_episodes = episode_info = episode_keys = _no_episodes
+    def _batch_rows(self, data: Any) -> int:
+        return _batch_len(data, self.capacity)
+
+    def scalar_parts(self) -> dict[str, Any]:
+        """As :meth:`Table.scalar_parts`, with the episode part (its published scalars)."""
+        parts = Table.scalar_parts(self)
+        if self._episync is not None:
+            parts["episync"] = self._episync
+        return parts
+
+    def state_scalars(self) -> tuple:
+        """As :meth:`Table.state_scalars`; the episode part first writes this critical section's changes."""
+        sync = self._episync
+        if sync is not None:
+            st = self._state
+            sync.push(st.ring_lo, st.ring_hi, st.ring_base, self._guard.generation)
+        return Table.state_scalars(self)
+
+    def load_state_scalars(self, values: Any) -> None:
+        """As :meth:`Table.load_state_scalars`; then this process's episode index catches up."""
+        Table.load_state_scalars(self, values)
+        sync = self._episync
+        if sync is not None:
+            st = self._state
+            sync.pull(st.ring_lo, st.ring_hi, st.ring_base, self._priority)
 
     # -- close ------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -270,15 +316,38 @@ def _check_supported(sampler: Selector, remover: Selector, limiter: RateLimiter)
     if type(sampler) not in _SAMPLERS:
         raise InvalidArgument(
             f"shared tables support the {', '.join(c.__name__ for c in _SAMPLERS)} samplers, not "
-            f"{type(sampler).__name__} (a heap selector keeps a Python heap, which is not in shared memory yet)"
+            f"{type(sampler).__name__}"
         )
     if type(remover) not in _REMOVERS:
         raise InvalidArgument(
             f"shared tables evict with the {', '.join(c.__name__ for c in _REMOVERS)} removers, not "
-            f"{type(remover).__name__} (a heap selector keeps a Python heap, which is not in shared memory yet)"
+            f"{type(remover).__name__}"
         )
     if not isinstance(limiter, RateLimiter):
         raise InvalidArgument(f"rate_limiter must be a RateLimiter, got {type(limiter).__name__}")
+
+
+def _check_episodes(episodes: Episodes | None, remover: Selector, max_times_sampled: int) -> None:
+    """Episodic shared tables stay in ring mode (their replicas follow the ring's key range)."""
+    if episodes is None:
+        return
+    if not isinstance(episodes, Episodes):
+        raise InvalidArgument(f"episodes must be an rs.Episodes, got {type(episodes).__name__}")
+    if episodes.max_streams is None:
+        raise InvalidArgument(
+            "a shared table with episodes needs Episodes(max_streams=...): its per-stream state is "
+            "sized when the table is created"
+        )
+    if type(remover) is not Fifo:
+        raise InvalidArgument(
+            f"a shared table with episodes evicts with the Fifo remover only, not {type(remover).__name__} "
+            "(its steps leave oldest first: other removers are not supported with episodes yet)"
+        )
+    if max_times_sampled:
+        raise InvalidArgument(
+            "max_times_sampled with episodes is not supported by shared tables yet (it retires "
+            "sampled steps out of insertion order)"
+        )
 
 
 def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table) -> Any:
@@ -288,6 +357,7 @@ def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table
     with placed(allocator):
         storage = ColumnStorage(capacity, spec)
         table = cls.__new__(cls)
+        episodes = config.get("episodes")
         Table.__init__(
             table,
             capacity,
@@ -300,7 +370,10 @@ def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table
             seed=seed,
             default_timeout=config["default_timeout"],
             name=config["name"],
+            episodes=None if episodes is None else Episodes(**episodes),
         )
+        if isinstance(table, SharedTable):
+            table._make_parts(config)
         allocate(VICTIMS, (capacity + 1,), np.int64)  # (the guard's notes: ProcessGuard.note_victims)
     return table
 

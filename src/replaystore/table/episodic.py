@@ -24,6 +24,7 @@ from ..episodes import writers as _writers
 from ..episodes.index import StepPlan
 from ..episodes.validity import StartValidity
 from ..errors import EpisodeError
+from ..placement import unplaced
 from ..samplers import Prioritized, Selector, Uniform
 from ..storage import ObjectStorage, Storage
 from .args import as_keys
@@ -40,6 +41,7 @@ def make_episode_index(
     """The episode index of a new table built with ``episodes=`` (bound to its capacity and rng).
 
     ``priorities``: returns the table's per-slot priority column (read when starts are scored).
+    Never placed (:func:`~replaystore.placement.unplaced`): a shared table keeps one per process.
     """
     if not isinstance(episodes, Episodes):
         raise EpisodeError(f"episodes must be an rs.Episodes, got {type(episodes).__name__}")
@@ -49,11 +51,12 @@ def make_episode_index(
             "are gathered as (B, T, ...) arrays, which Python objects cannot be"
         )
     shared = sampler.live_set if type(sampler) is Uniform else None
-    index = EpisodeIndex(episodes, shared)
-    index.bind(capacity, rng)
-    if episodes.sequence_length is not None:
-        prioritized = sampler if isinstance(sampler, Prioritized) else None
-        index.validity = StartValidity(index, episodes.sequence_length, episodes.burn_in, prioritized, priorities)
+    with unplaced():
+        index = EpisodeIndex(episodes, shared)
+        index.bind(capacity, rng)
+        if episodes.sequence_length is not None:
+            prioritized = sampler if isinstance(sampler, Prioritized) else None
+            index.validity = StartValidity(index, episodes.sequence_length, episodes.burn_in, prioritized, priorities)
     return index
 
 

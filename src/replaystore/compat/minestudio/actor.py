@@ -17,7 +17,12 @@ module turns MineStudio's ``replay_buffer_config`` into it. Config keys, as in t
   ``writemap``, ``shrink_threshold``, ``journal_reserve``: the LMDB and disk-space options of
   :class:`~replaystore.ray.FragmentBufferConfig`;
 - ``lease_ttl`` (s, default 600; ``None``: never): a fetch not renewed for this long is released
-  (the trainer holding it is presumed dead).
+  (the trainer holding it is presumed dead);
+- ``node_local`` (default ``None``: one store, as the original): a Ray resource name, e.g.
+  ``"database"``: every node declaring it keeps its own store in ``<path>/node-<label>``,
+  producers write into their own node's store and :func:`~replaystore.compat.minestudio.create_loader_pool`
+  places loaders on every such node (MineStudio's multi-node layout, without its bug: a payload is
+  always read on the node that holds it). Also accepted in ``database_config``.
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ def buffer_config(config: Any) -> FragmentBufferConfig:
         writemap=db.get("writemap"),
         shrink_threshold=db.get("shrink_threshold", 1 << 20),
         journal_reserve=int(db.get("journal_reserve", 8 << 20)),
+        node_local=c.get("node_local", db.get("node_local")),
     )
 
 

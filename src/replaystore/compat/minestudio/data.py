@@ -25,14 +25,22 @@ def create_loader_pool(
     name: str = DEFAULT_NAME,
     namespace: str | None = None,
     local: bool = False,
+    per_node: bool | None = None,
 ) -> Any:
     """An ``ActorPool`` of ``num_readers`` loaders on the store's node.
 
     Each loader's ``load((index, id))`` returns ``{"index": index, "fragment": SampleFragment}``.
     ``local=True`` (an addition): threads of this process read the store directly instead, for a
     trainer on the store's node (see :class:`replaystore.ray.loader.LocalLoaderPool`).
+    ``per_node`` (an addition; default: whether the buffer keeps node-local stores, config key
+    ``node_local``): ``num_readers`` loaders on every node keeping a store, and :func:`data_iter`
+    reads each fragment on its own node (:class:`replaystore.ray.NodeLoaderPool`).
     """
-    return _loader.create_loader_pool(num_readers, num_cpus_per_reader, service=name, namespace=namespace, local=local)
+    if per_node is None:
+        per_node = not local and _loader.node_local(name, namespace)
+    return _loader.create_loader_pool(
+        num_readers, num_cpus_per_reader, service=name, namespace=namespace, local=local, per_node=per_node
+    )
 
 
 def data_iter(

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...ray.store import LocalStore, RemoteStore
+from ...ray.store import LocalStore
 
 
 class FragmentStore:
     """The payload store as MineStudio's code calls it (built by ``ReplayBufferInterface``).
 
     Args:
-        backend: where the payloads are (local LMDB or the remote store actor).
+        backend: where the payloads are (local LMDB, the remote store actor, or node-local stores).
     """
 
-    def __init__(self, backend: LocalStore | RemoteStore) -> None:
+    def __init__(self, backend: Any) -> None:
         self.backend = backend
 
     @property

@@ -1,0 +1,189 @@
+"""The plumbing of :class:`~replaystore.ray.sharded.ShardedClient`: its state and its calls to shards.
+
+:class:`ShardedBase` holds the shard clients, the last known state of every shard (from the
+replies), the shards marked down, the client's random stream and the queued priority updates;
+it sends calls to shards and collects their replies (recording each shard's state). The
+sampling half is :mod:`replaystore.ray.shard_sampler`, the Table API the rest of
+:mod:`replaystore.ray.sharded`.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from ..errors import Closed, InvalidArgument
+from . import shard_keys
+from ._runtime import get, import_ray, rpc_timeout
+from .client import ReplayClient
+from .shard_updates import PendingUpdates
+
+
+class ShardedBase:
+    """State and plumbing of a sharded client; the arguments are :class:`~replaystore.ray.ShardedClient`'s."""
+
+    def __init__(
+        self,
+        shards: list[ReplayClient],
+        name: str,
+        namespace: str | None = None,
+        consistency: str = "cached",
+        on_dead: str = "wait",
+        skip_after: float = 2.0,
+        probe_period: float = 5.0,
+        seed: int | None = None,
+        shuffle: bool = True,
+        default_timeout: float | None = None,
+        rpc_grace: float | None = 60.0,
+        depth: int = 8,
+        defer_updates: bool = True,
+    ) -> None:
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise InvalidArgument(f"depth must be an integer >= 1, got {depth!r}")
+        if consistency not in ("cached", "exact"):
+            raise InvalidArgument(f"consistency must be 'cached' or 'exact', got {consistency!r}")
+        if on_dead not in ("wait", "skip"):
+            raise InvalidArgument(f"on_dead must be 'wait' or 'skip', got {on_dead!r}")
+        self.shards = list(shards)
+        self.name = name
+        self.namespace = namespace
+        self.tag = shard_keys.tag_for(name, namespace)
+        self.consistency = consistency
+        self.on_dead = on_dead
+        self.skip_after = skip_after
+        self.probe_period = probe_period
+        self.seed = seed
+        self.shuffle = shuffle
+        self.default_timeout = default_timeout
+        self.rpc_grace = rpc_grace
+        self.table_name = self.shards[0].table_name
+        self._rng = np.random.default_rng(seed)
+        self._lock = threading.Lock()
+        self._next = 0
+        self._states: list[tuple | None] = [None] * len(self.shards)
+        self._down: dict[int, float] = {}  # shard -> when to try it again
+        self.depth = depth
+        self.defer_updates = defer_updates
+        self._updates = PendingUpdates(len(self.shards))
+        self._ready: dict[tuple, collections.deque] = {}  # fetched batches not handed out yet
+        self.placement_group: Any = None  # set by serve_sharded: removed by shutdown()
+
+    def __len__(self) -> int:
+        return int(sum(self._each("size", ())))
+
+    def __repr__(self) -> str:
+        return f"ShardedClient(name={self.name!r}, shards={len(self.shards)}, table={self.table_name!r})"
+
+    def __reduce__(self) -> tuple:
+        return (
+            type(self),
+            (
+                self.shards,
+                self.name,
+                self.namespace,
+                self.consistency,
+                self.on_dead,
+                self.skip_after,
+                self.probe_period,
+                self.seed,
+                self.shuffle,
+                self.default_timeout,
+                self.rpc_grace,
+                self.depth,
+                self.defer_updates,
+            ),
+        )
+
+    @property
+    def num_shards(self) -> int:
+        """The number of shards."""
+        return len(self.shards)
+
+    # -- plumbing -------------------------------------------------------------------------------------------
+    def _t(self, timeout: float | None) -> float | None:
+        return self.default_timeout if timeout is None else timeout
+
+    def _ref(self, shard: int, method: str, *args: Any) -> Any:
+        return self.shards[shard].actor.shard_call.remote(method, self.table_name, *args)
+
+    def _get(self, refs: dict[int, Any], op_timeout: float | None, what: str) -> dict[int, Any]:
+        """Results by shard of ``shard_call`` refs; records each shard's state. Raises the first error."""
+        out = get(list(refs.values()), rpc_timeout(op_timeout, self.rpc_grace), f"{self.name}.{what}")
+        results = {}
+        with self._lock:
+            for s, (result, state) in zip(refs, out):
+                self._states[s] = state
+                self._down.pop(s, None)
+                results[s] = result
+        return results
+
+    def _get_skipping(self, refs: dict[int, Any], what: str) -> tuple[dict[int, Any], list[int]]:
+        """Like :meth:`_get`, but a shard that is dead or silent for ``skip_after`` s is marked down.
+
+        Returns ``(results by shard, the shards marked down)`` instead of raising for those.
+        """
+        ray = import_ray()
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.skip_after)
+        ready_set = set(ready)
+        results, missing = {}, []
+        for s, ref in refs.items():
+            if ref not in ready_set:
+                missing.append(s)
+                continue
+            try:
+                results.update(self._get({s: ref}, 0.0, what))
+            except Closed:
+                missing.append(s)
+        with self._lock:
+            for s in missing:
+                self._down[s] = time.monotonic() + self.probe_period
+        return results, missing
+
+    def _alive(self) -> np.ndarray:
+        now = time.monotonic()
+        with self._lock:
+            return np.array([self._down.get(s, 0.0) <= now for s in range(len(self.shards))])
+
+    def _each(self, method: str, args: tuple, timeout: float | None = 0.0) -> list[Any]:
+        """``method(table, *args)`` on every shard in parallel (queued updates first); results in shard order."""
+        if len(self._updates):
+            self.flush_updates()
+        refs = {s: self._ref(s, method, *args) for s in range(len(self.shards))}
+        res = self._get(refs, timeout, method)
+        return [res[s] for s in range(len(self.shards))]
+
+    def _by_key(self, method: str, keys: Any, *columns: Any) -> tuple[list, list[np.ndarray], np.ndarray]:
+        """Send ``method(table, local_keys, *columns)`` to each owning shard.
+
+        Returns ``(results, positions, shard of each key)``; ``ForeignKey`` before anything is sent.
+        """
+        keys = np.asarray(keys, dtype=np.int64).reshape(-1)
+        shards, local = shard_keys.decode(self.tag, keys, len(self.shards))
+        if len(self._updates):
+            self.flush_updates()
+        groups = shard_keys.group(shards, len(self.shards))
+        cols = [np.asarray(c).reshape(-1) if np.ndim(c) else np.full(len(keys), c) for c in columns]
+        for c in cols:
+            if len(c) != len(keys):
+                raise InvalidArgument(f"{method}: {len(c)} values for {len(keys)} keys")
+        refs = {s: self._ref(s, method, local[g], *[c[g] for c in cols]) for s, g in enumerate(groups) if len(g)}
+        res = self._get(refs, 0.0, method) if refs else {}
+        return [res.get(s) for s in range(len(self.shards))], groups, shards
+
+    def _drop_ready(self) -> None:
+        """Forget fetched batches (after this client deleted items or changed versions)."""
+        with self._lock:
+            self._ready.clear()
+
+    def flush_updates(self) -> int:
+        """Send the queued priority updates now (one call per shard that has some); how many applied."""
+        refs = {}
+        for s in self._updates.shards():
+            updates = self._updates.take(s)
+            if updates is not None:
+                refs[s] = self._ref(s, "update_priorities", *updates)
+        return int(sum(self._get(refs, 0.0, "update_priorities").values())) if refs else 0

@@ -1,0 +1,82 @@
+"""A sharded client's queued priority updates: held per shard until they ride on the next fetch.
+
+A learner's ``update_priorities`` costs a Ray call per shard it touches. With deferred updates the
+client validates the call at once (keys of this table, one finite priority per key, ``>= 0`` for a
+prioritized table: the errors a shard would raise, raised before anything is queued) and keeps the
+shard-local keys and priorities here; the next sample call to that shard carries them and applies
+them before it draws (:meth:`replaystore.ray.shard_server.ShardServer.shard_fetch`), so they cost
+no call of their own. Order is kept, so duplicate keys keep the Table's rule (the last one wins).
+
+Thread-safe (one lock).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..errors import InvalidArgument, InvalidPriority
+
+
+class PendingUpdates:
+    """Per-shard queues of ``(local keys, priorities)``.
+
+    Args:
+        num_shards: the number of shards.
+    """
+
+    def __init__(self, num_shards: int) -> None:
+        self._lock = threading.Lock()
+        self._keys: list[list[np.ndarray]] = [[] for _ in range(num_shards)]
+        self._prios: list[list[np.ndarray]] = [[] for _ in range(num_shards)]
+        self._count = 0
+
+    def __len__(self) -> int:
+        """The number of queued (key, priority) pairs over all shards."""
+        return self._count
+
+    @staticmethod
+    def validate(priorities: object, n: int, nonnegative: bool) -> np.ndarray:
+        """``priorities`` as ``n`` float64 values (a scalar is broadcast).
+
+        Raises:
+            InvalidArgument: not one value per key.
+            InvalidPriority: NaN or infinite values, or negative ones when ``nonnegative``.
+        """
+        p = np.asarray(priorities, dtype=np.float64)
+        if p.ndim == 0:
+            p = np.full(n, float(p))
+        if p.shape != (n,):
+            raise InvalidArgument(f"update_priorities: {p.size} values for {n} keys (shape {p.shape})")
+        bad = ~np.isfinite(p)
+        if bad.any():
+            raise InvalidPriority(f"priorities must be finite: got {p[bad][:5].tolist()}")
+        if nonnegative and (p < 0).any():
+            raise InvalidPriority(f"priorities must be >= 0 for a prioritized table: got {p[p < 0][:5].tolist()}")
+        return p
+
+    def add(self, groups: list[np.ndarray], local: np.ndarray, priorities: np.ndarray) -> None:
+        """Queue ``local[g], priorities[g]`` for each shard ``s`` with positions ``g = groups[s]``."""
+        with self._lock:
+            for s, g in enumerate(groups):
+                if len(g):
+                    self._keys[s].append(local[g])
+                    self._prios[s].append(priorities[g])
+                    self._count += len(g)
+
+    def take(self, shard: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Remove and return the shard's queue as one ``(local keys, priorities)``; ``None`` if empty."""
+        with self._lock:
+            keys, prios = self._keys[shard], self._prios[shard]
+            if not keys:
+                return None
+            self._keys[shard], self._prios[shard] = [], []
+            out = (np.concatenate(keys), np.concatenate(prios))
+            self._count -= len(out[0])
+            return out
+
+    def shards(self) -> list[int]:
+        """The shards with queued updates."""
+        with self._lock:
+            return [s for s, k in enumerate(self._keys) if k]

@@ -1,0 +1,337 @@
+"""Episodes in a shared table: each process's episode index, kept equal to the table's by replay.
+
+Every process has an ordinary :class:`~replaystore.episodes.EpisodeIndex` of its own (its rings,
+gapless counters and caches are process-local objects, the same code as in-process). The segment
+holds the truth they are kept equal to:
+
+- per slot: the step's ``uid`` (stream and position), episode id, position in it and end flags
+  (``episodes.uid|episode|pos|flags``, int64 and uint8, written once per step);
+- per stream: next position, open episode, next position in it (``episodes.streams``,
+  ``max_streams`` rows: the stream count is fixed when the table is created);
+- three scalars in the published state: a serial number of the episode state, the next episode
+  id, and how many stream ids were used (the rows worth comparing).
+
+The table stays in ring mode, so the live keys are one run ``[lo, hi)`` and the log of what other
+processes did is implicit: keys that left are ``[lo_seen, lo)`` (this process's index still knows
+their rows), keys that arrived are ``[hi_seen, hi)`` (their rows are in the segment). A process
+entering the lock after another published (:meth:`EpisodeSync.pull`) removes the keys that left
+from its index, refreshes the streams whose state changed (and the end flags ``end_episode`` set
+on their last steps), then enters the new rows with :meth:`EpisodeIndex.apply_rows`: the result
+is the index the writer has (same steps, streams, episodes, flags, valid starts). A process that
+attaches late does the same from an empty index. Leaving the lock (:meth:`EpisodeSync.push`), a
+process writes the rows of the steps it inserted and the streams it changed.
+
+Crash safety: new rows go to slots of keys that are not published yet (a dead writer's rows are
+never read: the recovery drops the items they overwrote). Stream rows and the end flags of
+published steps are overwritten in place, so before writing them the writer notes their old values
+in an undo journal (``episodes.undo``) stamped with the generation of the published state; a
+process that recovers from a writer that died before publishing (:meth:`EpisodeSync.recover`)
+puts them back when the stamp is the current generation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..episodes import EpisodeIndex
+from ..errors import InvalidArgument
+from ..placement import allocate
+from ..table import Table
+
+_SHIFT = 40
+_T_MASK = (1 << _SHIFT) - 1
+
+
+class EpisodeSync:
+    """One process's episode index and the segment's episode state (see the module doc).
+
+    Allocates its regions through :func:`replaystore.placement.allocate` (call it inside the
+    table's placement). Its published scalars (the placement's scalar hook, ``SCALARS``) are the
+    ``pub_*`` attributes: :meth:`push` sets them, :meth:`pull` reads them. Every method runs with
+    the table's lock held.
+    """
+
+    #: the scalar hook (:mod:`replaystore.placement`): set by push, published, loaded before pull
+    SCALARS = ("pub_serial", "pub_ends", "pub_next_episode", "pub_used")
+
+    def __init__(self, index: EpisodeIndex, capacity: int, max_streams: int) -> None:
+        self.index = index
+        self.capacity = int(capacity)
+        self.max_streams = int(max_streams)
+        self.uid = allocate("episodes.uid", (capacity,), np.int64, -1)
+        self.episode = allocate("episodes.episode", (capacity,), np.int64, -1)
+        self.pos = allocate("episodes.pos", (capacity,), np.int64, 0)
+        self.flags = allocate("episodes.flags", (capacity,), np.uint8, 0)
+        self.streams = allocate("episodes.streams", (max_streams, 3), np.int64, (0, -1, 0))
+        # row 0: (generation stamp, entries, ...); then (stream, next_t, cur_ep, cur_pos, slot, flags)
+        self.undo = allocate("episodes.undo", (max_streams + 1, 6), np.int64, (-1, 0, 0, 0, -1, 0))
+        self.serial = 0  # the episode state this index holds
+        self.ends = 0  # how many critical sections called end_episode (flags of published steps changed)
+        self.ended = False  # this critical section called end_episode
+        self.used = 0  # stream ids below it may have state
+        self.lo = self.hi = 0  # the live keys this index holds
+        self.gen = index.generation  # the index's generation when it last matched the segment
+        self.hint = 0  # stream ids below it may change in the current critical section
+        self.revalidate = False
+        self.pub_serial = self.pub_ends = self.pub_next_episode = self.pub_used = 0
+
+    def note_streams(self, top: int) -> None:
+        """Streams below ``top`` (at most ``max_streams``) may get state in this critical section."""
+        self.hint = max(self.hint, min(int(top), self.max_streams))
+
+    def _slots(self, first: int, last: int, base: int) -> np.ndarray:
+        return (np.arange(first, last, dtype=np.int64) - base) % self.capacity
+
+    def _changed(self, n: int) -> np.ndarray:
+        """Stream ids below ``n`` whose state in this index differs from the segment's."""
+        idx, sh = self.index, self.streams[:n]
+        return np.flatnonzero(
+            (idx.next_t[:n] != sh[:, 0]) | (idx.cur_ep[:n] != sh[:, 1]) | (idx.cur_pos[:n] != sh[:, 2])
+        )
+
+    def _last_steps(self, streams: np.ndarray, next_t: np.ndarray) -> np.ndarray:
+        """Slots of the steps ``next_t - 1`` of ``streams`` that this index and the segment both hold."""
+        has = next_t > 0
+        slots = self.index.lookup(streams[has], next_t[has] - 1)
+        slots = slots[slots >= 0]
+        return slots[self.uid[slots] == self.index.uid[slots]]
+
+    # -- other processes' changes into this index ---------------------------------------------------
+    def pull(self, lo: int, hi: int, base: int, priorities: np.ndarray) -> None:
+        """Bring this index to the published state (the ``pub_*`` scalars just loaded, live keys ``[lo, hi)``)."""
+        serial, ends, next_episode, used = self.pub_serial, self.pub_ends, self.pub_next_episode, self.pub_used
+        idx = self.index
+        gone_hi = min(lo, self.hi)
+        if gone_hi > self.lo:  # keys that left since (oldest first, as the ring removes them)
+            idx.remove(self._slots(self.lo, gone_hi, base))
+        if serial != self.serial:
+            changed = self._changed(max(used, self.used))
+            if ends != self.ends:  # end_episode flagged the last step of an open episode
+                last = self._last_steps(changed, idx.next_t[changed])
+                idx.flags[last] = self.flags[last]
+                self.ends = ends
+            sh = self.streams[changed]
+            idx.load_streams(changed, sh[:, 0], sh[:, 1], sh[:, 2], next_episode)
+            self.serial, self.used = serial, used
+        first = max(self.hi, lo)
+        if hi > first:  # keys that arrived since
+            slots = self._slots(first, hi, base)
+            u = self.uid[slots]
+            rows = (u >> _SHIFT, u & _T_MASK, self.episode[slots], self.pos[slots], self.flags[slots])
+            idx.apply_rows(slots, rows, priorities[slots])
+        self.lo, self.hi = lo, hi
+        if self.revalidate and idx.validity is not None:  # the recovery reset the trees' leaves
+            idx.validity.on_update(self._slots(lo, hi, base))
+        self.revalidate = False
+        self.gen = idx.generation
+
+    # -- this process's changes into the segment ---------------------------------------------------
+    def push(self, lo: int, hi: int, base: int, published: int) -> None:
+        """Write this critical section's changes into the segment and set the ``pub_*`` scalars.
+
+        ``published``: the generation of the state currently published (the undo journal's stamp).
+        """
+        idx = self.index
+        if idx.generation != self.gen:
+            # streams the writers named (a call that did not name them, e.g. a replayed write: all)
+            n = max(self.used, self.hint) if self.hint else self.max_streams
+            changed = self._changed(n)
+            first = max(self.hi, lo)
+            if len(changed):
+                self._journal(changed, published, self.ended)
+                sh = self.streams
+                sh[changed, 0], sh[changed, 1], sh[changed, 2] = (
+                    idx.next_t[changed],
+                    idx.cur_ep[changed],
+                    idx.cur_pos[changed],
+                )
+            if hi > first:
+                slots = self._slots(first, hi, base)
+                self.uid[slots] = idx.uid[slots]
+                self.episode[slots] = idx.episode_of[slots]
+                self.pos[slots] = idx.pos_of[slots]
+                self.flags[slots] = idx.flags[slots]
+            if len(changed) or hi > first:  # (a new episode changes its stream's state too)
+                self.serial += 1
+                self.ends += self.ended
+            if len(changed):
+                self.used = max(self.used, int(changed[-1]) + 1)
+            self.gen = idx.generation
+            self.hint = 0  # (kept while nothing changed: a writer waiting for the rate limiter goes on)
+            self.ended = False
+        self.lo, self.hi = lo, hi
+        self.pub_serial, self.pub_ends, self.pub_used = self.serial, self.ends, self.used
+        self.pub_next_episode = idx.next_episode
+
+    def _journal(self, changed: np.ndarray, published: int, ended: bool) -> None:
+        """Journal the old state of ``changed`` streams (and, if ``ended``, of end flags), then set the flags."""
+        idx, u = self.index, self.undo
+        m = len(changed)
+        entries = u[1 : m + 1]
+        entries[:, 0] = changed
+        entries[:, 1:4] = self.streams[changed]
+        entries[:, 4] = -1
+        last = None
+        if ended:
+            last = self._last_steps(changed, self.streams[changed, 0])
+            last = last[self.flags[last] != idx.flags[last]]
+            k = len(last)
+            entries[:k, 4] = last  # (one flag per stream at most: the entries' order does not matter)
+            entries[:k, 5] = self.flags[last]
+        u[0, 1] = m
+        u[0, 0] = published  # last: a journal with the current stamp is complete
+        if last is not None:
+            self.flags[last] = idx.flags[last]
+
+    def recover(self, published: int) -> bool:
+        """After a process died in the lock: undo its stream and flag writes if it journaled them.
+
+        Returns whether it did. The caller then loads the published state (:meth:`pull`).
+        """
+        u = self.undo
+        self.revalidate = True
+        if u[0, 0] != published:
+            return False
+        m = int(u[0, 1])
+        e = u[1 : m + 1]
+        self.streams[e[:, 0]] = e[:, 1:4]
+        fl = e[e[:, 4] >= 0]
+        self.flags[fl[:, 4]] = fl[:, 5]
+        u[0, 0] = -1
+        return True
+
+
+def _stream_top(streams: Any, default: int) -> int:
+    """One more than the largest stream id in ``streams`` (``default`` when it is not integers)."""
+    try:
+        a = np.asarray(streams)
+    except (TypeError, ValueError):
+        return default
+    if a.dtype.kind not in "iu" or a.size == 0:
+        return default
+    return int(a.max()) + 1
+
+
+class SharedEpisodeMethods:
+    """The episode writers of a :class:`~replaystore.shared.SharedTable` (a mixin).
+
+    As :class:`~replaystore.Table`'s, plus what a shared table needs around them: the insert's
+    row count noted for recovery (``acquire_insert``) and the streams it may change
+    (:meth:`EpisodeSync.note_streams`). The readers (``sample_sequences``, ``sample_nstep``,
+    ``sample_episodes``, ``episode_info``, ``episode_keys``) are the Table's own: entering the lock
+    brings this process's index up to date.
+    """
+
+    def _steps_call(self, method: Any, rows: int, top: Any, *args: Any) -> Any:
+        guard, sync = self._guard, self._episync
+        if self._segment.closed or sync is None:
+            return method(self, *args)  # raises Closed, or EpisodeError (no episodes=)
+        guard.acquire_insert(rows)
+        try:
+            sync.note_streams(_stream_top(top, sync.used + 1))
+            if method is Table.end_episode:
+                sync.ended = True
+            return method(self, *args)
+        finally:
+            guard.release()
+
+    def add_step(
+        self,
+        step: Any,
+        stream: int = 0,
+        terminated: bool = False,
+        truncated: bool = False,
+        priority: float | None = None,
+        version: int | None = None,
+        timeout: float | None = None,
+    ) -> int:
+        """As :meth:`Table.add_step <replaystore.Table.add_step>` (visible to every process on return)."""
+        return self._steps_call(
+            Table.add_step, 1, stream, step, stream, terminated, truncated, priority, version, timeout
+        )
+
+    def extend_steps(
+        self,
+        steps: Any,
+        streams: Any = 0,
+        terminated: Any = None,
+        truncated: Any = None,
+        priorities: Any = None,
+        version: Any = None,
+        timeout: float | None = None,
+    ) -> np.ndarray:
+        """As :meth:`Table.extend_steps <replaystore.Table.extend_steps>`; published all at once."""
+        rows = self._batch_rows(steps)
+        return self._steps_call(
+            Table.extend_steps, rows, streams, steps, streams, terminated, truncated, priorities, version, timeout
+        )
+
+    def add_episode(
+        self,
+        steps: Any,
+        stream: int | None = None,
+        terminated: bool = True,
+        truncated: bool = False,
+        priorities: Any = None,
+        version: Any = None,
+        timeout: float | None = None,
+    ) -> np.ndarray:
+        """As :meth:`Table.add_episode <replaystore.Table.add_episode>`; published all at once."""
+        rows = self._batch_rows(steps)
+        return self._steps_call(
+            Table.add_episode, rows, stream, steps, stream, terminated, truncated, priorities, version, timeout
+        )
+
+    def end_episode(self, streams: Any, truncated: bool = False) -> int:
+        """As :meth:`Table.end_episode <replaystore.Table.end_episode>`."""
+        return self._steps_call(Table.end_episode, 0, streams, streams, truncated)
+
+    # -- removals: an episodic shared table stays in ring mode ------------------------------------
+    def delete(self, keys: Any) -> int:
+        """As :meth:`Table.delete <replaystore.Table.delete>`; with episodes, of the oldest steps only.
+
+        Raises:
+            InvalidArgument: an episodic table and a live key that is not among the oldest ``k``
+            (nothing deleted: its processes' episode indexes follow the ring's key range).
+        """
+        if self._episync is None:
+            return Table.delete(self, keys)
+        with self._cond:
+            arr = np.asarray(keys) if not isinstance(keys, np.ndarray) else keys
+            if arr.dtype.kind in "iu":
+                k = np.unique(arr.astype(np.int64).ravel())
+                st = self._state
+                live = k[(k >= st.ring_lo) & (k < st.ring_hi)]
+                if len(live) and not (live[0] == st.ring_lo and live[-1] == st.ring_lo + len(live) - 1):
+                    raise InvalidArgument(
+                        f"shared table {self.shared_name!r} has episodes: it deletes only its oldest steps "
+                        f"(keys {st.ring_lo} ..); deleting others is not supported with episodes yet"
+                    )
+            return Table.delete(self, keys)
+
+    def set_version(self, version: int) -> int:
+        """As :meth:`Table.set_version <replaystore.Table.set_version>`; with episodes, oldest stale only.
+
+        Raises:
+            InvalidArgument: an episodic table and stale steps that are not the oldest (nothing
+            dropped, version unchanged).
+        """
+        if self._episync is None or self.max_staleness is None:
+            return Table.set_version(self, version)
+        with self._cond:
+            if isinstance(version, (int, np.integer)) and not isinstance(version, bool):
+                st = self._state
+                slots = (np.arange(st.ring_lo, st.ring_hi, dtype=np.int64) - st.ring_base) % self.capacity
+                stale = self._version[slots] < int(version) - self.max_staleness
+                m = int(stale.sum())
+                if m and not stale[:m].all():
+                    raise InvalidArgument(
+                        f"shared table {self.shared_name!r} has episodes: version {int(version)} would make "
+                        "steps stale out of insertion order, which is not supported with episodes yet"
+                    )
+            return Table.set_version(self, version)
+
+
+__all__ = ["EpisodeSync", "SharedEpisodeMethods"]
