@@ -6,8 +6,9 @@ action f32[6], reward, next_obs f32[17], done: ~180 bytes). Phases, each ``--sec
 repeated ``--repeats`` times (medians printed):
 
 - **insert** (uniform table): 2 and 8 writer actors call ``extend`` with batches of 1, 64 and 256
-  rows, one call at a time each. Printed: items/s, the ratio to one actor, the service CPU per call
-  (``/proc``, summed over shards) and the writers' own CPU per call (``time.process_time``).
+  rows, one call at a time each, and 8 writers adding single rows through a ``BatchingWriter``
+  that sends 256 per call. Printed: items/s, the ratio to one actor, the service CPU per call
+  (``/proc``, summed over shards) and the writers' own CPU per Ray call (``time.process_time``).
 - **sample** (the table holds 100k items): one learner (this process) calls ``sample(256)`` in a
   loop, and for the prioritized table ``update_priorities`` on what it drew. Sharded tables are
   sampled three ways: ``depth 1`` (one call per shard per sample, updates sent at once: the client
@@ -69,18 +70,24 @@ class Writer:
         self.client = client
         self.seed = seed
 
-    def run(self, seconds: float, batch: int, start_at: float) -> tuple[int, float, int]:
-        """``(items written, own CPU seconds, calls)``."""
+    def run(self, seconds: float, batch: int, start_at: float, rows_per_call: int = 0) -> tuple[int, float, int]:
+        """``(items written, own CPU seconds, Ray calls)``; ``rows_per_call``: through a BatchingWriter."""
         data = make_batch(batch, self.seed)
         prio = np.ones(batch)
+        out = rsr.BatchingWriter(self.client, rows_per_call, timeout=30) if rows_per_call else None
         while time.time() < start_at:
             time.sleep(0.001)
         n = calls = 0
         cpu0, end = time.process_time(), time.time() + seconds
         while time.time() < end:
-            self.client.extend(data, priorities=prio, timeout=30)
+            if out is None:
+                self.client.extend(data, priorities=prio, timeout=30)
+                calls += 1
+            elif len(out.extend(data, priorities=prio)):
+                calls += 1
             n += batch
-            calls += 1
+        if out is not None:
+            n -= out.pending  # rows still waiting are not in
         return n, time.process_time() - cpu0, calls
 
 
@@ -123,12 +130,12 @@ def cpu_of_pids(pids) -> float:
     return total
 
 
-def insert_phase(ray, actors, pids, batch: int, seconds: float) -> tuple[float, float, float]:
+def insert_phase(ray, actors, pids, batch: int, seconds: float, rows_per_call: int = 0) -> tuple[float, float, float]:
     """``(items/s, service CPU µs per call, writer CPU µs per call)`` of the writers writing together."""
     ray.get([a.run.remote(0.05, batch, 0) for a in actors], timeout=120)  # warm up
     cpu0 = cpu_of_pids(pids)
     start_at = time.time() + 0.3
-    out = ray.get([a.run.remote(seconds, batch, start_at) for a in actors], timeout=seconds + 120)
+    out = ray.get([a.run.remote(seconds, batch, start_at, rows_per_call) for a in actors], timeout=seconds + 120)
     cpu = cpu_of_pids(pids) - cpu0
     items, own, calls = (sum(o[i] for o in out) for i in range(3))
     return items / seconds, 1e6 * cpu / max(1, calls), 1e6 * own / max(1, calls)
@@ -217,6 +224,9 @@ def main() -> None:
                                 f"{inserts[(cfg, writers, b)][0]:>9.0f} items/s",
                                 flush=True,
                             )
+                    runs = [insert_phase(ray, pool, pids, 1, args.seconds, 256) for _ in range(args.repeats)]
+                    inserts[(cfg, 8, "1, BatchingWriter 256")] = med(runs)
+                    print(f"  insert {cfg:<9} writers 8 batch 1 via BatchingWriter(256): {med(runs)[0]:>9.0f} items/s")
                     for a in pool:
                         ray.kill(a)
                 while len(client) < 100_000:

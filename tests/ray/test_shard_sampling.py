@@ -90,7 +90,7 @@ def test_split_fetch_gives_the_planned_rows_of_each_shard_per_batch():
     prios = [np.array([1.0, 2.0, 3.0]), np.array([4.0, 0.5])]
     scaled = [p**alpha for p in prios]
     mass = np.array([x.sum() for x in scaled])
-    states = [(len(p), x.sum(), x.min(), "prioritized", beta, True) for p, x in zip(prios, scaled)]
+    states = [(len(p), x.sum(), x.min(), "prioritized", beta, np.inf) for p, x in zip(prios, scaled)]
     counts = shard_sampling.draw_plan(rng, 7, mass, k)
     assert counts.shape == (k, 2) and (counts.sum(axis=1) == 7).all()
     got = {}
@@ -123,3 +123,16 @@ def test_split_fetch_gives_the_planned_rows_of_each_shard_per_batch():
         np.testing.assert_allclose(b.weights, (expect / p_min) ** -beta, rtol=1e-12)
     counts[:, 1] = 0  # a shard with no rows in the plan, and one missing from the replies
     assert all(b is None for b in shard_sampling.split_fetch({}, counts, 5, mass, states, shuffles))
+
+
+def test_fetch_depth_fits_every_shards_room_before_the_counts_are_drawn():
+    mass = np.array([1.0, 3.0, 0.0])
+    assert shard_sampling.fetch_depth(64, mass, np.full(3, np.inf), 8) == 8
+    assert shard_sampling.fetch_depth(64, mass, np.full(3, np.inf), 1) == 1
+    assert shard_sampling.fetch_depth(64, mass, np.array([0.0, np.inf, 0.0]), 8) == 1  # no room: one batch
+    # shard 0 gets 16 rows a batch on average: j batches need 16 j + 4 sd(j) rows of its room of 50
+    got = shard_sampling.fetch_depth(64, mass, np.array([50.0, np.inf, 0.0]), 8)  # shard 2 has no mass: ignored
+    j = np.arange(1, 9)
+    need = j * 16 + 4 * np.sqrt(j * 64 * 0.25 * 0.75)
+    assert got == max(1, int((need <= 50).sum())) and got < 8
+    assert shard_sampling.fetch_depth(64, mass, np.array([1e4, 1e4, 0.0]), 8) == 8

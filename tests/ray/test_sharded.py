@@ -148,6 +148,12 @@ def test_fetches_of_depth_batches_and_updates_riding_on_them(ray_local):
         assert c.delete(keys[:30]) == 30  # fetched batches that may hold deleted items are dropped
         assert set(c.sample(8).keys.tolist()) <= set(keys[30:].tolist())
         assert watcher.stats()["total"]["samples"] == 96
+        assert len(c.sample(4).keys) == 4  # another shape: a fetch of its own (the 8s are dropped)
+        assert len(c.sample(8).keys) == 8 and watcher.stats()["total"]["samples"] == 96 + 16 + 32
+        w = rsr.BatchingWriter(c, rows_per_call=6)  # rows wait in the writer, then go as one call
+        assert len(w.extend(transitions(4, 100), priorities=np.ones(4))) == 0 and len(c) == 10
+        sent = w.extend(transitions(4, 104), priorities=np.ones(4))
+        assert c.get(sent)[0]["id"].tolist() == list(range(100, 108)) and len(c) == 18
     finally:
         c.shutdown()
 

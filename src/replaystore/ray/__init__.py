@@ -12,7 +12,8 @@
   :mod:`replaystore.ray.logged_table`).
 - :func:`serve_sharded` runs a Table as N shard services (placement over nodes) behind one
   :class:`ShardedClient` with the Table API; samples are drawn as from one table
-  (:mod:`replaystore.ray.shard_sampling`), keys carry their shard.
+  (:mod:`replaystore.ray.shard_sampling`), keys carry their shard. :class:`BatchingWriter` sends
+  a writer's rows ``rows_per_call`` at a time (one Ray call per batch, not per row).
 - :func:`create_loader_pool` and :func:`data_iter` read fetched fragments in parallel (per node,
   with node-local stores: ``FragmentBufferConfig(node_local=...)``, :mod:`replaystore.ray.node_stores`).
 
@@ -22,6 +23,7 @@ local instance started by replaystore listens on loopback only. See ``docs/ray.m
 """
 
 from ._runtime import import_ray, init_local
+from .batching_writer import BatchingWriter
 from .client import ReplayClient, connect, serve
 from .fragment_buffer import FragmentBuffer, FragmentBufferConfig, FragmentRef
 from .fragment_client import Fetch, FragmentClient
@@ -39,6 +41,7 @@ from .uniform_distinct import UniformDistinct
 from .wal import WalConfig, WriteAheadLog
 
 __all__ = [
+    "BatchingWriter",
     "Fetch",
     "ForeignKey",
     "FragmentBuffer",

@@ -9,7 +9,6 @@ sampling half is :mod:`replaystore.ray.shard_sampler`, the Table API the rest of
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
 from typing import Any
@@ -69,7 +68,7 @@ class ShardedBase:
         self.depth = depth
         self.defer_updates = defer_updates
         self._updates = PendingUpdates(len(self.shards))
-        self._ready: dict[tuple, collections.deque] = {}  # fetched batches not handed out yet
+        self._ready: tuple = ()  # (shape, deque of fetched batches not handed out yet) or ()
         self.placement_group: Any = None  # set by serve_sharded: removed by shutdown()
 
     def __len__(self) -> int:
@@ -177,7 +176,7 @@ class ShardedBase:
     def _drop_ready(self) -> None:
         """Forget fetched batches (after this client deleted items or changed versions)."""
         with self._lock:
-            self._ready.clear()
+            self._ready = ()
 
     def flush_updates(self) -> int:
         """Send the queued priority updates now (one call per shard that has some); how many applied."""

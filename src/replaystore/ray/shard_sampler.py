@@ -37,8 +37,10 @@ class ShardedSampler(ShardedBase):
         Returns a :class:`~replaystore.Sample` with global keys; ``probabilities`` are each draw's
         probability over the whole table and ``weights`` the importance weights with the global
         size and smallest probability (see :mod:`replaystore.ray.shard_sampling`); ``indices`` are
-        slots of the item's own shard. Raises as :meth:`replaystore.Table.sample`; ``rs.Timeout``
-        also when no shard holds an item within ``timeout``.
+        slots of the item's own shard. With ``depth > 1`` the batch may come from this client's
+        last fetch (no call; drawn at that fetch's instant, see :class:`~replaystore.ray.ShardedClient`). Raises as
+        :meth:`replaystore.Table.sample`; ``rs.Timeout`` also when no shard holds an item within
+        ``timeout``.
         """
         return self._sample("sample", batch_size, (), timeout)
 
@@ -102,16 +104,18 @@ class ShardedSampler(ShardedBase):
             yield ready.popleft()
 
     def _sample(self, method: str, batch_size: int, args: tuple, timeout: float | None) -> Any:
-        """One batch: a ready one of the same shape, else a fetch of ``depth`` batches (the rest kept)."""
+        """One batch: a ready one of the same shape, else a fetch of ``depth`` batches (the rest kept).
+
+        Only one shape's batches are kept: a call of another shape drops them (they were counted
+        as sampled), so a kept batch is never older than the run of same-shape calls it belongs to.
+        """
         shape = (method, batch_size, args)
         with self._lock:
-            queue = self._ready.get(shape)
-            if queue:
-                return queue.popleft()
+            if self._ready and self._ready[0] == shape and self._ready[1]:
+                return self._ready[1].popleft()
         batches = self._finish(self._start(method, batch_size, args, timeout, self.depth))
-        if len(batches) > 1:
-            with self._lock:
-                self._ready.setdefault(shape, collections.deque()).extend(batches[1:])
+        with self._lock:
+            self._ready = (shape, collections.deque(batches[1:])) if len(batches) > 1 else ()
         return batches[0]
 
     def _start(self, method: str, batch_size: int, args: tuple, timeout: float | None, depth: int = 1) -> tuple:
@@ -135,8 +139,10 @@ class ShardedSampler(ShardedBase):
                 )
             time.sleep(0.02)
             self._refresh(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        if self.consistency == "exact" or not all(st is None or (len(st) > 5 and st[5]) for st in states):
-            depth = 1  # exact: current masses per batch; a rate limiter or max_times_sampled: draw no more than is used
+        if self.consistency == "exact":
+            depth = 1  # the current masses for every batch
+        ahead = np.array([np.inf if st is None else float(st[5]) for st in states])
+        depth = shard_sampling.fetch_depth(int(batch_size), mass, ahead, depth)
         with self._lock:
             counts = shard_sampling.draw_plan(self._rng, int(batch_size), mass, depth)
             shuffles = [
@@ -200,8 +206,8 @@ class ShardedSampler(ShardedBase):
         shard that dies before they are sent are lost (priorities are hints; nothing else is).
 
         Raises ``ForeignKey`` (nothing sent or queued) for a key of another table,
-        ``InvalidPriority`` for NaN/infinite priorities (negative ones on a prioritized table) or a
-        wrong count, else as the Table.
+        ``InvalidPriority`` for NaN/infinite priorities (negative ones on a prioritized table),
+        ``InvalidArgument`` for a count that does not match the keys, else as the Table.
         """
         if not self.defer_updates:
             res, _, _ = self._by_key("update_priorities", keys, priorities)

@@ -170,6 +170,24 @@ def concat_samples(a: Any, b: Any) -> Any:
     return type(a)(**fields)
 
 
+def fetch_depth(batch_size: int, mass: np.ndarray, ahead: np.ndarray, depth: int) -> int:
+    """How many batches (``1..depth``) a fetch may draw: each shard's share fits its ``ahead``.
+
+    Shard ``s`` gets ``j * batch_size * share_s`` rows on average over ``j`` batches; ``j`` is
+    allowed while that plus 4 standard deviations of the multinomial count fits the rows the shard
+    may draw ahead (its rate limiter's room at its last reply). Chosen before the counts are
+    drawn, so it does not bias them; the rare fetch that still asks a shard for more than its
+    room waits there as any sample would.
+    """
+    if depth <= 1:
+        return 1
+    share = mass / mass.sum()
+    j = np.arange(1, depth + 1)[:, None]
+    need = j * batch_size * share + 4.0 * np.sqrt(j * batch_size * share * (1.0 - share))
+    fits = ((need <= ahead) | (share == 0)).all(axis=1)
+    return int(max(1, np.argmin(fits) if not fits.all() else depth))
+
+
 def draw_plan(rng: np.random.Generator, batch_size: int, mass: np.ndarray, k: int) -> np.ndarray:
     """``k`` independent rows of :func:`draw_counts`: a ``(k, shards)`` int64 array (a fetch of ``k`` batches)."""
     return rng.multinomial(batch_size, mass / mass.sum(), size=k).astype(np.int64)

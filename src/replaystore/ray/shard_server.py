@@ -50,11 +50,13 @@ SHARD_METHODS = frozenset(
 )
 
 
-def shard_state(table: Table) -> tuple[int, float, float, str, float, bool]:
-    """``(size, mass, min_mass, kind, beta, batchable)`` of a shard's table.
+def shard_state(table: Table) -> tuple[int, float, float, str, float, float]:
+    """``(size, mass, min_mass, kind, beta, ahead)`` of a shard's table.
 
-    ``batchable``: drawing ``k`` batches in one call is the same as drawing them one by one (no
-    rate limiter bounds sampling, and sampling retires nothing: ``max_times_sampled == 0``).
+    ``ahead``: how many items the shard may draw now for batches not yet asked for: what its rate
+    limiter lets through without waiting (``inserts * samples_per_insert - samples - min_diff``;
+    ``inf`` for a limiter that never bounds sampling), and 0 when sampling retires items
+    (``max_times_sampled``) or the table is a queue.
     ``kind`` is ``"prioritized"`` (mass: sum of ``priority ** alpha``; min_mass: the smallest
     positive one, ``inf`` if none), ``"uniform"`` (mass: the size; min_mass: 1) or the sampler's
     class name for samplers a sharded table cannot combine; ``beta`` is the prioritized sampler's
@@ -64,13 +66,20 @@ def shard_state(table: Table) -> tuple[int, float, float, str, float, bool]:
     sampler = table.sampler
     lim = table.rate_limiter
     # MinSize's min_diff is -float max (divided by the shard count when scaled): samples never wait on it
-    batchable = table.max_times_sampled == 0 and lim.min_diff < _UNBOUNDED and not isinstance(lim, Queue)
+    if table.max_times_sampled or isinstance(lim, Queue):
+        ahead = 0.0
+    elif lim.min_diff < _UNBOUNDED:
+        ahead = math.inf
+    elif lim.size < lim.min_size_to_sample:
+        ahead = 0.0
+    else:
+        ahead = max(0.0, lim.inserts * lim.samples_per_insert - lim.samples - lim.min_diff)
     if isinstance(sampler, Prioritized):
         total, smallest = sampler.mass()
-        return size, total, smallest, "prioritized", sampler.beta, batchable
+        return size, total, smallest, "prioritized", sampler.beta, ahead
     if isinstance(sampler, Uniform):
-        return size, float(size), 1.0, "uniform", 0.0, batchable
-    return size, float(size), 1.0, type(sampler).__name__, 0.0, batchable
+        return size, float(size), 1.0, "uniform", 0.0, ahead
+    return size, float(size), 1.0, type(sampler).__name__, 0.0, ahead
 
 
 class ShardServer(ReplayServer):
@@ -82,7 +91,7 @@ class ShardServer(ReplayServer):
         except KeyError:
             raise KeyNotFound(f"shard {self.name!r} has no table {table!r}; tables: {sorted(self.tables)}") from None
 
-    async def shard_state(self, table: str) -> tuple[int, float, float, str, float, bool]:
+    async def shard_state(self, table: str) -> tuple[int, float, float, str, float, float]:
         """The table's :func:`shard_state` (``KeyNotFound`` for an unknown table)."""
         return shard_state(self._shard_table(table))
 

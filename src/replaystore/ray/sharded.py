@@ -58,9 +58,10 @@ class ShardedClient(ShardedSampler):
             shard counts of ``depth`` batches at once, asks each shard for all its rows in one
             call and keeps the other ``depth - 1`` batches for the next calls of the same shape
             (each an exact draw at the fetch's instant; changes made after it, e.g. priority
-            updates, are seen from the next fetch). ``1``: one call per shard per sample. Tables
-            whose sampling a rate limiter bounds or that retire items (``max_times_sampled``)
-            always fetch one batch at a time.
+            updates, are seen from the next fetch; a call of another shape drops them). ``1``: one
+            call per shard per sample. A fetch draws no more batches than every shard's rate
+            limiter had room for at its last reply; tables that retire items
+            (``max_times_sampled``), and ``consistency="exact"``, fetch one batch at a time.
         defer_updates: ``update_priorities`` validates, queues the updates and returns at once;
             they ride on the next sample call to their shard (applied before it draws), or go out
             on their own with :meth:`flush_updates` and before any other call that reads or
