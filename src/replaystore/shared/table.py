@@ -298,6 +298,7 @@ class SharedTable(SharedEpisodeMethods, Table):
         touches one: with large rows (Atari frames) that costs more than the copy until the ring
         has gone round once. Costs about a microsecond per 4 KB page (and the page tables), once.
         Returns False where the kernel cannot (Linux before 5.14). Not needed for correctness.
+        Meant for memory (``/dev/shm``): in a directory on a disk it also marks every page dirty.
         """
         return self._segment.prefault()
 
