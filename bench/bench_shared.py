@@ -7,6 +7,10 @@ explorers add, one learner samples), TorchRL's ``ReplayBuffer(shared=True)`` on 
 same calls in one process, no lock round trip; measured alone, after one full cycle of writes so
 that its pages are touched, as they are in a long run).
 
+A shared table's processes map its whole segment first (``SharedTable.prefault``: in a long run
+every page is mapped after the ring has gone round once; without it a 1-second phase measures the
+first-touch page faults of Atari frames, ~5x the copy); cpprb and TorchRL have no equivalent.
+
 Each phase: a buffer (200,000 small transitions, 4,000 Atari frames) prefilled to half, then
 ``W`` writer processes (forked; Ray actors for the service) call ``extend`` of ``B`` rows in a
 loop while one learner process samples 256 (uniform; or prioritized and updates the 256
@@ -45,10 +49,20 @@ SAMPLE = 256
 def spec_of(payload: str) -> dict:
     if payload == "atari":
         frames = ((4, 84, 84), np.uint8)
-        return {"obs": frames, "action": ((), np.int64), "reward": ((), np.float32), "next_obs": frames,
-                "done": ((), np.bool_)}
-    return {"obs": ((4,), np.float32), "action": ((), np.int64), "reward": ((), np.float32),
-            "next_obs": ((4,), np.float32), "done": ((), np.bool_)}
+        return {
+            "obs": frames,
+            "action": ((), np.int64),
+            "reward": ((), np.float32),
+            "next_obs": frames,
+            "done": ((), np.bool_),
+        }
+    return {
+        "obs": ((4,), np.float32),
+        "action": ((), np.int64),
+        "reward": ((), np.float32),
+        "next_obs": ((4,), np.float32),
+        "done": ((), np.bool_),
+    }
 
 
 def batch_of(payload: str, n: int, seed: int = 0) -> dict:
@@ -67,22 +81,31 @@ class Shared:
 
     def __init__(self, capacity, payload, prioritized, directory):
         sampler = rs.Prioritized(0.6, 0.4) if prioritized else rs.Uniform()
-        self.t = SharedTable.create(f"bench-{os.getpid()}", capacity, spec_of(payload), sampler=sampler,
-                                    directory=directory)
+        self.t = SharedTable.create(
+            f"bench-{os.getpid()}", capacity, spec_of(payload), sampler=sampler, directory=directory
+        )
         self.prioritized = prioritized
 
     def writer(self, batch):
         t = self.t
+        self.prefault()
         return lambda: t.extend(batch)
+
+    def prefault(self):
+        """Map the segment into this (new) process first, as a long-running actor would have."""
+        if isinstance(self.t, SharedTable):
+            self.t.prefault()
 
     def learner(self):
         t, rng = self.t, np.random.default_rng(0)
+        self.prefault()
         if not self.prioritized:
             return lambda: t.sample(SAMPLE)
 
         def step():
             s = t.sample(SAMPLE)
             t.update_priorities(s.keys, rng.random(SAMPLE) + 0.01)
+
         return step
 
     def close(self):
@@ -129,6 +152,7 @@ class Cpprb:
         def step():
             s = rb.sample(SAMPLE)
             rb.update_priorities(s["indexes"], rng.random(SAMPLE) + 0.01)
+
         return step
 
     def close(self):
@@ -146,8 +170,7 @@ class TorchRL:
         if prioritized:
             raise NotImplementedError("its prioritized sampler's state is not shared between processes")
         scratch = tempfile.mkdtemp(dir=directory)  # a directory per phase: its files may not exist yet
-        self.rb = ReplayBuffer(storage=LazyMemmapStorage(capacity, scratch_dir=scratch), shared=True,
-                               batch_size=SAMPLE)
+        self.rb = ReplayBuffer(storage=LazyMemmapStorage(capacity, scratch_dir=scratch), shared=True, batch_size=SAMPLE)
         self.scratch = scratch
 
     def writer(self, batch):
@@ -201,8 +224,9 @@ def phase(cls, payload, prioritized, writers, rows, seconds, capacity, directory
         q = ctx.Queue()
         start_at = time.time() + 0.5
         stop_at = start_at + seconds
-        procs = [ctx.Process(target=_writer_proc, args=(buf, payload, rows, i, start_at, stop_at, q))
-                 for i in range(writers)]
+        procs = [
+            ctx.Process(target=_writer_proc, args=(buf, payload, rows, i, start_at, stop_at, q)) for i in range(writers)
+        ]
         procs.append(ctx.Process(target=_learner_proc, args=(buf, start_at, stop_at, q)))
         for p in procs:
             p.start()
@@ -219,9 +243,12 @@ def phase(cls, payload, prioritized, writers, rows, seconds, capacity, directory
     learner = [r for r in results if r[1] == 0]
     ws = [r for r in results if r[1] != 0]
     calls = sum(r[0] for r in ws) or 1
-    return {"inserts_s": sum(r[1] for r in ws) / seconds, "extend_cpu_us": sum(r[2] for r in ws) / calls * 1e6,
-            "batches_s": learner[0][0] / seconds if learner else 0.0,
-            "sample_cpu_us": learner[0][2] / max(1, learner[0][0]) * 1e6 if learner else 0.0}
+    return {
+        "inserts_s": sum(r[1] for r in ws) / seconds,
+        "extend_cpu_us": sum(r[2] for r in ws) / calls * 1e6,
+        "batches_s": learner[0][0] / seconds if learner else 0.0,
+        "sample_cpu_us": learner[0][2] / max(1, learner[0][0]) * 1e6 if learner else 0.0,
+    }
 
 
 def alone(payload, prioritized, rows, capacity, seconds) -> dict:
@@ -297,8 +324,12 @@ def ray_phase(payload, prioritized, writers, rows, seconds, capacity) -> dict:
     client.shutdown()
     ray.shutdown()
     calls = sum(r[0] for r in res_w) or 1
-    return {"inserts_s": sum(r[1] for r in res_w) / seconds, "extend_cpu_us": sum(r[2] for r in res_w) / calls * 1e6,
-            "batches_s": res_l[0] / seconds, "sample_cpu_us": res_l[2] / max(1, res_l[0]) * 1e6}
+    return {
+        "inserts_s": sum(r[1] for r in res_w) / seconds,
+        "extend_cpu_us": sum(r[2] for r in res_w) / calls * 1e6,
+        "batches_s": res_l[0] / seconds,
+        "sample_cpu_us": res_l[2] / max(1, res_l[0]) * 1e6,
+    }
 
 
 def main() -> None:
@@ -318,10 +349,14 @@ def main() -> None:
     wanted = args.peers.split(",")
     root = args.directory or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
     directory = tempfile.mkdtemp(prefix="bench-shared-", dir=root)
-    print(f"# bench_shared: {args.seconds}s per phase, load average {os.getloadavg()[0]:.1f} "
-          f"on {os.cpu_count()} CPUs (compare ratios within this run)")
-    print("| payload | sampler | W | B | peer | rows/s in | extend CPU us | x in-proc | batches/s | sample CPU us "
-          "| x in-proc |")
+    print(
+        f"# bench_shared: {args.seconds}s per phase, load average {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} CPUs (compare ratios within this run)"
+    )
+    print(
+        "| payload | sampler | W | B | peer | rows/s in | extend CPU us | x in-proc | batches/s | sample CPU us "
+        "| x in-proc |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for payload in args.payloads.split(","):
         capacity = 4_000 if payload == "atari" else 200_000
@@ -329,10 +364,13 @@ def main() -> None:
             prio = sampler == "prioritized"
             for rows in [int(x) for x in args.rows.split(",")]:
                 base = alone(payload, prio, rows, capacity, args.seconds)
-                print(f"| {payload} | {sampler} | - | {rows} | in-process Table (alone) | "
-                      f"{base['extend_per_s']:,.0f} | "
-                      f"{base['extend_cpu_us']:.1f} | 1.00 | {base['sample_per_s']:,.0f} | "
-                      f"{base['sample_cpu_us']:.1f} | 1.00 |", flush=True)
+                print(
+                    f"| {payload} | {sampler} | - | {rows} | in-process Table (alone) | "
+                    f"{base['extend_per_s']:,.0f} | "
+                    f"{base['extend_cpu_us']:.1f} | 1.00 | {base['sample_per_s']:,.0f} | "
+                    f"{base['sample_cpu_us']:.1f} | 1.00 |",
+                    flush=True,
+                )
                 for w in [int(x) for x in args.writers.split(",")]:
                     for key in wanted:
                         if key == "torchrl" and prio:
@@ -347,13 +385,19 @@ def main() -> None:
                                 r = phase(peers[key], payload, prio, w, rows, args.seconds, capacity, directory)
                                 label = peers[key].name
                         except Exception as e:  # noqa: BLE001 - a peer that cannot run this row says why
-                            print(f"| {payload} | {sampler} | {w} | {rows} | {key} | failed: {type(e).__name__}: "
-                                  f"{str(e)[:80]} |", flush=True)
+                            print(
+                                f"| {payload} | {sampler} | {w} | {rows} | {key} | failed: {type(e).__name__}: "
+                                f"{str(e)[:80]} |",
+                                flush=True,
+                            )
                             continue
-                        print(f"| {payload} | {sampler} | {w} | {rows} | {label} | {r['inserts_s']:,.0f} | "
-                              f"{r['extend_cpu_us']:.1f} | {r['extend_cpu_us'] / base['extend_cpu_us']:.2f} | "
-                              f"{r['batches_s']:,.0f} | {r['sample_cpu_us']:.1f} | "
-                              f"{r['sample_cpu_us'] / base['sample_cpu_us']:.2f} |", flush=True)
+                        print(
+                            f"| {payload} | {sampler} | {w} | {rows} | {label} | {r['inserts_s']:,.0f} | "
+                            f"{r['extend_cpu_us']:.1f} | {r['extend_cpu_us'] / base['extend_cpu_us']:.2f} | "
+                            f"{r['batches_s']:,.0f} | {r['sample_cpu_us']:.1f} | "
+                            f"{r['sample_cpu_us'] / base['sample_cpu_us']:.2f} |",
+                            flush=True,
+                        )
     print("# one phase per row (no repeats): run twice to see the noise")
     os.rmdir(directory)
 

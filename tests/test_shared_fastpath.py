@@ -61,3 +61,15 @@ def test_one_copy_in_one_copy_out(tmp_path, monkeypatch, spec, sampler):
         assert (s.data[k].reshape(5, -1) == (s.keys % 200)[:, None]).all()
     t.close()
     other.close()
+
+
+def test_prefault_maps_the_segment_and_changes_no_data(tmp_path):
+    t = SharedTable.create("pf", 32, FRAMES, directory=tmp_path)
+    b = batch(FRAMES, 5, 0)
+    t.extend(b)
+    before = t.get(t.keys())[0]
+    assert t.prefault() in (True, False)  # False only on kernels before 5.14 (MADV_POPULATE_WRITE)
+    after = t.get(t.keys())[0]
+    assert all((before[k] == after[k]).all() for k in FRAMES) and (after["obs"][4] == 4).all()
+    assert t.extend(batch(FRAMES, 2, 5)).tolist() == [5, 6]
+    t.close()

@@ -34,6 +34,15 @@ def _hold_forever(table, ready):
         time.sleep(3600)
 
 
+def test_the_compiled_module_is_built():
+    # the README's install builds it (setup.py); flock and struct packing are for machines without a compiler
+    if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
+        pytest.skip("REPLAYSTORE_PURE_PYTHON is set")
+    from replaystore.shared.copies import StateCopies
+
+    assert HAVE_MUTEX and StateCopies is not None
+
+
 def test_default_kind_is_the_mutex_when_compiled(tmp_path):
     t = SharedTable.create("k", 4, SPEC, directory=tmp_path)
     assert t._segment.words[W_LOCK_KIND] == (KIND_MUTEX if HAVE_MUTEX else KIND_FLOCK) == default_kind()

@@ -47,6 +47,7 @@ class ProcessGuard:
         self.segment = segment
         self.table = table
         self.names, codes = table.state_layout()  # every part's scalars (the placement's scalar hook)
+        self._position = {name: i for i, name in enumerate(self.names)}
         #: the state copies in the header (:mod:`replaystore.shared.copies`)
         self.copies = state_copies(segment.mm, W_ACTIVE, COPY0, COPY_WORDS, codes)
         self._mutex = segment.mutex
@@ -78,7 +79,7 @@ class ProcessGuard:
 
     def value(self, name: str) -> Any:
         """A scalar of the state the local Table holds (the last one loaded or published)."""
-        return self._values[self.names.index(name)]
+        return self._values[self._position[name]]
 
     # -- enter / leave ------------------------------------------------------------------------------
     def _enter(self, intent: int) -> None:
