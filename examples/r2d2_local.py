@@ -167,7 +167,7 @@ def main() -> None:
                 steps = table.stats()["inserts"]
                 failed = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
                 if failed:
-                    raise RuntimeError(f"actor processes failed (exit codes {failed}): see their tracebacks above")
+                    raise RuntimeError(f"actor processes failed (exit codes {failed}): see their tracebacks") from None
                 continue
             if start is None:
                 start, inserts0 = time.perf_counter(), table.stats()["inserts"]
