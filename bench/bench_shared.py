@@ -4,11 +4,13 @@ Peers (issue 20): cpprb's ``MPReplayBuffer`` and ``MPPrioritizedReplayBuffer`` (
 explorers add, one learner samples), TorchRL's ``ReplayBuffer(shared=True)`` on a
 ``LazyMemmapStorage`` (uniform only: its samplers' state is not shared), the Ray service
 (``replaystore.ray``: writer and learner Ray actors), and the in-process Table (the limit: the
-same calls in one process, no lock round trip).
+same calls in one process, no lock round trip; measured alone, after one full cycle of writes so
+that its pages are touched, as they are in a long run).
 
-Each phase: a buffer of ``--capacity`` prefilled to half, then ``W`` writer processes (forked;
-Ray actors for the service) call ``extend`` of ``B`` rows in a loop while one learner process
-samples 256 (uniform; or prioritized and updates the 256 priorities) for ``--seconds``. Reported
+Each phase: a buffer (200,000 small transitions, 4,000 Atari frames) prefilled to half, then
+``W`` writer processes (forked; Ray actors for the service) call ``extend`` of ``B`` rows in a
+loop while one learner process samples 256 (uniform; or prioritized and updates the 256
+priorities) for ``--seconds``. Reported
 per phase: rows inserted per second (all writers), the writers' CPU time per ``extend`` call, the
 learner's batches per second and its CPU time per batch. Payloads: ``small`` transitions (obs
 f32[4], action i64, reward f32, next_obs f32[4], done; 45 bytes) and ``atari`` (obs and next_obs
@@ -18,6 +20,7 @@ Usage (the bench venv has cpprb and TorchRL)::
 
     PYTHONPATH=src bench/.venv/bin/python bench/bench_shared.py [--quick] [--seconds 1]
         [--writers 1,2,4] [--rows 1,8,64,256] [--payloads small,atari] [--peers shared,cpprb,torchrl,ray]
+        [--samplers uniform,prioritized] [--directory DIR]
 """
 
 from __future__ import annotations
@@ -225,6 +228,9 @@ def alone(payload, prioritized, rows, capacity, seconds) -> dict:
     """The in-process Table in this process: extend alone, then sample (+ update) alone."""
     buf = InProcess(capacity, payload, prioritized, None)
     fill = buf.writer(batch_of(payload, 256, 99))
+    for _ in range(-(-capacity // 256)):  # one full cycle first: every page touched, as in a long run
+        fill()  # (NumPy's first touch of fresh pages, zeroed by the kernel, is not the steady state)
+    buf.t.clear()
     for _ in range(capacity // 2 // 256):
         fill()
     out = {}
@@ -303,13 +309,15 @@ def main() -> None:
     ap.add_argument("--payloads", default="small,atari")
     ap.add_argument("--peers", default="shared,cpprb,torchrl,ray")
     ap.add_argument("--samplers", default="uniform,prioritized")
+    ap.add_argument("--directory", default=None, help="where the shared segments go (default /dev/shm)")
     ap.add_argument("--quick", action="store_true", help="one writer count, two batch sizes, small payload")
     args = ap.parse_args()
     if args.quick:
         args.writers, args.rows, args.payloads, args.seconds = "1,2", "8,256", "small", min(args.seconds, 0.5)
     peers = {"shared": Shared, "cpprb": Cpprb, "torchrl": TorchRL, "ray": None}
     wanted = args.peers.split(",")
-    directory = tempfile.mkdtemp(prefix="bench-shared-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    root = args.directory or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
+    directory = tempfile.mkdtemp(prefix="bench-shared-", dir=root)
     print(f"# bench_shared: {args.seconds}s per phase, load average {os.getloadavg()[0]:.1f} "
           f"on {os.cpu_count()} CPUs (compare ratios within this run)")
     print("| payload | sampler | W | B | peer | rows/s in | extend CPU us | x in-proc | batches/s | sample CPU us "

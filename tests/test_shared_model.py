@@ -1,7 +1,9 @@
 """A shared table driven from two processes against a plain model (hypothesis state machine).
 
 Every step runs in this process or in a worker process (forked once, attached by name to each
-example's table); the checks read the table from this process.
+example's table); the checks read the table from this process. Deletes take any keys (the table
+leaves ring mode); a second machine evicts with a ``Lifo`` remover and retires items after
+``max_times_sampled`` draws.
 """
 
 import itertools
@@ -38,8 +40,8 @@ def _worker(conn):
         try:
             out = getattr(table, method)(*args)
             conn.send(("ok", out))
-        except rs.ReplayError as e:
-            conn.send(("err", type(e).__name__))
+        except Exception as e:  # noqa: BLE001 - reported to the test (a worker that died would hang it)
+            conn.send(("err", f"{type(e).__name__}: {e}"))
     if table is not None:
         table.close()
 
@@ -58,12 +60,21 @@ def worker():
 class TwoProcesses(RuleBasedStateMachine):
     conn = None
     directory = None
+    remover = "Fifo"
+    max_times_sampled = 0
 
     @initialize()
     def start(self):
         self.name = f"model{next(_names)}"
         self.table = SharedTable.create(
-            self.name, CAP, SPEC, sampler=rs.Prioritized(alpha=1.0), directory=self.directory, seed=3
+            self.name,
+            CAP,
+            SPEC,
+            sampler=rs.Prioritized(alpha=1.0),
+            remover=getattr(rs, self.remover)(),
+            max_times_sampled=self.max_times_sampled,
+            directory=self.directory,
+            seed=3,
         )
         self.conn.send(("attach", self.name, self.directory))
         assert self.conn.recv() == ("ok", None)
@@ -71,7 +82,7 @@ class TwoProcesses(RuleBasedStateMachine):
         self.next_key = 0
         self.max_priority = 1.0
         self.counts = dict.fromkeys(
-            ("inserts", "samples", "deletes", "evictions", "skipped_updates", "skipped_deletes"), 0
+            ("inserts", "samples", "deletes", "evictions", "retired", "skipped_updates", "skipped_deletes"), 0
         )
 
     def teardown(self):
@@ -88,6 +99,15 @@ class TwoProcesses(RuleBasedStateMachine):
 
     @rule(remote=st.booleans(), n=st.integers(1, CAP + 2), prios=st.booleans(), data=st.data())
     def extend(self, remote, n, prios, data):
+        lifo = self.remover == "Lifo"
+        if lifo:
+            n = min(n, CAP)  # (a larger batch: CapacityError, only a Fifo table keeps the newest)
+        overflow = len(self.items) + n - CAP
+        if lifo and overflow > 0:  # the newest items make room
+            for k in sorted(self.items)[-overflow:]:
+                del self.items[k]
+            self.counts["evictions"] += overflow
+            self.counts["deletes"] += overflow
         p = None
         if prios:
             p = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 3.0]), min_size=n, max_size=n)))
@@ -115,6 +135,12 @@ class TwoProcesses(RuleBasedStateMachine):
             assert self.items[k][1] > 0 or not positive
             self.items[k][2] += 1
         self.counts["samples"] += n
+        if self.max_times_sampled:
+            for k in set(s.keys.tolist()):
+                if self.items[k][2] >= self.max_times_sampled:  # retired: deleted after the sample
+                    del self.items[k]
+                    self.counts["retired"] += 1
+                    self.counts["deletes"] += 1
 
     @rule(
         remote=st.booleans(),
@@ -132,14 +158,15 @@ class TwoProcesses(RuleBasedStateMachine):
         if live:
             self.max_priority = max(self.max_priority, prio)
 
-    @rule(remote=st.booleans(), m=st.integers(0, 3))
-    def delete_oldest(self, remote, m):
-        oldest = sorted(self.items)[:m]
-        assert self.call(remote, "delete", oldest + [self.next_key + 5]) == len(oldest)
-        for k in oldest:
+    @rule(remote=st.booleans(), picks=st.lists(st.integers(-2, 12), min_size=0, max_size=4))
+    def delete(self, remote, picks):
+        keys = [max(0, self.next_key - 1 - i) for i in picks]  # any keys: live or gone, oldest or not
+        live = {k for k in keys if k in self.items}
+        assert self.call(remote, "delete", keys) == len(live)
+        for k in live:
             del self.items[k]
-        self.counts["deletes"] += len(oldest)
-        self.counts["skipped_deletes"] += 1
+        self.counts["deletes"] += len(live)
+        self.counts["skipped_deletes"] += len(set(keys) - live)
 
     @rule(remote=st.booleans())
     def clear(self, remote):
@@ -163,10 +190,15 @@ class TwoProcesses(RuleBasedStateMachine):
         assert stats["size"] == len(keys) and len(self.table) == len(keys)
 
 
-def test_two_processes_against_a_model(worker, tmp_path):
-    TwoProcesses.conn = worker
-    TwoProcesses.directory = str(tmp_path)
-    run = settings(max_examples=25, stateful_step_count=20, deadline=None)(TwoProcesses).TestCase
+class TwoProcessesLifo(TwoProcesses):
+    remover = "Lifo"
+    max_times_sampled = 2
+
+
+@pytest.mark.parametrize(("machine", "examples"), [(TwoProcesses, 25), (TwoProcessesLifo, 20)])
+def test_two_processes_against_a_model(worker, tmp_path, machine, examples):
+    machine = type(machine.__name__, (machine,), {"conn": worker, "directory": str(tmp_path)})
+    run = settings(max_examples=examples, stateful_step_count=20, deadline=None)(machine).TestCase
     run("runTest").runTest()
     worker.send(("detach",))
     assert worker.recv() == ("ok", None)

@@ -19,6 +19,10 @@ COMBOS = [
     ("Uniform", "Lifo"),
     ("Prioritized", "Uniform"),
     ("Fifo", "Lifo"),
+    ("MinHeap", "Fifo"),
+    ("Uniform", "MinHeap"),
+    ("MaxHeap", "MaxHeap"),
+    ("Prioritized", "MinHeap"),
 ]
 
 
@@ -165,8 +169,18 @@ def test_key_index_overflow_across_handles(tmp_path):
         a.close()
 
 
-def test_heap_selectors_are_refused_with_the_reason(tmp_path):
-    for kw in ({"sampler": rs.MinHeap()}, {"remover": rs.MaxHeap()}):
-        with pytest.raises(rs.InvalidArgument, match="Python heap"):
-            SharedTable.create("heap", 4, SHARED_SPEC, directory=tmp_path, **kw)
-    assert list(tmp_path.iterdir()) == []
+def test_heap_order_across_handles(tmp_path):
+    """MinHeap sampler, MaxHeap remover: the order lives in the segment (a tournament tree)."""
+    kw = dict(sampler=rs.MinHeap(), remover=rs.MaxHeap(), max_times_sampled=1, directory=tmp_path)
+    a = SharedTable.create("heaps", 6, SHARED_SPEC, **kw)
+    b = SharedTable.attach("heaps", directory=tmp_path)
+    try:
+        a.extend(transitions(6), priorities=[5.0, 1.0, 3.0, 1.0, 9.0, 2.0])
+        b.extend(transitions(2, 6), priorities=[4.0, 0.5])  # full: evicts the two highest (keys 4, 0)
+        assert a.keys().tolist() == [1, 2, 3, 5, 6, 7]
+        a.update_priorities([2], [0.1])
+        assert b.sample(3).keys.tolist() == [2, 7, 1]  # lowest first, ties oldest first; retired
+        assert a.sample(3).keys.tolist() == [3, 5, 6] and len(b) == 0
+    finally:
+        b.close()
+        a.close()

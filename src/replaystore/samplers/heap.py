@@ -5,7 +5,8 @@ for a slot bumps that slot's generation, so removals and priority updates leave 
 behind that are recognised by their old generation (even when a priority returns to an earlier
 value), skipped when popped, and dropped by a rebuild when stale entries outnumber live ones.
 Insert and update cost O(log n) each; ``sample(k)``/``victims(k)`` cost O(k log n) plus skipped
-stale entries.
+stale entries. Bound under a placement (a table in shared memory), a selector keeps the same order
+in a :class:`~replaystore.samplers.heap_tree.TournamentTree` instead (arrays, not a list).
 """
 
 from __future__ import annotations
@@ -14,16 +15,23 @@ import heapq
 
 import numpy as np
 
+from ..placement import placing
 from .base import Selector
+from .heap_tree import TournamentTree
 
 
 class _Heap(Selector):
     _sign = 1.0  # +1: lowest first (MinHeap); -1: highest first (MaxHeap)
+    #: the scalar hook (:mod:`replaystore.placement`; placed selectors keep their order in a tree)
+    SCALARS = ("size",)
 
     def bind(self, capacity: int, rng: np.random.Generator) -> None:  # noqa: D102
         super().bind(capacity, rng)
+        self._tree = TournamentTree(capacity) if placing() else None
         self._heap: list[tuple[float, int, int, int]] = []
-        self._gen = np.zeros(capacity, dtype=np.int64)  # bumped on every push; -1 marks removed
+        self._gen = (
+            np.zeros(capacity, dtype=np.int64) if self._tree is None else None
+        )  # bumped on every push; -1 marks removed
         self._next_gen = 0
         self.size = 0
 
@@ -43,14 +51,26 @@ class _Heap(Selector):
 
     def insert(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
         self.size += len(slots)
-        self._push(slots, keys, priorities)
+        self.update(slots, keys, priorities)
 
     def update(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
-        self._push(slots, keys, priorities)
+        if self._tree is not None:
+            self._tree.set(slots, self._sign * priorities, keys)
+        else:
+            self._push(slots, keys, priorities)
+
+    def replace(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:
+        """New items took the ``slots``: as ``remove`` then ``insert``."""
+        if self._tree is None:
+            self._gen[slots] = -1
+        self.update(slots, keys, priorities)
 
     def remove(self, slots: np.ndarray) -> None:  # noqa: D102
-        self._gen[slots] = -1
         self.size -= len(slots)
+        if self._tree is not None:
+            self._tree.drop(slots)
+        else:
+            self._gen[slots] = -1
 
     def _live(self, entry: tuple[float, int, int, int]) -> bool:
         return self._gen[entry[3]] == entry[2]
@@ -61,6 +81,8 @@ class _Heap(Selector):
 
     def _first(self, n: int) -> np.ndarray:
         """The first ``n <= size`` live slots in heap order; the heap keeps them."""
+        if self._tree is not None:
+            return self._tree.first(n)
         taken = []
         while len(taken) < n:
             e = heapq.heappop(self._heap)
@@ -84,13 +106,18 @@ class _Heap(Selector):
 
     def peek(self) -> int:
         """The slot of the first item (``-1`` when empty), without changing anything."""
+        if self._tree is not None:
+            return self._tree.peek()
         while self._heap and not self._live(self._heap[0]):
             heapq.heappop(self._heap)
         return self._heap[0][3] if self._heap else -1
 
     def clear(self) -> None:  # noqa: D102
         self._heap = []
-        self._gen[:] = -1
+        if self._tree is not None:
+            self._tree.clear()
+        else:
+            self._gen[:] = -1
         self.size = 0
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import LayoutMismatch, SharedTableExists, SharedTableNotFound
+from .errors import LayoutMismatch, LockUnsupported, SharedTableExists, SharedTableNotFound
 from .segment import list_segments, path_of, remove_dir
 from .table import SharedTable
 
@@ -31,4 +31,12 @@ def remove(name: str, directory: str | None = None, force: bool = False) -> bool
     return remove_dir(Path(info["path"]))
 
 
-__all__ = ["LayoutMismatch", "SharedTable", "SharedTableExists", "SharedTableNotFound", "list_segments", "remove"]
+__all__ = [
+    "LayoutMismatch",
+    "LockUnsupported",
+    "SharedTable",
+    "SharedTableExists",
+    "SharedTableNotFound",
+    "list_segments",
+    "remove",
+]

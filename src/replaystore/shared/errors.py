@@ -17,4 +17,8 @@ class LayoutMismatch(CheckpointError):
     """A segment that is not a shared table of this library's layout version (or is damaged)."""
 
 
-__all__ = ["LayoutMismatch", "SharedTableExists", "SharedTableNotFound"]
+class LockUnsupported(LayoutMismatch):
+    """A table that locks with a mutex this process cannot use (the compiled module is not available)."""
+
+
+__all__ = ["LayoutMismatch", "LockUnsupported", "SharedTableExists", "SharedTableNotFound"]

@@ -3,8 +3,9 @@
 A :class:`ProcessGuard` replaces a Table's own lock and Condition (``Table.guard_with``), so every
 method of the one Table implementation runs as before, inside a critical section that spans
 processes. Entering it (outermost level) takes this process's thread lock, then the segment's
-``flock``; if the previous holder died inside it (``busy`` still set) the table is recovered
-first (:mod:`replaystore.shared.recovery`); then the current state copy is loaded into the local
+mutex (:mod:`replaystore.shared.lock`: a robust process-shared mutex, or ``flock``); if the
+previous holder died inside it (``busy`` still set) the table is recovered first
+(:mod:`replaystore.shared.recovery`); then the current state copy is loaded into the local
 Table object when another process has published since (``Table.load_state_scalars``). Leaving it
 publishes the Table's scalars when they changed (the copy not current, then the selector) and
 releases both locks.
@@ -16,15 +17,15 @@ taking the mutex has ``lock_timeout``. ``notify_all`` does nothing (waiters poll
 
 from __future__ import annotations
 
-import fcntl
 import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Closed
+from .copies import state_copies
 from .recovery import reconcile
-from .segment import COPY0, COPY_WORDS, VICTIMS, W_ACTIVE, W_BUSY, W_RECOVERIES, W_WAITING, Segment, state_format
+from .segment import COPY0, COPY_WORDS, VICTIMS, W_ACTIVE, W_BUSY, W_RECOVERIES, Segment
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 #: test hook: with ``REPLAYSTORE_SHM_TEST_HOOK=pause-before-publish:<file>``, a critical section
 #: that changed the state touches ``<file>`` and sleeps before publishing (the crash tests kill it there)
 _HOOK = os.environ.get("REPLAYSTORE_SHM_TEST_HOOK", "").partition("pause-before-publish:")[2]
-_EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB
 
 
 class ProcessGuard:
@@ -44,7 +44,9 @@ class ProcessGuard:
         self.segment = segment
         self.table = table
         self.names, codes = table.state_layout()  # every part's scalars (the placement's scalar hook)
-        self._fmt = state_format(codes)
+        #: the state copies in the header (:mod:`replaystore.shared.copies`)
+        self.copies = state_copies(segment.mm, W_ACTIVE, COPY0, COPY_WORDS, codes)
+        self._mutex = segment.mutex
         # victims of the insert in progress, noted before their rows are overwritten (recovery)
         self._victims = segment.view(VICTIMS)
         self._noted = False
@@ -55,8 +57,6 @@ class ProcessGuard:
         self.intent = 0  # rows the current insert may write (set by acquire_insert)
         self._delay = 50e-6
         self.recovered = 0  # recoveries this process performed
-        self._copy_word = (COPY0, COPY0 + COPY_WORDS)  # first word (the generation) of each copy
-        self._copy_byte = (COPY0 * 8, (COPY0 + COPY_WORDS) * 8)
         self._holding = False  # this process holds the mutex (entered and not yet left)
         #: called with the published generation when this process repairs the table after a crash
         #: (parts with state of their own undo a dead holder's writes: ``EpisodeSync.recover``)
@@ -68,26 +68,9 @@ class ProcessGuard:
         return self._gen
 
     # -- state copies ---------------------------------------------------------------------------
-    def read_copy(self) -> tuple[int, int, tuple]:
-        """``(generation, intent, values)`` of the current copy (mutex held, or a snapshot)."""
-        raw = self._fmt.unpack_from(self.segment.mm, self._copy_byte[self.segment.words[W_ACTIVE] & 1])
-        return raw[0], raw[1], raw[2:]
-
-    def publish(self, gen: int, values: tuple) -> None:
-        """Write a new current copy: the other copy first, then flip the selector."""
-        words = self.segment.words
-        other = (words[W_ACTIVE] & 1) ^ 1
-        self._fmt.pack_into(self.segment.mm, self._copy_byte[other], gen, 0, *values)
-        words[W_ACTIVE] = other
-
-    def set_intent(self, n: int) -> None:
-        """Write the current insert's row count into the current copy (mutex held)."""
-        words = self.segment.words
-        words[self._copy_word[words[W_ACTIVE] & 1] + 1] = n
-
     def start(self, values: tuple) -> None:
         """Publish the first state of a new segment (generation 0) as the one the local Table holds."""
-        self.publish(0, values)
+        self.copies.publish(0, values)
         self._gen, self._values = 0, values
 
     def value(self, name: str) -> Any:
@@ -99,25 +82,23 @@ class ProcessGuard:
         seg = self.segment
         if seg.closed:
             raise Closed(f"shared table {self.table.name!r} was closed in this process")
-        try:
-            fcntl.flock(seg.lock_fd, _EX_NB)
-        except BlockingIOError:
-            seg.lock()
+        if not self._mutex.acquire(seg.lock_timeout):
+            raise seg.lock_timed_out()
         try:
             words = seg.words
             if words[W_BUSY]:
                 self._recover()
             words[W_BUSY] = seg.pid
-            word = self._copy_word[words[W_ACTIVE] & 1]
-            if words[word] != self._gen:
-                gen, _, values = self.read_copy()
+            copies = self.copies
+            if copies.generation() != self._gen:  # another process published since: load its state
+                gen, _, values = copies.read()
                 self.table.load_state_scalars(values)
                 self._gen, self._values = gen, values
             if intent:
                 self.intent = intent
-                words[word + 1] = intent
+                copies.set_intent(intent)
         except BaseException:
-            seg.unlock()
+            self._mutex.release()
             raise
         self._holding = True
 
@@ -125,26 +106,23 @@ class ProcessGuard:
         if not self._holding:  # (a wait that could not re-enter: nothing to publish or release)
             return
         self._holding = False
-        seg = self.segment
         try:
             values = self.table.state_scalars()
             if values != self._values:
                 if _HOOK:
                     _pause(_HOOK)
                 self._gen += 1
-                self.publish(self._gen, values)
+                self.copies.publish(self._gen, values)
                 self._values = values
             elif self.intent:
-                self.set_intent(0)
+                self.copies.set_intent(0)
             self.intent = 0
             if self._noted:
                 self._noted = False
                 self._victims[0] = 0
-            seg.words[W_BUSY] = 0
+            self.segment.words[W_BUSY] = 0
         finally:
-            fcntl.flock(seg.lock_fd, fcntl.LOCK_UN)
-        if seg.words[W_WAITING]:  # another process waits for the lock: let it run first
-            os.sched_yield()
+            self._mutex.release()  # (yields the CPU once when another process waits for it)
 
     def note_victims(self, slots: "np.ndarray") -> None:
         """Note the slots an insert will overwrite in place (mutex held), before it writes them.
@@ -163,13 +141,13 @@ class ProcessGuard:
 
     def _recover(self) -> None:
         """The previous holder died inside the critical section: make the table consistent."""
-        gen, intent, values = self.read_copy()
+        gen, intent, values = self.copies.read()
         if self.on_recover is not None:
             self.on_recover(gen)
         victims = self._victims[1 : 1 + int(self._victims[0])].copy()
         fixed, dropped = reconcile(self.table, self.segment, self.names, values, intent, victims)
         self._victims[0] = 0
-        self.publish(gen + 1, fixed)
+        self.copies.publish(gen + 1, fixed)
         words = self.segment.words
         words[W_RECOVERIES] += 1
         self.recovered += 1
@@ -204,7 +182,7 @@ class ProcessGuard:
             self._depth += 1
             if rows > self.intent:
                 self.intent = rows
-                self.set_intent(rows)
+                self.copies.set_intent(rows)
             return
         try:
             self._enter(rows)
@@ -229,7 +207,11 @@ class ProcessGuard:
     __enter__ = acquire
 
     def __exit__(self, *exc: Any) -> None:
-        self.release()
+        if self._depth > 1:  # (release's nested case, one call less: the Table's methods nest in ours)
+            self._depth -= 1
+            self._tlock.release()
+        else:
+            self.release()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Publish, release every level, sleep a little (at most ``timeout``), re-enter. Returns True.

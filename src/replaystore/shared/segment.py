@@ -5,14 +5,16 @@ Layout of ``<directory>/replaystore-<name>/``::
     segment   the mapped file: a header page, the configuration as JSON, then one page-aligned
               region per state array (the Table's metadata rows, the Prioritized trees, the
               payload columns), every block reserved up front (``posix_fallocate``)
-    lock      the mutex: ``flock(LOCK_EX)`` on it, which the kernel drops when its holder dies
+    lock      the ``flock`` mutex of tables created without the compiled robust mutex
+              (:mod:`replaystore.shared.lock`; the header records which kind a table uses)
 
 Every process that has the table open holds ``flock(LOCK_SH)`` on ``segment``: the process that
 closes last (and so can take ``LOCK_EX``) removes the directory; a directory nobody holds is a
 leftover of crashed runs (:func:`list_segments`, ``replaystore shm``).
 
 The header (int64 words): magic, layout version, sizes, creator pid, the pid of the process inside
-the critical section (``busy``, zero outside it), which of the two state copies is current, and
+the critical section (``busy``, zero outside it), which of the two state copies is current, the
+pid of a process waiting for the mutex, the lock kind (and at byte 2048 the mutex itself), and
 two copies of the Table's scalar state (``Table.state_scalars``) each led by a generation number
 and an insert *intent* (rows an insert in progress may be writing). A writer fills the copy that
 is not current and then flips the selector (one aligned 8-byte store), so a reader, or a process
@@ -29,7 +31,6 @@ import os
 import re
 import secrets
 import shutil
-import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -39,22 +40,23 @@ import numpy as np
 from ..errors import DiskFull, InvalidArgument, Timeout
 from ..storage.diskspace import free_bytes, reserve
 from .errors import LayoutMismatch, SharedTableExists, SharedTableNotFound
+from .lock import MUTEX_BYTE, FlockMutex, default_kind, init_lock, open_lock
 
-_EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB
 MAGIC = int.from_bytes(b"RSSHMTB1", "little")
-LAYOUT_VERSION = 2  # 2: state copies of 120 words (every part's scalars), out-of-ring regions
+LAYOUT_VERSION = 3  # 2: state copies of 120 words (every part's scalars), out-of-ring regions; 3: the lock kind word
 PAGE = 4096
 PREFIX = "replaystore-"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 
 # header words
 W_MAGIC, W_VERSION, W_HEADER, W_TOTAL, W_JSON_OFF, W_JSON_LEN, W_CREATOR, W_CREATED = range(8)
-W_BUSY, W_ACTIVE, W_RECOVERIES, W_WAITING = 8, 9, 10, 11
+W_BUSY, W_ACTIVE, W_RECOVERIES, W_WAITING, W_LOCK_KIND = 8, 9, 10, 11, 12
 COPY_WORDS = 120  # generation, intent, then the scalars (Table.state_layout)
 COPY0 = 16  # first word of state copy 0; copy 1 follows
 PIDS = COPY0 + 2 * COPY_WORDS  # the table of attached pids
 MAX_PIDS = 128
 HEADER_BYTES = PAGE
+assert (PIDS + MAX_PIDS) * 8 <= MUTEX_BYTE < HEADER_BYTES - 64, "the header's words overlap its mutex"
 #: the region where an insert notes the slots it overwrites in place (count, then slots)
 VICTIMS = "shared.victims"
 
@@ -124,16 +126,25 @@ class Segment:
         self.lock_timeout = float(lock_timeout)
         self.words = memoryview(mm).cast("q")
         self.regions = {r["name"]: (r["offset"], tuple(r["shape"]), np.dtype(r["dtype"])) for r in config["regions"]}
-        self.lock_fd = os.open(path / "lock", os.O_RDWR)
         self.pid = os.getpid()
+        #: the cross-process mutex (:mod:`replaystore.shared.lock`): ``acquire(timeout) -> bool``, ``release()``
+        self.mutex = open_lock(self.words[W_LOCK_KIND], mm, path / "lock", W_WAITING, self.pid, config["name"])
         self.closed = False
 
     # -- create / open ------------------------------------------------------------------------------
     @classmethod
     def create(
-        cls, path: Path, config: dict, regions: list[tuple[str, tuple, np.dtype]], lock_timeout: float
+        cls,
+        path: Path,
+        config: dict,
+        regions: list[tuple[str, tuple, np.dtype]],
+        lock_timeout: float,
+        lock_kind: int | None = None,
     ) -> tuple["Segment", Path]:
         """Build the files in a hidden sibling directory; :meth:`publish_dir` renames it into place.
+
+        ``lock_kind``: :data:`~replaystore.shared.lock.KIND_MUTEX` or ``KIND_FLOCK`` (default: the
+        robust mutex when it is compiled here).
 
         Raises:
             SharedTableExists: ``path`` exists. DiskFull: the file system cannot hold the segment
@@ -191,16 +202,12 @@ class Segment:
             words[W_JSON_LEN] = len(raw)
             words[W_CREATOR] = os.getpid()
             words[W_CREATED] = time.time_ns()
+            kind = default_kind() if lock_kind is None else lock_kind
+            words[W_LOCK_KIND] = kind
+            init_lock(kind, mm)
             words[W_MAGIC] = MAGIC  # last: a segment with a magic is complete
             words.release()
-            seg = cls.__new__(cls)
-            seg.path = tmp
-            seg.fd, seg.mm, seg.config, seg.lock_timeout = fd, mm, config, float(lock_timeout)
-            seg.words = memoryview(mm).cast("q")
-            seg.regions = {r["name"]: (r["offset"], tuple(r["shape"]), np.dtype(r["dtype"])) for r in body}
-            seg.lock_fd = os.open(tmp / "lock", os.O_RDWR)
-            seg.pid = os.getpid()
-            seg.closed = False
+            seg = cls(tmp, fd, mm, config, lock_timeout)
         except BaseException:
             if fd >= 0:
                 os.close(fd)
@@ -252,44 +259,20 @@ class Segment:
 
     # -- the mutex ------------------------------------------------------------------------------
     def lock(self) -> None:
-        """Take the cross-process mutex (``Timeout`` after ``lock_timeout`` seconds).
+        """Take the cross-process mutex (``Timeout`` after ``lock_timeout`` seconds, naming the holder)."""
+        if not self.mutex.acquire(self.lock_timeout):
+            raise self.lock_timed_out()
 
-        A waiter notes its pid in the header (a holder that sees it yields the CPU after releasing,
-        so a learner sampling back to back cannot starve writers), yields while it spins for the
-        first 0.2 ms, then sleeps 50 us, doubling to 500 us, between attempts.
-        """
-        fd, words, pid = self.lock_fd, self.words, self.pid
-        try:
-            fcntl.flock(fd, _EX_NB)
-            return
-        except BlockingIOError:
-            pass
-        start = time.monotonic()
-        deadline, spin_until = start + self.lock_timeout, start + 0.0002
-        delay = 50e-6
-        while True:
-            words[W_WAITING] = pid
-            now = time.monotonic()
-            if now < spin_until:
-                os.sched_yield()
-            else:
-                time.sleep(delay)
-                delay = min(delay * 2, 500e-6)
-            try:
-                fcntl.flock(fd, _EX_NB)
-                break
-            except BlockingIOError:
-                if now > deadline:
-                    raise Timeout(
-                        f"the lock of shared table {self.path.name[len(PREFIX) :]!r} (held by pid "
-                        f"{words[W_BUSY]}): not acquired within {self.lock_timeout:.3g}s"
-                    ) from None
-        if words[W_WAITING] == pid:
-            words[W_WAITING] = 0
+    def lock_timed_out(self) -> Timeout:
+        """The error of an acquire that timed out: the table, the holder's pid, the timeout."""
+        return Timeout(
+            f"the lock of shared table {self.config['name']!r} (held by pid "
+            f"{self.words[W_BUSY]}): not acquired within {self.lock_timeout:.3g}s"
+        )
 
     def unlock(self) -> None:
         """Release the mutex."""
-        fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+        self.mutex.release()
 
     # -- regions ------------------------------------------------------------------------------------
     def view(self, name: str) -> np.ndarray:
@@ -320,13 +303,14 @@ class Segment:
     # -- after fork, close ------------------------------------------------------------------------
     def reopen_after_fork(self) -> None:
         """In a forked child: descriptors of our own (the parent's locks are per open file)."""
-        old_fd, old_lock = self.fd, self.lock_fd
+        old_fd = self.fd
         self.fd = os.open(self.path / "segment", os.O_RDWR)
         fcntl.flock(self.fd, fcntl.LOCK_SH)
-        self.lock_fd = os.open(self.path / "lock", os.O_RDWR)
-        for fd in (old_fd, old_lock):
-            os.close(fd)
+        os.close(old_fd)
+        if isinstance(self.mutex, FlockMutex):
+            self.mutex.reopen(self.path / "lock")
         self.pid = os.getpid()
+        self.mutex.set_pid(self.pid)
 
     def close(self, remove: bool = True) -> bool:
         """Leave the reference count; the last process out removes the directory. Returns whether it did.
@@ -346,7 +330,8 @@ class Segment:
                     pass
         finally:
             os.close(self.fd)
-            os.close(self.lock_fd)
+            if isinstance(self.mutex, FlockMutex):
+                self.mutex.close()
         return removed
 
 
@@ -406,7 +391,7 @@ def _read_config(mm: mmap.mmap, path: Path, size: int) -> dict:
         words.release()
     if magic != MAGIC:
         raise LayoutMismatch(f"{path / 'segment'} is not a replaystore shared table (bad magic)")
-    if version != LAYOUT_VERSION:
+    if version != LAYOUT_VERSION:  # (version 1 had no lock kind word: it locked with flock)
         raise LayoutMismatch(
             f"{path / 'segment'} has layout version {version}; this replaystore reads "
             f"version {LAYOUT_VERSION}: open it with the version that created it"
@@ -422,15 +407,6 @@ def _read_config(mm: mmap.mmap, path: Path, size: int) -> dict:
     except (ValueError, KeyError, TypeError) as e:
         raise LayoutMismatch(f"{path / 'segment'}: unreadable configuration ({e})") from None
     return config
-
-
-def state_format(codes: str) -> struct.Struct:
-    """The packing of one state copy: generation, intent, then one value per ``struct`` code (``q``/``d``)."""
-    if 2 + len(codes) > COPY_WORDS:
-        raise InvalidArgument(
-            f"the table's state has {len(codes)} scalars; a segment copy holds {COPY_WORDS - 2} (segment.COPY_WORDS)"
-        )
-    return struct.Struct(f"<qq{codes}")
 
 
 def list_segments(directory: str | os.PathLike | None = None) -> list[dict[str, Any]]:

@@ -9,16 +9,15 @@ enters the lock and published when it leaves. So every process runs the Table's 
 same data: same semantics, same distributions.
 
 What shared tables support (anything else raises :class:`~replaystore.InvalidArgument` naming
-it): column storage with a ``spec``; the ``Uniform``, ``Prioritized``, ``Fifo``, ``Lifo`` and
-``WithoutReplacement`` samplers; the ``Fifo``, ``Lifo`` and ``Uniform`` removers; every rate
+it): column storage with a ``spec``; every sampler and remover of the library (``Uniform``,
+``Prioritized``, ``Fifo``, ``Lifo``, ``MinHeap``, ``MaxHeap``, ``WithoutReplacement``); every rate
 limiter; ``max_times_sampled``, ``max_staleness``, ``delete`` and ``clear``. A table starts in
 *ring mode* (with the ``Fifo`` remover: key index, free slots and uniform set are arithmetic on
 three shared numbers); the first removal out of insertion order switches it, in every process,
 to the out-of-ring structures that every process built over the segment when it attached.
 Episodes (``episodes=rs.Episodes(max_streams=...)``): each process keeps its own episode index
 equal to the table's (:mod:`replaystore.shared.episodes`); such a table stays in ring mode (the
-``Fifo`` remover, no ``max_times_sampled``, deletes and stale drops of the oldest steps only). Not
-yet: the ``MinHeap``/``MaxHeap`` selectors (their heap is a Python list).
+``Fifo`` remover, no ``max_times_sampled``, deletes and stale drops of the oldest steps only).
 """
 
 from __future__ import annotations
@@ -36,16 +35,27 @@ from ..episodes import Episodes
 from ..errors import InvalidArgument, InvalidState
 from ..limiters import MinSize, RateLimiter, limiter_from_config
 from ..placement import allocate, placed
-from ..samplers import Fifo, Lifo, Prioritized, Selector, Uniform, WithoutReplacement, selector_from_config
+from ..samplers import (
+    Fifo,
+    Lifo,
+    MaxHeap,
+    MinHeap,
+    Prioritized,
+    Selector,
+    Uniform,
+    WithoutReplacement,
+    selector_from_config,
+)
 from ..storage import ColumnStorage
 from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
 from .episodes import EpisodeSync, SharedEpisodeMethods
 from .guard import ProcessGuard
+from .lock import lock_kind
 from .segment import VICTIMS, Segment, check_name, path_of
 
-_SAMPLERS = (Uniform, Prioritized, Fifo, Lifo, WithoutReplacement)
-_REMOVERS = (Fifo, Lifo, Uniform)
+_SAMPLERS = (Uniform, Prioritized, Fifo, Lifo, MinHeap, MaxHeap, WithoutReplacement)
+_REMOVERS = (Fifo, Lifo, Uniform, MinHeap, MaxHeap)
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # open tables of this process (re-opened after a fork)
 
 
@@ -75,12 +85,16 @@ class SharedTable(SharedEpisodeMethods, Table):
         directory: str | os.PathLike | None = None,
         remover: Selector | None = None,
         lock_timeout: float = 60.0,
+        lock: str = "auto",
         episodes: Episodes | None = None,
     ) -> "SharedTable":
         """Create the segment ``name`` (in ``directory``, default ``/dev/shm``) and open it.
 
         Args mirror :class:`~replaystore.Table`; ``spec`` (field shapes and dtypes) is required,
         since the segment is sized up front. ``seed`` seeds this process's sampling only.
+        ``lock``: ``"mutex"`` (a robust process-shared mutex: needs the compiled extension in every
+        process that attaches), ``"flock"`` (slower calls, any process), or ``"auto"`` (the mutex
+        when it is compiled here).
         ``episodes``: an :class:`~replaystore.Episodes` with ``max_streams`` set (the per-stream
         state is sized up front too).
 
@@ -90,6 +104,7 @@ class SharedTable(SharedEpisodeMethods, Table):
             DiskFull: the segment does not fit (the bytes wanted and free are in the message).
         """
         check_name(name)
+        kind = lock_kind(lock)
         capacity = int(capacity)
         if capacity <= 0:
             raise InvalidArgument(f"capacity must be positive, got {capacity}")
@@ -116,7 +131,7 @@ class SharedTable(SharedEpisodeMethods, Table):
         regions: list[tuple[str, tuple, np.dtype]] = []
         _construct(config, _recorder(regions), None, cls)  # a dry run says what the Table allocates
         path = path_of(name, directory)
-        seg, tmp = Segment.create(path, config, regions, lock_timeout)
+        seg, tmp = Segment.create(path, config, regions, lock_timeout, kind)
         try:
             table = _construct(config, _placer(seg, fill=True), seed, cls)
             table._open(seg, first=True)
@@ -291,12 +306,12 @@ def _check_supported(sampler: Selector, remover: Selector, limiter: RateLimiter)
     if type(sampler) not in _SAMPLERS:
         raise InvalidArgument(
             f"shared tables support the {', '.join(c.__name__ for c in _SAMPLERS)} samplers, not "
-            f"{type(sampler).__name__} (a heap selector keeps a Python heap, which is not in shared memory yet)"
+            f"{type(sampler).__name__}"
         )
     if type(remover) not in _REMOVERS:
         raise InvalidArgument(
             f"shared tables evict with the {', '.join(c.__name__ for c in _REMOVERS)} removers, not "
-            f"{type(remover).__name__} (a heap selector keeps a Python heap, which is not in shared memory yet)"
+            f"{type(remover).__name__}"
         )
     if not isinstance(limiter, RateLimiter):
         raise InvalidArgument(f"rate_limiter must be a RateLimiter, got {type(limiter).__name__}")
@@ -416,6 +431,12 @@ def _as_batch_of_one(item: dict, spec: dict | None) -> dict | None:
 
 def _batch_len(data: Any, default: int) -> int:
     """The leading length of a (nested) dict batch, at most ``default`` (``default`` when it has none)."""
+    if type(data) is dict:  # the common case, a flat dict of arrays: no iterator objects
+        for first in data.values():
+            if type(first) is np.ndarray and first.ndim:
+                n = first.shape[0]
+                return n if n < default else default
+            break
     while type(data) is dict and data or isinstance(data, Mapping) and data:
         data = next(iter(data.values()))
     try:

@@ -1,0 +1,447 @@
+/* replaystore.shared._sync: what a shared table's every call does in its segment's header, compiled.
+ *
+ * Optional: without it shared tables lock with flock() (replaystore.shared.lock) and pack their
+ * state copies with struct (replaystore.shared.copies); a segment records which lock it was
+ * created with, and a process without this module cannot attach to a segment that uses the
+ * mutex (LockUnsupported, raised by the Python side).
+ *
+ * Two types:
+ *
+ * RobustMutex:
+ * A RobustMutex wraps a pthread_mutex_t that lives in a mapped segment (PTHREAD_PROCESS_SHARED,
+ * PTHREAD_MUTEX_ROBUST): when its holder dies, the kernel hands it to the next locker with
+ * EOWNERDEAD, and this module marks it consistent at once; the segment's own "busy" word (set
+ * by the holder while it changes anything) says whether the table needs a repair. Uncontended,
+ * lock and unlock are one atomic instruction each, no system call.
+ *
+ * Fairness: a waiter writes its pid into the segment's "waiting" word; a holder that sees it
+ * after unlocking yields the CPU once, so a process calling back to back cannot starve others.
+ *
+ * StateCopies: the two copies of a table's scalar state in the header (each: generation, insert
+ * intent, then the scalars, int64 or float64 words as their codes say) and the selector word saying which is
+ * current. publish() fills the copy that is not current and then flips the selector (a release
+ * fence first), so a reader, or a process that recovers after a writer died, finds one complete
+ * copy. Same contract as the struct version in replaystore.shared.copies.
+ *
+ * Thread-safety: the mutex is per process-and-thread as pthread defines it; the Python side
+ * (ProcessGuard) takes it from one thread at a time, under its own thread lock, and touches the
+ * state copies only while it holds the mutex.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#define SLICE_NS 20000000LL  /* a blocked acquire wakes every 20 ms to let Python handle signals */
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer view;             /* the segment's mapping (held for the object's life) */
+    pthread_mutex_t *mutex;
+    volatile int64_t *waiting;  /* the segment's "waiting" word */
+    int64_t pid;
+    long owner_died;            /* times this handle took the mutex from a dead holder */
+} RobustMutex;
+
+static int
+get_region(PyObject *buffer, Py_ssize_t offset, Py_ssize_t waiting_offset, Py_buffer *view,
+           char **base)
+{
+    if (PyObject_GetBuffer(buffer, view, PyBUF_WRITABLE) < 0)
+        return -1;
+    if (offset < 0 || offset % 64 || offset + (Py_ssize_t)sizeof(pthread_mutex_t) > view->len
+        || waiting_offset < 0 || waiting_offset % 8 || waiting_offset + 8 > view->len) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "mutex or waiting word outside the buffer, or misaligned");
+        return -1;
+    }
+    *base = (char *)view->buf;
+    return 0;
+}
+
+/* init_mutex(buffer, offset): build a new robust, process-shared mutex at byte `offset`. */
+static PyObject *
+init_mutex(PyObject *self, PyObject *args)
+{
+    PyObject *buffer;
+    Py_ssize_t offset;
+    Py_buffer view;
+    char *base;
+    if (!PyArg_ParseTuple(args, "On", &buffer, &offset))
+        return NULL;
+    if (get_region(buffer, offset, 0, &view, &base) < 0)
+        return NULL;
+    pthread_mutexattr_t attr;
+    int rc = pthread_mutexattr_init(&attr);
+    if (!rc)
+        rc = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    if (!rc)
+        rc = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    if (!rc)
+        rc = pthread_mutex_init((pthread_mutex_t *)(base + offset), &attr);
+    pthread_mutexattr_destroy(&attr);
+    PyBuffer_Release(&view);
+    if (rc) {
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+RobustMutex_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"buffer", "offset", "waiting_offset", "pid", NULL};
+    PyObject *buffer;
+    Py_ssize_t offset, waiting_offset;
+    long long pid;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnnL", kwlist, &buffer, &offset, &waiting_offset, &pid))
+        return NULL;
+    RobustMutex *self = (RobustMutex *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    char *base;
+    if (get_region(buffer, offset, waiting_offset, &self->view, &base) < 0) {
+        self->view.obj = NULL;
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->mutex = (pthread_mutex_t *)(base + offset);
+    self->waiting = (volatile int64_t *)(base + waiting_offset);
+    self->pid = pid;
+    return (PyObject *)self;
+}
+
+static void
+RobustMutex_dealloc(RobustMutex *self)
+{
+    if (self->view.obj != NULL)
+        PyBuffer_Release(&self->view);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* 0: taken; EOWNERDEAD handled (made consistent); else the pthread error */
+static int
+after_lock(RobustMutex *self, int rc)
+{
+    if (rc == EOWNERDEAD) {
+        self->owner_died++;
+        return pthread_mutex_consistent(self->mutex);
+    }
+    return rc;
+}
+
+/* acquire(timeout) -> bool: True once held (from a dead holder too), False after `timeout` s. */
+static PyObject *
+RobustMutex_acquire(RobustMutex *self, PyObject *arg)
+{
+    int rc = pthread_mutex_trylock(self->mutex);
+    if (rc != EBUSY) {
+        rc = after_lock(self, rc);
+        if (rc) {
+            errno = rc;
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        Py_RETURN_TRUE;
+    }
+    double timeout = PyFloat_AsDouble(arg);
+    if (timeout == -1.0 && PyErr_Occurred())
+        return NULL;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    long long deadline = (long long)now.tv_sec * 1000000000LL + now.tv_nsec
+                         + (long long)(timeout > 0 ? timeout * 1e9 : 0);
+    for (;;) {
+        *self->waiting = self->pid;
+        clock_gettime(CLOCK_REALTIME, &now);
+        long long t = (long long)now.tv_sec * 1000000000LL + now.tv_nsec + SLICE_NS;
+        if (t > deadline)
+            t = deadline;
+        struct timespec until = {(time_t)(t / 1000000000LL), (long)(t % 1000000000LL)};
+        Py_BEGIN_ALLOW_THREADS
+        rc = pthread_mutex_timedlock(self->mutex, &until);
+        Py_END_ALLOW_THREADS
+        if (rc != ETIMEDOUT)
+            break;
+        if (t >= deadline) {
+            if (*self->waiting == self->pid)
+                *self->waiting = 0;
+            Py_RETURN_FALSE;
+        }
+        if (PyErr_CheckSignals() < 0)
+            return NULL;
+    }
+    if (*self->waiting == self->pid)
+        *self->waiting = 0;
+    rc = after_lock(self, rc);
+    if (rc) {
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_TRUE;
+}
+
+/* release(): unlock; yield the CPU once if another process waits for the mutex. */
+static PyObject *
+RobustMutex_release(RobustMutex *self, PyObject *Py_UNUSED(ignored))
+{
+    int rc = pthread_mutex_unlock(self->mutex);
+    if (rc) {
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (*self->waiting)
+        sched_yield();
+    Py_RETURN_NONE;
+}
+
+/* set_pid(pid): the pid a waiter notes (after a fork). */
+static PyObject *
+RobustMutex_set_pid(RobustMutex *self, PyObject *arg)
+{
+    long long pid = PyLong_AsLongLong(arg);
+    if (pid == -1 && PyErr_Occurred())
+        return NULL;
+    self->pid = pid;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+RobustMutex_owner_died(RobustMutex *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromLong(self->owner_died);
+}
+
+static PyMethodDef RobustMutex_methods[] = {
+    {"acquire", (PyCFunction)RobustMutex_acquire, METH_O,
+     "acquire(timeout) -> bool: take the mutex (True), or False after timeout seconds."},
+    {"release", (PyCFunction)RobustMutex_release, METH_NOARGS,
+     "release(): unlock; yields once when another process waits."},
+    {"set_pid", (PyCFunction)RobustMutex_set_pid, METH_O, "set_pid(pid): the pid a waiter notes."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef RobustMutex_getset[] = {
+    {"owner_died", (getter)RobustMutex_owner_died, NULL,
+     "times this handle took the mutex from a holder that had died", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject RobustMutexType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "replaystore.shared._sync.RobustMutex",
+    .tp_basicsize = sizeof(RobustMutex),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "RobustMutex(buffer, offset, waiting_offset, pid): a robust process-shared mutex "
+              "at byte offset of a writable buffer (see the module doc).",
+    .tp_new = RobustMutex_new,
+    .tp_dealloc = (destructor)RobustMutex_dealloc,
+    .tp_methods = RobustMutex_methods,
+    .tp_getset = RobustMutex_getset,
+};
+
+/* -- StateCopies -------------------------------------------------------------------------- */
+#define MAX_SCALARS 256
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer view;
+    volatile int64_t *active;   /* the selector word: bit 0 says which copy is current */
+    char *copy[2];              /* each: gen, intent, then one word per scalar */
+    Py_ssize_t n;               /* scalars */
+    char codes[MAX_SCALARS];    /* 'q' (int64) or 'd' (float64) per scalar */
+} StateCopies;
+
+static PyObject *
+StateCopies_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"buffer", "active_offset", "copy_offset", "copy_stride", "codes", NULL};
+    PyObject *buffer;
+    Py_ssize_t active_offset, copy_offset, stride, n;
+    const char *codes;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Onnns#", kwlist, &buffer, &active_offset, &copy_offset,
+                                     &stride, &codes, &n))
+        return NULL;
+    if (n > MAX_SCALARS || stride < 8 * (2 + n) || strspn(codes, "qd") != (size_t)n) {
+        PyErr_SetString(PyExc_ValueError, "bad state copy layout (codes are 'q' or 'd', one per scalar)");
+        return NULL;
+    }
+    StateCopies *self = (StateCopies *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    if (PyObject_GetBuffer(buffer, &self->view, PyBUF_WRITABLE) < 0) {
+        self->view.obj = NULL;
+        Py_DECREF(self);
+        return NULL;
+    }
+    if (active_offset < 0 || active_offset % 8 || active_offset + 8 > self->view.len || copy_offset < 0
+        || copy_offset % 8 || stride % 8 || copy_offset + 2 * stride > self->view.len) {
+        PyErr_SetString(PyExc_ValueError, "state copies outside the buffer, or misaligned");
+        Py_DECREF(self);
+        return NULL;
+    }
+    char *base = (char *)self->view.buf;
+    self->active = (volatile int64_t *)(base + active_offset);
+    self->copy[0] = base + copy_offset;
+    self->copy[1] = base + copy_offset + stride;
+    self->n = n;
+    memcpy(self->codes, codes, n);
+    return (PyObject *)self;
+}
+
+static void
+StateCopies_dealloc(StateCopies *self)
+{
+    if (self->view.obj != NULL)
+        PyBuffer_Release(&self->view);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* read() -> (generation, intent, values): the current copy. */
+static PyObject *
+StateCopies_read(StateCopies *self, PyObject *Py_UNUSED(ignored))
+{
+    const char *c = self->copy[*self->active & 1];
+    int64_t words[2 + MAX_SCALARS];
+    memcpy(words, c, 8 * (2 + self->n));
+    PyObject *values = PyTuple_New(self->n);
+    if (values == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < self->n; i++) {
+        PyObject *v;
+        if (self->codes[i] == 'q') {
+            v = PyLong_FromLongLong(words[2 + i]);
+        } else {
+            double d;
+            memcpy(&d, &words[2 + i], 8);
+            v = PyFloat_FromDouble(d);
+        }
+        if (v == NULL) {
+            Py_DECREF(values);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(values, i, v);
+    }
+    return Py_BuildValue("(LLN)", (long long)words[0], (long long)words[1], values);
+}
+
+/* publish(generation, values): write the copy that is not current (intent 0), then flip. */
+static PyObject *
+StateCopies_publish(StateCopies *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "publish(generation, values: tuple)");
+        return NULL;
+    }
+    PyObject *values = args[1];
+    Py_ssize_t n = self->n;
+    if (PyTuple_GET_SIZE(values) != n) {
+        PyErr_Format(PyExc_ValueError, "publish: %zd values, the state has %zd", PyTuple_GET_SIZE(values), n);
+        return NULL;
+    }
+    int64_t words[2 + MAX_SCALARS];
+    words[0] = PyLong_AsLongLong(args[0]);
+    if (words[0] == -1 && PyErr_Occurred())
+        return NULL;
+    words[1] = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(values, i);
+        if (self->codes[i] == 'q') {
+            if (PyFloat_Check(v)) {  /* as struct: an integer field takes no float */
+                PyErr_Format(PyExc_TypeError, "publish: value %zd is a float, the state wants an integer", i);
+                return NULL;
+            }
+            long long x = PyLong_AsLongLong(v);
+            if (x == -1 && PyErr_Occurred())
+                return NULL;
+            words[2 + i] = x;
+        } else {
+            double d = PyFloat_AsDouble(v);
+            if (d == -1.0 && PyErr_Occurred())
+                return NULL;
+            memcpy(&words[2 + i], &d, 8);
+        }
+    }
+    int other = (int)((*self->active & 1) ^ 1);
+    memcpy(self->copy[other], words, 8 * (2 + n));
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    *self->active = other;
+    Py_RETURN_NONE;
+}
+
+/* generation() -> the current copy's generation. */
+static PyObject *
+StateCopies_generation(StateCopies *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromLongLong(*(volatile int64_t *)self->copy[*self->active & 1]);
+}
+
+/* set_intent(n): the current copy's insert intent. */
+static PyObject *
+StateCopies_set_intent(StateCopies *self, PyObject *arg)
+{
+    long long n = PyLong_AsLongLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    ((volatile int64_t *)self->copy[*self->active & 1])[1] = n;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef StateCopies_methods[] = {
+    {"read", (PyCFunction)StateCopies_read, METH_NOARGS,
+     "read() -> (generation, intent, values): the current copy."},
+    {"publish", (PyCFunction)(void (*)(void))StateCopies_publish, METH_FASTCALL,
+     "publish(generation, values): write the other copy (intent 0), then make it current."},
+    {"generation", (PyCFunction)StateCopies_generation, METH_NOARGS, "generation(): the current copy's."},
+    {"set_intent", (PyCFunction)StateCopies_set_intent, METH_O, "set_intent(n): the current copy's intent."},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject StateCopiesType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "replaystore.shared._sync.StateCopies",
+    .tp_basicsize = sizeof(StateCopies),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "StateCopies(buffer, active_offset, copy_offset, copy_stride, codes): the two state copies "
+              "of a segment header, one 'q' (int64) or 'd' (float64) code per scalar (see the module doc).",
+    .tp_new = StateCopies_new,
+    .tp_dealloc = (destructor)StateCopies_dealloc,
+    .tp_methods = StateCopies_methods,
+};
+
+static PyMethodDef methods[] = {
+    {"init_mutex", init_mutex, METH_VARARGS,
+     "init_mutex(buffer, offset): build a robust process-shared mutex at byte offset."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sync", NULL, -1, methods};
+
+PyMODINIT_FUNC
+PyInit__sync(void)
+{
+    if (PyType_Ready(&RobustMutexType) < 0 || PyType_Ready(&StateCopiesType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    PyObject *size = PyLong_FromSize_t(sizeof(pthread_mutex_t));
+    if (size == NULL || PyModule_AddObject(m, "MUTEX_BYTES", size) < 0) {
+        Py_XDECREF(size);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&StateCopiesType);
+    if (PyModule_AddObject(m, "StateCopies", (PyObject *)&StateCopiesType) < 0) {
+        Py_DECREF(&StateCopiesType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&RobustMutexType);
+    if (PyModule_AddObject(m, "RobustMutex", (PyObject *)&RobustMutexType) < 0) {
+        Py_DECREF(&RobustMutexType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

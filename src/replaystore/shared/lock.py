@@ -1,0 +1,163 @@
+"""The cross-process mutex of a shared table's segment: a robust pthread mutex, or ``flock``.
+
+Two kinds, one interface (``acquire(timeout) -> bool``, ``release()``, ``set_pid(pid)``); the
+segment's header records which one a table was created with (:data:`KIND_MUTEX` when the
+compiled :mod:`replaystore.shared._sync` is built, else :data:`KIND_FLOCK`), and every process
+that attaches uses the same one:
+
+- :data:`KIND_MUTEX`: a ``pthread_mutex_t`` in the header (``PTHREAD_PROCESS_SHARED``,
+  ``PTHREAD_MUTEX_ROBUST``). Uncontended, taking and releasing it is an atomic instruction each
+  (no system call); when its holder dies the kernel hands it to the next process, which marks it
+  consistent; the header's ``busy`` word then says whether the table needs a repair. A process
+  without the compiled module cannot attach to such a table (:class:`LockUnsupported`).
+- :data:`KIND_FLOCK`: ``flock(LOCK_EX)`` on the table's ``lock`` file, which the kernel drops when
+  its holder dies; two system calls per critical section.
+
+Fairness, both kinds: a waiter notes its pid in the header's ``waiting`` word, and a holder that
+sees it after releasing yields the CPU once, so a process calling back to back (a learner
+sampling) cannot starve the others. Neither is re-entrant: the caller (``ProcessGuard``) counts
+levels under a thread lock of its own. ``REPLAYSTORE_PURE_PYTHON=1`` creates ``flock`` tables
+(and makes the mutex unavailable), as it selects the NumPy row copies.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import time
+from pathlib import Path
+
+from ..errors import InvalidArgument
+from .errors import LayoutMismatch, LockUnsupported
+
+try:
+    if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
+        raise ImportError("REPLAYSTORE_PURE_PYTHON is set")
+    from ._sync import MUTEX_BYTES, RobustMutex, init_mutex
+except ImportError:  # not built (no compiler at install time), or refused: tables lock with flock
+    RobustMutex = init_mutex = None
+    MUTEX_BYTES = 0
+
+KIND_FLOCK, KIND_MUTEX = 0, 1
+KIND_NAMES = {KIND_FLOCK: "flock", KIND_MUTEX: "robust process-shared mutex"}
+#: byte offset of the mutex in the segment's header page (after the words the header uses)
+MUTEX_BYTE = 3584
+_EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB
+
+
+def default_kind() -> int:
+    """The kind a new table gets: the robust mutex when it is compiled here, else ``flock``."""
+    return KIND_MUTEX if RobustMutex is not None else KIND_FLOCK
+
+
+def lock_kind(lock: str) -> int:
+    """The kind ``SharedTable.create(lock=...)`` names: ``"auto"``, ``"mutex"`` or ``"flock"``.
+
+    Raises:
+        InvalidArgument: another name, or ``"mutex"`` when the compiled module is not available.
+    """
+    if lock == "auto":
+        return default_kind()
+    if lock == "flock":
+        return KIND_FLOCK
+    if lock == "mutex":
+        if RobustMutex is None:
+            raise InvalidArgument(f"lock='mutex' needs the compiled module replaystore.shared._sync ({_why()})")
+        return KIND_MUTEX
+    raise InvalidArgument(f"lock must be 'auto', 'mutex' or 'flock', got {lock!r}")
+
+
+def _why() -> str:
+    forced = os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0")
+    return "REPLAYSTORE_PURE_PYTHON is set in this process" if forced else "it is not built here"
+
+
+def init_lock(kind: int, mm: mmap.mmap) -> None:
+    """Build the mutex of a new segment's header (nothing for ``flock``: its file is the lock)."""
+    if kind == KIND_MUTEX:
+        init_mutex(mm, MUTEX_BYTE)
+
+
+def open_lock(kind: int, mm: mmap.mmap, lock_file: Path, waiting_word: int, pid: int, name: str):  # noqa: ANN201
+    """A handle of this process on a segment's mutex of ``kind`` (a ``RobustMutex`` or a :class:`FlockMutex`).
+
+    Raises:
+        LockUnsupported: a mutex table, and the compiled module is not available here.
+        LayoutMismatch: an unknown kind (a damaged or newer header).
+    """
+    if kind == KIND_MUTEX:
+        if RobustMutex is None:
+            raise LockUnsupported(
+                f"shared table {name!r} locks with a robust process-shared mutex, which needs the "
+                f"compiled module replaystore.shared._sync ({_why()}): build the extension with a "
+                "C compiler, or have the creator pass lock='flock'"
+            )
+        return RobustMutex(mm, MUTEX_BYTE, waiting_word * 8, pid)
+    if kind == KIND_FLOCK:
+        return FlockMutex(lock_file, mm, waiting_word, pid)
+    raise LayoutMismatch(f"shared table {name!r}: unknown lock kind {kind} in its header")
+
+
+class FlockMutex:
+    """``flock`` on the table's lock file, with the interface of ``RobustMutex`` (not thread-safe)."""
+
+    def __init__(self, lock_file: Path, mm: mmap.mmap, waiting_word: int, pid: int) -> None:
+        self.fd = os.open(lock_file, os.O_RDWR)
+        self.words = memoryview(mm).cast("q")
+        self.waiting = waiting_word
+        self.pid = pid
+
+    def acquire(self, timeout: float) -> bool:
+        """Take the lock (True), or False after ``timeout`` seconds.
+
+        A waiter notes its pid in the ``waiting`` word, yields while it spins for the first 0.2 ms,
+        then sleeps 50 us, doubling to 500 us, between attempts.
+        """
+        fd, words, pid = self.fd, self.words, self.pid
+        try:
+            fcntl.flock(fd, _EX_NB)
+            return True
+        except BlockingIOError:
+            pass
+        start = time.monotonic()
+        deadline, spin_until = start + timeout, start + 0.0002
+        delay = 50e-6
+        while True:
+            words[self.waiting] = pid
+            now = time.monotonic()
+            if now < spin_until:
+                os.sched_yield()
+            else:
+                time.sleep(delay)
+                delay = min(delay * 2, 500e-6)
+            try:
+                fcntl.flock(fd, _EX_NB)
+                break
+            except BlockingIOError:
+                if now > deadline:
+                    if words[self.waiting] == pid:
+                        words[self.waiting] = 0
+                    return False
+        if words[self.waiting] == pid:
+            words[self.waiting] = 0
+        return True
+
+    def release(self) -> None:
+        """Release the lock; yield the CPU once if another process waits for it."""
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        if self.words[self.waiting]:
+            os.sched_yield()
+
+    def set_pid(self, pid: int) -> None:
+        """The pid a waiter notes (a forked child's)."""
+        self.pid = pid
+
+    def reopen(self, lock_file: Path) -> None:
+        """In a forked child: a descriptor of our own (``flock`` locks belong to the open file)."""
+        old, self.fd = self.fd, os.open(lock_file, os.O_RDWR)
+        os.close(old)
+
+    def close(self) -> None:
+        """Close the lock file's descriptor (releases the lock if held)."""
+        os.close(self.fd)

@@ -1,0 +1,63 @@
+"""A shared table takes the in-process Table's fast paths: a writer's batch is copied once, from
+the caller's arrays straight into the shared columns (ring mode, the compiled row copy), and a
+sample is gathered once, into arrays the caller owns (not views of the segment)."""
+
+import numpy as np
+import pytest
+
+import replaystore as rs
+import replaystore.storage.columns as columns_module
+import replaystore.table.fast as fast_module
+from replaystore.shared import SharedTable
+from replaystore.storage import ColumnStorage
+
+FRAMES = {"obs": ((4, 84, 84), np.uint8), "action": ((), np.int64), "next_obs": ((4, 84, 84), np.uint8)}
+SMALL = {"obs": ((4,), np.float32), "action": ((), np.int64), "reward": ((), np.float32)}
+
+
+def batch(spec, n, first):
+    return {
+        k: np.ascontiguousarray(
+            np.broadcast_to((np.arange(first, first + n) % 200).reshape(-1, *[1] * len(s)), (n, *s)).astype(d)
+        )
+        for k, (s, d) in spec.items()
+    }
+
+
+def spy(monkeypatch, module, name, calls):
+    real = getattr(module, name)
+
+    def wrapper(*args):
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(module, name, wrapper)
+
+
+@pytest.mark.parametrize("spec", [SMALL, FRAMES], ids=["small", "atari"])
+@pytest.mark.parametrize("sampler", [rs.Uniform, rs.Prioritized])
+def test_one_copy_in_one_copy_out(tmp_path, monkeypatch, spec, sampler):
+    t = SharedTable.create("fp", 64, spec, sampler=sampler(), directory=tmp_path)
+    other = SharedTable.attach("fp", directory=tmp_path)
+    copies, gathers = [], []
+    spy(monkeypatch, fast_module, "copy_rows", copies)
+    spy(monkeypatch, columns_module, "gather_rows", gathers)
+
+    def no_general_path(*a, **k):
+        raise AssertionError("the general insert path (a validated copy of the batch) was taken")
+
+    monkeypatch.setattr(ColumnStorage, "prepare", no_general_path)
+    b = batch(spec, 8, 0)
+    assert t.extend(b).tolist() == list(range(8))
+    [(cols, sources, start, n, batched)] = copies
+    assert all(src is b[k] for k, src in zip(spec, sources))  # the caller's arrays, no copy before
+    segment_bytes = np.frombuffer(t._segment.mm, np.uint8)
+    assert all(np.shares_memory(c, segment_bytes) for c in cols)  # written straight into the segment
+    s = other.sample(5)  # another handle sees the rows: they are in the shared columns
+    [(_, _, outs, *_)] = gathers
+    for k in spec:
+        assert any(s.data[k] is o for o in outs)  # the gathered arrays are the sample's own
+        assert not np.shares_memory(s.data[k], segment_bytes)
+        assert (s.data[k].reshape(5, -1) == (s.keys % 200)[:, None]).all()
+    t.close()
+    other.close()
