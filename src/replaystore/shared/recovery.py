@@ -21,6 +21,11 @@ dead insert (``>= next_key``) are not published: their slots are free again.
   insertion order is key order; trees and sets from the priorities), and the table is out of ring
   mode.
 
+A storage with derived state of its own (``FrameStackStorage``: a frame ring shared by items)
+first says which published items the dead insert may have torn (``intact_after_crash``: frames
+it may have overwritten) and then rebuilds its alive flags and log from the kept items
+(``rebuild_after_crash``).
+
 The dropped items are counted as deleted and evicted. ``O(capacity)``, once per crash.
 """
 
@@ -61,9 +66,14 @@ def reconcile(
         keys = np.arange(lo, hi, dtype=np.int64)
         slots = (keys - base) % cap
         good = meta[slots, 0] == keys
+        intact = table.storage.intact_after_crash(slots, _storage_scalars(v), intent)
+        if intact is not None:  # (frame stacks: frames the dead insert may have overwritten)
+            good &= intact
         bad = np.flatnonzero(~good)
         if not len(bad) or bad[-1] == len(bad) - 1:  # the removed items were the oldest: still a ring
-            return _ring(table, meta, v, names, keys[len(bad) :], slots[len(bad) :], hi, old_size)
+            kept = slots[len(bad) :]
+            _rebuild_storage(table, kept, v)
+            return _ring(table, meta, v, names, keys[len(bad) :], kept, hi, old_size)
         keep = slots[good]
     else:
         keys = meta[:, 0]
@@ -71,8 +81,12 @@ def reconcile(
         if victims is not None and len(victims):
             live[victims] = False
         keep = np.flatnonzero(live)
+        intact = table.storage.intact_after_crash(keep, _storage_scalars(v), intent)
+        if intact is not None:
+            keep = keep[intact]
     table.load_state_scalars(values)
     table.rebuild_from_rows(keep)
+    _rebuild_storage(table, keep[np.argsort(meta[keep, 0], kind="stable")], v)
     dropped = old_size - len(keep)
     v = dict(zip(names, table.state_scalars()))
     _count(v, dropped)
@@ -99,6 +113,17 @@ def _ring(table: "Table", meta: np.ndarray, v: dict, names: tuple, keys, slots, 
     v.update(ring_lo=lo, size=hi - lo, nfree=cap - (hi - lo))
     _count(v, dropped)
     return tuple(v[n] for n in names), dropped
+
+
+def _storage_scalars(v: dict) -> dict:
+    """The storage's published scalars (named ``storage.<attribute>``), by attribute."""
+    return {n[8:]: x for n, x in v.items() if n.startswith("storage.")}
+
+
+def _rebuild_storage(table: "Table", kept: np.ndarray, v: dict) -> None:
+    """Let the storage rebuild what derives from the kept items (in key order); note its scalars in ``v``."""
+    for name, value in table.storage.rebuild_after_crash(kept, _storage_scalars(v)).items():
+        v["storage." + name] = value
 
 
 def _count(v: dict, dropped: int) -> None:

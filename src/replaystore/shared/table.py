@@ -9,7 +9,8 @@ enters the lock and published when it leaves. So every process runs the Table's 
 same data: same semantics, same distributions.
 
 What shared tables support (anything else raises :class:`~replaystore.InvalidArgument` naming
-it): column storage with a ``spec``; every sampler and remover of the library (``Uniform``,
+it): column storage with a ``spec``, or frame stacks (``storage=rs.FrameStackStorage(...)``:
+each frame stored once, the ring placed in the segment too); every sampler and remover of the library (``Uniform``,
 ``Prioritized``, ``Fifo``, ``Lifo``, ``MinHeap``, ``MaxHeap``, ``WithoutReplacement``); every rate
 limiter; ``max_times_sampled``, ``max_staleness``, ``delete`` and ``clear``. A table starts in
 *ring mode* (with the ``Fifo`` remover: key index, free slots and uniform set are arithmetic on
@@ -46,7 +47,8 @@ from ..samplers import (
     WithoutReplacement,
     selector_from_config,
 )
-from ..storage import ColumnStorage
+from ..storage import ColumnStorage, FrameStackStorage
+from ..storage.describe import from_description
 from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
 from .episodes import EpisodeSync, SharedEpisodeMethods
@@ -87,6 +89,7 @@ class SharedTable(SharedEpisodeMethods, Table):
         lock_timeout: float = 60.0,
         lock: str = "auto",
         episodes: Episodes | None = None,
+        storage: Any = None,
     ) -> "SharedTable":
         """Create the segment ``name`` (in ``directory``, default ``/dev/shm``) and open it.
 
@@ -97,6 +100,9 @@ class SharedTable(SharedEpisodeMethods, Table):
         when it is compiled here).
         ``episodes``: an :class:`~replaystore.Episodes` with ``max_streams`` set (the per-stream
         state is sized up front too).
+        ``storage``: ``None``/``"columns"`` (column storage), or a
+        :class:`~replaystore.FrameStackStorage` used as a template (its options: keys,
+        ``frame_capacity``; its capacity and spec are the table's): frame stacks stored once each.
 
         Raises:
             InvalidArgument: a bad name or argument, or an option shared tables do not support yet.
@@ -128,6 +134,8 @@ class SharedTable(SharedEpisodeMethods, Table):
             "default_timeout": default_timeout,
             "episodes": None if episodes is None else episodes.config(),
         }
+        if storage is not None and storage != "columns":
+            config["storage"] = _storage_config(storage, episodes)
         regions: list[tuple[str, tuple, np.dtype]] = []
         _construct(config, _recorder(regions), None, cls)  # a dry run says what the Table allocates
         path = path_of(name, directory)
@@ -351,12 +359,31 @@ def _check_episodes(episodes: Episodes | None, remover: Selector, max_times_samp
         )
 
 
+def _storage_config(storage: Any, episodes: Episodes | None) -> dict:
+    """The ``storage`` entry of a shared table's configuration (what :func:`from_description` rebuilds)."""
+    if not isinstance(storage, FrameStackStorage):
+        raise InvalidArgument(
+            f"shared tables store columns (storage=None) or frame stacks (storage=rs.FrameStackStorage(...)), "
+            f"not {storage!r}"
+        )
+    if episodes is not None:
+        raise InvalidArgument("a shared table with episodes stores columns only (frame stacks are not supported yet)")
+    desc = storage.describe()
+    desc.pop("spec", None)
+    desc.pop("capacity", None)
+    return desc
+
+
 def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table) -> Any:
     """A Table (or ``cls``) of ``config`` whose arrays come from ``allocator``."""
     spec = unflatten({p: Field.from_json(f) for p, f in config["spec"].items()})
     capacity = config["capacity"]
     with placed(allocator):
-        storage = ColumnStorage(capacity, spec)
+        desc = config.get("storage")
+        if desc is None:
+            storage = ColumnStorage(capacity, spec)
+        else:  # (a frame-stack storage: its ring, per-slot positions, log and flags are placed too)
+            storage = from_description({**desc, "spec": config["spec"]}, capacity)
         table = cls.__new__(cls)
         episodes = config.get("episodes")
         Table.__init__(

@@ -70,5 +70,17 @@ class Storage(ABC):
     def release(self, slots: np.ndarray) -> None:
         """Forget the payloads of freed slots (default: nothing; they are overwritten on reuse)."""
 
+    def intact_after_crash(self, slots: np.ndarray, scalars: Any, intent: int) -> np.ndarray | None:
+        """Internal (shared recovery): a mask of the ``slots`` whose payload survived a writer's crash.
+
+        ``None`` (the default) when the payload of a published item cannot be torn by an
+        unpublished insert (its rows are covered by the table's own intent and victim notes).
+        """
+        return None
+
+    def rebuild_after_crash(self, slots: np.ndarray, scalars: Any) -> dict[str, int]:
+        """Internal (shared recovery): rebuild derived state for the kept ``slots``; the scalars to publish."""
+        return {}
+
     def close(self) -> None:
         """Release resources (files, maps). Default: nothing to release."""

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CapacityError, InvalidArgument, SpecError
+from ..placement import allocate
 from ..staging import AddStager
 from .columns import ColumnStorage
 from .spec import Field
@@ -57,6 +58,8 @@ class FrameStackStorage(ColumnStorage):
 
     kind = "frames"
     requires_fifo = True
+    #: the mutable scalars a shared table publishes (the scalar hook of :mod:`replaystore.placement`)
+    SCALARS = ("_wpos", "_last_next", "_last_ended", "_log_head", "_log_tail")
 
     def __init__(
         self,
@@ -72,12 +75,13 @@ class FrameStackStorage(ColumnStorage):
         self.end_keys = tuple(end_keys)
         self._frame_capacity_arg = frame_capacity
         self.frames: np.ndarray | None = None
-        self._obs_end = np.full(int(capacity), -1, dtype=np.int64)  # absolute ring position per slot
+        # per-slot state through the placement hook (a shared table puts it in its segment)
+        self._obs_end = allocate("frames.obs_end", (int(capacity),), np.int64, -1)  # ring position per slot
         # insertion-ordered log of (slot, first referenced frame) to find the low-water mark
-        self._log_slot = np.empty(2 * int(capacity) + 2, dtype=np.int64)
-        self._log_first = np.empty(2 * int(capacity) + 2, dtype=np.int64)
+        self._log_slot = allocate("frames.log_slot", (2 * int(capacity) + 2,), np.int64)
+        self._log_first = allocate("frames.log_first", (2 * int(capacity) + 2,), np.int64)
         self._log_head = self._log_tail = 0
-        self._alive = np.zeros(int(capacity), dtype=bool)
+        self._alive = allocate("frames.alive", (int(capacity),), np.bool_)
         self._wpos = 0  # absolute position of the next frame to write
         self._last_next = -1  # absolute position of the newest next_obs frame written
         self._last_ended = True
@@ -103,12 +107,8 @@ class FrameStackStorage(ColumnStorage):
             raise InvalidArgument(f"frame_capacity {frame_capacity} is too small for stacks of {self.stack}")
         self.frame_capacity = int(frame_capacity)
         self.stage_rows = max(1, (self.frame_capacity - self.stack) // (self.stack + 1))
-        self.frames = np.zeros((self.frame_capacity, *obs.shape[1:]), dtype=obs.dtype)
-        self.columns = {
-            p: np.zeros((self.capacity, *f.shape), dtype=f.dtype)
-            for p, f in spec.items()
-            if p not in (self.obs_key, self.next_obs_key)
-        }
+        self.frames = allocate("frames.ring", (self.frame_capacity, *obs.shape[1:]), obs.dtype)
+        self.columns = {p: self._allocate(p, f) for p, f in spec.items() if p not in (self.obs_key, self.next_obs_key)}
 
     # -- planning -------------------------------------------------------------------------------------
     def _batch(self, columns: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -251,8 +251,43 @@ class FrameStackStorage(ColumnStorage):
 
     def release(self, slots: np.ndarray) -> None:
         """Freed slots stop holding frames back (frames are reused in insertion order)."""
-        self._alive[slots] = False
-        self._obs_end[slots] = -1
+        self._alive[slots] = False  # (obs_end stays: crash recovery may revive a slot whose release was not published)
+
+    # -- crash recovery (a shared table whose writer died inside the lock) -----------------------------
+    def intact_after_crash(self, slots: np.ndarray, scalars: Mapping[str, int], intent: int) -> np.ndarray | None:
+        """Internal (shared recovery): which of ``slots`` (published live items) still hold all their frames.
+
+        ``scalars`` are this storage's published values (``SCALARS``). A process that died inside an
+        insert of at most ``intent`` items wrote at most ``intent * (S + 1)`` frames from the
+        published write position on, over the oldest frames of the ring; an item that references
+        any of them, or whose position is past the published ones (its slot was rewritten), is torn.
+        """
+        if self.spec is None:
+            return None
+        S, F = self.stack, self.frame_capacity
+        wpos = int(scalars["_wpos"])
+        written = min(intent * (S + 1), F - S) if intent > 0 else 0
+        end = self._obs_end[slots]
+        return (end - S + 1 >= wpos + written - F) & (end + 1 < wpos)
+
+    def rebuild_after_crash(self, slots: np.ndarray, scalars: Mapping[str, int]) -> dict[str, int]:
+        """Internal (shared recovery): the scalars to publish after rebuilding from the kept ``slots``.
+
+        Sets the published ``scalars``, then rebuilds the alive flags and the log from ``slots``
+        (in insertion order).
+        """
+        for name in self.SCALARS:
+            setattr(self, name, int(scalars[name]))
+        self._plan_cache = None
+        if self.spec is not None:
+            slots = np.asarray(slots, dtype=np.int64)
+            n = len(slots)
+            self._alive[:] = False
+            self._alive[slots] = True
+            self._log_slot[:n] = slots
+            self._log_first[:n] = self._obs_end[slots] - self.stack + 1
+            self._log_head, self._log_tail = 0, n
+        return {name: int(getattr(self, name)) for name in self.SCALARS}
 
     def read(self, slots: np.ndarray) -> dict[str, Any]:
         """Other columns gathered as usual; stacks rebuilt from one gather of ``S + 1`` frames each."""

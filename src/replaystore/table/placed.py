@@ -49,6 +49,8 @@ class PlacedState:
             parts["index"] = self._placed_index
         parts["sampler"] = self.sampler
         parts["remover"] = self.remover
+        if getattr(self.storage, "SCALARS", None):  # a storage with mutable scalars (frame stacks)
+            parts["storage"] = self.storage
         if self._episodes is not None:
             parts["episodes"] = self._episodes
         return parts
