@@ -82,6 +82,8 @@ class FrameStackStorage(ColumnStorage):
         self._log_first = allocate("frames.log_first", (2 * int(capacity) + 2,), np.int64)
         self._log_head = self._log_tail = 0
         self._alive = allocate("frames.alive", (int(capacity),), np.bool_)
+        # where the write in progress ends (set before it writes frames: crash recovery's bound)
+        self._writing = allocate("frames.writing", (1,), np.int64)
         self._wpos = 0  # absolute position of the next frame to write
         self._last_next = -1  # absolute position of the newest next_obs frame written
         self._last_ended = True
@@ -220,6 +222,8 @@ class FrameStackStorage(ColumnStorage):
         count = 1 + S * starts
         offset = np.cumsum(count) - count
         obs_end = self._wpos + offset + S * starts - 1
+        total = int(offset[-1] + count[-1])
+        self._writing[0] = self._wpos + total
         if starts.any():
             first = obs_end[starts] - S + 1
             pos = (first[:, None] + np.arange(S)) % F
@@ -235,7 +239,7 @@ class FrameStackStorage(ColumnStorage):
         self._log_slot[idx] = slot_arr
         self._log_first[idx] = obs_end - S + 1
         self._log_tail += k
-        self._wpos += int(count.sum())
+        self._wpos += total
         self._last_next = int(obs_end[-1] + 1)
         self._last_ended = bool(ends[-1])
 
@@ -257,16 +261,17 @@ class FrameStackStorage(ColumnStorage):
     def intact_after_crash(self, slots: np.ndarray, scalars: Mapping[str, int], intent: int) -> np.ndarray | None:
         """Internal (shared recovery): which of ``slots`` (published live items) still hold all their frames.
 
-        ``scalars`` are this storage's published values (``SCALARS``). A process that died inside an
-        insert of at most ``intent`` items wrote at most ``intent * (S + 1)`` frames from the
-        published write position on, over the oldest frames of the ring; an item that references
-        any of them, or whose position is past the published ones (its slot was rewritten), is torn.
+        ``scalars`` are this storage's published values (``SCALARS``). A process that died inside a
+        write noted first where its frames end (``frames.writing``): from the published write
+        position up to there it may have overwritten the oldest frames of the ring. An item that
+        references any of them, or whose position is past the published ones (its slot was
+        rewritten), is torn. (``intent`` is not needed: the note is exact.)
         """
         if self.spec is None:
             return None
         S, F = self.stack, self.frame_capacity
         wpos = int(scalars["_wpos"])
-        written = min(intent * (S + 1), F - S) if intent > 0 else 0
+        written = min(max(int(self._writing[0]) - wpos, 0), F)
         end = self._obs_end[slots]
         return (end - S + 1 >= wpos + written - F) & (end + 1 < wpos)
 
