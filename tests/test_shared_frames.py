@@ -12,10 +12,10 @@ import time
 
 import numpy as np
 import pytest
+from test_shared_processes import ATTACH, run_python
 
 import replaystore as rs
 from replaystore.shared import SharedTable
-from test_shared_processes import ATTACH, run_python
 
 S = 4
 FRAME = (3, 2)
@@ -136,7 +136,7 @@ def test_two_writer_processes_and_a_sampling_process(tmp_path):
     assert 240 <= t.storage._wpos <= 240 + 30 * S
     out = run_python(
         ATTACH.format(name="fs2", d=str(tmp_path))
-        + "import sys; sys.path.insert(0, {!r})\n".format(os.path.dirname(__file__))
+        + f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
         + "from test_shared_frames import intact\n"
         + "s = t.sample(256)\nprint(intact(s.data), len(set(s.keys.tolist())))\nt.close()\n"
     )
@@ -175,7 +175,7 @@ def test_writer_killed_mid_insert_leaves_no_torn_stack(tmp_path, frame_capacity)
     _killed_mid_extend(
         tmp_path,
         "fsk",
-        "import sys; sys.path.insert(0, {!r})\n".format(os.path.dirname(__file__))
+        f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
         + "from test_shared_frames import steps\nt.extend(steps(7, 0, 0, 6, 50))\n",
     )
     t._segment.lock_timeout = 5.0
