@@ -336,6 +336,11 @@ class FrameStackStorage(ColumnStorage):
         return n
 
     @property
+    def frames_written(self) -> int:
+        """Frames written since the storage was made (items that continue the previous one add 1, others ``S + 1``)."""
+        return int(self._wpos)
+
+    @property
     def nbytes(self) -> int:
         """Bytes held by the frame ring and the other columns."""
         return int(super().nbytes + (self.frames.nbytes if self.frames is not None else 0))
