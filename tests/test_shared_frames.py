@@ -142,6 +142,10 @@ def test_two_writer_processes_and_a_sampling_process(tmp_path):
     )
     ok, distinct = out.split()
     assert ok == "True" and int(distinct) > 100
+    t.save(tmp_path / "ckpt")  # a checkpoint of the shared table loads as an in-process frame-stack table
+    back = rs.Table.load(tmp_path / "ckpt")
+    assert isinstance(back.storage, rs.FrameStackStorage) and back.keys().tolist() == t.keys().tolist()
+    assert intact(back.get(back.keys())[0]) and back.storage.frames_written <= t.storage.frames_written
     t.close()
 
 
