@@ -12,6 +12,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_shared_processes import ATTACH, run_python
 
 import replaystore as rs
@@ -226,3 +228,48 @@ def test_recovery_check_flags_exactly_the_items_whose_frames_a_dead_write_overwr
     data = st.read(kept)
     data["id"] = st.columns["id"][kept]
     assert intact(data)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    calls=st.lists(
+        st.tuples(st.integers(0, 2), st.integers(1, 9), st.integers(2, 14), st.booleans()), min_size=1, max_size=14
+    ),
+    frame_capacity=st.sampled_from([None, 30, 45]),
+)
+def test_any_sequence_of_extends_reads_back_as_in_process(tmp_path_factory, calls, frame_capacity):
+    """Writers' chunks (possibly interleaved, episodes of any length, deletes of the oldest) against the plain model.
+
+    The model is the in-process frame-stack table fed the same calls: the same keys, the same
+    frames written, every stack as inserted. Writer ``w`` calls through handle ``w % 2`` (two
+    attachments: each loads the state the other published, as two processes do).
+    """
+    d = tmp_path_factory.mktemp("fsh")
+    t = SharedTable.create(
+        "fsh", 24, SPEC, storage=rs.FrameStackStorage(24, frame_capacity=frame_capacity), directory=d
+    )
+    ref = rs.Table(24, storage=rs.FrameStackStorage(24, spec=SPEC, frame_capacity=frame_capacity))
+    handles = [t, SharedTable.attach("fsh", d)]
+    pos = {}  # writer -> (episode, next step)
+    try:
+        for w, n, length, delete_oldest in calls:
+            e, t0 = pos.get(w, (0, 0))
+            n = min(n, length - t0) if t0 < length else n
+            if t0 >= length:  # the episode ended: the next one
+                e, t0 = e + 1, 0
+                n = min(n, length)
+            batch = steps(w, e, t0, n, max(length, t0 + n))
+            h = handles[w % 2]
+            assert h.extend(batch).tolist() == ref.extend(batch).tolist()
+            pos[w] = (e, t0 + n) if not batch["done"][-1] else (e + 1, 0)
+            if delete_oldest and len(ref):
+                oldest = ref.keys()[:2]
+                assert h.delete(oldest) == ref.delete(oldest)
+            other = handles[1 - w % 2]
+            assert other.keys().tolist() == ref.keys().tolist()  # (enters the lock: loads the state)
+            assert other.storage.frames_written == ref.storage.frames_written
+        data, found = t.get(t.keys())
+        assert found.all() and intact(data)
+    finally:
+        handles[1].close()
+        t.close()
