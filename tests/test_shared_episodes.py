@@ -96,33 +96,6 @@ def test_episode_behaviours_on_a_shared_table(case, handles, tmp_path, monkeypat
         t.close()
 
 
-def test_shared_episodes_need_max_streams_and_refuse_max_times_sampled(tmp_path):
-    with pytest.raises(rs.InvalidArgument, match="max_streams"):
-        SharedTable.create("a", 10, SPEC, directory=tmp_path, episodes=rs.Episodes())
-    with pytest.raises(rs.InvalidArgument, match="max_times_sampled"):
-        SharedTable.create("a", 10, SPEC, directory=tmp_path, episodes=rs.Episodes(max_streams=4), max_times_sampled=2)
-    with pytest.raises(rs.InvalidArgument, match="Fifo remover"):
-        SharedTable.create("a", 10, SPEC, directory=tmp_path, episodes=rs.Episodes(max_streams=4), remover=rs.Lifo())
-    assert list(tmp_path.iterdir()) == []
-    # removals out of insertion order would take the table out of ring mode: refused, nothing changed
-    t = make_shared(tmp_path, 10, max_staleness=0)
-    t.extend_steps(te.steps([0, 1]), streams=[0, 1], version=1)
-    t.extend_steps(te.steps([2, 3]), streams=[0, 1], version=0)
-    before = (t.keys().tolist(), t.stats(), dataclasses.asdict(t.episode_info(np.arange(4))))
-    with pytest.raises(rs.InvalidArgument, match="oldest"):
-        t.delete([2])
-    with pytest.raises(rs.InvalidArgument, match="stale"):
-        t.set_version(1)  # keys 2, 3 would go stale but 0, 1 stay
-    after = (t.keys().tolist(), t.stats(), dataclasses.asdict(t.episode_info(np.arange(4))))
-    assert after[:2] == before[:2] and all(np.array_equal(after[2][f], before[2][f]) for f in before[2])
-    assert t.delete([0, 7]) == 1 and t.keys().tolist() == [1, 2, 3]  # the oldest: fine
-    t.close()
-    t = SharedTable.create("plain", 10, SPEC, directory=tmp_path)
-    with pytest.raises(rs.EpisodeError, match="no episode structure"):
-        t.extend_steps(te.steps([0]))
-    t.close()
-
-
 def test_two_handles_follow_each_others_steps_and_episode_ends(tmp_path):
     a = make_shared(tmp_path, 6)
     b = SharedTable.attach(a.shared_name, directory=tmp_path)
@@ -175,6 +148,66 @@ def test_a_writer_waiting_for_the_rate_limiter_while_another_writes(tmp_path):
             dataclasses.asdict(local.episode_info(np.arange(6))),
         )
         assert all(np.array_equal(got[f], want[f]) for f in want)
+    b.close()
+    a.close()
+
+
+def test_shared_episodes_need_max_streams(tmp_path):
+    with pytest.raises(rs.InvalidArgument, match="max_streams"):
+        SharedTable.create("a", 10, SPEC, directory=tmp_path, episodes=rs.Episodes())
+    assert list(tmp_path.iterdir()) == []
+    t = SharedTable.create("plain", 10, SPEC, directory=tmp_path)
+    with pytest.raises(rs.EpisodeError, match="no episode structure"):
+        t.extend_steps(te.steps([0]))
+    t.close()
+
+
+def _same_info(tables, local, keys):
+    want = dataclasses.asdict(local.episode_info(keys))
+    for tab in tables:
+        got = dataclasses.asdict(tab.episode_info(keys))
+        assert all(np.array_equal(got[f], want[f]) for f in want), [
+            f for f in want if not np.array_equal(got[f], want[f])
+        ]
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"remover": rs.Lifo()}, {"remover": rs.Uniform()}, {"sampler": rs.Prioritized(), "max_times_sampled": 2}],
+    ids=["fifo-deletes", "lifo", "uniform-remover", "retirement"],
+)
+def test_episodes_out_of_ring_mode_match_an_in_process_table(tmp_path, kw):
+    """Deletes of any key, other removers, retirements: every handle's index follows (same seed, same calls)."""
+    a = make_shared(tmp_path, 16, **kw)
+    b = SharedTable.attach(a.shared_name, directory=tmp_path, seed=1)
+    local = te.table(16, **kw)
+    rng = np.random.default_rng(0)
+    next_id = 0
+    for i in range(40):
+        n = int(rng.integers(1, 6))
+        streams, ends = rng.integers(0, 4, n), rng.random(n) < 0.15
+        ids = np.arange(next_id, next_id + n)
+        next_id += n
+        k = a.extend_steps(te.steps(ids), streams, terminated=ends)
+        assert k.tolist() == local.extend_steps(te.steps(ids), streams, terminated=ends).tolist()
+        if i % 4 == 1 and len(local):
+            doomed = rng.choice(local.keys(), min(2, len(local)), replace=False)
+            assert a.delete(doomed) == local.delete(doomed)
+        if i % 4 == 2 and len(local):
+            s1, s2 = a.sample_nstep(3, 2, 0.9, timeout=0), local.sample_nstep(3, 2, 0.9, timeout=0)
+            assert s1.keys.tolist() == s2.keys.tolist()
+        if i % 4 == 3:
+            s = int(rng.integers(0, 4))
+            try:
+                r = local.end_episode(s)
+            except rs.UnknownStream:
+                with pytest.raises(rs.UnknownStream):
+                    a.end_episode(s)
+                continue
+            assert a.end_episode(s) == r
+        assert a.keys().tolist() == local.keys().tolist()
+        _same_info((a, b), local, np.arange(next_id + 2))
+    assert a.stats()["inserts"] == local.stats()["inserts"]
     b.close()
     a.close()
 
