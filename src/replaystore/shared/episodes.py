@@ -186,10 +186,10 @@ class EpisodeSync:
             self.gen = idx.generation
             self.hint = 0  # (kept while nothing changed: a writer waiting for the rate limiter goes on)
             self.ended = False
-        elif ring is not None:
-            self.lo, self.hi = ring[0], ring[1]
-        self.pub_serial, self.pub_ends, self.pub_used = self.serial, self.ends, self.used
-        self.pub_next_episode = idx.next_episode
+            self.pub_serial, self.pub_ends, self.pub_used = self.serial, self.ends, self.used
+            self.pub_next_episode = idx.next_episode
+        elif ring is not None:  # (nothing to publish: the pub_* scalars stay as loaded, even when this
+            self.lo, self.hi = ring[0], ring[1]  # index has not caught up yet, as in a recovery)
 
     def _journal(self, changed: np.ndarray, published: int, ended: bool) -> None:
         """Journal the old state of ``changed`` streams (and, if ``ended``, of end flags), then set the flags."""
