@@ -508,6 +508,14 @@ class StreamsModel(RuleBasedStateMachine):
         for k in oldest:
             del self.steps[k]
 
+    @rule(remote=st.booleans(), picks=st.lists(st.integers(0, CAP - 1), max_size=3))
+    def delete_any(self, remote, picks):  # (takes the table out of ring mode)
+        live = sorted(self.steps)
+        doomed = sorted({live[i] for i in picks if i < len(live)})
+        assert self.call(remote, "delete", doomed) == ("ok", len(doomed))
+        for k in doomed:
+            del self.steps[k]
+
     @rule(remote=st.booleans())
     def sample_nstep(self, remote):
         status, out = self.call(remote, "sample_nstep", 4, 2, 0.5, timeout=0)
