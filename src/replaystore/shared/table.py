@@ -10,12 +10,13 @@ same data: same semantics, same distributions.
 
 What shared tables support (anything else raises :class:`~replaystore.InvalidArgument` naming
 it): column storage with a ``spec``, or frame stacks (``storage=rs.FrameStackStorage(...)``:
-each frame stored once, the ring placed in the segment too); every sampler and remover of the library (``Uniform``,
-``Prioritized``, ``Fifo``, ``Lifo``, ``MinHeap``, ``MaxHeap``, ``WithoutReplacement``); every rate
-limiter; ``max_times_sampled``, ``max_staleness``, ``delete`` and ``clear``. A table starts in
-*ring mode* (with the ``Fifo`` remover: key index, free slots and uniform set are arithmetic on
-three shared numbers); the first removal out of insertion order switches it, in every process,
-to the out-of-ring structures that every process built over the segment when it attached.
+each frame stored once, the ring placed in the segment too); every sampler and remover of the
+library (``Uniform``, ``Prioritized``, ``Fifo``, ``Lifo``, ``MinHeap``, ``MaxHeap``,
+``WithoutReplacement``); every rate limiter; ``max_times_sampled``, ``max_staleness``,
+``delete`` and ``clear``. A table starts in *ring mode* (with the ``Fifo`` remover: key index,
+free slots and uniform set are arithmetic on three shared numbers); the first removal out of
+insertion order switches it, in every process, to the out-of-ring structures that every process
+built over the segment when it attached.
 Episodes (``episodes=rs.Episodes(max_streams=...)``): each process keeps its own episode index
 equal to the table's (:mod:`replaystore.shared.episodes`); such a table stays in ring mode (the
 ``Fifo`` remover, no ``max_times_sampled``, deletes and stale drops of the oldest steps only).
