@@ -48,6 +48,23 @@ def cpu_of(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def created_bytes() -> int:
+    """Bytes ever created in the object stores of every alive node (Ray's ``cumulative_created_bytes``).
+
+    A payload passed through Ray is created once where it is produced and once more in every node
+    it is pulled to, so this counts Ray's own copies, transfers included.
+    """
+    import ray
+    from ray._private import internal_api
+
+    total = 0
+    for n in ray.nodes():
+        if n.get("Alive"):
+            st = internal_api.node_stats(n["NodeManagerAddress"], n["NodeManagerPort"], include_memory_info=False)
+            total += st.store_stats.cumulative_created_bytes
+    return total
+
+
 def pid_of(actor) -> int:
     """The process id of a Ray actor."""
     import ray
@@ -126,11 +143,13 @@ def run(ray, workers, head: str, per_producer: int, node_local: bool) -> dict:
             return NodeAffinitySchedulingStrategy(node, soft=False)
 
         s0, st0 = cpu_of(service_pid), (cpu_of(store_pid) if store_pid else 0.0)
+        b0 = created_bytes()
         t0 = time.perf_counter()
         runs = ray.get([ray.remote(produce).options(num_cpus=0, scheduling_strategy=on(w.node_id))
                         .remote(name, ns, f"w{i}", per_producer) for i, w in enumerate(workers)], timeout=600)
         t_in = time.perf_counter() - t0
         s1, st1 = cpu_of(service_pid), (cpu_of(store_pid) if store_pid else 0.0)
+        b1 = created_bytes()
         n = per_producer * len(workers)
         nbytes = int(np.prod(SHAPE))
         put_bytes = 0
@@ -141,12 +160,14 @@ def run(ray, workers, head: str, per_producer: int, node_local: bool) -> dict:
         trainer_task = ray.remote(train).options(num_cpus=0, scheduling_strategy=on(workers[0].node_id))
         loaded, trainer, t_out, trainer_cpu = ray.get(trainer_task.remote(name, ns, n, node_local), timeout=600)
         s2 = cpu_of(service_pid)
+        b2 = created_bytes()
         load_bytes = sum(b for _, b, loader in loaded if loader != trainer)
         client.shutdown()
     return {"mode": "node-local" if node_local else "one store", "fragments": n,
             "put_hops_per_fragment": put_bytes / nbytes / n, "load_hops_per_fragment": load_bytes / nbytes / n,
             "bytes_per_fragment": (put_bytes + load_bytes) / n, "fragments_per_s_in": n / t_in,
-            "fragments_per_s_out": n / t_out, "service_ms_in": 1e3 * (s1 - s0) / n,
+            "fragments_per_s_out": n / t_out,
+            "ray_bytes_in": (b1 - b0) / n, "ray_bytes_out": (b2 - b1) / (2 * n), "service_ms_in": 1e3 * (s1 - s0) / n,
             "service_ms_out": 1e3 * (s2 - s1) / (2 * n), "store_actor_ms_put": 1e3 * (st1 - st0) / n,
             "producer_ms_put": 1e3 * sum(r[4] for r in runs) / n, "trainer_ms": 1e3 * trainer_cpu / n}
 
@@ -223,6 +244,10 @@ def main() -> None:
         print(f"{r['mode']:12} {r['fragments']:5d} {r['put_hops_per_fragment']:9.2f} "
               f"{r['load_hops_per_fragment']:10.2f} {r['bytes_per_fragment'] / 2**20:15.2f} "
               f"{r['fragments_per_s_in']:10.2f} {r['fragments_per_s_out']:11.2f}")
+    print("Ray's object-store counters (cumulative_created_bytes over all nodes, MiB per fragment; "
+          "out: over both trainer rounds):")
+    for r in rows:
+        print(f"{r['mode']:12} in {r['ray_bytes_in'] / 2**20:6.2f}  out {r['ray_bytes_out'] / 2**20:6.2f}")
     ratio = rows[1]["bytes_per_fragment"] / rows[0]["bytes_per_fragment"]
     print(f"bytes moved per fragment, node-local / one store: {ratio:.2f}")
     print("CPU ms per fragment (from /proc; service out: both trainer rounds and the loaders' start, over 2n):")

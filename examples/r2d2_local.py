@@ -110,7 +110,8 @@ def main() -> None:
     ap.add_argument("--train-every", type=int, default=4, help="env steps (all actors) per gradient step")
     ap.add_argument("--gamma", type=float, default=0.99)
     ap.add_argument("--n-step", type=int, default=3)
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate at the start")
+    ap.add_argument("--lr-end", type=float, default=1e-4, help="... decayed linearly to this over --steps")
     ap.add_argument("--eps-steps", type=int, default=10_000)
     ap.add_argument("--diff", type=int, default=1, choices=(0, 1))
     ap.add_argument("--tau", type=float, default=0.005)
@@ -164,10 +165,15 @@ def main() -> None:
                 s = table.sample_sequences(args.batch, args.length, burn_in=args.burn_in, timeout=1.0)
             except (rs.Timeout, rs.NoValidSequence):  # actors still filling the table
                 steps = table.stats()["inserts"]
+                failed = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                if failed:
+                    raise RuntimeError(f"actor processes failed (exit codes {failed}): see their tracebacks") from None
                 continue
             if start is None:
                 start, inserts0 = time.perf_counter(), table.stats()["inserts"]
             table.sampler.beta = min(1.0, 0.4 + 0.6 * steps / args.steps)
+            for group in opt.param_groups:
+                group["lr"] = args.lr + (args.lr_end - args.lr) * min(1.0, steps / args.steps)
             td = learn(q, target, opt, s, args.burn_in, args.gamma, args.n_step)
             table.update_priorities(s.keys, rs.sequence_priority(td, eta=0.9) + 1e-3)
             updates += 1

@@ -164,3 +164,32 @@ def test_without_replacement_new_items_join_epoch_and_deleted_leave():
     t.delete([remaining[0]])
     rest = t.sample(3).keys.tolist()
     assert sorted(rest) == sorted(remaining[1:])
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("capacity", [1, 2, 5, 64, 1000])
+def test_tournament_tree_orders_as_sorting(capacity, compiled):
+    """The heap selectors' placed order (samplers/heap_tree.py): lowest priority first, ties by key."""
+    from replaystore.samplers.heap_tree import AVAILABLE, TournamentTree
+
+    if compiled and not AVAILABLE:
+        pytest.skip("numba is not installed")
+    tree = TournamentTree(capacity, compiled=compiled)
+    rng = np.random.default_rng(capacity)
+    live = {}
+    for step in range(60):
+        slots = rng.choice(capacity, size=int(rng.integers(1, capacity + 1)), replace=False)
+        if rng.random() < 0.3:
+            gone = np.array([s for s in slots.tolist() if s in live], dtype=np.int64)
+            tree.drop(gone)
+            for s in gone.tolist():
+                del live[s]
+        else:
+            prios = rng.integers(0, 4, len(slots)).astype(np.float64)  # many ties
+            keys = step * capacity + slots  # unique, as a table's keys
+            tree.set(slots, prios, keys)
+            live.update({s: (p, k) for s, p, k in zip(slots.tolist(), prios.tolist(), keys.tolist())})
+        n = int(rng.integers(0, capacity + 2))
+        want = sorted(live, key=live.__getitem__)
+        assert tree.first(n).tolist() == want[:n]
+        assert tree.peek() == (want[0] if want else -1)

@@ -272,6 +272,28 @@ def test_two_writer_processes_match_an_in_process_table(tmp_path, capacity):
     t.close()
 
 
+def _spawned_writer(table, first):
+    table.extend_steps(te.steps(np.arange(first, first + 6)), streams=[0, 1, 0, 1, 0, 1], terminated=[0, 0, 0, 0, 1, 0])
+    table.end_episode(1)
+    table.close()
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_spawned_writer_attaches_by_pickle(tmp_path, method):
+    t = make_shared(tmp_path, 20)
+    t.extend_steps(te.steps([0, 1]), streams=[0, 1])
+    p = mp.get_context(method).Process(target=_spawned_writer, args=(t, 10))
+    p.start()
+    p.join(120)
+    assert p.exitcode == 0
+    local = te.table(20)
+    local.extend_steps(te.steps([0, 1]), streams=[0, 1])
+    _spawned_writer(local, 10)
+    got, want = dataclasses.asdict(t.episode_info(np.arange(9))), dataclasses.asdict(local.episode_info(np.arange(9)))
+    assert all(np.array_equal(got[f], want[f]) for f in want)
+    t.close()
+
+
 # -- the distribution of strict sequence starts, drawn in another process ---------------------------
 def _count_starts(name, directory, draws, queue):
     t = SharedTable.attach(name, directory=directory, seed=3)

@@ -3,7 +3,7 @@
 Every step runs in this process or in a worker process (forked once, attached by name to each
 example's table); the checks read the table from this process. Deletes take any keys (the table
 leaves ring mode); a second machine evicts with a ``Lifo`` remover and retires items after
-``max_times_sampled`` draws.
+``max_times_sampled`` draws, a third evicts with a ``MinHeap`` remover.
 """
 
 import itertools
@@ -99,12 +99,12 @@ class TwoProcesses(RuleBasedStateMachine):
 
     @rule(remote=st.booleans(), n=st.integers(1, CAP + 2), prios=st.booleans(), data=st.data())
     def extend(self, remote, n, prios, data):
-        lifo = self.remover == "Lifo"
-        if lifo:
+        if self.remover != "Fifo":
             n = min(n, CAP)  # (a larger batch: CapacityError, only a Fifo table keeps the newest)
         overflow = len(self.items) + n - CAP
-        if lifo and overflow > 0:  # the newest items make room
-            for k in sorted(self.items)[-overflow:]:
+        if self.remover != "Fifo" and overflow > 0:  # Lifo: the newest make room; MinHeap: the lowest
+            order = sorted(self.items)[::-1] if self.remover == "Lifo" else sorted(self.items, key=self._rank)
+            for k in order[:overflow]:
                 del self.items[k]
             self.counts["evictions"] += overflow
             self.counts["deletes"] += overflow
@@ -123,6 +123,9 @@ class TwoProcesses(RuleBasedStateMachine):
             del self.items[min(self.items)]
             self.counts["evictions"] += 1
             self.counts["deletes"] += 1
+
+    def _rank(self, key):
+        return (self.items[key][1], key)  # a MinHeap's order: lowest priority first, ties oldest first
 
     @precondition(lambda self: self.items)
     @rule(remote=st.booleans(), n=st.integers(1, 5))
@@ -195,7 +198,13 @@ class TwoProcessesLifo(TwoProcesses):
     max_times_sampled = 2
 
 
-@pytest.mark.parametrize(("machine", "examples"), [(TwoProcesses, 25), (TwoProcessesLifo, 20)])
+class TwoProcessesMinHeap(TwoProcesses):
+    remover = "MinHeap"  # (its order lives in the segment: a tournament tree)
+
+
+@pytest.mark.parametrize(
+    ("machine", "examples"), [(TwoProcesses, 25), (TwoProcessesLifo, 20), (TwoProcessesMinHeap, 15)]
+)
 def test_two_processes_against_a_model(worker, tmp_path, machine, examples):
     machine = type(machine.__name__, (machine,), {"conn": worker, "directory": str(tmp_path)})
     run = settings(max_examples=examples, stateful_step_count=20, deadline=None)(machine).TestCase

@@ -359,10 +359,10 @@ def test_distribution_from_another_process_after_out_of_order_deletes(tmp_path, 
     t.close()
 
 
-def _killed_while_paused(tmp_path, code: str) -> None:
-    """Run ``code`` in a new process that pauses before publishing its change; SIGKILL it there."""
+def _killed_while_paused(tmp_path, code: str, where: str = "pause-before-publish") -> None:
+    """Run ``code`` in a new process that pauses at ``where`` (a test hook of shared/guard.py); SIGKILL it there."""
     marker = tmp_path / "paused"
-    proc = run_python(code, env={"REPLAYSTORE_SHM_TEST_HOOK": f"pause-before-publish:{marker}"}, wait=False)
+    proc = run_python(code, env={"REPLAYSTORE_SHM_TEST_HOOK": f"{where}:{marker}"}, wait=False)
     deadline = time.monotonic() + 60
     while not marker.exists():
         assert proc.poll() is None, proc.stderr.read()
@@ -399,8 +399,17 @@ def test_process_killed_mid_delete_out_of_order(tmp_path, ring):
     t.close()
 
 
-@pytest.mark.parametrize("remover", ["Fifo", "Lifo", "MinHeap"])
-def test_writer_killed_mid_insert_out_of_ring_mode_leaves_no_torn_row(tmp_path, remover):
+@pytest.mark.parametrize(
+    ("remover", "where"),
+    [
+        ("Fifo", "pause-before-publish"),
+        ("Lifo", "pause-before-publish"),
+        ("MinHeap", "pause-before-publish"),
+        ("Fifo", "pause-after-victims"),  # killed before it overwrote the victims' rows: dropped all the same
+        ("Lifo", "pause-after-victims"),
+    ],
+)
+def test_writer_killed_mid_insert_out_of_ring_mode_leaves_no_torn_row(tmp_path, remover, where):
     t = SharedTable.create("midins", 12, SPEC, remover=getattr(rs, remover)(), directory=tmp_path)
     t.extend(transitions(13 if remover == "Fifo" else 12))  # (Fifo: 13 rows, the first one evicted)
     t.delete([6])
@@ -408,7 +417,7 @@ def test_writer_killed_mid_insert_out_of_ring_mode_leaves_no_torn_row(tmp_path, 
     before, n0 = t.keys().tolist(), t.stats()["inserts"]
     bad = 'bad = {"obs": np.full((3, 4), -7, np.float32), "action": np.zeros(3, np.int64), '
     bad += '"reward": np.ones(3, np.float32), "id": np.arange(3)}\nt.extend(bad)\n'
-    _killed_while_paused(tmp_path, ATTACH.format(name="midins", d=str(tmp_path)) + bad)
+    _killed_while_paused(tmp_path, ATTACH.format(name="midins", d=str(tmp_path)) + bad, where)
     t._segment.lock_timeout = 5.0
     keys = t.keys().tolist()
     data, found = t.get(keys)

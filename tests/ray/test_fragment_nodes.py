@@ -255,3 +255,33 @@ def test_a_store_that_does_not_answer_on_an_alive_node_is_not_dropped(tmp_path):
     store.starting = set()  # the node left after all
     assert buf.check_nodes() == ([], ["B"]) and buf.stats()["fragments_lost_with_node"] == 2
     buf.close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(st.tuples(st.sampled_from(["A", "B"]), st.integers(0, 2)), min_size=1, max_size=30),
+    st.sets(st.integers(0, 29), max_size=10),
+)
+def test_reconcile_against_a_model(tmp_path_factory, sends, missing_at):
+    """B re-attached without the payloads ``missing_at`` (indices of B's sends): exactly the chunks
+    and partial chunks holding one are dropped, every other fragment counts again."""
+    buf = make(tmp_path_factory.mktemp("reconcile"), max_chunks=64, persist=False)
+    streams: dict[str, list[str]] = {}
+    b_ids = []
+    for label, s in sends:
+        stream = f"{label}{s}"
+        ids = streams.setdefault(stream, [])
+        fid = put(buf, label, stream, len(ids))[0]
+        ids.append(fid)
+        if label == "B":
+            b_ids.append(fid)
+    missing = {b_ids[i] for i in missing_at if i < len(b_ids)}
+    lost = buf.reconcile_node("B", set(b_ids) - missing)
+    chunks = [ids[i : i + 2] for ids in streams.values() for i in range(0, len(ids) - 1, 2)]
+    partials = [ids[-1] for ids in streams.values() if len(ids) % 2]
+    assert lost == len(missing) == buf.stats()["fragments_lost_with_node"]
+    assert buf.num_chunks == sum(not (set(c) & missing) for c in chunks)
+    assert buf.stats()["chunks_lost_with_node"] == sum(bool(set(c) & missing) for c in chunks)
+    assert buf.stats()["pending_fragments"] == sum(p not in missing for p in partials)
+    assert buf.stats()["lost_nodes"] == [] and buf.reconcile_node("B", set(b_ids) - missing) == 0
+    buf.close()

@@ -114,11 +114,19 @@ class FragmentClient:
 
     # -- producers -----------------------------------------------------------------------------------
     def put(self, payload: Any) -> str:
-        """Write a payload to the store; return its fragment id (not yet known to the buffer)."""
+        """Write a payload to the store; return its fragment id (not yet known to the buffer).
+
+        Raises ``rs.DiskFull`` when the store's disk is full (node-local stores: naming the node;
+        nothing is written) and, node-local through another node's store, ``NodeLost``.
+        """
         return self.store.put(payload)
 
     def add(self, fragment_id: str, stream: str, seq: int, version: int, session: str) -> str:
-        """Acknowledge a stored fragment. Returns ``"pending"``, ``"chunk"``, ``"stale"`` or ``"duplicate"``."""
+        """Acknowledge a stored fragment.
+
+        Returns ``"pending"``, ``"chunk"``, ``"stale"``, ``"duplicate"`` or (node-local stores: its
+        node was dropped) ``"lost"``.
+        """
         return self._call("add_fragment", fragment_id, stream, int(seq), int(version), session)
 
     def add_many(self, records: list[tuple[str, str, int, int, str]]) -> list[str]:

@@ -89,9 +89,11 @@ def node_full(error: DiskFull, label: str, node_id: str | None) -> DiskFull:
 class NodeStoreServer(StoreServer):
     """Actor class: the store of one node. Its ``put`` returns ids naming this node's label."""
 
-    def __init__(self, path: str, num_shards: int, map_size: int, label: str) -> None:
+    def __init__(
+        self, path: str, num_shards: int, map_size: int, label: str, options: dict[str, Any] | None = None
+    ) -> None:
         self.label = label
-        self.store = FragmentStore(path, num_shards, map_size)
+        self.store = FragmentStore(path, num_shards, map_size, **(options or {}))
 
     def put(self, value: Any) -> str:
         """Store ``value``; return its new id ``"<time>-<uuid>@<label>"`` (``DiskFull`` naming this node)."""
@@ -140,6 +142,8 @@ class NodeStores:
         service: the service's name (store actors are named after it).
         namespace: the service's Ray namespace.
         timeout: seconds for each call to a store actor.
+        options: more :class:`FragmentStore` arguments for every node's store (``sync``,
+            ``writemap``, ``shrink_threshold``).
 
     Deletes are sent without waiting (a payload a failed delete leaves behind is an orphan the
     orphan scan collects); ``delete`` returns the count of earlier deletes that completed. Ids of
@@ -155,8 +159,9 @@ class NodeStores:
         service: str,
         namespace: str | None,
         timeout: float = 30.0,
+        options: dict[str, Any] | None = None,
     ) -> None:
-        self.path, self.num_shards, self.map_size = path, num_shards, map_size
+        self.path, self.num_shards, self.map_size, self.options = path, num_shards, map_size, dict(options or {})
         self.resource, self.service, self.namespace, self.timeout = resource, service, namespace, timeout
         self.actors: dict[str, Any] = {}
         self.nodes: dict[str, str] = {}  # label -> node id
@@ -196,7 +201,7 @@ class NodeStores:
                     max_concurrency=16,
                     scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False),
                 )
-                .remote(node_dir(self.path, lb), self.num_shards, self.map_size, lb)
+                .remote(node_dir(self.path, lb), self.num_shards, self.map_size, lb, self.options)
             )
         attached = []
         self.starting = set()
@@ -341,8 +346,11 @@ class NodeStoreClient:
 
     def _open(self, label: str) -> FragmentStore:
         if label not in self._local:
-            self._local[label] = FragmentStore(
-                node_dir(self.info["path"], label), self.info["num_shards"], self.info["map_size"]
+            self._local[label] = FragmentStore(  # writemap: as the node's store recorded it
+                node_dir(self.info["path"], label),
+                self.info["num_shards"],
+                self.info["map_size"],
+                sync=bool(self.info.get("sync", False)),
             )
         return self._local[label]
 

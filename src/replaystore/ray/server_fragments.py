@@ -52,7 +52,16 @@ class FragmentService:
             return None
         from .node_stores import NodeStores
 
-        return NodeStores(config.path, config.num_shards, config.map_size, config.node_local, self.name, self.namespace)
+        options = {"sync": config.sync, "writemap": config.writemap, "shrink_threshold": config.shrink_threshold}
+        return NodeStores(
+            config.path,
+            config.num_shards,
+            config.map_size,
+            config.node_local,
+            self.name,
+            self.namespace,
+            options=options,
+        )
 
     async def store_info(self) -> dict[str, Any]:
         """Where the fragment store lives: ``path``, ``num_shards``, ``map_size``, ``node_id``.
@@ -71,6 +80,7 @@ class FragmentService:
             "namespace": self.namespace,
             "node_local": c.node_local,
             "service": self.name,
+            "sync": c.sync,
         }
         if c.node_local is not None:
             info["nodes"] = buf.store.info()

@@ -63,9 +63,10 @@ class _InsertionLog(Selector):
     def unfollow(self, slots: np.ndarray | None, keys: np.ndarray | None, priorities: np.ndarray | None) -> None:  # noqa: D102
         if not self._placed:
             self._allocate()  # a fresh log, no longer following
-        self._ring = None
-        if slots is not None:  # (None: a placed log that another process filled)
+        elif slots is not None:  # (None: a placed log that another process filled)
             self._reset()
+        self._ring = None
+        if slots is not None:
             self.insert(slots, keys, priorities)
 
     def insert(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102

@@ -41,8 +41,9 @@ class Uniform(Selector):
         self._ring = None
         if not self._placed:
             self._set = DenseSet(self.capacity)
-        if slots is not None:  # (None: a placed set that another process filled)
+        elif slots is not None:  # (None: a placed set that another process filled)
             self._set.clear()
+        if slots is not None:
             self._set.add(slots)
 
     def insert(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102

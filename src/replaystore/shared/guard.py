@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 #: test hook: with ``REPLAYSTORE_SHM_TEST_HOOK=pause-before-publish:<file>``, a critical section
 #: that changed the state touches ``<file>`` and sleeps before publishing (the crash tests kill it there)
 _HOOK = os.environ.get("REPLAYSTORE_SHM_TEST_HOOK", "").partition("pause-before-publish:")[2]
+#: test hook: with ``REPLAYSTORE_SHM_TEST_HOOK=pause-after-victims:<file>``, an insert that evicts
+#: in place out of ring mode pauses so after noting its victims, before it overwrites their rows
+_HOOK_VICTIMS = os.environ.get("REPLAYSTORE_SHM_TEST_HOOK", "").partition("pause-after-victims:")[2]
 
 
 class ProcessGuard:
@@ -139,6 +142,8 @@ class ProcessGuard:
         v[1 + n : 1 + n + k] = slots
         v[0] = n + k
         self._noted = True
+        if _HOOK_VICTIMS:
+            _pause(_HOOK_VICTIMS)
 
     def _recover(self) -> None:
         """The previous holder died inside the critical section: make the table consistent."""

@@ -3,7 +3,10 @@
 Ring mode: while items leave only oldest-first (a Fifo remover, no delete, retirement or stale
 drop of other items), key ``k`` lives in slot ``(k - base) % capacity`` and the key index, the
 free-slot stack and the Fifo/Uniform selectors' arrays are arithmetic on the ring (not
-allocated); the first other removal builds them (:meth:`SlotBookkeeping._leave_ring`).
+allocated); the first other removal builds them (:meth:`SlotBookkeeping._leave_ring`). A table
+built under a placement (a shared table) allocated them up front: leaving ring mode fills them,
+or, in a process that learns another one did, only points at them. After a crash,
+:meth:`SlotBookkeeping.rebuild_from_rows` rebuilds them from the metadata rows.
 
 A mixin of :class:`~replaystore.table.Table`: every method runs with the table's lock held and
 valid input.
