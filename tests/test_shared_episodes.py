@@ -96,33 +96,6 @@ def test_episode_behaviours_on_a_shared_table(case, handles, tmp_path, monkeypat
         t.close()
 
 
-def test_shared_episodes_need_max_streams_and_refuse_max_times_sampled(tmp_path):
-    with pytest.raises(rs.InvalidArgument, match="max_streams"):
-        SharedTable.create("a", 10, SPEC, directory=tmp_path, episodes=rs.Episodes())
-    with pytest.raises(rs.InvalidArgument, match="max_times_sampled"):
-        SharedTable.create("a", 10, SPEC, directory=tmp_path, episodes=rs.Episodes(max_streams=4), max_times_sampled=2)
-    with pytest.raises(rs.InvalidArgument, match="Fifo remover"):
-        SharedTable.create("a", 10, SPEC, directory=tmp_path, episodes=rs.Episodes(max_streams=4), remover=rs.Lifo())
-    assert list(tmp_path.iterdir()) == []
-    # removals out of insertion order would take the table out of ring mode: refused, nothing changed
-    t = make_shared(tmp_path, 10, max_staleness=0)
-    t.extend_steps(te.steps([0, 1]), streams=[0, 1], version=1)
-    t.extend_steps(te.steps([2, 3]), streams=[0, 1], version=0)
-    before = (t.keys().tolist(), t.stats(), dataclasses.asdict(t.episode_info(np.arange(4))))
-    with pytest.raises(rs.InvalidArgument, match="oldest"):
-        t.delete([2])
-    with pytest.raises(rs.InvalidArgument, match="stale"):
-        t.set_version(1)  # keys 2, 3 would go stale but 0, 1 stay
-    after = (t.keys().tolist(), t.stats(), dataclasses.asdict(t.episode_info(np.arange(4))))
-    assert after[:2] == before[:2] and all(np.array_equal(after[2][f], before[2][f]) for f in before[2])
-    assert t.delete([0, 7]) == 1 and t.keys().tolist() == [1, 2, 3]  # the oldest: fine
-    t.close()
-    t = SharedTable.create("plain", 10, SPEC, directory=tmp_path)
-    with pytest.raises(rs.EpisodeError, match="no episode structure"):
-        t.extend_steps(te.steps([0]))
-    t.close()
-
-
 def test_two_handles_follow_each_others_steps_and_episode_ends(tmp_path):
     a = make_shared(tmp_path, 6)
     b = SharedTable.attach(a.shared_name, directory=tmp_path)
@@ -175,6 +148,66 @@ def test_a_writer_waiting_for_the_rate_limiter_while_another_writes(tmp_path):
             dataclasses.asdict(local.episode_info(np.arange(6))),
         )
         assert all(np.array_equal(got[f], want[f]) for f in want)
+    b.close()
+    a.close()
+
+
+def test_shared_episodes_need_max_streams(tmp_path):
+    with pytest.raises(rs.InvalidArgument, match="max_streams"):
+        SharedTable.create("a", 10, SPEC, directory=tmp_path, episodes=rs.Episodes())
+    assert list(tmp_path.iterdir()) == []
+    t = SharedTable.create("plain", 10, SPEC, directory=tmp_path)
+    with pytest.raises(rs.EpisodeError, match="no episode structure"):
+        t.extend_steps(te.steps([0]))
+    t.close()
+
+
+def _same_info(tables, local, keys):
+    want = dataclasses.asdict(local.episode_info(keys))
+    for tab in tables:
+        got = dataclasses.asdict(tab.episode_info(keys))
+        assert all(np.array_equal(got[f], want[f]) for f in want), [
+            f for f in want if not np.array_equal(got[f], want[f])
+        ]
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"remover": rs.Lifo()}, {"remover": rs.Uniform()}, {"sampler": rs.Prioritized(), "max_times_sampled": 2}],
+    ids=["fifo-deletes", "lifo", "uniform-remover", "retirement"],
+)
+def test_episodes_out_of_ring_mode_match_an_in_process_table(tmp_path, kw):
+    """Deletes of any key, other removers, retirements: every handle's index follows (same seed, same calls)."""
+    a = make_shared(tmp_path, 16, **kw)
+    b = SharedTable.attach(a.shared_name, directory=tmp_path, seed=1)
+    local = te.table(16, **kw)
+    rng = np.random.default_rng(0)
+    next_id = 0
+    for i in range(40):
+        n = int(rng.integers(1, 6))
+        streams, ends = rng.integers(0, 4, n), rng.random(n) < 0.15
+        ids = np.arange(next_id, next_id + n)
+        next_id += n
+        k = a.extend_steps(te.steps(ids), streams, terminated=ends)
+        assert k.tolist() == local.extend_steps(te.steps(ids), streams, terminated=ends).tolist()
+        if i % 4 == 1 and len(local):
+            doomed = rng.choice(local.keys(), min(2, len(local)), replace=False)
+            assert a.delete(doomed) == local.delete(doomed)
+        if i % 4 == 2 and len(local):
+            s1, s2 = a.sample_nstep(3, 2, 0.9, timeout=0), local.sample_nstep(3, 2, 0.9, timeout=0)
+            assert s1.keys.tolist() == s2.keys.tolist()
+        if i % 4 == 3:
+            s = int(rng.integers(0, 4))
+            try:
+                r = local.end_episode(s)
+            except rs.UnknownStream:
+                with pytest.raises(rs.UnknownStream):
+                    a.end_episode(s)
+                continue
+            assert a.end_episode(s) == r
+        assert a.keys().tolist() == local.keys().tolist()
+        _same_info((a, b), local, np.arange(next_id + 2))
+    assert a.stats()["inserts"] == local.stats()["inserts"]
     b.close()
     a.close()
 
@@ -327,8 +360,18 @@ def test_sequence_starts_are_uniform_over_valid_starts_from_another_process(tmp_
 
 
 # -- a writer killed between writing its steps and publishing them ---------------------------------
-@pytest.mark.parametrize("call, full", [("extend_steps", False), ("extend_steps", True), ("end_episode", False)])
-def test_writer_killed_mid_call_leaves_the_episodes_as_before(tmp_path, call, full):
+@pytest.mark.parametrize(
+    "call, full, ring",
+    [
+        ("extend_steps", False, True),
+        ("extend_steps", True, True),
+        ("end_episode", False, True),
+        ("extend_steps", True, False),
+        ("end_episode", False, False),
+    ],
+)
+def test_writer_killed_mid_call_leaves_the_episodes_as_before(tmp_path, call, full, ring):
+    """``ring=False``: the table left ring mode first (a delete out of order)."""
     cap = 12
     t = make_shared(tmp_path, cap)
     local = te.table(cap)  # the same steps in process; what the dead call must not change
@@ -336,6 +379,9 @@ def test_writer_killed_mid_call_leaves_the_episodes_as_before(tmp_path, call, fu
         tab.extend_steps(te.steps(np.arange(4)), streams=0)
         tab.extend_steps(te.steps(np.arange(10, 10 + (8 if full else 3))), streams=1)
         tab.end_episode(1)
+        if not ring:  # a hole in stream 0, and a step of stream 3 in its place
+            tab.delete([2])
+            tab.extend_steps(te.steps([50]), streams=3)
     keys = np.arange(20)
     marker = tmp_path / "paused"
     code = {
@@ -368,7 +414,7 @@ t = SharedTable.attach({t.shared_name!r}, directory={str(tmp_path)!r})
     if full:  # the dead insert had overwritten the 5 oldest items: they are dropped, nothing else
         local.delete(local.keys()[:5])
     want = dataclasses.asdict(local.episode_info(keys))
-    assert all(np.array_equal(after[f], want[f]) for f in want)
+    assert {f: after[f].tolist() for f in want} == {f: want[f].tolist() for f in want}
     assert int(after["found"].sum()) == 7
     for tab in (t, reader):  # both continue the streams from before the dead call
         info = tab.episode_info(tab.keys())
@@ -460,6 +506,14 @@ class StreamsModel(RuleBasedStateMachine):
         oldest = sorted(self.steps)[:m]
         assert self.call(remote, "delete", oldest) == ("ok", len(oldest))
         for k in oldest:
+            del self.steps[k]
+
+    @rule(remote=st.booleans(), picks=st.lists(st.integers(0, CAP - 1), max_size=3))
+    def delete_any(self, remote, picks):  # (takes the table out of ring mode)
+        live = sorted(self.steps)
+        doomed = sorted({live[i] for i in picks if i < len(live)})
+        assert self.call(remote, "delete", doomed) == ("ok", len(doomed))
+        for k in doomed:
             del self.steps[k]
 
     @rule(remote=st.booleans())

@@ -344,6 +344,15 @@ class EpisodeIndex(StreamRings, Selector):
             else:
                 self._pending[tid] = own
 
+    def refill_live(self) -> None:
+        """Internal (replaystore.shared): its own set of live steps holds exactly the slots it has steps in.
+
+        (After the table left ring mode in another process; nothing when it reads another part's set.)
+        """
+        if self._own_live:
+            self.live.clear()
+            self.live.add(np.flatnonzero(self.uid >= 0))
+
     def load_streams(
         self, ids: np.ndarray, next_t: np.ndarray, cur_ep: np.ndarray, cur_pos: np.ndarray, next_episode: int
     ) -> None:

@@ -8,25 +8,28 @@ holds the truth they are kept equal to:
   (``episodes.uid|episode|pos|flags``, int64 and uint8, written once per step);
 - per stream: next position, open episode, next position in it (``episodes.streams``,
   ``max_streams`` rows: the stream count is fixed when the table is created);
-- three scalars in the published state: a serial number of the episode state, the next episode
-  id, and how many stream ids were used (the rows worth comparing).
+- four scalars in the published state: a serial number of the episode state, a count of
+  ``end_episode`` calls, the next episode id, and how many stream ids were used (the rows worth
+  comparing).
 
-The table stays in ring mode, so the live keys are one run ``[lo, hi)`` and the log of what other
-processes did is implicit: keys that left are ``[lo_seen, lo)`` (this process's index still knows
-their rows), keys that arrived are ``[hi_seen, hi)`` (their rows are in the segment). A process
-entering the lock after another published (:meth:`EpisodeSync.pull`) removes the keys that left
+In ring mode the live keys are one run ``[lo, hi)`` and the log of what other processes did is
+implicit: keys that left are ``[lo_seen, lo)`` (this process's index still knows their rows), keys
+that arrived are ``[hi_seen, hi)`` (their rows are in the segment). Out of ring mode the slots
+whose step changed are those whose ``uid`` differs between this index and the segment (a writer
+writes ``-1`` for a slot it freed): one comparison of the column, ``O(capacity)``. A process
+entering the lock after another published (:meth:`EpisodeSync.pull`) removes the steps that left
 from its index, refreshes the streams whose state changed (and the end flags ``end_episode`` set
 on their last steps), then enters the new rows with :meth:`EpisodeIndex.apply_rows`: the result
 is the index the writer has (same steps, streams, episodes, flags, valid starts). A process that
 attaches late does the same from an empty index. Leaving the lock (:meth:`EpisodeSync.push`), a
-process writes the rows of the steps it inserted and the streams it changed.
+process writes the rows of the steps it inserted (or freed) and the streams it changed.
 
 Crash safety: new rows go to slots of keys that are not published yet (a dead writer's rows are
-never read: the recovery drops the items they overwrote). Stream rows and the end flags of
-published steps are overwritten in place, so before writing them the writer notes their old values
-in an undo journal (``episodes.undo``) stamped with the generation of the published state; a
-process that recovers from a writer that died before publishing (:meth:`EpisodeSync.recover`)
-puts them back when the stamp is the current generation.
+never read: the recovery frees those slots, and the recovering process clears their rows).
+Stream rows and the end flags of published steps are overwritten in place, so before writing them
+the writer notes their old values in an undo journal (``episodes.undo``) stamped with the
+generation of the published state; a process that recovers from a writer that died before
+publishing (:meth:`EpisodeSync.recover`) puts them back when the stamp is the current generation.
 """
 
 from __future__ import annotations
@@ -36,7 +39,6 @@ from typing import Any
 import numpy as np
 
 from ..episodes import EpisodeIndex
-from ..errors import InvalidArgument
 from ..placement import allocate
 from ..table import Table
 
@@ -75,6 +77,7 @@ class EpisodeSync:
         self.gen = index.generation  # the index's generation when it last matched the segment
         self.hint = 0  # stream ids below it may change in the current critical section
         self.revalidate = False
+        self.in_ring = True  # the table was in ring mode when this index last matched the segment
         self.pub_serial = self.pub_ends = self.pub_next_episode = self.pub_used = 0
 
     def note_streams(self, top: int) -> None:
@@ -99,13 +102,34 @@ class EpisodeSync:
         return slots[self.uid[slots] == self.index.uid[slots]]
 
     # -- other processes' changes into this index ---------------------------------------------------
-    def pull(self, lo: int, hi: int, base: int, priorities: np.ndarray) -> None:
-        """Bring this index to the published state (the ``pub_*`` scalars just loaded, live keys ``[lo, hi)``)."""
+    def pull(self, ring: tuple | None, priorities: np.ndarray, key_of_slot: np.ndarray) -> None:
+        """Bring this index to the published state (the ``pub_*`` scalars just loaded).
+
+        ``ring``: ``(lo, hi, base)`` of a table in ring mode (its live keys ``[lo, hi)``), else
+        ``None``: then the slots whose step differs are found by comparing the whole ``uid``
+        column (``O(capacity)``). ``key_of_slot``: the table's key column (``-1``: free slot).
+        """
         serial, ends, next_episode, used = self.pub_serial, self.pub_ends, self.pub_next_episode, self.pub_used
         idx = self.index
-        gone_hi = min(lo, self.hi)
-        if gone_hi > self.lo:  # keys that left since (oldest first, as the ring removes them)
-            idx.remove(self._slots(self.lo, gone_hi, base))
+        if self.revalidate:  # a process died in the lock: steps of slots the repaired table frees are gone
+            self.uid[key_of_slot < 0] = -1
+        if ring is None and self.in_ring:  # the table left ring mode (in another process): steps are
+            idx.refill_live()  # found by comparison from now on; its own live set is its steps
+            self.in_ring = False
+        if ring is not None:
+            lo, hi, base = ring
+            gone_hi = min(lo, self.hi)
+            gone = self._slots(self.lo, gone_hi, base) if gone_hi > self.lo else None  # (oldest first)
+            first = max(self.hi, lo)
+            new = self._slots(first, hi, base) if hi > first else None
+            self.lo, self.hi = lo, hi
+        else:
+            changed = np.flatnonzero(idx.uid != self.uid)
+            gone = changed[idx.uid[changed] >= 0]
+            new = changed[self.uid[changed] >= 0]
+            new = new[np.argsort(self.uid[new], kind="stable")]  # by stream, then position
+        if gone is not None and len(gone):
+            idx.remove(gone)
         if serial != self.serial:
             changed = self._changed(max(used, self.used))
             if ends != self.ends:  # end_episode flagged the last step of an open episode
@@ -115,30 +139,35 @@ class EpisodeSync:
             sh = self.streams[changed]
             idx.load_streams(changed, sh[:, 0], sh[:, 1], sh[:, 2], next_episode)
             self.serial, self.used = serial, used
-        first = max(self.hi, lo)
-        if hi > first:  # keys that arrived since
-            slots = self._slots(first, hi, base)
-            u = self.uid[slots]
-            rows = (u >> _SHIFT, u & _T_MASK, self.episode[slots], self.pos[slots], self.flags[slots])
-            idx.apply_rows(slots, rows, priorities[slots])
-        self.lo, self.hi = lo, hi
+        if new is not None and len(new):  # steps that arrived since
+            u = self.uid[new]
+            rows = (u >> _SHIFT, u & _T_MASK, self.episode[new], self.pos[new], self.flags[new])
+            idx.apply_rows(new, rows, priorities[new])
         if self.revalidate and idx.validity is not None:  # the recovery reset the trees' leaves
-            idx.validity.on_update(self._slots(lo, hi, base))
+            idx.validity.on_update(np.flatnonzero(idx.uid >= 0))
         self.revalidate = False
         self.gen = idx.generation
 
     # -- this process's changes into the segment ---------------------------------------------------
-    def push(self, lo: int, hi: int, base: int, published: int) -> None:
+    def push(self, ring: tuple | None, published: int) -> None:
         """Write this critical section's changes into the segment and set the ``pub_*`` scalars.
 
-        ``published``: the generation of the state currently published (the undo journal's stamp).
+        ``ring``: as for :meth:`pull`. ``published``: the generation of the state currently
+        published (the undo journal's stamp).
         """
         idx = self.index
         if idx.generation != self.gen:
             # streams the writers named (a call that did not name them, e.g. a replayed write: all)
             n = max(self.used, self.hint) if self.hint else self.max_streams
             changed = self._changed(n)
-            first = max(self.hi, lo)
+            if ring is not None:  # new steps are the keys [hi_seen, hi) (removals: readers know them)
+                lo, hi, base = ring
+                first = max(self.hi, lo)
+                slots = self._slots(first, hi, base) if hi > first else np.empty(0, dtype=np.int64)
+                self.lo, self.hi = lo, hi
+            else:  # every slot whose step changed (new, or gone: uid -1)
+                slots = np.flatnonzero(idx.uid != self.uid)
+                self.in_ring = False
             if len(changed):
                 self._journal(changed, published, self.ended)
                 sh = self.streams
@@ -147,13 +176,12 @@ class EpisodeSync:
                     idx.cur_ep[changed],
                     idx.cur_pos[changed],
                 )
-            if hi > first:
-                slots = self._slots(first, hi, base)
+            if len(slots):
                 self.uid[slots] = idx.uid[slots]
                 self.episode[slots] = idx.episode_of[slots]
                 self.pos[slots] = idx.pos_of[slots]
                 self.flags[slots] = idx.flags[slots]
-            if len(changed) or hi > first:  # (a new episode changes its stream's state too)
+            if len(changed) or len(slots):  # (a new episode changes its stream's state too)
                 self.serial += 1
                 self.ends += self.ended
             if len(changed):
@@ -161,9 +189,10 @@ class EpisodeSync:
             self.gen = idx.generation
             self.hint = 0  # (kept while nothing changed: a writer waiting for the rate limiter goes on)
             self.ended = False
-        self.lo, self.hi = lo, hi
-        self.pub_serial, self.pub_ends, self.pub_used = self.serial, self.ends, self.used
-        self.pub_next_episode = idx.next_episode
+            self.pub_serial, self.pub_ends, self.pub_used = self.serial, self.ends, self.used
+            self.pub_next_episode = idx.next_episode
+        elif ring is not None:  # (nothing to publish: the pub_* scalars stay as loaded, even when this
+            self.lo, self.hi = ring[0], ring[1]  # index has not caught up yet, as in a recovery)
 
     def _journal(self, changed: np.ndarray, published: int, ended: bool) -> None:
         """Journal the old state of ``changed`` streams (and, if ``ended``, of end flags), then set the flags."""
@@ -287,51 +316,6 @@ class SharedEpisodeMethods:
     def end_episode(self, streams: Any, truncated: bool = False) -> int:
         """As :meth:`Table.end_episode <replaystore.Table.end_episode>`."""
         return self._steps_call(Table.end_episode, 0, streams, streams, truncated)
-
-    # -- removals: an episodic shared table stays in ring mode ------------------------------------
-    def delete(self, keys: Any) -> int:
-        """As :meth:`Table.delete <replaystore.Table.delete>`; with episodes, of the oldest steps only.
-
-        Raises:
-            InvalidArgument: an episodic table and a live key that is not among the oldest ``k``
-            (nothing deleted: its processes' episode indexes follow the ring's key range).
-        """
-        if self._episync is None:
-            return Table.delete(self, keys)
-        with self._cond:
-            arr = np.asarray(keys) if not isinstance(keys, np.ndarray) else keys
-            if arr.dtype.kind in "iu":
-                k = np.unique(arr.astype(np.int64).ravel())
-                st = self._state
-                live = k[(k >= st.ring_lo) & (k < st.ring_hi)]
-                if len(live) and not (live[0] == st.ring_lo and live[-1] == st.ring_lo + len(live) - 1):
-                    raise InvalidArgument(
-                        f"shared table {self.shared_name!r} has episodes: it deletes only its oldest steps "
-                        f"(keys {st.ring_lo} ..); deleting others is not supported with episodes yet"
-                    )
-            return Table.delete(self, keys)
-
-    def set_version(self, version: int) -> int:
-        """As :meth:`Table.set_version <replaystore.Table.set_version>`; with episodes, oldest stale only.
-
-        Raises:
-            InvalidArgument: an episodic table and stale steps that are not the oldest (nothing
-            dropped, version unchanged).
-        """
-        if self._episync is None or self.max_staleness is None:
-            return Table.set_version(self, version)
-        with self._cond:
-            if isinstance(version, (int, np.integer)) and not isinstance(version, bool):
-                st = self._state
-                slots = (np.arange(st.ring_lo, st.ring_hi, dtype=np.int64) - st.ring_base) % self.capacity
-                stale = self._version[slots] < int(version) - self.max_staleness
-                m = int(stale.sum())
-                if m and not stale[:m].all():
-                    raise InvalidArgument(
-                        f"shared table {self.shared_name!r} has episodes: version {int(version)} would make "
-                        "steps stale out of insertion order, which is not supported with episodes yet"
-                    )
-            return Table.set_version(self, version)
 
 
 __all__ = ["EpisodeSync", "SharedEpisodeMethods"]

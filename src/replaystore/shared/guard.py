@@ -65,6 +65,8 @@ class ProcessGuard:
         #: called with the published generation when this process repairs the table after a crash
         #: (parts with state of their own undo a dead holder's writes: ``EpisodeSync.recover``)
         self.on_recover: Any = None
+        #: True while this process repairs the table (``reconcile`` may load a state that is not final)
+        self.recovering = False
 
     @property
     def generation(self) -> int:
@@ -151,7 +153,11 @@ class ProcessGuard:
         if self.on_recover is not None:
             self.on_recover(gen)
         victims = self._victims[1 : 1 + int(self._victims[0])].copy()
-        fixed, dropped = reconcile(self.table, self.segment, self.names, values, intent, victims)
+        self.recovering = True  # (parts that follow the published state wait for the repaired one)
+        try:
+            fixed, dropped = reconcile(self.table, self.segment, self.names, values, intent, victims)
+        finally:
+            self.recovering = False
         self._victims[0] = 0
         self.copies.publish(gen + 1, fixed)
         words = self.segment.words

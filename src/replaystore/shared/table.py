@@ -114,7 +114,7 @@ class SharedTable(SharedEpisodeMethods, Table):
         rate_limiter = MinSize(1) if rate_limiter is None else rate_limiter
         remover = Fifo() if remover is None else remover
         _check_supported(sampler, remover, rate_limiter)
-        _check_episodes(episodes, remover, max_times_sampled)
+        _check_episodes(episodes)
         flat = normalize_spec(spec)
         config = {
             "name": name,
@@ -259,16 +259,21 @@ class SharedTable(SharedEpisodeMethods, Table):
         sync = self._episync
         if sync is not None:
             st = self._state
-            sync.push(st.ring_lo, st.ring_hi, st.ring_base, self._guard.generation)
+            ring = (st.ring_lo, st.ring_hi, st.ring_base) if self._ring is not None else None
+            sync.push(ring, self._guard.generation)
         return Table.state_scalars(self)
 
     def load_state_scalars(self, values: Any) -> None:
-        """As :meth:`Table.load_state_scalars`; then this process's episode index catches up."""
+        """As :meth:`Table.load_state_scalars`; then this process's episode index catches up.
+
+        (Not while this process repairs the table: it catches up with the repaired state.)
+        """
         Table.load_state_scalars(self, values)
         sync = self._episync
-        if sync is not None:
+        if sync is not None and not self._guard.recovering:
             st = self._state
-            sync.pull(st.ring_lo, st.ring_hi, st.ring_base, self._priority)
+            ring = (st.ring_lo, st.ring_hi, st.ring_base) if self._ring is not None else None
+            sync.pull(ring, self._priority, self._meta[:, 0])
 
     # -- close ------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -328,8 +333,7 @@ def _check_supported(sampler: Selector, remover: Selector, limiter: RateLimiter)
         raise InvalidArgument(f"rate_limiter must be a RateLimiter, got {type(limiter).__name__}")
 
 
-def _check_episodes(episodes: Episodes | None, remover: Selector, max_times_sampled: int) -> None:
-    """Episodic shared tables stay in ring mode (their replicas follow the ring's key range)."""
+def _check_episodes(episodes: Episodes | None) -> None:
     if episodes is None:
         return
     if not isinstance(episodes, Episodes):
@@ -338,16 +342,6 @@ def _check_episodes(episodes: Episodes | None, remover: Selector, max_times_samp
         raise InvalidArgument(
             "a shared table with episodes needs Episodes(max_streams=...): its per-stream state is "
             "sized when the table is created"
-        )
-    if type(remover) is not Fifo:
-        raise InvalidArgument(
-            f"a shared table with episodes evicts with the Fifo remover only, not {type(remover).__name__} "
-            "(its steps leave oldest first: other removers are not supported with episodes yet)"
-        )
-    if max_times_sampled:
-        raise InvalidArgument(
-            "max_times_sampled with episodes is not supported by shared tables yet (it retires "
-            "sampled steps out of insertion order)"
         )
 
 

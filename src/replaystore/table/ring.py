@@ -168,6 +168,8 @@ class SlotBookkeeping:
         st = self._state
         st.nfree, st.size = len(free), len(slots)
         for sel in self._selectors:
+            if sel is self._episodes:  # (a process-local replica: replaystore.shared.episodes rebuilds it)
+                continue
             sel.clear()
             sel.insert(slots, keys, self._priority[slots])
 
