@@ -25,6 +25,7 @@ Usage (the bench venv has cpprb and TorchRL)::
     PYTHONPATH=src bench/.venv/bin/python bench/bench_shared.py [--quick] [--seconds 1]
         [--writers 1,2,4] [--rows 1,8,64,256] [--payloads small,atari] [--peers shared,cpprb,torchrl,ray]
         [--samplers uniform,prioritized] [--directory DIR]
+    PYTHONPATH=src bench/.venv/bin/python bench/bench_shared.py --split --seconds 2   # the learner's cost, split
 """
 
 from __future__ import annotations
@@ -332,6 +333,52 @@ def ray_phase(payload, prioritized, writers, rows, seconds, capacity) -> dict:
     }
 
 
+def _split_writer(name, directory, stop_at):
+    t = SharedTable.attach(name, directory=directory)
+    t.prefault()
+    b = batch_of("small", 8, 1)
+    while time.time() < stop_at:
+        t.extend(b)
+    t.close()
+
+
+def neighbour_split(seconds: float, rounds: int = 2) -> None:
+    """A learner's sample(256) CPU alone, next to a writer on another table, next to a writer on its table.
+
+    Tells what sharing the table costs the learner from what any busy neighbour process costs.
+    """
+    directory = tempfile.mkdtemp(prefix="bench-split-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    spec = spec_of("small")
+    mine = SharedTable.create(f"split-a-{os.getpid()}", 200_000, spec, directory=directory)
+    other = SharedTable.create(f"split-b-{os.getpid()}", 200_000, spec, directory=directory)
+    fill = batch_of("small", 256, 9)
+    for _ in range(200_000 // 2 // 256):
+        mine.extend(fill)
+        other.extend(fill)
+    print("| round | learner alone | writer on another table | writer on the same table |")
+    print("|---|---|---|---|")
+    for r in range(rounds):
+        cells = []
+        for target in (None, other, mine):
+            stop_at = time.time() + seconds + 0.3
+            p = None
+            if target is not None:
+                p = mp.get_context("fork").Process(target=_split_writer, args=(target.shared_name, directory, stop_at))
+                p.start()
+            time.sleep(0.3)
+            n, c0 = 0, time.process_time()
+            while time.time() < stop_at:
+                mine.sample(SAMPLE)
+                n += 1
+            cells.append(f"{(time.process_time() - c0) / n * 1e6:.1f}")
+            if p is not None:
+                p.join(30)
+        print(f"| {r + 1} | " + " | ".join(cells) + " |", flush=True)
+    mine.close()
+    other.close()
+    os.rmdir(directory)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=1.0)
@@ -341,8 +388,15 @@ def main() -> None:
     ap.add_argument("--peers", default="shared,cpprb,torchrl,ray")
     ap.add_argument("--samplers", default="uniform,prioritized")
     ap.add_argument("--directory", default=None, help="where the shared segments go (default /dev/shm)")
+    ap.add_argument(
+        "--split", action="store_true", help="only: what sharing the table costs a learner (see neighbour_split)"
+    )
     ap.add_argument("--quick", action="store_true", help="one writer count, two batch sizes, small payload")
     args = ap.parse_args()
+    if args.split:
+        print(f"# learner CPU us per sample(256), one writer extending 8 rows; load average {os.getloadavg()[0]:.1f}")
+        neighbour_split(args.seconds)
+        return
     if args.quick:
         args.writers, args.rows, args.payloads, args.seconds = "1,2", "8,256", "small", min(args.seconds, 0.5)
     peers = {"shared": Shared, "cpprb": Cpprb, "torchrl": TorchRL, "ray": None}

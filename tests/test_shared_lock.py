@@ -141,8 +141,9 @@ def test_a_signal_interrupts_a_blocked_acquire(tmp_path):
     attached, go = tmp_path / "attached", tmp_path / "go"
     proc = run_python(
         f"""
-import os, time
+import os, signal, time
 from replaystore.shared import SharedTable
+signal.signal(signal.SIGINT, signal.default_int_handler)  # (a background job may start with SIGINT ignored)
 t = SharedTable.attach("sig", directory={str(tmp_path)!r}, lock_timeout=60)
 open({str(attached)!r}, "w").close()
 while not os.path.exists({str(go)!r}):

@@ -148,7 +148,12 @@ def test_acknowledged_steps_survive_a_crash_and_episodes_continue(ray_local, tmp
     n = c.sample_nstep(64, 3, 0.9, timeout=10)
     assert (n.steps >= 1).all() and np.isfinite(n.returns).all()
     seq = c.sample_sequences(16, 3, timeout=10)
-    assert seq.mask.all() and (np.diff(seq.data["id"], axis=1) == 1).all()  # consecutive steps of one stream
+    # consecutive steps of one stream: ids grow by one, except across a step whose write failed
+    # during the restart (not acknowledged, not stored: the env moved on, the positions did not)
+    sid = seq.data["id"]
+    assert seq.mask.all() and (sid // 1_000_000 == sid[:, :1] // 1_000_000).all()
+    gaps = np.diff(sid, axis=1)
+    assert (gaps >= 1).all() and (sum(failed) > 0 or (gaps == 1).all())
     st = c.stats()["ep"]
     assert st["wal"]["failing"] == 0 and st["wal"]["last_lsn"] >= st["wal"]["durable_lsn"] > 0
     c.shutdown()
