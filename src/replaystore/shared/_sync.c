@@ -14,8 +14,12 @@
  * by the holder while it changes anything) says whether the table needs a repair. Uncontended,
  * lock and unlock are one atomic instruction each, no system call.
  *
- * Fairness: a waiter writes its pid into the segment's "waiting" word; a holder that sees it
- * after unlocking yields the CPU once, so a process calling back to back cannot starve others.
+ * Fairness: a waiter writes its pid into the segment's "waiting" word, and every holder counts
+ * its acquisition in the "acquired" word. A holder that sees a waiter when it unlocks yields the
+ * CPU once and, when it next asks for the mutex, first lets the waiter in: it waits (napping,
+ * at most HANDOFF_NS) until another process has taken the mutex since or nobody
+ * waits any more. Without that, a process calling back to back (a learner sampling) re-takes
+ * the mutex before a woken waiter on another core can, and starves the writers.
  *
  * StateCopies: the two copies of a table's scalar state in the header (each: generation, insert
  * intent, then the scalars, int64 or float64 words as their codes say) and the selector word saying which is
@@ -37,12 +41,15 @@
 #include <time.h>
 
 #define SLICE_NS 20000000LL  /* a blocked acquire wakes every 20 ms to let Python handle signals */
+#define HANDOFF_NS 200000LL  /* how long a releaser that saw a waiter lets it go first, at most */
 
 typedef struct {
     PyObject_HEAD
     Py_buffer view;             /* the segment's mapping (held for the object's life) */
     pthread_mutex_t *mutex;
     volatile int64_t *waiting;  /* the segment's "waiting" word */
+    volatile int64_t *acquired; /* the segment's acquisition counter (NULL: no handoff) */
+    int64_t owed;               /* the counter when this handle released with a waiter, else -1 */
     int64_t pid;
     long owner_died;            /* times this handle took the mutex from a dead holder */
 } RobustMutex;
@@ -95,11 +102,12 @@ init_mutex(PyObject *self, PyObject *args)
 static PyObject *
 RobustMutex_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"buffer", "offset", "waiting_offset", "pid", NULL};
+    static char *kwlist[] = {"buffer", "offset", "waiting_offset", "pid", "acquired_offset", NULL};
     PyObject *buffer;
-    Py_ssize_t offset, waiting_offset;
+    Py_ssize_t offset, waiting_offset, acquired_offset = -1;
     long long pid;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnnL", kwlist, &buffer, &offset, &waiting_offset, &pid))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnnL|n", kwlist, &buffer, &offset, &waiting_offset, &pid,
+                                     &acquired_offset))
         return NULL;
     RobustMutex *self = (RobustMutex *)type->tp_alloc(type, 0);
     if (self == NULL)
@@ -112,6 +120,16 @@ RobustMutex_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     self->mutex = (pthread_mutex_t *)(base + offset);
     self->waiting = (volatile int64_t *)(base + waiting_offset);
+    self->acquired = NULL;
+    self->owed = -1;
+    if (acquired_offset >= 0) {
+        if (acquired_offset % 8 || acquired_offset + 8 > self->view.len) {
+            PyErr_SetString(PyExc_ValueError, "acquisition counter outside the buffer, or misaligned");
+            Py_DECREF(self);
+            return NULL;
+        }
+        self->acquired = (volatile int64_t *)(base + acquired_offset);
+    }
     self->pid = pid;
     return (PyObject *)self;
 }
@@ -135,10 +153,39 @@ after_lock(RobustMutex *self, int rc)
     return rc;
 }
 
+static long long
+now_ns(clockid_t clock)
+{
+    struct timespec t;
+    clock_gettime(clock, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* This handle released the mutex while another process waited: let that process take it first
+ * (until the counter moves, nobody waits, or HANDOFF_NS passed). */
+static void
+let_waiter_in(RobustMutex *self)
+{
+    int64_t owed = self->owed;
+    self->owed = -1;
+    if (!*self->waiting || *self->acquired != owed)
+        return;
+    long long start = now_ns(CLOCK_MONOTONIC), t = start;
+    Py_BEGIN_ALLOW_THREADS
+    while (*self->waiting && *self->acquired == owed && t - start < HANDOFF_NS) {
+        struct timespec nap = {0, 10000L};
+        nanosleep(&nap, NULL);
+        t = now_ns(CLOCK_MONOTONIC);
+    }
+    Py_END_ALLOW_THREADS
+}
+
 /* acquire(timeout) -> bool: True once held (from a dead holder too), False after `timeout` s. */
 static PyObject *
 RobustMutex_acquire(RobustMutex *self, PyObject *arg)
 {
+    if (self->owed >= 0)
+        let_waiter_in(self);
     int rc = pthread_mutex_trylock(self->mutex);
     if (rc != EBUSY) {
         rc = after_lock(self, rc);
@@ -146,6 +193,8 @@ RobustMutex_acquire(RobustMutex *self, PyObject *arg)
             errno = rc;
             return PyErr_SetFromErrno(PyExc_OSError);
         }
+        if (self->acquired)
+            (*self->acquired)++;
         Py_RETURN_TRUE;
     }
     double timeout = PyFloat_AsDouble(arg);
@@ -182,20 +231,25 @@ RobustMutex_acquire(RobustMutex *self, PyObject *arg)
         errno = rc;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
+    if (self->acquired)
+        (*self->acquired)++;
     Py_RETURN_TRUE;
 }
 
-/* release(): unlock; yield the CPU once if another process waits for the mutex. */
+/* release(): unlock; if another process waits, yield the CPU once and owe it the next turn. */
 static PyObject *
 RobustMutex_release(RobustMutex *self, PyObject *Py_UNUSED(ignored))
 {
+    int64_t count = self->acquired ? *self->acquired : -1;
     int rc = pthread_mutex_unlock(self->mutex);
     if (rc) {
         errno = rc;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
-    if (*self->waiting)
+    if (*self->waiting) {
+        self->owed = count;
         sched_yield();
+    }
     Py_RETURN_NONE;
 }
 

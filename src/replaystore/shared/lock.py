@@ -13,9 +13,12 @@ that attaches uses the same one:
 - :data:`KIND_FLOCK`: ``flock(LOCK_EX)`` on the table's ``lock`` file, which the kernel drops when
   its holder dies; two system calls per critical section.
 
-Fairness, both kinds: a waiter notes its pid in the header's ``waiting`` word, and a holder that
-sees it after releasing yields the CPU once, so a process calling back to back (a learner
-sampling) cannot starve the others. Neither is re-entrant: the caller (``ProcessGuard``) counts
+Fairness, both kinds: a waiter notes its pid in the header's ``waiting`` word and every holder
+counts its acquisition in the ``acquired`` word; a holder that sees a waiter after releasing
+yields the CPU once and, the next time it asks for the lock, first lets the waiter in (it naps,
+at most 0.2 ms, until another process has taken the lock since or nobody waits). Without that a
+process calling back to back (a learner sampling) re-takes the lock before a woken waiter on
+another core can, and starves the writers. Neither is re-entrant: the caller (``ProcessGuard``) counts
 levels under a thread lock of its own. ``REPLAYSTORE_PURE_PYTHON=1`` creates ``flock`` tables
 (and makes the mutex unavailable), as it selects the NumPy row copies.
 """
@@ -79,7 +82,9 @@ def init_lock(kind: int, mm: mmap.mmap) -> None:
         init_mutex(mm, MUTEX_BYTE)
 
 
-def open_lock(kind: int, mm: mmap.mmap, lock_file: Path, waiting_word: int, pid: int, name: str):  # noqa: ANN201
+def open_lock(  # noqa: ANN201
+    kind: int, mm: mmap.mmap, lock_file: Path, waiting_word: int, acquired_word: int, pid: int, name: str
+):
     """A handle of this process on a segment's mutex of ``kind`` (a ``RobustMutex`` or a :class:`FlockMutex`).
 
     Raises:
@@ -93,20 +98,30 @@ def open_lock(kind: int, mm: mmap.mmap, lock_file: Path, waiting_word: int, pid:
                 f"compiled module replaystore.shared._sync ({_why()}): build the extension with a "
                 "C compiler, or have the creator pass lock='flock'"
             )
-        return RobustMutex(mm, MUTEX_BYTE, waiting_word * 8, pid)
+        return RobustMutex(mm, MUTEX_BYTE, waiting_word * 8, pid, acquired_word * 8)
     if kind == KIND_FLOCK:
-        return FlockMutex(lock_file, mm, waiting_word, pid)
+        return FlockMutex(lock_file, mm, waiting_word, acquired_word, pid)
     raise LayoutMismatch(f"shared table {name!r}: unknown lock kind {kind} in its header")
 
 
 class FlockMutex:
     """``flock`` on the table's lock file, with the interface of ``RobustMutex`` (not thread-safe)."""
 
-    def __init__(self, lock_file: Path, mm: mmap.mmap, waiting_word: int, pid: int) -> None:
+    def __init__(self, lock_file: Path, mm: mmap.mmap, waiting_word: int, acquired_word: int, pid: int) -> None:
         self.fd = os.open(lock_file, os.O_RDWR)
         self.words = memoryview(mm).cast("q")
         self.waiting = waiting_word
+        self.acquired = acquired_word
+        self.owed = -1  # the acquisition count when this handle released with a waiter, else -1
         self.pid = pid
+
+    def _let_waiter_in(self) -> None:
+        """A waiter saw this handle release: let it take the lock first (at most 0.2 ms)."""
+        owed, words = self.owed, self.words
+        self.owed = -1
+        start = time.monotonic()
+        while words[self.waiting] and words[self.acquired] == owed and time.monotonic() - start < 2e-4:
+            time.sleep(10e-6)
 
     def acquire(self, timeout: float) -> bool:
         """Take the lock (True), or False after ``timeout`` seconds.
@@ -115,8 +130,11 @@ class FlockMutex:
         then sleeps 50 us, doubling to 500 us, between attempts.
         """
         fd, words, pid = self.fd, self.words, self.pid
+        if self.owed >= 0:
+            self._let_waiter_in()
         try:
             fcntl.flock(fd, _EX_NB)
+            words[self.acquired] += 1
             return True
         except BlockingIOError:
             pass
@@ -141,12 +159,15 @@ class FlockMutex:
                     return False
         if words[self.waiting] == pid:
             words[self.waiting] = 0
+        words[self.acquired] += 1
         return True
 
     def release(self) -> None:
-        """Release the lock; yield the CPU once if another process waits for it."""
+        """Release the lock; if another process waits, yield the CPU once and owe it the next turn."""
+        count = self.words[self.acquired]
         fcntl.flock(self.fd, fcntl.LOCK_UN)
         if self.words[self.waiting]:
+            self.owed = count
             os.sched_yield()
 
     def set_pid(self, pid: int) -> None:

@@ -51,7 +51,7 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 
 # header words
 W_MAGIC, W_VERSION, W_HEADER, W_TOTAL, W_JSON_OFF, W_JSON_LEN, W_CREATOR, W_CREATED = range(8)
-W_BUSY, W_ACTIVE, W_RECOVERIES, W_WAITING, W_LOCK_KIND = 8, 9, 10, 11, 12
+W_BUSY, W_ACTIVE, W_RECOVERIES, W_WAITING, W_LOCK_KIND, W_ACQUIRED = 8, 9, 10, 11, 12, 13
 COPY_WORDS = 120  # generation, intent, then the scalars (Table.state_layout)
 COPY0 = 16  # first word of state copy 0; copy 1 follows
 PIDS = COPY0 + 2 * COPY_WORDS  # the table of attached pids
@@ -129,7 +129,9 @@ class Segment:
         self.regions = {r["name"]: (r["offset"], tuple(r["shape"]), np.dtype(r["dtype"])) for r in config["regions"]}
         self.pid = os.getpid()
         #: the cross-process mutex (:mod:`replaystore.shared.lock`): ``acquire(timeout) -> bool``, ``release()``
-        self.mutex = open_lock(self.words[W_LOCK_KIND], mm, path / "lock", W_WAITING, self.pid, config["name"])
+        self.mutex = open_lock(
+            self.words[W_LOCK_KIND], mm, path / "lock", W_WAITING, W_ACQUIRED, self.pid, config["name"]
+        )
         self.closed = False
 
     # -- create / open ------------------------------------------------------------------------------
