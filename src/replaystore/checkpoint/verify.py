@@ -161,6 +161,10 @@ def read_verified_manifest(path: Path) -> dict:
     return manifest
 
 
+#: the largest magnitude a manifest's integer counters may have (int64, with headroom for arithmetic)
+INT_LIMIT = 2**62
+
+
 def check_structure(m: dict) -> None:
     """Raise :class:`CheckpointError` unless the manifest has the keys and types a loader reads."""
     files = manifest_field(m, "files", dict, "")
@@ -193,8 +197,14 @@ def check_structure(m: dict) -> None:
         manifest_field(t, key, kind, "table")
     if t["next_key"] < size:
         raise CheckpointError(f"manifest field table.next_key ({t['next_key']}) is smaller than the item count")
+    # keys, versions and counters are int64 in the table: leave room for the inserts still to come
+    if t["next_key"] > INT_LIMIT:
+        raise CheckpointError(f"manifest field table.next_key ({t['next_key']}) leaves no room for int64 keys")
+    if not -INT_LIMIT <= t["model_version"] <= INT_LIMIT:
+        raise CheckpointError(f"manifest field table.model_version ({t['model_version']}) is outside int64 range")
     for name in t["counters"]:
-        manifest_field(t["counters"], name, int, "table.counters")
+        if not -INT_LIMIT <= manifest_field(t["counters"], name, int, "table.counters") <= INT_LIMIT:
+            raise CheckpointError(f"manifest field table.counters[{name!r}] is outside int64 range")
     for name in t["blocked"]:
         manifest_field(t["blocked"], name, float, "table.blocked")
     st = manifest_field(m, "storage", dict, "")
