@@ -14,12 +14,20 @@
  * by the holder while it changes anything) says whether the table needs a repair. Uncontended,
  * lock and unlock are one atomic instruction each, no system call.
  *
- * Fairness: a waiter writes its pid into the segment's "waiting" word, and every holder counts
- * its acquisition in the "acquired" word. A holder that sees a waiter when it unlocks yields the
- * CPU once and, when it next asks for the mutex, first lets the waiter in: it waits (napping,
- * at most HANDOFF_NS) until another process has taken the mutex since or nobody
- * waits any more. Without that, a process calling back to back (a learner sampling) re-takes
- * the mutex before a woken waiter on another core can, and starves the writers.
+ * Spin, then block: a process that finds the mutex taken spins (pause instructions, the GIL
+ * released) for up to the spin budget (SPIN_NS by default, set_spin() changes it) re-trying it,
+ * and only then sleeps in the kernel. Critical sections of a shared table last microseconds;
+ * sleeping costs far more than the wait: the futex system calls, and a core that went idle comes
+ * back with cold caches (on a virtual machine the vCPU is descheduled), which doubled the CPU time
+ * of the next call of a learner that slept for a writer.
+ *
+ * Fairness: a waiter (spinning or asleep) writes its pid into the segment's "waiting" word, and
+ * every holder counts its acquisition in the "acquired" word. A holder that sees a waiter when it
+ * unlocks owes it the next turn: when it next asks for the mutex it first lets the waiter in, and
+ * waits (spinning HANDOFF_SPIN_NS, then napping, at most HANDOFF_NS in all) until another process
+ * has taken the mutex since or nobody waits any more. Without that, a process calling back to
+ * back (a learner sampling) re-takes the mutex before a waiter on another core can, and starves
+ * the writers.
  *
  * StateCopies: the two copies of a table's scalar state in the header (each: generation, insert
  * intent, then the scalars, int64 or float64 words as their codes say) and the selector word saying which is
@@ -42,6 +50,20 @@
 
 #define SLICE_NS 20000000LL  /* a blocked acquire wakes every 20 ms to let Python handle signals */
 #define HANDOFF_NS 200000LL  /* how long a releaser that saw a waiter lets it go first, at most */
+#define HANDOFF_SPIN_NS 30000LL  /* ... spinning for the first part of it (a spinning waiter takes it in ~0.1 us) */
+#define SPIN_NS 50000LL  /* default spin budget of an acquire that finds the mutex taken */
+
+static long long spin_ns = SPIN_NS;
+
+static inline void
+cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 
 typedef struct {
     PyObject_HEAD
@@ -173,8 +195,13 @@ let_waiter_in(RobustMutex *self)
     long long start = now_ns(CLOCK_MONOTONIC), t = start;
     Py_BEGIN_ALLOW_THREADS
     while (*self->waiting && *self->acquired == owed && t - start < HANDOFF_NS) {
-        struct timespec nap = {0, 10000L};
-        nanosleep(&nap, NULL);
+        if (t - start < HANDOFF_SPIN_NS) {
+            for (int i = 0; i < 16; i++)
+                cpu_relax();
+        } else {
+            struct timespec nap = {0, 10000L};
+            nanosleep(&nap, NULL);
+        }
         t = now_ns(CLOCK_MONOTONIC);
     }
     Py_END_ALLOW_THREADS
@@ -200,6 +227,28 @@ RobustMutex_acquire(RobustMutex *self, PyObject *arg)
     double timeout = PyFloat_AsDouble(arg);
     if (timeout == -1.0 && PyErr_Occurred())
         return NULL;
+    if (spin_ns > 0) {  /* spin first: the holder is most likely on another core, for microseconds */
+        long long start = now_ns(CLOCK_MONOTONIC), budget = spin_ns;
+        if (timeout >= 0 && timeout * 1e9 < budget)
+            budget = (long long)(timeout * 1e9);
+        Py_BEGIN_ALLOW_THREADS
+        do {
+            for (int i = 0; i < 32; i++)
+                cpu_relax();
+            rc = pthread_mutex_trylock(self->mutex);
+        } while (rc == EBUSY && now_ns(CLOCK_MONOTONIC) - start < budget);
+        Py_END_ALLOW_THREADS
+        if (rc != EBUSY) {
+            rc = after_lock(self, rc);
+            if (rc) {
+                errno = rc;
+                return PyErr_SetFromErrno(PyExc_OSError);
+            }
+            if (self->acquired)
+                (*self->acquired)++;
+            Py_RETURN_TRUE;
+        }
+    }
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     long long deadline = (long long)now.tv_sec * 1000000000LL + now.tv_nsec
@@ -464,9 +513,108 @@ static PyTypeObject StateCopiesType = {
     .tp_methods = StateCopies_methods,
 };
 
+/* set_spin(ns) -> the previous budget: how long an acquire spins before it sleeps (0: never spins). */
+static PyObject *
+set_spin(PyObject *self, PyObject *arg)
+{
+    long long ns = PyLong_AsLongLong(arg);
+    if (ns == -1 && PyErr_Occurred())
+        return NULL;
+    if (ns < 0) {
+        PyErr_SetString(PyExc_ValueError, "the spin budget is a number of nanoseconds >= 0");
+        return NULL;
+    }
+    long long old = spin_ns;
+    spin_ns = ns;
+    return PyLong_FromLongLong(old);
+}
+
+/* fence(): a full memory barrier (orders this process's loads and stores before it against those after). */
+static PyObject *
+fence(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    Py_RETURN_NONE;
+}
+
+/* stamp_range(stamps, start, stop): stamps[start:stop] += 1, then a full fence (a writer, before its copy). */
+static PyObject *
+stamp_range(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "stamp_range(stamps, start, stop)");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]), stop = PyLong_AsSsize_t(args[2]);
+    if ((start == -1 || stop == -1) && PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    Py_ssize_t len = view.len / 8;
+    if (view.itemsize != 8 || start < 0 || stop > len || start > stop) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "stamp_range: an int64 buffer and 0 <= start <= stop <= its length");
+        return NULL;
+    }
+    volatile int64_t *stamps = (volatile int64_t *)view.buf;
+    for (Py_ssize_t i = start; i < stop; i++)
+        stamps[i]++;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+/* stamp_sum(stamps, slots) -> int: a full fence, then the sum of stamps[slots] (a reader, after its copy).
+ * Stamps only grow, so two equal sums over the same slots mean no stamp moved between them. */
+static PyObject *
+stamp_sum(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "stamp_sum(stamps, slots)");
+        return NULL;
+    }
+    Py_buffer view, idx;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &idx, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    Py_ssize_t len = view.len / 8, n = idx.len / 8;
+    int ok = view.itemsize == 8 && idx.itemsize == 8;
+    const int64_t *slots = (const int64_t *)idx.buf;
+    volatile const int64_t *stamps = (volatile const int64_t *)view.buf;
+    long long total = 0;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        int64_t s = slots[i];
+        if (s < 0 || s >= len)
+            ok = 0;
+        else
+            total += stamps[s];
+    }
+    PyBuffer_Release(&idx);
+    PyBuffer_Release(&view);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "stamp_sum: int64 stamps and int64 slots within them");
+        return NULL;
+    }
+    return PyLong_FromLongLong(total);
+}
+
 static PyMethodDef methods[] = {
+    {"stamp_range", (PyCFunction)(void (*)(void))stamp_range, METH_FASTCALL,
+     "stamp_range(stamps, start, stop): stamps[start:stop] += 1, then a full memory barrier."},
+    {"stamp_sum", (PyCFunction)(void (*)(void))stamp_sum, METH_FASTCALL,
+     "stamp_sum(stamps, slots) -> int: a full memory barrier, then the sum of stamps[slots]."},
+    {"fence", fence, METH_NOARGS,
+     "fence(): a full memory barrier: the stores and loads before it are visible and done before those after it."},
     {"init_mutex", init_mutex, METH_VARARGS,
      "init_mutex(buffer, offset): build a robust process-shared mutex at byte offset."},
+    {"set_spin", set_spin, METH_O,
+     "set_spin(ns) -> previous: how long (ns) an acquire that finds the mutex taken spins before it "
+     "sleeps, in this process (0: it sleeps at once)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sync", NULL, -1, methods};

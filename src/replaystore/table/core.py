@@ -181,6 +181,9 @@ class Table(
         # fast paths; None: not known yet (no spec), False: they do not apply to this table.
         self._plan: tuple | None | bool = None
         self._read_counted = type(self.storage).read is ColumnStorage.read  # its read_counted is that read
+        #: called with the slots (a slice or an int64 array) just before their payloads are written,
+        #: lock held; None here (a shared table stamps them: readers that copy outside its lock check)
+        self._note_write: Any = None
         self._scratch: np.ndarray | None = None  # for last-wins deduplication
         self._forced_victims: np.ndarray | None = None  # replay_insert's evict_keys, as slots
 
@@ -441,47 +444,58 @@ class Table(
         if as_tensor:  # fail (no torch, a device that is not there) before anything is sampled
             check_device(device)
         with self._lock:  # the Condition's own lock: entering it directly is cheaper
-            if self._stager is not None and self._stager.n:
-                self._flush_pending()
-            st = self._state
-            if st.closed:
-                self._check_open()
-            limiter = self.rate_limiter
-            if not (st.size > 0 and limiter.can_sample(n)):
-                limiter.check_sample_size(n)
-                self._wait(lambda: st.size > 0 and limiter.can_sample(n), timeout, f"sample of {n}", "sample_blocked_s")
-            slots, probabilities, weights = self.sampler.sample(n)
-            slots = np.ascontiguousarray(slots, dtype=np.int64)
-            rows = np.empty((n, 4), dtype=np.int64)
-            # times_sampled += 1 (per draw), then the rows: with the payload in one pass if it can
-            data = self.storage.read_counted(slots, self._meta, rows) if self._read_counted else None
-            if data is None:
-                data = self.storage.read(slots)
-                count_samples(self._meta, slots, rows)
-            times = rows[:, 1]
-            sample = Sample.build(  # the metadata columns are views of the gathered rows (this sample's own)
-                data=data,
-                keys=rows[:, 0],
-                indices=slots,
-                probabilities=probabilities,
-                weights=np.ones(n) if weights is None else weights,
-                priorities=rows.view(np.float64)[:, 3],
-                times_sampled=times,
-                versions=rows[:, 2],
-            )
-            limiter.samples += n
-            st.samples += n
-            st.sample_calls += 1
-            if self.max_times_sampled:
-                done = np.unique(slots[times >= self.max_times_sampled])
-                if len(done):
-                    self._remove_slots(done)
-                    st.retired += len(done)
-            if self._waiting:
-                self._cond.notify_all()
+            slots, probabilities, weights, rows, data = self._draw(n, timeout, read=True)
+        sample = Sample.build(  # the metadata columns are views of the gathered rows (this sample's own)
+            data=data,
+            keys=rows[:, 0],
+            indices=slots,
+            probabilities=probabilities,
+            weights=np.ones(n) if weights is None else weights,
+            priorities=rows.view(np.float64)[:, 3],
+            times_sampled=rows[:, 1],
+            versions=rows[:, 2],
+        )
         if as_tensor:
             return sample_to_tensors(sample, device=device, pin_memory=pin_memory)
         return sample
+
+    def _draw(self, n: int, timeout: float | None, read: bool) -> tuple:
+        """The locked part of :meth:`sample` (lock held): wait, draw ``n`` slots, count them.
+
+        Returns ``(slots, probabilities, weights, rows, data)``: ``rows`` are the drawn items'
+        metadata rows (key, times sampled counting this draw, version, priority bits), ``data``
+        their payloads when ``read`` (else ``None``: the caller gathers them). Items that reach
+        ``max_times_sampled`` are removed before this returns (their payloads stay in their slots
+        until another insert takes them).
+        """
+        if self._stager is not None and self._stager.n:
+            self._flush_pending()
+        st = self._state
+        if st.closed:
+            self._check_open()
+        limiter = self.rate_limiter
+        if not (st.size > 0 and limiter.can_sample(n)):
+            limiter.check_sample_size(n)
+            self._wait(lambda: st.size > 0 and limiter.can_sample(n), timeout, f"sample of {n}", "sample_blocked_s")
+        slots, probabilities, weights = self.sampler.sample(n)
+        slots = np.ascontiguousarray(slots, dtype=np.int64)
+        rows = np.empty((n, 4), dtype=np.int64)
+        # times_sampled += 1 (per draw), then the rows: with the payload in one pass if it can
+        data = self.storage.read_counted(slots, self._meta, rows) if read and self._read_counted else None
+        if data is None:
+            data = self.storage.read(slots) if read else None
+            count_samples(self._meta, slots, rows)
+        limiter.samples += n
+        st.samples += n
+        st.sample_calls += 1
+        if self.max_times_sampled:
+            done = np.unique(slots[rows[:, 1] >= self.max_times_sampled])
+            if len(done):
+                self._remove_slots(done)
+                st.retired += len(done)
+        if self._waiting:
+            self._cond.notify_all()
+        return slots, probabilities, weights, rows, data
 
     def iterate(
         self,

@@ -1,0 +1,150 @@
+"""Samples whose rows are copied outside a shared table's lock, checked by per-slot write stamps.
+
+Copying 256 rows is most of a ``sample(256)``; done under the table's cross-process lock it makes
+every writer wait for it. Here the lock covers only the draw (which slots, their metadata rows,
+the counters), and the copy runs beside the writers:
+
+- **Writers** (every payload write of the Table: the ring fast paths, the general insert, evictions
+  in place) add 1 to the *stamp* of each slot they are about to write, with the lock held, then
+  a memory fence, then copy (``Table._note_write``, set to :meth:`StampedReads.stamp_writes`).
+- **A sample**: under the lock, ``Table._draw`` without the read (draw, count, limiter) and the
+  sum of the drawn slots' stamps; then, lock released, the copy; a fence; the sum again. Stamps
+  only grow, so equal sums mean no drawn slot was written meanwhile. Otherwise (an item drawn
+  was evicted, or a slot rewritten, in the microseconds of the copy) the sample is finished under
+  the lock: positions whose item is gone (its key no longer in the slot) are drawn again, the
+  others read again. The sample is then what one taken just after the eviction would have drawn
+  there (probabilities and weights of that draw; the counters count ``n`` draws, as always).
+
+Applies to column storage (the compiled ``_sync.fence`` available: the lock is the robust mutex
+or ``flock`` either way) in tables without ``max_times_sampled``: an item retired by its last
+sample frees its slot under the lock, and a writer taking it during the copy would lose that
+item's only read. Frame stacks (frames shared between slots) and the episode readers
+(``sample_sequences``, ``sample_nstep``) read under the lock, as before.
+
+Thread-safety: as the Table's ``sample`` (any thread, any process).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ..items import Sample, check_device, sample_to_tensors
+from ..rows import count_samples
+from ..storage import ColumnStorage
+from ..table import Table
+from ..table.args import as_count
+
+try:
+    if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
+        raise ImportError("REPLAYSTORE_PURE_PYTHON is set")
+    from ._sync import fence, stamp_range, stamp_sum
+except ImportError:  # not built: samples read under the lock
+    fence = stamp_range = stamp_sum = None
+
+
+class StampedReads:
+    """The ``sample`` of a :class:`~replaystore.shared.SharedTable` (a mixin; see the module doc)."""
+
+    _stamps: np.ndarray  # int64 per slot, in the segment (allocated with the table's parts)
+
+    def read_outside_lock(self) -> bool:
+        """Whether :meth:`sample` copies rows outside the lock here (set up by :meth:`setup_stamped_reads`)."""
+        return self._note_write is not None and not self.max_times_sampled
+
+    def setup_stamped_reads(self) -> None:
+        """Stamp this process's payload writes (every process does: a reader relies on every writer)."""
+        storage = self.storage
+        if fence is not None and isinstance(storage, ColumnStorage) and type(storage).read is ColumnStorage.read:
+            self._note_write = self.stamp_writes
+
+    def stamp_writes(self, where: slice | np.ndarray) -> None:
+        """Before writing the payloads of slots ``where`` (lock held): move their stamps, then a fence."""
+        if type(where) is slice:
+            stamp_range(self._stamps, where.start, where.stop)
+        else:
+            self._stamps[where] += 1
+            fence()
+
+    def sample(
+        self,
+        batch_size: int,
+        timeout: float | None = None,
+        as_tensor: bool = False,
+        device: Any = None,
+        pin_memory: bool = False,
+    ) -> Sample:
+        """As :meth:`Table.sample`; the rows are copied outside the lock where the table allows it."""
+        if not self.read_outside_lock():
+            return Table.sample(self, batch_size, timeout, as_tensor, device, pin_memory)
+        n = as_count(batch_size, "batch_size")
+        if as_tensor:
+            check_device(device)
+        stamps = self._stamps
+        with self._cond:
+            slots, probabilities, weights, rows, _ = self._draw(n, timeout, read=False)
+            before = stamp_sum(stamps, slots)
+        data = self.storage.read(slots)
+        if weights is None:
+            weights = np.ones(n)
+        if stamp_sum(stamps, slots) != before:  # (the draw's own arrays may be views: finish copies)
+            probabilities, weights = np.array(probabilities, np.float64), np.array(weights, np.float64)
+            self._finish_locked(slots, probabilities, weights, rows, data, timeout)
+        sample = Sample.build(
+            data=data,
+            keys=rows[:, 0],
+            indices=slots,
+            probabilities=probabilities,
+            weights=weights,
+            priorities=rows.view(np.float64)[:, 3],
+            times_sampled=rows[:, 1],
+            versions=rows[:, 2],
+        )
+        if as_tensor:
+            return sample_to_tensors(sample, device=device, pin_memory=pin_memory)
+        return sample
+
+    def _finish_locked(
+        self,
+        slots: np.ndarray,
+        probabilities: np.ndarray,
+        weights: np.ndarray,
+        rows: np.ndarray,
+        data: Any,
+        timeout: float | None,
+    ) -> None:
+        """A sample whose slots were written during its copy: redo it under the lock (in place).
+
+        Positions whose item is gone are drawn again (and counted); the others are read again.
+        """
+        with self._cond:
+            st = self._state
+            if st.closed:
+                self._check_open()
+            gone = np.flatnonzero(self._meta[slots, 0] != rows[:, 0])
+            if len(gone):
+                if st.size == 0:  # (cleared during the copy: the draws were admitted, wait for items)
+                    what = f"sample of {len(gone)}"
+                    self._wait(lambda: st.size > 0, timeout, what, "sample_blocked_s")
+                again, p, w = self.sampler.sample(len(gone))
+                slots[gone] = again
+                probabilities[gone] = p
+                weights[gone] = 1.0 if w is None else w
+                meta = np.empty((len(gone), 4), dtype=np.int64)
+                count_samples(self._meta, np.ascontiguousarray(again, dtype=np.int64), meta)
+                rows[gone] = meta
+            _put(data, self.storage.read(slots))
+
+
+def _put(dst: Any, src: Any) -> None:
+    """``dst[...][:] = src[...]`` for every array of a (nested) dict of fields."""
+    for name, value in src.items():
+        if isinstance(value, dict):
+            _put(dst[name], value)
+        else:
+            dst[name][...] = value
+
+
+__all__ = ["StampedReads"]

@@ -1,0 +1,174 @@
+"""Samples of a shared table copy their rows outside the lock; slot stamps catch rows written meanwhile."""
+
+import multiprocessing as mp
+import time
+
+import numpy as np
+import pytest
+
+import replaystore as rs
+from conftest import transitions
+from replaystore.shared import SharedTable
+from replaystore.shared import reads as shared_reads
+
+SPEC = {"obs": ((4,), np.float32), "action": ((), np.int64), "reward": ((), np.float32), "id": ((), np.int64)}
+WIDE = {"id": ((), np.int64), "frame": ((2048,), np.int64)}  # 16 KB rows: a copy long enough to tear
+
+pytestmark = pytest.mark.skipif(shared_reads.fence is None, reason="replaystore.shared._sync not built")
+
+
+def whole(sample) -> bool:
+    """Every row carries its own key in every field (rows were written with id == key)."""
+    ids = sample.data["id"]
+    return bool(
+        (ids == sample.keys).all()
+        and (sample.data["obs"] == ids[:, None]).all()
+        and (sample.data["reward"] == ids * 0.5).all()
+    )
+
+
+def test_which_tables_copy_outside_the_lock(tmp_path):
+    plain = SharedTable.create("plain", 16, SPEC, directory=tmp_path)
+    retiring = SharedTable.create("retiring", 16, SPEC, directory=tmp_path, max_times_sampled=2)
+    frames = SharedTable.create(
+        "frames",
+        16,
+        {"obs": ((4, 8, 8), np.uint8), "next_obs": ((4, 8, 8), np.uint8), "done": ((), np.bool_)},
+        directory=tmp_path,
+        storage=rs.FrameStackStorage(16),
+    )
+    assert plain.read_outside_lock()
+    assert not retiring.read_outside_lock()  # a retired item's slot may be taken during the copy
+    assert not frames.read_outside_lock()  # frames are shared between slots
+    for t in (plain, retiring, frames):
+        t.close()
+
+
+@pytest.mark.parametrize("sampler", [rs.Uniform(), rs.Prioritized(0.6, 0.4)], ids=["uniform", "prioritized"])
+def test_rows_written_during_the_copy_are_drawn_again_and_counted_once(tmp_path, sampler):
+    """A writer (another handle, as another process would) overwrites every slot during the copy."""
+    t = SharedTable.create("torn", 8, SPEC, sampler=sampler, directory=tmp_path, seed=1)
+    other = SharedTable.attach("torn", tmp_path)
+    t.extend(transitions(8))
+    read = t.storage.read
+    calls = []
+
+    def read_while_a_writer_evicts(slots):
+        if not calls:  # the first read is the copy outside the lock: evict everything first
+            other.extend(transitions(8, 8))
+        calls.append(len(slots))
+        return read(slots)
+
+    t.storage.read = read_while_a_writer_evicts
+    s = t.sample(256)
+    del t.storage.read
+    assert len(calls) == 2  # the copy, then the sample finished under the lock
+    assert whole(s) and (s.keys >= 8).all()  # only the items alive after the eviction
+    assert (s.probabilities > 0).all() and np.isfinite(s.weights).all()
+    st = t.stats()
+    assert st["samples"] == 256 and st["sample_calls"] == 1
+    assert t.info(np.unique(s.keys))["times_sampled"].sum() == 256  # the redraws counted, the evicted items gone
+    other.close()
+    t.close()
+
+
+def test_a_copy_no_writer_touched_is_not_redone(tmp_path):
+    t = SharedTable.create("quiet", 64, SPEC, directory=tmp_path, seed=2)
+    other = SharedTable.attach("quiet", tmp_path)
+    t.extend(transitions(32))
+    read = t.storage.read
+    calls = []
+
+    def read_while_a_writer_fills_free_slots(slots):
+        if not calls:
+            other.extend(transitions(8, 32))  # free slots only: no drawn row is touched
+        calls.append(1)
+        return read(slots)
+
+    t.storage.read = read_while_a_writer_fills_free_slots
+    s = t.sample(128)
+    del t.storage.read
+    assert len(calls) == 1 and whole(s) and (s.keys < 32).all()
+    other.close()
+    t.close()
+
+
+def test_a_table_cleared_during_the_copy_waits_for_items_then_times_out(tmp_path):
+    t = SharedTable.create("cleared", 8, SPEC, directory=tmp_path)
+    other = SharedTable.attach("cleared", tmp_path)
+    t.extend(transitions(8))
+    read = t.storage.read
+
+    def read_while_cleared(slots):
+        other.clear()
+        other.delete(other.extend(transitions(8, 100)))  # every slot rewritten, then deleted
+        return read(slots)
+
+    t.storage.read = read_while_cleared
+    with pytest.raises(rs.Timeout):
+        t.sample(4, timeout=0.2)
+    del t.storage.read
+    other.close()
+    t.close()
+
+
+def _write_wide(name, directory, writer, seconds, q):
+    t = SharedTable.attach(name, directory)
+    stop, counter = time.time() + seconds, 0
+    keys, ids = [], []
+    row = np.empty((4, 2048), np.int64)
+    while time.time() < stop:
+        batch = (writer + 1) * 10**9 + np.arange(counter, counter + 4)
+        row[:] = batch[:, None]
+        keys.append(t.extend({"id": batch, "frame": row}))
+        ids.append(batch)
+        counter += 4
+    q.put((np.concatenate(keys), np.concatenate(ids)))
+    t.close()
+
+
+def test_no_torn_or_foreign_row_while_writers_evict_under_the_copy(tmp_path):
+    """Two writers keep evicting from a tiny table of 16 KB rows while this process samples."""
+    t = SharedTable.create("wide", 64, WIDE, directory=tmp_path, seed=3)
+    first = np.arange(64)
+    t.extend({"id": first, "frame": np.repeat(first[:, None], 2048, axis=1)})
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_write_wide, args=("wide", tmp_path, w, 1.5, q)) for w in range(2)]
+    for p in procs:
+        p.start()
+    seen_keys, seen_ids = [], []
+    deadline = time.time() + 1.5
+    while time.time() < deadline:
+        s = t.sample(32, timeout=5)
+        frame = s.data["frame"]
+        assert (frame == s.data["id"][:, None]).all(), "a torn row"
+        seen_keys.append(s.keys)
+        seen_ids.append(s.data["id"])
+    written = [q.get(timeout=30) for _ in procs]
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    id_of = dict(zip(first.tolist(), first.tolist()))
+    for keys, ids in written:
+        assert len(keys) > 50
+        id_of.update(zip(keys.tolist(), ids.tolist()))
+    keys, ids = np.concatenate(seen_keys), np.concatenate(seen_ids)
+    assert len(seen_keys) > 50
+    assert [id_of[k] for k in keys.tolist()] == ids.tolist(), "a row of another item"
+    assert t.stats()["samples"] == 32 * len(seen_keys)
+    t.close()
+
+
+@pytest.mark.skipif(shared_reads.stamp_range is None, reason="_sync not built")
+def test_set_spin_refuses_a_negative_budget_and_returns_the_previous_one():
+    from replaystore.shared import _sync
+
+    old = _sync.set_spin(0)
+    try:
+        assert _sync.set_spin(1234) == 0
+        with pytest.raises(ValueError, match="nanoseconds"):
+            _sync.set_spin(-1)
+        assert _sync.set_spin(old) == 1234
+    finally:
+        _sync.set_spin(old)
