@@ -29,6 +29,7 @@ def whole(sample) -> bool:
 
 def test_which_tables_copy_outside_the_lock(tmp_path):
     plain = SharedTable.create("plain", 16, SPEC, directory=tmp_path)
+    flock = SharedTable.create("flock", 16, SPEC, directory=tmp_path, lock="flock")
     retiring = SharedTable.create("retiring", 16, SPEC, directory=tmp_path, max_times_sampled=2)
     frames = SharedTable.create(
         "frames",
@@ -38,9 +39,10 @@ def test_which_tables_copy_outside_the_lock(tmp_path):
         storage=rs.FrameStackStorage(16),
     )
     assert plain.read_outside_lock()
+    assert not flock.read_outside_lock()  # (a process without the compiled module may write to it)
     assert not retiring.read_outside_lock()  # a retired item's slot may be taken during the copy
     assert not frames.read_outside_lock()  # frames are shared between slots
-    for t in (plain, retiring, frames):
+    for t in (plain, flock, retiring, frames):
         t.close()
 
 

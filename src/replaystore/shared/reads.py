@@ -15,8 +15,9 @@ the counters), and the copy runs beside the writers:
   others read again. The sample is then what one taken just after the eviction would have drawn
   there (probabilities and weights of that draw; the counters count ``n`` draws, as always).
 
-Applies to column storage (the compiled ``_sync.fence`` available: the lock is the robust mutex
-or ``flock`` either way) in tables without ``max_times_sampled``: an item retired by its last
+Applies to column storage in tables that lock with the robust mutex (every process that opens
+one has the compiled module, so every writer stamps; ``flock`` tables read under the lock) and
+have no ``max_times_sampled``: an item retired by its last
 sample frees its slot under the lock, and a writer taking it during the copy would lose that
 item's only read. Frame stacks (frames shared between slots) and the episode readers
 (``sample_sequences``, ``sample_nstep``) read under the lock, as before.
@@ -54,10 +55,19 @@ class StampedReads:
         """Whether :meth:`sample` copies rows outside the lock here (set up by :meth:`setup_stamped_reads`)."""
         return self._note_write is not None and not self.max_times_sampled
 
-    def setup_stamped_reads(self) -> None:
-        """Stamp this process's payload writes (every process does: a reader relies on every writer)."""
+    def setup_stamped_reads(self, mutex_table: bool) -> None:
+        """Stamp this process's payload writes, in a table that locks with the robust mutex.
+
+        (A reader relies on every writer stamping: only mutex tables are sure that every process
+        has the compiled module; ``flock`` tables read under the lock.)
+        """
         storage = self.storage
-        if fence is not None and isinstance(storage, ColumnStorage) and type(storage).read is ColumnStorage.read:
+        if (
+            mutex_table
+            and fence is not None
+            and isinstance(storage, ColumnStorage)
+            and type(storage).read is ColumnStorage.read
+        ):
             self._note_write = self.stamp_writes
 
     def stamp_writes(self, where: slice | np.ndarray) -> None:

@@ -54,9 +54,9 @@ from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
 from .episodes import EpisodeSync, SharedEpisodeMethods
 from .guard import ProcessGuard
-from .lock import lock_kind
+from .lock import KIND_MUTEX, lock_kind
 from .reads import StampedReads
-from .segment import VICTIMS, Segment, check_name, path_of
+from .segment import VICTIMS, W_LOCK_KIND, Segment, check_name, path_of
 
 _SAMPLERS = (Uniform, Prioritized, Fifo, Lifo, MinHeap, MaxHeap, WithoutReplacement)
 _REMOVERS = (Fifo, Lifo, Uniform, MinHeap, MaxHeap)
@@ -177,7 +177,7 @@ class SharedTable(StampedReads, SharedEpisodeMethods, Table):
         self._segment = seg
         self.shared_name = seg.config["name"]
         self.storage.stage_rows = 1  # no staging: staged rows would hold keys other processes cannot see
-        self.setup_stamped_reads()
+        self.setup_stamped_reads(seg.words[W_LOCK_KIND] == KIND_MUTEX)
         self._guard = ProcessGuard(seg, self)
         if self._episync is not None:
             self._guard.on_recover = self._episync.recover
