@@ -565,39 +565,53 @@ stamp_range(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
-/* stamp_sum(stamps, slots) -> int: a full fence, then the sum of stamps[slots] (a reader, after its copy).
- * Stamps only grow, so two equal sums over the same slots mean no stamp moved between them. */
+/* stamp_sum(stamps, slots[, out]) -> int: a full fence, then the sum of stamps[slots] (and each of
+ * them into out, an int64 buffer as long as slots). A reader calls it under the lock (with out) and
+ * after its copy: stamps only grow, so two equal sums over the same slots mean no stamp moved. */
 static PyObject *
 stamp_sum(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "stamp_sum(stamps, slots)");
+    if (nargs != 2 && nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "stamp_sum(stamps, slots[, out])");
         return NULL;
     }
-    Py_buffer view, idx;
+    Py_buffer view, idx, dst;
+    dst.obj = NULL;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_C_CONTIGUOUS) < 0)
         return NULL;
     if (PyObject_GetBuffer(args[1], &idx, PyBUF_C_CONTIGUOUS) < 0) {
         PyBuffer_Release(&view);
         return NULL;
     }
+    if (nargs == 3 && PyObject_GetBuffer(args[2], &dst, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&idx);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
     Py_ssize_t len = view.len / 8, n = idx.len / 8;
-    int ok = view.itemsize == 8 && idx.itemsize == 8;
+    int ok = view.itemsize == 8 && idx.itemsize == 8 && (dst.obj == NULL || (dst.itemsize == 8 && dst.len == idx.len));
     const int64_t *slots = (const int64_t *)idx.buf;
+    int64_t *out = dst.obj == NULL ? NULL : (int64_t *)dst.buf;
     volatile const int64_t *stamps = (volatile const int64_t *)view.buf;
     long long total = 0;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     for (Py_ssize_t i = 0; ok && i < n; i++) {
         int64_t s = slots[i];
-        if (s < 0 || s >= len)
+        if (s < 0 || s >= len) {
             ok = 0;
-        else
-            total += stamps[s];
+        } else {
+            int64_t v = stamps[s];
+            total += v;
+            if (out)
+                out[i] = v;
+        }
     }
+    if (dst.obj != NULL)
+        PyBuffer_Release(&dst);
     PyBuffer_Release(&idx);
     PyBuffer_Release(&view);
     if (!ok) {
-        PyErr_SetString(PyExc_ValueError, "stamp_sum: int64 stamps and int64 slots within them");
+        PyErr_SetString(PyExc_ValueError, "stamp_sum: int64 stamps, int64 slots within them, an int64 out as long");
         return NULL;
     }
     return PyLong_FromLongLong(total);
@@ -607,7 +621,8 @@ static PyMethodDef methods[] = {
     {"stamp_range", (PyCFunction)(void (*)(void))stamp_range, METH_FASTCALL,
      "stamp_range(stamps, start, stop): stamps[start:stop] += 1, then a full memory barrier."},
     {"stamp_sum", (PyCFunction)(void (*)(void))stamp_sum, METH_FASTCALL,
-     "stamp_sum(stamps, slots) -> int: a full memory barrier, then the sum of stamps[slots]."},
+     "stamp_sum(stamps, slots[, out]) -> int: a full memory barrier, then the sum of stamps[slots] "
+     "(each also into out)."},
     {"fence", fence, METH_NOARGS,
      "fence(): a full memory barrier: the stores and loads before it are visible and done before those after it."},
     {"init_mutex", init_mutex, METH_VARARGS,

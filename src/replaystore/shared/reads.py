@@ -8,19 +8,20 @@ the counters), and the copy runs beside the writers:
   in place) add 1 to the *stamp* of each slot they are about to write, with the lock held, then
   a memory fence, then copy (``Table._note_write``, set to :meth:`StampedReads.stamp_writes`).
 - **A sample**: under the lock, ``Table._draw`` without the read (draw, count, limiter) and the
-  sum of the drawn slots' stamps; then, lock released, the copy; a fence; the sum again. Stamps
-  only grow, so equal sums mean no drawn slot was written meanwhile. Otherwise (an item drawn
-  was evicted, or a slot rewritten, in the microseconds of the copy) the sample is finished under
-  the lock: positions whose item is gone (its key no longer in the slot) are drawn again, the
-  others read again. The sample is then what one taken just after the eviction would have drawn
-  there (probabilities and weights of that draw; the counters count ``n`` draws, as always).
+  drawn slots' stamps (and their sum); then, lock released, the copy; a fence; the sum again.
+  Stamps only grow, so equal sums mean no drawn slot was written meanwhile. Otherwise (a slot
+  rewritten during the copy: in a small table with fast writers, most copies of large rows) the
+  positions whose stamp moved are finished under the lock: those whose item is gone (its key no
+  longer in the slot) are drawn again, the others read again. The sample is then what one taken
+  just after the eviction would have drawn there (probabilities and weights of that draw; the
+  counters count ``n`` draws, as always).
 
 Applies to column storage in tables that lock with the robust mutex (every process that opens
 one has the compiled module, so every writer stamps; ``flock`` tables read under the lock) and
-have no ``max_times_sampled``: an item retired by its last
-sample frees its slot under the lock, and a writer taking it during the copy would lose that
-item's only read. Frame stacks (frames shared between slots) and the episode readers
-(``sample_sequences``, ``sample_nstep``) read under the lock, as before.
+have no ``max_times_sampled``: an item retired by its last sample frees its slot under the lock,
+and a writer taking it during the copy would lose that item's only read. Frame stacks (frames
+shared between slots) and the episode readers (``sample_sequences``, ``sample_nstep``) read under
+the lock, as before.
 
 Thread-safety: as the Table's ``sample`` (any thread, any process).
 """
@@ -93,15 +94,17 @@ class StampedReads:
         if as_tensor:
             check_device(device)
         stamps = self._stamps
+        seen = np.empty(n, dtype=np.int64)
         with self._cond:
             slots, probabilities, weights, rows, _ = self._draw(n, timeout, read=False)
-            before = stamp_sum(stamps, slots)
+            before = stamp_sum(stamps, slots, seen)
         data = self.storage.read(slots)
         if weights is None:
             weights = np.ones(n)
         if stamp_sum(stamps, slots) != before:  # (the draw's own arrays may be views: finish copies)
+            moved = np.flatnonzero(stamps[slots] != seen)
             probabilities, weights = np.array(probabilities, np.float64), np.array(weights, np.float64)
-            self._finish_locked(slots, probabilities, weights, rows, data, timeout)
+            self._finish_locked(moved, slots, probabilities, weights, rows, data, timeout)
         sample = Sample.build(
             data=data,
             keys=rows[:, 0],
@@ -118,6 +121,7 @@ class StampedReads:
 
     def _finish_locked(
         self,
+        moved: np.ndarray,
         slots: np.ndarray,
         probabilities: np.ndarray,
         weights: np.ndarray,
@@ -125,15 +129,16 @@ class StampedReads:
         data: Any,
         timeout: float | None,
     ) -> None:
-        """A sample whose slots were written during its copy: redo it under the lock (in place).
+        """Redo the positions ``moved`` of a sample (their slots were written during the copy), locked.
 
         Positions whose item is gone are drawn again (and counted); the others are read again.
+        Everything is changed in place.
         """
         with self._cond:
             st = self._state
             if st.closed:
                 self._check_open()
-            gone = np.flatnonzero(self._meta[slots, 0] != rows[:, 0])
+            gone = moved[self._meta[slots[moved], 0] != rows[moved, 0]]
             if len(gone):
                 if st.size == 0:  # (cleared during the copy: the draws were admitted, wait for items)
                     what = f"sample of {len(gone)}"
@@ -145,16 +150,16 @@ class StampedReads:
                 meta = np.empty((len(gone), 4), dtype=np.int64)
                 count_samples(self._meta, np.ascontiguousarray(again, dtype=np.int64), meta)
                 rows[gone] = meta
-            _put(data, self.storage.read(slots))
+            _put(data, self.storage.read(slots[moved]), moved)
 
 
-def _put(dst: Any, src: Any) -> None:
-    """``dst[...][:] = src[...]`` for every array of a (nested) dict of fields."""
+def _put(dst: Any, src: Any, where: np.ndarray) -> None:
+    """``dst[...][where] = src[...]`` for every array of a (nested) dict of fields."""
     for name, value in src.items():
         if isinstance(value, dict):
-            _put(dst[name], value)
+            _put(dst[name], value, where)
         else:
-            dst[name][...] = value
+            dst[name][where] = value
 
 
 __all__ = ["StampedReads"]
