@@ -174,3 +174,33 @@ def test_set_spin_refuses_a_negative_budget_and_returns_the_previous_one():
         assert _sync.set_spin(old) == 1234
     finally:
         _sync.set_spin(old)
+
+
+def _sample_forever(name, directory, ready):
+    t = SharedTable.attach(name, directory)
+    t.sample(32)
+    ready.set()
+    while True:
+        t.sample(32)
+
+
+def test_a_learner_killed_while_it_copies_leaves_nothing_held(tmp_path):
+    """Most of a sample runs outside the lock now: SIGKILL it there, repeatedly; the table goes on."""
+    t = SharedTable.create("killed", 256, WIDE, directory=tmp_path, lock_timeout=5)
+    ids = np.arange(256)
+    t.extend({"id": ids, "frame": np.repeat(ids[:, None], 2048, axis=1)})
+    ctx = mp.get_context("fork")
+    for round_ in range(3):
+        ready = ctx.Event()
+        p = ctx.Process(target=_sample_forever, args=("killed", tmp_path, ready))
+        p.start()
+        assert ready.wait(30)
+        time.sleep(0.05 + 0.03 * round_)
+        p.kill()
+        p.join(10)
+        keys = t.extend({"id": ids[:4], "frame": np.repeat(ids[:4, None], 2048, axis=1)}, timeout=5)
+        assert len(keys) == 4
+        s = t.sample(16, timeout=5)
+        assert (s.data["frame"] == s.data["id"][:, None]).all()
+    assert t.stats()["samples"] % 16 == 0  # whole samples only (32 and 16 rows each)
+    t.close()
