@@ -20,11 +20,17 @@ learner's batches per second and its CPU time per batch. Payloads: ``small`` tra
 f32[4], action i64, reward f32, next_obs f32[4], done; 45 bytes) and ``atari`` (obs and next_obs
 u8[4, 84, 84]: 56 KB). The machine these run on may be loaded: compare ratios of one run.
 
+``--pace L,W``: the learner computes for ``L`` µs before each call (a training step) and each writer
+for ``W`` µs (its environment steps), a busy loop as real work is; CPU is then counted around the
+calls only (``time.thread_time``), and the in-process table alone is paced the same way. Without
+it every process calls back to back: the worst case, where the two kinds of process contend for
+one lock every few microseconds.
+
 Usage (the bench venv has cpprb and TorchRL)::
 
     PYTHONPATH=src bench/.venv/bin/python bench/bench_shared.py [--quick] [--seconds 1]
         [--writers 1,2,4] [--rows 1,8,64,256] [--payloads small,atari] [--peers shared,cpprb,torchrl,ray]
-        [--samplers uniform,prioritized] [--directory DIR]
+        [--samplers uniform,prioritized] [--directory DIR] [--pace LEARNER_US,WRITER_US]
     PYTHONPATH=src bench/.venv/bin/python bench/bench_shared.py --split --seconds 2   # the learner's cost, split
 """
 
@@ -192,8 +198,25 @@ class TorchRL:
 
 
 # -- one phase ------------------------------------------------------------------------------------------
+#: ``--pace``: seconds of busy work before each learner call and each writer call (0: back to back)
+PACE = {"learner": 0.0, "writer": 0.0}
+
+
 def _loop(fn, stop_at, queue, rows):
     fn()  # warm (first-touch, imports)
+    work = PACE["writer" if rows else "learner"]
+    if work:  # a paced process: compute (a busy loop) between calls; CPU counted around the calls only
+        calls, cpu, clock, now = 0, 0.0, time.thread_time, time.perf_counter
+        while time.time() < stop_at:
+            until = now() + work
+            while now() < until:
+                pass
+            c = clock()
+            fn()
+            cpu += clock() - c
+            calls += 1
+        queue.put((calls, calls * rows, cpu))
+        return
     calls, c0 = 0, time.process_time()
     while time.time() < stop_at:
         fn()
@@ -392,7 +415,14 @@ def main() -> None:
         "--split", action="store_true", help="only: what sharing the table costs a learner (see neighbour_split)"
     )
     ap.add_argument("--quick", action="store_true", help="one writer count, two batch sizes, small payload")
+    ap.add_argument(
+        "--pace",
+        default="0,0",
+        help="LEARNER_US,WRITER_US: busy work before each learner / writer call (a training step, env steps); "
+        "CPU is then counted around the calls only (not for the Ray service)",
+    )
     args = ap.parse_args()
+    PACE["learner"], PACE["writer"] = (float(x) * 1e-6 for x in args.pace.split(","))
     if args.split:
         print(f"# learner CPU us per sample(256), one writer extending 8 rows; load average {os.getloadavg()[0]:.1f}")
         neighbour_split(args.seconds)
@@ -405,7 +435,7 @@ def main() -> None:
     directory = tempfile.mkdtemp(prefix="bench-shared-", dir=root)
     print(
         f"# bench_shared: {args.seconds}s per phase, load average {os.getloadavg()[0]:.1f} "
-        f"on {os.cpu_count()} CPUs (compare ratios within this run)"
+        f"on {os.cpu_count()} CPUs (compare ratios within this run); pace {args.pace} us (learner, writer)"
     )
     print(
         "| payload | sampler | W | B | peer | rows/s in | extend CPU us | x in-proc | batches/s | sample CPU us "
@@ -431,7 +461,7 @@ def main() -> None:
                             continue
                         try:
                             if key == "ray":
-                                if w > 2 or rows not in (8, 256):
+                                if w > 2 or rows not in (8, 256) or any(PACE.values()):
                                     continue
                                 r = ray_phase(payload, prio, w, rows, args.seconds, capacity)
                                 label = "Ray service"
