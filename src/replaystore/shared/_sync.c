@@ -207,6 +207,20 @@ let_waiter_in(RobustMutex *self)
     Py_END_ALLOW_THREADS
 }
 
+/* The end of an acquire whose lock call returned rc (not EBUSY): True once held and counted, or OSError. */
+static PyObject *
+took(RobustMutex *self, int rc)
+{
+    rc = after_lock(self, rc);
+    if (rc) {
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (self->acquired)
+        (*self->acquired)++;
+    Py_RETURN_TRUE;
+}
+
 /* acquire(timeout) -> bool: True once held (from a dead holder too), False after `timeout` s. */
 static PyObject *
 RobustMutex_acquire(RobustMutex *self, PyObject *arg)
@@ -215,14 +229,7 @@ RobustMutex_acquire(RobustMutex *self, PyObject *arg)
         let_waiter_in(self);
     int rc = pthread_mutex_trylock(self->mutex);
     if (rc != EBUSY) {
-        rc = after_lock(self, rc);
-        if (rc) {
-            errno = rc;
-            return PyErr_SetFromErrno(PyExc_OSError);
-        }
-        if (self->acquired)
-            (*self->acquired)++;
-        Py_RETURN_TRUE;
+        return took(self, rc);
     }
     double timeout = PyFloat_AsDouble(arg);
     if (timeout == -1.0 && PyErr_Occurred())
@@ -239,14 +246,7 @@ RobustMutex_acquire(RobustMutex *self, PyObject *arg)
         } while (rc == EBUSY && now_ns(CLOCK_MONOTONIC) - start < budget);
         Py_END_ALLOW_THREADS
         if (rc != EBUSY) {
-            rc = after_lock(self, rc);
-            if (rc) {
-                errno = rc;
-                return PyErr_SetFromErrno(PyExc_OSError);
-            }
-            if (self->acquired)
-                (*self->acquired)++;
-            Py_RETURN_TRUE;
+            return took(self, rc);
         }
     }
     struct timespec now;
@@ -275,14 +275,7 @@ RobustMutex_acquire(RobustMutex *self, PyObject *arg)
     }
     if (*self->waiting == self->pid)
         *self->waiting = 0;
-    rc = after_lock(self, rc);
-    if (rc) {
-        errno = rc;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    if (self->acquired)
-        (*self->acquired)++;
-    Py_RETURN_TRUE;
+    return took(self, rc);
 }
 
 /* release(): unlock; if another process waits, yield the CPU once and owe it the next turn. */

@@ -33,11 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from ..items import Sample, check_device, sample_to_tensors
+from ..items import Sample, check_device
 from ..rows import count_samples
 from ..storage import ColumnStorage
 from ..table import Table
 from ..table.args import as_count
+from ..table.core import drawn_sample
 
 try:
     if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
@@ -99,25 +100,12 @@ class StampedReads:
             slots, probabilities, weights, rows, _ = self._draw(n, timeout, read=False)
             before = stamp_sum(stamps, slots, seen)
         data = self.storage.read(slots)
-        if weights is None:
-            weights = np.ones(n)
         if stamp_sum(stamps, slots) != before:  # (the draw's own arrays may be views: finish copies)
             moved = np.flatnonzero(stamps[slots] != seen)
-            probabilities, weights = np.array(probabilities, np.float64), np.array(weights, np.float64)
+            probabilities = np.array(probabilities, np.float64)
+            weights = np.ones(n) if weights is None else np.array(weights, np.float64)
             self._finish_locked(moved, slots, probabilities, weights, rows, data, timeout)
-        sample = Sample.build(
-            data=data,
-            keys=rows[:, 0],
-            indices=slots,
-            probabilities=probabilities,
-            weights=weights,
-            priorities=rows.view(np.float64)[:, 3],
-            times_sampled=rows[:, 1],
-            versions=rows[:, 2],
-        )
-        if as_tensor:
-            return sample_to_tensors(sample, device=device, pin_memory=pin_memory)
-        return sample
+        return drawn_sample(data, slots, probabilities, weights, rows, as_tensor, device, pin_memory)
 
     def _finish_locked(
         self,

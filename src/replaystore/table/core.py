@@ -445,19 +445,7 @@ class Table(
             check_device(device)
         with self._lock:  # the Condition's own lock: entering it directly is cheaper
             slots, probabilities, weights, rows, data = self._draw(n, timeout, read=True)
-        sample = Sample.build(  # the metadata columns are views of the gathered rows (this sample's own)
-            data=data,
-            keys=rows[:, 0],
-            indices=slots,
-            probabilities=probabilities,
-            weights=np.ones(n) if weights is None else weights,
-            priorities=rows.view(np.float64)[:, 3],
-            times_sampled=rows[:, 1],
-            versions=rows[:, 2],
-        )
-        if as_tensor:
-            return sample_to_tensors(sample, device=device, pin_memory=pin_memory)
-        return sample
+        return drawn_sample(data, slots, probabilities, weights, rows, as_tensor, device, pin_memory)
 
     def _draw(self, n: int, timeout: float | None, read: bool) -> tuple:
         """The locked part of :meth:`sample` (lock held): wait, draw ``n`` slots, count them.
@@ -515,3 +503,32 @@ class Table(
         return SampleIterator(
             self, batch_size, prefetch=prefetch, timeout=timeout, max_batches=max_batches, **tensor_options
         )
+
+
+def drawn_sample(
+    data: Any,
+    slots: np.ndarray,
+    probabilities: np.ndarray,
+    weights: np.ndarray | None,
+    rows: np.ndarray,
+    as_tensor: bool = False,
+    device: Any = None,
+    pin_memory: bool = False,
+) -> Sample:
+    """The :class:`Sample` of a draw (``Table._draw``'s results; ``weights`` ``None``: all ones).
+
+    Its metadata columns are views of ``rows`` (the sample's own copy of the items' metadata rows).
+    """
+    sample = Sample.build(
+        data=data,
+        keys=rows[:, 0],
+        indices=slots,
+        probabilities=probabilities,
+        weights=np.ones(len(slots)) if weights is None else weights,
+        priorities=rows.view(np.float64)[:, 3],
+        times_sampled=rows[:, 1],
+        versions=rows[:, 2],
+    )
+    if as_tensor:
+        return sample_to_tensors(sample, device=device, pin_memory=pin_memory)
+    return sample
