@@ -164,16 +164,49 @@ def test_no_torn_or_foreign_row_while_writers_evict_under_the_copy(tmp_path):
 
 @pytest.mark.skipif(shared_reads.stamp_range is None, reason="_sync not built")
 def test_set_spin_refuses_a_negative_budget_and_returns_the_previous_one():
-    from replaystore.shared import _sync
+    from replaystore.shared import _sync, set_spin
 
-    old = _sync.set_spin(0)
+    old = set_spin(0)
     try:
-        assert _sync.set_spin(1234) == 0
+        assert old == 50.0  # the default
+        assert set_spin(12.5) == 0
+        with pytest.raises(rs.InvalidArgument, match="spin budget"):
+            set_spin(-1)
         with pytest.raises(ValueError, match="nanoseconds"):
             _sync.set_spin(-1)
-        assert _sync.set_spin(old) == 1234
+        assert set_spin(old) == 12.5
     finally:
-        _sync.set_spin(old)
+        set_spin(old)
+
+
+@pytest.mark.skipif(shared_reads.stamp_range is None, reason="_sync not built")
+def test_without_spinning_a_waiter_sleeps_and_still_gets_the_lock(tmp_path):
+    from replaystore.shared import set_spin
+
+    old = set_spin(0)
+    try:
+        t = SharedTable.create("nospin", 64, SPEC, directory=tmp_path)
+        ctx = mp.get_context("fork")
+        q = ctx.Queue()
+        procs = [ctx.Process(target=_write_small, args=(t, w, q)) for w in range(2)]
+        for p in procs:
+            p.start()
+        for _ in range(200):
+            s = t.sample(8, timeout=10)
+            assert (s.data["obs"] == s.data["id"][:, None]).all() and (s.data["reward"] == s.data["id"] * 0.5).all()
+        assert sorted(q.get(timeout=60) for _ in procs) == [200, 200]
+        for p in procs:
+            p.join(30)
+        assert t.stats()["inserts"] == 400
+        t.close()
+    finally:
+        set_spin(old)
+
+
+def _write_small(table, w, q):
+    for j in range(200):
+        table.extend(transitions(1, 1_000_000 * (w + 1) + j))
+    q.put(200)
 
 
 def _sample_forever(name, directory, ready):

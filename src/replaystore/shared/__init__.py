@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import LayoutMismatch, LockUnsupported, SharedTableExists, SharedTableNotFound
+from .lock import set_spin
 from .segment import list_segments, path_of, remove_dir
 from .table import SharedTable
 
@@ -39,4 +40,5 @@ __all__ = [
     "SharedTableNotFound",
     "list_segments",
     "remove",
+    "set_spin",
 ]

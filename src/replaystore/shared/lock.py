@@ -38,8 +38,9 @@ try:
     if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
         raise ImportError("REPLAYSTORE_PURE_PYTHON is set")
     from ._sync import MUTEX_BYTES, RobustMutex, init_mutex
+    from ._sync import set_spin as _set_spin_ns
 except ImportError:  # not built (no compiler at install time), or refused: tables lock with flock
-    RobustMutex = init_mutex = None
+    RobustMutex = init_mutex = _set_spin_ns = None
     MUTEX_BYTES = 0
 
 KIND_FLOCK, KIND_MUTEX = 0, 1
@@ -47,6 +48,24 @@ KIND_NAMES = {KIND_FLOCK: "flock", KIND_MUTEX: "robust process-shared mutex"}
 #: byte offset of the mutex in the segment's header page (after the words the header uses)
 MUTEX_BYTE = 3584
 _EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB
+
+
+def set_spin(microseconds: float) -> float | None:
+    """How long, in this process, taking a busy robust mutex spins before it sleeps; returns the previous budget.
+
+    Default 50 µs: critical sections last microseconds, and a sleep costs a waiter more (the futex
+    calls, and caches that went cold on an idle core). Lower it (0: sleep at once) where processes
+    outnumber cores by far and a spinning waiter takes CPU from the holder. Returns ``None`` (and
+    changes nothing) where the compiled module is not available (``flock`` tables).
+
+    Raises:
+        InvalidArgument: a negative budget.
+    """
+    if microseconds < 0:
+        raise InvalidArgument(f"the spin budget is >= 0 microseconds, got {microseconds}")
+    if _set_spin_ns is None:
+        return None
+    return _set_spin_ns(int(microseconds * 1000)) / 1000
 
 
 def default_kind() -> int:
