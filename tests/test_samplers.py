@@ -193,3 +193,31 @@ def test_tournament_tree_orders_as_sorting(capacity, compiled):
         want = sorted(live, key=live.__getitem__)
         assert tree.first(n).tolist() == want[:n]
         assert tree.peek() == (want[0] if want else -1)
+
+
+@pytest.mark.parametrize(
+    "make, ring",
+    [
+        (lambda: rs.Uniform(), True),  # the ring's arithmetic
+        (lambda: rs.Uniform(), False),  # the dense set (after a delete that is not the oldest)
+        (lambda: rs.Prioritized(0.7, 0.5), True),
+        (lambda: rs.Prioritized(0.7, 0.5, stratified=True), True),
+        (lambda: rs.Prioritized(0.7, 0.5), False),
+    ],
+)
+def test_uniforms_drawn_beforehand_give_the_draw_of_the_same_stream(make, ring):
+    """``sample(n, uniforms=rng.random(n))`` is ``sample(n)`` (what a shared table draws outside its lock)."""
+    tables = []
+    for _ in range(2):
+        t = rs.Table(64, spec={"x": ((), np.float32)}, sampler=make(), seed=11)
+        keys = t.extend({"x": np.arange(40, dtype=np.float32)}, priorities=np.linspace(0.1, 4, 40))
+        if not ring:
+            t.delete(keys[[5, 17]])
+        tables.append(t)
+    for n in (1, 7, 256):
+        a = tables[0].sampler.sample(n)
+        s = tables[1].sampler
+        assert s.takes_uniforms
+        b = s.sample(n, s.rng.random(n))
+        for x, y in zip(a, b):
+            assert (x is None and y is None) or np.array_equal(x, y)

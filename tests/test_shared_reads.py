@@ -1,20 +1,25 @@
-"""Samples of a shared table copy their rows outside the lock; slot stamps catch rows written meanwhile."""
+"""Samples of a shared table copy their rows outside the lock; the slots' keys catch rows written meanwhile."""
 
 import multiprocessing as mp
+import os
+import signal
+import threading
 import time
 
 import numpy as np
 import pytest
+from test_shared_processes import run_python
 
 import replaystore as rs
 from conftest import transitions
-from replaystore.shared import SharedTable
+from replaystore.shared import SharedTable, set_spin
 from replaystore.shared import reads as shared_reads
+from replaystore.shared.segment import W_ACQUIRED, W_BUSY
 
 SPEC = {"obs": ((4,), np.float32), "action": ((), np.int64), "reward": ((), np.float32), "id": ((), np.int64)}
 WIDE = {"id": ((), np.int64), "frame": ((2048,), np.int64)}  # 16 KB rows: a copy long enough to tear
 
-pytestmark = pytest.mark.skipif(shared_reads.fence is None, reason="replaystore.shared._sync not built")
+pytestmark = pytest.mark.skipif(shared_reads.keys_settled is None, reason="replaystore.shared._sync not built")
 
 
 def whole(sample) -> bool:
@@ -95,6 +100,125 @@ def test_a_copy_no_writer_touched_is_not_redone(tmp_path):
     t.close()
 
 
+def test_an_item_deleted_during_the_copy_is_drawn_again(tmp_path):
+    """A delete frees the slot and leaves its payload: the key moved, so the position is redrawn."""
+    t = SharedTable.create("deleted", 16, SPEC, directory=tmp_path, seed=4)
+    other = SharedTable.attach("deleted", tmp_path)
+    t.extend(transitions(16))
+    read = t.storage.read
+    calls = []
+
+    def read_while_half_is_deleted(slots):
+        if not calls:
+            other.delete(np.arange(8))
+        calls.append(len(slots))
+        return read(slots)
+
+    t.storage.read = read_while_half_is_deleted
+    s = t.sample(200)
+    del t.storage.read
+    assert len(calls) == 2 and 0 < calls[1] < 200  # only the deleted items' positions again
+    assert whole(s) and (s.keys >= 8).all()
+    assert t.stats()["samples"] == 200 and t.info(np.unique(s.keys))["times_sampled"].sum() == 200
+    other.close()
+    t.close()
+
+
+def test_a_writer_killed_holding_the_lock_after_the_copy_is_recovered_then_the_sample_finishes(tmp_path):
+    """The copy ends while another process holds the lock (busy word set) mid-insert; it dies there.
+
+    The sample cannot vouch for its copy while a section is open: it finishes under the lock, which
+    it gets once the kernel has released the dead writer's mutex; the table is repaired first (the
+    dead writer's rows dropped) and the positions it overwrote are drawn again.
+    """
+    t = SharedTable.create("dying", 32, SPEC, directory=tmp_path, seed=5, lock_timeout=30)
+    t.extend(transitions(32))
+    marker = tmp_path / "paused"
+    read = t.storage.read
+    calls, procs = [], []
+
+    def read_while_a_writer_dies_in_the_lock(slots):
+        if not calls:
+            proc = run_python(
+                f"""
+import numpy as np
+from replaystore.shared import SharedTable
+t = SharedTable.attach("dying", directory={str(tmp_path)!r})
+t.extend({{"obs": np.full((8, 4), -7, np.float32), "action": np.zeros(8, np.int64),
+          "reward": np.ones(8, np.float32), "id": np.full(8, -1)}})
+""",
+                env={"REPLAYSTORE_SHM_TEST_HOOK": f"pause-before-publish:{marker}"},
+                wait=False,
+            )
+            procs.append(proc)
+            deadline = time.monotonic() + 60
+            while not marker.exists():  # it has overwritten the 8 oldest rows and holds the lock
+                assert proc.poll() is None, proc.stderr.read()
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            assert t._segment.words[W_BUSY] == proc.pid
+            threading.Timer(0.3, os.kill, (proc.pid, signal.SIGKILL)).start()
+        calls.append(len(slots))
+        return read(slots)
+
+    t.storage.read = read_while_a_writer_dies_in_the_lock
+    s = t.sample(64, timeout=30)
+    del t.storage.read
+    procs[0].wait(10)
+    assert calls[0] == 64 and len(calls) == 2  # the copy, then the positions of the dropped items
+    assert whole(s) and (s.keys >= 8).all() and t.recoveries() == 1 and len(t) == 24
+    assert t.stats()["samples"] == 64 and t.stats()["sample_calls"] == 1
+    t.close()
+
+
+def test_keys_settled_refuses_buffers_that_do_not_fit():
+    words = np.zeros(16, np.int64)
+    meta = np.zeros((8, 4), np.int64)
+    rows = np.zeros((2, 4), np.int64)
+    slots = np.array([1, 2])
+    settled = shared_reads.keys_settled
+    assert settled(words, W_BUSY, W_ACQUIRED, meta, slots, rows)
+    words[W_BUSY] = 7  # a critical section is open, and stays open past the spin
+    assert not settled(words, W_BUSY, W_ACQUIRED, meta, slots, rows)
+    words[W_BUSY] = 0
+    meta[2, 0] = 5  # a key moved
+    assert not settled(words, W_BUSY, W_ACQUIRED, meta, slots, rows)
+    for bad in (
+        (words, W_BUSY, W_ACQUIRED, meta, np.array([1, 8]), rows),  # a slot out of range
+        (words, 16, W_ACQUIRED, meta, slots, rows),  # no such word
+        (words, W_BUSY, W_ACQUIRED, meta, slots, np.zeros((3, 4), np.int64)),  # rows of another length
+        (words, W_BUSY, W_ACQUIRED, np.zeros((8, 3), np.int64), slots, rows),  # not 4 words a slot
+    ):
+        with pytest.raises(ValueError, match="keys_settled"):
+            settled(*bad)
+
+
+def test_a_copy_that_ends_inside_a_short_section_waits_for_it_instead_of_the_lock(tmp_path):
+    """Another process holds the lock for a moment when the copy ends: the check spins it out."""
+    t = SharedTable.create("short", 64, SPEC, directory=tmp_path, seed=6)
+    t.extend(transitions(64))
+    words = t._segment.words
+    read = t.storage.read
+    calls = []
+
+    def read_ending_in_a_section(slots):
+        if not calls:  # (as a writer's section would: busy set, cleared 2 ms later, nothing written)
+            words[W_BUSY] = 12345
+            threading.Timer(0.002, words.__setitem__, (W_BUSY, 0)).start()
+        calls.append(len(slots))
+        return read(slots)
+
+    previous = set_spin(20_000)  # 20 ms: longer than the section
+    try:
+        t.storage.read = read_ending_in_a_section
+        s = t.sample(32)
+    finally:
+        set_spin(previous)
+        del t.storage.read
+    assert calls == [32] and whole(s)  # kept: no second read
+    t.close()
+
+
 def test_a_table_cleared_during_the_copy_waits_for_items_then_times_out(tmp_path):
     t = SharedTable.create("cleared", 8, SPEC, directory=tmp_path)
     other = SharedTable.attach("cleared", tmp_path)
@@ -162,7 +286,7 @@ def test_no_torn_or_foreign_row_while_writers_evict_under_the_copy(tmp_path):
     t.close()
 
 
-@pytest.mark.skipif(shared_reads.stamp_range is None, reason="_sync not built")
+@pytest.mark.skipif(shared_reads.keys_settled is None, reason="_sync not built")
 def test_set_spin_refuses_a_negative_budget_and_returns_the_previous_one():
     from replaystore.shared import _sync, set_spin
 
@@ -179,7 +303,7 @@ def test_set_spin_refuses_a_negative_budget_and_returns_the_previous_one():
         set_spin(old)
 
 
-@pytest.mark.skipif(shared_reads.stamp_range is None, reason="_sync not built")
+@pytest.mark.skipif(shared_reads.keys_settled is None, reason="_sync not built")
 def test_without_spinning_a_waiter_sleeps_and_still_gets_the_lock(tmp_path):
     from replaystore.shared import set_spin
 

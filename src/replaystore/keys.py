@@ -236,14 +236,15 @@ class RingIndex:
         """The slots of the ``n <= size`` newest keys, newest first."""
         return self.slots_for(self.hi - n, n)[::-1].copy()
 
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+    def sample(self, n: int, rng: np.random.Generator, uniforms: np.ndarray | None = None) -> np.ndarray:
         """``n`` live slots uniformly with replacement (``rng.random``, as ``DenseSet.sample``).
 
         A full ring's slots are all live: the draw is the slot itself (no offset to add: a small
         batch costs the draw and one cast). Otherwise slot ``start + floor(u * size)``, wrapped.
+        ``uniforms``: the ``n`` numbers ``u``, drawn beforehand (``rng`` is then not used).
         """
         size = self.hi - self.lo
-        slots = (rng.random(n) * size).astype(np.int64)
+        slots = ((rng.random(n) if uniforms is None else uniforms) * size).astype(np.int64)
         if size == self.capacity:
             return slots
         start = (self.lo - self.base) % self.capacity
@@ -334,9 +335,9 @@ class RingLiveSet:
         """The live slots, oldest first (a new array)."""
         return self.ring.live_slots()
 
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` live slots uniformly with replacement."""
-        return self.ring.sample(n, rng)
+    def sample(self, n: int, rng: np.random.Generator, uniforms: np.ndarray | None = None) -> np.ndarray:
+        """``n`` live slots uniformly with replacement (``uniforms``: as ``RingIndex.sample``)."""
+        return self.ring.sample(n, rng, uniforms)
 
     def choose_distinct(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n <= size`` distinct live slots uniformly without replacement."""

@@ -48,6 +48,9 @@ class Selector(ABC):
     usable_as_remover: bool = True
     #: the table rejects negative priorities when this is set
     requires_nonnegative: bool = False
+    #: ``sample(n, uniforms=u)`` accepts the ``rng.random(n)`` numbers the draw would take, drawn
+    #: beforehand by a caller that holds a lock for the draw (it draws them before taking the lock)
+    takes_uniforms: bool = False
 
     def __init__(self) -> None:
         self.capacity = 0
@@ -76,7 +79,11 @@ class Selector(ABC):
 
     @abstractmethod
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """Pick ``n`` items: ``(slots, probabilities, weights or None)``."""
+        """Pick ``n`` items: ``(slots, probabilities, weights or None)``.
+
+        Selectors with :attr:`takes_uniforms` also take ``uniforms``: ``self.rng.random(n)`` drawn
+        by the caller (the same stream, so the same items for the same seed as drawing them here).
+        """
 
     def replay_sample(self, slots: np.ndarray) -> None:
         """A recorded sample drew the tracked ``slots`` (replayed from a log).

@@ -54,13 +54,14 @@ class DenseSet:
         """A view of the members (in arbitrary order)."""
         return self.items[: self.size]
 
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+    def sample(self, n: int, rng: np.random.Generator, uniforms: np.ndarray | None = None) -> np.ndarray:
         """``n`` members drawn uniformly with replacement.
 
         Positions are ``floor(u * size)`` for ``u = rng.random()``: uniform up to a bias of order
         ``size / 2**53`` (negligible), and faster than ``rng.integers`` for small batches.
+        ``uniforms``: the ``n`` numbers ``u``, drawn beforehand (``rng`` is then not used).
         """
-        pos = (rng.random(n) * self.size).astype(np.int64)
+        pos = ((rng.random(n) if uniforms is None else uniforms) * self.size).astype(np.int64)
         return self.items.take(pos)
 
     def choose_distinct(self, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -105,17 +105,23 @@ class Prioritized(Selector):
         self._live.discard(slots)
         self._trees.update_both(self._sum, self._min, slots, np.zeros(len(slots)), self._frontier)
 
-    def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``n`` slots drawn in proportion to ``priority ** alpha``, with probabilities and weights."""
+    takes_uniforms = True
+
+    def sample(self, n: int, uniforms: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``n`` slots drawn in proportion to ``priority ** alpha``, with probabilities and weights.
+
+        ``uniforms``: ``rng.random(n)`` drawn beforehand (see :attr:`Selector.takes_uniforms`).
+        """
         prefix = sumtree.frontier_prefix(self._sum, self._frontier)
         total = float(prefix[-1])
         if not total > 0.0:
-            slots = self._live.sample(n, self.rng)
+            slots = self._live.sample(n, self.rng, uniforms)
             return slots, np.full(n, 1.0 / self._live.size), np.ones(n)
+        u = self.rng.random(n) if uniforms is None else uniforms
         if self.stratified:
-            targets = (np.arange(n) + self.rng.random(n)) * (total / n)
+            targets = (np.arange(n) + u) * (total / n)
         else:
-            targets = self.rng.random(n) * total
+            targets = u * total
         np.minimum(targets, np.nextafter(total, 0.0), out=targets)
         slots = self._trees.find_prefix(self._sum, targets, self._frontier, prefix)
         scaled = self._sum[slots + len(self._sum) // 2]

@@ -55,11 +55,16 @@ class Uniform(Selector):
     def replace(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:
         """The slots stay members: nothing changes."""
 
-    def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, None]:
-        """``n`` slots uniformly with replacement; probability ``1/size`` each."""
+    takes_uniforms = True
+
+    def sample(self, n: int, uniforms: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, None]:
+        """``n`` slots uniformly with replacement; probability ``1/size`` each.
+
+        ``uniforms``: ``rng.random(n)`` drawn beforehand (see :attr:`Selector.takes_uniforms`).
+        """
         if self._ring is not None:
-            return self._ring.sample(n, self.rng), np.full(n, 1.0 / self._ring.size), None
-        slots = self._set.sample(n, self.rng)
+            return self._ring.sample(n, self.rng, uniforms), np.full(n, 1.0 / self._ring.size), None
+        slots = self._set.sample(n, self.rng, uniforms)
         return slots, np.full(n, 1.0 / self._set.size), None
 
     def victims(self, n: int) -> np.ndarray:

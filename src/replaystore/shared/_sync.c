@@ -530,92 +530,129 @@ fence(PyObject *self, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
-/* stamp_range(stamps, start, stop): stamps[start:stop] += 1, then a full fence (a writer, before its copy). */
+/* set_word(words, index, value): words[index] = value, ordered after every earlier store of this
+ * process and before every later one (a release store, then a release fence: free on x86, a
+ * barrier on weaker machines). The lock's holder sets the busy word with it (see keys_settled). */
 static PyObject *
-stamp_range(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+set_word(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "stamp_range(stamps, start, stop)");
+        PyErr_SetString(PyExc_TypeError, "set_word(words, index, value)");
         return NULL;
     }
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]), stop = PyLong_AsSsize_t(args[2]);
-    if ((start == -1 || stop == -1) && PyErr_Occurred())
+    Py_ssize_t index = PyLong_AsSsize_t(args[1]);
+    long long value = PyLong_AsLongLong(args[2]);
+    if ((index == -1 || value == -1) && PyErr_Occurred())
         return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+    Py_buffer w;
+    if (PyObject_GetBuffer(args[0], &w, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
         return NULL;
-    Py_ssize_t len = view.len / 8;
-    if (view.itemsize != 8 || start < 0 || stop > len || start > stop) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "stamp_range: an int64 buffer and 0 <= start <= stop <= its length");
+    int ok = w.itemsize == 8 && index >= 0 && index < w.len / 8;
+    if (ok) {
+        __atomic_store_n((int64_t *)w.buf + index, (int64_t)value, __ATOMIC_RELEASE);
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+    }
+    PyBuffer_Release(&w);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "set_word: a writable int64 buffer and an index within it");
         return NULL;
     }
-    volatile int64_t *stamps = (volatile int64_t *)view.buf;
-    for (Py_ssize_t i = start; i < stop; i++)
-        stamps[i]++;
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    PyBuffer_Release(&view);
     Py_RETURN_NONE;
 }
 
-/* stamp_sum(stamps, slots[, out]) -> int: a full fence, then the sum of stamps[slots] (and each of
- * them into out, an int64 buffer as long as slots). A reader calls it under the lock (with out) and
- * after its copy: stamps only grow, so two equal sums over the same slots mean no stamp moved. */
+/* keys_settled(words, busy_word, acquired_word, meta, slots, rows) -> bool: may a copy made outside
+ * the lock be kept?
+ *
+ * A sample draws under the lock (rows: the drawn slots' metadata rows, key in column 0), releases
+ * it and copies the payloads. Every payload write happens inside the lock, with the header's busy
+ * word set (set_word) for the whole critical section, and gives each slot it writes a key no slot
+ * ever had. So after the copy: a full fence; if a section is open (busy word set) it may be
+ * writing rows the copy read: spin (the GIL released, at most this process's spin budget) until
+ * it is over (the busy word clears, or the acquisition counter moves: another section began
+ * after it). Every section that overlapped the copy is then over and its new keys are visible:
+ * the copy is whole if each drawn slot still holds the key it was drawn with. Returns False when
+ * a key moved or the section outlasted the spin: the caller finishes under the lock. Raises
+ * ValueError for buffers that do not fit (int64 words holding both words, a (capacity, 4) int64
+ * meta, slots within it, (len(slots), 4) rows). Thread-safe; writes nothing. */
 static PyObject *
-stamp_sum(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 && nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "stamp_sum(stamps, slots[, out])");
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "keys_settled(words, busy_word, acquired_word, meta, slots, rows)");
         return NULL;
     }
-    Py_buffer view, idx, dst;
-    dst.obj = NULL;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_C_CONTIGUOUS) < 0)
+    Py_ssize_t busy = PyLong_AsSsize_t(args[1]), acq = PyLong_AsSsize_t(args[2]);
+    if ((busy == -1 || acq == -1) && PyErr_Occurred())
         return NULL;
-    if (PyObject_GetBuffer(args[1], &idx, PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&view);
+    Py_buffer w, m, s, r;
+    if (PyObject_GetBuffer(args[0], &w, PyBUF_C_CONTIGUOUS) < 0)
         return NULL;
-    }
-    if (nargs == 3 && PyObject_GetBuffer(args[2], &dst, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&idx);
-        PyBuffer_Release(&view);
+    if (PyObject_GetBuffer(args[3], &m, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&w);
         return NULL;
     }
-    Py_ssize_t len = view.len / 8, n = idx.len / 8;
-    int ok = view.itemsize == 8 && idx.itemsize == 8 && (dst.obj == NULL || (dst.itemsize == 8 && dst.len == idx.len));
-    const int64_t *slots = (const int64_t *)idx.buf;
-    int64_t *out = dst.obj == NULL ? NULL : (int64_t *)dst.buf;
-    volatile const int64_t *stamps = (volatile const int64_t *)view.buf;
-    long long total = 0;
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    for (Py_ssize_t i = 0; ok && i < n; i++) {
-        int64_t s = slots[i];
-        if (s < 0 || s >= len) {
+    if (PyObject_GetBuffer(args[4], &s, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&m);
+        PyBuffer_Release(&w);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[5], &r, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&s);
+        PyBuffer_Release(&m);
+        PyBuffer_Release(&w);
+        return NULL;
+    }
+    Py_ssize_t cap = m.len / 32, n = s.len / 8, nwords = w.len / 8;
+    int ok = w.itemsize == 8 && busy >= 0 && busy < nwords && acq >= 0 && acq < nwords && m.itemsize == 8
+             && m.ndim == 2 && m.shape[1] == 4 && s.itemsize == 8 && r.itemsize == 8 && r.ndim == 2
+             && r.shape[1] == 4 && r.len == 32 * n;
+    const int64_t *slots = (const int64_t *)s.buf;
+    for (Py_ssize_t i = 0; ok && i < n; i++)
+        if (slots[i] < 0 || slots[i] >= cap)
             ok = 0;
-        } else {
-            int64_t v = stamps[s];
-            total += v;
-            if (out)
-                out[i] = v;
+    int settled = 0;
+    if (ok) {
+        const int64_t *busy_w = (const int64_t *)w.buf + busy, *acq_w = (const int64_t *)w.buf + acq;
+        __atomic_thread_fence(__ATOMIC_SEQ_CST); /* the copy's loads are done */
+        settled = __atomic_load_n(busy_w, __ATOMIC_ACQUIRE) == 0;
+        if (!settled && spin_ns > 0) { /* a section is open: wait a little for its end */
+            int64_t count = __atomic_load_n(acq_w, __ATOMIC_ACQUIRE);
+            long long start = now_ns(CLOCK_MONOTONIC);
+            Py_BEGIN_ALLOW_THREADS
+            do {
+                for (int i = 0; i < 32; i++)
+                    cpu_relax();
+                settled = __atomic_load_n(busy_w, __ATOMIC_ACQUIRE) == 0
+                          || __atomic_load_n(acq_w, __ATOMIC_ACQUIRE) != count;
+            } while (!settled && now_ns(CLOCK_MONOTONIC) - start < spin_ns);
+            Py_END_ALLOW_THREADS
+            __atomic_thread_fence(__ATOMIC_SEQ_CST);
         }
+        const int64_t *meta = (const int64_t *)m.buf, *rows = (const int64_t *)r.buf;
+        for (Py_ssize_t i = 0; settled && i < n; i++)
+            if (__atomic_load_n(meta + 4 * slots[i], __ATOMIC_RELAXED) != rows[4 * i])
+                settled = 0;
     }
-    if (dst.obj != NULL)
-        PyBuffer_Release(&dst);
-    PyBuffer_Release(&idx);
-    PyBuffer_Release(&view);
+    PyBuffer_Release(&r);
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&m);
+    PyBuffer_Release(&w);
     if (!ok) {
-        PyErr_SetString(PyExc_ValueError, "stamp_sum: int64 stamps, int64 slots within them, an int64 out as long");
+        PyErr_SetString(PyExc_ValueError,
+                        "keys_settled: int64 words holding the busy and acquisition words, a (capacity, 4) "
+                        "int64 meta, int64 slots within it, 4 int64 rows per slot");
         return NULL;
     }
-    return PyLong_FromLongLong(total);
+    return PyBool_FromLong(settled);
 }
 
 static PyMethodDef methods[] = {
-    {"stamp_range", (PyCFunction)(void (*)(void))stamp_range, METH_FASTCALL,
-     "stamp_range(stamps, start, stop): stamps[start:stop] += 1, then a full memory barrier."},
-    {"stamp_sum", (PyCFunction)(void (*)(void))stamp_sum, METH_FASTCALL,
-     "stamp_sum(stamps, slots[, out]) -> int: a full memory barrier, then the sum of stamps[slots] "
-     "(each also into out)."},
+    {"set_word", (PyCFunction)(void (*)(void))set_word, METH_FASTCALL,
+     "set_word(words, index, value): words[index] = value, after every earlier store and before every later one."},
+    {"keys_settled", (PyCFunction)(void (*)(void))keys_settled, METH_FASTCALL,
+     "keys_settled(words, busy_word, acquired_word, meta, slots, rows) -> bool: after a copy made "
+     "outside the lock, True once no critical section that overlapped it is open and every slot "
+     "still holds its drawn key."},
     {"fence", fence, METH_NOARGS,
      "fence(): a full memory barrier: the stores and loads before it are visible and done before those after it."},
     {"init_mutex", init_mutex, METH_VARARGS,

@@ -4,11 +4,13 @@ A :class:`ProcessGuard` replaces a Table's own lock and Condition (``Table.guard
 method of the one Table implementation runs as before, inside a critical section that spans
 processes. Entering it (outermost level) takes this process's thread lock, then the segment's
 mutex (:mod:`replaystore.shared.lock`: a robust process-shared mutex, or ``flock``); if the
-previous holder died inside it (``busy`` still set) the table is recovered first
+previous holder died inside it (the header's *busy* word still set) the table is recovered first
 (:mod:`replaystore.shared.recovery`); then the current state copy is loaded into the local
 Table object when another process has published since (``Table.load_state_scalars``). Leaving it
 publishes the Table's scalars when they changed (the copy not current, then the selector) and
-releases both locks.
+releases both locks. The busy word is set after the mutex is taken and cleared before it is
+released, ordered against the section's writes (``set_word``): a sample that copies outside the
+lock reads it (:mod:`replaystore.shared.reads`).
 
 Waiting (the rate limiter) is polling: ``wait(timeout)`` publishes, releases everything, sleeps
 (50 us, doubling to 2 ms while the wait goes on) and re-enters. Every wait has the caller's timeout;
@@ -31,6 +33,16 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..table import Table
+
+try:
+    if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
+        raise ImportError("REPLAYSTORE_PURE_PYTHON is set")
+    from ._sync import set_word
+except ImportError:  # not built (a flock table): a plain store
+
+    def set_word(words: memoryview, index: int, value: int) -> None:
+        """``words[index] = value`` (no barrier: only a table without outside reads runs this)."""
+        words[index] = value
 
 #: test hook: with ``REPLAYSTORE_SHM_TEST_HOOK=pause-before-publish:<file>``, a critical section
 #: that changed the state touches ``<file>`` and sleeps before publishing (the crash tests kill it there)
@@ -94,7 +106,7 @@ class ProcessGuard:
             words = seg.words
             if words[W_BUSY]:
                 self._recover()
-            words[W_BUSY] = seg.pid
+            set_word(words, W_BUSY, seg.pid)  # (before this section's writes: see .reads)
             copies = self.copies
             if copies.generation() != self._gen:  # another process published since: load its state
                 gen, _, values = copies.read()
@@ -126,7 +138,7 @@ class ProcessGuard:
             if self._noted:
                 self._noted = False
                 self._victims[0] = 0
-            self.segment.words[W_BUSY] = 0
+            set_word(self.segment.words, W_BUSY, 0)  # (after this section's writes: see .reads)
         finally:
             self._mutex.release()  # (yields the CPU once when another process waits for it)
 

@@ -1,27 +1,30 @@
-"""Samples whose rows are copied outside a shared table's lock, checked by per-slot write stamps.
+"""Samples whose rows are copied outside a shared table's lock, checked by the slots' keys.
 
 Copying 256 rows is most of a ``sample(256)``; done under the table's cross-process lock it makes
 every writer wait for it. Here the lock covers only the draw (which slots, their metadata rows,
-the counters), and the copy runs beside the writers:
+the counters), and the copy runs beside the writers. What makes that safe:
 
-- **Writers** (every payload write of the Table: the ring fast paths, the general insert, evictions
-  in place) add 1 to the *stamp* of each slot they are about to write, with the lock held, then
-  a memory fence, then copy (``Table._note_write``, set to :meth:`StampedReads.stamp_writes`).
-- **A sample**: under the lock, ``Table._draw`` without the read (draw, count, limiter) and the
-  drawn slots' stamps (and their sum); then, lock released, the copy; a fence; the sum again.
-  Stamps only grow, so equal sums mean no drawn slot was written meanwhile. Otherwise (a slot
-  rewritten during the copy: in a small table with fast writers, most copies of large rows) the
-  positions whose stamp moved are finished under the lock: those whose item is gone (its key no
-  longer in the slot) are drawn again, the others read again. The sample is then what one taken
-  just after the eviction would have drawn there (probabilities and weights of that draw; the
-  counters count ``n`` draws, as always).
+- **Writers** write payloads only inside the lock, and every slot a write touches gets a new key
+  (keys are never reused: an insert gives its items the next keys; a delete or an eviction sets -1).
+  While a process holds the lock the segment's *busy word* is set (a fence after setting it, another
+  before clearing it: :class:`~replaystore.shared.guard.ProcessGuard`).
+- **A sample** draws its random numbers first (``Selector.takes_uniforms``), then under the lock
+  ``Table._draw`` without the read (draw, count, limiter): its metadata rows hold the drawn keys.
+  Lock released, it copies; then (``keys_settled``, compiled) a fence, and once the busy word is 0
+  or the lock's acquisition counter has moved (it spins for that a little, as for the lock), every
+  critical section that overlapped the copy is over and its new keys are visible: the copy is whole
+  when every drawn slot still holds its key. Otherwise (a slot's key moved, or a section outlasted
+  the spin) the sample is finished under the lock: the positions whose item is gone
+  are drawn again and counted (the sample is then what one taken just after that change would have
+  drawn there: probabilities and weights of that draw; the counters count ``n`` draws, as always).
 
+The check reads the metadata rows the draw has just brought into the cache (no array of its own).
 Applies to column storage in tables that lock with the robust mutex (every process that opens
-one has the compiled module, so every writer stamps; ``flock`` tables read under the lock) and
-have no ``max_times_sampled``: an item retired by its last sample frees its slot under the lock,
-and a writer taking it during the copy would lose that item's only read. Frame stacks (frames
-shared between slots) and the episode readers (``sample_sequences``, ``sample_nstep``) read under
-the lock, as before.
+one has the compiled module, so every critical section fences its busy word; ``flock`` tables read
+under the lock) and have no ``max_times_sampled``: an item retired by its last sample frees its
+slot under the lock, and a writer taking it during the copy would lose that item's only read.
+Frame stacks (frames shared between slots) and the episode readers (``sample_sequences``,
+``sample_nstep``) read under the lock, as before.
 
 Thread-safety: as the Table's ``sample`` (any thread, any process).
 """
@@ -39,46 +42,38 @@ from ..storage import ColumnStorage
 from ..table import Table
 from ..table.args import as_count
 from ..table.core import drawn_sample
+from .segment import W_ACQUIRED, W_BUSY
 
 try:
     if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
         raise ImportError("REPLAYSTORE_PURE_PYTHON is set")
-    from ._sync import fence, stamp_range, stamp_sum
+    from ._sync import keys_settled
 except ImportError:  # not built: samples read under the lock
-    fence = stamp_range = stamp_sum = None
+    keys_settled = None
 
 
-class StampedReads:
+class KeyCheckedReads:
     """The ``sample`` of a :class:`~replaystore.shared.SharedTable` (a mixin; see the module doc)."""
 
-    _stamps: np.ndarray  # int64 per slot, in the segment (allocated with the table's parts)
+    _reads_outside: bool = False
 
     def read_outside_lock(self) -> bool:
-        """Whether :meth:`sample` copies rows outside the lock here (set up by :meth:`setup_stamped_reads`)."""
-        return self._note_write is not None and not self.max_times_sampled
+        """Whether :meth:`sample` copies rows outside the lock here (set up by :meth:`setup_outside_reads`)."""
+        return self._reads_outside and not self.max_times_sampled
 
-    def setup_stamped_reads(self, mutex_table: bool) -> None:
-        """Stamp this process's payload writes, in a table that locks with the robust mutex.
+    def setup_outside_reads(self, mutex_table: bool) -> None:
+        """Copy samples outside the lock, in a table that locks with the robust mutex and has column storage.
 
-        (A reader relies on every writer stamping: only mutex tables are sure that every process
-        has the compiled module; ``flock`` tables read under the lock.)
+        (A reader relies on every critical section fencing the busy word: only mutex tables are sure
+        that every process has the compiled module; ``flock`` tables read under the lock.)
         """
         storage = self.storage
-        if (
+        self._reads_outside = bool(
             mutex_table
-            and fence is not None
+            and keys_settled is not None
             and isinstance(storage, ColumnStorage)
             and type(storage).read is ColumnStorage.read
-        ):
-            self._note_write = self.stamp_writes
-
-    def stamp_writes(self, where: slice | np.ndarray) -> None:
-        """Before writing the payloads of slots ``where`` (lock held): move their stamps, then a fence."""
-        if type(where) is slice:
-            stamp_range(self._stamps, where.start, where.stop)
-        else:
-            self._stamps[where] += 1
-            fence()
+        )
 
     def sample(
         self,
@@ -94,22 +89,19 @@ class StampedReads:
         n = as_count(batch_size, "batch_size")
         if as_tensor:
             check_device(device)
-        stamps = self._stamps
-        seen = np.empty(n, dtype=np.int64)
+        sampler = self.sampler
+        uniforms = sampler.rng.random(n) if sampler.takes_uniforms else None  # (before the lock)
         with self._cond:
-            slots, probabilities, weights, rows, _ = self._draw(n, timeout, read=False)
-            before = stamp_sum(stamps, slots, seen)
+            slots, probabilities, weights, rows, _ = self._draw(n, timeout, read=False, uniforms=uniforms)
         data = self.storage.read(slots)
-        if stamp_sum(stamps, slots) != before:  # (the draw's own arrays may be views: finish copies)
-            moved = np.flatnonzero(stamps[slots] != seen)
-            probabilities = np.array(probabilities, np.float64)
+        if not keys_settled(self._segment.words, W_BUSY, W_ACQUIRED, self._meta, slots, rows):
+            probabilities = np.array(probabilities, np.float64)  # (the draw's arrays may be views)
             weights = np.ones(n) if weights is None else np.array(weights, np.float64)
-            self._finish_locked(moved, slots, probabilities, weights, rows, data, timeout)
+            self._finish_locked(slots, probabilities, weights, rows, data, timeout)
         return drawn_sample(data, slots, probabilities, weights, rows, as_tensor, device, pin_memory)
 
     def _finish_locked(
         self,
-        moved: np.ndarray,
         slots: np.ndarray,
         probabilities: np.ndarray,
         weights: np.ndarray,
@@ -117,28 +109,28 @@ class StampedReads:
         data: Any,
         timeout: float | None,
     ) -> None:
-        """Redo the positions ``moved`` of a sample (their slots were written during the copy), locked.
+        """Finish a sample whose copy the keys could not vouch for, locked (no write is in progress).
 
-        Positions whose item is gone are drawn again (and counted); the others are read again.
-        Everything is changed in place.
+        The positions whose slot no longer holds the drawn key are drawn again (counted, and read);
+        the others were not written since the draw. Everything is changed in place.
         """
         with self._cond:
             st = self._state
             if st.closed:
                 self._check_open()
-            gone = moved[self._meta[slots[moved], 0] != rows[moved, 0]]
-            if len(gone):
-                if st.size == 0:  # (cleared during the copy: the draws were admitted, wait for items)
-                    what = f"sample of {len(gone)}"
-                    self._wait(lambda: st.size > 0, timeout, what, "sample_blocked_s")
-                again, p, w = self.sampler.sample(len(gone))
-                slots[gone] = again
-                probabilities[gone] = p
-                weights[gone] = 1.0 if w is None else w
-                meta = np.empty((len(gone), 4), dtype=np.int64)
-                count_samples(self._meta, np.ascontiguousarray(again, dtype=np.int64), meta)
-                rows[gone] = meta
-            _put(data, self.storage.read(slots[moved]), moved)
+            gone = np.flatnonzero(self._meta[slots, 0] != rows[:, 0])
+            if len(gone) == 0:
+                return
+            if st.size == 0:  # (cleared during the copy: the draws were admitted, wait for items)
+                self._wait(lambda: st.size > 0, timeout, f"sample of {len(gone)}", "sample_blocked_s")
+            again, p, w = self.sampler.sample(len(gone))
+            slots[gone] = again
+            probabilities[gone] = p
+            weights[gone] = 1.0 if w is None else w
+            meta = np.empty((len(gone), 4), dtype=np.int64)
+            count_samples(self._meta, np.ascontiguousarray(again, dtype=np.int64), meta)
+            rows[gone] = meta
+            _put(data, self.storage.read(slots[gone]), gone)
 
 
 def _put(dst: Any, src: Any, where: np.ndarray) -> None:
@@ -150,4 +142,4 @@ def _put(dst: Any, src: Any, where: np.ndarray) -> None:
             dst[name][where] = value
 
 
-__all__ = ["StampedReads"]
+__all__ = ["KeyCheckedReads"]

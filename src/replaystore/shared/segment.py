@@ -45,8 +45,8 @@ from .lock import MUTEX_BYTE, FlockMutex, default_kind, init_lock, open_lock
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # (Linux 5.14+; Python 3.13 names it)
 MAGIC = int.from_bytes(b"RSSHMTB1", "little")
 # 2: state copies of 120 words (every part's scalars), out-of-ring regions; 3: the lock kind word;
-# 4: slot stamps (samples copy outside the lock: replaystore.shared.reads)
-LAYOUT_VERSION = 4
+# 4: slot stamps (samples copy outside the lock); 5: no stamps (the keys tell: replaystore.shared.reads)
+LAYOUT_VERSION = 5
 PAGE = 4096
 PREFIX = "replaystore-"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")

@@ -55,7 +55,7 @@ from ..table import Table
 from .episodes import EpisodeSync, SharedEpisodeMethods
 from .guard import ProcessGuard
 from .lock import KIND_MUTEX, lock_kind
-from .reads import StampedReads
+from .reads import KeyCheckedReads
 from .segment import VICTIMS, W_LOCK_KIND, Segment, check_name, path_of
 
 _SAMPLERS = (Uniform, Prioritized, Fifo, Lifo, MinHeap, MaxHeap, WithoutReplacement)
@@ -63,7 +63,7 @@ _REMOVERS = (Fifo, Lifo, Uniform, MinHeap, MaxHeap)
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # open tables of this process (re-opened after a fork)
 
 
-class SharedTable(StampedReads, SharedEpisodeMethods, Table):
+class SharedTable(KeyCheckedReads, SharedEpisodeMethods, Table):
     """A Table in shared memory; build it with :meth:`create` or :meth:`attach`, never directly.
 
     Every method of :class:`~replaystore.Table` works and keeps its contract, across processes
@@ -177,7 +177,7 @@ class SharedTable(StampedReads, SharedEpisodeMethods, Table):
         self._segment = seg
         self.shared_name = seg.config["name"]
         self.storage.stage_rows = 1  # no staging: staged rows would hold keys other processes cannot see
-        self.setup_stamped_reads(seg.words[W_LOCK_KIND] == KIND_MUTEX)
+        self.setup_outside_reads(seg.words[W_LOCK_KIND] == KIND_MUTEX)
         self._guard = ProcessGuard(seg, self)
         if self._episync is not None:
             self._guard.on_recover = self._episync.recover
@@ -251,8 +251,7 @@ class SharedTable(StampedReads, SharedEpisodeMethods, Table):
 
     # -- parts with state of their own (episodes) ------------------------------------------------------
     def _make_parts(self, config: dict) -> None:
-        """Allocate the slot stamps and the episode part's regions (inside the placement of :func:`_construct`)."""
-        self._stamps = allocate("table.stamps", (self.capacity,), np.int64)  # (see .reads)
+        """Allocate the episode part's regions (inside the placement of :func:`_construct`)."""
         ep = config.get("episodes")
         self._episync = None if ep is None else EpisodeSync(self._episodes, self.capacity, ep["max_streams"])
 

@@ -181,9 +181,6 @@ class Table(
         # fast paths; None: not known yet (no spec), False: they do not apply to this table.
         self._plan: tuple | None | bool = None
         self._read_counted = type(self.storage).read is ColumnStorage.read  # its read_counted is that read
-        #: called with the slots (a slice or an int64 array) just before their payloads are written,
-        #: lock held; None here (a shared table stamps them: readers that copy outside its lock check)
-        self._note_write: Any = None
         self._scratch: np.ndarray | None = None  # for last-wins deduplication
         self._forced_victims: np.ndarray | None = None  # replay_insert's evict_keys, as slots
 
@@ -447,8 +444,11 @@ class Table(
             slots, probabilities, weights, rows, data = self._draw(n, timeout, read=True)
         return drawn_sample(data, slots, probabilities, weights, rows, as_tensor, device, pin_memory)
 
-    def _draw(self, n: int, timeout: float | None, read: bool) -> tuple:
+    def _draw(self, n: int, timeout: float | None, read: bool, uniforms: np.ndarray | None = None) -> tuple:
         """The locked part of :meth:`sample` (lock held): wait, draw ``n`` slots, count them.
+
+        ``uniforms``: the sampler's random numbers, drawn before the lock was taken (only for a
+        sampler with ``takes_uniforms``; see :class:`~replaystore.samplers.base.Selector`).
 
         Returns ``(slots, probabilities, weights, rows, data)``: ``rows`` are the drawn items'
         metadata rows (key, times sampled counting this draw, version, priority bits), ``data``
@@ -465,7 +465,10 @@ class Table(
         if not (st.size > 0 and limiter.can_sample(n)):
             limiter.check_sample_size(n)
             self._wait(lambda: st.size > 0 and limiter.can_sample(n), timeout, f"sample of {n}", "sample_blocked_s")
-        slots, probabilities, weights = self.sampler.sample(n)
+        if uniforms is None:
+            slots, probabilities, weights = self.sampler.sample(n)
+        else:
+            slots, probabilities, weights = self.sampler.sample(n, uniforms)
         slots = np.ascontiguousarray(slots, dtype=np.int64)
         rows = np.empty((n, 4), dtype=np.int64)
         # times_sampled += 1 (per draw), then the rows: with the payload in one pass if it can

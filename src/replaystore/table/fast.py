@@ -78,8 +78,6 @@ class FastPaths:
         limiter = self.rate_limiter
         if limiter.max_diff < NO_LIMIT and not limiter.can_insert(n):
             return None  # the general path waits (or raises) as the limiter says
-        if self._note_write is not None:
-            self._note_write(slice(start, start + n))
         if not copy_rows(plan[1], sources, start, n, True):
             return None
         self._ring_commit(start, n, st.max_priority, st.version)
@@ -143,8 +141,6 @@ class FastPaths:
             return -1
         key = st.next_key
         cap = self.capacity
-        if self._note_write is not None:
-            self._note_write(slice((key - st.ring_base) % cap, (key - st.ring_base) % cap + 1))
         if not add_row(plan[1], plan[2](item), (key - st.ring_base) % cap, self._meta, key, v, p):
             return -1
         # _ring_commit for one item, unrolled (this is the whole cost of an add beyond the copy)

@@ -124,8 +124,6 @@ class GeneralInsert:
                 slots = self._ring.slots_for(int(stored_keys[0]), m)
             where = as_slice_if_contiguous(slots)
             self.storage.release(slots)
-            if self._note_write is not None:
-                self._note_write(where)
             self.storage.write(where, prepared)
             self._replace_slots(slots, stored_keys, prio)
         else:
@@ -134,8 +132,6 @@ class GeneralInsert:
                 st.evictions += overflow
             slots = self._take_free(m, int(stored_keys[0]))
             where = as_slice_if_contiguous(slots)
-            if self._note_write is not None:
-                self._note_write(where)
             try:
                 self.storage.write(where, prepared)  # may adopt the spec, or raise (DiskFull)
             except BaseException:
