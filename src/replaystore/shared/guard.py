@@ -44,6 +44,7 @@ except ImportError:  # not built (a flock table): a plain store
         """``words[index] = value`` (no barrier: only a table without outside reads runs this)."""
         words[index] = value
 
+
 #: test hook: with ``REPLAYSTORE_SHM_TEST_HOOK=pause-before-publish:<file>``, a critical section
 #: that changed the state touches ``<file>`` and sleeps before publishing (the crash tests kill it there)
 _HOOK = os.environ.get("REPLAYSTORE_SHM_TEST_HOOK", "").partition("pause-before-publish:")[2]
