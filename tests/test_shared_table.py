@@ -293,3 +293,44 @@ def test_single_adds_of_a_prioritized_table(make):
     data, found = t.get(t.keys())
     assert t.keys().tolist() == [2, 3, 4, 5] and (data["obs"][:, 0] == data["id"]).all()
     assert t.info([2])["priorities"].tolist() == [3.0]  # the largest priority set so far
+
+
+def test_the_scalars_live_in_the_segment_and_a_closed_handle_keeps_a_snapshot(tmp_path):
+    """Mutex tables place every part's scalars in the segment (no per-process copy to load)."""
+    t = SharedTable.create("live", 32, SPEC, sampler=rs.Prioritized(0.6), directory=tmp_path)
+    other = SharedTable.attach("live", tmp_path)
+    t.extend(transitions(8))
+    # the other handle's objects read the same words: no load on entering the lock
+    assert other._state.size == 8 and other._state.ring_hi == 8 and other.rate_limiter.inserts == 8
+    assert type(other._state).__name__ == "TableState" and isinstance(other.remover, rs.Fifo)
+    other.close()  # a snapshot of the state at the close, its own class back
+    t.extend(transitions(4, 8))
+    assert other.stats()["inserts"] == 8 and t.stats()["inserts"] == 12
+    assert type(other._state) is type(rs.Table(4)._state)
+    t.close()
+
+
+def test_a_scalar_word_refuses_a_value_of_another_kind_and_keeps_its_own():
+    from replaystore.shared._sync import Word
+
+    words = np.zeros(4, np.int64)
+
+    class Holder:
+        __slots__ = ()
+        count = Word(words, 8, "q")
+        level = Word(words, 16, "d")
+
+    h = Holder()
+    h.count = np.int64(7)
+    h.level = 2
+    assert (h.count, h.level) == (7, 2.0) and words[1] == 7 and words.view(np.float64)[2] == 2.0
+    with pytest.raises(TypeError):
+        h.count = 1.5  # an integer scalar takes no float
+    with pytest.raises(OverflowError):
+        h.count = 2**64
+    with pytest.raises(AttributeError):
+        del h.count
+    assert h.count == 7
+    for bad in ((words, 32, "q"), (words, 4, "q"), (words, 0, "f")):
+        with pytest.raises(ValueError):
+            Word(*bad)

@@ -338,6 +338,116 @@ static PyTypeObject RobustMutexType = {
     .tp_getset = RobustMutex_getset,
 };
 
+/* -- Word -------------------------------------------------------------------------------- */
+/* Word(buffer, offset, code): a data descriptor whose value lives in one 8-byte word of a shared
+ * buffer: an int64 (code 'q') or a float64 ('d'). Placed in a class, it stands for an attribute
+ * of every instance (one class per table and process: a shared table's scalars live in its
+ * segment, not in the objects). Reading returns a new int or float; writing converts (int:
+ * __index__, float: __float__) and stores, or raises TypeError/OverflowError and stores nothing.
+ * No lock: callers hold the table's. */
+typedef struct {
+    PyObject_HEAD
+    Py_buffer view;
+    int64_t *word;
+    char code;
+} Word;
+
+static PyObject *
+Word_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"buffer", "offset", "code", NULL};
+    PyObject *buffer;
+    Py_ssize_t offset;
+    int code;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnC", kwlist, &buffer, &offset, &code))
+        return NULL;
+    if (code != 'q' && code != 'd') {
+        PyErr_SetString(PyExc_ValueError, "Word: code is 'q' (int64) or 'd' (float64)");
+        return NULL;
+    }
+    Word *self = (Word *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    if (PyObject_GetBuffer(buffer, &self->view, PyBUF_WRITABLE) < 0) {
+        self->view.obj = NULL;
+        Py_DECREF(self);
+        return NULL;
+    }
+    if (offset < 0 || offset % 8 || offset + 8 > self->view.len) {
+        PyErr_SetString(PyExc_ValueError, "Word: the offset is outside the buffer or not 8-byte aligned");
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->word = (int64_t *)((char *)self->view.buf + offset);
+    self->code = (char)code;
+    return (PyObject *)self;
+}
+
+static void
+Word_dealloc(Word *self)
+{
+    if (self->view.obj != NULL)
+        PyBuffer_Release(&self->view);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+Word_get(Word *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None) {
+        Py_INCREF(self);
+        return (PyObject *)self;
+    }
+    if (self->code == 'q')
+        return PyLong_FromLongLong(*self->word);
+    double d;
+    memcpy(&d, self->word, 8);
+    return PyFloat_FromDouble(d);
+}
+
+static int
+Word_set(Word *self, PyObject *obj, PyObject *value)
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "a shared scalar cannot be deleted");
+        return -1;
+    }
+    if (self->code == 'q') {
+        long long v;
+        if (PyLong_CheckExact(value)) {
+            v = PyLong_AsLongLong(value);
+        } else {
+            PyObject *i = PyNumber_Index(value);
+            if (i == NULL)
+                return -1;
+            v = PyLong_AsLongLong(i);
+            Py_DECREF(i);
+        }
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        *self->word = (int64_t)v;
+        return 0;
+    }
+    double d = PyFloat_AsDouble(value);
+    if (d == -1.0 && PyErr_Occurred())
+        return -1;
+    memcpy(self->word, &d, 8);
+    return 0;
+}
+
+static PyTypeObject WordType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "replaystore.shared._sync.Word",
+    .tp_basicsize = sizeof(Word),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Word(buffer, offset, code): a descriptor whose value is one int64 ('q') or float64 ('d') "
+              "word of a shared buffer (see the module source).",
+    .tp_new = Word_new,
+    .tp_dealloc = (destructor)Word_dealloc,
+    .tp_descr_get = (descrgetfunc)Word_get,
+    .tp_descr_set = (descrsetfunc)Word_set,
+};
+
 /* -- StateCopies -------------------------------------------------------------------------- */
 #define MAX_SCALARS 256
 
@@ -485,6 +595,42 @@ StateCopies_set_intent(StateCopies *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* commit(words, generation) -> bool: publish the scalars that live in `words` (a buffer of at
+ * least n int64 words: a placed table's scalars) if they differ from the current copy's: write
+ * the other copy (generation, intent 0, the words), then make it current; True if it did. */
+static PyObject *
+StateCopies_commit(StateCopies *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "commit(words, generation)");
+        return NULL;
+    }
+    long long gen = PyLong_AsLongLong(args[1]);
+    if (gen == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer w;
+    if (PyObject_GetBuffer(args[0], &w, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    Py_ssize_t n = self->n;
+    if (w.itemsize != 8 || w.len < 8 * n) {
+        PyBuffer_Release(&w);
+        PyErr_Format(PyExc_ValueError, "commit: an int64 buffer of at least %zd words", n);
+        return NULL;
+    }
+    const char *current = self->copy[*self->active & 1];
+    int changed = memcmp(current + 16, w.buf, 8 * n) != 0;
+    if (changed) {
+        int other = (int)((*self->active & 1) ^ 1);
+        int64_t head[2] = {(int64_t)gen, 0};
+        memcpy(self->copy[other], head, 16);
+        memcpy(self->copy[other] + 16, w.buf, 8 * n);
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+        *self->active = other;
+    }
+    PyBuffer_Release(&w);
+    return PyBool_FromLong(changed);
+}
+
 static PyMethodDef StateCopies_methods[] = {
     {"read", (PyCFunction)StateCopies_read, METH_NOARGS,
      "read() -> (generation, intent, values): the current copy."},
@@ -492,6 +638,8 @@ static PyMethodDef StateCopies_methods[] = {
      "publish(generation, values): write the other copy (intent 0), then make it current."},
     {"generation", (PyCFunction)StateCopies_generation, METH_NOARGS, "generation(): the current copy's."},
     {"set_intent", (PyCFunction)StateCopies_set_intent, METH_O, "set_intent(n): the current copy's intent."},
+    {"commit", (PyCFunction)(void (*)(void))StateCopies_commit, METH_FASTCALL,
+     "commit(words, generation) -> bool: publish the scalars in words (as publish) if they changed."},
     {NULL, NULL, 0, NULL}};
 
 static PyTypeObject StateCopiesType = {
@@ -667,7 +815,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sync", NULL, -1, me
 PyMODINIT_FUNC
 PyInit__sync(void)
 {
-    if (PyType_Ready(&RobustMutexType) < 0 || PyType_Ready(&StateCopiesType) < 0)
+    if (PyType_Ready(&RobustMutexType) < 0 || PyType_Ready(&StateCopiesType) < 0 || PyType_Ready(&WordType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -681,6 +829,12 @@ PyInit__sync(void)
     Py_INCREF(&StateCopiesType);
     if (PyModule_AddObject(m, "StateCopies", (PyObject *)&StateCopiesType) < 0) {
         Py_DECREF(&StateCopiesType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&WordType);
+    if (PyModule_AddObject(m, "Word", (PyObject *)&WordType) < 0) {
+        Py_DECREF(&WordType);
         Py_DECREF(m);
         return NULL;
     }

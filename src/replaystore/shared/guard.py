@@ -5,10 +5,14 @@ method of the one Table implementation runs as before, inside a critical section
 processes. Entering it (outermost level) takes this process's thread lock, then the segment's
 mutex (:mod:`replaystore.shared.lock`: a robust process-shared mutex, or ``flock``); if the
 previous holder died inside it (the header's *busy* word still set) the table is recovered first
-(:mod:`replaystore.shared.recovery`); then the current state copy is loaded into the local
-Table object when another process has published since (``Table.load_state_scalars``). Leaving it
-publishes the Table's scalars when they changed (the copy not current, then the selector) and
-releases both locks. The busy word is set after the mutex is taken and cleared before it is
+(:mod:`replaystore.shared.recovery`). Where the Table's scalars live in the segment (mutex
+tables: :mod:`replaystore.shared.scalars`) nothing is loaded: when another process has published
+since, the Table's per-process structures catch up (``state_moved``); leaving commits the words
+to the state copy when they changed (``StateCopies.commit``: the copy not current, then the
+selector), which is what a recovery puts back. Elsewhere (``flock`` tables) each process holds a
+copy of the scalars: entering loads the current state copy when another process has published
+since (``Table.load_state_scalars``), leaving publishes the Table's scalars when they changed.
+Then both locks are released. The busy word is set after the mutex is taken and cleared before it is
 released, ordered against the section's writes (``set_word``): a sample that copies outside the
 lock reads it (:mod:`replaystore.shared.reads`).
 
@@ -56,9 +60,11 @@ _HOOK_VICTIMS = os.environ.get("REPLAYSTORE_SHM_TEST_HOOK", "").partition("pause
 class ProcessGuard:
     """A re-entrant lock and Condition over threads and processes for one Table (see the module doc)."""
 
-    def __init__(self, segment: Segment, table: "Table") -> None:
+    def __init__(self, segment: Segment, table: "Table", live: "np.ndarray | None" = None) -> None:
+        """``live``: the words the table's scalars live in (:mod:`.scalars`), or None: a copy per process."""
         self.segment = segment
         self.table = table
+        self._live = live
         self.names, codes = table.state_layout()  # every part's scalars (the placement's scalar hook)
         self._position = {name: i for i, name in enumerate(self.names)}
         #: the state copies in the header (:mod:`replaystore.shared.copies`)
@@ -93,7 +99,9 @@ class ProcessGuard:
         self._gen, self._values = 0, values
 
     def value(self, name: str) -> Any:
-        """A scalar of the state the local Table holds (the last one loaded or published)."""
+        """A scalar of the state the local Table holds (the last one loaded or published; live: now)."""
+        if self._live is not None:
+            return self.table.state_scalars()[self._position[name]]
         return self._values[self._position[name]]
 
     # -- enter / leave ------------------------------------------------------------------------------
@@ -109,10 +117,14 @@ class ProcessGuard:
                 self._recover()
             set_word(words, W_BUSY, seg.pid)  # (before this section's writes: see .reads)
             copies = self.copies
-            if copies.generation() != self._gen:  # another process published since: load its state
-                gen, _, values = copies.read()
-                self.table.load_state_scalars(values)
-                self._gen, self._values = gen, values
+            if copies.generation() != self._gen:  # another process published since
+                if self._live is None:  # load its state
+                    gen, _, values = copies.read()
+                    self.table.load_state_scalars(values)
+                    self._gen, self._values = gen, values
+                else:  # the scalars are current: let this process's own structures catch up
+                    self._gen = copies.generation()
+                    self.table.state_moved()
             if intent:
                 self.intent = intent
                 copies.set_intent(intent)
@@ -126,15 +138,24 @@ class ProcessGuard:
             return
         self._holding = False
         try:
-            values = self.table.state_scalars()
-            if values != self._values:
-                if _HOOK:
+            if self._live is not None:
+                self.table.before_publish()
+                if _HOOK and self.table.state_scalars() != self.copies.read()[2]:
                     _pause(_HOOK)
-                self._gen += 1
-                self.copies.publish(self._gen, values)
-                self._values = values
-            elif self.intent:
-                self.copies.set_intent(0)
+                if self.copies.commit(self._live, self._gen + 1):
+                    self._gen += 1
+                elif self.intent:
+                    self.copies.set_intent(0)
+            else:
+                values = self.table.state_scalars()
+                if values != self._values:
+                    if _HOOK:
+                        _pause(_HOOK)
+                    self._gen += 1
+                    self.copies.publish(self._gen, values)
+                    self._values = values
+                elif self.intent:
+                    self.copies.set_intent(0)
             self.intent = 0
             if self._noted:
                 self._noted = False
@@ -168,7 +189,11 @@ class ProcessGuard:
         victims = self._victims[1 : 1 + int(self._victims[0])].copy()
         self.recovering = True  # (parts that follow the published state wait for the repaired one)
         try:
+            if self._live is not None:  # the dead holder's half-made changes: back to the published state
+                self.table.load_state_scalars(values)
             fixed, dropped = reconcile(self.table, self.segment, self.names, values, intent, victims)
+            if self._live is not None:
+                self.table.load_state_scalars(fixed)
         finally:
             self.recovering = False
         self._victims[0] = 0

@@ -56,7 +56,9 @@ from .episodes import EpisodeSync, SharedEpisodeMethods
 from .guard import ProcessGuard
 from .lock import KIND_MUTEX, lock_kind
 from .reads import KeyCheckedReads
-from .segment import VICTIMS, W_LOCK_KIND, Segment, check_name, path_of
+from .scalars import REGION as SCALARS_REGION
+from .scalars import PlacedScalars
+from .segment import COPY_WORDS, VICTIMS, W_LOCK_KIND, Segment, check_name, path_of
 
 _SAMPLERS = (Uniform, Prioritized, Fifo, Lifo, MinHeap, MaxHeap, WithoutReplacement)
 _REMOVERS = (Fifo, Lifo, Uniform, MinHeap, MaxHeap)
@@ -177,8 +179,12 @@ class SharedTable(KeyCheckedReads, SharedEpisodeMethods, Table):
         self._segment = seg
         self.shared_name = seg.config["name"]
         self.storage.stage_rows = 1  # no staging: staged rows would hold keys other processes cannot see
-        self.setup_outside_reads(seg.words[W_LOCK_KIND] == KIND_MUTEX)
-        self._guard = ProcessGuard(seg, self)
+        mutex = seg.words[W_LOCK_KIND] == KIND_MUTEX
+        self.setup_outside_reads(mutex)
+        # (scalars in the segment need the compiled module: every process of a mutex table has it)
+        live = seg.view(SCALARS_REGION) if mutex else None
+        self._scalars = None if live is None else PlacedScalars(self.scalar_fields(), live, write=first)
+        self._guard = ProcessGuard(seg, self, live)
         if self._episync is not None:
             self._guard.on_recover = self._episync.recover
         if first:
@@ -267,24 +273,28 @@ class SharedTable(KeyCheckedReads, SharedEpisodeMethods, Table):
 
     def state_scalars(self) -> tuple:
         """As :meth:`Table.state_scalars`; the episode part first writes this critical section's changes."""
-        sync = self._episync
-        if sync is not None:
-            st = self._state
-            ring = (st.ring_lo, st.ring_hi, st.ring_base) if self._ring is not None else None
-            sync.push(ring, self._guard.generation)
+        self.before_publish()
         return Table.state_scalars(self)
 
-    def load_state_scalars(self, values: Any) -> None:
-        """As :meth:`Table.load_state_scalars`; then this process's episode index catches up.
+    def state_moved(self) -> None:
+        """As :meth:`Table.state_moved`; then this process's episode index catches up.
 
         (Not while this process repairs the table: it catches up with the repaired state.)
         """
-        Table.load_state_scalars(self, values)
+        Table.state_moved(self)
         sync = self._episync
         if sync is not None and not self._guard.recovering:
             st = self._state
             ring = (st.ring_lo, st.ring_hi, st.ring_base) if self._ring is not None else None
             sync.pull(ring, self._priority, self._meta[:, 0])
+
+    def before_publish(self) -> None:
+        """The episode part writes this critical section's changes (as :meth:`state_scalars` does)."""
+        sync = self._episync
+        if sync is not None:
+            st = self._state
+            ring = (st.ring_lo, st.ring_hi, st.ring_base) if self._ring is not None else None
+            sync.push(ring, self._guard.generation)
 
     # -- close ------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -297,6 +307,8 @@ class SharedTable(KeyCheckedReads, SharedEpisodeMethods, Table):
         with self._guard:
             super().close()
             self._segment.unregister(self._segment.pid)
+            if self._scalars is not None:  # (a snapshot: this handle's stats() and save() from now on)
+                self._scalars.unbind()
         self.guard_with(threading.Condition(threading.RLock()))
         self._segment.close(remove=self._unlink_on_close)
 
@@ -400,6 +412,7 @@ def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table
         if isinstance(table, SharedTable):
             table._make_parts(config)
         allocate(VICTIMS, (capacity + 1,), np.int64)  # (the guard's notes: ProcessGuard.note_victims)
+        allocate(SCALARS_REGION, (COPY_WORDS,), np.int64)  # (the scalars' words: .scalars)
     return table
 
 

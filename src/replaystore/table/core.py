@@ -159,7 +159,10 @@ class Table(
         # a placed table's out-of-ring key index and free-slot stack (allocated now: see _leave_ring)
         self._placed_index: KeyIndex | None = None
         self._placed_free: np.ndarray | None = None
-        if type(self.remover) is Fifo:
+        #: the remover is exactly Fifo (a ring is possible; evictions take the oldest items). Noted
+        #: once: a shared table's parts may change class (replaystore.shared.scalars), not kind.
+        self._fifo = type(self.remover) is Fifo
+        if self._fifo:
             st.ring_mode = 1
             self._ring = self._index = RingIndex(capacity, self._meta[:, 0], bounds=st)
             if self._placed:

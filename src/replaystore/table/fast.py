@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from ..rows import add_row, copy_rows, fill_meta
-from ..samplers import Fifo
 from ..staging import AddStager
 from ..storage import ColumnStorage, Storage
 from .args import NO_LIMIT
@@ -194,7 +193,7 @@ class FastPaths:
             isinstance(storage, ColumnStorage)
             and storage.spec
             and not storage.nested
-            and type(self.remover) is Fifo
+            and self._fifo
             and self._episodes is None
         ):
             rows = min(256, self.capacity, storage.stage_rows or 256)

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import CapacityError, EpisodeError, InvalidPriority, SpecError
-from ..samplers import Fifo
 from .args import NO_LIMIT, as_slice_if_contiguous, subset
 
 
@@ -62,7 +61,7 @@ class GeneralInsert:
                 f"table {self.name!r} has episode structure: write steps with add_step, extend_steps "
                 "or add_episode (they say which stream each step belongs to)"
             )
-        fifo = type(self.remover) is Fifo
+        fifo = self._fifo
         if n > self.capacity and not fifo:
             raise CapacityError(
                 f"a batch of {n} items does not fit a table of capacity {self.capacity} whose "

@@ -70,6 +70,16 @@ class PlacedState:
             self._scalar_io = _compile(self.scalar_parts())
         return self._scalar_io[0], self._scalar_io[1]
 
+    def scalar_fields(self) -> list[tuple[Any, str, str]]:
+        """Internal (replaystore.shared): ``(object, attribute, code)`` of each value of :meth:`state_scalars`.
+
+        In the same order; ``code`` as in :meth:`state_layout`. A shared table places these
+        attributes in its segment (:mod:`replaystore.shared.scalars`).
+        """
+        if self._scalar_io is None:
+            self.state_layout()
+        return list(self._scalar_io[4])
+
     def state_scalars(self) -> tuple:
         """Internal (replaystore.shared): the published state, named by :meth:`state_layout` (lock held)."""
         if self._scalar_io is None:
@@ -85,8 +95,19 @@ class PlacedState:
         if self._scalar_io is None:
             self.state_layout()
         self._scalar_io[3](values)
+        self.state_moved()
+
+    def state_moved(self) -> None:
+        """Internal (replaystore.shared): another process changed the published state (lock held).
+
+        When it took the table out of ring mode, this process switches to the out-of-ring
+        structures (already in the segment, already filled).
+        """
         if self._ring is not None and not self._state.ring_mode:
             self._leave_ring(fill=False)
+
+    def before_publish(self) -> None:
+        """Internal (replaystore.shared): the critical section ends; parts with state of their own write it out."""
 
 
 def _collect(prefix: str, obj: Any, out: list) -> None:
@@ -100,8 +121,10 @@ def _collect(prefix: str, obj: Any, out: list) -> None:
             _collect(f"{prefix}{sub}.", child, out)
 
 
-def _compile(parts: dict[str, Any]) -> tuple[tuple[str, ...], str, Any, Any]:
-    """``(names, codes, get, put)``: ``get()`` returns every scalar, ``put(values)`` sets them.
+def _compile(parts: dict[str, Any]) -> tuple[tuple[str, ...], str, Any, Any, tuple]:
+    """``(names, codes, get, put, fields)``: ``get()`` returns every scalar, ``put(values)`` sets them.
+
+    ``fields``: ``(object, attribute, code)`` of each, in order.
 
     Both are compiled once (as ``collections.namedtuple`` compiles its class): one tuple display
     and one tuple assignment over the attributes, several times cheaper than loops of
@@ -126,4 +149,5 @@ def _compile(parts: dict[str, Any]) -> tuple[tuple[str, ...], str, Any, Any]:
     namespace = {f"o{i}": o for i, o in enumerate(objects)}
     src = f"def get():\n    return ({', '.join(fields)},)\n\ndef put(v):\n    ({', '.join(fields)},) = v\n"
     exec(compile(src, "<replaystore scalars>", "exec"), namespace)  # noqa: S102 - generated from attribute names
-    return names, "".join(entry[2] for entry in out), namespace["get"], namespace["put"]
+    owners = tuple((obj, attr, code) for obj, attr, code, _ in out)
+    return names, "".join(entry[2] for entry in out), namespace["get"], namespace["put"], owners

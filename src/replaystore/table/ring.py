@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidArgument
-from ..samplers import Fifo, Uniform
+from ..samplers import Uniform
 
 
 class SlotBookkeeping:
@@ -52,7 +52,7 @@ class SlotBookkeeping:
         The caller has released the victims' payloads in the storage and written the new ones.
         """
         newest_gone = None
-        if type(self.remover) is Fifo:  # the victims were the oldest items
+        if self._fifo:  # the victims were the oldest items
             newest_gone = int(self._meta[victims[-1], 0])
         for sel in self._selectors:
             sel.replace(victims, keys, priorities)
@@ -68,7 +68,7 @@ class SlotBookkeeping:
         forced = self._forced_victims
         if forced is None:
             return self.remover.victims(n)
-        if len(forced) != n or (type(self.remover) is Fifo and not np.array_equal(forced, self.remover.victims(n))):
+        if len(forced) != n or (self._fifo and not np.array_equal(forced, self.remover.victims(n))):
             raise InvalidArgument(
                 f"evict_keys names {len(forced)} victims; this insert evicts {n} other items: "
                 "the recorded insert does not continue this table"
