@@ -262,3 +262,39 @@ def test_add_row_copies_one_item_and_its_metadata_or_nothing(impl):
     assert add_row(cols, (np.ones(2, np.float64), 7), 1, meta, 43, 9, 0.5) is False  # wrong dtype
     assert add_row(cols, (np.ones(2, np.float32), 7.5), 1, meta, 43, 9, 0.5) is False  # float into int
     assert all(np.array_equal(a, b) for a, b in zip(cols, before[0])) and np.array_equal(meta, before[1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    capacity=st.integers(1, 1000),
+    data=st.data(),
+)
+def test_ring_draw_compiled_and_python_agree_and_stay_in_the_live_run(capacity, data):
+    size = data.draw(st.integers(1, capacity))
+    start = data.draw(st.integers(0, capacity - 1))
+    u = np.array(data.draw(st.lists(st.floats(0.0, 1.0, exclude_max=True), min_size=0, max_size=50)))
+    u = np.append(u, np.nextafter(1.0, 0.0))  # the largest uniform: still the run's last slot
+    want = (start + np.minimum((u * size).astype(np.int64), size - 1)) % capacity
+    outs = []
+    for draw in {rows.ring_draw, rows._ring_draw_py}:
+        out = np.full(len(u), -1, np.int64)
+        draw(u, size, start, capacity, out)
+        outs.append(out)
+    for out in outs:
+        assert np.array_equal(out, want)
+    live = (start + np.arange(size)) % capacity
+    assert np.isin(outs[0], live).all()
+
+
+@pytest.mark.skipif(not rows.COMPILED, reason="compiled rows not built")
+def test_compiled_ring_draw_refuses_what_does_not_fit():
+    u, out = np.zeros(3), np.zeros(3, np.int64)
+    for bad in (
+        (u.astype(np.float32), 2, 0, 4, out),
+        (u, 2, 0, 4, np.zeros(2, np.int64)),
+        (u, 0, 0, 4, out),
+        (u, 5, 0, 4, out),
+        (u, 2, 4, 4, out),
+    ):
+        with pytest.raises(ValueError, match="ring_draw"):
+            rows.ring_draw(*bad)

@@ -258,6 +258,60 @@ fill_meta(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ring_draw(uniforms, size, start, capacity, out) -> None
+ *
+ * The slots of a ring's uniform draw: out[i] = (start + floor(uniforms[i] * size)) mod capacity,
+ * for uniforms in [0, 1), 0 < size <= capacity and 0 <= start < capacity (the live run starts at
+ * slot start and wraps). uniforms: C-contiguous float64; out: C-contiguous int64 as long. Raises
+ * ValueError for arrays or numbers that do not fit (checked before anything is written). One
+ * pass and no temporaries (NumPy takes three: the product, the cast, the wrap).
+ */
+static PyObject *
+ring_draw(PyObject *self, PyObject *args)
+{
+    PyObject *uniforms, *out;
+    Py_ssize_t size, start, capacity;
+    if (!PyArg_ParseTuple(args, "OnnnO", &uniforms, &size, &start, &capacity, &out))
+        return NULL;
+    Py_buffer u, o;
+    if (PyObject_GetBuffer(uniforms, &u, PyBUF_FORMAT | PyBUF_STRIDES) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(out, &o, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+        PyBuffer_Release(&u);
+        return NULL;
+    }
+    const char *err = NULL;
+    Py_ssize_t n = u.ndim == 1 ? u.shape[0] : -1;
+    if (n < 0 || u.itemsize != 8 || !is_c_contiguous(&u) || bare_format(u.format)[0] != 'd')
+        err = "ring_draw: uniforms must be a C-contiguous float64 vector";
+    else if (o.ndim != 1 || o.shape[0] != n || o.itemsize != 8 || !is_c_contiguous(&o)
+             || strchr("lq", bare_format(o.format)[0]) == NULL)
+        err = "ring_draw: out must be a C-contiguous int64 vector as long as uniforms";
+    else if (capacity <= 0 || size <= 0 || size > capacity || start < 0 || start >= capacity)
+        err = "ring_draw: needs 0 < size <= capacity and 0 <= start < capacity";
+    if (err == NULL) {
+        const double *uu = (const double *)u.buf;
+        int64_t *dst = (int64_t *)o.buf;
+        double scale = (double)size;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t k = (int64_t)(uu[i] * scale);
+            if (k >= size) /* (u < 1 always; clamps a caller's 1.0 and NaN-free rounding) */
+                k = size - 1;
+            if (k < 0)
+                k = 0;
+            k += start;
+            dst[i] = k >= capacity ? k - capacity : k;
+        }
+    }
+    PyBuffer_Release(&u);
+    PyBuffer_Release(&o);
+    if (err != NULL) {
+        PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* count_samples(meta, slots, out) -> None
  *
  * Adds one to times_sampled (column 1 of meta) of every slot (duplicates count twice), then
@@ -485,6 +539,8 @@ static PyMethodDef methods[] = {
      "copy_rows(columns, sources, start, n, batched) -> bool: copy matching rows, or write nothing."},
     {"fill_meta", fill_meta, METH_VARARGS,
      "fill_meta(meta, start, n, first_key, version, priority): metadata rows of new items."},
+    {"ring_draw", ring_draw, METH_VARARGS,
+     "ring_draw(uniforms, size, start, capacity, out): the slots of a ring's uniform draw."},
     {"count_samples", count_samples, METH_VARARGS,
      "count_samples(meta, slots, out): count a sample of slots and gather their metadata rows."},
     {"add_row", (PyCFunction)(void (*)(void))add_row, METH_FASTCALL,

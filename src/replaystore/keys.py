@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .placement import allocate, placing
+from .rows import ring_draw
 
 
 class KeyIndex:
@@ -239,19 +240,14 @@ class RingIndex:
     def sample(self, n: int, rng: np.random.Generator, uniforms: np.ndarray | None = None) -> np.ndarray:
         """``n`` live slots uniformly with replacement (``rng.random``, as ``DenseSet.sample``).
 
-        A full ring's slots are all live: the draw is the slot itself (no offset to add: a small
-        batch costs the draw and one cast). Otherwise slot ``start + floor(u * size)``, wrapped.
+        Slot ``start + floor(u * size)``, wrapped (``rows.ring_draw``: one compiled pass).
         ``uniforms``: the ``n`` numbers ``u``, drawn beforehand (``rng`` is then not used).
         """
-        size = self.hi - self.lo
-        slots = ((rng.random(n) if uniforms is None else uniforms) * size).astype(np.int64)
-        if size == self.capacity:
-            return slots
-        start = (self.lo - self.base) % self.capacity
-        if start:
-            slots += start
-            if start + size > self.capacity:
-                slots[slots >= self.capacity] -= self.capacity
+        bounds, cap = self.bounds, self.capacity
+        lo = bounds.ring_lo
+        slots = np.empty(n, dtype=np.int64)
+        u = rng.random(n) if uniforms is None else uniforms
+        ring_draw(u, bounds.ring_hi - lo, (lo - bounds.ring_base) % cap, cap, slots)
         return slots
 
     def assign(self, slots: np.ndarray, keys: np.ndarray) -> None:

@@ -1,6 +1,6 @@
 """Row copies of the small-call hot path: compiled when ``replaystore._rows`` is built, else NumPy.
 
-Three functions, one contract in both versions (the compiled one is ``_rows.c``):
+The functions below, one contract in both versions (the compiled one is ``_rows.c``):
 
 - ``copy_rows(columns, sources, start, n, batched) -> bool``: copy ``sources[i]`` into rows
   ``start .. start + n - 1`` of ``columns[i]`` when every source has exactly the column's dtype
@@ -13,6 +13,8 @@ Three functions, one contract in both versions (the compiled one is ``_rows.c``)
   a table's ``(capacity, 4)`` int64 metadata become ``(first_key + i, 0, version, priority bits)``.
 - ``add_row(columns, sources, start, meta, key, version, priority) -> bool``: ``copy_rows`` of
   one item and, if it copied, ``fill_meta`` of its row: one call per single add.
+- ``ring_draw(uniforms, size, start, capacity, out)``: ``out[i] = (start + floor(uniforms[i] *
+  size)) % capacity``: the slots of a ring's uniform draw (``RingIndex.sample``).
 - ``count_samples(meta, slots, out)``: add one to ``times_sampled`` of each slot (a repeated slot
   counts each time) and gather the slots' rows (with the new counts) into ``out``.
 
@@ -80,6 +82,14 @@ def _add_row_py(
     return True
 
 
+def _ring_draw_py(uniforms: np.ndarray, size: int, start: int, capacity: int, out: np.ndarray) -> None:
+    np.copyto(out, uniforms * size, casting="unsafe")
+    np.minimum(out, size - 1, out=out)
+    if start:
+        out += start
+        out[out >= capacity] -= capacity
+
+
 def _count_samples_py(meta: np.ndarray, slots: np.ndarray, out: np.ndarray) -> None:
     np.add.at(meta[:, 1], slots, 1)
     np.take(meta, slots, axis=0, out=out, mode="clip")  # slots are in range; "raise" would buffer out
@@ -104,12 +114,12 @@ def _gather_rows_py(
 try:
     if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
         raise ImportError("REPLAYSTORE_PURE_PYTHON is set")
-    from ._rows import add_row, copy_rows, count_samples, fill_meta, gather_rows
+    from ._rows import add_row, copy_rows, count_samples, fill_meta, gather_rows, ring_draw
 
     COMPILED = True
 except ImportError:  # not built (no compiler at install time), or refused: the same contract in NumPy
     copy_rows, fill_meta, count_samples, gather_rows = _copy_rows_py, _fill_meta_py, _count_samples_py, _gather_rows_py
-    add_row = _add_row_py
+    add_row, ring_draw = _add_row_py, _ring_draw_py
     COMPILED = False
 
-__all__ = ["COMPILED", "add_row", "copy_rows", "count_samples", "fill_meta", "gather_rows"]
+__all__ = ["COMPILED", "add_row", "copy_rows", "count_samples", "fill_meta", "gather_rows", "ring_draw"]
