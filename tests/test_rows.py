@@ -298,3 +298,37 @@ def test_compiled_ring_draw_refuses_what_does_not_fit():
     ):
         with pytest.raises(ValueError, match="ring_draw"):
             rows.ring_draw(*bad)
+
+
+@settings(max_examples=200, deadline=None)
+@given(capacity=st.integers(1, 64), data=st.data())
+def test_ring_lookup_and_last_occurrences_compiled_and_python_agree(capacity, data):
+    lo = data.draw(st.integers(-5, 10**6))
+    hi = lo + data.draw(st.integers(0, capacity))
+    base = data.draw(st.integers(lo - 3 * capacity, lo))
+    keys = np.array(data.draw(st.lists(st.integers(lo - 2 * capacity, hi + 2 * capacity), max_size=40)), np.int64)
+    live = (keys >= lo) & (keys < hi)
+    want = np.where(live, (keys - base) % capacity, -1)
+    slots = want[live]
+    last_want = np.array([i == max(j for j in range(len(slots)) if slots[j] == s) for i, s in enumerate(slots)], bool)
+    for lookup, last in {(rows.ring_lookup, rows.last_occurrences), (rows._ring_lookup_py, rows._last_occurrences_py)}:
+        out = np.empty(len(keys), np.int64)
+        lookup(keys, lo, hi, base, capacity, out)
+        assert np.array_equal(out, want)
+        scratch = np.full(capacity, -1, np.int64)
+        mask = np.empty(len(slots), bool)
+        assert last(slots, scratch, mask) == bool(last_want.all())
+        assert np.array_equal(mask, last_want) and (scratch == -1).all()
+
+
+@pytest.mark.skipif(not rows.COMPILED, reason="compiled rows not built")
+def test_compiled_lookup_kernels_refuse_what_does_not_fit():
+    keys, out = np.arange(3), np.zeros(3, np.int64)
+    for bad in ((keys.astype(np.int32), 0, 2, 0, 4, out), (keys, 0, 2, 0, 4, out[:2]), (keys, 3, 2, 0, 4, out)):
+        with pytest.raises(ValueError, match="ring_lookup"):
+            rows.ring_lookup(*bad)
+    scratch, mask = np.full(4, -1, np.int64), np.zeros(3, bool)
+    for bad in ((np.array([0, 4, 1]), scratch, mask), (keys, scratch, np.zeros(2, bool)), (keys, scratch[:2], mask)):
+        with pytest.raises(ValueError, match="last_occurrences"):
+            rows.last_occurrences(*bad)
+    assert (scratch == -1).all()

@@ -312,6 +312,119 @@ ring_draw(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ring_lookup(keys, lo, hi, base, capacity, out) -> None
+ *
+ * The slots of keys in a ring whose live keys are [lo, hi) and whose key `base` sits in slot 0:
+ * out[i] = (keys[i] - base) mod capacity for live keys, -1 for the others. keys and out are
+ * C-contiguous int64 vectors of one length; ValueError otherwise (nothing written).
+ */
+static PyObject *
+ring_lookup(PyObject *self, PyObject *args)
+{
+    PyObject *keys, *out;
+    long long lo, hi, base;
+    Py_ssize_t capacity;
+    if (!PyArg_ParseTuple(args, "OLLLnO", &keys, &lo, &hi, &base, &capacity, &out))
+        return NULL;
+    Py_buffer k, o;
+    if (PyObject_GetBuffer(keys, &k, PyBUF_FORMAT | PyBUF_STRIDES) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(out, &o, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+        PyBuffer_Release(&k);
+        return NULL;
+    }
+    const char *err = NULL;
+    Py_ssize_t n = k.ndim == 1 ? k.shape[0] : -1;
+    if (n < 0 || k.itemsize != 8 || !is_c_contiguous(&k) || strchr("lq", bare_format(k.format)[0]) == NULL
+        || o.ndim != 1 || o.shape[0] != n || o.itemsize != 8 || !is_c_contiguous(&o)
+        || strchr("lq", bare_format(o.format)[0]) == NULL)
+        err = "ring_lookup: keys and out must be C-contiguous int64 vectors of one length";
+    else if (capacity <= 0 || hi < lo || hi - lo > capacity)
+        err = "ring_lookup: needs capacity > 0 and lo <= hi <= lo + capacity";
+    if (err == NULL) {
+        const int64_t *kk = (const int64_t *)k.buf;
+        int64_t *dst = (int64_t *)o.buf;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t key = kk[i];
+            if (key >= lo && key < hi) {
+                int64_t s = (key - base) % capacity;
+                dst[i] = s < 0 ? s + capacity : s;
+            } else {
+                dst[i] = -1;
+            }
+        }
+    }
+    PyBuffer_Release(&k);
+    PyBuffer_Release(&o);
+    if (err != NULL) {
+        PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* last_occurrences(slots, scratch, mask) -> bool
+ *
+ * mask[i] = whether position i is the last one of its slot in slots; returns True when every
+ * slot is distinct (mask all True). scratch: a C-contiguous int64 vector of the table's capacity,
+ * all -1, which this leaves all -1 again. slots: C-contiguous int64 within scratch; mask: a
+ * C-contiguous bool vector as long. ValueError otherwise (nothing written). O(len(slots)).
+ */
+static PyObject *
+last_occurrences(PyObject *self, PyObject *args)
+{
+    PyObject *slots, *scratch, *mask;
+    if (!PyArg_ParseTuple(args, "OOO", &slots, &scratch, &mask))
+        return NULL;
+    Py_buffer s, c, m;
+    if (PyObject_GetBuffer(slots, &s, PyBUF_FORMAT | PyBUF_STRIDES) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(scratch, &c, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(mask, &m, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+        PyBuffer_Release(&s);
+        PyBuffer_Release(&c);
+        return NULL;
+    }
+    const char *err = NULL;
+    Py_ssize_t n = s.ndim == 1 ? s.shape[0] : -1;
+    Py_ssize_t cap = c.ndim == 1 ? c.shape[0] : -1;
+    if (n < 0 || s.itemsize != 8 || !is_c_contiguous(&s) || strchr("lq", bare_format(s.format)[0]) == NULL)
+        err = "last_occurrences: slots must be a C-contiguous int64 vector";
+    else if (cap < 0 || c.itemsize != 8 || !is_c_contiguous(&c) || strchr("lq", bare_format(c.format)[0]) == NULL)
+        err = "last_occurrences: scratch must be a C-contiguous int64 vector";
+    else if (m.ndim != 1 || m.shape[0] != n || m.itemsize != 1 || !is_c_contiguous(&m)
+             || bare_format(m.format)[0] != '?')
+        err = "last_occurrences: mask must be a C-contiguous bool vector as long as slots";
+    const int64_t *sl = (const int64_t *)s.buf;
+    for (Py_ssize_t i = 0; i < n && err == NULL; i++)
+        if (sl[i] < 0 || sl[i] >= cap)
+            err = "last_occurrences: a slot is out of range";
+    int distinct = 1;
+    if (err == NULL) {
+        int64_t *last = (int64_t *)c.buf;
+        char *mk = (char *)m.buf;
+        for (Py_ssize_t i = 0; i < n; i++)
+            last[sl[i]] = i;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            mk[i] = last[sl[i]] == i;
+            distinct &= mk[i];
+        }
+        for (Py_ssize_t i = 0; i < n; i++)
+            last[sl[i]] = -1;
+    }
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&c);
+    PyBuffer_Release(&m);
+    if (err != NULL) {
+        PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
+    }
+    return PyBool_FromLong(distinct);
+}
+
 /* count_samples(meta, slots, out) -> None
  *
  * Adds one to times_sampled (column 1 of meta) of every slot (duplicates count twice), then
@@ -541,6 +654,10 @@ static PyMethodDef methods[] = {
      "fill_meta(meta, start, n, first_key, version, priority): metadata rows of new items."},
     {"ring_draw", ring_draw, METH_VARARGS,
      "ring_draw(uniforms, size, start, capacity, out): the slots of a ring's uniform draw."},
+    {"ring_lookup", ring_lookup, METH_VARARGS,
+     "ring_lookup(keys, lo, hi, base, capacity, out): the ring slots of keys, -1 for keys not live."},
+    {"last_occurrences", last_occurrences, METH_VARARGS,
+     "last_occurrences(slots, scratch, mask) -> bool: mark each slot's last position; True if all distinct."},
     {"count_samples", count_samples, METH_VARARGS,
      "count_samples(meta, slots, out): count a sample of slots and gather their metadata rows."},
     {"add_row", (PyCFunction)(void (*)(void))add_row, METH_FASTCALL,

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .placement import allocate, placing
-from .rows import ring_draw
+from .rows import ring_draw, ring_lookup
 
 
 class KeyIndex:
@@ -271,9 +271,11 @@ class RingIndex:
 
     def lookup(self, keys: np.ndarray) -> np.ndarray:
         """The slot of each key, or ``-1`` for keys that are not live."""
-        keys = np.asarray(keys, dtype=np.int64)
-        live = (keys >= self.lo) & (keys < self.hi)
-        return np.where(live, (keys - self.base) % self.capacity, -1)
+        keys = np.ascontiguousarray(keys, dtype=np.int64)
+        bounds = self.bounds
+        out = np.empty(len(keys), dtype=np.int64)
+        ring_lookup(keys, bounds.ring_lo, bounds.ring_hi, bounds.ring_base, self.capacity, out)
+        return out
 
     def live_slots(self) -> np.ndarray:
         """All occupied slots, oldest first."""

@@ -15,6 +15,10 @@ The functions below, one contract in both versions (the compiled one is ``_rows.
   one item and, if it copied, ``fill_meta`` of its row: one call per single add.
 - ``ring_draw(uniforms, size, start, capacity, out)``: ``out[i] = (start + floor(uniforms[i] *
   size)) % capacity``: the slots of a ring's uniform draw (``RingIndex.sample``).
+- ``ring_lookup(keys, lo, hi, base, capacity, out)``: ``out[i]`` is the slot of ``keys[i]`` in a
+  ring whose live keys are ``[lo, hi)`` (key ``base`` in slot 0), ``-1`` for keys not live.
+- ``last_occurrences(slots, scratch, mask) -> bool``: ``mask[i]``: position ``i`` is the last of its
+  slot; ``True`` when all are distinct. ``scratch``: ``capacity`` int64, all ``-1`` (left so).
 - ``count_samples(meta, slots, out)``: add one to ``times_sampled`` of each slot (a repeated slot
   counts each time) and gather the slots' rows (with the new counts) into ``out``.
 
@@ -90,6 +94,19 @@ def _ring_draw_py(uniforms: np.ndarray, size: int, start: int, capacity: int, ou
         out[out >= capacity] -= capacity
 
 
+def _ring_lookup_py(keys: np.ndarray, lo: int, hi: int, base: int, capacity: int, out: np.ndarray) -> None:
+    np.copyto(out, np.where((keys >= lo) & (keys < hi), (keys - base) % capacity, -1))
+
+
+def _last_occurrences_py(slots: np.ndarray, scratch: np.ndarray, mask: np.ndarray) -> bool:
+    # np.maximum.at is unbuffered, so defined for repeated indices: each slot's last position
+    pos = np.arange(len(slots))
+    np.maximum.at(scratch, slots, pos)
+    np.equal(scratch[slots], pos, out=mask)
+    scratch[slots] = -1
+    return bool(mask.all())
+
+
 def _count_samples_py(meta: np.ndarray, slots: np.ndarray, out: np.ndarray) -> None:
     np.add.at(meta[:, 1], slots, 1)
     np.take(meta, slots, axis=0, out=out, mode="clip")  # slots are in range; "raise" would buffer out
@@ -114,12 +131,32 @@ def _gather_rows_py(
 try:
     if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
         raise ImportError("REPLAYSTORE_PURE_PYTHON is set")
-    from ._rows import add_row, copy_rows, count_samples, fill_meta, gather_rows, ring_draw
+    from ._rows import (
+        add_row,
+        copy_rows,
+        count_samples,
+        fill_meta,
+        gather_rows,
+        last_occurrences,
+        ring_draw,
+        ring_lookup,
+    )
 
     COMPILED = True
 except ImportError:  # not built (no compiler at install time), or refused: the same contract in NumPy
     copy_rows, fill_meta, count_samples, gather_rows = _copy_rows_py, _fill_meta_py, _count_samples_py, _gather_rows_py
-    add_row, ring_draw = _add_row_py, _ring_draw_py
+    add_row, ring_draw, ring_lookup = _add_row_py, _ring_draw_py, _ring_lookup_py
+    last_occurrences = _last_occurrences_py
     COMPILED = False
 
-__all__ = ["COMPILED", "add_row", "copy_rows", "count_samples", "fill_meta", "gather_rows", "ring_draw"]
+__all__ = [
+    "COMPILED",
+    "add_row",
+    "copy_rows",
+    "count_samples",
+    "fill_meta",
+    "gather_rows",
+    "last_occurrences",
+    "ring_draw",
+    "ring_lookup",
+]

@@ -9,6 +9,7 @@ A mixin of :class:`~replaystore.table.Table`: every method runs with the table's
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,9 @@ class GeneralInsert:
             p = np.full(n, float(p))
         if p.shape != (n,):
             raise InvalidPriority(f"expected {n} priorities, got shape {p.shape}")
+        # (fast path: a finite sum has no NaN or infinity in it; a sum that overflowed is checked below)
+        if n and math.isfinite(p.sum()) and (not self._requires_nonnegative or p.min() >= 0):
+            return p
         bad = ~np.isfinite(p)
         if bad.any():
             raise InvalidPriority(f"priorities must be finite: got {p[bad][:5].tolist()}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidArgument
+from ..rows import last_occurrences
 from ..samplers import Uniform
 
 
@@ -176,14 +177,10 @@ class SlotBookkeeping:
     def _last_occurrences(self, slots: np.ndarray) -> np.ndarray | None:
         """Mask of the last occurrence of each slot, or ``None`` when all are distinct.
 
-        ``np.maximum.at`` (unbuffered, so defined for repeated indices) writes each slot's last
-        position into a scratch array: O(n), no sort.
+        ``rows.last_occurrences`` writes each slot's last position into a scratch array: O(n), no sort.
         """
         if self._scratch is None:
             self._scratch = np.full(self.capacity, -1, dtype=np.int64)
-        scratch = self._scratch
-        pos = np.arange(len(slots))
-        np.maximum.at(scratch, slots, pos)
-        last = scratch[slots] == pos
-        scratch[slots] = -1
-        return None if last.all() else last
+        slots = np.ascontiguousarray(slots, dtype=np.int64)
+        last = np.empty(len(slots), dtype=bool)
+        return None if last_occurrences(slots, self._scratch, last) else last
