@@ -361,3 +361,26 @@ def test_a_learner_killed_while_it_copies_leaves_nothing_held(tmp_path):
         assert (s.data["frame"] == s.data["id"][:, None]).all()
     assert t.stats()["samples"] % 16 == 0  # whole samples only (32 and 16 rows each)
     t.close()
+
+
+def test_section_calls_refuse_bad_words_and_leave_the_mutex_free(tmp_path):
+    from replaystore.shared._sync import enter_section, leave_section
+
+    t = SharedTable.create("section", 8, SPEC, directory=tmp_path)
+    guard, words = t._guard, t._segment.words
+    mutex, copies = guard._mutex, guard.copies
+    with pytest.raises(ValueError, match="busy word"):
+        enter_section(mutex, 1.0, 10**9, copies, 0, 0)
+    gen = copies.generation()
+    assert enter_section(mutex, 1.0, W_BUSY, copies, gen, 3) == 0  # held, busy set, intent noted
+    assert words[W_BUSY] == os.getpid() and copies.read()[1] == 3
+    with pytest.raises(ValueError, match="busy word"):
+        leave_section(mutex, 10**9, copies, t._segment.view("shared.scalars"), gen, 3, None)
+    assert mutex.acquire(0.5)  # released all the same
+    mutex.release()
+    assert words[W_BUSY] == os.getpid()  # (it could not clear a word it was not shown)
+    words[W_BUSY] = 0
+    assert enter_section(mutex, 1.0, W_BUSY, copies, gen - 1, 0) == 2  # another generation: catch up
+    assert leave_section(mutex, W_BUSY, copies, t._segment.view("shared.scalars"), gen, 0, None) == gen
+    assert words[W_BUSY] == 0  # (nothing changed: nothing committed)
+    t.close()

@@ -654,6 +654,114 @@ static PyTypeObject StateCopiesType = {
     .tp_methods = StateCopies_methods,
 };
 
+/* -- a critical section's entry and exit, in one call each (mutex tables whose scalars live in
+ * the segment: replaystore.shared.guard) ------------------------------------------------------ */
+
+/* enter_section(mutex, timeout, busy_word, copies, generation, intent) -> int
+ *
+ * Take `mutex` (RobustMutex.acquire: spin, then sleep, at most `timeout` s; from a dead holder
+ * too). Returns -1 when the timeout passed (nothing held). 1 when the header's busy word (word
+ * `busy_word` of the mutex's buffer) is still set: the previous holder died inside; the mutex is
+ * held and nothing else was done (the caller repairs the table, then sets the busy word and the
+ * intent itself). Otherwise the busy word is set to this handle's pid (ordered before the
+ * section's writes: see set_word), the current state copy's intent to `intent` when nonzero, and
+ * the result is 2 when the copies' generation is not `generation` (another process committed
+ * since), else 0. */
+static PyObject *
+enter_section(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyObject_TypeCheck(args[0], &RobustMutexType)
+        || !PyObject_TypeCheck(args[3], &StateCopiesType)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "enter_section(mutex: RobustMutex, timeout, busy_word, copies: StateCopies, generation, intent)");
+        return NULL;
+    }
+    RobustMutex *m = (RobustMutex *)args[0];
+    StateCopies *c = (StateCopies *)args[3];
+    Py_ssize_t busy = PyLong_AsSsize_t(args[2]);
+    long long gen = PyLong_AsLongLong(args[4]), intent = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (busy < 0 || 8 * (busy + 1) > m->view.len) {
+        PyErr_SetString(PyExc_ValueError, "enter_section: the busy word is outside the mutex's buffer");
+        return NULL;
+    }
+    PyObject *taken = RobustMutex_acquire(m, args[1]);
+    if (taken == NULL)
+        return NULL;
+    int held = taken == Py_True;
+    Py_DECREF(taken);
+    if (!held)
+        return PyLong_FromLong(-1);
+    int64_t *word = (int64_t *)m->view.buf + busy;
+    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != 0)
+        return PyLong_FromLong(1);
+    __atomic_store_n(word, (int64_t)m->pid, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    volatile int64_t *current = (volatile int64_t *)c->copy[*c->active & 1];
+    if (intent)
+        current[1] = intent;
+    return PyLong_FromLong(current[0] != gen ? 2 : 0);
+}
+
+/* leave_section(mutex, busy_word, copies, words, generation, intent, victims) -> int: the generation now.
+ *
+ * Commit the scalars in `words` (StateCopies.commit, generation + 1) when they changed, else
+ * reset the current copy's intent when `intent` was set; then, when `victims` is not None, set
+ * its word 0 to 0 (the section's notes of slots it overwrote: void once committed); clear the
+ * busy word (ordered after the section's writes); release `mutex` (RobustMutex.release).
+ * Returns generation + 1 if it committed, else generation. The mutex is released even when an
+ * argument is refused. */
+static PyObject *
+leave_section(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7 || !PyObject_TypeCheck(args[0], &RobustMutexType)
+        || !PyObject_TypeCheck(args[2], &StateCopiesType)) {
+        PyErr_SetString(PyExc_TypeError, "leave_section(mutex: RobustMutex, busy_word, copies: StateCopies, "
+                                         "words, generation, intent, victims)");
+        return NULL;
+    }
+    RobustMutex *m = (RobustMutex *)args[0];
+    StateCopies *c = (StateCopies *)args[2];
+    Py_ssize_t busy = PyLong_AsSsize_t(args[1]);
+    long long gen = PyLong_AsLongLong(args[4]), intent = PyLong_AsLongLong(args[5]);
+    PyObject *result = NULL;
+    if (!PyErr_Occurred() && busy >= 0 && 8 * (busy + 1) <= m->view.len) {
+        PyObject *gen_obj = PyLong_FromLongLong(gen + 1);
+        PyObject *commit_args[2] = {args[3], gen_obj};
+        PyObject *changed = gen_obj == NULL ? NULL : StateCopies_commit(c, commit_args, 2);
+        Py_XDECREF(gen_obj);
+        if (changed != NULL) {
+            if (changed == Py_True)
+                gen += 1;
+            else if (intent)
+                ((volatile int64_t *)c->copy[*c->active & 1])[1] = 0;
+            Py_DECREF(changed);
+            result = PyLong_FromLongLong(gen);
+            if (args[6] != Py_None) {
+                Py_buffer v;
+                if (PyObject_GetBuffer(args[6], &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+                    Py_CLEAR(result);
+                } else {
+                    if (v.len >= 8)
+                        *(volatile int64_t *)v.buf = 0;
+                    PyBuffer_Release(&v);
+                }
+            }
+        }
+        __atomic_store_n((int64_t *)m->view.buf + busy, 0, __ATOMIC_RELEASE);
+    } else if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, "leave_section: the busy word is outside the mutex's buffer");
+    }
+    PyObject *released = RobustMutex_release(m, NULL);
+    if (released == NULL) {
+        Py_XDECREF(result);
+        return NULL;
+    }
+    Py_DECREF(released);
+    return result;
+}
+
 /* set_spin(ns) -> the previous budget: how long an acquire spins before it sleeps (0: never spins). */
 static PyObject *
 set_spin(PyObject *self, PyObject *arg)
@@ -795,6 +903,12 @@ keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyMethodDef methods[] = {
+    {"enter_section", (PyCFunction)(void (*)(void))enter_section, METH_FASTCALL,
+     "enter_section(mutex, timeout, busy_word, copies, generation, intent) -> int: take the mutex and "
+     "open a section (-1: timed out; 1: the holder died inside; 2: another process committed since; 0)."},
+    {"leave_section", (PyCFunction)(void (*)(void))leave_section, METH_FASTCALL,
+     "leave_section(mutex, busy_word, copies, words, generation, intent, victims) -> int: commit, clear "
+     "the notes and the busy word, release; the generation now."},
     {"set_word", (PyCFunction)(void (*)(void))set_word, METH_FASTCALL,
      "set_word(words, index, value): words[index] = value, after every earlier store and before every later one."},
     {"keys_settled", (PyCFunction)(void (*)(void))keys_settled, METH_FASTCALL,

@@ -41,8 +41,9 @@ if TYPE_CHECKING:
 try:
     if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
         raise ImportError("REPLAYSTORE_PURE_PYTHON is set")
-    from ._sync import set_word
-except ImportError:  # not built (a flock table): a plain store
+    from ._sync import enter_section, leave_section, set_word
+except ImportError:  # not built (a flock table): a plain store; no scalars in the segment
+    enter_section = leave_section = None
 
     def set_word(words: memoryview, index: int, value: int) -> None:
         """``words[index] = value`` (no barrier: only a table without outside reads runs this)."""
@@ -60,11 +61,18 @@ _HOOK_VICTIMS = os.environ.get("REPLAYSTORE_SHM_TEST_HOOK", "").partition("pause
 class ProcessGuard:
     """A re-entrant lock and Condition over threads and processes for one Table (see the module doc)."""
 
-    def __init__(self, segment: Segment, table: "Table", live: "np.ndarray | None" = None) -> None:
-        """``live``: the words the table's scalars live in (:mod:`.scalars`), or None: a copy per process."""
+    def __init__(
+        self, segment: Segment, table: "Table", live: "np.ndarray | None" = None, parts_publish: bool = True
+    ) -> None:
+        """``live``: the words the table's scalars live in (:mod:`.scalars`), or None: a copy per process.
+
+        ``parts_publish``: the table has parts that write their own state out when a section ends
+        (``Table.before_publish``: episodes); False skips that call.
+        """
         self.segment = segment
         self.table = table
         self._live = live
+        self._parts_publish = parts_publish
         self.names, codes = table.state_layout()  # every part's scalars (the placement's scalar hook)
         self._position = {name: i for i, name in enumerate(self.names)}
         #: the state copies in the header (:mod:`replaystore.shared.copies`)
@@ -106,6 +114,9 @@ class ProcessGuard:
 
     # -- enter / leave ------------------------------------------------------------------------------
     def _enter(self, intent: int) -> None:
+        if self._live is not None:
+            self._enter_live(intent)
+            return
         seg = self.segment
         if seg.closed:
             raise Closed(f"shared table {self.table.name!r} was closed in this process")
@@ -117,14 +128,10 @@ class ProcessGuard:
                 self._recover()
             set_word(words, W_BUSY, seg.pid)  # (before this section's writes: see .reads)
             copies = self.copies
-            if copies.generation() != self._gen:  # another process published since
-                if self._live is None:  # load its state
-                    gen, _, values = copies.read()
-                    self.table.load_state_scalars(values)
-                    self._gen, self._values = gen, values
-                else:  # the scalars are current: let this process's own structures catch up
-                    self._gen = copies.generation()
-                    self.table.state_moved()
+            if copies.generation() != self._gen:  # another process published since: load its state
+                gen, _, values = copies.read()
+                self.table.load_state_scalars(values)
+                self._gen, self._values = gen, values
             if intent:
                 self.intent = intent
                 copies.set_intent(intent)
@@ -133,29 +140,56 @@ class ProcessGuard:
             raise
         self._holding = True
 
+    def _enter_live(self, intent: int) -> None:
+        """``_enter`` where the scalars live in the segment: one compiled call opens the section."""
+        seg = self.segment
+        if seg.closed:
+            raise Closed(f"shared table {self.table.name!r} was closed in this process")
+        code = enter_section(self._mutex, seg.lock_timeout, W_BUSY, self.copies, self._gen, intent)
+        if code < 0:
+            raise seg.lock_timed_out()
+        if code:
+            try:
+                if code == 1:  # the previous holder died inside: repair, then open the section
+                    self._recover()
+                    set_word(seg.words, W_BUSY, seg.pid)
+                    if intent:
+                        self.copies.set_intent(intent)
+                if self.copies.generation() != self._gen:  # committed since: our structures catch up
+                    self._gen = self.copies.generation()
+                    self.table.state_moved()
+            except BaseException:
+                self._mutex.release()
+                raise
+        self.intent = intent
+        self._holding = True
+
     def _leave(self) -> None:
         if not self._holding:  # (a wait that could not re-enter: nothing to publish or release)
             return
         self._holding = False
-        try:
-            if self._live is not None:
-                self.table.before_publish()
+        if self._live is not None:
+            try:
+                if self._parts_publish:
+                    self.table.before_publish()
                 if _HOOK and self.table.state_scalars() != self.copies.read()[2]:
                     _pause(_HOOK)
-                if self.copies.commit(self._live, self._gen + 1):
-                    self._gen += 1
-                elif self.intent:
-                    self.copies.set_intent(0)
-            else:
-                values = self.table.state_scalars()
-                if values != self._values:
-                    if _HOOK:
-                        _pause(_HOOK)
-                    self._gen += 1
-                    self.copies.publish(self._gen, values)
-                    self._values = values
-                elif self.intent:
-                    self.copies.set_intent(0)
+            finally:  # (commits, clears the notes and the busy word, releases: one compiled call)
+                victims = self._victims if self._noted else None
+                self._noted = False
+                intent, self.intent = self.intent, 0
+                self._gen = leave_section(self._mutex, W_BUSY, self.copies, self._live, self._gen, intent, victims)
+            return
+        try:
+            values = self.table.state_scalars()
+            if values != self._values:
+                if _HOOK:
+                    _pause(_HOOK)
+                self._gen += 1
+                self.copies.publish(self._gen, values)
+                self._values = values
+            elif self.intent:
+                self.copies.set_intent(0)
             self.intent = 0
             if self._noted:
                 self._noted = False
@@ -218,7 +252,10 @@ class ProcessGuard:
             self._depth += 1
             return True
         try:
-            self._enter(0)
+            if self._live is not None:
+                self._enter_live(0)
+            else:
+                self._enter(0)
         except BaseException:
             self._tlock.release()
             raise
@@ -235,7 +272,10 @@ class ProcessGuard:
                 self.copies.set_intent(rows)
             return
         try:
-            self._enter(rows)
+            if self._live is not None:
+                self._enter_live(rows)
+            else:
+                self._enter(rows)
         except BaseException:
             self._tlock.release()
             raise

@@ -184,7 +184,7 @@ class SharedTable(KeyCheckedReads, SharedEpisodeMethods, Table):
         # (scalars in the segment need the compiled module: every process of a mutex table has it)
         live = seg.view(SCALARS_REGION) if mutex else None
         self._scalars = None if live is None else PlacedScalars(self.scalar_fields(), live, write=first)
-        self._guard = ProcessGuard(seg, self, live)
+        self._guard = ProcessGuard(seg, self, live, parts_publish=self._episync is not None)
         if self._episync is not None:
             self._guard.on_recover = self._episync.recover
         if first:
@@ -222,7 +222,7 @@ class SharedTable(KeyCheckedReads, SharedEpisodeMethods, Table):
             return Table.extend(self, data, priorities, version, timeout)  # raises Closed
         guard.acquire_insert(_batch_len(data, self.capacity))
         try:
-            return Table.extend(self, data, priorities, version, timeout)
+            return self._extend_locked(data, priorities, version, timeout)
         finally:
             guard.release()
 

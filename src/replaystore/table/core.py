@@ -369,16 +369,20 @@ class Table(
             Every error leaves the table (contents and ``stats()``) as it was.
         """
         with self._cond:
-            self._check_open()
-            self._flush_pending()
-            if priorities is None and version is None and self._plan is not False:
-                keys = self._extend_ring(data)
-                if keys is not None:
-                    return keys
-            prepared, n = self.storage.prepare(data, batched=True)
-            if n == 0:
-                return np.empty(0, dtype=np.int64)
-            return self._insert(prepared, n, priorities, version, timeout)
+            return self._extend_locked(data, priorities, version, timeout)
+
+    def _extend_locked(self, data: Any, priorities: Any, version: Any, timeout: float | None) -> np.ndarray:
+        """:meth:`extend` with the lock held."""
+        self._check_open()
+        self._flush_pending()
+        if priorities is None and version is None and self._plan is not False:
+            keys = self._extend_ring(data)
+            if keys is not None:
+                return keys
+        prepared, n = self.storage.prepare(data, batched=True)
+        if n == 0:
+            return np.empty(0, dtype=np.int64)
+        return self._insert(prepared, n, priorities, version, timeout)
 
     def add(
         self, item: Any, priority: float | None = None, version: int | None = None, timeout: float | None = None
