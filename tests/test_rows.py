@@ -332,3 +332,18 @@ def test_compiled_lookup_kernels_refuse_what_does_not_fit():
         with pytest.raises(ValueError, match="last_occurrences"):
             rows.last_occurrences(*bad)
     assert (scratch == -1).all()
+
+
+@pytest.mark.skipif(not rows.COMPILED, reason="compiled rows not built")
+def test_touch_draw_reads_the_rows_a_full_rings_draw_takes_and_writes_nothing():
+    meta = np.zeros((10, 4), np.int64)
+    meta[:, 0] = np.arange(100, 110)
+    before = meta.copy()
+    u = np.array([0.0, 0.05, 0.55, 0.999999])
+    out = np.empty(4, np.int64)
+    rows.ring_draw(u, 10, 0, 10, out)  # a full ring: slot floor(u * capacity)
+    assert out.tolist() == [0, 0, 5, 9]
+    assert rows.touch_draw(u, meta) == meta[out, 0].sum() and np.array_equal(meta, before)
+    for bad in ((u.astype(np.float32), meta), (u, meta[:, :3].copy()), (u, np.zeros((0, 4), np.int64))):
+        with pytest.raises(ValueError, match="touch_draw"):
+            rows.touch_draw(*bad)

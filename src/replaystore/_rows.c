@@ -425,6 +425,60 @@ last_occurrences(PyObject *self, PyObject *args)
     return PyBool_FromLong(distinct);
 }
 
+/* touch_draw(uniforms, meta) -> int
+ *
+ * Reads the metadata rows a full ring's uniform draw of `uniforms` will take (slot
+ * floor(u * capacity): ring_draw of a full ring), prefetching ahead, and returns the sum of their
+ * keys (so the loads are not optimised away). A sampler that drew its numbers before taking the
+ * table's lock calls it first: the misses are paid outside the lock, and the count under it finds
+ * the rows in the cache. Writes nothing; a stale guess costs only the loads. ValueError for arrays
+ * that do not fit (C-contiguous float64 uniforms in [0, 1); a (capacity, 4) int64 meta).
+ */
+static PyObject *
+touch_draw(PyObject *self, PyObject *args)
+{
+    PyObject *uniforms, *meta;
+    if (!PyArg_ParseTuple(args, "OO", &uniforms, &meta))
+        return NULL;
+    Py_buffer u, m;
+    if (PyObject_GetBuffer(uniforms, &u, PyBUF_FORMAT | PyBUF_STRIDES) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(meta, &m, PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+        PyBuffer_Release(&u);
+        return NULL;
+    }
+    const char *err = NULL;
+    Py_ssize_t n = u.ndim == 1 ? u.shape[0] : -1;
+    if (n < 0 || u.itemsize != 8 || !is_c_contiguous(&u) || bare_format(u.format)[0] != 'd')
+        err = "touch_draw: uniforms must be a C-contiguous float64 vector";
+    else if (m.ndim != 2 || m.shape[1] != 4 || m.itemsize != 8 || !is_c_contiguous(&m) || m.shape[0] < 1)
+        err = "touch_draw: meta must be a C-contiguous (capacity, 4) int64 array";
+    long long total = 0;
+    if (err == NULL) {
+        const double *uu = (const double *)u.buf;
+        const int64_t *rows = (const int64_t *)m.buf;
+        Py_ssize_t cap = m.shape[0];
+        double scale = (double)cap;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i + PREFETCH_AHEAD < n) {
+                Py_ssize_t a = (Py_ssize_t)(uu[i + PREFETCH_AHEAD] * scale);
+                if (a >= 0 && a < cap)
+                    __builtin_prefetch(rows + 4 * a);
+            }
+            Py_ssize_t k = (Py_ssize_t)(uu[i] * scale);
+            if (k >= 0 && k < cap)
+                total += rows[4 * k];
+        }
+    }
+    PyBuffer_Release(&u);
+    PyBuffer_Release(&m);
+    if (err != NULL) {
+        PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
+    }
+    return PyLong_FromLongLong(total);
+}
+
 /* count_samples(meta, slots, out) -> None
  *
  * Adds one to times_sampled (column 1 of meta) of every slot (duplicates count twice), then
@@ -658,6 +712,8 @@ static PyMethodDef methods[] = {
      "ring_lookup(keys, lo, hi, base, capacity, out): the ring slots of keys, -1 for keys not live."},
     {"last_occurrences", last_occurrences, METH_VARARGS,
      "last_occurrences(slots, scratch, mask) -> bool: mark each slot's last position; True if all distinct."},
+    {"touch_draw", touch_draw, METH_VARARGS,
+     "touch_draw(uniforms, meta) -> int: read the metadata rows a full ring's draw will take."},
     {"count_samples", count_samples, METH_VARARGS,
      "count_samples(meta, slots, out): count a sample of slots and gather their metadata rows."},
     {"add_row", (PyCFunction)(void (*)(void))add_row, METH_FASTCALL,

@@ -240,14 +240,17 @@ class RingIndex:
     def sample(self, n: int, rng: np.random.Generator, uniforms: np.ndarray | None = None) -> np.ndarray:
         """``n`` live slots uniformly with replacement (``rng.random``, as ``DenseSet.sample``).
 
-        Slot ``start + floor(u * size)``, wrapped (``rows.ring_draw``: one compiled pass).
+        Slot ``start + floor(u * size)``, wrapped (``rows.ring_draw``: one compiled pass); a full
+        ring's slots are all live, so there the slot is ``floor(u * capacity)``, whatever its start
+        (a caller that drew ``u`` before taking the lock knows the slots before the draw).
         ``uniforms``: the ``n`` numbers ``u``, drawn beforehand (``rng`` is then not used).
         """
         bounds, cap = self.bounds, self.capacity
         lo = bounds.ring_lo
+        size = bounds.ring_hi - lo
         slots = np.empty(n, dtype=np.int64)
         u = rng.random(n) if uniforms is None else uniforms
-        ring_draw(u, bounds.ring_hi - lo, (lo - bounds.ring_base) % cap, cap, slots)
+        ring_draw(u, size, 0 if size == cap else (lo - bounds.ring_base) % cap, cap, slots)
         return slots
 
     def assign(self, slots: np.ndarray, keys: np.ndarray) -> None:

@@ -15,6 +15,8 @@ The functions below, one contract in both versions (the compiled one is ``_rows.
   one item and, if it copied, ``fill_meta`` of its row: one call per single add.
 - ``ring_draw(uniforms, size, start, capacity, out)``: ``out[i] = (start + floor(uniforms[i] *
   size)) % capacity``: the slots of a ring's uniform draw (``RingIndex.sample``).
+- ``touch_draw(uniforms, meta) -> int``: read the metadata rows a full ring's uniform draw of
+  ``uniforms`` will take (a cache warm-up; the NumPy version does nothing).
 - ``ring_lookup(keys, lo, hi, base, capacity, out)``: ``out[i]`` is the slot of ``keys[i]`` in a
   ring whose live keys are ``[lo, hi)`` (key ``base`` in slot 0), ``-1`` for keys not live.
 - ``last_occurrences(slots, scratch, mask) -> bool``: ``mask[i]``: position ``i`` is the last of its
@@ -94,6 +96,10 @@ def _ring_draw_py(uniforms: np.ndarray, size: int, start: int, capacity: int, ou
         out[out >= capacity] -= capacity
 
 
+def _touch_draw_py(uniforms: np.ndarray, meta: np.ndarray) -> int:
+    return 0  # (a warm-up only: without the compiled loop it would cost more than it saves)
+
+
 def _ring_lookup_py(keys: np.ndarray, lo: int, hi: int, base: int, capacity: int, out: np.ndarray) -> None:
     np.copyto(out, np.where((keys >= lo) & (keys < hi), (keys - base) % capacity, -1))
 
@@ -140,13 +146,14 @@ try:
         last_occurrences,
         ring_draw,
         ring_lookup,
+        touch_draw,
     )
 
     COMPILED = True
 except ImportError:  # not built (no compiler at install time), or refused: the same contract in NumPy
     copy_rows, fill_meta, count_samples, gather_rows = _copy_rows_py, _fill_meta_py, _count_samples_py, _gather_rows_py
     add_row, ring_draw, ring_lookup = _add_row_py, _ring_draw_py, _ring_lookup_py
-    last_occurrences = _last_occurrences_py
+    last_occurrences, touch_draw = _last_occurrences_py, _touch_draw_py
     COMPILED = False
 
 __all__ = [
@@ -159,4 +166,5 @@ __all__ = [
     "last_occurrences",
     "ring_draw",
     "ring_lookup",
+    "touch_draw",
 ]

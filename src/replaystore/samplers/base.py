@@ -85,6 +85,14 @@ class Selector(ABC):
         by the caller (the same stream, so the same items for the same seed as drawing them here).
         """
 
+    def warm_up(self, uniforms: np.ndarray, meta: np.ndarray) -> None:
+        """Bring into the cache what ``sample(n, uniforms)`` will read; a hint (default: nothing).
+
+        Called without the table's lock by a caller that drew ``uniforms`` beforehand (a shared
+        table, so that the draw under the lock finds the table's ``(capacity, 4)`` metadata rows
+        in the cache). May read state that changes meanwhile; must not change anything.
+        """
+
     def replay_sample(self, slots: np.ndarray) -> None:
         """A recorded sample drew the tracked ``slots`` (replayed from a log).
 

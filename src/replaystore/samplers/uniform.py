@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..placement import placing
+from ..rows import touch_draw
 from .base import Selector
 from .dense import DenseSet
 
@@ -56,6 +57,12 @@ class Uniform(Selector):
         """The slots stay members: nothing changes."""
 
     takes_uniforms = True
+
+    def warm_up(self, uniforms: np.ndarray, meta: np.ndarray) -> None:
+        """A full ring's draw takes slot ``floor(u * capacity)``: read those metadata rows (see the base)."""
+        ring = self._ring
+        if ring is not None and ring.bounds.ring_hi - ring.bounds.ring_lo == self.capacity:
+            touch_draw(uniforms, meta)
 
     def sample(self, n: int, uniforms: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, None]:
         """``n`` slots uniformly with replacement; probability ``1/size`` each.

@@ -8,7 +8,9 @@ the counters), and the copy runs beside the writers. What makes that safe:
   (keys are never reused: an insert gives its items the next keys; a delete or an eviction sets -1).
   While a process holds the lock the segment's *busy word* is set (a fence after setting it, another
   before clearing it: :class:`~replaystore.shared.guard.ProcessGuard`).
-- **A sample** draws its random numbers first (``Selector.takes_uniforms``), then under the lock
+- **A sample** draws its random numbers first (``Selector.takes_uniforms``) and lets the sampler
+  read the metadata rows they will take (``Selector.warm_up``: a uniform full ring's slots are
+  known from the numbers alone), then under the lock
   ``Table._draw`` without the read (draw, count, limiter): its metadata rows hold the drawn keys.
   Lock released, it copies; then (``keys_settled``, compiled) a fence, and once the busy word is 0
   or the lock's acquisition counter has moved (it spins for that a little, as for the lock), every
@@ -91,6 +93,8 @@ class KeyCheckedReads:
             check_device(device)
         sampler = self.sampler
         uniforms = sampler.rng.random(n) if sampler.takes_uniforms else None  # (before the lock)
+        if uniforms is not None:  # (the rows the draw will count: their misses paid before the lock)
+            sampler.warm_up(uniforms, self._meta)
         with self._cond:
             slots, probabilities, weights, rows, _ = self._draw(n, timeout, read=False, uniforms=uniforms)
         data = self.storage.read(slots)
