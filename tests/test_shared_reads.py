@@ -14,7 +14,7 @@ import replaystore as rs
 from conftest import transitions
 from replaystore.shared import SharedTable, set_spin
 from replaystore.shared import reads as shared_reads
-from replaystore.shared.segment import W_ACQUIRED, W_BUSY
+from replaystore.shared.segment import W_ACQUIRED, W_BUSY, W_UNORDERED
 
 SPEC = {"obs": ((4,), np.float32), "action": ((), np.int64), "reward": ((), np.float32), "id": ((), np.int64)}
 WIDE = {"id": ((), np.int64), "frame": ((2048,), np.int64)}  # 16 KB rows: a copy long enough to tear
@@ -176,21 +176,28 @@ def test_keys_settled_refuses_buffers_that_do_not_fit():
     meta = np.zeros((8, 4), np.int64)
     rows = np.zeros((2, 4), np.int64)
     slots = np.array([1, 2])
-    settled = shared_reads.keys_settled
-    assert settled(words, W_BUSY, W_ACQUIRED, meta, slots, rows)
-    words[W_BUSY] = 7  # a critical section is open, and stays open past the spin
-    assert not settled(words, W_BUSY, W_ACQUIRED, meta, slots, rows)
-    words[W_BUSY] = 0
+    w = (W_BUSY, W_ACQUIRED, W_UNORDERED)
+
+    def settled(*args):
+        return shared_reads.keys_settled(*args[:1], *w, *args[1:])
+
+    assert settled(words, meta, slots, rows)
+    words[W_BUSY] = 7  # a critical section is open: it wrote keys first, nothing to wait for
+    assert settled(words, meta, slots, rows)
+    words[W_UNORDERED] = 1  # ... it writes rows before their keys, and stays open past the spin
+    assert not settled(words, meta, slots, rows)
+    words[W_BUSY] = words[W_UNORDERED] = 0
     meta[2, 0] = 5  # a key moved
-    assert not settled(words, W_BUSY, W_ACQUIRED, meta, slots, rows)
+    assert not settled(words, meta, slots, rows)
     for bad in (
-        (words, W_BUSY, W_ACQUIRED, meta, np.array([1, 8]), rows),  # a slot out of range
-        (words, 16, W_ACQUIRED, meta, slots, rows),  # no such word
-        (words, W_BUSY, W_ACQUIRED, meta, slots, np.zeros((3, 4), np.int64)),  # rows of another length
-        (words, W_BUSY, W_ACQUIRED, np.zeros((8, 3), np.int64), slots, rows),  # not 4 words a slot
+        (words, meta, np.array([1, 8]), rows),  # a slot out of range
+        (words, meta, slots, np.zeros((3, 4), np.int64)),  # rows of another length
+        (words, np.zeros((8, 3), np.int64), slots, rows),  # not 4 words a slot
     ):
         with pytest.raises(ValueError, match="keys_settled"):
             settled(*bad)
+    with pytest.raises(ValueError, match="keys_settled"):
+        shared_reads.keys_settled(words, 16, W_ACQUIRED, W_UNORDERED, meta, slots, rows)  # no such word
 
 
 def test_a_copy_that_ends_inside_a_short_section_waits_for_it_instead_of_the_lock(tmp_path):
@@ -202,9 +209,10 @@ def test_a_copy_that_ends_inside_a_short_section_waits_for_it_instead_of_the_loc
     calls = []
 
     def read_ending_in_a_section(slots):
-        if not calls:  # (as a writer's section would: busy set, cleared 2 ms later, nothing written)
+        if not calls:  # (as a general insert's section would: busy and unordered set, cleared 2 ms later)
             words[W_BUSY] = 12345
-            threading.Timer(0.002, words.__setitem__, (W_BUSY, 0)).start()
+            words[W_UNORDERED] = 1
+            threading.Timer(0.002, lambda: (words.__setitem__(W_UNORDERED, 0), words.__setitem__(W_BUSY, 0))).start()
         calls.append(len(slots))
         return read(slots)
 
@@ -238,29 +246,37 @@ def test_a_table_cleared_during_the_copy_waits_for_items_then_times_out(tmp_path
     t.close()
 
 
-def _write_wide(name, directory, writer, seconds, q):
+def _write_wide(name, directory, writer, seconds, q, general):
     t = SharedTable.attach(name, directory)
+    priorities = np.ones(4) if general else None  # (given priorities take the general insert path)
     stop, counter = time.time() + seconds, 0
     keys, ids = [], []
     row = np.empty((4, 2048), np.int64)
     while time.time() < stop:
         batch = (writer + 1) * 10**9 + np.arange(counter, counter + 4)
         row[:] = batch[:, None]
-        keys.append(t.extend({"id": batch, "frame": row}))
+        keys.append(t.extend({"id": batch, "frame": row}, priorities=priorities))
         ids.append(batch)
         counter += 4
     q.put((np.concatenate(keys), np.concatenate(ids)))
     t.close()
 
 
-def test_no_torn_or_foreign_row_while_writers_evict_under_the_copy(tmp_path):
-    """Two writers keep evicting from a tiny table of 16 KB rows while this process samples."""
+@pytest.mark.parametrize("general", [False, True], ids=["keys-first", "keys-after"])
+def test_no_torn_or_foreign_row_while_writers_evict_under_the_copy(tmp_path, general):
+    """Two writers keep evicting from a tiny table of 16 KB rows while this process samples.
+
+    ``keys-first``: the ring's fast path (new keys, then the rows); ``keys-after``: the general
+    insert (rows, then keys: its section is marked, and the sample waits for its end).
+    """
     t = SharedTable.create("wide", 64, WIDE, directory=tmp_path, seed=3)
     first = np.arange(64)
     t.extend({"id": first, "frame": np.repeat(first[:, None], 2048, axis=1)})
     ctx = mp.get_context("fork")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_write_wide, args=("wide", tmp_path, w, 1.5, q)) for w in range(2)]
+    procs = [
+        ctx.Process(target=_write_wide, args=("wide", tmp_path, w, 1.5, q, general), daemon=True) for w in range(2)
+    ]
     for p in procs:
         p.start()
     seen_keys, seen_ids = [], []
@@ -312,7 +328,7 @@ def test_without_spinning_a_waiter_sleeps_and_still_gets_the_lock(tmp_path):
         t = SharedTable.create("nospin", 64, SPEC, directory=tmp_path)
         ctx = mp.get_context("fork")
         q = ctx.Queue()
-        procs = [ctx.Process(target=_write_small, args=(t, w, q)) for w in range(2)]
+        procs = [ctx.Process(target=_write_small, args=(t, w, q), daemon=True) for w in range(2)]
         for p in procs:
             p.start()
         for _ in range(200):
@@ -374,13 +390,13 @@ def test_section_calls_refuse_bad_words_and_leave_the_mutex_free(tmp_path):
     gen = copies.generation()
     assert enter_section(mutex, 1.0, W_BUSY, copies, gen, 3) == 0  # held, busy set, intent noted
     assert words[W_BUSY] == os.getpid() and copies.read()[1] == 3
-    with pytest.raises(ValueError, match="busy word"):
-        leave_section(mutex, 10**9, copies, t._segment.view("shared.scalars"), gen, 3, None)
+    with pytest.raises(ValueError, match="busy or unordered word"):
+        leave_section(mutex, 10**9, W_UNORDERED, copies, t._segment.view("shared.scalars"), gen, 3, None)
     assert mutex.acquire(0.5)  # released all the same
     mutex.release()
     assert words[W_BUSY] == os.getpid()  # (it could not clear a word it was not shown)
     words[W_BUSY] = 0
     assert enter_section(mutex, 1.0, W_BUSY, copies, gen - 1, 0) == 2  # another generation: catch up
-    assert leave_section(mutex, W_BUSY, copies, t._segment.view("shared.scalars"), gen, 0, None) == gen
+    assert leave_section(mutex, W_BUSY, W_UNORDERED, copies, t._segment.view("shared.scalars"), gen, 0, None) == gen
     assert words[W_BUSY] == 0  # (nothing changed: nothing committed)
     t.close()

@@ -118,17 +118,21 @@ release_plans(FieldPlan *plans, Py_ssize_t k)
     }
 }
 
-/* copy_rows(columns, sources, start, n, batched) -> bool
+/* copy_rows(columns, sources, start, n, batched[, meta, first_key]) -> bool
  *
  * columns: tuple of C-contiguous writable arrays, each (capacity, *shape_i).
  * sources: tuple of the same length: arrays of exactly the column's dtype and shape (n, *shape_i)
  *   when batched, shape_i when not (then n must be 1); a Python scalar for a 0-d field of a single
  *   row. Rows [start, start + n) of each column receive them. Returns False, having written
  *   nothing, when any source does not match exactly (or is not C-contiguous) or the rows are out
- *   of range; True when every field was copied.
+ *   of range; True when every field was copied. With meta (a C-contiguous (capacity, 4) int64 array)
+ * the rows' keys (column 0) become first_key + i before any payload byte is written, ordered by a
+ * release fence (a sample copying outside a shared table's lock sees a moved key for any row it
+ * may have read torn: replaystore.shared.reads); nothing is written when the copy is refused.
  */
 static int
-copy_rows_impl(PyObject *columns, PyObject *sources, Py_ssize_t start, Py_ssize_t n, int batched)
+copy_rows_impl(PyObject *columns, PyObject *sources, Py_ssize_t start, Py_ssize_t n, int batched,
+               int64_t *meta, long long first_key)
 {
     if (!PyTuple_Check(columns) || !PyTuple_Check(sources))
         return 0;
@@ -192,6 +196,11 @@ copy_rows_impl(PyObject *columns, PyObject *sources, Py_ssize_t start, Py_ssize_
                     || write_py_scalar(p->scalar, bare_format(p->dst.format), p->dst.itemsize, scratch) < 0))
                 ok = 0;
         }
+        if (ok && meta != NULL) { /* the rows' new keys first, ordered before their payloads */
+            for (Py_ssize_t i = 0; i < n; i++)
+                __atomic_store_n(meta + 4 * (start + i), (int64_t)(first_key + i), __ATOMIC_RELAXED);
+            __atomic_thread_fence(__ATOMIC_RELEASE);
+        }
         for (Py_ssize_t i = 0; i < k && ok; i++) {
             FieldPlan *p = &plans[i];
             Py_ssize_t row = p->dst.shape[0] ? p->dst.len / p->dst.shape[0] : 0;
@@ -209,15 +218,28 @@ copy_rows_impl(PyObject *columns, PyObject *sources, Py_ssize_t start, Py_ssize_
 static PyObject *
 copy_rows(PyObject *self, PyObject *args)
 {
-    PyObject *columns, *sources;
+    PyObject *columns, *sources, *meta = NULL;
     Py_ssize_t start, n;
     int batched;
-    if (!PyArg_ParseTuple(args, "O!O!nnp", &PyTuple_Type, &columns, &PyTuple_Type, &sources, &start, &n,
-                          &batched))
+    long long first_key = 0;
+    if (!PyArg_ParseTuple(args, "O!O!nnp|OL", &PyTuple_Type, &columns, &PyTuple_Type, &sources, &start, &n,
+                          &batched, &meta, &first_key))
         return NULL;
-    if (copy_rows_impl(columns, sources, start, n, batched))
-        Py_RETURN_TRUE;
-    Py_RETURN_FALSE;
+    if (meta == NULL || meta == Py_None)
+        return PyBool_FromLong(copy_rows_impl(columns, sources, start, n, batched, NULL, 0));
+    Py_buffer b;
+    if (PyObject_GetBuffer(meta, &b, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0)
+        return NULL;
+    if (b.ndim != 2 || b.shape[1] != 4 || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0 || n < 0
+        || start + n > b.shape[0]) {
+        PyBuffer_Release(&b);
+        PyErr_SetString(PyExc_ValueError, "copy_rows: meta must be a C-contiguous (capacity, 4) int64 array "
+                                          "holding the rows");
+        return NULL;
+    }
+    int ok = copy_rows_impl(columns, sources, start, n, batched, (int64_t *)b.buf, first_key);
+    PyBuffer_Release(&b);
+    return PyBool_FromLong(ok);
 }
 
 /* fill_meta(meta, start, n, first_key, version, priority) -> None
@@ -681,8 +703,6 @@ add_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     double priority = PyFloat_AsDouble(args[6]);
     if (PyErr_Occurred())
         return NULL;
-    if (!copy_rows_impl(args[0], args[1], start, 1, 0))
-        Py_RETURN_FALSE;
     Py_buffer b;
     if (PyObject_GetBuffer(args[3], &b, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0)
         return NULL;
@@ -691,6 +711,10 @@ add_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyBuffer_Release(&b);
         PyErr_SetString(PyExc_ValueError, "add_row: meta must be a C-contiguous (capacity, 4) int64 array");
         return NULL;
+    }
+    if (!copy_rows_impl(args[0], args[1], start, 1, 0, (int64_t *)b.buf, key)) { /* (its key first) */
+        PyBuffer_Release(&b);
+        Py_RETURN_FALSE;
     }
     int64_t *row = (int64_t *)b.buf + 4 * start;
     row[0] = (int64_t)key;
@@ -703,7 +727,8 @@ add_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     {"copy_rows", copy_rows, METH_VARARGS,
-     "copy_rows(columns, sources, start, n, batched) -> bool: copy matching rows, or write nothing."},
+     "copy_rows(columns, sources, start, n, batched[, meta, first_key]) -> bool: copy matching rows (their "
+     "keys first), or write nothing."},
     {"fill_meta", fill_meta, METH_VARARGS,
      "fill_meta(meta, start, n, first_key, version, priority): metadata rows of new items."},
     {"ring_draw", ring_draw, METH_VARARGS,

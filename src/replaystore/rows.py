@@ -2,13 +2,15 @@
 
 The functions below, one contract in both versions (the compiled one is ``_rows.c``):
 
-- ``copy_rows(columns, sources, start, n, batched) -> bool``: copy ``sources[i]`` into rows
+- ``copy_rows(columns, sources, start, n, batched[, meta, first_key]) -> bool``: copy ``sources[i]`` into rows
   ``start .. start + n - 1`` of ``columns[i]`` when every source has exactly the column's dtype
   and row shape (``(n, *shape)`` when ``batched``, ``shape`` for one row, where a 0-d field may
   also be a Python bool, int or float that NumPy casts "same_kind"), and return ``True``;
   otherwise write nothing and return ``False`` (the caller's general path then raises the
   precise error). Columns are C-contiguous ``(capacity, *shape)`` arrays; sources that are not
-  C-contiguous are refused too (the general path copies them).
+  C-contiguous are refused too (the general path copies them). With ``meta`` (a table's metadata)
+  the rows' keys become ``first_key + i`` before any payload is written (a fence between, compiled:
+  ``replaystore.shared.reads`` relies on it).
 - ``fill_meta(meta, start, n, first_key, version, priority)``: rows ``start .. start + n - 1`` of
   a table's ``(capacity, 4)`` int64 metadata become ``(first_key + i, 0, version, priority bits)``.
 - ``add_row(columns, sources, start, meta, key, version, priority) -> bool``: ``copy_rows`` of
@@ -44,7 +46,15 @@ import numpy as np
 _PY_KINDS = {bool: "biufc", int: "iufc", float: "fc"}
 
 
-def _copy_rows_py(columns: tuple, sources: tuple, start: int, n: int, batched: bool) -> bool:
+def _copy_rows_py(
+    columns: tuple,
+    sources: tuple,
+    start: int,
+    n: int,
+    batched: bool,
+    meta: np.ndarray | None = None,
+    first_key: int = 0,
+) -> bool:
     if len(columns) != len(sources) or (not batched and n != 1):
         return False
     values = []
@@ -63,6 +73,8 @@ def _copy_rows_py(columns: tuple, sources: tuple, start: int, n: int, batched: b
                 return False
         else:
             return False
+    if meta is not None:  # (the keys first, as the compiled one: only the order of two writes)
+        meta[start : start + n, 0] = np.arange(first_key, first_key + n)
     for col, v in zip(columns, values):
         if batched:
             col[start : start + n] = v

@@ -704,31 +704,34 @@ enter_section(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromLong(current[0] != gen ? 2 : 0);
 }
 
-/* leave_section(mutex, busy_word, copies, words, generation, intent, victims) -> int: the generation now.
+/* leave_section(mutex, busy_word, unordered_word, copies, words, generation, intent, victims) -> int: the
+ * generation now.
  *
  * Commit the scalars in `words` (StateCopies.commit, generation + 1) when they changed, else
  * reset the current copy's intent when `intent` was set; then, when `victims` is not None, set
  * its word 0 to 0 (the section's notes of slots it overwrote: void once committed); clear the
- * busy word (ordered after the section's writes); release `mutex` (RobustMutex.release).
+ * unordered word, then the busy word (ordered after the section's writes); release `mutex`
+ * (RobustMutex.release).
  * Returns generation + 1 if it committed, else generation. The mutex is released even when an
  * argument is refused. */
 static PyObject *
 leave_section(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7 || !PyObject_TypeCheck(args[0], &RobustMutexType)
-        || !PyObject_TypeCheck(args[2], &StateCopiesType)) {
-        PyErr_SetString(PyExc_TypeError, "leave_section(mutex: RobustMutex, busy_word, copies: StateCopies, "
-                                         "words, generation, intent, victims)");
+    if (nargs != 8 || !PyObject_TypeCheck(args[0], &RobustMutexType)
+        || !PyObject_TypeCheck(args[3], &StateCopiesType)) {
+        PyErr_SetString(PyExc_TypeError, "leave_section(mutex: RobustMutex, busy_word, unordered_word, "
+                                         "copies: StateCopies, words, generation, intent, victims)");
         return NULL;
     }
     RobustMutex *m = (RobustMutex *)args[0];
-    StateCopies *c = (StateCopies *)args[2];
-    Py_ssize_t busy = PyLong_AsSsize_t(args[1]);
-    long long gen = PyLong_AsLongLong(args[4]), intent = PyLong_AsLongLong(args[5]);
+    StateCopies *c = (StateCopies *)args[3];
+    Py_ssize_t busy = PyLong_AsSsize_t(args[1]), unordered = PyLong_AsSsize_t(args[2]);
+    long long gen = PyLong_AsLongLong(args[5]), intent = PyLong_AsLongLong(args[6]);
     PyObject *result = NULL;
-    if (!PyErr_Occurred() && busy >= 0 && 8 * (busy + 1) <= m->view.len) {
+    if (!PyErr_Occurred() && busy >= 0 && 8 * (busy + 1) <= m->view.len && unordered >= 0
+        && 8 * (unordered + 1) <= m->view.len) {
         PyObject *gen_obj = PyLong_FromLongLong(gen + 1);
-        PyObject *commit_args[2] = {args[3], gen_obj};
+        PyObject *commit_args[2] = {args[4], gen_obj};
         PyObject *changed = gen_obj == NULL ? NULL : StateCopies_commit(c, commit_args, 2);
         Py_XDECREF(gen_obj);
         if (changed != NULL) {
@@ -738,9 +741,9 @@ leave_section(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 ((volatile int64_t *)c->copy[*c->active & 1])[1] = 0;
             Py_DECREF(changed);
             result = PyLong_FromLongLong(gen);
-            if (args[6] != Py_None) {
+            if (args[7] != Py_None) {
                 Py_buffer v;
-                if (PyObject_GetBuffer(args[6], &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+                if (PyObject_GetBuffer(args[7], &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
                     Py_CLEAR(result);
                 } else {
                     if (v.len >= 8)
@@ -749,9 +752,10 @@ leave_section(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 }
             }
         }
+        __atomic_store_n((int64_t *)m->view.buf + unordered, 0, __ATOMIC_RELEASE);
         __atomic_store_n((int64_t *)m->view.buf + busy, 0, __ATOMIC_RELEASE);
     } else if (!PyErr_Occurred()) {
-        PyErr_SetString(PyExc_ValueError, "leave_section: the busy word is outside the mutex's buffer");
+        PyErr_SetString(PyExc_ValueError, "leave_section: the busy or unordered word is outside the mutex's buffer");
     }
     PyObject *released = RobustMutex_release(m, NULL);
     if (released == NULL) {
@@ -816,50 +820,54 @@ set_word(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
-/* keys_settled(words, busy_word, acquired_word, meta, slots, rows) -> bool: may a copy made outside
- * the lock be kept?
+/* keys_settled(words, busy_word, acquired_word, unordered_word, meta, slots, rows) -> bool: may a copy
+ * made outside the lock be kept?
  *
  * A sample draws under the lock (rows: the drawn slots' metadata rows, key in column 0), releases
  * it and copies the payloads. Every payload write happens inside the lock, with the header's busy
  * word set (set_word) for the whole critical section, and gives each slot it writes a key no slot
- * ever had. So after the copy: a full fence; if a section is open (busy word set) it may be
- * writing rows the copy read: spin (the GIL released, at most this process's spin budget) until
- * it is over (the busy word clears, or the acquisition counter moves: another section began
- * after it). Every section that overlapped the copy is then over and its new keys are visible:
- * the copy is whole if each drawn slot still holds the key it was drawn with. Returns False when
- * a key moved or the section outlasted the spin: the caller finishes under the lock. Raises
- * ValueError for buffers that do not fit (int64 words holding both words, a (capacity, 4) int64
- * meta, slots within it, (len(slots), 4) rows). Thread-safe; writes nothing. */
+ * ever had: the ring's fast paths write the new keys first (copy_rows with meta: a release fence
+ * before the payload), the general insert writes them after its payloads and sets the header's
+ * unordered word first. So after the copy: a full fence; if no section is open (busy word 0), or
+ * the open one has written keys first only (unordered word 0), every write the copy may have seen
+ * has its new key visible now; if the open section writes rows before keys, spin (the GIL
+ * released, at most this process's spin budget) until it is over (the busy word clears, or the
+ * acquisition counter moves: another section began after it). Then the copy is whole if each
+ * drawn slot still holds the key it was drawn with. Returns False when a key moved or the
+ * section outlasted the spin: the caller finishes under the lock. Raises ValueError for buffers
+ * that do not fit (int64 words holding the three words, a (capacity, 4) int64 meta, slots within
+ * it, (len(slots), 4) rows). Thread-safe; writes nothing. */
 static PyObject *
 keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "keys_settled(words, busy_word, acquired_word, meta, slots, rows)");
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "keys_settled(words, busy_word, acquired_word, unordered_word, meta, slots, rows)");
         return NULL;
     }
-    Py_ssize_t busy = PyLong_AsSsize_t(args[1]), acq = PyLong_AsSsize_t(args[2]);
-    if ((busy == -1 || acq == -1) && PyErr_Occurred())
+    Py_ssize_t busy = PyLong_AsSsize_t(args[1]), acq = PyLong_AsSsize_t(args[2]), unord = PyLong_AsSsize_t(args[3]);
+    if ((busy == -1 || acq == -1 || unord == -1) && PyErr_Occurred())
         return NULL;
     Py_buffer w, m, s, r;
     if (PyObject_GetBuffer(args[0], &w, PyBUF_C_CONTIGUOUS) < 0)
         return NULL;
-    if (PyObject_GetBuffer(args[3], &m, PyBUF_C_CONTIGUOUS) < 0) {
+    if (PyObject_GetBuffer(args[4], &m, PyBUF_C_CONTIGUOUS) < 0) {
         PyBuffer_Release(&w);
         return NULL;
     }
-    if (PyObject_GetBuffer(args[4], &s, PyBUF_C_CONTIGUOUS) < 0) {
+    if (PyObject_GetBuffer(args[5], &s, PyBUF_C_CONTIGUOUS) < 0) {
         PyBuffer_Release(&m);
         PyBuffer_Release(&w);
         return NULL;
     }
-    if (PyObject_GetBuffer(args[5], &r, PyBUF_C_CONTIGUOUS) < 0) {
+    if (PyObject_GetBuffer(args[6], &r, PyBUF_C_CONTIGUOUS) < 0) {
         PyBuffer_Release(&s);
         PyBuffer_Release(&m);
         PyBuffer_Release(&w);
         return NULL;
     }
     Py_ssize_t cap = m.len / 32, n = s.len / 8, nwords = w.len / 8;
-    int ok = w.itemsize == 8 && busy >= 0 && busy < nwords && acq >= 0 && acq < nwords && m.itemsize == 8
+    int ok = w.itemsize == 8 && busy >= 0 && busy < nwords && acq >= 0 && acq < nwords && unord >= 0
+             && unord < nwords && m.itemsize == 8
              && m.ndim == 2 && m.shape[1] == 4 && s.itemsize == 8 && r.itemsize == 8 && r.ndim == 2
              && r.shape[1] == 4 && r.len == 32 * n;
     const int64_t *slots = (const int64_t *)s.buf;
@@ -870,8 +878,9 @@ keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (ok) {
         const int64_t *busy_w = (const int64_t *)w.buf + busy, *acq_w = (const int64_t *)w.buf + acq;
         __atomic_thread_fence(__ATOMIC_SEQ_CST); /* the copy's loads are done */
-        settled = __atomic_load_n(busy_w, __ATOMIC_ACQUIRE) == 0;
-        if (!settled && spin_ns > 0) { /* a section is open: wait a little for its end */
+        settled = __atomic_load_n(busy_w, __ATOMIC_ACQUIRE) == 0
+                  || __atomic_load_n((const int64_t *)w.buf + unord, __ATOMIC_ACQUIRE) == 0;
+        if (!settled && spin_ns > 0) { /* a section writing rows before keys is open: wait for its end */
             int64_t count = __atomic_load_n(acq_w, __ATOMIC_ACQUIRE);
             long long start = now_ns(CLOCK_MONOTONIC);
             Py_BEGIN_ALLOW_THREADS
@@ -907,12 +916,12 @@ static PyMethodDef methods[] = {
      "enter_section(mutex, timeout, busy_word, copies, generation, intent) -> int: take the mutex and "
      "open a section (-1: timed out; 1: the holder died inside; 2: another process committed since; 0)."},
     {"leave_section", (PyCFunction)(void (*)(void))leave_section, METH_FASTCALL,
-     "leave_section(mutex, busy_word, copies, words, generation, intent, victims) -> int: commit, clear "
+     "leave_section(mutex, busy_word, unordered_word, copies, words, generation, intent, victims) -> int: commit, clear "
      "the notes and the busy word, release; the generation now."},
     {"set_word", (PyCFunction)(void (*)(void))set_word, METH_FASTCALL,
      "set_word(words, index, value): words[index] = value, after every earlier store and before every later one."},
     {"keys_settled", (PyCFunction)(void (*)(void))keys_settled, METH_FASTCALL,
-     "keys_settled(words, busy_word, acquired_word, meta, slots, rows) -> bool: after a copy made "
+     "keys_settled(words, busy_word, acquired_word, unordered_word, meta, slots, rows) -> bool: after a copy made "
      "outside the lock, True once no critical section that overlapped it is open and every slot "
      "still holds its drawn key."},
     {"fence", fence, METH_NOARGS,

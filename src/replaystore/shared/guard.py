@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import Closed
 from .copies import state_copies
 from .recovery import reconcile
-from .segment import COPY0, COPY_WORDS, VICTIMS, W_ACTIVE, W_BUSY, W_RECOVERIES, Segment
+from .segment import COPY0, COPY_WORDS, VICTIMS, W_ACTIVE, W_BUSY, W_RECOVERIES, W_UNORDERED, Segment
 
 if TYPE_CHECKING:
     import numpy as np
@@ -178,7 +178,9 @@ class ProcessGuard:
                 victims = self._victims if self._noted else None
                 self._noted = False
                 intent, self.intent = self.intent, 0
-                self._gen = leave_section(self._mutex, W_BUSY, self.copies, self._live, self._gen, intent, victims)
+                self._gen = leave_section(
+                    self._mutex, W_BUSY, W_UNORDERED, self.copies, self._live, self._gen, intent, victims
+                )
             return
         try:
             values = self.table.state_scalars()
@@ -194,9 +196,18 @@ class ProcessGuard:
             if self._noted:
                 self._noted = False
                 self._victims[0] = 0
+            set_word(self.segment.words, W_UNORDERED, 0)
             set_word(self.segment.words, W_BUSY, 0)  # (after this section's writes: see .reads)
         finally:
             self._mutex.release()  # (yields the CPU once when another process waits for it)
+
+    def mark_unordered(self) -> None:
+        """Mark the open section as writing payload rows before their keys (mutex held; cleared on leaving).
+
+        A sample that copied outside the lock then waits for the section to end before it trusts
+        the keys (:mod:`.reads`); ordered before the writes that follow.
+        """
+        set_word(self.segment.words, W_UNORDERED, 1)
 
     def note_victims(self, slots: "np.ndarray") -> None:
         """Note the slots an insert will overwrite in place (mutex held), before it writes them.

@@ -4,20 +4,24 @@ Copying 256 rows is most of a ``sample(256)``; done under the table's cross-proc
 every writer wait for it. Here the lock covers only the draw (which slots, their metadata rows,
 the counters), and the copy runs beside the writers. What makes that safe:
 
-- **Writers** write payloads only inside the lock, and every slot a write touches gets a new key
-  (keys are never reused: an insert gives its items the next keys; a delete or an eviction sets -1).
-  While a process holds the lock the segment's *busy word* is set (a fence after setting it, another
-  before clearing it: :class:`~replaystore.shared.guard.ProcessGuard`).
+- **Writers** write payloads only inside the lock, and every slot a write touches gets a key no
+  slot had before (keys are never reused: an insert gives its items the next keys; a delete or an
+  eviction sets -1). The ring's fast paths write the new keys before the payloads (``copy_rows``
+  with ``meta``, a release fence between); the general insert writes them after, so it first marks
+  its section (the header's *unordered* word: ``Table._unordered_write``). While a process holds
+  the lock the segment's *busy word* is set (a fence after setting it, another before clearing it:
+  :class:`~replaystore.shared.guard.ProcessGuard`).
 - **A sample** draws its random numbers first (``Selector.takes_uniforms``) and lets the sampler
   read the metadata rows they will take (``Selector.warm_up``: a uniform full ring's slots are
   known from the numbers alone), then under the lock
   ``Table._draw`` without the read (draw, count, limiter): its metadata rows hold the drawn keys.
-  Lock released, it copies; then (``keys_settled``, compiled) a fence, and once the busy word is 0
-  or the lock's acquisition counter has moved (it spins for that a little, as for the lock), every
-  critical section that overlapped the copy is over and its new keys are visible: the copy is whole
-  when every drawn slot still holds its key. Otherwise (a slot's key moved, or a section outlasted
-  the spin) the sample is finished under the lock: the positions whose item is gone
-  are drawn again and counted (the sample is then what one taken just after that change would have
+  Lock released, it copies; then (``keys_settled``, compiled) a fence, and if no section is open,
+  or the open one wrote keys first only, every write the copy may have seen shows a moved key now;
+  if the open section writes rows before keys, it waits (spinning a little, as for the lock) until
+  that section is over. The copy is whole when every drawn slot still holds its key. Otherwise (a
+  slot's key moved, or an unordered section outlasted the spin) the sample is finished under the
+  lock: the positions whose item is gone are drawn again and counted (the sample is then what one
+  taken just after that change would have
   drawn there: probabilities and weights of that draw; the counters count ``n`` draws, as always).
 
 The check reads the metadata rows the draw has just brought into the cache (no array of its own).
@@ -44,7 +48,7 @@ from ..storage import ColumnStorage
 from ..table import Table
 from ..table.args import as_count
 from ..table.core import drawn_sample
-from .segment import W_ACQUIRED, W_BUSY
+from .segment import W_ACQUIRED, W_BUSY, W_UNORDERED
 
 try:
     if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
@@ -98,7 +102,7 @@ class KeyCheckedReads:
         with self._cond:
             slots, probabilities, weights, rows, _ = self._draw(n, timeout, read=False, uniforms=uniforms)
         data = self.storage.read(slots)
-        if not keys_settled(self._segment.words, W_BUSY, W_ACQUIRED, self._meta, slots, rows):
+        if not keys_settled(self._segment.words, W_BUSY, W_ACQUIRED, W_UNORDERED, self._meta, slots, rows):
             probabilities = np.array(probabilities, np.float64)  # (the draw's arrays may be views)
             weights = np.ones(n) if weights is None else np.array(weights, np.float64)
             self._finish_locked(slots, probabilities, weights, rows, data, timeout)

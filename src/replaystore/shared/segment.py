@@ -54,6 +54,8 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 # header words
 W_MAGIC, W_VERSION, W_HEADER, W_TOTAL, W_JSON_OFF, W_JSON_LEN, W_CREATOR, W_CREATED = range(8)
 W_BUSY, W_ACTIVE, W_RECOVERIES, W_WAITING, W_LOCK_KIND, W_ACQUIRED = 8, 9, 10, 11, 12, 13
+#: set while the open critical section writes payload rows before their keys (shared.reads)
+W_UNORDERED = 14
 COPY_WORDS = 120  # generation, intent, then the scalars (Table.state_layout)
 COPY0 = 16  # first word of state copy 0; copy 1 follows
 PIDS = COPY0 + 2 * COPY_WORDS  # the table of attached pids

@@ -185,6 +185,8 @@ class SharedTable(KeyCheckedReads, SharedEpisodeMethods, Table):
         live = seg.view(SCALARS_REGION) if mutex else None
         self._scalars = None if live is None else PlacedScalars(self.scalar_fields(), live, write=first)
         self._guard = ProcessGuard(seg, self, live, parts_publish=self._episync is not None)
+        if self.read_outside_lock():
+            self._unordered_write = self._guard.mark_unordered
         if self._episync is not None:
             self._guard.on_recover = self._episync.recover
         if first:

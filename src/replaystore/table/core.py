@@ -185,6 +185,10 @@ class Table(
         self._plan: tuple | None | bool = None
         self._read_counted = type(self.storage).read is ColumnStorage.read  # its read_counted is that read
         self._scratch: np.ndarray | None = None  # for last-wins deduplication
+        #: called (lock held) before the general insert writes payload rows whose keys it sets only
+        #: afterwards (the ring fast paths write the keys first); None here (a shared table marks
+        #: its section: samples copying outside its lock then wait for the section to end)
+        self._unordered_write: Any = None
         self._forced_victims: np.ndarray | None = None  # replay_insert's evict_keys, as slots
 
     # -- construction helpers -------------------------------------------------------------------

@@ -77,7 +77,7 @@ class FastPaths:
         limiter = self.rate_limiter
         if limiter.max_diff < NO_LIMIT and not limiter.can_insert(n):
             return None  # the general path waits (or raises) as the limiter says
-        if not copy_rows(plan[1], sources, start, n, True):
+        if not copy_rows(plan[1], sources, start, n, True, self._meta, first):  # (keys first)
             return None
         self._ring_commit(start, n, st.max_priority, st.version)
         return np.arange(first, first + n, dtype=np.int64)

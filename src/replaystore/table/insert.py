@@ -127,6 +127,8 @@ class GeneralInsert:
                 slots = self._ring.slots_for(int(stored_keys[0]), m)
             where = as_slice_if_contiguous(slots)
             self.storage.release(slots)
+            if self._unordered_write is not None:
+                self._unordered_write()
             self.storage.write(where, prepared)
             self._replace_slots(slots, stored_keys, prio)
         else:
@@ -135,6 +137,8 @@ class GeneralInsert:
                 st.evictions += overflow
             slots = self._take_free(m, int(stored_keys[0]))
             where = as_slice_if_contiguous(slots)
+            if self._unordered_write is not None:
+                self._unordered_write()
             try:
                 self.storage.write(where, prepared)  # may adopt the spec, or raise (DiskFull)
             except BaseException:
