@@ -34,6 +34,8 @@ def _worker(conn):
             if table is not None:
                 table.close()
             table = SharedTable.attach(msg[1], directory=msg[2], seed=7) if msg[0] == "attach" else None
+            if table is not None and len(msg) > 3:
+                table.COPY_OUTSIDE_BYTES = msg[3]
             conn.send(("ok", None))
             continue
         _, method, args = msg
@@ -62,6 +64,7 @@ class TwoProcesses(RuleBasedStateMachine):
     directory = None
     remover = "Fifo"
     max_times_sampled = 0
+    copy_outside_bytes = SharedTable.COPY_OUTSIDE_BYTES
 
     @initialize()
     def start(self):
@@ -76,7 +79,8 @@ class TwoProcesses(RuleBasedStateMachine):
             directory=self.directory,
             seed=3,
         )
-        self.conn.send(("attach", self.name, self.directory))
+        self.table.COPY_OUTSIDE_BYTES = self.copy_outside_bytes
+        self.conn.send(("attach", self.name, self.directory, self.copy_outside_bytes))
         assert self.conn.recv() == ("ok", None)
         self.items = {}  # key -> [id, priority, times_sampled]
         self.next_key = 0
@@ -202,8 +206,13 @@ class TwoProcessesMinHeap(TwoProcesses):
     remover = "MinHeap"  # (its order lives in the segment: a tournament tree)
 
 
+class TwoProcessesReserving(TwoProcesses):
+    copy_outside_bytes = 0  # (every batch the ring's fast path takes reserves its slots, copies, commits)
+
+
 @pytest.mark.parametrize(
-    ("machine", "examples"), [(TwoProcesses, 25), (TwoProcessesLifo, 20), (TwoProcessesMinHeap, 15)]
+    ("machine", "examples"),
+    [(TwoProcesses, 25), (TwoProcessesLifo, 20), (TwoProcessesMinHeap, 15), (TwoProcessesReserving, 20)],
 )
 def test_two_processes_against_a_model(worker, tmp_path, machine, examples):
     machine = type(machine.__name__, (machine,), {"conn": worker, "directory": str(tmp_path)})

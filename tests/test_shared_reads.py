@@ -246,9 +246,11 @@ def test_a_table_cleared_during_the_copy_waits_for_items_then_times_out(tmp_path
     t.close()
 
 
-def _write_wide(name, directory, writer, seconds, q, general):
+def _write_wide(name, directory, writer, seconds, q, path):
     t = SharedTable.attach(name, directory)
-    priorities = np.ones(4) if general else None  # (given priorities take the general insert path)
+    priorities = np.ones(4) if path == "keys-after" else None  # (given priorities take the general insert path)
+    # a batch of 64 KB: copied without the lock into reserved slots, or (keys-first) under it
+    t.COPY_OUTSIDE_BYTES = 0 if path == "reserved" else 1 << 30
     stop, counter = time.time() + seconds, 0
     keys, ids = [], []
     row = np.empty((4, 2048), np.int64)
@@ -262,21 +264,21 @@ def _write_wide(name, directory, writer, seconds, q, general):
     t.close()
 
 
-@pytest.mark.parametrize("general", [False, True], ids=["keys-first", "keys-after"])
-def test_no_torn_or_foreign_row_while_writers_evict_under_the_copy(tmp_path, general):
+@pytest.mark.parametrize("path", ["keys-first", "keys-after", "reserved"])
+def test_no_torn_or_foreign_row_while_writers_evict_under_the_copy(tmp_path, path):
     """Two writers keep evicting from a tiny table of 16 KB rows while this process samples.
 
     ``keys-first``: the ring's fast path (new keys, then the rows); ``keys-after``: the general
-    insert (rows, then keys: its section is marked, and the sample waits for its end).
+    insert (rows, then keys: its section is marked, and the sample waits for its end);
+    ``reserved``: the ring's fast path with the rows copied outside the lock (the evicted keys
+    leave first, the new ones come after the copy).
     """
     t = SharedTable.create("wide", 64, WIDE, directory=tmp_path, seed=3)
     first = np.arange(64)
     t.extend({"id": first, "frame": np.repeat(first[:, None], 2048, axis=1)})
     ctx = mp.get_context("fork")
     q = ctx.Queue()
-    procs = [
-        ctx.Process(target=_write_wide, args=("wide", tmp_path, w, 1.5, q, general), daemon=True) for w in range(2)
-    ]
+    procs = [ctx.Process(target=_write_wide, args=("wide", tmp_path, w, 1.5, q, path), daemon=True) for w in range(2)]
     for p in procs:
         p.start()
     seen_keys, seen_ids = [], []

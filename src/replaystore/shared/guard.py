@@ -317,9 +317,17 @@ class ProcessGuard:
     def wait(self, timeout: float | None = None) -> bool:
         """Publish, release every level, sleep a little (at most ``timeout``), re-enter. Returns True.
 
-        Raises ``Closed`` (or ``Timeout`` for the mutex) if it cannot re-enter; the caller's levels
-        are then still counted, and leaving them releases nothing more.
+        The sleeps double from 50 µs to 2 ms while a wait goes on. Raises ``Closed`` (or
+        ``Timeout`` for the mutex) if it cannot re-enter; the caller's levels are then still
+        counted, and leaving them releases nothing more.
         """
+        delay = self._delay if timeout is None else max(0.0, min(self._delay, timeout))
+        self._delay = min(self._delay * 2, 2e-3)
+        self.pause(delay)
+        return True
+
+    def pause(self, seconds: float) -> None:
+        """Publish, release every level, sleep ``seconds``, re-enter (as :meth:`wait`, without its back-off)."""
         depth, intent = self._depth, self.intent
         self._depth = 0
         try:
@@ -327,14 +335,11 @@ class ProcessGuard:
         finally:
             for _ in range(depth):
                 self._tlock.release()
-        delay = self._delay if timeout is None else max(0.0, min(self._delay, timeout))
-        time.sleep(delay)
-        self._delay = min(self._delay * 2, 2e-3)
+        time.sleep(seconds)
         for _ in range(depth):
             self._tlock.acquire()
         self._depth = depth
         self._enter(intent)
-        return True
 
     def notify_all(self) -> None:
         """Nothing: waiters in every process poll."""

@@ -62,6 +62,9 @@ class KeyCheckedReads:
     """The ``sample`` of a :class:`~replaystore.shared.SharedTable` (a mixin; see the module doc)."""
 
     _reads_outside: bool = False
+    #: how many times a sample draws again the positions whose items were written during its copy
+    #: (each round copies outside the lock; the last one under it)
+    REDRAW_ROUNDS = 3
 
     def read_outside_lock(self) -> bool:
         """Whether :meth:`sample` copies rows outside the lock here (set up by :meth:`setup_outside_reads`)."""
@@ -117,28 +120,41 @@ class KeyCheckedReads:
         data: Any,
         timeout: float | None,
     ) -> None:
-        """Finish a sample whose copy the keys could not vouch for, locked (no write is in progress).
+        """Finish a sample whose copy the keys could not vouch for; everything is changed in place.
 
-        The positions whose slot no longer holds the drawn key are drawn again (counted, and read);
-        the others were not written since the draw. Everything is changed in place.
+        Under the lock (no write in progress), the positions whose slot no longer holds the drawn key
+        are drawn again (counted); the others were not written since the draw. The new draws are
+        copied outside the lock and checked as the first copy was, up to :attr:`REDRAW_ROUNDS`
+        times; the last round copies under the lock.
         """
-        with self._cond:
-            st = self._state
-            if st.closed:
-                self._check_open()
-            gone = np.flatnonzero(self._meta[slots, 0] != rows[:, 0])
-            if len(gone) == 0:
+        todo = None  # (positions still to check: None, all of them)
+        st = self._state
+        for final in (False,) * (self.REDRAW_ROUNDS - 1) + (True,):
+            with self._cond:
+                if st.closed:
+                    self._check_open()
+                mine = slots if todo is None else slots[todo]
+                moved = np.flatnonzero(self._meta[mine, 0] != (rows[:, 0] if todo is None else rows[todo, 0]))
+                gone = moved if todo is None else todo[moved]
+                if len(gone) == 0:
+                    return
+                if st.size == 0:  # (cleared during the copy: the draws were admitted, wait for items)
+                    self._wait(lambda: st.size > 0, timeout, f"sample of {len(gone)}", "sample_blocked_s")
+                again, p, w = self.sampler.sample(len(gone))
+                again = np.ascontiguousarray(again, dtype=np.int64)
+                slots[gone] = again
+                probabilities[gone] = p
+                weights[gone] = 1.0 if w is None else w
+                meta = np.empty((len(gone), 4), dtype=np.int64)
+                count_samples(self._meta, again, meta)
+                rows[gone] = meta
+                if final:
+                    _put(data, self.storage.read(again), gone)
+                    return
+            _put(data, self.storage.read(again), gone)  # (outside the lock, checked as the first copy)
+            if keys_settled(self._segment.words, W_BUSY, W_ACQUIRED, W_UNORDERED, self._meta, again, meta):
                 return
-            if st.size == 0:  # (cleared during the copy: the draws were admitted, wait for items)
-                self._wait(lambda: st.size > 0, timeout, f"sample of {len(gone)}", "sample_blocked_s")
-            again, p, w = self.sampler.sample(len(gone))
-            slots[gone] = again
-            probabilities[gone] = p
-            weights[gone] = 1.0 if w is None else w
-            meta = np.empty((len(gone), 4), dtype=np.int64)
-            count_samples(self._meta, np.ascontiguousarray(again, dtype=np.int64), meta)
-            rows[gone] = meta
-            _put(data, self.storage.read(slots[gone]), gone)
+            todo = gone
 
 
 def _put(dst: Any, src: Any, where: np.ndarray) -> None:

@@ -46,7 +46,7 @@ _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # (Linux 5.14+;
 MAGIC = int.from_bytes(b"RSSHMTB1", "little")
 # 2: state copies of 120 words (every part's scalars), out-of-ring regions; 3: the lock kind word;
 # 4: slot stamps (samples copy outside the lock); 5: no stamps (the keys tell: replaystore.shared.reads)
-LAYOUT_VERSION = 5
+LAYOUT_VERSION = 6
 PAGE = 4096
 PREFIX = "replaystore-"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
@@ -56,6 +56,8 @@ W_MAGIC, W_VERSION, W_HEADER, W_TOTAL, W_JSON_OFF, W_JSON_LEN, W_CREATOR, W_CREA
 W_BUSY, W_ACTIVE, W_RECOVERIES, W_WAITING, W_LOCK_KIND, W_ACQUIRED = 8, 9, 10, 11, 12, 13
 #: set while the open critical section writes payload rows before their keys (shared.reads)
 W_UNORDERED = 14
+#: the pid of the process copying a batch into ring slots it reserved, or 0 (shared.table: inserts wait)
+W_RESERVED = 15
 COPY_WORDS = 120  # generation, intent, then the scalars (Table.state_layout)
 COPY0 = 16  # first word of state copy 0; copy 1 follows
 PIDS = COPY0 + 2 * COPY_WORDS  # the table of attached pids
@@ -393,13 +395,23 @@ def _exists(path: Path) -> SharedTableExists:
 
 
 def _alive(pid: int) -> bool:
+    return alive(pid)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, killed but not yet reaped by its parent, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return True  # (no /proc here: the signal said it exists)
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
 
 
 def _read_config(mm: mmap.mmap, path: Path, size: int) -> dict:

@@ -56,6 +56,7 @@ from .episodes import EpisodeSync, SharedEpisodeMethods
 from .guard import ProcessGuard
 from .lock import KIND_MUTEX, lock_kind
 from .reads import KeyCheckedReads
+from .reserve import ReservedInserts
 from .scalars import REGION as SCALARS_REGION
 from .scalars import PlacedScalars
 from .segment import COPY_WORDS, VICTIMS, W_LOCK_KIND, Segment, check_name, path_of
@@ -65,7 +66,7 @@ _REMOVERS = (Fifo, Lifo, Uniform, MinHeap, MaxHeap)
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # open tables of this process (re-opened after a fork)
 
 
-class SharedTable(KeyCheckedReads, SharedEpisodeMethods, Table):
+class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table):
     """A Table in shared memory; build it with :meth:`create` or :meth:`attach`, never directly.
 
     Every method of :class:`~replaystore.Table` works and keeps its contract, across processes
@@ -196,6 +197,7 @@ class SharedTable(KeyCheckedReads, SharedEpisodeMethods, Table):
             seg.register(seg.pid)
         self._unlink_on_close = True
         self._batched_adds = type(self.sampler) is Prioritized
+        self.setup_reservations(self._episync is None)
         _LIVE.add(self)
 
     # -- identity, pickling -------------------------------------------------------------------------
@@ -215,19 +217,6 @@ class SharedTable(KeyCheckedReads, SharedEpisodeMethods, Table):
             return int(self._guard.value("size"))
 
     # -- inserts: note how many rows they may write (recovery after a crash) ----------------------
-    def extend(
-        self, data: Any, priorities: Any = None, version: Any = None, timeout: float | None = None
-    ) -> np.ndarray:
-        """As :meth:`Table.extend`; the batch is published to other processes all at once."""
-        guard = self._guard
-        if self._segment.closed:
-            return Table.extend(self, data, priorities, version, timeout)  # raises Closed
-        guard.acquire_insert(_batch_len(data, self.capacity))
-        try:
-            return self._extend_locked(data, priorities, version, timeout)
-        finally:
-            guard.release()
-
     def add(
         self, item: Any, priority: float | None = None, version: int | None = None, timeout: float | None = None
     ) -> int:

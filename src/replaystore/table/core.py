@@ -11,9 +11,8 @@ that has left the table is skipped and counted, never applied to whatever reuses
 This module holds the public core (construction, insert, sample, update, delete, queries, the
 lock and the waiting); the rest of the class comes from the mixins of its sibling modules:
 :mod:`.edit` (calls by key), :mod:`.ring` (slot bookkeeping), :mod:`.fast` (ring writes, staged
-adds), :mod:`.insert` (the general insert), :mod:`.episodic`, :mod:`.journal`, :mod:`.persist`
-and :mod:`.stats`. Every
-mutable scalar lives in one :class:`~replaystore.table.state.TableState` (``self._state``).
+adds), :mod:`.insert` (the general insert), :mod:`.episodic`, :mod:`.journal`, :mod:`.persist` and
+:mod:`.stats`. Every mutable scalar lives in one :class:`~replaystore.table.state.TableState`.
 """
 
 from __future__ import annotations
@@ -185,10 +184,12 @@ class Table(
         self._plan: tuple | None | bool = None
         self._read_counted = type(self.storage).read is ColumnStorage.read  # its read_counted is that read
         self._scratch: np.ndarray | None = None  # for last-wins deduplication
-        #: called (lock held) before the general insert writes payload rows whose keys it sets only
-        #: afterwards (the ring fast paths write the keys first); None here (a shared table marks
-        #: its section: samples copying outside its lock then wait for the section to end)
+        # a shared table's hooks (None here), called with the lock held: _unordered_write before the
+        # general insert writes rows whose keys it sets afterwards (samples copying outside the lock
+        # wait for that section); _await_head first by every insert (waits while another process
+        # copies a batch into ring slots it reserved: FastPaths._reserve_ring)
         self._unordered_write: Any = None
+        self._await_head: Any = None
         self._forced_victims: np.ndarray | None = None  # replay_insert's evict_keys, as slots
 
     # -- construction helpers -------------------------------------------------------------------

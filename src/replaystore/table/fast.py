@@ -4,11 +4,17 @@
   a batch (or one item) of exactly the table's flat columns is copied straight into its ring
   slots by the compiled ``rows`` helpers, and the metadata, selectors, ring and counters are
   moved in one step (:meth:`FastPaths._ring_commit`).
+- **Reserved ring slots** (:meth:`FastPaths._reserve_ring`, :meth:`FastPaths._write_reserved`,
+  :meth:`FastPaths._commit_reserved`): the ring fast path of a large batch in three steps, so that
+  a shared table's lock is not held while its rows are copied: make room at the ring's head (the
+  oldest items whose slots it takes leave first), copy the rows without the lock, then let the
+  items in at once.
 - **Staging** (:meth:`FastPaths._try_stage`, :meth:`FastPaths._flush_pending`): single adds to a
   table whose selectors must be told are collected (see :mod:`replaystore.staging`) and inserted
   as one batch; every other operation flushes them first, so it is invisible except in speed.
 
-A mixin of :class:`~replaystore.table.Table`: every method runs with the table's lock held.
+A mixin of :class:`~replaystore.table.Table`: every method runs with the table's lock held
+(but :meth:`FastPaths._write_reserved`, which runs without it).
 Each returns "not handled" (``None`` / ``-1``) without changing anything when its preconditions
 do not hold, and the caller takes the general path.
 """
@@ -16,7 +22,7 @@ do not hold, and the caller takes the general path.
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -24,6 +30,20 @@ from ..rows import add_row, copy_rows, fill_meta
 from ..staging import AddStager
 from ..storage import ColumnStorage, Storage
 from .args import NO_LIMIT
+
+
+class RingReservation(NamedTuple):
+    """Ring slots an insert has made room in, for rows it copies without the lock (``FastPaths._reserve_ring``)."""
+
+    start: int  #: the first slot (the slots are ``start .. start + n - 1``: no wrap-around)
+    first: int  #: the key the first item gets, if the insert commits as reserved
+    columns: tuple  #: the table's columns
+    sources: tuple  #: the batch's arrays, in the columns' order (checked: same dtypes and row shapes)
+
+    @property
+    def n(self) -> int:
+        """How many items."""
+        return len(self.sources[0])
 
 
 class FastPaths:
@@ -61,6 +81,8 @@ class FastPaths:
 
     def _extend_ring(self, data: Any) -> np.ndarray | None:
         """Insert a batch of exactly-typed columns at the ring's head; ``None``: not handled (unchanged)."""
+        if self._await_head is not None:
+            self._await_head()
         plan = self._plan or self._ring_plan()
         if not plan or type(data) is not dict or data.keys() != plan[0]:
             return None
@@ -81,6 +103,76 @@ class FastPaths:
             return None
         self._ring_commit(start, n, st.max_priority, st.version)
         return np.arange(first, first + n, dtype=np.int64)
+
+    def _reserve_ring(self, data: Any, min_bytes: int) -> RingReservation | None:
+        """Make room at the ring's head for a batch whose rows will be copied without the lock.
+
+        For a batch the ring fast path takes (a dict of exactly the table's flat columns, every
+        array of the column's dtype and row shape, C-contiguous, no wrap-around, admitted by the
+        rate limiter) of at least ``min_bytes`` of payload. The oldest items whose slots it needs
+        are evicted now (their keys leave the metadata before any of their rows is overwritten), so
+        the slots lie outside the ring: no sample draws them and no lookup finds them. The caller
+        copies the rows (:meth:`_write_reserved`, no lock), then commits (:meth:`_commit_reserved`,
+        lock held); meanwhile no other insert may run (a shared table's ``_await_head``).
+
+        Returns ``None`` (nothing changed) when the batch is not for this path: the caller takes
+        :meth:`_extend_locked`, which also says what is wrong with a bad batch.
+        """
+        plan = self._plan or self._ring_plan()
+        if not plan or type(data) is not dict or data.keys() != plan[0]:
+            return None
+        columns, sources = plan[1], plan[2](data)
+        n = -1
+        nbytes = 0
+        for col, src in zip(columns, sources):
+            if type(src) is not np.ndarray or not src.ndim or not src.flags.c_contiguous:
+                return None
+            if n < 0:
+                n = len(src)
+            if src.dtype != col.dtype or src.shape != (n, *col.shape[1:]):
+                return None
+            nbytes += src.nbytes
+        st, cap = self._state, self.capacity
+        first = st.next_key
+        start = (first - st.ring_base) % cap
+        if nbytes < min_bytes or n <= 0 or start + n > cap:
+            return None
+        limiter = self.rate_limiter
+        if limiter.max_diff < NO_LIMIT and not limiter.can_insert(n):
+            return None
+        overflow = st.size + n - cap
+        if overflow > 0:  # (the oldest live items sit just after the free slots)
+            self._remove_slots(np.arange(start + n - overflow, start + n, dtype=np.int64), oldest=True)
+            st.evictions += overflow
+        return RingReservation(start, first, columns, sources)
+
+    @staticmethod
+    def _write_reserved(res: RingReservation) -> None:
+        """Copy a reservation's rows into its slots (no lock needed: no other part reads or writes them)."""
+        n = res.n
+        if not copy_rows(res.columns, res.sources, res.start, n, True):  # (a format the compiled copy refuses)
+            for col, src in zip(res.columns, res.sources):
+                col[res.start : res.start + n] = src
+
+    def _commit_reserved(self, res: RingReservation) -> np.ndarray | None:
+        """Let a reservation's items into the table at once (their rows copied); return their keys.
+
+        ``None`` (nothing changed) when the table moved on meanwhile so that the slots are no
+        longer the ring's head (it left ring mode, was restored, or another insert ran): the
+        caller inserts the batch again by the general path.
+        """
+        st = self._state
+        n = res.n
+        if (
+            self._ring is None
+            or st.closed
+            or st.next_key != res.first
+            or (res.first - st.ring_base) % self.capacity != res.start
+            or st.size + n > self.capacity
+        ):
+            return None
+        self._ring_commit(res.start, n, st.max_priority, st.version)
+        return np.arange(res.first, res.first + n, dtype=np.int64)
 
     def _ring_commit(self, start: int, n: int, priority: float, version: int) -> None:
         """Account for ``n`` new items whose payloads are in slots ``start ..``.
@@ -130,6 +222,8 @@ class FastPaths:
         Only for tables with no selector to tell (a Uniform sampler and the Fifo remover follow
         the ring), so there is nothing to batch: staging would only copy the item twice.
         """
+        if self._await_head is not None:
+            self._await_head()
         st = self._state
         meta = self._plain_meta(priority, version, st.max_priority)
         if meta is None:

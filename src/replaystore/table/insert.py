@@ -60,6 +60,8 @@ class GeneralInsert:
         has admitted the batch; the storage write is the only step after that which may fail, and
         on an empty-enough table its slots are given back if it does.
         """
+        if self._await_head is not None:
+            self._await_head()
         if self._episodes is not None and not self._episodes.planned():
             raise EpisodeError(
                 f"table {self.name!r} has episode structure: write steps with add_step, extend_steps "

@@ -119,6 +119,8 @@ class Persistence:
         n = snap.size
         st = self._state
         with self._cond:
+            if self._await_head is not None:
+                self._await_head()
             self.storage.import_(snap.payload)
             keys = meta["keys"].astype(np.int64)
             if self._ring is not None and n:  # the items go to slots 0 .. n-1: slot 0 holds keys[0]

@@ -1,0 +1,158 @@
+"""Inserts of large batches that copy their rows without a shared table's lock (a mixin of SharedTable).
+
+An ``extend`` of many large rows (Atari frames) used to hold the cross-process lock for its whole
+copy: a millisecond for 256 frames, during which every sample and every other writer waited. A
+batch of at least :attr:`ReservedInserts.COPY_OUTSIDE_BYTES` that the ring's fast path takes is
+inserted in three steps instead (``Table._reserve_ring`` / ``_write_reserved`` / ``_commit_reserved``):
+
+1. Under the lock: make room at the ring's head. The oldest items whose slots the batch takes are
+   evicted now (their keys leave the metadata before any of their rows is overwritten: a sample
+   that drew one before and copies it meanwhile sees the key gone, :mod:`.reads`), and the
+   segment's *reserved* word is set to this process's pid.
+2. Without the lock: copy the rows into the reserved slots. They lie outside the ring: no sample
+   draws them, no lookup finds them, no other insert takes them (every insert path first waits
+   while the word is set: ``Table._await_head``, polling with the lock released).
+3. Under the lock: the items go in at once (keys, metadata, selectors, counters), the word clears.
+   If the table moved on meanwhile (it left ring mode, was restored), the batch is inserted by
+   the general path instead (copied again).
+
+Faults: an exception in step 2 clears the word (the batch is not in; the evicted items are
+gone). A process killed in step 2 leaves the word set: the next insert finds the pid dead (a
+zombie counts as dead), logs it and goes on; the table is as after step 1. A live copier that
+outlasts ``lock_timeout`` makes a waiting insert raise ``Timeout``.
+
+Thread-safety: as the Table's ``extend`` (any thread, any process).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from ..errors import Timeout
+from ..storage import ColumnStorage
+from ..table import Table
+from ..table.fast import RingReservation
+from .guard import set_word
+from .segment import W_RESERVED, alive
+
+_HEAD_POLL_S = 20e-6  # an insert waiting for a reservation looks again this often (the lock released)
+#: test hook: with ``REPLAYSTORE_SHM_TEST_HOOK=pause-in-copy:<file>``, a reserved extend creates
+#: ``<file>`` before it copies its rows and waits until the file is gone (the tests act, or kill it, there)
+_HOOK_COPY = os.environ.get("REPLAYSTORE_SHM_TEST_HOOK", "").partition("pause-in-copy:")[2]
+
+
+class ReservedInserts:
+    """The ``extend`` of a :class:`~replaystore.shared.SharedTable` (a mixin; see the module doc)."""
+
+    _reserves: bool = False
+
+    def setup_reservations(self, possible: bool) -> None:
+        """Let large batches reserve ring slots where the table's storage allows it (``possible``: no episodes).
+
+        Every insert of such a table then waits for another one's reservation (``Table._await_head``).
+        """
+        storage = self.storage
+        self._reserves = bool(
+            possible and isinstance(storage, ColumnStorage) and type(storage).write is ColumnStorage.write
+        )
+        if self._reserves:
+            self._await_head = self._wait_for_head
+
+    #: a batch of at least this many payload bytes, for the ring's head, copies its rows without the
+    #: lock (below it, the second trip through the lock costs more than the copy it lets others overlap)
+    COPY_OUTSIDE_BYTES = 1 << 16
+
+    def extend(
+        self, data: Any, priorities: Any = None, version: Any = None, timeout: float | None = None
+    ) -> np.ndarray:
+        """As :meth:`Table.extend`; the batch is published to other processes all at once.
+
+        A large batch (:attr:`COPY_OUTSIDE_BYTES`) that the ring's fast path takes copies its rows
+        without holding the lock: under the lock it makes room at the ring's head (the oldest
+        items it replaces leave first) and notes the reservation in the segment; then it copies;
+        then, under the lock again, its items go in at once. Samples go on meanwhile (they never
+        draw the reserved slots); other inserts wait for the reservation to end. A process killed
+        while it copies leaves the table as after its first step (the evicted items gone, the
+        batch not in): the next insert finds the copier dead and goes on.
+        """
+        guard = self._guard
+        if self._segment.closed:
+            return Table.extend(self, data, priorities, version, timeout)  # raises Closed
+        n = self._batch_rows(data)
+        guard.acquire_insert(n)
+        try:
+            res = None
+            if priorities is None and version is None and self._reserves:
+                self._check_open()
+                self._wait_for_head()
+                res = self._reserve_ring(data, self.COPY_OUTSIDE_BYTES)
+            if res is None:
+                return self._extend_locked(data, priorities, version, timeout)
+            set_word(self._segment.words, W_RESERVED, self._segment.pid)
+        finally:
+            guard.release()
+        return self._copy_and_commit(res, data, timeout)
+
+    def _copy_and_commit(self, res: RingReservation, data: Any, timeout: float | None) -> np.ndarray:
+        """The rest of a reserved :meth:`extend`: copy the rows (no lock), then let the items in."""
+        words = self._segment.words
+        try:
+            if _HOOK_COPY:
+                _pause_in_copy(_HOOK_COPY)
+            self._write_reserved(res)
+            self._guard.acquire_insert(res.n)
+        except BaseException:
+            set_word(words, W_RESERVED, 0)  # (the slots are outside the ring: the next insert takes them)
+            raise
+        try:
+            set_word(words, W_RESERVED, 0)
+            keys = self._commit_reserved(res)
+            if keys is None:  # the table moved on meanwhile (left ring mode, was cleared...): insert again
+                keys = self._extend_locked(data, None, None, timeout)
+            return keys
+        finally:
+            self._guard.release()
+
+    def _wait_for_head(self) -> None:
+        """(lock held) Wait while another insert copies into ring slots it reserved; the lock is released meanwhile.
+
+        A reservation whose process is gone is dropped (its slots are free: outside the ring since
+        it was made). Raises ``Timeout`` after the table's ``lock_timeout``.
+        """
+        words = self._segment.words
+        pid = int(words[W_RESERVED])
+        if not pid:
+            return
+        deadline = time.monotonic() + self._segment.lock_timeout
+        while pid:
+            if not alive(pid):
+                set_word(words, W_RESERVED, 0)
+                logging.getLogger("replaystore.shared").warning(
+                    "shared table %r: process %d died while it copied a batch into the table; the batch "
+                    "is not in it (the items it replaced had left)",
+                    self.name,
+                    pid,
+                )
+                return
+            if time.monotonic() > deadline:
+                raise Timeout(
+                    f"shared table {self.name!r}: process {pid} has been copying a batch into the table "
+                    f"for more than lock_timeout={self._segment.lock_timeout:.3g}s"
+                )
+            self._guard.pause(_HEAD_POLL_S)
+            pid = int(words[W_RESERVED])
+
+
+def _pause_in_copy(marker: str) -> None:
+    with open(marker, "w") as f:
+        f.write(str(os.getpid()))
+    while os.path.exists(marker):
+        time.sleep(0.005)
+
+
+__all__ = ["ReservedInserts"]
