@@ -5,7 +5,9 @@ explorers add, one learner samples), TorchRL's ``ReplayBuffer(shared=True)`` on 
 ``LazyMemmapStorage`` (uniform only: its samplers' state is not shared), the Ray service
 (``replaystore.ray``: writer and learner Ray actors), and the in-process Table (the limit: the
 same calls in one process, no lock round trip; measured alone, after one full cycle of writes so
-that its pages are touched, as they are in a long run).
+that its pages are touched, as they are in a long run). ``private`` is the floor the sharing is
+measured against: the same processes doing the same calls, each on an in-process Table of its own
+(what two busy cores, their caches and memory bandwidth cost without any sharing).
 
 A shared table's processes map its whole segment first (``SharedTable.prefault``: in a long run
 every page is mapped after the ring has gone round once; without it a 1-second phase measures the
@@ -29,7 +31,8 @@ one lock every few microseconds.
 Usage (the bench venv has cpprb and TorchRL)::
 
     PYTHONPATH=src bench/.venv/bin/python bench/bench_shared.py [--quick] [--seconds 1]
-        [--writers 1,2,4] [--rows 1,8,64,256] [--payloads small,atari] [--peers shared,cpprb,torchrl,ray]
+        [--writers 1,2,4] [--rows 1,8,64,256] [--payloads small,atari]
+        [--peers shared,private,cpprb,torchrl,ray]
         [--samplers uniform,prioritized] [--directory DIR] [--pace LEARNER_US,WRITER_US]
     PYTHONPATH=src bench/.venv/bin/python bench/bench_shared.py --split --seconds 2   # the learner's cost, split
 """
@@ -131,6 +134,37 @@ class InProcess(Shared):
 
     def close(self):
         pass
+
+
+class Private(InProcess):
+    """An in-process Table in every process, shared by none: the same processes doing the same work.
+
+    The floor for the shared table: what the busy neighbours cost (two cores, their caches and
+    memory bandwidth) without any sharing. Each process builds and fills its own table (once
+    round the ring, every page touched) before the phase starts.
+    """
+
+    name = "in-process Table per process (no sharing)"
+
+    def __init__(self, capacity, payload, prioritized, directory):
+        self.args, self.prioritized, self.pid = (capacity, payload, prioritized), prioritized, None
+
+    def _own(self) -> None:
+        if self.pid != os.getpid():  # (not a copy-on-write copy of the parent's table)
+            capacity, payload, prioritized = self.args
+            InProcess.__init__(self, capacity, payload, prioritized, None)
+            fill = InProcess.writer(self, batch_of(payload, 256, 99))
+            for _ in range(-(-capacity // 256)):
+                fill()
+            self.pid = os.getpid()
+
+    def writer(self, batch):
+        self._own()
+        return InProcess.writer(self, batch)
+
+    def learner(self):
+        self._own()
+        return InProcess.learner(self)
 
 
 class Cpprb:
@@ -429,7 +463,7 @@ def main() -> None:
         return
     if args.quick:
         args.writers, args.rows, args.payloads, args.seconds = "1,2", "8,256", "small", min(args.seconds, 0.5)
-    peers = {"shared": Shared, "cpprb": Cpprb, "torchrl": TorchRL, "ray": None}
+    peers = {"shared": Shared, "private": Private, "cpprb": Cpprb, "torchrl": TorchRL, "ray": None}
     wanted = args.peers.split(",")
     root = args.directory or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
     directory = tempfile.mkdtemp(prefix="bench-shared-", dir=root)
