@@ -56,7 +56,8 @@ def start_copier(tmp_path, first=100, n=8):
 
 
 @pytest.fixture
-def full(tmp_path):
+def full(tmp_path, monkeypatch):
+    monkeypatch.setattr(SharedTable, "COPY_OUTSIDE_BYTES", 1 << 16)  # (8 rows of 16 KB: 128 KB; forks inherit it)
     t = SharedTable.create("res", 16, WIDE, sampler=rs.Prioritized(1.0), directory=tmp_path, seed=5)
     assert rows(0, 8)["frame"].nbytes >= t.COPY_OUTSIDE_BYTES
     t.extend(rows(0, 16))
