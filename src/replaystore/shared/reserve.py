@@ -50,6 +50,7 @@ class ReservedInserts:
     """The ``extend`` of a :class:`~replaystore.shared.SharedTable` (a mixin; see the module doc)."""
 
     _reserves: bool = False
+    _row_bytes: int = 1
 
     def setup_reservations(self, possible: bool) -> None:
         """Let large batches reserve ring slots where the table's storage allows it (``possible``: no episodes).
@@ -62,6 +63,8 @@ class ReservedInserts:
         )
         if self._reserves:
             self._await_head = self._wait_for_head
+            # payload bytes per row: a batch too small to reserve is told by its length alone
+            self._row_bytes = sum(c.itemsize * (c.size // max(1, len(c))) for c in storage.columns.values()) or 1
 
     #: a batch of at least this many payload bytes, for the ring's head, copies its rows without the
     #: lock. Measured (bench_shared.py, Atari frames): reserving costs a writer ~6 µs more per call (a
@@ -89,7 +92,12 @@ class ReservedInserts:
         guard.acquire_insert(n)
         try:
             res = None
-            if priorities is None and version is None and self._reserves:
+            if (
+                self._reserves
+                and n * self._row_bytes >= self.COPY_OUTSIDE_BYTES
+                and priorities is None
+                and version is None
+            ):
                 self._check_open()
                 self._wait_for_head()
                 res = self._reserve_ring(data, self.COPY_OUTSIDE_BYTES)
