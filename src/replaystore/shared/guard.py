@@ -34,6 +34,8 @@ from .recovery import reconcile
 from .segment import COPY0, COPY_WORDS, VICTIMS, W_ACTIVE, W_BUSY, W_RECOVERIES, W_UNORDERED, Segment
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import numpy as np
 
     from ..table import Table
@@ -326,8 +328,12 @@ class ProcessGuard:
         self.pause(delay)
         return True
 
-    def pause(self, seconds: float) -> None:
-        """Publish, release every level, sleep ``seconds``, re-enter (as :meth:`wait`, without its back-off)."""
+    def pause(self, seconds: float, until: "Callable[[], bool] | None" = None, poll: float = 20e-6) -> None:
+        """Publish, release every level, sleep ``seconds``, re-enter (as :meth:`wait`, without its back-off).
+
+        With ``until``: sleep until it returns True (called every ``poll`` seconds, without the
+        lock: it may read only what a word of the segment says), at most ``seconds``.
+        """
         depth, intent = self._depth, self.intent
         self._depth = 0
         try:
@@ -335,7 +341,12 @@ class ProcessGuard:
         finally:
             for _ in range(depth):
                 self._tlock.release()
-        time.sleep(seconds)
+        if until is None:
+            time.sleep(seconds)
+        else:
+            end = time.monotonic() + seconds
+            while not until() and time.monotonic() < end:
+                time.sleep(poll)
         for _ in range(depth):
             self._tlock.acquire()
         self._depth = depth

@@ -40,7 +40,8 @@ from ..table.fast import RingReservation
 from .guard import set_word
 from .segment import W_RESERVED, alive
 
-_HEAD_POLL_S = 20e-6  # an insert waiting for a reservation looks again this often (the lock released)
+_HEAD_POLL_S = 20e-6  # an insert waiting for a reservation looks at the word this often (the lock released)
+_HEAD_CHECK_S = 0.05  # ... and takes the lock to see whether the copier still lives this often
 #: test hook: with ``REPLAYSTORE_SHM_TEST_HOOK=pause-in-copy:<file>``, a reserved extend creates
 #: ``<file>`` before it copies its rows and waits until the file is gone (the tests act, or kill it, there)
 _HOOK_COPY = os.environ.get("REPLAYSTORE_SHM_TEST_HOOK", "").partition("pause-in-copy:")[2]
@@ -154,7 +155,8 @@ class ReservedInserts:
                     f"shared table {self.name!r}: process {pid} has been copying a batch into the table "
                     f"for more than lock_timeout={self._segment.lock_timeout:.3g}s"
                 )
-            self._guard.pause(_HEAD_POLL_S)
+            # (waits without the lock: re-taking it every poll would cost the copier and the learner)
+            self._guard.pause(_HEAD_CHECK_S, until=lambda: not words[W_RESERVED], poll=_HEAD_POLL_S)
             pid = int(words[W_RESERVED])
 
 
