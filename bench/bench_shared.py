@@ -33,7 +33,7 @@ Usage (the bench venv has cpprb and TorchRL)::
     PYTHONPATH=src bench/.venv/bin/python bench/bench_shared.py [--quick] [--seconds 1]
         [--writers 1,2,4] [--rows 1,8,64,256] [--payloads small,atari]
         [--peers shared,private,cpprb,torchrl,ray]
-        [--samplers uniform,prioritized] [--directory DIR] [--pace LEARNER_US,WRITER_US]
+        [--samplers uniform,prioritized] [--directory DIR] [--pace LEARNER_US,WRITER_US] [--repeat N]
     PYTHONPATH=src bench/.venv/bin/python bench/bench_shared.py --split --seconds 2   # the learner's cost, split
 """
 
@@ -328,6 +328,11 @@ def alone(payload, prioritized, rows, capacity, seconds) -> dict:
     return out
 
 
+def _median(runs: list[dict]) -> dict:
+    """Each figure's median over the runs of one phase."""
+    return {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
+
+
 class _ListQueue:
     def __init__(self):
         self.items = []
@@ -449,6 +454,7 @@ def main() -> None:
         "--split", action="store_true", help="only: what sharing the table costs a learner (see neighbour_split)"
     )
     ap.add_argument("--quick", action="store_true", help="one writer count, two batch sizes, small payload")
+    ap.add_argument("--repeat", type=int, default=1, help="run every phase this many times; print the medians")
     ap.add_argument(
         "--pace",
         default="0,0",
@@ -481,7 +487,7 @@ def main() -> None:
         for sampler in args.samplers.split(","):
             prio = sampler == "prioritized"
             for rows in [int(x) for x in args.rows.split(",")]:
-                base = alone(payload, prio, rows, capacity, args.seconds)
+                base = _median([alone(payload, prio, rows, capacity, args.seconds) for _ in range(args.repeat)])
                 print(
                     f"| {payload} | {sampler} | - | {rows} | in-process Table (alone) | "
                     f"{base['extend_per_s']:,.0f} | "
@@ -497,10 +503,19 @@ def main() -> None:
                             if key == "ray":
                                 if w > 2 or rows not in (8, 256) or any(PACE.values()):
                                     continue
-                                r = ray_phase(payload, prio, w, rows, args.seconds, capacity)
+                                runs = [
+                                    ray_phase(payload, prio, w, rows, args.seconds, capacity)
+                                    for _ in range(args.repeat)
+                                ]
+                                r = _median(runs)
                                 label = "Ray service"
                             else:
-                                r = phase(peers[key], payload, prio, w, rows, args.seconds, capacity, directory)
+                                r = _median(
+                                    [
+                                        phase(peers[key], payload, prio, w, rows, args.seconds, capacity, directory)
+                                        for _ in range(args.repeat)
+                                    ]
+                                )
                                 label = peers[key].name
                         except Exception as e:  # noqa: BLE001 - a peer that cannot run this row says why
                             print(
@@ -516,7 +531,11 @@ def main() -> None:
                             f"{r['sample_cpu_us'] / base['sample_cpu_us']:.2f} |",
                             flush=True,
                         )
-    print("# one phase per row (no repeats): run twice to see the noise")
+    print(
+        "# one phase per row (no repeats): run twice to see the noise"
+        if args.repeat == 1
+        else f"# medians of {args.repeat} phases per row (each figure's median on its own)"
+    )
     os.rmdir(directory)
 
 
