@@ -175,3 +175,32 @@ def test_a_bad_large_batch_changes_nothing(full):
         t.extend(short)
     assert (t.keys().tolist(), t.stats()) == before
     assert t._segment.words[W_RESERVED] == 0
+
+
+def test_a_copier_killed_holding_the_lock_as_it_reserves_is_recovered(tmp_path, full):
+    """Killed in the first step (inside the lock, evictions made, not yet published): the next process
+    repairs the table (the evicted items stay gone), the next insert drops the dead reservation."""
+    from test_shared_processes import _killed_while_paused
+
+    t = full
+    _killed_while_paused(
+        tmp_path,
+        f"""
+import numpy as np
+from replaystore.shared import SharedTable
+SharedTable.COPY_OUTSIDE_BYTES = 1 << 16
+t = SharedTable.attach("res", directory={str(tmp_path)!r})
+ids = np.arange(100, 108)
+t.extend({{"id": ids, "frame": np.repeat(ids[:, None], 2048, axis=1)}})
+""",
+    )
+    t._segment.lock_timeout = 5.0
+    keys = t.keys()  # (repaired on entering the lock)
+    assert keys.tolist() == list(range(8, 16)) and t.recoveries() == 1
+    assert t._segment.words[W_RESERVED] not in (0, os.getpid())  # the dead copier's note, still there
+    assert t.extend(rows(300, 2)).tolist() == [16, 17]  # found dead, dropped: the ring goes on
+    assert t._segment.words[W_RESERVED] == 0
+    keys = t.keys()
+    data, _ = t.get(keys)
+    assert whole(data) and data["id"].tolist() == [*range(8, 16), 300, 301]
+    assert whole(t.sample(100, timeout=1).data)
