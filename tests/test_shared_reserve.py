@@ -55,10 +55,10 @@ def start_copier(tmp_path, first=100, n=8):
     return p, q, marker
 
 
-@pytest.fixture
-def full(tmp_path, monkeypatch):
+@pytest.fixture(params=["mutex", "flock"])
+def full(tmp_path, monkeypatch, request):
     monkeypatch.setattr(SharedTable, "COPY_OUTSIDE_BYTES", 1 << 16)  # (8 rows of 16 KB: 128 KB; forks inherit it)
-    t = SharedTable.create("res", 16, WIDE, sampler=rs.Prioritized(1.0), directory=tmp_path, seed=5)
+    t = SharedTable.create("res", 16, WIDE, sampler=rs.Prioritized(1.0), directory=tmp_path, seed=5, lock=request.param)
     assert rows(0, 8)["frame"].nbytes >= t.COPY_OUTSIDE_BYTES
     t.extend(rows(0, 16))
     yield t
