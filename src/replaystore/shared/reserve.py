@@ -68,9 +68,9 @@ class ReservedInserts:
             self._row_bytes = sum(c.itemsize * (c.size // max(1, len(c))) for c in storage.columns.values()) or 1
 
     #: a batch of at least this many payload bytes, for the ring's head, copies its rows without the
-    #: lock. Measured (bench_shared.py, Atari frames): reserving costs a writer ~6 µs more per call (a
-    #: second trip through the lock); a copy of 450 KB (8 frames) holds the lock ~35 µs, which costs a
-    #: learner's 3-5 ms sample ~1%; a copy of 14 MB (256 frames) holds it ~1 ms, half the learner's time
+    #: lock. Measured (bench_shared.py, Atari frames): reserving cost a writer of 8 frames (450 KB)
+    #: 14-29% more CPU per call (a second trip through the lock) and did not help the learner (its
+    #: 3-5 ms samples hardly wait for a ~35 µs copy); 256 frames (14 MB) held the lock ~1 ms each
     COPY_OUTSIDE_BYTES = 1 << 20
 
     def extend(
@@ -123,7 +123,7 @@ class ReservedInserts:
         try:
             set_word(words, W_RESERVED, 0)
             keys = self._commit_reserved(res)
-            if keys is None:  # the table moved on meanwhile (left ring mode, was cleared...): insert again
+            if keys is None:  # the slots are no longer the ring's head (it left ring mode...): insert again
                 keys = self._extend_locked(data, None, None, timeout)
             return keys
         finally:
