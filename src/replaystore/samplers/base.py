@@ -51,6 +51,10 @@ class Selector(ABC):
     #: ``sample(n, uniforms=u)`` accepts the ``rng.random(n)`` numbers the draw would take, drawn
     #: beforehand by a caller that holds a lock for the draw (it draws them before taking the lock)
     takes_uniforms: bool = False
+    #: prefixes of the names of the placed arrays (:mod:`replaystore.placement`) this selector
+    #: neither reads nor writes while its table is in ring mode (it follows the ring, or shares
+    #: the ring's set of live slots); a shared table reserves their memory when it leaves ring mode
+    RING_UNUSED: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self.capacity = 0

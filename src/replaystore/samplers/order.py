@@ -25,6 +25,7 @@ class _InsertionLog(Selector):
     _newest_first = False
     #: the scalar hook (:mod:`replaystore.placement`)
     SCALARS = ("_head", "_tail", "size")
+    RING_UNUSED = ("log.",)  # (following a ring, the log is not kept)
 
     def bind(self, capacity: int, rng: np.random.Generator) -> None:  # noqa: D102
         super().bind(capacity, rng)

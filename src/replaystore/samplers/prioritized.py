@@ -37,6 +37,7 @@ class Prioritized(Selector):
 
     usable_as_remover = False
     requires_nonnegative = True
+    RING_UNUSED = ("live.",)  # (in ring mode the table's ring is its set of live slots: share_live)
 
     def __init__(self, alpha: float = 0.6, beta: float = 0.4, stratified: bool = False, backend: str = "auto") -> None:
         super().__init__()

@@ -233,7 +233,8 @@ class ProcessGuard:
         gen, intent, values = self.copies.read()
         if self.on_recover is not None:
             self.on_recover(gen)
-        victims = self._victims[1 : 1 + int(self._victims[0])].copy()
+        # (victims are noted out of ring mode only, whose regions are reserved; a hole is not read)
+        victims = self._victims[1 : 1 + int(self._victims[0])].copy() if self.segment.deferred_ready else None
         self.recovering = True  # (parts that follow the published state wait for the repaired one)
         try:
             if self._live is not None:  # the dead holder's half-made changes: back to the published state
@@ -243,7 +244,8 @@ class ProcessGuard:
                 self.table.load_state_scalars(fixed)
         finally:
             self.recovering = False
-        self._victims[0] = 0
+        if victims is not None:
+            self._victims[0] = 0
         self.copies.publish(gen + 1, fixed)
         words = self.segment.words
         words[W_RECOVERIES] += 1

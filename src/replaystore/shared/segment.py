@@ -4,7 +4,9 @@ Layout of ``<directory>/replaystore-<name>/``::
 
     segment   the mapped file: a header page, the configuration as JSON, then one page-aligned
               region per state array (the Table's metadata rows, the Prioritized trees, the
-              payload columns), every block reserved up front (``posix_fallocate``)
+              payload columns), every block reserved up front (``posix_fallocate``); last the
+              *deferred* regions, if any: structures the table needs only out of ring mode,
+              left as a hole in the file (no memory) until :meth:`Segment.reserve_deferred`
     lock      the ``flock`` mutex of tables created without the compiled robust mutex
               (:mod:`replaystore.shared.lock`; the header records which kind a table uses)
 
@@ -45,8 +47,9 @@ from .lock import MUTEX_BYTE, FlockMutex, default_kind, init_lock, open_lock
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # (Linux 5.14+; Python 3.13 names it)
 MAGIC = int.from_bytes(b"RSSHMTB1", "little")
 # 2: state copies of 120 words (every part's scalars), out-of-ring regions; 3: the lock kind word;
-# 4: slot stamps (samples copy outside the lock); 5: no stamps (the keys tell: replaystore.shared.reads)
-LAYOUT_VERSION = 6
+# 4: slot stamps (samples copy outside the lock); 5: no stamps (the keys tell: replaystore.shared.reads);
+# 6: ring reservations (W_RESERVED); 7: deferred regions (W_DEFERRED)
+LAYOUT_VERSION = 7
 PAGE = 4096
 PREFIX = "replaystore-"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
@@ -62,8 +65,10 @@ COPY_WORDS = 120  # generation, intent, then the scalars (Table.state_layout)
 COPY0 = 16  # first word of state copy 0; copy 1 follows
 PIDS = COPY0 + 2 * COPY_WORDS  # the table of attached pids
 MAX_PIDS = 128
+#: 1 once the deferred regions (if any) hold their blocks and initial contents, else 0
+W_DEFERRED = PIDS + MAX_PIDS
 HEADER_BYTES = PAGE
-assert (PIDS + MAX_PIDS) * 8 <= MUTEX_BYTE < HEADER_BYTES - 64, "the header's words overlap its mutex"
+assert (W_DEFERRED + 1) * 8 <= MUTEX_BYTE < HEADER_BYTES - 64, "the header's words overlap its mutex"
 #: the region where an insert notes the slots it overwrites in place (count, then slots)
 VICTIMS = "shared.victims"
 
@@ -149,49 +154,59 @@ class Segment:
         regions: list[tuple[str, tuple, np.dtype]],
         lock_timeout: float,
         lock_kind: int | None = None,
+        deferred: dict[str, int | float] | None = None,
     ) -> tuple["Segment", Path]:
         """Build the files in a hidden sibling directory; :meth:`publish_dir` renames it into place.
 
         ``lock_kind``: :data:`~replaystore.shared.lock.KIND_MUTEX` or ``KIND_FLOCK`` (default: the
-        robust mutex when it is compiled here).
+        robust mutex when it is compiled here). ``deferred``: the regions (by name) whose blocks
+        are reserved only when :meth:`reserve_deferred` is called, each with the scalar that
+        fills it then; they are laid out last, as a hole in the file.
 
         Raises:
-            SharedTableExists: ``path`` exists. DiskFull: the file system cannot hold the segment
-            (checked with ``statvfs`` first, then every block reserved).
+            SharedTableExists: ``path`` exists. DiskFull: the file system cannot hold the segment's
+            reserved part (checked with ``statvfs`` first, then every block reserved).
         """
         if path.exists():
             raise _exists(path)
+        deferred = dict(deferred or {})
         offset = 0
         body = []
-        for name, shape, dtype in regions:
+        ordered = [r for r in regions if r[0] not in deferred] + [r for r in regions if r[0] in deferred]
+        deferred_at = None  # (offset of the first deferred region, relative to the regions' start)
+        for name, shape, dtype in ordered:
+            if name in deferred and deferred_at is None:
+                deferred_at = offset
             nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
             body.append({"name": name, "offset": offset, "shape": list(shape), "dtype": dtype.str, "nbytes": nbytes})
             offset += -(-nbytes // PAGE) * PAGE
-        config = dict(config, regions=body)
+        config = dict(config, regions=body, deferred={"offset": offset if deferred_at is None else deferred_at})
+        config["deferred"]["fill"] = deferred
         raw = json.dumps(config).encode()
         json_bytes = -(-len(raw) // PAGE) * PAGE
         start = HEADER_BYTES + json_bytes
         for r in body:
             r["offset"] += start
-        config["regions"] = body
+        config["deferred"]["offset"] += start
         raw = json.dumps(config).encode()
         if len(raw) > json_bytes:  # the offsets' digits made it longer: one more page
             json_bytes += PAGE
             for r in body:
                 r["offset"] += PAGE
-            config["regions"] = body
+            config["deferred"]["offset"] += PAGE
             raw = json.dumps(config).encode()
         total = HEADER_BYTES + json_bytes + offset
+        eager = config["deferred"]["offset"]  # (bytes reserved now: everything before the deferred regions)
         root = path.parent
         root.mkdir(parents=True, exist_ok=True)
         free = free_bytes(root)
-        if total > free:
+        if eager > free:
             raise DiskFull(
-                f"shared table {path.name[len(PREFIX) :]!r} needs {total:,} bytes in {root}, "
+                f"shared table {path.name[len(PREFIX) :]!r} needs {eager:,} bytes in {root}, "
                 f"which has {free:,} bytes free (use a smaller capacity, or directory= on a "
                 f"larger file system)",
                 str(path),
-                total,
+                eager,
             )
         tmp = root / f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
         tmp.mkdir()
@@ -199,7 +214,8 @@ class Segment:
         try:
             fd = os.open(tmp / "segment", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
             fcntl.flock(fd, fcntl.LOCK_SH)  # (the map keeps a duplicate of a descriptor: not of this one)
-            reserve(fd, 0, total, tmp / "segment")
+            reserve(fd, 0, eager, tmp / "segment")
+            os.ftruncate(fd, total)  # (the deferred regions: a hole, no blocks, until reserve_deferred)
             os.close(os.open(tmp / "lock", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
             mm = _map(tmp / "segment", total)
             mm[HEADER_BYTES : HEADER_BYTES + len(raw)] = raw
@@ -213,6 +229,7 @@ class Segment:
             words[W_CREATED] = time.time_ns()
             kind = default_kind() if lock_kind is None else lock_kind
             words[W_LOCK_KIND] = kind
+            words[W_DEFERRED] = int(eager == total)
             init_lock(kind, mm)
             words[W_MAGIC] = MAGIC  # last: a segment with a magic is complete
             words.release()
@@ -288,13 +305,56 @@ class Segment:
 
         Without it each process takes a page fault per 4 KB page the first time it touches it.
         Returns False when the kernel cannot (before Linux 5.14); nothing changes then. The data
-        is not touched (safe while other processes write).
+        is not touched (safe while other processes write). Deferred regions not yet reserved are
+        left alone (touching their hole would take memory the table did not reserve).
         """
+        end = len(self.mm) if self.words[W_DEFERRED] else self.deferred_offset
         try:
-            self.mm.madvise(_MADV_POPULATE_WRITE)
+            if end:
+                self.mm.madvise(_MADV_POPULATE_WRITE, 0, end)
         except (OSError, ValueError):
             return False
         return True
+
+    # -- deferred regions -------------------------------------------------------------------------
+    @property
+    def deferred_offset(self) -> int:
+        """Where the deferred regions start (the file's size when there are none)."""
+        return int(self.config["deferred"]["offset"])
+
+    @property
+    def deferred_ready(self) -> bool:
+        """Whether the deferred regions hold their blocks and initial contents (always, with none)."""
+        return bool(self.words[W_DEFERRED])
+
+    def reserve_deferred(self, why: str) -> None:
+        """Reserve the deferred regions' blocks and fill them with their initial values (mutex held).
+
+        Does nothing once done (by any process). ``why`` names what needs them, for the error.
+        A process that dies in here leaves the word unset: the next call reserves and fills again.
+
+        Raises:
+            DiskFull: the file system cannot hold them (the bytes wanted and free are named);
+                nothing of the table changed.
+        """
+        if self.words[W_DEFERRED]:
+            return
+        start, size = self.deferred_offset, len(self.mm)
+        try:
+            reserve(self.fd, start, size - start, self.path / "segment")
+        except DiskFull:
+            raise DiskFull(
+                f"shared table {self.config['name']!r}: {why} needs {size - start:,} more bytes in "
+                f"{self.path.parent} for the structures a table keeps out of ring mode, which has "
+                f"{free_bytes(self.path.parent):,} bytes free (create it with reserve_all=True to "
+                f"reserve them up front)",
+                str(self.path),
+                size - start,
+            ) from None
+        for name, fill in self.config["deferred"]["fill"].items():
+            if fill != 0:  # (reserved blocks read as zeros)
+                self.view(name)[...] = fill
+        self.words[W_DEFERRED] = 1
 
     # -- regions ------------------------------------------------------------------------------------
     def view(self, name: str) -> np.ndarray:
@@ -436,6 +496,14 @@ def _read_config(mm: mmap.mmap, path: Path, size: int) -> dict:
             nbytes = int(np.prod(r["shape"], dtype=np.int64)) * np.dtype(r["dtype"]).itemsize
             if r["offset"] < HEADER_BYTES or r["offset"] + nbytes > size:
                 raise ValueError(f"region {r['name']!r} lies outside the file")
+        deferred = config["deferred"]
+        start, fills = deferred["offset"], deferred["fill"]
+        if type(start) is not int or start % PAGE or not HEADER_BYTES <= start <= size:
+            raise ValueError(f"the deferred regions' offset {start!r} is not a page inside the file")
+        names = {r["name"]: r["offset"] for r in config["regions"]}
+        for name, fill in fills.items():
+            if names.get(name, -1) < start or type(fill) not in (int, float):
+                raise ValueError(f"deferred region {name!r} (fill {fill!r}) is not a region past {start}")
     except (ValueError, KeyError, TypeError) as e:
         raise LayoutMismatch(f"{path / 'segment'}: unreadable configuration ({e})") from None
     return config

@@ -95,6 +95,7 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         lock: str = "auto",
         episodes: Episodes | None = None,
         storage: Any = None,
+        reserve_all: bool = False,
     ) -> "SharedTable":
         """Create the segment ``name`` (in ``directory``, default ``/dev/shm``) and open it.
 
@@ -108,6 +109,11 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         ``storage``: ``None``/``"columns"`` (column storage), or a
         :class:`~replaystore.FrameStackStorage` used as a template (its options: keys,
         ``frame_capacity``; its capacity and spec are the table's): frame stacks stored once each.
+        ``reserve_all``: reserve up front the memory of the structures a table needs only out of
+        ring mode (its key index, free-slot stack, the selectors' own sets: ~100 B a slot). By
+        default a table that leaves ring mode only on an explicit ``delete`` of items that are
+        not the oldest (the ``Fifo`` remover, no ``max_times_sampled`` or ``max_staleness``)
+        reserves them then, and that ``delete`` raises ``DiskFull`` if they do not fit.
 
         Raises:
             InvalidArgument: a bad name or argument, or an option shared tables do not support yet.
@@ -142,9 +148,15 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         if storage is not None and storage != "columns":
             config["storage"] = _storage_config(storage, episodes)
         regions: list[tuple[str, tuple, np.dtype]] = []
-        _construct(config, _recorder(regions), None, cls)  # a dry run says what the Table allocates
+        fills: dict[str, Any] = {}
+        dry = _construct(config, _recorder(regions, fills), None, cls)  # a dry run says what the Table allocates
+        deferred = {}
+        if not reserve_all and not max_times_sampled and max_staleness is None:  # (ring mode ends on a delete only)
+            prefixes = dry.ring_unused_regions()  # (empty: not a ring; else the victims' notes too)
+            prefixes = (*prefixes, VICTIMS) if prefixes else ()
+            deferred = {r[0]: fills[r[0]] for r in regions if r[0].startswith(prefixes) and r[0] in fills}
         path = path_of(name, directory)
-        seg, tmp = Segment.create(path, config, regions, lock_timeout, kind)
+        seg, tmp = Segment.create(path, config, regions, lock_timeout, kind, deferred)
         try:
             table = _construct(config, _placer(seg, fill=True), seed, cls)
             table._open(seg, first=True)
@@ -196,9 +208,14 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         with self._guard:
             seg.register(seg.pid)
         self._unlink_on_close = True
+        self._reserve_outside_ring = self._reserve_deferred
         self._batched_adds = type(self.sampler) is Prioritized
         self.setup_reservations(self._episync is None)
         _LIVE.add(self)
+
+    def _reserve_deferred(self) -> None:
+        """The Table's hook as it leaves ring mode (lock held): the memory of the out-of-ring structures."""
+        self._segment.reserve_deferred("leaving ring mode (a delete of items that are not the oldest)")
 
     # -- identity, pickling -------------------------------------------------------------------------
     @property
@@ -407,13 +424,15 @@ def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table
     return table
 
 
-def _recorder(regions: list) -> Any:
-    """An allocator that notes each request and returns a zero-byte stand-in of the right shape."""
+def _recorder(regions: list, fills: dict) -> Any:
+    """An allocator that notes each request (and its scalar fill) and returns a zero-byte stand-in."""
 
     def record(name: str, shape: tuple, dtype: np.dtype, fill: Any) -> np.ndarray:
         if any(r[0] == name for r in regions):
             raise InvalidState(f"two parts of a shared table allocate a region named {name!r}")
         regions.append((name, shape, dtype))
+        if np.isscalar(fill):
+            fills[name] = fill.item() if isinstance(fill, np.generic) else fill
         return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, (0,) * len(shape))
 
     return record
@@ -435,7 +454,8 @@ def _placer(seg: Segment, fill: bool) -> Any:
                 f"segment {seg.path}: region {name!r} is {rshape} {rdtype}, this table needs {shape} {dtype}"
             )
         arr = seg.view(name)
-        if fill and not (np.isscalar(value) and value == 0):  # a new segment is zeros already
+        # (a new segment is zeros already; a deferred region is filled when it is reserved)
+        if fill and not (np.isscalar(value) and value == 0) and name not in seg.config["deferred"]["fill"]:
             arr[...] = value
         return arr
 

@@ -187,9 +187,11 @@ class Table(
         # a shared table's hooks (None here), called with the lock held: _unordered_write before the
         # general insert writes rows whose keys it sets afterwards (samples copying outside the lock
         # wait for that section); _await_head first by every insert (waits while another process
-        # copies a batch into ring slots it reserved: FastPaths._reserve_ring)
+        # copies a batch into ring slots it reserved: FastPaths._reserve_ring); _reserve_outside_ring
+        # first by _leave_ring (reserves what ring mode left unreserved: may raise DiskFull)
         self._unordered_write: Any = None
         self._await_head: Any = None
+        self._reserve_outside_ring: Any = None
         self._forced_victims: np.ndarray | None = None  # replay_insert's evict_keys, as slots
 
     # -- construction helpers -------------------------------------------------------------------

@@ -88,8 +88,8 @@ class KeyedMethods:
             self._check_open()
             slots = self._index.lookup(keys)
             ok = slots >= 0
+            self._remove_slots(slots[ok])  # (first: it may fail leaving ring mode, before any change)
             self._state.skipped_deletes += int((~ok).sum())
-            self._remove_slots(slots[ok])
             if self._waiting:
                 self._cond.notify_all()
             return int(ok.sum())

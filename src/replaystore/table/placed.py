@@ -35,6 +35,22 @@ class PlacedState:
         """
         self._lock = self._cond = lock
 
+    def ring_unused_regions(self) -> tuple[str, ...]:
+        """Internal (replaystore.shared): prefixes of the placed arrays nothing touches in ring mode.
+
+        The out-of-ring key index and free-slot stack, and the arrays of the selectors that follow
+        the ring or share its set of live slots (``Selector.RING_UNUSED``). Empty when the table is
+        not in ring mode. A shared table leaves their memory unreserved until the table leaves
+        ring mode (the hook ``_reserve_outside_ring``, called first thing by ``_leave_ring``).
+        """
+        if self._ring is None or not self._placed:
+            return ()
+        out = ["index.", "table.free"]
+        for scope, sel in (("sampler.", self.sampler), ("remover.", self.remover)):
+            if sel not in self._selectors or hasattr(sel, "share_live"):  # (follows / shares the ring)
+                out += [scope + prefix for prefix in sel.RING_UNUSED]
+        return tuple(out)
+
     def scalar_parts(self) -> dict[str, Any]:
         """Internal (replaystore.shared): the parts whose scalars make up the published state.
 

@@ -103,6 +103,8 @@ class SlotBookkeeping:
         ring = self._ring
         if ring is None:
             return
+        if self._reserve_outside_ring is not None:  # (a shared table: may raise DiskFull, nothing changed)
+            self._reserve_outside_ring()
         st = self._state
         placed = self._placed_index is not None
         sampler, remover = self.sampler, self.remover
