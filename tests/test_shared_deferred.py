@@ -19,8 +19,8 @@ from test_shared_processes import ATTACH, consistent, run_python
 
 import replaystore as rs
 from conftest import transitions
-from replaystore.shared import LayoutMismatch, SharedTable
-from replaystore.shared.segment import W_DEFERRED, W_JSON_LEN, W_JSON_OFF
+from replaystore.shared import LayoutMismatch, SharedTable, list_segments
+from replaystore.shared.header import W_DEFERRED, W_JSON_LEN, W_JSON_OFF
 
 SPEC = {"obs": ((4,), np.float32), "action": ((), np.int64), "reward": ((), np.float32), "id": ((), np.int64)}
 
@@ -60,6 +60,8 @@ def test_ring_work_never_touches_the_deferred_regions(tmp_path, sampler):
     t.extend(transitions(100, 50_000))
     run_python(ATTACH.format(name="d", d=str(tmp_path)) + "t.prefault(); t.extend(t.get(t.keys()[:5])[0]); t.sample(3)")
     assert held(t) == eager and t._ring is not None
+    [info] = list_segments(tmp_path)  # (what `replaystore shm list` prints)
+    assert info["held"] == eager < info["bytes"] == size(t)
     keys = t.keys()
     assert t.delete([int(keys[50])]) == 1  # out of insertion order: leaves ring mode, reserves the rest
     assert seg.deferred_ready and held(t) == size(t) and t._ring is None

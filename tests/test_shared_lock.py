@@ -14,8 +14,8 @@ from test_shared_processes import SPEC, consistent, run_python
 import replaystore as rs
 from conftest import transitions
 from replaystore.shared import LockUnsupported, SharedTable
+from replaystore.shared.header import W_BUSY, W_LOCK_KIND, W_WAITING
 from replaystore.shared.lock import KIND_FLOCK, KIND_MUTEX, RobustMutex, default_kind
-from replaystore.shared.segment import W_BUSY, W_LOCK_KIND, W_WAITING
 
 HAVE_MUTEX = RobustMutex is not None
 KINDS = ["flock", pytest.param("mutex", marks=pytest.mark.skipif(not HAVE_MUTEX, reason="_sync not built"))]

@@ -14,7 +14,7 @@ import replaystore as rs
 from conftest import transitions
 from replaystore.shared import SharedTable, set_spin
 from replaystore.shared import reads as shared_reads
-from replaystore.shared.segment import W_ACQUIRED, W_BUSY, W_UNORDERED
+from replaystore.shared.header import W_ACQUIRED, W_BUSY, W_UNORDERED
 
 SPEC = {"obs": ((4,), np.float32), "action": ((), np.int64), "reward": ((), np.float32), "id": ((), np.int64)}
 WIDE = {"id": ((), np.int64), "frame": ((2048,), np.int64)}  # 16 KB rows: a copy long enough to tear

@@ -17,7 +17,7 @@ from replaystore.shared import (
     list_segments,
     remove,
 )
-from replaystore.shared.segment import LAYOUT_VERSION, W_MAGIC, W_VERSION
+from replaystore.shared.header import LAYOUT_VERSION, W_MAGIC, W_VERSION
 
 SPEC = {"obs": ((4,), np.float32), "action": ((), np.int64), "reward": ((), np.float32), "id": ((), np.int64)}
 

@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
             state = "leftover" if s["orphaned"] else "open"
             extra = f" ({s['error']})" if "error" in s else ""
             print(
-                f"{s['name']:24s} {state:8s} {s.get('bytes', 0) / 2**20:10.1f} MiB  "
+                f"{s['name']:24s} {state:8s} {s.get('held', 0) / 2**20:10.1f} MiB held "
+                f"(of {s.get('bytes', 0) / 2**20:.1f})  "
                 f"capacity {s.get('capacity', '?')}  pids {s.get('pids') or '-'}  {s['path']}{extra}"
             )
         return 0

@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Closed
 from .copies import state_copies
+from .header import COPY0, COPY_WORDS, VICTIMS, W_ACTIVE, W_BUSY, W_RECOVERIES, W_UNORDERED
 from .recovery import reconcile
-from .segment import COPY0, COPY_WORDS, VICTIMS, W_ACTIVE, W_BUSY, W_RECOVERIES, W_UNORDERED, Segment
+from .segment import Segment
 
 if TYPE_CHECKING:
     from collections.abc import Callable

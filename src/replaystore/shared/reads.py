@@ -48,7 +48,7 @@ from ..storage import ColumnStorage
 from ..table import Table
 from ..table.args import as_count
 from ..table.core import drawn_sample
-from .segment import W_ACQUIRED, W_BUSY, W_UNORDERED
+from .header import W_ACQUIRED, W_BUSY, W_UNORDERED
 
 try:
     if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):

@@ -38,7 +38,8 @@ from ..storage import ColumnStorage
 from ..table import Table
 from ..table.fast import RingReservation
 from .guard import set_word
-from .segment import W_RESERVED, alive
+from .header import W_RESERVED
+from .segment import alive
 
 _HEAD_POLL_S = 20e-6  # an insert waiting for a reservation looks at the word this often (the lock released)
 _HEAD_CHECK_S = 0.05  # ... and takes the lock to see whether the copier still lives this often

@@ -14,13 +14,7 @@ Every process that has the table open holds ``flock(LOCK_SH)`` on ``segment``: t
 closes last (and so can take ``LOCK_EX``) removes the directory; a directory nobody holds is a
 leftover of crashed runs (:func:`list_segments`, ``replaystore shm``).
 
-The header (int64 words): magic, layout version, sizes, creator pid, the pid of the process inside
-the critical section (``busy``, zero outside it), which of the two state copies is current, the
-pid of a process waiting for the mutex, the lock kind (and at byte 2048 the mutex itself), and
-two copies of the Table's scalar state (``Table.state_scalars``) each led by a generation number
-and an insert *intent* (rows an insert in progress may be writing). A writer fills the copy that
-is not current and then flips the selector (one aligned 8-byte store), so a reader, or a process
-that recovers after a writer died, always finds one complete copy.
+The header's words and the configuration's checks: :mod:`replaystore.shared.header`.
 """
 
 from __future__ import annotations
@@ -42,35 +36,35 @@ import numpy as np
 from ..errors import DiskFull, InvalidArgument, Timeout
 from ..storage.diskspace import free_bytes, reserve
 from .errors import LayoutMismatch, SharedTableExists, SharedTableNotFound
-from .lock import MUTEX_BYTE, FlockMutex, default_kind, init_lock, open_lock
+from .header import (
+    HEADER_BYTES,
+    LAYOUT_VERSION,
+    MAGIC,
+    MAX_PIDS,
+    PAGE,
+    PIDS,
+    W_ACQUIRED,
+    W_BUSY,
+    W_CREATED,
+    W_CREATOR,
+    W_DEFERRED,
+    W_HEADER,
+    W_JSON_LEN,
+    W_JSON_OFF,
+    W_LOCK_KIND,
+    W_MAGIC,
+    W_RECOVERIES,
+    W_TOTAL,
+    W_VERSION,
+    W_WAITING,
+    read_config,
+)
+from .lock import FlockMutex, default_kind, init_lock, open_lock
 
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # (Linux 5.14+; Python 3.13 names it)
-MAGIC = int.from_bytes(b"RSSHMTB1", "little")
-# 2: state copies of 120 words (every part's scalars), out-of-ring regions; 3: the lock kind word;
-# 4: slot stamps (samples copy outside the lock); 5: no stamps (the keys tell: replaystore.shared.reads);
-# 6: ring reservations (W_RESERVED); 7: deferred regions (W_DEFERRED)
-LAYOUT_VERSION = 7
-PAGE = 4096
+
 PREFIX = "replaystore-"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
-
-# header words
-W_MAGIC, W_VERSION, W_HEADER, W_TOTAL, W_JSON_OFF, W_JSON_LEN, W_CREATOR, W_CREATED = range(8)
-W_BUSY, W_ACTIVE, W_RECOVERIES, W_WAITING, W_LOCK_KIND, W_ACQUIRED = 8, 9, 10, 11, 12, 13
-#: set while the open critical section writes payload rows before their keys (shared.reads)
-W_UNORDERED = 14
-#: the pid of the process copying a batch into ring slots it reserved, or 0 (shared.table: inserts wait)
-W_RESERVED = 15
-COPY_WORDS = 120  # generation, intent, then the scalars (Table.state_layout)
-COPY0 = 16  # first word of state copy 0; copy 1 follows
-PIDS = COPY0 + 2 * COPY_WORDS  # the table of attached pids
-MAX_PIDS = 128
-#: 1 once the deferred regions (if any) hold their blocks and initial contents, else 0
-W_DEFERRED = PIDS + MAX_PIDS
-HEADER_BYTES = PAGE
-assert (W_DEFERRED + 1) * 8 <= MUTEX_BYTE < HEADER_BYTES - 64, "the header's words overlap its mutex"
-#: the region where an insert notes the slots it overwrites in place (count, then slots)
-VICTIMS = "shared.victims"
 
 
 def default_directory() -> Path:
@@ -277,7 +271,7 @@ class Segment:
             if size < HEADER_BYTES:
                 raise LayoutMismatch(f"{path / 'segment'} is {size} bytes: not a shared table segment")
             mm = _map(path / "segment", size)
-            config = _read_config(mm, path, size)
+            config = read_config(mm, path, size)
             return cls(path, fd, mm, config, lock_timeout)
         except BaseException:
             os.close(fd)
@@ -474,44 +468,11 @@ def alive(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
 
 
-def _read_config(mm: mmap.mmap, path: Path, size: int) -> dict:
-    words = memoryview(mm).cast("q")
-    try:
-        magic, version, total = words[W_MAGIC], words[W_VERSION], words[W_TOTAL]
-        off, length = words[W_JSON_OFF], words[W_JSON_LEN]
-    finally:
-        words.release()
-    if magic != MAGIC:
-        raise LayoutMismatch(f"{path / 'segment'} is not a replaystore shared table (bad magic)")
-    if version != LAYOUT_VERSION:  # (version 1 had no lock kind word: it locked with flock)
-        raise LayoutMismatch(
-            f"{path / 'segment'} has layout version {version}; this replaystore reads "
-            f"version {LAYOUT_VERSION}: open it with the version that created it"
-        )
-    if total != size or not (HEADER_BYTES <= off and 0 < length and off + length <= size):
-        raise LayoutMismatch(f"{path / 'segment'}: header sizes do not match the file ({size} bytes)")
-    try:
-        config = json.loads(bytes(mm[off : off + length]))
-        for r in config["regions"]:
-            nbytes = int(np.prod(r["shape"], dtype=np.int64)) * np.dtype(r["dtype"]).itemsize
-            if r["offset"] < HEADER_BYTES or r["offset"] + nbytes > size:
-                raise ValueError(f"region {r['name']!r} lies outside the file")
-        deferred = config["deferred"]
-        start, fills = deferred["offset"], deferred["fill"]
-        if type(start) is not int or start % PAGE or not HEADER_BYTES <= start <= size:
-            raise ValueError(f"the deferred regions' offset {start!r} is not a page inside the file")
-        names = {r["name"]: r["offset"] for r in config["regions"]}
-        for name, fill in fills.items():
-            if names.get(name, -1) < start or type(fill) not in (int, float):
-                raise ValueError(f"deferred region {name!r} (fill {fill!r}) is not a region past {start}")
-    except (ValueError, KeyError, TypeError) as e:
-        raise LayoutMismatch(f"{path / 'segment'}: unreadable configuration ({e})") from None
-    return config
-
-
 def list_segments(directory: str | os.PathLike | None = None) -> list[dict[str, Any]]:
-    """The shared tables in ``directory`` (default ``/dev/shm``): name, path, bytes, pids, orphaned.
+    """The shared tables in ``directory`` (default ``/dev/shm``): name, path, bytes, held, pids, orphaned.
 
+    ``bytes``: the segment's size; ``held``: the bytes the file system holds for it (less while
+    the table's deferred regions are unreserved).
     ``orphaned``: no process has it open (a leftover of crashed runs, or a table kept on purpose).
     ``error``: set when the segment cannot be read (not a table of this layout). ``incomplete``:
     a hidden directory left by a creator that died before its table was published (or a removal
@@ -552,13 +513,15 @@ def list_segments(directory: str | os.PathLike | None = None) -> list[dict[str, 
                 info["orphaned"] = True
             except BlockingIOError:
                 info["orphaned"] = False
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            size = st.st_size
             info["bytes"] = size
+            info["held"] = st.st_blocks * 512  # (a ring-mode table's deferred regions are a hole)
             try:
                 if size < HEADER_BYTES:
                     raise LayoutMismatch("too short")
                 with mmap.mmap(fd, size) as mm:
-                    config = _read_config(mm, path, size)
+                    config = read_config(mm, path, size)
                     words = memoryview(mm).cast("q")
                     pids = [words[i] for i in range(PIDS, PIDS + MAX_PIDS) if words[i]]
                     info["creator_pid"] = words[W_CREATOR]

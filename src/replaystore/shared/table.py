@@ -54,12 +54,13 @@ from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
 from .episodes import EpisodeSync, SharedEpisodeMethods
 from .guard import ProcessGuard
+from .header import COPY_WORDS, VICTIMS, W_LOCK_KIND
 from .lock import KIND_MUTEX, lock_kind
 from .reads import KeyCheckedReads
 from .reserve import ReservedInserts
 from .scalars import REGION as SCALARS_REGION
 from .scalars import PlacedScalars
-from .segment import COPY_WORDS, VICTIMS, W_LOCK_KIND, Segment, check_name, path_of
+from .segment import Segment, check_name, path_of
 
 _SAMPLERS = (Uniform, Prioritized, Fifo, Lifo, MinHeap, MaxHeap, WithoutReplacement)
 _REMOVERS = (Fifo, Lifo, Uniform, MinHeap, MaxHeap)
@@ -340,7 +341,7 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
 
     def recoveries(self) -> int:
         """How many times a process found a dead holder of the lock and repaired the table."""
-        from .segment import W_RECOVERIES
+        from .header import W_RECOVERIES
 
         return int(self._segment.words[W_RECOVERIES])
 

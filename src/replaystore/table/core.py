@@ -174,8 +174,7 @@ class Table(
                 self.sampler.share_live(RingLiveSet(self._ring))
         else:
             self._index = KeyIndex(capacity, key_of_slot=self._meta[:, 0])
-            # a stack; pops 0, 1, 2, ...
-            self._free = allocate("table.free", (capacity,), np.int64, np.arange(capacity - 1, -1, -1))
+            self._free = allocate("table.free", (capacity,), np.int64, np.arange(capacity - 1, -1, -1))  # pops 0, 1, ..
             if self._placed:
                 self._placed_index, self._placed_free = self._index, self._free
         self._stager: AddStager | None = None
