@@ -34,7 +34,8 @@ Usage (the bench venv has cpprb and TorchRL)::
         [--writers 1,2,4] [--rows 1,8,64,256] [--payloads small,atari]
         [--peers shared,private,cpprb,torchrl,ray]
         [--samplers uniform,prioritized] [--directory DIR] [--pace LEARNER_US,WRITER_US] [--repeat N]
-    PYTHONPATH=src bench/.venv/bin/python bench/bench_shared.py --split --seconds 2   # the learner's cost, split
+    PYTHONPATH=src bench/.venv/bin/python bench/bench_shared.py --split --seconds 2 [--rows 8] [--pace ...] [--repeat N]
+        # the learner's cost, split: a neighbour, shared memory, the same table
 """
 
 from __future__ import annotations
@@ -395,47 +396,70 @@ def ray_phase(payload, prioritized, writers, rows, seconds, capacity) -> dict:
     }
 
 
-def _split_writer(name, directory, stop_at):
-    t = SharedTable.attach(name, directory=directory)
-    t.prefault()
-    b = batch_of("small", 8, 1)
+def _split_writer(name, directory, stop_at, rows):
+    if name is None:  # private: a table of this process's own, every page its own
+        t = rs.Table(200_000, spec=spec_of("small"))
+        for _ in range(200_000 // 256):
+            t.extend(batch_of("small", 256, 9))
+    else:
+        t = SharedTable.attach(name, directory=directory)
+        t.prefault()
+    b = batch_of("small", rows, 1)
+    work, now = PACE["writer"], time.perf_counter
     while time.time() < stop_at:
+        until = now() + work
+        while now() < until:  # (paced: its environment steps)
+            pass
         t.extend(b)
     t.close()
 
 
-def neighbour_split(seconds: float, rounds: int = 2) -> None:
-    """A learner's sample(256) CPU alone, next to a writer on another table, next to a writer on its table.
+def neighbour_split(seconds: float, rounds: int = 2, rows: int = 8) -> None:
+    """A learner's sample(256) CPU alone and next to one writer: its own table, another shared one, the same.
 
-    Tells what sharing the table costs the learner from what any busy neighbour process costs.
+    Tells what sharing the table costs the learner from what a busy neighbour process costs
+    (``private``: both on in-process tables, no shared memory at all) and from what a busy
+    neighbour writing shared memory costs (``another table``). Honours ``--pace``.
     """
     directory = tempfile.mkdtemp(prefix="bench-split-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     spec = spec_of("small")
     mine = SharedTable.create(f"split-a-{os.getpid()}", 200_000, spec, directory=directory)
     other = SharedTable.create(f"split-b-{os.getpid()}", 200_000, spec, directory=directory)
+    private = rs.Table(200_000, spec=spec)
     fill = batch_of("small", 256, 9)
-    for _ in range(200_000 // 2 // 256):
+    for _ in range(200_000 // 256):  # (once round: every page touched)
         mine.extend(fill)
         other.extend(fill)
-    print("| round | learner alone | writer on another table | writer on the same table |")
-    print("|---|---|---|---|")
+        private.extend(fill)
+    mine.prefault()
+    columns = ("learner alone", "private tables", "writer on another table", "writer on the same table")
+    print("| round | " + " | ".join(columns) + " |")
+    print("|---" * (len(columns) + 1) + "|")
+    runs: dict[str, list[float]] = {c: [] for c in columns}
+    work, now = PACE["learner"], time.perf_counter
     for r in range(rounds):
-        cells = []
-        for target in (None, other, mine):
+        for column, table, writes in zip(columns, (mine, private, mine, mine), (False, None, other, mine)):
             stop_at = time.time() + seconds + 0.3
             p = None
-            if target is not None:
-                p = mp.get_context("fork").Process(target=_split_writer, args=(target.shared_name, directory, stop_at))
+            if writes is not False:
+                name = None if writes is None else writes.shared_name
+                p = mp.get_context("fork").Process(target=_split_writer, args=(name, directory, stop_at, rows))
                 p.start()
-            time.sleep(0.3)
-            n, c0 = 0, time.process_time()
+            time.sleep(0.3 if writes is not None else 0.6)  # (the private writer fills its table first)
+            n, cpu, clock = 0, 0.0, time.thread_time
             while time.time() < stop_at:
-                mine.sample(SAMPLE)
+                until = now() + work
+                while now() < until:  # (paced: its training step)
+                    pass
+                c = clock()
+                table.sample(SAMPLE)
+                cpu += clock() - c
                 n += 1
-            cells.append(f"{(time.process_time() - c0) / n * 1e6:.1f}")
+            runs[column].append(cpu / max(1, n) * 1e6)
             if p is not None:
                 p.join(30)
-        print(f"| {r + 1} | " + " | ".join(cells) + " |", flush=True)
+        print(f"| {r + 1} | " + " | ".join(f"{runs[c][-1]:.1f}" for c in columns) + " |", flush=True)
+    print("| median | " + " | ".join(f"{float(np.median(runs[c])):.1f}" for c in columns) + " |")
     mine.close()
     other.close()
     os.rmdir(directory)
@@ -464,8 +488,12 @@ def main() -> None:
     args = ap.parse_args()
     PACE["learner"], PACE["writer"] = (float(x) * 1e-6 for x in args.pace.split(","))
     if args.split:
-        print(f"# learner CPU us per sample(256), one writer extending 8 rows; load average {os.getloadavg()[0]:.1f}")
-        neighbour_split(args.seconds)
+        rows = int(args.rows.split(",")[0])
+        print(
+            f"# learner CPU us per sample(256), one writer extending {rows} rows; pace {args.pace} us; "
+            f"load average {os.getloadavg()[0]:.1f}"
+        )
+        neighbour_split(args.seconds, args.repeat if args.repeat > 1 else 2, rows)
         return
     if args.quick:
         args.writers, args.rows, args.payloads, args.seconds = "1,2", "8,256", "small", min(args.seconds, 0.5)
