@@ -59,6 +59,8 @@ def test_ring_work_never_touches_the_deferred_regions(tmp_path, sampler):
     t.clear()
     t.extend(transitions(100, 50_000))
     run_python(ATTACH.format(name="d", d=str(tmp_path)) + "t.prefault(); t.extend(t.get(t.keys()[:5])[0]); t.sample(3)")
+    t.save(tmp_path / "ck")  # (a checkpoint reads the ring's index, not the out-of-ring one)
+    assert len(rs.Table.load(tmp_path / "ck")) == len(t) and t.stats()["size"] == len(t)
     assert held(t) == eager and t._ring is not None
     [info] = list_segments(tmp_path)  # (what `replaystore shm list` prints)
     assert info["held"] == eager < info["bytes"] == size(t)
