@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_shared_lock import HAVE_MUTEX
 from test_shared_processes import ATTACH, consistent, run_python
 
 import replaystore as rs
@@ -37,9 +38,12 @@ def size(t: SharedTable) -> int:
 SAMPLERS = {"Uniform": rs.Uniform, "Prioritized": rs.Prioritized, "Fifo": rs.Fifo}
 
 
+@pytest.mark.parametrize("lock", ["mutex", "flock"])
 @pytest.mark.parametrize("sampler", sorted(SAMPLERS))
-def test_ring_work_never_touches_the_deferred_regions(tmp_path, sampler):
-    t = SharedTable.create("d", 4096, SPEC, sampler=SAMPLERS[sampler](), directory=tmp_path)
+def test_ring_work_never_touches_the_deferred_regions(tmp_path, sampler, lock):
+    if lock == "mutex" and not HAVE_MUTEX:
+        pytest.skip("_sync not built")
+    t = SharedTable.create("d", 4096, SPEC, sampler=SAMPLERS[sampler](), directory=tmp_path, lock=lock)
     seg = t._segment
     eager = seg.deferred_offset
     assert not seg.deferred_ready and held(t) == eager < size(t)
@@ -148,9 +152,12 @@ def test_full_file_system_makes_the_delete_raise_and_changes_nothing(tmpfs_facto
     t.close()
 
 
+@pytest.mark.parametrize("lock", ["mutex", "flock"])
 @pytest.mark.parametrize("kill_at", [1, 3])  # after the blocks are reserved; after two regions are filled
-def test_process_killed_while_reserving(tmp_path, kill_at):
-    t = SharedTable.create("k", 32, SPEC, directory=tmp_path)
+def test_process_killed_while_reserving(tmp_path, kill_at, lock):
+    if lock == "mutex" and not HAVE_MUTEX:
+        pytest.skip("_sync not built")
+    t = SharedTable.create("k", 32, SPEC, directory=tmp_path, lock=lock)
     t.extend(transitions(40))  # a full ring
     code = ATTACH.format(name="k", d=str(tmp_path)) + (
         "import os, replaystore.shared.segment as S\n"
