@@ -82,7 +82,7 @@ def read_config(mm: mmap.mmap, path: Path, size: int) -> dict:
             raise ValueError(f"the deferred regions' offset {start!r} is not a page inside the file")
         names = {r["name"]: r["offset"] for r in config["regions"]}
         for name, fill in fills.items():
-            if names.get(name, -1) < start or type(fill) not in (int, float):
+            if names.get(name, -1) < start or type(fill) not in (bool, int, float):
                 raise ValueError(f"deferred region {name!r} (fill {fill!r}) is not a region past {start}")
     except (ValueError, KeyError, TypeError) as e:
         raise LayoutMismatch(f"{path / 'segment'}: unreadable configuration ({e})") from None
