@@ -161,6 +161,15 @@ class InvalidState(ReplayError, RuntimeError):
     """A call that needs a set-up step first (e.g. an SB3 HER buffer sampled before ``set_env``)."""
 
 
+class Unavailable(ReplayError, ConnectionError):
+    """A metrics source cannot be read now: no replay service (or shard, or shared table) of that name
+    runs, or it is restarting. A dashboard keeps retrying; the message names the source."""
+
+
+class PortInUse(ReplayError, OSError):
+    """A dashboard or metrics endpoint cannot listen on the port it was given (another process has it)."""
+
+
 class ReplayWarning(UserWarning):
     """Base class of every warning replaystore issues (filter them with ``rs.ReplayWarning``)."""
 

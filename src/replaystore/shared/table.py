@@ -345,6 +345,23 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
 
         return int(self._segment.words[W_RECOVERIES])
 
+    def lock_state(self) -> dict[str, int]:
+        """The lock's words, read without taking it (for metrics; no cost to the table's users).
+
+        ``busy``: 1 while a process is inside a critical section; ``waiting``: the mutex's waiters
+        word; ``acquisitions``: critical sections entered so far (all processes); ``recoveries``:
+        as :meth:`recoveries`. Thread-safe; racy by nature (a look, not a lock).
+        """
+        from .header import W_ACQUIRED, W_BUSY, W_RECOVERIES, W_WAITING
+
+        w = self._segment.words
+        return {
+            "busy": int(w[W_BUSY] != 0),
+            "waiting": int(w[W_WAITING]),
+            "acquisitions": int(w[W_ACQUIRED]),
+            "recoveries": int(w[W_RECOVERIES]),
+        }
+
 
 def _attach(name: str, directory: str) -> SharedTable:
     return SharedTable.attach(name, directory)
