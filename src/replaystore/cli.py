@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -320,7 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="replaystore",
         description="replaystore: experience replay for reinforcement learning. "
         "Commands: demo (DQN + prioritized replay on CartPole), tour (the core on synthetic data), "
-        "inspect (a checkpoint), bench (the benchmark harness of a source checkout).",
+        "inspect (a checkpoint), bench (the benchmark harness of a source checkout), "
+        "dashboard (live charts of a running buffer).",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -458,6 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
     insp.set_defaults(func=_inspect)
 
     add_shm_parser(sub)  # replaystore shm list|rm (replaystore.shared.command)
+    _add_dashboard_parser(sub)
     sub.add_parser(
         "bench",
         add_help=False,
@@ -465,6 +468,13 @@ def build_parser() -> argparse.ArgumentParser:
         "through ([WORKLOAD ...] [--repeats N] [--quick]; `replaystore bench --help` for all)",
     )
     return parser
+
+
+def _add_dashboard_parser(sub: Any) -> None:
+    """``replaystore dashboard`` (replaystore.metrics.command)."""
+    from .metrics.command import add_parser
+
+    add_parser(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -162,8 +162,10 @@ class InvalidState(ReplayError, RuntimeError):
 
 
 class Unavailable(ReplayError, ConnectionError):
-    """A metrics source cannot be read now: no replay service (or shard, or shared table) of that name
-    runs, or it is restarting. A dashboard keeps retrying; the message names the source."""
+    """A metrics source cannot be read now (no service, shard or shared table of that name; a restart).
+
+    A dashboard keeps retrying; the message names the source.
+    """
 
 
 class PortInUse(ReplayError, OSError):

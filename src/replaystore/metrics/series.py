@@ -163,9 +163,7 @@ class Recorder:
             row = table_row(t["stats"], None if p is None else p["stats"], dt)
             if "shards" in t:
                 old = [] if p is None else p.get("shards", [])
-                row["shards"] = [
-                    table_row(s, old[i] if i < len(old) else None, dt) for i, s in enumerate(t["shards"])
-                ]
+                row["shards"] = [table_row(s, old[i] if i < len(old) else None, dt) for i, s in enumerate(t["shards"])]
                 row["shard_nodes"] = t.get("nodes")
             point["tables"][name] = row
         point["nodes"] = (snap.get("fragments") or {}).get("nodes")

@@ -197,8 +197,10 @@ class ShardedSource:
 
 
 def merge_shards(per: list[dict[str, Any] | None]) -> dict[str, Any]:
-    """One table's stats from its shards' (``None``: a shard that did not answer): counters and
-    sizes summed, the ratio recomputed, the histograms added, the config of the first shard."""
+    """One table's stats from its shards' (``None``: a shard that did not answer).
+
+    Counters and sizes summed, the ratio recomputed, the histograms added, the config of the first shard.
+    """
     live = [p for p in per if p]
     total: dict[str, Any] = {}
     for st in live:

@@ -90,8 +90,11 @@ class StatsMethods:
 
 
 def _priority_histogram(pr: np.ndarray) -> dict[str, int]:
-    """Counts of priorities by power of two: ``{"2^e": n}`` for ``[2^e, 2^(e+1))``, ``_HIST_BINS`` bins
-    ending at the largest priority's; smaller ones (and zeros) count in the lowest bin, ``"<2^e"``."""
+    """Counts of priorities by power of two: ``{"2^e": n}`` for ``[2^e, 2^(e+1))``.
+
+    ``_HIST_BINS`` bins, ending at the largest priority's; smaller ones (and zeros) count in the
+    lowest bin, ``"<2^e"``.
+    """
     top = float(pr.max())
     if top <= 0:
         return {"0": int(len(pr))}

@@ -46,6 +46,7 @@ def serve_dashboard(
         source: a Table (or ``{name: table}``, or anything with ``stats()``), or a source of
             :mod:`replaystore.metrics.sources` (``ServiceSource``, ``ShardedSource``, ``SharedSource``).
         port: ``0`` picks a free port (``Dashboard.url`` says which).
+        host: the address to listen on (default: this machine only).
         period: seconds between reads of ``stats()`` (the page refreshes as often).
         history: points kept (the charts' window is ``period * history`` seconds).
 
