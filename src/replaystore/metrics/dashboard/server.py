@@ -67,7 +67,8 @@ def _handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
                     self._file(path[len("/static/") :])
                 elif path == "/api/points":
                     since = int(parse_qs(url.query).get("since", ["0"])[0])
-                    self._json({"period": recorder.period, "seq": recorder.seq, "points": recorder.points(since)})
+                    points = recorder.points(since)
+                    self._json({"period": recorder.effective_period, "seq": recorder.seq, "points": points})
                 elif path == "/api/info":
                     src = recorder.source
                     self._json(

@@ -213,9 +213,9 @@ function render() {
 
 function renderAlerts(last) {
   const box = document.getElementById("alerts"); const out = [];
-  if (state.status === "unreachable") out.push(["bad", `The dashboard server does not answer (${state.error}); retrying every ${state.period}s.`]);
+  if (state.status === "unreachable") out.push(["bad", `The dashboard server does not answer (${state.error}); retrying every ${si(state.period)} s.`]);
   const newest = state.points[state.points.length - 1];
-  if (newest && !newest.ok) out.push(["bad", `Source unavailable: ${newest.error}. Retrying every ${state.period}s; the charts resume when it is back.`]);
+  if (newest && !newest.ok) out.push(["bad", `Source unavailable: ${newest.error}. Retrying every ${si(state.period)} s; the charts resume when it is back.`]);
   if (last && newest && newest.ok) {
     for (const [t, row] of Object.entries(last.tables)) {
       const lanes = row.shards ? row.shards.map((s, i) => [`${t}/shard ${i}`, s]) : [[t, row]];
@@ -235,7 +235,7 @@ function renderAlerts(last) {
   const down = state.status === "unreachable" || (newest && !newest.ok);
   pill.className = "pill " + (down ? "bad" : state.points.length ? "ok" : "wait");
   pill.textContent = state.status === "unreachable" ? "dashboard unreachable" : newest && !newest.ok ? "source unavailable" : state.points.length ? "live" : "connecting";
-  if (newest) document.getElementById("updated").textContent = "updated " + new Date(newest.t * 1000).toLocaleTimeString();
+  if (newest) document.getElementById("updated").textContent = `updated ${new Date(newest.t * 1000).toLocaleTimeString()}, every ${si(state.period)} s`;
 }
 
 // -- tables of configuration and counters ----------------------------------------------------------
