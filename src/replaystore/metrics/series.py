@@ -108,9 +108,10 @@ class Recorder:
         source: a :mod:`replaystore.metrics.sources` source (or anything with ``read()``).
         period: seconds between reads.
         history: points kept (the page's time window is ``period * history``).
-        max_duty: the largest fraction of wall time reads may take: a read that took ``r``
+        max_duty: the largest fraction of one core reads may use: a read that cost ``r`` CPU
             seconds delays the next one to ``max(period, r / max_duty)`` (a 1M-item table's
-            ``stats()`` takes ~30 ms: reads every 1.5 s at the default 0.02).
+            ``stats()`` costs ~30 ms: reads every 1.5 s at the default 0.02). A remote source
+            (a Ray service) costs this process little; its ``stats()`` runs in the service.
 
     ``points(since)`` and ``latest()`` are thread-safe. A read that raises
     :class:`~replaystore.errors.Unavailable` (or anything else) makes a point with ``ok=False`` and
@@ -127,7 +128,7 @@ class Recorder:
         self.source = source
         self.period = float(period)
         self.max_duty = float(max_duty)
-        self.read_s = 0.0  # how long the last read took (wall seconds)
+        self.read_s = 0.0  # what the last read cost (CPU seconds of the reading thread)
         self._points: deque[dict[str, Any]] = deque(maxlen=int(history))
         self._last: tuple[float, dict[str, Any]] | None = None
         self._snapshot: dict[str, Any] | None = None
@@ -160,7 +161,7 @@ class Recorder:
 
     def poll(self) -> dict[str, Any]:
         """Read the source once now and append the point; returns it."""
-        mono = time.monotonic()
+        mono, cpu = time.monotonic(), time.thread_time()
         try:
             snap = self.source.read()
         except Unavailable as e:
@@ -168,7 +169,7 @@ class Recorder:
         except Exception as e:  # noqa: BLE001 - a dashboard outlives its source's errors
             return self._append({"ok": False, "error": f"{type(e).__name__}: {e}"}, None)
         finally:
-            self.read_s = time.monotonic() - mono
+            self.read_s = time.thread_time() - cpu
         prev_mono, prev = self._last if self._last is not None else (mono, None)
         dt = mono - prev_mono
         point: dict[str, Any] = {"ok": True, "error": None, "tables": {}}
