@@ -1,11 +1,12 @@
 """What leaving the metrics on costs: ``extend(8)`` and ``sample(256)`` with the exporters off and on.
 
-"on": ``serve_dashboard(table, period=1)`` (a Recorder reading ``stats()`` every second, or less often
-for large tables: ``max_duty``), a TensorBoard exporter writing every point, and a Prometheus
-scraper fetching ``/metrics`` every ``--scrape`` seconds (5; Prometheus' default is 15), all in the table's process, as a training run would
-leave them. "off": none of it. The calls run back to back in the main thread for ``--seconds``
-per measurement; modes alternate (off, on, on, off, ...) so that load drifts hit both; the
-figures are medians over ``--repeats``. Per call: wall µs, and CPU µs of the calling thread.
+"on": ``serve_dashboard(table, period=1)`` (a Recorder reading ``stats()`` every second, or less
+often for large tables: ``max_duty``), a TensorBoard exporter writing every point, and a
+Prometheus scraper fetching ``/metrics`` every ``--scrape`` seconds, all in the table's process, as
+a training run would leave them. "off": none of it. The calls run back to back in the main thread
+for ``--seconds`` per measurement; modes alternate (off, on, on, off, ...) so that load drifts hit
+both; the figures are medians over ``--repeats``. Per call: wall µs, and CPU µs of the calling
+thread.
 
 Usage::
 
@@ -93,7 +94,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--prioritized", action="store_true")
-    ap.add_argument("--scrape", type=float, default=5.0, help="seconds between Prometheus scrapes (default 5)")
+    ap.add_argument("--scrape", type=float, default=1.0, help="seconds between scrapes of /metrics (default 1)")
     args = ap.parse_args()
     table = make_table(args.items, args.prioritized)
     rng = np.random.default_rng(1)
