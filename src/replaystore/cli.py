@@ -6,6 +6,7 @@ shows a progress bar, prints the greedy evaluation and writes a figure (needs th
 with importance weights, update priorities, checkpoint, reload, and print the stats.
 ``replaystore inspect PATH`` summarises a checkpoint (``--plot`` draws its priorities and
 times-sampled counts). ``replaystore bench`` runs the benchmark harness of a source checkout.
+``replaystore dashboard`` serves live charts of a running buffer (``replaystore.metrics.command``).
 """
 
 from __future__ import annotations
