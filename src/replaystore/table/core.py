@@ -44,7 +44,7 @@ from .journal import JournalMethods
 from .persist import Persistence
 from .placed import PlacedState
 from .ring import SlotBookkeeping
-from .state import BLOCKED, TableState, allocate_rows
+from .state import TableState, allocate_rows
 from .stats import StatsMethods
 
 if TYPE_CHECKING:
@@ -143,7 +143,6 @@ class Table(
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._waiting = 0  # threads blocked in _wait; notify only when some are (this process's)
-        self._waits_since: dict[str, list[float]] = {c: [] for c in BLOCKED}  # starts of waits going on
         # every mutable scalar (next key, size, ring bounds, counters, ...) in one object
         self._state = st = TableState(capacity)
         # per-slot metadata rows (key, times_sampled, version, priority bits); the names are column views
@@ -274,8 +273,7 @@ class Table(
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
         warn_at = None if deadline is not None else start + self.blocking_warning_s
-        self._waiting += 1
-        self._waits_since[counter].append(start)  # (stats(): waits going on, metrics: a stalled call)
+        self._wait_started(counter, start)  # (+1 waiting; stats() reports the waits going on)
         try:
             while not ready():
                 self._check_open()
@@ -297,8 +295,7 @@ class Table(
                 self._cond.wait(remaining)
             self._check_open()
         finally:
-            self._waiting -= 1
-            self._waits_since[counter].remove(start)
+            self._wait_ended(counter, start)
             setattr(self._state, counter, getattr(self._state, counter) + time.monotonic() - start)
 
     def _warn_blocked(self, what: str, waited: float) -> None:
