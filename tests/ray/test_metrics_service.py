@@ -45,7 +45,7 @@ def test_service_source_matches_stats_shows_a_stalled_learner_and_survives_a_res
         assert row["inserts"] == stats["inserts"] == 20 and row["samples"] == stats["samples"] == 8
         assert row["ratio_target"] == 2.0 and row["sample_waiting"] == 0
         # a learner that wants more than the limiter allows blocks inside the service: seen at once
-        learner = threading.Thread(target=lambda: pytest.raises(rs.Timeout, client.sample, 64, timeout=8.0))
+        learner = threading.Thread(target=lambda: pytest.raises(rs.Timeout, client.sample, 64, timeout=3.0))
         learner.start()
         deadline = time.monotonic() + 6
         while True:
