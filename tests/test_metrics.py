@@ -218,6 +218,9 @@ def test_cli_dashboard_says_what_is_wrong(capsys, tmp_path):
         try:
             assert main(["dashboard", "--shared", "cli", "--directory", str(tmp_path), "--port", str(port)]) == 2
             assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+            args = ["dashboard", "--shared", "cli", "--directory", str(tmp_path), "--port", "0", "--duration", "0.3"]
+            assert main(args) == 0
+            assert "replaystore dashboard of shared 'cli': http://127.0.0.1:" in capsys.readouterr().out
         finally:
             t.close()
             t.unlink()
@@ -228,7 +231,7 @@ def test_shared_source_reads_stats_and_the_lock(tmp_path):
     from replaystore.shared import SharedTable
 
     with pytest.raises(Unavailable, match="'missing'"):
-        SharedSource("missing", str(tmp_path))
+        SharedSource("missing", str(tmp_path)).read()
     t = SharedTable.create("m", 64, SPEC, directory=tmp_path)
     src = SharedSource("m", str(tmp_path), lock_hz=500)
     try:

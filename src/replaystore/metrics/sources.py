@@ -240,7 +240,8 @@ class SharedSource:
         name: the shared table's name. directory: its segment directory (default ``/dev/shm``).
 
     Raises:
-        Unavailable: when there is no such table (from the constructor and from :meth:`read`).
+        Unavailable: from :meth:`read` while there is no such table (it attaches on the first read
+            that finds it).
     """
 
     kind = "shared"
@@ -254,7 +255,6 @@ class SharedSource:
         self._guard = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._attach()
 
     def _attach(self) -> Any:
         if self._table is None:
