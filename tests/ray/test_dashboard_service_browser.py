@@ -1,6 +1,6 @@
 """The dashboard page against a running Ray service (headless Chromium): a writer and a learner through
-the client, values that match the service's stats(), a stalled learner, and the service restarting
-while the page is open. Slow (a Ray instance and a browser): ``pytest -m slow``."""
+the client, values that match the service's stats(), a stalled learner, the service restarting while
+the page is open, and a node whose disk fills up. Slow (a Ray instance and a browser): ``pytest -m slow``."""
 
 import os
 import sys
@@ -39,7 +39,7 @@ def wait_for(what, fn, timeout=20.0):
 
 @pytest.fixture(scope="module")
 def ray_local():
-    ray = start_ray()
+    ray = start_ray(resources={"database": 1})  # (a node-local fragment store on this node)
     yield ray
     ray.shutdown()
 
@@ -95,6 +95,41 @@ def test_the_page_follows_a_service_and_its_restart(ray_local):
         wait_for("live again", lambda: driver.execute_script(status) == "live")
         inserts = 'return document.querySelector(\'tr[data-table="replay"] td[data-field="inserts"]\')?.dataset.value'
         wait_for("the new service's row", lambda: driver.execute_script(inserts) == "5")
+    finally:
+        driver.quit()
+        dash.close()
+        client.shutdown()
+
+
+def test_the_page_shows_a_node_whose_disk_fills_up(ray_local, tmpfs_factory):
+    pytest.importorskip("selenium")
+    pytest.importorskip("lmdb")
+    from replaystore import ray as rsr
+
+    mnt = tmpfs_factory("96m")
+    cfg = dict(max_chunks=64, max_staleness=4, max_reuse=100, fragments_per_chunk=1, path=str(mnt / "store"))
+    cfg.update(num_shards=1, map_size=1 << 24, lease_ttl=None, node_local="database", seed=0)
+    name = f"nodes-{uuid.uuid4().hex[:6]}"
+    client = rsr.serve(name=name, fragments=rsr.FragmentBufferConfig(**cfg), housekeeping_period=0)
+    dash = serve_dashboard(ServiceSource(name, rpc_timeout=10), port=0, period=PERIOD)
+    driver = open_browser()
+    alerts = "return [...document.querySelectorAll('#alerts .alert')].map(a => a.textContent)"
+    try:
+        driver.get(dash.url)
+        node_row = "return document.querySelector('#nodes tbody tr')?.dataset.node"
+        label = wait_for("the node's row", lambda: driver.execute_script(node_row))
+        assert not [a for a in driver.execute_script(alerts) if "nearly full" in a]
+        free = client.stats()["fragments"]["nodes"][label]["free_bytes"]
+        with open(mnt / "ballast", "wb") as f:  # leave 32 MiB: under the page's 64 MiB mark
+            os.posix_fallocate(f.fileno(), 0, free - (32 << 20))
+        t0 = time.monotonic()
+        (text,) = wait_for(
+            "the full-node alert", lambda: [a for a in driver.execute_script(alerts) if "nearly full" in a]
+        )
+        shown_after = time.monotonic() - t0
+        print(f"full node shown {shown_after:.2f} s after the disk filled")
+        assert label in text and "MiB free" in text
+        assert shown_after <= 2 * PERIOD + 1.0  # the recorder's next read, then the page's next poll
     finally:
         driver.quit()
         dash.close()
