@@ -91,6 +91,14 @@ _COUNTERS = (
 _REMEMBER_DONE = 4096  # completed groups remembered so that a retried write is answered, not duplicated
 
 
+def _done_order(rec: tuple) -> tuple:
+    """Sort key of a journaled done record: its sequence number (records written before groups
+    had one carry none: numeric ids first in numeric order, as they were admitted)."""
+    if len(rec) > 2:
+        return (1, int(rec[2]))
+    return (0, rec[0] if isinstance(rec[0], int) else -1)
+
+
 class NullOnlineJournal:
     """Keeps nothing (an in-process buffer). See :class:`~replaystore.online.journal.OnlineJournal`."""
 
@@ -237,6 +245,7 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
         self._jkey: dict[int, str] = {}  # table key -> journal key
         self._by_gid: dict[Hashable, int] = {}  # group id -> table key (complete groups)
         self._done: dict[Hashable, list] = {}  # group id -> [status of its last write, fate]; bounded
+        self._done_seq = 0  # the last sequence number of a done record (their order in the journal)
         self._items = 0  # rollouts in complete groups
         self._tokens = 0  # tokens in complete groups
         self._next_order = 0
@@ -340,7 +349,8 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
         if fate is not None:
             rec[1] = fate
         self._done[gid] = rec
-        self._stage(f"d/{gid!r}", (gid, rec))
+        self._done_seq += 1
+        self._stage(f"d/{gid!r}", (gid, rec, self._done_seq))  # the sequence orders them on restart
         while len(self._done) > _REMEMBER_DONE:
             old = next(iter(self._done))
             del self._done[old]
@@ -532,11 +542,15 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
         if self.budget is not None and state["budget"] is not None:
             self.budget.load_state(state["budget"])
         self.table.set_version(self.version)
+        done = sorted((v for k, v in saved.items() if k.startswith("d/")), key=_done_order)
+        for v in done[: max(len(done) - _REMEMBER_DONE, 0)]:
+            self._unstage(f"d/{v[0]!r}")
+        for v in done[-_REMEMBER_DONE:]:
+            self._done[v[0]] = list(v[1])
+        self._done_seq = max((_done_order(v)[1] for v in done), default=0)
         for k, v in sorted(saved.items()):
             if k.startswith("p/"):
                 self._pending[v.group_id] = v
-            elif k.startswith("d/"):
-                self._done[v[0]] = list(v[1])
             elif k.startswith("c/"):
                 if v.arrival < 0:  # a journal written before groups kept their arrival
                     v.arrival = int(k[2:])
