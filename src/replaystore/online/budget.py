@@ -532,29 +532,59 @@ class StalenessBudget:
                 "paused": self.paused,
             }
 
+    def _scalars(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "accepted": self.accepted,
+            "counters": dict(self.counters),
+            "wait_s": self.wait_s,
+            "paused": self.paused,
+        }
+
     def state(self) -> dict[str, Any]:
         """JSON-able state (tickets with their deadlines, counters, version, batches) for a journal."""
         with self._lock:
-            return {
-                "version": self.version,
-                "accepted": self.accepted,
-                **self._book.state(),
-                "counters": dict(self.counters),
-                "wait_s": self.wait_s,
-                "paused": self.paused,
-            }
+            return {**self._scalars(), **self._book.state()}
+
+    def track_changes(self) -> None:
+        """Start recording which tickets change, for :meth:`journal` (off by default: nothing kept)."""
+        with self._lock:
+            self._book.tracking = True
+
+    def journal(self) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+        """``(scalars, puts, deletes)``: the state without its tickets (O(1) in size), and the journal
+        records of the tickets and batches changed since the last call (:meth:`track_changes` first).
+
+        :meth:`load_journal` restores the scalars with every record put and not deleted since.
+        """
+        with self._lock:
+            puts, deletes = self._book.take_changes()
+            return {**self._scalars(), **self._book.scalars(), "records": True}, puts, deletes
+
+    def load_journal(self, scalars: dict[str, Any], records: dict[str, Any]) -> None:
+        """Restore :meth:`journal` output: its scalars and the live records (``t/...``, ``tb/...``, ``tc``).
+
+        Raises:
+            ValueError, KeyError, TypeError: a field or record that :meth:`journal` does not write.
+        """
+        with self._lock:
+            self._book.load_records(scalars, records)
+            self._load_scalars(scalars)
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state` output (a restarted service). Tickets keep their deadlines."""
         with self._lock:
-            self.version = int(state["version"])
-            self.accepted = int(state["accepted"])
             self._book.load_state(state)
-            self._no_expiry_before = float("-inf")
-            self.counters.update(state["counters"])
-            self.wait_s = float(state["wait_s"])
-            self.paused = bool(state.get("paused", False))
-            self._cond.notify_all()
+            self._load_scalars(state)
+
+    def _load_scalars(self, state: dict[str, Any]) -> None:  # lock held
+        self.version = int(state["version"])
+        self.accepted = int(state["accepted"])
+        self._no_expiry_before = float("-inf")
+        self.counters.update(state["counters"])
+        self.wait_s = float(state["wait_s"])
+        self.paused = bool(state.get("paused", False))
+        self._cond.notify_all()
 
     def __repr__(self) -> str:
         return (

@@ -254,6 +254,8 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
         self.journal = journal if journal is not None else NullOnlineJournal()
         self._puts: dict[str, Any] = {}
         self._deletes: set[str] = set()
+        if self.budget is not None and type(self.journal) is not NullOnlineJournal:
+            self.budget.track_changes()  # each write journals the tickets that changed, not all
         self._restore(self.journal.load())
 
     # -- small queries --------------------------------------------------------------------------------
@@ -291,14 +293,14 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
         return g.tokens if self.tokens else 1
 
     # -- journal ----------------------------------------------------------------------------------------
-    def _state(self) -> dict[str, Any]:
+    def _state(self, budget: dict[str, Any] | None) -> dict[str, Any]:
         return {
             "version": self.version,
             "counters": self.counters,
             "next_order": self._next_order,
             "next_arrival": self._next_arrival,
             "metrics": self.metrics.snapshot("total"),
-            "budget": None if self.budget is None else self.budget.state(),
+            "budget": budget,
         }
 
     def _commit(self) -> None:
@@ -312,9 +314,16 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
         self._puts, self._deletes = {}, set()
         if type(self.journal) is NullOnlineJournal:  # nothing kept: no state to build
             return
+        budget = None
+        if self.budget is not None:  # its scalars, and the records of the tickets that changed
+            budget, bputs, bdeletes = self.budget.journal()
+            for k in bdeletes:
+                puts.pop(k, None)
+                deletes.add(k)
+            puts.update(bputs)
         puts.pop("s", None)
         try:
-            self.journal.write({**puts, "s": self._state()}, [d for d in deletes if d not in puts])
+            self.journal.write({**puts, "s": self._state(budget)}, [d for d in deletes if d not in puts])
         except Exception as e:
             self._puts, self._deletes = puts, deletes  # staged again (the lock is held: nothing came since)
             if isinstance(e, StorageError):
@@ -540,7 +549,11 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
         for kind, hist in state["metrics"].items():
             self.metrics.total[kind].update(hist)
         if self.budget is not None and state["budget"] is not None:
-            self.budget.load_state(state["budget"])
+            if state["budget"].get("records"):  # ticket records apart (O(1) writes)
+                records = {k: v for k, v in saved.items() if k.startswith(("t/", "tb/")) or k == "tc"}
+                self.budget.load_journal(state["budget"], records)
+            else:  # a journal of the older format: every ticket in the state (rewritten as records)
+                self.budget.load_state(state["budget"])
         self.table.set_version(self.version)
         done = sorted((v for k, v in saved.items() if k.startswith("d/")), key=_done_order)
         for v in done[: max(len(done) - _REMEMBER_DONE, 0)]:
