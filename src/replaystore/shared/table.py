@@ -117,7 +117,8 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         reserves them then, and that ``delete`` raises ``DiskFull`` if they do not fit.
 
         Raises:
-            InvalidArgument: a bad name or argument, or an option shared tables do not support yet.
+            InvalidArgument: a bad name or argument (a field of ``object`` dtype included), or an
+                option shared tables do not support yet.
             SharedTableExists: the name is taken (by a live table or a leftover).
             DiskFull: the segment does not fit (the bytes wanted and free are in the message).
         """
@@ -134,6 +135,9 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         _check_supported(sampler, remover, rate_limiter)
         _check_episodes(episodes)
         flat = normalize_spec(spec)
+        held = [p for p, f in flat.items() if f.dtype.hasobject]
+        if held:  # a shared segment holds bytes, never Python objects
+            raise InvalidArgument(f"a shared table cannot hold Python objects: field(s) {held} have an object dtype")
         config = {
             "name": name,
             "capacity": capacity,
