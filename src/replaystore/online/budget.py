@@ -333,8 +333,8 @@ class StalenessBudget:
             :meth:`take_cancelled`).
 
         Raises:
-            UnknownTicket: some ticket is not held (nothing changed). InvalidRequest: duplicates,
-                bad ``units``.
+            UnknownTicket: some ticket is not held (nothing changed). InvalidRequest: a ticket that
+                is not an integer id (``finish([t, "x"])``), duplicates, bad ``units``.
         """
         with self._lock:
             self._expire(self._clock())
@@ -359,7 +359,8 @@ class StalenessBudget:
         """End held tickets whose rollouts will not finish; their capacity comes back.
 
         Raises:
-            UnknownTicket: some ticket is not held (nothing changed). InvalidRequest: duplicates.
+            UnknownTicket: some ticket is not held (nothing changed). InvalidRequest: a ticket that
+                is not an integer id, duplicates.
         """
         with self._lock:
             self._expire(self._clock())
@@ -399,6 +400,7 @@ class StalenessBudget:
         Raises:
             UnknownTicket: some ticket is not held (expired by now, finished, ...; :class:`TicketCancelled`
                 if cancelled); nothing changed.
+            InvalidRequest: a ticket that is not an integer id, duplicates (nothing changed).
         """
         with self._lock:
             now = self._clock()

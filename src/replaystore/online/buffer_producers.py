@@ -108,6 +108,7 @@ class ProducerCalls:
         Raises:
             UnknownTicket: a ticket is not held, expired by now included (:class:`TicketCancelled`
                 if cancelled); nothing changed.
+            InvalidRequest: a ticket that is not an integer id, duplicates (nothing changed).
         """
         budget = self._need_budget()
         with self._lock:
@@ -119,7 +120,8 @@ class ProducerCalls:
         """Give tickets back (one or a list); their pending groups are dropped (counted ``abandoned``).
 
         Raises:
-            UnknownTicket: a ticket is not held (nothing changed).
+            UnknownTicket: an integer ticket id that is not held. InvalidRequest: a ticket that is
+                not an integer id, duplicates. (Nothing changed in either case.)
         """
         budget = self._need_budget()
         with self._lock:
@@ -139,8 +141,9 @@ class ProducerCalls:
         A ticket used as a group id in this buffer is finished by its group instead.
 
         Raises:
-            UnknownTicket: a ticket is not held. InvalidRequest: a ticket has a pending group here.
-            (Nothing changed in either case.)
+            UnknownTicket: an integer ticket id that is not held. InvalidRequest: a ticket that is
+                not an integer id (``finish([t, "x"])``), duplicates, or a ticket with a pending
+                group here. (Nothing changed in every case.)
         """
         budget = self._need_budget()
         with self._lock:
