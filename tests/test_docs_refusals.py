@@ -11,8 +11,8 @@ from __future__ import annotations
 import pathlib
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pytest

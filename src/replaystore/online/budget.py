@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import Closed, InvalidRequest, TicketCancelled, Timeout, WouldDeadlock
+from ..errors import Closed, InvalidRequest, OverReservation, TicketCancelled, Timeout, WouldDeadlock
 from .tickets import VERSION, WEIGHT, Ticket, TicketBook, ticket_ids
 from .versions import check_int
 
@@ -162,6 +162,17 @@ class StalenessBudget:
             self._expire(self._clock())
             self._check_held([ticket])
             return self._book.records[int(ticket)][VERSION]
+
+    def weight_of(self, ticket: int) -> int:
+        """The units ``ticket`` reserved (its tokens, for a token budget).
+
+        Raises:
+            UnknownTicket: not held (:class:`TicketCancelled` if it was cancelled).
+        """
+        with self._lock:
+            self._expire(self._clock())
+            self._check_held([ticket])
+            return self._book.records[int(ticket)][WEIGHT]
 
     def require_held(self, tickets: Any) -> list[int]:
         """The ids of ``tickets`` (one or a list) if every one is held now (expiry judged by the clock).
@@ -326,7 +337,8 @@ class StalenessBudget:
         Args:
             tickets: a list of tickets, or one ticket.
             accepted: kept (counts against the budget) or rejected.
-            units: per ticket, the units its rollout actually used (tokens); default the reserved weight.
+            units: per ticket, the units its rollout actually used (tokens), at most its reserved
+                weight (the default).
 
         Returns:
             Tickets cancelled because an over-provisioned batch is now full (also reported once by
@@ -335,6 +347,7 @@ class StalenessBudget:
         Raises:
             UnknownTicket: some ticket is not held (nothing changed). InvalidRequest: a ticket that
                 is not an integer id (``finish([t, "x"])``), duplicates, bad ``units``.
+            OverReservation: a ticket's ``units`` exceed what it reserved (nothing changed).
         """
         with self._lock:
             self._expire(self._clock())
@@ -344,6 +357,13 @@ class StalenessBudget:
                 units = [check_int(u, "units", 0) for u in units]
                 if len(units) != len(ids):
                     raise InvalidRequest(f"{len(units)} units for {len(ids)} tickets")
+                over = [(t, u) for t, u in zip(ids, units) if u > self._book.records[t][WEIGHT]]
+                if over:
+                    t, u = over[0]
+                    raise OverReservation(
+                        f"ticket {t} used {u} units, more than the {self._book.records[t][WEIGHT]} it reserved: "
+                        f"the staleness bound needs every rollout within its reservation"
+                    )
             recs = self._book.pop(ids)
             cancelled: list[int] = []
             if accepted:
@@ -554,10 +574,11 @@ class StalenessBudget:
             self._book.tracking = True
 
     def journal(self) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
-        """``(scalars, puts, deletes)``: the state without its tickets (O(1) in size), and the journal
-        records of the tickets and batches changed since the last call (:meth:`track_changes` first).
+        """``(scalars, puts, deletes)``: the state without its tickets, and the changed ticket records.
 
-        :meth:`load_journal` restores the scalars with every record put and not deleted since.
+        The scalars are O(1) in size; the records are those of the tickets and batches changed since
+        the last call (:meth:`track_changes` first). :meth:`load_journal` restores the scalars with
+        every record put and not deleted since.
         """
         with self._lock:
             puts, deletes = self._book.take_changes()

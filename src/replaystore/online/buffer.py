@@ -92,8 +92,10 @@ _REMEMBER_DONE = 4096  # completed groups remembered so that a retried write is 
 
 
 def _done_order(rec: tuple) -> tuple:
-    """Sort key of a journaled done record: its sequence number (records written before groups
-    had one carry none: numeric ids first in numeric order, as they were admitted)."""
+    """Sort key of a journaled done record: its sequence number.
+
+    Records written before they had one: numeric ids first, in numeric order (as they were admitted).
+    """
     if len(rec) > 2:
         return (1, int(rec[2]))
     return (0, rec[0] if isinstance(rec[0], int) else -1)
