@@ -53,8 +53,9 @@ from ..storage.describe import from_description
 from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
 from .episodes import EpisodeSync, SharedEpisodeMethods
+from .errors import LayoutMismatch
 from .guard import ProcessGuard
-from .header import COPY_WORDS, VICTIMS, W_LOCK_KIND
+from .header import COPY_WORDS, VICTIMS, W_LOCK_KIND, check_state
 from .lock import KIND_MUTEX, lock_kind
 from .reads import KeyCheckedReads
 from .reserve import ReservedInserts
@@ -182,12 +183,24 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         """Open the existing shared table ``name`` (created by any process, alive or not).
 
         Raises:
-            SharedTableNotFound: no such table. LayoutMismatch: not a table of this layout version.
+            SharedTableNotFound: no such table. LayoutMismatch: not a table of this layout version,
+                or a damaged one (a header word out of range, a configuration whose regions lie
+                outside the file, misaligned or overlapping, or that does not build a table).
+            Timeout: the table's lock (or its reference count) not acquired within ``lock_timeout``.
         """
         seg = Segment.open(path_of(name, directory), lock_timeout)
         try:
-            table = _construct(seg.config, _placer(seg, fill=False), seed, cls)
+            try:
+                table = _construct(seg.config, _placer(seg, fill=False), seed, cls)
+            except (InvalidArgument, KeyError, TypeError, ValueError, IndexError, OverflowError, AttributeError) as e:
+                if isinstance(e, LayoutMismatch):
+                    raise
+                raise LayoutMismatch(  # the configuration passed its checks, but the Table refuses it
+                    f"{seg.path / 'segment'}: its configuration does not build a table ({type(e).__name__}: {e})"
+                ) from None
             table._open(seg, first=False)
+            with table._guard:  # the state it loaded from the segment (untrusted)
+                check_state(*table.state_layout(), table.state_scalars(), table.capacity, seg.path)
         except BaseException:
             seg.close(remove=False)
             raise
