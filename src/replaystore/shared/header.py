@@ -88,7 +88,7 @@ def check_words(words: memoryview, path: Path) -> None:
 def check_state(names: tuple[str, ...], codes: str, values: tuple, capacity: int, path: Path) -> None:
     """Range-check a Table's published scalars read from the segment (untrusted) against its capacity.
 
-    Counts and counters are ``>= 0`` (the log position ``wal_lsn`` ``>= -1``); the item count, the
+    Integers are ``>= -1`` (``-1`` is the parts' "none"); the item count, the
     free slots and a selector's live count at most ``capacity``; the ring's key range inside the
     keys handed out; floats finite and ``>= 0``; flags 0 or 1.
 
@@ -96,7 +96,7 @@ def check_state(names: tuple[str, ...], codes: str, values: tuple, capacity: int
         LayoutMismatch: naming the first value out of its range.
     """
     v = dict(zip(names, values))
-    bad = [n for n, c in zip(names, codes) if c == "q" and v[n] < (-1 if n == "wal_lsn" else 0)]
+    bad = [n for n, c in zip(names, codes) if c == "q" and v[n] < -1]  # (-1: "none", a sentinel)
     bad += [n for n, c in zip(names, codes) if c == "d" and not (np.isfinite(v[n]) and v[n] >= 0)]
     bad += [n for n in names if (n in ("size", "nfree") or n.endswith(".size")) and v[n] > capacity]
     if v.get("ring_mode", 0) not in (0, 1):
