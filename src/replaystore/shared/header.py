@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import LayoutMismatch
-from .lock import MUTEX_BYTE
+from .lock import MUTEX_BYTE, MUTEX_BYTES, init_mutex
 
 MAGIC = int.from_bytes(b"RSSHMTB1", "little")
 # 2: state copies of 120 words (every part's scalars), out-of-ring regions; 3: the lock kind word;
@@ -113,8 +113,23 @@ def check_state(names: tuple[str, ...], codes: str, values: tuple, capacity: int
         )
 
 
-def check_mutex(mm: mmap.mmap, path: Path, fresh: bytes | None) -> None:
-    """Compare the robust mutex's type field with a freshly initialised one's (``fresh``: its bytes).
+_FRESH: list[bytes | None] = []
+
+
+def _fresh_mutex() -> bytes | None:
+    """The bytes of a freshly initialised robust mutex (``None`` without the compiled module)."""
+    if not _FRESH:
+        fresh = None
+        if init_mutex is not None:
+            with mmap.mmap(-1, HEADER_BYTES) as buf:
+                init_mutex(buf, MUTEX_BYTE)
+                fresh = bytes(buf[MUTEX_BYTE : MUTEX_BYTE + MUTEX_BYTES])
+        _FRESH.append(fresh)
+    return _FRESH[0]
+
+
+def check_mutex(mm: mmap.mmap, path: Path) -> None:
+    """Compare the robust mutex's type field with a freshly initialised one's.
 
     Only the glibc layout (40 bytes, ``__kind`` at byte 16) is checked; a damaged type field would
     make every lock call fail with ``EINVAL``.
@@ -122,6 +137,7 @@ def check_mutex(mm: mmap.mmap, path: Path, fresh: bytes | None) -> None:
     Raises:
         LayoutMismatch: the type field differs.
     """
+    fresh = _fresh_mutex()
     if fresh is None or len(fresh) != 40:
         return
     if bytes(mm[MUTEX_BYTE + 16 : MUTEX_BYTE + 20]) != fresh[16:20]:

@@ -61,7 +61,7 @@ from .header import (
     pid_max,
     read_config,
 )
-from .lock import KIND_MUTEX, MUTEX_BYTE, MUTEX_BYTES, FlockMutex, default_kind, init_lock, init_mutex, open_lock
+from .lock import KIND_MUTEX, FlockMutex, default_kind, init_lock, open_lock
 
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # (Linux 5.14+; Python 3.13 names it)
 
@@ -275,7 +275,7 @@ class Segment:
             mm = _map(path / "segment", size)
             config = read_config(mm, path, size)
             if mm[W_LOCK_KIND * 8] == KIND_MUTEX:
-                check_mutex(mm, path, _fresh_mutex())
+                check_mutex(mm, path)
             return cls(path, fd, mm, config, lock_timeout)
         except BaseException:
             os.close(fd)
@@ -415,20 +415,7 @@ class Segment:
         return removed
 
 
-_FRESH: list[bytes | None] = []
 _PID_MAX = pid_max()
-
-
-def _fresh_mutex() -> bytes | None:
-    """The bytes of a freshly initialised robust mutex (``None`` without the compiled module)."""
-    if not _FRESH:
-        fresh = None
-        if init_mutex is not None:
-            with mmap.mmap(-1, HEADER_BYTES) as buf:
-                init_mutex(buf, MUTEX_BYTE)
-                fresh = bytes(buf[MUTEX_BYTE : MUTEX_BYTE + MUTEX_BYTES])
-        _FRESH.append(fresh)
-    return _FRESH[0]
 
 
 def _map(file: Path, size: int) -> mmap.mmap:
