@@ -243,6 +243,6 @@ def read_config(mm: mmap.mmap, path: Path, size: int) -> dict:
         config = json.loads(bytes(mm[off : off + length]))
         check_schema(config)
         check_regions(config, size, off + length)
-    except (ValueError, KeyError, TypeError, OverflowError, AttributeError) as e:
+    except (ValueError, KeyError, TypeError, OverflowError, AttributeError, SyntaxError) as e:  # (np.dtype parses)
         raise LayoutMismatch(f"{path / 'segment'}: unreadable configuration ({e})") from None
     return config

@@ -192,7 +192,15 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         try:
             try:
                 table = _construct(seg.config, _placer(seg, fill=False), seed, cls)
-            except (InvalidArgument, KeyError, TypeError, ValueError, IndexError, OverflowError, AttributeError) as e:
+            except (
+                InvalidArgument,
+                LookupError,
+                TypeError,
+                ValueError,
+                OverflowError,
+                AttributeError,
+                SyntaxError,
+            ) as e:
                 if isinstance(e, LayoutMismatch):
                     raise
                 raise LayoutMismatch(  # the configuration passed its checks, but the Table refuses it
