@@ -192,15 +192,7 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         try:
             try:
                 table = _construct(seg.config, _placer(seg, fill=False), seed, cls)
-            except (
-                InvalidArgument,
-                LookupError,
-                TypeError,
-                ValueError,
-                OverflowError,
-                AttributeError,
-                SyntaxError,
-            ) as e:
+            except _CONFIG_ERRORS as e:
                 if isinstance(e, LayoutMismatch):
                     raise
                 raise LayoutMismatch(  # the configuration passed its checks, but the Table refuses it
@@ -462,6 +454,10 @@ def _recorder(regions: list, fills: dict) -> Any:
         return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, (0,) * len(shape))
 
     return record
+
+
+#: what building a Table from a damaged configuration can raise (attach turns them into LayoutMismatch)
+_CONFIG_ERRORS = (InvalidArgument, LookupError, TypeError, ValueError, OverflowError, AttributeError, SyntaxError)
 
 
 def _placer(seg: Segment, fill: bool) -> Any:
