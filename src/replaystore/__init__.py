@@ -20,6 +20,7 @@ from .errors import (
     InvalidType,
     KeyNotFound,
     NoValidSequence,
+    OverReservation,
     RateLimitError,
     ReplayError,
     ReplayWarning,
@@ -107,6 +108,7 @@ __all__ = [
     "UnknownTicket",
     "WalCorrupt",
     "WouldDeadlock",
+    "OverReservation",
     "WithoutReplacement",
     "__version__",
 ]

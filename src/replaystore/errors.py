@@ -125,6 +125,15 @@ class AlreadySampled(InvalidRequest):
     """A group cannot be rejected: the trainer has already sampled it."""
 
 
+class OverReservation(InvalidRequest):
+    """A group (or a finished ticket) that used more budget units (tokens) than its ticket reserved.
+
+    A token budget's staleness bound holds only if no group outgrows its reservation
+    (``group_tokens`` or ``acquire(tokens=...)``): such a write is refused and changes nothing.
+    The producer can ``reject`` the group, or write it truncated.
+    """
+
+
 class WouldDeadlock(InvalidRequest):
     """An ``acquire`` that can never be granted while its holder keeps the tickets it holds.
 

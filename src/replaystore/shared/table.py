@@ -53,8 +53,9 @@ from ..storage.describe import from_description
 from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
 from .episodes import EpisodeSync, SharedEpisodeMethods
+from .errors import LayoutMismatch
 from .guard import ProcessGuard
-from .header import COPY_WORDS, VICTIMS, W_LOCK_KIND
+from .header import COPY_WORDS, VICTIMS, W_LOCK_KIND, check_state
 from .lock import KIND_MUTEX, lock_kind
 from .reads import KeyCheckedReads
 from .reserve import ReservedInserts
@@ -117,7 +118,8 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         reserves them then, and that ``delete`` raises ``DiskFull`` if they do not fit.
 
         Raises:
-            InvalidArgument: a bad name or argument, or an option shared tables do not support yet.
+            InvalidArgument: a bad name or argument (a field of ``object`` dtype included), or an
+                option shared tables do not support yet.
             SharedTableExists: the name is taken (by a live table or a leftover).
             DiskFull: the segment does not fit (the bytes wanted and free are in the message).
         """
@@ -134,6 +136,9 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         _check_supported(sampler, remover, rate_limiter)
         _check_episodes(episodes)
         flat = normalize_spec(spec)
+        held = [p for p, f in flat.items() if f.dtype.hasobject]
+        if held:  # a shared segment holds bytes, never Python objects
+            raise InvalidArgument(f"a shared table cannot hold Python objects: field(s) {held} have an object dtype")
         config = {
             "name": name,
             "capacity": capacity,
@@ -178,12 +183,24 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         """Open the existing shared table ``name`` (created by any process, alive or not).
 
         Raises:
-            SharedTableNotFound: no such table. LayoutMismatch: not a table of this layout version.
+            SharedTableNotFound: no such table. LayoutMismatch: not a table of this layout version,
+                or a damaged one (a header word out of range, a configuration whose regions lie
+                outside the file, misaligned or overlapping, or that does not build a table).
+            Timeout: the table's lock (or its reference count) not acquired within ``lock_timeout``.
         """
         seg = Segment.open(path_of(name, directory), lock_timeout)
         try:
-            table = _construct(seg.config, _placer(seg, fill=False), seed, cls)
+            try:
+                table = _construct(seg.config, _placer(seg, fill=False), seed, cls)
+            except _CONFIG_ERRORS as e:
+                if isinstance(e, LayoutMismatch):
+                    raise
+                raise LayoutMismatch(  # the configuration passed its checks, but the Table refuses it
+                    f"{seg.path / 'segment'}: its configuration does not build a table ({type(e).__name__}: {e})"
+                ) from None
             table._open(seg, first=False)
+            with table._guard:  # the state it loaded from the segment (untrusted)
+                check_state(*table.state_layout(), table.state_scalars(), table.capacity, seg.path)
         except BaseException:
             seg.close(remove=False)
             raise
@@ -454,6 +471,10 @@ def _recorder(regions: list, fills: dict) -> Any:
         return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, (0,) * len(shape))
 
     return record
+
+
+#: what building a Table from a damaged configuration can raise (attach turns them into LayoutMismatch)
+_CONFIG_ERRORS = (InvalidArgument, LookupError, TypeError, ValueError, OverflowError, AttributeError, SyntaxError)
 
 
 def _placer(seg: Segment, fill: bool) -> Any:
