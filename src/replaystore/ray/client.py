@@ -372,11 +372,12 @@ def serve(
     Raises:
         InvalidArgument: a service (actor) with this name already exists.
         Timeout: the actor did not start in time.
-        The exception that made the service fail to start, as itself (same class and message, the
-        actor's traceback attached as a note): a factory's own error, ``InvalidType`` (a factory
-        returned no Table), ``SpecError`` (``wal=`` for an object storage), ``CheckpointError``
-        (a corrupt checkpoint in ``checkpoint_dir``), ``WalCorrupt`` (a corrupt log), ... The
-        actor is then killed and the name is free again when this raises.
+        Exception: the exception that made the service fail to start, as itself (same class and
+            message, the actor's traceback attached as a note): a factory's own error,
+            ``InvalidType`` (a factory returned no Table), ``SpecError`` (``wal=`` for an object
+            storage), ``CheckpointError`` (a corrupt checkpoint in ``checkpoint_dir``),
+            ``WalCorrupt`` (a corrupt log), ... The actor is then killed and the name is free
+            again when this raises.
     """
     ray = init_local()
     if tables is None:

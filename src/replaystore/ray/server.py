@@ -287,9 +287,9 @@ class ReplayServer(FragmentService, OnlineService):
         """``{"name", "node_id", "restarted", "tables", "fragments"}``: the service is up.
 
         Raises:
-            The exception that made the service fail to start (re)building its tables, fragment
-            buffer or rollout buffers (a factory's error, ``WalCorrupt``, ``CheckpointError``, a
-            refused option, ...), as itself; every other call raises it too.
+            Exception: the exception that made the service fail to start (re)building its tables,
+                fragment buffer or rollout buffers (a factory's error, ``WalCorrupt``,
+                ``CheckpointError``, a refused option, ...), as itself; every other call raises it too.
         """
         self._raise_start_error()
         self._start()

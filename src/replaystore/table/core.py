@@ -367,12 +367,15 @@ class Table(
             ``n - capacity`` are evicted at once (counted in ``inserts`` and ``evictions``, and
             by the rate limiter as inserted and deleted), so their keys are not live on return.
 
+        Every error leaves the table (contents and ``stats()``) as it was.
+
         Raises:
-            SpecError: data does not match the spec. InvalidPriority: bad priorities.
+            SpecError: data does not match the spec.
+            InvalidPriority: bad priorities.
             CapacityError: the batch is larger than the capacity and the remover is not ``Fifo``.
             RateLimitError: the rate limiter could never admit a batch this large.
-            Timeout, Closed: as for every blocking call.
-            Every error leaves the table (contents and ``stats()``) as it was.
+            Timeout: as for every blocking call.
+            Closed: as for every blocking call.
         """
         with self._cond:
             return self._extend_locked(data, priorities, version, timeout)
