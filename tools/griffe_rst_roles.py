@@ -37,6 +37,7 @@ class RstRoles(griffe.Extension):
     """Rewrites Sphinx roles in every docstring of a loaded package into autorefs references."""
 
     def on_package(self, *, pkg: griffe.Module, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
+        """Once the package is loaded: rewrite the roles of every docstring in it (in place)."""
         objects = _walk(pkg)
         paths: dict[str, str] = {o.path: o.path for o in objects}  # dotted path -> canonical path
         aliases: dict[str, str] = {}
