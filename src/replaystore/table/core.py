@@ -27,7 +27,7 @@ import numpy as np
 
 from ..episodes import EpisodeIndex, Episodes
 from ..errors import BlockingWarning, Closed, InvalidArgument, Timeout
-from ..items import Sample, check_device, sample_to_tensors
+from ..items import Sample, check_device, drawn_sample
 from ..keys import KeyIndex, RingIndex, RingLiveSet
 from ..limiters import MinSize, Queue, RateLimiter, Stack
 from ..placement import allocate, placing, scope
@@ -43,6 +43,7 @@ from .insert import GeneralInsert
 from .journal import JournalMethods
 from .persist import Persistence
 from .placed import PlacedState
+from .recent import RecentDraws
 from .ring import SlotBookkeeping
 from .state import TableState, allocate_rows
 from .stats import StatsMethods
@@ -143,6 +144,7 @@ class Table(
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._waiting = 0  # threads blocked in _wait; notify only when some are (this process's)
+        self._recent = RecentDraws()  # (catches update_priorities(s.indices, ...): see .recent)
         # every mutable scalar (next key, size, ring bounds, counters, ...) in one object
         self._state = st = TableState(capacity)
         # per-slot metadata rows (key, times_sampled, version, priority bits); the names are column views
@@ -493,6 +495,7 @@ class Table(
             data = self.storage.read(slots) if read else None
             count_samples(self._meta, slots, rows)
         limiter.samples += n
+        self._recent.record(slots, rows[:, 0])
         st.samples += n
         st.sample_calls += 1
         if self.max_times_sampled:
@@ -522,32 +525,3 @@ class Table(
         return SampleIterator(
             self, batch_size, prefetch=prefetch, timeout=timeout, max_batches=max_batches, **tensor_options
         )
-
-
-def drawn_sample(
-    data: Any,
-    slots: np.ndarray,
-    probabilities: np.ndarray,
-    weights: np.ndarray | None,
-    rows: np.ndarray,
-    as_tensor: bool = False,
-    device: Any = None,
-    pin_memory: bool = False,
-) -> Sample:
-    """The :class:`Sample` of a draw (``Table._draw``'s results; ``weights`` ``None``: all ones).
-
-    Its metadata columns are views of ``rows`` (the sample's own copy of the items' metadata rows).
-    """
-    sample = Sample.build(
-        data=data,
-        keys=rows[:, 0],
-        indices=slots,
-        probabilities=probabilities,
-        weights=np.ones(len(slots)) if weights is None else weights,
-        priorities=rows.view(np.float64)[:, 3],
-        times_sampled=rows[:, 1],
-        versions=rows[:, 2],
-    )
-    if as_tensor:
-        return sample_to_tensors(sample, device=device, pin_memory=pin_memory)
-    return sample

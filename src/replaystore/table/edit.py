@@ -51,10 +51,15 @@ class KeyedMethods:
         """Set the priorities of items by key; return how many were applied.
 
         Duplicate keys: the last occurrence wins. Keys no longer in the table are skipped (and
-        counted in ``stats()["skipped_updates"]``). Raises :class:`InvalidPriority` for NaN,
-        infinite or (for the prioritized sampler) negative values, before changing anything.
+        counted in ``stats()["skipped_updates"]``). Errors are raised before anything changes.
+
+        Raises:
+            InvalidPriority: NaN, infinite or (for the prioritized sampler) negative values.
+            InvalidArgument: ``keys`` are the ``indices`` (storage slots) of one of this handle's
+                recent samples, not their keys (see :mod:`replaystore.table.recent`).
         """
         keys = as_keys(keys)
+        self._recent.check(keys)
         prio = self._validate_priorities(priorities, len(keys))
         if len(keys) == 0:
             return 0
