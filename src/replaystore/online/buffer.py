@@ -531,7 +531,7 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
             self.metrics.total[kind].update(hist)
         if self.budget is not None and state["budget"] is not None:
             self.budget.load_state(state["budget"])
-        self.table.set_version(self.version)
+        self.table.set_version(self.version, reset=True)  # (restored)
         for k, v in sorted(saved.items()):
             if k.startswith("p/"):
                 self._pending[v.group_id] = v

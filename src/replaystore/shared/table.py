@@ -52,6 +52,7 @@ from ..storage import ColumnStorage, FrameStackStorage
 from ..storage.describe import from_description
 from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
+from ..table.args import check_part
 from .episodes import EpisodeSync, SharedEpisodeMethods
 from .guard import ProcessGuard
 from .header import COPY_WORDS, VICTIMS, W_LOCK_KIND
@@ -351,6 +352,9 @@ def _attach(name: str, directory: str) -> SharedTable:
 
 
 def _check_supported(sampler: Selector, remover: Selector, limiter: RateLimiter) -> None:
+    check_part(sampler, Selector, "sampler", "rs.Prioritized()")  # (a class, a string: named as such)
+    check_part(remover, Selector, "remover", "rs.Fifo()")
+    check_part(limiter, RateLimiter, "rate_limiter", "rs.MinSize(1)")
     if type(sampler) not in _SAMPLERS:
         raise InvalidArgument(
             f"shared tables support the {', '.join(c.__name__ for c in _SAMPLERS)} samplers, not "

@@ -35,7 +35,7 @@ from ..rows import count_samples
 from ..samplers import Fifo, Lifo, Selector, Uniform
 from ..staging import AddStager
 from ..storage import ColumnStorage, Storage
-from .args import as_count, as_keys, make_storage
+from .args import as_count, as_keys, check_part, make_storage
 from .edit import KeyedMethods
 from .episodic import EpisodeMethods, make_episode_index
 from .fast import FastPaths
@@ -104,6 +104,15 @@ class Table(
         capacity = int(capacity)
         if capacity <= 0:
             raise InvalidArgument(f"capacity must be positive, got {capacity}")
+        check_part(sampler, Selector, "sampler", "rs.Prioritized()")
+        check_part(remover, Selector, "remover", "rs.Fifo()")
+        check_part(
+            rate_limiter,
+            RateLimiter,
+            "rate_limiter",
+            f"rs.MinSize({rate_limiter if isinstance(rate_limiter, int) else 1})",
+        )
+        check_part(episodes, Episodes, "episodes", "rs.Episodes()")
         if max_times_sampled < 0:
             raise InvalidArgument(f"max_times_sampled must be >= 0, got {max_times_sampled}")
         if max_staleness is not None and max_staleness < 0:
