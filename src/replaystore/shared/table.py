@@ -118,7 +118,8 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         reserves them then, and that ``delete`` raises ``DiskFull`` if they do not fit.
 
         Raises:
-            InvalidArgument: a bad name or argument, or an option shared tables do not support yet.
+            InvalidArgument: a bad name or argument, a ``directory`` that does not exist (none is
+                made), or an option shared tables do not support yet.
             SharedTableExists: the name is taken (by a live table or a leftover).
             DiskFull: the segment does not fit (the bytes wanted and free are in the message).
         """
@@ -157,6 +158,8 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
             prefixes = dry.ring_unused_regions()  # (empty: not a ring; else the victims' notes too)
             prefixes = (*prefixes, VICTIMS) if prefixes else ()
             deferred = {r[0]: fills[r[0]] for r in regions if r[0].startswith(prefixes) and r[0] in fills}
+        if directory is not None and not os.path.isdir(directory):  # (a typo must not start a new tree)
+            raise InvalidArgument(f"directory {os.fspath(directory)!r} does not exist: create it first")
         path = path_of(name, directory)
         seg, tmp = Segment.create(path, config, regions, lock_timeout, kind, deferred)
         try:
