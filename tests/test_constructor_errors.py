@@ -93,3 +93,16 @@ def test_serve_a_table_instead_of_a_factory_is_named_before_ray_starts():
     with pytest.raises(rs.InvalidArgument, match=r"got int 5"):
         serve(5, name="newcomer-instance")
     assert ray.is_initialized() == started  # refused before Ray was started
+
+
+def test_sb3_prioritized_buffer_beta_above_one_is_its_named_error():
+    pytest.importorskip("stable_baselines3")
+    from gymnasium import spaces
+
+    from replaystore.integrations.sb3 import ReplaystorePrioritizedReplayBuffer
+    from replaystore.integrations.sb3.table_backed import SB3BufferError
+
+    obs, act = spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(2)
+    with pytest.raises(SB3BufferError, match=r"beta must be in \[0, 1\]"):
+        ReplaystorePrioritizedReplayBuffer(10, obs, act, beta=2.0)
+    ReplaystorePrioritizedReplayBuffer(10, obs, act, beta=1.0)
