@@ -96,7 +96,11 @@ FIGURES = [
         "demo-seed0",
         [PY, "-m", "replaystore.cli", "demo", "--no-progress", "--seed", "0", "--out", "/tmp/figures-demo-0.png"],
         "README: greedy return 500.0 (seeds 0-4: 499.2-500.0); 37-80 CPU s",
-        {"final greedy return": r"final (?:average|greedy) return[^0-9]*([0-9.]+)"},
+        {
+            "final greedy return": r"final average return over \d+ greedy evaluation episodes: ([0-9.]+)",
+            "solved at step": r"solved at step ([0-9,]+)",
+            "training CPU s": r"s wall, ([0-9.]+) s CPU",
+        },
     ),
 ]
 
