@@ -31,11 +31,13 @@ class RecentDraws:
     """
 
     def __init__(self) -> None:
-        self._draws: deque[tuple[np.ndarray, np.ndarray]] = deque(maxlen=KEPT)
+        # (indices, keys, first index, first key): the firsts as Python ints, a cheap first test
+        self._draws: deque[tuple[np.ndarray, np.ndarray, int, int]] = deque(maxlen=KEPT)
 
     def record(self, indices: np.ndarray, keys: np.ndarray) -> None:
         """Remember one draw (the arrays the returned :class:`~replaystore.Sample` holds)."""
-        self._draws.append((indices, keys))
+        if len(keys):
+            self._draws.append((indices, keys, int(indices[0]), int(keys[0])))
 
     def check(self, keys: np.ndarray) -> None:
         """Raise if ``keys`` (int64, 1-D) are a recent draw's indices rather than keys.
@@ -46,12 +48,15 @@ class RecentDraws:
         n = len(keys)
         if n < 2 or not self._draws:
             return
+        first = int(keys[0])
         draws = list(self._draws)[::-1]  # newest first: usually the draw being answered
-        if any(k is keys or (len(k) == n and np.array_equal(k, keys)) for _, k in draws):
-            return
-        if any(len(i) == n and np.array_equal(i, keys) for i, _ in draws):
-            raise InvalidArgument(
-                "update_priorities takes keys (Sample.keys), but got the indices (storage slots) of "
-                "a recent sample: slots are reused once the table wraps, so they name other items "
-                "or none. Pass s.keys (see docs/per.md, 'Keys, not indices')"
-            )
+        for _, k, _, k0 in draws:
+            if k is keys or (k0 == first and len(k) == n and np.array_equal(k, keys)):
+                return
+        for i, _, i0, _ in draws:
+            if i0 == first and len(i) == n and np.array_equal(i, keys):
+                raise InvalidArgument(
+                    "update_priorities takes keys (Sample.keys), but got the indices (storage slots) "
+                    "of a recent sample: slots are reused once the table wraps, so they name other "
+                    "items or none. Pass s.keys (see docs/per.md, 'Keys, not indices')"
+                )
