@@ -236,6 +236,8 @@ def _inspect(args: argparse.Namespace) -> int:
     except CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.plot and _missing_folder(Path(args.plot), "--plot"):
+        return 2
     t = m["table"]
     print(f"checkpoint {args.path}: table {t['name']!r}, {m['size']:,} / {t['capacity']:,} items")
     print(f"  storage: {m['storage']['kind']}")
@@ -252,6 +254,14 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.plot:
         return _inspect_plot(where, m, Path(args.plot))
     return 0
+
+
+def _missing_folder(out: Path, option: str) -> bool:
+    """Print an error and return True when ``out``'s folder does not exist (none is made: a typo would)."""
+    if out.parent.is_dir():
+        return False
+    print(f"error: {option} {out}: the folder {out.parent} does not exist (create it first)", file=sys.stderr)
+    return True
 
 
 def _inspect_plot(path: Path, manifest: dict, out: Path) -> int:
@@ -274,7 +284,6 @@ def _inspect_plot(path: Path, manifest: dict, out: Path) -> int:
             f"  priorities: min {pr.min():.4g}, mean {pr.mean():.4g}, max {pr.max():.4g}; "
             f"times sampled: mean {ts.mean():.2f}, max {ts.max()}"
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
     plot_checkpoint(pr, ts, out, title=f"{path} (table {manifest['table']['name']!r}, {len(pr):,} items)")
     print(f"  figure: {out}")
     return 0
@@ -325,6 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
         "inspect (a checkpoint), bench (the benchmark harness of a source checkout), "
         "dashboard (live charts of a running buffer).",
     )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"replaystore {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     d = DemoConfig()

@@ -556,7 +556,7 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
                 self.budget.load_journal(state["budget"], records)
             else:  # a journal of the older format: every ticket in the state (rewritten as records)
                 self.budget.load_state(state["budget"])
-        self.table.set_version(self.version)
+        self.table.set_version(self.version, reset=True)  # (restored)
         done = sorted((v for k, v in saved.items() if k.startswith("d/")), key=_done_order)
         for v in done[: max(len(done) - _REMEMBER_DONE, 0)]:
             self._unstage(f"d/{v[0]!r}")

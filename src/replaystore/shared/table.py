@@ -52,6 +52,7 @@ from ..storage import ColumnStorage, FrameStackStorage
 from ..storage.describe import from_description
 from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
+from ..table.args import check_part
 from .episodes import EpisodeSync, SharedEpisodeMethods
 from .errors import LayoutMismatch
 from .guard import ProcessGuard
@@ -118,8 +119,9 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         reserves them then, and that ``delete`` raises ``DiskFull`` if they do not fit.
 
         Raises:
-            InvalidArgument: a bad name or argument (a field of ``object`` dtype included), or an
-                option shared tables do not support yet.
+            InvalidArgument: a bad name or argument (a field of ``object`` dtype included), a
+                ``directory`` that does not exist (none is made), or an option shared tables do
+                not support yet.
             SharedTableExists: the name is taken (by a live table or a leftover).
             DiskFull: the segment does not fit (the bytes wanted and free are in the message).
         """
@@ -161,6 +163,8 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
             prefixes = dry.ring_unused_regions()  # (empty: not a ring; else the victims' notes too)
             prefixes = (*prefixes, VICTIMS) if prefixes else ()
             deferred = {r[0]: fills[r[0]] for r in regions if r[0].startswith(prefixes) and r[0] in fills}
+        if directory is not None and not os.path.isdir(directory):  # (a typo must not start a new tree)
+            raise InvalidArgument(f"directory {os.fspath(directory)!r} does not exist: create it first")
         path = path_of(name, directory)
         seg, tmp = Segment.create(path, config, regions, lock_timeout, kind, deferred)
         try:
@@ -385,6 +389,9 @@ def _attach(name: str, directory: str) -> SharedTable:
 
 
 def _check_supported(sampler: Selector, remover: Selector, limiter: RateLimiter) -> None:
+    check_part(sampler, Selector, "sampler", "rs.Prioritized()")  # (a class, a string: named as such)
+    check_part(remover, Selector, "remover", "rs.Fifo()")
+    check_part(limiter, RateLimiter, "rate_limiter", "rs.MinSize(1)")
     if type(sampler) not in _SAMPLERS:
         raise InvalidArgument(
             f"shared tables support the {', '.join(c.__name__ for c in _SAMPLERS)} samplers, not "
