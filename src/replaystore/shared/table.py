@@ -39,33 +39,27 @@ from ..limiters import MinSize, RateLimiter, limiter_from_config
 from ..placement import allocate, placed
 from ..samplers import (
     Fifo,
-    Lifo,
-    MaxHeap,
-    MinHeap,
     Prioritized,
     Selector,
     Uniform,
-    WithoutReplacement,
     selector_from_config,
 )
-from ..storage import ColumnStorage, FrameStackStorage
+from ..storage import ColumnStorage
 from ..storage.describe import from_description
 from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
-from ..table.args import check_part
 from .episodes import EpisodeSync, SharedEpisodeMethods
 from .errors import LayoutMismatch
 from .guard import ProcessGuard
 from .header import COPY_WORDS, VICTIMS, W_LOCK_KIND, check_state
 from .lock import KIND_MUTEX, lock_kind
+from .options import check_episodes, check_supported, storage_config
 from .reads import KeyCheckedReads
 from .reserve import ReservedInserts
 from .scalars import REGION as SCALARS_REGION
 from .scalars import PlacedScalars
 from .segment import Segment, check_name, path_of
 
-_SAMPLERS = (Uniform, Prioritized, Fifo, Lifo, MinHeap, MaxHeap, WithoutReplacement)
-_REMOVERS = (Fifo, Lifo, Uniform, MinHeap, MaxHeap)
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # open tables of this process (re-opened after a fork)
 
 
@@ -135,8 +129,8 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         sampler = Uniform() if sampler is None else sampler
         rate_limiter = MinSize(1) if rate_limiter is None else rate_limiter
         remover = Fifo() if remover is None else remover
-        _check_supported(sampler, remover, rate_limiter)
-        _check_episodes(episodes)
+        check_supported(sampler, remover, rate_limiter)
+        check_episodes(episodes)
         flat = normalize_spec(spec)
         held = [p for p, f in flat.items() if f.dtype.hasobject]
         if held:  # a shared segment holds bytes, never Python objects
@@ -154,7 +148,7 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
             "episodes": None if episodes is None else episodes.config(),
         }
         if storage is not None and storage != "columns":
-            config["storage"] = _storage_config(storage, episodes)
+            config["storage"] = storage_config(storage, episodes)
         regions: list[tuple[str, tuple, np.dtype]] = []
         fills: dict[str, Any] = {}
         dry = _construct(config, _recorder(regions, fills), None, cls)  # a dry run says what the Table allocates
@@ -386,51 +380,6 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
 
 def _attach(name: str, directory: str) -> SharedTable:
     return SharedTable.attach(name, directory)
-
-
-def _check_supported(sampler: Selector, remover: Selector, limiter: RateLimiter) -> None:
-    check_part(sampler, Selector, "sampler", "rs.Prioritized()")  # (a class, a string: named as such)
-    check_part(remover, Selector, "remover", "rs.Fifo()")
-    check_part(limiter, RateLimiter, "rate_limiter", "rs.MinSize(1)")
-    if type(sampler) not in _SAMPLERS:
-        raise InvalidArgument(
-            f"shared tables support the {', '.join(c.__name__ for c in _SAMPLERS)} samplers, not "
-            f"{type(sampler).__name__}"
-        )
-    if type(remover) not in _REMOVERS:
-        raise InvalidArgument(
-            f"shared tables evict with the {', '.join(c.__name__ for c in _REMOVERS)} removers, not "
-            f"{type(remover).__name__}"
-        )
-    if not isinstance(limiter, RateLimiter):
-        raise InvalidArgument(f"rate_limiter must be a RateLimiter, got {type(limiter).__name__}")
-
-
-def _check_episodes(episodes: Episodes | None) -> None:
-    if episodes is None:
-        return
-    if not isinstance(episodes, Episodes):
-        raise InvalidArgument(f"episodes must be an rs.Episodes, got {type(episodes).__name__}")
-    if episodes.max_streams is None:
-        raise InvalidArgument(
-            "a shared table with episodes needs Episodes(max_streams=...): its per-stream state is "
-            "sized when the table is created"
-        )
-
-
-def _storage_config(storage: Any, episodes: Episodes | None) -> dict:
-    """The ``storage`` entry of a shared table's configuration (what :func:`from_description` rebuilds)."""
-    if not isinstance(storage, FrameStackStorage):
-        raise InvalidArgument(
-            f"shared tables store columns (storage=None) or frame stacks (storage=rs.FrameStackStorage(...)), "
-            f"not {storage!r}"
-        )
-    if episodes is not None:
-        raise InvalidArgument("a shared table with episodes stores columns only (frame stacks are not supported yet)")
-    desc = storage.describe()
-    desc.pop("spec", None)
-    desc.pop("capacity", None)
-    return desc
 
 
 def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table) -> Any:
