@@ -284,3 +284,21 @@ def test_the_journal_restores_the_budget_after_any_sequence(tmp_path_factory, op
                 pass
     finally:
         buf.close()
+
+
+def test_done_records_of_the_older_format_are_ordered_by_their_numeric_ids(tmp_path):
+    buf = RolloutBuffer(capacity=8192, group_size=1, journal=OnlineJournal(str(tmp_path)))
+    for i in range(REMEMBERED):
+        buf.add_group(i, [i], versions=0, lengths=[1])
+    buf.close()
+    j = OnlineJournal(str(tmp_path))  # as written before done records carried a sequence number
+    j.write({k: v[:2] for k, v in j.load().items() if k.startswith("d/")})
+    j.close()
+    buf = RolloutBuffer(capacity=8192, group_size=1, journal=OnlineJournal(str(tmp_path)))
+    for i in range(REMEMBERED, REMEMBERED + 4):
+        buf.add_group(i, [i], versions=0, lengths=[1])
+    assert buf.add_group(10, [10], versions=0, lengths=[1]) == "complete"
+    assert len(buf) == REMEMBERED + 4  # 10 is remembered; 0-3 were forgotten
+    buf.add_group(2, [2], versions=0, lengths=[1])
+    assert len(buf) == REMEMBERED + 5
+    buf.close()
