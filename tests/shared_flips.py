@@ -89,7 +89,8 @@ def worker(directory: str) -> None:
             try:
                 t.add({"obs": np.zeros(3, np.float32), "act": 7}, priority=1.0)
                 b = t.sample(2, timeout=0.5)
-                assert b.data["obs"].shape == (2, 3)
+                act = b.data["act"]  # rows as written: obs is act's value (the added row: zeros, act 7)
+                assert np.array_equal(b.data["obs"], np.repeat(np.where(act == 7, 0, act)[:, None], 3, 1))
                 t.stats()
             finally:
                 t.close()

@@ -6,6 +6,8 @@ mid-stream loses at most its unacknowledged write.
 """
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import replaystore as rs
 from replaystore.online import OnlineJournal, RolloutBuffer
@@ -221,3 +223,82 @@ def test_a_flipped_bit_in_a_record_is_a_checkpoint_error(tmp_path):
     j.close()
     with pytest.raises(rs.CheckpointError, match="CRC"):
         paced(OnlineJournal(str(tmp_path)))
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["acquire", "over", "renew", "add", "abandon", "cancel", "tick", "reopen"]), st.integers(0, 7)
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=OPS)
+def test_the_journal_restores_the_budget_after_any_sequence(tmp_path_factory, ops):
+    """Any sequence of ticket operations, reopened at random points: the reopened budget's full
+    state equals the one the buffer had in memory (the model: no restart)."""
+    path = str(tmp_path_factory.mktemp("j"))
+    clock = [1000.0]
+
+    def mk():
+        return RolloutBuffer(
+            capacity=64,
+            batch_size=16,
+            max_staleness=1,
+            group_size=1,
+            ticket_ttl=30,
+            journal=OnlineJournal(path),
+            clock=lambda: clock[0],
+        )
+
+    buf = mk()
+    try:
+        for op, n in ops:
+            held = sorted(int(t) for t in buf.budget.state()["tickets"])
+            try:
+                if op == "acquire":
+                    buf.try_acquire(n % 3 + 1)
+                elif op == "over":
+                    buf.try_acquire(1, overprovision=n % 2 + 1)
+                elif op == "renew" and held:
+                    clock[0] += 1  # a later deadline
+                    buf.renew([held[n % len(held)]])
+                elif op == "add" and held:
+                    buf.add_group(held[n % len(held)], ["x"], versions=buf.version, lengths=[1])
+                elif op == "abandon" and held:
+                    buf.abandon([held[n % len(held)]])
+                elif op == "cancel":
+                    buf.cancel_slowest(n % 3)
+                elif op == "tick":
+                    clock[0] += 5 * n
+                    buf.expire()
+                elif op == "reopen":
+                    before = buf.budget.state()
+                    stats = {k: v for k, v in buf.stats().items() if k != "restarts"}
+                    buf.close()
+                    buf = mk()
+                    assert buf.budget.state() == before
+                    assert {k: v for k, v in buf.stats().items() if k != "restarts"} == stats
+            except (rs.InvalidRequest, rs.UnknownTicket):
+                pass
+    finally:
+        buf.close()
+
+
+def test_done_records_of_the_older_format_are_ordered_by_their_numeric_ids(tmp_path):
+    buf = RolloutBuffer(capacity=8192, group_size=1, journal=OnlineJournal(str(tmp_path)))
+    for i in range(REMEMBERED):
+        buf.add_group(i, [i], versions=0, lengths=[1])
+    buf.close()
+    j = OnlineJournal(str(tmp_path))  # as written before done records carried a sequence number
+    j.write({k: v[:2] for k, v in j.load().items() if k.startswith("d/")})
+    j.close()
+    buf = RolloutBuffer(capacity=8192, group_size=1, journal=OnlineJournal(str(tmp_path)))
+    for i in range(REMEMBERED, REMEMBERED + 4):
+        buf.add_group(i, [i], versions=0, lengths=[1])
+    assert buf.add_group(10, [10], versions=0, lengths=[1]) == "complete"
+    assert len(buf) == REMEMBERED + 4  # 10 is remembered; 0-3 were forgotten
+    buf.add_group(2, [2], versions=0, lengths=[1])
+    assert len(buf) == REMEMBERED + 5
+    buf.close()
