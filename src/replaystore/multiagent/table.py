@@ -378,9 +378,11 @@ class MultiAgentTable:
     ) -> JointBatch:
         """Draw ``batch_size`` environment steps with every agent (VDN, QMIX, MADDPG).
 
-        ``mask`` ``(B, A)`` is the ``alive`` column. With ``n > 1`` every agent's ``n``-step
-        transition (as :meth:`sample_nstep`, per agent) is in ``returns``/``discount``/``done``/
-        ``steps``/``next_obs`` ``(B, A, ...)``. Probabilities and weights are the table's.
+        ``mask`` ``(B, A)`` is the ``alive`` column. Every agent's ``n``-step transition (as
+        :meth:`sample_nstep`, per agent; ``n=1``: the step's own) is in ``returns``/``discount``/
+        ``done``/``steps``/``next_obs`` ``(B, A, ...)`` when the rows hold the reward, next
+        observation, terminated and truncated fields (zeros, ``steps=0`` for absent agents).
+        Probabilities and weights are the table's.
 
         Raises:
             MultiAgentError: bad ``n``/``gamma``. The table's ``sample`` errors.
@@ -389,7 +391,7 @@ class MultiAgentTable:
         s = self.table.sample(batch_size, timeout=timeout)
         mask = np.asarray(s.data[ALIVE], bool)
         extra: dict[str, Any] = {}
-        if n > 1:
+        if n > 1 or all(f in s.data for f in self._names):
             returns, steps, done, nxt = self._nstep(s, n, gamma, lambda c: c, self.layout.n_agents)
             discount = np.where(done, 0.0, gamma ** steps.astype(np.float64))
             extra = dict(returns=returns, discount=discount, done=done, steps=steps, next_obs=nxt)
