@@ -50,7 +50,7 @@ def later_rows(table: Any, keys: np.ndarray, n: int, fields: tuple[str, ...]) ->
     info = table.episode_info(keys)
     offsets = np.arange(1, n, dtype=np.int64)[:, None]
     positions = np.asarray(info.positions, np.int64)[None, :] + offsets
-    nk = np.asarray(table.episode_keys(np.tile(keys, n - 1), positions.ravel()), np.int64).reshape(n - 1, b)
+    nk = np.array(table.episode_keys(np.tile(keys, n - 1), positions.ravel()), np.int64).reshape(n - 1, b)
     nk[:, ~np.asarray(info.found, bool)] = -1
     want = nk >= 0
     rows, found = table.get(nk[want]) if want.any() else (None, np.zeros(0, bool))
