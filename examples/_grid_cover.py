@@ -1,0 +1,96 @@
+"""GridCover: a small cooperative PettingZoo ParallelEnv where agents leave the episode early.
+
+``n`` agents and ``n`` landmarks on a ``size x size`` grid. Each step every active agent moves
+(stay, up, down, left, right). An agent that steps on a landmark *parks* there: it is terminated
+(it leaves ``env.agents`` and no longer acts) and the team gets +1 if that landmark was not covered
+yet (0 if another agent already parked on it: a wasted agent). Every step costs the team 0.02.
+The episode ends when every agent parked (terminated) or after ``max_steps`` (truncated). The
+reward is shared: every acting agent gets the team reward. The best return is ``n`` minus a few
+step costs; agents that all rush to the nearest landmark waste themselves, so the task rewards
+spreading out (what value decomposition is for).
+
+Observation of an agent (floats in [0, 1]): its position, every landmark's position and covered
+flag, the other agents' positions (their last position once parked), the fraction of time left.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import ParallelEnv
+
+MOVES = np.array([[0, 0], [-1, 0], [1, 0], [0, -1], [0, 1]])
+
+
+class GridCover(ParallelEnv):
+    """The task above; ``reset(seed=...)`` draws positions from its own generator."""
+
+    metadata = {"name": "grid_cover_v0", "render_modes": []}
+
+    def __init__(self, n: int = 3, size: int = 5, max_steps: int = 15) -> None:
+        self.n, self.size, self.max_steps = n, size, max_steps
+        self.possible_agents = [f"agent_{i}" for i in range(n)]
+        self.agents: list[str] = []
+        self._rng = np.random.default_rng()
+        self.obs_dim = 2 + 3 * n + 2 * (n - 1) + 1
+
+    @functools.cache  # noqa: B019 - PettingZoo's idiom, one space per agent
+    def observation_space(self, agent):
+        return spaces.Box(0.0, 1.0, (self.obs_dim,), np.float32)
+
+    @functools.cache  # noqa: B019
+    def action_space(self, agent):
+        return spaces.Discrete(5)
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        cells = self._rng.choice(self.size * self.size, 2 * self.n, replace=False)
+        pos = np.stack([cells // self.size, cells % self.size], axis=1)
+        self.pos, self.landmarks = pos[: self.n].copy(), pos[self.n :].copy()
+        self.covered = np.zeros(self.n, bool)
+        self.parked = np.zeros(self.n, bool)
+        self.t = 0
+        self.agents = list(self.possible_agents)
+        return {a: self._obs(i) for i, a in enumerate(self.possible_agents)}, {a: {} for a in self.agents}
+
+    def state(self) -> np.ndarray:
+        """The global state (for centralised critics / mixers): every position and flag."""
+        s = self.size - 1
+        return np.concatenate(
+            [self.pos.ravel() / s, self.landmarks.ravel() / s, self.covered, self.parked, [self.t / self.max_steps]]
+        ).astype(np.float32)
+
+    def _obs(self, i: int) -> np.ndarray:
+        s = self.size - 1
+        others = np.delete(self.pos, i, axis=0).ravel() / s
+        return np.concatenate(
+            [self.pos[i] / s, self.landmarks.ravel() / s, self.covered, others, [self.t / self.max_steps]]
+        ).astype(np.float32)
+
+    def step(self, actions):
+        self.t += 1
+        reward = -0.02
+        acting = [self.possible_agents.index(a) for a in self.agents]
+        for i in acting:
+            self.pos[i] = np.clip(self.pos[i] + MOVES[int(actions[self.possible_agents[i]])], 0, self.size - 1)
+        parked_now = []
+        for i in acting:
+            hit = np.flatnonzero((self.landmarks == self.pos[i]).all(axis=1))
+            if len(hit):
+                parked_now.append(i)
+                if not self.covered[hit[0]]:
+                    self.covered[hit[0]] = True
+                    reward += 1.0
+        self.parked[parked_now] = True
+        trunc = self.t >= self.max_steps
+        names = [self.possible_agents[i] for i in acting]
+        obs = {a: self._obs(i) for a, i in zip(names, acting)}
+        rewards = {a: reward for a in names}
+        terms = {a: bool(self.parked[i]) for a, i in zip(names, acting)}
+        truncs = {a: bool(trunc and not self.parked[i]) for a, i in zip(names, acting)}
+        infos = {a: {} for a in names}
+        self.agents = [a for a, i in zip(names, acting) if not self.parked[i] and not trunc]
+        return obs, rewards, terms, truncs, infos
