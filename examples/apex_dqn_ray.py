@@ -46,13 +46,8 @@ from replaystore.demo.config import DemoConfig  # noqa: E402
 
 def make_table(config: DemoConfig, spi: float, slack: int) -> rs.Table:
     """One shard's Table (the sharded service gives each shard its share of the limiter)."""
-    return rs.Table(
-        config.capacity,
-        sampler=rs.Prioritized(config.alpha, beta=1.0),
-        remover=rs.Fifo(),
-        rate_limiter=rs.SampleToInsertRatio(spi, config.learning_starts, spi * slack),
-        seed=config.seed,
-    )
+    return rs.Table(config.capacity, sampler=rs.Prioritized(config.alpha, beta=1.0), remover=rs.Fifo(),
+                    rate_limiter=rs.SampleToInsertRatio(spi, config.learning_starts, spi * slack), seed=config.seed)
 
 
 def initial_priorities(agent, batch: dict, gamma: float, eps: float) -> np.ndarray:
@@ -72,16 +67,8 @@ def initial_priorities(agent, batch: dict, gamma: float, eps: float) -> np.ndarr
 class ApexActor:
     """One environment stream; writes batches of ``write_batch`` transitions with their priorities."""
 
-    def __init__(
-        self,
-        client: rsr.ShardedClient,
-        weights,
-        config: DemoConfig,
-        index: int,
-        actors: int,
-        write_batch: int = 32,
-        sync_every: int = 64,
-    ) -> None:
+    def __init__(self, client: rsr.ShardedClient, weights, config: DemoConfig, index: int, actors: int,
+                 write_batch: int = 32, sync_every: int = 64) -> None:
         import gymnasium as gym
         import torch
 
@@ -108,13 +95,9 @@ class ApexActor:
 
     def _flush(self) -> None:
         obs, action, reward, nxt, term = zip(*self.rows)
-        batch = {
-            "obs": np.stack(obs).astype(np.float32),
-            "action": np.asarray(action, np.int64),
-            "reward": np.asarray(reward, np.float32),
-            "next_obs": np.stack(nxt).astype(np.float32),
-            "terminated": np.asarray(term, bool),
-        }
+        batch = {"obs": np.stack(obs).astype(np.float32), "action": np.asarray(action, np.int64),
+                 "reward": np.asarray(reward, np.float32), "next_obs": np.stack(nxt).astype(np.float32),
+                 "terminated": np.asarray(term, bool)}
         p = initial_priorities(self.agent, batch, self.config.gamma, self.config.priority_eps)
         while True:  # the rate limiter holds batches back while the learner catches up
             try:
@@ -176,17 +159,14 @@ def main(argv: list[str] | None = None) -> dict:
     spi, slack = float(config.batch_size * config.gradient_steps / config.train_every), 256
     ray = rsr.init_local(num_cpus=max(2, args.actors), log_to_driver=False)
     name = f"apex-{uuid.uuid4().hex[:6]}"
-    client = rsr.serve_sharded(
-        functools.partial(make_table, config, spi, slack), args.shards, name=name, seed=args.seed, placement="pack"
-    )
+    client = rsr.serve_sharded(functools.partial(make_table, config, spi, slack), args.shards, name=name,
+                               seed=args.seed, placement="pack")
     weights = ray.remote(WeightStore).options(num_cpus=0).remote()
     agent = DQNAgent(4, 2, config)
     box = [ray.put(agent.snapshot())]
     weights.publish.remote(box, 0)
-    actors = [
-        ray.remote(ApexActor).options(num_cpus=1).remote(client, weights, config, i, args.actors)
-        for i in range(args.actors)
-    ]
+    actors = [ray.remote(ApexActor).options(num_cpus=1).remote(client, weights, config, i, args.actors)
+              for i in range(args.actors)]
     running = {a.run.remote(chunk): a for a in actors}
     start = time.perf_counter()
     env_steps = updates = sampled = 0
@@ -224,12 +204,9 @@ def main(argv: list[str] | None = None) -> dict:
                 now = time.perf_counter()
                 inserts = client.stats()["total"]["inserts"]
                 t0, i0, s0, u0 = last
-                print(
-                    f"step {env_steps:6d}  eval {score:6.1f}  train(10) {np.mean(recent) if recent else 0:6.1f}  "
-                    f"inserts/s {(inserts - i0) / (now - t0):7.0f}  samples/s {(sampled - s0) / (now - t0):7.0f}  "
-                    f"batches/s {(updates - u0) / (now - t0):5.1f}",
-                    flush=True,
-                )
+                print(f"step {env_steps:6d}  eval {score:6.1f}  train(10) {np.mean(recent) if recent else 0:6.1f}  "
+                      f"inserts/s {(inserts - i0) / (now - t0):7.0f}  samples/s {(sampled - s0) / (now - t0):7.0f}  "
+                      f"batches/s {(updates - u0) / (now - t0):5.1f}", flush=True)
                 last = (now, inserts, sampled, updates)
     finally:
         wall = time.perf_counter() - start
@@ -238,24 +215,12 @@ def main(argv: list[str] | None = None) -> dict:
         for a in actors:
             ray.kill(a)
         ray.shutdown()
-    summary = {
-        "solved": solved,
-        "best_eval": best,
-        "steps": env_steps,
-        "updates": updates,
-        "wall_s": wall,
-        "inserts_per_s": stats["inserts"] / wall,
-        "samples_per_s": sampled / wall,
-        "batches_per_s": updates / wall,
-        "inserts": stats["inserts"],
-        "shard_samples": stats["samples"],
-    }
-    print(
-        f"{'solved' if solved else 'not solved'}: best greedy eval {best:.1f} after {env_steps} env steps, "
-        f"{updates} learner batches in {wall:.1f}s | inserts/s {summary['inserts_per_s']:.0f}  samples/s "
-        f"{summary['samples_per_s']:.0f}  learner batches/s {summary['batches_per_s']:.1f}",
-        flush=True,
-    )
+    summary = {"solved": solved, "best_eval": best, "steps": env_steps, "updates": updates, "wall_s": wall,
+               "inserts_per_s": stats["inserts"] / wall, "samples_per_s": sampled / wall,
+               "batches_per_s": updates / wall, "inserts": stats["inserts"], "shard_samples": stats["samples"]}
+    print(f"{'solved' if solved else 'not solved'}: best greedy eval {best:.1f} after {env_steps} env steps, "
+          f"{updates} learner batches in {wall:.1f}s | inserts/s {summary['inserts_per_s']:.0f}  samples/s "
+          f"{summary['samples_per_s']:.0f}  learner batches/s {summary['batches_per_s']:.1f}", flush=True)
     return summary
 
 

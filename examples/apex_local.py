@@ -46,9 +46,8 @@ from replaystore.integrations.gym import spec_from_env
 from replaystore.shared import SharedTable
 
 
-def actor(
-    table, weights, version, stop, returns, config: DemoConfig, index: int, actors: int, write_batch: int
-) -> None:
+def actor(table, weights, version, stop, returns, config: DemoConfig, index: int, actors: int,
+          write_batch: int) -> None:
     """Play ``config.env_id`` epsilon-greedily with the newest published weights; write into ``table``."""
     import gymnasium as gym
 
@@ -66,16 +65,8 @@ def actor(
             agent.q.load_state_dict(weights.state_dict())
         action = agent.act(obs, config.epsilon(steps * actors), rng)
         next_obs, reward, terminated, truncated, _ = env.step(action)
-        rows.append(
-            {
-                "obs": obs,
-                "action": action,
-                "reward": reward,
-                "next_obs": next_obs,
-                "terminated": terminated,
-                "truncated": truncated,
-            }
-        )
+        rows.append({"obs": obs, "action": action, "reward": reward, "next_obs": next_obs,
+                     "terminated": terminated, "truncated": truncated})
         steps += 1
         episode_return += float(reward)
         obs = next_obs
@@ -96,7 +87,8 @@ def actor(
     table.close()
 
 
-def train_local(config: DemoConfig, actors: int, write_batch: int, slack: int, publish_every: int, smoke: bool) -> dict:
+def train_local(config: DemoConfig, actors: int, write_batch: int, slack: int, publish_every: int,
+                smoke: bool) -> dict:
     """Run actors and the learner until an evaluation reaches the bar (or the step budget); return rates."""
     import gymnasium as gym
 
@@ -107,11 +99,7 @@ def train_local(config: DemoConfig, actors: int, write_batch: int, slack: int, p
     spi = config.batch_size * config.gradient_steps / config.train_every
     directory = tempfile.mkdtemp(prefix="apex-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     table = SharedTable.create(
-        "apex",
-        config.capacity,
-        spec_from_env(env),
-        directory=directory,
-        seed=config.seed,
+        "apex", config.capacity, spec_from_env(env), directory=directory, seed=config.seed,
         sampler=rs.Prioritized(alpha=config.alpha, beta=config.beta_start),
         rate_limiter=rs.SampleToInsertRatio(spi, config.learning_starts, spi * slack),
     )
@@ -121,12 +109,8 @@ def train_local(config: DemoConfig, actors: int, write_batch: int, slack: int, p
     weights.share_memory()
     ctx = tmp.get_context("spawn")
     version, stop, returns = ctx.Value("q", 0), ctx.Event(), ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=actor, args=(table, weights, version, stop, returns, config, i, actors, write_batch), daemon=True
-        )
-        for i in range(actors)
-    ]
+    procs = [ctx.Process(target=actor, args=(table, weights, version, stop, returns, config, i, actors,
+                                             write_batch), daemon=True) for i in range(actors)]
     for p in procs:
         p.start()
     recent: list[float] = []
@@ -162,7 +146,7 @@ def train_local(config: DemoConfig, actors: int, write_batch: int, slack: int, p
                     print(f"step {steps:>7,}: {agent.updates:,} updates, {len(table):,} items", flush=True)
             while True:
                 try:
-                    recent = (recent + [returns.get_nowait()])[-config.solved_window :]
+                    recent = (recent + [returns.get_nowait()])[-config.solved_window:]
                 except queue.Empty:
                     break
             high = len(recent) == config.solved_window and np.mean(recent) >= config.solved_return
@@ -170,9 +154,8 @@ def train_local(config: DemoConfig, actors: int, write_batch: int, slack: int, p
                 next_eval = steps + config.eval_every
                 mean = float(evaluate(agent, config.env_id, config.eval_episodes, 10_000 + steps).mean())
                 evaluations.append((steps, mean))
-                print(
-                    f"step {steps:>7,}: greedy evaluation over {config.eval_episodes} episodes: {mean:.1f}", flush=True
-                )
+                print(f"step {steps:>7,}: greedy evaluation over {config.eval_episodes} episodes: {mean:.1f}",
+                      flush=True)
                 if mean >= config.solved_return:
                     solved_at = steps
                     break
@@ -188,46 +171,29 @@ def train_local(config: DemoConfig, actors: int, write_batch: int, slack: int, p
             p.join(10)
         table.close()
         os.rmdir(directory)
-    return {
-        "steps": stats["inserts"],
-        "solved_at": solved_at,
-        "evaluations": evaluations,
-        "inserts_per_s": (stats["inserts"] - inserts0) / wall if start else 0.0,
-        "batches_per_s": (agent.updates - updates0) / wall if start else 0.0,
-        "wall_s": wall,
-        "learner_cpu_s": cpu,
-        "updates": agent.updates,
-        "spent": spent,
-        "total_s": total,
-        "inserts_per_s_total": stats["inserts"] / total,
-        "batches_per_s_total": agent.updates / total,
-    }
+    return {"steps": stats["inserts"], "solved_at": solved_at, "evaluations": evaluations,
+            "inserts_per_s": (stats["inserts"] - inserts0) / wall if start else 0.0,
+            "batches_per_s": (agent.updates - updates0) / wall if start else 0.0,
+            "wall_s": wall, "learner_cpu_s": cpu, "updates": agent.updates, "spent": spent, "total_s": total,
+            "inserts_per_s_total": stats["inserts"] / total, "batches_per_s_total": agent.updates / total}
 
 
 def train_ray(config: DemoConfig, actors: int, write_batch: int, slack: int) -> dict:
     """The same configuration through the Ray service (``replaystore demo --distributed``)."""
     from replaystore.demo.distributed import DistributedConfig, train_distributed
 
-    result = train_distributed(
-        config, DistributedConfig(actors=actors, write_batch=write_batch, slack=slack), progress=False
-    )
-    return {
-        "steps": result.steps,
-        "solved_at": result.solved_at or 0,
-        "wall_s": result.wall_time,
-        "inserts_per_s": result.stats.get("inserts", result.steps) / result.wall_time,
-        "batches_per_s": result.updates / result.wall_time,
-        "updates": result.updates,
-        "final_return": result.final_return,
-    }
+    result = train_distributed(config, DistributedConfig(actors=actors, write_batch=write_batch, slack=slack),
+                               progress=False)
+    return {"steps": result.steps, "solved_at": result.solved_at or 0, "wall_s": result.wall_time,
+            "inserts_per_s": result.stats.get("inserts", result.steps) / result.wall_time,
+            "batches_per_s": result.updates / result.wall_time, "updates": result.updates,
+            "final_return": result.final_return}
 
 
 def _print_ray(remote: dict) -> None:
-    print(
-        f"Ray service:  {remote['steps']:,} env steps, {remote['updates']:,} updates in "
-        f"{remote['wall_s']:.1f}s: {remote['inserts_per_s']:,.0f} inserts/s, "
-        f"{remote['batches_per_s']:,.1f} learner batches/s; final greedy return {remote['final_return']:.1f}"
-    )
+    print(f"Ray service:  {remote['steps']:,} env steps, {remote['updates']:,} updates in "
+          f"{remote['wall_s']:.1f}s: {remote['inserts_per_s']:,.0f} inserts/s, "
+          f"{remote['batches_per_s']:,.1f} learner batches/s; final greedy return {remote['final_return']:.1f}")
 
 
 def main() -> None:
@@ -244,27 +210,19 @@ def main() -> None:
     args = ap.parse_args()
     config = DemoConfig(seed=args.seed)
     if args.smoke:
-        config = dataclasses.replace(
-            config, total_steps=600, learning_starts=200, capacity=2_000, batch_size=16, eval_episodes=2
-        )
+        config = dataclasses.replace(config, total_steps=600, learning_starts=200, capacity=2_000, batch_size=16,
+                                     eval_episodes=2)
     if args.ray_only:
         _print_ray(train_ray(config, args.actors, args.write_batch, args.slack))
         return
     local = train_local(config, args.actors, args.write_batch, args.slack, args.publish_every, args.smoke)
-    print(
-        f"shared table: {local['steps']:,} env steps, {local['updates']:,} updates in {local['wall_s']:.1f}s: "
-        f"{local['inserts_per_s']:,.0f} inserts/s, {local['batches_per_s']:,.1f} learner batches/s"
-        + (f"; solved at step {local['solved_at']:,}" if local["solved_at"] else "")
-    )
-    print(
-        f"  over the whole run ({local['total_s']:.1f}s, start-up included, as the Ray run counts): "
-        f"{local['inserts_per_s_total']:,.0f} inserts/s, {local['batches_per_s_total']:,.1f} learner batches/s"
-    )
-    print(
-        "learner seconds in sample (with waits) / learn / update_priorities: "
-        + " / ".join(f"{v:.1f}" for v in local["spent"].values())
-        + f"; learner CPU {local['learner_cpu_s']:.1f}s"
-    )
+    print(f"shared table: {local['steps']:,} env steps, {local['updates']:,} updates in {local['wall_s']:.1f}s: "
+          f"{local['inserts_per_s']:,.0f} inserts/s, {local['batches_per_s']:,.1f} learner batches/s"
+          + (f"; solved at step {local['solved_at']:,}" if local["solved_at"] else ""))
+    print(f"  over the whole run ({local['total_s']:.1f}s, start-up included, as the Ray run counts): "
+          f"{local['inserts_per_s_total']:,.0f} inserts/s, {local['batches_per_s_total']:,.1f} learner batches/s")
+    print("learner seconds in sample (with waits) / learn / update_priorities: "
+          + " / ".join(f"{v:.1f}" for v in local["spent"].values()) + f"; learner CPU {local['learner_cpu_s']:.1f}s")
     if args.compare_ray:
         remote = train_ray(config, args.actors, args.write_batch, args.slack)
         _print_ray(remote)

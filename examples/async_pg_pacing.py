@@ -61,13 +61,8 @@ def make_policy(num_prompts: int):
             self.net = nn.Sequential(nn.Linear(num_prompts + MAX_LEN, 128), nn.Tanh(), nn.Linear(128, VOCAB))
 
         def logits(self, prompts, positions):
-            x = torch.cat(
-                [
-                    nn.functional.one_hot(prompts, num_prompts).float(),
-                    nn.functional.one_hot(positions, MAX_LEN).float(),
-                ],
-                -1,
-            )
+            x = torch.cat([nn.functional.one_hot(prompts, num_prompts).float(),
+                           nn.functional.one_hot(positions, MAX_LEN).float()], -1)
             return self.net(x)
 
     return Policy()
@@ -121,9 +116,8 @@ def clipped_pg_step(policy, opt, rollouts: list) -> float:
     return loss.item()
 
 
-def decode(
-    policy, prompt: int, length: int, n: int, greedy: bool, rng: np.random.Generator, refresh=None, token_s: float = 0.0
-):
+def decode(policy, prompt: int, length: int, n: int, greedy: bool, rng: np.random.Generator,
+           refresh=None, token_s: float = 0.0):
     """``n`` completions of ``length`` tokens decoded as one batch: tokens and behaviour log-probs.
 
     ``refresh()`` is called every 8 tokens and returns the (possibly updated) policy: an in-flight
@@ -211,16 +205,8 @@ def main() -> None:
                 prompt = int(self.rng.integers(args.prompts))
                 self._refresh()
                 rng = VersionRange.start(self.version)
-                tokens, logps = decode(
-                    self.policy,
-                    prompt,
-                    int(lengths[prompt]),
-                    args.group,
-                    False,
-                    self.rng,
-                    refresh=self._refresh,
-                    token_s=args.token_ms / 1000,
-                )
+                tokens, logps = decode(self.policy, prompt, int(lengths[prompt]), args.group, False, self.rng,
+                                       refresh=self._refresh, token_s=args.token_ms / 1000)
                 rng = rng.observe(self.version)
                 for tok, lp in zip(tokens, logps):
                     item = {"prompt": prompt, "tokens": tok, "logp": lp, "reward": reward(prompt, tok)}
@@ -234,9 +220,8 @@ def main() -> None:
         rollouts = []
         for g in batch.groups:
             # per-token rewards (a token is right or wrong), baseline: the group's mean at that position
-            right = np.stack(
-                [m.data["tokens"] == (m.data["prompt"] + np.arange(len(m.data["tokens"]))) % VOCAB for m in g.members]
-            ).astype(np.float32)
+            right = np.stack([m.data["tokens"] == (m.data["prompt"] + np.arange(len(m.data["tokens"]))) % VOCAB
+                              for m in g.members]).astype(np.float32)
             a = (right - right.mean(0)) / (right.std(0) + 0.1)
             rollouts += [(m.data, am) for m, am in zip(g.members, a)]
         return clipped_pg_step(policy, opt, rollouts)
@@ -249,17 +234,9 @@ def main() -> None:
     results = {}
     for mode in args.modes.split(","):
         pace = mode == "pace"
-        cfg = RolloutBufferConfig(
-            capacity=4096,
-            batch_size=args.batch,
-            max_staleness=args.max_staleness,
-            pacing=pace,
-            drop_stale=True,
-            group_size=args.group,
-            pick="fifo",
-            ticket_ttl=30.0,
-            length_buckets=(20,),
-        )
+        cfg = RolloutBufferConfig(capacity=4096, batch_size=args.batch, max_staleness=args.max_staleness,
+                                  pacing=pace, drop_stale=True, group_size=args.group, pick="fifo",
+                                  ticket_ttl=30.0, length_buckets=(20,))
         svc = rsr.serve(name=f"pg-{mode}", online={"rollouts": cfg}, sinks=lambda: [])
         oc = svc.online("rollouts")
         torch.manual_seed(args.seed)
@@ -282,10 +259,8 @@ def main() -> None:
             if step % 20 == 0 or step == args.steps or time.perf_counter() - last > 20:
                 last = time.perf_counter()
                 curve.append((step, *evaluate(policy)))
-                print(
-                    f"[{mode}] step {step:4d}  greedy reward short {curve[-1][1]:.3f} long {curve[-1][2]:.3f}",
-                    flush=True,
-                )
+                print(f"[{mode}] step {step:4d}  greedy reward short {curve[-1][1]:.3f} long {curve[-1][2]:.3f}",
+                      flush=True)
         wall = time.perf_counter() - t0
         s = oc.stats()
         svc.close()
@@ -296,54 +271,25 @@ def main() -> None:
         results[mode] = (s, wall, trained, sum(generated), curve)
 
     print()
-    print(
-        f"steps {args.steps}, batch {args.batch} groups x {args.group}, max_staleness {args.max_staleness}, "
-        f"{args.producers} producers, {args.token_ms} ms/token, pick fifo"
-    )
-    hdr = (
-        "mode",
-        "generated",
-        "trained",
-        "dropped",
-        "dropped short",
-        "dropped long",
-        "trained long share",
-        "generated long share",
-        "generated/s",
-        "trained/s",
-        "wall s",
-    )
+    print(f"steps {args.steps}, batch {args.batch} groups x {args.group}, max_staleness {args.max_staleness}, "
+          f"{args.producers} producers, {args.token_ms} ms/token, pick fifo")
+    hdr = ("mode", "generated", "trained", "dropped", "dropped short", "dropped long", "trained long share",
+           "generated long share", "generated/s", "trained/s", "wall s")
     print(" | ".join(hdr))
     for mode, (s, wall, trained, gen, _) in results.items():
         g, t, d = s["generated_by_length"], s["trained_by_length"], s["dropped_by_length"]
         glong, tlong = g.get(">=20", 0), t.get(">=20", 0)
-        print(
-            " | ".join(
-                str(x)
-                for x in (
-                    mode,
-                    s["rollouts_added"],
-                    s["rollouts_sampled"],
-                    s["rollouts_dropped"],
-                    d.get("0-19", 0),
-                    d.get(">=20", 0),
-                    f"{tlong / max(1, sum(t.values())):.2f}",
-                    f"{glong / max(1, sum(g.values())):.2f}",
-                    f"{gen / wall:.1f}",
-                    f"{trained / wall:.1f}",
-                    f"{wall:.1f}",
-                )
-            )
-        )
+        print(" | ".join(str(x) for x in (
+            mode, s["rollouts_added"], s["rollouts_sampled"], s["rollouts_dropped"], d.get("0-19", 0),
+            d.get(">=20", 0), f"{tlong / max(1, sum(t.values())):.2f}", f"{glong / max(1, sum(g.values())):.2f}",
+            f"{gen / wall:.1f}", f"{trained / wall:.1f}", f"{wall:.1f}")))
     print()
     print("trained staleness histograms:", {m: r[0]["trained_staleness"] for m, r in results.items()})
     for mode, r in results.items():
         if "budget" in r[0]:
             b = r[0]["budget"]
-            print(
-                f"[{mode}] producers waited {b['producer_wait_s']:.1f} s in total for admission "
-                f"({b['acquired']} tickets)"
-            )
+            print(f"[{mode}] producers waited {b['producer_wait_s']:.1f} s in total for admission "
+                  f"({b['acquired']} tickets)")
     print("learning curves (step, greedy reward short, long):")
     for mode, r in results.items():
         print(f"  {mode}: " + ", ".join(f"({st}, {a:.2f}, {b:.2f})" for st, a, b in r[4]))

@@ -39,11 +39,8 @@ def collect(n: int, seed: int = 0) -> dict[str, np.ndarray]:
         rows["action"].append(a)
         rows["next_obs"].append(nxt)
         obs = env.reset()[0] if term or trunc else nxt
-    return {
-        "obs": np.asarray(rows["obs"], np.float32),
-        "action": np.asarray(rows["action"], np.int64),
-        "next_obs": np.asarray(rows["next_obs"], np.float32),
-    }
+    return {"obs": np.asarray(rows["obs"], np.float32), "action": np.asarray(rows["action"], np.int64),
+            "next_obs": np.asarray(rows["next_obs"], np.float32)}
 
 
 def make_table() -> rs.Table:
@@ -92,11 +89,9 @@ def main() -> None:
         losses.append(float(err.detach().mean()))
         if step % 100 == 0 or ticker.due():
             print(f"step {step:4d}  mse {losses[-1]:.5f}")
-    print(
-        f"mse: first 50 steps {np.mean(losses[:50]):.5f} -> last 50 steps {np.mean(losses[-50:]):.5f} "
-        f"({len(losses)} batches of {args.batch_size}, {args.workers} workers, "
-        f"{'Ray service' if args.ray else 'in-process table'})"
-    )
+    print(f"mse: first 50 steps {np.mean(losses[:50]):.5f} -> last 50 steps {np.mean(losses[-50:]):.5f} "
+          f"({len(losses)} batches of {args.batch_size}, {args.workers} workers, "
+          f"{'Ray service' if args.ray else 'in-process table'})")
     if args.ray:
         source.shutdown()
 

@@ -36,7 +36,8 @@ from replaystore.compat.ding import create_buffer
 
 def q_network(obs_dim: int, n_actions: int) -> nn.Module:
     """An MLP from observations to one Q-value per action."""
-    return nn.Sequential(nn.Linear(obs_dim, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, n_actions))
+    return nn.Sequential(nn.Linear(obs_dim, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(),
+                         nn.Linear(128, n_actions))
 
 
 def evaluate(net: nn.Module, episodes: int, seed: int) -> list[float]:
@@ -96,17 +97,9 @@ def main() -> int:
     eps_start, eps_end, eps_steps = 1.0, 0.02, 10_000
 
     buffer = create_buffer(
-        {
-            "type": "advanced",
-            "replay_buffer_size": 50_000,
-            "alpha": 0.6,
-            "beta": 0.4,
-            "anneal_step": args.steps,
-            "monitor": {"sampled_data_attr": {"print_freq": 1_000_000}},
-        },
-        tb_logger=None,
-        exp_name="dqn_cartpole",
-        instance_name="replay",
+        {"type": "advanced", "replay_buffer_size": 50_000, "alpha": 0.6, "beta": 0.4,
+         "anneal_step": args.steps, "monitor": {"sampled_data_attr": {"print_freq": 1_000_000}}},
+        tb_logger=None, exp_name="dqn_cartpole", instance_name="replay",
     )
     obs, _ = env.reset(seed=args.seed)
     envstep, train_iter, episode_return, recent = 0, 0, 0.0, []
@@ -115,11 +108,8 @@ def main() -> int:
     ticker = Ticker(20.0)
     while envstep < args.steps:
         if ticker.due():  # a line at least every 20 s between evaluations
-            print(
-                f"envstep {envstep:6d}  train_iter {train_iter:6d}  train return (last 20) "
-                f"{np.mean(recent) if recent else 0:6.1f}  best eval {best_score:6.1f}",
-                flush=True,
-            )
+            print(f"envstep {envstep:6d}  train_iter {train_iter:6d}  train return (last 20) "
+                  f"{np.mean(recent) if recent else 0:6.1f}  best eval {best_score:6.1f}", flush=True)
         # -- collect: n_collect transitions, pushed as one list with the collector's env step
         transitions = []
         for _ in range(n_collect):
@@ -130,15 +120,8 @@ def main() -> int:
                 with torch.no_grad():
                     action = int(net(torch.as_tensor(obs, dtype=torch.float32)).argmax())
             next_obs, reward, terminated, truncated, _ = env.step(action)
-            transitions.append(
-                {
-                    "obs": np.asarray(obs, np.float32),
-                    "action": action,
-                    "reward": float(reward),
-                    "next_obs": np.asarray(next_obs, np.float32),
-                    "done": bool(terminated),
-                }
-            )
+            transitions.append({"obs": np.asarray(obs, np.float32), "action": action, "reward": float(reward),
+                                "next_obs": np.asarray(next_obs, np.float32), "done": bool(terminated)})
             episode_return += float(reward)
             envstep += 1
             obs = next_obs
@@ -167,13 +150,9 @@ def main() -> int:
             nn.utils.clip_grad_norm_(net.parameters(), 10.0)
             opt.step()
             train_iter += 1
-            buffer.update(
-                {
-                    "replay_unique_id": [d["replay_unique_id"] for d in batch],
-                    "replay_buffer_idx": [d["replay_buffer_idx"] for d in batch],
-                    "priority": td.abs().detach().numpy().tolist(),
-                }
-            )
+            buffer.update({"replay_unique_id": [d["replay_unique_id"] for d in batch],
+                           "replay_buffer_idx": [d["replay_buffer_idx"] for d in batch],
+                           "priority": td.abs().detach().numpy().tolist()})
             if train_iter % target_every == 0:
                 target_net.load_state_dict(net.state_dict())
         if envstep % args.eval_every < n_collect:
@@ -182,12 +161,9 @@ def main() -> int:
                 score = float(np.mean(evaluate(net, 20, seed=20_000 + envstep)))
             if score > best_score:
                 best_score, best_state = score, copy.deepcopy(net.state_dict())
-            print(
-                f"envstep {envstep:6d}  train_iter {train_iter:6d}  train return (last 20) "
-                f"{np.mean(recent) if recent else 0:6.1f}  eval {score:6.1f}  best {best_score:6.1f}  "
-                f"beta {buffer.beta:.2f}  buffer {buffer.count()}  {time.time() - t0:5.0f}s",
-                flush=True,
-            )
+            print(f"envstep {envstep:6d}  train_iter {train_iter:6d}  train return (last 20) "
+                  f"{np.mean(recent) if recent else 0:6.1f}  eval {score:6.1f}  best {best_score:6.1f}  "
+                  f"beta {buffer.beta:.2f}  buffer {buffer.count()}  {time.time() - t0:5.0f}s", flush=True)
             if best_score >= 495.0:
                 break
     env.close()
@@ -195,11 +171,9 @@ def main() -> int:
     net.load_state_dict(best_state)
     returns = evaluate(net, 20, seed=123_456)
     mean = float(np.mean(returns))
-    print(
-        f"final: mean return over 20 evaluation episodes {mean:.1f} (min {min(returns):.0f}, "
-        f"max {max(returns):.0f}); {envstep} env steps, {train_iter} train iterations, "
-        f"{time.time() - t0:.0f}s"
-    )
+    print(f"final: mean return over 20 evaluation episodes {mean:.1f} (min {min(returns):.0f}, "
+          f"max {max(returns):.0f}); {envstep} env steps, {train_iter} train iterations, "
+          f"{time.time() - t0:.0f}s")
     return 0 if mean >= args.target or args.smoke else 1
 
 

@@ -38,14 +38,12 @@ def train(buffer_impl: str, args: argparse.Namespace) -> dict[str, float]:
     from gfn.utils.modules import MLP
 
     torch.manual_seed(args.seed)
-    env = HyperGrid(
-        ndim=args.ndim, height=args.height, store_all_states=True, calculate_partition=True, validate_modes=False
-    )
+    env = HyperGrid(ndim=args.ndim, height=args.height, store_all_states=True, calculate_partition=True,
+                    validate_modes=False)
     pre = KHotPreprocessor(env.height, env.ndim)
     pf_module = MLP(input_dim=pre.output_dim, output_dim=env.n_actions, hidden_dim=args.hidden)
-    pb_module = MLP(
-        input_dim=pre.output_dim, output_dim=env.n_actions - 1, hidden_dim=args.hidden, trunk=pf_module.trunk
-    )
+    pb_module = MLP(input_dim=pre.output_dim, output_dim=env.n_actions - 1, hidden_dim=args.hidden,
+                    trunk=pf_module.trunk)
     pf = DiscretePolicyEstimator(pf_module, env.n_actions, preprocessor=pre)
     pb = DiscretePolicyEstimator(pb_module, env.n_actions, preprocessor=pre, is_backward=True)
     gflownet = TBGFlowNet(pf=pf, pb=pb, init_logZ=0.0)
@@ -56,14 +54,14 @@ def train(buffer_impl: str, args: argparse.Namespace) -> dict[str, float]:
         from replaystore.compat.gfn import ReplayBuffer
     else:
         from gfn.containers import ReplayBuffer
-    buffer = ReplayBuffer(
-        env, capacity=args.buffer_size, prioritized_capacity=args.prioritized, prioritized_sampling=args.prioritized
-    )
+    buffer = ReplayBuffer(env, capacity=args.buffer_size, prioritized_capacity=args.prioritized,
+                          prioritized_sampling=args.prioritized)
 
     start = last = time.perf_counter()
     metrics: dict[str, float] = {}
     for it in range(args.n_iterations):
-        trajectories = gflownet.sample_trajectories(env, n=args.batch_size, save_logprobs=False, epsilon=args.epsilon)
+        trajectories = gflownet.sample_trajectories(env, n=args.batch_size, save_logprobs=False,
+                                                    epsilon=args.epsilon)
         with torch.no_grad():
             buffer.add(trajectories)
         training = buffer.sample(args.batch_size) if len(buffer) >= args.batch_size else trajectories
@@ -119,8 +117,7 @@ def main() -> None:
         args.n_iterations, args.validation_interval, args.validation_samples = 20, 10, 200
     torch.set_num_threads(1)
     impls = {"both": ["replaystore", "torchgfn"], "both-reversed": ["torchgfn", "replaystore"]}.get(
-        args.buffer, [args.buffer]
-    )
+        args.buffer, [args.buffer])
     results = {impl: train(impl, args) for impl in impls}
     print()
     print("| buffer | final L1 | logZ diff | seconds |")

@@ -111,15 +111,8 @@ def run(args: argparse.Namespace) -> dict:
             self.oc, self.weights, self.dapo, self.over = oc, weights, dapo, over
             self.version = -1
             self.rng = np.random.default_rng(args.seed * 1000 + self.idx)
-            self.stats = {
-                "completed": 0,
-                "completed_long": 0,
-                "rejected": 0,
-                "cancelled": 0,
-                "cancelled_long": 0,
-                "tokens": 0,
-                "tokens_wasted": 0,
-            }
+            self.stats = {"completed": 0, "completed_long": 0, "rejected": 0, "cancelled": 0, "cancelled_long": 0,
+                          "tokens": 0, "tokens_wasted": 0}
             return self._loop()
 
         def _refresh(self) -> None:
@@ -134,9 +127,8 @@ def run(args: argparse.Namespace) -> dict:
             g_n = args.group
             while True:
                 try:
-                    tickets = self.oc.acquire(
-                        args.per_producer, timeout=1.0, holder=f"p{self.idx}", overprovision=self.over
-                    )
+                    tickets = self.oc.acquire(args.per_producer, timeout=1.0, holder=f"p{self.idx}",
+                                              overprovision=self.over)
                 except Timeout:
                     continue
                 except Closed:
@@ -162,8 +154,8 @@ def run(args: argparse.Namespace) -> dict:
                         tok = (p.cumsum(1) > self.rng.random((len(ps), 1))).argmax(1)
                         lp = np.log(p[np.arange(len(ps)), tok] + 1e-12)
                         for j, t in enumerate(live):
-                            toks[t][:, step] = tok[j * g_n : (j + 1) * g_n]
-                            logp[t][:, step] = lp[j * g_n : (j + 1) * g_n]
+                            toks[t][:, step] = tok[j * g_n:(j + 1) * g_n]
+                            logp[t][:, step] = lp[j * g_n:(j + 1) * g_n]
                         self.stats["tokens"] += len(ps)
                         time.sleep(max(0.0, args.token_ms / 1000 - (time.perf_counter() - t0)))
                         step += 1
@@ -194,12 +186,10 @@ def run(args: argparse.Namespace) -> dict:
                 self.stats["rejected"] += 1
                 self.stats["tokens_wasted"] += toks.size
                 return 0
-            items = [
-                {"prompt": prompt, "tokens": r, "logp": lp, "reward": rw} for r, lp, rw in zip(toks, logp, rewards)
-            ]
-            return int(
-                self.oc.add_group(t, items, versions=versions, lengths=[toks.shape[1]] * len(items)) == "complete"
-            )
+            items = [{"prompt": prompt, "tokens": r, "logp": lp, "reward": rw}
+                     for r, lp, rw in zip(toks, logp, rewards)]
+            return int(self.oc.add_group(t, items, versions=versions, lengths=[toks.shape[1]] * len(items))
+                       == "complete")
 
     def train_step(policy, opt, batch) -> float:
         rollouts = []
@@ -220,15 +210,8 @@ def run(args: argparse.Namespace) -> dict:
 
     results = {}
     modes = args.modes.split(",")
-    cfg = RolloutBufferConfig(
-        capacity=4096,
-        batch_size=args.batch,
-        max_staleness=1,
-        group_size=args.group,
-        pick="fifo",
-        ticket_ttl=30.0,
-        length_buckets=(LONG,),
-    )
+    cfg = RolloutBufferConfig(capacity=4096, batch_size=args.batch, max_staleness=1, group_size=args.group,
+                              pick="fifo", ticket_ttl=30.0, length_buckets=(LONG,))
     svc = rsr.serve(name=f"grpo-{os.getpid()}", online=dict.fromkeys(modes, cfg), sinks=lambda: [])
     print(f"ray up in {time.perf_counter() - t_start:.1f} s", flush=True)
     producers = [Producer.remote(i) for i in range(args.producers)]
@@ -271,25 +254,19 @@ def run(args: argparse.Namespace) -> dict:
 
 def report(args: argparse.Namespace, results: dict) -> None:
     """Print the comparison table and the learning curves."""
-    print(
-        f"steps {args.steps}, batch {args.batch} groups x {args.group}, k={args.per_producer} per producer, "
-        f"{args.producers} producers, {args.token_ms} ms per decode step, max_staleness 1, pick fifo"
-    )
-    print(
-        "| mode | groups completed | trained | rejected (DAPO) | cancelled | zero-advantage trained | "
-        "tokens decoded | wasted | long share completed / trained | trained groups/s | steps/s |"
-    )
+    print(f"steps {args.steps}, batch {args.batch} groups x {args.group}, k={args.per_producer} per producer, "
+          f"{args.producers} producers, {args.token_ms} ms per decode step, max_staleness 1, pick fifo")
+    print("| mode | groups completed | trained | rejected (DAPO) | cancelled | zero-advantage trained | "
+          "tokens decoded | wasted | long share completed / trained | trained groups/s | steps/s |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for mode, r in results.items():
         s, p = r["stats"], r["producers"]
         trained = s["groups_sampled"]
         t_long = s["trained_by_length"].get(f">={LONG}", 0) / max(1, sum(s["trained_by_length"].values()))
         c_long = p["completed_long"] / max(1, p["completed"])
-        print(
-            f"| {mode} | {p['completed']} | {trained} | {s['groups_rejected']} | {p['cancelled']} "
-            f"({p['cancelled_long']} long) | {r['zero_adv_trained']} | {p['tokens']} | {p['tokens_wasted']} | "
-            f"{c_long:.2f} / {t_long:.2f} | {trained / r['wall']:.1f} | {args.steps / r['wall']:.2f} |"
-        )
+        print(f"| {mode} | {p['completed']} | {trained} | {s['groups_rejected']} | {p['cancelled']} "
+              f"({p['cancelled_long']} long) | {r['zero_adv_trained']} | {p['tokens']} | {p['tokens_wasted']} | "
+              f"{c_long:.2f} / {t_long:.2f} | {trained / r['wall']:.1f} | {args.steps / r['wall']:.2f} |")
     print("learning curves (step, greedy reward short, long):")
     for mode, r in results.items():
         print(f"  {mode}: " + ", ".join(f"({st}, {a:.2f}, {b:.2f})" for st, a, b in r["curve"]))

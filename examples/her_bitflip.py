@@ -83,11 +83,9 @@ def main() -> None:
     wall = time.perf_counter() - t0
     train = float(np.mean(model.ep_success_buffer)) if model.ep_success_buffer else 0.0
     greedy = greedy_success(model, args.bits, 20 if args.smoke else 200, seed=10_000 + args.seed)
-    print(
-        f"bits={args.bits} steps={args.steps} n_sampled_goal={args.n_sampled_goal} strategy={args.strategy} "
-        f"seed={args.seed}: training success (last 50 episodes) {train:.2f}, greedy success on 200 "
-        f"episodes {greedy:.2f}, {wall:.0f} s"
-    )
+    print(f"bits={args.bits} steps={args.steps} n_sampled_goal={args.n_sampled_goal} strategy={args.strategy} "
+          f"seed={args.seed}: training success (last 50 episodes) {train:.2f}, greedy success on 200 "
+          f"episodes {greedy:.2f}, {wall:.0f} s")
 
 
 if __name__ == "__main__":

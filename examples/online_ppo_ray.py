@@ -98,15 +98,8 @@ class RolloutWorker:
                     self.returns.append(self.episode_return)
                     self.episode_return = 0.0
                     self.obs, _ = self.env.reset()
-            payload = {
-                "obs": obs,
-                "action": act,
-                "logp": logp,
-                "reward": rew,
-                "terminated": term,
-                "done": done,
-                "next_obs": np.asarray(self.obs, np.float32),
-            }
+            payload = {"obs": obs, "action": act, "logp": logp, "reward": rew, "terminated": term,
+                       "done": done, "next_obs": np.asarray(self.obs, np.float32)}
             self.fragments.write(payload, self.stream, self.seq, version, self.session)
             self.seq += 1
         out, self.returns = self.returns, []
@@ -163,27 +156,16 @@ def main(argv=None) -> int:
     path = tempfile.mkdtemp(prefix="ppo-fragments-")
     client = rsr.serve(
         name="ppo-replay",
-        fragments=rsr.FragmentBufferConfig(
-            max_chunks=64,
-            max_staleness=args.max_staleness,
-            max_reuse=args.max_reuse,
-            fragments_per_chunk=1,
-            path=path,
-            num_shards=1,
-            seed=args.seed,
-        ),
+        fragments=rsr.FragmentBufferConfig(max_chunks=64, max_staleness=args.max_staleness, max_reuse=args.max_reuse,
+                                           fragments_per_chunk=1, path=path, num_shards=1, seed=args.seed),
     )
     fc = client.fragments
     session = uuid.uuid4().hex
     policy = make_policy()
     opt = torch.optim.Adam(policy.parameters(), lr=2.5e-3)
     # max_concurrency=2: new weights arrive while a worker is collecting
-    workers = [
-        ray.remote(num_cpus=0, max_concurrency=2)(RolloutWorker).remote(
-            "ppo-replay", args.fragment_length, args.seed + i
-        )
-        for i in range(args.workers)
-    ]
+    workers = [ray.remote(num_cpus=0, max_concurrency=2)(RolloutWorker)
+               .remote("ppo-replay", args.fragment_length, args.seed + i) for i in range(args.workers)]
 
     def broadcast(version: int) -> None:
         fc.update_model_version(session, version)
@@ -196,7 +178,6 @@ def main(argv=None) -> int:
     recent: list[float] = []
     t_start = t_last = time.time()
     try:
-
         def refill() -> None:
             """Collect the episode returns of idle workers and start their next rollouts."""
             nonlocal recent
@@ -243,13 +224,10 @@ def main(argv=None) -> int:
                 t_last = time.time()
                 st = fc.stats()
                 mean_ret = np.mean(recent) if recent else float("nan")
-                print(
-                    f"iter {it:3d}  version {version:3d}  return(last 20 ep) {mean_ret:6.1f}  "
-                    f"batch staleness {np.mean(staleness):.2f}  chunks {st['replay_buffer_size_chunks']:2d}  "
-                    f"retired {st['chunks_retired']:3d}  stale-dropped {st['chunks_dropped_stale']:3d}  "
-                    f"{time.time() - t_start:5.1f}s",
-                    flush=True,
-                )
+                print(f"iter {it:3d}  version {version:3d}  return(last 20 ep) {mean_ret:6.1f}  "
+                      f"batch staleness {np.mean(staleness):.2f}  chunks {st['replay_buffer_size_chunks']:2d}  "
+                      f"retired {st['chunks_retired']:3d}  stale-dropped {st['chunks_dropped_stale']:3d}  "
+                      f"{time.time() - t_start:5.1f}s", flush=True)
         print(f"final mean return over the last 20 episodes: {np.mean(recent) if recent else float('nan'):.1f}")
     finally:
         client.shutdown()

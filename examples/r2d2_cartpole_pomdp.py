@@ -71,9 +71,8 @@ def observe(obs: np.ndarray, prev_action: np.ndarray | int | None = None) -> np.
     if prev_action is not None:
         a = np.asarray(prev_action)
         valid = a >= 0
-        np.put_along_axis(
-            onehot, np.where(valid, a, 0)[..., None].astype(np.int64), valid[..., None].astype(np.float32), axis=-1
-        )
+        np.put_along_axis(onehot, np.where(valid, a, 0)[..., None].astype(np.int64),
+                          valid[..., None].astype(np.float32), axis=-1)
     return np.concatenate([o, onehot], axis=-1).astype(np.float32)
 
 
@@ -123,9 +122,8 @@ def make_table(capacity: int, burn_in: int, length: int, seed: int) -> rs.Table:
     )
 
 
-def nstep_targets(
-    reward: torch.Tensor, terminated: torch.Tensor, boot: torch.Tensor, n: int, gamma: float
-) -> torch.Tensor:
+def nstep_targets(reward: torch.Tensor, terminated: torch.Tensor, boot: torch.Tensor, n: int,
+                  gamma: float) -> torch.Tensor:
     """R2D2's n-step targets inside a window: ``(B, L)`` from rewards, terminations, bootstrap values.
 
     ``boot[:, j]`` (``(B, L + 1)``) is the value of the state at window position ``j`` (``j = L``:
@@ -141,15 +139,14 @@ def nstep_targets(
         idx = t + i
         inside = (idx < length).float()
         j = idx.clamp(max=length - 1)
-        target = target + (gamma**i) * alive * inside * reward[:, j]
+        target = target + (gamma ** i) * alive * inside * reward[:, j]
         alive = alive * (1.0 - inside * terminated[:, j])
     k = torch.clamp(length - t, max=n)
     return target + (gamma ** k.float()) * alive * boot.gather(1, (t + k).expand(b, -1))
 
 
-def learn(
-    q: RecurrentQ, target: RecurrentQ, opt: torch.optim.Optimizer, s, burn_in: int, gamma: float, n: int
-) -> np.ndarray:
+def learn(q: RecurrentQ, target: RecurrentQ, opt: torch.optim.Optimizer, s, burn_in: int,
+          gamma: float, n: int) -> np.ndarray:
     """One gradient step on a :class:`~replaystore.SequenceSample`; returns ``|td|`` ``(B, length)``."""
     d = s.data
     obs = torch.as_tensor(d["obs"])  # (B, burn_in + length, obs_dim)
@@ -245,18 +242,12 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate at the start")
     ap.add_argument("--lr-end", type=float, default=1e-4, help="... decayed linearly to this over --steps")
     ap.add_argument("--eps-steps", type=int, default=10_000, help="epsilon 1 -> 0.02 over these env steps")
-    ap.add_argument(
-        "--diff",
-        type=int,
-        default=1,
-        choices=(0, 1),
-        help="1: the encoder also sees the change of position and angle since the previous "
-        "step within the window (computed from the sequence: still memory)",
-    )
+    ap.add_argument("--diff", type=int, default=1, choices=(0, 1),
+                    help="1: the encoder also sees the change of position and angle since the previous "
+                         "step within the window (computed from the sequence: still memory)")
     ap.add_argument("--tau", type=float, default=0.005, help="Polyak factor of the target network per update")
-    ap.add_argument(
-        "--target", type=float, default=475.0, help="stop once a greedy evaluation (10 episodes) reaches this"
-    )
+    ap.add_argument("--target", type=float, default=475.0,
+                    help="stop once a greedy evaluation (10 episodes) reaches this")
     ap.add_argument("--eval-every", type=int, default=2_500)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--smoke", action="store_true", help="a few seconds: 2,400 env steps, a few updates")
@@ -284,21 +275,13 @@ def main() -> None:
     while step < args.steps:
         if time.perf_counter() - last_line > 20:  # a line at least every 20 s between evaluations
             last_line = time.perf_counter()
-            print(
-                f"step {step:>7,}: {updates:,} updates, training return (last 20) "
-                f"{np.mean(returns[-20:]) if returns else 0.0:6.1f}, {last_line - t0:5.0f} s",
-                flush=True,
-            )
+            print(f"step {step:>7,}: {updates:,} updates, training return (last 20) "
+                  f"{np.mean(returns[-20:]) if returns else 0.0:6.1f}, {last_line - t0:5.0f} s", flush=True)
         eps = max(0.02, 1.0 - step / args.eps_steps)
         greedy = hist.q_values(q).argmax(-1).numpy()
         action = np.where(rng.random(n) < eps, rng.integers(0, 2, n), greedy)
-        rows = {
-            "obs": obs,
-            "action": action.astype(np.int64),
-            "reward": np.zeros(n, np.float32),
-            "next_obs": np.empty_like(obs),
-            "terminated": np.zeros(n, bool),
-        }
+        rows = {"obs": obs, "action": action.astype(np.int64), "reward": np.zeros(n, np.float32),
+                "next_obs": np.empty_like(obs), "terminated": np.zeros(n, bool)}
         truncated = np.zeros(n, bool)
         ended = np.zeros(n, bool)
         next_obs = np.empty_like(obs)
@@ -339,11 +322,8 @@ def main() -> None:
             score = evaluate(q, 10, seed=10_000 + step, width=args.burn_in + args.length)
             last_line = time.perf_counter()
             recent = np.mean(returns[-20:]) if returns else 0.0
-            print(
-                f"step {step:>7,}: {updates:,} updates, training return (last 20) {recent:6.1f}, "
-                f"greedy evaluation {score:6.1f}, {time.perf_counter() - t0:5.0f} s",
-                flush=True,
-            )
+            print(f"step {step:>7,}: {updates:,} updates, training return (last 20) {recent:6.1f}, "
+                  f"greedy evaluation {score:6.1f}, {time.perf_counter() - t0:5.0f} s", flush=True)
             if score >= best[0]:
                 best = (score, copy.deepcopy(q.state_dict()))
             if score >= args.target:
@@ -352,11 +332,9 @@ def main() -> None:
         q.load_state_dict(best[1])
     final = evaluate(q, 20, seed=2_000_000 + args.seed, width=args.burn_in + args.length)
     wall = time.perf_counter() - t0
-    print(
-        f"CartPole-v1, velocities hidden (obs {VISIBLE}), LSTM Q-network, prioritized sequences "
-        f"({args.burn_in} burn-in + {args.length}), seed {args.seed}: {step:,} env steps, {updates:,} updates, "
-        f"final greedy return over 20 episodes {final:.1f}, {wall:.0f} s wall"
-    )
+    print(f"CartPole-v1, velocities hidden (obs {VISIBLE}), LSTM Q-network, prioritized sequences "
+          f"({args.burn_in} burn-in + {args.length}), seed {args.seed}: {step:,} env steps, {updates:,} updates, "
+          f"final greedy return over 20 episodes {final:.1f}, {wall:.0f} s wall")
 
 
 if __name__ == "__main__":

@@ -47,11 +47,5 @@ model.learn(args.steps, progress_bar=False, callback=sb3_progress(20.0))
 episodes = 2 if args.smoke else 20
 mean, std = evaluate_policy(model, model.get_env(), n_eval_episodes=episodes, deterministic=True)
 print(f"greedy return over {episodes} episodes: {mean:.1f} +- {std:.1f}")
-print(
-    "replay table:",
-    {
-        k: v
-        for k, v in model.replay_buffer.table.stats().items()
-        if k in ("size", "inserts", "samples", "sample_to_insert_ratio")
-    },
-)
+print("replay table:", {k: v for k, v in model.replay_buffer.table.stats().items()
+                        if k in ("size", "inserts", "samples", "sample_to_insert_ratio")})

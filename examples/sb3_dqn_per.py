@@ -52,17 +52,12 @@ model = PrioritizedDQN(
     device="cpu",
     verbose=0,
 )
-print(
-    f"PrioritizedDQN on CartPole-v1: {args.steps:,} steps, seed {args.seed}, alpha {args.alpha}, "
-    f"n_steps {args.n_steps}",
-    flush=True,
-)
+print(f"PrioritizedDQN on CartPole-v1: {args.steps:,} steps, seed {args.seed}, alpha {args.alpha}, "
+      f"n_steps {args.n_steps}", flush=True)
 model.learn(total_timesteps=args.steps, callback=sb3_progress(20.0))
 mean, std = evaluate_policy(model, model.get_env(), n_eval_episodes=2 if args.smoke else 10, deterministic=True)
 stats = model.replay_buffer.table.stats()
 print(f"PrioritizedDQN on CartPole-v1 after {args.steps} steps: return {mean:.1f} +- {std:.1f} (max 500)")
-print(
-    f"replay table: size {stats['size']}, samples {stats['samples']}, priority min/mean/max "
-    f"{stats['priority_min']:.3g}/{stats['priority_mean']:.3g}/{stats['priority_max']:.3g}, "
-    f"beta {model.replay_buffer.beta:.2f}"
-)
+print(f"replay table: size {stats['size']}, samples {stats['samples']}, priority min/mean/max "
+      f"{stats['priority_min']:.3g}/{stats['priority_mean']:.3g}/{stats['priority_max']:.3g}, "
+      f"beta {model.replay_buffer.beta:.2f}")
