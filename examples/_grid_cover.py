@@ -9,8 +9,9 @@ reward is shared: every acting agent gets the team reward. The best return is ``
 step costs; agents that all rush to the nearest landmark waste themselves, so the task rewards
 spreading out (what value decomposition is for).
 
-Observation of an agent (floats in [0, 1]): its position, every landmark's position and covered
-flag, the other agents' positions (their last position once parked), the fraction of time left.
+Observation of an agent (floats in [-1, 1]): its position, every landmark's offset from it and
+covered flag, the other agents' offsets (their last position once parked), the fraction of time
+elapsed.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class GridCover(ParallelEnv):
 
     @functools.cache  # noqa: B019 - PettingZoo's idiom, one space per agent
     def observation_space(self, agent):
-        return spaces.Box(0.0, 1.0, (self.obs_dim,), np.float32)
+        return spaces.Box(-1.0, 1.0, (self.obs_dim,), np.float32)
 
     @functools.cache  # noqa: B019
     def action_space(self, agent):
@@ -65,9 +66,10 @@ class GridCover(ParallelEnv):
 
     def _obs(self, i: int) -> np.ndarray:
         s = self.size - 1
-        others = np.delete(self.pos, i, axis=0).ravel() / s
+        to_landmarks = (self.landmarks - self.pos[i]).ravel() / s
+        to_others = (np.delete(self.pos, i, axis=0) - self.pos[i]).ravel() / s
         return np.concatenate(
-            [self.pos[i] / s, self.landmarks.ravel() / s, self.covered, others, [self.t / self.max_steps]]
+            [self.pos[i] / s, to_landmarks, self.covered, to_others, [self.t / self.max_steps]]
         ).astype(np.float32)
 
     def step(self, actions):

@@ -88,7 +88,8 @@ def idqn_loss(q, target, ma, batch, gamma):
     obs, nxt = torch.as_tensor(b.data["obs"]), torch.as_tensor(b.data["next_obs"])
     qa = q(obs, agents).gather(1, torch.as_tensor(b.data["action"])[:, None]).squeeze(1)
     with torch.no_grad():
-        boot = target(nxt, agents).max(-1).values * torch.as_tensor(~b.data["terminated"]).float()
+        best = q(nxt, agents).argmax(-1, keepdim=True)  # double DQN
+        boot = target(nxt, agents).gather(1, best).squeeze(1) * torch.as_tensor(~b.data["terminated"]).float()
         y = torch.as_tensor(b.data["reward"]).float() + gamma * boot
     return nn.functional.smooth_l1_loss(qa, y)
 
@@ -105,7 +106,8 @@ def vdn_loss(q, target, ma, batch, gamma):
     q_tot = (q(obs, agents).gather(1, act_).reshape(bsz, n) * mask).sum(1)
     with torch.no_grad():
         live_next = mask * torch.as_tensor(~j.data["terminated"]).float()
-        boot = (target(nxt, agents).max(-1).values.reshape(bsz, n) * live_next).sum(1)
+        best = q(nxt, agents).argmax(-1, keepdim=True)  # double DQN
+        boot = (target(nxt, agents).gather(1, best).reshape(bsz, n) * live_next).sum(1)
         team_r = (torch.as_tensor(j.data["reward"]).float() * mask).sum(1) / mask.sum(1)
         y = team_r + gamma * boot
     return nn.functional.smooth_l1_loss(q_tot, y)
@@ -120,7 +122,9 @@ def make_table(method: str, env: GridCover, capacity: int, seed: int) -> MultiAg
     return MultiAgentTable(table, env.possible_agents, seed=seed)
 
 
-def run(method: str, seed: int, steps: int, eval_every: int, final_episodes: int, quiet: bool) -> dict:
+def run(
+    method: str, seed: int, steps: int, eval_every: int, final_episodes: int, quiet: bool, lr: float = 5e-4
+) -> dict:
     """Train one method on one seed; return its score and times."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -132,7 +136,7 @@ def run(method: str, seed: int, steps: int, eval_every: int, final_episodes: int
     env = GridCover()
     q = QNet(env.obs_dim, env.n)
     target = copy.deepcopy(q)
-    opt = torch.optim.Adam(q.parameters(), lr=1e-3)
+    opt = torch.optim.Adam(q.parameters(), lr=lr)
     ma = make_table(method, env, 50_000, seed)
     loss_fn = idqn_loss if method == "idqn" else vdn_loss
     gamma, batch, warmup, curve = 0.95, 64, 500, []
@@ -153,7 +157,7 @@ def run(method: str, seed: int, steps: int, eval_every: int, final_episodes: int
             loss.backward()
             nn.utils.clip_grad_norm_(q.parameters(), 10.0)
             opt.step()
-            if t % 200 == 0:
+            if t % 100 == 0:
                 target.load_state_dict(q.state_dict())
         if eval_every and (t + 1) % eval_every == 0:
             curve.append(round(evaluate(q, 20), 3))
@@ -171,13 +175,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
     p.add_argument("--steps", type=int, default=12_000)
     p.add_argument("--eval-every", type=int, default=2000)
+    p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--smoke", action="store_true", help="a few hundred steps (a test that it runs)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     steps, every, final = (700, 350, 5) if args.smoke else (args.steps, args.eval_every, 100)
     for seed in args.seeds:
         for method in args.methods:
-            r = run(method, seed, steps, every, final, quiet=args.smoke)
+            r = run(method, seed, steps, every, final, quiet=args.smoke, lr=args.lr)
             print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
 
 
