@@ -34,6 +34,7 @@ import sys
 import time
 
 import numpy as np
+import pettingzoo  # noqa: F401  (GridCover is a PettingZoo ParallelEnv; the smoke test skips without it)
 import torch
 from torch import nn
 
@@ -69,9 +70,9 @@ def act(q: QNet, env: GridCover, obs: dict, eps: float, rng: np.random.Generator
     return {a: int(rng.integers(5)) if e else int(g) for a, g, e in zip(names, greedy, explore)}
 
 
-def evaluate(q: QNet | None, episodes: int, seed0: int = 10_000) -> float:
+def evaluate(q: QNet | None, episodes: int, task: dict, seed0: int = 10_000) -> float:
     """Mean return of ``episodes`` greedy episodes (uniform actions when ``q`` is None)."""
-    env, rng, total = GridCover(), np.random.default_rng(seed0), 0.0
+    env, rng, total = GridCover(**task), np.random.default_rng(seed0), 0.0
     for ep in range(episodes):
         obs, _ = env.reset(seed=seed0 + ep)
         while env.agents:
@@ -123,17 +124,25 @@ def make_table(method: str, env: GridCover, capacity: int, seed: int) -> MultiAg
 
 
 def run(
-    method: str, seed: int, steps: int, eval_every: int, final_episodes: int, quiet: bool, lr: float = 5e-4
+    method: str,
+    seed: int,
+    steps: int,
+    eval_every: int,
+    final_episodes: int,
+    quiet: bool,
+    lr: float = 5e-4,
+    task: dict | None = None,
 ) -> dict:
     """Train one method on one seed; return its score and times."""
+    task = task or {}
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     if method == "random":
-        score = evaluate(None, final_episodes)
+        score = evaluate(None, final_episodes, task)
         return dict(method=method, seed=seed, score=score, cpu_s=time.process_time() - cpu0,
                     wall_s=time.perf_counter() - wall0, curve=[])  # fmt: skip
-    env = GridCover()
+    env = GridCover(**task)
     q = QNet(env.obs_dim, env.n)
     target = copy.deepcopy(q)
     opt = torch.optim.Adam(q.parameters(), lr=lr)
@@ -160,10 +169,10 @@ def run(
             if t % 100 == 0:
                 target.load_state_dict(q.state_dict())
         if eval_every and (t + 1) % eval_every == 0:
-            curve.append(round(evaluate(q, 20), 3))
+            curve.append(round(evaluate(q, 20, task), 3))
             if not quiet:
                 print(f"{method} seed {seed} step {t + 1}: greedy return {curve[-1]:.2f}", flush=True)
-    score = evaluate(q, final_episodes)
+    score = evaluate(q, final_episodes, task)
     return dict(method=method, seed=seed, score=score, cpu_s=time.process_time() - cpu0,
                 wall_s=time.perf_counter() - wall0, curve=curve)  # fmt: skip
 
@@ -176,13 +185,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=12_000)
     p.add_argument("--eval-every", type=int, default=2000)
     p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--agents", type=int, default=3)
+    p.add_argument("--size", type=int, default=5)
+    p.add_argument("--max-steps", type=int, default=15)
     p.add_argument("--smoke", action="store_true", help="a few hundred steps (a test that it runs)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     steps, every, final = (700, 350, 5) if args.smoke else (args.steps, args.eval_every, 100)
     for seed in args.seeds:
         for method in args.methods:
-            r = run(method, seed, steps, every, final, quiet=args.smoke, lr=args.lr)
+            task = dict(n=args.agents, size=args.size, max_steps=args.max_steps)
+            r = run(method, seed, steps, every, final, quiet=args.smoke, lr=args.lr, task=task)
             print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
 
 
