@@ -99,6 +99,21 @@ def build_torchrl(n: int):
     return rb
 
 
+def write_cost(steps: int = 20_000) -> float:
+    """CPU seconds per ``MultiAgentTable.add_step`` of one environment step (8 agents, dicts per agent)."""
+    import replaystore as rs
+    from replaystore.multiagent import MultiAgentTable
+
+    names = [f"agent_{i}" for i in range(A)]
+    ma = MultiAgentTable(rs.Table(steps, episodes=rs.Episodes(), seed=0), names, global_fields=["state"])
+    agents, state, _ = next(chunks(steps, size=steps, seed=1))
+    per_step = [{a: {f: v[t, i] for f, v in agents.items()} for i, a in enumerate(names)} for t in range(steps)]
+    c0 = time.process_time()
+    for t in range(steps):
+        ma.add_step(per_step[t], stream=0, state={"state": state[t]})
+    return (time.process_time() - c0) / steps
+
+
 def cpu_per_call(fn, seconds: float, repeats: int) -> float:
     fn()
     runs = []
@@ -131,6 +146,7 @@ def main() -> None:
     out["replaystore_joint_us"] = 1e6 * cpu_per_call(lambda: ma.sample_joint(B), args.seconds, args.repeats)
     out["replaystore_independent_us"] = 1e6 * cpu_per_call(lambda: ma.sample(B), args.seconds, args.repeats)
     ma = None  # free it before the next peer
+    out["replaystore_add_step_us"] = 1e6 * write_cost()
     gc.collect()
     try:
         r0 = rss()

@@ -21,7 +21,7 @@ and wall seconds). ``--smoke``: a few hundred steps.
 Usage::
 
     PYTHONPATH=src python examples/multiagent_grid.py [--methods idqn vdn random] [--seeds 0 1 2 3 4]
-        [--steps 12000] [--smoke]
+        [--steps 30000] [--smoke]
 """
 
 from __future__ import annotations
@@ -182,9 +182,9 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--methods", nargs="+", default=["idqn", "vdn", "random"], choices=["idqn", "vdn", "random"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
-    p.add_argument("--steps", type=int, default=12_000)
-    p.add_argument("--eval-every", type=int, default=2000)
-    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--steps", type=int, default=30_000)
+    p.add_argument("--eval-every", type=int, default=10_000)
+    p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--agents", type=int, default=3)
     p.add_argument("--size", type=int, default=5)
     p.add_argument("--max-steps", type=int, default=15)
