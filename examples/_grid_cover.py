@@ -1,13 +1,13 @@
 """GridCover: a small cooperative PettingZoo ParallelEnv where agents leave the episode early.
 
 ``n`` agents and ``n`` landmarks on a ``size x size`` grid. Each step every active agent moves
-(stay, up, down, left, right). An agent that steps on a landmark *parks* there: it is terminated
-(it leaves ``env.agents`` and no longer acts) and the team gets +1 if that landmark was not covered
-yet (0 if another agent already parked on it: a wasted agent). Every step costs the team 0.02.
-The episode ends when every agent parked (terminated) or after ``max_steps`` (truncated). The
-reward is shared: every acting agent gets the team reward. The best return is ``n`` minus a few
-step costs; agents that all rush to the nearest landmark waste themselves, so the task rewards
-spreading out (what value decomposition is for).
+(stay, up, down, left, right) and pays 0.02. An agent that steps on a landmark *parks* there: it is
+terminated (it leaves ``env.agents`` and no longer acts) and gets +1 if that landmark was not
+covered yet (0 if another agent already parked on it: a wasted agent). The episode ends when every
+agent parked (terminated) or after ``max_steps`` (truncated). The team's return is the sum of the
+agents' rewards: the landmarks covered minus the steps spent. Agents that all rush to their
+nearest landmark waste themselves (about 2.4 of 3 for a scripted "nearest uncovered landmark"
+policy, 2.7 for the best assignment, 1.1 for random moves), so the task rewards spreading out.
 
 Observation of an agent (floats in [-1, 1]): its position, every landmark's offset from it and
 covered flag, the other agents' offsets (their last position once parked), the fraction of time
@@ -74,8 +74,8 @@ class GridCover(ParallelEnv):
 
     def step(self, actions):
         self.t += 1
-        reward = -0.02
         acting = [self.possible_agents.index(a) for a in self.agents]
+        reward = dict.fromkeys(acting, -0.02)
         for i in acting:
             self.pos[i] = np.clip(self.pos[i] + MOVES[int(actions[self.possible_agents[i]])], 0, self.size - 1)
         parked_now = []
@@ -85,12 +85,12 @@ class GridCover(ParallelEnv):
                 parked_now.append(i)
                 if not self.covered[hit[0]]:
                     self.covered[hit[0]] = True
-                    reward += 1.0
+                    reward[i] += 1.0
         self.parked[parked_now] = True
         trunc = self.t >= self.max_steps
         names = [self.possible_agents[i] for i in acting]
         obs = {a: self._obs(i) for a, i in zip(names, acting)}
-        rewards = {a: reward for a in names}
+        rewards = {a: reward[i] for a, i in zip(names, acting)}
         terms = {a: bool(self.parked[i]) for a, i in zip(names, acting)}
         truncs = {a: bool(trunc and not self.parked[i]) for a, i in zip(names, acting)}
         infos = {a: {} for a in names}

@@ -1,17 +1,19 @@
 """Multi-agent DQN on a cooperative PettingZoo task with a MultiAgentTable: IDQN vs VDN vs random.
 
 The task is ``examples/_grid_cover.py`` (GridCover: agents park on landmarks and leave the
-episode, a shared reward per landmark covered). Both learners share one Q-network across agents
-(parameter sharing: the agent's one-hot id is appended to its observation) and write every
-environment step with ``MultiAgentTable.add_parallel_step`` (PettingZoo's ``step`` output as it
-comes; parked agents are absent from later steps: ``alive=False``):
+episode; +1 to the agent that covers a new landmark, the team's return is the sum). Both learners
+share one Q-network across agents (parameter sharing: the agent's one-hot id is appended to its
+observation) and write every environment step with ``MultiAgentTable.add_parallel_step``
+(PettingZoo's ``step`` output as it comes; parked agents are absent from later steps:
+``alive=False``):
 
-- ``idqn``: independent Q-learning. ``MultiAgentTable.sample`` draws (step, agent) pairs uniformly
+- ``idqn``: independent Q-learning (each agent learns from its own reward).
+  ``MultiAgentTable.sample`` draws (step, agent) pairs uniformly
   over all alive pairs (``priorities="agents"``, ``alpha=0`` on a ``Prioritized(alpha=1)`` table);
   each pair is one DQN transition of that agent.
 - ``vdn``: value decomposition (Sunehag et al., 2018). ``sample_joint`` draws environment steps with
-  every agent; ``Q_tot = sum_i mask_i Q_i`` is regressed on ``r + gamma * sum_i mask_i (1 - term_i)
-  max Q'_i(next_obs_i)``.
+  every agent; ``Q_tot = sum_i mask_i Q_i`` is regressed on the team reward ``sum_i mask_i r_i`` plus
+  ``gamma * sum_i mask_i (1 - term_i) max Q'_i(next_obs_i)``.
 - ``random``: uniform actions (the baseline).
 
 Every ``--eval-every`` steps the greedy policy is evaluated on 20 fixed episodes; the run's score is
@@ -78,7 +80,7 @@ def evaluate(q: QNet | None, episodes: int, task: dict, seed0: int = 10_000) -> 
         while env.agents:
             a = act(q, env, obs, 0.0, rng) if q is not None else {x: int(rng.integers(5)) for x in env.agents}
             obs, rew, *_ = env.step(a)
-            total += next(iter(rew.values()))
+            total += sum(rew.values())  # the team's return: every agent's reward
     return total / episodes
 
 
@@ -109,7 +111,7 @@ def vdn_loss(q, target, ma, batch, gamma):
         live_next = mask * torch.as_tensor(~j.data["terminated"]).float()
         best = q(nxt, agents).argmax(-1, keepdim=True)  # double DQN
         boot = (target(nxt, agents).gather(1, best).reshape(bsz, n) * live_next).sum(1)
-        team_r = (torch.as_tensor(j.data["reward"]).float() * mask).sum(1) / mask.sum(1)
+        team_r = (torch.as_tensor(j.data["reward"]).float() * mask).sum(1)  # the team's reward: the sum
         y = team_r + gamma * boot
     return nn.functional.smooth_l1_loss(q_tot, y)
 
