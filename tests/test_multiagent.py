@@ -303,6 +303,10 @@ def test_joint_sequences_with_burn_in_and_too_short_episodes(make_ma):
     one = ma.sample_sequences(16, 3, burn_in=2)
     assert one.data["obs"].shape == (16, 5, 2) and one.mask.shape == (16, 5)
     assert one.mask[:, 2].all()  # alive at the start after the burn-in
+    reader = MultiAgentTable(ma.table, AGENTS, seed=0)  # a reader that never wrote: fields found by shape
+    r = reader.sample_sequences(4, 3, burn_in=2)
+    assert r.data["obs"].shape == (4, 5, 2) and r.data["state"].shape == (4, 5, 4)
+    assert reader.sample(4).data["state"].shape == (4, 4)
     samples = ma.table.stats()["samples"]
     with pytest.raises(rs.NoValidSequence):
         ma.sample_joint_sequences(4, 5, burn_in=2)
@@ -370,6 +374,14 @@ def test_per_agent_priorities_match_a_plain_model(ops):
         assert set(zip(b.keys.tolist(), b.agents.tolist())) <= set(exact)
         for k, a, p in zip(b.keys.tolist(), b.agents.tolist(), b.probabilities):
             assert p == pytest.approx(exact[(k, a)], rel=1e-9)
+
+
+def test_an_empty_table_times_out():
+    ma = MultiAgentTable(rs.Table(10, episodes=rs.Episodes()), AGENTS)
+    for sample in (ma.sample, ma.sample_joint, lambda b, timeout: ma.sample_joint_sequences(b, 2, timeout=timeout)):
+        with pytest.raises(rs.Timeout):
+            sample(2, timeout=0.05)
+    assert ma.table.stats()["samples"] == 0
 
 
 def test_checkpoint_keeps_rows_and_streams(tmp_path):

@@ -34,7 +34,9 @@ class MultiAgentTable:
         fields: per-agent field specs ``{name: (shape, dtype)}`` (``None``: learnt from the first
             step written through this object). Needed by readers only for :meth:`spec`.
         global_fields: global fields stored once per step: a spec ``{name: (shape, dtype)}`` or
-            just their names (a reader that never writes must know which fields are global).
+            just their names. A reader that neither wrote nor got ``fields=`` tells the per-agent
+            fields by their agent axis: name the global fields whose first axis has the agent
+            count.
         priorities: ``"joint"``: the table's sampler draws steps as it does for any table (uniform,
             or prioritized by joint priorities); an independent draw then takes an alive agent of
             the step uniformly. ``"agents"``: one priority per (step, agent); the table's sampler
@@ -262,12 +264,19 @@ class MultiAgentTable:
         w = np.power(p / p.min(), -self.beta) if b else p
         return agents, p, w
 
-    def _split(self, data: dict, pick: Any) -> dict:
+    def _per_agent(self, name: str, col: Any, axis: int) -> bool:
+        """Whether a sampled column is per agent (its agent axis at ``axis``)."""
+        if self.layout.fields is not None:
+            return name in self.layout.fields
+        shape = np.shape(col)
+        return name not in self._globals and len(shape) > axis and shape[axis] == self.layout.n_agents
+
+    def _split(self, data: dict, pick: Any, axis: int = 1) -> dict:
         out = {}
         for name, col in data.items():
             if name in RESERVED:
                 continue
-            out[name] = col if name in self._globals else pick(col)
+            out[name] = pick(col) if self._per_agent(name, col, axis) else col
         return out
 
     def sample(self, batch_size: int, timeout: float | None = None) -> AgentBatch:
@@ -359,7 +368,7 @@ class MultiAgentTable:
         ar = np.arange(len(agents))
         alive = np.asarray(s.data[ALIVE])[ar, :, agents]
         return AgentBatch(
-            data=self._split(s.data, lambda c: c[ar, :, agents]),
+            data=self._split(s.data, lambda c: c[ar, :, agents], axis=2),
             agents=agents,
             agent_ids=self.agents,
             mask=np.asarray(s.mask, bool) & alive,
