@@ -401,3 +401,22 @@ def test_checkpoint_keeps_rows_and_streams(tmp_path):
     assert loaded.episode_info([key]).positions[0] == 0  # a new episode after the terminated step 4
     j = again.sample_joint(8)
     assert j.data["obs"].shape == (8, 3, 2)
+
+
+def test_add_steps_writes_a_vectorised_env_in_one_call(make_ma):
+    ma = make_ma()
+    for t in range(4):
+        steps = [{a: agent_step(t, a, terminated=t == 3) for a in AGENTS[: e + 1]} for e in range(3)]
+        keys = ma.add_steps(steps, streams=[0, 1, 2], states=[{"state": np.full(4, t, np.float32)}] * 3)
+        assert len(keys) == 3
+    info = ma.table.episode_info(keys)
+    assert info.streams.tolist() == [0, 1, 2] and info.terminated.all() and (info.positions == 3).all()
+    data, _ = ma.table.get(keys)
+    assert data["alive"].sum(1).tolist() == [1, 2, 3]
+    before = _snapshot(ma)
+    bad = [{"a": agent_step(4, "a")}, {"zz": agent_step(4, "a")}]
+    with pytest.raises(rs.UnknownAgent):
+        ma.add_steps(bad, streams=[0, 1], states=[{"state": np.zeros(4)}] * 2)
+    with pytest.raises(rs.MultiAgentError):
+        ma.add_steps(bad[:1], streams=[0, 1])
+    assert _snapshot(ma) == before
