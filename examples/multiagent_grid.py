@@ -72,9 +72,12 @@ def act(q: QNet, env: GridCover, obs: dict, eps: float, rng: np.random.Generator
     return {a: int(rng.integers(5)) if e else int(g) for a, g, e in zip(names, greedy, explore)}
 
 
-def evaluate(q: QNet | None, episodes: int, task: dict, seed0: int = 10_000) -> float:
-    """Mean return of ``episodes`` greedy episodes (uniform actions when ``q`` is None)."""
-    env, rng, total = GridCover(**task), np.random.default_rng(seed0), 0.0
+def evaluate(q: QNet | None, episodes: int, task: dict, seed0: int = 10_000, seed: int = 0) -> float:
+    """Mean return of ``episodes`` greedy episodes (uniform actions drawn with ``seed`` when ``q`` is None).
+
+    The episodes (``reset(seed=seed0 + i)``) are the same for every method and seed.
+    """
+    env, rng, total = GridCover(**task), np.random.default_rng([seed0, seed]), 0.0
     for ep in range(episodes):
         obs, _ = env.reset(seed=seed0 + ep)
         while env.agents:
@@ -141,7 +144,7 @@ def run(
     rng = np.random.default_rng(seed)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     if method == "random":
-        score = evaluate(None, final_episodes, task)
+        score = evaluate(None, final_episodes, task, seed=seed)
         return dict(method=method, seed=seed, score=score, cpu_s=time.process_time() - cpu0,
                     wall_s=time.perf_counter() - wall0, curve=[])  # fmt: skip
     env = GridCover(**task)
