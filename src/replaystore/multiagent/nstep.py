@@ -16,11 +16,12 @@ from ..errors import MultiAgentError
 from .layout import ALIVE
 
 
-def check_nstep(n: Any, gamma: Any) -> tuple[int, float]:
-    """Validate ``n`` and ``gamma``.
+def check_nstep(n: Any, gamma: Any, table: Any = None) -> tuple[int, float]:
+    """Validate ``n`` and ``gamma`` (and, for ``n > 1``, that ``table`` can find the rows after a step).
 
     Raises:
-        MultiAgentError: ``n`` not an integer ``>= 1`` or ``gamma`` outside ``(0, 1]``.
+        MultiAgentError: ``n`` not an integer ``>= 1``, ``gamma`` outside ``(0, 1]``, or ``n > 1``
+            on a table without ``episode_info``/``episode_keys``.
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise MultiAgentError(f"n must be an integer >= 1, got {n!r}")
@@ -30,6 +31,10 @@ def check_nstep(n: Any, gamma: Any) -> tuple[int, float]:
         raise MultiAgentError(f"gamma must be a number in (0, 1], got {gamma!r}") from e
     if not 0.0 < g <= 1.0:
         raise MultiAgentError(f"gamma must be in (0, 1], got {gamma!r}")
+    if n > 1 and table is not None and not (hasattr(table, "episode_info") and hasattr(table, "episode_keys")):
+        raise MultiAgentError(
+            f"n > 1 needs the table's episode_info/episode_keys calls; {type(table).__name__} has none"
+        )
     return int(n), g
 
 

@@ -166,8 +166,9 @@ class MultiAgentTable(AgentWrites):
             the exact pair probabilities and importance weights.
 
         Raises:
-            The table's ``sample`` errors (``Timeout``, ``Closed``, ...); MultiAgentError: a sampled
-            step holds no alive agent.
+            Timeout: the table's rate limiter did not allow the sample in time (the table's other
+                errors, e.g. ``Closed``, pass through).
+            MultiAgentError: a sampled step holds no alive agent (not written by this class).
         """
         s = self.table.sample(batch_size, timeout=timeout)
         with self._lock:
@@ -194,9 +195,10 @@ class MultiAgentTable(AgentWrites):
 
         Raises:
             MultiAgentError: bad ``n``/``gamma``; ``n > 1`` on a table without
-                ``episode_info``/``episode_keys``. The table's ``sample`` errors.
+                ``episode_info``/``episode_keys`` (raised before anything is sampled).
+            Timeout: as :meth:`sample`.
         """
-        n, gamma = check_nstep(n, gamma)
+        n, gamma = check_nstep(n, gamma, self.table)  # before anything is sampled
         s = self.table.sample(batch_size, timeout=timeout)
         with self._lock:
             agents, p, w = self._draw(s.keys, s.data, s.probabilities)
@@ -237,8 +239,9 @@ class MultiAgentTable(AgentWrites):
         where the agent did not act (dead, not joined yet) or the position is padding.
 
         Raises:
-            The table's ``sample_sequences`` errors (``NoValidSequence`` when no stored episode
-            holds the window, ...).
+            NoValidSequence: no stored episode holds the window (nothing is counted).
+            EpisodeError: a window the table's sampler cannot draw (see ``Table.sample_sequences``).
+            Timeout: the table's rate limiter did not allow the sample in time.
         """
         s = self.table.sample_sequences(batch_size, length, burn_in=burn_in, mode=mode, timeout=timeout)
         start = {k: np.asarray(v)[:, burn_in] for k, v in s.data.items() if k in RESERVED}
@@ -273,9 +276,11 @@ class MultiAgentTable(AgentWrites):
         Probabilities and weights are the table's.
 
         Raises:
-            MultiAgentError: bad ``n``/``gamma``. The table's ``sample`` errors.
+            MultiAgentError: bad ``n``/``gamma``, or ``n > 1`` on a table without
+                ``episode_info``/``episode_keys`` (before anything is sampled).
+            Timeout: as :meth:`sample`.
         """
-        n, gamma = check_nstep(n, gamma)
+        n, gamma = check_nstep(n, gamma, self.table)  # before anything is sampled
         s = self.table.sample(batch_size, timeout=timeout)
         mask = np.asarray(s.data[ALIVE], bool)
         extra: dict[str, Any] = {}
@@ -304,8 +309,9 @@ class MultiAgentTable(AgentWrites):
         window's mask and each agent's ``alive``.
 
         Raises:
-            The table's ``sample_sequences`` errors: ``NoValidSequence`` when no stored episode holds
-            ``burn_in + length`` steps (nothing is counted).
+            NoValidSequence: no stored episode holds ``burn_in + length`` steps (nothing is counted).
+            EpisodeError: a window the table's sampler cannot draw (see ``Table.sample_sequences``).
+            Timeout: the table's rate limiter did not allow the sample in time.
         """
         s = self.table.sample_sequences(batch_size, length, burn_in=burn_in, mode=mode, timeout=timeout)
         mask = np.asarray(s.mask, bool)[:, :, None] & np.asarray(s.data[ALIVE], bool)
@@ -336,7 +342,8 @@ class MultiAgentTable(AgentWrites):
             The number of steps updated.
 
         Raises:
-            InvalidPriority: NaN, infinite or negative values. UnknownAgent: an unknown agent.
+            InvalidPriority: NaN, infinite or negative values.
+            UnknownAgent: an unknown agent.
             MultiAgentError: per-agent values on a ``"joint"`` table; lengths that differ. Nothing
             changes on any error.
         """

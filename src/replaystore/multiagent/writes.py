@@ -46,10 +46,15 @@ class AgentWrites:
             timeout: for the table's rate limiter.
 
         Raises:
-            MultiAgentError, UnknownAgent, MissingAgent, AgentShapeMismatch: a bad step (see
-                :meth:`AgentLayout.pack`); InvalidPriority: a bad priority. The table's own errors
-                (``SpecError``, ``EpisodeError``, ``Timeout``, ...) pass through. Nothing is written
-                on any error.
+            UnknownAgent: an agent id that is not one of the table's.
+            MissingAgent: a required agent is absent.
+            AgentShapeMismatch: agents give a field different shapes, or shapes or dtypes that do
+                not fit the stored field.
+            MultiAgentError: no agent, agents with different fields, reserved or unknown field names.
+            InvalidPriority: a bad priority.
+            Timeout: the table's rate limiter did not allow the write in time (the table's other
+                errors, e.g. ``SpecError``, ``EpisodeError``, pass through). Nothing is written on
+                any error.
         """
         with self._lock:
             row, idx, fields, globals_ = self.layout.pack(step, state)
@@ -86,8 +91,8 @@ class AgentWrites:
             int64 keys, one per step.
 
         Raises:
-            As :meth:`add_step`; MultiAgentError: the lists differ in length, or steps whose field
-            specs differ (the first write of a table).
+            MultiAgentError: the lists differ in length, steps whose field specs differ, priorities
+                given for some steps only; and every error of :meth:`add_step`, for any step.
         """
         n = len(steps)
         states = [None] * n if states is None else list(states)
@@ -146,7 +151,8 @@ class AgentWrites:
 
         Raises:
             MissingAgent: an acting agent lacks an observation, reward, termination, truncation or
-                next observation. Otherwise as :meth:`add_step`.
+                next observation.
+            MultiAgentError: ``step_output`` is not a 5-tuple; and every error of :meth:`add_step`.
         """
         try:
             next_obs, rewards, terms, truncs, _ = step_output
