@@ -6,8 +6,9 @@ terminated (it leaves ``env.agents`` and no longer acts) and gets +1 if that lan
 covered yet (0 if another agent already parked on it: a wasted agent). The episode ends when every
 agent parked (terminated) or after ``max_steps`` (truncated). The team's return is the sum of the
 agents' rewards: the landmarks covered minus the steps spent. Agents that all rush to their
-nearest landmark waste themselves (about 2.4 of 3 for a scripted "nearest uncovered landmark"
-policy, 2.7 for the best assignment, 1.1 for random moves), so the task rewards spreading out.
+nearest landmark waste themselves, so the task rewards spreading out: on the 100 evaluation
+episodes of ``multiagent_grid.py`` a scripted "nearest uncovered landmark" policy returns 2.47,
+the best assignment of agents to landmarks 2.69, random moves 0.70-0.86.
 
 Observation of an agent (floats in [-1, 1]): its position, every landmark's offset from it and
 covered flag, the other agents' offsets (their last position once parked), the fraction of time
