@@ -420,3 +420,28 @@ def test_add_steps_writes_a_vectorised_env_in_one_call(make_ma):
     with pytest.raises(rs.MultiAgentError):
         ma.add_steps(bad[:1], streams=[0, 1])
     assert _snapshot(ma) == before
+
+
+def test_joint_priorities_give_the_tables_exact_probabilities(make_ma):
+    alpha, beta = 0.6, 0.4
+    ma = make_ma(sampler=rs.Prioritized(alpha=alpha, beta=beta))
+    keys = fill(ma, episodes=((0, 9),), alive=pairs_alive)
+    td = np.linspace(0.5, 4.0, len(keys))
+    assert ma.update_priorities(keys, td) == len(keys)  # e.g. VDN's joint TD errors
+    exact = td**alpha / (td**alpha).sum()
+    weights = (len(keys) * exact) ** -beta
+    pos = {k: j for j, k in enumerate(keys.tolist())}
+    data, _ = ma.table.get(keys)
+    n_alive = data["alive"].sum(1)
+    counts = np.zeros(len(keys))
+    for _ in range(40):
+        j = ma.sample_joint(256)
+        rows = np.array([pos[k] for k in j.keys.tolist()])
+        assert np.allclose(j.probabilities, exact[rows])
+        assert np.allclose(j.weights, weights[rows] / weights.max())
+        np.add.at(counts, rows, 1)
+        b = ma.sample(64)  # independent draws from the same table: P(step) / n_alive
+        brows = np.array([pos[k] for k in b.keys.tolist()])
+        assert np.allclose(b.probabilities, exact[brows] / n_alive[brows])
+    e = exact * counts.sum()
+    assert ((counts - e) ** 2 / e).sum() < chi2_upper(len(keys) - 1)
