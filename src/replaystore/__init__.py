@@ -23,6 +23,7 @@ from .errors import (
     MissingAgent,
     MultiAgentError,
     NoValidSequence,
+    OverReservation,
     RateLimitError,
     ReplayError,
     ReplayWarning,
@@ -115,6 +116,7 @@ __all__ = [
     "UnknownTicket",
     "WalCorrupt",
     "WouldDeadlock",
+    "OverReservation",
     "WithoutReplacement",
     "__version__",
 ]

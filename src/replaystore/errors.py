@@ -125,6 +125,15 @@ class AlreadySampled(InvalidRequest):
     """A group cannot be rejected: the trainer has already sampled it."""
 
 
+class OverReservation(InvalidRequest):
+    """A group (or a finished ticket) that used more budget units (tokens) than its ticket reserved.
+
+    A token budget's staleness bound holds only if no group outgrows its reservation
+    (``group_tokens`` or ``acquire(tokens=...)``): such a write is refused and changes nothing.
+    The producer can ``reject`` the group, or write it truncated.
+    """
+
+
 class WouldDeadlock(InvalidRequest):
     """An ``acquire`` that can never be granted while its holder keeps the tickets it holds.
 
@@ -179,6 +188,17 @@ class AgentShapeMismatch(MultiAgentError, SpecError):
 
 class InvalidState(ReplayError, RuntimeError):
     """A call that needs a set-up step first (e.g. an SB3 HER buffer sampled before ``set_env``)."""
+
+
+class Unavailable(ReplayError, ConnectionError):
+    """A metrics source cannot be read now (no service, shard or shared table of that name; a restart).
+
+    A dashboard keeps retrying; the message names the source.
+    """
+
+
+class PortInUse(ReplayError, OSError):
+    """A dashboard or metrics endpoint cannot listen on the port it was given (another process has it)."""
 
 
 class ReplayWarning(UserWarning):

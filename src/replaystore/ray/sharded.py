@@ -66,7 +66,8 @@ class ShardedClient(ShardedSampler):
             they ride on the next sample call to their shard (applied before it draws), or go out
             on their own with :meth:`flush_updates` and before any other call that reads or
             changes the shards.
-        default_timeout, rpc_grace: as for :class:`~replaystore.ray.ReplayClient`.
+        default_timeout: as for :class:`~replaystore.ray.ReplayClient`.
+        rpc_grace: as for :class:`~replaystore.ray.ReplayClient`.
     """
 
     # -- inserts ------------------------------------------------------------------------------------------------
