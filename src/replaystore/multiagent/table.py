@@ -46,8 +46,10 @@ class MultiAgentTable(AgentWrites):
             (step, alive agent) pairs.
         alpha: the exponent of per-agent priorities (``priorities="agents"``).
         beta: the exponent of the importance weights of independent draws.
-        reward_field, next_obs_field, terminated_field, truncated_field: the per-agent fields
-            n-step transitions read.
+        reward_field: the per-agent reward field (n-step returns).
+        next_obs_field: the per-agent next observation field (n-step bootstraps).
+        terminated_field: the per-agent termination flag (the agent's own end, no bootstrap).
+        truncated_field: the per-agent truncation flag (the agent's own end, bootstrap).
         seed: seeds the agent draws of this object.
         max_tracked: how many updated steps' per-agent priorities are remembered.
 
@@ -344,8 +346,8 @@ class MultiAgentTable(AgentWrites):
         Raises:
             InvalidPriority: NaN, infinite or negative values.
             UnknownAgent: an unknown agent.
-            MultiAgentError: per-agent values on a ``"joint"`` table; lengths that differ. Nothing
-            changes on any error.
+            MultiAgentError: per-agent values on a ``"joint"`` table; lengths that differ.
+                Nothing changes on any error.
         """
         keys = np.asarray(keys, np.int64).reshape(-1)
         values = check_priorities(priorities, len(keys))
