@@ -445,3 +445,30 @@ def test_joint_priorities_give_the_tables_exact_probabilities(make_ma):
         assert np.allclose(b.probabilities, exact[brows] / n_alive[brows])
     e = exact * counts.sum()
     assert ((counts - e) ** 2 / e).sum() < chi2_upper(len(keys) - 1)
+
+
+def test_independent_prioritized_sequences_have_exact_pair_probabilities(make_ma):
+    alpha = 0.5
+    ma = make_ma(
+        sampler=rs.Prioritized(alpha=1.0, beta=0.0),
+        episodes=rs.Episodes(max_streams=8, sequence_length=3, burn_in=1),
+        priorities="agents",
+        alpha=alpha,
+    )
+    keys = fill(ma, episodes=((0, 10),), alive=pairs_alive)  # one closed episode of 10 steps
+    data, _ = ma.table.get(keys)
+    p = np.where(data["alive"], np.random.default_rng(1).uniform(0.5, 3.0, data["alive"].shape), np.nan)
+    k, a = np.nonzero(data["alive"])
+    ma.update_priorities(keys[k], p[k, a], agents=a)
+    mass = np.where(np.isnan(p), 0.0, np.where(np.isnan(p), 1.0, p) ** alpha)
+    valid = np.zeros(10, bool)
+    valid[1:9] = True  # windows of 3 with 1 burn-in step: the step after the burn-in at positions 1..8
+    step_p = np.where(valid, mass.sum(1), 0.0) / mass.sum(1)[valid].sum()
+    pos = {key: j for j, key in enumerate(keys.tolist())}
+    for _ in range(10):
+        s = ma.sample_sequences(64, 2, burn_in=1)
+        rows = np.array([pos[key] for key in s.keys.tolist()])
+        assert valid[rows].all() and s.mask[:, 1].all()
+        want = step_p[rows] * mass[rows, s.agents] / mass[rows].sum(1)
+        np.testing.assert_allclose(s.probabilities, want, rtol=1e-9)
+        assert np.array_equal(s.data["obs"][:, 1, 0], rows)  # the window's step after the burn-in
