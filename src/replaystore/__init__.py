@@ -6,6 +6,7 @@ The core is :class:`Table`: a storage, a sampler, a remover, a rate limiter and 
 
 from .episodes import EpisodeBatch, EpisodeInfo, Episodes, NStepSample, SequenceSample, sequence_priority
 from .errors import (
+    AgentShapeMismatch,
     AlreadySampled,
     BlockingWarning,
     CapacityError,
@@ -19,6 +20,8 @@ from .errors import (
     InvalidState,
     InvalidType,
     KeyNotFound,
+    MissingAgent,
+    MultiAgentError,
     NoValidSequence,
     OverReservation,
     RateLimitError,
@@ -28,6 +31,7 @@ from .errors import (
     StorageError,
     TicketCancelled,
     Timeout,
+    UnknownAgent,
     UnknownStream,
     UnknownTicket,
     WalCorrupt,
@@ -52,6 +56,10 @@ from .table import Table
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgentShapeMismatch",
+    "MissingAgent",
+    "MultiAgentError",
+    "UnknownAgent",
     "AlreadySampled",
     "BlockingWarning",
     "ReplayWarning",

@@ -166,6 +166,26 @@ class NoValidSequence(EpisodeError):
     """
 
 
+class MultiAgentError(EpisodeError):
+    """Bad use of a multi-agent table (``replaystore.multiagent``).
+
+    A step with no agent, agents whose fields differ, a per-agent priority update on a table that
+    keeps joint priorities, a sample mode the table's sampler cannot give exactly.
+    """
+
+
+class UnknownAgent(MultiAgentError, KeyError):
+    """An agent id that is not one of the table's agents."""
+
+
+class MissingAgent(MultiAgentError):
+    """A step lacks an agent the table requires, or a PettingZoo output lacks an acting agent."""
+
+
+class AgentShapeMismatch(MultiAgentError, SpecError):
+    """Agents sharing a field give it different shapes or dtypes (or differ from the stored field)."""
+
+
 class InvalidState(ReplayError, RuntimeError):
     """A call that needs a set-up step first (e.g. an SB3 HER buffer sampled before ``set_env``)."""
 
