@@ -193,7 +193,7 @@ class _Weights:
 
 
 class PrioritizedReplayBuffer(PrioritizedMixin, ReplayBuffer, ts.PrioritizedReplayBuffer):
-    """Tianshou's ``PrioritizedReplayBuffer(size, alpha, beta, weight_norm=True, ...)``, sampled by the Table's sum tree."""
+    """Tianshou's ``PrioritizedReplayBuffer(size, alpha, beta, weight_norm=True, ...)`` on the Table's sum tree."""
 
     def __init__(self, size: int, alpha: float, beta: float, weight_norm: bool = True, **kwargs: Any) -> None:
         ReplayBuffer.__init__(self, size, **kwargs)

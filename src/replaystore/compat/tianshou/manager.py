@@ -248,7 +248,7 @@ class ReplayBufferManager(TableBacked, ts.ReplayBufferManager):
 
 
 class VectorReplayBuffer(ReplayBufferManager, ts.VectorReplayBuffer):
-    """Tianshou's ``VectorReplayBuffer(total_size, buffer_num, **kwargs)``: ``buffer_num`` sub-buffers of ``ceil(total / num)``."""
+    """Tianshou's ``VectorReplayBuffer(total_size, buffer_num, **kwargs)``: sub-buffers of ``ceil(total / num)``."""
 
     def __init__(self, total_size: int, buffer_num: int, **kwargs: Any) -> None:
         if not buffer_num > 0:
@@ -286,7 +286,7 @@ class PrioritizedVectorReplayBuffer(PrioritizedReplayBufferManager, ts.Prioritiz
 
 
 class HERReplayBufferManager(ts.HERReplayBufferManager, ReplayBufferManager):
-    """Tianshou's ``HERReplayBufferManager``: Table draws, then each drawn sub-buffer's HER rewrite (Tianshou's code)."""
+    """Tianshou's ``HERReplayBufferManager``: Table draws, then Tianshou's HER rewrite per drawn sub-buffer."""
 
     def __init__(self, buffer_list: list[ts.HERReplayBuffer]) -> None:
         ReplayBufferManager.__init__(self, buffer_list)
