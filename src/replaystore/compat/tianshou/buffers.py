@@ -76,8 +76,27 @@ class ReplayBuffer(TableBacked, ts.ReplayBuffer):
         nd["done"] = np.logical_or(bd["terminated"], bd["truncated"]) if "terminated" in bd else None
         if not _REQUIRED.issubset(nd):
             return super().add(batch, buffer_ids)
-        # Tianshou's bookkeeping (scalar), then one assignment per leaf
-        idx, ep_ret, ep_len, ep_start = self._update_state_pre_add(nd["rew"], nd["done"])
+        # Tianshou's bookkeeping (its _update_state_pre_add, without its per-attribute checks)
+        rew, done = nd["rew"], nd["done"]
+        if np.ndim(rew) or np.ndim(done):
+            return super().add(batch, buffer_ids)
+        d = self.__dict__
+        idx = d["_insertion_idx"]
+        size = min(d["_size"] + 1, self.maxsize)
+        if d["_ep_start_idx"] > size:
+            return super().add(batch, buffer_ids)  # (Tianshou raises its MalformedBufferError)
+        self.last_index[0] = idx
+        d["_size"] = size
+        d["_insertion_idx"] = (idx + 1) % self.maxsize
+        ep_ret = d["_ep_return"] + rew
+        ep_len = d["_ep_len"] + 1
+        ep_start = d["_ep_start_idx"]
+        if done:
+            d["_ep_return"], d["_ep_len"], d["_ep_start_idx"] = 0.0, 0, d["_insertion_idx"]
+        else:
+            d["_ep_return"], d["_ep_len"] = ep_ret, ep_len
+            ep_ret, ep_len = 0.0, 0
+        self.written(np.array([idx], dtype=np.int64))
         try:
             ok = write_same_keys(self._meta, new, idx)
         except ValueError:

@@ -20,6 +20,14 @@ from tianshou.data.utils.converter import to_hdf5
 from .positions import PositionTable
 
 _INPUT_KEYS = ("obs", "act", "rew", "terminated", "truncated", "obs_next", "info", "policy")
+_OUT_KEYS = ("obs", "act", "rew", "terminated", "truncated", "done", "obs_next", "info", "policy")
+_KNOWN = frozenset(_OUT_KEYS)
+
+
+def is_batch(value: Any) -> bool:
+    """``isinstance(value, Batch)``, fast for arrays (Tianshou's ``Batch`` check goes through ``typing``)."""
+    t = type(value)
+    return t is Batch or (t is not np.ndarray and value is not None and isinstance(value, Batch))
 
 
 def gather(value: Any, index: Any) -> Any:
@@ -28,16 +36,16 @@ def gather(value: Any, index: Any) -> Any:
     Same result as Tianshou's ``Batch.__getitem__`` (``None`` and empty ``Batch`` leaves are kept
     as they are); raises ``IndexError`` for an index out of range.
     """
-    if not isinstance(value, Batch):
+    if type(value) is np.ndarray or not is_batch(value):
         return value[index]
     out = Batch()
     d = out.__dict__
     for k, v in value.__dict__.items():
-        if isinstance(v, np.ndarray):
+        if type(v) is np.ndarray:
             d[k] = v[index]
         elif v is None:
             d[k] = None
-        elif isinstance(v, Batch):
+        elif is_batch(v):
             d[k] = gather(v, index) if v.__dict__ else Batch()
         else:
             d[k] = v[index]
@@ -60,18 +68,21 @@ def write_same_keys(meta: Batch, batch: Batch, index: Any) -> bool:
     return True
 
 
+_PLAIN = (np.ndarray, bool, int, float, np.bool_, np.float32, np.float64, np.int64, np.int32)
+
+
 def _collect(meta: Batch, batch: Batch, out: list) -> bool:
     md, bd = meta.__dict__, batch.__dict__
     if md.keys() != bd.keys():
         return False
     for k, v in bd.items():
         m = md[k]
-        if isinstance(m, np.ndarray):
-            if not isinstance(v, np.ndarray | np.generic | bool | int | float) or m.dtype == object:
+        if type(m) is np.ndarray:
+            if type(v) not in _PLAIN or m.dtype == object:
                 return False
             out.append((m, v))
-        elif isinstance(m, Batch) and isinstance(v, Batch) and m.__dict__:
-            if not _collect(m, v, out):
+        elif is_batch(m) and is_batch(v):
+            if (m.__dict__ or v.__dict__) and not _collect(m, v, out):  # (two empty Batches: nothing to write)
                 return False
         else:
             return False
@@ -146,7 +157,7 @@ class TableBacked:
         val = meta[key]
         if stack_num is None:
             stack_num = self.stack_num
-        if isinstance(val, Batch) and not val.__dict__:
+        if is_batch(val) and not val.__dict__:
             return Batch()
         if stack_num == 1:
             return gather(val, index)
@@ -163,10 +174,17 @@ class TableBacked:
             indices = self.sample_indices(0) if index == slice(None) else self._indices[: len(self)][index]
         else:
             indices = index
-        meta = self._meta
-        md = meta.__dict__
+        md = self._meta.__dict__
         out = Batch()
         d = out.__dict__
+        if self.stack_num == 1 and self._save_obs_next and "obs" in md and "obs_next" in md:
+            # the common case: one gather per stored key, in Tianshou's key order
+            for k in _OUT_KEYS:
+                v = md.get(k)
+                d[k] = v[indices] if type(v) is np.ndarray else Batch() if v is None else gather(v, indices)
+            for k in md.keys() - _KNOWN:
+                d[k] = gather(md[k], indices)
+            return out
         d["obs"] = self.get(indices, "obs")
         if self._save_obs_next:
             obs_next = self.get(indices, "obs_next", Batch())

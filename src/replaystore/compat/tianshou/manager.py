@@ -22,6 +22,7 @@ from tianshou.data.buffer.buffer_base import MalformedBufferError
 
 from .buffers import PrioritizedMixin
 from .common import TableBacked, write_same_keys
+from .counters import advance
 
 _RESERVED = ("obs", "act", "rew", "terminated", "truncated", "done", "obs_next", "info", "policy")
 _REQUIRED = frozenset({"obs", "act", "rew", "terminated", "truncated", "done"})
@@ -89,6 +90,7 @@ def _adopt(mgr: ReplayBufferManager) -> None:
     mgr._rs_len = np.zeros(n, dtype=np.int64)
     mgr._rs_start = np.zeros(n, dtype=np.int64)
     mgr._rs_last = np.zeros(n, dtype=np.int64)
+    mgr._rs_zero = bool((mgr._rs_cap == 0).any())  # a sub-buffer of size 0: Tianshou's add path
     for i, buf in enumerate(mgr.buffers):
         d = buf.__dict__
         values = {name: d.pop(name) for name in (*_COUNTERS, "last_index", "_size")}
@@ -179,7 +181,7 @@ class ReplayBufferManager(TableBacked, ts.ReplayBufferManager):
             or "terminated" not in bd
             or "truncated" not in bd
             or ids.ndim != 1
-            or (self._rs_cap[ids] == 0).any()
+            or self._rs_zero
         ):
             return self._tianshou_add(batch, buffer_ids)
         new = Batch()
@@ -190,33 +192,27 @@ class ReplayBufferManager(TableBacked, ts.ReplayBufferManager):
         done = np.logical_or(nd["terminated"], nd["truncated"])
         nd["done"] = done
         rew = nd.get("rew")
+        n = len(ids)
         if (
             not _REQUIRED.issubset(nd)
-            or not isinstance(rew, np.ndarray)
+            or type(rew) is not np.ndarray
             or rew.shape != ids.shape
             or done.shape != ids.shape
-            or len(np.unique(ids)) != len(ids)
+            or (buffer_ids is not None and len(set(ids.tolist())) != n)
         ):
             return self._tianshou_add(batch, buffer_ids)
-        # every sub-buffer's bookkeeping at once (Tianshou's _update_state_pre_add, vectorised)
-        cap = self._rs_cap[ids]
-        cur = self._rs_ins[ids]
-        self._rs_last[ids] = cur
-        lengths = np.minimum(self._lengths[ids] + 1, cap)
-        self._lengths[ids] = lengths
-        nxt = (cur + 1) % cap
-        self._rs_ins[ids] = nxt
-        ret = self._rs_ret[ids] + rew
-        eplen = self._rs_len[ids] + 1
-        start = self._rs_start[ids]
-        if (start > lengths).any():
-            raise MalformedBufferError(f"episode start indices {start} outside the stored samples {lengths}")
-        self._rs_ret[ids] = np.where(done, 0.0, ret)
-        self._rs_len[ids] = np.where(done, 0, eplen)
-        self._rs_start[ids] = np.where(done, nxt, start)
-        offset = self._offset[ids]
-        pos = cur + offset
-        self.last_index[ids] = pos
+        # every sub-buffer's bookkeeping in one compiled call (Tianshou's _update_state_pre_add loop)
+        pos = np.empty(n, dtype=np.int64)
+        ep_ret = np.empty(n, dtype=np.float64)
+        ep_len = np.empty(n, dtype=np.int64)
+        ep_start = np.empty(n, dtype=np.int64)
+        ok = advance(
+            ids, rew.astype(np.float64, copy=False), done.astype(np.bool_, copy=False), self._rs_cap, self._rs_ins,
+            self._lengths, self._rs_ret, self._rs_len, self._rs_start, self._rs_last, self.last_index,
+            self._offset, pos, ep_ret, ep_len, ep_start,
+        )  # fmt: skip
+        if not ok:
+            raise MalformedBufferError("an episode start index lies outside the stored transitions")
         try:
             ok = write_same_keys(self._meta, new, pos)
         except ValueError:
@@ -224,7 +220,7 @@ class ReplayBufferManager(TableBacked, ts.ReplayBufferManager):
         if not ok:
             self._general_write(new, pos)
         self.written(pos)
-        return pos, np.where(done, ret, 0.0), np.where(done, eplen, 0), start + offset
+        return pos, ep_ret, ep_len, ep_start
 
     def _tianshou_add(self, batch: Any, buffer_ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         out = ts.ReplayBufferManager.add(self, batch, buffer_ids)
