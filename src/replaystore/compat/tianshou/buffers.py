@@ -70,16 +70,17 @@ class ReplayBuffer(TableBacked, ts.ReplayBuffer):
             or not self._save_obs_next
         ):
             return super().add(batch, buffer_ids)
-        new = Batch()
-        nd = new.__dict__
-        nd.update(bd)
-        nd["done"] = np.logical_or(bd["terminated"], bd["truncated"]) if "terminated" in bd else None
+        if "terminated" not in bd or "truncated" not in bd or "rew" not in bd:
+            return super().add(batch, buffer_ids)
+        rew, term, trunc = bd["rew"], bd["terminated"], bd["truncated"]
+        if np.ndim(rew) or np.ndim(term) or np.ndim(trunc):
+            return super().add(batch, buffer_ids)
+        done = bool(term) or bool(trunc)
+        nd = dict(bd)
+        nd["done"] = done
         if not _REQUIRED.issubset(nd):
             return super().add(batch, buffer_ids)
         # Tianshou's bookkeeping (its _update_state_pre_add, without its per-attribute checks)
-        rew, done = nd["rew"], nd["done"]
-        if np.ndim(rew) or np.ndim(done):
-            return super().add(batch, buffer_ids)
         d = self.__dict__
         idx = d["_insertion_idx"]
         size = min(d["_size"] + 1, self.maxsize)
@@ -96,12 +97,15 @@ class ReplayBuffer(TableBacked, ts.ReplayBuffer):
         else:
             d["_ep_return"], d["_ep_len"] = ep_ret, ep_len
             ep_ret, ep_len = 0.0, 0
-        self.written(np.array([idx], dtype=np.int64))
+        self.written(idx)
         try:
-            ok = write_same_keys(self._meta, new, idx)
+            ok = write_same_keys(self._meta, nd, idx)
         except ValueError:
             ok = False
         if not ok:  # new keys or types: Tianshou's general write at the same position
+            new = Batch()
+            new.__dict__.update(nd)
+            new.__dict__["done"] = np.bool_(done)
             self._general_write(new, idx)
         return np.array([idx]), np.array([ep_ret]), np.array([ep_len]), np.array([ep_start])
 

@@ -52,27 +52,21 @@ def gather(value: Any, index: Any) -> Any:
     return out
 
 
-def write_same_keys(meta: Batch, batch: Batch, index: Any) -> bool:
+def write_same_keys(meta: Batch, batch: Batch | dict, index: Any) -> bool:
     """``meta[index] = batch`` leaf by leaf when both trees have the same keys and array leaves.
 
-    Returns False, having written nothing, when the trees differ (the caller then takes
-    Tianshou's general path, which also allocates new keys). A leaf that NumPy cannot assign
-    raises ``ValueError`` (possibly after earlier leaves were written at ``index``: the caller's
-    general path rewrites every leaf at the same ``index``).
+    Returns False when the trees differ (the caller then takes Tianshou's general path, which also
+    allocates new keys); some leaves may have been written at ``index`` by then, and the general
+    path rewrites every leaf at the same ``index``. A leaf that NumPy cannot assign raises
+    ``ValueError`` (the caller handles it the same way).
     """
-    pairs: list[tuple[np.ndarray, Any]] = []
-    if not _collect(meta, batch, pairs):
-        return False
-    for arr, val in pairs:
-        arr[index] = val
-    return True
+    return _write(meta.__dict__, batch if type(batch) is dict else batch.__dict__, index)
 
 
-_PLAIN = (np.ndarray, bool, int, float, np.bool_, np.float32, np.float64, np.int64, np.int32)
+_PLAIN = frozenset((np.ndarray, bool, int, float, np.bool_, np.float32, np.float64, np.int64, np.int32))
 
 
-def _collect(meta: Batch, batch: Batch, out: list) -> bool:
-    md, bd = meta.__dict__, batch.__dict__
+def _write(md: dict, bd: dict, index: Any) -> bool:
     if md.keys() != bd.keys():
         return False
     for k, v in bd.items():
@@ -80,9 +74,9 @@ def _collect(meta: Batch, batch: Batch, out: list) -> bool:
         if type(m) is np.ndarray:
             if type(v) not in _PLAIN or m.dtype == object:
                 return False
-            out.append((m, v))
+            m[index] = v
         elif is_batch(m) and is_batch(v):
-            if (m.__dict__ or v.__dict__) and not _collect(m, v, out):  # (two empty Batches: nothing to write)
+            if (m.__dict__ or v.__dict__) and not _write(m.__dict__, v.__dict__, index):  # (both empty: nothing)
                 return False
         else:
             return False
@@ -124,8 +118,8 @@ class TableBacked:
             self.__dict__["_positions"] = pt
         return pt
 
-    def written(self, positions: np.ndarray) -> None:
-        """Register ring positions just written (new transitions replacing whatever was there)."""
+    def written(self, positions: np.ndarray | int) -> None:
+        """Register ring positions just written (an array, or one int; new transitions replace what was there)."""
         pt = self.__dict__.get("_positions")
         if pt is not None:  # (else it is built from the counters on first use)
             pt.written(positions, self.position_priorities(positions))

@@ -24,7 +24,7 @@ from .buffers import PrioritizedMixin
 from .common import TableBacked, write_same_keys
 from .counters import advance
 
-_RESERVED = ("obs", "act", "rew", "terminated", "truncated", "done", "obs_next", "info", "policy")
+_RESERVED = frozenset(("obs", "act", "rew", "terminated", "truncated", "done", "obs_next", "info", "policy"))
 _REQUIRED = frozenset({"obs", "act", "rew", "terminated", "truncated", "done"})
 
 
@@ -90,6 +90,7 @@ def _adopt(mgr: ReplayBufferManager) -> None:
     mgr._rs_len = np.zeros(n, dtype=np.int64)
     mgr._rs_start = np.zeros(n, dtype=np.int64)
     mgr._rs_last = np.zeros(n, dtype=np.int64)
+    mgr._rs_all = np.arange(n, dtype=np.int64)  # the default buffer_ids
     mgr._rs_zero = bool((mgr._rs_cap == 0).any())  # a sub-buffer of size 0: Tianshou's add path
     for i, buf in enumerate(mgr.buffers):
         d = buf.__dict__
@@ -172,7 +173,7 @@ class ReplayBufferManager(TableBacked, ts.ReplayBufferManager):
         and length for episodes still running.
         """
         bd = batch.__dict__
-        ids = np.arange(self.buffer_num) if buffer_ids is None else np.asarray(buffer_ids, dtype=np.int64)
+        ids = self._rs_all if buffer_ids is None else np.asarray(buffer_ids, dtype=np.int64)
         if (
             self._save_only_last_obs
             or not self._save_obs_next
@@ -184,11 +185,7 @@ class ReplayBufferManager(TableBacked, ts.ReplayBufferManager):
             or self._rs_zero
         ):
             return self._tianshou_add(batch, buffer_ids)
-        new = Batch()
-        nd = new.__dict__
-        for k in _RESERVED:
-            if k in bd:
-                nd[k] = bd[k]
+        nd = {k: v for k, v in bd.items() if k in _RESERVED}
         done = np.logical_or(nd["terminated"], nd["truncated"])
         nd["done"] = done
         rew = nd.get("rew")
@@ -213,11 +210,14 @@ class ReplayBufferManager(TableBacked, ts.ReplayBufferManager):
         )  # fmt: skip
         if not ok:
             raise MalformedBufferError("an episode start index lies outside the stored transitions")
+        where = slice(int(pos[0]), int(pos[0]) + 1) if n == 1 else pos  # (a slice assigns faster)
         try:
-            ok = write_same_keys(self._meta, new, pos)
+            ok = write_same_keys(self._meta, nd, where)
         except ValueError:
             ok = False
         if not ok:
+            new = Batch()
+            new.__dict__.update(nd)
             self._general_write(new, pos)
         self.written(pos)
         return pos, ep_ret, ep_len, ep_start

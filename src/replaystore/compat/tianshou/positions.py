@@ -51,22 +51,28 @@ class PositionTable:
         self._pending: list[np.ndarray] = []  # positions written since the last sync, in order
         self._pending_prio: list[np.ndarray] = []
 
-    def written(self, positions: np.ndarray, priorities: np.ndarray | None = None) -> None:
-        """Note that ``positions`` (int64, distinct) now hold new transitions (registered at :meth:`sync`)."""
-        self._pending.append(positions)
+    def written(self, positions: np.ndarray | int, priorities: np.ndarray | float | None = None) -> None:
+        """Note that ``positions`` (int64, distinct; or one int) hold new transitions (registered at :meth:`sync`)."""
+        pending = self._pending
+        pending.append(positions)
         if self.prioritized:
             self._pending_prio.append(priorities)
+        if len(pending) >= 4096:  # (bounded: a buffer that is only added to)
+            self.sync()
 
     def sync(self) -> None:
         """Register the pending positions: delete their old items, insert them as new items."""
         if not self._pending:
             return
         chunks = len(self._pending)
-        pos = self._pending[0] if chunks == 1 else np.concatenate(self._pending)
+        pos = np.atleast_1d(np.asarray(self._pending[0], dtype=np.int64)) if chunks == 1 else np.hstack(self._pending)
         prio = None
         if self.prioritized:
-            prio = self._pending_prio[0] if chunks == 1 else np.concatenate(self._pending_prio)
+            prio = np.atleast_1d(np.asarray(self._pending_prio[0], dtype=np.float64))
+            if chunks > 1:
+                prio = np.hstack(self._pending_prio).astype(np.float64)
         self._pending, self._pending_prio = [], []
+        pos = pos.astype(np.int64, copy=False)
         if chunks > 1:  # each add writes distinct positions: duplicates come from different adds
             # a position written twice since the last sync: keep its last write only
             rev_unique, rev_first = np.unique(pos[::-1], return_index=True)
