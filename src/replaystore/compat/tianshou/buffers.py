@@ -17,8 +17,6 @@ from tianshou.data import Batch
 
 from .common import TableBacked, write_same_keys
 
-_REQUIRED = frozenset({"obs", "act", "rew", "terminated", "truncated", "done"})
-
 
 class ReplayBuffer(TableBacked, ts.ReplayBuffer):
     """Tianshou's ``ReplayBuffer`` (same arguments and contracts) with the transitions indexed by a Table.
@@ -78,7 +76,7 @@ class ReplayBuffer(TableBacked, ts.ReplayBuffer):
         done = bool(term) or bool(trunc)
         nd = dict(bd)
         nd["done"] = done
-        if not _REQUIRED.issubset(nd):
+        if "obs" not in nd or "act" not in nd or "rew" not in nd:
             return super().add(batch, buffer_ids)
         # Tianshou's bookkeeping (its _update_state_pre_add, without its per-attribute checks)
         d = self.__dict__

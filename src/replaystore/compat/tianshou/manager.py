@@ -25,7 +25,6 @@ from .common import TableBacked, write_same_keys
 from .counters import advance
 
 _RESERVED = frozenset(("obs", "act", "rew", "terminated", "truncated", "done", "obs_next", "info", "policy"))
-_REQUIRED = frozenset({"obs", "act", "rew", "terminated", "truncated", "done"})
 
 
 def _counter(array: str) -> property:
@@ -46,7 +45,7 @@ def _counter(array: str) -> property:
 
 
 class _ChildState:
-    """A sub-buffer whose counters are entries of its manager's arrays (set by :func:`_adopt`)."""
+    """A sub-buffer whose counters are entries of its manager's arrays (see ``ReplayBufferManager._adopt_children``)."""
 
     _insertion_idx = _counter("_rs_ins")
     _size = _counter("_lengths")
@@ -81,35 +80,6 @@ class _HERChild(_ChildState, ts.HERReplayBuffer):
 _COUNTERS = {"_insertion_idx": "_rs_ins", "_ep_return": "_rs_ret", "_ep_len": "_rs_len", "_ep_start_idx": "_rs_start"}
 
 
-def _adopt(mgr: ReplayBufferManager) -> None:
-    """Move the sub-buffers' counters into the manager's arrays and make the sub-buffers views of them."""
-    n = mgr.buffer_num
-    mgr._rs_cap = np.array([b.maxsize for b in mgr.buffers], dtype=np.int64)
-    mgr._rs_ins = np.zeros(n, dtype=np.int64)
-    mgr._rs_ret = np.zeros(n, dtype=np.float64)
-    mgr._rs_len = np.zeros(n, dtype=np.int64)
-    mgr._rs_start = np.zeros(n, dtype=np.int64)
-    mgr._rs_last = np.zeros(n, dtype=np.int64)
-    mgr._rs_all = np.arange(n, dtype=np.int64)  # the default buffer_ids
-    mgr._rs_zero = bool((mgr._rs_cap == 0).any())  # a sub-buffer of size 0: Tianshou's add path
-    for i, buf in enumerate(mgr.buffers):
-        d = buf.__dict__
-        values = {name: d.pop(name) for name in (*_COUNTERS, "last_index", "_size")}
-        d.pop("weight", None)
-        d.pop("_positions", None)
-        kind = (
-            _HERChild
-            if isinstance(buf, ts.HERReplayBuffer)
-            else _PrioritizedChild
-            if isinstance(buf, ts.PrioritizedReplayBuffer)
-            else _Child
-        )
-        buf.__class__ = kind
-        d["_rs_mgr"], d["_rs_i"] = mgr, i
-        for name, value in values.items():
-            setattr(buf, name, value)
-
-
 class ReplayBufferManager(TableBacked, ts.ReplayBufferManager):
     """Tianshou's ``ReplayBufferManager(buffer_list)`` with vectorised ``add`` / ``prev`` / ``next`` and Table sampling.
 
@@ -118,8 +88,36 @@ class ReplayBufferManager(TableBacked, ts.ReplayBufferManager):
 
     def __init__(self, buffer_list: list[ts.ReplayBuffer]) -> None:
         ts.ReplayBufferManager.__init__(self, buffer_list)
-        _adopt(self)
+        self._adopt_children()
         self._init_positions(self.__dict__.get("_rs_seed_arg", 42))
+
+    def _adopt_children(self) -> None:
+        """Move the sub-buffers' counters into the manager's arrays and make the sub-buffers views of them."""
+        n = self.buffer_num
+        self._rs_cap = np.array([b.maxsize for b in self.buffers], dtype=np.int64)
+        self._rs_ins = np.zeros(n, dtype=np.int64)
+        self._rs_ret = np.zeros(n, dtype=np.float64)
+        self._rs_len = np.zeros(n, dtype=np.int64)
+        self._rs_start = np.zeros(n, dtype=np.int64)
+        self._rs_last = np.zeros(n, dtype=np.int64)
+        self._rs_all = np.arange(n, dtype=np.int64)  # the default buffer_ids
+        self._rs_zero = bool((self._rs_cap == 0).any())  # a sub-buffer of size 0: Tianshou's add path
+        for i, buf in enumerate(self.buffers):
+            d = buf.__dict__
+            values = {name: d.pop(name) for name in (*_COUNTERS, "last_index", "_size")}
+            d.pop("weight", None)
+            d.pop("_positions", None)
+            kind = (
+                _HERChild
+                if isinstance(buf, ts.HERReplayBuffer)
+                else _PrioritizedChild
+                if isinstance(buf, ts.PrioritizedReplayBuffer)
+                else _Child
+            )
+            buf.__class__ = kind
+            d["_rs_mgr"], d["_rs_i"] = self, i
+            for name, value in values.items():
+                setattr(buf, name, value)
 
     def _compile(self) -> None:  # Tianshou's numba warm-up: not needed here
         pass
@@ -191,7 +189,9 @@ class ReplayBufferManager(TableBacked, ts.ReplayBufferManager):
         rew = nd.get("rew")
         n = len(ids)
         if (
-            not _REQUIRED.issubset(nd)
+            "obs" not in nd
+            or "act" not in nd
+            or "rew" not in nd
             or type(rew) is not np.ndarray
             or rew.shape != ids.shape
             or done.shape != ids.shape

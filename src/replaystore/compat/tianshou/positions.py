@@ -45,7 +45,13 @@ class PositionTable:
         self.seed = seed
         sampler = Prioritized(alpha=self.alpha, beta=0.0) if self.prioritized else Uniform()
         self.table = Table(
-            max(self.capacity, 1), spec=POSITION, sampler=sampler, remover=Fifo(), rate_limiter=MinSize(1), seed=seed
+            max(self.capacity, 1),
+            spec=POSITION,
+            sampler=sampler,
+            remover=Fifo(),
+            rate_limiter=MinSize(1),
+            seed=seed,
+            default_timeout=0.0,  # never wait: an empty table raises Timeout (the buffers check first)
         )
         self.key_of = np.full(max(self.capacity, 1), -1, dtype=np.int64)  # live key of each position
         self._pending: list[np.ndarray] = []  # positions written since the last sync, in order
