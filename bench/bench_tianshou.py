@@ -2,7 +2,8 @@
 
 - add: ``VectorReplayBuffer(total, buffer_num=n).add(batch of n rows)`` (what a collector with
   n environments does), n in ROWS; and ``ReplayBuffer.add`` of one transition.
-- sample: ``VectorReplayBuffer(1M, 10)`` filled, ``sample(n)``; ``PrioritizedVectorReplayBuffer``
+- sample: ``VectorReplayBuffer(1M, 10)`` filled, ``sample(n)`` (the draw and the gather of every
+  stored array) and ``sample_indices(n)`` (the draw alone); ``PrioritizedVectorReplayBuffer``
   ``sample(n)`` + ``update_weight`` (what DQN with PER does per step).
 
 Rows are CartPole-like (obs and obs_next: 4 float32, int action, float reward, flags, an
@@ -75,7 +76,7 @@ def main() -> None:
     global CLOCK
     if a.wall:
         CLOCK = time.perf_counter
-    res: dict = {"add": {}, "sample": {}, "per_sample_update": {}}
+    res: dict = {"add": {}, "sample": {}, "sample_indices": {}, "per_sample_update": {}}
     libs = {"tianshou": tsd, "replaystore": rs}
     for n in ROWS:
         fns = {}
@@ -109,6 +110,9 @@ def main() -> None:
     for n in ROWS:
         calls = max(20, 2000 // n)
         res["sample"][n] = medians({k: (lambda b=b, n=n: b.sample(n)) for k, b in bufs.items()}, calls, a.repeats)
+        res["sample_indices"][n] = medians(
+            {k: (lambda b=b, n=n: b.sample_indices(n)) for k, b in bufs.items()}, calls, a.repeats
+        )
         res["per_sample_update"][n] = medians(
             {k: (lambda b=b, n=n: per_step(b, n)) for k, b in pers.items()}, calls, a.repeats
         )
