@@ -32,11 +32,12 @@ def timed(buf, spent: dict) -> None:
         fn = getattr(buf, name)
 
         def wrapper(*a, _fn=fn, **k):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             try:
                 return _fn(*a, **k)
             finally:
                 spent["s"] += time.perf_counter() - t
+                spent["cpu"] += time.process_time() - c
 
         setattr(buf, name, wrapper)
 
@@ -68,7 +69,7 @@ def main() -> None:
         buf = mod.PrioritizedVectorReplayBuffer(20000, 10, alpha=0.6, beta=0.4)
     else:
         buf = mod.VectorReplayBuffer(20000, 10)
-    spent = {"s": 0.0}
+    spent = {"s": 0.0, "cpu": 0.0}
     timed(buf, spent)
     train_c = Collector[CollectStats](algo, train_envs, buf, exploration_noise=True)
     test_c = Collector[CollectStats](algo, test_envs, exploration_noise=True)
@@ -92,7 +93,8 @@ def main() -> None:
         "buffer": a.buffer, "prioritized": a.prioritized, "seed": a.seed, "epochs": a.epochs,
         "best_reward": float(result.best_reward), "final_test_return": returns[-1],
         "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "buffer_s": round(spent["s"], 2),
-        "buffer_share": round(spent["s"] / wall, 4),
+        "buffer_share": round(spent["s"] / wall, 4), "buffer_cpu_s": round(spent["cpu"], 2),
+        "buffer_cpu_share": round(spent["cpu"] / cpu, 4),
     }))  # fmt: skip
 
 
