@@ -65,23 +65,23 @@ def breakout_frames(n: int, episode: int = 500, seed: int = 0) -> np.ndarray:
             f[8:80, 2:4] = 142
             f[8:80, 80:82] = 142  # side walls
             score = (t - start) // 25
-            f[1:6, 10 : 10 + min(60, 3 * score)] = 142  # score bar
+            f[1:6, 10:10 + min(60, 3 * score)] = 142  # score bar
             if rng.random() < 0.05 and bricks.any():  # a brick is hit
                 rows, cols = np.nonzero(bricks)
                 k = rng.integers(len(rows))
                 bricks[rows[k], cols[k]] = False
             for r in range(6):
                 for c in np.flatnonzero(bricks[r]):
-                    f[18 + 3 * r : 20 + 3 * r, 4 + 4 * c : 7 + 4 * c] = 200 - 20 * r
+                    f[18 + 3 * r: 20 + 3 * r, 4 + 4 * c: 7 + 4 * c] = 200 - 20 * r
             bx += vx
             by += vy
             if bx < 5 or bx > 77:
                 vx = -vx
             if by < 11 or by > 76:
                 vy = -vy
-            f[int(by) : int(by) + 2, int(bx) : int(bx) + 2] = 200
+            f[int(by): int(by) + 2, int(bx): int(bx) + 2] = 200
             paddle = int(np.clip(paddle + rng.integers(-3, 4), 4, 70))
-            f[77:79, paddle : paddle + 10] = 200
+            f[77:79, paddle: paddle + 10] = 200
     return out
 
 
@@ -95,22 +95,17 @@ def make_transitions(n: int, episode: int = 500) -> dict[str, np.ndarray]:
     f0 = 0
     while i < n:
         length = min(episode, n - i)
-        ep = frames[f0 : f0 + length + 1]
+        ep = frames[f0: f0 + length + 1]
         padded = np.concatenate([np.repeat(ep[:1], S - 1, axis=0), ep])
         win = np.lib.stride_tricks.sliding_window_view(padded, S, axis=0).transpose(0, 3, 1, 2)
-        obs[i : i + length] = win[:length]
-        nxt[i : i + length] = win[1 : length + 1]
+        obs[i: i + length] = win[:length]
+        nxt[i: i + length] = win[1: length + 1]
         done[i + length - 1] = True
         i += length
         f0 += episode + 1
     rng = np.random.default_rng(1)
-    return {
-        "obs": obs,
-        "action": rng.integers(0, 4, n),
-        "reward": rng.random(n).astype(np.float32),
-        "next_obs": nxt,
-        "done": done,
-    }
+    return {"obs": obs, "action": rng.integers(0, 4, n), "reward": rng.random(n).astype(np.float32),
+            "next_obs": nxt, "done": done}
 
 
 class Replaystore:
@@ -143,7 +138,8 @@ class TorchRL:
         from torchrl.data import CompressedListStorage, RandomSampler, ReplayBuffer
 
         torch.manual_seed(0)
-        self.rb = ReplayBuffer(storage=CompressedListStorage(capacity, compression_level=3), sampler=RandomSampler())
+        self.rb = ReplayBuffer(storage=CompressedListStorage(capacity, compression_level=3),
+                               sampler=RandomSampler())
 
     def extend(self, batch: dict) -> None:
         import torch
@@ -182,7 +178,7 @@ def measure(make, data: dict, capacity: int, repeats: int) -> dict:
     buf = make(capacity)
     t0 = time.perf_counter()
     for i in range(0, capacity, 100):
-        buf.extend({k: v[i : i + 100] for k, v in data.items()})
+        buf.extend({k: v[i: i + 100] for k, v in data.items()})
     fill_s = time.perf_counter() - t0
     rss = rss_bytes() - before
     check_round_trip(buf, data)
@@ -207,11 +203,8 @@ def main() -> None:
     ap.add_argument("--only", type=int, default=None, help="measure one implementation (subprocess mode)")
     args = ap.parse_args()
     data = make_transitions(args.capacity)
-    makers = [
-        lambda c: Replaystore(c, "ColumnStorage"),
-        lambda c: Replaystore(c, "FrameStackStorage"),
-        lambda c: Replaystore(c, "CompressedColumnStorage"),
-    ]
+    makers = [lambda c: Replaystore(c, "ColumnStorage"), lambda c: Replaystore(c, "FrameStackStorage"),
+              lambda c: Replaystore(c, "CompressedColumnStorage")]
     try:
         import torchrl  # noqa: F401
 
@@ -223,37 +216,23 @@ def main() -> None:
         return
     rows = []
     for i in range(len(makers)):
-        cmd = [
-            sys.executable,
-            __file__,
-            "--only",
-            str(i),
-            "--capacity",
-            str(args.capacity),
-            "--repeats",
-            str(args.repeats),
-        ]
+        cmd = [sys.executable, __file__, "--only", str(i), "--capacity", str(args.capacity),
+               "--repeats", str(args.repeats)]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         rows.append(json.loads(next(ln for ln in out.splitlines() if ln.startswith("ROW "))[4:]))
     frames_per_item = 2 * S  # obs and next_obs stacks as fed in
     ref = rows[0]
-    print(
-        f"\nAtari-style transitions (synthetic Breakout-like frames): capacity {args.capacity:,}, "
-        f"obs/next_obs uint8[4,84,84] (raw frame {FRAME} B), medians of {args.repeats}\n"
-    )
-    print(
-        "| implementation | payload B/transition | RSS B/transition | RSS B/frame fed | inserts/s "
-        "| sample 32 µs | sample 256 µs | sample 256 vs raw columns |"
-    )
+    print(f"\nAtari-style transitions (synthetic Breakout-like frames): capacity {args.capacity:,}, "
+          f"obs/next_obs uint8[4,84,84] (raw frame {FRAME} B), medians of {args.repeats}\n")
+    print("| implementation | payload B/transition | RSS B/transition | RSS B/frame fed | inserts/s "
+          "| sample 32 µs | sample 256 µs | sample 256 vs raw columns |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         payload = "-" if r["payload"] is None else f"{r['payload'] / args.capacity:,.0f}"
-        print(
-            f"| {r['name']} | {payload} | {r['rss'] / args.capacity:,.0f} | "
-            f"{r['rss'] / args.capacity / frames_per_item:,.0f} | {r['insert_per_s']:,.0f} | "
-            f"{r['sample_32_us']:,.0f} | {r['sample_256_us']:,.0f} | "
-            f"{r['sample_256_us'] / ref['sample_256_us']:.1f}x |"
-        )
+        print(f"| {r['name']} | {payload} | {r['rss'] / args.capacity:,.0f} | "
+              f"{r['rss'] / args.capacity / frames_per_item:,.0f} | {r['insert_per_s']:,.0f} | "
+              f"{r['sample_32_us']:,.0f} | {r['sample_256_us']:,.0f} | "
+              f"{r['sample_256_us'] / ref['sample_256_us']:.1f}x |")
 
 
 if __name__ == "__main__":

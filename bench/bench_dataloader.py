@@ -42,13 +42,8 @@ def make_data(n: int, atari: bool) -> dict[str, np.ndarray]:
         obs = rng.integers(0, 256, (n, *shape), dtype=np.uint8)
     else:
         obs = rng.normal(size=(n, *shape)).astype(dtype)
-    return {
-        "obs": obs,
-        "next_obs": obs.copy(),
-        "action": rng.integers(0, 6, n),
-        "reward": rng.random(n).astype(np.float32),
-        "done": rng.random(n) < 0.01,
-    }
+    return {"obs": obs, "next_obs": obs.copy(), "action": rng.integers(0, 6, n),
+            "reward": rng.random(n).astype(np.float32), "done": rng.random(n) < 0.01}
 
 
 def consume(batches, count: int, step_ms: float) -> float:
@@ -105,13 +100,8 @@ def main() -> None:
         try:
             import torchrl  # noqa: F401
 
-            rows.append(
-                (
-                    "TorchRL ReplayBuffer(prefetch=4)",
-                    step_ms,
-                    consume(torchrl_loop(data, args.capacity), args.batches, step_ms),
-                )
-            )
+            rows.append(("TorchRL ReplayBuffer(prefetch=4)", step_ms,
+                         consume(torchrl_loop(data, args.capacity), args.batches, step_ms)))
         except ImportError:
             pass
     try:
@@ -121,12 +111,11 @@ def main() -> None:
 
         client = rsr.serve({"replay": functools.partial(rs.Table, args.capacity, seed=0)}, name="bench-dataloader")
         for i in range(0, args.capacity, 10_000):
-            client.extend({k: v[i : i + 10_000] for k, v in data.items()})
+            client.extend({k: v[i: i + 10_000] for k, v in data.items()})
         for step_ms in (0.0, 5.0):
             ds = ReplayDataset(client, BATCH, prefetch=4)
-            rows.append(
-                ("ReplayDataset, Ray service, 0 workers", step_ms, consume(replay_loader(ds), args.batches, step_ms))
-            )
+            rows.append(("ReplayDataset, Ray service, 0 workers", step_ms,
+                         consume(replay_loader(ds), args.batches, step_ms)))
             loader = replay_loader(ds, num_workers=2, prefetch_factor=2)
             rows.append(("ReplayDataset, Ray service, 2 workers", step_ms, consume(loader, args.batches, step_ms)))
             del loader

@@ -48,48 +48,11 @@ VENV = HERE / ".venv-ding"
 # what `import ding.worker.replay_buffer` needs (found by importing it in a bare venv), numpy<2 as
 # DI-engine requires; torch from the local CPU wheel
 DEPS = [
-    "numpy<2",
-    "torch==2.13.0",
-    "easydict",
-    "hickle",
-    "h5py",
-    "cloudpickle",
-    "DI-toolkit",
-    "hbutils",
-    "deprecation",
-    "packaging",
-    "rich",
-    "markdown-it-py",
-    "mdurl",
-    "DI-treetensor",
-    "treevalue",
-    "graphviz",
-    "dill",
-    "pyyaml",
-    "requests",
-    "urllib3",
-    "idna",
-    "certifi",
-    "flask",
-    "werkzeug",
-    "click",
-    "blinker",
-    "itsdangerous",
-    "jinja2",
-    "markupsafe",
-    "urlobject",
-    "enum_tools",
-    "pygments",
-    "tabulate",
-    "tensorboardX",
-    "protobuf",
-    "gym",
-    "typing_extensions",
-    "filelock",
-    "fsspec",
-    "networkx",
-    "sympy",
-    "mpmath",
+    "numpy<2", "torch==2.13.0", "easydict", "hickle", "h5py", "cloudpickle", "DI-toolkit", "hbutils",
+    "deprecation", "packaging", "rich", "markdown-it-py", "mdurl", "DI-treetensor", "treevalue", "graphviz",
+    "dill", "pyyaml", "requests", "urllib3", "idna", "certifi", "flask", "werkzeug", "click", "blinker",
+    "itsdangerous", "jinja2", "markupsafe", "urlobject", "enum_tools", "pygments", "tabulate", "tensorboardX",
+    "protobuf", "gym", "typing_extensions", "filelock", "fsspec", "networkx", "sympy", "mpmath",
 ]
 
 
@@ -150,9 +113,8 @@ class Items:
         m = len(pool)
         for _ in range(k):
             i = self.n
-            out.append(
-                {"obs": pool[i % m], "action": i % 3, "reward": 1.0, "next_obs": pool[(i + 1) % m], "done": False}
-            )
+            out.append({"obs": pool[i % m], "action": i % 3, "reward": 1.0, "next_obs": pool[(i + 1) % m],
+                        "done": False})
             self.n += 1
         return out
 
@@ -206,11 +168,9 @@ class Run:
         self.last = self.buf.sample(self.batch, self.it)
 
     def info(self) -> dict:
-        return {
-            "replay_unique_id": [d["replay_unique_id"] for d in self.last],
-            "replay_buffer_idx": [d["replay_buffer_idx"] for d in self.last],
-            "priority": self.rng.random(len(self.last)).tolist(),
-        }
+        return {"replay_unique_id": [d["replay_unique_id"] for d in self.last],
+                "replay_buffer_idx": [d["replay_buffer_idx"] for d in self.last],
+                "priority": self.rng.random(len(self.last)).tolist()}
 
     def op_update(self) -> None:
         self.buf.update(self.fixed_info)
@@ -284,19 +244,11 @@ def _parity_run(cls: Any, steps: int, max_use: float, max_staleness: float, use_
         if batch is None:
             out.append(None)
             continue
-        out.append(
-            [
-                (d["replay_unique_id"], d["replay_buffer_idx"], d["use"], d["staleness"], round(d["IS"], 9))
-                for d in batch
-            ]
-        )
-        buf.update(
-            {
-                "replay_unique_id": [d["replay_unique_id"] for d in batch],
-                "replay_buffer_idx": [d["replay_buffer_idx"] for d in batch],
-                "priority": rng.random(len(batch)).tolist(),
-            }
-        )
+        out.append([(d["replay_unique_id"], d["replay_buffer_idx"], d["use"], d["staleness"], round(d["IS"], 9))
+                    for d in batch])
+        buf.update({"replay_unique_id": [d["replay_unique_id"] for d in batch],
+                    "replay_buffer_idx": [d["replay_buffer_idx"] for d in batch],
+                    "priority": rng.random(len(batch)).tolist()})
     out.append(("count", buf.count(), round(buf.beta, 12)))
     buf.close()
     return out
@@ -339,11 +291,8 @@ def main() -> None:
     workdir = tempfile.mkdtemp(prefix="bench-ding-")  # DI-engine writes logs under ./bench/log
     os.chdir(workdir)
     checks = parity(ding_cls, ours_cls)
-    print(
-        "parity with DI-engine on seeded runs (identical steps / steps): "
-        + ", ".join(f"{k} {same}/{total}" for k, (same, total) in checks.items())
-        + "\n"
-    )
+    print("parity with DI-engine on seeded runs (identical steps / steps): "
+          + ", ".join(f"{k} {same}/{total}" for k, (same, total) in checks.items()) + "\n")
     if args.parity:
         return
     calls = 60 if args.quick else 300
@@ -355,12 +304,8 @@ def main() -> None:
             row: dict[str, Any] = {"capacity": capacity, "obs": "x".join(map(str, obs_shape)), "fill": fill}
             row.update(run_pair({"ours": ours_cls, "ding": ding_cls}, capacity, obs_shape, batches, calls, fill))
             for name in ("ours", "ding"):
-                print(
-                    f"# {name} capacity={capacity} obs={row['obs']}: "
-                    + ", ".join(f"{k}={v:.0f}" for k, v in row[name].items()),
-                    file=sys.stderr,
-                    flush=True,
-                )
+                print(f"# {name} capacity={capacity} obs={row['obs']}: "
+                      + ", ".join(f"{k}={v:.0f}" for k, v in row[name].items()), file=sys.stderr, flush=True)
             results.append(row)
     try:
         import numba  # noqa: F401 - both libraries use it when it is installed (their [fast] extras)
@@ -368,10 +313,8 @@ def main() -> None:
         numba_note = "both with numba"
     except ImportError:
         numba_note = "no numba in either"
-    print(
-        f"DI-engine {ding_version} vs replaystore.compat.ding ({numba_note}); Python {platform.python_version()}, "
-        f"{platform.machine()}; median microseconds per call; ratio = DI-engine / ours\n"
-    )
+    print(f"DI-engine {ding_version} vs replaystore.compat.ding ({numba_note}); Python {platform.python_version()}, "
+          f"{platform.machine()}; median microseconds per call; ratio = DI-engine / ours\n")
     ops = ["push_list", "push_one"] + [f"{op}_{b}" for b in batches for op in ("sample", "update", "step")]
     labels = {"push_list": "push 64", "push_one": "push 1"}
     head = "| capacity | obs | " + " | ".join(labels.get(o, o.replace("_", " ")) for o in ops) + " | fill items/s |"
@@ -379,10 +322,8 @@ def main() -> None:
     print("|" + "---|" * (len(ops) + 3))
     for r in results:
         cells = [f"{r['ding'][o]:.0f} / {r['ours'][o]:.0f} (**{r['ding'][o] / r['ours'][o]:.1f}x**)" for o in ops]
-        fill_cell = (
-            f"{r['ding']['fill_items_per_s']:.0f} / {r['ours']['fill_items_per_s']:.0f} "
-            f"(**{r['ours']['fill_items_per_s'] / r['ding']['fill_items_per_s']:.1f}x**)"
-        )
+        fill_cell = (f"{r['ding']['fill_items_per_s']:.0f} / {r['ours']['fill_items_per_s']:.0f} "
+                     f"(**{r['ours']['fill_items_per_s'] / r['ding']['fill_items_per_s']:.1f}x**)")
         print(f"| {r['capacity']:,} | {r['obs']} | " + " | ".join(cells) + f" | {fill_cell} |")
     print("\ncells: DI-engine / ours (ratio); fill: items per second while filling (ratio ours / DI-engine)")
     if args.json:

@@ -84,16 +84,9 @@ def throughput(kind: str, root: str, mb: int, count: int, ring: int, shards: int
     after = du(d)
     store.close()
     shutil.rmtree(d, ignore_errors=True)
-    return {
-        "store": kind,
-        "value_mb": mb,
-        "fresh_put_mbs": ring * mb / t_fresh,
-        "get_mbs": ring * mb / t_get,
-        "steady_put_delete_mbs": count * mb / t_steady,
-        "peak_mb": peak / 2**20,
-        "after_delete_all_mb": after / 2**20,
-        "live_mb": ring * mb,
-    }
+    return {"store": kind, "value_mb": mb, "fresh_put_mbs": ring * mb / t_fresh, "get_mbs": ring * mb / t_get,
+            "steady_put_delete_mbs": count * mb / t_steady, "peak_mb": peak / 2**20,
+            "after_delete_all_mb": after / 2**20, "live_mb": ring * mb}
 
 
 def compaction(root: str, shards: int) -> dict:
@@ -131,21 +124,15 @@ def main(argv=None) -> int:
     for mb, count, ring in ((1, 200, 50), (20, 30, 8)):
         for kind in kinds:
             rows.append(throughput(kind, root, mb, count, ring, args.shards))
-    print(
-        f"{'store':14s} {'MB':>4s} {'fresh put':>10s} {'get':>8s} {'steady':>8s} {'peak':>7s} {'live':>6s} "
-        f"{'after delete':>13s}   (MB/s; MB)"
-    )
+    print(f"{'store':14s} {'MB':>4s} {'fresh put':>10s} {'get':>8s} {'steady':>8s} {'peak':>7s} {'live':>6s} "
+          f"{'after delete':>13s}   (MB/s; MB)")
     for r in rows:
-        print(
-            f"{r['store']:14s} {r['value_mb']:4d} {r['fresh_put_mbs']:10.0f} {r['get_mbs']:8.0f} "
-            f"{r['steady_put_delete_mbs']:8.0f} {r['peak_mb']:7.1f} {r['live_mb']:6d} "
-            f"{r['after_delete_all_mb']:13.2f}"
-        )
+        print(f"{r['store']:14s} {r['value_mb']:4d} {r['fresh_put_mbs']:10.0f} {r['get_mbs']:8.0f} "
+              f"{r['steady_put_delete_mbs']:8.0f} {r['peak_mb']:7.1f} {r['live_mb']:6d} "
+              f"{r['after_delete_all_mb']:13.2f}")
     c = compaction(root, args.shards)
-    print(
-        f"compact(): {c['before_mb']:.1f} MB -> {c['after_mb']:.1f} MB (live {c['live_mb']:.1f} MB) "
-        f"in {c['seconds']:.3f} s"
-    )
+    print(f"compact(): {c['before_mb']:.1f} MB -> {c['after_mb']:.1f} MB (live {c['live_mb']:.1f} MB) "
+          f"in {c['seconds']:.3f} s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "compaction": c}, f, indent=1)

@@ -105,13 +105,14 @@ class Cpprb:
         kw = {"stack_compress": "obs"} if stack_compress else {}
         self.rb = cpprb.ReplayBuffer(
             capacity,
-            {"obs": {"shape": (S, H, W), "dtype": np.uint8}, "action": {"dtype": np.int64}, "reward": {}, "done": {}},
-            next_of=("obs",),
-            **kw,
+            {"obs": {"shape": (S, H, W), "dtype": np.uint8}, "action": {"dtype": np.int64},
+             "reward": {}, "done": {}},
+            next_of=("obs",), **kw,
         )
 
     def add(self, tr: dict) -> None:
-        self.rb.add(obs=tr["obs"], next_obs=tr["next_obs"], action=tr["action"], reward=tr["reward"], done=tr["done"])
+        self.rb.add(obs=tr["obs"], next_obs=tr["next_obs"], action=tr["action"], reward=tr["reward"],
+                    done=tr["done"])
         if tr["done"]:
             self.rb.on_episode_end()
 
@@ -123,9 +124,8 @@ class Replaystore:
     name = "replaystore FrameStackStorage"
 
     def __init__(self, capacity: int) -> None:
-        self.t = rs.Table(
-            capacity, sampler=rs.Uniform(), remover=rs.Fifo(), storage=rs.FrameStackStorage(capacity), seed=0
-        )
+        self.t = rs.Table(capacity, sampler=rs.Uniform(), remover=rs.Fifo(),
+                          storage=rs.FrameStackStorage(capacity), seed=0)
 
     def add(self, tr: dict) -> None:
         self.t.add(tr)
@@ -180,17 +180,13 @@ def main() -> None:
     rows = [measure(m, args.capacity, args.repeats) for m in makers]
     limit = rows[0]
     print(f"\nAtari frames: capacity {args.capacity:,}, obs/next_obs uint8[4,84,84], medians of {args.repeats}\n")
-    print(
-        "| implementation | memory GB | add/s | sample 32 µs | sample 256 µs "
-        "| sample 32 vs limit | sample 256 vs limit |"
-    )
+    print("| implementation | memory GB | add/s | sample 32 µs | sample 256 µs "
+          "| sample 32 vs limit | sample 256 vs limit |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(
-            f"| {r['name']} | {r['memory_gb']:.2f} | {r['add_per_s']:,.0f} | {r['sample_32_us']:.0f} | "
-            f"{r['sample_256_us']:.0f} | {r['sample_32_us'] / limit['sample_32_us']:.2f}x | "
-            f"{r['sample_256_us'] / limit['sample_256_us']:.2f}x |"
-        )
+        print(f"| {r['name']} | {r['memory_gb']:.2f} | {r['add_per_s']:,.0f} | {r['sample_32_us']:.0f} | "
+              f"{r['sample_256_us']:.0f} | {r['sample_32_us'] / limit['sample_32_us']:.2f}x | "
+              f"{r['sample_256_us'] / limit['sample_256_us']:.2f}x |")
 
 
 if __name__ == "__main__":

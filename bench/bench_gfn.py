@@ -29,9 +29,8 @@ def make_batches(ndim: int, height: int, batch: int, n_batches: int, seed: int):
     from gfn.utils.modules import DiscreteUniform
 
     env = HyperGrid(ndim=ndim, height=height, validate_modes=False)
-    pf = DiscretePolicyEstimator(
-        DiscreteUniform(env.n_actions), env.n_actions, preprocessor=KHotPreprocessor(env.height, env.ndim)
-    )
+    pf = DiscretePolicyEstimator(DiscreteUniform(env.n_actions), env.n_actions,
+                                 preprocessor=KHotPreprocessor(env.height, env.ndim))
     sampler = Sampler(pf)
     torch.manual_seed(seed)
     batches = []
@@ -104,26 +103,20 @@ def main() -> None:
         theirs = measure(lambda kw=kw: gc.ReplayBuffer(env, cap, **kw), batches, cap, args.reps, args.batch)
         rows.append((label, ours, theirs))
     div = dict(cutoff_distance=0.0, p_norm_distance=1.0)
-    ours = measure(
-        lambda: rs_gfn.NormBasedDiversePrioritizedReplayBuffer(env, cap, **div), batches, cap, args.reps, args.batch
-    )
-    theirs = measure(
-        lambda: gc.NormBasedDiversePrioritizedReplayBuffer(env, cap, **div), batches, cap, args.reps, args.batch
-    )
+    ours = measure(lambda: rs_gfn.NormBasedDiversePrioritizedReplayBuffer(env, cap, **div), batches, cap, args.reps,
+                   args.batch)
+    theirs = measure(lambda: gc.NormBasedDiversePrioritizedReplayBuffer(env, cap, **div), batches, cap, args.reps,
+                     args.batch)
     rows.append(("diverse (cutoff 0, L1)", ours, theirs))
     div = dict(cutoff_distance=1.0, p_norm_distance=2.0)
-    ours = measure(
-        lambda: rs_gfn.NormBasedDiversePrioritizedReplayBuffer(env, cap, **div), batches, cap, args.reps, args.batch
-    )
-    theirs = measure(
-        lambda: gc.NormBasedDiversePrioritizedReplayBuffer(env, cap, **div), batches, cap, args.reps, args.batch
-    )
+    ours = measure(lambda: rs_gfn.NormBasedDiversePrioritizedReplayBuffer(env, cap, **div), batches, cap, args.reps,
+                   args.batch)
+    theirs = measure(lambda: gc.NormBasedDiversePrioritizedReplayBuffer(env, cap, **div), batches, cap, args.reps,
+                     args.batch)
     rows.append(("diverse (cutoff 1, L2)", ours, theirs))
 
-    print(
-        f"HyperGrid(ndim={args.ndim}, height={args.height}), capacity {cap:,}, batches of {args.batch} "
-        f"trajectories, full buffer, median of {args.reps}; torch {torch.__version__}, 1 thread"
-    )
+    print(f"HyperGrid(ndim={args.ndim}, height={args.height}), capacity {cap:,}, batches of {args.batch} "
+          f"trajectories, full buffer, median of {args.reps}; torch {torch.__version__}, 1 thread")
     print()
     print("| buffer | op | replaystore (ms) | torchgfn (ms) | speed-up |")
     print("| --- | --- | ---: | ---: | ---: |")

@@ -45,16 +45,8 @@ def make(kind: str, venv, size: int, n_envs: int):
     from replaystore.integrations.sb3_her import ReplaystoreHerReplayBuffer
 
     cls = HerReplayBuffer if kind == "sb3" else ReplaystoreHerReplayBuffer
-    return cls(
-        size * n_envs,
-        venv.observation_space,
-        venv.action_space,
-        env=venv,
-        n_envs=n_envs,
-        n_sampled_goal=4,
-        goal_selection_strategy="future",
-        device="cpu",
-    )
+    return cls(size * n_envs, venv.observation_space, venv.action_space, env=venv, n_envs=n_envs,
+               n_sampled_goal=4, goal_selection_strategy="future", device="cpu")
 
 
 class RloxHer:
@@ -69,20 +61,9 @@ class RloxHer:
         import rlox
 
         bits = venv.observation_space["observation"].shape[0]
-        self.bufs = [
-            rlox.HERBuffer(
-                size,
-                3 * bits,
-                1,
-                bits,
-                achieved_goal_start=bits,
-                desired_goal_start=2 * bits,
-                strategy="future",
-                k=4,
-                goal_tolerance=0.5,
-            )
-            for _ in range(n_envs)
-        ]
+        self.bufs = [rlox.HERBuffer(size, 3 * bits, 1, bits, achieved_goal_start=bits,
+                                    desired_goal_start=2 * bits, strategy="future", k=4,
+                                    goal_tolerance=0.5) for _ in range(n_envs)]
         self.seed = 0
 
     def add(self, *step) -> None:
@@ -128,16 +109,8 @@ def rlox_steps(data: list) -> list:
         rows = []
         for i in range(len(act)):
             trunc = bool(infos[i].get("TimeLimit.truncated", False))
-            rows.append(
-                (
-                    fo[i],
-                    fn[i],
-                    np.array([act[i]], np.float32),
-                    float(r[i]),
-                    bool(d[i]) and not trunc,
-                    bool(d[i]) and trunc,
-                )
-            )
+            rows.append((fo[i], fn[i], np.array([act[i]], np.float32), float(r[i]),
+                         bool(d[i]) and not trunc, bool(d[i]) and trunc))
         out.append(rows)
     return out
 
@@ -148,9 +121,9 @@ def check_rlox(buf: RloxHer, bits: int, batch: int) -> float:
     between ``obs`` and ``next_obs``."""
     s = buf.sample(batch)
     obs, nxt = s["obs"], s["next_obs"]
-    goal = obs[:, 2 * bits :]
-    assert np.array_equal(goal, nxt[:, 2 * bits :]), "obs and next_obs carry different goals"
-    expected = -(np.linalg.norm(nxt[:, bits : 2 * bits] - goal, axis=1) > 0).astype(np.float32)
+    goal = obs[:, 2 * bits:]
+    assert np.array_equal(goal, nxt[:, 2 * bits:]), "obs and next_obs carry different goals"
+    expected = -(np.linalg.norm(nxt[:, bits:2 * bits] - goal, axis=1) > 0).astype(np.float32)
     return float(np.mean(s["rewards"] == expected))
 
 
@@ -184,11 +157,9 @@ def main() -> None:
     torch.set_num_threads(1)
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
-    print(
-        f"replaystore {replaystore.__version__}, stable-baselines3 {stable_baselines3.__version__}, "
-        f"rlox {rlox_version}, numpy {np.__version__}; bits={args.bits}, batch={args.batch}; "
-        f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, load {' '.join(load)}"
-    )
+    print(f"replaystore {replaystore.__version__}, stable-baselines3 {stable_baselines3.__version__}, "
+          f"rlox {rlox_version}, numpy {np.__version__}; bits={args.bits}, batch={args.batch}; "
+          f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, load {' '.join(load)}")
     head = f"{'steps/env x envs':>18} | {'add SB3':>9} {'add ours':>9} "
     if "rlox" in kinds:
         head += f"{'add rlox':>9} "

@@ -156,10 +156,8 @@ def run_rlox(args, n: int, item: int, d: Path) -> list[str]:
     buf = RloxMmap(n, item, args.rlox_hot, path)
     fill_s = buf.fill(n)
     size_gb = path.stat().st_size / 1e9
-    print(
-        f"rlox: filled {n:,} items ({args.rlox_hot:,} in RAM), {size_gb:.1f} GB on disk, in {fill_s:.0f} s "
-        f"({size_gb / fill_s * 1e3:.0f} MB/s); RSS now {rss_gb():.2f} GB"
-    )
+    print(f"rlox: filled {n:,} items ({args.rlox_hot:,} in RAM), {size_gb:.1f} GB on disk, in {fill_s:.0f} s "
+          f"({size_gb / fill_s * 1e3:.0f} MB/s); RSS now {rss_gb():.2f} GB")
     buf.check()
     dropped = drop_caches()
     cold = {b: buf.rate(b, args.seconds) for b in (32, 256)}
@@ -169,12 +167,10 @@ def run_rlox(args, n: int, item: int, d: Path) -> list[str]:
     buf.check()
     print(f"rlox: sampling checked (RSS {rss_gb():.2f} GB; caches dropped: {dropped})")
     buf.rb.close()  # unmaps and deletes the cold file
-    return [
-        f"| rlox MmapReplayBuffer {size_gb:.1f} GB, cold (page cache dropped, limit {args.limit}) | "
-        f"{per_s(cold[32])} | {per_s(cold[256])} | {rss_cold:.2f} |",
-        f"| rlox MmapReplayBuffer {size_gb:.1f} GB, after the first pass | {per_s(warm[32])} | "
-        f"{per_s(warm[256])} | {rss_warm:.2f} |",
-    ]
+    return [f"| rlox MmapReplayBuffer {size_gb:.1f} GB, cold (page cache dropped, limit {args.limit}) | "
+            f"{per_s(cold[32])} | {per_s(cold[256])} | {rss_cold:.2f} |",
+            f"| rlox MmapReplayBuffer {size_gb:.1f} GB, after the first pass | {per_s(warm[32])} | "
+            f"{per_s(warm[256])} | {rss_warm:.2f} |"]
 
 
 def main() -> None:
@@ -200,10 +196,8 @@ def main() -> None:
             rlox_version = f"not installed ({e})"
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
-    print(
-        f"replaystore {rs.__version__}, numpy {np.__version__}, rlox {rlox_version}; "
-        f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, load {load}"
-    )
+    print(f"replaystore {rs.__version__}, numpy {np.__version__}, rlox {rlox_version}; "
+          f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, load {load}")
 
     # the in-RAM reference first, before the limit applies to this process
     n_ram = int(args.ram_gigabytes * 1e9 / item)
@@ -220,10 +214,8 @@ def main() -> None:
     table = rs.Table(n, storage=f"memmap:{d}", seed=0)
     fill_s = fill(table, n, item)
     size_gb = sum(f.stat().st_size for f in d.iterdir()) / 1e9
-    print(
-        f"filled {n:,} items, {size_gb:.1f} GB on disk, in {fill_s:.0f} s ({size_gb / fill_s * 1e3:.0f} MB/s); "
-        f"RSS now {rss_gb():.2f} GB"
-    )
+    print(f"filled {n:,} items, {size_gb:.1f} GB on disk, in {fill_s:.0f} s ({size_gb / fill_s * 1e3:.0f} MB/s); "
+          f"RSS now {rss_gb():.2f} GB")
     check(table)
     dropped = drop_caches()
     cold = {b: rate(table, b, args.seconds) for b in (32, 256)}
@@ -240,10 +232,8 @@ def main() -> None:
     print()
     print("| table | sample 32 /s | sample 256 /s | RSS GB after |")
     print("|---|---:|---:|---:|")
-    print(
-        f"| in RAM ({args.ram_gigabytes:g} GB, before the limit) | {per_s(ram_rates[32])} | {per_s(ram_rates[256])} "
-        f"| {rss_ram:.2f} |"
-    )
+    print(f"| in RAM ({args.ram_gigabytes:g} GB, before the limit) | {per_s(ram_rates[32])} | {per_s(ram_rates[256])} "
+          f"| {rss_ram:.2f} |")
     cold_label = f"memmap {size_gb:.1f} GB, cold (page cache dropped, limit {args.limit})"
     print(f"| {cold_label} | {per_s(cold[32])} | {per_s(cold[256])} | {rss_cold:.2f} |")
     warm_label = f"memmap {size_gb:.1f} GB, after the first pass"

@@ -96,11 +96,8 @@ def make_fragment(cls, worker: str, fid: int, steps: int, state_mb: float, rng):
     width = max(1, int(state_mb * 2**20 / 4 / 2 / 128 / 4))  # 4 blocks x (K, V) float32 (1, 128, width)
     state = []
     for _ in range(4):
-        state += [
-            np.zeros((1, 1, 128), bool),
-            rng.standard_normal((1, 128, width), np.float32),
-            rng.standard_normal((1, 128, width), np.float32),
-        ]
+        state += [np.zeros((1, 1, 128), bool), rng.standard_normal((1, 128, width), np.float32),
+                  rng.standard_normal((1, 128, width), np.float32)]
     first = np.zeros(steps, bool)
     first[0] = True
     return cls(
@@ -168,12 +165,8 @@ class Producer:
         self.items = []
         for fid in range(per_env):
             for w in workers:
-                self.items.append(
-                    (
-                        make_fragment(frag_cls, w, fid, steps, state_mb, rng),
-                        meta_cls(model_version=0, session_id=SESSION, worker_uuid=w, fid_in_worker=fid),
-                    )
-                )
+                self.items.append((make_fragment(frag_cls, w, fid, steps, state_mb, rng),
+                                   meta_cls(model_version=0, session_id=SESSION, worker_uuid=w, fid_in_worker=fid)))
         self.nbytes = fragment_bytes(self.items[0][0])
 
     def ready(self) -> int:
@@ -191,20 +184,12 @@ def run_system(ray, system: str, args, path: str) -> dict:
     iface_cls, _, _, create_loader_pool, data_iter = system_modules("replaystore" if local else system)
     shutil.rmtree(path, ignore_errors=True)
     n_in = args.producers * args.envs * args.per_env
-    cfg = {
-        "max_chunks": n_in + 10,
-        "max_staleness": 2,
-        "max_reuse": 1000,
-        "fragments_per_chunk": 1,
-        "fragments_per_report": 40,
-        "database_config": {"path": path, "num_shards": args.shards},
-    }
+    cfg = {"max_chunks": n_in + 10, "max_staleness": 2, "max_reuse": 1000, "fragments_per_chunk": 1,
+           "fragments_per_report": 40, "database_config": {"path": path, "num_shards": args.shards}}
     buf = iface_cls(cfg)
     buf.update_model_version(SESSION, 0)
-    producers = [
-        ray.remote(num_cpus=0)(Producer).remote(system, args.envs, args.per_env, args.steps, args.state_mb, seed=i)
-        for i in range(args.producers)
-    ]
+    producers = [ray.remote(num_cpus=0)(Producer).remote(system, args.envs, args.per_env, args.steps,
+                                                        args.state_mb, seed=i) for i in range(args.producers)]
     nbytes = ray.get([p.ready.remote() for p in producers], timeout=600)[0]
     t0 = time.perf_counter()
     ray.get([p.run.remote() for p in producers], timeout=1800)
@@ -236,18 +221,9 @@ def run_system(ray, system: str, args, path: str) -> dict:
     time.sleep(1.0)
     shutil.rmtree(path, ignore_errors=True)
     mb = nbytes / 2**20
-    return {
-        "system": system,
-        "fragment_mb": mb,
-        "in_fps": n_in / t_in,
-        "in_mbs": n_in * mb / t_in,
-        "synced_fps": n_in / t_synced,
-        "synced_mbs": n_in * mb / t_synced,
-        "out_fps": n_out / t_out,
-        "out_mbs": n_out * mb / t_out,
-        "n_in": n_in,
-        "n_out": n_out,
-    }
+    return {"system": system, "fragment_mb": mb, "in_fps": n_in / t_in, "in_mbs": n_in * mb / t_in,
+            "synced_fps": n_in / t_synced, "synced_mbs": n_in * mb / t_synced,
+            "out_fps": n_out / t_out, "out_mbs": n_out * mb / t_out, "n_in": n_in, "n_out": n_out}
 
 
 def micro(sizes_mb=(1, 30), n=(40, 8), shards=8) -> list[dict]:
@@ -282,36 +258,26 @@ def micro(sizes_mb=(1, 30), n=(40, 8), shards=8) -> list[dict]:
             t_get = time.perf_counter() - t0
             store.close()
             shutil.rmtree(d, ignore_errors=True)
-            rows.append(
-                {"store": name, "value_mb": size, "put_mbs": count * size / t_put, "get_mbs": count * size / t_get}
-            )
+            rows.append({"store": name, "value_mb": size, "put_mbs": count * size / t_put,
+                         "get_mbs": count * size / t_get})
     return rows
 
 
 def print_disk(root: str, mb: int, disk: dict[str, dict]) -> None:
     """The dd lines of the report."""
-
     def fmt(v: float | None) -> str:
         return "n/a" if v is None else f"{v:.0f}"
 
-    print(
-        f"dd in {root} ({mb} MiB, MiB/s): "
-        + "; ".join(
-            f"{when}: write {fmt(d['write'])} (fdatasync), read {fmt(d['read'])} (O_DIRECT), "
-            f"write {fmt(d['write_cached'])} (no sync)"
-            for when, d in disk.items()
-        )
-    )
+    print(f"dd in {root} ({mb} MiB, MiB/s): " + "; ".join(
+        f"{when}: write {fmt(d['write'])} (fdatasync), read {fmt(d['read'])} (O_DIRECT), "
+        f"write {fmt(d['write_cached'])} (no sync)" for when, d in disk.items()))
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument(
-        "--systems",
-        default="replaystore,minestudio",
-        help="comma-separated: replaystore, replaystore-local (data_iter over "
-        "create_loader_pool(local=True): threads reading the store), minestudio",
-    )
+    p.add_argument("--systems", default="replaystore,minestudio",
+                   help="comma-separated: replaystore, replaystore-local (data_iter over "
+                        "create_loader_pool(local=True): threads reading the store), minestudio")
     p.add_argument("--producers", type=int, default=2)
     p.add_argument("--envs", type=int, default=2)
     p.add_argument("--per-env", type=int, default=8, help="fragments per environment stream")
@@ -324,19 +290,11 @@ def main(argv=None) -> int:
     p.add_argument("--readers", type=int, default=4)
     p.add_argument("--shards", type=int, default=8)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument(
-        "--warmup",
-        type=int,
-        default=1,
-        help="untimed full-size rounds first (worker start-up, first touch of memory, file growth)",
-    )
+    p.add_argument("--warmup", type=int, default=1,
+                   help="untimed full-size rounds first (worker start-up, first touch of memory, file growth)")
     p.add_argument("--dir", default=None, help="where the stores go (default: a temporary directory)")
-    p.add_argument(
-        "--dd",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="measure the disk with dd before and after the rounds, in the stores' directory",
-    )
+    p.add_argument("--dd", action=argparse.BooleanOptionalAction, default=True,
+                   help="measure the disk with dd before and after the rounds, in the stores' directory")
     p.add_argument("--dd-mb", type=int, default=1024, help="MiB dd writes and reads")
     p.add_argument("--micro", action="store_true", help="also time the raw stores")
     p.add_argument("--json", default=None)
@@ -346,14 +304,8 @@ def main(argv=None) -> int:
 
     root = args.dir or tempfile.mkdtemp(prefix="bench-minestudio-")
     env = {"PYTHONPATH": os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    ray.init(
-        address="local",
-        num_cpus=2,
-        resources={"database": 1},
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": env, "worker_process_setup_hook": "bench_minestudio.quiet_wandb"},
-    )
+    ray.init(address="local", num_cpus=2, resources={"database": 1}, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": env, "worker_process_setup_hook": "bench_minestudio.quiet_wandb"})
     quiet_wandb()
     systems = args.systems.split(",")
     results: dict[str, list[dict]] = {s: [] for s in systems}
@@ -371,12 +323,9 @@ def main(argv=None) -> int:
                 res = run_system(ray, s, args, os.path.join(root, s))
                 if timed:
                     results[s].append(res)
-                print(
-                    f"{label} {s}: in {res['in_fps']:.1f} frag/s ({res['in_mbs']:.0f} MiB/s), "
-                    f"synced {res['synced_fps']:.1f} frag/s ({res['synced_mbs']:.0f} MiB/s), "
-                    f"out {res['out_fps']:.1f} frag/s ({res['out_mbs']:.0f} MiB/s)",
-                    flush=True,
-                )
+                print(f"{label} {s}: in {res['in_fps']:.1f} frag/s ({res['in_mbs']:.0f} MiB/s), "
+                      f"synced {res['synced_fps']:.1f} frag/s ({res['synced_mbs']:.0f} MiB/s), "
+                      f"out {res['out_fps']:.1f} frag/s ({res['out_mbs']:.0f} MiB/s)", flush=True)
     finally:
         ray.shutdown()
         if args.dd and len(results[systems[-1]]) == args.repeats:  # the rounds completed
@@ -386,12 +335,10 @@ def main(argv=None) -> int:
 
     mb = next(iter(results.values()))[0]["fragment_mb"]
     dd_write = statistics.mean(d["write"] for d in disk.values()) if disk else None
-    print(
-        f"\nfragment: {args.steps} steps x 128x128x3 uint8 + {args.state_mb:g} MiB state = {mb:.2f} MiB "
-        f"({mb * 2**20 / 1e6:.1f} MB); {args.producers} producers x {args.envs} envs x {args.per_env}; "
-        f"fetch {args.fetch} x {args.fetches}, batch {args.batch_size}, prefetch {args.prefetch}, "
-        f"{args.readers} readers; median of {args.repeats}"
-    )
+    print(f"\nfragment: {args.steps} steps x 128x128x3 uint8 + {args.state_mb:g} MiB state = {mb:.2f} MiB "
+          f"({mb * 2**20 / 1e6:.1f} MB); {args.producers} producers x {args.envs} envs x {args.per_env}; "
+          f"fetch {args.fetch} x {args.fetches}, batch {args.batch_size}, prefetch {args.prefetch}, "
+          f"{args.readers} readers; median of {args.repeats}")
     cols = ("in frag/s", "in MiB/s", "in/dd", "synced frag/s", "synced MiB/s", "out frag/s", "out MiB/s")
     print(f"{'system':<17} " + " ".join(f"{c:>{max(len(c), 8)}}" for c in cols))
     summary = {}
@@ -401,19 +348,15 @@ def main(argv=None) -> int:
         med["in_over_dd"] = med["in_mbs"] / dd_write if dd_write else None
         summary[s] = med
         over = "n/a" if dd_write is None else f"{med['in_over_dd']:.2f}"
-        print(
-            f"{s:<17} {med['in_fps']:>9.1f} {med['in_mbs']:>8.0f} {over:>8} {med['synced_fps']:>13.1f} "
-            f"{med['synced_mbs']:>12.0f} {med['out_fps']:>10.1f} {med['out_mbs']:>9.0f}"
-        )
+        print(f"{s:<17} {med['in_fps']:>9.1f} {med['in_mbs']:>8.0f} {over:>8} {med['synced_fps']:>13.1f} "
+              f"{med['synced_mbs']:>12.0f} {med['out_fps']:>10.1f} {med['out_mbs']:>9.0f}")
     for ours in ("replaystore", "replaystore-local"):
         if ours in summary and "minestudio" in summary:
             a, b = summary[ours], summary["minestudio"]
             ratio = {k: f"{a[k] / b[k]:.2f}x" for k in ("in_fps", "synced_fps", "out_fps")}
             label = "ratio" if ours == "replaystore" else "ratio local"
-            print(
-                f"{label:<17} {ratio['in_fps']:>9} {'':>8} {'':>8} {ratio['synced_fps']:>13} {'':>12} "
-                f"{ratio['out_fps']:>10}"
-            )
+            print(f"{label:<17} {ratio['in_fps']:>9} {'':>8} {'':>8} {ratio['synced_fps']:>13} {'':>12} "
+                  f"{ratio['out_fps']:>10}")
     if disk:
         print_disk(root, args.dd_mb, disk)
         print(f"in/dd: in MiB/s over the mean dd fdatasync write ({dd_write:.0f} MiB/s)")
@@ -425,11 +368,8 @@ def main(argv=None) -> int:
             print(f"{r['store']:<10} {r['value_mb']:>4} MB {r['put_mbs']:>9.0f} {r['get_mbs']:>9.0f}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(
-                {"args": vars(args), "results": results, "summary": summary, "disk": disk, "micro": micro_rows},
-                f,
-                indent=1,
-            )
+            json.dump({"args": vars(args), "results": results, "summary": summary, "disk": disk,
+                       "micro": micro_rows}, f, indent=1)
     return 0
 
 

@@ -110,11 +110,9 @@ def train(service: str, namespace: str, n: int, per_node: bool) -> tuple[list, s
     for _round in range(2):  # the first round (not kept) starts the loader actors
         t0, c0 = time.perf_counter(), time.process_time()
         fetch = fc.fetch(n, timeout=300)
-        out = [
-            (i, obs.nbytes, node)  # each payload arrived here whole (a copy the trainer owns)
-            for b in rsr.data_iter(pool, [(i, r.fragment_id) for i, r in enumerate(fetch.records)], 2, 1, timeout=300)
-            for i, obs, node in b
-        ]
+        out = [(i, obs.nbytes, node)  # each payload arrived here whole (a copy the trainer owns)
+               for b in rsr.data_iter(pool, [(i, r.fragment_id) for i, r in enumerate(fetch.records)], 2, 1,
+                                      timeout=300) for i, obs, node in b]
         assert all(n == int(np.prod(SHAPE)) for _, n, _ in out)
     if hasattr(pool, "close"):
         pool.close()
@@ -130,24 +128,11 @@ def run(ray, workers, head: str, per_producer: int, node_local: bool) -> dict:
     name = f"bn-{uuid.uuid4().hex[:6]}"
     ns = ray.get_runtime_context().namespace
     with tempfile.TemporaryDirectory() as d:
-        cfg = rsr.FragmentBufferConfig(
-            max_chunks=64,
-            max_staleness=4,
-            max_reuse=100,
-            fragments_per_chunk=1,
-            path=d,
-            num_shards=1,
-            map_size=1 << 30,
-            lease_ttl=None,
-            node_local="database" if node_local else None,
-        )
-        client = rsr.serve(
-            name=name,
-            fragments=cfg,
-            housekeeping_period=0,
-            start_timeout=300,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False),
-        )
+        cfg = rsr.FragmentBufferConfig(max_chunks=64, max_staleness=4, max_reuse=100, fragments_per_chunk=1,
+                                       path=d, num_shards=1, map_size=1 << 30, lease_ttl=None,
+                                       node_local="database" if node_local else None)
+        client = rsr.serve(name=name, fragments=cfg, housekeeping_period=0, start_timeout=300,
+                           scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False))
         fc = client.fragments
         fc.update_model_version("s", 0)
         nodes = fc.store_info.get("nodes")
@@ -160,15 +145,8 @@ def run(ray, workers, head: str, per_producer: int, node_local: bool) -> dict:
         s0, st0 = cpu_of(service_pid), (cpu_of(store_pid) if store_pid else 0.0)
         b0 = created_bytes()
         t0 = time.perf_counter()
-        runs = ray.get(
-            [
-                ray.remote(produce)
-                .options(num_cpus=0, scheduling_strategy=on(w.node_id))
-                .remote(name, ns, f"w{i}", per_producer)
-                for i, w in enumerate(workers)
-            ],
-            timeout=600,
-        )
+        runs = ray.get([ray.remote(produce).options(num_cpus=0, scheduling_strategy=on(w.node_id))
+                        .remote(name, ns, f"w{i}", per_producer) for i, w in enumerate(workers)], timeout=600)
         t_in = time.perf_counter() - t0
         s1, st1 = cpu_of(service_pid), (cpu_of(store_pid) if store_pid else 0.0)
         b1 = created_bytes()
@@ -185,22 +163,13 @@ def run(ray, workers, head: str, per_producer: int, node_local: bool) -> dict:
         b2 = created_bytes()
         load_bytes = sum(b for _, b, loader in loaded if loader != trainer)
         client.shutdown()
-    return {
-        "mode": "node-local" if node_local else "one store",
-        "fragments": n,
-        "put_hops_per_fragment": put_bytes / nbytes / n,
-        "load_hops_per_fragment": load_bytes / nbytes / n,
-        "bytes_per_fragment": (put_bytes + load_bytes) / n,
-        "fragments_per_s_in": n / t_in,
-        "fragments_per_s_out": n / t_out,
-        "ray_bytes_in": (b1 - b0) / n,
-        "ray_bytes_out": (b2 - b1) / (2 * n),
-        "service_ms_in": 1e3 * (s1 - s0) / n,
-        "service_ms_out": 1e3 * (s2 - s1) / (2 * n),
-        "store_actor_ms_put": 1e3 * (st1 - st0) / n,
-        "producer_ms_put": 1e3 * sum(r[4] for r in runs) / n,
-        "trainer_ms": 1e3 * trainer_cpu / n,
-    }
+    return {"mode": "node-local" if node_local else "one store", "fragments": n,
+            "put_hops_per_fragment": put_bytes / nbytes / n, "load_hops_per_fragment": load_bytes / nbytes / n,
+            "bytes_per_fragment": (put_bytes + load_bytes) / n, "fragments_per_s_in": n / t_in,
+            "fragments_per_s_out": n / t_out,
+            "ray_bytes_in": (b1 - b0) / n, "ray_bytes_out": (b2 - b1) / (2 * n), "service_ms_in": 1e3 * (s1 - s0) / n,
+            "service_ms_out": 1e3 * (s2 - s1) / (2 * n), "store_actor_ms_put": 1e3 * (st1 - st0) / n,
+            "producer_ms_put": 1e3 * sum(r[4] for r in runs) / n, "trainer_ms": 1e3 * trainer_cpu / n}
 
 
 def calls(ray, head: str, n: int) -> dict:
@@ -211,24 +180,11 @@ def calls(ray, head: str, n: int) -> dict:
     from replaystore.storage.fragments import new_fragment_id
 
     with tempfile.TemporaryDirectory() as d:
-        cfg = rsr.FragmentBufferConfig(
-            max_chunks=4 * n,
-            max_staleness=4,
-            max_reuse=1,
-            fragments_per_chunk=1,
-            path=d,
-            num_shards=1,
-            map_size=1 << 30,
-            lease_ttl=None,
-            node_local="database",
-        )
-        client = rsr.serve(
-            name=f"bc-{uuid.uuid4().hex[:6]}",
-            fragments=cfg,
-            housekeeping_period=0,
-            start_timeout=300,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False),
-        )
+        cfg = rsr.FragmentBufferConfig(max_chunks=4 * n, max_staleness=4, max_reuse=1, fragments_per_chunk=1,
+                                       path=d, num_shards=1, map_size=1 << 30, lease_ttl=None,
+                                       node_local="database")
+        client = rsr.serve(name=f"bc-{uuid.uuid4().hex[:6]}", fragments=cfg, housekeeping_period=0,
+                           start_timeout=300, scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False))
         fc = client.fragments
         fc.update_model_version("s", 0)
         label = next(iter(fc.store_info["nodes"]))
@@ -240,9 +196,8 @@ def calls(ray, head: str, n: int) -> dict:
         out["add"] = (1e3 * (cpu_of(pid) - c0) / n, n / (time.perf_counter() - t0))
         c0, t0 = cpu_of(pid), time.perf_counter()
         for start in range(0, n, 64):
-            fc.add_many(
-                [(f"{new_fragment_id()}@{label}", "many", seq, 0, "s") for seq in range(start, min(n, start + 64))]
-            )
+            fc.add_many([(f"{new_fragment_id()}@{label}", "many", seq, 0, "s")
+                         for seq in range(start, min(n, start + 64))])
         out["add_many(64)"] = (1e3 * (cpu_of(pid) - c0) / n, n / (time.perf_counter() - t0))
         c0, t0 = cpu_of(pid), time.perf_counter()
         rounds = 0
@@ -263,52 +218,34 @@ def main() -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    c = Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, "resources": {"database": 1}}
-    )
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
+                                                      "resources": {"database": 1}})
     workers = [c.add_node(num_cpus=1, resources={"database": 1}) for _ in range(2)]
     src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
     path = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)
-    ray.init(
-        address=c.address,
-        namespace=f"bn-{uuid.uuid4().hex[:6]}",
-        log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": path}},
-    )
+    ray.init(address=c.address, namespace=f"bn-{uuid.uuid4().hex[:6]}", log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path}})
     c.wait_for_nodes()
     head = ray.get_runtime_context().get_node_id()
     try:
         runs = [[run(ray, workers, head, args.per_producer, nl) for nl in (False, True)] for _ in range(args.repeat)]
-        rows = [
-            {
-                k: (float(np.median([r[i][k] for r in runs])) if isinstance(v, float) else v)
-                for k, v in runs[0][i].items()
-            }
-            for i in range(2)
-        ]
+        rows = [{k: (float(np.median([r[i][k] for r in runs])) if isinstance(v, float) else v)
+                 for k, v in runs[0][i].items()} for i in range(2)]
         meta = calls(ray, head, args.calls) if args.calls else {}
     finally:
         ray.shutdown()
         c.shutdown()
     mib = float(np.prod(SHAPE)) / 2**20
-    print(
-        f"fragments of {SHAPE} uint8 ({mib:.1f} MiB); producers on 2 workers, service on the head, "
-        f"trainer on worker 1; medians of {args.repeat} runs (wall times: shared machine, loaded)"
-    )
-    print(
-        f"{'mode':12} {'frags':>5} {'put hops':>9} {'load hops':>10} {'MiB moved/frag':>15} "
-        f"{'frag/s in':>10} {'frag/s out':>11}"
-    )
+    print(f"fragments of {SHAPE} uint8 ({mib:.1f} MiB); producers on 2 workers, service on the head, "
+          f"trainer on worker 1; medians of {args.repeat} runs (wall times: shared machine, loaded)")
+    print(f"{'mode':12} {'frags':>5} {'put hops':>9} {'load hops':>10} {'MiB moved/frag':>15} "
+          f"{'frag/s in':>10} {'frag/s out':>11}")
     for r in rows:
-        print(
-            f"{r['mode']:12} {r['fragments']:5d} {r['put_hops_per_fragment']:9.2f} "
-            f"{r['load_hops_per_fragment']:10.2f} {r['bytes_per_fragment'] / 2**20:15.2f} "
-            f"{r['fragments_per_s_in']:10.2f} {r['fragments_per_s_out']:11.2f}"
-        )
-    print(
-        "Ray's object-store counters (cumulative_created_bytes over all nodes, MiB per fragment; "
-        "out: over both trainer rounds):"
-    )
+        print(f"{r['mode']:12} {r['fragments']:5d} {r['put_hops_per_fragment']:9.2f} "
+              f"{r['load_hops_per_fragment']:10.2f} {r['bytes_per_fragment'] / 2**20:15.2f} "
+              f"{r['fragments_per_s_in']:10.2f} {r['fragments_per_s_out']:11.2f}")
+    print("Ray's object-store counters (cumulative_created_bytes over all nodes, MiB per fragment; "
+          "out: over both trainer rounds):")
     for r in rows:
         print(f"{r['mode']:12} in {r['ray_bytes_in'] / 2**20:6.2f}  out {r['ray_bytes_out'] / 2**20:6.2f}")
     ratio = rows[1]["bytes_per_fragment"] / rows[0]["bytes_per_fragment"]
@@ -316,10 +253,8 @@ def main() -> None:
     print("CPU ms per fragment (from /proc; service out: both trainer rounds and the loaders' start, over 2n):")
     print(f"{'mode':12} {'service in':>11} {'service out':>12} {'store actor':>12} {'producer':>9} {'trainer':>8}")
     for r in rows:
-        print(
-            f"{r['mode']:12} {r['service_ms_in']:11.2f} {r['service_ms_out']:12.2f} "
-            f"{r['store_actor_ms_put']:12.2f} {r['producer_ms_put']:9.2f} {r['trainer_ms']:8.2f}"
-        )
+        print(f"{r['mode']:12} {r['service_ms_in']:11.2f} {r['service_ms_out']:12.2f} "
+              f"{r['store_actor_ms_put']:12.2f} {r['producer_ms_put']:9.2f} {r['trainer_ms']:8.2f}")
     for what, (ms, rate) in meta.items():
         print(f"metadata service, {what:18}: {ms:.3f} ms CPU per fragment, {rate:8.0f} fragments/s (wall)")
 

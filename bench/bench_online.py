@@ -62,7 +62,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dir", default=None, help="where the journal goes (default: a temporary directory)")
     args = ap.parse_args()
-    rows = {"bare Table (add + sample)": [], "RolloutBuffer (pacing, groups)": [], "RolloutBuffer + journal": []}
+    rows = {"bare Table (add + sample)": [], "RolloutBuffer (pacing, groups)": [],
+            "RolloutBuffer + journal": []}
     for _ in range(args.repeats):
         rows["bare Table (add + sample)"].append(bench_table(args))
         rows["RolloutBuffer (pacing, groups)"].append(bench_buffer(args, None))

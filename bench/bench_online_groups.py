@@ -125,17 +125,10 @@ def tail_bench(args: argparse.Namespace, over: bool, seed: int) -> dict:
     buf.close()
     for th in threads:
         th.join(5)
-    return {
-        "batches_per_s": steps / wall,
-        "cpu_ms_per_batch": cpu / steps * 1e3,
-        "steps": steps,
-        "gen_mean": float(np.mean(generated)),
-        "gen_p95": float(np.percentile(generated, 95)),
-        "trained_mean": float(np.mean(trained)),
-        "trained_p95": float(np.percentile(trained, 95)),
-        "cancelled": s["tickets_cancelled"],
-        "trained": len(trained),
-    }
+    return {"batches_per_s": steps / wall, "cpu_ms_per_batch": cpu / steps * 1e3, "steps": steps,
+            "gen_mean": float(np.mean(generated)), "gen_p95": float(np.percentile(generated, 95)),
+            "trained_mean": float(np.mean(trained)), "trained_p95": float(np.percentile(trained, 95)),
+            "cancelled": s["tickets_cancelled"], "trained": len(trained)}
 
 
 def main() -> None:
@@ -167,10 +160,8 @@ def main() -> None:
 def print_groups(args: argparse.Namespace, rows: dict) -> None:
     """The table of part 1."""
     print(f"groups of {args.group} completions (64 tokens each); medians of {args.repeats} runs of {args.seconds} s")
-    print(
-        "| writes | journal | calls per group | journal transactions per group | CPU us per group | "
-        "wall us per group | CPU x add_group |"
-    )
+    print("| writes | journal | calls per group | journal transactions per group | CPU us per group | "
+          "wall us per group | CPU x add_group |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for journal in (False, True):
         base = statistics.median(r[3] for r in rows[(True, journal)])
@@ -178,11 +169,9 @@ def print_groups(args: argparse.Namespace, rows: dict) -> None:
             rs_ = rows[(whole, journal)]
             cpu = statistics.median(r[3] for r in rs_)
             wall = statistics.median(r[2] for r in rs_)
-            print(
-                f"| {'add_group (after)' if whole else 'add per member (before)'} | "
-                f"{'LMDB' if journal else 'none'} | {rs_[0][0]:.0f} | {rs_[0][1]:.0f} | {cpu:.0f} | {wall:.0f} | "
-                f"{cpu / base:.2f} |"
-            )
+            print(f"| {'add_group (after)' if whole else 'add per member (before)'} | "
+                  f"{'LMDB' if journal else 'none'} | {rs_[0][0]:.0f} | {rs_[0][1]:.0f} | {cpu:.0f} | {wall:.0f} | "
+                  f"{cpu / base:.2f} |")
 
 
 def print_tails(args: argparse.Namespace) -> None:
@@ -192,15 +181,11 @@ def print_tails(args: argparse.Namespace) -> None:
         for over in (False, True):
             tails[over].append(tail_bench(args, over, seed=r))
     print()
-    print(
-        f"{args.producers} producers, lognormal lengths (median 64 tokens, sigma {args.sigma}), "
-        f"{args.token_us} us/token, "
-        f"batch {args.batch} groups, max_staleness 1, fifo; medians of {args.repeats} runs of {args.seconds} s"
-    )
-    print(
-        "| over-provisioning | trainer batches/s | CPU ms per batch | generated mean / p95 length | "
-        "trained mean / p95 length | tickets cancelled per batch |"
-    )
+    print(f"{args.producers} producers, lognormal lengths (median 64 tokens, sigma {args.sigma}), "
+          f"{args.token_us} us/token, "
+          f"batch {args.batch} groups, max_staleness 1, fifo; medians of {args.repeats} runs of {args.seconds} s")
+    print("| over-provisioning | trainer batches/s | CPU ms per batch | generated mean / p95 length | "
+          "trained mean / p95 length | tickets cancelled per batch |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for over in (False, True):
         t = tails[over]
@@ -208,12 +193,10 @@ def print_tails(args: argparse.Namespace) -> None:
         def med(k: str) -> float:
             return statistics.median(x[k] for x in t)  # noqa: B023
 
-        print(
-            f"| {'acquire(1, overprovision=1)' if over else 'off'} | {med('batches_per_s'):.1f} | "
-            f"{med('cpu_ms_per_batch'):.2f} | {med('gen_mean'):.0f} / {med('gen_p95'):.0f} | "
-            f"{med('trained_mean'):.0f} / {med('trained_p95'):.0f} | "
-            f"{statistics.median(x['cancelled'] / x['steps'] for x in t):.1f} |"
-        )
+        print(f"| {'acquire(1, overprovision=1)' if over else 'off'} | {med('batches_per_s'):.1f} | "
+              f"{med('cpu_ms_per_batch'):.2f} | {med('gen_mean'):.0f} / {med('gen_p95'):.0f} | "
+              f"{med('trained_mean'):.0f} / {med('trained_p95'):.0f} | "
+              f"{statistics.median(x['cancelled'] / x['steps'] for x in t):.1f} |")
     ratio = statistics.median(a["batches_per_s"] / b["batches_per_s"] for a, b in zip(tails[True], tails[False]))
     print(f"\nbatches/s with over-provisioning / without (median of per-run ratios): {ratio:.2f}x")
 

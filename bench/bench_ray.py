@@ -50,10 +50,8 @@ def run(args: argparse.Namespace, prioritized: bool, prefetch: int) -> dict:
     ray = rsr.init_local(num_cpus=2, include_dashboard=False, log_to_driver=False)
     sampler = rs.Prioritized(0.6, 0.4) if prioritized else rs.Uniform()
     name = f"bench-{'per' if prioritized else 'uniform'}-{os.getpid()}"
-    client = rsr.serve(
-        {"replay": functools.partial(rs.Table, 1_000_000, sampler=sampler, rate_limiter=rs.MinSize(1000), seed=0)},
-        name=name,
-    )
+    client = rsr.serve({"replay": functools.partial(rs.Table, 1_000_000, sampler=sampler,
+                                                    rate_limiter=rs.MinSize(1000), seed=0)}, name=name)
     pad = max(0, args.item_bytes - 180)
 
     @ray.remote(num_cpus=0)
@@ -126,28 +124,21 @@ def main() -> None:
     ap.add_argument("--item-bytes", type=int, default=1024, help="bytes per item (padded), default 1 KB")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument(
-        "--prefetch",
-        default="0,4",
-        help="sample calls in flight per sampler, comma-separated (0: one blocking sample() at a time; "
-        "k: client.iterate(prefetch=k)); default 0,4",
-    )
+    ap.add_argument("--prefetch", default="0,4",
+                    help="sample calls in flight per sampler, comma-separated (0: one blocking sample() at a time; "
+                         "k: client.iterate(prefetch=k)); default 0,4")
     args = ap.parse_args()
     rows = [run(args, prioritized=p, prefetch=int(k)) for k in args.prefetch.split(",") for p in (False, True)]
     import ray
 
     ray.shutdown()
-    print(
-        f"\nRay service: {args.writers} writer and {args.samplers} sampler actors, batches of {args.batch}, "
-        f"~{args.item_bytes} B items, medians of {args.repeats} x {args.seconds:g} s\n"
-    )
+    print(f"\nRay service: {args.writers} writer and {args.samplers} sampler actors, batches of {args.batch}, "
+          f"~{args.item_bytes} B items, medians of {args.repeats} x {args.seconds:g} s\n")
     print("| table | samples in flight | inserts/s alone | samples/s alone | inserts/s mixed | samples/s mixed |")
     print("|---|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(
-            f"| {r['sampler']} | {r['prefetch'] or 1} | {r['inserts_alone']:,.0f} | {r['samples_alone']:,.0f} | "
-            f"{r['inserts_mixed']:,.0f} | {r['samples_mixed']:,.0f} |"
-        )
+        print(f"| {r['sampler']} | {r['prefetch'] or 1} | {r['inserts_alone']:,.0f} | {r['samples_alone']:,.0f} | "
+              f"{r['inserts_mixed']:,.0f} | {r['samples_mixed']:,.0f} |")
 
 
 if __name__ == "__main__":

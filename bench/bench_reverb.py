@@ -52,7 +52,8 @@ class SamplePath(NamedTuple):
         return name + (" + mutate_priorities" if self.mutate else "")
 
 
-def _writer(address: str, table: str, batch: int, pad: int, seconds: float, start: mp.Barrier, out: mp.Queue) -> None:
+def _writer(address: str, table: str, batch: int, pad: int, seconds: float, start: mp.Barrier,
+            out: mp.Queue) -> None:
     import reverb
 
     client = reverb.Client(address)
@@ -92,14 +93,9 @@ def _dataset_batches(address: str, table: str, batch: int, pad: int, path: Sampl
     dtypes = {k: tf.float32 for k in FIELDS}
     if pad:
         shapes["pad"], dtypes["pad"] = tf.TensorShape((1, pad)), tf.uint8
-    ds = reverb.TrajectoryDataset(
-        address,
-        table,
-        dtypes,
-        shapes,
-        max_in_flight_samples_per_worker=path.in_flight,
-        num_workers_per_iterator=args.dataset_workers,
-    )
+    ds = reverb.TrajectoryDataset(address, table, dtypes, shapes,
+                                  max_in_flight_samples_per_worker=path.in_flight,
+                                  num_workers_per_iterator=args.dataset_workers)
     ds = ds.batch(batch, drop_remainder=True)
     if args.prefetch:
         ds = ds.prefetch(args.prefetch)
@@ -107,16 +103,8 @@ def _dataset_batches(address: str, table: str, batch: int, pad: int, path: Sampl
         yield sample.info.key
 
 
-def _sampler(
-    address: str,
-    table: str,
-    batch: int,
-    pad: int,
-    path: SamplePath,
-    args: argparse.Namespace,
-    start: mp.Barrier,
-    out: mp.Queue,
-) -> None:
+def _sampler(address: str, table: str, batch: int, pad: int, path: SamplePath, args: argparse.Namespace,
+             start: mp.Barrier, out: mp.Queue) -> None:
     """Draw batches through ``path`` for ``args.seconds`` after the start barrier; put the sample count."""
     import reverb
 
@@ -139,27 +127,16 @@ def _sampler(
     out.put(n)
 
 
-def _phase(
-    ctx: mp.context.BaseContext,
-    address: str,
-    table: str,
-    args: argparse.Namespace,
-    writers: int,
-    samplers: int,
-    path: SamplePath | None = None,
-) -> tuple[float, float]:
+def _phase(ctx: mp.context.BaseContext, address: str, table: str, args: argparse.Namespace, writers: int,
+           samplers: int, path: SamplePath | None = None) -> tuple[float, float]:
     """Run ``writers`` and ``samplers`` processes over one common timed window; return (inserts/s, samples/s)."""
     qw, qs = ctx.Queue(), ctx.Queue()
     start = ctx.Barrier(writers + samplers)
     pad = max(0, args.item_bytes - 180)
-    procs = [
-        ctx.Process(target=_writer, args=(address, table, args.batch, pad, args.seconds, start, qw))
-        for _ in range(writers)
-    ]
-    procs += [
-        ctx.Process(target=_sampler, args=(address, table, args.batch, pad, path, args, start, qs))
-        for _ in range(samplers)
-    ]
+    procs = [ctx.Process(target=_writer, args=(address, table, args.batch, pad, args.seconds, start, qw))
+             for _ in range(writers)]
+    procs += [ctx.Process(target=_sampler, args=(address, table, args.batch, pad, path, args, start, qs))
+              for _ in range(samplers)]
     for p in procs:
         p.start()
     ins = sum(qw.get(timeout=SETUP_TIMEOUT + args.seconds + 60) for _ in range(writers)) / args.seconds
@@ -183,13 +160,8 @@ def run(args: argparse.Namespace, prioritized: bool) -> list[dict]:
     import reverb
 
     sampler = reverb.selectors.Prioritized(0.6) if prioritized else reverb.selectors.Uniform()
-    table = reverb.Table(
-        "replay",
-        sampler=sampler,
-        remover=reverb.selectors.Fifo(),
-        max_size=1_000_000,
-        rate_limiter=reverb.rate_limiters.MinSize(1000),
-    )
+    table = reverb.Table("replay", sampler=sampler, remover=reverb.selectors.Fifo(), max_size=1_000_000,
+                         rate_limiter=reverb.rate_limiters.MinSize(1000))
     server = reverb.Server(tables=[table], port=None)
     address = f"localhost:{server.port}"
     ctx = mp.get_context("spawn")
@@ -205,17 +177,9 @@ def run(args: argparse.Namespace, prioritized: bool) -> list[dict]:
             ms[p].append(b)
     server.stop()
     name = "Prioritized" if prioritized else "Uniform"
-    return [
-        {
-            "table": name,
-            "path": p.label(args.dataset_workers, args.prefetch),
-            "inserts_alone": statistics.median(ins),
-            "samples_alone": statistics.median(smp[p]),
-            "inserts_mixed": statistics.median(mi[p]),
-            "samples_mixed": statistics.median(ms[p]),
-        }
-        for p in paths
-    ]
+    return [{"table": name, "path": p.label(args.dataset_workers, args.prefetch),
+             "inserts_alone": statistics.median(ins), "samples_alone": statistics.median(smp[p]),
+             "inserts_mixed": statistics.median(mi[p]), "samples_mixed": statistics.median(ms[p])} for p in paths]
 
 
 def main() -> None:
@@ -227,33 +191,21 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sample-path", choices=("client", "dataset", "both"), default="both")
-    ap.add_argument(
-        "--in-flight",
-        type=lambda s: [int(x) for x in s.split(",")],
-        default=[256, 1024],
-        help="max_in_flight_samples_per_worker values for the dataset path (comma-separated)",
-    )
-    ap.add_argument(
-        "--dataset-workers",
-        type=int,
-        default=-1,
-        help="num_workers_per_iterator for the dataset path (-1: Reverb chooses)",
-    )
+    ap.add_argument("--in-flight", type=lambda s: [int(x) for x in s.split(",")], default=[256, 1024],
+                    help="max_in_flight_samples_per_worker values for the dataset path (comma-separated)")
+    ap.add_argument("--dataset-workers", type=int, default=-1,
+                    help="num_workers_per_iterator for the dataset path (-1: Reverb chooses)")
     ap.add_argument("--prefetch", type=int, default=0, help="tf.data prefetch after batching (0: none)")
     args = ap.parse_args()
     rows = run(args, prioritized=False) + run(args, prioritized=True)
-    print(
-        f"\nReverb: {args.writers} writer and {args.samplers} sampler processes, batches of {args.batch}, "
-        f"~{args.item_bytes} B items, medians of {args.repeats} x {args.seconds:g} s "
-        f"(inserts/s alone: one measurement per table, shared by its rows)\n"
-    )
+    print(f"\nReverb: {args.writers} writer and {args.samplers} sampler processes, batches of {args.batch}, "
+          f"~{args.item_bytes} B items, medians of {args.repeats} x {args.seconds:g} s "
+          f"(inserts/s alone: one measurement per table, shared by its rows)\n")
     print("| table | sample path | inserts/s alone | samples/s alone | inserts/s mixed | samples/s mixed |")
     print("|---|---|---:|---:|---:|---:|")
     for r in rows:
-        print(
-            f"| {r['table']} | {r['path']} | {r['inserts_alone']:,.0f} | {r['samples_alone']:,.0f} | "
-            f"{r['inserts_mixed']:,.0f} | {r['samples_mixed']:,.0f} |"
-        )
+        print(f"| {r['table']} | {r['path']} | {r['inserts_alone']:,.0f} | {r['samples_alone']:,.0f} | "
+              f"{r['inserts_mixed']:,.0f} | {r['samples_mixed']:,.0f} |")
 
 
 if __name__ == "__main__":

@@ -183,41 +183,29 @@ def run_micro(repeats: int, adds: int) -> list[dict]:
             for k in classes:  # alternate the libraries within each repeat
                 times[k].append(fn(k))
         m = {k: median(v) for k, v in times.items()}
-        rows.append(
-            {
-                "workload": name,
-                "sb3_us": m["sb3"],
-                "replaystore_us": m["replaystore"],
-                "speedup": m["sb3"] / m["replaystore"],
-            }
-        )
-        print(
-            f"{name:32s} sb3 {m['sb3']:9.2f} us   replaystore {m['replaystore']:9.2f} us   "
-            f"ratio {m['sb3'] / m['replaystore']:.2f}x",
-            flush=True,
-        )
+        rows.append({"workload": name, "sb3_us": m["sb3"], "replaystore_us": m["replaystore"],
+                     "speedup": m["sb3"] / m["replaystore"]})
+        print(f"{name:32s} sb3 {m['sb3']:9.2f} us   replaystore {m['replaystore']:9.2f} us   "
+              f"ratio {m['sb3'] / m['replaystore']:.2f}x", flush=True)
 
     for n_envs in (1, 8):
         record(f"add, {n_envs} env(s)", lambda k, n=n_envs: bench_add(classes[k], n, adds))
     for n_envs in (1, 8):
         bufs = {k: _full_buffer(c, n_envs) for k, c in classes.items()}
         for batch in (32, 128, 256):
-            record(f"sample {batch}, {n_envs} env(s)", lambda k, b=batch, bufs=bufs: bench_sample(bufs[k], b, 300))
+            record(f"sample {batch}, {n_envs} env(s)",
+                   lambda k, b=batch, bufs=bufs: bench_sample(bufs[k], b, 300))
         data = _data(n_envs, seed=1)
         for adds_per, batch in ((10, 128), (4, 32), (1, 256)):
-            record(
-                f"{adds_per} adds + sample {batch}, {n_envs} env(s)",
-                lambda k, a=adds_per, b=batch, bufs=bufs, data=data: bench_loop(bufs[k], a, b, 300, data),
-            )
+            record(f"{adds_per} adds + sample {batch}, {n_envs} env(s)",
+                   lambda k, a=adds_per, b=batch, bufs=bufs, data=data: bench_loop(bufs[k], a, b, 300, data))
         bufs.clear()
     per = median([bench_per(300) for _ in range(repeats)])
     print(f"{'PER sample 256 + update':32s} replaystore {per:9.2f} us (no SB3 peer)", flush=True)
     rows.append({"workload": "PER sample 256 + update (replaystore only)", "replaystore_us": per})
     mem = {k: memory(c) for k, c in classes.items()}
-    print(
-        f"memory, 1M transitions: sb3 {mem['sb3'] / 1e6:.1f} MB, replaystore {mem['replaystore'] / 1e6:.1f} MB",
-        flush=True,
-    )
+    print(f"memory, 1M transitions: sb3 {mem['sb3'] / 1e6:.1f} MB, replaystore {mem['replaystore'] / 1e6:.1f} MB",
+          flush=True)
     rows.append({"workload": "memory 1M (bytes)", "sb3": mem["sb3"], "replaystore": mem["replaystore"]})
     return rows
 
@@ -228,10 +216,8 @@ _PATCHES = [
     ("import tyro\n", ""),
     ("from torch.utils.tensorboard import SummaryWriter", "from _bench_shim import SummaryWriter"),
     ("args = tyro.cli(Args)", "args = _bench_shim.args(Args)"),
-    (
-        'real_next_obs[idx] = infos["final_observation"][idx]',
-        'real_next_obs[idx] = infos.get("final_observation", next_obs)[idx]',
-    ),
+    ('real_next_obs[idx] = infos["final_observation"][idx]',
+     'real_next_obs[idx] = infos.get("final_observation", next_obs)[idx]'),
 ]
 
 _SHIM = '''
@@ -281,12 +267,10 @@ def cleanrl_source(repo: str, script: str | None) -> tuple[str, str]:
     """The text of CleanRL's dqn.py and where it came from."""
     if script:
         return Path(script).read_text(), script
-    commit = subprocess.run(
-        ["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    text = subprocess.run(
-        ["git", "-C", repo, "show", f"{commit}:cleanrl/dqn.py"], capture_output=True, text=True, check=True
-    ).stdout
+    commit = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    text = subprocess.run(["git", "-C", repo, "show", f"{commit}:cleanrl/dqn.py"], capture_output=True, text=True,
+                          check=True).stdout
     return text, f"{repo} @ {commit[:12]}"
 
 
@@ -310,7 +294,7 @@ def run_cleanrl(repo: str, script: str | None, steps: int, repeats: int) -> dict
     sps = {"sb3": [], "replaystore": []}
     cpu_sps = {"sb3": [], "replaystore": []}
     for r in range(repeats):
-        for kind in ("sb3", "replaystore") if r % 2 == 0 else ("replaystore", "sb3"):
+        for kind in (("sb3", "replaystore") if r % 2 == 0 else ("replaystore", "sb3")):
             env["BENCH_BUFFER"] = kind
             out = subprocess.run([sys.executable, "dqn.py"], cwd=work, env=env, capture_output=True, text=True)
             line = [x for x in out.stdout.splitlines() if x.startswith("BENCH_RESULT ")]
@@ -319,21 +303,15 @@ def run_cleanrl(repo: str, script: str | None, steps: int, repeats: int) -> dict
             res = json.loads(line[-1].split(" ", 1)[1])
             sps[kind].append(steps / res["seconds"])
             cpu_sps[kind].append(steps / res["cpu_seconds"])
-            print(
-                f"cleanrl dqn.py, {kind:11s}: {steps / res['seconds']:8.1f} steps/s wall, "
-                f"{steps / res['cpu_seconds']:8.1f} steps per CPU second",
-                flush=True,
-            )
+            print(f"cleanrl dqn.py, {kind:11s}: {steps / res['seconds']:8.1f} steps/s wall, "
+                  f"{steps / res['cpu_seconds']:8.1f} steps per CPU second", flush=True)
     m = {k: median(v) for k, v in sps.items()}
     c = {k: median(v) for k, v in cpu_sps.items()}
-    print(
-        f"cleanrl dqn.py {steps} steps, medians of {repeats} (source: {origin}):\n"
-        f"  wall: sb3 {m['sb3']:.1f} steps/s, replaystore {m['replaystore']:.1f} steps/s, "
-        f"ratio {m['replaystore'] / m['sb3']:.3f}\n"
-        f"  CPU:  sb3 {c['sb3']:.1f} steps/CPU-s, replaystore {c['replaystore']:.1f} steps/CPU-s, "
-        f"ratio {c['replaystore'] / c['sb3']:.3f}",
-        flush=True,
-    )
+    print(f"cleanrl dqn.py {steps} steps, medians of {repeats} (source: {origin}):\n"
+          f"  wall: sb3 {m['sb3']:.1f} steps/s, replaystore {m['replaystore']:.1f} steps/s, "
+          f"ratio {m['replaystore'] / m['sb3']:.3f}\n"
+          f"  CPU:  sb3 {c['sb3']:.1f} steps/CPU-s, replaystore {c['replaystore']:.1f} steps/CPU-s, "
+          f"ratio {c['replaystore'] / c['sb3']:.3f}", flush=True)
     return {"source": origin, "steps": steps, "sps": sps, "cpu_sps": cpu_sps, "median": m, "cpu_median": c}
 
 
@@ -354,19 +332,15 @@ def main() -> None:
 
     import replaystore
 
-    print(
-        f"stable-baselines3 {stable_baselines3.__version__}, replaystore {replaystore.__version__}, "
-        f"numpy {np.__version__}, torch {torch.__version__}, python {sys.version.split()[0]}",
-        flush=True,
-    )
+    print(f"stable-baselines3 {stable_baselines3.__version__}, replaystore {replaystore.__version__}, "
+          f"numpy {np.__version__}, torch {torch.__version__}, python {sys.version.split()[0]}", flush=True)
     torch.set_num_threads(1)
     results = {}
     if args.part in ("micro", "all"):
         results["micro"] = run_micro(args.repeats, args.adds)
     if args.part in ("cleanrl", "all"):
-        results["cleanrl"] = run_cleanrl(
-            args.cleanrl_repo, args.cleanrl_script, args.cleanrl_steps, args.cleanrl_repeats
-        )
+        results["cleanrl"] = run_cleanrl(args.cleanrl_repo, args.cleanrl_script, args.cleanrl_steps,
+                                         args.cleanrl_repeats)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

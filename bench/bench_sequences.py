@@ -294,13 +294,16 @@ def _torchrl_seq(steps: Steps, capacity: int, cache: bool) -> Callable[[], Any]:
 
     logging.getLogger("torchrl").setLevel(logging.WARNING)
     torch.manual_seed(0)
-    sampler = SliceSampler(slice_len=SPAN, end_key=("next", "done"), strict_length=True, cache_values=cache)
+    sampler = SliceSampler(slice_len=SPAN, end_key=("next", "done"), strict_length=True,
+                           cache_values=cache)
     rb = ReplayBuffer(storage=LazyTensorStorage(capacity), sampler=sampler, batch_size=B_SEQ * SPAN)
     for lo, hi, c in steps.chunks():
         term = torch.from_numpy(c.pop("terminated"))
         trunc = torch.from_numpy(c.pop("truncated"))
-        td = TensorDict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in c.items()}, batch_size=[hi - lo])
-        td["next"] = TensorDict({"done": term | trunc, "terminated": term, "truncated": trunc}, batch_size=[hi - lo])
+        td = TensorDict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in c.items()},
+                        batch_size=[hi - lo])
+        td["next"] = TensorDict({"done": term | trunc, "terminated": term, "truncated": trunc},
+                                batch_size=[hi - lo])
         rb.extend(td)
 
     def sample() -> Any:
@@ -341,7 +344,8 @@ def build_sb3_nstep(steps: Steps, capacity: int) -> Callable[[], Any]:
     act_space = spaces.Box(-1.0, 1.0, (ACT,), np.float32)
     np.random.seed(0)
     e = steps.envs
-    rb = NStepReplayBuffer(capacity, obs_space, act_space, device="cpu", n_envs=e, n_steps=N_STEP, gamma=GAMMA)
+    rb = NStepReplayBuffer(capacity, obs_space, act_space, device="cpu", n_envs=e,
+                           n_steps=N_STEP, gamma=GAMMA)
     # Setup only (untimed): write its arrays directly, as add() would have (the last `capacity`
     # rows; row i is environment i % e).
     first = steps.n - capacity
@@ -370,20 +374,17 @@ def build_cpprb_nstep(steps: Steps, capacity: int) -> Callable[[], Any]:
         raise Skip("cpprb's Nstep sums returns over consecutive adds of one environment")
     import cpprb
 
-    env = {"obs": {"shape": OBS}, "action": {"shape": ACT}, "reward": {}, "next_obs": {"shape": OBS}, "done": {}}
-    rb = cpprb.ReplayBuffer(capacity, env, Nstep={"size": N_STEP, "gamma": GAMMA, "rew": "reward", "next": "next_obs"})
+    env = {"obs": {"shape": OBS}, "action": {"shape": ACT}, "reward": {}, "next_obs": {"shape": OBS},
+           "done": {}}
+    rb = cpprb.ReplayBuffer(capacity, env,
+                            Nstep={"size": N_STEP, "gamma": GAMMA, "rew": "reward", "next": "next_obs"})
     ends = np.flatnonzero(steps.terminated | steps.truncated)
     lo = 0
     for e in [*ends.tolist(), steps.n - 1]:  # one add per episode, then on_episode_end
         sl = slice(lo, e + 1)
         # cpprb has no truncation flag: done=1 only at termination; truncation just ends the episode
-        rb.add(
-            obs=steps.cols["obs"][sl],
-            action=steps.cols["action"][sl],
-            reward=steps.cols["reward"][sl],
-            next_obs=steps.cols["next_obs"][sl],
-            done=steps.terminated[sl].astype(np.float32),
-        )
+        rb.add(obs=steps.cols["obs"][sl], action=steps.cols["action"][sl], reward=steps.cols["reward"][sl],
+               next_obs=steps.cols["next_obs"][sl], done=steps.terminated[sl].astype(np.float32))
         rb.on_episode_end()
         lo = e + 1
 
@@ -399,10 +400,10 @@ def build_numpy_nstep(steps: Steps, capacity: int) -> Callable[[], Any]:
     cols = {k: np.array(v[first:]) for k, v in steps.cols.items()}  # own copies
     term = steps.terminated[first:].copy()
     end = term | steps.truncated[first:]
-    end[-steps.envs :] = True  # the newest step of each environment: nothing after it
+    end[-steps.envs:] = True  # the newest step of each environment: nothing after it
     rng = np.random.default_rng(0)
     offs = np.arange(N_STEP)
-    disc = GAMMA**offs
+    disc = GAMMA ** offs
     stride = offs * steps.envs  # rows of one environment are envs apart
 
     def sample() -> dict[str, np.ndarray]:
@@ -488,9 +489,8 @@ def time_call(fn: Callable[[], Any], seconds: float) -> tuple[float, float]:
             return el / n * 1e6, (time.process_time() - c0) / n * 1e6
 
 
-def run(
-    name: str, desc: str, steps: Steps, capacity: int, impls: list[Impl], repeats: int, seconds: float
-) -> list[Row]:
+def run(name: str, desc: str, steps: Steps, capacity: int, impls: list[Impl], repeats: int,
+        seconds: float) -> list[Row]:
     """Build every implementation (memory measured), then time them interleaved, ``repeats`` rounds."""
     print(f"\n## {name}: {desc}", flush=True)
     rows: list[Row] = []
@@ -523,7 +523,7 @@ def run(
     meter = OtherCpuMeter()
     load0 = read_loadavg()[0]
     for r in range(repeats):
-        order = live[r % len(live) :] + live[: r % len(live)] if live else []
+        order = live[r % len(live):] + live[: r % len(live)] if live else []
         for row, fn in order:
             gc.collect()
             try:
@@ -540,30 +540,17 @@ def run(
     return rows
 
 
-def report(
-    name: str,
-    desc: str,
-    steps: Steps,
-    capacity: int,
-    rows: list[Row],
-    repeats: int,
-    seconds: float,
-    other: float,
-    load0: float,
-) -> None:
+def report(name: str, desc: str, steps: Steps, capacity: int, rows: list[Row], repeats: int,
+           seconds: float, other: float, load0: float) -> None:
     """Print the Markdown table of one workload."""
     payload = steps.payload_bytes_per_step()
     ref = next((r for r in rows if r.impl.name.startswith("numpy") and r.status == "ok"), None)
     subj = next((r for r in rows if r.impl.name == "replaystore" and r.status == "ok"), None)
-    print(
-        f"\n### {name}\n\n{desc}. Median of {repeats} interleaved rounds of {seconds:g}s; other "
-        f"processes kept {other:.2f} CPUs busy; 1-min load {load0:.2f} at the start. Payload "
-        f"{payload} B/step.\n"
-    )
-    print(
-        "| implementation | version | CPU µs/sample | replaystore speed-up (CPU) | vs NumPy limit (CPU) "
-        "| wall µs/sample (min-max) | speed-up (wall) | memory MB | bytes/step | / payload | notes |"
-    )
+    print(f"\n### {name}\n\n{desc}. Median of {repeats} interleaved rounds of {seconds:g}s; other "
+          f"processes kept {other:.2f} CPUs busy; 1-min load {load0:.2f} at the start. Payload "
+          f"{payload} B/step.\n")
+    print("| implementation | version | CPU µs/sample | replaystore speed-up (CPU) | vs NumPy limit (CPU) "
+          "| wall µs/sample (min-max) | speed-up (wall) | memory MB | bytes/step | / payload | notes |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         if r.status != "ok":
@@ -575,22 +562,18 @@ def report(
         vs = f"{c / ref.median_cpu:.2f}x" if ref else "-"
         per = r.mem_bytes / capacity
         spread = f"{min(r.us):,.0f}-{max(r.us):,.0f}"
-        print(
-            f"| {r.impl.name} | {r.version} | {c:,.0f} | {speed} | {vs} | {m:,.0f} ({spread}) "
-            f"| {speed_w} | {r.mem_bytes / 1e6:,.0f} | {per:,.0f} | {per / payload:.2f}x | {r.impl.note} |"
-        )
-    print(
-        "\n`replaystore speed-up` = this peer's time / replaystore's (> 1: replaystore is faster); "
-        "`vs NumPy limit` = time / the plain NumPy gather's. CPU time = this process's CPU seconds per "
-        "call (steady on a shared machine); wall time includes waiting for a core.",
-        flush=True,
-    )
+        print(f"| {r.impl.name} | {r.version} | {c:,.0f} | {speed} | {vs} | {m:,.0f} ({spread}) "
+              f"| {speed_w} | {r.mem_bytes / 1e6:,.0f} | {per:,.0f} | {per / payload:.2f}x | {r.impl.note} |")
+    print("\n`replaystore speed-up` = this peer's time / replaystore's (> 1: replaystore is faster); "
+          "`vs NumPy limit` = time / the plain NumPy gather's. CPU time = this process's CPU seconds per "
+          "call (steady on a shared machine); wall time includes waiting for a core.", flush=True)
 
 
 SEQ_IMPLS = [
     Impl("replaystore", "replaystore", build_replaystore_seq, "sample_sequences(32, 80, burn_in=40), strict"),
     Impl("torchrl SliceSampler", "torchrl", build_torchrl_seq, "end_key=('next','done'), strict_length"),
-    Impl("torchrl SliceSampler cached", "torchrl", build_torchrl_cached_seq, "cache_values=True (static-data mode)"),
+    Impl("torchrl SliceSampler cached", "torchrl", build_torchrl_cached_seq,
+         "cache_values=True (static-data mode)"),
     Impl("rlox SequenceReplayBuffer", "rlox", build_rlox_seq, "sample_sequences(32, 120, seed)"),
     Impl("numpy (limit)", "numpy", build_numpy_seq, "precomputed valid starts + np.take"),
 ]
@@ -608,13 +591,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--only", default="", help="comma-separated workloads")
     ap.add_argument("--scale", type=float, default=1.0, help="shrink sizes (quick checks)")
-    ap.add_argument(
-        "--torch-threads",
-        type=int,
-        default=1,
-        help="torch intra-op threads (1: on a loaded 2-core machine 2 threads made "
-        "TorchRL's gathers ~30x slower through contention)",
-    )
+    ap.add_argument("--torch-threads", type=int, default=1,
+                    help="torch intra-op threads (1: on a loaded 2-core machine 2 threads made "
+                    "TorchRL's gathers ~30x slower through contention)")
     args = ap.parse_args()
     try:
         import torch
@@ -623,17 +602,11 @@ def main() -> None:
     except ImportError:
         pass
     only = set(filter(None, args.only.split(",")))
-    print(
-        f"python {platform.python_version()}, numpy {np.__version__}, "
-        + ", ".join(
-            f"{d} {version_of(d) or '-'}"
-            for d in ("replaystore", "torch", "torchrl", "tensordict", "rlox", "cpprb", "stable-baselines3")
-        )
-    )
-    print(
-        f"1-min load {read_loadavg()[0]:.2f}; {len(__import__('os').sched_getaffinity(0))} CPUs; "
-        f"torch threads {args.torch_threads}"
-    )
+    print(f"python {platform.python_version()}, numpy {np.__version__}, "
+          + ", ".join(f"{d} {version_of(d) or '-'}" for d in
+                      ("replaystore", "torch", "torchrl", "tensordict", "rlox", "cpprb", "stable-baselines3")))
+    print(f"1-min load {read_loadavg()[0]:.2f}; {len(__import__('os').sched_getaffinity(0))} CPUs; "
+          f"torch threads {args.torch_threads}")
     big = int(1_000_000 * args.scale)
     atari = int(100_000 * args.scale)
 
@@ -642,63 +615,28 @@ def main() -> None:
 
     if want("seq_small"):
         s = make_steps(big + big // 10, "small")
-        run(
-            "seq_small",
-            f"32 x (40 + 80) steps from {big:,} small steps (ring wrapped)",
-            s,
-            big,
-            SEQ_IMPLS,
-            args.repeats,
-            args.seconds,
-        )
+        run("seq_small", f"32 x (40 + 80) steps from {big:,} small steps (ring wrapped)", s, big,
+            SEQ_IMPLS, args.repeats, args.seconds)
         del s
     if want("seq_atari"):
         s = make_steps(atari + atari // 10, "atari")
-        run(
-            "seq_atari",
-            f"32 x (40 + 80) steps from {atari:,} steps of uint8[84, 84] frames",
-            s,
-            atari,
-            SEQ_IMPLS,
-            args.repeats,
-            args.seconds,
-        )
+        run("seq_atari", f"32 x (40 + 80) steps from {atari:,} steps of uint8[84, 84] frames", s, atari,
+            SEQ_IMPLS, args.repeats, args.seconds)
         del s
     if want("seq_atari_stack"):
         s = make_steps(atari + atari // 10, "stack")
-        run(
-            "seq_atari_stack",
-            f"32 x (40 + 80) steps from {atari:,} steps of uint8[4, 84, 84] stacks (obs and next_obs)",
-            s,
-            atari,
-            SEQ_IMPLS,
-            args.repeats,
-            args.seconds,
-        )
+        run("seq_atari_stack", f"32 x (40 + 80) steps from {atari:,} steps of uint8[4, 84, 84] stacks "
+            "(obs and next_obs)", s, atari, SEQ_IMPLS, args.repeats, args.seconds)
         del s
     if want("nstep") or want("nstep_vec"):
         s = make_steps(big + big // 10, "small", next_obs=True)
         if want("nstep"):
-            run(
-                "nstep",
-                f"n-step (n=3, gamma 0.99) sample of 256 from {big:,} small transitions",
-                s,
-                big,
-                NSTEP_IMPLS,
-                args.repeats,
-                args.seconds,
-            )
+            run("nstep", f"n-step (n=3, gamma 0.99) sample of 256 from {big:,} small transitions", s, big,
+                NSTEP_IMPLS, args.repeats, args.seconds)
         if want("nstep_vec"):
             s.envs = 8
-            run(
-                "nstep_vec",
-                f"n-step (n=3, gamma 0.99) sample of 256 from {big:,} small transitions of 8 interleaved environments",
-                s,
-                big,
-                NSTEP_IMPLS,
-                args.repeats,
-                args.seconds,
-            )
+            run("nstep_vec", f"n-step (n=3, gamma 0.99) sample of 256 from {big:,} small transitions of 8 "
+                "interleaved environments", s, big, NSTEP_IMPLS, args.repeats, args.seconds)
     print("done")
 
 

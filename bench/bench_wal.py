@@ -106,9 +106,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--writers", default="1,2,4")
     ap.add_argument("--batches", default="1,8,64,256")
-    ap.add_argument(
-        "--modes", default="none,always,interval", help="none (no log), always, interval, never (fsync policies)"
-    )
+    ap.add_argument("--modes", default="none,always,interval",
+                    help="none (no log), always, interval, never (fsync policies)")
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--inflight", type=int, default=1, help="extend calls in flight per writer (1: blocking)")
     ap.add_argument("--interval", type=float, default=0.05, help="seconds between fsyncs with 'interval'")
@@ -119,11 +118,9 @@ def main() -> None:
     modes = args.modes.split(",")
     ray = rsr.init_local(num_cpus=2, include_dashboard=False, log_to_driver=False)
     root = tempfile.mkdtemp(prefix="bench-wal-", dir=args.dir)
-    print(
-        f"replaystore bench_wal: ray {ray.__version__}, numpy {np.__version__}, {os.cpu_count()} CPUs, "
-        f"load average {os.getloadavg()[0]:.2f}, log dir {root}, {args.seconds}s per cell, "
-        f"inflight {args.inflight}"
-    )
+    print(f"replaystore bench_wal: ray {ray.__version__}, numpy {np.__version__}, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.2f}, log dir {root}, {args.seconds}s per cell, "
+          f"inflight {args.inflight}")
     print(f"fsync of a 64 KiB append in the log directory: {fsync_us(root):.0f} us (median of 50)")
     results: dict[tuple, float] = {}
     stats: dict[tuple, dict] = {}
@@ -132,13 +129,8 @@ def main() -> None:
             for w in writers:
                 for b in batches:
                     name = f"bench-wal-{mode}-{w}-{b}-{os.getpid()}"
-                    wal = (
-                        None
-                        if mode == "none"
-                        else rsr.WalConfig(
-                            dir=os.path.join(root, name), fsync=mode, interval=args.interval, max_log_bytes=None
-                        )
-                    )
+                    wal = None if mode == "none" else rsr.WalConfig(
+                        dir=os.path.join(root, name), fsync=mode, interval=args.interval, max_log_bytes=None)
                     client = rsr.serve({"t": functools.partial(rs.Table, 1_000_000, seed=0)}, name=name, wal=wal)
                     try:
                         rate = measure(ray, name, w, b, args.seconds, args.inflight)
@@ -152,21 +144,13 @@ def main() -> None:
                     ratio = f"{rate / base:5.2f}x" if base else "   - "
                     ws = stats[mode, w, b]
                     per_group = ws["records"] / ws["groups"] if ws.get("groups") else float("nan")
-                    print(
-                        f"{mode:>8}  writers {w}  batch {b:4d}: {rate:10.0f} items/s  {ratio}  "
-                        f"records/group {per_group:5.2f}",
-                        flush=True,
-                    )
+                    print(f"{mode:>8}  writers {w}  batch {b:4d}: {rate:10.0f} items/s  {ratio}  "
+                          f"records/group {per_group:5.2f}", flush=True)
         print(f"fsync probe at the end: {fsync_us(root):.0f} us; load average {os.getloadavg()[0]:.2f}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(
-        "\n| writers | batch | "
-        + " | ".join(f"{m} items/s" for m in modes)
-        + " | "
-        + " | ".join(f"{m}/none" for m in modes if m != "none")
-        + " |"
-    )
+    print("\n| writers | batch | " + " | ".join(f"{m} items/s" for m in modes) + " | "
+          + " | ".join(f"{m}/none" for m in modes if m != "none") + " |")
     print("|" + "---|" * (2 + len(modes) + len([m for m in modes if m != "none"])))
     for w in writers:
         for b in batches:

@@ -47,14 +47,8 @@ def run_seed(command: list[str], seed: int, regex: re.Pattern, nice: int, timeou
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     found = regex.findall(out)
     value = float(found[-1]) if found else None
-    return {
-        "seed": seed,
-        "result": value,
-        "exit": code,
-        "cpu_s": round(cpu, 1),
-        "wall_s": round(wall, 1),
-        "tail": out[-1500:],
-    }
+    return {"seed": seed, "result": value, "exit": code, "cpu_s": round(cpu, 1), "wall_s": round(wall, 1),
+            "tail": out[-1500:]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,11 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     for seed in args.seeds:
         r = run_seed(command, seed, regex, args.nice, args.timeout)
         runs.append(r)
-        print(
-            f"{args.name} seed {seed}: result {r['result']}, exit {r['exit']}, CPU {r['cpu_s']} s, "
-            f"wall {r['wall_s']} s",
-            flush=True,
-        )
+        print(f"{args.name} seed {seed}: result {r['result']}, exit {r['exit']}, CPU {r['cpu_s']} s, "
+              f"wall {r['wall_s']} s", flush=True)
     load1 = os.getloadavg()[0]
     values = [r["result"] for r in runs if r["result"] is not None]
     print(f"\n| {args.name} | median | range | reached {args.bar} | CPU s (median) | wall s (median) |")
@@ -90,10 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     med = statistics.median(values) if values else float("nan")
     rng = f"{min(values):.1f}-{max(values):.1f}" if values else "-"
     reached = sum(v >= args.bar for v in values) if args.bar is not None else "-"
-    print(
-        f"| {len(runs)} seeds | {med:.1f} | {rng} | {reached}/{len(runs)} | "
-        f"{statistics.median(r['cpu_s'] for r in runs):.0f} | {statistics.median(r['wall_s'] for r in runs):.0f} |"
-    )
+    print(f"| {len(runs)} seeds | {med:.1f} | {rng} | {reached}/{len(runs)} | "
+          f"{statistics.median(r['cpu_s'] for r in runs):.0f} | {statistics.median(r['wall_s'] for r in runs):.0f} |")
     print(f"\nload average (1 min): {load0:.1f} at the start, {load1:.1f} at the end; command: {' '.join(command)}")
     if args.json:
         with open(args.json, "w") as f:

@@ -598,14 +598,8 @@ class SB3Buffer(Buffer):
         n = len(batch["obs"])
         if n != self.n_envs:
             raise Unsupported(f"{n} rows per add into a buffer built for n_envs={self.n_envs}")
-        return (
-            batch["obs"],
-            batch["next_obs"],
-            batch["action"],
-            batch["reward"],
-            batch["done"],
-            [{} for _ in range(n)],
-        )
+        return (batch["obs"], batch["next_obs"], batch["action"], batch["reward"], batch["done"],
+                [{} for _ in range(n)])
 
     def _fill_chunk(self, chunk: Batch, priorities: np.ndarray | None) -> None:
         # Setup only: write the arrays directly (untimed; SB3 has no batch add). Every array
@@ -689,9 +683,8 @@ class RloxBuffer(Buffer):
         import rlox
 
         if params.prioritized:
-            self.rb = rlox.PrioritizedReplayBuffer(
-                params.capacity, OBS_DIM, ACT_DIM, alpha=params.alpha, beta=params.beta
-            )
+            self.rb = rlox.PrioritizedReplayBuffer(params.capacity, OBS_DIM, ACT_DIM,
+                                                   alpha=params.alpha, beta=params.beta)
         else:
             self.rb = rlox.ReplayBuffer(params.capacity, OBS_DIM, ACT_DIM)
         self._seed = params.seed
@@ -782,11 +775,8 @@ class ReplaystoreBuffer(Buffer):
         super().__init__(params)
         import replaystore as rs
 
-        sampler = (
-            rs.Prioritized(alpha=params.alpha, beta=params.beta, backend=self.backend)
-            if params.prioritized
-            else rs.Uniform()
-        )
+        sampler = (rs.Prioritized(alpha=params.alpha, beta=params.beta, backend=self.backend)
+                   if params.prioritized else rs.Uniform())
         self.table = rs.Table(
             capacity=params.capacity,
             sampler=sampler,
@@ -848,7 +838,8 @@ class ReplaystoreNumpyPeer(Peer):
     dist = "replaystore"
     version = ReplaystorePeer.version
     supports = frozenset({"per", "per_add_rows"})
-    notes = {"per": "Prioritized(backend='numpy'): no numba", "per_add_rows": "Prioritized(backend='numpy'): no numba"}
+    notes = {"per": "Prioritized(backend='numpy'): no numba",
+             "per_add_rows": "Prioritized(backend='numpy'): no numba"}
 
     def make(self, params: WorkloadParams) -> Buffer:
         return ReplaystoreNumpyBuffer(params)
@@ -925,16 +916,8 @@ def _memory_child(peer_name: str, params: WorkloadParams) -> dict[str, Any]:
     except ImportError:
         pass
     rng = np.random.default_rng(params.seed + 1)
-    small = WorkloadParams(
-        capacity=4096,
-        batch_size=64,
-        prioritized=params.prioritized,
-        alpha=params.alpha,
-        beta=params.beta,
-        prefill=4096,
-        seed=params.seed,
-        n_envs=1,
-    )
+    small = WorkloadParams(capacity=4096, batch_size=64, prioritized=params.prioritized,
+                           alpha=params.alpha, beta=params.beta, prefill=4096, seed=params.seed, n_envs=1)
     warm = peer.make(small)
     warm.fill(make_transitions(4096, rng), random_priorities(4096, rng) if params.prioritized else None)
     if params.prioritized and "per" in peer.supports:
@@ -990,11 +973,7 @@ def measure_memory(peer_name: str, params: WorkloadParams, timeout: float = 600.
     try:
         proc = subprocess.run(
             [sys.executable, os.path.abspath(__file__), "--memory-child", payload],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=timeout,
-            check=False,
+            capture_output=True, text=True, env=env, timeout=timeout, check=False,
         )
     except subprocess.TimeoutExpired:
         return MemoryResult(reason=f"timed out after {timeout:g}s")
@@ -1025,15 +1004,10 @@ class MemoryCache:
             res = measure_memory(peer_name, params, self.timeout)
             self._cache[key] = res
             if self.log:
-                what = (
-                    f"{res.rss_bytes / 1e6:.0f} MB, {res.bytes_per_item:.0f} B/item"
-                    if res.ok
-                    else f"not measured: {res.reason}"
-                )
-                self.log(
-                    f"  memory {peer_name} cap={params.capacity} prioritized={params.prioritized}: "
-                    f"{what} ({time.perf_counter() - t0:.0f}s)"
-                )
+                what = (f"{res.rss_bytes / 1e6:.0f} MB, {res.bytes_per_item:.0f} B/item" if res.ok
+                        else f"not measured: {res.reason}")
+                self.log(f"  memory {peer_name} cap={params.capacity} prioritized={params.prioritized}: "
+                         f"{what} ({time.perf_counter() - t0:.0f}s)")
         return res
 
 

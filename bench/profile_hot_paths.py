@@ -77,14 +77,10 @@ def main() -> None:
     plain_add = min(timeit.repeat(lambda: table.extend(batch), number=2000, repeat=5)) / 2000 * 1e6
     plain_sample = min(timeit.repeat(lambda: table.sample(256), number=2000, repeat=5)) / 2000 * 1e6
     limit_add, limit_sample = numpy_limits(batch)
-    print(
-        f"extend(1000): {plain_add:.1f} us (NumPy slice assignment {limit_add:.1f} us, "
-        f"ratio {limit_add / plain_add:.2f}x of the limit's speed)"
-    )
-    print(
-        f"sample(256):  {plain_sample:.1f} us (NumPy randint + take(out=) {limit_sample:.1f} us, "
-        f"{plain_sample / limit_sample:.2f}x the limit's time)\n"
-    )
+    print(f"extend(1000): {plain_add:.1f} us (NumPy slice assignment {limit_add:.1f} us, "
+          f"ratio {limit_add / plain_add:.2f}x of the limit's speed)")
+    print(f"sample(256):  {plain_sample:.1f} us (NumPy randint + take(out=) {limit_sample:.1f} us, "
+          f"{plain_sample / limit_sample:.2f}x the limit's time)\n")
 
     lp = LineProfiler(table_module.Table._insert, table_module.Table._replace_slots, table_module.Table.sample)
     extend = lp(table.extend)

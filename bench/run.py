@@ -215,11 +215,8 @@ def markdown_table(wr: WorkloadResult) -> str:
         vs_ref = _fmt_ratio(ops / ref_rate)
         extra = [_fmt_ratio(ops / sb3_rate)] if vs_sb3 else []
         lines.append(
-            f"| {r.peer} | {r.version} | "
-            + " | ".join(cells)
-            + f" | {spread} | {vs_subject} | {vs_ref} | "
-            + " | ".join(extra + _mem_cells(r))
-            + f" | {r.note} |"
+            f"| {r.peer} | {r.version} | " + " | ".join(cells) + f" | {spread} | {vs_subject} | {vs_ref} | "
+            + " | ".join(extra + _mem_cells(r)) + f" | {r.note} |"
         )
     lines.append("")
     lines.append(
@@ -277,13 +274,8 @@ def rows_summary(results: list[WorkloadResult]) -> str:
             cells = [_fmt_us(_rate(wr, n, cpu)) for n in names]
             cells += [_fmt_ratio(subj / _rate(wr, other, cpu)) for other in ("sb3", "rlox", ref)]
             out.append(f"| {wr.workload.params.batch_size} | " + " | ".join(cells) + " |")
-        out += [
-            "",
-            f"Ratios > 1: {SUBJECT} is faster."
-            + (" sb3 is its uniform buffer (SB3 has no PER)." if op == "per_add_rows" else ""),
-            "",
-            "",
-        ]
+        out += ["", f"Ratios > 1: {SUBJECT} is faster."
+                + (" sb3 is its uniform buffer (SB3 has no PER)." if op == "per_add_rows" else ""), "", ""]
     return "\n".join(out)
 
 
@@ -318,12 +310,8 @@ def core_summary(results: list[WorkloadResult]) -> str:
             _fmt_ratio(subj / _rate(wr, REFERENCE[wr.workload.op], cpu)),
         ]
         lines.append(f"| {wr.workload.name} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        f"Ratios > 1: {SUBJECT} is faster. The NumPy reference is `numpy` (uniform) or `numpy-sumtree` (PER).",
-        "",
-        "",
-    ]
+    lines += ["", f"Ratios > 1: {SUBJECT} is faster. The NumPy reference is `numpy` (uniform) or "
+              "`numpy-sumtree` (PER).", "", ""]
     return "\n".join(lines)
 
 
@@ -359,19 +347,11 @@ def memory_summary(results: list[WorkloadResult]) -> str:
                 cells += ["-"] * 4
                 continue
             per = m.bytes_per_item
-            cells += [
-                f"{m.rss_bytes / 1e6:.0f}",
-                f"{per:.0f}",
-                f"{per / PAYLOAD_BYTES:.2f}x",
-                f"{(per - PAYLOAD_BYTES) / PAYLOAD_BYTES:+.0%}",
-            ]
+            cells += [f"{m.rss_bytes / 1e6:.0f}", f"{per:.0f}", f"{per / PAYLOAD_BYTES:.2f}x",
+                      f"{(per - PAYLOAD_BYTES) / PAYLOAD_BYTES:+.0%}"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "bookkeeping: bytes per item beyond the payload, as a share of the payload "
-        "(sb3 under prioritized: its uniform buffer at that capacity).",
-        "",
-    ]
+    lines += ["", "bookkeeping: bytes per item beyond the payload, as a share of the payload "
+              "(sb3 under prioritized: its uniform buffer at that capacity).", ""]
     return "\n".join(lines)
 
 
@@ -424,14 +404,10 @@ def to_json(results: list[WorkloadResult], args: argparse.Namespace) -> dict[str
                         "median_ops_per_s": r.median_ops if r.ops_per_s else None,
                         "median_items_per_s": (r.median_ops * wr.workload.items_per_op if r.ops_per_s else None),
                         "memory": (
-                            None
-                            if r.memory is None
-                            else {
-                                "rss_bytes": r.memory.rss_bytes,
-                                "items": r.memory.items,
-                                "bytes_per_item": r.memory.bytes_per_item if r.memory.ok else None,
-                                "reason": r.memory.reason,
-                            }
+                            None if r.memory is None
+                            else {"rss_bytes": r.memory.rss_bytes, "items": r.memory.items,
+                                  "bytes_per_item": r.memory.bytes_per_item if r.memory.ok else None,
+                                  "reason": r.memory.reason}
                         ),
                     }
                     for r in wr.results
@@ -449,32 +425,17 @@ def from_json(doc: dict[str, Any]) -> list[WorkloadResult]:
         results = []
         for r in w["results"]:
             m = r.get("memory")
-            results.append(
-                PeerResult(
-                    peer=r["peer"],
-                    status=r["status"],
-                    version=r["version"],
-                    reason=r["reason"],
-                    note=r["note"],
-                    ops_per_s=list(r["ops_per_s"]),
-                    cpu_ops_per_s=list(r.get("cpu_ops_per_s", [])),
-                    setup_s=r["setup_s"],
-                    memory=None
-                    if m is None
-                    else MemoryResult(rss_bytes=m["rss_bytes"], items=m["items"], reason=m["reason"]),
-                )
-            )
-        out.append(
-            WorkloadResult(
-                workload=WORKLOADS[w["name"]],
-                results=results,
-                repeats=w["repeats"],
-                seconds=w["seconds"],
-                load_before=w["load_before"],
-                load_after=w["load_after"],
-                other_cpu=w["other_cpu"],
-            )
-        )
+            results.append(PeerResult(
+                peer=r["peer"], status=r["status"], version=r["version"], reason=r["reason"], note=r["note"],
+                ops_per_s=list(r["ops_per_s"]), cpu_ops_per_s=list(r.get("cpu_ops_per_s", [])),
+                setup_s=r["setup_s"],
+                memory=None if m is None else MemoryResult(rss_bytes=m["rss_bytes"], items=m["items"],
+                                                          reason=m["reason"]),
+            ))
+        out.append(WorkloadResult(
+            workload=WORKLOADS[w["name"]], results=results, repeats=w["repeats"], seconds=w["seconds"],
+            load_before=w["load_before"], load_after=w["load_after"], other_cpu=w["other_cpu"],
+        ))
     return out
 
 
@@ -542,14 +503,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.render:
         doc = json.loads(Path(args.render).read_text())
         env = doc["environment"]
-        print(
-            report(
-                from_json(doc),
-                f"## replaystore benchmark (from {args.render})\n\nPython {env['python']}, "
-                f"NumPy {env['numpy']}, torch {env.get('torch', '-')}, {env['cpus']} CPUs; "
-                f"1-min load at the end {', '.join(env.get('loadavg') or ['-'])} (1/5/15 min).\n",
-            )
-        )
+        print(report(from_json(doc), f"## replaystore benchmark (from {args.render})\n\nPython {env['python']}, "
+                     f"NumPy {env['numpy']}, torch {env.get('torch', '-')}, {env['cpus']} CPUs; "
+                     f"1-min load at the end {', '.join(env.get('loadavg') or ['-'])} (1/5/15 min).\n"))
         return 0
     peers: list[Peer] = list(ALL_PEERS)
     if args.peers:
@@ -587,16 +543,11 @@ def main(argv: list[str] | None = None) -> int:
         results.append(run_workload(WORKLOADS[name], peers, args.repeats, args.seconds, log=log, memory=memory))
 
     env = environment()
-    print(
-        report(
-            results,
-            (
-                f"## replaystore benchmark\n\nPython {env['python']}, NumPy {env['numpy']}, "
-                f"torch {env.get('torch', '-')} ({env.get('torch_threads', '-')} threads), "
-                f"{env['cpus']} CPUs; 1-min load at start {load:.2f}; total {time.perf_counter() - t_start:.0f}s.\n"
-            ),
-        )
-    )
+    print(report(results, (
+        f"## replaystore benchmark\n\nPython {env['python']}, NumPy {env['numpy']}, "
+        f"torch {env.get('torch', '-')} ({env.get('torch_threads', '-')} threads), "
+        f"{env['cpus']} CPUs; 1-min load at start {load:.2f}; total {time.perf_counter() - t_start:.0f}s.\n"
+    )))
     if args.json:
         Path(args.json).write_text(json.dumps(to_json(results, args), indent=2))
         log(f"wrote {args.json}")
