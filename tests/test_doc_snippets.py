@@ -46,6 +46,7 @@ OPTIONAL = {
     "matplotlib",
     "tqdm",
     "h5py",
+    "tianshou",
 }
 GROUP_TIMEOUT = 420  # seconds for each child process (a quiet machine needs well under a minute)
 

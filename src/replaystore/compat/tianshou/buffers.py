@@ -1,0 +1,235 @@
+"""Tianshou's single buffers on a replaystore Table: ``ReplayBuffer``, ``PrioritizedReplayBuffer``, ``HERReplayBuffer``.
+
+Each subclasses Tianshou's class of the same name (so ``isinstance`` checks in Tianshou's
+collectors and algorithms hold) and keeps its storage and counters; the Table
+(:mod:`.positions`) owns the live positions, sampling and priorities, and the hot paths
+(``add``, ``get`` with stacking, ``__getitem__``) write and gather arrays directly. Not
+thread-safe, like Tianshou's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tianshou.data as ts
+from tianshou.data import Batch
+
+from .common import TableBacked, write_same_keys
+
+
+class ReplayBuffer(TableBacked, ts.ReplayBuffer):
+    """Tianshou's ``ReplayBuffer`` (same arguments and contracts) with the transitions indexed by a Table.
+
+    ``sample`` and ``sample_indices`` draw uniformly through the Table (seeded by ``random_seed``);
+    ``add`` writes the batch's arrays straight into the storage when its keys are already there.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        stack_num: int = 1,
+        ignore_obs_next: bool = False,
+        save_only_last_obs: bool = False,
+        sample_avail: bool = False,
+        random_seed: int = 42,
+        **kwargs: Any,
+    ) -> None:
+        ts.ReplayBuffer.__init__(
+            self, size, stack_num, ignore_obs_next, save_only_last_obs, sample_avail, random_seed, **kwargs
+        )
+        self._init_positions(random_seed)
+
+    def live_positions(self) -> np.ndarray:  # noqa: D102
+        return np.arange(self._size, dtype=np.int64)
+
+    def _update_state_pre_add(self, rew: Any, done: bool) -> tuple[int, Any, int, int]:
+        result = super()._update_state_pre_add(rew, done)
+        self.written(np.array([result[0]], dtype=np.int64))
+        return result
+
+    def update(self, buffer: ts.ReplayBuffer) -> np.ndarray:
+        """Tianshou's ``update`` (moves ``buffer``'s transitions in); the moved positions are registered."""
+        indices = super().update(buffer)
+        if len(indices):
+            self.written(np.asarray(indices, dtype=np.int64))
+        return indices
+
+    def add(
+        self, batch: Any, buffer_ids: np.ndarray | list[int] | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Tianshou's ``add`` of one transition; returns ``(index, ep_return, ep_len, ep_start)`` arrays."""
+        bd = batch.__dict__
+        if (
+            buffer_ids is not None
+            or self._save_only_last_obs
+            or not self._meta.__dict__
+            or "done" in bd
+            or not self._save_obs_next
+        ):
+            return super().add(batch, buffer_ids)
+        if "terminated" not in bd or "truncated" not in bd or "rew" not in bd:
+            return super().add(batch, buffer_ids)
+        rew, term, trunc = bd["rew"], bd["terminated"], bd["truncated"]
+        if np.ndim(rew) or np.ndim(term) or np.ndim(trunc):
+            return super().add(batch, buffer_ids)
+        done = bool(term) or bool(trunc)
+        nd = dict(bd)
+        nd["done"] = done
+        if "obs" not in nd or "act" not in nd or "rew" not in nd:
+            return super().add(batch, buffer_ids)
+        # Tianshou's bookkeeping (its _update_state_pre_add, without its per-attribute checks)
+        d = self.__dict__
+        idx = d["_insertion_idx"]
+        size = min(d["_size"] + 1, self.maxsize)
+        if d["_ep_start_idx"] > size:
+            return super().add(batch, buffer_ids)  # (Tianshou raises its MalformedBufferError)
+        self.last_index[0] = idx
+        d["_size"] = size
+        d["_insertion_idx"] = (idx + 1) % self.maxsize
+        ep_ret = d["_ep_return"] + rew
+        ep_len = d["_ep_len"] + 1
+        ep_start = d["_ep_start_idx"]
+        if done:
+            d["_ep_return"], d["_ep_len"], d["_ep_start_idx"] = 0.0, 0, d["_insertion_idx"]
+        else:
+            d["_ep_return"], d["_ep_len"] = ep_ret, ep_len
+            ep_ret, ep_len = 0.0, 0
+        self.written(idx)
+        try:
+            ok = write_same_keys(self._meta, nd, idx)
+        except ValueError:
+            ok = False
+        if not ok:  # new keys or types: Tianshou's general write at the same position
+            new = Batch()
+            new.__dict__.update(nd)
+            new.__dict__["done"] = np.bool_(done)
+            self._general_write(new, idx)
+        return np.array([idx]), np.array([ep_ret]), np.array([ep_len]), np.array([ep_start])
+
+    def _general_write(self, batch: Batch, idx: int) -> None:
+        from tianshou.data.batch import alloc_by_keys_diff, create_value
+
+        index = np.array([idx])
+        try:
+            self._meta[index] = batch
+        except ValueError:
+            batch.rew = batch.rew.astype(float)
+            batch.done = batch.done.astype(bool)
+            batch.terminated = batch.terminated.astype(bool)
+            batch.truncated = batch.truncated.astype(bool)
+            if len(self._meta.get_keys()) == 0:
+                self._meta = create_value(batch, self.maxsize, True)
+            else:
+                alloc_by_keys_diff(self._meta, batch, self.maxsize, True)
+            self._meta[index] = batch
+
+
+class PrioritizedMixin:
+    """Tianshou's prioritized-replay API (``weight``, ``update_weight``, ``get_weight``, ``set_beta``) on the Table.
+
+    Priorities are Tianshou's: a new transition gets ``max_prio`` (the largest ``|w| + eps`` set so
+    far, initially 1), is drawn with probability ``priority ** alpha / sum``, and its importance
+    weight is ``(priority ** alpha / min_prio) ** -beta`` (Tianshou's formula), normalised by the
+    batch maximum when ``weight_norm``.
+    """
+
+    _prioritized = True
+
+    def _init_priorities(self, alpha: float, beta: float, weight_norm: bool) -> None:
+        if not alpha > 0.0:
+            raise ValueError(f"alpha must be > 0, got {alpha}")
+        if not beta >= 0.0:
+            raise ValueError(f"beta must be >= 0, got {beta}")
+        self._alpha, self._beta = float(alpha), float(beta)
+        self._max_prio = self._min_prio = 1.0
+        self._prio = np.ones(self.maxsize, dtype=np.float64)  # |w| + eps of every position
+        self._eps = np.finfo(np.float32).eps.item()
+        self.options.update(alpha=alpha, beta=beta)
+        self._weight_norm = weight_norm
+
+    def position_priorities(self, positions: np.ndarray) -> np.ndarray:  # noqa: D102
+        return self._prio[positions]
+
+    def init_weight(self, index: int | np.ndarray) -> None:
+        """Give ``index`` the largest priority so far (Tianshou's rule for new transitions)."""
+        self._prio[index] = self._max_prio
+
+    def written(self, positions: np.ndarray) -> None:  # noqa: D102
+        self._prio[positions] = self._max_prio
+        super().written(positions)
+
+    @property
+    def weight(self) -> _Weights:
+        """``priority ** alpha`` by position, as Tianshou's ``weight`` segment tree (index, assign, ``reduce``)."""
+        return _Weights(self)
+
+    def get_weight(self, index: int | np.ndarray) -> float | np.ndarray:
+        """Importance weights ``(priority ** alpha / min_prio) ** -beta`` (Tianshou's formula)."""
+        return (self._prio[index] ** self._alpha / self._min_prio) ** (-self._beta)
+
+    def update_weight(self, index: np.ndarray, new_weight: Any) -> None:
+        """Set priorities ``|new_weight| + eps`` at ``index`` (a tensor or array); the last of duplicates wins."""
+        weight = np.abs(ts.to_numpy(new_weight)).astype(np.float64).reshape(-1) + self._eps
+        index = np.asarray(index, dtype=np.int64).reshape(-1)
+        if len(index) == 0:
+            return
+        self._prio[index] = weight
+        self.positions_table().set_priorities(index, weight)
+        self._max_prio = max(self._max_prio, float(weight.max()))
+        self._min_prio = min(self._min_prio, float(weight.min()))
+
+    def __getitem__(self, index: Any) -> Batch:
+        if isinstance(index, slice):
+            indices = self.sample_indices(0) if index == slice(None) else self._indices[: len(self)][index]
+        else:
+            indices = index
+        batch = super().__getitem__(indices)
+        weight = self.get_weight(indices)
+        batch.__dict__["weight"] = weight / np.max(weight) if self._weight_norm else weight
+        return batch
+
+    def set_beta(self, beta: float) -> None:
+        """Set the importance-sampling exponent."""
+        self._beta = beta
+
+
+class _Weights:
+    """A view of a prioritized buffer's ``priority ** alpha`` with the segment tree's indexing API."""
+
+    def __init__(self, buf: PrioritizedMixin) -> None:
+        self._buf = buf
+
+    def __getitem__(self, index: Any) -> np.ndarray:
+        return self._buf._prio[index] ** self._buf._alpha
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        prio = np.broadcast_to(np.asarray(value, dtype=np.float64) ** (1.0 / self._buf._alpha), np.shape(index))
+        self._buf._prio[index] = prio
+        idx = np.asarray(index, dtype=np.int64).reshape(-1)
+        self._buf.positions_table().set_priorities(idx, np.asarray(prio, dtype=np.float64).reshape(-1))
+
+    def reduce(self) -> float:
+        return self._buf.positions_table().total_mass()
+
+
+class PrioritizedReplayBuffer(PrioritizedMixin, ReplayBuffer, ts.PrioritizedReplayBuffer):
+    """Tianshou's ``PrioritizedReplayBuffer(size, alpha, beta, weight_norm=True, ...)`` on the Table's sum tree."""
+
+    def __init__(self, size: int, alpha: float, beta: float, weight_norm: bool = True, **kwargs: Any) -> None:
+        ReplayBuffer.__init__(self, size, **kwargs)
+        self._init_priorities(alpha, beta, weight_norm)
+
+
+class HERReplayBuffer(ts.HERReplayBuffer, ReplayBuffer):
+    """Tianshou's ``HERReplayBuffer``: its goal rewriting (Tianshou's code) over indices drawn by the Table."""
+
+    def __init__(
+        self,
+        size: int,
+        compute_reward_fn: Any,
+        horizon: int,
+        future_k: float = 8.0,
+        **kwargs: Any,
+    ) -> None:
+        ts.HERReplayBuffer.__init__(self, size, compute_reward_fn, horizon, future_k, **kwargs)
