@@ -257,6 +257,10 @@ class ReplayClient:
     def __len__(self) -> int:
         return self._call("size", self.table_name)
 
+    def __contains__(self, key: Any) -> bool:
+        """Whether ``key`` is a live item of the default table (one Ray call; ``InvalidArgument`` as the Table)."""
+        return bool(self.info([key])["found"][0])
+
     def clear(self) -> None:
         """Empty the table."""
         self._call("clear", self.table_name)

@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from ..episodes import whole as _whole
+
 _STALENESS_BINS = 16
 
 
@@ -23,6 +25,9 @@ class StatsMethods:
             out.update(st.blocked())
             out["version"] = st.version
             out["max_priority_seen"] = st.max_priority
+            if self._episodes is not None:  # what a sharded table needs to act as one table
+                out["episodes_complete"] = len(_whole.complete_episodes(self._episodes)[0])
+                out["next_stream"] = self._episodes.fresh_stream()
             inserts = self.rate_limiter.inserts
             out["sample_to_insert_ratio"] = self.rate_limiter.samples / inserts if inserts else 0.0
             if len(live):
