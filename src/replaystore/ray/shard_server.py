@@ -21,36 +21,16 @@ from typing import Any
 from ..errors import InvalidArgument, KeyNotFound
 from ..limiters import Queue, RateLimiter
 from ..samplers import Prioritized, Uniform
-from ..table import Table
+from ..table import Table, contract
 from .server import ReplayServer
 
 _UNBOUNDED = -1e300
 
-#: Table methods a shard call may run (the ReplayServer methods of the same names).
+#: Table methods a shard call may run (the ReplayServer methods of the same names): every call of the
+#: contract that a sharded table sends to its shards, plus what the client asks of one shard.
 SHARD_METHODS = frozenset(
-    {
-        "extend",
-        "add",
-        "sample",
-        "sample_nstep",
-        "sample_sequences",
-        "update_priorities",
-        "delete",
-        "set_version",
-        "get",
-        "info",
-        "keys",
-        "size",
-        "clear",
-        "extend_steps",
-        "add_step",
-        "add_episode",
-        "end_episode",
-        "episode_info",
-        "episode_keys",
-        "sample_episodes",
-        "stats_of",
-    }
+    {c.name for c in contract.CALLS.values() if c.sharding != "client" and "sharded" not in c.refused}
+    | {"size", "stats_of"}
 )
 
 

@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Closed, Timeout
+from ..errors import Closed, Timeout, Unsupported
+from ..table import contract
 from ..table.args import as_keys
 from . import shard_checks, shard_keys, shard_sampling
 from ._runtime import get, import_ray
@@ -68,7 +69,12 @@ class ShardedClient(ShardedEpisodes):
             on their own with :meth:`flush_updates` and before any other call that reads or
             changes the shards.
         default_timeout, rpc_grace: as for :class:`~replaystore.ray.ReplayClient`.
+
+    Every call of :data:`replaystore.table.contract.CALLS` is a method here, dispatched as the
+    contract's ``sharding`` says; ``snapshot`` raises ``Unsupported``.
     """
+
+    MODE = "sharded"
 
     # -- inserts ------------------------------------------------------------------------------------------------
     def _pick(self) -> list[int]:
@@ -330,3 +336,17 @@ class ShardedClient(ShardedEpisodes):
         if self.placement_group is not None:
             import_ray().util.remove_placement_group(self.placement_group)
             self.placement_group = None
+
+
+def _missing(call: contract.Call) -> Callable:
+    """A contract call without a sharded merge yet: ``Unsupported`` (tests/test_contract.py lists none)."""
+
+    def method(self: ShardedClient, *args: Any, **kwargs: Any) -> Any:
+        raise Unsupported(f"{call.name}() has no sharded dispatch yet")
+
+    out = contract.forwarded(call, method, ShardedClient)
+    out.__doc__ = f"Not available on a sharded table yet (no sharded dispatch of {call.name})."
+    return out
+
+
+contract.install(ShardedClient, _missing)
