@@ -163,6 +163,12 @@ class LoggedTable:
             table.wal_lsn = wal.last_lsn
         return self
 
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self.table
+
     def _check(self) -> None:
         """``Closed`` once :meth:`close` ran; the log's pending write error (``DiskFull``, ...)."""
         if self._closed:

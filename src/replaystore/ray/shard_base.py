@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Closed, InvalidArgument, Timeout
+from ..errors import Closed, EpisodeError, InvalidArgument, InvalidPriority, Timeout
 from ..table.args import as_keys
 from . import shard_keys
 from ._runtime import get, import_ray, rpc_timeout
@@ -228,7 +228,8 @@ class ShardedBase:
         cols = [np.asarray(c).reshape(-1) if np.ndim(c) else np.full(len(keys), c) for c in columns]
         for c in cols:
             if len(c) != len(keys):
-                raise InvalidArgument(f"{method}: {len(c)} values for {len(keys)} keys")
+                err = EpisodeError if method == "episode_keys" else InvalidPriority  # the Table's classes
+                raise err(f"{method}: {len(c)} values for {len(keys)} keys")
         refs = {s: self._ref(s, method, local[g], *[c[g] for c in cols]) for s, g in enumerate(groups) if len(g)}
         res = self._get(refs, 0.0, method) if refs else {}
         return [res.get(s) for s in range(len(self.shards))], groups, shards

@@ -61,6 +61,7 @@ class Call:
         sharding: how a sharded table dispatches it (a key of :data:`SHARDING`).
         local: arguments a remote client applies itself (never sent): ``as_tensor``, ...
         refused: ``{mode: (error class, why)}``: what the mode raises instead.
+        differs: ``{mode: what}``: a documented difference of the mode's answer (never silent).
     """
 
     name: str
@@ -70,6 +71,7 @@ class Call:
     sharding: str = "every"
     local: tuple[str, ...] = ()
     refused: Mapping[str, tuple[type[Exception], str]] = field(default_factory=dict)
+    differs: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def method(self) -> Callable:
@@ -81,6 +83,7 @@ class Call:
         return inspect.signature(self.method)
 
 
+_FOREIGN = {"sharded": "keys carry their table and shard: a key this table never issued raises ForeignKey"}
 _SNAPSHOT = "a remote table has no in-process snapshot: use save() and Table.load()"
 _TENSORS = ("as_tensor", "device", "pin_memory")
 
@@ -90,14 +93,28 @@ CALLS: dict[str, Call] = {
     for c in (
         Call("extend", blocking=True, mutating=True, logged=True, sharding="round_robin"),
         Call("add", blocking=True, mutating=True, logged=True, sharding="round_robin"),
-        Call("sample", blocking=True, mutating=True, logged=True, sharding="draw", local=_TENSORS),
-        Call("update_priorities", mutating=True, logged=True, sharding="keys"),
-        Call("delete", mutating=True, logged=True, sharding="keys"),
+        Call(
+            "sample",
+            blocking=True,
+            mutating=True,
+            logged=True,
+            sharding="draw",
+            local=_TENSORS,
+            differs={"sharded": "with depth > 1 (default 8) one fetch draws and counts depth batches at once"},
+        ),
+        Call(
+            "update_priorities",
+            mutating=True,
+            logged=True,
+            sharding="keys",
+            differs={"sharded": "with defer_updates (default) returns how many were queued, not applied"},
+        ),
+        Call("delete", mutating=True, logged=True, sharding="keys", differs=_FOREIGN),
         Call("set_version", mutating=True, logged=True),
         Call("clear", mutating=True, logged=True),
-        Call("get", sharding="keys"),
-        Call("info", sharding="keys"),
-        Call("keys"),
+        Call("get", sharding="keys", differs=_FOREIGN),
+        Call("info", sharding="keys", differs=_FOREIGN),
+        Call("keys", differs={"sharded": "shard by shard, each shard's oldest first"}),
         Call("extend_steps", blocking=True, mutating=True, logged=True, sharding="stream"),
         Call("add_step", blocking=True, mutating=True, logged=True, sharding="stream"),
         Call("add_episode", blocking=True, mutating=True, logged=True, sharding="stream"),
@@ -105,7 +122,11 @@ CALLS: dict[str, Call] = {
         Call("sample_sequences", blocking=True, mutating=True, logged=True, sharding="draw"),
         Call("sample_nstep", blocking=True, mutating=True, logged=True, sharding="draw"),
         Call("sample_episodes", blocking=True, mutating=True, logged=True, sharding="draw"),
-        Call("episode_info", sharding="keys"),
+        Call(
+            "episode_info",
+            sharding="keys",
+            differs={"sharded": "episode ids are table-wide as shard_episode * num_shards + shard"},
+        ),
         Call("episode_keys", sharding="keys"),
         Call(
             "snapshot",
