@@ -28,7 +28,7 @@ from ..errors import InvalidArgument
 from ..items import Sample
 from ..monitor import Sink, StatsReporter
 from ..table import Table, contract
-from ._runtime import get, import_ray, init_local, rpc_timeout
+from ._runtime import get, import_ray, init_local, require_init, rpc_timeout
 from .fragment_buffer import FragmentBufferConfig
 from .server import ReplayServer, SinkSpec
 from .wal import WalConfig
@@ -88,9 +88,9 @@ class ReplayClient:
     def _t(self, timeout: float | None) -> float | None:
         return self.default_timeout if timeout is None else timeout
 
-    def _call(self, method: str, *args: Any, op_timeout: float | None = 0.0) -> Any:
+    def _call(self, method: str, *args: Any, op_timeout: float | None = 0.0, warn: bool = False) -> Any:
         ref = getattr(self.actor, method).remote(*args)
-        return get(ref, rpc_timeout(op_timeout, self.rpc_grace), f"{self.name}.{method}")
+        return get(ref, rpc_timeout(op_timeout, self.rpc_grace), f"{self.name}.{method}", warn)
 
     # -- the Table API: generated from replaystore.table.contract (see _remote_call below) ----------------
     def extend_async(self, data: Any, priorities: Any = None, version: Any = None, timeout: float | None = None) -> Any:
@@ -203,7 +203,8 @@ def _remote_call(call: contract.Call) -> Callable:
         if not call.blocking:
             return self._call(call.name, self.table_name, *a.values())
         a["timeout"] = t = self._t(a["timeout"])
-        return contract.apply_local(self._call(call.name, self.table_name, *a.values(), op_timeout=t), local)
+        out = self._call(call.name, self.table_name, *a.values(), op_timeout=t, warn=t is None)
+        return contract.apply_local(out, local)
 
     return contract.forwarded(call, method, ReplayClient)
 
@@ -356,9 +357,11 @@ def connect(
     """A client of the running service ``name`` (default table: ``table`` or its first one).
 
     Raises:
-        ValueError: no service of that name is running.
+        NotConnected: Ray is not initialized in this process (at once; ``ray.init(address="auto")``
+            joins the cluster where the service runs).
+        InvalidArgument: no service of that name is running.
     """
-    import_ray()
+    require_init(f"connect({name!r})")
     actor = _lookup(name, namespace)
     if actor is None:
         raise InvalidArgument(f"no replay service named {name!r} is running")

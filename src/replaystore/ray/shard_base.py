@@ -166,7 +166,8 @@ class ShardedBase:
         error on several shards is raised once, here, not reported by Ray as unhandled later.
         """
         try:
-            out = get(list(refs.values()), rpc_timeout(op_timeout, self.rpc_grace), f"{self.name}.{what}")
+            wait = rpc_timeout(op_timeout, self.rpc_grace)
+            out = get(list(refs.values()), wait, f"{self.name}.{what}", warn=wait is None)
         except (Exception, KeyboardInterrupt):
             _drain(list(refs.values()))
             raise

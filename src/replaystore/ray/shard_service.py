@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import InvalidArgument, Timeout
 from ..table import Table
-from ._runtime import get, import_ray, init_local
+from ._runtime import get, init_local, require_init
 from .client import DEFAULT_TABLE, ReplayClient, connect, serve
 from .shard_keys import MAX_SHARDS, tag_for
 from .shard_placement import PlacementError, place
@@ -201,9 +201,10 @@ def connect_sharded(name: str = "replaystore", namespace: str | None = None, **c
     """A :class:`ShardedClient` of the running sharded table ``name`` (shards found by name).
 
     Raises:
+        NotConnected: Ray is not initialized in this process (at once).
         InvalidArgument: no shard 0 of that name is running.
     """
-    import_ray()
+    require_init(f"connect_sharded({name!r})")
     shards = []
     while True:
         try:
