@@ -150,6 +150,33 @@ def test_mode_agrees_with_the_table(mode, ray_local, tmp_path):
     assert not fails, f"{mode}: {len(fails)} cells disagree with the Table:\n" + "\n".join(fails)
 
 
+def test_sharded_edges(ray_local):
+    """What the scenario does not reach: an uneven capacity split, a batch larger than a shard, a
+    routed write refused before any shard changes, and ``Closed`` seen by another client."""
+    import functools
+
+    from scenario import batch
+
+    import replaystore as rs
+    from replaystore import ray as rsr
+
+    c = rsr.serve_sharded(functools.partial(rs.Table, 5, seed=2), 2, name=unique("edge"), depth=1)
+    try:
+        assert [st["capacity"] for st in c.stats()["shards"]] == [3, 2]
+        keys = c.extend(batch(0, 5))  # larger than either shard: split over both, as one Table keeps all 5
+        assert len(c) == 5 and sorted(c.get(keys)[0]["id"].tolist()) == list(range(5))
+        with pytest.raises(rs.InvalidPriority):
+            c.extend(batch(5, 2), priorities=[1.0, np.nan], route=[0, 1])
+        with pytest.raises(rs.InvalidArgument):
+            c.extend(batch(5, 2), route=[0])
+        assert len(c) == 5 and c.stats()["total"]["inserts"] == 5
+        c.close()
+        with pytest.raises(rs.Closed):
+            rsr.connect_sharded(c.name).sample(1, timeout=0.1)
+    finally:
+        c.shutdown()
+
+
 def test_matrix_summary():
     """Print the matrix (and write it where ``$REPLAYSTORE_CONFORMANCE_MATRIX`` says)."""
     if not RESULTS:

@@ -1,73 +1,16 @@
-"""A blocked remote call warns in the caller's process and can be interrupted; connect() without Ray
-fails at once (issue 38, items 6 and 7)."""
+"""connect() without Ray fails at once with a named error (issue 38, item 7).
+
+Item 6 (a blocked remote call warns in the caller's process and can be interrupted) is tested in
+test_service_tables.py, on its Ray instance.
+"""
 
 import os
-import signal
 import subprocess
 import sys
-import time
-import uuid
 
-import numpy as np
 import pytest
-from ray_fixtures import start_ray, transitions
-
-import replaystore as rs
-from replaystore import ray as rsr
-from replaystore.ray import _runtime
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    try:
-        yield start_ray(namespace=f"waits-{uuid.uuid4().hex[:8]}")
-    finally:
-        import ray
-
-        ray.shutdown()
-
-
-class Alarm(Exception):
-    pass
-
-
-def _alarm(signum, frame):
-    raise Alarm
-
-
-@pytest.fixture
-def service(ray_local):
-    c = rsr.serve(lambda: rs.Table(100, seed=0), name=f"waits-{uuid.uuid4().hex[:8]}")
-    yield c
-    c.shutdown()
-
-
-def test_blocked_sample_warns_in_the_caller_and_is_interruptible(service, monkeypatch):
-    monkeypatch.setattr(_runtime, "BLOCKING_WARNING_S", 0.5)
-    old = signal.signal(signal.SIGALRM, _alarm)
-    t0 = time.monotonic()
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 2.0)
-        with pytest.warns(rs.BlockingWarning, match="no timeout"), pytest.raises(Alarm):
-            service.sample(4)  # an empty table, no timeout: would wait for good
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-    assert time.monotonic() - t0 < 10  # the handler ran while the call waited
-    service.extend(transitions(10))  # still usable (the abandoned sample takes its 4 on the service)
-    s = service.sample(2, timeout=5)
-    assert len(s.keys) == 2
-
-
-def test_calls_with_a_timeout_do_not_warn(service, monkeypatch, recwarn):
-    monkeypatch.setattr(_runtime, "BLOCKING_WARNING_S", 0.0)
-    with pytest.raises(rs.Timeout):
-        service.sample(4, timeout=0.6)
-    service.extend(transitions(3))
-    assert np.asarray(service.keys()).size == 3
-    assert not [w for w in recwarn if issubclass(w.category, rs.BlockingWarning)]
 
 
 def test_connect_without_ray_init_fails_at_once_with_a_named_error():

@@ -1,4 +1,9 @@
-"""A sharded table acts as one Table in the calls where it used to differ (issue 32, item 3)."""
+"""A sharded table acts as one Table in the calls where it used to differ (issue 32, item 3).
+
+Marked slow: tests/conformance runs these calls in the default run (sharded-1 and sharded-2
+against an in-process Table, plus its ``test_sharded_edges``); these are the issue's cases one by
+one, with their own services.
+"""
 
 import functools
 import uuid
@@ -11,7 +16,7 @@ from ray_fixtures import start_ray, transitions
 import replaystore as rs
 from replaystore import ray as rsr
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -129,6 +129,7 @@ class ShardedSampler(ShardedBase):
 
     def _start(self, method: str, batch_size: int, args: tuple, timeout: float | None, depth: int = 1) -> tuple:
         """Draw the shard counts of up to ``depth`` batches and send the calls; the pending fetch."""
+        self._check_open()
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise InvalidArgument(f"batch_size must be an integer >= 1, got {batch_size!r}")
         t = self._t(timeout)

@@ -80,7 +80,15 @@ class Call:
 
     def signature(self) -> inspect.Signature:
         """The Table method's signature (with ``self``)."""
-        return inspect.signature(self.method)
+        return self._layout[0]
+
+    @functools.cached_property
+    def _layout(self) -> tuple[inspect.Signature, tuple[str, ...], tuple[Any, ...], bool]:
+        """``(signature, parameter names, defaults, all positional-or-keyword)`` (computed once)."""
+        sig = inspect.signature(self.method)
+        params = list(sig.parameters.values())[1:]
+        simple = all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params)
+        return sig, tuple(p.name for p in params), tuple(p.default for p in params), simple
 
 
 _FOREIGN = {"sharded": "keys carry their table and shard: a key this table never issued raises ForeignKey"}
@@ -148,8 +156,26 @@ def forwarded(call: Call, method: Callable, owner: type, signature: inspect.Sign
 
 
 def bind(call: Call, args: tuple, kwargs: dict) -> dict[str, Any]:
-    """The call's arguments by name, defaults filled in (``TypeError`` as the Table method would raise)."""
-    bound = call.signature().bind(None, *args, **kwargs)
+    """The call's arguments by name, defaults filled in (``TypeError`` as the Table method would raise).
+
+    ``kwargs`` is the caller's own ``**kwargs`` dict (it is emptied). A few microseconds: the
+    common case (no keyword-only parameters) is filled in without ``Signature.bind``.
+    """
+    sig, names, defaults, simple = call._layout
+    if simple and len(args) <= len(names):
+        out = dict(zip(names, args))
+        for name, default in zip(names[len(args) :], defaults[len(args) :]):
+            if name in kwargs:
+                out[name] = kwargs.pop(name)
+            elif default is inspect.Parameter.empty:
+                break  # a missing argument: Signature.bind names it
+            else:
+                out[name] = default
+        else:
+            if not kwargs:
+                return out
+        kwargs = {**{n: out[n] for n in names[len(args) :] if n in out}, **kwargs}
+    bound = sig.bind(None, *args, **kwargs)
     bound.apply_defaults()
     out = dict(bound.arguments)
     del out[next(iter(out))]  # self
