@@ -4,7 +4,8 @@ Each mode runs the scenario of :mod:`scenario` (the Table's behavioural calls, b
 the error class each raises) next to an in-process Table that runs the same scenario; every cell
 must agree with the Table or be a refusal or difference that the contract
 (:mod:`replaystore.table.contract`) lists for that call and mode. Modes: in-process, shared
-(SharedTable), served (serve + client), sharded with 1 and 2 shards (uneven masses: the first
+(SharedTable; and one that another process attached and calls), served (serve + client),
+sharded with 1 and 2 shards (uneven masses: the first
 batch has priorities up to 7 and goes to one shard), WAL-served, logged (LoggedTable). One Ray
 instance for the module. The matrix is printed, and written to ``$REPLAYSTORE_CONFORMANCE_MATRIX``
 when that is set (docs/architecture.md shows it).
@@ -36,7 +37,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 pytestmark = pytest.mark.timeout(300)
 
-MODES = ["table", "shared", "served", "sharded-1", "sharded-2", "wal", "logged"]
+MODES = ["table", "shared", "shared-process", "served", "sharded-1", "sharded-2", "wal", "logged"]
 RESULTS: dict[tuple[str, str], tuple[str, str]] = {}  # (cell, mode) -> (outcome, detail)
 
 
@@ -75,6 +76,14 @@ def build(mode: str, tmp: str, ray_local) -> tuple[dict, list]:
             kw = config(c)
             hs[c] = SharedHandle(SharedTable.create(unique("cf"), kw.pop("capacity"), **kw), c)
         return hs, [h.cleanup for h in hs.values()]
+    if mode == "shared-process":  # created here, every call made by another process that attached it
+        hs = {}
+        for c in CONFIGS:
+            kw = config(c)
+            hs[c] = SharedHandle(SharedTable.create(unique("cf"), kw.pop("capacity"), **kw), c)
+        child = InOtherProcess({c: h.obj.name for c, h in hs.items()}, os.path.join(tmp, "child"))
+        cleanups = [child.stop, *[h.obj.close for h in hs.values()], *[h.cleanup for h in hs.values()]]
+        return {c: child for c in CONFIGS}, cleanups
     if mode in ("served", "wal"):
         wal = WalConfig(dir=os.path.join(tmp, "wal"), fsync="never") if mode == "wal" else None
         client = rsr.serve({c: factory(c) for c in CONFIGS}, name=unique("cf"), wal=wal)
@@ -90,6 +99,52 @@ def build(mode: str, tmp: str, ray_local) -> tuple[dict, list]:
             hs[c] = LoggedHandle(LoggedTable.open(table(c), d, WalConfig(dir=d, fsync="never")), c)
         return hs, [h.obj.close for h in hs.values()]
     raise KeyError(mode)
+
+
+class InOtherProcess:
+    """Runs the scenario's cells in a spawned process on SharedTables it attached by name."""
+
+    def __init__(self, names: dict, tmp: str) -> None:
+        import multiprocessing as mp
+
+        self.conn, child = mp.get_context("spawn").Pipe()
+        self.proc = mp.get_context("spawn").Process(target=_child_loop, args=(child, names, tmp), daemon=True)
+        self.proc.start()
+
+    def run(self, index: int):
+        self.conn.send(index)
+        if not self.conn.poll(120):
+            raise TimeoutError("the other process did not answer")
+        return self.conn.recv()
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        finally:
+            self.proc.join(30)
+            if self.proc.is_alive():
+                self.proc.kill()
+
+
+def _child_loop(conn, names: dict, tmp: str) -> None:
+    from conformance_modes import SharedHandle
+
+    from replaystore.shared import SharedTable
+
+    handles = {c: SharedHandle(SharedTable.attach(n, seed=0), c) for c, n in names.items()}
+    ctx = {c: {"tmp": tmp} for c in names}
+    cells = [*CELLS, *CLOSING]
+    while True:
+        i = conn.recv()
+        if i is None:
+            break
+        cfg, _, _, fn = cells[i]
+        conn.send(run(fn, handles[cfg], ctx[cfg]))
+    for h in handles.values():
+        try:
+            h.obj.close()
+        except Exception:  # noqa: BLE001 - closed by the scenario already
+            pass
 
 
 def norm(v):
@@ -134,9 +189,10 @@ def test_mode_agrees_with_the_table(mode, ray_local, tmp_path):
     ref_ctx = {c: {"tmp": str(tmp_path / "ref")} for c in CONFIGS}
     fails = []
     try:
-        for cfg, call, name, fn in [*CELLS, *CLOSING]:
+        for i, (cfg, call, name, fn) in enumerate([*CELLS, *CLOSING]):
             want = run(fn, refs[cfg], ref_ctx[cfg])
-            got = run(fn, handles[cfg], ctx[cfg])
+            h = handles[cfg]
+            got = h.run(i) if isinstance(h, InOtherProcess) else run(fn, h, ctx[cfg])
             outcome = classify(call, mode, got, want)
             RESULTS[(f"{cfg}: {name}", mode)] = outcome
             if outcome[0] == "fails":
