@@ -119,11 +119,12 @@ class ShardedBase:
         return self.shards[shard].actor.shard_call.remote(method, self.table_name, *args)
 
     def _shard_config(self) -> dict[str, Any]:
-        """Shard 0's ``{"episodes", "capacity"}`` (asked once; every shard has the same configuration)."""
+        """Shard 0's ``{"episodes", "capacity"}`` plus ``"min_capacity"`` over all shards (asked once)."""
         if self._config is None:
             self._check_open()
-            ref = self.shards[0].actor.shard_config.remote(self.table_name)
-            self._config = get(ref, self.rpc_grace, f"{self.name}.shard_config")
+            refs = [c.actor.shard_config.remote(self.table_name) for c in self.shards]
+            configs = get(refs, self.rpc_grace, f"{self.name}.shard_config")
+            self._config = dict(configs[0], min_capacity=min(c["capacity"] for c in configs))
         return self._config
 
     def _states_known(self) -> list[tuple]:
@@ -134,11 +135,20 @@ class ShardedBase:
             return [st for st in self._states if st is not None]
 
     def _refresh_states(self) -> None:
+        """Ask every shard for its state; a shard that is down, closed or silent keeps what was known."""
         self._check_open()
-        refs = [c.actor.shard_state.remote(self.table_name) for c in self.shards]
-        states = get(refs, self.rpc_grace, f"{self.name}.shard_state")
-        with self._lock:
-            self._states = list(states)
+        refs = {s: c.actor.shard_state.remote(self.table_name) for s, c in enumerate(self.shards)}
+        ray = import_ray()
+        wait = self.skip_after if self.on_dead == "skip" else self.rpc_grace
+        ready = set(ray.wait(list(refs.values()), num_returns=len(refs), timeout=wait)[0])
+        for s, ref in refs.items():
+            if ref in ready:
+                try:
+                    st = get(ref, 0.0, f"{self.name}.shard_state")
+                except (Closed, Timeout):
+                    continue  # the call that follows reports it
+                with self._lock:
+                    self._states[s] = st
 
     def _default_priority(self, shard: int, given: Any) -> Any:
         """``given``, or for a write without priorities the table-wide default if shard's own is lower.
@@ -168,7 +178,9 @@ class ShardedBase:
         try:
             wait = rpc_timeout(op_timeout, self.rpc_grace)
             out = get(list(refs.values()), wait, f"{self.name}.{what}", warn=wait is None)
-        except (Exception, KeyboardInterrupt):
+        except (Timeout, KeyboardInterrupt):
+            raise
+        except Exception:
             _drain(list(refs.values()))
             raise
         results = {}

@@ -139,7 +139,7 @@ class ShardedClient(ShardedEpisodes):
         self._check_open()
         if route is None:
             n = shard_checks.batch_length(data) if isinstance(data, dict) else None
-            cap = self._shard_config()["capacity"]
+            cap = self._shard_config()["min_capacity"]
             if n is None or n <= cap or len(self.shards) == 1:
                 s, keys = self._insert_rr(
                     "extend", lambda s: (data, self._default_priority(s, priorities), version), timeout
