@@ -89,7 +89,8 @@ def main() -> None:
         losses.append(float(err.detach().mean()))
         if step % 100 == 0 or ticker.due():
             print(f"step {step:4d}  mse {losses[-1]:.5f}")
-    print(f"mse: first 50 steps {np.mean(losses[:50]):.5f} -> last 50 steps {np.mean(losses[-50:]):.5f} "
+    k = max(1, min(50, len(losses) // 2))  # (two windows that do not overlap, however short the run)
+    print(f"mse: first {k} steps {np.mean(losses[:k]):.5f} -> last {k} steps {np.mean(losses[-k:]):.5f} "
           f"({len(losses)} batches of {args.batch_size}, {args.workers} workers, "
           f"{'Ray service' if args.ray else 'in-process table'})")
     if args.ray:

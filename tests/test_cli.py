@@ -60,6 +60,7 @@ def test_inspect_missing_checkpoint(tmp_path, capsys):
 def test_inspect_plot_writes_png(checkpoint, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     out = tmp_path / "figs" / "ckpt.png"
+    out.parent.mkdir()  # (inspect makes no folders: tests/test_cli_edges.py)
     assert cli.main(["inspect", str(checkpoint), "--plot", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = capsys.readouterr().out

@@ -37,6 +37,7 @@ OPTIONAL = {
     "zstandard",
     "tensorboard",
     "numba",
+    "pettingzoo",
 }
 TIMEOUT = 240
 

@@ -6,6 +6,7 @@ The core is :class:`Table`: a storage, a sampler, a remover, a rate limiter and 
 
 from .episodes import EpisodeBatch, EpisodeInfo, Episodes, NStepSample, SequenceSample, sequence_priority
 from .errors import (
+    AgentShapeMismatch,
     AlreadySampled,
     BlockingWarning,
     CapacityError,
@@ -19,8 +20,11 @@ from .errors import (
     InvalidState,
     InvalidType,
     KeyNotFound,
+    MissingAgent,
+    MultiAgentError,
     NotConnected,
     NoValidSequence,
+    OverReservation,
     RateLimitError,
     ReplayError,
     ReplayWarning,
@@ -28,6 +32,7 @@ from .errors import (
     StorageError,
     TicketCancelled,
     Timeout,
+    UnknownAgent,
     UnknownStream,
     UnknownTicket,
     Unsupported,
@@ -53,6 +58,10 @@ from .table import Table
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgentShapeMismatch",
+    "MissingAgent",
+    "MultiAgentError",
+    "UnknownAgent",
     "AlreadySampled",
     "BlockingWarning",
     "ReplayWarning",
@@ -111,6 +120,7 @@ __all__ = [
     "Unsupported",
     "WalCorrupt",
     "WouldDeadlock",
+    "OverReservation",
     "WithoutReplacement",
     "__version__",
 ]

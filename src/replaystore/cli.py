@@ -6,6 +6,7 @@ shows a progress bar, prints the greedy evaluation and writes a figure (needs th
 with importance weights, update priorities, checkpoint, reload, and print the stats.
 ``replaystore inspect PATH`` summarises a checkpoint (``--plot`` draws its priorities and
 times-sampled counts). ``replaystore bench`` runs the benchmark harness of a source checkout.
+``replaystore dashboard`` serves live charts of a running buffer (``replaystore.metrics.command``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -234,6 +236,8 @@ def _inspect(args: argparse.Namespace) -> int:
     except CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.plot and _missing_folder(Path(args.plot), "--plot"):
+        return 2
     t = m["table"]
     print(f"checkpoint {args.path}: table {t['name']!r}, {m['size']:,} / {t['capacity']:,} items")
     print(f"  storage: {m['storage']['kind']}")
@@ -250,6 +254,14 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.plot:
         return _inspect_plot(where, m, Path(args.plot))
     return 0
+
+
+def _missing_folder(out: Path, option: str) -> bool:
+    """Print an error and return True when ``out``'s folder does not exist (none is made: a typo would)."""
+    if out.parent.is_dir():
+        return False
+    print(f"error: {option} {out}: the folder {out.parent} does not exist (create it first)", file=sys.stderr)
+    return True
 
 
 def _inspect_plot(path: Path, manifest: dict, out: Path) -> int:
@@ -272,7 +284,6 @@ def _inspect_plot(path: Path, manifest: dict, out: Path) -> int:
             f"  priorities: min {pr.min():.4g}, mean {pr.mean():.4g}, max {pr.max():.4g}; "
             f"times sampled: mean {ts.mean():.2f}, max {ts.max()}"
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
     plot_checkpoint(pr, ts, out, title=f"{path} (table {manifest['table']['name']!r}, {len(pr):,} items)")
     print(f"  figure: {out}")
     return 0
@@ -320,8 +331,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="replaystore",
         description="replaystore: experience replay for reinforcement learning. "
         "Commands: demo (DQN + prioritized replay on CartPole), tour (the core on synthetic data), "
-        "inspect (a checkpoint), bench (the benchmark harness of a source checkout).",
+        "inspect (a checkpoint), bench (the benchmark harness of a source checkout), "
+        "dashboard (live charts of a running buffer).",
     )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"replaystore {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     d = DemoConfig()
@@ -458,6 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
     insp.set_defaults(func=_inspect)
 
     add_shm_parser(sub)  # replaystore shm list|rm (replaystore.shared.command)
+    _add_dashboard_parser(sub)
     sub.add_parser(
         "bench",
         add_help=False,
@@ -465,6 +481,13 @@ def build_parser() -> argparse.ArgumentParser:
         "through ([WORKLOAD ...] [--repeats N] [--quick]; `replaystore bench --help` for all)",
     )
     return parser
+
+
+def _add_dashboard_parser(sub: Any) -> None:
+    """``replaystore dashboard`` (replaystore.metrics.command)."""
+    from .metrics.command import add_parser
+
+    add_parser(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -125,6 +125,15 @@ class AlreadySampled(InvalidRequest):
     """A group cannot be rejected: the trainer has already sampled it."""
 
 
+class OverReservation(InvalidRequest):
+    """A group (or a finished ticket) that used more budget units (tokens) than its ticket reserved.
+
+    A token budget's staleness bound holds only if no group outgrows its reservation
+    (``group_tokens`` or ``acquire(tokens=...)``): such a write is refused and changes nothing.
+    The producer can ``reject`` the group, or write it truncated.
+    """
+
+
 class WouldDeadlock(InvalidRequest):
     """An ``acquire`` that can never be granted while its holder keeps the tickets it holds.
 
@@ -157,6 +166,26 @@ class NoValidSequence(EpisodeError):
     """
 
 
+class MultiAgentError(EpisodeError):
+    """Bad use of a multi-agent table (``replaystore.multiagent``).
+
+    A step with no agent, agents whose fields differ, a per-agent priority update on a table that
+    keeps joint priorities, a sample mode the table's sampler cannot give exactly.
+    """
+
+
+class UnknownAgent(MultiAgentError, KeyError):
+    """An agent id that is not one of the table's agents."""
+
+
+class MissingAgent(MultiAgentError):
+    """A step lacks an agent the table requires, or a PettingZoo output lacks an acting agent."""
+
+
+class AgentShapeMismatch(MultiAgentError, SpecError):
+    """Agents sharing a field give it different shapes or dtypes (or differ from the stored field)."""
+
+
 class InvalidState(ReplayError, RuntimeError):
     """A call that needs a set-up step first (e.g. an SB3 HER buffer sampled before ``set_env``)."""
 
@@ -175,6 +204,17 @@ class NotConnected(InvalidState):
     ``ray.init(address="auto")`` (or ``ray.init(address=...)``) first. It does not start a new
     local Ray instance, which could never hold the service.
     """
+
+
+class Unavailable(ReplayError, ConnectionError):
+    """A metrics source cannot be read now (no service, shard or shared table of that name; a restart).
+
+    A dashboard keeps retrying; the message names the source.
+    """
+
+
+class PortInUse(ReplayError, OSError):
+    """A dashboard or metrics endpoint cannot listen on the port it was given (another process has it)."""
 
 
 class ReplayWarning(UserWarning):

@@ -141,3 +141,32 @@ def sample_to_tensordict(sample: Sample, device: Any = None) -> Any:
         raise InvalidType("TensorDict output needs a column storage (dict of arrays)")
     meta = {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "data"}
     return TensorDict({**s.data, **meta}, batch_size=[len(sample)], device=device)
+
+
+def drawn_sample(
+    data: Any,
+    slots: np.ndarray,
+    probabilities: np.ndarray,
+    weights: np.ndarray | None,
+    rows: np.ndarray,
+    as_tensor: bool = False,
+    device: Any = None,
+    pin_memory: bool = False,
+) -> Sample:
+    """The :class:`Sample` of a draw (``Table._draw``'s results; ``weights`` ``None``: all ones).
+
+    Its metadata columns are views of ``rows`` (the sample's own copy of the items' metadata rows).
+    """
+    sample = Sample.build(
+        data=data,
+        keys=rows[:, 0],
+        indices=slots,
+        probabilities=probabilities,
+        weights=np.ones(len(slots)) if weights is None else weights,
+        priorities=rows.view(np.float64)[:, 3],
+        times_sampled=rows[:, 1],
+        versions=rows[:, 2],
+    )
+    if as_tensor:
+        return sample_to_tensors(sample, device=device, pin_memory=pin_memory)
+    return sample

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import pytest
@@ -10,6 +11,9 @@ import pytest
 ray = pytest.importorskip("ray")
 
 import gfn_conftest as gc  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ray"))
+from ray_fixtures import start_ray  # noqa: E402
 
 from replaystore.compat.gfn import ReplayBuffer, ReplayBufferManager  # noqa: E402
 from replaystore.errors import Closed  # noqa: E402
@@ -22,7 +26,7 @@ def ray_cluster():
     here = os.path.dirname(os.path.abspath(__file__))
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([here] + ([old] if old else []))  # workers import gfn_conftest
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_ray()  # torn down and retried if the start fails (tests/ray/ray_fixtures.py)
     yield
     ray.shutdown()
     if old is None:

@@ -1,14 +1,13 @@
 """Two simulated nodes: the store lives on the ``database`` node, the driver is elsewhere."""
 
-import os
-
 import pytest
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("lmdb")
 
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
-from test_minestudio_helpers import Producer, config  # noqa: E402
+from ray_fixtures import start_cluster, stop_cluster  # noqa: E402
+from test_minestudio_helpers import Producer, config  # noqa: E402  (puts tests/ray on the path)
 
 from replaystore.compat.minestudio import (  # noqa: E402
     FragmentMetadata,
@@ -23,19 +22,12 @@ S = "s"
 
 @pytest.fixture(scope="module")
 def cluster():
-    from ray.cluster_utils import Cluster
-
-    if ray.is_initialized():
-        ray.shutdown()
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    db_node = c.add_node(num_cpus=1, resources={"database": 1})
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = os.pathsep.join([here, os.path.join(os.path.dirname(here), "ray"), os.path.dirname(here)])
-    ray.init(address=c.address, runtime_env={"env_vars": {"PYTHONPATH": path}}, log_to_driver=False)
-    c.wait_for_nodes()
+    # torn down and retried if the start fails (tests/ray/ray_fixtures.py)
+    _, c, (db_node,) = start_cluster(
+        {"num_cpus": 1, "include_dashboard": False}, [dict(num_cpus=1, resources={"database": 1})]
+    )
     yield c, db_node
-    ray.shutdown()
-    c.shutdown()
+    stop_cluster(ray, c)
 
 
 def test_remote_store_and_loaders_on_the_database_node(cluster, tmp_path):

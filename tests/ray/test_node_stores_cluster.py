@@ -24,7 +24,7 @@ import uuid
 
 import numpy as np
 import pytest
-from ray_fixtures import wait_restarted
+from ray_fixtures import start_cluster, stop_cluster, wait_restarted
 
 pytestmark = pytest.mark.timeout(280)
 
@@ -33,30 +33,16 @@ WORKERS = ("a", "b")
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")
     pytest.importorskip("lmdb")
-    from ray.cluster_utils import Cluster
-
-    if ray.is_initialized():
-        ray.shutdown()
-    c = Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, "resources": {"database": 1}}
-    )
-    workers = {
-        lb: c.add_node(num_cpus=1, resources={"database": 1}, labels={"replaystore-store": lb}) for lb in WORKERS
-    }
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = os.pathsep.join(p for p in (here, os.path.dirname(here), os.environ.get("PYTHONPATH")) if p)
-    ray.init(
-        address=c.address,
+    ray, c, added = start_cluster(  # torn down and retried if the start fails
+        {"num_cpus": 1, "include_dashboard": False, "resources": {"database": 1}},
+        [dict(num_cpus=1, resources={"database": 1}, labels={"replaystore-store": lb}) for lb in WORKERS],
         namespace=f"nlf-{uuid.uuid4().hex[:6]}",
-        runtime_env={"env_vars": {"PYTHONPATH": path}},
-        log_to_driver=False,
     )
-    c.wait_for_nodes()
+    workers = dict(zip(WORKERS, added))
     yield ray, c, workers
-    ray.shutdown()
-    c.shutdown()
+    stop_cluster(ray, c)
 
 
 def on(node_id):

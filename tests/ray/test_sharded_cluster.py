@@ -5,13 +5,12 @@ fails within its timeout; a node removed mid-run takes its shard with it and a c
 ``on_dead="skip"`` keeps sampling and inserting on the other one.
 """
 
-import os
 import time
 import uuid
 
 import numpy as np
 import pytest
-from ray_fixtures import transitions
+from ray_fixtures import start_cluster, stop_cluster, transitions
 
 import replaystore as rs
 from replaystore import ray as rsr
@@ -21,25 +20,14 @@ pytestmark = pytest.mark.timeout(280)
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray = pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-
-    if ray.is_initialized():
-        ray.shutdown()
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    worker = c.add_node(num_cpus=1, resources={"writers": 1})
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = os.pathsep.join(p for p in (here, os.path.dirname(here), os.environ.get("PYTHONPATH")) if p)
-    ray.init(
-        address=c.address,
+    pytest.importorskip("ray")
+    ray, c, (worker,) = start_cluster(  # torn down and retried if the start fails
+        {"num_cpus": 1, "include_dashboard": False},
+        [dict(num_cpus=1, resources={"writers": 1})],
         namespace=f"cl-{uuid.uuid4().hex[:6]}",
-        runtime_env={"env_vars": {"PYTHONPATH": path}},
-        log_to_driver=False,
     )
-    c.wait_for_nodes()
     yield ray, c, worker
-    ray.shutdown()
-    c.shutdown()
+    stop_cluster(ray, c)
 
 
 def factory():

@@ -120,7 +120,7 @@ def test_stats_total_aggregates_gauges_and_capacity_is_the_tables(plain):
     assert (tot["priority_min"], tot["priority_max"]) == (1.0, 3.0)
     assert tot["priority_mean"] == pytest.approx(2.0)
     assert tot["staleness_histogram"] == {"0": 1, "1": 1, "2": 1}
-    sharded.set_version(0)  # back for the other tests (a lower version is accepted today)
+    sharded.set_version(0, reset=True)  # back for the other tests
 
 
 def test_uneven_capacity_split_and_oversized_batches(ray_local):

@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import Closed, InvalidRequest, TicketCancelled, Timeout, WouldDeadlock
+from ..errors import Closed, InvalidRequest, OverReservation, TicketCancelled, Timeout, WouldDeadlock
 from .tickets import VERSION, WEIGHT, Ticket, TicketBook, ticket_ids
 from .versions import check_int
 
@@ -162,6 +162,17 @@ class StalenessBudget:
             self._expire(self._clock())
             self._check_held([ticket])
             return self._book.records[int(ticket)][VERSION]
+
+    def weight_of(self, ticket: int) -> int:
+        """The units ``ticket`` reserved (its tokens, for a token budget).
+
+        Raises:
+            UnknownTicket: not held (:class:`TicketCancelled` if it was cancelled).
+        """
+        with self._lock:
+            self._expire(self._clock())
+            self._check_held([ticket])
+            return self._book.records[int(ticket)][WEIGHT]
 
     def require_held(self, tickets: Any) -> list[int]:
         """The ids of ``tickets`` (one or a list) if every one is held now (expiry judged by the clock).
@@ -326,15 +337,17 @@ class StalenessBudget:
         Args:
             tickets: a list of tickets, or one ticket.
             accepted: kept (counts against the budget) or rejected.
-            units: per ticket, the units its rollout actually used (tokens); default the reserved weight.
+            units: per ticket, the units its rollout actually used (tokens), at most its reserved
+                weight (the default).
 
         Returns:
             Tickets cancelled because an over-provisioned batch is now full (also reported once by
             :meth:`take_cancelled`).
 
         Raises:
-            UnknownTicket: some ticket is not held (nothing changed). InvalidRequest: duplicates,
-                bad ``units``.
+            UnknownTicket: some ticket is not held (nothing changed). InvalidRequest: a ticket that
+                is not an integer id (``finish([t, "x"])``), duplicates, bad ``units``.
+            OverReservation: a ticket's ``units`` exceed what it reserved (nothing changed).
         """
         with self._lock:
             self._expire(self._clock())
@@ -344,6 +357,13 @@ class StalenessBudget:
                 units = [check_int(u, "units", 0) for u in units]
                 if len(units) != len(ids):
                     raise InvalidRequest(f"{len(units)} units for {len(ids)} tickets")
+                over = [(t, u) for t, u in zip(ids, units) if u > self._book.records[t][WEIGHT]]
+                if over:
+                    t, u = over[0]
+                    raise OverReservation(
+                        f"ticket {t} used {u} units, more than the {self._book.records[t][WEIGHT]} it reserved: "
+                        f"the staleness bound needs every rollout within its reservation"
+                    )
             recs = self._book.pop(ids)
             cancelled: list[int] = []
             if accepted:
@@ -359,7 +379,8 @@ class StalenessBudget:
         """End held tickets whose rollouts will not finish; their capacity comes back.
 
         Raises:
-            UnknownTicket: some ticket is not held (nothing changed). InvalidRequest: duplicates.
+            UnknownTicket: some ticket is not held (nothing changed). InvalidRequest: a ticket that
+                is not an integer id, duplicates.
         """
         with self._lock:
             self._expire(self._clock())
@@ -399,6 +420,7 @@ class StalenessBudget:
         Raises:
             UnknownTicket: some ticket is not held (expired by now, finished, ...; :class:`TicketCancelled`
                 if cancelled); nothing changed.
+            InvalidRequest: a ticket that is not an integer id, duplicates (nothing changed).
         """
         with self._lock:
             now = self._clock()
@@ -532,29 +554,60 @@ class StalenessBudget:
                 "paused": self.paused,
             }
 
+    def _scalars(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "accepted": self.accepted,
+            "counters": dict(self.counters),
+            "wait_s": self.wait_s,
+            "paused": self.paused,
+        }
+
     def state(self) -> dict[str, Any]:
         """JSON-able state (tickets with their deadlines, counters, version, batches) for a journal."""
         with self._lock:
-            return {
-                "version": self.version,
-                "accepted": self.accepted,
-                **self._book.state(),
-                "counters": dict(self.counters),
-                "wait_s": self.wait_s,
-                "paused": self.paused,
-            }
+            return {**self._scalars(), **self._book.state()}
+
+    def track_changes(self) -> None:
+        """Start recording which tickets change, for :meth:`journal` (off by default: nothing kept)."""
+        with self._lock:
+            self._book.tracking = True
+
+    def journal(self) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+        """``(scalars, puts, deletes)``: the state without its tickets, and the changed ticket records.
+
+        The scalars are O(1) in size; the records are those of the tickets and batches changed since
+        the last call (:meth:`track_changes` first). :meth:`load_journal` restores the scalars with
+        every record put and not deleted since.
+        """
+        with self._lock:
+            puts, deletes = self._book.take_changes()
+            return {**self._scalars(), **self._book.scalars(), "records": True}, puts, deletes
+
+    def load_journal(self, scalars: dict[str, Any], records: dict[str, Any]) -> None:
+        """Restore :meth:`journal` output: its scalars and the live records (``t/...``, ``tb/...``, ``tc``).
+
+        Raises:
+            ValueError, KeyError, TypeError: a field or record that :meth:`journal` does not write.
+        """
+        with self._lock:
+            self._book.load_records(scalars, records)
+            self._load_scalars(scalars)
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state` output (a restarted service). Tickets keep their deadlines."""
         with self._lock:
-            self.version = int(state["version"])
-            self.accepted = int(state["accepted"])
             self._book.load_state(state)
-            self._no_expiry_before = float("-inf")
-            self.counters.update(state["counters"])
-            self.wait_s = float(state["wait_s"])
-            self.paused = bool(state.get("paused", False))
-            self._cond.notify_all()
+            self._load_scalars(state)
+
+    def _load_scalars(self, state: dict[str, Any]) -> None:  # lock held
+        self.version = int(state["version"])
+        self.accepted = int(state["accepted"])
+        self._no_expiry_before = float("-inf")
+        self.counters.update(state["counters"])
+        self.wait_s = float(state["wait_s"])
+        self.paused = bool(state.get("paused", False))
+        self._cond.notify_all()
 
     def __repr__(self) -> str:
         return (

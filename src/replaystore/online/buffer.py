@@ -91,6 +91,16 @@ _COUNTERS = (
 _REMEMBER_DONE = 4096  # completed groups remembered so that a retried write is answered, not duplicated
 
 
+def _done_order(rec: tuple) -> tuple:
+    """Sort key of a journaled done record: its sequence number.
+
+    Records written before they had one: numeric ids first, in numeric order (as they were admitted).
+    """
+    if len(rec) > 2:
+        return (1, int(rec[2]))
+    return (0, rec[0] if isinstance(rec[0], int) else -1)
+
+
 class NullOnlineJournal:
     """Keeps nothing (an in-process buffer). See :class:`~replaystore.online.journal.OnlineJournal`."""
 
@@ -237,6 +247,7 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
         self._jkey: dict[int, str] = {}  # table key -> journal key
         self._by_gid: dict[Hashable, int] = {}  # group id -> table key (complete groups)
         self._done: dict[Hashable, list] = {}  # group id -> [status of its last write, fate]; bounded
+        self._done_seq = 0  # the last sequence number of a done record (their order in the journal)
         self._items = 0  # rollouts in complete groups
         self._tokens = 0  # tokens in complete groups
         self._next_order = 0
@@ -245,6 +256,8 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
         self.journal = journal if journal is not None else NullOnlineJournal()
         self._puts: dict[str, Any] = {}
         self._deletes: set[str] = set()
+        if self.budget is not None and type(self.journal) is not NullOnlineJournal:
+            self.budget.track_changes()  # each write journals the tickets that changed, not all
         self._restore(self.journal.load())
 
     # -- small queries --------------------------------------------------------------------------------
@@ -282,14 +295,14 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
         return g.tokens if self.tokens else 1
 
     # -- journal ----------------------------------------------------------------------------------------
-    def _state(self) -> dict[str, Any]:
+    def _state(self, budget: dict[str, Any] | None) -> dict[str, Any]:
         return {
             "version": self.version,
             "counters": self.counters,
             "next_order": self._next_order,
             "next_arrival": self._next_arrival,
             "metrics": self.metrics.snapshot("total"),
-            "budget": None if self.budget is None else self.budget.state(),
+            "budget": budget,
         }
 
     def _commit(self) -> None:
@@ -303,9 +316,16 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
         self._puts, self._deletes = {}, set()
         if type(self.journal) is NullOnlineJournal:  # nothing kept: no state to build
             return
+        budget = None
+        if self.budget is not None:  # its scalars, and the records of the tickets that changed
+            budget, bputs, bdeletes = self.budget.journal()
+            for k in bdeletes:
+                puts.pop(k, None)
+                deletes.add(k)
+            puts.update(bputs)
         puts.pop("s", None)
         try:
-            self.journal.write({**puts, "s": self._state()}, [d for d in deletes if d not in puts])
+            self.journal.write({**puts, "s": self._state(budget)}, [d for d in deletes if d not in puts])
         except Exception as e:
             self._puts, self._deletes = puts, deletes  # staged again (the lock is held: nothing came since)
             if isinstance(e, StorageError):
@@ -340,7 +360,8 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
         if fate is not None:
             rec[1] = fate
         self._done[gid] = rec
-        self._stage(f"d/{gid!r}", (gid, rec))
+        self._done_seq += 1
+        self._stage(f"d/{gid!r}", (gid, rec, self._done_seq))  # the sequence orders them on restart
         while len(self._done) > _REMEMBER_DONE:
             old = next(iter(self._done))
             del self._done[old]
@@ -530,13 +551,21 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
         for kind, hist in state["metrics"].items():
             self.metrics.total[kind].update(hist)
         if self.budget is not None and state["budget"] is not None:
-            self.budget.load_state(state["budget"])
-        self.table.set_version(self.version)
+            if state["budget"].get("records"):  # ticket records apart (O(1) writes)
+                records = {k: v for k, v in saved.items() if k.startswith(("t/", "tb/")) or k == "tc"}
+                self.budget.load_journal(state["budget"], records)
+            else:  # a journal of the older format: every ticket in the state (rewritten as records)
+                self.budget.load_state(state["budget"])
+        self.table.set_version(self.version, reset=True)  # (restored)
+        done = sorted((v for k, v in saved.items() if k.startswith("d/")), key=_done_order)
+        for v in done[: max(len(done) - _REMEMBER_DONE, 0)]:
+            self._unstage(f"d/{v[0]!r}")
+        for v in done[-_REMEMBER_DONE:]:
+            self._done[v[0]] = list(v[1])
+        self._done_seq = max((_done_order(v)[1] for v in done), default=0)
         for k, v in sorted(saved.items()):
             if k.startswith("p/"):
                 self._pending[v.group_id] = v
-            elif k.startswith("d/"):
-                self._done[v[0]] = list(v[1])
             elif k.startswith("c/"):
                 if v.arrival < 0:  # a journal written before groups kept their arrival
                     v.arrival = int(k[2:])

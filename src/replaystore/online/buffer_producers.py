@@ -14,7 +14,7 @@ import numbers
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AlreadySampled, InvalidRequest, UnknownTicket
+from ..errors import AlreadySampled, InvalidRequest, OverReservation, UnknownTicket
 from .groups import Group, Rollout
 from .tickets import Ticket, ticket_ids
 from .versions import VersionRange, check_int
@@ -108,6 +108,7 @@ class ProducerCalls:
         Raises:
             UnknownTicket: a ticket is not held, expired by now included (:class:`TicketCancelled`
                 if cancelled); nothing changed.
+            InvalidRequest: a ticket that is not an integer id, duplicates (nothing changed).
         """
         budget = self._need_budget()
         with self._lock:
@@ -119,7 +120,8 @@ class ProducerCalls:
         """Give tickets back (one or a list); their pending groups are dropped (counted ``abandoned``).
 
         Raises:
-            UnknownTicket: a ticket is not held (nothing changed).
+            UnknownTicket: an integer ticket id that is not held. InvalidRequest: a ticket that is
+                not an integer id, duplicates. (Nothing changed in either case.)
         """
         budget = self._need_budget()
         with self._lock:
@@ -139,8 +141,9 @@ class ProducerCalls:
         A ticket used as a group id in this buffer is finished by its group instead.
 
         Raises:
-            UnknownTicket: a ticket is not held. InvalidRequest: a ticket has a pending group here.
-            (Nothing changed in either case.)
+            UnknownTicket: an integer ticket id that is not held. InvalidRequest: a ticket that is
+                not an integer id (``finish([t, "x"])``), duplicates, or a ticket with a pending
+                group here. (Nothing changed in every case.)
         """
         budget = self._need_budget()
         with self._lock:
@@ -241,6 +244,8 @@ class ProducerCalls:
                 index, a size different from the group's, more members than its size.
             UnknownTicket: with pacing, ``group`` is not a held ticket (never acquired, expired by
                 now, ...; :class:`TicketCancelled` if cancelled).
+            OverReservation: with a token budget, the group's tokens (the sum of its lengths) would
+                exceed what its ticket reserved.
             Closed: the buffer was closed.
         """
         return self._write(
@@ -284,7 +289,8 @@ class ProducerCalls:
         Raises:
             InvalidRequest: without ``indices``, a number of completions other than the group's
                 size; an index twice, out of range; lengths or ranges not one per member; the
-                errors of :meth:`add`. UnknownTicket. Closed. (Nothing changed.)
+                errors of :meth:`add`. UnknownTicket. OverReservation: with a token budget, more
+                tokens than the ticket reserved. Closed. (Nothing changed.)
         """
         if isinstance(completions, (str, bytes)) or not isinstance(completions, Sequence):
             raise InvalidRequest(f"completions must be a list of payloads, got {type(completions).__name__}")
@@ -393,6 +399,14 @@ class ProducerCalls:
             have = len(g.members) if g is not None else 0
             if have + len(new) > size:
                 raise InvalidRequest(f"group {gid!r} would have {have + len(new)} members, more than its size {size}")
+            if self.tokens and self.budget is not None and new:
+                tokens = (g.tokens if g is not None else 0) + sum(lens[j] for j in new)
+                reserved = self.budget.weight_of(gid)
+                if tokens > reserved:
+                    raise OverReservation(
+                        f"group {gid!r} would have {tokens} tokens, more than the {reserved} its ticket "
+                        f"reserved (group_tokens or acquire(tokens=...)): reject it, or write it truncated"
+                    )
             # -- valid: mutate
             self.counters["add_calls"] += 1
             self.counters["duplicate_members_ignored"] += len(datas) - len(new)

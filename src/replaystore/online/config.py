@@ -14,13 +14,14 @@ from .journal import OnlineJournal
 class RolloutBufferConfig:
     """The arguments of :class:`~replaystore.online.RolloutBuffer`, plus persistence.
 
+    The attributes not listed below are :class:`RolloutBuffer`'s arguments.
+
     Attributes:
         path: directory of the buffer's journal (``None``: nothing survives a restart).
         clear_on_start: wipe the journal when the service is first created (never when Ray
             restarts it after a crash).
         report_every: write :meth:`RolloutBuffer.report` to the service's sinks every this many
             samples (``None``: only on request).
-        The other attributes are :class:`RolloutBuffer`'s arguments.
     """
 
     capacity: int

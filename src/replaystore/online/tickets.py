@@ -79,6 +79,15 @@ class TicketBook:
         self.batches: dict[int, list[int]] = {}  # over-provisioning batch -> [needed, accepted]
         self.next_batch = 0
         self.cancelled: dict[int, None] = {}  # recently cancelled ids (ordered, bounded)
+        self.tracking = False  # record what changed for a journal (take_changes); off: nothing kept
+        self._dirty: set[int] = set()  # ticket ids whose record changed or went, since take_changes
+        self._dirty_batches: set[int] = set()
+        self._dirty_cancelled = False
+
+    def _touch(self, ids: Iterable[int], batches: Iterable[int] = ()) -> None:
+        if self.tracking:
+            self._dirty.update(ids)
+            self._dirty_batches.update(b for b in batches if b is not None)
 
     def __len__(self) -> int:
         return len(self.records)
@@ -106,6 +115,7 @@ class TicketBook:
         for t in out:
             self.records[int(t)] = [version, holder, deadline, weight, now, batch]
         self.weight += k * weight
+        self._touch(range(self.next_id - k, self.next_id), (batch,))
         return out
 
     def check_held(self, ids: list[int]) -> None:
@@ -118,11 +128,14 @@ class TicketBook:
 
     def pop(self, ids: Iterable[int]) -> list[list]:
         """Remove held tickets (a batch left without tickets is closed); their records."""
+        ids = list(ids)
         out = [self.records.pop(i) for i in ids]
         self.weight -= sum(r[WEIGHT] for r in out)
-        for b in {r[BATCH] for r in out} - {None}:
+        gone = {r[BATCH] for r in out} - {None}
+        for b in gone:
             if b in self.batches and not self.of_batch(b):
                 del self.batches[b]
+        self._touch(ids, gone)
         return out
 
     def full_batches(self, accepted: list[list]) -> list[int]:
@@ -132,6 +145,7 @@ class TicketBook:
             b = self.batches.get(r[BATCH]) if r[BATCH] is not None else None
             if b is not None:
                 b[1] += 1
+                self._touch((), (r[BATCH],))
                 if b[1] >= b[0]:
                     del self.batches[r[BATCH]]
                     out += self.of_batch(r[BATCH])
@@ -144,6 +158,7 @@ class TicketBook:
             self.cancelled[i] = None
         while len(self.cancelled) > REMEMBER_CANCELLED:
             del self.cancelled[next(iter(self.cancelled))]
+        self._dirty_cancelled = self._dirty_cancelled or bool(ids and self.tracking)
 
     def was_cancelled(self, tid: int) -> bool:
         """Whether ``tid`` was cancelled recently (and is not held)."""
@@ -151,8 +166,10 @@ class TicketBook:
 
     def renew(self, ids: Iterable[int], deadline: float) -> None:
         """Set the deadline of held tickets."""
+        ids = list(ids)
         for i in ids:
             self.records[i][DEADLINE] = deadline
+        self._touch(ids)
 
     def expired(self, now: float) -> list[int]:
         """Held ids whose deadline has passed (``deadline <= now``), oldest first."""
@@ -232,6 +249,63 @@ class TicketBook:
             "cancelled": list(self.cancelled),
         }
 
+    # -- journal records: one per ticket and per open batch, so a write is O(what changed) -----------------
+    def scalars(self) -> dict[str, Any]:
+        """The book's counters, without its records (see :meth:`take_changes`)."""
+        return {"next_id": self.next_id, "next_batch": self.next_batch}
+
+    def take_changes(self) -> tuple[dict[str, Any], list[str]]:
+        """``(puts, deletes)``: journal records of what changed since the last call (``tracking`` on).
+
+        Keys: ``t/<id>`` a held ticket's record, ``tb/<batch>`` an open batch, ``tc`` the recently
+        cancelled ids (bounded). A ticket or batch that went is a delete.
+        """
+        puts: dict[str, Any] = {}
+        deletes: list[str] = []
+        for i in self._dirty:
+            r = self.records.get(i)
+            if r is None:
+                deletes.append(ticket_key(i))
+            else:
+                puts[ticket_key(i)] = list(r)
+        for b in self._dirty_batches:
+            v = self.batches.get(b)
+            if v is None:
+                deletes.append(f"tb/{b:020d}")
+            else:
+                puts[f"tb/{b:020d}"] = list(v)
+        if self._dirty_cancelled:
+            puts["tc"] = list(self.cancelled)
+        self._dirty, self._dirty_batches, self._dirty_cancelled = set(), set(), False
+        return puts, deletes
+
+    def touch_all(self) -> None:
+        """Mark every record changed (the next :meth:`take_changes` writes them all)."""
+        self._dirty.update(self.records)
+        self._dirty_batches.update(self.batches)
+        self._dirty_cancelled = True
+
+    def load_records(self, scalars: dict[str, Any], records: dict[str, Any]) -> None:
+        """Restore from :meth:`scalars` and the journal records of :meth:`take_changes` (untrusted).
+
+        Raises:
+            ValueError: a record is not what :meth:`take_changes` writes.
+        """
+        state: dict[str, Any] = {**scalars, "tickets": {}, "batches": {}, "cancelled": records.get("tc", [])}
+        for k, v in records.items():
+            if k.startswith("t/"):
+                state["tickets"][int(k[2:])] = _check_record(v)
+            elif k.startswith("tb/"):
+                if not (isinstance(v, list) and len(v) == 2 and all(type(x) is int and x >= 0 for x in v)):
+                    raise ValueError(f"journal record {k!r} is not a batch [needed, accepted]: {v!r}")
+                state["batches"][int(k[3:])] = v
+        if not all(type(i) is int for i in state["cancelled"]):
+            raise ValueError("journal record 'tc' is not a list of ticket ids")
+        self.load_state(state)
+        self._dirty, self._dirty_batches, self._dirty_cancelled = set(), set(), False  # as journaled
+        if any(i >= self.next_id for i in self.records):
+            raise ValueError(f"a journaled ticket id is not below next_id {self.next_id}")
+
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state` (records of older journals, ``[version, holder, deadline]``, are padded)."""
         self.next_id = int(state["next_id"])
@@ -245,6 +319,32 @@ class TicketBook:
         self.batches = {int(b): list(v) for b, v in state.get("batches", {}).items()}
         self.next_batch = int(state.get("next_batch", 0))
         self.cancelled = dict.fromkeys(int(i) for i in state.get("cancelled", ()))
+        if self.tracking:  # everything loaded is new to the journal (a journal of the older format)
+            self.touch_all()
 
 
-__all__ = ["Ticket", "TicketBook", "ticket_ids"]
+def ticket_key(tid: int) -> str:
+    """The journal key of a held ticket's record."""
+    return f"t/{tid:020d}"
+
+
+def _check_record(r: Any) -> list:
+    """A journaled ticket record, checked field by field (read from disk: untrusted)."""
+    if not isinstance(r, list) or len(r) != 6:
+        raise ValueError(f"a journaled ticket record is not a list of 6 fields: {r!r}")
+    version, holder, deadline, weight, granted, batch = r
+    ok = (
+        type(version) is int
+        and (holder is None or isinstance(holder, str))
+        and (deadline is None or isinstance(deadline, float))
+        and type(weight) is int
+        and weight >= 1
+        and isinstance(granted, (int, float))
+        and (batch is None or (type(batch) is int and batch >= 0))
+    )
+    if not ok:
+        raise ValueError(f"a journaled ticket record has a field of the wrong type or range: {r!r}")
+    return r
+
+
+__all__ = ["Ticket", "TicketBook", "ticket_ids", "ticket_key"]

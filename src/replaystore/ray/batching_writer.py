@@ -76,8 +76,8 @@ class BatchingWriter:
         Raises:
             InvalidArgument: priorities given to a writer that had none (or the reverse), or a
                 count that does not match the batch (nothing is queued).
-            Whatever the client's ``extend`` raises when sending; the rows stay queued (a retry
-                sends them again, so rows whose call failed late may be inserted twice).
+            Exception: whatever the client's ``extend`` raises when sending; the rows stay queued (a
+                retry sends them again, so rows whose call failed late may be inserted twice).
         """
         n = _rows(data)
         with_p = priorities is not None

@@ -29,6 +29,7 @@ from ..items import Sample
 from ..monitor import Sink, StatsReporter
 from ..table import Table, contract
 from ._runtime import get, import_ray, init_local, require_init, rpc_timeout
+from .factories import table_factories
 from .fragment_buffer import FragmentBufferConfig
 from .server import ReplayServer, SinkSpec
 from .wal import WalConfig
@@ -276,17 +277,15 @@ def serve(
     Raises:
         InvalidArgument: a service (actor) with this name already exists.
         Timeout: the actor did not start in time.
-        The exception that made the service fail to start, as itself (same class and message, the
-        actor's traceback attached as a note): a factory's own error, ``InvalidType`` (a factory
-        returned no Table), ``SpecError`` (``wal=`` for an object storage), ``CheckpointError``
-        (a corrupt checkpoint in ``checkpoint_dir``), ``WalCorrupt`` (a corrupt log), ... The
-        actor is then killed and the name is free again when this raises.
+        Exception: the exception that made the service fail to start, as itself (same class and
+            message, the actor's traceback attached as a note): a factory's own error,
+            ``InvalidType`` (a factory returned no Table), ``SpecError`` (``wal=`` for an object
+            storage), ``CheckpointError`` (a corrupt checkpoint in ``checkpoint_dir``),
+            ``WalCorrupt`` (a corrupt log), ... The actor is then killed and the name is free
+            again when this raises.
     """
+    tables = table_factories(tables, DEFAULT_TABLE)  # (a Table instead of a factory: named, before Ray starts)
     ray = init_local()
-    if tables is None:
-        tables = {}
-    elif callable(tables):
-        tables = {DEFAULT_TABLE: tables}
     if _lookup(name, namespace) is not None:
         raise InvalidArgument(f"a replay service named {name!r} already exists")
     if max_task_retries is None:

@@ -331,7 +331,7 @@ class FragmentBuffer(FragmentNodes):
         self.session, self.version = str(session), int(version)
         stale = [k for k, ch in self._chunks.items() if self._is_stale(self._end(ch), ch.session)]
         deletes = [self._remove_chunk(k, "chunks_dropped_stale") for k in stale]
-        self.table.set_version(self.version)
+        self.table.set_version(self.version, reset=True)  # (the buffer's version rules; a new session restarts)
         deletes += self._expire_partials(time.time() if now is None else now)
         self._commit(None, deletes)
         return len(stale)
@@ -610,7 +610,7 @@ class FragmentBuffer(FragmentNodes):
         self.counters.update(state["counters"])
         self.lost_nodes = set(state.get("lost_nodes", ()))
         self.counters["restarts"] += restart
-        self.table.set_version(self.version)
+        self.table.set_version(self.version, reset=True)  # (restored)
         for name, (last_seq, last_seen) in saved["streams"].items():
             self._streams[name] = StreamState(int(last_seq), float(last_seen))
         for fid, f in sorted(saved["pending"].items(), key=lambda kv: (kv[1][1], kv[1][2])):

@@ -387,10 +387,10 @@ class LoggedTable:
         k = np.atleast_1d(np.asarray(keys, dtype=np.int64))
         return self._call(OP_DELETE, lambda: self.table.delete(k), None, {"keys": k})
 
-    def set_version(self, version: int) -> tuple[int, int]:
-        """:meth:`Table.set_version`, logged: ``(dropped, lsn)``."""
-        v = int(version)
-        return self._call(OP_SET_VERSION, lambda: self.table.set_version(v), {"version": v})
+    def set_version(self, version: int, reset: bool = False) -> tuple[int, int]:
+        """:meth:`Table.set_version`, logged (with ``reset``, so a replay may go down too): ``(dropped, lsn)``."""
+        v, r = int(version), bool(reset)
+        return self._call(OP_SET_VERSION, lambda: self.table.set_version(v, reset=r), {"version": v, "reset": r})
 
     def clear(self) -> tuple[None, int]:
         """:meth:`Table.clear`, logged: ``(None, lsn)``."""
@@ -464,7 +464,7 @@ class LoggedTable:
                 elif rec.op == OP_DELETE:
                     t.delete(head["keys"])
                 elif rec.op == OP_SET_VERSION:
-                    t.set_version(int(rec.meta["version"]))
+                    t.set_version(int(rec.meta["version"]), reset=bool(rec.meta.get("reset", False)))
                 elif rec.op == OP_CLEAR:
                     t.clear()
                 elif rec.op == OP_END_EPISODE:

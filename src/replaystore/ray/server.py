@@ -141,6 +141,7 @@ class ReplayServer(FragmentService, OnlineService):
         self._pool = ThreadPoolExecutor(max_blocking_threads, thread_name_prefix="replaystore-wait")
         self._cond: asyncio.Condition | None = None
         self._tasks: list[asyncio.Task] = []
+        self._loop: asyncio.AbstractEventLoop | None = None  # (the actor's event loop, once started)
         self._store_actor: Any = None
         self._closed = False
         self._start_error: Exception | None = None
@@ -231,7 +232,7 @@ class ReplayServer(FragmentService, OnlineService):
         """Create the condition and background tasks on the event loop (first call only)."""
         if self._cond is None:
             self._cond = asyncio.Condition()
-            loop = asyncio.get_running_loop()
+            loop = self._loop = asyncio.get_running_loop()
             if (self.fragments is not None or self.online) and self.housekeeping_period:
                 self._tasks.append(loop.create_task(self._every(self.housekeeping_period, self._housekeeping)))
             if self.report_period:
@@ -239,6 +240,23 @@ class ReplayServer(FragmentService, OnlineService):
             if self.checkpoint_period and self.checkpoint_dir:
                 self._tasks.append(loop.create_task(self._every(self.checkpoint_period, self.save)))
         return self._cond
+
+    def __ray_shutdown__(self) -> None:
+        """Ray's graceful exit of the actor (every handle dropped): close the service first.
+
+        On its event loop, so that no periodic task is left pending (``Task was destroyed but it is
+        pending!`` in the actor's log).
+        """
+        loop = self._loop
+        if loop is None or self._closed or loop.is_closed():
+            return
+        try:
+            if loop.is_running():  # (on the loop's thread: wait for it there)
+                asyncio.run_coroutine_threadsafe(self.close(), loop).result(timeout=10)
+            else:  # (Ray stopped the loop before calling this: run it once more, here)
+                loop.run_until_complete(self.close())
+        except Exception:  # noqa: BLE001 - the actor exits anyway
+            log.exception("replay service %r: closing at exit", self.name)
 
     async def _every(self, period: float, fn: Callable) -> None:
         while not self._closed:
@@ -290,9 +308,9 @@ class ReplayServer(FragmentService, OnlineService):
         """``{"name", "node_id", "restarted", "tables", "fragments"}``: the service is up.
 
         Raises:
-            The exception that made the service fail to start (re)building its tables, fragment
-            buffer or rollout buffers (a factory's error, ``WalCorrupt``, ``CheckpointError``, a
-            refused option, ...), as itself; every other call raises it too.
+            Exception: the exception that made the service fail to start (re)building its tables,
+                fragment buffer or rollout buffers (a factory's error, ``WalCorrupt``,
+                ``CheckpointError``, a refused option, ...), as itself; every other call raises it too.
         """
         self._raise_start_error()
         self._start()
@@ -374,8 +392,10 @@ class ReplayServer(FragmentService, OnlineService):
             t.close()
         for lt in self.logged.values():
             lt.close()
-        for task in self._tasks:
+        tasks, self._tasks = list(self._tasks), []
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)  # (none left pending when the actor exits)
         await self._notify()
         for b in self.online.values():
             b.close()

@@ -68,7 +68,8 @@ class ShardedClient(ShardedEpisodes):
             they ride on the next sample call to their shard (applied before it draws), or go out
             on their own with :meth:`flush_updates` and before any other call that reads or
             changes the shards.
-        default_timeout, rpc_grace: as for :class:`~replaystore.ray.ReplayClient`.
+        default_timeout: as for :class:`~replaystore.ray.ReplayClient`.
+        rpc_grace: as for :class:`~replaystore.ray.ReplayClient`.
 
     Every call of :data:`replaystore.table.contract.CALLS` is a method here, dispatched as the
     contract's ``sharding`` says; ``snapshot`` raises ``Unsupported``.
@@ -222,9 +223,12 @@ class ShardedClient(ShardedEpisodes):
         """Global keys of the live items, shard by shard (each shard oldest first)."""
         return np.concatenate([shard_keys.encode(self.tag, s, k) for s, k in enumerate(self._each("keys", ()))])
 
-    def set_version(self, version: int) -> int:
-        """``set_version`` on every shard (staleness); the number of items dropped in all (fetched batches too)."""
-        dropped = int(sum(self._each("set_version", (version,))))
+    def set_version(self, version: int, reset: bool = False) -> int:
+        """``set_version`` on every shard (staleness, ``reset`` as the Table's); the items dropped in all.
+
+        Batches fetched and not handed out yet are dropped too.
+        """
+        dropped = int(sum(self._each("set_version", (version, reset))))
         self._drop_ready()
         return dropped
 

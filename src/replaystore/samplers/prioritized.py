@@ -24,7 +24,7 @@ class Prioritized(Selector):
 
     Args:
         alpha: priority exponent (0 gives uniform sampling).
-        beta: importance-sampling exponent; assign ``sampler.beta`` to anneal it.
+        beta: importance-sampling exponent in ``[0, 1]``; assign ``sampler.beta`` to anneal it.
         stratified: draw one target from each of ``n`` equal slices of the total mass (lower
             variance, as in DI-engine and the PER paper's reference code) instead of ``n``
             independent targets.
@@ -50,8 +50,8 @@ class Prioritized(Selector):
         self._trees = sumtree_jit if use_jit else sumtree
         if not alpha >= 0:
             raise InvalidArgument(f"alpha must be >= 0, got {alpha}")
-        if not beta >= 0:
-            raise InvalidArgument(f"beta must be >= 0, got {beta}")
+        if not 0 <= beta <= 1:
+            raise InvalidArgument(f"beta must be in [0, 1] (annealed towards 1), got {beta}")
         self.alpha = float(alpha)
         self.beta = float(beta)
         self.stratified = bool(stratified)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 from typing import Any
 
 from .errors import SharedTableExists, SharedTableNotFound
@@ -17,23 +18,35 @@ from .segment import default_directory, list_segments
 
 
 def add_parser(sub: Any) -> None:
-    """Register the ``shm`` subcommand on an ``argparse`` subparsers object."""
+    """Register the ``shm`` subcommand (``shm list``, ``shm rm``) on an ``argparse`` subparsers object.
+
+    ``list`` and ``rm`` are subcommands of their own, so options go anywhere after them
+    (``rm --force NAME`` as well as ``rm NAME --force``); ``--dir`` also before them.
+    """
     shm = sub.add_parser(
         "shm",
         help="list shared tables, remove leftovers of crashed runs",
         description="List the shared-memory tables of a directory (default /dev/shm) "
         "and remove leftovers that no process has open.",
     )
-    shm.add_argument("action", choices=("list", "rm"), help="list, or rm (remove)")
-    shm.add_argument("names", nargs="*", help="with rm: the tables to remove")
-    shm.add_argument("--dir", default=None, help=f"directory of the tables (default {default_directory()})")
-    shm.add_argument("--all", action="store_true", help="with rm: every leftover")
-    shm.add_argument("--force", action="store_true", help="with rm: also tables that are still open")
+    dir_help = f"directory of the tables (default {default_directory()})"
+    shm.add_argument("--dir", default=None, help=dir_help)
+    actions = shm.add_subparsers(dest="action", required=True, metavar="ACTION")
+    ls = actions.add_parser("list", help="the tables of the directory, open or leftover")
+    rm = actions.add_parser("rm", help="remove tables by name, or every leftover (--all)")
+    rm.add_argument("names", nargs="*", help="the tables to remove")
+    rm.add_argument("--all", action="store_true", help="every leftover")
+    rm.add_argument("--force", action="store_true", help="also tables that are still open")
+    for p in (ls, rm):  # (SUPPRESS: an absent --dir here keeps the one given before the action)
+        p.add_argument("--dir", default=argparse.SUPPRESS, help=dir_help)
     shm.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``replaystore shm``; returns the exit status (1 when a named table could not be removed)."""
+    """Run ``replaystore shm``; returns the exit status.
+
+    1 when a named table could not be removed; 2 for ``rm`` with neither a name nor ``--all``.
+    """
     from . import remove
 
     infos = list_segments(args.dir)
@@ -49,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
                 f"capacity {s.get('capacity', '?')}  pids {s.get('pids') or '-'}  {s['path']}{extra}"
             )
         return 0
+    if not args.names and not args.all:
+        print("replaystore shm rm: name the tables to remove, or pass --all (every leftover)", file=sys.stderr)
+        return 2
     names = list(args.names) + (
         [s["name"] for s in infos if s["orphaned"] and not s.get("incomplete")] if args.all else []
     )

@@ -344,16 +344,18 @@ class ProcessGuard:
         finally:
             for _ in range(depth):
                 self._tlock.release()
-        if until is None:
-            time.sleep(seconds)
-        else:
-            end = time.monotonic() + seconds
-            while not until() and time.monotonic() < end:
-                time.sleep(poll)
-        for _ in range(depth):
-            self._tlock.acquire()
-        self._depth = depth
-        self._enter(intent)
+        try:
+            if until is None:
+                time.sleep(seconds)
+            else:
+                end = time.monotonic() + seconds
+                while not until() and time.monotonic() < end:
+                    time.sleep(poll)
+        finally:  # (also on Ctrl-C in the sleep: re-enter, so the caller's levels leave as usual)
+            for _ in range(depth):
+                self._tlock.acquire()
+            self._depth = depth
+            self._enter(intent)
 
     def notify_all(self) -> None:
         """Nothing: waiters in every process poll."""

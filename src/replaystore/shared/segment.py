@@ -57,9 +57,11 @@ from .header import (
     W_TOTAL,
     W_VERSION,
     W_WAITING,
+    check_mutex,
+    pid_max,
     read_config,
 )
-from .lock import FlockMutex, default_kind, init_lock, open_lock
+from .lock import KIND_MUTEX, FlockMutex, default_kind, init_lock, open_lock
 
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # (Linux 5.14+; Python 3.13 names it)
 
@@ -272,6 +274,8 @@ class Segment:
                 raise LayoutMismatch(f"{path / 'segment'} is {size} bytes: not a shared table segment")
             mm = _map(path / "segment", size)
             config = read_config(mm, path, size)
+            if mm[W_LOCK_KIND * 8] == KIND_MUTEX:
+                check_mutex(mm, path)
             return cls(path, fd, mm, config, lock_timeout)
         except BaseException:
             os.close(fd)
@@ -411,6 +415,9 @@ class Segment:
         return removed
 
 
+_PID_MAX = pid_max()
+
+
 def _map(file: Path, size: int) -> mmap.mmap:
     """Map ``file`` through a descriptor of its own.
 
@@ -453,7 +460,12 @@ def _alive(pid: int) -> bool:
 
 
 def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, killed but not yet reaped by its parent, does not)."""
+    """Whether process ``pid`` runs (a zombie, killed but not yet reaped by its parent, does not).
+
+    A number that cannot be a pid (``<= 0``, above ``pid_max``: a damaged word) is no process.
+    """
+    if not 0 < pid <= _PID_MAX:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -39,31 +39,27 @@ from ..limiters import MinSize, RateLimiter, limiter_from_config
 from ..placement import allocate, placed
 from ..samplers import (
     Fifo,
-    Lifo,
-    MaxHeap,
-    MinHeap,
     Prioritized,
     Selector,
     Uniform,
-    WithoutReplacement,
     selector_from_config,
 )
-from ..storage import ColumnStorage, FrameStackStorage
+from ..storage import ColumnStorage
 from ..storage.describe import from_description
 from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
 from .episodes import EpisodeSync, SharedEpisodeMethods
+from .errors import LayoutMismatch
 from .guard import ProcessGuard
-from .header import COPY_WORDS, VICTIMS, W_LOCK_KIND
+from .header import COPY_WORDS, VICTIMS, W_LOCK_KIND, check_state
 from .lock import KIND_MUTEX, lock_kind
+from .options import check_episodes, check_supported, storage_config
 from .reads import KeyCheckedReads
 from .reserve import ReservedInserts
 from .scalars import REGION as SCALARS_REGION
 from .scalars import PlacedScalars
 from .segment import Segment, check_name, path_of
 
-_SAMPLERS = (Uniform, Prioritized, Fifo, Lifo, MinHeap, MaxHeap, WithoutReplacement)
-_REMOVERS = (Fifo, Lifo, Uniform, MinHeap, MaxHeap)
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # open tables of this process (re-opened after a fork)
 
 
@@ -117,7 +113,9 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         reserves them then, and that ``delete`` raises ``DiskFull`` if they do not fit.
 
         Raises:
-            InvalidArgument: a bad name or argument, or an option shared tables do not support yet.
+            InvalidArgument: a bad name or argument (a field of ``object`` dtype included), a
+                ``directory`` that does not exist (none is made), or an option shared tables do
+                not support yet.
             SharedTableExists: the name is taken (by a live table or a leftover).
             DiskFull: the segment does not fit (the bytes wanted and free are in the message).
         """
@@ -131,9 +129,12 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         sampler = Uniform() if sampler is None else sampler
         rate_limiter = MinSize(1) if rate_limiter is None else rate_limiter
         remover = Fifo() if remover is None else remover
-        _check_supported(sampler, remover, rate_limiter)
-        _check_episodes(episodes)
+        check_supported(sampler, remover, rate_limiter)
+        check_episodes(episodes)
         flat = normalize_spec(spec)
+        held = [p for p, f in flat.items() if f.dtype.hasobject]
+        if held:  # a shared segment holds bytes, never Python objects
+            raise InvalidArgument(f"a shared table cannot hold Python objects: field(s) {held} have an object dtype")
         config = {
             "name": name,
             "capacity": capacity,
@@ -147,7 +148,7 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
             "episodes": None if episodes is None else episodes.config(),
         }
         if storage is not None and storage != "columns":
-            config["storage"] = _storage_config(storage, episodes)
+            config["storage"] = storage_config(storage, episodes)
         regions: list[tuple[str, tuple, np.dtype]] = []
         fills: dict[str, Any] = {}
         dry = _construct(config, _recorder(regions, fills), None, cls)  # a dry run says what the Table allocates
@@ -156,6 +157,8 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
             prefixes = dry.ring_unused_regions()  # (empty: not a ring; else the victims' notes too)
             prefixes = (*prefixes, VICTIMS) if prefixes else ()
             deferred = {r[0]: fills[r[0]] for r in regions if r[0].startswith(prefixes) and r[0] in fills}
+        if directory is not None and not os.path.isdir(directory):  # (a typo must not start a new tree)
+            raise InvalidArgument(f"directory {os.fspath(directory)!r} does not exist: create it first")
         path = path_of(name, directory)
         seg, tmp = Segment.create(path, config, regions, lock_timeout, kind, deferred)
         try:
@@ -178,12 +181,24 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         """Open the existing shared table ``name`` (created by any process, alive or not).
 
         Raises:
-            SharedTableNotFound: no such table. LayoutMismatch: not a table of this layout version.
+            SharedTableNotFound: no such table. LayoutMismatch: not a table of this layout version,
+                or a damaged one (a header word out of range, a configuration whose regions lie
+                outside the file, misaligned or overlapping, or that does not build a table).
+            Timeout: the table's lock (or its reference count) not acquired within ``lock_timeout``.
         """
         seg = Segment.open(path_of(name, directory), lock_timeout)
         try:
-            table = _construct(seg.config, _placer(seg, fill=False), seed, cls)
+            try:
+                table = _construct(seg.config, _placer(seg, fill=False), seed, cls)
+            except _CONFIG_ERRORS as e:
+                if isinstance(e, LayoutMismatch):
+                    raise
+                raise LayoutMismatch(  # the configuration passed its checks, but the Table refuses it
+                    f"{seg.path / 'segment'}: its configuration does not build a table ({type(e).__name__}: {e})"
+                ) from None
             table._open(seg, first=False)
+            with table._guard:  # the state it loaded from the segment (untrusted)
+                check_state(*table.state_layout(), table.state_scalars(), table.capacity, seg.path)
         except BaseException:
             seg.close(remove=False)
             raise
@@ -345,51 +360,26 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
 
         return int(self._segment.words[W_RECOVERIES])
 
+    def lock_state(self) -> dict[str, int]:
+        """The lock's words, read without taking it (for metrics; no cost to the table's users).
+
+        ``busy``: 1 while a process is inside a critical section; ``waiting``: the mutex's waiters
+        word; ``acquisitions``: critical sections entered so far (all processes); ``recoveries``:
+        as :meth:`recoveries`. Thread-safe; racy by nature (a look, not a lock).
+        """
+        from .header import W_ACQUIRED, W_BUSY, W_RECOVERIES, W_WAITING
+
+        w = self._segment.words
+        return {
+            "busy": int(w[W_BUSY] != 0),
+            "waiting": int(w[W_WAITING]),
+            "acquisitions": int(w[W_ACQUIRED]),
+            "recoveries": int(w[W_RECOVERIES]),
+        }
+
 
 def _attach(name: str, directory: str) -> SharedTable:
     return SharedTable.attach(name, directory)
-
-
-def _check_supported(sampler: Selector, remover: Selector, limiter: RateLimiter) -> None:
-    if type(sampler) not in _SAMPLERS:
-        raise InvalidArgument(
-            f"shared tables support the {', '.join(c.__name__ for c in _SAMPLERS)} samplers, not "
-            f"{type(sampler).__name__}"
-        )
-    if type(remover) not in _REMOVERS:
-        raise InvalidArgument(
-            f"shared tables evict with the {', '.join(c.__name__ for c in _REMOVERS)} removers, not "
-            f"{type(remover).__name__}"
-        )
-    if not isinstance(limiter, RateLimiter):
-        raise InvalidArgument(f"rate_limiter must be a RateLimiter, got {type(limiter).__name__}")
-
-
-def _check_episodes(episodes: Episodes | None) -> None:
-    if episodes is None:
-        return
-    if not isinstance(episodes, Episodes):
-        raise InvalidArgument(f"episodes must be an rs.Episodes, got {type(episodes).__name__}")
-    if episodes.max_streams is None:
-        raise InvalidArgument(
-            "a shared table with episodes needs Episodes(max_streams=...): its per-stream state is "
-            "sized when the table is created"
-        )
-
-
-def _storage_config(storage: Any, episodes: Episodes | None) -> dict:
-    """The ``storage`` entry of a shared table's configuration (what :func:`from_description` rebuilds)."""
-    if not isinstance(storage, FrameStackStorage):
-        raise InvalidArgument(
-            f"shared tables store columns (storage=None) or frame stacks (storage=rs.FrameStackStorage(...)), "
-            f"not {storage!r}"
-        )
-    if episodes is not None:
-        raise InvalidArgument("a shared table with episodes stores columns only (frame stacks are not supported yet)")
-    desc = storage.describe()
-    desc.pop("spec", None)
-    desc.pop("capacity", None)
-    return desc
 
 
 def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table) -> Any:
@@ -437,6 +427,10 @@ def _recorder(regions: list, fills: dict) -> Any:
         return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, (0,) * len(shape))
 
     return record
+
+
+#: what building a Table from a damaged configuration can raise (attach turns them into LayoutMismatch)
+_CONFIG_ERRORS = (InvalidArgument, LookupError, TypeError, ValueError, OverflowError, AttributeError, SyntaxError)
 
 
 def _placer(seg: Segment, fill: bool) -> Any:

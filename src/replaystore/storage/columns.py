@@ -126,7 +126,10 @@ class ColumnStorage(Storage):
             else:
                 shape = arr.shape
             if shape != field.shape:
-                raise SpecError(f"field {path!r}: expected shape {field.shape}, got {tuple(shape)}")
+                hint = ""
+                if not batched and shape[1:] == field.shape:  # an (n_envs, ...) batch given to add
+                    hint = f": a batch of {shape[0]} rows? add() stores one item, extend() stores a batch"
+                raise SpecError(f"field {path!r}: expected shape {field.shape}, got {tuple(shape)}{hint}")
             if arr.dtype != field.dtype:
                 if strict or not np.can_cast(arr.dtype, field.dtype, "same_kind"):
                     raise SpecError(f"field {path!r}: expected dtype {field.dtype}, got {arr.dtype}")

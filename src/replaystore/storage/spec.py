@@ -76,13 +76,35 @@ def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def normalize_spec(spec: Mapping) -> dict[str, Field]:
-    """Turn a user spec (nested dict of ``Field``, ``(shape, dtype)`` or dtype) into flat Fields."""
+    """Turn a user spec (nested dict of ``Field``, ``(shape, dtype)`` or dtype) into flat Fields.
+
+    Raises:
+        SpecError: ``spec`` is not a mapping, or an entry is not a shape and a dtype (the message
+            names the field and says when the two look swapped).
+    """
+    if not isinstance(spec, Mapping):
+        raise SpecError(f"spec must be a dict of field: (shape, dtype), got {type(spec).__name__}")
     flat = {}
     for path, f in flatten(spec).items():
         if isinstance(f, Field):
             flat[path] = f
-        elif isinstance(f, tuple) and len(f) == 2:
-            flat[path] = Field.of(*f)
-        else:
-            flat[path] = Field.of((), f)
+            continue
+        shape, dtype = f if isinstance(f, tuple) and len(f) == 2 else ((), f)
+        try:
+            flat[path] = Field.of(shape, dtype)
+            if any(d < 0 for d in flat[path].shape):
+                raise ValueError("negative dimension")
+        except (TypeError, ValueError) as e:
+            hint = ""
+            if isinstance(f, tuple) and len(f) == 2 and _is_shape(dtype) and not _is_shape(shape):
+                dims = tuple(dtype) if isinstance(dtype, (tuple, list)) else (int(dtype),)
+                hint = f": the order is (shape, dtype), e.g. ({dims!r}, {getattr(shape, '__name__', shape)})"
+            raise SpecError(f"field {path!r}: expected (shape, dtype) or a dtype, got {f!r}{hint}") from e
     return flat
+
+
+def _is_shape(x: Any) -> bool:
+    """Whether ``x`` reads as a shape: an int or a sequence of ints."""
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        return True
+    return isinstance(x, (tuple, list)) and all(isinstance(d, (int, np.integer)) for d in x)

@@ -59,6 +59,23 @@ def as_keys(keys: Any) -> np.ndarray:
     raise InvalidArgument(f"keys must be integers, got dtype {arr.dtype}")
 
 
+def check_part(value: Any, base: type, what: str, example: str) -> None:
+    """Raise :class:`InvalidArgument` unless ``value`` is ``None`` or an instance of ``base``.
+
+    The message says what was given (a class instead of an instance, a string, a number) and what
+    was expected: ``example`` is an instance to write instead, e.g. ``"rs.Prioritized()"``.
+    """
+    if value is None or isinstance(value, base):
+        return
+    if isinstance(value, type) and issubclass(value, base):
+        got = f"the class {value.__name__}: pass an instance, {what}=rs.{value.__name__}()"
+    elif isinstance(value, str):
+        got = f"the string {value!r}: pass an instance such as {what}={example}"
+    else:
+        got = f"{type(value).__name__} {value!r}: pass an instance such as {what}={example}"
+    raise InvalidArgument(f"{what} must be an instance of {base.__name__} (or None), got {got}")
+
+
 def make_storage(storage: str | Storage | None, capacity: int, spec: Mapping | None) -> Storage:
     """The storage a Table's ``storage=`` argument names (see :class:`~replaystore.Table`)."""
     if storage is None or storage == "columns":

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..episodes import EpisodeIndex, Episodes
 from ..errors import BlockingWarning, Closed, InvalidArgument, Timeout
-from ..items import Sample, check_device, sample_to_tensors
+from ..items import Sample, check_device, drawn_sample
 from ..keys import KeyIndex, RingIndex, RingLiveSet
 from ..limiters import MinSize, Queue, RateLimiter, Stack
 from ..placement import allocate, placing, scope
@@ -35,7 +35,7 @@ from ..rows import count_samples
 from ..samplers import Fifo, Lifo, Selector, Uniform
 from ..staging import AddStager
 from ..storage import ColumnStorage, Storage
-from .args import as_count, as_keys, make_storage
+from .args import as_count, as_keys, check_part, make_storage
 from .edit import KeyedMethods
 from .episodic import EpisodeMethods, make_episode_index
 from .fast import FastPaths
@@ -43,6 +43,7 @@ from .insert import GeneralInsert
 from .journal import JournalMethods
 from .persist import Persistence
 from .placed import PlacedState
+from .recent import RecentDraws
 from .ring import SlotBookkeeping
 from .state import TableState, allocate_rows
 from .stats import StatsMethods
@@ -103,6 +104,15 @@ class Table(
         capacity = int(capacity)
         if capacity <= 0:
             raise InvalidArgument(f"capacity must be positive, got {capacity}")
+        check_part(sampler, Selector, "sampler", "rs.Prioritized()")
+        check_part(remover, Selector, "remover", "rs.Fifo()")
+        check_part(
+            rate_limiter,
+            RateLimiter,
+            "rate_limiter",
+            f"rs.MinSize({rate_limiter if isinstance(rate_limiter, int) else 1})",
+        )
+        check_part(episodes, Episodes, "episodes", "rs.Episodes()")
         if max_times_sampled < 0:
             raise InvalidArgument(f"max_times_sampled must be >= 0, got {max_times_sampled}")
         if max_staleness is not None and max_staleness < 0:
@@ -143,6 +153,7 @@ class Table(
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._waiting = 0  # threads blocked in _wait; notify only when some are (this process's)
+        self._recent = RecentDraws()  # (catches update_priorities(s.indices, ...): see .recent)
         # every mutable scalar (next key, size, ring bounds, counters, ...) in one object
         self._state = st = TableState(capacity)
         # per-slot metadata rows (key, times_sampled, version, priority bits); the names are column views
@@ -273,7 +284,7 @@ class Table(
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
         warn_at = None if deadline is not None else start + self.blocking_warning_s
-        self._waiting += 1
+        self._wait_started(counter, start)  # (+1 waiting; stats() reports the waits going on)
         try:
             while not ready():
                 self._check_open()
@@ -295,7 +306,7 @@ class Table(
                 self._cond.wait(remaining)
             self._check_open()
         finally:
-            self._waiting -= 1
+            self._wait_ended(counter, start)
             setattr(self._state, counter, getattr(self._state, counter) + time.monotonic() - start)
 
     def _warn_blocked(self, what: str, waited: float) -> None:
@@ -367,12 +378,15 @@ class Table(
             ``n - capacity`` are evicted at once (counted in ``inserts`` and ``evictions``, and
             by the rate limiter as inserted and deleted), so their keys are not live on return.
 
+        Every error leaves the table (contents and ``stats()``) as it was.
+
         Raises:
-            SpecError: data does not match the spec. InvalidPriority: bad priorities.
+            SpecError: data does not match the spec.
+            InvalidPriority: bad priorities.
             CapacityError: the batch is larger than the capacity and the remover is not ``Fifo``.
             RateLimitError: the rate limiter could never admit a batch this large.
-            Timeout, Closed: as for every blocking call.
-            Every error leaves the table (contents and ``stats()``) as it was.
+            Timeout: as for every blocking call.
+            Closed: as for every blocking call.
         """
         with self._cond:
             return self._extend_locked(data, priorities, version, timeout)
@@ -490,6 +504,7 @@ class Table(
             data = self.storage.read(slots) if read else None
             count_samples(self._meta, slots, rows)
         limiter.samples += n
+        self._recent.record(slots, rows[:, 0])
         st.samples += n
         st.sample_calls += 1
         if self.max_times_sampled:
@@ -519,32 +534,3 @@ class Table(
         return SampleIterator(
             self, batch_size, prefetch=prefetch, timeout=timeout, max_batches=max_batches, **tensor_options
         )
-
-
-def drawn_sample(
-    data: Any,
-    slots: np.ndarray,
-    probabilities: np.ndarray,
-    weights: np.ndarray | None,
-    rows: np.ndarray,
-    as_tensor: bool = False,
-    device: Any = None,
-    pin_memory: bool = False,
-) -> Sample:
-    """The :class:`Sample` of a draw (``Table._draw``'s results; ``weights`` ``None``: all ones).
-
-    Its metadata columns are views of ``rows`` (the sample's own copy of the items' metadata rows).
-    """
-    sample = Sample.build(
-        data=data,
-        keys=rows[:, 0],
-        indices=slots,
-        probabilities=probabilities,
-        weights=np.ones(len(slots)) if weights is None else weights,
-        priorities=rows.view(np.float64)[:, 3],
-        times_sampled=rows[:, 1],
-        versions=rows[:, 2],
-    )
-    if as_tensor:
-        return sample_to_tensors(sample, device=device, pin_memory=pin_memory)
-    return sample

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidArgument
 from .args import as_int, as_keys
 
 
@@ -51,10 +52,15 @@ class KeyedMethods:
         """Set the priorities of items by key; return how many were applied.
 
         Duplicate keys: the last occurrence wins. Keys no longer in the table are skipped (and
-        counted in ``stats()["skipped_updates"]``). Raises :class:`InvalidPriority` for NaN,
-        infinite or (for the prioritized sampler) negative values, before changing anything.
+        counted in ``stats()["skipped_updates"]``). Errors are raised before anything changes.
+
+        Raises:
+            InvalidPriority: NaN, infinite or (for the prioritized sampler) negative values.
+            InvalidArgument: ``keys`` are the ``indices`` (storage slots) of one of this handle's
+                recent samples, not their keys (see :mod:`replaystore.table.recent`).
         """
         keys = as_keys(keys)
+        self._recent.check(keys)
         prio = self._validate_priorities(priorities, len(keys))
         if len(keys) == 0:
             return 0
@@ -94,17 +100,30 @@ class KeyedMethods:
                 self._cond.notify_all()
             return int(ok.sum())
 
-    def set_version(self, version: int) -> int:
+    def set_version(self, version: int, reset: bool = False) -> int:
         """Set the current model version; with ``max_staleness``, drop items that became stale.
+
+        Versions only go up (setting the current one again is a no-op): a lower one is refused,
+        since it is a mistake (two counters, a typo) more often than a new run. ``reset=True``
+        sets any version (a new training run, a restore).
 
         Returns:
             How many items were dropped.
+
+        Raises:
+            InvalidArgument: ``version`` is not an integer, or below the current version without
+                ``reset`` (the table is unchanged).
         """
         version = as_int(version, "version")
         with self._cond:
             self._flush_pending()
             self._check_open()
             st = self._state
+            if version < st.version and not reset:
+                raise InvalidArgument(
+                    f"set_version({version}): versions only go up (the current one is {st.version}); "
+                    "pass reset=True to start counting again"
+                )
             st.version = version
             if self.max_staleness is None:
                 return 0

@@ -66,7 +66,8 @@ class ReplaystorePrioritizedReplayBuffer(ReplaystoreNStepReplayBuffer):
         stratified: stratified sampling over the priority mass (lower variance).
 
     Raises:
-        SB3BufferError: ``alpha < 0``, ``beta < 0`` or ``eps < 0``, besides the base errors.
+        SB3BufferError: ``alpha < 0``, ``beta`` outside ``[0, 1]`` or ``eps < 0``, besides the base
+            errors.
     """
 
     def __init__(
@@ -89,6 +90,8 @@ class ReplaystorePrioritizedReplayBuffer(ReplaystoreNStepReplayBuffer):
         for name, v in (("alpha", alpha), ("beta", beta), ("eps", eps)):
             if not float(v) >= 0.0:
                 raise SB3BufferError(f"{name} must be >= 0, got {v}")
+        if not float(beta) <= 1.0:  # (as rs.Prioritized: beta is annealed towards 1)
+            raise SB3BufferError(f"beta must be in [0, 1], got {beta}")
         self.alpha = float(alpha)
         self._beta = float(beta)
         self.eps = float(eps)
