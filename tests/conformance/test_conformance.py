@@ -1,6 +1,6 @@
 """One Table in every mode: the conformance matrix (issue 32, item 5).
 
-Each mode runs the scenario of :mod:`scenario` (the Table's behavioural calls, bad inputs and
+Each mode runs the scenario of :mod:`conformance_scenario` (the Table's behavioural calls, bad inputs and
 the error class each raises) next to an in-process Table that runs the same scenario; every cell
 must agree with the Table or be a refusal or difference that the contract
 (:mod:`replaystore.table.contract`) lists for that call and mode. Modes: in-process, shared
@@ -28,7 +28,7 @@ from conformance_modes import (
     table,
     unique,
 )
-from scenario import CELLS, CLOSING
+from conformance_scenario import CELLS, CLOSING
 
 from replaystore.table import contract
 
@@ -211,7 +211,7 @@ def test_sharded_edges(ray_local):
     routed write refused before any shard changes, and ``Closed`` seen by another client."""
     import functools
 
-    from scenario import batch
+    from conformance_scenario import batch
 
     import replaystore as rs
     from replaystore import ray as rsr
