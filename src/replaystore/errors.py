@@ -190,6 +190,22 @@ class InvalidState(ReplayError, RuntimeError):
     """A call that needs a set-up step first (e.g. an SB3 HER buffer sampled before ``set_env``)."""
 
 
+class Unsupported(ReplayError, NotImplementedError):
+    """A call that this mode of a table does not offer (see ``replaystore.table.contract``).
+
+    Example: ``snapshot()`` of a served or sharded table (use ``save()`` and ``Table.load``).
+    """
+
+
+class NotConnected(InvalidState):
+    """A Ray client call made in a process where Ray is not initialized.
+
+    ``connect()`` finds a running service by name in the Ray cluster this process joined: call
+    ``ray.init(address="auto")`` (or ``ray.init(address=...)``) first. It does not start a new
+    local Ray instance, which could never hold the service.
+    """
+
+
 class Unavailable(ReplayError, ConnectionError):
     """A metrics source cannot be read now (no service, shard or shared table of that name; a restart).
 

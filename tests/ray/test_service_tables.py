@@ -1,8 +1,10 @@
 """replaystore.ray hosting Tables: Ape-X style writers, a prioritized learner, timeouts, restarts."""
 
 import functools
+import signal
 import threading
 import time
+import uuid
 
 import numpy as np
 import pytest
@@ -198,3 +200,51 @@ def test_stats_reach_the_monitor_sinks(ray_local, tmp_path):
     scalars = c.reporter(sinks=[], period=60).report()  # the client-side reporter flattens the same stats
     assert scalars["default/size"] == 10.0
     c.shutdown()
+
+
+class Alarm(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise Alarm
+
+
+@pytest.fixture
+def service(ray_local):
+    from replaystore import ray as rsr
+
+    c = rsr.serve(lambda: rs.Table(100, seed=0), name=f"waits-{uuid.uuid4().hex[:8]}")
+    yield c
+    c.shutdown()
+
+
+def test_blocked_sample_warns_in_the_caller_and_is_interruptible(service, monkeypatch):
+    """Issue 38 item 6: the warning reaches the caller's process, a signal handler runs while it waits."""
+    from replaystore.ray import _runtime
+
+    monkeypatch.setattr(_runtime, "BLOCKING_WARNING_S", 0.5)
+    old = signal.signal(signal.SIGALRM, _alarm)
+    t0 = time.monotonic()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 2.0)
+        with pytest.warns(rs.BlockingWarning, match="no timeout"), pytest.raises(Alarm):
+            service.sample(4)  # an empty table, no timeout: would wait for good
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert time.monotonic() - t0 < 10  # the handler ran while the call waited
+    service.extend(transitions(10))  # still usable (the abandoned sample takes its 4 on the service)
+    s = service.sample(2, timeout=5)
+    assert len(s.keys) == 2
+
+
+def test_calls_with_a_timeout_do_not_warn(service, monkeypatch, recwarn):
+    from replaystore.ray import _runtime
+
+    monkeypatch.setattr(_runtime, "BLOCKING_WARNING_S", 0.0)
+    with pytest.raises(rs.Timeout):
+        service.sample(4, timeout=0.6)
+    service.extend(transitions(3))
+    assert np.asarray(service.keys()).size == 3
+    assert not [w for w in recwarn if issubclass(w.category, rs.BlockingWarning)]

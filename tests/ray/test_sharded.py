@@ -104,7 +104,7 @@ def test_keys_route_to_their_shard_and_foreign_keys_are_refused(ray_local):
                 c.delete(bad)
             with pytest.raises(rsr.ForeignKey):
                 c.get(bad)
-        with pytest.raises(rs.InvalidArgument, match="3 values for 2 keys"):
+        with pytest.raises(rs.InvalidPriority, match="3 values for 2 keys"):  # the Table's class
             c.update_priorities(k0[:2], [1.0, 2.0, 3.0])
         assert c.stats()["total"] == before  # nothing changed, counters included
         np.testing.assert_array_equal(c.info(k0)["priorities"], [7, 1, 1, 1])

@@ -554,3 +554,24 @@ def test_log_samples_off(tmp_path):
     t2 = rs.Table.queue(50)
     LoggedTable.open(t2, str(tmp_path / "wal"), cfg).close()
     assert len(t2) == 10 and t2.stats()["samples"] == 0  # a restart forgets samples (documented)
+
+
+def test_a_version_reset_replays(tmp_path):
+    """``set_version(v, reset=True)`` below the current version is logged with its flag and replays."""
+    import replaystore as rs
+    from replaystore.ray.logged_table import LoggedTable
+    from replaystore.ray.wal import WalConfig
+
+    cfg = WalConfig(dir=str(tmp_path), fsync="never")
+    lt = LoggedTable.open(rs.Table(10, max_staleness=1), str(tmp_path / "wal"), cfg)
+    lt.durable("extend", {"x": np.arange(3.0)}, version=[0, 4, 5])
+    lt.durable("set_version", 5)
+    with pytest.raises(rs.InvalidArgument):
+        lt.durable("set_version", 2)
+    assert lt.durable("set_version", 2, reset=True) == 0
+    lt.close()
+    with pytest.raises(rs.Closed):
+        lt.durable("set_version", 3)
+    again = LoggedTable.open(rs.Table(10, max_staleness=1), str(tmp_path / "wal"), cfg)
+    assert again.table.version == 2 and len(again) == 2
+    again.close()

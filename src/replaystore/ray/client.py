@@ -24,13 +24,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from ..errors import InvalidArgument
 from ..items import Sample
 from ..monitor import Sink, StatsReporter
-from ..table import Table
-from ._runtime import get, import_ray, init_local, rpc_timeout
+from ..table import Table, contract
+from ._runtime import get, import_ray, init_local, require_init, rpc_timeout
 from .factories import table_factories
 from .fragment_buffer import FragmentBufferConfig
 from .server import ReplayServer, SinkSpec
@@ -45,7 +43,11 @@ DEFAULT_TABLE = "default"
 
 
 class ReplayClient:
-    """Talks to a replay service; one table is the default target of the Table-like methods.
+    """Talks to a replay service; one table is the default target of the Table's methods.
+
+    The Table's methods (``extend``, ``sample``, ``update_priorities``, ... every call of
+    :data:`replaystore.table.contract.CALLS`) are generated from the contract: same names,
+    signatures and docstrings as :class:`~replaystore.Table`, each one Ray call.
 
     Args:
         actor: the service's actor handle.
@@ -75,6 +77,8 @@ class ReplayClient:
         self.default_timeout = default_timeout
         self.rpc_grace = rpc_grace
 
+    MODE = "served"
+
     def __repr__(self) -> str:
         return f"ReplayClient(name={self.name!r}, table={self.table_name!r})"
 
@@ -85,114 +89,14 @@ class ReplayClient:
     def _t(self, timeout: float | None) -> float | None:
         return self.default_timeout if timeout is None else timeout
 
-    def _call(self, method: str, *args: Any, op_timeout: float | None = 0.0) -> Any:
+    def _call(self, method: str, *args: Any, op_timeout: float | None = 0.0, warn: bool = False) -> Any:
         ref = getattr(self.actor, method).remote(*args)
-        return get(ref, rpc_timeout(op_timeout, self.rpc_grace), f"{self.name}.{method}")
+        return get(ref, rpc_timeout(op_timeout, self.rpc_grace), f"{self.name}.{method}", warn)
 
-    # -- the Table API -----------------------------------------------------------------------------------
-    def extend(
-        self, data: Any, priorities: Any = None, version: Any = None, timeout: float | None = None
-    ) -> np.ndarray:
-        """Insert a batch (one Ray call); return the int64 keys. See :meth:`replaystore.Table.extend`."""
-        t = self._t(timeout)
-        return self._call("extend", self.table_name, data, priorities, version, t, op_timeout=t)
-
+    # -- the Table API: generated from replaystore.table.contract (see _remote_call below) ----------------
     def extend_async(self, data: Any, priorities: Any = None, version: Any = None, timeout: float | None = None) -> Any:
         """Start an insert and return its ``ObjectRef`` at once (pipelined writers; ``ray.get`` it later)."""
         return self.actor.extend.remote(self.table_name, data, priorities, version, self._t(timeout))
-
-    def add(
-        self, item: Any, priority: float | None = None, version: int | None = None, timeout: float | None = None
-    ) -> int:
-        """Insert one item; return its key. See :meth:`replaystore.Table.add`."""
-        t = self._t(timeout)
-        return self._call("add", self.table_name, item, priority, version, t, op_timeout=t)
-
-    def sample(self, batch_size: int, timeout: float | None = None) -> Sample:
-        """Sample ``batch_size`` items (NumPy data). See :meth:`replaystore.Table.sample`."""
-        t = self._t(timeout)
-        return self._call("sample", self.table_name, batch_size, t, op_timeout=t)
-
-    # -- episodes (see replaystore.Table.add_step and docs/sequences.md) ----------------------------------
-    def extend_steps(
-        self,
-        steps: Any,
-        streams: Any = 0,
-        terminated: Any = None,
-        truncated: Any = None,
-        priorities: Any = None,
-        version: Any = None,
-        timeout: float | None = None,
-    ) -> np.ndarray:
-        """Append steps with their stream ids (one Ray call). See :meth:`replaystore.Table.extend_steps`."""
-        t = self._t(timeout)
-        return self._call(
-            "extend_steps", self.table_name, steps, streams, terminated, truncated, priorities, version, t, op_timeout=t
-        )
-
-    def add_step(
-        self,
-        step: Any,
-        stream: int = 0,
-        terminated: bool = False,
-        truncated: bool = False,
-        priority: float | None = None,
-        version: int | None = None,
-        timeout: float | None = None,
-    ) -> int:
-        """Append one step. See :meth:`replaystore.Table.add_step`."""
-        t = self._t(timeout)
-        return self._call(
-            "add_step", self.table_name, step, stream, terminated, truncated, priority, version, t, op_timeout=t
-        )
-
-    def add_episode(
-        self,
-        steps: Any,
-        stream: int | None = None,
-        terminated: bool = True,
-        truncated: bool = False,
-        priorities: Any = None,
-        version: Any = None,
-        timeout: float | None = None,
-    ) -> np.ndarray:
-        """Insert a whole episode. See :meth:`replaystore.Table.add_episode`."""
-        t = self._t(timeout)
-        return self._call(
-            "add_episode", self.table_name, steps, stream, terminated, truncated, priorities, version, t, op_timeout=t
-        )
-
-    def end_episode(self, streams: Any, truncated: bool = False) -> int:
-        """Close streams' open episodes. See :meth:`replaystore.Table.end_episode`."""
-        return self._call("end_episode", self.table_name, streams, truncated)
-
-    def sample_sequences(
-        self, batch_size: int, length: int, burn_in: int = 0, mode: str = "strict", timeout: float | None = None
-    ) -> Any:
-        """``B`` sequences (a :class:`~replaystore.SequenceSample`). See :meth:`replaystore.Table.sample_sequences`."""
-        t = self._t(timeout)
-        return self._call("sample_sequences", self.table_name, batch_size, length, burn_in, mode, t, op_timeout=t)
-
-    def sample_nstep(self, batch_size: int, n: int, gamma: float, timeout: float | None = None) -> Any:
-        """n-step transitions (a :class:`~replaystore.NStepSample`). See :meth:`replaystore.Table.sample_nstep`."""
-        t = self._t(timeout)
-        return self._call("sample_nstep", self.table_name, batch_size, n, gamma, t, op_timeout=t)
-
-    def sample_episodes(self, k: int, timeout: float | None = None, replace: bool = True) -> Any:
-        """Complete episodes. See :meth:`replaystore.Table.sample_episodes`."""
-        t = self._t(timeout)
-        return self._call("sample_episodes", self.table_name, k, t, replace, op_timeout=t)
-
-    def episode_info(self, keys: Any) -> Any:
-        """Each key's place in its episode (an :class:`~replaystore.EpisodeInfo`; one Ray call).
-
-        See :meth:`replaystore.Table.episode_info`.
-        """
-        return self._call("episode_info", self.table_name, keys)
-
-    def episode_keys(self, keys: Any, positions: Any) -> np.ndarray:
-        """Keys of other steps of the keys' episodes. See :meth:`replaystore.Table.episode_keys`."""
-        return self._call("episode_keys", self.table_name, keys, positions)
 
     def iterate(
         self, batch_size: int, prefetch: int = 4, timeout: float | None = None, max_batches: int | None = None
@@ -231,36 +135,12 @@ class ReplayClient:
         finally:
             in_flight.clear()  # drop the refs: those results are discarded
 
-    def update_priorities(self, keys: Any, priorities: Any) -> int:
-        """Set priorities by key; return how many were applied."""
-        return self._call("update_priorities", self.table_name, keys, priorities)
-
-    def delete(self, keys: Any) -> int:
-        """Delete items by key; return how many were deleted."""
-        return self._call("delete", self.table_name, keys)
-
-    def set_version(self, version: int) -> int:
-        """Set the model version of the table; return how many stale items were dropped."""
-        return self._call("set_version", self.table_name, version)
-
-    def get(self, keys: Any) -> tuple[Any, np.ndarray]:
-        """Read items by key: ``(data, found)``."""
-        return self._call("get", self.table_name, keys)
-
-    def info(self, keys: Any) -> dict[str, np.ndarray]:
-        """Metadata by key (see :meth:`replaystore.Table.info`)."""
-        return self._call("info", self.table_name, keys)
-
-    def keys(self) -> np.ndarray:
-        """Keys of the live items, oldest first."""
-        return self._call("keys", self.table_name)
-
     def __len__(self) -> int:
         return self._call("size", self.table_name)
 
-    def clear(self) -> None:
-        """Empty the table."""
-        self._call("clear", self.table_name)
+    def __contains__(self, key: Any) -> bool:
+        """Whether ``key`` is a live item of the default table (one Ray call; ``InvalidArgument`` as the Table)."""
+        return bool(self.info([key])["found"][0])
 
     def stats(self) -> dict[str, Any]:
         """Stats of every table (by name) and of the fragment buffer (``"fragments"``)."""
@@ -307,6 +187,30 @@ class ReplayClient:
 
     def __reduce__(self) -> tuple:
         return (ReplayClient, (self.actor, self.name, self.table_name, self.default_timeout, self.rpc_grace))
+
+
+def _remote_call(call: contract.Call) -> Callable:
+    """``ReplayClient.<call>``: one Ray call of the service's method of the same name, on the default table.
+
+    The arguments are bound to the Table method's signature (a wrong call raises ``TypeError``
+    here, as the Table would) and sent positionally; a blocking call waits ``timeout`` (the
+    client's ``default_timeout`` if ``None``) plus ``rpc_grace``; arguments the contract marks
+    local (``as_tensor``, ...) are applied to the answer here.
+    """
+
+    def method(self: ReplayClient, *args: Any, **kwargs: Any) -> Any:
+        a = contract.bind(call, args, kwargs)
+        local = {k: a.pop(k) for k in call.local}
+        if not call.blocking:
+            return self._call(call.name, self.table_name, *a.values())
+        a["timeout"] = t = self._t(a["timeout"])
+        out = self._call(call.name, self.table_name, *a.values(), op_timeout=t, warn=t is None)
+        return contract.apply_local(out, local)
+
+    return contract.forwarded(call, method, ReplayClient)
+
+
+contract.install(ReplayClient, _remote_call)
 
 
 def serve(
@@ -452,9 +356,11 @@ def connect(
     """A client of the running service ``name`` (default table: ``table`` or its first one).
 
     Raises:
-        ValueError: no service of that name is running.
+        NotConnected: Ray is not initialized in this process (at once; ``ray.init(address="auto")``
+            joins the cluster where the service runs).
+        InvalidArgument: no service of that name is running.
     """
-    import_ray()
+    require_init(f"connect({name!r})")
     actor = _lookup(name, namespace)
     if actor is None:
         raise InvalidArgument(f"no replay service named {name!r} is running")

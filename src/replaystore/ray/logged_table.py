@@ -56,12 +56,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SpecError, WalCorrupt
+from ..errors import Closed, SpecError, Unsupported, WalCorrupt
 from ..items import Sample
 from ..samplers import Fifo
 from ..storage import ObjectStorage
 from ..storage.spec import flatten, unflatten
-from ..table import Table
+from ..table import Table, contract
 from .wal import Record, WalConfig, WriteAheadLog, check_arrays
 
 OP_EXTEND, OP_ADD, OP_SAMPLE, OP_UPDATE, OP_DELETE, OP_SET_VERSION, OP_CLEAR = range(1, 8)
@@ -121,8 +121,12 @@ class LoggedTable:
     ``extend_steps``, ``add_step``, ``add_episode``, ``end_episode``, ``sample_sequences``,
     ``sample_nstep``, ``sample_episodes``) take the Table's arguments and return ``(result, lsn)``
     (``lsn`` 0: nothing to wait for); they are thread-safe. Reads go to :attr:`table` directly.
-    Only this object may mutate the table.
+    Only this object may mutate the table. The calls that change nothing (``get``, ``info``,
+    ``keys``, ``episode_info``, ...: the contract's non-mutating calls) are the table's own,
+    generated from :mod:`replaystore.table.contract`.
     """
+
+    MODE = "logged"
 
     def __init__(
         self, table: Table, wal: WriteAheadLog, log_samples: bool = True, max_log_bytes: int | None = None
@@ -132,6 +136,7 @@ class LoggedTable:
         self.log_samples = log_samples
         self.max_log_bytes = max_log_bytes
         self._victims: list[np.ndarray] | None = None  # keys evicted by the insert being logged
+        self._closed = False
         if type(table.remover) is not Fifo:
             self._watch_evictions()
 
@@ -157,6 +162,18 @@ class LoggedTable:
         with table.locked():
             table.wal_lsn = wal.last_lsn
         return self
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self.table
+
+    def _check(self) -> None:
+        """``Closed`` once :meth:`close` ran; the log's pending write error (``DiskFull``, ...)."""
+        if self._closed:
+            raise Closed(f"logged table {self.table.name!r} is closed (its write-ahead log {self.wal.path})")
+        self.wal.check()
 
     # -- which keys an insert evicted, for removers that do not evict in key order ----------------------
     def _watch_evictions(self) -> None:
@@ -196,7 +213,7 @@ class LoggedTable:
     ) -> tuple[Any, int]:
         """Apply ``call(data for the table)`` and log it as ``op`` with the keys it returned."""
         arrays, flags, applied = _encode_data(data)
-        self.wal.check()
+        self._check()
         with self.table.locked():
             self._victims = []
             try:
@@ -297,7 +314,7 @@ class LoggedTable:
 
     def end_episode(self, streams: Any, truncated: bool = False) -> tuple[int, int]:
         """:meth:`Table.end_episode`, logged: ``(closed, lsn)``."""
-        self.wal.check()
+        self._check()
         with self.table.locked():
             n = self.table.end_episode(streams, truncated)
             lsn = self._append(
@@ -312,8 +329,9 @@ class LoggedTable:
     ) -> tuple[Any, int]:
         """Run a sampling call and log what it changed (unless ``log_samples`` is off)."""
         if not self.log_samples:
+            self._check()
             return call(), 0
-        self.wal.check()
+        self._check()
         with self.table.locked():
             s = call()
             keys, draws = keys_of(s)
@@ -352,7 +370,7 @@ class LoggedTable:
     def _call(
         self, op: int, call: Callable[[], Any], meta: dict | None = None, head: dict | None = None
     ) -> tuple[Any, int]:
-        self.wal.check()
+        self._check()
         with self.table.locked():
             result = call()
             lsn = self._append(op, meta, head)
@@ -369,10 +387,10 @@ class LoggedTable:
         k = np.atleast_1d(np.asarray(keys, dtype=np.int64))
         return self._call(OP_DELETE, lambda: self.table.delete(k), None, {"keys": k})
 
-    def set_version(self, version: int) -> tuple[int, int]:
-        """:meth:`Table.set_version`, logged: ``(dropped, lsn)``."""
-        v = int(version)
-        return self._call(OP_SET_VERSION, lambda: self.table.set_version(v), {"version": v})
+    def set_version(self, version: int, reset: bool = False) -> tuple[int, int]:
+        """:meth:`Table.set_version`, logged (with ``reset``, so a replay may go down too): ``(dropped, lsn)``."""
+        v, r = int(version), bool(reset)
+        return self._call(OP_SET_VERSION, lambda: self.table.set_version(v, reset=r), {"version": v, "reset": r})
 
     def clear(self) -> tuple[None, int]:
         """:meth:`Table.clear`, logged: ``(None, lsn)``."""
@@ -426,7 +444,8 @@ class LoggedTable:
         return out
 
     def close(self) -> None:
-        """Write what is queued and close the log (the table stays as it is)."""
+        """Write what is queued and close the log (the table stays as it is); later calls raise ``Closed``."""
+        self._closed = True
         self.wal.close()
 
     # -- replay ---------------------------------------------------------------------------------------------
@@ -445,7 +464,7 @@ class LoggedTable:
                 elif rec.op == OP_DELETE:
                     t.delete(head["keys"])
                 elif rec.op == OP_SET_VERSION:
-                    t.set_version(int(rec.meta["version"]))
+                    t.set_version(int(rec.meta["version"]), reset=bool(rec.meta.get("reset", False)))
                 elif rec.op == OP_CLEAR:
                     t.clear()
                 elif rec.op == OP_END_EPISODE:
@@ -510,3 +529,17 @@ def _step_arrays(streams: Any, terminated: Any, truncated: Any) -> dict[str, np.
         if flags is not None:
             out[name] = np.asarray(flags).astype(bool)
     return out
+
+
+def _read(call: contract.Call) -> Callable:
+    """``LoggedTable.<call>`` for a call that changes nothing: the table's own (no record, no lsn)."""
+
+    def method(self: LoggedTable, *args: Any, **kwargs: Any) -> Any:
+        if call.mutating:  # a mutation the log cannot record would make replays diverge
+            raise Unsupported(f"{call.name}() is not logged yet: a logged table refuses it")
+        return getattr(self.table, call.name)(*args, **kwargs)
+
+    return contract.forwarded(call, method, LoggedTable)
+
+
+contract.install(LoggedTable, _read)

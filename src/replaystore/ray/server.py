@@ -25,6 +25,7 @@ live in :mod:`~replaystore.ray.server_fragments` and :mod:`~replaystore.ray.serv
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import pickle
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from ..checkpoint import checkpoint_exists
 from ..errors import Closed, InvalidArgument, InvalidType, KeyNotFound, Timeout
 from ..monitor import LoggingSink, Sink, TensorBoardSink, WandbSink, flatten_scalars
-from ..table import Table
+from ..table import Table, contract
 from ._runtime import import_ray
 from .fragment_buffer import FragmentBuffer, FragmentBufferConfig
 from .logged_table import LoggedTable
@@ -100,6 +101,8 @@ class ReplayServer(FragmentService, OnlineService):
     exception as itself. So the caller sees the cause deterministically, whatever the timing,
     instead of a dead actor; ``serve`` then kills the actor and frees its name.
     """
+
+    MODE = "served"
 
     def __init__(
         self,
@@ -437,138 +440,36 @@ class ReplayServer(FragmentService, OnlineService):
             return await self._logged(table, lt, result)
         return result
 
-    async def extend(
-        self, table: str, data: Any, priorities: Any = None, version: Any = None, timeout: float | None = None
-    ) -> Any:
-        """``Table.extend`` on ``table``; see :meth:`replaystore.Table.extend`."""
-        return await self._apply(table, "extend", data, priorities, version, timeout=timeout)
-
-    async def add(
-        self,
-        table: str,
-        item: Any,
-        priority: float | None = None,
-        version: int | None = None,
-        timeout: float | None = None,
-    ) -> int:
-        """``Table.add`` on ``table``."""
-        return await self._apply(table, "add", item, priority, version, timeout=timeout)
-
-    async def sample(self, table: str, batch_size: int, timeout: float | None = None) -> Any:
-        """``Table.sample`` on ``table`` (NumPy data)."""
-        return await self._apply(table, "sample", batch_size, timeout=timeout)
-
-    # -- episodes (tables built with episodes=, see docs/sequences.md; logged like the rest) ---------------
-    async def extend_steps(
-        self,
-        table: str,
-        steps: Any,
-        streams: Any = 0,
-        terminated: Any = None,
-        truncated: Any = None,
-        priorities: Any = None,
-        version: Any = None,
-        timeout: float | None = None,
-    ) -> Any:
-        """``Table.extend_steps`` on ``table``."""
-        return await self._apply(
-            table, "extend_steps", steps, streams, terminated, truncated, priorities, version, timeout=timeout
-        )
-
-    async def add_step(
-        self,
-        table: str,
-        step: Any,
-        stream: int = 0,
-        terminated: bool = False,
-        truncated: bool = False,
-        priority: float | None = None,
-        version: int | None = None,
-        timeout: float | None = None,
-    ) -> int:
-        """``Table.add_step`` on ``table``."""
-        return await self._apply(
-            table, "add_step", step, stream, terminated, truncated, priority, version, timeout=timeout
-        )
-
-    async def add_episode(
-        self,
-        table: str,
-        steps: Any,
-        stream: int | None = None,
-        terminated: bool = True,
-        truncated: bool = False,
-        priorities: Any = None,
-        version: Any = None,
-        timeout: float | None = None,
-    ) -> Any:
-        """``Table.add_episode`` on ``table``."""
-        return await self._apply(
-            table, "add_episode", steps, stream, terminated, truncated, priorities, version, timeout=timeout
-        )
-
-    async def end_episode(self, table: str, streams: Any, truncated: bool = False) -> int:
-        """``Table.end_episode`` on ``table``."""
-        return await self._apply(table, "end_episode", streams, truncated, waits=False)
-
-    async def sample_sequences(
-        self,
-        table: str,
-        batch_size: int,
-        length: int,
-        burn_in: int = 0,
-        mode: str = "strict",
-        timeout: float | None = None,
-    ) -> Any:
-        """``Table.sample_sequences`` on ``table``."""
-        return await self._apply(table, "sample_sequences", batch_size, length, burn_in, mode, timeout=timeout)
-
-    async def sample_nstep(
-        self, table: str, batch_size: int, n: int, gamma: float, timeout: float | None = None
-    ) -> Any:
-        """``Table.sample_nstep`` on ``table``."""
-        return await self._apply(table, "sample_nstep", batch_size, n, gamma, timeout=timeout)
-
-    async def sample_episodes(self, table: str, k: int, timeout: float | None = None, replace: bool = True) -> Any:
-        """``Table.sample_episodes`` on ``table``."""
-        return await self._apply(table, "sample_episodes", k, timeout=timeout, replace=replace)
-
-    async def episode_info(self, table: str, keys: Any) -> Any:
-        """``Table.episode_info`` on ``table``."""
-        return self._table(table).episode_info(keys)
-
-    async def episode_keys(self, table: str, keys: Any, positions: Any) -> Any:
-        """``Table.episode_keys`` on ``table``."""
-        return self._table(table).episode_keys(keys, positions)
-
-    async def update_priorities(self, table: str, keys: Any, priorities: Any) -> int:
-        """``Table.update_priorities`` on ``table``."""
-        return await self._apply(table, "update_priorities", keys, priorities, waits=False)
-
-    async def delete(self, table: str, keys: Any) -> int:
-        """``Table.delete`` on ``table``."""
-        return await self._apply(table, "delete", keys, waits=False)
-
-    async def set_version(self, table: str, version: int) -> int:
-        """``Table.set_version`` on ``table``."""
-        return await self._apply(table, "set_version", version, waits=False)
-
-    async def get(self, table: str, keys: Any) -> Any:
-        """``Table.get`` on ``table``."""
-        return self._table(table).get(keys)
-
-    async def info(self, table: str, keys: Any) -> Any:
-        """``Table.info`` on ``table``."""
-        return self._table(table).info(keys)
-
-    async def keys(self, table: str) -> Any:
-        """``Table.keys`` on ``table``."""
-        return self._table(table).keys()
-
+    # -- tables: every call of replaystore.table.contract.CALLS is generated below (_dispatch) ---------------
     async def size(self, table: str) -> int:
         """Number of items in ``table``."""
         return len(self._table(table))
 
-    async def clear(self, table: str) -> None:
-        """``Table.clear`` on ``table``."""
-        await self._apply(table, "clear", waits=False)
+
+def _dispatch(call: contract.Call) -> Callable:
+    """``ReplayServer.<call>(table, ...)``: the Table method on ``table`` (a coroutine, as Ray calls it).
+
+    Blocking calls run as :meth:`ReplayServer._blocking` does (first without waiting, then in a
+    worker thread); calls that change the table go through its write-ahead log when it has one
+    (acknowledged once logged); reads run inline. The signature is the Table method's with
+    ``table`` first (arguments the contract marks local, such as ``as_tensor``, are the client's).
+    """
+
+    async def method(self: ReplayServer, table: str, *args: Any, **kwargs: Any) -> Any:
+        a = contract.bind(call, args, kwargs)
+        for k in call.local:
+            del a[k]
+        if call.blocking:
+            t = a.pop("timeout")
+            return await self._apply(table, call.name, timeout=t, **a)
+        if call.mutating:
+            return await self._apply(table, call.name, waits=False, **a)
+        return getattr(self._table(table), call.name)(**a)
+
+    sig = call.signature()
+    params = [p for n, p in sig.parameters.items() if n not in call.local]
+    table = inspect.Parameter("table", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str)
+    return contract.forwarded(call, method, ReplayServer, sig.replace(parameters=[params[0], table, *params[1:]]))
+
+
+contract.install(ReplayServer, _dispatch)

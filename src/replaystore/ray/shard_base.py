@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Closed, InvalidArgument
+from ..errors import Closed, EpisodeError, InvalidArgument, InvalidPriority, Timeout
+from ..table.args import as_keys
 from . import shard_keys
 from ._runtime import get, import_ray, rpc_timeout
 from .client import ReplayClient
@@ -70,6 +71,9 @@ class ShardedBase:
         self._updates = PendingUpdates(len(self.shards))
         self._ready: tuple = ()  # (shape, deque of fetched batches not handed out yet) or ()
         self.placement_group: Any = None  # set by serve_sharded: removed by shutdown()
+        self._closed = False  # this client closed the table: every later call raises Closed
+        self._config: dict[str, Any] | None = None  # shard 0's shard_config (asked once)
+        self._next_stream: int | None = None  # the stream add_episode(stream=None) takes next
 
     def __len__(self) -> int:
         return int(sum(self._each("size", ())))
@@ -106,12 +110,79 @@ class ShardedBase:
     def _t(self, timeout: float | None) -> float | None:
         return self.default_timeout if timeout is None else timeout
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise Closed(f"sharded table {self.name!r} is closed")
+
     def _ref(self, shard: int, method: str, *args: Any) -> Any:
+        self._check_open()
         return self.shards[shard].actor.shard_call.remote(method, self.table_name, *args)
 
+    def _shard_config(self) -> dict[str, Any]:
+        """Shard 0's ``{"episodes", "capacity"}`` plus ``"min_capacity"`` over all shards (asked once)."""
+        if self._config is None:
+            self._check_open()
+            refs = [c.actor.shard_config.remote(self.table_name) for c in self.shards]
+            configs = get(refs, self.rpc_grace, f"{self.name}.shard_config")
+            self._config = dict(configs[0], min_capacity=min(c["capacity"] for c in configs))
+        return self._config
+
+    def _states_known(self) -> list[tuple]:
+        """Every shard's last state (asking the shards once if some are unknown)."""
+        if any(st is None for st in self._states):
+            self._refresh_states()
+        with self._lock:
+            return [st for st in self._states if st is not None]
+
+    def _refresh_states(self) -> None:
+        """Ask every shard for its state; a shard that is down, closed or silent keeps what was known."""
+        self._check_open()
+        refs = {s: c.actor.shard_state.remote(self.table_name) for s, c in enumerate(self.shards)}
+        ray = import_ray()
+        wait = self.skip_after if self.on_dead == "skip" else self.rpc_grace
+        ready = set(ray.wait(list(refs.values()), num_returns=len(refs), timeout=wait)[0])
+        for s, ref in refs.items():
+            if ref in ready:
+                try:
+                    st = get(ref, 0.0, f"{self.name}.shard_state")
+                except (Closed, Timeout):
+                    continue  # the call that follows reports it
+                with self._lock:
+                    self._states[s] = st
+
+    def _default_priority(self, shard: int, given: Any) -> Any:
+        """``given``, or for a write without priorities the table-wide default if shard's own is lower.
+
+        A Table gives new items the largest priority it was ever given; a shard knows only its
+        own, so the client passes the largest over all shards (as of their last replies, with this
+        client's queued updates sent first) when it is above the target shard's.
+        """
+        if given is not None:
+            return given
+        if len(self._updates):
+            self.flush_updates()
+        known = self._states_known()
+        if not known:
+            return None
+        top = max(float(st[6]) for st in known)
+        with self._lock:
+            own = self._states[shard]
+        return None if own is not None and float(own[6]) >= top else top
+
     def _get(self, refs: dict[int, Any], op_timeout: float | None, what: str) -> dict[int, Any]:
-        """Results by shard of ``shard_call`` refs; records each shard's state. Raises the first error."""
-        out = get(list(refs.values()), rpc_timeout(op_timeout, self.rpc_grace), f"{self.name}.{what}")
+        """Results by shard of ``shard_call`` refs; records each shard's state. Raises the first error.
+
+        When one shard raises, the others' replies are collected too (for a short while), so an
+        error on several shards is raised once, here, not reported by Ray as unhandled later.
+        """
+        try:
+            wait = rpc_timeout(op_timeout, self.rpc_grace)
+            out = get(list(refs.values()), wait, f"{self.name}.{what}", warn=wait is None)
+        except (Timeout, KeyboardInterrupt):
+            raise
+        except Exception:
+            _drain(list(refs.values()))
+            raise
         results = {}
         with self._lock:
             for s, (result, state) in zip(refs, out):
@@ -149,6 +220,7 @@ class ShardedBase:
 
     def _each(self, method: str, args: tuple, timeout: float | None = 0.0) -> list[Any]:
         """``method(table, *args)`` on every shard in parallel (queued updates first); results in shard order."""
+        self._check_open()
         if len(self._updates):
             self.flush_updates()
         refs = {s: self._ref(s, method, *args) for s in range(len(self.shards))}
@@ -160,7 +232,8 @@ class ShardedBase:
 
         Returns ``(results, positions, shard of each key)``; ``ForeignKey`` before anything is sent.
         """
-        keys = np.asarray(keys, dtype=np.int64).reshape(-1)
+        self._check_open()
+        keys = as_keys(keys)
         shards, local = shard_keys.decode(self.tag, keys, len(self.shards))
         if len(self._updates):
             self.flush_updates()
@@ -168,7 +241,8 @@ class ShardedBase:
         cols = [np.asarray(c).reshape(-1) if np.ndim(c) else np.full(len(keys), c) for c in columns]
         for c in cols:
             if len(c) != len(keys):
-                raise InvalidArgument(f"{method}: {len(c)} values for {len(keys)} keys")
+                err = EpisodeError if method == "episode_keys" else InvalidPriority  # the Table's classes
+                raise err(f"{method}: {len(c)} values for {len(keys)} keys")
         refs = {s: self._ref(s, method, local[g], *[c[g] for c in cols]) for s, g in enumerate(groups) if len(g)}
         res = self._get(refs, 0.0, method) if refs else {}
         return [res.get(s) for s in range(len(self.shards))], groups, shards
@@ -180,9 +254,24 @@ class ShardedBase:
 
     def flush_updates(self) -> int:
         """Send the queued priority updates now (one call per shard that has some); how many applied."""
+        self._check_open()
         refs = {}
         for s in self._updates.shards():
             updates = self._updates.take(s)
             if updates is not None:
                 refs[s] = self._ref(s, "update_priorities", *updates)
         return int(sum(self._get(refs, 0.0, "update_priorities").values())) if refs else 0
+
+
+def _drain(refs: list[Any], wait_s: float = 2.0) -> None:
+    """Collect the replies (and errors) of ``refs`` that arrive within ``wait_s``; ignore them."""
+    ray = import_ray()
+    try:
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
+    except Exception:  # noqa: BLE001 - best effort
+        return
+    for ref in ready:
+        try:
+            ray.get(ref, timeout=0)
+        except (Exception, Timeout):  # noqa: BLE001,S110 - the first error was raised already
+            pass

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import Closed, InvalidArgument, Timeout
+from ..table import contract
 from . import shard_keys, shard_sampling
 from ._runtime import get, import_ray, rpc_timeout
 from .shard_base import ShardedBase
@@ -31,7 +32,14 @@ class ShardedSampler(ShardedBase):
     """Samples, fetches and deferred priority updates of a sharded client (see the module docstring)."""
 
     # -- samples ------------------------------------------------------------------------------------------------
-    def sample(self, batch_size: int, timeout: float | None = None) -> Any:
+    def sample(
+        self,
+        batch_size: int,
+        timeout: float | None = None,
+        as_tensor: bool = False,
+        device: Any = None,
+        pin_memory: bool = False,
+    ) -> Any:
         """``batch_size`` items drawn as from one Table holding every shard's items.
 
         Returns a :class:`~replaystore.Sample` with global keys; ``probabilities`` are each draw's
@@ -40,9 +48,10 @@ class ShardedSampler(ShardedBase):
         slots of the item's own shard. With ``depth > 1`` the batch may come from this client's
         last fetch (no call; drawn at that fetch's instant, see :class:`~replaystore.ray.ShardedClient`). Raises as
         :meth:`replaystore.Table.sample`; ``rs.Timeout`` also when no shard holds an item within
-        ``timeout``.
+        ``timeout``. ``as_tensor``, ``device``, ``pin_memory``: as for the Table (applied here).
         """
-        return self._sample("sample", batch_size, (), timeout)
+        local = {"as_tensor": as_tensor, "device": device, "pin_memory": pin_memory}
+        return contract.apply_local(self._sample("sample", batch_size, (), timeout), local)
 
     def sample_nstep(self, batch_size: int, n: int, gamma: float, timeout: float | None = None) -> Any:
         """n-step transitions (a :class:`~replaystore.NStepSample`), shards drawn as in :meth:`sample`."""
@@ -120,6 +129,7 @@ class ShardedSampler(ShardedBase):
 
     def _start(self, method: str, batch_size: int, args: tuple, timeout: float | None, depth: int = 1) -> tuple:
         """Draw the shard counts of up to ``depth`` batches and send the calls; the pending fetch."""
+        self._check_open()
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise InvalidArgument(f"batch_size must be an integer >= 1, got {batch_size!r}")
         t = self._t(timeout)

@@ -263,3 +263,32 @@ def split_fetch(
         return [every]
     bounds = np.concatenate([[0], np.cumsum(sizes)])
     return [slice_rows(every, int(bounds[j]), int(bounds[j + 1])) if sizes[j] else None for j in range(len(sizes))]
+
+
+_MAXED = ("version", "max_priority_seen", "times_sampled_max", "priority_max", "next_stream", "wal_lsn")
+_MEANS = ("times_sampled_mean", "priority_mean")
+
+
+def total_stats(per: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """One Table's ``stats()`` from its shards' (see :meth:`~replaystore.ray.ShardedClient.stats`)."""
+    total: dict[str, Any] = {"name": name}
+    sizes = np.array([st.get("size", 0) for st in per], dtype=np.float64)
+    live = [st for st in per if st.get("size", 0)]
+    for st in per:
+        for k, v in st.items():
+            if k in _MAXED:
+                total[k] = max(total.get(k, v), v)
+            elif k == "staleness_histogram":
+                hist = total.setdefault(k, {})
+                for b, c in v.items():
+                    hist[b] = hist.get(b, 0) + c
+            elif k not in _MEANS and k != "priority_min" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                total[k] = total.get(k, 0) + v
+    for k in _MEANS:
+        total[k] = float(sum(st[k] * st["size"] for st in live) / sizes.sum()) if live else 0.0
+    total["priority_min"] = min(st["priority_min"] for st in live) if live else 0.0
+    if not live:
+        total["priority_max"] = 0.0
+        total["times_sampled_max"] = 0
+    total["sample_to_insert_ratio"] = total["samples"] / total["inserts"] if total.get("inserts") else 0.0
+    return total

@@ -21,37 +21,21 @@ from typing import Any
 from ..errors import InvalidArgument, KeyNotFound
 from ..limiters import Queue, RateLimiter
 from ..samplers import Prioritized, Uniform
-from ..table import Table
+from ..table import Table, contract
 from .server import ReplayServer
 
 _UNBOUNDED = -1e300
 
-#: Table methods a shard call may run (the ReplayServer methods of the same names).
+#: Table methods a shard call may run (the ReplayServer methods of the same names): every call of the
+#: contract that a sharded table sends to its shards, plus what the client asks of one shard.
 SHARD_METHODS = frozenset(
-    {
-        "extend",
-        "add",
-        "sample",
-        "sample_nstep",
-        "sample_sequences",
-        "update_priorities",
-        "delete",
-        "set_version",
-        "get",
-        "info",
-        "keys",
-        "size",
-        "clear",
-        "extend_steps",
-        "add_step",
-        "add_episode",
-        "end_episode",
-    }
+    {c.name for c in contract.CALLS.values() if c.sharding != "client" and "sharded" not in c.refused}
+    | {"size", "stats_of"}
 )
 
 
-def shard_state(table: Table) -> tuple[int, float, float, str, float, float]:
-    """``(size, mass, min_mass, kind, beta, ahead)`` of a shard's table.
+def shard_state(table: Table) -> tuple[int, float, float, str, float, float, float]:
+    """``(size, mass, min_mass, kind, beta, ahead, max_priority)`` of a shard's table.
 
     ``ahead``: how many items the shard may draw now for batches not yet asked for: what its rate
     limiter lets through without waiting (``inserts * samples_per_insert - samples - min_diff``;
@@ -60,7 +44,9 @@ def shard_state(table: Table) -> tuple[int, float, float, str, float, float]:
     ``kind`` is ``"prioritized"`` (mass: sum of ``priority ** alpha``; min_mass: the smallest
     positive one, ``inf`` if none), ``"uniform"`` (mass: the size; min_mass: 1) or the sampler's
     class name for samplers a sharded table cannot combine; ``beta`` is the prioritized sampler's
-    importance exponent (0 otherwise). Read on the service's event loop, between calls.
+    importance exponent (0 otherwise); ``max_priority`` the largest priority the shard was given
+    (its default for new items: the client writes the largest over all shards instead). Read on
+    the service's event loop, between calls.
     """
     size = len(table)
     sampler = table.sampler
@@ -76,24 +62,34 @@ def shard_state(table: Table) -> tuple[int, float, float, str, float, float]:
         ahead = max(0.0, lim.inserts * lim.samples_per_insert - lim.samples - lim.min_diff)
     if isinstance(sampler, Prioritized):
         total, smallest = sampler.mass()
-        return size, total, smallest, "prioritized", sampler.beta, ahead
+        return size, total, smallest, "prioritized", sampler.beta, ahead, table.max_priority
     if isinstance(sampler, Uniform):
-        return size, float(size), 1.0, "uniform", 0.0, ahead
-    return size, float(size), 1.0, type(sampler).__name__, 0.0, ahead
+        return size, float(size), 1.0, "uniform", 0.0, ahead, table.max_priority
+    return size, float(size), 1.0, type(sampler).__name__, 0.0, ahead, table.max_priority
 
 
 class ShardServer(ReplayServer):
     """A :class:`~replaystore.ray.server.ReplayServer` plus ``shard_call``, ``shard_fetch`` and ``shard_state``."""
 
     def _shard_table(self, table: str) -> Table:
+        self._check_open()
         try:
             return self.tables[table]
         except KeyError:
             raise KeyNotFound(f"shard {self.name!r} has no table {table!r}; tables: {sorted(self.tables)}") from None
 
-    async def shard_state(self, table: str) -> tuple[int, float, float, str, float, float]:
-        """The table's :func:`shard_state` (``KeyNotFound`` for an unknown table)."""
+    async def shard_state(self, table: str) -> tuple[int, float, float, str, float, float, float]:
+        """The table's :func:`shard_state` (``KeyNotFound`` for an unknown table, ``Closed`` once closed)."""
         return shard_state(self._shard_table(table))
+
+    async def shard_config(self, table: str) -> dict[str, Any]:
+        """``{"episodes": the table's Episodes or None, "capacity": its capacity}``."""
+        t = self._shard_table(table)
+        return {"episodes": t.episodes, "capacity": t.capacity}
+
+    async def stats_of(self, table: str) -> dict[str, Any]:
+        """``stats()`` of one table (``Closed`` once closed)."""
+        return self._shard_table(table).stats()
 
     async def shard_call(self, method: str, table: str, *args: Any) -> tuple[Any, tuple]:
         """Run the service method ``method(table, *args)``; return ``(its result, shard_state)``.
@@ -130,6 +126,7 @@ class ShardServer(ReplayServer):
 
 
 _FETCH_METHODS = frozenset({"sample", "sample_nstep", "sample_sequences"})
+_SPLITTABLE = ("columns", "compressed", "objects")
 
 
 class ShardFactory:
@@ -142,17 +139,30 @@ class ShardFactory:
     the table's ``[min_diff, max_diff]`` (see docs/ray.md for the drift bound). Queue and stack
     tables (each item once, in order) cannot be sharded.
 
+    With ``split_capacity`` the Table's capacity is the whole sharded table's: shard ``index``
+    holds ``capacity // num_shards`` items (one more for the first ``capacity % num_shards``
+    shards), rebuilt from the factory's (empty) table through its snapshot. Only tables in RAM
+    (column, compressed or object storage) can be rebuilt so; for others pass
+    ``split_capacity=False`` and a factory of one shard's capacity.
+
     Raises (in the actor, surfacing from ``serve_sharded``):
-        InvalidArgument: a queue/stack limiter.
+        InvalidArgument: a queue/stack limiter; a capacity smaller than the number of shards or a
+            storage that cannot be split (with ``split_capacity``).
     """
 
     def __init__(
-        self, factory: Callable[[], Table], num_shards: int, index: int, scale_rate_limiter: bool = True
+        self,
+        factory: Callable[[], Table],
+        num_shards: int,
+        index: int,
+        scale_rate_limiter: bool = True,
+        split_capacity: bool = True,
     ) -> None:
         self.factory = factory
         self.num_shards = num_shards
         self.index = index
         self.scale_rate_limiter = scale_rate_limiter
+        self.split_capacity = split_capacity
 
     def __call__(self) -> Table:
         """A new Table for this shard."""
@@ -162,6 +172,8 @@ class ShardFactory:
         lim = table.rate_limiter
         if isinstance(lim, Queue):
             raise InvalidArgument(f"a {type(lim).__name__} table (each item once, in order) cannot be sharded")
+        if self.split_capacity and self.num_shards > 1:
+            table = self._split(table)
         if table.seed is not None:  # shards must not draw the same random streams
             table.rng.bit_generator.state = type(table.rng.bit_generator)([int(table.seed), 7919, self.index]).state
         n = self.num_shards
@@ -173,3 +185,18 @@ class ShardFactory:
                 lim.max_diff / n,
             )
         return table
+
+    def _split(self, table: Table) -> Table:
+        """The same (empty) table with this shard's share of the capacity."""
+        n, cap = self.num_shards, table.capacity
+        if cap < n:
+            raise InvalidArgument(f"capacity {cap} is split over {n} shards: it must be at least {n}")
+        share = cap // n + (1 if self.index < cap % n else 0)
+        snap = table.snapshot()
+        if snap.storage.get("kind") not in _SPLITTABLE or len(table):
+            raise InvalidArgument(
+                f"a {snap.storage.get('kind')!r} storage cannot be split over shards: "
+                "pass split_capacity=False and a factory of one shard's capacity"
+            )
+        snap.config["capacity"] = share
+        return Table.from_snapshot(snap)

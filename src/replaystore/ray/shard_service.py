@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import InvalidArgument, Timeout
 from ..table import Table
-from ._runtime import get, import_ray, init_local
+from ._runtime import get, init_local, require_init
 from .client import DEFAULT_TABLE, ReplayClient, connect, serve
 from .shard_keys import MAX_SHARDS, tag_for
 from .shard_placement import PlacementError, place
@@ -47,6 +47,7 @@ def serve_sharded(
     checkpoint_period: float | None = None,
     wal: WalConfig | None = None,
     scale_rate_limiter: bool = True,
+    split_capacity: bool = True,
     consistency: str = "cached",
     depth: int = 8,
     defer_updates: bool = True,
@@ -82,6 +83,10 @@ def serve_sharded(
         checkpoint_period: seconds between each shard's automatic checkpoints.
         wal: a write-ahead log per shard in ``<wal.dir>/shard-<i>``.
         scale_rate_limiter: give each shard its share of the Table's rate limiter.
+        split_capacity: the factory's capacity is the whole table's: each shard holds its share
+            (``capacity // num_shards``, the first ``capacity % num_shards`` shards one more).
+            ``False``: every shard gets the factory's capacity (a table of ``num_shards`` times
+            it; needed for storages that cannot be rebuilt smaller, e.g. memmap).
         consistency: the client's (``"cached"`` or ``"exact"``, see :class:`ShardedClient`).
         depth: the client's batches per fetch (see :class:`ShardedClient`).
         defer_updates: the client's (priority updates ride on the next fetch).
@@ -126,7 +131,7 @@ def serve_sharded(
         if where.group is not None:  # the actor takes its bundle's resources
             opts["num_cpus"] = bundle.get("CPU", 0.0)
         return serve(
-            {table: ShardFactory(factory, num_shards, i, scale_rate_limiter)},
+            {table: ShardFactory(factory, num_shards, i, scale_rate_limiter, split_capacity)},
             name=shard_name(name, i),
             namespace=namespace,
             max_restarts=max_restarts,
@@ -196,9 +201,10 @@ def connect_sharded(name: str = "replaystore", namespace: str | None = None, **c
     """A :class:`ShardedClient` of the running sharded table ``name`` (shards found by name).
 
     Raises:
+        NotConnected: Ray is not initialized in this process (at once).
         InvalidArgument: no shard 0 of that name is running.
     """
-    import_ray()
+    require_init(f"connect_sharded({name!r})")
     shards = []
     while True:
         try:

@@ -16,7 +16,7 @@ import threading
 
 import numpy as np
 
-from ..errors import InvalidArgument, InvalidPriority
+from ..errors import InvalidPriority
 
 
 class PendingUpdates:
@@ -41,14 +41,14 @@ class PendingUpdates:
         """``priorities`` as ``n`` float64 values (a scalar is broadcast).
 
         Raises:
-            InvalidArgument: not one value per key.
-            InvalidPriority: NaN or infinite values, or negative ones when ``nonnegative``.
+            InvalidPriority: not one value per key (the Table's class), NaN or infinite values, or
+                negative ones when ``nonnegative``.
         """
         p = np.asarray(priorities, dtype=np.float64)
         if p.ndim == 0:
             p = np.full(n, float(p))
         if p.shape != (n,):
-            raise InvalidArgument(f"update_priorities: {p.size} values for {n} keys (shape {p.shape})")
+            raise InvalidPriority(f"update_priorities: {p.size} values for {n} keys (shape {p.shape})")
         bad = ~np.isfinite(p)
         if bad.any():
             raise InvalidPriority(f"priorities must be finite: got {p[bad][:5].tolist()}")

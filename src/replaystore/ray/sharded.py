@@ -24,20 +24,22 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ..errors import Closed, Timeout
-from . import shard_keys, shard_sampling
+from ..errors import Closed, Timeout, Unsupported
+from ..table import contract
+from ..table.args import as_keys
+from . import shard_checks, shard_keys, shard_sampling
 from ._runtime import get, import_ray
-from .shard_sampler import ShardedSampler
+from .shard_episodes import ShardedEpisodes
 
 MANIFEST = "sharded.json"
-_NOT_ADDED = ("version", "max_priority_seen", "sample_to_insert_ratio", "wal_lsn")
 
 
-class ShardedClient(ShardedSampler):
+class ShardedClient(ShardedEpisodes):
     """One logical Table over ``len(shards)`` replay services (see the module docstring).
 
     Args:
@@ -68,7 +70,12 @@ class ShardedClient(ShardedSampler):
             changes the shards.
         default_timeout: as for :class:`~replaystore.ray.ReplayClient`.
         rpc_grace: as for :class:`~replaystore.ray.ReplayClient`.
+
+    Every call of :data:`replaystore.table.contract.CALLS` is a method here, dispatched as the
+    contract's ``sharding`` says; ``snapshot`` raises ``Unsupported``.
     """
+
+    MODE = "sharded"
 
     # -- inserts ------------------------------------------------------------------------------------------------
     def _pick(self) -> list[int]:
@@ -80,23 +87,39 @@ class ShardedClient(ShardedSampler):
         alive = self._alive()
         return [s for s in order if alive[s]] + [s for s in order if not alive[s]]
 
-    def _insert_rr(self, method: str, args: tuple, timeout: float | None) -> tuple[int, Any]:
-        """Round robin: try each shard without waiting, then wait on the first; ``(shard, result)``."""
+    def _insert_rr(self, method: str, args_for: Callable[[int], tuple], timeout: float | None) -> tuple[int, Any]:
+        """Round robin: try each shard without waiting, then wait on the first; ``(shard, result)``.
+
+        ``args_for(shard)``: the call's arguments for that shard (its default priority may differ).
+        """
         order = self._pick()
         t = self._t(timeout)
         if len(order) > 1 and (t is None or t > 0):
             for s in order:
                 try:
                     if self.on_dead == "skip":
-                        res, missing = self._get_skipping({s: self._ref(s, method, *args, 0.0)}, method)
+                        res, missing = self._get_skipping({s: self._ref(s, method, *args_for(s), 0.0)}, method)
                         if missing:
                             continue
                         return s, res[s]
-                    return s, self._get({s: self._ref(s, method, *args, 0.0)}, 0.0, method)[s]
+                    return s, self._get({s: self._ref(s, method, *args_for(s), 0.0)}, 0.0, method)[s]
                 except Timeout:
                     continue  # its rate limiter would block: try the next shard
         s = order[0]
-        return s, self._get({s: self._ref(s, method, *args, t)}, t, method)[s]
+        return s, self._get({s: self._ref(s, method, *args_for(s), t)}, t, method)[s]
+
+    def _fan_out(self, method: str, groups: list[np.ndarray], args_for: Callable, t: float | None) -> np.ndarray:
+        """``method(*args_for(shard, rows))`` on each shard with rows, in parallel; the global keys by row."""
+        refs = {s: self._ref(s, method, *args_for(s, g), t) for s, g in enumerate(groups) if len(g)}
+        res = self._get(refs, t, method)
+        out = np.empty(sum(len(g) for g in groups), dtype=np.int64)
+        for s, g in enumerate(groups):
+            if len(g):
+                out[g] = shard_keys.encode(self.tag, s, res[s])
+        return out
+
+    def _prioritized(self) -> bool:
+        return any(st[3] == "prioritized" for st in self._states_known())
 
     def extend(
         self, data: Any, priorities: Any = None, version: Any = None, timeout: float | None = None, route: Any = None
@@ -105,123 +128,49 @@ class ShardedClient(ShardedSampler):
 
         ``route=None``: the whole batch to the next shard in round robin (one Ray call); a shard
         whose rate limiter would block is passed over for one that would not, and only if all
-        would block does the call wait (on the first). ``route``: an int per row, row ``i`` goes to
-        shard ``route[i] % num_shards`` (one call per shard, in parallel). Raises as
-        :meth:`replaystore.Table.extend`; with ``route`` a failing shard's rows are not inserted
-        while other shards' rows may be.
+        would block does the call wait (on the first). A batch larger than a shard's capacity is
+        split over every shard (as with ``route``). ``route``: an int per row, row ``i`` goes to
+        shard ``route[i] % num_shards`` (one call per shard, in parallel). Rows without
+        priorities get the table's default: the largest priority any shard was given.
+
+        Raises as :meth:`replaystore.Table.extend`. The rows' counts, priorities and versions are
+        checked before any shard is sent anything, so a refused batch changes no shard (a shard
+        whose rate limiter times out while another accepted its rows is the exception).
         """
+        self._check_open()
         if route is None:
-            s, keys = self._insert_rr("extend", (data, priorities, version), timeout)
-            return shard_keys.encode(self.tag, s, keys)
-        route = np.asarray(route, dtype=np.int64).reshape(-1)
-        groups = shard_keys.group(route % len(self.shards), len(self.shards))
-        t = self._t(timeout)
-        refs = {}
-        for s, g in enumerate(groups):
-            if len(g):
-                refs[s] = self._ref(
-                    s,
-                    "extend",
-                    shard_sampling.take(data, g),
-                    shard_sampling.rows(priorities, g),
-                    shard_sampling.rows(version, g),
-                    t,
+            n = shard_checks.batch_length(data) if isinstance(data, dict) else None
+            cap = self._shard_config()["min_capacity"]
+            if n is None or n <= cap or len(self.shards) == 1:
+                s, keys = self._insert_rr(
+                    "extend", lambda s: (data, self._default_priority(s, priorities), version), timeout
                 )
-        res = self._get(refs, t, "extend")
-        out = np.empty(len(route), dtype=np.int64)
-        for s, g in enumerate(groups):
-            if len(g):
-                out[g] = shard_keys.encode(self.tag, s, res[s])
-        return out
+                return shard_keys.encode(self.tag, s, keys)
+            route = np.arange(n) * len(self.shards) // n  # contiguous runs, one per shard
+        n = shard_checks.batch_length(data)
+        route = shard_checks.check_route(route, n)
+        shard_checks.check_priorities(priorities, n, self._prioritized())
+        shard_checks.check_versions(version, n)
+        groups = shard_keys.group(route % len(self.shards), len(self.shards))
+        rows = shard_sampling.rows
+        return self._fan_out(
+            "extend",
+            groups,
+            lambda s, g: (
+                shard_sampling.take(data, g),
+                self._default_priority(s, rows(priorities, g)),
+                rows(version, g),
+            ),
+            self._t(timeout),
+        )
 
     def add(
         self, item: Any, priority: float | None = None, version: int | None = None, timeout: float | None = None
     ) -> int:
-        """Insert one item (round robin); return its global key."""
-        s, key = self._insert_rr("add", (item, priority, version), timeout)
+        """Insert one item (round robin); return its global key (default priority as :meth:`extend`)."""
+        self._check_open()
+        s, key = self._insert_rr("add", lambda s: (item, self._default_priority(s, priority), version), timeout)
         return int(shard_keys.encode(self.tag, s, np.array([key]))[0])
-
-    # -- episodes: a stream lives on shard ``stream % num_shards`` -------------------------------------------------
-    def extend_steps(
-        self,
-        steps: Any,
-        streams: Any = 0,
-        terminated: Any = None,
-        truncated: Any = None,
-        priorities: Any = None,
-        version: Any = None,
-        timeout: float | None = None,
-    ) -> np.ndarray:
-        """``Table.extend_steps``, each row to its stream's shard (parallel calls); global keys."""
-        n = len(next(iter(steps.values()))) if isinstance(steps, dict) else len(steps)
-        streams_a = np.broadcast_to(np.asarray(streams, dtype=np.int64), (n,))
-        groups = shard_keys.group(streams_a % len(self.shards), len(self.shards))
-        t = self._t(timeout)
-        rows = shard_sampling.rows
-        refs = {
-            s: self._ref(
-                s,
-                "extend_steps",
-                shard_sampling.take(steps, g),
-                streams_a[g],
-                rows(terminated, g),
-                rows(truncated, g),
-                rows(priorities, g),
-                rows(version, g),
-                t,
-            )
-            for s, g in enumerate(groups)
-            if len(g)
-        }
-        res = self._get(refs, t, "extend_steps")
-        out = np.empty(n, dtype=np.int64)
-        for s, g in enumerate(groups):
-            if len(g):
-                out[g] = shard_keys.encode(self.tag, s, res[s])
-        return out
-
-    def add_step(
-        self,
-        step: Any,
-        stream: int = 0,
-        terminated: bool = False,
-        truncated: bool = False,
-        priority: float | None = None,
-        version: int | None = None,
-        timeout: float | None = None,
-    ) -> int:
-        """``Table.add_step`` on the stream's shard; the global key."""
-        s, t = int(stream) % len(self.shards), self._t(timeout)
-        key = self._get(
-            {s: self._ref(s, "add_step", step, stream, terminated, truncated, priority, version, t)}, t, "add_step"
-        )[s]
-        return int(shard_keys.encode(self.tag, s, np.array([key]))[0])
-
-    def add_episode(
-        self,
-        steps: Any,
-        stream: int | None = None,
-        terminated: bool = True,
-        truncated: bool = False,
-        priorities: Any = None,
-        version: Any = None,
-        timeout: float | None = None,
-    ) -> np.ndarray:
-        """``Table.add_episode`` on the stream's shard (round robin without a stream); global keys."""
-        args = (steps, stream, terminated, truncated, priorities, version)
-        if stream is None:
-            s, keys = self._insert_rr("add_episode", args, timeout)
-        else:
-            s, t = int(stream) % len(self.shards), self._t(timeout)
-            keys = self._get({s: self._ref(s, "add_episode", *args, t)}, t, "add_episode")[s]
-        return shard_keys.encode(self.tag, s, keys)
-
-    def end_episode(self, streams: Any, truncated: bool = False) -> int:
-        """``Table.end_episode`` on each stream's shard; the number of episodes closed."""
-        streams_a = np.asarray(streams, dtype=np.int64).reshape(-1)
-        groups = shard_keys.group(streams_a % len(self.shards), len(self.shards))
-        refs = {s: self._ref(s, "end_episode", streams_a[g], truncated) for s, g in enumerate(groups) if len(g)}
-        return int(sum(self._get(refs, 0.0, "end_episode").values()))
 
     # -- by key ---------------------------------------------------------------------------------------------------
     def delete(self, keys: Any) -> int:
@@ -274,9 +223,12 @@ class ShardedClient(ShardedSampler):
         """Global keys of the live items, shard by shard (each shard oldest first)."""
         return np.concatenate([shard_keys.encode(self.tag, s, k) for s, k in enumerate(self._each("keys", ()))])
 
-    def set_version(self, version: int) -> int:
-        """``set_version`` on every shard (staleness); the number of items dropped in all (fetched batches too)."""
-        dropped = int(sum(self._each("set_version", (version,))))
+    def set_version(self, version: int, reset: bool = False) -> int:
+        """``set_version`` on every shard (staleness, ``reset`` as the Table's); the items dropped in all.
+
+        Batches fetched and not handed out yet are dropped too.
+        """
+        dropped = int(sum(self._each("set_version", (version, reset))))
         self._drop_ready()
         return dropped
 
@@ -288,10 +240,14 @@ class ShardedClient(ShardedSampler):
     def stats(self) -> dict[str, Any]:
         """``{"shards": [each shard's table stats], "total": counters summed, "down": [shards]}``.
 
-        ``total`` sums the counters and sizes (and has the whole table's ``sample_to_insert_ratio``).
+        ``total`` is the whole table's stats as one Table would report them: counters, sizes,
+        capacity and staleness histograms summed, ``version`` and the maxima the largest, the
+        minima the smallest, means weighted by each shard's size, ``sample_to_insert_ratio`` of
+        the sums.
         With ``on_dead="skip"`` a shard that does not answer within ``skip_after`` is listed in
         ``"down"``, has ``None`` in ``"shards"`` and is missing from the totals.
         """
+        self._check_open()
         if len(self._updates):
             self.flush_updates()
         refs = [c.actor.stats.remote() for c in self.shards]
@@ -309,17 +265,7 @@ class ShardedClient(ShardedSampler):
                         self._down[s] = time.monotonic() + self.probe_period
         else:
             per = [st[self.table_name] for st in get(refs, self.rpc_grace, f"{self.name}.stats")]
-        total: dict[str, Any] = {}
-        for st in filter(None, per):
-            for k, v in st.items():
-                if (
-                    isinstance(v, (int, float))
-                    and not isinstance(v, bool)
-                    and k not in _NOT_ADDED
-                    and not k.startswith(("priority_", "times_"))
-                ):
-                    total[k] = total.get(k, 0) + v
-        total["sample_to_insert_ratio"] = total["samples"] / total["inserts"] if total.get("inserts") else 0.0
+        total = shard_sampling.total_stats([st for st in per if st is not None], self.table_name)
         return {"shards": per, "total": total, "down": [i for i, st in enumerate(per) if st is None]}
 
     def save(self, path: str | None = None, timeout: float | None = None) -> str:
@@ -332,6 +278,7 @@ class ShardedClient(ShardedSampler):
         parallel, each atomically; under concurrent writers they are not one instant (docs/ray.md).
         ``rs.Timeout`` (and no manifest) if the shards have not all finished within ``timeout``.
         """
+        self._check_open()
         if len(self._updates):
             self.flush_updates()
         refs = [
@@ -364,18 +311,46 @@ class ShardedClient(ShardedSampler):
         return [c.ping() for c in self.shards]
 
     def close(self) -> None:
-        """Send the queued updates (if the shards answer), then close every shard."""
+        """Send the queued updates (if the shards answer), then close every shard; later calls raise ``Closed``."""
+        if self._closed:
+            return
         try:
             self.flush_updates()
         except (Closed, Timeout):
             pass
+        self._closed = True
+        self._drop_ready()
         for c in self.shards:
             c.close()
 
+    def __contains__(self, key: Any) -> bool:
+        """Whether ``key`` (a global key of this table) is a live item; ``False`` for another table's key."""
+        keys = as_keys([key])
+        try:
+            shard_keys.decode(self.tag, keys, len(self.shards))
+        except shard_keys.ForeignKey:
+            return False
+        return bool(self.info(keys)["found"][0])
+
     def shutdown(self) -> None:
         """Close and kill every shard (no restart); remove the placement group."""
+        self._closed = True
         for c in self.shards:
             c.shutdown()
         if self.placement_group is not None:
             import_ray().util.remove_placement_group(self.placement_group)
             self.placement_group = None
+
+
+def _missing(call: contract.Call) -> Callable:
+    """A contract call without a sharded merge yet: ``Unsupported`` (tests/test_contract.py lists none)."""
+
+    def method(self: ShardedClient, *args: Any, **kwargs: Any) -> Any:
+        raise Unsupported(f"{call.name}() has no sharded dispatch yet")
+
+    out = contract.forwarded(call, method, ShardedClient)
+    out.__doc__ = f"Not available on a sharded table yet (no sharded dispatch of {call.name})."
+    return out
+
+
+contract.install(ShardedClient, _missing)

@@ -68,6 +68,11 @@ class EpisodeMethods:
         """Whether the table was built with ``episodes=`` (steps know their stream and episode)."""
         return self._episodes is not None
 
+    @property
+    def episodes(self) -> Episodes | None:
+        """The table's :class:`~replaystore.Episodes` configuration (``None`` without ``episodes=``)."""
+        return None if self._episodes is None else self._episodes.options
+
     def _require_episodes(self) -> EpisodeIndex:
         if self._episodes is None:
             raise EpisodeError(f"table {self.name!r} has no episode structure: build it with episodes=rs.Episodes()")

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..episodes import whole as _whole
 from .state import BLOCKED
 
 _STALENESS_BINS = 16
@@ -33,6 +34,9 @@ class StatsMethods:
             out.update(self._waits_now())
             out["version"] = version = st.version
             out["max_priority_seen"] = st.max_priority
+            if self._episodes is not None:  # what a sharded table needs to act as one table
+                out["episodes_complete"] = len(_whole.complete_episodes(self._episodes)[0])
+                out["next_stream"] = self._episodes.fresh_stream()
             inserts = self.rate_limiter.inserts
             out["sample_to_insert_ratio"] = self.rate_limiter.samples / inserts if inserts else 0.0
             rows = self._live_rows()

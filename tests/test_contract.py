@@ -1,0 +1,91 @@
+"""The declared contract of the Table's API, and every mode derived from it (issue 32, item 1).
+
+No Ray is started here: these are checks of the classes (what is generated, with which
+signatures); tests/conformance/ runs the calls in every mode.
+"""
+
+import inspect
+import pydoc
+
+import pytest
+
+import replaystore as rs
+from replaystore.table import contract
+
+pytest.importorskip("ray")
+
+from replaystore.ray import ReplayClient, ShardedClient  # noqa: E402
+from replaystore.ray.logged_table import LoggedTable  # noqa: E402
+from replaystore.ray.server import ReplayServer  # noqa: E402
+from replaystore.ray.shard_server import SHARD_METHODS  # noqa: E402
+from replaystore.shared import SharedTable  # noqa: E402
+
+#: public Table attributes that are not calls of the contract, and why
+NOT_IN_CONTRACT = {
+    # the hooks of shared memory and the write-ahead log (issue 32 item 2 puts them behind one interface)
+    "before_publish", "guard_with", "load_state_scalars", "rebuild_from_rows", "ring_unused_regions",
+    "scalar_fields", "scalar_parts", "state_layout", "state_moved", "state_scalars", "replay_insert",
+    "replay_sample", "keys_of_slots", "slots_of", "locked", "wal_lsn",
+    # per mode by nature: a handle's own life, files, iteration, construction
+    "close", "closed", "save", "load", "from_snapshot", "queue", "stack", "stats", "iterate",
+    # configuration and gauges read as attributes
+    "blocking_warning_s", "version", "max_priority", "episodic", "episodes",
+}  # fmt: skip
+
+
+def test_every_public_table_callable_is_in_the_contract_or_listed():
+    public = {n for n in dir(rs.Table) if not n.startswith("_")}
+    assert public - NOT_IN_CONTRACT == set(contract.CALLS), "a new Table method needs a contract.Call"
+    assert set(contract.CALLS) <= public
+
+
+@pytest.mark.parametrize("owner", [ReplayClient, ShardedClient, LoggedTable, SharedTable])
+def test_every_mode_has_every_call_with_the_tables_parameters(owner):
+    mode = getattr(owner, "MODE", "shared")
+    for call in contract.CALLS.values():
+        method = getattr(owner, call.name)
+        want = list(call.signature().parameters)
+        if owner is LoggedTable:  # it returns NumPy samples to the service (as_tensor is the client's)
+            want = [p for p in want if p not in call.local]
+        got = list(inspect.signature(method).parameters)
+        assert got[: len(want)] == want, (owner.__name__, call.name, got)  # a mode may add options after
+        if mode in call.refused:
+            err, _ = call.refused[mode]
+            with pytest.raises(err, match=call.name):
+                method(None)
+
+
+def test_generated_methods_show_the_tables_docstring_and_signature():
+    for owner in (ReplayClient, LoggedTable):
+        m = owner.info
+        assert m.__doc__ == rs.Table.info.__doc__ and m.__qualname__ == f"{owner.__name__}.info"
+    text = pydoc.render_doc(ReplayClient.sample_nstep, renderer=pydoc.plaintext)
+    assert "sample_nstep(self, batch_size: 'int', n: 'int', gamma: 'float'" in text
+    assert rs.Table.sample_nstep.__doc__.splitlines()[0] in text
+    server = inspect.signature(ReplayServer.extend_steps)
+    assert list(server.parameters)[:3] == ["self", "table", "steps"]
+    assert inspect.iscoroutinefunction(ReplayServer.sample)
+
+
+def test_logged_calls_are_logged_by_hand_and_reads_forwarded():
+    for call in contract.CALLS.values():
+        if call.logged:
+            assert call.name in LoggedTable.__dict__ and LoggedTable.__dict__[call.name].__doc__ != call.method.__doc__
+        else:
+            assert not call.mutating, f"{call.name}: a mutating call the log does not record"
+
+
+def test_shards_run_every_call_the_sharded_client_sends():
+    sent = {c.name for c in contract.CALLS.values() if c.sharding != "client" and "sharded" not in c.refused}
+    assert sent <= SHARD_METHODS
+    assert all(c.sharding in contract.SHARDING for c in contract.CALLS.values())
+    # no call of the contract falls to the placeholder of a missing sharded merge
+    for call in contract.CALLS.values():
+        if "sharded" not in call.refused:
+            assert "no sharded dispatch" not in (getattr(ShardedClient, call.name).__doc__ or "")
+
+
+def test_refusals_are_named_errors():
+    for name, mode, err, why in contract.refusals():
+        assert mode in contract.MODES and name in contract.CALLS and why
+        assert issubclass(getattr(rs, err), rs.ReplayError)

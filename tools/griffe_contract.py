@@ -1,0 +1,38 @@
+"""A griffe extension for the API reference: the Table methods generated from the contract.
+
+``ReplayClient``, ``ShardedClient`` and ``LoggedTable`` get some of their methods from
+``replaystore.table.contract.install`` at import time, which static analysis cannot see. For
+those classes this extension inspects the imported class and adds the generated methods (with
+the Table's signatures and docstrings) to what the reference shows.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import griffe
+
+TARGETS = {
+    "replaystore.ray.client.ReplayClient",
+    "replaystore.ray.sharded.ShardedClient",
+    "replaystore.ray.logged_table.LoggedTable",
+}
+
+
+class ContractMethods(griffe.Extension):
+    """Add a class's contract-generated methods to its static griffe object."""
+
+    def on_class_members(self, *, cls: griffe.Class, **kwargs: Any) -> None:  # noqa: D102
+        if cls.path not in TARGETS:
+            return
+        from replaystore.table import contract
+
+        module = importlib.import_module(cls.module.path)
+        live = getattr(module, cls.name)
+        inspected = griffe.inspect(cls.module.path, filepath=None, import_paths=None)[cls.name]
+        for name in contract.CALLS:
+            if name not in cls.members and name in inspected.members and callable(getattr(live, name, None)):
+                member = inspected.members[name]
+                member.parent = cls
+                cls.set_member(name, member)
