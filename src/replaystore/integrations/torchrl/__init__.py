@@ -11,14 +11,17 @@ writers, transforms and checkpoints use it unchanged. See ``docs/compat/torchrl.
 """
 
 from .prioritized import PrioritizedReplayBuffer, PrioritizedSampler, TensorDictPrioritizedReplayBuffer
-from .slices import SliceSampler
+from .prioritized_slices import PrioritizedSliceSampler
+from .slices import SliceSampler, SliceSamplerWithoutReplacement
 from .trees import MinTree, SumTree
 
 __all__ = [
     "MinTree",
     "PrioritizedReplayBuffer",
     "PrioritizedSampler",
+    "PrioritizedSliceSampler",
     "SliceSampler",
+    "SliceSamplerWithoutReplacement",
     "SumTree",
     "TensorDictPrioritizedReplayBuffer",
 ]

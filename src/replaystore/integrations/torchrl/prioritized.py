@@ -54,6 +54,11 @@ class PrioritizedSampler(_RLPrioritizedSampler):
         InvalidArgument: a CUDA ``device``.
     """
 
+    # (class defaults: TorchRL's PrioritizedSliceSampler calls PrioritizedSampler.__init__ by name)
+    _track_keys = False
+    _next_key = 0
+    _key_of_index: np.ndarray | None = None
+
     def __init__(
         self,
         max_capacity: int,

@@ -29,10 +29,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from torchrl.data.replay_buffers import samplers as _rl_samplers
 from torchrl.data.replay_buffers.samplers import SliceSampler as _RLSliceSampler
+from torchrl.data.replay_buffers.samplers import SliceSamplerWithoutReplacement as _RLSliceSamplerWithoutReplacement
 from torchrl.data.replay_buffers.storages import TensorStorage
 
-__all__ = ["SliceSampler"]
+__all__ = ["SliceSampler", "SliceSamplerWithoutReplacement"]
 
 
 def _cursor_of(cursor: Any) -> int | None:
@@ -129,6 +131,12 @@ class SliceSampler(_RLSliceSampler):
     See the module docstring for what is covered and how; everything else is TorchRL's.
     """
 
+    # (class defaults: TorchRL's subclasses call SliceSampler.__init__ by name, not ours)
+    _index: _Boundaries | None = None
+    _index_storage: weakref.ref | None = None
+    _index_revision = -1
+    _answer: tuple | None = None
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._reset_index()
@@ -189,12 +197,19 @@ class SliceSampler(_RLSliceSampler):
         return "end", self.end_key
 
     @staticmethod
-    def _column(storage: Any, key: Any, rows: Any = None) -> np.ndarray:
-        col = storage[:].get(key)
-        if rows is not None:
-            col = col[rows]
-        col = col.reshape(col.shape[0], -1)[:, 0] if col.ndim > 1 else col
+    def _column(storage: Any, mode: str, key: Any) -> np.ndarray | None:
+        """The whole signal column as TorchRL reads it, or ``None`` when it is not one value per row."""
+        col = storage[:][key]
+        if mode == "end":
+            col = col.squeeze()
+        if col.ndim != 1:
+            return None
         return col.detach().cpu().numpy()
+
+    @staticmethod
+    def _rows(storage: Any, key: Any, rows: np.ndarray) -> np.ndarray:
+        """The signal of ``rows`` (a column already known to hold one value per row)."""
+        return storage[:][key][torch.from_numpy(rows)].reshape(-1).detach().cpu().numpy()
 
     def _get_stop_and_length(self, storage: Any, fallback: bool = True):
         if not self._covered(storage):
@@ -212,13 +227,17 @@ class SliceSampler(_RLSliceSampler):
                 rows = rows[(rows >= 0) & (rows < n)]
                 moved = revision - self._index_revision
                 if moved == len(self._pending):
-                    index.write(rows, self._column(storage, key, torch.from_numpy(rows)), n)
+                    index.write(rows, self._rows(storage, key, rows), n)
                 else:  # writes the sampler did not see: rebuild
                     index = None
             elif index is not None and ((index.mode, index.key) != (mode, key) or revision != self._index_revision):
                 index = None
             if index is None:
-                index = _Boundaries(mode, key, self._column(storage, key)[:n])
+                column = self._column(storage, mode, key)
+                if column is None:  # not one signal value per row: TorchRL's code (and errors)
+                    self._reset_index()
+                    return super()._get_stop_and_length(storage, fallback=fallback)
+                index = _Boundaries(mode, key, column[:n])
         except KeyError:
             self._reset_index()
             return super()._get_stop_and_length(storage, fallback=fallback)
@@ -226,3 +245,17 @@ class SliceSampler(_RLSliceSampler):
         self._index_revision, self._pending = revision, []
         self._answer = index.start_stop(bool(storage._is_full), _cursor_of(storage._last_cursor_index))
         return self._answer
+
+
+class SliceSamplerWithoutReplacement(SliceSampler, _RLSliceSamplerWithoutReplacement):
+    """TorchRL's ``SliceSamplerWithoutReplacement`` with the incremental trajectory index of :class:`SliceSampler`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        _RLSliceSamplerWithoutReplacement.__init__(self, **kwargs)
+        self._reset_index()
+
+
+# ``SliceSampler(..., replacement=False)`` dispatches through TorchRL's registry of
+# without-replacement variants (re-exported by ``torchrl.data.replay_buffers.samplers`` for this
+# purpose).
+_rl_samplers._REPLACEMENT_DISPATCH.setdefault(SliceSampler, SliceSamplerWithoutReplacement)

@@ -34,7 +34,10 @@ __all__ = ["MinTree", "SumTree"]
 
 
 def _as_index(index: Any, size: int) -> tuple[np.ndarray, str]:
-    """``index`` as a flat int64 array in ``[0, size)`` and the kind it came as (int, numpy, torch)."""
+    """``index`` as a flat int64 array in ``[0, size)`` and the kind it came as (int, numpy, torch).
+
+    ``size`` is the tree's allocated leaves (a power of two), as TorchRL's C++ trees accept.
+    """
     if isinstance(index, torch.Tensor):
         kind, arr = "torch", index.detach().cpu().numpy()
     elif isinstance(index, np.ndarray):
@@ -115,7 +118,7 @@ class _Tree:
         return self._tree[self._base : self._base + self._size].copy()
 
     def __getitem__(self, index: Any) -> Any:
-        leaves, kind = _as_index(index, self._size)
+        leaves, kind = _as_index(index, self._base)
         out = self._tree[leaves + self._base].astype(self._np_dtype)
         if kind == "int":
             return float(out[0])
@@ -126,7 +129,7 @@ class _Tree:
     at = __getitem__
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        leaves, _ = _as_index(index, self._size)
+        leaves, _ = _as_index(index, self._base)
         if leaves.size == 0:
             return
         vals = _as_values(value, leaves.size)
@@ -149,7 +152,7 @@ class _Tree:
 
     def query(self, left: int, right: int) -> float:
         """The reduction over leaves ``[left, right)`` (identity when empty)."""
-        left, right = max(int(left), 0), min(int(right), self._size)
+        left, right = max(int(left), 0), min(int(right), self._base)
         if right <= left:
             return self._identity
         if left == 0 and right >= self._high:  # every set leaf: read the root / frontier
