@@ -11,9 +11,13 @@ pytest.importorskip("torchrl")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
-from torchrl.data import LazyMemmapStorage, LazyTensorStorage, TensorDictReplayBuffer  # noqa: E402
+from torchrl.data import (  # noqa: E402
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    TensorDictReplayBuffer,
+    find_start_stop_traj,  # noqa: E402
+)
 from torchrl.data import ReplayBuffer as RLReplayBuffer  # noqa: E402
-from torchrl.data import find_start_stop_traj  # noqa: E402
 from torchrl.data.replay_buffers.samplers import SliceSampler as RLSliceSampler  # noqa: E402
 
 from replaystore.errors import InvalidArgument  # noqa: E402
@@ -191,9 +195,7 @@ def test_slice_boundaries_equal_torchrl_after_every_write(cap, mode, writes):
         eps = episode + np.cumsum(rng.random(n) < p_new)
         episode = int(eps[-1]) + 1
         done = np.r_[eps[1:] != eps[:-1], last_done]
-        td = TensorDict(
-            {"episode": torch.as_tensor(eps), "next": {"done": torch.as_tensor(done).unsqueeze(-1)}}, [n]
-        )
+        td = TensorDict({"episode": torch.as_tensor(eps), "next": {"done": torch.as_tensor(done).unsqueeze(-1)}}, [n])
         if one_by_one:
             for i in range(n):
                 rb.add(td[i])

@@ -12,8 +12,8 @@ TorchRL's) in every TorchRL namespace a test or TorchRL's own constructors read 
 - ``SliceSampler``, ``SliceSamplerWithoutReplacement`` and ``PrioritizedSliceSampler`` in
   ``torchrl.data``, ``torchrl.data.replay_buffers`` and ``torchrl.data.replay_buffers.samplers``.
 
-TorchRL's other subclasses of these keep TorchRL's bases. ``REPLAYSTORE_TORCHRL_REDIRECT`` chooses the names (comma-separated; ``none``
-runs TorchRL unchanged, for a baseline).
+TorchRL's other subclasses of these keep TorchRL's bases. ``REPLAYSTORE_TORCHRL_REDIRECT``
+chooses the names (comma-separated; ``none`` runs TorchRL unchanged, for a baseline).
 """
 
 from __future__ import annotations

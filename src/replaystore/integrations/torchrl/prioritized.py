@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import MemoryMappedTensor
-from torchrl.data.replay_buffers import samplers as _rl_samplers
 from torchrl.data.replay_buffers import (
     PrioritizedReplayBuffer as _RLPrioritizedReplayBuffer,
 )
@@ -31,6 +30,7 @@ from torchrl.data.replay_buffers import (
     TensorDictPrioritizedReplayBuffer as _RLTensorDictPrioritizedReplayBuffer,
 )
 from torchrl.data.replay_buffers import TensorDictReplayBuffer as _RLTensorDictReplayBuffer
+from torchrl.data.replay_buffers import samplers as _rl_samplers
 
 from ...errors import InvalidArgument
 from .trees import MinTree, SumTree
@@ -145,9 +145,7 @@ class PrioritizedSampler(_RLPrioritizedSampler):
         return index, info
 
     @torch.no_grad()
-    def update_priority(
-        self, index: Any, priority: Any, *, storage: Any = None, keys: Any = None
-    ) -> None:
+    def update_priority(self, index: Any, priority: Any, *, storage: Any = None, keys: Any = None) -> None:
         """TorchRL's update; with ``keys`` (from a sample's ``"key"``), stale entries are skipped.
 
         An entry is stale when its slot was written after the sample that returned it: its
@@ -226,7 +224,9 @@ class PrioritizedSampler(_RLPrioritizedSampler):
         mp = metadata["_max_priority"]
         self._max_priority = None if mp is None or mp[0] is None else (mp[0], mp[1])
         for name, tree in (("sumtree.memmap", self._sum_tree), ("mintree.memmap", self._min_tree)):
-            mm = MemoryMappedTensor.from_filename(shape=(self._max_capacity,), dtype=torch.float64, filename=path / name)
+            mm = MemoryMappedTensor.from_filename(
+                shape=(self._max_capacity,), dtype=torch.float64, filename=path / name
+            )
             tree.set_leaves(mm.numpy())
         if self._key_of_index is not None and (path / "keys.npy").exists():
             self._key_of_index[:] = np.load(path / "keys.npy")
@@ -290,7 +290,8 @@ class TensorDictPrioritizedReplayBuffer(_RLTensorDictPrioritizedReplayBuffer):
         else:
             if storage.ndim != 1:
                 raise ValueError(
-                    f"{type(self).__name__} only supports 1-D storages when sync=False, got storage.ndim={storage.ndim}."
+                    f"{type(self).__name__} only supports 1-D storages when sync=False, "
+                    f"got storage.ndim={storage.ndim}."
                 )
             self._prioritized_sampler = prioritized
             sampler = _rl_samplers.RandomSampler()
