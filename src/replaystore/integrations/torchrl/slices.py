@@ -49,6 +49,14 @@ def _cursor_of(cursor: Any) -> int | None:
     return int(cursor)
 
 
+def _members(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """Which of ``values`` are in the sorted array ``sorted_set`` (binary searches, no sort of the set)."""
+    if sorted_set.size == 0:
+        return np.zeros(len(values), dtype=bool)
+    pos = np.minimum(np.searchsorted(sorted_set, values), sorted_set.size - 1)
+    return sorted_set[pos] == values
+
+
 class _Boundaries:
     """Trajectory ends of a 1-D storage, kept sorted and updated from the rows that changed.
 
@@ -60,10 +68,14 @@ class _Boundaries:
 
     def __init__(self, mode: str, key: Any, signal: np.ndarray) -> None:
         self.mode, self.key = mode, key
-        self.signal = signal.copy()
+        self.signal = np.array(signal, copy=True)
         self.length = len(signal)
-        self.ends = self._raw_ends(np.arange(self.length))
-        self.ends = np.flatnonzero(self.ends).astype(np.int64) if self.length else np.zeros(0, np.int64)
+        if self.mode == "end":
+            raw = self.signal.astype(bool)
+        else:  # row i < length - 1 ends where the next row's id differs
+            raw = np.zeros(self.length, dtype=bool)
+            np.not_equal(self.signal[:-1], self.signal[1:], out=raw[:-1])
+        self.ends = np.flatnonzero(raw).astype(np.int64)
 
     def _raw_ends(self, rows: np.ndarray) -> np.ndarray:
         if self.mode == "end":
@@ -85,7 +97,7 @@ class _Boundaries:
         self.length = length
         touched = np.concatenate([rows, rows - 1, [old_length - 1, length - 1]])
         touched = np.unique(touched[(touched >= 0) & (touched < length)])
-        drop = touched[np.isin(touched, self.ends)]
+        drop = touched[_members(touched, self.ends)]
         if length < old_length:  # (a storage never shrinks without a reset; be safe anyway)
             drop = np.union1d(drop, self.ends[self.ends >= length])
         if drop.size:
@@ -108,7 +120,7 @@ class _Boundaries:
         stops = self.ends
         if extra:
             extra = np.unique(np.asarray(extra, dtype=np.int64))
-            extra = extra[~np.isin(extra, stops)]
+            extra = extra[~_members(extra, stops)]
             if extra.size:
                 stops = np.insert(stops, np.searchsorted(stops, extra), extra)
         if stops.size == 0:
