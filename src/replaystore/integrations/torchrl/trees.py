@@ -133,7 +133,8 @@ class _Tree:
         if leaves.size == 0:
             return
         vals = _as_values(value, leaves.size)
-        leaves, vals = _last_write(leaves, vals)
+        if _kernels is sumtree:  # (the compiled kernels write leaves in order: the last one wins)
+            leaves, vals = _last_write(leaves, vals)
         self._write(leaves, vals)
         self._high = max(self._high, int(leaves.max()) + 1)
 
