@@ -48,8 +48,9 @@ def _as_index(index: Any, size: int) -> tuple[np.ndarray, str]:
         kind, arr = "numpy", np.asarray(index)
     if arr.dtype.kind not in "iu" and arr.size:
         raise InvalidArgument(f"tree indices must be integers, got dtype {arr.dtype}")
-    flat = arr.astype(np.int64, copy=False).reshape(-1)
-    if flat.size and (flat.min() < 0 or flat.max() >= size):
+    flat = np.ascontiguousarray(arr, dtype=np.int64).reshape(-1)
+    # one reduction for both bounds: a negative index is a huge number as uint64
+    if flat.size and int(flat.view(np.uint64).max()) >= size:
         raise IndexError(f"tree index out of range [0, {size}): {flat.min()}..{flat.max()}")
     return flat, kind
 
