@@ -251,7 +251,7 @@ def test_prioritized_slice_sampler_runs_on_replaystore_trees():
     rb.extend(_data(100))
     s = rb.sample()
     assert s.shape == (10,) and "priority_weight" in s.keys()
-    rb.update_priority(s["index"], torch.full((10,), 3.0))
+    rb.update_priority(s["index"].reshape(-1), torch.full((10,), 3.0))
     assert isinstance(sampler._sum_tree, SumTree)
 
 
