@@ -61,14 +61,16 @@ class _Boundaries:
     """Trajectory ends of a 1-D storage, kept sorted and updated from the rows that changed.
 
     ``signal[i]`` is the trajectory id (``mode="traj"``) or the done flag (``mode="end"``) of row
-    ``i``. ``raw`` ends: in traj mode row ``i < length - 1`` ends when its id differs from row
-    ``i + 1``'s; in end mode row ``i`` ends when its flag is set. The last row, the cursor and the
-    no-end case follow TorchRL's ``find_start_stop_traj`` at read time.
+    ``i``: a view of the storage's column, handed in again with every update (no copy is kept, so
+    a memmap storage's column stays on disk). ``raw`` ends: in traj mode row ``i < length - 1``
+    ends when its id differs from row ``i + 1``'s; in end mode row ``i`` ends when its flag is set.
+    The last row, the cursor and the no-end case follow TorchRL's ``find_start_stop_traj`` at read
+    time.
     """
 
     def __init__(self, mode: str, key: Any, signal: np.ndarray) -> None:
         self.mode, self.key = mode, key
-        self.signal = np.array(signal, copy=True)
+        self.signal = signal
         self.length = len(signal)
         if self.mode == "end":
             raw = self.signal.astype(bool)
@@ -86,14 +88,10 @@ class _Boundaries:
         out[inside] = self.signal[r] != self.signal[r + 1]
         return out
 
-    def write(self, rows: np.ndarray, values: np.ndarray, length: int) -> None:
-        """Rows ``rows`` now hold ``values``; the storage holds ``length`` rows."""
-        if length > len(self.signal):
-            grown = np.zeros(max(length, 2 * len(self.signal)), dtype=self.signal.dtype)
-            grown[: len(self.signal)] = self.signal
-            self.signal = grown
-        old_length = self.length
-        self.signal[rows] = values
+    def write(self, rows: np.ndarray, signal: np.ndarray) -> None:
+        """Rows ``rows`` were written; ``signal`` is the storage's column now (its length: the rows held)."""
+        old_length, length = self.length, len(signal)
+        self.signal = signal
         self.length = length
         touched = np.concatenate([rows, rows - 1, [old_length - 1, length - 1]])
         touched = np.unique(touched[(touched >= 0) & (touched < length)])
@@ -210,18 +208,16 @@ class SliceSampler(_RLSliceSampler):
 
     @staticmethod
     def _column(storage: Any, mode: str, key: Any) -> np.ndarray | None:
-        """The whole signal column as TorchRL reads it, or ``None`` when it is not one value per row."""
+        """The signal column as TorchRL reads it, or ``None`` when it is not one value per row.
+
+        For TorchRL's tensor storages this is a view of the storage's memory (no copy).
+        """
         col = storage[:][key]
         if mode == "end":
             col = col.squeeze()
         if col.ndim != 1:
             return None
         return col.detach().cpu().numpy()
-
-    @staticmethod
-    def _rows(storage: Any, key: Any, rows: np.ndarray) -> np.ndarray:
-        """The signal of ``rows`` (a column already known to hold one value per row)."""
-        return storage[:][key][torch.from_numpy(rows)].reshape(-1).detach().cpu().numpy()
 
     def _get_stop_and_length(self, storage: Any, fallback: bool = True):
         if not self._covered(storage):
@@ -234,22 +230,22 @@ class SliceSampler(_RLSliceSampler):
             mode, key = self._signal_key(storage)
             n = len(storage)
             index = self._index if same_storage else None
+            column = self._column(storage, mode, key)
+            if column is None:  # not one signal value per row: TorchRL's code (and errors)
+                self._reset_index()
+                return super()._get_stop_and_length(storage, fallback=fallback)
+            column = column[:n]
             if index is not None and (index.mode, index.key) == (mode, key) and self._pending:
                 rows = torch.cat(self._pending).numpy()
                 rows = rows[(rows >= 0) & (rows < n)]
-                moved = revision - self._index_revision
-                if moved == len(self._pending):
-                    index.write(rows, self._rows(storage, key, rows), n)
+                if revision - self._index_revision == len(self._pending):
+                    index.write(rows, column)
                 else:  # writes the sampler did not see: rebuild
                     index = None
             elif index is not None and ((index.mode, index.key) != (mode, key) or revision != self._index_revision):
                 index = None
             if index is None:
-                column = self._column(storage, mode, key)
-                if column is None:  # not one signal value per row: TorchRL's code (and errors)
-                    self._reset_index()
-                    return super()._get_stop_and_length(storage, fallback=fallback)
-                index = _Boundaries(mode, key, column[:n])
+                index = _Boundaries(mode, key, column)
         except KeyError:
             self._reset_index()
             return super()._get_stop_and_length(storage, fallback=fallback)
