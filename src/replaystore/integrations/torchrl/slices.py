@@ -6,10 +6,10 @@ storage: it reads the trajectory-id (or done) column of every stored step and ru
 steps). ``cache_values=True`` helps only until the next write, i.e. not at all in a
 collect-and-train loop.
 
-:class:`SliceSampler` keeps the boundaries as replaystore's episode index does: the trajectory
-signal of each slot and the sorted set of trajectory ends, updated from the rows each write
-touched (``extend``/``add`` hand the sampler their indices; the rows' ids are read at the next
-sample). A sample then costs O(trajectories) to lay out TorchRL's ``(start, stop, length)``
+:class:`SliceSampler` keeps the boundaries as replaystore's episode index does: the sorted set of
+trajectory ends, updated from the rows each write touched (``extend``/``add`` hand the sampler
+their indices; at the next sample the ends around them are recomputed from a view of the
+storage's signal column, which is never copied). A sample then costs O(trajectories) to lay out TorchRL's ``(start, stop, length)``
 tensors (nothing when nothing was written since the last sample) plus TorchRL's own slice drawing,
 with exactly TorchRL's boundary rules (trajectory ids or end flags, circular storage, the write
 cursor as a truncation), so for the same generator state it draws the same slices.
