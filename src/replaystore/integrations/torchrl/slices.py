@@ -9,8 +9,9 @@ collect-and-train loop.
 :class:`SliceSampler` keeps the boundaries as replaystore's episode index does: the sorted set of
 trajectory ends, updated from the rows each write touched (``extend``/``add`` hand the sampler
 their indices; at the next sample the ends around them are recomputed from a view of the
-storage's signal column, which is never copied). A sample then costs O(trajectories) to lay out TorchRL's ``(start, stop, length)``
-tensors (nothing when nothing was written since the last sample) plus TorchRL's own slice drawing,
+storage's signal column, which is never copied). A sample then costs O(trajectories) to lay out
+TorchRL's ``(start, stop, length)`` tensors (nothing when nothing was written since the last
+sample) plus TorchRL's own slice drawing,
 with exactly TorchRL's boundary rules (trajectory ids or end flags, circular storage, the write
 cursor as a truncation), so for the same generator state it draws the same slices.
 
