@@ -198,13 +198,16 @@ class SumTree(_Tree):
             value = value.detach().cpu().numpy()
         scalar = np.ndim(value) == 0
         masses = np.asarray(value, dtype=np.float64).reshape(-1)
-        prefix = sumtree.frontier_prefix(self._tree, self._frontier)
-        total = float(prefix[-1])
-        out = np.full(masses.size, self._size, dtype=np.int64)
-        inside = masses <= total
-        if total > 0.0 and inside.any():
-            targets = np.minimum(masses[inside], np.nextafter(total, 0.0))
-            out[inside] = _kernels.find_prefix(self._tree, targets, self._frontier, prefix)
+        prefix = sumtree.frontier_prefix(self._tree, self._frontier) if self._frontier > 1 else None
+        total = float(prefix[-1]) if prefix is not None else float(self._tree[1])
+        if total > 0.0 and masses.size and masses.max() <= total:  # the common case: all inside
+            out = _kernels.find_prefix(self._tree, np.minimum(masses, np.nextafter(total, 0.0)), self._frontier, prefix)
+        else:
+            out = np.full(masses.size, self._size, dtype=np.int64)
+            inside = masses <= total
+            if total > 0.0 and inside.any():
+                targets = np.minimum(masses[inside], np.nextafter(total, 0.0))
+                out[inside] = _kernels.find_prefix(self._tree, targets, self._frontier, prefix)
         if scalar:
             return int(out[0])
         return torch.from_numpy(out) if kind == "torch" else out
