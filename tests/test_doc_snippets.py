@@ -40,6 +40,7 @@ OPTIONAL = {
     "tensorboard",
     "wandb",
     "tensordict",
+    "torchrl",
     "gfn",
     "ding",
     "minestudio",

@@ -52,6 +52,14 @@ ALLOWED_ATTRIBUTES = {
     # torch.distributed: ``Work._source_rank()`` is the only way to learn who sent the message an
     # ``irecv`` from any source received (``recv`` returns it, but blocks).
     ("replaystore.compat.gfn.torch_backend", "_source_rank"),
+    # TorchRL 0.14's sampler contract: a sampler learns the storage's fill state, write cursor and
+    # mutation counter only from these attributes (TorchRL's own SliceSampler reads them), and a
+    # sampler class declares its replacement=False variant in this registry (re-exported by
+    # torchrl.data.replay_buffers.samplers for that purpose).
+    ("replaystore.integrations.torchrl.slices", "_mutation_revision"),
+    ("replaystore.integrations.torchrl.slices", "_is_full"),
+    ("replaystore.integrations.torchrl.slices", "_last_cursor_index"),
+    ("replaystore.integrations.torchrl.slices", "_REPLACEMENT_DISPATCH"),
 }
 #: ``(importing module, private module)`` pairs allowed despite PRV002, each with its reason.
 ALLOWED_IMPORTS = {

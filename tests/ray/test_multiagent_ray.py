@@ -141,12 +141,31 @@ def test_sharded_episodes_stay_on_one_shard_and_probabilities_are_exact(sharded)
     assert j.mask.shape == (16, 3) and j.data["obs"][:, 0, 1].tolist() == [0] * 16
 
 
-@pytest.mark.xfail(
-    raises=rs.MultiAgentError,
-    strict=True,
-    reason="ShardedClient has no episode_info/episode_keys yet (issue #32's one contract of the Table's calls)",
-)
-def test_sharded_nstep_needs_episode_info(sharded):
+def test_sharded_nstep_reads_the_episode_on_its_shard(sharded):
     ma = MultiAgentTable(sharded, AGENTS, priorities="agents", seed=0)
-    fill(ma, length=5)
-    ma.sample_nstep(8, 3, 0.9, timeout=10)
+    fill(ma, streams=(10, 11, 12, 13), length=5)
+    n = ma.sample_nstep(8, 3, 0.9, timeout=10)
+    assert (n.steps >= 1).all() and (n.steps <= 3).all()
+
+
+def test_wal_served_table_logs_multiagent_steps_and_replays_them(ray_mod, tmp_path):
+    from replaystore.ray import WalConfig
+
+    cfg = WalConfig(dir=str(tmp_path / "wal"), fsync="never")
+    name = f"maw-{uuid.uuid4().hex[:6]}"
+    client = rsr.serve({"ma": uniform_table}, name=name, wal=cfg)
+    try:
+        keys = fill(MultiAgentTable(client.table("ma"), AGENTS, seed=0), length=4)
+    finally:
+        client.shutdown()
+    client = rsr.serve({"ma": uniform_table}, name=name, wal=cfg)  # replays the log
+    try:
+        ma = MultiAgentTable(client.table("ma"), AGENTS, seed=0)
+        assert sorted(ma.table.keys().tolist()) == sorted(keys.tolist())
+        j = ma.sample_joint(8, timeout=10)
+        got, _ = ma.table.get(j.keys)
+        assert np.array_equal(j.mask, got["alive"])
+        s = ma.sample_joint_sequences(4, 3, timeout=10)
+        assert (np.diff(s.data["obs"][:, :, 0, 0], axis=1) == 1).all()
+    finally:
+        client.shutdown()

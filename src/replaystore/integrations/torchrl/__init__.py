@@ -1,0 +1,27 @@
+"""replaystore as TorchRL (0.14) replay-buffer components (``pip install 'replaystore[torchrl]'``).
+
+- :class:`PrioritizedSampler`: TorchRL's prioritized sampler on replaystore's sum/min trees (no
+  TorchRL C++ extension needed), optionally with keys that make stale priority updates a no-op;
+  :class:`PrioritizedReplayBuffer` and :class:`TensorDictPrioritizedReplayBuffer` build it.
+- :class:`SliceSampler`: TorchRL's ``SliceSampler`` whose trajectory index is kept up to date
+  incrementally on writes instead of being recomputed from the whole storage on every sample.
+
+Each is a subclass of the TorchRL class it replaces, so TorchRL's replay buffers, storages,
+writers, transforms and checkpoints use it unchanged. See ``docs/compat/torchrl.md``.
+"""
+
+from .prioritized import PrioritizedReplayBuffer, PrioritizedSampler, TensorDictPrioritizedReplayBuffer
+from .prioritized_slices import PrioritizedSliceSampler
+from .slices import SliceSampler, SliceSamplerWithoutReplacement
+from .trees import MinTree, SumTree
+
+__all__ = [
+    "MinTree",
+    "PrioritizedReplayBuffer",
+    "PrioritizedSampler",
+    "PrioritizedSliceSampler",
+    "SliceSampler",
+    "SliceSamplerWithoutReplacement",
+    "SumTree",
+    "TensorDictPrioritizedReplayBuffer",
+]

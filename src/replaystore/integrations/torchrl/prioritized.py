@@ -1,0 +1,319 @@
+"""TorchRL's ``PrioritizedSampler`` on replaystore's trees, and the buffers that build one.
+
+:class:`PrioritizedSampler` is TorchRL 0.14's sampler (same constructor, ``sample``,
+``update_priority``, max-priority rules, ``state_dict``, ``dumps``/``loads`` file layout) with its
+segment trees replaced by :class:`~replaystore.integrations.torchrl.trees.SumTree` /
+:class:`~replaystore.integrations.torchrl.trees.MinTree`. It needs no TorchRL C++ extension, so it
+works where TorchRL's raises ``SumSegmentTreeFp32 is not available`` (a wheel built for another
+torch). With ``track_keys=True`` each write gets a key (a write counter): samples carry ``"key"``
+next to ``"index"``, and :meth:`PrioritizedSampler.update_priority` with ``keys=`` skips the
+entries whose slot was overwritten since they were sampled (pytorch/rl#4041).
+
+:class:`PrioritizedReplayBuffer` and :class:`TensorDictPrioritizedReplayBuffer` are TorchRL's
+classes built with this sampler: switching is one import. Not thread-safe beyond what TorchRL's
+replay buffer locks around sampler calls.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import MemoryMappedTensor
+from torchrl.data.replay_buffers import (
+    PrioritizedReplayBuffer as _RLPrioritizedReplayBuffer,
+)
+from torchrl.data.replay_buffers import (
+    TensorDictPrioritizedReplayBuffer as _RLTensorDictPrioritizedReplayBuffer,
+)
+from torchrl.data.replay_buffers import TensorDictReplayBuffer as _RLTensorDictReplayBuffer
+from torchrl.data.replay_buffers import samplers as _rl_samplers
+
+from ...errors import InvalidArgument
+from .trees import MinTree, SumTree
+
+__all__ = ["PrioritizedReplayBuffer", "PrioritizedSampler", "TensorDictPrioritizedReplayBuffer"]
+
+_RLPrioritizedSampler = _rl_samplers.PrioritizedSampler
+
+
+class PrioritizedSampler(_RLPrioritizedSampler):
+    """TorchRL's ``PrioritizedSampler`` (0.14) with replaystore's sum and min trees.
+
+    Args:
+        max_capacity, alpha, beta, eps, dtype, reduction, max_priority_within_buffer: as TorchRL's.
+        device: only ``None`` or a CPU device (the trees are NumPy arrays).
+        track_keys: give each written slot a key (write count); samples then include ``"key"``
+            and ``update_priority(..., keys=...)`` skips stale entries.
+
+    Raises:
+        ValueError: ``alpha``/``beta`` negative (as TorchRL's).
+        InvalidArgument: a CUDA ``device``.
+    """
+
+    # (class defaults: TorchRL's PrioritizedSliceSampler calls PrioritizedSampler.__init__ by name)
+    _track_keys = False
+    _next_key = 0
+    _key_of_index: np.ndarray | None = None
+
+    def __init__(
+        self,
+        max_capacity: int,
+        alpha: float,
+        beta: float,
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        reduction: str = "max",
+        max_priority_within_buffer: bool = False,
+        device: torch.device | str | None = None,
+        *,
+        track_keys: bool = False,
+    ) -> None:
+        if device is not None and torch.device(device).type != "cpu":
+            raise InvalidArgument(f"replaystore's PrioritizedSampler keeps its trees on the CPU, got device={device}")
+        self._track_keys = bool(track_keys)
+        self._next_key = 0
+        self._key_of_index = np.full(int(max_capacity), -1, dtype=np.int64) if track_keys else None
+        super().__init__(
+            max_capacity,
+            alpha,
+            beta,
+            eps=eps,
+            dtype=dtype,
+            reduction=reduction,
+            max_priority_within_buffer=max_priority_within_buffer,
+            device=None,
+        )
+
+    def _init(self) -> None:
+        if self.dtype in (torch.float, torch.float32):
+            tree_dtype = torch.float32
+        elif self.dtype in (torch.double, torch.float64):
+            tree_dtype = torch.float64
+        else:
+            raise NotImplementedError(f"dtype {self.dtype} not supported by PrioritizedSampler")
+        self._sum_tree = SumTree(self._max_capacity, tree_dtype)
+        self._min_tree = MinTree(self._max_capacity, tree_dtype)
+        self._max_priority = None
+        if getattr(self, "_key_of_index", None) is not None:
+            self._key_of_index[:] = -1
+
+    def _maybe_init_from_storage(self, storage: Any) -> None:
+        return  # the trees stay on the CPU
+
+    def _tree_argmax(self) -> tuple[torch.Tensor, torch.Tensor]:
+        leaves = self._sum_tree.leaves()
+        i = int(np.argmax(leaves))
+        return torch.tensor(leaves[i], dtype=self.dtype), torch.tensor(i)
+
+    # -- keys -----------------------------------------------------------------------------------
+    def _stamp(self, index: Any) -> None:
+        if self._key_of_index is None or isinstance(index, tuple):
+            return
+        idx = torch.as_tensor(index).reshape(-1).numpy().astype(np.int64, copy=False)
+        idx = idx[idx >= 0]
+        self._key_of_index[idx] = self._next_key + np.arange(idx.size)
+        self._next_key += idx.size
+
+    def add(self, index: Any) -> None:  # noqa: D102
+        super().add(index)
+        self._stamp(index)
+
+    def extend(self, index: Any) -> None:  # noqa: D102
+        super().extend(index)
+        self._stamp(index)
+
+    def keys_of(self, index: Any) -> torch.Tensor:
+        """The current keys of 1-D storage indices (``-1`` where nothing was written).
+
+        Raises:
+            InvalidArgument: the sampler was built without ``track_keys``.
+        """
+        if self._key_of_index is None:
+            raise InvalidArgument("keys are tracked only with PrioritizedSampler(track_keys=True)")
+        idx = torch.as_tensor(index).numpy().astype(np.int64, copy=False)
+        return torch.from_numpy(self._key_of_index[idx])
+
+    def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
+        """TorchRL's draw; with ``track_keys`` the info also holds ``"key"`` (int64)."""
+        index, info = super().sample(storage, batch_size)
+        if self._key_of_index is not None and isinstance(index, torch.Tensor):
+            info["key"] = torch.from_numpy(self._key_of_index[index.numpy()])
+        return index, info
+
+    @torch.no_grad()
+    def update_priority(self, index: Any, priority: Any, *, storage: Any = None, keys: Any = None) -> None:
+        """TorchRL's update; with ``keys`` (from a sample's ``"key"``), stale entries are skipped.
+
+        An entry is stale when its slot was written after the sample that returned it: its
+        priority would otherwise land on the new occupant.
+
+        Raises:
+            InvalidArgument: ``keys`` given without ``track_keys``, or not one per index.
+        """
+        if keys is not None:
+            if self._key_of_index is None:
+                raise InvalidArgument("update_priority(keys=...) needs PrioritizedSampler(track_keys=True)")
+            idx = torch.as_tensor(index, dtype=torch.long).reshape(-1)
+            k = torch.as_tensor(keys, dtype=torch.long).reshape(-1)
+            if k.shape != idx.shape:
+                raise InvalidArgument(f"{k.numel()} keys for {idx.numel()} indices")
+            live = torch.from_numpy(self._key_of_index[idx.clamp_min(0).numpy()] == k.numpy()) & (idx >= 0)
+            priority = torch.as_tensor(priority)
+            if priority.numel() > 1:
+                priority = priority.reshape(-1)[live]
+            index = idx[live]
+            if index.numel() == 0:
+                return
+        super().update_priority(index, priority, storage=storage)
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:  # noqa: D102
+        state = super().state_dict()
+        if self._key_of_index is not None:
+            state["_key_of_index"] = self._key_of_index.copy()
+            state["_next_key"] = self._next_key
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # noqa: D102
+        super().load_state_dict(state_dict)
+        if self._key_of_index is not None and "_key_of_index" in state_dict:
+            self._key_of_index[:] = state_dict["_key_of_index"]
+            self._next_key = int(state_dict["_next_key"])
+
+    def dumps(self, path: Any) -> None:
+        """TorchRL's files (``sumtree.memmap``, ``mintree.memmap``, ``sampler_metadata.json``), written vectorised."""
+        path = Path(path).absolute()
+        path.mkdir(exist_ok=True)
+        for name, tree in (("sumtree.memmap", self._sum_tree), ("mintree.memmap", self._min_tree)):
+            mm = MemoryMappedTensor.empty((self._max_capacity,), dtype=torch.float64, filename=path / name)
+            mm.copy_(torch.from_numpy(tree.leaves()))
+        mp = self._max_priority
+        metadata = {
+            "_alpha": float(self._alpha),
+            "_beta": float(self._beta),
+            "_eps": float(self._eps),
+            "_max_priority": [None if v is None else float(v) for v in mp],
+            "_max_capacity": int(self._max_capacity),
+            "_schema_version": self._STATE_SCHEMA_VERSION,
+        }
+        if self._key_of_index is not None:
+            np.save(path / "keys.npy", self._key_of_index)
+            metadata["_next_key"] = self._next_key
+        with open(path / "sampler_metadata.json", "w") as file:
+            json.dump(metadata, file)
+
+    def loads(self, path: Any) -> None:
+        """Read :meth:`dumps` output (or TorchRL's own sampler files).
+
+        Raises:
+            RuntimeError: the saved capacity differs (as TorchRL's).
+        """
+        path = Path(path).absolute()
+        with open(path / "sampler_metadata.json") as file:
+            metadata = json.load(file)
+        if metadata["_max_capacity"] != self._max_capacity:
+            raise RuntimeError(
+                f"max capacity of loaded metadata ({metadata['_max_capacity']}) differs from "
+                f"self._max_capacity ({self._max_capacity})."
+            )
+        self._alpha, self._beta, self._eps = metadata["_alpha"], metadata["_beta"], metadata["_eps"]
+        mp = metadata["_max_priority"]
+        self._max_priority = None if mp is None or mp[0] is None else (mp[0], mp[1])
+        for name, tree in (("sumtree.memmap", self._sum_tree), ("mintree.memmap", self._min_tree)):
+            mm = MemoryMappedTensor.from_filename(
+                shape=(self._max_capacity,), dtype=torch.float64, filename=path / name
+            )
+            tree.set_leaves(mm.numpy())
+        if self._key_of_index is not None and (path / "keys.npy").exists():
+            self._key_of_index[:] = np.load(path / "keys.npy")
+            self._next_key = int(metadata.get("_next_key", 0))
+        if metadata.get("_schema_version", 0) < 1 and self._max_priority_within_buffer and mp is not None:
+            self._recompute_max_priority_from_tree()
+
+
+class PrioritizedReplayBuffer(_RLPrioritizedReplayBuffer):
+    """TorchRL's ``PrioritizedReplayBuffer`` with replaystore's :class:`PrioritizedSampler` by default.
+
+    Same arguments as TorchRL's; a ``sampler`` passed in is used as given.
+    """
+
+    def __init__(self, *, alpha: float, beta: float, eps: float = 1e-8, dtype: torch.dtype = torch.float, **kwargs):
+        if kwargs.get("sampler") is None:
+            storage = self._maybe_make_storage(kwargs.get("storage"), compilable=kwargs.get("compilable", False))
+            kwargs["storage"] = storage
+            kwargs["sampler"] = PrioritizedSampler(storage.max_size, alpha, beta, eps, dtype)
+            kwargs.pop("sampler_device", None)
+        super().__init__(alpha=alpha, beta=beta, eps=eps, dtype=dtype, **kwargs)
+
+
+class TensorDictPrioritizedReplayBuffer(_RLTensorDictPrioritizedReplayBuffer):
+    """TorchRL's ``TensorDictPrioritizedReplayBuffer`` with replaystore's :class:`PrioritizedSampler`.
+
+    Same keyword arguments as TorchRL 0.14's, plus ``track_keys`` (see :class:`PrioritizedSampler`;
+    samples then carry ``"key"``, and :meth:`update_tensordict_priority` skips entries whose slot
+    was overwritten since they were sampled).
+
+    Raises:
+        InvalidArgument: a CUDA ``sampler_device``.
+    """
+
+    def __init__(
+        self,
+        *,
+        alpha: float,
+        beta: float,
+        priority_key: Any = "td_error",
+        eps: float = 1e-8,
+        storage: Any = None,
+        reduction: str = "max",
+        sampler_device: Any = None,
+        sync: bool = True,
+        compilable: bool = False,
+        track_keys: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        # TorchRL's __init__ builds its own PrioritizedSampler (which needs the C++ extension), so
+        # this repeats its few lines with ours and calls the TensorDictReplayBuffer constructor.
+        storage = self._maybe_make_storage(storage, compilable=compilable)
+        self._sync = sync
+        self._prioritized_sampler = None
+        self._prioritized_sampler_write_count = 0
+        prioritized = PrioritizedSampler(
+            storage.max_size, alpha, beta, eps, reduction=reduction, device=sampler_device, track_keys=track_keys
+        )
+        if sync:
+            sampler = prioritized
+        else:
+            if storage.ndim != 1:
+                raise ValueError(
+                    f"{type(self).__name__} only supports 1-D storages when sync=False, "
+                    f"got storage.ndim={storage.ndim}."
+                )
+            self._prioritized_sampler = prioritized
+            sampler = _rl_samplers.RandomSampler()
+        _RLTensorDictReplayBuffer.__init__(
+            self, priority_key=priority_key, storage=storage, sampler=sampler, compilable=compilable, **kwargs
+        )
+
+    def update_tensordict_priority(self, data: Any) -> None:
+        """TorchRL's update; when ``data`` carries ``"key"`` (``track_keys``), stale entries are skipped."""
+        sampler = self._sampler if self._sync else self._prioritized_sampler
+        if (
+            not isinstance(sampler, PrioritizedSampler)
+            or sampler._key_of_index is None
+            or "key" not in data.keys()
+            or not data.ndim
+            or self._storage.ndim != 1
+        ):
+            return super().update_tensordict_priority(data)
+        priority = self._get_priority_vector(data)
+        index, keys = data.get("index"), data.get("key")
+        while index.shape != priority.shape:
+            index, keys = index[..., 0], keys[..., 0]
+        live = (index >= 0) & (sampler.keys_of(index.clamp_min(0)) == keys)
+        if bool(live.any()):
+            self.update_priority(index[live], priority[live])

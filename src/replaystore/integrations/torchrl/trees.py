@@ -1,0 +1,228 @@
+"""TorchRL's segment-tree interface on replaystore's sum and min trees.
+
+TorchRL's ``PrioritizedSampler`` keeps its priorities in ``SumSegmentTreeFp32`` /
+``MinSegmentTreeFp32`` objects from its C++ extension (which does not load when the installed torch
+is not the one the wheel was built with: torchrl 0.14.1 with torch 2.13 raises ``RuntimeError:
+SumSegmentTreeFp32 is not available``). :class:`SumTree` and :class:`MinTree` answer the calls the
+sampler makes (``tree[index] = values``, ``tree[index]``, ``query(l, r)``, ``scan_lower_bound``,
+``size``/``capacity``/``len``) with the vectorised trees of :mod:`replaystore.samplers.sumtree`
+(numba kernels when the ``[fast]`` extra is installed).
+
+Values are stored in float64 and read back in the tree's ``dtype`` (float32 for the ``Fp32``
+trees, as TorchRL's). Not thread-safe (TorchRL's replay buffer calls them under its own lock).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...errors import InvalidArgument
+from ...samplers import sumtree
+
+try:  # the compiled kernels of the [fast] extra, as replaystore's Prioritized selector uses them
+    from ...samplers import sumtree_jit as _kernels
+
+    if not _kernels.AVAILABLE:  # pragma: no cover - numba missing
+        _kernels = sumtree
+except ImportError:  # pragma: no cover
+    _kernels = sumtree
+
+__all__ = ["MinTree", "SumTree"]
+
+
+def _as_index(index: Any, size: int) -> tuple[np.ndarray, str]:
+    """``index`` as a flat int64 array in ``[0, size)`` and the kind it came as (int, numpy, torch).
+
+    ``size`` is the tree's allocated leaves (a power of two), as TorchRL's C++ trees accept.
+    """
+    if isinstance(index, torch.Tensor):
+        kind, arr = "torch", index.detach().cpu().numpy()
+    elif isinstance(index, np.ndarray):
+        kind, arr = "numpy", index
+    elif isinstance(index, (int, np.integer)):
+        kind, arr = "int", np.asarray(index)
+    else:
+        kind, arr = "numpy", np.asarray(index)
+    if arr.dtype.kind not in "iu" and arr.size:
+        raise InvalidArgument(f"tree indices must be integers, got dtype {arr.dtype}")
+    flat = np.ascontiguousarray(arr, dtype=np.int64).reshape(-1)
+    # one reduction for both bounds: a negative index is a huge number as uint64
+    if flat.size and int(flat.view(np.uint64).max()) >= size:
+        raise IndexError(f"tree index out of range [0, {size}): {flat.min()}..{flat.max()}")
+    return flat, kind
+
+
+def _as_values(value: Any, n: int) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    vals = np.asarray(value, dtype=np.float64).reshape(-1)
+    if vals.size == 1 and n != 1:
+        vals = np.full(n, vals[0])
+    if vals.size != n:
+        raise InvalidArgument(f"{vals.size} values for {n} tree indices")
+    return vals
+
+
+def _last_write(leaves: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct leaves, each with the last value given for it (TorchRL's sequential writes)."""
+    if leaves.size < 2:
+        return leaves, vals
+    rev_leaves = leaves[::-1]
+    uniq, first = np.unique(rev_leaves, return_index=True)
+    if uniq.size == leaves.size:
+        return leaves, vals
+    return uniq, vals[::-1][first]
+
+
+class _Tree:
+    """Shared parts of the sum and min trees: storage, reads, pickling."""
+
+    _identity: float = 0.0
+
+    def __init__(self, size: int, dtype: torch.dtype = torch.float32) -> None:
+        size = int(size)
+        if size <= 0:
+            raise InvalidArgument(f"tree size must be positive, got {size}")
+        self._size = size
+        self._dtype = dtype
+        self._np_dtype = np.float32 if dtype == torch.float32 else np.float64
+        self._frontier = _kernels.frontier_for(size)
+        self._tree = np.full(2 * sumtree.leaf_base(size), self._identity, dtype=np.float64)
+        self._base = len(self._tree) // 2
+        #: one past the highest leaf ever set (leaves above it hold the identity)
+        self._high = 0
+
+    # TorchRL's properties
+    @property
+    def size(self) -> int:
+        """Number of leaves."""
+        return self._size
+
+    @property
+    def capacity(self) -> int:
+        """Leaves allocated (a power of two ``>= size``)."""
+        return self._base
+
+    @property
+    def identity_element(self) -> float:
+        """The value of an unset leaf (0 for sums, ``+inf`` for minima)."""
+        return self._identity
+
+    def __len__(self) -> int:
+        return self._size
+
+    def leaves(self) -> np.ndarray:
+        """A copy of the ``size`` leaf values (float64)."""
+        return self._tree[self._base : self._base + self._size].copy()
+
+    def __getitem__(self, index: Any) -> Any:
+        leaves, kind = _as_index(index, self._base)
+        out = self._tree[leaves + self._base].astype(self._np_dtype)
+        if kind == "int":
+            return float(out[0])
+        shape = index.shape if kind != "int" and hasattr(index, "shape") else out.shape
+        out = out.reshape(shape)
+        return torch.from_numpy(out) if kind == "torch" else out
+
+    at = __getitem__
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        leaves, _ = _as_index(index, self._base)
+        if leaves.size == 0:
+            return
+        vals = _as_values(value, leaves.size)
+        if _kernels is sumtree:  # (the compiled kernels write leaves in order: the last one wins)
+            leaves, vals = _last_write(leaves, vals)
+        self._write(leaves, vals)
+        self._high = max(self._high, int(leaves.max()) + 1)
+
+    def update(self, index: Any, value: Any) -> None:
+        """``tree[index] = value`` (TorchRL's method form)."""
+        self[index] = value
+
+    def _write(self, leaves: np.ndarray, vals: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def _reduce(self, values: np.ndarray) -> float:
+        raise NotImplementedError
+
+    def _whole(self) -> float:
+        raise NotImplementedError
+
+    def query(self, left: int, right: int) -> float:
+        """The reduction over leaves ``[left, right)`` (identity when empty)."""
+        left, right = max(int(left), 0), min(int(right), self._base)
+        if right <= left:
+            return self._identity
+        if left == 0 and right >= self._high:  # every set leaf: read the root / frontier
+            return self._whole()
+        return self._reduce(self._tree[self._base + left : self._base + right])
+
+    def set_leaves(self, values: np.ndarray) -> None:
+        """Replace every leaf at once (``size`` values; a rebuild, used by loads)."""
+        vals = np.asarray(values, dtype=np.float64).reshape(-1)
+        if vals.size != self._size:
+            raise InvalidArgument(f"{vals.size} values for a tree of {self._size} leaves")
+        self._tree[:] = self._identity
+        self._high = 0
+        set_ = np.flatnonzero(vals != self._identity)
+        if set_.size:
+            self[set_] = vals[set_]
+
+
+class SumTree(_Tree):
+    """A sum segment tree with the interface of TorchRL's ``SumSegmentTreeFp32/Fp64``.
+
+    ``scan_lower_bound(mass)`` returns, per value ``m``, the leaf whose prefix interval holds it
+    (never a zero leaf; ``size`` when ``m`` exceeds the total, as TorchRL's).
+    """
+
+    _identity = 0.0
+
+    def _write(self, leaves: np.ndarray, vals: np.ndarray) -> None:
+        _kernels.update_sum(self._tree, leaves, vals, self._frontier)
+
+    def _reduce(self, values: np.ndarray) -> float:
+        return float(values.sum())
+
+    def _whole(self) -> float:
+        return float(sumtree.total(self._tree, self._frontier))
+
+    def scan_lower_bound(self, value: Any) -> Any:
+        """Leaf indices for the prefix masses ``value`` (same container kind as given)."""
+        kind = "torch" if isinstance(value, torch.Tensor) else "numpy"
+        if isinstance(value, torch.Tensor):
+            value = value.detach().cpu().numpy()
+        scalar = np.ndim(value) == 0
+        masses = np.asarray(value, dtype=np.float64).reshape(-1)
+        prefix = sumtree.frontier_prefix(self._tree, self._frontier) if self._frontier > 1 else None
+        total = float(prefix[-1]) if prefix is not None else float(self._tree[1])
+        if total > 0.0 and masses.size and masses.max() <= total:  # the common case: all inside
+            out = _kernels.find_prefix(self._tree, np.minimum(masses, np.nextafter(total, 0.0)), self._frontier, prefix)
+        else:
+            out = np.full(masses.size, self._size, dtype=np.int64)
+            inside = masses <= total
+            if total > 0.0 and inside.any():
+                targets = np.minimum(masses[inside], np.nextafter(total, 0.0))
+                out[inside] = _kernels.find_prefix(self._tree, targets, self._frontier, prefix)
+        if scalar:
+            return int(out[0])
+        return torch.from_numpy(out) if kind == "torch" else out
+
+
+class MinTree(_Tree):
+    """A min segment tree with the interface of TorchRL's ``MinSegmentTreeFp32/Fp64``."""
+
+    _identity = float("inf")
+
+    def _write(self, leaves: np.ndarray, vals: np.ndarray) -> None:
+        _kernels.update_min(self._tree, leaves, vals, self._frontier)
+
+    def _reduce(self, values: np.ndarray) -> float:
+        return float(values.min())
+
+    def _whole(self) -> float:
+        return float(sumtree.minimum(self._tree, self._frontier))
