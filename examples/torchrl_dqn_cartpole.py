@@ -17,6 +17,7 @@ the buffer (``extend``, ``sample``, ``update_tensordict_priority``) in wall and 
 Usage::
 
     PYTHONPATH=src python examples/torchrl_dqn_cartpole.py --buffer replaystore-per --seed 0 --frames 50000
+    PYTHONPATH=src python examples/torchrl_dqn_cartpole.py --smoke   # seconds (the test suite runs it)
 """
 
 from __future__ import annotations
@@ -83,7 +84,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--annealing-frames", type=int, default=25_000)
     p.add_argument("--init-random-frames", type=int, default=5_000)
     p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--smoke", action="store_true", help="a few seconds: 2,000 frames, 2 evaluation episodes")
     args = p.parse_args(argv)
+    if args.smoke:
+        args.frames, args.annealing_frames, args.init_random_frames, args.eval_episodes = 2_000, 1_000, 1_000, 2
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
 

@@ -44,7 +44,8 @@ class PrioritizedSampler(_RLPrioritizedSampler):
     """TorchRL's ``PrioritizedSampler`` (0.14) with replaystore's sum and min trees.
 
     Args:
-        max_capacity, alpha, beta, eps, dtype, reduction, max_priority_within_buffer: as TorchRL's.
+        max_capacity: as TorchRL's (so are ``alpha``, ``beta``, ``eps``, ``dtype``, ``reduction``
+            and ``max_priority_within_buffer``).
         device: only ``None`` or a CPU device (the trees are NumPy arrays).
         track_keys: give each written slot a key (write count); samples then include ``"key"``
             and ``update_priority(..., keys=...)`` skips stale entries.
