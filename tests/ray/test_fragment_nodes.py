@@ -285,3 +285,25 @@ def test_reconcile_against_a_model(tmp_path_factory, sends, missing_at):
     assert buf.stats()["pending_fragments"] == sum(p not in missing for p in partials)
     assert buf.stats()["lost_nodes"] == [] and buf.reconcile_node("B", set(b_ids) - missing) == 0
     buf.close()
+
+
+def test_leases_by_node_count_each_nodes_held_fragments(tmp_path):
+    buf = make(tmp_path)
+    for i in range(4):
+        put(buf, "A", "sa", i)  # two chunks on A
+    for i in range(2):
+        put(buf, "B", "sb", i)  # one chunk on B
+    assert buf.stats()["leases_by_node"] == {}
+    first = buf.fetch(6)  # every chunk: 4 fragments on A, 2 on B
+    assert buf.stats()["leases_by_node"] == {
+        "A": {"leases": 1, "leased_fragments": 4},
+        "B": {"leases": 1, "leased_fragments": 2},
+    }
+    second = buf.fetch(2)  # one chunk, held twice now
+    labels = [label_of(r.fragment_id) for r in second.records]
+    by = buf.stats()["leases_by_node"]
+    assert by[labels[0]] == {"leases": 2, "leased_fragments": {"A": 4, "B": 2}[labels[0]] + 2}
+    buf.release(first.lease_id)
+    assert buf.stats()["leases_by_node"] == {labels[0]: {"leases": 1, "leased_fragments": 2}}
+    buf.release(second.lease_id)
+    assert buf.stats()["leases_by_node"] == {}

@@ -552,7 +552,8 @@ class FragmentBuffer(FragmentNodes):
         """Counters and gauges: chunk count, version, pending fragments, leases, table stats.
 
         With node-local stores also ``nodes``: ``{label: {"node_id", "payloads", "disk_bytes",
-        "live_bytes", "free_bytes"}}`` of every store that answered (``store_disk_bytes`` is their sum).
+        "live_bytes", "free_bytes", "leases", "leased_fragments"}}`` of every store that answered
+        (``store_disk_bytes`` is their sum); ``leases_by_node`` counts the leases per node label.
         """
         t = self.table.stats()
         store_disk, nodes = self.store_space()
@@ -564,6 +565,7 @@ class FragmentBuffer(FragmentNodes):
             "pending_fragments": sum(len(s.partial) for s in self._streams.values()),
             "streams": len(self._streams),
             "leases": len(self._leases),
+            "leases_by_node": self.leases_by_node(),
             "lease_ttl": self.config.lease_ttl,
             "lost_nodes": sorted(self.lost_nodes),
             "referenced_payloads": len(self.refs),

@@ -171,4 +171,25 @@ class FragmentNodes:
         if node_space is None:
             return self.store.disk_usage(), None
         nodes = node_space()
+        held = self.leases_by_node()
+        for label, n in nodes.items():
+            n.update(held.get(label, {"leases": 0, "leased_fragments": 0}))
         return sum(n["disk_bytes"] for n in nodes.values()), nodes
+
+    def leases_by_node(self) -> dict[str, dict[str, int]]:
+        """``{label: {"leases", "leased_fragments"}}``: the leases holding a fragment of each node.
+
+        ``leases``: leases with at least one fragment whose id names the node; ``leased_fragments``:
+        their fragments there (a fragment in two leases counts twice). Ids without a node label
+        (one shared store) are not counted. O(leased fragments); not thread-safe (the buffer's caller
+        serialises calls, as for every method).
+        """
+        out: dict[str, dict[str, int]] = {}
+        for lease in self._leases.values():
+            labels = [label_of(r.fragment_id) for r in lease.records]
+            for lb in set(labels):
+                if lb is not None:
+                    d = out.setdefault(lb, {"leases": 0, "leased_fragments": 0})
+                    d["leases"] += 1
+                    d["leased_fragments"] += labels.count(lb)
+        return out
