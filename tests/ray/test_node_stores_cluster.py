@@ -161,6 +161,10 @@ def test_a_full_disk_on_one_node(cluster, tmp_path, tmpfs_factory):
     # disk space comes back on b once its payloads are consumed
     fetch = fc.fetch(len(ids_a) + len(ids_b), timeout=30)
     check_payloads(fc, fetch.records)
+    held = fc.stats()["nodes"]  # the lease, per node (the dashboard's per-node table)
+    for label in ("a", "b"):
+        n = sum(r.fragment_id.endswith("@" + label) for r in fetch.records)
+        assert held[label]["leases"] == (n > 0) and held[label]["leased_fragments"] == n
     fc.drain()  # drops every chunk and the lease: the payloads are deleted on their nodes
     deadline = time.monotonic() + 60
     while fc.stats()["nodes"]["b"]["payloads"]:  # deletes are sent to b's store without waiting for them
@@ -412,6 +416,19 @@ def test_producers_put_locally_loaders_read_locally_and_a_node_is_lost(cluster, 
     assert {fc.node_of(r.fragment_id) for r in fetch.records} == {w.node_id for w in workers}  # records say where
     pool = rsr.create_loader_pool(1, 0, service=name, namespace=ns, wrap=where_loaded, per_node=True)
     assert all(ids == [nodes[lb]] for lb, ids in pool.node_ids().items())
+    # the loaders' queue per node: loads submitted and not collected, reported to the service
+    for i, r in enumerate(fetch.records):
+        pool.submit((i, r.fragment_id))
+    pool.report()
+    want = {lb: sum(label_of(r.fragment_id) == lb for r in fetch.records) for lb in nodes}
+    deadline = time.monotonic() + 30
+    while {lb: n.get("loader_queue") for lb, n in fc.stats()["nodes"].items()} != want:
+        assert time.monotonic() < deadline, fc.stats()["nodes"]
+        time.sleep(0.1)
+    pool.drain(60)  # reports zeros
+    while any(n["loader_queue"] for n in fc.stats()["nodes"].values()):
+        assert time.monotonic() < deadline, fc.stats()["nodes"]
+        time.sleep(0.1)
     loaded = [
         x
         for b in rsr.data_iter(

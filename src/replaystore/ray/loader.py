@@ -174,7 +174,8 @@ def create_loader_pool(
 
     from .client import connect
 
-    info = connect(service, namespace=namespace).fragments.store_info
+    fragments = connect(service, namespace=namespace).fragments
+    info = fragments.store_info
     if per_node:
         from .node_loaders import NodeLoaderPool
 
@@ -184,7 +185,8 @@ def create_loader_pool(
             {
                 lb: _loaders(ray, nid, num_readers, num_cpus_per_reader, service, namespace, wrap)
                 for lb, nid in info["nodes"].items()
-            }
+            },
+            service=fragments.actor,
         )
     return ActorPool(_loaders(ray, info["node_id"], num_readers, num_cpus_per_reader, service, namespace, wrap))
 
@@ -263,6 +265,8 @@ def data_iter(
 
     for _ in range(min((prefetch_batches + 1) * batch_size, len(pending))):
         submit()
+    if hasattr(loads, "report"):
+        loads.report()  # a per-node pool: the service shows the loaders' queue per node
     accum: list[Any] = []
     with keep_alive if keep_alive is not None else contextlib.nullcontext():
         try:

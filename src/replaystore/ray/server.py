@@ -329,7 +329,7 @@ class ReplayServer(FragmentService, OnlineService):
         for n, lt in self.logged.items():
             out[n]["wal"] = lt.stats()
         if self.fragments is not None:
-            out["fragments"] = self.fragments.stats()
+            out["fragments"] = self._fragment_stats()
         if self.online:
             out["online"] = {n: b.stats() for n, b in self.online.items()}
         return out

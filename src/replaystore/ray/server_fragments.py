@@ -14,6 +14,10 @@ from typing import TYPE_CHECKING, Any
 from ..errors import KeyNotFound, Timeout
 from ._runtime import import_ray
 
+#: seconds a loader pool's report of its queue counts (it reports at least every
+#: ``NodeLoaderPool.report_period`` while it loads, and zeros when it drains or closes)
+LOADER_QUEUE_TTL = 60.0
+
 if TYPE_CHECKING:
     from .fragment_buffer import FragmentBuffer
     from .fragment_records import FragmentBufferConfig
@@ -39,6 +43,28 @@ class FragmentService:
         def _start(self) -> asyncio.Condition: ...
         async def _notify(self) -> None: ...
         def _housekeeping(self) -> None: ...
+
+    async def note_loader_queue(self, pool_id: str, queued: dict[str, int]) -> None:
+        """A per-node loader pool's loads in flight, ``{store label: count}`` (it calls this itself).
+
+        Shown as ``loader_queue`` per node in ``stats()["fragments"]["nodes"]``: the sum over the
+        pools that reported within :data:`LOADER_QUEUE_TTL` seconds (a pool that died stops counting).
+        """
+        reports = self.__dict__.setdefault("_loader_queues", {})
+        reports[str(pool_id)] = (time.monotonic(), {str(k): int(v) for k, v in dict(queued).items()})
+
+    def _fragment_stats(self) -> dict[str, Any]:
+        """The buffer's ``stats()``, each node with the loaders' queue (:meth:`note_loader_queue`)."""
+        assert self.fragments is not None
+        st = self.fragments.stats()
+        nodes = st.get("nodes")
+        if nodes is not None:
+            now, reports = time.monotonic(), self.__dict__.get("_loader_queues", {})
+            for pool in [p for p, (t, _) in reports.items() if now - t > LOADER_QUEUE_TTL]:
+                del reports[pool]
+            for label, n in nodes.items():
+                n["loader_queue"] = sum(q.get(label, 0) for _, q in reports.values())
+        return st
 
     def _buffer(self) -> FragmentBuffer:
         self._check_open()
