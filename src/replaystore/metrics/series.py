@@ -18,6 +18,10 @@ previous read (``None`` where there is no previous read, or the counters went ba
 - ``priority_histogram``, ``times_sampled_histogram``, ``staleness_histogram`` (as in ``stats()``);
 - ``shards``: the same row per shard (sharded tables), ``shard_nodes``: each shard's node.
 
+``nodes`` (a fragment service's node-local stores) is as in its ``stats()``: per node ``free_bytes``,
+``payloads``, ``leases``, ``leased_fragments``, ``loader_queue``, ... ``online`` is one row per
+rollout buffer (:func:`online_row`): its staleness budget, tickets, groups and refusals by reason.
+
 Cost: one ``stats()`` per period (the table's lock for an ``O(size)`` pass over the live
 metadata); nothing on the table's ``extend`` / ``sample`` paths.
 """
@@ -98,6 +102,56 @@ def table_row(st: dict[str, Any] | None, prev: dict[str, Any] | None, dt: float)
     )
     for k in ("priority_histogram", "times_sampled_histogram", "staleness_histogram"):
         row[k] = st.get(k) or {}
+    return row
+
+
+#: a rollout buffer's counters of groups that left or were refused, by reason (``groups_dropped_<reason>``)
+ONLINE_DROP_REASONS = (
+    "stale",
+    "expired",
+    "evicted",
+    "abandoned",
+    "incomplete",
+    "rejected",
+    "cancelled",
+    "after_training",
+)
+#: the staleness budget's refusals and losses of tickets, by reason
+BUDGET_REASONS = ("rejected", "expired", "abandoned", "discarded", "cancelled", "acquire_timeouts")
+
+
+def online_row(st: dict[str, Any] | None, prev: dict[str, Any] | None, dt: float) -> dict[str, Any] | None:
+    """The chart values of one rollout buffer's ``stats()`` ``st`` given the previous read ``prev``.
+
+    ``groups`` (ready), ``pending_groups``, ``groups_admitted_per_s``, ``groups_sampled_per_s``,
+    ``dropped_<reason>_per_s`` (:data:`ONLINE_DROP_REASONS`); with a staleness budget ``tickets``
+    (running now), ``budget_limit``, ``budget_accepted``, ``budget_capacity`` (tickets it can still
+    grant), ``producer_wait`` (seconds producers waited per second) and ``budget_<reason>_per_s``
+    (:data:`BUDGET_REASONS`). Rates are ``None`` without a previous read or across a restart.
+    """
+    if st is None:
+        return None
+    if prev is not None and st.get("rollouts_added", 0) < prev.get("rollouts_added", 0):
+        prev = None  # counters went back: a restart
+    row: dict[str, Any] = {"groups": st.get("groups"), "pending_groups": st.get("pending_groups")}
+    row["version"] = st.get("version")
+    for k in ("groups_admitted", "groups_sampled"):
+        row[f"{k}_per_s"] = _rate(st, prev, k, dt)
+    for r in ONLINE_DROP_REASONS:
+        row[f"dropped_{r}_per_s"] = _rate(st, prev, f"groups_dropped_{r}", dt)
+    budget = st.get("budget")
+    if isinstance(budget, dict):
+        pb = (prev or {}).get("budget") if prev is not None else None
+        row.update(
+            tickets=budget.get("running"),
+            budget_limit=budget.get("limit"),
+            budget_accepted=budget.get("accepted"),
+            budget_capacity=budget.get("capacity"),
+            budget_paused=budget.get("paused"),
+            producer_wait=_rate(budget, pb, "producer_wait_s", dt),
+        )
+        for r in BUDGET_REASONS:
+            row[f"budget_{r}_per_s"] = _rate(budget, pb, r, dt)
     return row
 
 
@@ -183,7 +237,8 @@ class Recorder:
             point["tables"][name] = row
         point["nodes"] = (snap.get("fragments") or {}).get("nodes")
         point["lock"] = self._lock_row(snap.get("lock"), None if prev is None else prev.get("lock"), dt)
-        point["online"] = snap.get("online")
+        online, prev_online = snap.get("online") or {}, (None if prev is None else prev.get("online")) or {}
+        point["online"] = {b: online_row(st, prev_online.get(b), dt) for b, st in online.items()} or None
         point["errors"] = snap.get("errors") or []
         self._last = (mono, snap)
         return self._append(point, snap)

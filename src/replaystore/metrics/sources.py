@@ -51,24 +51,34 @@ class TableSource:
     Args:
         tables: one table, or ``{name: table}`` for several.
         name: the source's name on the page (default: the first table's name).
+        online: rollout buffers of this process (``replaystore.online.RolloutBuffer``), one or
+            ``{name: buffer}``: their staleness budget, tickets, groups and refusals are charted.
 
     Thread-safe as the tables' ``stats()`` are. Never raises :class:`Unavailable` (a closed table
     still reports its last state).
+
+    Raises:
+        ValueError: no table.
     """
 
     kind = "table"
 
-    def __init__(self, tables: Any, name: str | None = None) -> None:
+    def __init__(self, tables: Any, name: str | None = None, online: Any = None) -> None:
         if not isinstance(tables, Mapping):
             tables = {getattr(tables, "name", "table"): tables}
         if not tables:
             raise ValueError("TableSource needs at least one table")
         self.tables = dict(tables)
         self.name = name or next(iter(self.tables))
+        if online is not None and not isinstance(online, Mapping):
+            online = {getattr(online, "name", "online"): online}
+        self.online = dict(online or {})
 
     def read(self) -> dict[str, Any]:
-        """One snapshot of every table's ``stats()``."""
-        return _snapshot(self.kind, self.name, tables={n: {"stats": t.stats()} for n, t in self.tables.items()})
+        """One snapshot of every table's and rollout buffer's ``stats()``."""
+        tables = {n: {"stats": t.stats()} for n, t in self.tables.items()}
+        online = {n: b.stats() for n, b in self.online.items()} or None
+        return _snapshot(self.kind, self.name, tables=tables, online=online)
 
     def close(self) -> None:
         """Nothing to release (the tables belong to the caller)."""
