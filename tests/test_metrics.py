@@ -18,6 +18,7 @@ from replaystore.cli import main
 from replaystore.errors import PortInUse, Unavailable
 from replaystore.metrics import Recorder, TableSource, merge_shards, serve_dashboard, table_row
 from replaystore.metrics.prometheus import histogram_buckets, metrics_text
+from replaystore.metrics.series import online_row
 from replaystore.metrics.sources import SharedSource
 
 SPEC = {"x": ((), np.float32)}
@@ -102,6 +103,40 @@ def test_table_row_rates_and_restart():
     assert row["fill"] == 1.0 and row["staleness_mean"] == 1.0
     restarted = table_row({**now, "inserts": 5, "samples": 0}, prev, 2.0)  # counters went back
     assert restarted["inserts_per_s"] is None and restarted["ratio"] is None and restarted["insert_blocked"] is None
+
+
+def test_online_rows_chart_the_budget_tickets_groups_and_refusals_by_reason():
+    from replaystore.online import RolloutBuffer
+
+    buf = RolloutBuffer(16, batch_size=2, max_staleness=1, group_size=1)
+    rec = Recorder(TableSource(rs.Table(10), online=buf), period=60)
+    first = rec.poll()["online"]["rollouts"]
+    assert first["tickets"] == 0 and first["budget_limit"] == 4 and first["groups_admitted_per_s"] is None
+    before = buf.stats()
+    a, b, c, d = buf.acquire(4)
+    buf.add("x", group=a)
+    buf.add("y", group=b)
+    buf.reject(b, "all_equal")
+    buf.abandon(c)
+    after = buf.stats()
+    row = online_row(after, before, 2.0)  # two seconds apart
+    budget = after["budget"]
+    assert row["tickets"] == budget["running"] == 1  # d is still held
+    assert (row["budget_limit"], row["budget_accepted"], row["budget_capacity"]) == (
+        budget["limit"],
+        budget["accepted"],
+        budget["capacity"],
+    )
+    assert row["groups"] == after["groups"] == 1 and row["groups_admitted_per_s"] == 1.0  # 2 admitted / 2 s
+    assert row["dropped_per_s"]["rejected"] == 0.5 and row["dropped_per_s"]["stale"] == 0.0
+    assert row["rejected_per_s"] == {"all_equal": 0.5}  # a reason first seen now counts from 0
+    lost = {k: (budget[k] - before["budget"][k]) / 2.0 for k in row["budget_lost_per_s"]}
+    assert row["budget_lost_per_s"] == lost and lost["abandoned"] == 0.5
+    point = rec.poll()["online"]["rollouts"]  # the recorder derives the same from its own reads
+    assert point["tickets"] == 1 and point["rejected_per_s"]["all_equal"] > 0 and point["groups"] == 1
+    restarted = online_row({**after, "rollouts_added": 0}, after, 2.0)
+    assert restarted["groups_admitted_per_s"] is None and restarted["budget_lost_per_s"]["abandoned"] is None
+    rec.close()
 
 
 def test_recorder_follows_a_table_and_a_source_error():

@@ -120,28 +120,34 @@ ONLINE_DROP_REASONS = (
 BUDGET_REASONS = ("rejected", "expired", "abandoned", "discarded", "cancelled", "acquire_timeouts")
 
 
+def _rates(now: dict, prev: dict | None, keys: Any, dt: float, prefix: str = "") -> dict[str, float | None]:
+    return {k: _rate(now, prev, prefix + k, dt) for k in keys}
+
+
 def online_row(st: dict[str, Any] | None, prev: dict[str, Any] | None, dt: float) -> dict[str, Any] | None:
     """The chart values of one rollout buffer's ``stats()`` ``st`` given the previous read ``prev``.
 
-    ``groups`` (ready), ``pending_groups``, ``groups_admitted_per_s``, ``groups_sampled_per_s``,
-    ``dropped_<reason>_per_s`` (:data:`ONLINE_DROP_REASONS`); with a staleness budget ``tickets``
-    (running now), ``budget_limit``, ``budget_accepted``, ``budget_capacity`` (tickets it can still
-    grant), ``producer_wait`` (seconds producers waited per second) and ``budget_<reason>_per_s``
-    (:data:`BUDGET_REASONS`). Rates are ``None`` without a previous read or across a restart.
+    ``groups`` (ready), ``pending_groups``, ``version``, ``groups_admitted_per_s``,
+    ``groups_sampled_per_s``; ``dropped_per_s``: ``{reason: groups/s}`` (:data:`ONLINE_DROP_REASONS`);
+    ``rejected_per_s``: ``{reason given to reject(): groups/s}``. With a staleness budget: ``tickets``
+    (running now), ``budget_limit``, ``budget_accepted``, ``budget_capacity`` (what it can still
+    grant), ``budget_paused``, ``producer_wait`` (seconds producers waited per second) and
+    ``budget_lost_per_s``: ``{reason: tickets/s}`` (:data:`BUDGET_REASONS`). Rates are ``None``
+    without a previous read or across a restart (counters that went back).
     """
     if st is None:
         return None
     if prev is not None and st.get("rollouts_added", 0) < prev.get("rollouts_added", 0):
         prev = None  # counters went back: a restart
-    row: dict[str, Any] = {"groups": st.get("groups"), "pending_groups": st.get("pending_groups")}
-    row["version"] = st.get("version")
-    for k in ("groups_admitted", "groups_sampled"):
-        row[f"{k}_per_s"] = _rate(st, prev, k, dt)
-    for r in ONLINE_DROP_REASONS:
-        row[f"dropped_{r}_per_s"] = _rate(st, prev, f"groups_dropped_{r}", dt)
+    row: dict[str, Any] = {k: st.get(k) for k in ("groups", "pending_groups", "version")}
+    row.update({f"{k}_per_s": _rate(st, prev, k, dt) for k in ("groups_admitted", "groups_sampled")})
+    row["dropped_per_s"] = _rates(st, prev, ONLINE_DROP_REASONS, dt, "groups_dropped_")
+    reasons = st.get("rejected") if isinstance(st.get("rejected"), dict) else {}
+    old = None if prev is None else {**dict.fromkeys(reasons, 0), **(prev.get("rejected") or {})}
+    row["rejected_per_s"] = _rates(reasons, old, reasons, dt)  # a reason new since prev was at 0
     budget = st.get("budget")
     if isinstance(budget, dict):
-        pb = (prev or {}).get("budget") if prev is not None else None
+        pb = None if prev is None else prev.get("budget")
         row.update(
             tickets=budget.get("running"),
             budget_limit=budget.get("limit"),
@@ -149,9 +155,8 @@ def online_row(st: dict[str, Any] | None, prev: dict[str, Any] | None, dt: float
             budget_capacity=budget.get("capacity"),
             budget_paused=budget.get("paused"),
             producer_wait=_rate(budget, pb, "producer_wait_s", dt),
+            budget_lost_per_s=_rates(budget, pb, BUDGET_REASONS, dt),
         )
-        for r in BUDGET_REASONS:
-            row[f"budget_{r}_per_s"] = _rate(budget, pb, r, dt)
     return row
 
 
