@@ -6,7 +6,7 @@ import time
 import pytest
 from dashboard_browser import Workload, chromium_paths, make_table, open_browser
 
-from replaystore.metrics import serve_dashboard
+from replaystore.metrics import TableSource, serve_dashboard
 
 PERIOD = 0.5  # seconds between reads of stats(), and between the page's refreshes
 
@@ -135,3 +135,38 @@ def test_the_page_follows_a_writer_and_a_learner(browser):
     finally:
         work.close()
         dash.close()
+
+
+def latest(driver, key):
+    """The newest value the page shows for the series ``key`` (``None``: no such series yet)."""
+    v = js(driver, f"const s = document.querySelector('[data-series=\"{key}\"]'); return s ? s.dataset.latest : null;")
+    return None if v is None else (float(v) if v != "" else None)
+
+
+def test_the_page_charts_a_rollout_buffers_budget_groups_and_refusals(browser):
+    from replaystore.online import RolloutBuffer
+
+    buf = RolloutBuffer(64, batch_size=4, max_staleness=1, group_size=1)
+    dash = serve_dashboard(TableSource(make_table(), online=buf), port=0, period=PERIOD)
+    try:
+        browser.get(dash.url)
+        wait_for("the budget chart", lambda: latest(browser, "rollouts:tickets") == 0)  # seen once, at rest
+        tickets = buf.acquire(5)
+        for t in tickets[:3]:
+            buf.add("x", group=t)
+        buf.reject(tickets[3], "all_equal")
+        want = buf.stats()
+        # the charts show the budget's tickets and the groups as stats() says, and the refusal by its reason
+        wait_for("tickets running", lambda: latest(browser, "rollouts:tickets") == want["budget"]["running"] == 1)
+        assert latest(browser, "rollouts:budget_limit") == want["budget"]["limit"]
+        assert latest(browser, "rollouts:budget_accepted") == want["budget"]["accepted"] == 3
+        wait_for("the groups chart", lambda: latest(browser, "rollouts:groups") == want["groups"] == 3)
+        # a reason's series shows once its rate was above 0 in the window; it goes back to 0 after
+        wait_for("the rate back at 0", lambda: latest(browser, "rollouts:rejected_per_s:all_equal") == 0)
+        assert js(
+            browser, "return replaystoreDashboard.points.some(p => p.online?.rollouts?.rejected_per_s?.all_equal > 0)"
+        )
+        assert int(renders(browser, "online-refusals-rollouts").get("renders", 0)) >= 2
+    finally:
+        dash.close()
+        buf.close()

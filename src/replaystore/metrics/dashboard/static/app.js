@@ -17,6 +17,13 @@ const LOCK_CHARTS = [
   { id: "lockrate", title: "Shared lock: acquisitions /s", fields: [["acquisitions_per_s", ""]] },
 ];
 
+const ONLINE_CHARTS = [
+  { id: "budget", title: "Staleness budget (tickets)", fields: [["tickets", "running"], ["budget_accepted", "accepted"], ["budget_capacity", "can still grant"], ["budget_limit", "limit", true]] },
+  { id: "groups", title: "Groups", fields: [["groups", "ready"], ["pending_groups", "pending"], ["groups_admitted_per_s", "admitted /s"], ["groups_sampled_per_s", "sampled /s"]] },
+  { id: "refusals", title: "Refusals /s, by reason", dicts: [["dropped_per_s", "dropped"], ["rejected_per_s", "rejected"], ["budget_lost_per_s", "tickets"]] },
+];
+const NODE_FIELDS = [["leased_fragments", "leased"], ["loader_queue", "loaders' queue"]];
+
 const state = { points: [], lastSeq: 0, period: 1, info: null, renders: 0, status: "connecting", error: null, fails: 0 };
 window.replaystoreDashboard = state;
 
@@ -205,10 +212,38 @@ function render() {
     if (last.nodes && Object.keys(last.nodes).length) {
       const nodes = Object.entries(last.nodes);
       drawBars(card("node-free", "Nodes: free disk"), nodes.map(([k, n]) => [k, n.free_bytes || 0]), COLORS[5], (l) => l);
+      const series = []; let ci = 0;
+      for (const [label] of nodes) for (const [f, name] of NODE_FIELDS) {
+        series.push({ key: `${label}:${f}`, label: `${label} ${name}`, color: COLORS[ci++ % COLORS.length], dashed: f === "loader_queue",
+          data: state.points.map((p) => [p.t, p.ok && p.nodes && p.nodes[label] ? (p.nodes[label][f] ?? null) : null]) });
+      }
+      drawLines(card("node-load", "Nodes: leased fragments, loaders' queue"), series, {});
     }
+    if (last.online) renderOnline(Object.keys(last.online));
   }
   renderAlerts(last);
   state.renders++;
+}
+
+function renderOnline(buffers) {
+  const at = (p, b) => (p.ok && p.online ? p.online[b] : null);
+  for (const b of buffers) {
+    const sfx = buffers.length > 1 ? ` (${b})` : "";
+    for (const chart of ONLINE_CHARTS) {
+      const series = []; let ci = 0;
+      if (chart.fields) for (const [f, label, dashed] of chart.fields) {
+        series.push({ key: `${b}:${f}`, label, dashed, color: COLORS[ci++ % COLORS.length], data: state.points.map((p) => [p.t, at(p, b) ? (at(p, b)[f] ?? null) : null]) });
+      }
+      for (const [d, what] of chart.dicts || []) {
+        const keys = new Set();
+        for (const p of state.points) { const r = at(p, b); for (const [k, v] of Object.entries((r && r[d]) || {})) if (v) keys.add(k); }
+        for (const k of keys) series.push({ key: `${b}:${d}:${k}`, label: `${what} ${k}`, color: COLORS[ci++ % COLORS.length],
+          data: state.points.map((p) => { const r = at(p, b); return [p.t, r && r[d] ? (r[d][k] ?? null) : null]; }) });
+      }
+      if (chart.dicts && !series.length) series.push({ key: `${b}:none`, label: "none", color: COLORS[7], data: state.points.map((p) => [p.t, at(p, b) ? 0 : null]) });
+      drawLines(card(`online-${chart.id}-${b}`, chart.title + sfx), series, {});
+    }
+  }
 }
 
 function renderAlerts(last) {
@@ -277,8 +312,8 @@ function renderTables() {
   const ns = document.getElementById("nodes-section");
   if (frag && frag.nodes) {
     ns.hidden = false;
-    const fields = ["node_id", "payloads", "live_bytes", "disk_bytes", "free_bytes"];
-    document.querySelector("#nodes thead").replaceChildren(el("tr", {}, el("th", {}, "node"), ...fields.map((f) => el("th", {}, f.replace("_", " ")))));
+    const fields = ["node_id", "payloads", "live_bytes", "disk_bytes", "free_bytes", "leases", "leased_fragments", "loader_queue"];
+    document.querySelector("#nodes thead").replaceChildren(el("tr", {}, el("th", {}, "node"), ...fields.map((f) => el("th", {}, f.replaceAll("_", " ")))));
     document.querySelector("#nodes tbody").replaceChildren(...Object.entries(frag.nodes).map(([label, n]) => el("tr", { "data-node": label }, el("td", {}, label),
       ...fields.map((f) => el("td", { class: f === "node_id" ? "" : "num" }, f.endsWith("bytes") ? bytes(n[f]) : String(n[f] ?? "–").slice(0, 16))))));
   }
