@@ -119,6 +119,13 @@ def test_the_page_shows_a_node_whose_disk_fills_up(ray_local, tmpfs_factory):
         node_row = "return document.querySelector('#nodes tbody tr')?.dataset.node"
         label = wait_for("the node's row", lambda: driver.execute_script(node_row))
         assert not [a for a in driver.execute_script(alerts) if "nearly full" in a]
+        # a lease shows per node: its fragments on the leased-fragments chart and in the node's row
+        fc = client.fragments
+        fc.update_model_version("s", 0)
+        fc.add(fc.put({"x": 1}), "a", 0, 0, "s")
+        fc.fetch(1, timeout=30)
+        leased = f"return document.querySelector('[data-series=\"{label}:leased_fragments\"]')?.dataset.latest"
+        wait_for("the leased fragment", lambda: driver.execute_script(leased) == "1")
         free = client.stats()["fragments"]["nodes"][label]["free_bytes"]
         with open(mnt / "ballast", "wb") as f:  # leave 32 MiB: under the page's 64 MiB mark
             os.posix_fallocate(f.fileno(), 0, free - (32 << 20))

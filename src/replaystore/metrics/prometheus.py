@@ -46,7 +46,7 @@ _GAUGES = (
     "times_sampled_mean",
     "times_sampled_max",
 )
-_NODE = ("payloads", "disk_bytes", "live_bytes", "free_bytes")
+_NODE = ("payloads", "disk_bytes", "live_bytes", "free_bytes", "leases", "leased_fragments", "loader_queue")
 _LABELS = ["source", "table", "shard"]
 
 
