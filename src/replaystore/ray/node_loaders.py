@@ -46,6 +46,7 @@ class NodeLoaderPool:
         self.report_period = float(report_period)
         self.pool_id = uuid.uuid4().hex
         self._reported = -float("inf")
+        self._report_seq = 0  # reports may run out of order on the async service: the newest wins
 
     def queued(self) -> dict[str, int]:
         """Loads submitted and not yet collected, per store label (every label of the pool, 0s included)."""
@@ -63,8 +64,9 @@ class NodeLoaderPool:
         if self.service is None or (not force and now - self._reported < self.report_period):
             return
         self._reported = now
+        self._report_seq += 1
         try:
-            self.service.note_loader_queue.remote(self.pool_id, self.queued())
+            self.service.note_loader_queue.remote(self.pool_id, self.queued(), self._report_seq)
         except Exception:  # noqa: BLE001 - monitoring must not break loading
             log.debug("loader queue report failed", exc_info=True)
 

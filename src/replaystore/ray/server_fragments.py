@@ -44,14 +44,19 @@ class FragmentService:
         async def _notify(self) -> None: ...
         def _housekeeping(self) -> None: ...
 
-    async def note_loader_queue(self, pool_id: str, queued: dict[str, int]) -> None:
+    async def note_loader_queue(self, pool_id: str, queued: dict[str, int], seq: int = 0) -> None:
         """A per-node loader pool's loads in flight, ``{store label: count}`` (it calls this itself).
 
         Shown as ``loader_queue`` per node in ``stats()["fragments"]["nodes"]``: the sum over the
         pools that reported within :data:`LOADER_QUEUE_TTL` seconds (a pool that died stops counting).
+        ``seq`` numbers a pool's reports: Ray does not keep the order of calls to an async actor, so
+        a report older than the one kept is ignored.
         """
         reports = self.__dict__.setdefault("_loader_queues", {})
-        reports[str(pool_id)] = (time.monotonic(), {str(k): int(v) for k, v in dict(queued).items()})
+        kept = reports.get(str(pool_id))
+        if kept is not None and kept[2] > int(seq):
+            return
+        reports[str(pool_id)] = (time.monotonic(), {str(k): int(v) for k, v in dict(queued).items()}, int(seq))
 
     def _fragment_stats(self) -> dict[str, Any]:
         """The buffer's ``stats()``, each node with the loaders' queue (:meth:`note_loader_queue`)."""
@@ -60,10 +65,10 @@ class FragmentService:
         nodes = st.get("nodes")
         if nodes is not None:
             now, reports = time.monotonic(), self.__dict__.get("_loader_queues", {})
-            for pool in [p for p, (t, _) in reports.items() if now - t > LOADER_QUEUE_TTL]:
+            for pool in [p for p, (t, _, _) in reports.items() if now - t > LOADER_QUEUE_TTL]:
                 del reports[pool]
             for label, n in nodes.items():
-                n["loader_queue"] = sum(q.get(label, 0) for _, q in reports.values())
+                n["loader_queue"] = sum(q.get(label, 0) for _, q, _ in reports.values())
         return st
 
     def _buffer(self) -> FragmentBuffer:
