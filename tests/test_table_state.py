@@ -7,6 +7,7 @@ import numpy as np
 import replaystore as rs
 from conftest import transitions
 from replaystore.table import STATE_DTYPE, TableState
+from replaystore.table.journal import Journal
 
 
 def test_state_round_trips_through_a_record():
@@ -14,8 +15,8 @@ def test_state_round_trips_through_a_record():
     t.extend(transitions(12), priorities=np.linspace(0.5, 3.0, 12))  # wraps: evictions
     t.sample(5)
     t.set_version(3)
-    with t.locked():
-        t.wal_lsn = 17
+    with Journal(t).locked():
+        Journal(t).wal_lsn = 17
     rec = t._state.to_array()
     assert rec.dtype == STATE_DTYPE and rec.shape == ()
     back = TableState.from_array(rec)
@@ -39,6 +40,6 @@ def test_stats_and_counters_come_from_the_state():
         "skipped_deletes": st.skipped_deletes,
         "size": st.size,
     }
-    assert "wal_lsn" not in s and t.wal_lsn == 0  # never set by a log
+    assert "wal_lsn" not in s and Journal(t).wal_lsn == 0  # never set by a log
     t.close()
     assert t.closed and t._state.closed == 1

@@ -29,10 +29,11 @@ Three more rules make a placed part work in every process that constructs it ove
   heads, counts) stay Python attributes, so in-process code pays nothing; the part lists them in
   a class attribute ``SCALARS`` (names of ``int`` attributes) and/or ``FLOAT_SCALARS`` (``float``
   attributes), and may name sub-objects with scalars of their own in a method
-  ``scalar_parts() -> dict[str, object]`` (recursively). ``Table.scalar_parts()`` lists the
-  table's parts (its state, rate limiter, key index, sampler, remover, episode index); a placed
+  ``scalar_parts() -> dict[str, object]`` (recursively). ``HostedTable.scalar_parts()``
+  (:mod:`replaystore.table.host`) lists the table's parts (its state, rate limiter, key index,
+  sampler, remover, episode index, and the host's own, e.g. a shared table's episode sync); a placed
   (shared) table gathers every listed attribute when a process leaves its lock and sets them in
-  a process that enters after another one changed them (``Table.state_scalars`` /
+  a process that enters after another one changed them (``HostedTable.state_scalars`` /
   ``load_state_scalars``). The listed objects must stay the same for the table's life: a placed
   part resets and refills its sub-objects, it never replaces them.
 """

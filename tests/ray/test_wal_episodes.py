@@ -181,7 +181,7 @@ def test_episodic_replay_equals_original(kind, ops, ops2, checkpoint):
         t, lt, restored, lt2, nid = log_then_replay(d, lambda: make_table(kind), run_ops, ops, ops2, checkpoint)
         lt2.close()
         assert_same(t, restored)
-        assert restored.wal_lsn == lt.wal.last_lsn
+        assert restored.stats()["wal_lsn"] == lt.wal.last_lsn
         assert_continue_alike(t, restored, nid)
     finally:
         shutil.rmtree(d, ignore_errors=True)
@@ -218,5 +218,5 @@ def test_end_episode_of_an_unknown_stream_logs_nothing(tmp_path):
         lt.end_episode([5])
     with pytest.raises(rs.EpisodeError):
         lt.extend_steps({"obs": np.zeros(2, np.float32)}, streams=[0, -1])
-    assert lt.wal.last_lsn == 1 and t.wal_lsn == 1 and len(t) == 1
+    assert lt.wal.last_lsn == 1 and t.stats()["wal_lsn"] == 1 and len(t) == 1
     lt.close()

@@ -10,7 +10,7 @@ order is the order in which the calls changed the table):
   ties that a rebuilt table would not reproduce);
 - ``extend_steps`` / ``add_step`` / ``add_episode`` (episodic tables): the same, plus the stream
   ids and end flags as the table took them (``add_episode(stream=None)``: the stream it chose);
-  ``end_episode``: the streams and the flag. Replayed through ``Table.replay_insert(steps=...)``
+  ``end_episode``: the streams and the flag. Replayed through ``Journal.replay_insert(steps=...)``
   and ``Table.end_episode``, the steps get the same streams, positions, episode ids and end
   flags, so sequences and n-step returns after a restart read the same episodes;
 - ``sample``, ``sample_sequences``, ``sample_nstep``, ``sample_episodes`` (unless
@@ -21,12 +21,13 @@ order is the order in which the calls changed the table):
   the same Table methods, which are deterministic).
 
 Replay (:meth:`LoggedTable.open`) starts from the table it is given (a loaded checkpoint, or a new
-one), skips records the checkpoint already holds (``Table.wal_lsn``, the number of the last record
+one), skips records the checkpoint already holds (``Journal.wal_lsn``, the number of the last record
 applied, is saved inside each checkpoint), and applies the rest. Inserts replay without the rate
 limiter (they were admitted when they happened) and are checked against the keys they got then;
 a record that does not fit the table (a sampled or evicted key that is not there) raises
-:class:`~replaystore.errors.WalCorrupt`. Only the Table's journal interface is used (``locked``,
-``wal_lsn``, ``keys_of_slots``, ``replay_insert``, ``replay_sample``), plus, for removers other than
+:class:`~replaystore.errors.WalCorrupt`. Only the table's public calls and its journal view are
+used (:class:`~replaystore.table.journal.Journal`: ``locked``, ``wal_lsn``, ``keys_of_slots``,
+``replay_insert``, ``replay_sample``), plus, for removers other than
 ``Fifo``, a wrapper around this table's ``remover.victims`` that notes the keys it chose.
 
 Exactly restored: keys, payloads, priorities, versions, ``times_sampled``, the model version,
@@ -62,6 +63,7 @@ from ..samplers import Fifo
 from ..storage import ObjectStorage
 from ..storage.spec import flatten, unflatten
 from ..table import Table, contract
+from ..table.journal import Journal
 from .wal import Record, WalConfig, WriteAheadLog, check_arrays
 
 OP_EXTEND, OP_ADD, OP_SAMPLE, OP_UPDATE, OP_DELETE, OP_SET_VERSION, OP_CLEAR = range(1, 8)
@@ -132,6 +134,7 @@ class LoggedTable:
         self, table: Table, wal: WriteAheadLog, log_samples: bool = True, max_log_bytes: int | None = None
     ) -> None:
         self.table = table
+        self.journal = Journal(table)  # (the table as the log sees it: its lock, wal_lsn, replays)
         self.wal = wal
         self.log_samples = log_samples
         self.max_log_bytes = max_log_bytes
@@ -151,7 +154,9 @@ class LoggedTable:
         if isinstance(table.storage, ObjectStorage):
             raise SpecError(f"table {table.name!r} stores Python objects: a write-ahead log needs a column storage")
         config = config or WalConfig(dir=os.path.dirname(path) or ".")
-        wal, records = WriteAheadLog.open(path, config.fsync, config.interval, config.retry_period, after=table.wal_lsn)
+        wal, records = WriteAheadLog.open(
+            path, config.fsync, config.interval, config.retry_period, after=Journal(table).wal_lsn
+        )
         self = cls(table, wal, config.log_samples, config.max_log_bytes)
         try:
             for rec in records:
@@ -159,8 +164,8 @@ class LoggedTable:
         except BaseException:
             wal.close()
             raise
-        with table.locked():
-            table.wal_lsn = wal.last_lsn
+        with self.journal.locked():
+            self.journal.wal_lsn = wal.last_lsn
         return self
 
     def __len__(self) -> int:
@@ -179,7 +184,7 @@ class LoggedTable:
     def _watch_evictions(self) -> None:
         remover = self.table.remover
         choose = remover.victims
-        keys_of_slots = self.table.keys_of_slots
+        keys_of_slots = self.journal.keys_of_slots
 
         def victims(n: int) -> np.ndarray:
             slots = choose(n)
@@ -205,7 +210,7 @@ class LoggedTable:
         flags: dict | None = None,
     ) -> int:
         lsn = self.wal.append(op, meta, head, data, flags)
-        self.table.wal_lsn = lsn
+        self.journal.wal_lsn = lsn
         return lsn
 
     def _insert(
@@ -214,7 +219,7 @@ class LoggedTable:
         """Apply ``call(data for the table)`` and log it as ``op`` with the keys it returned."""
         arrays, flags, applied = _encode_data(data)
         self._check()
-        with self.table.locked():
+        with self.journal.locked():
             self._victims = []
             try:
                 result = call(applied)
@@ -315,7 +320,7 @@ class LoggedTable:
     def end_episode(self, streams: Any, truncated: bool = False) -> tuple[int, int]:
         """:meth:`Table.end_episode`, logged: ``(closed, lsn)``."""
         self._check()
-        with self.table.locked():
+        with self.journal.locked():
             n = self.table.end_episode(streams, truncated)
             lsn = self._append(
                 OP_END_EPISODE,
@@ -332,7 +337,7 @@ class LoggedTable:
             self._check()
             return call(), 0
         self._check()
-        with self.table.locked():
+        with self.journal.locked():
             s = call()
             keys, draws = keys_of(s)
             meta = {"sampler": sampler} if draws is None else {"sampler": sampler, "draws": draws}
@@ -371,7 +376,7 @@ class LoggedTable:
         self, op: int, call: Callable[[], Any], meta: dict | None = None, head: dict | None = None
     ) -> tuple[Any, int]:
         self._check()
-        with self.table.locked():
+        with self.journal.locked():
             result = call()
             lsn = self._append(op, meta, head)
         return result, lsn
@@ -454,11 +459,13 @@ class LoggedTable:
         where = f"{self.wal.path}: record {rec.lsn}"
         head = rec.head
         try:
-            with t.locked():
+            with self.journal.locked():
                 if rec.op in _INSERTS:
                     self._replay_insert(rec, where)
                 elif rec.op == OP_SAMPLE:
-                    t.replay_sample(head["keys"], rec.meta.get("draws"), sampler=bool(rec.meta.get("sampler", True)))
+                    self.journal.replay_sample(
+                        head["keys"], rec.meta.get("draws"), sampler=bool(rec.meta.get("sampler", True))
+                    )
                 elif rec.op == OP_UPDATE:
                     t.update_priorities(head["keys"], head["priorities"])
                 elif rec.op == OP_DELETE:
@@ -471,7 +478,7 @@ class LoggedTable:
                     t.end_episode(head["streams"], bool(rec.meta["truncated"]))
                 else:
                     raise WalCorrupt(f"{where}: unknown operation {rec.op}")
-                t.wal_lsn = rec.lsn
+                self.journal.wal_lsn = rec.lsn
         except WalCorrupt:
             raise
         except (KeyError, TypeError, ValueError) as e:  # ReplayErrors are ValueErrors/KeyErrors too
@@ -493,7 +500,7 @@ class LoggedTable:
             term, trunc = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
             term[-1], trunc[-1] = bool(rec.meta["terminated"]), bool(rec.meta["truncated"])
             steps = {"streams": _optional(head, "streams"), "terminated": term, "truncated": trunc, "new_episode": True}
-        got = self.table.replay_insert(
+        got = self.journal.replay_insert(
             data,
             _optional(head, "priorities"),
             _optional(head, "version"),

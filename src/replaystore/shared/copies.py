@@ -1,7 +1,7 @@
 """The two copies of a shared table's scalar state in its segment's header.
 
 Each copy is int64/float64 words: a generation number, an insert *intent* (rows an insert in
-progress may be writing), then the values of ``Table.state_scalars``, each an int64 or a float64
+progress may be writing), then the values of ``HostedTable.state_scalars``, each an int64 or a float64
 as its ``struct`` code (``"q"`` / ``"d"``) says. A selector
 word says which copy is current. :meth:`publish` fills the copy that is not current and then
 flips the selector (one aligned 8-byte store), so a reader, or a process that recovers after a

@@ -1,6 +1,6 @@
 """The lock of a shared table: a thread lock, the segment's cross-process mutex, and state sync.
 
-A :class:`ProcessGuard` replaces a Table's own lock and Condition (``Table.guard_with``), so every
+A :class:`ProcessGuard` replaces a Table's own lock and Condition (``HostedTable.guard_with``, :mod:`.host`), so every
 method of the one Table implementation runs as before, inside a critical section that spans
 processes. Entering it (outermost level) takes this process's thread lock, then the segment's
 mutex (:mod:`replaystore.shared.lock`: a robust process-shared mutex, or ``flock``); if the
@@ -11,7 +11,7 @@ since, the Table's per-process structures catch up (``state_moved``); leaving co
 to the state copy when they changed (``StateCopies.commit``: the copy not current, then the
 selector), which is what a recovery puts back. Elsewhere (``flock`` tables) each process holds a
 copy of the scalars: entering loads the current state copy when another process has published
-since (``Table.load_state_scalars``), leaving publishes the Table's scalars when they changed.
+since (``HostedTable.load_state_scalars``), leaving publishes the Table's scalars when they changed.
 Then both locks are released. The busy word is set after the mutex is taken and cleared before it is
 released, ordered against the section's writes (``set_word``): a sample that copies outside the
 lock reads it (:mod:`replaystore.shared.reads`).
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from ..table import Table
+    from ..table.host import HostedTable
 
 try:
     if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
@@ -65,12 +65,12 @@ class ProcessGuard:
     """A re-entrant lock and Condition over threads and processes for one Table (see the module doc)."""
 
     def __init__(
-        self, segment: Segment, table: "Table", live: "np.ndarray | None" = None, parts_publish: bool = True
+        self, segment: Segment, table: "HostedTable", live: "np.ndarray | None" = None, parts_publish: bool = True
     ) -> None:
         """``live``: the words the table's scalars live in (:mod:`.scalars`), or None: a copy per process.
 
         ``parts_publish``: the table has parts that write their own state out when a section ends
-        (``Table.before_publish``: episodes); False skips that call.
+        (``HostedTable.before_publish``: episodes); False skips that call.
         """
         self.segment = segment
         self.table = table

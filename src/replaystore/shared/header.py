@@ -4,7 +4,7 @@ The header (int64 words): magic, layout version, sizes, creator pid, the pid of 
 the critical section (``busy``, zero outside it), which of the two state copies is current, the
 pid of a process waiting for the mutex, the lock kind, the acquisitions counter, the *unordered*
 and *reserved* words (:mod:`replaystore.shared.reads`, :mod:`replaystore.shared.reserve`), two
-copies of the Table's scalar state (``Table.state_scalars``) each led by a generation number and
+copies of the Table's scalar state (``HostedTable.state_scalars``) each led by a generation number and
 an insert *intent* (rows an insert in progress may be writing), the attached pids, whether the
 deferred regions are reserved, and at ``lock.MUTEX_BYTE`` the mutex itself. A writer fills the
 state copy that is not current and then flips the selector (one aligned 8-byte store), so a
@@ -36,7 +36,7 @@ W_BUSY, W_ACTIVE, W_RECOVERIES, W_WAITING, W_LOCK_KIND, W_ACQUIRED = 8, 9, 10, 1
 W_UNORDERED = 14
 #: the pid of the process copying a batch into ring slots it reserved, or 0 (shared.table: inserts wait)
 W_RESERVED = 15
-COPY_WORDS = 120  # generation, intent, then the scalars (Table.state_layout)
+COPY_WORDS = 120  # generation, intent, then the scalars (HostedTable.state_layout)
 COPY0 = 16  # first word of state copy 0; copy 1 follows
 PIDS = COPY0 + 2 * COPY_WORDS  # the table of attached pids
 MAX_PIDS = 128

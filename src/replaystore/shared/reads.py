@@ -8,7 +8,7 @@ the counters), and the copy runs beside the writers. What makes that safe:
   slot had before (keys are never reused: an insert gives its items the next keys; a delete or an
   eviction sets -1). The ring's fast paths write the new keys before the payloads (``copy_rows``
   with ``meta``, a release fence between); the general insert writes them after, so it first marks
-  its section (the header's *unordered* word: ``Table._unordered_write``). While a process holds
+  its section (the header's *unordered* word: the host's ``unordered_write``). While a process holds
   the lock the segment's *busy word* is set (a fence after setting it, another before clearing it:
   :class:`~replaystore.shared.guard.ProcessGuard`).
 - **A sample** draws its random numbers first (``Selector.takes_uniforms``) and lets the sampler

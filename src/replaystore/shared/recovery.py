@@ -17,7 +17,7 @@ dead insert (``>= next_key``) are not published: their slots are free again.
   are rebuilt from the metadata (a ``remove`` of the free slots and an ``update`` of the live ones:
   every ancestor is recomputed).
 - Otherwise (out of ring mode, or a call that had just taken the table out of it) every derived
-  structure is rebuilt from the kept rows (``Table.rebuild_from_rows``: keys increase, so
+  structure is rebuilt from the kept rows (``HostedTable.rebuild_from_rows``: keys increase, so
   insertion order is key order; trees and sets from the priorities), and the table is out of ring
   mode.
 
@@ -38,19 +38,19 @@ import numpy as np
 from ..samplers import Prioritized
 
 if TYPE_CHECKING:
-    from ..table import Table
+    from ..table.host import HostedTable
     from .segment import Segment
 
 
 def reconcile(
-    table: "Table",
+    table: "HostedTable",
     segment: "Segment",
     names: tuple[str, ...],
     values: tuple,
     intent: int,
     victims: np.ndarray | None = None,
 ) -> tuple[tuple, int]:
-    """The repaired state (as ``Table.state_scalars`` values) and how many items were dropped.
+    """The repaired state (as ``HostedTable.state_scalars`` values) and how many items were dropped.
 
     Writes the repairs into the segment's arrays; the caller publishes the state. ``victims``:
     the slots the dead insert noted it would overwrite (out of ring mode).
@@ -93,7 +93,7 @@ def reconcile(
     return tuple(v[n] for n in names), dropped
 
 
-def _ring(table: "Table", meta: np.ndarray, v: dict, names: tuple, keys, slots, hi: int, old_size: int):
+def _ring(table: "HostedTable", meta: np.ndarray, v: dict, names: tuple, keys, slots, hi: int, old_size: int):
     """Ring mode whose live items are still the run ``keys`` (at ``slots``): clear the rest, fix the trees."""
     cap = table.capacity
     lo = int(keys[0]) if len(keys) else hi
@@ -120,7 +120,7 @@ def _storage_scalars(v: dict) -> dict:
     return {n[8:]: x for n, x in v.items() if n.startswith("storage.")}
 
 
-def _rebuild_storage(table: "Table", kept: np.ndarray, v: dict) -> None:
+def _rebuild_storage(table: "HostedTable", kept: np.ndarray, v: dict) -> None:
     """Let the storage rebuild what derives from the kept items (in key order); note its scalars in ``v``."""
     for name, value in table.storage.rebuild_after_crash(kept, _storage_scalars(v)).items():
         v["storage." + name] = value

@@ -11,7 +11,7 @@ inserted in three steps instead (``Table._reserve_ring`` / ``_write_reserved`` /
    segment's *reserved* word is set to this process's pid.
 2. Without the lock: copy the rows into the reserved slots. They lie outside the ring: no sample
    draws them, no lookup finds them, no other insert takes them (every insert path first waits
-   while the word is set: ``Table._await_head``, polling with the lock released).
+   while the word is set: the host's ``await_head``, polling with the lock released).
 3. Under the lock: the items go in at once (keys, metadata, selectors, counters), the word clears.
    If the table moved on meanwhile (it left ring mode, was restored), the batch is inserted by
    the general path instead (copied again).
@@ -57,14 +57,14 @@ class ReservedInserts:
     def setup_reservations(self, possible: bool) -> None:
         """Let large batches reserve ring slots where the table's storage allows it (``possible``: no episodes).
 
-        Every insert of such a table then waits for another one's reservation (``Table._await_head``).
+        Every insert of such a table then waits for another one's reservation (the host's
+        ``await_head``: :meth:`_wait_for_head`, given to it by ``SharedTable._open``).
         """
         storage = self.storage
         self._reserves = bool(
             possible and isinstance(storage, ColumnStorage) and type(storage).write is ColumnStorage.write
         )
         if self._reserves:
-            self._await_head = self._wait_for_head
             # payload bytes per row: a batch too small to reserve is told by its length alone
             self._row_bytes = sum(c.itemsize * (c.size // max(1, len(c))) for c in storage.columns.values()) or 1
 

@@ -1,7 +1,7 @@
 """A shared table's scalars live in its segment: the parts' attributes read and write its words.
 
 Every part of a Table lists the scalars it changes (the placement's scalar hook:
-``Table.scalar_fields``): the table's counters and ring numbers, the rate limiter's counters, the
+``HostedTable.scalar_fields``): the table's counters and ring numbers, the rate limiter's counters, the
 selectors' sizes and heads. In-process they are plain attributes. In a shared table each part's
 class is swapped for a subclass (one per table and process, no new slots) whose class attributes
 are :class:`~replaystore.shared._sync.Word` descriptors, one per scalar: the value is an int64 or

@@ -52,6 +52,7 @@ from .episodes import EpisodeSync, SharedEpisodeMethods
 from .errors import LayoutMismatch
 from .guard import ProcessGuard
 from .header import COPY_WORDS, VICTIMS, W_LOCK_KIND, check_state
+from .host import SegmentHost
 from .lock import KIND_MUTEX, lock_kind
 from .options import check_episodes, check_supported, storage_config
 from .reads import KeyCheckedReads
@@ -151,10 +152,11 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
             config["storage"] = storage_config(storage, episodes)
         regions: list[tuple[str, tuple, np.dtype]] = []
         fills: dict[str, Any] = {}
-        dry = _construct(config, _recorder(regions, fills), None, cls)  # a dry run says what the Table allocates
+        dry = SegmentHost()
+        _construct(config, _recorder(regions, fills), None, cls, dry)  # a dry run says what the Table allocates
         deferred = {}
         if not reserve_all and not max_times_sampled and max_staleness is None:  # (ring mode ends on a delete only)
-            prefixes = dry.ring_unused_regions()  # (empty: not a ring; else the victims' notes too)
+            prefixes = dry.table.ring_unused_regions()  # (empty: not a ring; else the victims' notes too)
             prefixes = (*prefixes, VICTIMS) if prefixes else ()
             deferred = {r[0]: fills[r[0]] for r in regions if r[0].startswith(prefixes) and r[0] in fills}
         if directory is not None and not os.path.isdir(directory):  # (a typo must not start a new tree)
@@ -162,7 +164,7 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         path = path_of(name, directory)
         seg, tmp = Segment.create(path, config, regions, lock_timeout, kind, deferred)
         try:
-            table = _construct(config, _placer(seg, fill=True), seed, cls)
+            table = _construct(config, _placer(seg, fill=True), seed, cls, SegmentHost())
             table._open(seg, first=True)
             seg.publish_dir(path)
         except BaseException:
@@ -189,7 +191,7 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         seg = Segment.open(path_of(name, directory), lock_timeout)
         try:
             try:
-                table = _construct(seg.config, _placer(seg, fill=False), seed, cls)
+                table = _construct(seg.config, _placer(seg, fill=False), seed, cls, SegmentHost())
             except _CONFIG_ERRORS as e:
                 if isinstance(e, LayoutMismatch):
                     raise
@@ -198,7 +200,7 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
                 ) from None
             table._open(seg, first=False)
             with table._guard:  # the state it loaded from the segment (untrusted)
-                check_state(*table.state_layout(), table.state_scalars(), table.capacity, seg.path)
+                check_state(*table._hosted.state_layout(), table._hosted.state_scalars(), table.capacity, seg.path)
         except BaseException:
             seg.close(remove=False)
             raise
@@ -211,27 +213,23 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         mutex = seg.words[W_LOCK_KIND] == KIND_MUTEX
         self.setup_outside_reads(mutex)
         # (scalars in the segment need the compiled module: every process of a mutex table has it)
+        host: SegmentHost = self._host  # (given to the Table by _construct)
+        self._hosted = view = host.table
         live = seg.view(SCALARS_REGION) if mutex else None
-        self._scalars = None if live is None else PlacedScalars(self.scalar_fields(), live, write=first)
-        self._guard = ProcessGuard(seg, self, live, parts_publish=self._episync is not None)
-        if self.read_outside_lock():
-            self._unordered_write = self._guard.mark_unordered
+        self._scalars = None if live is None else PlacedScalars(view.scalar_fields(), live, write=first)
+        self._guard = ProcessGuard(seg, view, live, parts_publish=self._episync is not None)
         if self._episync is not None:
             self._guard.on_recover = self._episync.recover
         if first:
-            self._guard.start(self.state_scalars())
-        self.guard_with(self._guard)
+            self._guard.start(view.state_scalars())
+        self.setup_reservations(self._episync is None)
+        unordered = self._guard.mark_unordered if self.read_outside_lock() else None
+        host.open(seg, self._guard, self._wait_for_head if self._reserves else None, unordered)
         with self._guard:
             seg.register(seg.pid)
         self._unlink_on_close = True
-        self._reserve_outside_ring = self._reserve_deferred
         self._batched_adds = type(self.sampler) is Prioritized
-        self.setup_reservations(self._episync is None)
         _LIVE.add(self)
-
-    def _reserve_deferred(self) -> None:
-        """The Table's hook as it leaves ring mode (lock held): the memory of the out-of-ring structures."""
-        self._segment.reserve_deferred("leaving ring mode (a delete of items that are not the oldest)")
 
     # -- identity, pickling -------------------------------------------------------------------------
     @property
@@ -280,45 +278,14 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         return slots
 
     # -- parts with state of their own (episodes) ------------------------------------------------------
-    def _make_parts(self, config: dict) -> None:
-        """Allocate the episode part's regions (inside the placement of :func:`_construct`)."""
+    def _make_parts(self, config: dict, host: SegmentHost) -> None:
+        """Allocate the episode part's regions (inside the placement of :func:`_construct`); the host publishes it."""
         ep = config.get("episodes")
         self._episync = None if ep is None else EpisodeSync(self._episodes, self.capacity, ep["max_streams"])
+        host.episync = self._episync
 
     def _batch_rows(self, data: Any) -> int:
         return _batch_len(data, self.capacity)
-
-    def scalar_parts(self) -> dict[str, Any]:
-        """As :meth:`Table.scalar_parts`, with the episode part (its published scalars)."""
-        parts = Table.scalar_parts(self)
-        if self._episync is not None:
-            parts["episync"] = self._episync
-        return parts
-
-    def state_scalars(self) -> tuple:
-        """As :meth:`Table.state_scalars`; the episode part first writes this critical section's changes."""
-        self.before_publish()
-        return Table.state_scalars(self)
-
-    def state_moved(self) -> None:
-        """As :meth:`Table.state_moved`; then this process's episode index catches up.
-
-        (Not while this process repairs the table: it catches up with the repaired state.)
-        """
-        Table.state_moved(self)
-        sync = self._episync
-        if sync is not None and not self._guard.recovering:
-            st = self._state
-            ring = (st.ring_lo, st.ring_hi, st.ring_base) if self._ring is not None else None
-            sync.pull(ring, self._priority, self._meta[:, 0])
-
-    def before_publish(self) -> None:
-        """The episode part writes this critical section's changes (as :meth:`state_scalars` does)."""
-        sync = self._episync
-        if sync is not None:
-            st = self._state
-            ring = (st.ring_lo, st.ring_hi, st.ring_base) if self._ring is not None else None
-            sync.push(ring, self._guard.generation)
 
     # -- close ------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -333,7 +300,7 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
             self._segment.unregister(self._segment.pid)
             if self._scalars is not None:  # (a snapshot: this handle's stats() and save() from now on)
                 self._scalars.unbind()
-        self.guard_with(threading.Condition(threading.RLock()))
+        self._hosted.guard_with(threading.Condition(threading.RLock()))
         self._segment.close(remove=self._unlink_on_close)
 
     def unlink(self) -> None:
@@ -382,8 +349,8 @@ def _attach(name: str, directory: str) -> SharedTable:
     return SharedTable.attach(name, directory)
 
 
-def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table) -> Any:
-    """A Table (or ``cls``) of ``config`` whose arrays come from ``allocator``."""
+def _construct(config: dict, allocator: Any, seed: int | None, cls: type, host: SegmentHost) -> Any:
+    """A ``cls`` (a SharedTable) of ``config`` whose arrays come from ``allocator``, hosted by ``host``."""
     spec = unflatten({p: Field.from_json(f) for p, f in config["spec"].items()})
     capacity = config["capacity"]
     with placed(allocator):
@@ -407,9 +374,10 @@ def _construct(config: dict, allocator: Any, seed: int | None, cls: type = Table
             default_timeout=config["default_timeout"],
             name=config["name"],
             episodes=None if episodes is None else Episodes(**episodes),
+            host=host,
         )
         if isinstance(table, SharedTable):
-            table._make_parts(config)
+            table._make_parts(config, host)
         allocate(VICTIMS, (capacity + 1,), np.int64)  # (the guard's notes: ProcessGuard.note_victims)
         allocate(SCALARS_REGION, (COPY_WORDS,), np.int64)  # (the scalars' words: .scalars)
     return table

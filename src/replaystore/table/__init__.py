@@ -6,7 +6,10 @@
 - :mod:`.fast`: the compiled ring writes and the staging of single adds.
 - :mod:`.ring`: slot bookkeeping (free slots, removal, eviction in place, leaving ring mode).
 - :mod:`.episodic`: the episode methods around the planners of :mod:`replaystore.episodes`.
-- :mod:`.journal`: what a write-ahead log needs (``locked``, ``wal_lsn``, ``replay_*``).
+- :mod:`.host`: where the state lives and who locks it (:class:`TableHost`, given at construction;
+  in-process by default, a shared-memory segment's in :mod:`replaystore.shared`).
+- :mod:`.journal`: a write-ahead log's view of a table (:class:`Journal`: ``locked``, ``wal_lsn``,
+  ``replay_*``), not the Table's own methods.
 - :mod:`.persist`: snapshots, ``save``/``load`` through :mod:`replaystore.checkpoint`.
 - :mod:`.stats`: ``stats()``.
 - :mod:`.state`: :class:`TableState`, every mutable scalar in one object; the metadata rows.

@@ -11,8 +11,10 @@ that has left the table is skipped and counted, never applied to whatever reuses
 This module holds the public core (construction, insert, sample, update, delete, queries, the
 lock and the waiting); the rest of the class comes from the mixins of its sibling modules:
 :mod:`.edit` (calls by key), :mod:`.ring` (slot bookkeeping), :mod:`.fast` (ring writes, staged
-adds), :mod:`.insert` (the general insert), :mod:`.episodic`, :mod:`.journal`, :mod:`.persist` and
-:mod:`.stats`. Every mutable scalar lives in one :class:`~replaystore.table.state.TableState`.
+adds), :mod:`.insert` (the general insert), :mod:`.episodic`, :mod:`.persist` and :mod:`.stats`.
+Every mutable scalar lives in one :class:`~replaystore.table.state.TableState`. Where the state
+lives and who locks it is the table's host (:mod:`.host`, given at construction); a write-ahead
+log works on a :class:`~replaystore.table.journal.Journal` view of the table.
 """
 
 from __future__ import annotations
@@ -39,10 +41,9 @@ from .args import as_count, as_keys, check_part, make_storage
 from .edit import KeyedMethods
 from .episodic import EpisodeMethods, make_episode_index
 from .fast import FastPaths
+from .host import IN_PROCESS, HostedTable, TableHost, host_hooks
 from .insert import GeneralInsert
-from .journal import JournalMethods
 from .persist import Persistence
-from .placed import PlacedState
 from .recent import RecentDraws
 from .ring import SlotBookkeeping
 from .state import TableState, allocate_rows
@@ -55,13 +56,11 @@ if TYPE_CHECKING:
 class Table(
     KeyedMethods,
     EpisodeMethods,
-    JournalMethods,
     Persistence,
     StatsMethods,
     GeneralInsert,
     FastPaths,
     SlotBookkeeping,
-    PlacedState,
 ):
     """A replay table. See the package README for a tour.
 
@@ -81,6 +80,8 @@ class Table(
         episodes: an :class:`~replaystore.Episodes` to give the table episode structure (steps
             with streams, sequences, n-step, whole episodes; see ``docs/sequences.md``). Its items
             are then written with :meth:`add_step`, :meth:`extend_steps` or :meth:`add_episode`.
+        host: internal (:mod:`replaystore.shared`): where the table's state lives and who locks it,
+            a :class:`~replaystore.table.host.TableHost` (default: this process, its own lock).
     """
 
     #: seconds a blocking call without a timeout waits before it warns (once) that it is blocked
@@ -100,6 +101,8 @@ class Table(
         default_timeout: float | None = None,
         name: str = "table",
         episodes: Episodes | None = None,
+        *,
+        host: TableHost | None = None,
     ) -> None:
         capacity = int(capacity)
         if capacity <= 0:
@@ -136,7 +139,6 @@ class Table(
             raise InvalidArgument(f"{type(self.storage).__name__} frees space in insertion order: use remover=Fifo()")
         # built under a placement (a shared table): everything is allocated now, parts are never replaced
         self._placed = placing()
-        self._scalar_io: tuple | None = None  # compiled by state_layout (placed tables only)
         self._selectors = (self.sampler, self.remover)
         with scope("sampler."):  # (region names: a Uniform sampler and a Uniform remover differ)
             self.sampler.bind(capacity, self.rng)
@@ -194,15 +196,14 @@ class Table(
         self._plan: tuple | None | bool = None
         self._read_counted = type(self.storage).read is ColumnStorage.read  # its read_counted is that read
         self._scratch: np.ndarray | None = None  # for last-wins deduplication
-        # a shared table's hooks (None here), called with the lock held: _unordered_write before the
-        # general insert writes rows whose keys it sets afterwards (samples copying outside the lock
-        # wait for that section); _await_head first by every insert (waits while another process
-        # copies a batch into ring slots it reserved: FastPaths._reserve_ring); _reserve_outside_ring
-        # first by _leave_ring (reserves what ring mode left unreserved: may raise DiskFull)
-        self._unordered_write: Any = None
-        self._await_head: Any = None
-        self._reserve_outside_ring: Any = None
-        self._forced_victims: np.ndarray | None = None  # replay_insert's evict_keys, as slots
+        self._forced_victims: np.ndarray | None = None  # Journal.replay_insert's evict_keys, as slots
+        # the host's insert hooks (.host; None where the host has none: in process), called with the
+        # lock held: _await_head first by every insert, _unordered_write before the general insert
+        # writes rows whose keys it sets afterwards, _reserve_outside_ring first by _leave_ring
+        self._host = IN_PROCESS if host is None else host
+        self._await_head, self._unordered_write, self._reserve_outside_ring = host_hooks(self._host)
+        if host is not None:
+            host.bind(HostedTable(self, host))
 
     # -- construction helpers -------------------------------------------------------------------
     @classmethod

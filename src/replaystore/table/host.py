@@ -1,58 +1,171 @@
-"""Hooks for a Table whose state lives outside its process (``replaystore.shared``).
+"""Where a Table's state lives and who locks it: the :class:`TableHost` given to it at construction.
 
-A shared-memory table runs the one Table's code in every process. It needs three things from the
-Table, and only these: to guard it with a lock of its own (a thread lock plus a cross-process
-mutex, which also serves as the Table's Condition), and to read and set the small mutable state
-that it publishes to the other processes.
+A Table runs the same code wherever its state lives. What differs is said by one object, its
+*host*, given to the constructor (``Table(..., host=...)``; internal API, for
+:mod:`replaystore.shared`):
 
-The per-slot arrays need no hook: the Table and its parts allocate them through
-:func:`replaystore.placement.allocate`, which a shared table points at its segment (and a table
-built under a placement allocates up front what it would build later, e.g. the structures of
-out-of-ring mode). The scalars are collected with the *scalar hook* of
-:mod:`replaystore.placement`: every part named by :meth:`PlacedState.scalar_parts` lists its
-``SCALARS`` / ``FLOAT_SCALARS`` (and sub-objects in ``scalar_parts()``); this module compiles one
-getter and one setter over all of them. An in-process table never calls any of this.
+- **In-process** (the default, :data:`IN_PROCESS`): the base :class:`TableHost`, whose hooks do
+  nothing. The table locks itself (a ``threading.Condition``) and keeps its state in NumPy arrays
+  and Python attributes; nothing here is called on its hot path.
+- **Shared memory** (``replaystore.shared``): the segment's host. The per-slot arrays need no
+  hook: the Table and its parts allocate them through :func:`replaystore.placement.allocate`,
+  which a shared table points at its segment (and a table built under a placement allocates up
+  front what it would build later, e.g. the structures of out-of-ring mode). The host guards the
+  table with a lock of its own (a thread lock plus a cross-process mutex, which also serves as
+  the Table's Condition), reads and sets the small mutable state it publishes to the other
+  processes, and is told when an insert starts (:meth:`TableHost.await_head`), writes rows before
+  their keys (:meth:`TableHost.unordered_write`) and when the table leaves ring mode
+  (:meth:`TableHost.reserve_outside_ring`).
 
-These are internal API (documented for ``replaystore.shared``).
+The two directions are the whole interface. The Table calls the host's hooks (the methods of
+:class:`TableHost`); a host that overrides none of the three insert hooks costs the Table
+nothing (it does not call the base's no-ops). The host drives the table through the
+:class:`HostedTable` it is given once, by :meth:`TableHost.bind`, at the end of the table's
+construction: the scalars of every part (the *scalar hook* of :mod:`replaystore.placement`:
+every part named by :meth:`HostedTable.scalar_parts` lists its ``SCALARS`` / ``FLOAT_SCALARS``,
+and sub-objects in ``scalar_parts()``; compiled here into one getter and one setter), the lock,
+and the repair after a crash. The write-ahead log has its own view,
+:class:`replaystore.table.journal.Journal`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from ..errors import InvalidState
 
+if TYPE_CHECKING:
+    from ..samplers import Selector
+    from ..storage import Storage
+    from .core import Table
 
-class PlacedState:
-    """The hooks (a mixin of :class:`~replaystore.Table`)."""
+
+class TableHost:
+    """Where a Table's state lives and who locks it; this base class is the in-process host (no-ops).
+
+    Subclasses override what they need. Every hook is called with the table's lock held.
+    Thread-safety: as the table's (a host belongs to one table).
+    """
+
+    def bind(self, table: "HostedTable") -> None:
+        """Called once, at the end of the table's construction, with the view the host drives it through."""
+
+    def await_head(self) -> None:
+        """First thing of every insert: wait until no other writer owns the ring's head (shared: a reservation)."""
+
+    def unordered_write(self) -> None:
+        """An insert is about to write rows whose keys it sets afterwards (shared: readers outside the lock wait)."""
+
+    def reserve_outside_ring(self) -> None:
+        """The table leaves ring mode: make its out-of-ring structures' memory usable (may raise; nothing changed)."""
+
+    def scalar_parts(self) -> dict[str, Any]:
+        """Parts of the host whose scalars are published with the table's (``{prefix: object}``; none here)."""
+        return {}
+
+    def before_publish(self) -> None:
+        """The critical section ends: parts the host keeps (per-process replicas) write their changes out."""
+
+    def state_moved(self) -> None:
+        """Another process changed the published state and the table caught up: the host's parts catch up too."""
+
+
+#: the host of every in-process table (stateless: one for all)
+IN_PROCESS = TableHost()
+
+
+def host_hooks(host: TableHost) -> tuple[Any, Any, Any]:
+    """``(await_head, unordered_write, reserve_outside_ring)`` of ``host``: bound methods, ``None`` for no-ops.
+
+    The Table keeps these (its hot path then pays one ``is None`` test for a host without them).
+    """
+    return tuple(
+        None if getattr(type(host), name) is getattr(TableHost, name) else getattr(host, name)
+        for name in ("await_head", "unordered_write", "reserve_outside_ring")
+    )  # type: ignore[return-value]
+
+
+class HostedTable:
+    """The table as its host sees it (given by :meth:`TableHost.bind`): state, lock, repair.
+
+    Internal API (documented for :mod:`replaystore.shared`). ``name``, ``capacity``, ``storage``
+    and ``sampler`` read the table's. The state calls run with the table's lock held.
+    """
+
+    def __init__(self, table: "Table", host: TableHost) -> None:
+        self._table = table
+        self._host = host
+        self._scalar_io: tuple | None = None  # compiled by state_layout
+
+    @property
+    def name(self) -> str:
+        """The table's name."""
+        return self._table.name
+
+    @property
+    def capacity(self) -> int:
+        """The table's capacity."""
+        return self._table.capacity
+
+    @property
+    def storage(self) -> "Storage":
+        """The table's storage."""
+        return self._table.storage
+
+    @property
+    def sampler(self) -> "Selector":
+        """The table's sampler."""
+        return self._table.sampler
 
     def guard_with(self, lock: Any) -> None:
-        """Internal (replaystore.shared): guard the table with ``lock`` instead of its own.
+        """Guard the table with ``lock`` instead of its own.
 
         ``lock`` is re-entrant and acts as the table's ``Condition`` too (``with``, ``acquire``/
         ``release``, ``wait(timeout)``, ``notify_all``). Call it before the table is used by more
         than one thread. Not thread-safe itself.
         """
-        self._lock = self._cond = lock
+        t = self._table
+        t._lock = t._cond = lock
+
+    def ring(self) -> tuple[int, int, int] | None:
+        """``(ring_lo, ring_hi, ring_base)`` in ring mode, else ``None`` (lock held)."""
+        t = self._table
+        if t._ring is None:
+            return None
+        st = t._state
+        return st.ring_lo, st.ring_hi, st.ring_base
+
+    @property
+    def priorities(self) -> np.ndarray:
+        """The per-slot priorities (a view of the metadata rows; read them with the lock held)."""
+        return self._table._priority
+
+    @property
+    def slot_keys(self) -> np.ndarray:
+        """The key of each slot, ``-1`` for a free one (a view of the metadata rows; lock held)."""
+        return self._table._meta[:, 0]
 
     def ring_unused_regions(self) -> tuple[str, ...]:
-        """Internal (replaystore.shared): prefixes of the placed arrays nothing touches in ring mode.
+        """Prefixes of the placed arrays nothing touches in ring mode.
 
         The out-of-ring key index and free-slot stack, and the arrays of the selectors that follow
         the ring or share its set of live slots (``Selector.RING_UNUSED``). Empty when the table is
         not in ring mode. A shared table leaves their memory unreserved until the table leaves
-        ring mode (the hook ``_reserve_outside_ring``, called first thing by ``_leave_ring``).
+        ring mode (:meth:`TableHost.reserve_outside_ring`, called first thing when it does).
         """
-        if self._ring is None or not self._placed:
+        t = self._table
+        if t._ring is None or not t._placed:
             return ()
         out = ["index.", "table.free"]
-        for scope, sel in (("sampler.", self.sampler), ("remover.", self.remover)):
-            if sel not in self._selectors or hasattr(sel, "share_live"):  # (follows / shares the ring)
+        for scope, sel in (("sampler.", t.sampler), ("remover.", t.remover)):
+            if sel not in t._selectors or hasattr(sel, "share_live"):  # (follows / shares the ring)
                 out += [scope + prefix for prefix in sel.RING_UNUSED]
         return tuple(out)
 
     def scalar_parts(self) -> dict[str, Any]:
-        """Internal (replaystore.shared): the parts whose scalars make up the published state.
+        """The parts whose scalars make up the published state, the host's (:meth:`TableHost.scalar_parts`) last.
 
         ``{prefix: object}``; each object lists its scalars as :mod:`replaystore.placement`
         describes (``SCALARS``, ``FLOAT_SCALARS``, ``scalar_parts()``). The table's own state has
@@ -60,19 +173,21 @@ class PlacedState:
         ``"<prefix>.<attribute>"`` (``"limiter.inserts"``, ``"sampler.set.size"``). A part added
         to the table adds itself here.
         """
-        parts: dict[str, Any] = {"": self._state, "limiter": self.rate_limiter}
-        if self._placed_index is not None:
-            parts["index"] = self._placed_index
-        parts["sampler"] = self.sampler
-        parts["remover"] = self.remover
-        if getattr(self.storage, "SCALARS", None):  # a storage with mutable scalars (frame stacks)
-            parts["storage"] = self.storage
-        if self._episodes is not None:
-            parts["episodes"] = self._episodes
+        t = self._table
+        parts: dict[str, Any] = {"": t._state, "limiter": t.rate_limiter}
+        if t._placed_index is not None:
+            parts["index"] = t._placed_index
+        parts["sampler"] = t.sampler
+        parts["remover"] = t.remover
+        if getattr(t.storage, "SCALARS", None):  # a storage with mutable scalars (frame stacks)
+            parts["storage"] = t.storage
+        if t._episodes is not None:
+            parts["episodes"] = t._episodes
+        parts.update(self._host.scalar_parts())
         return parts
 
     def state_layout(self) -> tuple[tuple[str, ...], str]:
-        """Internal (replaystore.shared): the names of :meth:`state_scalars`' values and their codes.
+        """The names of :meth:`state_scalars`' values and their codes.
 
         Codes are ``struct`` codes, one per value: ``"q"`` (int64) or ``"d"`` (float64). Only for
         a table built under a placement (whose parts stay the same objects for its life).
@@ -81,13 +196,13 @@ class PlacedState:
             InvalidState: the table was not built under a placement.
         """
         if self._scalar_io is None:
-            if not self._placed:
+            if not self._table._placed:
                 raise InvalidState(f"table {self.name!r} was not built under a placement: its parts may change")
             self._scalar_io = _compile(self.scalar_parts())
         return self._scalar_io[0], self._scalar_io[1]
 
     def scalar_fields(self) -> list[tuple[Any, str, str]]:
-        """Internal (replaystore.shared): ``(object, attribute, code)`` of each value of :meth:`state_scalars`.
+        """``(object, attribute, code)`` of each value of :meth:`state_scalars`.
 
         In the same order; ``code`` as in :meth:`state_layout`. A shared table places these
         attributes in its segment (:mod:`replaystore.shared.scalars`).
@@ -97,33 +212,65 @@ class PlacedState:
         return list(self._scalar_io[4])
 
     def state_scalars(self) -> tuple:
-        """Internal (replaystore.shared): the published state, named by :meth:`state_layout` (lock held)."""
+        """The published state, named by :meth:`state_layout` (lock held; :meth:`before_publish` first)."""
         if self._scalar_io is None:
             self.state_layout()
+        self._host.before_publish()
         return self._scalar_io[2]()
 
     def load_state_scalars(self, values: Any) -> None:
-        """Internal (replaystore.shared): set the state :meth:`state_scalars` returns (lock held).
-
-        When the loaded state says another process took the table out of ring mode, this process
-        switches to the out-of-ring structures (already in the segment, already filled).
-        """
+        """Set the state :meth:`state_scalars` returns (lock held), then :meth:`state_moved`."""
         if self._scalar_io is None:
             self.state_layout()
         self._scalar_io[3](values)
         self.state_moved()
 
     def state_moved(self) -> None:
-        """Internal (replaystore.shared): another process changed the published state (lock held).
+        """Another process changed the published state (lock held).
 
         When it took the table out of ring mode, this process switches to the out-of-ring
-        structures (already in the segment, already filled).
+        structures (already in the segment, already filled); then the host's parts catch up
+        (:meth:`TableHost.state_moved`).
         """
-        if self._ring is not None and not self._state.ring_mode:
-            self._leave_ring(fill=False)
+        t = self._table
+        if t._ring is not None and not t._state.ring_mode:
+            t._leave_ring(fill=False)
+        self._host.state_moved()
 
     def before_publish(self) -> None:
-        """Internal (replaystore.shared): the critical section ends; parts with state of their own write it out."""
+        """The critical section ends: the host's parts write their state out (:meth:`TableHost.before_publish`)."""
+        self._host.before_publish()
+
+    def rebuild_from_rows(self, slots: np.ndarray) -> None:
+        """Hold exactly the items at ``slots`` (crash recovery: :mod:`replaystore.shared.recovery`).
+
+        The metadata rows are the truth: the items whose rows are at ``slots`` (distinct) stay,
+        every other row is marked free, and the key index, the free-slot stack, the selectors
+        (cleared, then the items inserted in key order: insertion order, since keys increase) and
+        the size are rebuilt from them. Leaves ring mode. ``O(capacity)``; lock held. Counters are
+        the caller's.
+        """
+        t = self._table
+        if t._ring is not None:
+            t._leave_ring(fill=False)
+        slots = np.asarray(slots, dtype=np.int64)
+        keys = t._meta[slots, 0]
+        order = np.argsort(keys, kind="stable")
+        slots, keys = slots[order], keys[order]
+        free_mask = np.ones(t.capacity, dtype=bool)
+        free_mask[slots] = False
+        free = np.flatnonzero(free_mask)
+        t._meta[free, 0] = -1
+        t._index.reset()
+        t._index.assign(slots, keys)
+        t._free[: len(free)] = free[::-1]
+        st = t._state
+        st.nfree, st.size = len(free), len(slots)
+        for sel in t._selectors:
+            if sel is t._episodes:  # (a process-local replica: replaystore.shared.episodes rebuilds it)
+                continue
+            sel.clear()
+            sel.insert(slots, keys, t._priority[slots])
 
 
 def _collect(prefix: str, obj: Any, out: list) -> None:

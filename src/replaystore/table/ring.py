@@ -6,7 +6,7 @@ free-slot stack and the Fifo/Uniform selectors' arrays are arithmetic on the rin
 allocated); the first other removal builds them (:meth:`SlotBookkeeping._leave_ring`). A table
 built under a placement (a shared table) allocated them up front: leaving ring mode fills them,
 or, in a process that learns another one did, only points at them. After a crash,
-:meth:`SlotBookkeeping.rebuild_from_rows` rebuilds them from the metadata rows.
+:meth:`~replaystore.table.host.HostedTable.rebuild_from_rows` rebuilds them from the metadata rows.
 
 A mixin of :class:`~replaystore.table.Table`: every method runs with the table's lock held and
 valid input.
@@ -103,7 +103,7 @@ class SlotBookkeeping:
         ring = self._ring
         if ring is None:
             return
-        if self._reserve_outside_ring is not None:  # (a shared table: may raise DiskFull, nothing changed)
+        if self._reserve_outside_ring is not None:  # (the host's hook; shared: may raise DiskFull, nothing changed)
             self._reserve_outside_ring()
         st = self._state
         placed = self._placed_index is not None
@@ -145,36 +145,6 @@ class SlotBookkeeping:
         st.ring_mode = 0
         self._ring = None
         self._plan = False
-
-    def rebuild_from_rows(self, slots: np.ndarray) -> None:
-        """Internal (``replaystore.shared``'s crash recovery): hold exactly the items at ``slots``.
-
-        The metadata rows are the truth: the items whose rows are at ``slots`` (distinct) stay,
-        every other row is marked free, and the key index, the free-slot stack, the selectors
-        (cleared, then the items inserted in key order: insertion order, since keys increase) and
-        the size are rebuilt from them. Leaves ring mode. ``O(capacity)``; lock held. Counters are
-        the caller's.
-        """
-        if self._ring is not None:
-            self._leave_ring(fill=False)
-        slots = np.asarray(slots, dtype=np.int64)
-        keys = self._meta[slots, 0]
-        order = np.argsort(keys, kind="stable")
-        slots, keys = slots[order], keys[order]
-        free_mask = np.ones(self.capacity, dtype=bool)
-        free_mask[slots] = False
-        free = np.flatnonzero(free_mask)
-        self._meta[free, 0] = -1
-        self._index.reset()
-        self._index.assign(slots, keys)
-        self._free[: len(free)] = free[::-1]
-        st = self._state
-        st.nfree, st.size = len(free), len(slots)
-        for sel in self._selectors:
-            if sel is self._episodes:  # (a process-local replica: replaystore.shared.episodes rebuilds it)
-                continue
-            sel.clear()
-            sel.insert(slots, keys, self._priority[slots])
 
     def _last_occurrences(self, slots: np.ndarray) -> np.ndarray | None:
         """Mask of the last occurrence of each slot, or ``None`` when all are distinct.

@@ -22,6 +22,7 @@ from ...limiters import MinSize
 from ...samplers import Fifo, Selector, Uniform
 from ...storage.spec import Field
 from ...table import Table
+from ...table.journal import Journal
 from .ring import RingRows, SB3RingStorage
 
 try:  # SB3 warns when the buffer would not fit in memory; psutil is optional there too
@@ -243,7 +244,7 @@ class TableBackedBuffer:
         table = state.pop("_table")
         storage = state.pop("_storage")
         keys = table.keys()
-        slots = table.slots_of(keys)
+        slots = Journal(table).slots_of(keys)  # (the storage's rows of the live keys)
         state["_saved"] = {
             "arrays": storage.arrays,
             "positions": storage.position[slots],

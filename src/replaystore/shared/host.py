@@ -1,0 +1,97 @@
+"""How a shared-memory segment plugs into the Table: :class:`SegmentHost`, a shared table's host.
+
+A :class:`~replaystore.shared.SharedTable` is the one Table built with this host
+(:class:`~replaystore.table.host.TableHost`, given at construction). The host is where the
+segment meets the Table's code:
+
+- **the lock**: a :class:`~replaystore.shared.guard.ProcessGuard` (set by ``HostedTable.guard_with``
+  when the table opens the segment), which loads and publishes the table's scalars through the
+  :class:`~replaystore.table.host.HostedTable` the host was bound to;
+- **the insert hooks**: every insert first waits for another process's reservation of the ring's
+  head (:mod:`.reserve`), a general insert marks its section *unordered* before it writes rows
+  whose keys come after (:mod:`.reads`), and leaving ring mode reserves the memory the segment
+  left unreserved until then (:meth:`~replaystore.shared.segment.Segment.reserve_deferred`:
+  may raise ``DiskFull``, nothing changed);
+- **the episode part** (:class:`~replaystore.shared.episodes.EpisodeSync`): its scalars are
+  published with the table's, it writes out a section's changes before the state is published
+  and catches up when another process changed it.
+
+Thread-safety: as the table's (every hook runs with its lock held).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..table.host import HostedTable, TableHost
+
+if TYPE_CHECKING:
+    from .episodes import EpisodeSync
+    from .guard import ProcessGuard
+    from .segment import Segment
+
+
+class SegmentHost(TableHost):
+    """A shared table's host (see the module doc): built empty, bound by the Table, opened by the SharedTable."""
+
+    def __init__(self) -> None:
+        self.table: HostedTable | None = None
+        self.segment: Segment | None = None
+        self.guard: ProcessGuard | None = None
+        #: the episode part (episodic tables), set before the table's state layout is compiled
+        self.episync: EpisodeSync | None = None
+        self._head: Callable[[], None] | None = None
+        self._unordered: Callable[[], None] | None = None
+
+    def bind(self, table: HostedTable) -> None:
+        """Keep the view of the table (at the end of its construction)."""
+        self.table = table
+
+    def open(
+        self,
+        segment: "Segment",
+        guard: "ProcessGuard",
+        wait_for_head: Callable[[], None] | None,
+        mark_unordered: Callable[[], None] | None,
+    ) -> None:
+        """The segment is open: its lock guards the table from now on; the hooks that apply here.
+
+        ``wait_for_head``: waits while another process copies into ring slots it reserved (None:
+        this table does not reserve). ``mark_unordered``: marks the section for samples that copy
+        outside the lock (None: they do not).
+        """
+        self.segment, self.guard = segment, guard
+        self._head, self._unordered = wait_for_head, mark_unordered
+        self.table.guard_with(guard)
+
+    def await_head(self) -> None:
+        """Wait while another process copies a batch into ring slots it reserved (:mod:`.reserve`)."""
+        if self._head is not None:
+            self._head()
+
+    def unordered_write(self) -> None:
+        """Mark the section: rows are written before their keys (:mod:`.reads`)."""
+        if self._unordered is not None:
+            self._unordered()
+
+    def reserve_outside_ring(self) -> None:
+        """Reserve the out-of-ring structures' memory, left unreserved in ring mode (may raise ``DiskFull``)."""
+        self.segment.reserve_deferred("leaving ring mode (a delete of items that are not the oldest)")
+
+    def scalar_parts(self) -> dict[str, Any]:
+        """The episode part, whose scalars are published with the table's."""
+        return {} if self.episync is None else {"episync": self.episync}
+
+    def before_publish(self) -> None:
+        """The episode part writes this critical section's changes."""
+        sync = self.episync
+        if sync is not None:
+            sync.push(self.table.ring(), self.guard.generation)
+
+    def state_moved(self) -> None:
+        """The episode index of this process catches up (not while it repairs the table: later, with the repair)."""
+        sync = self.episync
+        if sync is not None and not self.guard.recovering:
+            table = self.table
+            sync.pull(table.ring(), table.priorities, table.slot_keys)
