@@ -25,9 +25,8 @@ one), skips records the checkpoint already holds (``Journal.wal_lsn``, the numbe
 applied, is saved inside each checkpoint), and applies the rest. Inserts replay without the rate
 limiter (they were admitted when they happened) and are checked against the keys they got then;
 a record that does not fit the table (a sampled or evicted key that is not there) raises
-:class:`~replaystore.errors.WalCorrupt`. Only the table's public calls and its journal view are
-used (:class:`~replaystore.table.journal.Journal`: ``locked``, ``wal_lsn``, ``keys_of_slots``,
-``replay_insert``, ``replay_sample``), plus, for removers other than
+:class:`~replaystore.errors.WalCorrupt`. Only the table's journal view is used (``Journal``: ``locked``,
+``wal_lsn``, ``keys_of_slots``, ``replay_insert``, ``replay_sample``), plus, for removers other than
 ``Fifo``, a wrapper around this table's ``remover.victims`` that notes the keys it chose.
 
 Exactly restored: keys, payloads, priorities, versions, ``times_sampled``, the model version,
@@ -134,7 +133,7 @@ class LoggedTable:
         self, table: Table, wal: WriteAheadLog, log_samples: bool = True, max_log_bytes: int | None = None
     ) -> None:
         self.table = table
-        self.journal = Journal(table)  # (the table as the log sees it: its lock, wal_lsn, replays)
+        self.journal = Journal(table)  # (the table as a log sees it: its lock, wal_lsn, replays)
         self.wal = wal
         self.log_samples = log_samples
         self.max_log_bytes = max_log_bytes
@@ -154,9 +153,8 @@ class LoggedTable:
         if isinstance(table.storage, ObjectStorage):
             raise SpecError(f"table {table.name!r} stores Python objects: a write-ahead log needs a column storage")
         config = config or WalConfig(dir=os.path.dirname(path) or ".")
-        wal, records = WriteAheadLog.open(
-            path, config.fsync, config.interval, config.retry_period, after=Journal(table).wal_lsn
-        )
+        done = Journal(table).wal_lsn  # (the last record the table holds: a checkpoint's)
+        wal, records = WriteAheadLog.open(path, config.fsync, config.interval, config.retry_period, after=done)
         self = cls(table, wal, config.log_samples, config.max_log_bytes)
         try:
             for rec in records:
@@ -455,17 +453,15 @@ class LoggedTable:
 
     # -- replay ---------------------------------------------------------------------------------------------
     def _replay(self, rec: Record) -> None:
-        t = self.table
+        t, j = self.table, self.journal
         where = f"{self.wal.path}: record {rec.lsn}"
         head = rec.head
         try:
-            with self.journal.locked():
+            with j.locked():
                 if rec.op in _INSERTS:
                     self._replay_insert(rec, where)
                 elif rec.op == OP_SAMPLE:
-                    self.journal.replay_sample(
-                        head["keys"], rec.meta.get("draws"), sampler=bool(rec.meta.get("sampler", True))
-                    )
+                    j.replay_sample(head["keys"], rec.meta.get("draws"), sampler=bool(rec.meta.get("sampler", True)))
                 elif rec.op == OP_UPDATE:
                     t.update_priorities(head["keys"], head["priorities"])
                 elif rec.op == OP_DELETE:
@@ -478,7 +474,7 @@ class LoggedTable:
                     t.end_episode(head["streams"], bool(rec.meta["truncated"]))
                 else:
                     raise WalCorrupt(f"{where}: unknown operation {rec.op}")
-                self.journal.wal_lsn = rec.lsn
+                j.wal_lsn = rec.lsn
         except WalCorrupt:
             raise
         except (KeyError, TypeError, ValueError) as e:  # ReplayErrors are ValueErrors/KeyErrors too

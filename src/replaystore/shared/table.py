@@ -220,11 +220,11 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         self._guard = ProcessGuard(seg, view, live, parts_publish=self._episync is not None)
         if self._episync is not None:
             self._guard.on_recover = self._episync.recover
-        if first:
-            self._guard.start(view.state_scalars())
         self.setup_reservations(self._episync is None)
         unordered = self._guard.mark_unordered if self.read_outside_lock() else None
         host.open(seg, self._guard, self._wait_for_head if self._reserves else None, unordered)
+        if first:
+            self._guard.start(view.state_scalars())
         with self._guard:
             seg.register(seg.pid)
         self._unlink_on_close = True
