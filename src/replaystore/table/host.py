@@ -90,34 +90,21 @@ def host_hooks(host: TableHost) -> tuple[Any, Any, Any]:
 class HostedTable:
     """The table as its host sees it (given by :meth:`TableHost.bind`): state, lock, repair.
 
-    Internal API (documented for :mod:`replaystore.shared`). ``name``, ``capacity``, ``storage``
-    and ``sampler`` read the table's. The state calls run with the table's lock held.
+    Internal API (documented for :mod:`replaystore.shared`). ``name``, ``capacity``, ``storage``,
+    ``sampler`` are the table's; ``priorities`` and ``slot_keys`` (``-1``: a free slot) are
+    per-slot views of its metadata rows (read them with the lock held). The state calls run with
+    the table's lock held. Reads the table's private state: it is part of the Table's package.
     """
 
     def __init__(self, table: "Table", host: TableHost) -> None:
         self._table = table
         self._host = host
         self._scalar_io: tuple | None = None  # compiled by state_layout
-
-    @property
-    def name(self) -> str:
-        """The table's name."""
-        return self._table.name
-
-    @property
-    def capacity(self) -> int:
-        """The table's capacity."""
-        return self._table.capacity
-
-    @property
-    def storage(self) -> "Storage":
-        """The table's storage."""
-        return self._table.storage
-
-    @property
-    def sampler(self) -> "Selector":
-        """The table's sampler."""
-        return self._table.sampler
+        self.name, self.capacity = table.name, table.capacity
+        self.storage: Storage = table.storage
+        self.sampler: Selector = table.sampler
+        self.priorities: np.ndarray = table._priority
+        self.slot_keys: np.ndarray = table._meta[:, 0]
 
     def guard_with(self, lock: Any) -> None:
         """Guard the table with ``lock`` instead of its own.
@@ -136,16 +123,6 @@ class HostedTable:
             return None
         st = t._state
         return st.ring_lo, st.ring_hi, st.ring_base
-
-    @property
-    def priorities(self) -> np.ndarray:
-        """The per-slot priorities (a view of the metadata rows; read them with the lock held)."""
-        return self._table._priority
-
-    @property
-    def slot_keys(self) -> np.ndarray:
-        """The key of each slot, ``-1`` for a free one (a view of the metadata rows; lock held)."""
-        return self._table._meta[:, 0]
 
     def ring_unused_regions(self) -> tuple[str, ...]:
         """Prefixes of the placed arrays nothing touches in ring mode.
