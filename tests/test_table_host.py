@@ -122,3 +122,22 @@ def test_a_placed_tables_published_state_round_trips_through_the_view():
     view.rebuild_from_rows(np.array([1, 3]))  # crash recovery: exactly these rows stay
     assert sorted(t.keys().tolist()) == [1, 3] and view.ring() is None
     assert set(t.sample(50).keys.tolist()) <= {1, 3}
+
+
+def test_a_host_that_learns_a_hook_later_binds_it_and_the_table_calls_it_directly():
+    class Late(TableHost):
+        def bind(self, table: HostedTable) -> None:
+            self.table = table
+
+    host, seen = Late(), []
+    t = rs.Table(8, host=host)
+    t.extend(transitions(2))
+    host.await_head = lambda: seen.append("head")  # (a shared table: when it opens its segment)
+    assert seen == [] and host_hooks(host)[0] is host.await_head
+    host.table.refresh_hooks()
+    t.extend(transitions(2, 2))
+    assert seen == ["head"]
+    host.await_head = None  # a hook set to None is none
+    host.table.refresh_hooks()
+    t.extend(transitions(2, 4))
+    assert seen == ["head"] and len(t) == 6

@@ -41,8 +41,6 @@ class SegmentHost(TableHost):
         self.guard: ProcessGuard | None = None
         #: the episode part (episodic tables), set before the table's state layout is compiled
         self.episync: EpisodeSync | None = None
-        self._head: Callable[[], None] | None = None
-        self._unordered: Callable[[], None] | None = None
 
     def bind(self, table: HostedTable) -> None:
         """Keep the view of the table (at the end of its construction)."""
@@ -55,25 +53,18 @@ class SegmentHost(TableHost):
         wait_for_head: Callable[[], None] | None,
         mark_unordered: Callable[[], None] | None,
     ) -> None:
-        """The segment is open: its lock guards the table from now on; the hooks that apply here.
+        """The segment is open: its lock guards the table from now on; the insert hooks that apply here.
 
-        ``wait_for_head``: waits while another process copies into ring slots it reserved (None:
-        this table does not reserve). ``mark_unordered``: marks the section for samples that copy
-        outside the lock (None: they do not).
+        ``wait_for_head`` (the host's ``await_head``): waits while another process copies into
+        ring slots it reserved (:mod:`.reserve`; None: this table does not reserve).
+        ``mark_unordered`` (its ``unordered_write``): marks the section for samples that copy
+        outside the lock (:mod:`.reads`; None: they do not). Bound as they are: the table calls
+        them with no frame of the host's in between.
         """
         self.segment, self.guard = segment, guard
-        self._head, self._unordered = wait_for_head, mark_unordered
+        self.await_head, self.unordered_write = wait_for_head, mark_unordered  # type: ignore[method-assign]
+        self.table.refresh_hooks()
         self.table.guard_with(guard)
-
-    def await_head(self) -> None:
-        """Wait while another process copies a batch into ring slots it reserved (:mod:`.reserve`)."""
-        if self._head is not None:
-            self._head()
-
-    def unordered_write(self) -> None:
-        """Mark the section: rows are written before their keys (:mod:`.reads`)."""
-        if self._unordered is not None:
-            self._unordered()
 
     def reserve_outside_ring(self) -> None:
         """Reserve the out-of-ring structures' memory, left unreserved in ring mode (may raise ``DiskFull``)."""

@@ -76,15 +76,22 @@ class TableHost:
 IN_PROCESS = TableHost()
 
 
+_HOOKS = ("await_head", "unordered_write", "reserve_outside_ring")
+
+
 def host_hooks(host: TableHost) -> tuple[Any, Any, Any]:
-    """``(await_head, unordered_write, reserve_outside_ring)`` of ``host``: bound methods, ``None`` for no-ops.
+    """``(await_head, unordered_write, reserve_outside_ring)`` of ``host``: callables, ``None`` for no-ops.
 
     The Table keeps these (its hot path then pays one ``is None`` test for a host without them).
+    A hook is ``None`` where the host keeps the base's no-op, or sets the attribute to ``None``;
+    a host that learns a hook after construction sets it as an attribute (the callable itself:
+    no extra call on the way) and calls :meth:`HostedTable.refresh_hooks`.
     """
-    return tuple(
-        None if getattr(type(host), name) is getattr(TableHost, name) else getattr(host, name)
-        for name in ("await_head", "unordered_write", "reserve_outside_ring")
-    )  # type: ignore[return-value]
+    out = []
+    for name in _HOOKS:
+        hook = getattr(host, name)
+        out.append(None if hook is None or getattr(hook, "__func__", None) is getattr(TableHost, name) else hook)
+    return tuple(out)  # type: ignore[return-value]
 
 
 class HostedTable:
@@ -115,6 +122,11 @@ class HostedTable:
         """
         t = self._table
         t._lock = t._cond = lock
+
+    def refresh_hooks(self) -> None:
+        """Read the host's insert hooks again (it set them when it learned them: :func:`host_hooks`)."""
+        t = self._table
+        t._await_head, t._unordered_write, t._reserve_outside_ring = host_hooks(self._host)
 
     def ring(self) -> tuple[int, int, int] | None:
         """``(ring_lo, ring_hi, ring_base)`` in ring mode, else ``None`` (lock held)."""
