@@ -48,7 +48,8 @@ def test_the_tables_public_callables_are_what_users_call():
     per_mode = {"close", "save", "load", "from_snapshot", "queue", "stack", "stats", "iterate"}
     assert set(callables) == set(contract.CALLS) | per_mode
     shared = {n for n in dir(SharedTable) if not n.startswith("_")}  # a shared table adds no state hooks
-    assert not shared & {"guard_with", "state_scalars", "load_state_scalars", "scalar_parts", "before_publish"}
+    hooks = {"guard_with", "state_scalars", "load_state_scalars", "scalar_parts", "before_publish"}
+    assert not shared & (hooks | {"setup_outside_reads", "setup_reservations"})
 
 
 @pytest.mark.parametrize("owner", [ReplayClient, ShardedClient, LoggedTable, SharedTable])

@@ -67,10 +67,10 @@ class KeyCheckedReads:
     REDRAW_ROUNDS = 3
 
     def read_outside_lock(self) -> bool:
-        """Whether :meth:`sample` copies rows outside the lock here (set up by :meth:`setup_outside_reads`)."""
+        """Whether :meth:`sample` copies rows outside the lock here (set up by :meth:`_setup_outside_reads`)."""
         return self._reads_outside and not self.max_times_sampled
 
-    def setup_outside_reads(self, mutex_table: bool) -> None:
+    def _setup_outside_reads(self, mutex_table: bool) -> None:
         """Copy samples outside the lock, in a table that locks with the robust mutex and has column storage.
 
         (A reader relies on every critical section fencing the busy word: only mutex tables are sure

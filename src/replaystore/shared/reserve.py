@@ -54,7 +54,7 @@ class ReservedInserts:
     _reserves: bool = False
     _row_bytes: int = 1
 
-    def setup_reservations(self, possible: bool) -> None:
+    def _setup_reservations(self, possible: bool) -> None:
         """Let large batches reserve ring slots where the table's storage allows it (``possible``: no episodes).
 
         Every insert of such a table then waits for another one's reservation (the host's

@@ -211,7 +211,7 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         self.shared_name = seg.config["name"]
         self.storage.stage_rows = 1  # no staging: staged rows would hold keys other processes cannot see
         mutex = seg.words[W_LOCK_KIND] == KIND_MUTEX
-        self.setup_outside_reads(mutex)
+        self._setup_outside_reads(mutex)
         # (scalars in the segment need the compiled module: every process of a mutex table has it)
         host: SegmentHost = self._host  # (given to the Table by _construct)
         self._hosted = view = host.table
@@ -220,7 +220,7 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         self._guard = ProcessGuard(seg, view, live, parts_publish=self._episync is not None)
         if self._episync is not None:
             self._guard.on_recover = self._episync.recover
-        self.setup_reservations(self._episync is None)
+        self._setup_reservations(self._episync is None)
         unordered = self._guard.mark_unordered if self.read_outside_lock() else None
         host.open(seg, self._guard, self._wait_for_head if self._reserves else None, unordered)
         if first:
