@@ -22,13 +22,14 @@ Importing this package does not import Ray; the first call that needs it does, a
 local instance started by replaystore listens on loopback only. See ``docs/ray.md``.
 """
 
+from ..wal.log import WalConfig, WriteAheadLog
+from ..wal.logged import LoggedTable
 from ._runtime import import_ray, init_local
 from .batching_writer import BatchingWriter
 from .client import ReplayClient, connect, serve
 from .fragment_buffer import FragmentBuffer, FragmentBufferConfig, FragmentRef
 from .fragment_client import Fetch, FragmentClient
 from .loader import FragmentLoader, LocalLoaderPool, create_loader_pool, data_iter, detach
-from .logged_table import LoggedTable
 from .node_loaders import NodeLoaderPool
 from .node_stores import NodeLost, label_of
 from .online_client import OnlineClient
@@ -38,7 +39,6 @@ from .shard_placement import PlacementError
 from .shard_service import connect_sharded, serve_sharded
 from .sharded import ShardedClient
 from .uniform_distinct import UniformDistinct
-from .wal import WalConfig, WriteAheadLog
 
 __all__ = [
     "BatchingWriter",

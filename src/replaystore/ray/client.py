@@ -28,11 +28,11 @@ from ..errors import InvalidArgument
 from ..items import Sample
 from ..monitor import Sink, StatsReporter
 from ..table import Table, contract
+from ..wal.log import WalConfig
 from ._runtime import get, import_ray, init_local, require_init, rpc_timeout
 from .factories import table_factories
 from .fragment_buffer import FragmentBufferConfig
 from .server import ReplayServer, SinkSpec
-from .wal import WalConfig
 
 if TYPE_CHECKING:
     from ..online import RolloutBufferConfig

@@ -38,12 +38,12 @@ from ..checkpoint import checkpoint_exists
 from ..errors import Closed, InvalidArgument, InvalidType, KeyNotFound, Timeout
 from ..monitor import LoggingSink, Sink, TensorBoardSink, WandbSink, flatten_scalars
 from ..table import Table, contract
+from ..wal.log import WalConfig
+from ..wal.logged import LoggedTable
 from ._runtime import import_ray
 from .fragment_buffer import FragmentBuffer, FragmentBufferConfig
-from .logged_table import LoggedTable
 from .server_fragments import FragmentService
 from .server_online import OnlineService
-from .wal import WalConfig
 
 if TYPE_CHECKING:
     from ..online import RolloutBuffer, RolloutBufferConfig

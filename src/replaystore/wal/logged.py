@@ -62,7 +62,7 @@ from ..samplers import Fifo
 from ..storage import ObjectStorage
 from ..storage.spec import flatten, unflatten
 from ..table import Table, contract
-from .wal import Record, WalConfig, WriteAheadLog, check_arrays
+from .log import Record, WalConfig, WriteAheadLog, check_arrays
 
 OP_EXTEND, OP_ADD, OP_SAMPLE, OP_UPDATE, OP_DELETE, OP_SET_VERSION, OP_CLEAR = range(1, 8)
 OP_STEPS, OP_STEP, OP_EPISODE, OP_END_EPISODE = range(8, 12)  # episode writes (episodic tables)

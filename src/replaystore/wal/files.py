@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import InvalidState, WalCorrupt
-from .wal_format import FRAME, MAGIC, MAX_RECORD, Record, decode
+from .format import FRAME, MAGIC, MAX_RECORD, Record, decode
 
 log = logging.getLogger("replaystore")
 

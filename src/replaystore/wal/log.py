@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import DiskFull, InvalidArgument, StorageError, WalCorrupt
-from .wal_config import FsyncPolicy, WalConfig
-from .wal_files import ScanResult, fsync_dir, list_segments, lock_dir, read_log, segment_path
-from .wal_format import MAGIC, Payload, Record, check_arrays, decode, encode
+from .config import FsyncPolicy, WalConfig
+from .files import ScanResult, fsync_dir, list_segments, lock_dir, read_log, segment_path
+from .format import MAGIC, Payload, Record, check_arrays, decode, encode
 
 log = logging.getLogger("replaystore")
 
