@@ -16,7 +16,7 @@ pytest.importorskip("ray")
 
 from replaystore.ray import ReplayClient, ShardedClient  # noqa: E402
 from replaystore.ray.server import ReplayServer  # noqa: E402
-from replaystore.ray.shard_server import SHARD_METHODS  # noqa: E402
+from replaystore.ray.sharded.server import SHARD_METHODS  # noqa: E402
 from replaystore.shared import SharedTable  # noqa: E402
 from replaystore.wal.logged import LoggedTable  # noqa: E402
 

@@ -22,6 +22,7 @@ Importing this package does not import Ray; the first call that needs it does, a
 local instance started by replaystore listens on loopback only. See ``docs/ray.md``.
 """
 
+from ..sharding.keys import ForeignKey
 from ..wal.log import WalConfig, WriteAheadLog
 from ..wal.logged import LoggedTable
 from ._runtime import import_ray, init_local
@@ -34,10 +35,9 @@ from .node_loaders import NodeLoaderPool
 from .node_stores import NodeLost, label_of
 from .online_client import OnlineClient
 from .server import ReplayServer
-from .shard_keys import ForeignKey
-from .shard_placement import PlacementError
-from .shard_service import connect_sharded, serve_sharded
-from .sharded import ShardedClient
+from .sharded.client import ShardedClient
+from .sharded.placement import PlacementError
+from .sharded.service import connect_sharded, serve_sharded
 from .uniform_distinct import UniformDistinct
 
 __all__ = [

@@ -29,12 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Closed, Timeout, Unsupported
-from ..table import contract
-from ..table.args import as_keys
-from . import shard_checks, shard_keys, shard_sampling
-from ._runtime import get, import_ray
-from .shard_episodes import ShardedEpisodes
+from ...errors import Closed, Timeout, Unsupported
+from ...sharding import checks as shard_checks
+from ...sharding import keys as shard_keys
+from ...sharding import sampling as shard_sampling
+from ...table import contract
+from ...table.args import as_keys
+from .._runtime import get, import_ray
+from .episodes import ShardedEpisodes
 
 MANIFEST = "sharded.json"
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Closed, EpisodeError, InvalidArgument, InvalidPriority, Timeout
-from ..table.args import as_keys
-from . import shard_keys
-from ._runtime import get, import_ray, rpc_timeout
-from .client import ReplayClient
-from .shard_updates import PendingUpdates
+from ...errors import Closed, EpisodeError, InvalidArgument, InvalidPriority, Timeout
+from ...sharding import keys as shard_keys
+from ...sharding.updates import PendingUpdates
+from ...table.args import as_keys
+from .._runtime import get, import_ray, rpc_timeout
+from ..client import ReplayClient
 
 
 class ShardedBase:

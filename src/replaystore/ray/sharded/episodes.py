@@ -15,11 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from ..episodes import EpisodeBatch, EpisodeInfo
-from ..episodes.whole import check_request
-from ..errors import NoValidSequence
-from . import shard_checks, shard_keys, shard_sampling
-from .shard_sampler import ShardedSampler
+from ...episodes import EpisodeBatch, EpisodeInfo
+from ...episodes.whole import check_request
+from ...errors import NoValidSequence
+from ...sharding import checks as shard_checks
+from ...sharding import keys as shard_keys
+from ...sharding import sampling as shard_sampling
+from .sampler import ShardedSampler
 
 
 class ShardedEpisodes(ShardedSampler):

@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Closed, InvalidArgument, Timeout
-from ..table import contract
-from . import shard_keys, shard_sampling
-from ._runtime import get, import_ray, rpc_timeout
-from .shard_base import ShardedBase
-from .shard_updates import PendingUpdates
+from ...errors import Closed, InvalidArgument, Timeout
+from ...sharding import keys as shard_keys
+from ...sharding import sampling as shard_sampling
+from ...sharding.updates import PendingUpdates
+from ...table import contract
+from .._runtime import get, import_ray, rpc_timeout
+from .base import ShardedBase
 
 #: queued priority updates (over all shards) beyond which ``update_priorities`` sends them at once
 MAX_QUEUED = 1 << 16

@@ -15,15 +15,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..errors import InvalidArgument, Timeout
-from ..table import Table
-from ..wal.log import WalConfig
-from ._runtime import get, init_local, require_init
-from .client import DEFAULT_TABLE, ReplayClient, connect, serve
-from .shard_keys import MAX_SHARDS, tag_for
-from .shard_placement import PlacementError, place
-from .shard_server import ShardFactory, ShardServer
-from .sharded import MANIFEST, ShardedClient
+from ...errors import InvalidArgument, Timeout
+from ...sharding.keys import MAX_SHARDS, tag_for
+from ...table import Table
+from ...wal.log import WalConfig
+from .._runtime import get, init_local, require_init
+from ..client import DEFAULT_TABLE, ReplayClient, connect, serve
+from .client import MANIFEST, ShardedClient
+from .placement import PlacementError, place
+from .server import ShardFactory, ShardServer
 
 
 def shard_name(name: str, index: int) -> str:
