@@ -22,6 +22,7 @@ Importing this package does not import Ray; the first call that needs it does, a
 local instance started by replaystore listens on loopback only. See ``docs/ray.md``.
 """
 
+from ..samplers.uniform_distinct import UniformDistinct
 from ..sharding.keys import ForeignKey
 from ..wal.log import WalConfig, WriteAheadLog
 from ..wal.logged import LoggedTable
@@ -38,7 +39,6 @@ from .server import ReplayServer
 from .sharded.client import ShardedClient
 from .sharded.placement import PlacementError
 from .sharded.service import connect_sharded, serve_sharded
-from .uniform_distinct import UniformDistinct
 
 __all__ = [
     "BatchingWriter",

@@ -47,13 +47,12 @@ import numpy as np
 from ..errors import InvalidArgument, KeyNotFound, StorageError
 from ..limiters import MinSize
 from ..samplers import Fifo
+from ..samplers.uniform_distinct import UniformDistinct
 from ..storage.fragments import FragmentStore, RefCounts, fragment_age
 from ..table import Table
 from .fragment_nodes import FragmentNodes
-from .fragment_records import Chunk, FragmentBufferConfig, FragmentRef, Lease, StreamState
+from .fragment_records import Chunk, FragmentBufferConfig, FragmentRef, Lease, StreamState, label_of
 from .journal import LEASE, PENDING, STREAM, Journal, NullJournal, chunk_key
-from .node_stores import label_of
-from .uniform_distinct import UniformDistinct
 
 log = logging.getLogger("replaystore")
 

@@ -18,8 +18,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .fragment_records import label_of
 from .journal import PENDING
-from .node_stores import label_of
 
 if TYPE_CHECKING:
     from .fragment_records import Chunk, Lease, StreamState

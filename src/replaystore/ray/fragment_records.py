@@ -13,6 +13,15 @@ from typing import NamedTuple
 from ..errors import InvalidArgument
 from ..storage.fragments import FragmentStore
 
+#: Separates a node-local fragment id from the label of the node's store (``<id>@<label>``).
+SEP = "@"
+
+
+def label_of(fragment_id: str) -> str | None:
+    """The store label a node-local fragment id names (``None`` for a one-store id)."""
+    _, sep, label = fragment_id.rpartition(SEP)
+    return label if sep else None
+
 
 @dataclass
 class FragmentBufferConfig:

@@ -30,22 +30,16 @@ from typing import Any
 from ..errors import DiskFull, KeyNotFound, StorageError
 from ..storage.fragments import FragmentStore, new_fragment_id
 from ._runtime import get, import_ray
+from .fragment_records import SEP, label_of
 from .store import StoreServer
 
 log = logging.getLogger("replaystore")
 
-SEP = "@"
 LABEL_KEY = "replaystore-store"  # a Ray node label naming the node's store (stable across restarts)
 
 
 class NodeLost(KeyNotFound):
     """The payload lived on a node that left the cluster (its store is gone with it)."""
-
-
-def label_of(fragment_id: str) -> str | None:
-    """The store label a node-local fragment id names (``None`` for a one-store id)."""
-    _, sep, label = fragment_id.rpartition(SEP)
-    return label if sep else None
 
 
 def node_dir(path: str, label: str) -> str:
@@ -447,6 +441,7 @@ __all__ = [
     "NodeStoreServer",
     "NodeStores",
     "LABEL_KEY",
+    "SEP",
     "label_of",
     "node_dir",
     "node_full",
