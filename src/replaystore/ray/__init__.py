@@ -22,6 +22,7 @@ Importing this package does not import Ray; the first call that needs it does, a
 local instance started by replaystore listens on loopback only. See ``docs/ray.md``.
 """
 
+from ..fragments.buffer import FragmentBuffer, FragmentBufferConfig, FragmentRef
 from ..samplers.uniform_distinct import UniformDistinct
 from ..sharding.keys import ForeignKey
 from ..wal.log import WalConfig, WriteAheadLog
@@ -29,11 +30,10 @@ from ..wal.logged import LoggedTable
 from ._runtime import import_ray, init_local
 from .batching_writer import BatchingWriter
 from .client import ReplayClient, connect, serve
-from .fragment_buffer import FragmentBuffer, FragmentBufferConfig, FragmentRef
-from .fragment_client import Fetch, FragmentClient
+from .fragments.client import Fetch, FragmentClient
+from .fragments.node_loaders import NodeLoaderPool
+from .fragments.node_stores import NodeLost, label_of
 from .loader import FragmentLoader, LocalLoaderPool, create_loader_pool, data_iter, detach
-from .node_loaders import NodeLoaderPool
-from .node_stores import NodeLost, label_of
 from .online_client import OnlineClient
 from .server import ReplayServer
 from .sharded.client import ShardedClient

@@ -177,7 +177,7 @@ def create_loader_pool(
     fragments = connect(service, namespace=namespace).fragments
     info = fragments.store_info
     if per_node:
-        from .node_loaders import NodeLoaderPool
+        from .fragments.node_loaders import NodeLoaderPool
 
         if info.get("node_local") is None:
             raise InvalidArgument(f"service {service!r} keeps one store: per_node loaders need node_local stores")

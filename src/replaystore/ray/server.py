@@ -36,13 +36,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..checkpoint import checkpoint_exists
 from ..errors import Closed, InvalidArgument, InvalidType, KeyNotFound, Timeout
+from ..fragments.buffer import FragmentBuffer, FragmentBufferConfig
 from ..monitor import LoggingSink, Sink, TensorBoardSink, WandbSink, flatten_scalars
 from ..table import Table, contract
 from ..wal.log import WalConfig
 from ..wal.logged import LoggedTable
 from ._runtime import import_ray
-from .fragment_buffer import FragmentBuffer, FragmentBufferConfig
-from .server_fragments import FragmentService
+from .fragments.service import FragmentService
 from .server_online import OnlineService
 
 if TYPE_CHECKING:

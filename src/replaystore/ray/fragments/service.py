@@ -11,16 +11,16 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..errors import KeyNotFound, Timeout
-from ._runtime import import_ray
+from ...errors import KeyNotFound, Timeout
+from .._runtime import import_ray
 
 #: seconds a loader pool's report of its queue counts (it reports at least every
 #: ``NodeLoaderPool.report_period`` while it loads, and zeros when it drains or closes)
 LOADER_QUEUE_TTL = 60.0
 
 if TYPE_CHECKING:
-    from .fragment_buffer import FragmentBuffer
-    from .fragment_records import FragmentBufferConfig
+    from ...fragments.buffer import FragmentBuffer
+    from ...fragments.records import FragmentBufferConfig
 
 
 class FragmentService:

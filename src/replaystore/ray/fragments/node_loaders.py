@@ -15,9 +15,9 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import Timeout
-from ._runtime import import_ray
-from .detach import detach
+from ...errors import Timeout
+from .._runtime import import_ray
+from ..detach import detach
 from .node_stores import NodeLost, label_of
 
 log = logging.getLogger("replaystore")

@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ._runtime import get, rpc_timeout
-from .fragment_buffer import FragmentRef
+from ...fragments.buffer import FragmentRef
+from .._runtime import get, rpc_timeout
 from .store import LocalStore, RemoteStore, open_store
 
 log = logging.getLogger("replaystore")

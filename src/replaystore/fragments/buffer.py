@@ -50,9 +50,9 @@ from ..samplers import Fifo
 from ..samplers.uniform_distinct import UniformDistinct
 from ..storage.fragments import FragmentStore, RefCounts, fragment_age
 from ..table import Table
-from .fragment_nodes import FragmentNodes
-from .fragment_records import Chunk, FragmentBufferConfig, FragmentRef, Lease, StreamState, label_of
 from .journal import LEASE, PENDING, STREAM, Journal, NullJournal, chunk_key
+from .nodes import FragmentNodes
+from .records import Chunk, FragmentBufferConfig, FragmentRef, Lease, StreamState, label_of
 
 log = logging.getLogger("replaystore")
 

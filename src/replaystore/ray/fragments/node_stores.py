@@ -27,10 +27,10 @@ import logging
 import os
 from typing import Any
 
-from ..errors import DiskFull, KeyNotFound, StorageError
-from ..storage.fragments import FragmentStore, new_fragment_id
-from ._runtime import get, import_ray
-from .fragment_records import SEP, label_of
+from ...errors import DiskFull, KeyNotFound, StorageError
+from ...fragments.records import SEP, label_of
+from ...storage.fragments import FragmentStore, new_fragment_id
+from .._runtime import get, import_ray
 from .store import StoreServer
 
 log = logging.getLogger("replaystore")
@@ -370,7 +370,7 @@ class NodeStoreClient:
         A dead handle: the service restarted (new store actors) or the node left (``NodeLost`` if
         the store is no longer attached).
         """
-        from ..errors import Closed
+        from ...errors import Closed
 
         for attempt in range(2):
             try:

@@ -18,11 +18,11 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .fragment_records import label_of
 from .journal import PENDING
+from .records import label_of
 
 if TYPE_CHECKING:
-    from .fragment_records import Chunk, Lease, StreamState
+    from .records import Chunk, Lease, StreamState
 
 log = logging.getLogger("replaystore")
 
