@@ -15,8 +15,8 @@ import griffe
 
 TARGETS = {
     "replaystore.ray.client.ReplayClient",
-    "replaystore.ray.sharded.ShardedClient",
-    "replaystore.ray.logged_table.LoggedTable",
+    "replaystore.ray.sharded.client.ShardedClient",
+    "replaystore.wal.logged.LoggedTable",
 }
 
 

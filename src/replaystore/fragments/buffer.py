@@ -18,7 +18,7 @@ failures. It holds metadata only: each fragment's payload lives in a
   or when the same client fetches again).
 - **Reference counting** is explicit (:class:`~replaystore.storage.fragments.RefCounts`): a
   payload is deleted when no partial chunk, chunk or lease holds it.
-- **Persistence**: every operation is written to a :class:`~replaystore.ray.journal.Journal` in
+- **Persistence**: every operation is written to a :class:`~replaystore.fragments.journal.Journal` in
   one transaction, and a new buffer on the same path resumes from it. Payloads are deleted from
   the store only after the transaction that dropped their last reference committed.
 - **Full disks**: an operation whose journal transaction fails (:class:`~replaystore.DiskFull`,

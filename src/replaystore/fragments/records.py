@@ -1,7 +1,7 @@
 """The records of the fragment buffer: its configuration, fragments, chunks, streams and leases.
 
 Plain data (JSON-able for the journal); the logic that moves them is
-:class:`~replaystore.ray.fragment_buffer.FragmentBuffer`.
+:class:`~replaystore.fragments.buffer.FragmentBuffer`.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class FragmentBufferConfig:
             live data shrank for good.
         node_local: a Ray resource name (e.g. ``"database"``): every node declaring it keeps its
             own store in ``path/node-<label>`` and producers write into their own node's store
-            (:mod:`~replaystore.ray.node_stores`). ``None`` (default): one store in ``path`` on the
+            (:mod:`~replaystore.ray.fragments.node_stores`). ``None`` (default): one store in ``path`` on the
             service's node.
     """
 

@@ -157,7 +157,7 @@ class ReplayClient:
 
     @functools.cached_property
     def fragments(self) -> "FragmentClient":
-        """The client of the service's fragment buffer (see :mod:`replaystore.ray.fragment_client`)."""
+        """The client of the service's fragment buffer (see :mod:`replaystore.ray.fragments.client`)."""
         from .fragments.client import FragmentClient
 
         return FragmentClient(self.actor, self.name, rpc_grace=self.rpc_grace)
@@ -272,7 +272,7 @@ def serve(
             after a restart, on top of the last checkpoint (see docs/ray.md, "Durable tables").
         server_class: the actor class, :class:`ReplayServer` or a subclass adding methods (the
             shards of :func:`~replaystore.ray.serve_sharded` use
-            :class:`~replaystore.ray.shard_server.ShardServer`).
+            :class:`~replaystore.ray.sharded.server.ShardServer`).
 
     Raises:
         InvalidArgument: a service (actor) with this name already exists.

@@ -26,7 +26,7 @@ import numpy as np
 
 from . import keys as shard_keys
 
-#: ``(size, mass, min_mass, kind, beta)`` as :func:`replaystore.ray.shard_server.shard_state` returns it.
+#: ``(size, mass, min_mass, kind, beta)`` as :func:`replaystore.ray.sharded.server.shard_state` returns it.
 State = tuple
 
 

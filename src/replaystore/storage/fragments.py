@@ -4,7 +4,7 @@ Large payloads (a MineStudio fragment is ~20 MB: 256 images plus a recurrent sta
 a Table or in Ray calls. Producers write them here and send only the returned *fragment id* to the
 replay service; loaders on the same node read them back. Every process on the node opens the same
 directory directly (LMDB is multi-process safe: one writer per shard at a time, readers never
-block); processes on other nodes go through a store actor (:mod:`replaystore.ray.store`).
+block); processes on other nodes go through a store actor (:mod:`replaystore.ray.fragments.store`).
 
 Layout of ``path/``: ``shard-000/ ... shard-NNN/``, one LMDB environment each (``data.mdb`` and
 ``lock.mdb``). A key goes to shard ``crc32(key) % num_shards``; more shards let more producers

@@ -1,6 +1,6 @@
 """The Table's journal interface: what a write-ahead log needs to record calls and replay them.
 
-A logger (such as :mod:`replaystore.ray.logged_table`) applies each call and appends its record
+A logger (such as :mod:`replaystore.wal.logged`) applies each call and appends its record
 as one step under :meth:`JournalMethods.locked`; after a crash it replays the records onto the
 table restored from the last checkpoint with :meth:`JournalMethods.replay_insert` and
 :meth:`JournalMethods.replay_sample` (and the ordinary ``update_priorities``, ``delete``,

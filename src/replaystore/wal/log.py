@@ -1,10 +1,10 @@
 r"""WriteAheadLog: an append-only log of records with group commit, checksums and segment files.
 
 The log is what makes a served Table durable between checkpoints (see
-:mod:`replaystore.ray.logged_table` for what is logged and how it is replayed). This package part
+:mod:`replaystore.wal.logged` for what is logged and how it is replayed). This package part
 knows nothing of Tables: it stores numbered records, each an operation code, a small JSON header
-and NumPy arrays, and gives them back in order. Three modules: :mod:`~replaystore.ray.wal_format`
-(one record's bytes), :mod:`~replaystore.ray.wal_files` (segment files, reading with recovery of a
+and NumPy arrays, and gives them back in order. Three modules: :mod:`~replaystore.wal.format`
+(one record's bytes), :mod:`~replaystore.wal.files` (segment files, reading with recovery of a
 torn tail, the writer's lock) and this one (the writer).
 
 Writing (:class:`WriteAheadLog`): :meth:`~WriteAheadLog.append` only queues a record and returns

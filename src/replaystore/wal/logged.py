@@ -114,7 +114,7 @@ def _optional(head: Mapping[str, np.ndarray], name: str) -> Any:
 
 
 class LoggedTable:
-    """A :class:`~replaystore.Table` plus its :class:`~replaystore.ray.wal.WriteAheadLog`.
+    """A :class:`~replaystore.Table` plus its :class:`~replaystore.wal.log.WriteAheadLog`.
 
     Build it with :meth:`open`. The mutating methods (``extend``, ``add``, ``sample``,
     ``update_priorities``, ``delete``, ``set_version``, ``clear``, and for episodic tables

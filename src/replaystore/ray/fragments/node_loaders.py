@@ -33,7 +33,7 @@ class NodeLoaderPool:
             pool drains or closes (fire and forget: a report lost costs nothing); ``None``: no reports.
 
     A record on a node without loaders (lost, or joined after the pool was made) fails with
-    :class:`~replaystore.ray.node_stores.NodeLost` when its turn comes, as does a load whose loader
+    :class:`~replaystore.ray.fragments.node_stores.NodeLost` when its turn comes, as does a load whose loader
     died with its node. Not thread-safe: one ``data_iter`` at a time.
     """
 

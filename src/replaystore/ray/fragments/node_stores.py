@@ -8,7 +8,7 @@ affinity), named ``"<service>:store:<label>"``. A fragment id names its store:
 loader know where a payload is without asking.
 
 :class:`NodeStores` is the service-side router: it has the :class:`FragmentStore` methods the
-:class:`~replaystore.ray.fragment_buffer.FragmentBuffer` calls (``delete``, ``keys``, ``clear``,
+:class:`~replaystore.fragments.buffer.FragmentBuffer` calls (``delete``, ``keys``, ``clear``,
 ``compact``, ``disk_usage``, ``live_bytes``, ``close``) and sends each node's share to that node's
 store actor. :meth:`NodeStores.refresh` (run by housekeeping) starts stores on new nodes and
 reports nodes that died; the buffer then drops their fragments (:meth:`FragmentBuffer.drop_node`).
@@ -18,7 +18,7 @@ The label of a node is, in this order: the value of its Ray node label ``replays
 to give a restarted node its old label), its IP address when that is unique among the nodes
 declaring the resource (a real cluster), else its node id (a simulated cluster on one machine). A
 node restarted with its directory under the same label is re-attached (see
-:meth:`~replaystore.ray.fragment_nodes.FragmentNodes.check_nodes`).
+:meth:`~replaystore.fragments.nodes.FragmentNodes.check_nodes`).
 """
 
 from __future__ import annotations

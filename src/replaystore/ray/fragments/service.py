@@ -1,7 +1,7 @@
 """The fragment-buffer part of the replay service: methods of :class:`~replaystore.ray.server.ReplayServer`.
 
 A mixin class: the service's actor class inherits these methods; they act on its one
-:class:`~replaystore.ray.fragment_buffer.FragmentBuffer` (``self.fragments``), acknowledging fragments,
+:class:`~replaystore.fragments.buffer.FragmentBuffer` (``self.fragments``), acknowledging fragments,
 serving fetches that wait for enough chunks, and leases. See docs/ray.md.
 """
 

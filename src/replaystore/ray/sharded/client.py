@@ -11,8 +11,8 @@ client.update_priorities(s.keys, new_p)         # queued: rides on the next fetc
 Routing of inserts: ``"round_robin"`` (a whole batch to the next shard; a shard whose rate limiter
 would block is passed over), by ``route=`` user keys (row ``i`` to shard ``route[i] % N``), and by
 stream for episodic tables (stream ``k`` to shard ``k % N``: an episode never spans shards). Keys
-carry their shard (:mod:`replaystore.ray.shard_keys`). Samples: :mod:`replaystore.ray.shard_sampler`
-(fetches, deferred updates) and :mod:`replaystore.ray.shard_sampling` (the math).
+carry their shard (:mod:`replaystore.sharding.keys`). Samples: :mod:`replaystore.ray.sharded.sampler`
+(fetches, deferred updates) and :mod:`replaystore.sharding.sampling` (the math).
 
 A client is picklable (its copies keep their own round-robin position, masses and random stream,
 and start with no fetched batches and no queued updates);

@@ -1,4 +1,4 @@
-"""The episode calls of :class:`~replaystore.ray.sharded.ShardedClient`: a stream lives on one shard.
+"""The episode calls of :class:`~replaystore.ray.sharded.client.ShardedClient`: a stream lives on one shard.
 
 Stream ``k`` lives on shard ``k % num_shards``, so an episode never spans shards and a stream's
 steps keep their order. ``add_episode(stream=None)`` takes the stream a Table would (one above
