@@ -13,6 +13,37 @@ from typing import NamedTuple
 from ..errors import InvalidArgument
 from ..storage.fragments import FragmentStore
 
+#: The counters of a fragment buffer (``stats()``; journaled with its state).
+COUNTERS = (
+    "fragments_added",
+    "duplicates",
+    "gaps",
+    "fragments_dropped_gap",
+    "fragments_dropped_stale",
+    "partials_expired",
+    "fragments_dropped_expired",
+    "chunks_formed",
+    "chunks_evicted",
+    "chunks_dropped_stale",
+    "chunks_retired",
+    "fetches",
+    "fragments_fetched",
+    "leases_released",
+    "leases_expired",
+    "lease_renewals",
+    "payloads_deleted",
+    "payload_delete_errors",
+    "orphans_deleted",
+    "compactions",
+    "bytes_compacted",
+    "restarts",
+    "nodes_lost",
+    "nodes_reattached",
+    "fragments_lost_with_node",
+    "chunks_lost_with_node",
+    "fragments_refused_lost_node",
+)
+
 #: Separates a node-local fragment id from the label of the node's store (``<id>@<label>``).
 SEP = "@"
 
