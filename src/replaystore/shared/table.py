@@ -48,6 +48,7 @@ from ..storage import ColumnStorage
 from ..storage.describe import from_description
 from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
+from .directory import check_name, path_of
 from .episodes import EpisodeSync, SharedEpisodeMethods
 from .errors import LayoutMismatch
 from .guard import ProcessGuard
@@ -58,7 +59,7 @@ from .reads import KeyCheckedReads
 from .reserve import ReservedInserts
 from .scalars import REGION as SCALARS_REGION
 from .scalars import PlacedScalars
-from .segment import Segment, check_name, path_of
+from .segment import Segment
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # open tables of this process (re-opened after a fork)
 
