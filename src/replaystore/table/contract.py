@@ -62,6 +62,8 @@ class Call:
         local: arguments a remote client applies itself (never sent): ``as_tensor``, ...
         refused: ``{mode: (error class, why)}``: what the mode raises instead.
         differs: ``{mode: what}``: a documented difference of the mode's answer (never silent).
+        of: the class whose method this is (default :class:`~replaystore.Table`; the rollout
+            buffer's contract, :mod:`replaystore.online.contract`, names ``RolloutBuffer``).
     """
 
     name: str
@@ -72,14 +74,15 @@ class Call:
     local: tuple[str, ...] = ()
     refused: Mapping[str, tuple[type[Exception], str]] = field(default_factory=dict)
     differs: Mapping[str, str] = field(default_factory=dict)
+    of: type | None = None
 
     @property
     def method(self) -> Callable:
-        """The Table's method."""
-        return getattr(Table, self.name)
+        """The method this call is (of the Table, or of ``of``)."""
+        return getattr(self.of or Table, self.name)
 
     def signature(self) -> inspect.Signature:
-        """The Table method's signature (with ``self``)."""
+        """The method's signature (with ``self``)."""
         return self._layout[0]
 
     @functools.cached_property
