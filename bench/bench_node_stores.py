@@ -123,7 +123,7 @@ def run(ray, workers, head: str, per_producer: int, node_local: bool) -> dict:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from replaystore import ray as rsr
-    from replaystore.ray.node_stores import label_of
+    from replaystore.ray.fragments.node_stores import label_of
 
     name = f"bn-{uuid.uuid4().hex[:6]}"
     ns = ray.get_runtime_context().namespace

@@ -9,6 +9,7 @@ import pytest
 
 import replaystore as rs
 from replaystore import cli
+from replaystore.demo import command as demo_command
 
 
 @pytest.fixture
@@ -123,14 +124,14 @@ def test_demo_rejects_non_positive_counts(option, capsys):
 
 
 def test_demo_without_the_extra_says_how_to_install(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "missing_demo_dependencies", lambda: ["torch", "gymnasium"])
+    monkeypatch.setattr(demo_command, "missing_demo_dependencies", lambda: ["torch", "gymnasium"])
     assert cli.main(["demo", "--steps", "10"]) == 2
     err = capsys.readouterr().err
     assert "torch, gymnasium" in err and "replaystore[demo]" in err
 
 
 def test_missing_demo_dependencies_is_a_list():
-    missing = cli.missing_demo_dependencies()
+    missing = demo_command.missing_demo_dependencies()
     assert set(missing) <= {"torch", "gymnasium", "tqdm", "matplotlib"}
 
 

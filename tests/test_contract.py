@@ -15,10 +15,10 @@ from replaystore.table import contract
 pytest.importorskip("ray")
 
 from replaystore.ray import ReplayClient, ShardedClient  # noqa: E402
-from replaystore.ray.logged_table import LoggedTable  # noqa: E402
 from replaystore.ray.server import ReplayServer  # noqa: E402
-from replaystore.ray.shard_server import SHARD_METHODS  # noqa: E402
+from replaystore.ray.sharded.server import SHARD_METHODS  # noqa: E402
 from replaystore.shared import SharedTable  # noqa: E402
+from replaystore.wal.logged import LoggedTable  # noqa: E402
 
 #: public Table attributes that are not calls of the contract, and why
 NOT_IN_CONTRACT = {

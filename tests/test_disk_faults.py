@@ -298,7 +298,7 @@ def test_compact_online_keeps_every_payload_readable_for_concurrent_readers(tmp_
 
 
 # -- the fragment buffer (the service's state): journal and payloads on one full disk -----------------------
-from replaystore.ray.fragment_buffer import FragmentBuffer, FragmentBufferConfig  # noqa: E402
+from replaystore.fragments.buffer import FragmentBuffer, FragmentBufferConfig  # noqa: E402
 
 S = "session"
 

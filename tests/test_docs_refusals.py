@@ -26,8 +26,8 @@ REFUSAL = re.compile(r"\brefus(e|es|ed|ing)\b|\bcannot be logged\b|\bnot loggabl
 
 def _logged(table: rs.Table):
     pytest.importorskip("ray")
-    from replaystore.ray.logged_table import LoggedTable
-    from replaystore.ray.wal import WalConfig
+    from replaystore.wal.log import WalConfig
+    from replaystore.wal.logged import LoggedTable
 
     d = tempfile.mkdtemp(prefix="refusals-")
     return LoggedTable.open(table, f"{d}/wal", WalConfig(dir=d))

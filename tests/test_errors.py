@@ -142,7 +142,7 @@ CONFIG_CALLS = [
 
 
 def _fragment_config(**kw):
-    from replaystore.ray.fragment_buffer import FragmentBufferConfig
+    from replaystore.fragments.buffer import FragmentBufferConfig
 
     return FragmentBufferConfig(**{"max_chunks": 4, "max_staleness": 1, "max_reuse": 2, **kw})
 

@@ -142,18 +142,8 @@ def test_ruff_check():
     assert r.returncode == 0, f"ruff check:\n{r.stdout}\n{r.stderr}"
 
 
-#: "No module over ~500 lines" (issue 21): the check allows 10% over; a longer module needs a reason here.
-MAX_MODULE_LINES = 550
-#: Modules still longer than that, each with the reason (shrink this list, do not grow it).
-LONG_MODULES = {
-    "replaystore/ray/fragment_buffer.py": "not split further yet; its records went to fragment_records.py",
-    # 520-530 lines before the tree was formatted with `ruff format` (signatures one argument per
-    # line); each is one concept, to be split further in a follow-up, not cut in half:
-    "replaystore/ray/wal.py": "the group-commit writer (records and files are already apart)",
-    "replaystore/online/budget.py": "AReaL's admission rule with over-provisioning, tokens and expiry",
-    "replaystore/online/buffer.py": "the rollout buffer's face (producers and trainer are apart)",
-    "replaystore/ray/server.py": "the actor core and its Table calls (fragments and online are apart)",
-}
+#: "No module over 500 lines" (issues 21 and 32): a longer module is split by concept, not exempted.
+MAX_MODULE_LINES = 500
 
 
 def test_no_module_is_too_long():
@@ -161,12 +151,9 @@ def test_no_module_is_too_long():
     for f in sorted((SRC / "replaystore").rglob("*.py")):
         rel = f.relative_to(SRC).as_posix()
         n = len(f.read_text().splitlines())
-        if n > MAX_MODULE_LINES and rel not in LONG_MODULES:
+        if n > MAX_MODULE_LINES:
             too_long[rel] = n
-    assert not too_long, (
-        f"modules over {MAX_MODULE_LINES} lines (split them by concept, or add one to "
-        f"LONG_MODULES with the reason): {too_long}"
-    )
+    assert not too_long, f"modules over {MAX_MODULE_LINES} lines (split them by concept): {too_long}"
 
 
 @pytest.mark.skipif(not FORMAT_ENFORCED, reason="FORMAT_ENFORCED is False until the lead formats the tree once")

@@ -21,8 +21,8 @@ import pytest
 import replaystore as rs
 import replaystore.shared.reserve as shared_reserve
 from replaystore.shared import SharedTable
+from replaystore.shared.directory import alive
 from replaystore.shared.header import W_RESERVED
-from replaystore.shared.segment import alive
 
 WIDE = {"id": ((), np.int64), "frame": ((2048,), np.int64)}  # 16 KB rows: 8 of them are a large batch
 

@@ -1,9 +1,9 @@
 """A griffe extension for the API reference: the Table methods generated from the contract.
 
-``ReplayClient``, ``ShardedClient`` and ``LoggedTable`` get some of their methods from
-``replaystore.table.contract.install`` at import time, which static analysis cannot see. For
-those classes this extension inspects the imported class and adds the generated methods (with
-the Table's signatures and docstrings) to what the reference shows.
+``ReplayClient``, ``ShardedClient``, ``LoggedTable`` and ``OnlineClient`` get some of their
+methods from ``replaystore.table.contract.install`` at import time, which static analysis cannot
+see. For those classes this extension inspects the imported class and adds the generated methods
+(with the Table's, or the rollout buffer's, signatures and docstrings) to what the reference shows.
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ from typing import Any
 
 import griffe
 
+#: class -> the module whose ``CALLS`` generated its methods
 TARGETS = {
-    "replaystore.ray.client.ReplayClient",
-    "replaystore.ray.sharded.ShardedClient",
-    "replaystore.ray.logged_table.LoggedTable",
+    "replaystore.ray.client.ReplayClient": "replaystore.table.contract",
+    "replaystore.ray.sharded.client.ShardedClient": "replaystore.table.contract",
+    "replaystore.wal.logged.LoggedTable": "replaystore.table.contract",
+    "replaystore.ray.online_client.OnlineClient": "replaystore.online.contract",
 }
 
 
@@ -26,12 +28,11 @@ class ContractMethods(griffe.Extension):
     def on_class_members(self, *, cls: griffe.Class, **kwargs: Any) -> None:  # noqa: D102
         if cls.path not in TARGETS:
             return
-        from replaystore.table import contract
-
+        calls = importlib.import_module(TARGETS[cls.path]).CALLS
         module = importlib.import_module(cls.module.path)
         live = getattr(module, cls.name)
         inspected = griffe.inspect(cls.module.path, filepath=None, import_paths=None)[cls.name]
-        for name in contract.CALLS:
+        for name in calls:
             if name not in cls.members and name in inspected.members and callable(getattr(live, name, None)):
                 member = inspected.members[name]
                 member.parent = cls

@@ -144,7 +144,7 @@ class WouldDeadlock(InvalidRequest):
 
 
 class WalCorrupt(CheckpointError):
-    """A write-ahead log holds a corrupted record that is not a torn tail (see ``replaystore.ray.wal``)."""
+    """A write-ahead log holds a corrupted record that is not a torn tail (see ``replaystore.wal.log``)."""
 
 
 class EpisodeError(InvalidArgument):

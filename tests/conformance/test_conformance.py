@@ -64,9 +64,9 @@ def ray_local():
 def build(mode: str, tmp: str, ray_local) -> tuple[dict, list]:
     """``({config: handle}, [cleanups])`` of a mode."""
     from replaystore import ray as rsr
-    from replaystore.ray.logged_table import LoggedTable
-    from replaystore.ray.wal import WalConfig
     from replaystore.shared import SharedTable
+    from replaystore.wal.log import WalConfig
+    from replaystore.wal.logged import LoggedTable
 
     if mode == "table":
         return {c: Handle(table(c), c) for c in CONFIGS}, []

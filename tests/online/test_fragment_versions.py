@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("lmdb")
 
-from replaystore.ray.fragment_buffer import FragmentBuffer, FragmentBufferConfig  # noqa: E402
+from replaystore.fragments.buffer import FragmentBuffer, FragmentBufferConfig  # noqa: E402
 
 S = "s"
 

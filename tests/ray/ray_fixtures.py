@@ -197,8 +197,8 @@ def log_then_replay(d: str, make_table, run_ops, ops, ops2, checkpoint: bool):
     ``logged_restored`` is open (on the same log).
     """
     import replaystore as rs
-    from replaystore.ray.logged_table import LoggedTable
-    from replaystore.ray.wal import WalConfig
+    from replaystore.wal.log import WalConfig
+    from replaystore.wal.logged import LoggedTable
 
     cfg = WalConfig(dir=d, fsync="never")
     t = make_table()

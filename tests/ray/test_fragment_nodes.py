@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 pytest.importorskip("lmdb")
 
-from replaystore.ray.fragment_buffer import FragmentBuffer, FragmentBufferConfig  # noqa: E402
-from replaystore.ray.node_stores import label_of  # noqa: E402
+from replaystore.fragments.buffer import FragmentBuffer, FragmentBufferConfig  # noqa: E402
+from replaystore.ray.fragments.node_stores import label_of  # noqa: E402
 from replaystore.storage.fragments import FragmentStore, new_fragment_id  # noqa: E402
 
 S = "s"

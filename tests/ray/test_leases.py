@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("lmdb")
 
 import replaystore as rs  # noqa: E402
-from replaystore.ray.fragment_buffer import FragmentBuffer, FragmentBufferConfig  # noqa: E402
+from replaystore.fragments.buffer import FragmentBuffer, FragmentBufferConfig  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 S = "session"

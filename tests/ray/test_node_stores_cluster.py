@@ -206,7 +206,7 @@ def minestudio_producer(name, namespace, worker, n):
 def test_the_minestudio_api_on_node_local_stores(cluster, tmp_path):
     ray, c, workers = cluster
     from replaystore.compat.minestudio import ReplayBufferInterface, create_loader_pool, data_iter
-    from replaystore.ray.node_stores import label_of
+    from replaystore.ray.fragments.node_stores import label_of
 
     name, ns = f"ms-{uuid.uuid4().hex[:6]}", ray.get_runtime_context().namespace
     config = {
@@ -250,7 +250,7 @@ def test_the_minestudio_api_on_node_local_stores(cluster, tmp_path):
 
 def test_the_service_restarts_and_reattaches_every_node_store(cluster, tmp_path):
     ray, c, workers = cluster
-    from replaystore.ray.node_stores import label_of
+    from replaystore.ray.fragments.node_stores import label_of
 
     client = serve(ray, tmp_path / "frag", max_restarts=-1)
     fc, ns = client.fragments, ray.get_runtime_context().namespace
@@ -279,7 +279,7 @@ def test_the_service_restarts_and_reattaches_every_node_store(cluster, tmp_path)
 def test_a_node_removed_mid_put_then_back(cluster, tmp_path):
     ray, c, workers = cluster
     from replaystore.ray import NodeLost
-    from replaystore.ray.node_stores import label_of
+    from replaystore.ray.fragments.node_stores import label_of
 
     client = serve(ray, tmp_path / "frag", fragments_per_chunk=3, orphan_grace=1.0)
     fc, ns = client.fragments, ray.get_runtime_context().namespace
@@ -365,7 +365,7 @@ def test_producers_put_locally_loaders_read_locally_and_a_node_is_lost(cluster, 
 
     import replaystore as rs
     from replaystore import ray as rsr
-    from replaystore.ray.node_stores import NodeLost, label_of
+    from replaystore.ray.fragments.node_stores import NodeLost, label_of
 
     head = ray.get_runtime_context().get_node_id()
     name = f"nl-{uuid.uuid4().hex[:6]}"

@@ -11,8 +11,8 @@ import pytest
 from ray_fixtures import start_ray
 
 import replaystore as rs
-from replaystore.ray.logged_table import LoggedTable
-from replaystore.ray.wal import MAGIC, WalConfig, list_segments
+from replaystore.wal.log import MAGIC, WalConfig, list_segments
+from replaystore.wal.logged import LoggedTable
 
 pytestmark = pytest.mark.timeout(240)
 TRIES = 3  # each failure is repeated: the same exception every time

@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import replaystore as rs
-from replaystore.ray import shard_keys, shard_sampling
+from replaystore.sharding import keys as shard_keys
+from replaystore.sharding import sampling as shard_sampling
 
 
 @settings(max_examples=200, deadline=None)

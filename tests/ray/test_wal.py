@@ -20,9 +20,9 @@ from ray_fixtures import log_then_replay
 
 import replaystore as rs
 from replaystore.errors import DiskFull, WalCorrupt
-from replaystore.ray.logged_table import LoggedTable
-from replaystore.ray.wal import MAGIC, WalConfig, WriteAheadLog, list_segments, read_log, write_records
 from replaystore.samplers import selector_from_config
+from replaystore.wal.log import MAGIC, WalConfig, WriteAheadLog, list_segments, read_log, write_records
+from replaystore.wal.logged import LoggedTable
 
 
 def _records(n, size=16):
@@ -65,7 +65,7 @@ def test_round_trip_dtypes(tmp_path):
 
 
 def test_object_arrays_are_refused():
-    from replaystore.ray.wal import check_arrays
+    from replaystore.wal.log import check_arrays
 
     with pytest.raises(TypeError):
         check_arrays({"o": np.array([{}, None], dtype=object)})
@@ -442,8 +442,8 @@ def test_full_disk_fails_the_call_then_recovers(tiny_fs):
 
 _CHILD = r"""
 import sys, numpy as np, replaystore as rs
-from replaystore.ray.logged_table import LoggedTable
-from replaystore.ray.wal import WalConfig
+from replaystore.wal.logged import LoggedTable
+from replaystore.wal.log import WalConfig
 d = sys.argv[1]
 lt = LoggedTable.open(rs.Table(100_000, seed=0), d + "/wal", WalConfig(dir=d, fsync=sys.argv[2]))
 i = 0
@@ -559,8 +559,8 @@ def test_log_samples_off(tmp_path):
 def test_a_version_reset_replays(tmp_path):
     """``set_version(v, reset=True)`` below the current version is logged with its flag and replays."""
     import replaystore as rs
-    from replaystore.ray.logged_table import LoggedTable
-    from replaystore.ray.wal import WalConfig
+    from replaystore.wal.log import WalConfig
+    from replaystore.wal.logged import LoggedTable
 
     cfg = WalConfig(dir=str(tmp_path), fsync="never")
     lt = LoggedTable.open(rs.Table(10, max_staleness=1), str(tmp_path / "wal"), cfg)

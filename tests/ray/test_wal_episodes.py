@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from ray_fixtures import log_then_replay
 
 import replaystore as rs
-from replaystore.ray.logged_table import LoggedTable
-from replaystore.ray.wal import WalConfig
 from replaystore.samplers import selector_from_config
+from replaystore.wal.log import WalConfig
+from replaystore.wal.logged import LoggedTable
 
 CAPACITY = 24
 KINDS = {

@@ -19,10 +19,11 @@ first) and drops stale groups itself, so that every group that leaves untrained 
 reason and by length (:class:`~replaystore.online.measure.OnlineMetrics`), and its budget given
 back.
 
-The class is written in three modules, one concept each: this one holds the state, the journal
-staging, admission and removal of groups, expiry and the lifecycle; :mod:`.buffer_producers` the
-producer-side calls (tickets, ``add``/``add_group``, ``reject``, over-provisioning, pause);
-:mod:`.buffer_trainer` the trainer-side calls (``sample``, ``set_version``, waiting for versions).
+The class is written in four modules, one concept each: this one holds the state, admission
+and removal of groups, expiry and the lifecycle; :mod:`.buffer_journal` the journal (staging,
+commit, restart); :mod:`.buffer_producers` the producer-side calls (tickets, ``add``/``add_group``,
+``reject``, over-provisioning, pause); :mod:`.buffer_trainer` the trainer-side calls (``sample``,
+``set_version``, waiting for versions).
 
 Staleness: each rollout carries a :class:`~replaystore.online.VersionRange`; a group's range
 covers its members'. ``staleness_end`` (``"min"`` by default) says which end counts. With
@@ -50,12 +51,13 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from ..errors import CheckpointError, Closed, InvalidRequest, StorageError
+from ..errors import Closed, InvalidRequest
 from ..limiters import MinSize
 from ..monitor import Sink, flatten_scalars
 from ..samplers import Fifo
 from ..table import Table
 from .budget import StalenessBudget
+from .buffer_journal import BufferJournal, NullOnlineJournal
 from .buffer_producers import ProducerCalls
 from .buffer_trainer import TrainerCalls
 from .groups import Group
@@ -88,33 +90,9 @@ _COUNTERS = (
     "add_calls",
     "restarts",
 )
-_REMEMBER_DONE = 4096  # completed groups remembered so that a retried write is answered, not duplicated
 
 
-def _done_order(rec: tuple) -> tuple:
-    """Sort key of a journaled done record: its sequence number.
-
-    Records written before they had one: numeric ids first, in numeric order (as they were admitted).
-    """
-    if len(rec) > 2:
-        return (1, int(rec[2]))
-    return (0, rec[0] if isinstance(rec[0], int) else -1)
-
-
-class NullOnlineJournal:
-    """Keeps nothing (an in-process buffer). See :class:`~replaystore.online.journal.OnlineJournal`."""
-
-    def write(self, puts: dict[str, Any], deletes: Iterable[str]) -> None:  # noqa: D102
-        pass
-
-    def load(self) -> dict[str, Any]:  # noqa: D102
-        return {}
-
-    def close(self) -> None:  # noqa: D102
-        pass
-
-
-class RolloutBuffer(ProducerCalls, TrainerCalls):
+class RolloutBuffer(ProducerCalls, TrainerCalls, BufferJournal):
     """Online rollouts with staleness by pacing and/or dropping, groups and pick policies.
 
     Args:
@@ -294,78 +272,11 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
         """What a group counts in the budget: 1, or its tokens."""
         return g.tokens if self.tokens else 1
 
-    # -- journal ----------------------------------------------------------------------------------------
-    def _state(self, budget: dict[str, Any] | None) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "counters": self.counters,
-            "next_order": self._next_order,
-            "next_arrival": self._next_arrival,
-            "metrics": self.metrics.snapshot("total"),
-            "budget": budget,
-        }
-
-    def _commit(self) -> None:
-        """Write what the last operation changed, plus the state, in one journal transaction.
-
-        If the write fails (a full disk), the changes stay staged and go out with the next
-        successful commit; the error is raised as :class:`~replaystore.StorageError`. The operation
-        itself has happened in memory (a restart before the next commit would not see it).
-        """
-        puts, deletes = self._puts, self._deletes
-        self._puts, self._deletes = {}, set()
-        if type(self.journal) is NullOnlineJournal:  # nothing kept: no state to build
-            return
-        budget = None
-        if self.budget is not None:  # its scalars, and the records of the tickets that changed
-            budget, bputs, bdeletes = self.budget.journal()
-            for k in bdeletes:
-                puts.pop(k, None)
-                deletes.add(k)
-            puts.update(bputs)
-        puts.pop("s", None)
-        try:
-            self.journal.write({**puts, "s": self._state(budget)}, [d for d in deletes if d not in puts])
-        except Exception as e:
-            self._puts, self._deletes = puts, deletes  # staged again (the lock is held: nothing came since)
-            if isinstance(e, StorageError):
-                raise
-            raise StorageError(
-                f"rollout buffer {self.name!r}: journal write failed ({type(e).__name__}: {e})",
-                path=getattr(self.journal, "path", None),
-            ) from e
-
-    def _stage(self, key: str, value: Any) -> None:
-        self._puts[key] = value
-        self._deletes.discard(key)
-
-    def _unstage(self, key: str) -> None:
-        self._puts.pop(key, None)
-        self._deletes.add(key)
-
-    def _put_pending(self, g: Group) -> None:
-        self._stage(f"p/{g.group_id!r}", g)
-
     def _drop_pending(self, g: Group, reason: str) -> None:
         """Forget a pending group that leaves untrained, counted by ``reason`` (lock held)."""
         del self._pending[g.group_id]
         self._unstage(f"p/{g.group_id!r}")
         self._drop_group(g, reason)
-
-    def _mark_done(self, gid: Hashable, status: str | None = None, fate: str | None = None) -> None:
-        """Remember a group's write status and fate (what happened to it), journaled, bounded."""
-        rec = self._done.pop(gid, [None, None])
-        if status is not None:
-            rec[0] = status
-        if fate is not None:
-            rec[1] = fate
-        self._done[gid] = rec
-        self._done_seq += 1
-        self._stage(f"d/{gid!r}", (gid, rec, self._done_seq))  # the sequence orders them on restart
-        while len(self._done) > _REMEMBER_DONE:
-            old = next(iter(self._done))
-            del self._done[old]
-            self._unstage(f"d/{old!r}")
 
     # -- groups in and out (lock held) -----------------------------------------------------------------
     def _admit(self, g: Group) -> str:
@@ -529,51 +440,6 @@ class RolloutBuffer(ProducerCalls, TrainerCalls):
 
                 logging.getLogger("replaystore").exception("online sink %r failed", sink)
         return scalars
-
-    # -- restart ------------------------------------------------------------------------------------------------------
-    def _restore(self, saved: dict[str, Any]) -> None:
-        if saved.get("s") is None:
-            return
-        try:
-            self._restore_records(saved)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
-            raise CheckpointError(
-                f"rollout buffer {self.name!r}: the journal does not hold a valid state ({type(e).__name__}: {e})"
-            ) from e
-
-    def _restore_records(self, saved: dict[str, Any]) -> None:
-        state = saved["s"]
-        self.version = int(state["version"])
-        self.counters.update(state["counters"])
-        self.counters["restarts"] += 1
-        self._next_order = int(state["next_order"])
-        self._next_arrival = int(state["next_arrival"])
-        for kind, hist in state["metrics"].items():
-            self.metrics.total[kind].update(hist)
-        if self.budget is not None and state["budget"] is not None:
-            if state["budget"].get("records"):  # ticket records apart (O(1) writes)
-                records = {k: v for k, v in saved.items() if k.startswith(("t/", "tb/")) or k == "tc"}
-                self.budget.load_journal(state["budget"], records)
-            else:  # a journal of the older format: every ticket in the state (rewritten as records)
-                self.budget.load_state(state["budget"])
-        self.table.set_version(self.version, reset=True)  # (restored)
-        done = sorted((v for k, v in saved.items() if k.startswith("d/")), key=_done_order)
-        for v in done[: max(len(done) - _REMEMBER_DONE, 0)]:
-            self._unstage(f"d/{v[0]!r}")
-        for v in done[-_REMEMBER_DONE:]:
-            self._done[v[0]] = list(v[1])
-        self._done_seq = max((_done_order(v)[1] for v in done), default=0)
-        for k, v in sorted(saved.items()):
-            if k.startswith("p/"):
-                self._pending[v.group_id] = v
-            elif k.startswith("c/"):
-                if v.arrival < 0:  # a journal written before groups kept their arrival
-                    v.arrival = int(k[2:])
-                if self._insert(v, k) < 0:  # stale by the saved version: cannot happen with a consistent journal
-                    self._unstage(k)
-        self._puts.clear()
-        if self._deletes:
-            self._commit()
 
     def __repr__(self) -> str:
         return (

@@ -6,39 +6,39 @@
 - :class:`FragmentClient` (``client.fragments``) is the large-payload path: payloads go to a
   :class:`~replaystore.storage.fragments.FragmentStore` (LMDB) on the service's node; only ids and
   metadata reach the service, which groups them into chunks (MineStudio's system, see
-  :mod:`replaystore.ray.fragment_buffer`).
+  :mod:`replaystore.fragments.buffer`).
 - :class:`WalConfig` (``serve(..., wal=...)``): a write-ahead log per Table, so inserts acknowledged
-  to a client survive a crash of the service (:mod:`replaystore.ray.wal`,
-  :mod:`replaystore.ray.logged_table`).
+  to a client survive a crash of the service (:mod:`replaystore.wal.log`,
+  :mod:`replaystore.wal.logged`).
 - :func:`serve_sharded` runs a Table as N shard services (placement over nodes) behind one
   :class:`ShardedClient` with the Table API; samples are drawn as from one table
-  (:mod:`replaystore.ray.shard_sampling`), keys carry their shard. :class:`BatchingWriter` sends
+  (:mod:`replaystore.sharding.sampling`), keys carry their shard. :class:`BatchingWriter` sends
   a writer's rows ``rows_per_call`` at a time (one Ray call per batch, not per row).
 - :func:`create_loader_pool` and :func:`data_iter` read fetched fragments in parallel (per node,
-  with node-local stores: ``FragmentBufferConfig(node_local=...)``, :mod:`replaystore.ray.node_stores`).
+  with node-local stores: ``FragmentBufferConfig(node_local=...)``, :mod:`replaystore.ray.fragments.node_stores`).
 
 Importing this package does not import Ray; the first call that needs it does, after setting
 ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` and ``RAY_AUTH_MODE=disabled`` (unless already set) so a
 local instance started by replaystore listens on loopback only. See ``docs/ray.md``.
 """
 
+from ..fragments.buffer import FragmentBuffer, FragmentBufferConfig, FragmentRef
+from ..samplers.uniform_distinct import UniformDistinct
+from ..sharding.keys import ForeignKey
+from ..wal.log import WalConfig, WriteAheadLog
+from ..wal.logged import LoggedTable
 from ._runtime import import_ray, init_local
 from .batching_writer import BatchingWriter
 from .client import ReplayClient, connect, serve
-from .fragment_buffer import FragmentBuffer, FragmentBufferConfig, FragmentRef
-from .fragment_client import Fetch, FragmentClient
+from .fragments.client import Fetch, FragmentClient
+from .fragments.node_loaders import NodeLoaderPool
+from .fragments.node_stores import NodeLost, label_of
 from .loader import FragmentLoader, LocalLoaderPool, create_loader_pool, data_iter, detach
-from .logged_table import LoggedTable
-from .node_loaders import NodeLoaderPool
-from .node_stores import NodeLost, label_of
 from .online_client import OnlineClient
 from .server import ReplayServer
-from .shard_keys import ForeignKey
-from .shard_placement import PlacementError
-from .shard_service import connect_sharded, serve_sharded
-from .sharded import ShardedClient
-from .uniform_distinct import UniformDistinct
-from .wal import WalConfig, WriteAheadLog
+from .sharded.client import ShardedClient
+from .sharded.placement import PlacementError
+from .sharded.service import connect_sharded, serve_sharded
 
 __all__ = [
     "BatchingWriter",

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgument
-from . import shard_sampling
+from ..sharding import sampling as shard_sampling
 
 
 def _one_row(item: Any) -> Any:

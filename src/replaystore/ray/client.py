@@ -25,18 +25,18 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument
+from ..fragments.buffer import FragmentBufferConfig
 from ..items import Sample
 from ..monitor import Sink, StatsReporter
 from ..table import Table, contract
+from ..wal.log import WalConfig
 from ._runtime import get, import_ray, init_local, require_init, rpc_timeout
 from .factories import table_factories
-from .fragment_buffer import FragmentBufferConfig
 from .server import ReplayServer, SinkSpec
-from .wal import WalConfig
 
 if TYPE_CHECKING:
     from ..online import RolloutBufferConfig
-    from .fragment_client import FragmentClient
+    from .fragments.client import FragmentClient
     from .online_client import OnlineClient
 
 DEFAULT_TABLE = "default"
@@ -157,8 +157,8 @@ class ReplayClient:
 
     @functools.cached_property
     def fragments(self) -> "FragmentClient":
-        """The client of the service's fragment buffer (see :mod:`replaystore.ray.fragment_client`)."""
-        from .fragment_client import FragmentClient
+        """The client of the service's fragment buffer (see :mod:`replaystore.ray.fragments.client`)."""
+        from .fragments.client import FragmentClient
 
         return FragmentClient(self.actor, self.name, rpc_grace=self.rpc_grace)
 
@@ -272,7 +272,7 @@ def serve(
             after a restart, on top of the last checkpoint (see docs/ray.md, "Durable tables").
         server_class: the actor class, :class:`ReplayServer` or a subclass adding methods (the
             shards of :func:`~replaystore.ray.serve_sharded` use
-            :class:`~replaystore.ray.shard_server.ShardServer`).
+            :class:`~replaystore.ray.sharded.server.ShardServer`).
 
     Raises:
         InvalidArgument: a service (actor) with this name already exists.

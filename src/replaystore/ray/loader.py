@@ -159,7 +159,7 @@ def create_loader_pool(
 
     With ``local=True``, a :class:`LocalLoaderPool` of ``num_readers`` threads in this process
     instead (this process must run on the store's node; ``num_cpus_per_reader`` is then unused).
-    With ``per_node=True`` (node-local stores), a :class:`~replaystore.ray.node_loaders.NodeLoaderPool`:
+    With ``per_node=True`` (node-local stores), a :class:`~replaystore.ray.fragments.node_loaders.NodeLoaderPool`:
     ``num_readers`` loaders on every node keeping a store; :func:`data_iter` sends each record to a
     loader on the node holding its payload.
 
@@ -177,7 +177,7 @@ def create_loader_pool(
     fragments = connect(service, namespace=namespace).fragments
     info = fragments.store_info
     if per_node:
-        from .node_loaders import NodeLoaderPool
+        from .fragments.node_loaders import NodeLoaderPool
 
         if info.get("node_local") is None:
             raise InvalidArgument(f"service {service!r} keeps one store: per_node loaders need node_local stores")

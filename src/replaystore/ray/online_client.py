@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import numbers
 import time
-from collections.abc import AsyncIterator, Hashable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from ..errors import Closed, Timeout
-from ..online.groups import RolloutBatch
+from ..online.contract import CALLS
 from ..online.tickets import Ticket
+from ..table import contract
 from ._runtime import get, rpc_timeout
 
 
@@ -61,122 +62,17 @@ class OnlineClient:
             f"{self.name}.{method}({self.buffer!r})",
         )
 
-    # -- producers ------------------------------------------------------------------------------------------
-    def acquire(
-        self,
-        k: int = 1,
-        timeout: float | None = None,
-        holder: str | None = None,
-        overprovision: int = 0,
-        tokens: int | None = None,
-    ) -> list[Ticket]:
-        """``k`` tickets (carrying ``.version``), waiting while the budget is spent.
-
-        ``rs.Timeout`` after ``timeout``; see :meth:`RolloutBuffer.acquire` for ``overprovision``,
-        ``tokens`` and ``rs.WouldDeadlock``.
-        """
-        return self._call("online_acquire", k, timeout, holder, overprovision, tokens, op_timeout=timeout)
-
-    def try_acquire(
-        self, k: int = 1, holder: str | None = None, overprovision: int = 0, tokens: int | None = None
-    ) -> list[Ticket]:
-        """``k`` tickets if the budget allows them now, else ``[]``."""
-        return self._call("online_try_acquire", k, holder, overprovision, tokens)
-
-    def held(self, ticket: int) -> bool:
-        """Whether ``ticket`` is held now (expiry judged by the service's clock at the call)."""
-        return self._call("online_held", ticket)
-
+    # -- the RolloutBuffer's calls: generated from replaystore.online.contract (see _remote_call) ------------
     def version_of(self, ticket: int) -> int:
         """The policy version ``ticket`` was admitted under (a :class:`Ticket` answers without a call)."""
         if isinstance(ticket, Ticket):
             return ticket.version
         return self._call("online_version_of", ticket)
 
-    def renew(self, tickets: Any) -> None:
-        """Restart the tickets' time-to-live (heartbeat); one ticket or a list."""
-        self._call("online_renew", _tickets(tickets))
-
-    def abandon(self, tickets: Any) -> None:
-        """Give tickets back (one or a list); their pending groups are dropped."""
-        self._call("online_abandon", _tickets(tickets))
-
-    def finish(self, tickets: Any, accepted: bool = True) -> None:
-        """End tickets whose rollouts are stored elsewhere (e.g. the fragment buffer)."""
-        self._call("online_finish", _tickets(tickets), bool(accepted))
-
-    def discard(self, n: int) -> None:
-        """``n`` accepted rollouts stored elsewhere left untrained: give their budget back."""
-        self._call("online_discard", n)
-
-    def cancel_slowest(self, n: int, holder: str | None = None) -> list[int]:
-        """Cancel up to ``n`` held tickets, longest-running first; returns their ids."""
-        return self._call("online_cancel_slowest", n, holder)
-
-    def pause(self) -> None:
-        """Stop admitting producers until :meth:`resume` (``InvalidRequest`` if already paused)."""
-        self._call("online_pause")
-
-    def resume(self) -> None:
-        """Admit producers again (``InvalidRequest`` if not paused)."""
-        self._call("online_resume")
-
-    def add(
-        self,
-        data: Any,
-        group: Hashable | None = None,
-        versions: Any = None,
-        length: int | None = None,
-        group_size: int | None = None,
-        index: int | None = None,
-    ) -> str:
-        """Add a rollout to its group; ``"pending"``, ``"complete"`` or ``"stale"``.
-
-        With ``index`` (the member's index in its group) a retried call adds nothing twice.
-        """
-        return self._call("online_add", data, group, versions, length, group_size, index)
-
-    def add_group(
-        self,
-        group: Hashable,
-        completions: Sequence[Any],
-        versions: Any = None,
-        lengths: Sequence[int] | None = None,
-        group_size: int | None = None,
-        indices: Sequence[int] | None = None,
-        member_versions: Sequence[Any] | None = None,
-    ) -> str:
-        """A whole group in one call and one journal transaction; idempotent (a retry adds nothing twice)."""
-        return self._call(
-            "online_add_group", group, completions, versions, lengths, group_size, indices, member_versions
-        )
-
-    def reject(self, group: Hashable, reason: str) -> None:
-        """Drop a scored group (or a held ticket's future group), counted by ``reason``; its budget comes back."""
-        self._call("online_reject", group, reason)
-
-    # -- trainers ----------------------------------------------------------------------------------------------
-    def sample(
-        self, num_groups: int | None = None, timeout: float | None = None, tokens: int | None = None
-    ) -> RolloutBatch:
-        """``num_groups`` whole groups, or groups until ``tokens`` (``rs.Timeout`` after ``timeout``)."""
-        return self._call("online_sample", num_groups, timeout, tokens, op_timeout=timeout)
-
-    def set_version(self, version: int) -> int:
-        """Set the policy version; returns how many groups were dropped as stale."""
-        return self._call("online_set_version", int(version))
-
     @property
     def version(self) -> int:
         """The buffer's policy version (one call)."""
         return self._call("online_version")
-
-    def wait_for_version(self, version: int, timeout: float | None = None) -> int:
-        """Wait until the policy version is at least ``version``; returns the version then.
-
-        Waits in a worker thread of the service; ``rs.Timeout`` after ``timeout``.
-        """
-        return self._call("online_wait_for_version", version, timeout, op_timeout=timeout)
 
     async def versions(
         self, after: int | None = None, timeout: float | None = None, poll: float = 5.0
@@ -202,21 +98,23 @@ class OnlineClient:
             seen = v
             yield v
 
-    def stats(self) -> dict[str, Any]:
-        """The buffer's stats (totals)."""
-        return self._call("online_stats")
 
-    def report(self) -> dict[str, float]:
-        """The window's scalars since the last report (also written to the service's sinks)."""
-        return self._call("online_report")
+def _remote_call(call: contract.Call) -> Callable:
+    """``OnlineClient.<call>``: one Ray call of the service's ``online_<call>`` on this client's buffer.
 
-    def close(self) -> None:
-        """Close this rollout buffer (its waiting and later calls raise ``rs.Closed``); the service goes on."""
-        self._call("online_close")
+    The arguments are bound to the ``RolloutBuffer`` method's signature (a wrong call raises
+    ``TypeError`` here, as the buffer would) and sent positionally; tickets go as a list (or one
+    bare ticket); a blocking call waits ``timeout`` plus ``rpc_grace``.
+    """
+    remote = f"online_{call.name}"
 
-    def expire(self) -> None:
-        """Run the buffer's expiry now."""
-        self._call("online_expire")
+    def method(self: OnlineClient, *args: Any, **kwargs: Any) -> Any:
+        a = contract.bind(call, args, kwargs)
+        if "tickets" in a:
+            a["tickets"] = _tickets(a["tickets"])
+        return self._call(remote, *a.values(), op_timeout=a["timeout"] if call.blocking else 0.0)
+
+    return contract.forwarded(call, method, OnlineClient)
 
 
 def _tickets(tickets: Any) -> Any:
@@ -225,5 +123,7 @@ def _tickets(tickets: Any) -> Any:
         return tickets
     return list(tickets)
 
+
+contract.install(OnlineClient, _remote_call, CALLS)
 
 __all__ = ["OnlineClient"]

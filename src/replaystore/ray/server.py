@@ -2,7 +2,7 @@
 
 One server holds any number of named :class:`~replaystore.Table` objects (small items travel inline,
 one Ray call per batch) and optionally one
-:class:`~replaystore.ray.fragment_buffer.FragmentBuffer` (large payloads stay in a FragmentStore on
+:class:`~replaystore.fragments.buffer.FragmentBuffer` (large payloads stay in a FragmentStore on
 the server's node; only ids and metadata reach the server). Start it with
 :func:`replaystore.ray.serve`, talk to it with :class:`~replaystore.ray.client.ReplayClient`.
 
@@ -14,12 +14,12 @@ fetch on an asyncio condition, so a waiting call never stalls the others.
 Restarts: with ``max_restarts`` Ray recreates the actor after a crash with the same arguments. The
 fragment buffer then resumes from its journal; Tables reload from ``checkpoint_dir`` when a
 checkpoint exists there, then, with ``wal``, replay their write-ahead log (every call acknowledged
-since that checkpoint, episode writes included; see :mod:`replaystore.ray.logged_table`).
+since that checkpoint, episode writes included; see :mod:`replaystore.wal.logged`).
 
 Start errors: whatever stops the actor from building or reloading what it holds is kept and
 raised, as itself, by every call (see :class:`ReplayServer`), so :func:`~replaystore.ray.serve`
 reports the cause deterministically. Methods of the fragment buffer and of the rollout buffers
-live in :mod:`~replaystore.ray.server_fragments` and :mod:`~replaystore.ray.server_online`.
+live in :mod:`~replaystore.ray.fragments.service` and :mod:`~replaystore.ray.server_online`.
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..checkpoint import checkpoint_exists
 from ..errors import Closed, InvalidArgument, InvalidType, KeyNotFound, Timeout
+from ..fragments.buffer import FragmentBuffer, FragmentBufferConfig
 from ..monitor import LoggingSink, Sink, TensorBoardSink, WandbSink, flatten_scalars
 from ..table import Table, contract
+from ..wal.log import WalConfig
+from ..wal.logged import LoggedTable
 from ._runtime import import_ray
-from .fragment_buffer import FragmentBuffer, FragmentBufferConfig
-from .logged_table import LoggedTable
-from .server_fragments import FragmentService
+from .fragments.service import FragmentService
 from .server_online import OnlineService
-from .wal import WalConfig
 
 if TYPE_CHECKING:
     from ..online import RolloutBuffer, RolloutBufferConfig
@@ -90,7 +90,7 @@ class ReplayServer(FragmentService, OnlineService):
         online: rollout buffers by name (:class:`~replaystore.online.RolloutBufferConfig`): online RL
             with pacing, groups and version ranges (see docs/online.md); their journals make them
             survive restarts.
-        wal: a :class:`~replaystore.ray.wal.WalConfig` for every table, or ``{table: WalConfig}``
+        wal: a :class:`~replaystore.wal.config.WalConfig` for every table, or ``{table: WalConfig}``
             for some: their mutations are logged before a call returns, and replayed after a
             restart (``None``: no log; a restart keeps only what the last checkpoint holds).
 

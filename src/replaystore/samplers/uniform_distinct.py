@@ -1,7 +1,7 @@
 """UniformDistinct: ``n`` different items per sample, uniformly (without replacement within a call).
 
 Used by the fragment service (``replaystore.ray``) and the ``"uniform"`` pick of
-``replaystore.online``; ``replaystore.ray.uniform_distinct`` re-exports it.
+``replaystore.online``; ``replaystore.ray`` re-exports it.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .directory import list_segments, path_of, remove_dir
 from .errors import LayoutMismatch, LockUnsupported, SharedTableExists, SharedTableNotFound
 from .lock import set_spin
-from .segment import list_segments, path_of, remove_dir
 from .table import SharedTable
 
 

@@ -13,8 +13,8 @@ import shutil
 import sys
 from typing import Any
 
+from .directory import default_directory, list_segments
 from .errors import SharedTableExists, SharedTableNotFound
-from .segment import default_directory, list_segments
 
 
 def add_parser(sub: Any) -> None:

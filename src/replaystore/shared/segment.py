@@ -12,7 +12,8 @@ Layout of ``<directory>/replaystore-<name>/``::
 
 Every process that has the table open holds ``flock(LOCK_SH)`` on ``segment``: the process that
 closes last (and so can take ``LOCK_EX``) removes the directory; a directory nobody holds is a
-leftover of crashed runs (:func:`list_segments`, ``replaystore shm``).
+leftover of crashed runs (:func:`~replaystore.shared.directory.list_segments`, ``replaystore shm``;
+names, paths and the listing: :mod:`replaystore.shared.directory`).
 
 The header's words and the configuration's checks: :mod:`replaystore.shared.header`.
 """
@@ -24,18 +25,17 @@ import fcntl
 import json
 import mmap
 import os
-import re
 import secrets
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from ..errors import DiskFull, InvalidArgument, Timeout
+from ..errors import DiskFull, Timeout
 from ..storage.diskspace import free_bytes, reserve
-from .errors import LayoutMismatch, SharedTableExists, SharedTableNotFound
+from .directory import PREFIX, alive, exists_error, list_segments, remove_dir
+from .errors import LayoutMismatch, SharedTableNotFound
 from .header import (
     HEADER_BYTES,
     LAYOUT_VERSION,
@@ -53,46 +53,15 @@ from .header import (
     W_JSON_OFF,
     W_LOCK_KIND,
     W_MAGIC,
-    W_RECOVERIES,
     W_TOTAL,
     W_VERSION,
     W_WAITING,
     check_mutex,
-    pid_max,
     read_config,
 )
 from .lock import KIND_MUTEX, FlockMutex, default_kind, init_lock, open_lock
 
 _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # (Linux 5.14+; Python 3.13 names it)
-
-PREFIX = "replaystore-"
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
-
-
-def default_directory() -> Path:
-    """Where shared tables live by default: ``/dev/shm`` (memory), else the temp directory."""
-    shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK):
-        return shm
-    import tempfile
-
-    return Path(tempfile.gettempdir())
-
-
-def check_name(name: str) -> str:
-    """``name`` if it is a valid table name (letters, digits, ``_ . -``; at most 100), else InvalidArgument."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise InvalidArgument(
-            f"a shared table name is 1-100 letters, digits, '_', '.' or '-' "
-            f"(not starting with '.' or '-'), got {name!r}"
-        )
-    return name
-
-
-def path_of(name: str, directory: str | os.PathLike | None) -> Path:
-    """The directory of table ``name``."""
-    root = Path(directory) if directory is not None else default_directory()
-    return root / f"{PREFIX}{check_name(name)}"
 
 
 def _flock(fd: int, op: int, timeout: float, what: str) -> None:
@@ -164,7 +133,7 @@ class Segment:
             reserved part (checked with ``statvfs`` first, then every block reserved).
         """
         if path.exists():
-            raise _exists(path)
+            raise exists_error(path)
         deferred = dict(deferred or {})
         offset = 0
         body = []
@@ -246,7 +215,7 @@ class Segment:
             if e.errno in (errno.EEXIST, errno.ENOTEMPTY):
                 self.close(remove=False)
                 shutil.rmtree(tmp, ignore_errors=True)
-                raise _exists(path) from None
+                raise exists_error(path) from None
             raise
         self.path = path
 
@@ -369,7 +338,7 @@ class Segment:
             p = w[i]
             if p == pid:
                 return
-            if p == 0 or not _alive(p):
+            if p == 0 or not alive(p):
                 w[i] = pid
                 return
 
@@ -415,9 +384,6 @@ class Segment:
         return removed
 
 
-_PID_MAX = pid_max()
-
-
 def _map(file: Path, size: int) -> mmap.mmap:
     """Map ``file`` through a descriptor of its own.
 
@@ -429,121 +395,3 @@ def _map(file: Path, size: int) -> mmap.mmap:
         return mmap.mmap(fd, size)
     finally:
         os.close(fd)
-
-
-def remove_dir(path: Path) -> bool:
-    """Remove a table directory: renamed aside first (new attachers fail at once), then deleted."""
-    tomb = path.parent / f".{path.name}.gone-{secrets.token_hex(4)}"
-    try:
-        os.rename(path, tomb)
-    except FileNotFoundError:
-        return False
-    shutil.rmtree(tomb, ignore_errors=True)
-    return True
-
-
-def _exists(path: Path) -> SharedTableExists:
-    name = path.name[len(PREFIX) :]
-    info = next((s for s in list_segments(path.parent) if s["name"] == name), None)
-    if info is not None and info["orphaned"]:
-        return SharedTableExists(
-            f"shared table {name!r} exists in {path.parent}, left by processes that "
-            f"are gone: attach to it, or remove it with `replaystore shm rm {name}`"
-        )
-    return SharedTableExists(
-        f"shared table {name!r} exists in {path.parent} (open in another process); attach to it, or choose another name"
-    )
-
-
-def _alive(pid: int) -> bool:
-    return alive(pid)
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, killed but not yet reaped by its parent, does not).
-
-    A number that cannot be a pid (``<= 0``, above ``pid_max``: a damaged word) is no process.
-    """
-    if not 0 < pid <= _PID_MAX:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return True  # (no /proc here: the signal said it exists)
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
-
-
-def list_segments(directory: str | os.PathLike | None = None) -> list[dict[str, Any]]:
-    """The shared tables in ``directory`` (default ``/dev/shm``): name, path, bytes, held, pids, orphaned.
-
-    ``bytes``: the segment's size; ``held``: the bytes the file system holds for it (less while
-    the table's deferred regions are unreserved).
-    ``orphaned``: no process has it open (a leftover of crashed runs, or a table kept on purpose).
-    ``error``: set when the segment cannot be read (not a table of this layout). ``incomplete``:
-    a hidden directory left by a creator that died before its table was published (or a removal
-    that was cut short); ``replaystore shm rm --all`` deletes those too.
-    """
-    root = Path(directory) if directory is not None else default_directory()
-    out: list[dict[str, Any]] = []
-    try:
-        entries = sorted(p for p in root.iterdir() if p.name.startswith(PREFIX) and p.is_dir())
-        hidden = sorted(p for p in root.iterdir() if p.name.startswith("." + PREFIX) and p.is_dir())
-    except FileNotFoundError:
-        return out
-    for path in hidden:  # a creation that never finished, or a removal cut short
-        m = re.search(r"\.tmp-(\d+)-", path.name)
-        if m is None or not _alive(int(m.group(1))):
-            out.append(
-                {
-                    "name": path.name,
-                    "path": str(path),
-                    "orphaned": True,
-                    "incomplete": True,
-                    "bytes": 0,
-                    "pids": [],
-                    "error": "incomplete: its creator died, or its removal was cut short",
-                }
-            )
-    for path in entries:
-        info: dict[str, Any] = {"name": path.name[len(PREFIX) :], "path": str(path)}
-        try:
-            fd = os.open(path / "segment", os.O_RDWR)
-        except OSError as e:
-            info.update(orphaned=True, error=str(e), bytes=0, pids=[])
-            out.append(info)
-            continue
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                info["orphaned"] = True
-            except BlockingIOError:
-                info["orphaned"] = False
-            st = os.fstat(fd)
-            size = st.st_size
-            info["bytes"] = size
-            info["held"] = st.st_blocks * 512  # (a ring-mode table's deferred regions are a hole)
-            try:
-                if size < HEADER_BYTES:
-                    raise LayoutMismatch("too short")
-                with mmap.mmap(fd, size) as mm:
-                    config = read_config(mm, path, size)
-                    words = memoryview(mm).cast("q")
-                    pids = [words[i] for i in range(PIDS, PIDS + MAX_PIDS) if words[i]]
-                    info["creator_pid"] = words[W_CREATOR]
-                    info["recoveries"] = words[W_RECOVERIES]
-                    words.release()
-                info["pids"] = [p for p in pids if _alive(p)]
-                info["capacity"] = config["capacity"]
-            except LayoutMismatch as e:
-                info.update(error=str(e), pids=[])
-        finally:
-            os.close(fd)
-        out.append(info)
-    return out

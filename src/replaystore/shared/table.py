@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..episodes import Episodes
-from ..errors import InvalidArgument, InvalidState
+from ..errors import InvalidArgument
 from ..limiters import MinSize, RateLimiter, limiter_from_config
 from ..placement import allocate, placed
 from ..samplers import (
@@ -48,6 +48,7 @@ from ..storage import ColumnStorage
 from ..storage.describe import from_description
 from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
+from .directory import check_name, path_of
 from .episodes import EpisodeSync, SharedEpisodeMethods
 from .errors import LayoutMismatch
 from .guard import ProcessGuard
@@ -56,10 +57,12 @@ from .host import SegmentHost
 from .lock import KIND_MUTEX, lock_kind
 from .options import check_episodes, check_supported, storage_config
 from .reads import KeyCheckedReads
+from .regions import placer as _placer
+from .regions import recorder as _recorder
 from .reserve import ReservedInserts
 from .scalars import REGION as SCALARS_REGION
 from .scalars import PlacedScalars
-from .segment import Segment, check_name, path_of
+from .segment import Segment
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # open tables of this process (re-opened after a fork)
 
@@ -383,46 +386,8 @@ def _construct(config: dict, allocator: Any, seed: int | None, cls: type, host: 
     return table
 
 
-def _recorder(regions: list, fills: dict) -> Any:
-    """An allocator that notes each request (and its scalar fill) and returns a zero-byte stand-in."""
-
-    def record(name: str, shape: tuple, dtype: np.dtype, fill: Any) -> np.ndarray:
-        if any(r[0] == name for r in regions):
-            raise InvalidState(f"two parts of a shared table allocate a region named {name!r}")
-        regions.append((name, shape, dtype))
-        if np.isscalar(fill):
-            fills[name] = fill.item() if isinstance(fill, np.generic) else fill
-        return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, (0,) * len(shape))
-
-    return record
-
-
 #: what building a Table from a damaged configuration can raise (attach turns them into LayoutMismatch)
 _CONFIG_ERRORS = (InvalidArgument, LookupError, TypeError, ValueError, OverflowError, AttributeError, SyntaxError)
-
-
-def _placer(seg: Segment, fill: bool) -> Any:
-    """An allocator handing out the segment's regions (filled when the segment is new)."""
-
-    def place(name: str, shape: tuple, dtype: np.dtype, value: Any) -> np.ndarray:
-        if name not in seg.regions:
-            from .errors import LayoutMismatch
-
-            raise LayoutMismatch(f"segment {seg.path} has no region {name!r}")
-        offset, rshape, rdtype = seg.regions[name]
-        if rshape != shape or rdtype != dtype:
-            from .errors import LayoutMismatch
-
-            raise LayoutMismatch(
-                f"segment {seg.path}: region {name!r} is {rshape} {rdtype}, this table needs {shape} {dtype}"
-            )
-        arr = seg.view(name)
-        # (a new segment is zeros already; a deferred region is filled when it is reserved)
-        if fill and not (np.isscalar(value) and value == 0) and name not in seg.config["deferred"]["fill"]:
-            arr[...] = value
-        return arr
-
-    return place
 
 
 _PY_KINDS = {bool: "biufc", int: "iufc", float: "fc"}  # as rows.py: Python scalars cast "same_kind"

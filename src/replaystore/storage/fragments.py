@@ -4,7 +4,7 @@ Large payloads (a MineStudio fragment is ~20 MB: 256 images plus a recurrent sta
 a Table or in Ray calls. Producers write them here and send only the returned *fragment id* to the
 replay service; loaders on the same node read them back. Every process on the node opens the same
 directory directly (LMDB is multi-process safe: one writer per shard at a time, readers never
-block); processes on other nodes go through a store actor (:mod:`replaystore.ray.store`).
+block); processes on other nodes go through a store actor (:mod:`replaystore.ray.fragments.store`).
 
 Layout of ``path/``: ``shard-000/ ... shard-NNN/``, one LMDB environment each (``data.mdb`` and
 ``lock.mdb``). A key goes to shard ``crc32(key) % num_shards``; more shards let more producers
@@ -26,7 +26,6 @@ import functools
 import json
 import logging
 import os
-import shutil
 import uuid
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -48,12 +47,11 @@ from .lmdb_envs import (
     ShardLink,
     checkin,
     delete_slack,
-    init_env,
     make_spare,
+    next_generation,
     open_env_locked,
     read_target,
     release_env_locked,
-    reserve_lock_file,
 )
 from .refcounts import RefCounts
 
@@ -383,8 +381,6 @@ class FragmentStore:
             if entry.path == sh.link:
                 checkin(entry)
                 return False
-            parent = os.path.dirname(sh.link)
-            base = os.path.basename(sh.link)
             try:
                 with entry.env.begin(write=True) as txn:  # blocks every writer of this shard
                     current = read_target(sh.link)
@@ -392,42 +388,7 @@ class FragmentStore:
                         raise Moved
                     if only_if_empty and txn.stat()["entries"]:
                         return True
-                    gen = int(current.rsplit(GEN, 1)[1]) + 1
-                    new = f"{base}{GEN}{gen:06d}"
-                    new_dir = os.path.join(parent, new)
-                    spare = os.path.exists(os.path.join(new_dir, SPARE))
-                    try:
-                        if not (empty and spare):  # an empty swap uses the spare: it needs no space
-                            shutil.rmtree(new_dir, ignore_errors=True)
-                            os.makedirs(new_dir)
-                            reserve_lock_file(new_dir)
-                            if empty:
-                                init_env(new_dir, self.map_size, self.writemap)
-                            else:
-                                entry.env.copy(new_dir, compact=True)
-                        tmp = os.path.join(parent, f".{base}.{uuid.uuid4().hex}")
-                        os.symlink(new, tmp)
-                        os.replace(tmp, sh.link)  # atomic: readers see the old or the new generation
-                    except DiskFull:
-                        if not (empty and spare):
-                            shutil.rmtree(new_dir, ignore_errors=True)
-                        raise
-                    except (lmdb.Error, OSError) as e:
-                        if not (empty and spare):
-                            shutil.rmtree(new_dir, ignore_errors=True)
-                        if isinstance(e, lmdb.Error):
-                            raise lmdb_write_error(e, new_dir, None, self.map_size) from None
-                        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                            raise DiskFull(
-                                f"no space to compact shard {sh.link} into {new_dir}", new_dir, None
-                            ) from None
-                        raise
-                    if empty and spare:
-                        os.unlink(os.path.join(new_dir, SPARE))
-                    for name in os.listdir(parent):  # the replaced generation and any leftovers
-                        if name.startswith(base + GEN) and name != new:
-                            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-                    make_spare(sh.link, new)
+                    next_generation(entry, sh.link, current, self.map_size, self.writemap, empty)
                     self.shrinks += 1
             except Moved:
                 continue

@@ -4,7 +4,8 @@ LMDB forbids opening one environment twice in a process, so every handle shares 
 :class:`EnvEntry` per directory (:func:`acquire_env` / :func:`release_env`; journals use them too).
 A store shard ``shard-NNN`` is a symlink to its current generation ``shard-NNN.gKKKKKK/``
 (:class:`ShardLink`); compaction and shrinking swap in a new generation, prepared ahead as a spare
-(:func:`make_spare`) so that giving space back on a full disk needs no space. Lock files are
+(:func:`make_spare`) so that giving space back on a full disk needs no space; :func:`next_generation`
+swaps one in. Lock files are
 allocated before LMDB maps them (:func:`reserve_lock_file`): a full disk is ``DiskFull``, never a
 ``SIGBUS``.
 """
@@ -15,6 +16,7 @@ import errno
 import os
 import shutil
 import threading
+import uuid
 from typing import Any
 
 from ..errors import DiskFull
@@ -196,6 +198,57 @@ def make_spare(link: str, current: str) -> None:
             pass
     except (OSError, lmdb.Error):  # DiskFull included: no spare this time
         shutil.rmtree(path, ignore_errors=True)
+
+
+def next_generation(entry: EnvEntry, link: str, current: str, map_size: int, writemap: bool, empty: bool) -> None:
+    """Swap shard ``link`` from generation ``current`` (open as ``entry``) to the next one.
+
+    Call it inside a write transaction of ``entry`` (so no writer commits to the old generation
+    meanwhile). The next generation is a compacted copy of ``entry`` or, with ``empty``, an empty
+    environment (the spare if :func:`make_spare` prepared one: then it needs no space); the symlink
+    is replaced atomically (readers see the old or the new generation), the replaced generation
+    and any leftovers are removed, and the following spare is prepared.
+
+    Raises:
+        DiskFull: no space for the new generation (the shard is left as it was).
+        StorageError: another LMDB error writing it (the shard is left as it was).
+    """
+    parent = os.path.dirname(link)
+    base = os.path.basename(link)
+    gen = int(current.rsplit(GEN, 1)[1]) + 1
+    new = f"{base}{GEN}{gen:06d}"
+    new_dir = os.path.join(parent, new)
+    spare = os.path.exists(os.path.join(new_dir, SPARE))
+    try:
+        if not (empty and spare):  # an empty swap uses the spare: it needs no space
+            shutil.rmtree(new_dir, ignore_errors=True)
+            os.makedirs(new_dir)
+            reserve_lock_file(new_dir)
+            if empty:
+                init_env(new_dir, map_size, writemap)
+            else:
+                entry.env.copy(new_dir, compact=True)
+        tmp = os.path.join(parent, f".{base}.{uuid.uuid4().hex}")
+        os.symlink(new, tmp)
+        os.replace(tmp, link)  # atomic: readers see the old or the new generation
+    except DiskFull:
+        if not (empty and spare):
+            shutil.rmtree(new_dir, ignore_errors=True)
+        raise
+    except (lmdb.Error, OSError) as e:
+        if not (empty and spare):
+            shutil.rmtree(new_dir, ignore_errors=True)
+        if isinstance(e, lmdb.Error):
+            raise lmdb_write_error(e, new_dir, None, map_size) from None
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFull(f"no space to compact shard {link} into {new_dir}", new_dir, None) from None
+        raise
+    if empty and spare:
+        os.unlink(os.path.join(new_dir, SPARE))
+    for name in os.listdir(parent):  # the replaced generation and any leftovers
+        if name.startswith(base + GEN) and name != new:
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    make_spare(link, new)
 
 
 class ShardLink:

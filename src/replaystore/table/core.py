@@ -11,24 +11,22 @@ that has left the table is skipped and counted, never applied to whatever reuses
 This module holds the public core (construction, insert, sample, update, delete, queries, the
 lock and the waiting); the rest of the class comes from the mixins of its sibling modules:
 :mod:`.edit` (calls by key), :mod:`.ring` (slot bookkeeping), :mod:`.fast` (ring writes, staged
-adds), :mod:`.insert` (the general insert), :mod:`.episodic`, :mod:`.persist` and :mod:`.stats`.
-Every mutable scalar lives in one :class:`~replaystore.table.state.TableState`. Where the state
-lives and who locks it is the table's host (:mod:`.host`, given at construction); a write-ahead
-log works on a :class:`~replaystore.table.journal.Journal` view of the table.
+adds), :mod:`.insert` (the general insert), :mod:`.episodic`, :mod:`.persist`, :mod:`.stats` and
+:mod:`.waits`. Every mutable scalar lives in one :class:`~replaystore.table.state.TableState`.
+Where the state lives and who locks it is the table's host (:mod:`.host`, given at construction);
+a write-ahead log works on a :class:`~replaystore.table.journal.Journal` view of the table.
 """
 
 from __future__ import annotations
 
 import threading
-import time
-import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..episodes import EpisodeIndex, Episodes
-from ..errors import BlockingWarning, Closed, InvalidArgument, Timeout
+from ..errors import Closed, InvalidArgument
 from ..items import Sample, check_device, drawn_sample
 from ..keys import KeyIndex, RingIndex, RingLiveSet
 from ..limiters import MinSize, Queue, RateLimiter, Stack
@@ -48,6 +46,7 @@ from .recent import RecentDraws
 from .ring import SlotBookkeeping
 from .state import TableState, allocate_rows
 from .stats import StatsMethods
+from .waits import Waits
 
 if TYPE_CHECKING:
     from ..prefetch import SampleIterator
@@ -58,6 +57,7 @@ class Table(
     EpisodeMethods,
     Persistence,
     StatsMethods,
+    Waits,
     GeneralInsert,
     FastPaths,
     SlotBookkeeping,
@@ -268,69 +268,10 @@ class Table(
             self._flush_pending()
             return self._index.key_of_slot[self._index.live_slots()]
 
-    # -- the lock, waiting and accounting ---------------------------------------------------------
+    # -- the lock and accounting (waiting: .waits) ---------------------------------------------------------
     def _check_open(self) -> None:
         if self._state.closed:
             raise Closed(f"table {self.name!r} is closed")
-
-    def _wait(self, ready, timeout: float | None, what: str, counter: str) -> None:
-        """Wait on the condition until ``ready()``; raise Timeout or Closed. Holds the lock.
-
-        Without a timeout, warns once (:class:`~replaystore.BlockingWarning`) after
-        :attr:`blocking_warning_s` seconds, and goes on waiting.
-        """
-        if ready():
-            return
-        timeout = self.default_timeout if timeout is None else timeout
-        start = time.monotonic()
-        deadline = None if timeout is None else start + timeout
-        warn_at = None if deadline is not None else start + self.blocking_warning_s
-        self._wait_started(counter, start)  # (+1 waiting; stats() reports the waits going on)
-        try:
-            while not ready():
-                self._check_open()
-                now = time.monotonic()
-                if deadline is not None:
-                    remaining = deadline - now
-                    if remaining <= 0:
-                        limiter = self.rate_limiter
-                        raise Timeout(
-                            f"{what} on table {self.name!r} blocked by {limiter!r} for "
-                            f"{timeout:.3g}s (size {self._state.size}, inserts {limiter.inserts}, "
-                            f"samples {limiter.samples})"
-                        )
-                elif warn_at is not None and now >= warn_at:
-                    warn_at = remaining = None
-                    self._warn_blocked(what, now - start)
-                else:
-                    remaining = None if warn_at is None else warn_at - now
-                self._cond.wait(remaining)
-            self._check_open()
-        finally:
-            self._wait_ended(counter, start)
-            setattr(self._state, counter, getattr(self._state, counter) + time.monotonic() - start)
-
-    def _warn_blocked(self, what: str, waited: float) -> None:
-        limiter = self.rate_limiter
-        warnings.warn(
-            f"{what} on table {self.name!r} has waited {waited:.0f}s with no timeout for {limiter!r} "
-            f"(size {self._state.size}, inserts {limiter.inserts}, samples {limiter.samples}) and goes on "
-            "waiting; a call that another thread cannot unblock never returns: pass timeout= (or "
-            "default_timeout=) to get a Timeout instead",
-            BlockingWarning,
-            stacklevel=4,
-        )
-
-    def _wait_for_sample(self, n: int, timeout: float | None) -> None:
-        """Block (lock held) until the table is open, non-empty and its limiter allows ``n`` samples."""
-        if self._state.closed:
-            self._check_open()
-        limiter = self.rate_limiter
-        if not (self._state.size > 0 and limiter.can_sample(n)):
-            limiter.check_sample_size(n)
-            self._wait(
-                lambda: self._state.size > 0 and limiter.can_sample(n), timeout, f"sample of {n}", "sample_blocked_s"
-            )
 
     def _account_sample(self, slots: np.ndarray, draws: int, out: np.ndarray | None = None) -> None:
         """Count a sample of ``draws`` that drew ``slots`` (duplicates allowed; lock held).

@@ -1,6 +1,6 @@
 """The table as a write-ahead log sees it: :class:`Journal`, what a logger needs to record calls and replay them.
 
-A logger (such as :mod:`replaystore.ray.logged_table`) makes one ``Journal(table)`` and applies
+A logger (such as :mod:`replaystore.wal.logged`) makes one ``Journal(table)`` and applies
 each call and appends its record as one step under :meth:`Journal.locked`; after a crash it
 replays the records onto the table restored from the last checkpoint with
 :meth:`Journal.replay_insert` and :meth:`Journal.replay_sample` (and the table's ordinary

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 
 from ..episodes import whole as _whole
-from .state import BLOCKED
 
 _STALENESS_BINS = 16
 #: the histograms of priorities (powers of two below the largest) and times sampled have this many bins
@@ -85,28 +83,6 @@ class StatsMethods:
                 return self._meta[start:end].copy()
             return np.concatenate((self._meta[start:], self._meta[: end - cap]))
         return self._meta[np.flatnonzero(self._index.key_of_slot >= 0)]
-
-    def _wait_started(self, counter: str, start: float) -> None:
-        """A call starts waiting (lock held): one more waiter; note when, for :meth:`_waits_now`."""
-        self._waiting += 1
-        self.__dict__.setdefault("_waits_since", {c: [] for c in BLOCKED})[counter].append(start)
-
-    def _wait_ended(self, counter: str, start: float) -> None:
-        """The wait :meth:`_wait_started` noted is over (lock held)."""
-        self._waiting -= 1
-        self._waits_since[counter].remove(start)
-
-    def _waits_now(self) -> dict[str, float]:
-        """Calls of this process blocked by the rate limiter now: how many, and seconds waited so far."""
-        now = time.monotonic()
-        out: dict[str, float] = {}
-        waits = self.__dict__.get("_waits_since", {})
-        for counter in BLOCKED:
-            starts = waits.get(counter, ())
-            side = counter.split("_", 1)[0]
-            out[f"{side}_waiting"] = len(starts)
-            out[f"{side}_blocked_now_s"] = float(sum(now - t for t in starts))
-        return out
 
     def _config_summary(self) -> dict[str, Any]:
         """The table's parts as JSON-able values (for dashboards), and the limiter's target ratio."""

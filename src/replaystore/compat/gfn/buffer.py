@@ -36,12 +36,11 @@ from ...limiters import MinSize
 from ...samplers import Fifo, MinHeap, Uniform
 from ...table import Table
 from .batch import Batch, ContainerTypeError, EmptyBufferError, UnsupportedContainer, container_repr, is_container
-from .codecs import Codec, codec_by_kind, codec_for, infer_file_kind
+from .codecs import Codec, codec_for
+from .files import load_container, save_container
 from .remote import RemotePath
 from .store import ContainerLog, SlotStorage, TensorStore
 from .timing import Timer, format_timing
-
-_KIND_KEY = "replaystore_kind"
 
 __all__ = ["ContainerTypeError", "EmptyBufferError", "ReplayBuffer", "UnsupportedContainer"]
 
@@ -435,67 +434,31 @@ class ReplayBuffer(RemotePath):
         The file also records the container kind, so :meth:`load` restores it on a fresh buffer;
         torchgfn's ``Container.load`` reads it too (it ignores the extra key). Nothing is
         written before the first add (as in torchgfn). The write is atomic (temporary + rename).
+
+        Raises:
+            TypeError: the stored container type has no tensor codec and no ``to_tensordict``.
         """
         if self._container_type is None:
             return
-        container = self.training_container
-        if self._codec is not None:
-            raw = self._codec.to_file(container)
-            kind = self._codec.kind
-        elif hasattr(container, "to_tensordict"):
-            raw = dict(container.to_tensordict().to_dict())
-            kind = "object"
-        else:
-            raise TypeError(
-                f"cannot save {self._container_type.__name__}: it has no tensor codec "
-                "(TensorContainer, torchgfn containers, or a to_tensordict method)"
-            )
-        raw = {k: v for k, v in raw.items() if k not in ("log_probs", "estimator_outputs")}
-        raw[_KIND_KEY] = torch.tensor(list(kind.encode()), dtype=torch.uint8)
-        path = os.fspath(path)
-        tmp = f"{path}.tmp{os.getpid()}"
-        torch.save(raw, tmp)
-        os.replace(tmp, path)
+        save_container(path, self.training_container, self._codec, self._container_type)
 
     def load(self, path: str | os.PathLike) -> None:
         """Replace the contents with a file written by :meth:`save` (or by torchgfn's ``save``).
 
         Works on a fresh buffer too (torchgfn's silently does nothing there). Items beyond the
         capacity are dropped by the buffer's rule (lowest log-reward, or oldest).
+
+        Raises:
+            TypeError: the file holds a container type without a codec and this buffer does not
+                hold that type.
+            ValueError: a prioritized buffer and a file without log-rewards.
         """
         device = None
         try:
             device = self.device
         except EmptyBufferError:
             device = getattr(self.env, "device", None)
-        raw = torch.load(os.fspath(path), weights_only=True, map_location=device)
-        kind_t = raw.pop(_KIND_KEY, None)
-        if kind_t is not None:
-            kind = bytes(kind_t.tolist()).decode()
-        elif self._codec is not None:
-            kind = self._codec.kind
-        elif self._container_type is not None:
-            kind = "object"
-        else:
-            kind = infer_file_kind(raw)
-        if kind == "object":
-            cls = self._container_type
-            if cls is None or not hasattr(cls, "from_tensordict"):
-                raise TypeError(
-                    "this file holds a container type without a codec: load it into a buffer "
-                    "that already holds that type"
-                )
-            from tensordict import TensorDict
-
-            container = cls.from_tensordict(self.env, TensorDict(raw, batch_size=[]))
-        else:
-            is_backward = bool(raw["is_backward"].item()) if "is_backward" in raw else False
-            codec = (
-                self._codec
-                if (self._codec is not None and self._codec.kind == kind)
-                else codec_by_kind(kind, self.env, is_backward)
-            )
-            container = codec.from_file(raw)
+        container = load_container(path, device, self.env, self._codec, self._container_type)
         self.clear()
         self._container_type = None
         self._check_type(container)

@@ -31,8 +31,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ...fragments.buffer import FragmentBufferConfig
 from ...ray import ReplayClient, ReplayServer, import_ray, serve
-from ...ray.fragment_buffer import FragmentBufferConfig
 
 #: the actor class (a :class:`replaystore.ray.ReplayServer`); create it with :func:`create_replay_buffer`
 ReplayBufferActor = ReplayServer

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...ray.store import LocalStore
+from ...ray.fragments.store import LocalStore
 
 
 class FragmentStore:

@@ -1,11 +1,11 @@
 """The write-ahead log's files: segments, reading them back with recovery, the writer's lock.
 
 A log is a directory of segments ``wal-<first lsn, 20 digits>.log`` (format:
-:mod:`replaystore.ray.wal_format`). Reading (:func:`read_log`) treats the files as untrusted
+:mod:`replaystore.wal.format`). Reading (:func:`read_log`) treats the files as untrusted
 input. A record cut short at the end of the last segment (a crash in the middle of a write: the
 frame or body extends past the end of the file, or the last record fails its checksum with nothing
 after it, or the tail is all zeros) is a *torn tail*: it was never acknowledged, so it is ignored
-(and :meth:`~replaystore.ray.wal.WriteAheadLog.open` truncates it away). Anything else that does
+(and :meth:`~replaystore.wal.log.WriteAheadLog.open` truncates it away). Anything else that does
 not check out (a bad checksum with records after it, a gap in LSNs, a malformed header, a torn
 record in a segment that is not the last) raises :class:`~replaystore.errors.WalCorrupt` naming the
 file and offset.
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import InvalidState, WalCorrupt
-from .wal_format import FRAME, MAGIC, MAX_RECORD, Record, decode
+from .format import FRAME, MAGIC, MAX_RECORD, Record, decode
 
 log = logging.getLogger("replaystore")
 

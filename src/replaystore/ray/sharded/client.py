@@ -11,8 +11,8 @@ client.update_priorities(s.keys, new_p)         # queued: rides on the next fetc
 Routing of inserts: ``"round_robin"`` (a whole batch to the next shard; a shard whose rate limiter
 would block is passed over), by ``route=`` user keys (row ``i`` to shard ``route[i] % N``), and by
 stream for episodic tables (stream ``k`` to shard ``k % N``: an episode never spans shards). Keys
-carry their shard (:mod:`replaystore.ray.shard_keys`). Samples: :mod:`replaystore.ray.shard_sampler`
-(fetches, deferred updates) and :mod:`replaystore.ray.shard_sampling` (the math).
+carry their shard (:mod:`replaystore.sharding.keys`). Samples: :mod:`replaystore.ray.sharded.sampler`
+(fetches, deferred updates) and :mod:`replaystore.sharding.sampling` (the math).
 
 A client is picklable (its copies keep their own round-robin position, masses and random stream,
 and start with no fetched batches and no queued updates);
@@ -29,12 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Closed, Timeout, Unsupported
-from ..table import contract
-from ..table.args import as_keys
-from . import shard_checks, shard_keys, shard_sampling
-from ._runtime import get, import_ray
-from .shard_episodes import ShardedEpisodes
+from ...errors import Closed, Timeout, Unsupported
+from ...sharding import checks as shard_checks
+from ...sharding import keys as shard_keys
+from ...sharding import sampling as shard_sampling
+from ...table import contract
+from ...table.args import as_keys
+from .._runtime import get, import_ray
+from .episodes import ShardedEpisodes
 
 MANIFEST = "sharded.json"
 

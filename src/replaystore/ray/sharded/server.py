@@ -18,11 +18,11 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import InvalidArgument, KeyNotFound
-from ..limiters import Queue, RateLimiter
-from ..samplers import Prioritized, Uniform
-from ..table import Table, contract
-from .server import ReplayServer
+from ...errors import InvalidArgument, KeyNotFound
+from ...limiters import Queue, RateLimiter
+from ...samplers import Prioritized, Uniform
+from ...table import Table, contract
+from ..server import ReplayServer
 
 _UNBOUNDED = -1e300
 

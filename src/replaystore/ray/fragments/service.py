@@ -1,7 +1,7 @@
 """The fragment-buffer part of the replay service: methods of :class:`~replaystore.ray.server.ReplayServer`.
 
 A mixin class: the service's actor class inherits these methods; they act on its one
-:class:`~replaystore.ray.fragment_buffer.FragmentBuffer` (``self.fragments``), acknowledging fragments,
+:class:`~replaystore.fragments.buffer.FragmentBuffer` (``self.fragments``), acknowledging fragments,
 serving fetches that wait for enough chunks, and leases. See docs/ray.md.
 """
 
@@ -11,16 +11,16 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..errors import KeyNotFound, Timeout
-from ._runtime import import_ray
+from ...errors import KeyNotFound, Timeout
+from .._runtime import import_ray
 
 #: seconds a loader pool's report of its queue counts (it reports at least every
 #: ``NodeLoaderPool.report_period`` while it loads, and zeros when it drains or closes)
 LOADER_QUEUE_TTL = 60.0
 
 if TYPE_CHECKING:
-    from .fragment_buffer import FragmentBuffer
-    from .fragment_records import FragmentBufferConfig
+    from ...fragments.buffer import FragmentBuffer
+    from ...fragments.records import FragmentBufferConfig
 
 
 class FragmentService:

@@ -1,9 +1,9 @@
-"""The sampling half of :class:`~replaystore.ray.sharded.ShardedClient`: one logical sample over N shards.
+"""The sampling half of :class:`~replaystore.ray.sharded.client.ShardedClient`: one logical sample over N shards.
 
 A sample draws per-shard counts from the masses the shards reported with their last replies
-(:mod:`replaystore.ray.shard_sampling` has the math), sends one call per shard with a count, and
+(:mod:`replaystore.sharding.sampling` has the math), sends one call per shard with a count, and
 merges the replies. A *fetch* draws the counts of ``depth`` batches at once and asks each shard
-for all its rows in one call (:meth:`~replaystore.ray.shard_server.ShardServer.shard_fetch`),
+for all its rows in one call (:meth:`~replaystore.ray.sharded.server.ShardServer.shard_fetch`),
 which also carries the priority updates queued for that shard; the batches not handed out yet
 wait in the client for the next ``sample`` of the same shape.
 """
@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Closed, InvalidArgument, Timeout
-from ..table import contract
-from . import shard_keys, shard_sampling
-from ._runtime import get, import_ray, rpc_timeout
-from .shard_base import ShardedBase
-from .shard_updates import PendingUpdates
+from ...errors import Closed, InvalidArgument, Timeout
+from ...sharding import keys as shard_keys
+from ...sharding import sampling as shard_sampling
+from ...sharding.updates import PendingUpdates
+from ...table import contract
+from .._runtime import get, import_ray, rpc_timeout
+from .base import ShardedBase
 
 #: queued priority updates (over all shards) beyond which ``update_priorities`` sends them at once
 MAX_QUEUED = 1 << 16
@@ -44,7 +45,7 @@ class ShardedSampler(ShardedBase):
 
         Returns a :class:`~replaystore.Sample` with global keys; ``probabilities`` are each draw's
         probability over the whole table and ``weights`` the importance weights with the global
-        size and smallest probability (see :mod:`replaystore.ray.shard_sampling`); ``indices`` are
+        size and smallest probability (see :mod:`replaystore.sharding.sampling`); ``indices`` are
         slots of the item's own shard. With ``depth > 1`` the batch may come from this client's
         last fetch (no call; drawn at that fetch's instant, see :class:`~replaystore.ray.ShardedClient`). Raises as
         :meth:`replaystore.Table.sample`; ``rs.Timeout`` also when no shard holds an item within

@@ -4,7 +4,7 @@ A learner's ``update_priorities`` costs a Ray call per shard it touches. With de
 client validates the call at once (keys of this table, one finite priority per key, ``>= 0`` for a
 prioritized table: the errors a shard would raise, raised before anything is queued) and keeps the
 shard-local keys and priorities here; the next sample call to that shard carries them and applies
-them before it draws (:meth:`replaystore.ray.shard_server.ShardServer.shard_fetch`), so they cost
+them before it draws (:meth:`replaystore.ray.sharded.server.ShardServer.shard_fetch`), so they cost
 no call of their own. Order is kept, so duplicate keys keep the Table's rule (the last one wins).
 
 Thread-safe (one lock).

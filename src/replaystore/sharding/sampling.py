@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from . import shard_keys
+from . import keys as shard_keys
 
-#: ``(size, mass, min_mass, kind, beta)`` as :func:`replaystore.ray.shard_server.shard_state` returns it.
+#: ``(size, mass, min_mass, kind, beta)`` as :func:`replaystore.ray.sharded.server.shard_state` returns it.
 State = tuple
 
 

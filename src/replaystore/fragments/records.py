@@ -1,7 +1,7 @@
 """The records of the fragment buffer: its configuration, fragments, chunks, streams and leases.
 
 Plain data (JSON-able for the journal); the logic that moves them is
-:class:`~replaystore.ray.fragment_buffer.FragmentBuffer`.
+:class:`~replaystore.fragments.buffer.FragmentBuffer`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,46 @@ from typing import NamedTuple
 
 from ..errors import InvalidArgument
 from ..storage.fragments import FragmentStore
+
+#: The counters of a fragment buffer (``stats()``; journaled with its state).
+COUNTERS = (
+    "fragments_added",
+    "duplicates",
+    "gaps",
+    "fragments_dropped_gap",
+    "fragments_dropped_stale",
+    "partials_expired",
+    "fragments_dropped_expired",
+    "chunks_formed",
+    "chunks_evicted",
+    "chunks_dropped_stale",
+    "chunks_retired",
+    "fetches",
+    "fragments_fetched",
+    "leases_released",
+    "leases_expired",
+    "lease_renewals",
+    "payloads_deleted",
+    "payload_delete_errors",
+    "orphans_deleted",
+    "compactions",
+    "bytes_compacted",
+    "restarts",
+    "nodes_lost",
+    "nodes_reattached",
+    "fragments_lost_with_node",
+    "chunks_lost_with_node",
+    "fragments_refused_lost_node",
+)
+
+#: Separates a node-local fragment id from the label of the node's store (``<id>@<label>``).
+SEP = "@"
+
+
+def label_of(fragment_id: str) -> str | None:
+    """The store label a node-local fragment id names (``None`` for a one-store id)."""
+    _, sep, label = fragment_id.rpartition(SEP)
+    return label if sep else None
 
 
 @dataclass
@@ -57,7 +97,7 @@ class FragmentBufferConfig:
             live data shrank for good.
         node_local: a Ray resource name (e.g. ``"database"``): every node declaring it keeps its
             own store in ``path/node-<label>`` and producers write into their own node's store
-            (:mod:`~replaystore.ray.node_stores`). ``None`` (default): one store in ``path`` on the
+            (:mod:`~replaystore.ray.fragments.node_stores`). ``None`` (default): one store in ``path`` on the
             service's node.
     """
 

@@ -1,11 +1,12 @@
 r"""WriteAheadLog: an append-only log of records with group commit, checksums and segment files.
 
 The log is what makes a served Table durable between checkpoints (see
-:mod:`replaystore.ray.logged_table` for what is logged and how it is replayed). This package part
+:mod:`replaystore.wal.logged` for what is logged and how it is replayed). This package part
 knows nothing of Tables: it stores numbered records, each an operation code, a small JSON header
-and NumPy arrays, and gives them back in order. Three modules: :mod:`~replaystore.ray.wal_format`
-(one record's bytes), :mod:`~replaystore.ray.wal_files` (segment files, reading with recovery of a
-torn tail, the writer's lock) and this one (the writer).
+and NumPy arrays, and gives them back in order. Four modules: :mod:`~replaystore.wal.format`
+(one record's bytes), :mod:`~replaystore.wal.files` (segment files, reading with recovery of a
+torn tail, the writer's lock), :mod:`~replaystore.wal.output` (the writer thread's writes to the
+segment) and this one (the writer: queue, acknowledgements, rotation, closing).
 
 Writing (:class:`WriteAheadLog`): :meth:`~WriteAheadLog.append` only queues a record and returns
 its LSN; one writer thread takes everything queued since its last write and writes it with one
@@ -36,13 +37,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import DiskFull, InvalidArgument, StorageError, WalCorrupt
-from .wal_config import FsyncPolicy, WalConfig
-from .wal_files import ScanResult, fsync_dir, list_segments, lock_dir, read_log, segment_path
-from .wal_format import MAGIC, Payload, Record, check_arrays, decode, encode
+from .config import FsyncPolicy, WalConfig
+from .files import ScanResult, fsync_dir, list_segments, lock_dir, read_log
+from .format import MAGIC, Record, check_arrays, decode, encode
+from .output import SegmentOutput
 
 log = logging.getLogger("replaystore")
-
-_IOV_MAX = 512
 
 
 class _Rotation:
@@ -54,7 +54,7 @@ class _Rotation:
         self.done = threading.Event()
 
 
-class WriteAheadLog:
+class WriteAheadLog(SegmentOutput):
     """An open log: append records, wait for them, rotate and drop segments. See the module doc.
 
     Use :meth:`open`, which reads the existing log first. ``append``, ``check``, ``rotate``,
@@ -363,15 +363,6 @@ class WriteAheadLog:
                     if not self._queue or self._error is not None:
                         break
 
-    def _sync_quietly(self) -> None:
-        try:
-            os.fsync(self._fd)
-            self.stats["fsyncs"] += 1
-        except OSError:
-            log.exception("write-ahead log %s: fsync failed", self.path)
-        self._synced = True
-        self._last_sync = time.monotonic()
-
     def _write_batch(self, batch: list) -> None:
         """Write a batch: runs of records as one group each, rotations between them, in order."""
         while batch:
@@ -428,86 +419,6 @@ class WriteAheadLog:
                 self._cond.notify_all()
                 self._wake()
             return True
-
-    def _write_group(self, batch: list) -> None:
-        """Write records with one ``writev`` (+ ``fsync`` per policy); on error truncate back."""
-        buffers: list = []
-        total = 0
-        for lsn, op, meta, head_arrays, data, flags in batch:
-            bufs, nbytes = encode(lsn, op, meta, head_arrays, Payload(data, flags))
-            buffers.extend(bufs)
-            total += nbytes
-        self._pending_bytes = total
-        good, good_total = self._size, self._bytes_total
-        try:
-            self._flush(buffers)
-            if self.fsync == "always":
-                os.fsync(self._fd)
-                self.stats["fsyncs"] += 1
-            elif self.fsync == "interval":
-                self._synced = False
-                if time.monotonic() - self._last_sync >= self.interval:
-                    os.fsync(self._fd)
-                    self.stats["fsyncs"] += 1
-                    self._synced = True
-                    self._last_sync = time.monotonic()
-        except OSError:
-            try:  # back to the last complete record, so no record ever follows a hole
-                os.ftruncate(self._fd, good)
-            except OSError:
-                log.exception("write-ahead log %s: could not truncate after a failed write", self.path)
-            self._size, self._bytes_total = good, good_total
-            raise
-        with self._cond:
-            self._durable = batch[-1][0]
-        self.stats["groups"] += 1
-        self.stats["records"] += len(batch)
-
-    def _flush(self, buffers: list) -> None:
-        """``writev`` every buffer (in slices of at most ``_IOV_MAX``), retrying short writes."""
-        i = 0
-        while i < len(buffers):
-            chunk = buffers[i : i + _IOV_MAX]
-            want = sum(len(b) if isinstance(b, bytes) else b.nbytes for b in chunk)
-            done = os.writev(self._fd, chunk)
-            while done < want:  # a short write: write the rest one buffer at a time
-                skip = done
-                rest = []
-                for b in chunk:
-                    n = len(b) if isinstance(b, bytes) else b.nbytes
-                    if skip >= n:
-                        skip -= n
-                        continue
-                    rest.append(memoryview(b)[skip:])
-                    skip = 0
-                w = os.write(self._fd, rest[0])
-                if w == 0:
-                    raise OSError(errno.ENOSPC, "short write")
-                done += w
-            self._size += want
-            self._bytes_total += want
-            self.stats["bytes"] += want
-            i += _IOV_MAX
-
-    def _finish_segment(self) -> None:
-        if self._fd >= 0:
-            os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = -1
-
-    def _new_segment(self, first_lsn: int) -> None:
-        fpath = segment_path(self.path, first_lsn)
-        fd = os.open(fpath, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.ftruncate(fd, 0)
-            os.write(fd, MAGIC)
-            os.fsync(fd)
-            fsync_dir(self.path)
-        except OSError:
-            os.close(fd)
-            raise
-        self._fd, self._segment, self._size = fd, fpath, len(MAGIC)
-        self._synced = True
 
     # -- closing ----------------------------------------------------------------------------------------------
     def close(self, timeout: float | None = 10.0) -> None:

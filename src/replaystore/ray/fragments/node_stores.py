@@ -8,7 +8,7 @@ affinity), named ``"<service>:store:<label>"``. A fragment id names its store:
 loader know where a payload is without asking.
 
 :class:`NodeStores` is the service-side router: it has the :class:`FragmentStore` methods the
-:class:`~replaystore.ray.fragment_buffer.FragmentBuffer` calls (``delete``, ``keys``, ``clear``,
+:class:`~replaystore.fragments.buffer.FragmentBuffer` calls (``delete``, ``keys``, ``clear``,
 ``compact``, ``disk_usage``, ``live_bytes``, ``close``) and sends each node's share to that node's
 store actor. :meth:`NodeStores.refresh` (run by housekeeping) starts stores on new nodes and
 reports nodes that died; the buffer then drops their fragments (:meth:`FragmentBuffer.drop_node`).
@@ -18,7 +18,7 @@ The label of a node is, in this order: the value of its Ray node label ``replays
 to give a restarted node its old label), its IP address when that is unique among the nodes
 declaring the resource (a real cluster), else its node id (a simulated cluster on one machine). A
 node restarted with its directory under the same label is re-attached (see
-:meth:`~replaystore.ray.fragment_nodes.FragmentNodes.check_nodes`).
+:meth:`~replaystore.fragments.nodes.FragmentNodes.check_nodes`).
 """
 
 from __future__ import annotations
@@ -27,25 +27,19 @@ import logging
 import os
 from typing import Any
 
-from ..errors import DiskFull, KeyNotFound, StorageError
-from ..storage.fragments import FragmentStore, new_fragment_id
-from ._runtime import get, import_ray
+from ...errors import DiskFull, KeyNotFound, StorageError
+from ...fragments.records import SEP, label_of
+from ...storage.fragments import FragmentStore, new_fragment_id
+from .._runtime import get, import_ray
 from .store import StoreServer
 
 log = logging.getLogger("replaystore")
 
-SEP = "@"
 LABEL_KEY = "replaystore-store"  # a Ray node label naming the node's store (stable across restarts)
 
 
 class NodeLost(KeyNotFound):
     """The payload lived on a node that left the cluster (its store is gone with it)."""
-
-
-def label_of(fragment_id: str) -> str | None:
-    """The store label a node-local fragment id names (``None`` for a one-store id)."""
-    _, sep, label = fragment_id.rpartition(SEP)
-    return label if sep else None
 
 
 def node_dir(path: str, label: str) -> str:
@@ -376,7 +370,7 @@ class NodeStoreClient:
         A dead handle: the service restarted (new store actors) or the node left (``NodeLost`` if
         the store is no longer attached).
         """
-        from ..errors import Closed
+        from ...errors import Closed
 
         for attempt in range(2):
             try:
@@ -447,6 +441,7 @@ __all__ = [
     "NodeStoreServer",
     "NodeStores",
     "LABEL_KEY",
+    "SEP",
     "label_of",
     "node_dir",
     "node_full",

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import Closed
-from ..storage.fragments import FragmentStore
-from ._runtime import get, import_ray
+from ...errors import Closed
+from ...storage.fragments import FragmentStore
+from .._runtime import get, import_ray
 
 
 class _StoreCalls:

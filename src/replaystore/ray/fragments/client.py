@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ._runtime import get, rpc_timeout
-from .fragment_buffer import FragmentRef
+from ...fragments.buffer import FragmentRef
+from .._runtime import get, rpc_timeout
 from .store import LocalStore, RemoteStore, open_store
 
 log = logging.getLogger("replaystore")
@@ -100,7 +100,7 @@ class FragmentClient:
     def store(self) -> Any:
         """The store: opened directly on its node, through the store actor elsewhere.
 
-        With node-local stores, a :class:`~replaystore.ray.node_stores.NodeStoreClient` (puts into
+        With node-local stores, a :class:`~replaystore.ray.fragments.node_stores.NodeStoreClient` (puts into
         this node's store, reads from the node holding each fragment).
         """
         if self._store is None:

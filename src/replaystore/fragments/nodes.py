@@ -1,6 +1,6 @@
 """Node membership of a fragment buffer with node-local stores: drop a lost node, re-attach one.
 
-A mixin of :class:`~replaystore.ray.fragment_buffer.FragmentBuffer` (its methods act on the
+A mixin of :class:`~replaystore.fragments.buffer.FragmentBuffer` (its methods act on the
 buffer's own state). A node that left the cluster takes its store with it: :meth:`drop_node`
 removes every chunk and partial chunk holding one of its fragments in one journal transaction and
 counts them (``fragments_lost_with_node``, ``chunks_lost_with_node``, ``nodes_lost``). Leases keep
@@ -19,10 +19,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .journal import PENDING
-from .node_stores import label_of
+from .records import label_of
 
 if TYPE_CHECKING:
-    from .fragment_records import Chunk, Lease, StreamState
+    from .records import Chunk, Lease, StreamState
 
 log = logging.getLogger("replaystore")
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InvalidArgument, ReplayError
-from ._runtime import import_ray
+from ...errors import InvalidArgument, ReplayError
+from .._runtime import import_ray
 
 STRATEGIES = {"spread": "STRICT_SPREAD", "spread_soft": "SPREAD", "pack": "PACK", "strict_pack": "STRICT_PACK"}
 

@@ -1,4 +1,4 @@
-"""The episode calls of :class:`~replaystore.ray.sharded.ShardedClient`: a stream lives on one shard.
+"""The episode calls of :class:`~replaystore.ray.sharded.client.ShardedClient`: a stream lives on one shard.
 
 Stream ``k`` lives on shard ``k % num_shards``, so an episode never spans shards and a stream's
 steps keep their order. ``add_episode(stream=None)`` takes the stream a Table would (one above
@@ -11,15 +11,19 @@ per shard that has a share).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ..episodes import EpisodeBatch, EpisodeInfo
-from ..episodes.whole import check_request
-from ..errors import NoValidSequence
-from . import shard_checks, shard_keys, shard_sampling
-from .shard_sampler import ShardedSampler
+from ...episodes import EpisodeBatch, EpisodeInfo
+from ...episodes.whole import check_request
+from ...errors import NoValidSequence
+from ...sharding import checks as shard_checks
+from ...sharding import keys as shard_keys
+from ...sharding import sampling as shard_sampling
+from ...table import contract
+from .sampler import ShardedSampler
 
 
 class ShardedEpisodes(ShardedSampler):
@@ -31,20 +35,12 @@ class ShardedEpisodes(ShardedSampler):
                 top = int(streams.max()) + 1
                 self._next_stream = max(self._next_stream or 0, top)
 
-    def extend_steps(
-        self,
-        steps: Any,
-        streams: Any = 0,
-        terminated: Any = None,
-        truncated: Any = None,
-        priorities: Any = None,
-        version: Any = None,
-        timeout: float | None = None,
-    ) -> np.ndarray:
-        """``Table.extend_steps``, each row to its stream's shard (parallel calls); global keys.
+    # -- step writes: the Table's signatures and docstrings come from the contract (see _step_write) ---------
+    def _extend_steps(self, steps, streams, terminated, truncated, priorities, version, timeout) -> np.ndarray:
+        """Each row to its stream's shard (parallel calls); global keys.
 
         The rows' stream ids, flags, priorities and versions are checked before any shard is sent
-        anything (a refused call changes no shard). Raises as :meth:`replaystore.Table.extend_steps`.
+        anything (a refused call changes no shard).
         """
         self._check_open()
         n = shard_checks.batch_length(steps)
@@ -70,17 +66,8 @@ class ShardedEpisodes(ShardedSampler):
         self._wrote_streams(s_a)
         return keys
 
-    def add_step(
-        self,
-        step: Any,
-        stream: int = 0,
-        terminated: bool = False,
-        truncated: bool = False,
-        priority: float | None = None,
-        version: int | None = None,
-        timeout: float | None = None,
-    ) -> int:
-        """``Table.add_step`` on the stream's shard; the global key."""
+    def _add_step(self, step, stream, terminated, truncated, priority, version, timeout) -> int:
+        """On the stream's shard; the global key."""
         self._check_open()
         s_a, _, _ = shard_checks.check_steps(1, stream, None, None, self._shard_config()["episodes"])
         s, t = int(s_a[0]) % len(self.shards), self._t(timeout)
@@ -89,17 +76,8 @@ class ShardedEpisodes(ShardedSampler):
         self._wrote_streams(s_a)
         return int(shard_keys.encode(self.tag, s, np.array([key]))[0])
 
-    def add_episode(
-        self,
-        steps: Any,
-        stream: int | None = None,
-        terminated: bool = True,
-        truncated: bool = False,
-        priorities: Any = None,
-        version: Any = None,
-        timeout: float | None = None,
-    ) -> np.ndarray:
-        """``Table.add_episode`` on the stream's shard; global keys.
+    def _add_episode(self, steps, stream, terminated, truncated, priorities, version, timeout) -> np.ndarray:
+        """On the stream's shard; global keys.
 
         ``stream=None``: one above every stream id used so far (as the shards last reported them
         and as this client wrote them), on that stream's shard. Two clients writing at once may
@@ -209,3 +187,24 @@ class ShardedEpisodes(ShardedSampler):
         batch.truncated = np.concatenate(trunc)[order]
         batch.lengths = np.concatenate(lengths)[order]
         return batch
+
+
+def _step_write(name: str) -> Callable:
+    """``ShardedEpisodes.<name>``: ``_<name>`` with the Table method's signature and docstring.
+
+    The arguments are bound to the Table method's signature (a wrong call raises ``TypeError`` as
+    the Table would), so the seven-argument signatures of the step writes are written once, in the
+    Table, not again here.
+    """
+    call = contract.CALLS[name]
+    impl = getattr(ShardedEpisodes, f"_{name}")
+
+    def method(self: ShardedEpisodes, *args: Any, **kwargs: Any) -> Any:
+        return impl(self, **contract.bind(call, args, kwargs))
+
+    return contract.forwarded(call, method, ShardedEpisodes)
+
+
+for _name in ("extend_steps", "add_step", "add_episode"):
+    setattr(ShardedEpisodes, _name, _step_write(_name))
+del _name

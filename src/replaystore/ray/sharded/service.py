@@ -1,7 +1,7 @@
 """serve_sharded() and connect_sharded(): start or find the N shard services of a sharded table.
 
 Shard ``i`` of the sharded table ``name`` is the replay service ``"<name>.shard<i>"`` (a
-:class:`~replaystore.ray.shard_server.ShardServer` started with
+:class:`~replaystore.ray.sharded.server.ShardServer` started with
 :func:`~replaystore.ray.serve`), with its own checkpoint directory ``<checkpoint_dir>/shard-<i>``
 and write-ahead log ``<wal.dir>/shard-<i>``.
 """
@@ -15,15 +15,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..errors import InvalidArgument, Timeout
-from ..table import Table
-from ._runtime import get, init_local, require_init
-from .client import DEFAULT_TABLE, ReplayClient, connect, serve
-from .shard_keys import MAX_SHARDS, tag_for
-from .shard_placement import PlacementError, place
-from .shard_server import ShardFactory, ShardServer
-from .sharded import MANIFEST, ShardedClient
-from .wal import WalConfig
+from ...errors import InvalidArgument, Timeout
+from ...sharding.keys import MAX_SHARDS, tag_for
+from ...table import Table
+from ...wal.log import WalConfig
+from .._runtime import get, init_local, require_init
+from ..client import DEFAULT_TABLE, ReplayClient, connect, serve
+from .client import MANIFEST, ShardedClient
+from .placement import PlacementError, place
+from .server import ShardFactory, ShardServer
 
 
 def shard_name(name: str, index: int) -> str:
@@ -66,12 +66,12 @@ def serve_sharded(
             sampler; it runs in every shard actor (again after a restart). Each shard's Table gets
             its own random stream (from the Table's ``seed`` and the shard index) and, with
             ``scale_rate_limiter``, its share of the rate limiter (see
-            :class:`~replaystore.ray.shard_server.ShardFactory`).
+            :class:`~replaystore.ray.sharded.server.ShardFactory`).
         num_shards: ``1 <= num_shards <= 256``.
         name: the sharded table's name (shards are ``"<name>.shard<i>"``; the key tag derives from it).
         table: the table's name inside each shard service.
         placement: ``None``, ``"spread"``, ``"spread_soft"``, ``"pack"``, ``"strict_pack"`` or a list
-            of node ids (see :mod:`replaystore.ray.shard_placement`).
+            of node ids (see :mod:`replaystore.ray.sharded.placement`).
         placement_timeout: seconds to wait for the placement (``PlacementError`` after that).
         num_cpus: CPUs each shard reserves (0: none; placement group bundles then hold 0.01 CPU,
             as a bundle must not be empty).

@@ -15,9 +15,9 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import Timeout
-from ._runtime import import_ray
-from .detach import detach
+from ...errors import Timeout
+from .._runtime import import_ray
+from ..detach import detach
 from .node_stores import NodeLost, label_of
 
 log = logging.getLogger("replaystore")
@@ -33,7 +33,7 @@ class NodeLoaderPool:
             pool drains or closes (fire and forget: a report lost costs nothing); ``None``: no reports.
 
     A record on a node without loaders (lost, or joined after the pool was made) fails with
-    :class:`~replaystore.ray.node_stores.NodeLost` when its turn comes, as does a load whose loader
+    :class:`~replaystore.ray.fragments.node_stores.NodeLost` when its turn comes, as does a load whose loader
     died with its node. Not thread-safe: one ``data_iter`` at a time.
     """
 

@@ -1,9 +1,9 @@
-"""The plumbing of :class:`~replaystore.ray.sharded.ShardedClient`: its state and its calls to shards.
+"""The plumbing of :class:`~replaystore.ray.sharded.client.ShardedClient`: its state and its calls to shards.
 
 :class:`ShardedBase` holds the shard clients, the last known state of every shard (from the
 replies), the shards marked down, the client's random stream and the queued priority updates;
 it sends calls to shards and collects their replies (recording each shard's state). The
-sampling half is :mod:`replaystore.ray.shard_sampler`, the Table API the rest of
+sampling half is :mod:`replaystore.ray.sharded.sampler`, the Table API the rest of
 :mod:`replaystore.ray.sharded`.
 """
 
@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Closed, EpisodeError, InvalidArgument, InvalidPriority, Timeout
-from ..table.args import as_keys
-from . import shard_keys
-from ._runtime import get, import_ray, rpc_timeout
-from .client import ReplayClient
-from .shard_updates import PendingUpdates
+from ...errors import Closed, EpisodeError, InvalidArgument, InvalidPriority, Timeout
+from ...sharding import keys as shard_keys
+from ...sharding.updates import PendingUpdates
+from ...table.args import as_keys
+from .._runtime import get, import_ray, rpc_timeout
+from ..client import ReplayClient
 
 
 class ShardedBase:

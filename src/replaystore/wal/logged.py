@@ -51,7 +51,7 @@ when space returns (or is lost if the process dies first), never leaving a hole 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -60,62 +60,23 @@ from ..errors import Closed, SpecError, Unsupported, WalCorrupt
 from ..items import Sample
 from ..samplers import Fifo
 from ..storage import ObjectStorage
-from ..storage.spec import flatten, unflatten
 from ..table import Table, contract
 from ..table.journal import Journal
-from .wal import Record, WalConfig, WriteAheadLog, check_arrays
+from .arrays import decode_data as _decode_data
+from .arrays import encode_data as _encode_data
+from .arrays import optional as _optional
+from .arrays import request_arrays as _request_arrays
+from .arrays import step_arrays as _step_arrays
+from .log import Record, WalConfig, WriteAheadLog
 
 OP_EXTEND, OP_ADD, OP_SAMPLE, OP_UPDATE, OP_DELETE, OP_SET_VERSION, OP_CLEAR = range(1, 8)
 OP_STEPS, OP_STEP, OP_EPISODE, OP_END_EPISODE = range(8, 12)  # episode writes (episodic tables)
 _INSERTS = (OP_EXTEND, OP_ADD, OP_STEPS, OP_STEP, OP_EPISODE)
 LSN_COUNTER = "wal_lsn"
-_LOOSE = (bool, int, float, complex, list, tuple)  # what a column storage converts leniently
-
-
-def _encode_data(data: Any) -> tuple[dict[str, np.ndarray], dict[str, int], Any]:
-    """``(arrays, flags, data for the table)``: every leaf as an array; the table gets these arrays.
-
-    Flag 1: the leaf was a Python scalar or list, which the table converts leniently (and replay
-    passes it back as a list).
-    """
-    if not isinstance(data, Mapping):
-        raise SpecError(f"a logged table takes a dict of arrays, got {type(data).__name__}")
-    flat = flatten(data)
-    arrays: dict[str, np.ndarray] = {}
-    flags: dict[str, int] = {}
-    applied: dict[str, Any] = {}
-    for path, leaf in flat.items():
-        loose = isinstance(leaf, _LOOSE)
-        try:
-            arr = leaf if isinstance(leaf, np.ndarray) else np.asarray(leaf)
-        except ValueError as e:
-            raise SpecError(f"field {path!r}: cannot convert to an array ({e})") from None
-        arrays[path] = arr
-        flags[path] = int(loose)
-        applied[path] = leaf if loose else arr
-    try:
-        check_arrays(arrays)
-    except TypeError as e:
-        raise SpecError(str(e)) from None
-    return arrays, flags, unflatten(applied)
-
-
-def _decode_data(rec: Record) -> Any:
-    flat = {}
-    for name, arr in rec.arrays.items():
-        flat[name] = arr.tolist() if rec.flags.get(name) else arr
-    return unflatten(flat)
-
-
-def _optional(head: Mapping[str, np.ndarray], name: str) -> Any:
-    a = head.get(name)
-    if a is None:
-        return None
-    return a.item() if a.ndim == 0 else a
 
 
 class LoggedTable:
-    """A :class:`~replaystore.Table` plus its :class:`~replaystore.ray.wal.WriteAheadLog`.
+    """A :class:`~replaystore.Table` plus its :class:`~replaystore.wal.log.WriteAheadLog`.
 
     Build it with :meth:`open`. The mutating methods (``extend``, ``add``, ``sample``,
     ``update_priorities``, ``delete``, ``set_version``, ``clear``, and for episodic tables
@@ -509,29 +470,6 @@ class LoggedTable:
                 f"{where}: replayed insert got keys {np.atleast_1d(got)[:4].tolist()}..., the log says "
                 f"{want[:4].tolist()}...: the log does not continue this table"
             )
-
-
-def _request_arrays(priorities: Any, version: Any) -> dict[str, Any]:
-    """The insert's priorities and versions as the arrays to log (and to pass to the table)."""
-    head: dict[str, Any] = {}
-    if priorities is not None:
-        p = np.asarray(priorities, dtype=np.float64)
-        head["priorities"] = p
-    if version is not None:
-        v = np.asarray(version)
-        if v.dtype.kind not in "iub":
-            raise SpecError(f"version must be an integer or an array of integers, got dtype {v.dtype}")
-        head["version"] = v.astype(np.int64)
-    return head
-
-
-def _step_arrays(streams: Any, terminated: Any, truncated: Any) -> dict[str, np.ndarray]:
-    """A step write's stream ids and end flags as the table took them (so: valid), as arrays to log."""
-    out = {"streams": np.asarray(streams, dtype=np.int64)}
-    for name, flags in (("terminated", terminated), ("truncated", truncated)):
-        if flags is not None:
-            out[name] = np.asarray(flags).astype(bool)
-    return out
 
 
 def _read(call: contract.Call) -> Callable:

@@ -1,0 +1,291 @@
+"""``replaystore demo``: its command line and what it runs (the ``replaystore`` command adds it).
+
+``run_demo`` trains in process (:mod:`.train`) or, with ``--distributed``, with rollout actors on
+a local Ray instance (:mod:`.distributed`), prints the run's figures and writes the figure
+(:mod:`.plot`). Importing this module imports neither PyTorch, Gymnasium nor Ray: the command
+first says which packages of the ``[demo]`` (and ``[ray]``) extra are missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+from .config import DemoConfig
+
+DEMO_EXTRA = "pip install 'replaystore[demo]'  (torch==2.13.0, gymnasium, tqdm, matplotlib)"
+
+
+def positive_int(text: str) -> int:
+    """``int(text)``, for argparse: an ``ArgumentTypeError`` unless it is at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _distributed_defaults() -> dict:
+    """The distributed demo's defaults, for --help (importing the module does not import Ray or PyTorch)."""
+    from dataclasses import asdict
+
+    from .distributed import DistributedConfig
+
+    return asdict(DistributedConfig())
+
+
+# -- running the demo -------------------------------------------------------------------------------------------
+def missing_demo_dependencies() -> list[str]:
+    """The packages of the ``[demo]`` extra that cannot be imported."""
+    return [name for name in ("torch", "gymnasium", "tqdm", "matplotlib") if importlib.util.find_spec(name) is None]
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Run ``replaystore demo`` with the parsed ``args``; return the exit code (2: bad options or a missing extra)."""
+    if args.distributed and args.n_step > 1:
+        print("replaystore demo: --n-step applies only without --distributed", file=sys.stderr)
+        return 2
+    if args.distributed:
+        return _demo_distributed(args)
+    given = [f"--{k.replace('_', '-')}" for k in _DISTRIBUTED_OPTIONS if getattr(args, k) is not None]
+    if given:
+        print(f"replaystore demo: {', '.join(given)} only apply with --distributed", file=sys.stderr)
+        return 2
+    missing = missing_demo_dependencies()
+    if missing:
+        print(f"replaystore demo needs {', '.join(missing)}: {DEMO_EXTRA}", file=sys.stderr)
+        return 2
+    from .plot import plot_result
+    from .train import train
+
+    config = DemoConfig(
+        seed=args.seed,
+        total_steps=args.steps,
+        device=args.device,
+        threads=args.threads,
+        eval_episodes=args.eval_episodes,
+        n_step=args.n_step,
+    )
+    nstep = f", {config.n_step}-step returns (Table.sample_nstep)" if config.n_step > 1 else ""
+    print(
+        f"replaystore demo: DQN with prioritized replay (alpha {config.alpha}, beta {config.beta_start} -> "
+        f"{config.beta_end}){nstep} on {config.env_id}, seed {config.seed}, at most {config.total_steps:,} steps, "
+        f"device {config.device}",
+        flush=True,
+    )
+    result = train(config, progress=not args.no_progress)
+    out = Path(args.out or config.figure_name)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plot_result(result, out)
+    st = result.stats
+    rets = result.final_returns
+    bar = config.pass_return  # the figure draws the same bar
+    solved = f"solved (>= {bar:.0f})" if result.final_return >= bar else f"not solved (below {bar:.0f})"
+    stop = f"solved at step {result.solved_at:,}" if result.solved_at else "step budget used up"
+    print(
+        f"trained {result.steps:,} env steps ({stop}), {result.updates:,} gradient steps, "
+        f"{result.wall_time:.1f} s wall, {result.cpu_time:.1f} s CPU"
+    )
+    print(
+        f"buffer: {st['size']:,} items, {st['inserts']:,} inserts, {st['samples']:,} sampled, "
+        f"sample/insert ratio {st['sample_to_insert_ratio']:.1f}, priorities in "
+        f"[{st['priority_min']:.3g}, {st['priority_max']:.3g}] (mean {st['priority_mean']:.3g})"
+    )
+    print(
+        f"final average return over {len(rets)} greedy evaluation episodes: {result.final_return:.1f} "
+        f"(min {rets.min():.0f}, max {rets.max():.0f}): {solved}"
+    )
+    print(f"figure: {out}")
+    return 0
+
+
+_DISTRIBUTED_OPTIONS = ("actors", "sync_every", "write_batch", "batches_per_call")
+
+
+def _demo_distributed(args: argparse.Namespace) -> int:
+    missing = missing_demo_dependencies() + [n for n in ("ray",) if importlib.util.find_spec(n) is None]
+    if missing:
+        print(
+            f"replaystore demo --distributed needs {', '.join(missing)}: pip install 'replaystore[demo,ray]'",
+            file=sys.stderr,
+        )
+        return 2
+    from .distributed import DistributedConfig, train_distributed
+    from .plot import plot_result
+
+    config = DemoConfig(
+        seed=args.seed,
+        total_steps=args.steps,
+        device=args.device,
+        threads=args.threads,
+        eval_episodes=args.eval_episodes,
+    )
+    given = {k: getattr(args, k) for k in _DISTRIBUTED_OPTIONS if getattr(args, k) is not None}
+    dist = DistributedConfig(**given)
+    try:
+        dist.check(config)
+    except ValueError as e:
+        print(f"replaystore demo --distributed: {e}", file=sys.stderr)
+        return 2
+    spi = dist.spi(config)
+    print(
+        f"replaystore demo --distributed: DQN with prioritized replay (alpha {config.alpha}, beta "
+        f"{config.beta_start} -> {config.beta_end}) on {config.env_id}, seed {config.seed}, at most "
+        f"{config.total_steps:,} steps; {dist.actors} rollout actors "
+        f"(seeds {config.seed}..{config.seed + dist.actors - 1}, "
+        f"weights pulled every {dist.sync_every} steps, {dist.write_batch} transitions per extend) and the "
+        f"learner (device {config.device}, {dist.batches_per_call} batches of {config.batch_size} per sample "
+        f"call) on a local Ray instance; rate limiter: {spi:g} sampled items per insert",
+        flush=True,
+    )
+    try:
+        result = train_distributed(config, dist, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print("\nreplaystore demo --distributed: interrupted; actors, service and Ray shut down", file=sys.stderr)
+        return 130
+    out = Path(args.out or "replaystore-demo-distributed.png")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plot_result(result, out)
+    st = result.stats
+    rets = result.final_returns
+    solved = "solved" if result.final_return >= 450 else "not solved (below 450)"
+    stop = f"solved at step {result.solved_at:,}" if result.solved_at else "step budget used up"
+    print(
+        f"trained {result.steps:,} env steps ({stop}), {result.updates:,} gradient steps, "
+        f"{result.wall_time:.1f} s wall, {result.cpu_time:.1f} s CPU in the learner process"
+    )
+    print(
+        f"actors: env steps {result.actor_steps}, transitions inserted {result.actor_inserts}, episodes "
+        f"{result.actor_episodes}, weight pulls {result.actor_weight_pulls}; live items by actor "
+        f"{result.live_by_actor}"
+    )
+    print(
+        f"learner: {result.sample_calls:,} sample calls, {result.priority_updates:,} priority updates "
+        f"({result.priorities_applied:,} applied), {result.weight_versions:,} weight versions published"
+    )
+    print(
+        f"buffer (Ray service): {st['size']:,} items, {st['inserts']:,} inserts, {st['samples']:,} sampled, "
+        f"sample/insert ratio {st['sample_to_insert_ratio']:.1f}, priorities in "
+        f"[{st['priority_min']:.3g}, {st['priority_max']:.3g}] (mean {st['priority_mean']:.3g}), actors "
+        f"blocked by the rate limiter {st['insert_blocked_s']:.0f} s, learner {st['sample_blocked_s']:.0f} s"
+    )
+    print(
+        f"final average return over {len(rets)} greedy evaluation episodes: {result.final_return:.1f} "
+        f"(min {rets.min():.0f}, max {rets.max():.0f}): {solved}"
+    )
+    print(f"figure: {out}")
+    return 0
+
+
+# -- its command line -------------------------------------------------------------------------------
+def add_parser(sub: Any) -> None:
+    """Add ``replaystore demo`` to the ``replaystore`` command's subparsers ``sub``."""
+    d = DemoConfig()
+    demo = sub.add_parser(
+        "demo",
+        help="train DQN with prioritized replay on CartPole-v1 (needs the [demo] extra)",
+        description="Train DQN with prioritized replay on Gymnasium's CartPole-v1 from an in-process "
+        "replaystore Table: a prioritized sampler (alpha 0.6, beta annealed 0.4 -> 1), importance "
+        "weights on the Huber TD loss, priorities updated with |TD error|. Training stops once the "
+        f"recent returns reach {d.solved_return:.0f} and a greedy evaluation confirms it; the command "
+        "then prints the average return of fresh greedy evaluation episodes and writes a four-panel "
+        "figure (learning curve, priority distribution, times-sampled histogram, sample-to-insert "
+        f"ratio). Needs the [demo] extra: {DEMO_EXTRA}.",
+    )
+    demo.add_argument(
+        "--seed",
+        type=int,
+        default=d.seed,
+        help=f"seeds PyTorch, NumPy, the environment and the table; the same seed repeats "
+        f"the same run (default {d.seed})",
+    )
+    demo.add_argument(
+        "--steps",
+        type=positive_int,
+        default=d.total_steps,
+        help=f"budget of environment steps; training usually stops earlier, when solved (default {d.total_steps:,})",
+    )
+    demo.add_argument(
+        "--out",
+        default=None,
+        help="path of the PNG figure to write (default replaystore-demo.png, "
+        "replaystore-demo-nstep3.png with --n-step 3, "
+        "replaystore-demo-distributed.png with --distributed)",
+    )
+    demo.add_argument(
+        "--device", default=d.device, help=f"PyTorch device of the Q-network, e.g. cpu or cuda (default {d.device})"
+    )
+    demo.add_argument(
+        "--threads",
+        type=positive_int,
+        default=d.threads,
+        help=f"PyTorch CPU threads, torch.set_num_threads (default {d.threads})",
+    )
+    demo.add_argument(
+        "--eval-episodes",
+        type=positive_int,
+        default=d.eval_episodes,
+        help=f"episodes of each greedy evaluation, and of the final one (default {d.eval_episodes})",
+    )
+    demo.add_argument(
+        "--n-step",
+        type=positive_int,
+        default=d.n_step,
+        metavar="N",
+        help="n-step TD targets: N > 1 stores steps in an episodic table (rs.Episodes) and "
+        "trains on Table.sample_nstep(batch, N, gamma): discounted returns over up to N "
+        "steps of the same episode, no bootstrap after termination (default 1)",
+    )
+    demo.add_argument(
+        "--no-progress", action="store_true", help="no progress bar; print one line per evaluation instead"
+    )
+    demo.add_argument(
+        "--distributed",
+        action="store_true",
+        help="the Ape-X style version on a local Ray instance (loopback only, 2 CPUs, no "
+        "dashboard; needs the [ray] extra too): rollout actors, each with its own environment "
+        "and an epsilon-greedy copy of the Q-network, write transitions into a prioritized "
+        "table served by replaystore.ray; the learner in this process samples it, trains with "
+        "the importance weights and updates priorities; a sample-to-insert rate limiter keeps "
+        f"one gradient step of {d.batch_size} per environment step, as in-process. --steps counts "
+        "the steps of all actors",
+    )
+    dd = _distributed_defaults()
+    demo.add_argument(
+        "--actors",
+        type=positive_int,
+        default=None,
+        help=f"with --distributed: number of rollout actors (Ray actors; actor i is seeded with "
+        f"seed + i) (default {dd['actors']})",
+    )
+    demo.add_argument(
+        "--sync-every",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help=f"with --distributed: each actor pulls the learner's newest weights from Ray's object "
+        f"store every K of its environment steps (default {dd['sync_every']})",
+    )
+    demo.add_argument(
+        "--write-batch",
+        type=positive_int,
+        default=None,
+        metavar="B",
+        help=f"with --distributed: transitions an actor sends per insert call (client.extend) "
+        f"(default {dd['write_batch']})",
+    )
+    demo.add_argument(
+        "--batches-per-call",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="with --distributed: the learner samples N batches in one call (client.sample), makes "
+        "N gradient steps from them and sends their new priorities in one update_priorities call; "
+        f"fewer Ray round trips per gradient step (default {dd['batches_per_call']})",
+    )
+    demo.set_defaults(func=run_demo)
+
+
+__all__ = ["DEMO_EXTRA", "add_parser", "missing_demo_dependencies", "positive_int", "run_demo"]

@@ -1,0 +1,105 @@
+"""Waiting on the rate limiter: a blocking call waits with a timeout (or warns once), and is counted.
+
+A mixin of :class:`~replaystore.table.Table` (like the sibling modules' mixins: its methods act on
+the table's own state, with the table's lock held). :meth:`~Waits._wait` waits on the table's
+condition until a call may go on, raising :class:`~replaystore.Timeout` at its deadline and
+:class:`~replaystore.Closed` if the table closes meanwhile; without a timeout it warns once
+(:class:`~replaystore.BlockingWarning`) after ``blocking_warning_s`` seconds and goes on waiting.
+The waits going on are counted for ``stats()`` (``insert_waiting``, ``sample_blocked_now_s``...).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+from ..errors import BlockingWarning, Timeout
+from .state import BLOCKED
+
+
+class Waits:
+    """Blocking calls' waits (a mixin of :class:`~replaystore.table.Table`; lock held)."""
+
+    def _wait(self, ready, timeout: float | None, what: str, counter: str) -> None:
+        """Wait on the condition until ``ready()``; raise Timeout or Closed. Holds the lock.
+
+        Without a timeout, warns once (:class:`~replaystore.BlockingWarning`) after
+        :attr:`blocking_warning_s` seconds, and goes on waiting.
+        """
+        if ready():
+            return
+        timeout = self.default_timeout if timeout is None else timeout
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        warn_at = None if deadline is not None else start + self.blocking_warning_s
+        self._wait_started(counter, start)  # (+1 waiting; stats() reports the waits going on)
+        try:
+            while not ready():
+                self._check_open()
+                now = time.monotonic()
+                if deadline is not None:
+                    remaining = deadline - now
+                    if remaining <= 0:
+                        limiter = self.rate_limiter
+                        raise Timeout(
+                            f"{what} on table {self.name!r} blocked by {limiter!r} for "
+                            f"{timeout:.3g}s (size {self._state.size}, inserts {limiter.inserts}, "
+                            f"samples {limiter.samples})"
+                        )
+                elif warn_at is not None and now >= warn_at:
+                    warn_at = remaining = None
+                    self._warn_blocked(what, now - start)
+                else:
+                    remaining = None if warn_at is None else warn_at - now
+                self._cond.wait(remaining)
+            self._check_open()
+        finally:
+            self._wait_ended(counter, start)
+            setattr(self._state, counter, getattr(self._state, counter) + time.monotonic() - start)
+
+    def _warn_blocked(self, what: str, waited: float) -> None:
+        limiter = self.rate_limiter
+        warnings.warn(
+            f"{what} on table {self.name!r} has waited {waited:.0f}s with no timeout for {limiter!r} "
+            f"(size {self._state.size}, inserts {limiter.inserts}, samples {limiter.samples}) and goes on "
+            "waiting; a call that another thread cannot unblock never returns: pass timeout= (or "
+            "default_timeout=) to get a Timeout instead",
+            BlockingWarning,
+            stacklevel=4,
+        )
+
+    def _wait_for_sample(self, n: int, timeout: float | None) -> None:
+        """Block (lock held) until the table is open, non-empty and its limiter allows ``n`` samples."""
+        if self._state.closed:
+            self._check_open()
+        limiter = self.rate_limiter
+        if not (self._state.size > 0 and limiter.can_sample(n)):
+            limiter.check_sample_size(n)
+            self._wait(
+                lambda: self._state.size > 0 and limiter.can_sample(n), timeout, f"sample of {n}", "sample_blocked_s"
+            )
+
+    def _wait_started(self, counter: str, start: float) -> None:
+        """A call starts waiting (lock held): one more waiter; note when, for :meth:`_waits_now`."""
+        self._waiting += 1
+        self.__dict__.setdefault("_waits_since", {c: [] for c in BLOCKED})[counter].append(start)
+
+    def _wait_ended(self, counter: str, start: float) -> None:
+        """The wait :meth:`_wait_started` noted is over (lock held)."""
+        self._waiting -= 1
+        self._waits_since[counter].remove(start)
+
+    def _waits_now(self) -> dict[str, float]:
+        """Calls of this process blocked by the rate limiter now: how many, and seconds waited so far."""
+        now = time.monotonic()
+        out: dict[str, float] = {}
+        waits = self.__dict__.get("_waits_since", {})
+        for counter in BLOCKED:
+            starts = waits.get(counter, ())
+            side = counter.split("_", 1)[0]
+            out[f"{side}_waiting"] = len(starts)
+            out[f"{side}_blocked_now_s"] = float(sum(now - t for t in starts))
+        return out
+
+
+__all__ = ["Waits"]
