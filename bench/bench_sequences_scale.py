@@ -46,6 +46,7 @@ CHUNK = 1 << 20
 BURN_IN, LENGTH, B_SEQ = 40, 80, 32
 N_STEP, GAMMA, B_NSTEP = 3, 0.99, 256
 WORKLOADS = ("seq", "nstep")
+PARTS = ("seq.starts", "seq.payload", "seq.meta", "nstep.plan", "nstep.payload", "nstep.meta")
 
 
 def parse_scale(name: str) -> tuple[int, bool]:
@@ -113,6 +114,33 @@ def calls(table: Any) -> dict[str, Any]:
     }
 
 
+def parts(table: Any) -> dict[str, Any]:
+    """The parts of the two calls, each alone on fresh random inputs (``--split``): where the cost grows."""
+    from replaystore.episodes import nstep as _nstep
+    from replaystore.episodes import sequences as _seq
+    from replaystore.storage.columns import runs_view
+
+    index, storage, meta = table._require_episodes(), table.storage, table._meta  # noqa: SLF001 - a bench
+    rng = np.random.default_rng(1)
+    width = BURN_IN + LENGTH
+    starts = _seq.exact_valid_starts(index, width, BURN_IN)
+    firsts = starts - BURN_IN  # the windows' first slots (one stream written in order: no wrap inside)
+    firsts = firsts[firsts + width <= len(meta)]
+    live = len(meta)
+
+    def pick(k: int) -> np.ndarray:
+        return firsts[rng.integers(0, len(firsts), k)]
+
+    return {
+        "seq.starts": lambda: _seq.uniform_strict_starts(index, rng, B_SEQ, width, BURN_IN),
+        "seq.payload": lambda: storage.read_runs(pick(B_SEQ), width),
+        "seq.meta": lambda: (runs_view(meta, width, column=0)[pick(B_SEQ)], meta.take(pick(B_SEQ), axis=0)),
+        "nstep.plan": lambda: _nstep.plan_nstep(index, rng.integers(0, live - 8, B_NSTEP), N_STEP, False),
+        "nstep.payload": lambda: storage.read(rng.integers(0, live, B_NSTEP)),
+        "nstep.meta": lambda: meta.take(rng.integers(0, live, B_NSTEP), axis=0),
+    }
+
+
 def check(table: Any) -> None:
     """The samples hold what was written: obs[:, 0] is the step's position mod 256 along a window."""
     s = table.sample_sequences(B_SEQ, LENGTH, burn_in=BURN_IN)
@@ -133,6 +161,7 @@ def worker(name: str, directory: str, conn: Any) -> None:
     fill = (time.perf_counter() - t0, time.process_time() - c0)
     check(table)
     fns = calls(table)
+    fns.update(parts(table))
     for fn in fns.values():
         fn()
     conn.send({"fill": fill, "mem": memory()})
@@ -176,6 +205,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--split", action="store_true", help="also time the parts of each call (see parts())")
     args = ap.parse_args()
     names = args.scales.split(",")
     for nm in names:
@@ -198,15 +228,16 @@ def main() -> None:
             print(f"{nm}: filled in {wall:.1f} s wall ({cpu:.1f} s CPU), RssAnon "
                   f"{info['mem'].get('RssAnon', 0):,.0f} MB, RssFile {info['mem'].get('RssFile', 0):,.0f} MB", flush=True)
         res: dict[tuple[str, str], list[tuple[float, ...]]] = {}
+        timed = WORKLOADS + (PARTS if args.split else ())
         for r in range(args.repeats):
             order = names[r % len(names):] + names[: r % len(names)]
-            for wl in WORKLOADS:
+            for wl in timed:
                 for nm in order:
                     conn = procs[nm][1]
                     conn.send(("time", wl, args.seconds))
                     res.setdefault((nm, wl), []).append(conn.recv())
         print(f"\nload after: {os.getloadavg()[0]:.1f} (1 min)\n")
-        for wl in WORKLOADS:
+        for wl in timed:
             base = statistics.median(x[0] for x in res[(names[0], wl)])
             print(f"## {wl}: medians of {args.repeats} interleaved rounds of {args.seconds} s")
             print("| table | CPU µs (min-max) | wall µs | vs " + names[0] + " (CPU) | minor faults/call | major faults/call |")
