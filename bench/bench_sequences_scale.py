@@ -123,9 +123,10 @@ def parts(table: Any) -> dict[str, Any]:
     index, storage, meta = table._require_episodes(), table.storage, table._meta  # noqa: SLF001 - a bench
     rng = np.random.default_rng(1)
     width = BURN_IN + LENGTH
-    starts = _seq.exact_valid_starts(index, width, BURN_IN)
-    firsts = starts - BURN_IN  # the windows' first slots (one stream written in order: no wrap inside)
-    firsts = firsts[firsts + width <= len(meta)]
+    # a pool of valid windows' first slots, drawn as the call draws them (no O(n) valid set: at
+    # 100M steps its sort would take GBs); one stream written in order: a window is consecutive slots
+    pool = np.concatenate([_seq.uniform_strict_starts(index, rng, 1024, width, BURN_IN)[1][:, 0] for _ in range(64)])
+    firsts = pool[pool + width <= len(meta)]
     live = len(meta)
 
     def pick(k: int) -> np.ndarray:
