@@ -214,8 +214,11 @@ def main() -> None:
     Path(args.dir).mkdir(parents=True, exist_ok=True)
     ctx = mp.get_context("spawn")
     procs: dict[str, tuple[Any, Any]] = {}
-    print(f"# bench_sequences_scale: python {sys.version.split()[0]}, numpy {np.__version__}, "
-          f"load {os.getloadavg()[0]:.1f}", flush=True)
+    print(
+        f"# bench_sequences_scale: python {sys.version.split()[0]}, numpy {np.__version__}, "
+        f"load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     try:
         for nm in names:  # one at a time: fills do not compete for the cores
             parent, child = ctx.Pipe()
@@ -226,12 +229,15 @@ def main() -> None:
                 raise SystemExit(f"{nm}: no answer from its worker within an hour")
             info = parent.recv()
             wall, cpu = info["fill"]
-            print(f"{nm}: filled in {wall:.1f} s wall ({cpu:.1f} s CPU), RssAnon "
-                  f"{info['mem'].get('RssAnon', 0):,.0f} MB, RssFile {info['mem'].get('RssFile', 0):,.0f} MB", flush=True)
+            print(
+                f"{nm}: filled in {wall:.1f} s wall ({cpu:.1f} s CPU), RssAnon "
+                f"{info['mem'].get('RssAnon', 0):,.0f} MB, RssFile {info['mem'].get('RssFile', 0):,.0f} MB",
+                flush=True,
+            )
         res: dict[tuple[str, str], list[tuple[float, ...]]] = {}
         timed = WORKLOADS + (PARTS if args.split else ())
         for r in range(args.repeats):
-            order = names[r % len(names):] + names[: r % len(names)]
+            order = names[r % len(names) :] + names[: r % len(names)]
             for wl in timed:
                 for nm in order:
                     conn = procs[nm][1]
@@ -241,14 +247,20 @@ def main() -> None:
         for wl in timed:
             base = statistics.median(x[0] for x in res[(names[0], wl)])
             print(f"## {wl}: medians of {args.repeats} interleaved rounds of {args.seconds} s")
-            print("| table | CPU µs (min-max) | wall µs | vs " + names[0] + " (CPU) | minor faults/call | major faults/call |")
+            print(
+                "| table | CPU µs (min-max) | wall µs | vs "
+                + names[0]
+                + " (CPU) | minor faults/call | major faults/call |"
+            )
             print("|---|---:|---:|---:|---:|---:|")
             for nm in names:
                 xs = res[(nm, wl)]
                 cpu = [x[0] for x in xs]
-                print(f"| {nm} | {statistics.median(cpu):.1f} ({min(cpu):.1f}-{max(cpu):.1f}) | "
-                      f"{statistics.median(x[1] for x in xs):.1f} | {statistics.median(cpu) / base:.2f}x | "
-                      f"{statistics.median(x[2] for x in xs):.2f} | {statistics.median(x[3] for x in xs):.3f} |")
+                print(
+                    f"| {nm} | {statistics.median(cpu):.1f} ({min(cpu):.1f}-{max(cpu):.1f}) | "
+                    f"{statistics.median(x[1] for x in xs):.1f} | {statistics.median(cpu) / base:.2f}x | "
+                    f"{statistics.median(x[2] for x in xs):.2f} | {statistics.median(x[3] for x in xs):.3f} |"
+                )
             print()
         if args.profile:
             for wl in WORKLOADS:
@@ -257,7 +269,7 @@ def main() -> None:
                     conn.send(("profile", wl, 2000))
                     print(f"### profile {nm} {wl} (2000 calls)\n{conn.recv()}")
     finally:
-        for nm, (p, conn) in procs.items():
+        for p, conn in procs.values():
             try:
                 conn.send(("stop",))
                 conn.poll(120) and conn.recv()
