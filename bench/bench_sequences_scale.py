@@ -46,7 +46,16 @@ CHUNK = 1 << 20
 BURN_IN, LENGTH, B_SEQ = 40, 80, 32
 N_STEP, GAMMA, B_NSTEP = 3, 0.99, 256
 WORKLOADS = ("seq", "nstep")
-PARTS = ("seq.starts", "seq.payload", "seq.meta", "nstep.plan", "nstep.payload", "nstep.meta")
+PARTS = (
+    "seq.limit",
+    "nstep.limit",
+    "seq.starts",
+    "seq.payload",
+    "seq.meta",
+    "nstep.plan",
+    "nstep.payload",
+    "nstep.meta",
+)
 
 
 def parse_scale(name: str) -> tuple[int, bool]:
@@ -132,7 +141,24 @@ def parts(table: Any) -> dict[str, Any]:
     def pick(k: int) -> np.ndarray:
         return firsts[rng.integers(0, len(firsts), k)]
 
+    cols = list(storage.columns.values())
+    obs, reward = storage.columns["obs"], storage.columns["reward"]
+    offs, steps = np.arange(width), np.arange(N_STEP)
+
+    def limit_seq() -> list[np.ndarray]:  # NumPy's gather of the same windows: no bookkeeping at all
+        idx = (pick(B_SEQ)[:, None] + offs).ravel()
+        return [np.take(c, idx, axis=0) for c in cols]
+
+    def limit_nstep() -> list[np.ndarray]:  # rows, the rewards of n steps, the observation n steps on
+        s = rng.integers(0, live - N_STEP, B_NSTEP)
+        return [np.take(c, s, axis=0) for c in cols] + [
+            np.take(reward, (s[:, None] + steps).ravel()),
+            np.take(obs, s + N_STEP, axis=0),
+        ]
+
     return {
+        "seq.limit": limit_seq,
+        "nstep.limit": limit_nstep,
         "seq.starts": lambda: _seq.uniform_strict_starts(index, rng, B_SEQ, width, BURN_IN),
         "seq.payload": lambda: storage.read_runs(pick(B_SEQ), width),
         "seq.meta": lambda: (runs_view(meta, width, column=0)[pick(B_SEQ)], meta.take(pick(B_SEQ), axis=0)),
