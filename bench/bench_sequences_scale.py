@@ -103,7 +103,6 @@ def build(n: int, memmap: bool, directory: Path | None) -> Any:
     ends = Ends(0)
     for lo in range(0, n, CHUNK):
         hi = min(n, lo + CHUNK)
-        m = hi - lo
         pos = np.arange(lo, hi, dtype=np.int64)
         cols = {
             "obs": (pos[:, None] + np.arange(4)).astype(np.uint8),
@@ -112,7 +111,7 @@ def build(n: int, memmap: bool, directory: Path | None) -> Any:
         }
         term, trunc = ends.chunk(lo, hi)
         table.extend_steps(cols, streams=0, terminated=term, truncated=trunc)
-        del cols, pos, m
+        del cols, pos
     return table
 
 
@@ -172,10 +171,11 @@ def check(table: Any) -> None:
     """The samples hold what was written: obs[:, 0] is the step's position mod 256 along a window."""
     s = table.sample_sequences(B_SEQ, LENGTH, burn_in=BURN_IN)
     obs = s.data["obs"].astype(np.int64)
-    assert (np.diff(obs[:, :, 0], axis=1) % 256 == 1).all(), "a window is not consecutive steps"
-    assert ((obs[:, :, 1] - obs[:, :, 0]) % 256 == 1).all()
+    if not (np.diff(obs[:, :, 0], axis=1) % 256 == 1).all() or not ((obs[:, :, 1] - obs[:, :, 0]) % 256 == 1).all():
+        raise RuntimeError("a sampled window is not the consecutive steps written")
     nst = table.sample_nstep(B_NSTEP, N_STEP, GAMMA)
-    assert len(nst.keys) == B_NSTEP
+    if len(nst.keys) != B_NSTEP or not (nst.steps >= 1).all():
+        raise RuntimeError("sample_nstep returned a short batch or an empty transition")
 
 
 def worker(name: str, directory: str, conn: Any) -> None:
