@@ -55,6 +55,8 @@ PARTS = (
     "nstep.plan",
     "nstep.payload",
     "nstep.meta",
+    "nstep.draw",
+    "nstep.count",
 )
 
 
@@ -140,6 +142,12 @@ def parts(table: Any) -> dict[str, Any]:
     def pick(k: int) -> np.ndarray:
         return firsts[rng.integers(0, len(firsts), k)]
 
+    times_sampled = meta[:, 1]
+
+    def count(slots: np.ndarray) -> np.ndarray:
+        np.add.at(times_sampled, slots, 1)
+        return times_sampled[slots]
+
     cols = list(storage.columns.values())
     obs, reward = storage.columns["obs"], storage.columns["reward"]
     offs, steps = np.arange(width), np.arange(N_STEP)
@@ -164,6 +172,10 @@ def parts(table: Any) -> dict[str, Any]:
         "nstep.plan": lambda: _nstep.plan_nstep(index, rng.integers(0, live - 8, B_NSTEP), N_STEP, False),
         "nstep.payload": lambda: storage.read(rng.integers(0, live, B_NSTEP)),
         "nstep.meta": lambda: meta.take(rng.integers(0, live, B_NSTEP), axis=0),
+        # the whole draw without the table's lock and count; then the count alone (as the table
+        # counts a sample: np.add.at on the times-sampled column, then a gather of it)
+        "nstep.draw": lambda: _nstep.draw_nstep(index, table.sampler, storage, meta, B_NSTEP, N_STEP, GAMMA),
+        "nstep.count": lambda: count(rng.integers(0, live, B_NSTEP)),
     }
 
 
@@ -233,6 +245,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--split", action="store_true", help="also time the parts of each call (see parts())")
+    ap.add_argument("--only", default="", help="comma-separated workloads/parts to time (default: all)")
     args = ap.parse_args()
     names = args.scales.split(",")
     for nm in names:
@@ -262,6 +275,8 @@ def main() -> None:
             )
         res: dict[tuple[str, str], list[tuple[float, ...]]] = {}
         timed = WORKLOADS + (PARTS if args.split else ())
+        if args.only:
+            timed = tuple(w for w in timed if w in args.only.split(","))
         for r in range(args.repeats):
             order = names[r % len(names) :] + names[: r % len(names)]
             for wl in timed:
