@@ -15,6 +15,7 @@ import numpy as np
 import tianshou.data as ts
 from tianshou.data import Batch
 
+from ...errors import InvalidPriority
 from .common import TableBacked, write_same_keys
 
 
@@ -166,18 +167,30 @@ class PrioritizedMixin:
 
     def get_weight(self, index: int | np.ndarray) -> float | np.ndarray:
         """Importance weights ``(priority ** alpha / min_prio) ** -beta`` (Tianshou's formula)."""
-        return (self._prio[index] ** self._alpha / self._min_prio) ** (-self._beta)
+        return (self.positions_table().leaves(index) / self._min_prio) ** (-self._beta)
 
     def update_weight(self, index: np.ndarray, new_weight: Any) -> None:
-        """Set priorities ``|new_weight| + eps`` at ``index`` (a tensor or array); the last of duplicates wins."""
-        weight = np.abs(ts.to_numpy(new_weight)).astype(np.float64).reshape(-1) + self._eps
-        index = np.asarray(index, dtype=np.int64).reshape(-1)
+        """Set priorities ``|new_weight| + eps`` at ``index`` (a tensor or array); the last of duplicates wins.
+
+        Raises:
+            InvalidPriority: a weight is NaN or infinite (nothing changes).
+        """
+        w = new_weight if type(new_weight) is np.ndarray else ts.to_numpy(new_weight)
+        weight = np.abs(w.reshape(-1), dtype=np.float64)
+        weight += self._eps
+        if not (type(index) is np.ndarray and index.dtype == np.int64 and index.ndim == 1):
+            index = np.asarray(index, dtype=np.int64).reshape(-1)
         if len(index) == 0:
             return
+        hi, lo = weight.max(), weight.min()
+        if not hi < np.inf:  # (NaN too)
+            raise InvalidPriority(f"update_weight: weights must be finite, got max |w| = {hi}")
+        self.positions_table().set_priorities(index, weight, checked=True)
         self._prio[index] = weight
-        self.positions_table().set_priorities(index, weight)
-        self._max_prio = max(self._max_prio, float(weight.max()))
-        self._min_prio = min(self._min_prio, float(weight.min()))
+        if hi > self._max_prio:
+            self._max_prio = float(hi)
+        if lo < self._min_prio:
+            self._min_prio = float(lo)
 
     def __getitem__(self, index: Any) -> Batch:
         if isinstance(index, slice):
@@ -185,8 +198,13 @@ class PrioritizedMixin:
         else:
             indices = index
         batch = super().__getitem__(indices)
-        weight = self.get_weight(indices)
-        batch.__dict__["weight"] = weight / np.max(weight) if self._weight_norm else weight
+        # (p ** alpha / min_prio) ** -beta; normalised by the batch maximum, min_prio cancels out
+        weight = np.power(self.positions_table().leaves(indices), -self._beta)
+        if self._weight_norm:
+            weight /= weight.max()
+        else:
+            weight *= self._min_prio**self._beta
+        batch.__dict__["weight"] = weight
         return batch
 
     def set_beta(self, beta: float) -> None:
@@ -201,13 +219,13 @@ class _Weights:
         self._buf = buf
 
     def __getitem__(self, index: Any) -> np.ndarray:
-        return self._buf._prio[index] ** self._buf._alpha
+        return self._buf.positions_table().leaves(index)
 
     def __setitem__(self, index: Any, value: Any) -> None:
         prio = np.broadcast_to(np.asarray(value, dtype=np.float64) ** (1.0 / self._buf._alpha), np.shape(index))
-        self._buf._prio[index] = prio
         idx = np.asarray(index, dtype=np.int64).reshape(-1)
         self._buf.positions_table().set_priorities(idx, np.asarray(prio, dtype=np.float64).reshape(-1))
+        self._buf._prio[index] = prio
 
     def reduce(self) -> float:
         return self._buf.positions_table().total_mass()
