@@ -61,26 +61,27 @@ class ReplayBuffer(TableBacked, ts.ReplayBuffer):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Tianshou's ``add`` of one transition; returns ``(index, ep_return, ep_len, ep_start)`` arrays."""
         bd = batch.__dict__
+        d = self.__dict__
         if (
             buffer_ids is not None
-            or self._save_only_last_obs
-            or not self._meta.__dict__
+            or d["_save_only_last_obs"]
+            or not d["_meta"].__dict__
             or "done" in bd
-            or not self._save_obs_next
+            or not d["_save_obs_next"]
+            or "obs" not in bd
+            or "act" not in bd
         ):
             return super().add(batch, buffer_ids)
-        if "terminated" not in bd or "truncated" not in bd or "rew" not in bd:
-            return super().add(batch, buffer_ids)
-        rew, term, trunc = bd["rew"], bd["terminated"], bd["truncated"]
-        if np.ndim(rew) or np.ndim(term) or np.ndim(trunc):
+        try:
+            rew, term, trunc = bd["rew"], bd["terminated"], bd["truncated"]
+            if rew.ndim or term.ndim or trunc.ndim:  # (0-d arrays: Batch stores scalars as such)
+                return super().add(batch, buffer_ids)
+        except (KeyError, AttributeError):
             return super().add(batch, buffer_ids)
         done = bool(term) or bool(trunc)
         nd = dict(bd)
         nd["done"] = done
-        if "obs" not in nd or "act" not in nd or "rew" not in nd:
-            return super().add(batch, buffer_ids)
         # Tianshou's bookkeeping (its _update_state_pre_add, without its per-attribute checks)
-        d = self.__dict__
         idx = d["_insertion_idx"]
         size = min(d["_size"] + 1, self.maxsize)
         if d["_ep_start_idx"] > size:
