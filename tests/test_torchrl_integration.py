@@ -260,3 +260,55 @@ def test_generic_replay_buffer_takes_the_sampler_by_constructor_argument():
     rb.extend(torch.arange(16))
     data, info = rb.sample(return_info=True)
     assert data.shape == (4,) and torch.all(data == info["index"])
+
+
+# -- the flat fast paths equal TorchRL's own code on the same trees -------------------------------
+
+
+def _filled_sampler(n, size, seed):
+    storage = LazyTensorStorage(size)
+    storage.set(torch.arange(n), TensorDict({"x": torch.arange(n, dtype=torch.float32)}, batch_size=[n]))
+    sampler = PrioritizedSampler(size, alpha=0.7, beta=0.5)
+    sampler.extend(torch.arange(n))
+    g = torch.Generator().manual_seed(seed)
+    sampler.update_priority(torch.arange(n), torch.rand(n, generator=g) * 3)
+    return storage, sampler
+
+
+@pytest.mark.parametrize("seeded", [False, True])
+def test_flat_sample_draws_what_torchrl_code_draws(seeded):
+    from torchrl.data.replay_buffers.samplers import PrioritizedSampler as RLPrioritizedSampler
+
+    storage, sampler = _filled_sampler(40, 64, 0)
+    for batch in (1, 7, 256):
+        if seeded:
+            sampler._rng = torch.Generator().manual_seed(batch)
+        np.random.seed(batch)
+        ours_index, ours_info = sampler.sample(storage, batch)
+        if seeded:
+            sampler._rng = torch.Generator().manual_seed(batch)
+        np.random.seed(batch)
+        rl_index, rl_info = RLPrioritizedSampler.sample(sampler, storage, batch)  # TorchRL's code, our trees
+        assert torch.equal(ours_index, rl_index) and ours_index.dtype == rl_index.dtype
+        torch.testing.assert_close(ours_info["priority_weight"], rl_info["priority_weight"], rtol=0, atol=0)
+
+
+def test_flat_update_sets_what_torchrl_code_sets():
+    from torchrl.data.replay_buffers.samplers import PrioritizedSampler as RLPrioritizedSampler
+
+    _, ours = _filled_sampler(40, 64, 1)
+    _, ref = _filled_sampler(40, 64, 1)
+    g = torch.Generator().manual_seed(2)
+    for _ in range(5):
+        index = torch.randint(0, 40, (30,), generator=g)  # with repeats: the last one wins in both
+        prio = torch.rand(30, generator=g) * 10
+        ours.update_priority(index, prio)
+        RLPrioritizedSampler.update_priority(ref, index, prio)
+        np.testing.assert_array_equal(ours._sum_tree.leaves(), ref._sum_tree.leaves())
+        np.testing.assert_array_equal(ours._min_tree.leaves(), ref._min_tree.leaves())
+        assert float(ours._max_priority[0]) == float(ref._max_priority[0])
+        assert int(ours._max_priority[1]) == int(ref._max_priority[1])
+    with pytest.raises(IndexError):  # out of range: TorchRL's path raises, nothing written
+        before = ours._sum_tree.leaves()
+        ours.update_priority(torch.tensor([3, 64]), torch.tensor([1.0, 2.0]))
+    np.testing.assert_array_equal(ours._sum_tree.leaves(), before)
