@@ -21,6 +21,7 @@ from torchrl.data import ReplayBuffer as RLReplayBuffer  # noqa: E402
 from torchrl.data.replay_buffers.samplers import SliceSampler as RLSliceSampler  # noqa: E402
 
 from replaystore.errors import InvalidArgument  # noqa: E402
+from replaystore.integrations.torchrl import LazyTensorStorage as RSLazyTensorStorage  # noqa: E402
 from replaystore.integrations.torchrl import (  # noqa: E402
     MinTree,
     PrioritizedReplayBuffer,
@@ -312,3 +313,60 @@ def test_flat_update_sets_what_torchrl_code_sets():
         before = ours._sum_tree.leaves()
         ours.update_priority(torch.tensor([3, 64]), torch.tensor([1.0, 2.0]))
     np.testing.assert_array_equal(ours._sum_tree.leaves(), before)
+
+
+# -- the storage: its reads equal TorchRL's ------------------------------------------------------
+
+
+def _td(start, n):
+    x = torch.arange(start, start + n)
+    return TensorDict(
+        {"obs": torch.stack([x, -x], -1).float(), "a": x, "next": {"done": (x % 3 == 0).unsqueeze(-1)}}, batch_size=[n]
+    )
+
+
+def _same_read(ours, theirs, index):
+    try:
+        want = theirs.get(index)
+    except Exception as e:  # noqa: BLE001 - the same exception type is the contract
+        with pytest.raises(type(e)):
+            ours.get(index)
+        return
+    got = ours.get(index)
+    assert got.batch_size == want.batch_size and set(got.keys(True, True)) == set(want.keys(True, True))
+    for k in want.keys(True, True):
+        assert got[k].dtype == want[k].dtype and torch.equal(got[k], want[k])
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    cap=st.integers(1, 12),
+    writes=st.lists(st.integers(1, 7), min_size=1, max_size=4),
+    reads=st.lists(st.lists(st.integers(-14, 14), min_size=1, max_size=9), min_size=1, max_size=3),
+)
+def test_storage_reads_equal_torchrl_storage_reads(cap, writes, reads):
+    ours = RLReplayBuffer(storage=RSLazyTensorStorage(cap), batch_size=2)
+    theirs = RLReplayBuffer(storage=LazyTensorStorage(cap), batch_size=2)
+    start = 0
+    for n in writes:
+        ours.extend(_td(start, n))
+        theirs.extend(_td(start, n))
+        start += n
+        for r in reads:
+            idx = torch.tensor(r)
+            _same_read(ours._storage, theirs._storage, idx)  # in range, negative, too large
+            _same_read(ours._storage, theirs._storage, idx.int())  # (other dtypes: TorchRL's code)
+        _same_read(ours._storage, theirs._storage, slice(0, 2))
+    torch.manual_seed(0)
+    a = ours.sample()
+    torch.manual_seed(0)
+    b = theirs.sample()
+    assert torch.equal(a["a"], b["a"]) and torch.equal(a["next", "done"], b["next", "done"])
+
+
+def test_storage_with_non_tensor_data_takes_torchrl_path():
+    ours, theirs = RSLazyTensorStorage(4), LazyTensorStorage(4)
+    for s in (ours, theirs):
+        s.set(torch.arange(3), TensorDict({"x": torch.arange(3.0), "tag": "abc"}, batch_size=[3]))
+    _same_read(ours, theirs, torch.tensor([2, 0]))
+    assert ours.get(torch.tensor([2, 0]))["tag"] == theirs.get(torch.tensor([2, 0]))["tag"]
