@@ -40,9 +40,7 @@ class LazyTensorStorage(_RLLazyTensorStorage):
         seen = self._plain_leaves
         if seen is not None and seen[0] == id(td):
             return seen[1]
-        plain = all(
-            type(v) is torch.Tensor for v in td.values(include_nested=True, leaves_only=True, is_leaf=_is_leaf)
-        )
+        plain = all(type(v) is torch.Tensor for v in td.values(include_nested=True, leaves_only=True, is_leaf=_is_leaf))
         self._plain_leaves = (id(td), plain)
         return plain
 
