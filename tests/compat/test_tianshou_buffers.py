@@ -267,3 +267,17 @@ def test_a_nan_weight_is_refused_and_changes_nothing():
     after = (buf.weight[np.arange(12)], buf._max_prio, buf._min_prio, buf.get_weight(live))
     for x, y in zip(before, after):
         np.testing.assert_array_equal(x, y)
+
+
+def test_unnormalised_weights_match_tianshou():
+    ours = rs.PrioritizedReplayBuffer(8, alpha=0.7, beta=0.5, weight_norm=False)
+    theirs = ts.PrioritizedReplayBuffer(8, alpha=0.7, beta=0.5, weight_norm=False)
+    for t in range(6):
+        one = Batch(obs=np.full(2, t), act=t, rew=float(t), terminated=False, truncated=False, obs_next=np.full(2, t))
+        ours.add(one)
+        theirs.add(Batch(one))
+    idx = np.arange(6)
+    for b in (ours, theirs):
+        b.update_weight(idx, np.linspace(0.2, 3.0, 6))
+    np.testing.assert_allclose(ours[idx].weight, theirs[idx].weight, rtol=1e-12)
+    np.testing.assert_allclose(ours[np.array([4, 1, 4])].weight, theirs[np.array([4, 1, 4])].weight, rtol=1e-12)
