@@ -9,7 +9,7 @@
 Rows are CartPole-like (obs and obs_next: 4 float32, int action, float reward, flags, an
 ``info`` with ``env_id``). Needs Tianshou (its own environment, see docs/compat/tianshou.md)::
 
-    python bench/bench_tianshou.py [--total 1000000] [--repeats 7] [--json out.json]
+    python bench/bench_tianshou.py [--total 1000000] [--repeats 7] [--parts add,sample,per] [--json out.json]
 """
 
 from __future__ import annotations
@@ -72,13 +72,15 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--json")
     p.add_argument("--wall", action="store_true", help="time with the wall clock instead of CPU time")
+    p.add_argument("--parts", default="add,sample,per", help="which of add, sample, per to run")
     a = p.parse_args()
+    parts = set(a.parts.split(","))
     global CLOCK
     if a.wall:
         CLOCK = time.perf_counter
     res: dict = {"add": {}, "sample": {}, "sample_indices": {}, "per_sample_update": {}}
     libs = {"tianshou": tsd, "replaystore": rs}
-    for n in ROWS:
+    for n in ROWS if "add" in parts else ():
         fns = {}
         for name, lib in libs.items():
             buf = lib.VectorReplayBuffer(max(200_000, n * 200), n)
@@ -91,15 +93,18 @@ def main() -> None:
     for name, lib in libs.items():
         buf = lib.ReplayBuffer(200_000)
         fns[name] = lambda b=buf, x=single: b.add(x)
-    res["add"]["single"] = medians(fns, 4000, a.repeats)
-    print("add single", {k: f"{v * 1e6:.1f} us" for k, v in res["add"]["single"].items()}, flush=True)
+    if "add" in parts:
+        res["add"]["single"] = medians(fns, 4000, a.repeats)
+        print("add single", {k: f"{v * 1e6:.1f} us" for k, v in res["add"]["single"].items()}, flush=True)
     bufs, pers = {}, {}
     for name, lib in libs.items():
         t = time.perf_counter()
-        bufs[name] = lib.VectorReplayBuffer(a.total, 10)
-        fill(bufs[name], a.total, 10)
-        pers[name] = lib.PrioritizedVectorReplayBuffer(a.total, 10, alpha=0.6, beta=0.4)
-        fill(pers[name], a.total, 10)
+        if "sample" in parts:
+            bufs[name] = lib.VectorReplayBuffer(a.total, 10)
+            fill(bufs[name], a.total, 10)
+        if "per" in parts:
+            pers[name] = lib.PrioritizedVectorReplayBuffer(a.total, 10, alpha=0.6, beta=0.4)
+            fill(pers[name], a.total, 10)
         print(f"filled {name} in {time.perf_counter() - t:.1f} s", flush=True)
     rng = np.random.default_rng(0)
 
@@ -109,15 +114,17 @@ def main() -> None:
 
     for n in ROWS:
         calls = max(20, 2000 // n)
-        res["sample"][n] = medians({k: (lambda b=b, n=n: b.sample(n)) for k, b in bufs.items()}, calls, a.repeats)
-        res["sample_indices"][n] = medians(
-            {k: (lambda b=b, n=n: b.sample_indices(n)) for k, b in bufs.items()}, calls, a.repeats
-        )
-        res["per_sample_update"][n] = medians(
-            {k: (lambda b=b, n=n: per_step(b, n)) for k, b in pers.items()}, calls, a.repeats
-        )
-        print("sample", n, {k: f"{v * 1e6:.1f} us" for k, v in res["sample"][n].items()},
-              "per", {k: f"{v * 1e6:.1f} us" for k, v in res["per_sample_update"][n].items()}, flush=True)  # fmt: skip
+        if bufs:
+            res["sample"][n] = medians({k: (lambda b=b, n=n: b.sample(n)) for k, b in bufs.items()}, calls, a.repeats)
+            res["sample_indices"][n] = medians(
+                {k: (lambda b=b, n=n: b.sample_indices(n)) for k, b in bufs.items()}, calls, a.repeats
+            )
+        if pers:
+            res["per_sample_update"][n] = medians(
+                {k: (lambda b=b, n=n: per_step(b, n)) for k, b in pers.items()}, calls, a.repeats
+            )
+        done = {op: {k: f"{v * 1e6:.1f} us" for k, v in res[op][n].items()} for op in res if n in res[op]}
+        print(n, done, flush=True)
     print("\n| op | rows | Tianshou 2.0.1 (us) | replaystore (us) | speed-up |\n|---|---|---|---|---|")
     for op, table in res.items():
         for n, v in table.items():

@@ -4,13 +4,15 @@ Workloads (medians of ``--repeats`` timed calls after warm-up; wall time and CPU
 process, ``time.process_time``; torch uses one thread):
 
 - ``uniform``: ``TensorDictReplayBuffer(LazyTensorStorage(1M), RandomSampler)``, ``sample()`` of 256
-  CartPole-sized transitions (obs float32[4], action, reward, next obs, done). replaystore ships no
-  uniform sampler for TorchRL (TorchRL's is ``torch.randint``); shown for scale, with a replaystore
-  ``Table.sample(256)`` of the same fields as tensors for reference.
+  CartPole-sized transitions (obs float32[4], action, reward, next obs, done), with TorchRL's
+  storage and with ``replaystore.integrations.torchrl.LazyTensorStorage`` (TorchRL's sampler is
+  ``torch.randint``: nothing to replace), and a replaystore ``Table.sample(256)`` of the same
+  fields as tensors for reference.
 - ``per``: ``TensorDictPrioritizedReplayBuffer(alpha=0.6, beta=0.4, LazyTensorStorage(1M))``,
   ``sample()`` of 256 + ``update_tensordict_priority``: TorchRL's (its C++ sum tree; the wheel's
   extension does not load with torch 2.13: rebuild it with ``shared/tools/build_torchrl_ext.py``,
-  else the row says "unavailable") and ``replaystore.integrations.torchrl``'s.
+  else the row says "unavailable") and ``replaystore.integrations.torchrl``'s, with TorchRL's
+  ``LazyTensorStorage`` and with replaystore's.
 - ``slice``: ``TensorDictReplayBuffer(storage, SliceSampler(num_slices=8, traj_key="episode"))``,
   ``sample(256)`` (8 slices of 32) in a collect-and-train loop: each timed sample follows an
   ``extend`` of 1,000 new steps (episodes of ``--episode-len`` steps), at each ``--sizes`` stored
@@ -91,7 +93,16 @@ def bench_uniform(repeats: int) -> list[dict]:
     n = 1 << 20
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(n), sampler=RandomSampler(), batch_size=256)
     _fill(rb, n, 500)
+    ours = TensorDictReplayBuffer(storage=rs_torchrl.LazyTensorStorage(n), sampler=RandomSampler(), batch_size=256)
+    _fill(ours, n, 500)
     rows = [{"workload": "uniform 256 of 1M", "impl": "torchrl RandomSampler", **_timed(rb.sample, repeats)}]
+    rows.append(
+        {
+            "workload": "uniform 256 of 1M",
+            "impl": "torchrl RandomSampler + replaystore LazyTensorStorage",
+            **_timed(ours.sample, repeats),
+        }
+    )
     table = Table(n)
     data = _transitions(n)
     table.extend(
@@ -125,14 +136,19 @@ def bench_per(repeats: int) -> list[dict]:
     """PER sample 256 + priority update at 1M, TorchRL's sampler vs replaystore's."""
     n = 1 << 20
     rows = []
-    for impl, cls in (
-        ("torchrl PrioritizedSampler", TensorDictPrioritizedReplayBuffer),
-        ("replaystore PrioritizedSampler", rs_torchrl.TensorDictPrioritizedReplayBuffer),
+    for impl, cls, storage in (
+        ("torchrl PrioritizedSampler", TensorDictPrioritizedReplayBuffer, LazyTensorStorage),
+        ("replaystore PrioritizedSampler", rs_torchrl.TensorDictPrioritizedReplayBuffer, LazyTensorStorage),
+        (
+            "replaystore PrioritizedSampler + LazyTensorStorage",
+            rs_torchrl.TensorDictPrioritizedReplayBuffer,
+            rs_torchrl.LazyTensorStorage,
+        ),
     ):
         if cls is TensorDictPrioritizedReplayBuffer and _per_available():
             rows.append({"workload": "PER 256 of 1M, sample+update", "impl": impl, "note": _per_available()})
             continue
-        rb = cls(alpha=0.6, beta=0.4, storage=LazyTensorStorage(n), batch_size=256)
+        rb = cls(alpha=0.6, beta=0.4, storage=storage(n), batch_size=256)
         _fill(rb, n, 500)
         gen = torch.Generator().manual_seed(0)
 

@@ -61,3 +61,25 @@ def test_prioritized_backends_give_the_same_distribution(backend):
 def test_backend_argument_is_checked():
     with pytest.raises(ValueError, match="backend"):
         rs.Prioritized(backend="cuda")
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 300), st.sampled_from([1, 2, 8, 64]), st.integers(0, 2**16))
+def test_draw_matches_the_reference_and_the_compiled_updates_keep_the_last_duplicate(capacity, frontier, seed):
+    rng = np.random.default_rng(seed)
+    frontier = min(frontier, sumtree.leaf_base(capacity))
+    leaves = rng.integers(0, capacity, 2 * capacity)  # with repeats
+    values = np.where(rng.random(2 * capacity) < 0.3, 0.0, rng.random(2 * capacity) * 5)
+    last = {int(leaf): v for leaf, v in zip(leaves, values)}  # the plain model: the last write wins
+    jit = sumtree.new_sum_tree(capacity)
+    sumtree_jit.update_sum(jit, leaves, values, frontier)
+    ref = sumtree.new_sum_tree(capacity)
+    keys = np.array(sorted(last), dtype=np.int64)
+    sumtree.update_sum(ref, keys, np.array([last[k] for k in keys.tolist()]), frontier)
+    assert sumtree_jit.LAST_DUPLICATE_WINS and not sumtree.LAST_DUPLICATE_WINS
+    np.testing.assert_allclose(jit, ref, rtol=1e-12, atol=1e-12)
+    if sumtree.total(ref, frontier) > 0:
+        u = np.concatenate([rng.random(300), [0.0, 1 - 2**-53]])
+        got, want = sumtree_jit.draw(jit, u, frontier), sumtree.draw(ref, u, frontier)
+        np.testing.assert_array_equal(got, want)
+        assert all(last.get(int(j), 0.0) > 0 for j in got)  # never a zero leaf, never outside

@@ -21,6 +21,7 @@ from torchrl.data import ReplayBuffer as RLReplayBuffer  # noqa: E402
 from torchrl.data.replay_buffers.samplers import SliceSampler as RLSliceSampler  # noqa: E402
 
 from replaystore.errors import InvalidArgument  # noqa: E402
+from replaystore.integrations.torchrl import LazyTensorStorage as RSLazyTensorStorage  # noqa: E402
 from replaystore.integrations.torchrl import (  # noqa: E402
     MinTree,
     PrioritizedReplayBuffer,
@@ -260,3 +261,112 @@ def test_generic_replay_buffer_takes_the_sampler_by_constructor_argument():
     rb.extend(torch.arange(16))
     data, info = rb.sample(return_info=True)
     assert data.shape == (4,) and torch.all(data == info["index"])
+
+
+# -- the flat fast paths equal TorchRL's own code on the same trees -------------------------------
+
+
+def _filled_sampler(n, size, seed):
+    storage = LazyTensorStorage(size)
+    storage.set(torch.arange(n), TensorDict({"x": torch.arange(n, dtype=torch.float32)}, batch_size=[n]))
+    sampler = PrioritizedSampler(size, alpha=0.7, beta=0.5)
+    sampler.extend(torch.arange(n))
+    g = torch.Generator().manual_seed(seed)
+    sampler.update_priority(torch.arange(n), torch.rand(n, generator=g) * 3)
+    return storage, sampler
+
+
+@pytest.mark.parametrize("seeded", [False, True])
+def test_flat_sample_draws_what_torchrl_code_draws(seeded):
+    from torchrl.data.replay_buffers.samplers import PrioritizedSampler as RLPrioritizedSampler
+
+    storage, sampler = _filled_sampler(40, 64, 0)
+    for batch in (1, 7, 256):
+        if seeded:
+            sampler._rng = torch.Generator().manual_seed(batch)
+        np.random.seed(batch)
+        ours_index, ours_info = sampler.sample(storage, batch)
+        if seeded:
+            sampler._rng = torch.Generator().manual_seed(batch)
+        np.random.seed(batch)
+        rl_index, rl_info = RLPrioritizedSampler.sample(sampler, storage, batch)  # TorchRL's code, our trees
+        assert torch.equal(ours_index, rl_index) and ours_index.dtype == rl_index.dtype
+        torch.testing.assert_close(ours_info["priority_weight"], rl_info["priority_weight"], rtol=0, atol=0)
+
+
+def test_flat_update_sets_what_torchrl_code_sets():
+    from torchrl.data.replay_buffers.samplers import PrioritizedSampler as RLPrioritizedSampler
+
+    _, ours = _filled_sampler(40, 64, 1)
+    _, ref = _filled_sampler(40, 64, 1)
+    g = torch.Generator().manual_seed(2)
+    for _ in range(5):
+        index = torch.randint(0, 40, (30,), generator=g)  # with repeats: the last one wins in both
+        prio = torch.rand(30, generator=g) * 10
+        ours.update_priority(index, prio)
+        RLPrioritizedSampler.update_priority(ref, index, prio)
+        np.testing.assert_array_equal(ours._sum_tree.leaves(), ref._sum_tree.leaves())
+        np.testing.assert_array_equal(ours._min_tree.leaves(), ref._min_tree.leaves())
+        assert float(ours._max_priority[0]) == float(ref._max_priority[0])
+        assert int(ours._max_priority[1]) == int(ref._max_priority[1])
+    with pytest.raises(IndexError):  # out of range: TorchRL's path raises, nothing written
+        before = ours._sum_tree.leaves()
+        ours.update_priority(torch.tensor([3, 64]), torch.tensor([1.0, 2.0]))
+    np.testing.assert_array_equal(ours._sum_tree.leaves(), before)
+
+
+# -- the storage: its reads equal TorchRL's ------------------------------------------------------
+
+
+def _td(start, n):
+    x = torch.arange(start, start + n)
+    return TensorDict(
+        {"obs": torch.stack([x, -x], -1).float(), "a": x, "next": {"done": (x % 3 == 0).unsqueeze(-1)}}, batch_size=[n]
+    )
+
+
+def _same_read(ours, theirs, index):
+    try:
+        want = theirs.get(index)
+    except Exception as e:  # noqa: BLE001 - the same exception type is the contract
+        with pytest.raises(type(e)):
+            ours.get(index)
+        return
+    got = ours.get(index)
+    assert got.batch_size == want.batch_size and set(got.keys(True, True)) == set(want.keys(True, True))
+    for k in want.keys(True, True):
+        assert got[k].dtype == want[k].dtype and torch.equal(got[k], want[k])
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    cap=st.integers(1, 12),
+    writes=st.lists(st.integers(1, 7), min_size=1, max_size=4),
+    reads=st.lists(st.lists(st.integers(-14, 14), min_size=1, max_size=9), min_size=1, max_size=3),
+)
+def test_storage_reads_equal_torchrl_storage_reads(cap, writes, reads):
+    ours = RLReplayBuffer(storage=RSLazyTensorStorage(cap), batch_size=2)
+    theirs = RLReplayBuffer(storage=LazyTensorStorage(cap), batch_size=2)
+    start = 0
+    for n in writes:
+        ours.extend(_td(start, n))
+        theirs.extend(_td(start, n))
+        start += n
+        for r in reads:
+            idx = torch.tensor(r)
+            _same_read(ours._storage, theirs._storage, idx)  # in range, negative, too large
+            _same_read(ours._storage, theirs._storage, idx.int())  # (other dtypes: TorchRL's code)
+        _same_read(ours._storage, theirs._storage, slice(0, 2))
+    torch.manual_seed(0)
+    a = ours.sample()
+    torch.manual_seed(0)
+    b = theirs.sample()
+    assert torch.equal(a["a"], b["a"]) and torch.equal(a["next", "done"], b["next", "done"])
+
+
+def test_storage_with_non_tensor_data_takes_torchrl_path():
+    ours, theirs = RSLazyTensorStorage(4), LazyTensorStorage(4)
+    for s in (ours, theirs):
+        s.set(torch.arange(3), TensorDict({"x": torch.arange(3.0), "tag": "abc"}, batch_size=[3]))
+    _same_read(ours, theirs, torch.tensor([2, 0]))
+    assert ours.get(torch.tensor([2, 0]))["tag"] == theirs.get(torch.tensor([2, 0]))["tag"]

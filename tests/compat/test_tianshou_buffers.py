@@ -17,6 +17,8 @@ from tianshou.algorithm.algorithm_base import Algorithm  # noqa: E402
 from tianshou.data import Batch  # noqa: E402
 
 import replaystore.compat.tianshou as rs  # noqa: E402
+from replaystore.compat.tianshou.position_tree import PositionSampler  # noqa: E402
+from replaystore.errors import InvalidPriority  # noqa: E402
 
 
 def rows(n, t, done):
@@ -210,3 +212,72 @@ def test_a_collector_and_dqn_update_run_on_our_buffer():
     with policy_within_training_step(policy):
         algo.update(buffer=buf, sample_size=32)  # n-step targets, weighted loss, update_weight
     assert not np.allclose(before, buf.weight[np.arange(300)])
+
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["write", "set", "rebuild", "sample"]),
+        st.lists(st.integers(0, 11), min_size=1, max_size=8),
+        st.lists(st.floats(0.0, 5.0), min_size=8, max_size=8),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops, st.sampled_from([0.5, 1.0]))
+def test_position_sampler_matches_a_plain_model(steps, alpha):
+    ps, model = PositionSampler(12, alpha=alpha, seed=0), {}  # model: live position -> priority
+    for op, pos, prio in steps:
+        p = np.array(prio[: len(pos)])
+        if op == "write":  # distinct positions per write, as an add
+            pos, first = np.unique(pos, return_index=True)
+            ps.written(pos.astype(np.int64), p[first])
+            model.update(zip(pos.tolist(), p[first].tolist()))
+        elif op == "set":  # repeats and positions not live: the last write to a live one wins
+            ps.set_priorities(np.array(pos, dtype=np.int64), p)
+            model.update({k: v for k, v in zip(pos, p.tolist()) if k in model})
+        elif op == "rebuild":
+            live = np.unique(pos)
+            ps.rebuild(live, np.full(len(live), 2.0))
+            model = dict.fromkeys(live.tolist(), 2.0)
+        elif model:
+            drawn = set(ps.sample(50).tolist())
+            positive = {k for k, v in model.items() if v > 0}
+            assert drawn <= (positive or set(model))  # all zero: uniform over the live ones
+    assert len(ps) == len(model)
+    want = np.array([model.get(i, 0.0) ** alpha if i in model else 0.0 for i in range(12)])
+    np.testing.assert_allclose(ps.leaves(np.arange(12)), want, rtol=1e-12)
+    np.testing.assert_allclose(ps.total_mass(), want.sum(), rtol=1e-9)
+    assert len(ps.table) == len(model)  # the inspection Table holds the live positions
+
+
+def test_a_nan_weight_is_refused_and_changes_nothing():
+    buf = rs.PrioritizedVectorReplayBuffer(12, 3, alpha=0.6, beta=0.4)
+    for t in range(3):
+        buf.add(rows(3, t, [0, 0, 0]))
+    live = buf.sample_indices(0)
+    buf.update_weight(live, np.linspace(1, 2, len(live)))
+    before = (buf.weight[np.arange(12)].copy(), buf._max_prio, buf._min_prio, buf.get_weight(live))
+    with pytest.raises(InvalidPriority):
+        buf.update_weight(live[:2], np.array([3.0, np.nan]))
+    with pytest.raises(InvalidPriority):
+        buf.weight[live[2:3]] = np.inf
+    after = (buf.weight[np.arange(12)], buf._max_prio, buf._min_prio, buf.get_weight(live))
+    for x, y in zip(before, after):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_unnormalised_weights_match_tianshou():
+    ours = rs.PrioritizedReplayBuffer(8, alpha=0.7, beta=0.5, weight_norm=False)
+    theirs = ts.PrioritizedReplayBuffer(8, alpha=0.7, beta=0.5, weight_norm=False)
+    for t in range(6):
+        one = Batch(obs=np.full(2, t), act=t, rew=float(t), terminated=False, truncated=False, obs_next=np.full(2, t))
+        ours.add(one)
+        theirs.add(Batch(one))
+    idx = np.arange(6)
+    for b in (ours, theirs):
+        b.update_weight(idx, np.linspace(0.2, 3.0, 6))
+    np.testing.assert_allclose(ours[idx].weight, theirs[idx].weight, rtol=1e-12)
+    np.testing.assert_allclose(ours[np.array([4, 1, 4])].weight, theirs[np.array([4, 1, 4])].weight, rtol=1e-12)

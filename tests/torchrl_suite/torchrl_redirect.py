@@ -10,7 +10,9 @@ TorchRL's) in every TorchRL namespace a test or TorchRL's own constructors read 
   ``PrioritizedReplayBuffer`` / ``TensorDictPrioritizedReplayBuffer``, whose constructors build
   one by that name (so TorchRL's prioritized buffers run on replaystore's trees);
 - ``SliceSampler``, ``SliceSamplerWithoutReplacement`` and ``PrioritizedSliceSampler`` in
-  ``torchrl.data``, ``torchrl.data.replay_buffers`` and ``torchrl.data.replay_buffers.samplers``.
+  ``torchrl.data``, ``torchrl.data.replay_buffers`` and ``torchrl.data.replay_buffers.samplers``;
+- ``LazyTensorStorage`` in ``torchrl.data``, ``torchrl.data.replay_buffers`` and
+  ``torchrl.data.replay_buffers.storages`` (TorchRL's ``LazyMemmapStorage`` keeps TorchRL's base).
 
 TorchRL's other subclasses of these keep TorchRL's bases. ``REPLAYSTORE_TORCHRL_REDIRECT``
 chooses the names (comma-separated; ``none`` runs TorchRL unchanged, for a baseline).
@@ -21,7 +23,13 @@ from __future__ import annotations
 import importlib
 import os
 
-_ALL = ("PrioritizedSampler", "SliceSampler", "SliceSamplerWithoutReplacement", "PrioritizedSliceSampler")
+_ALL = (
+    "PrioritizedSampler",
+    "SliceSampler",
+    "SliceSamplerWithoutReplacement",
+    "PrioritizedSliceSampler",
+    "LazyTensorStorage",
+)
 _PUBLIC = ("torchrl.data", "torchrl.data.replay_buffers", "torchrl.data.replay_buffers.samplers")
 _MODULES = {
     "PrioritizedSampler": (
@@ -34,6 +42,7 @@ _MODULES = {
     "SliceSampler": _PUBLIC,
     "SliceSamplerWithoutReplacement": _PUBLIC,
     "PrioritizedSliceSampler": _PUBLIC,
+    "LazyTensorStorage": ("torchrl.data", "torchrl.data.replay_buffers", "torchrl.data.replay_buffers.storages"),
 }
 
 
@@ -55,4 +64,4 @@ def pytest_configure(config) -> None:  # noqa: D103
             if not hasattr(mod, name):
                 raise AttributeError(f"{module} has no {name}: not the TorchRL version this plugin targets")
             setattr(mod, name, cls)
-    print(f"[torchrl_redirect] TorchRL samplers redirected to replaystore: {', '.join(chosen)}")
+    print(f"[torchrl_redirect] TorchRL samplers/storages redirected to replaystore: {', '.join(chosen)}")

@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
+#: Whether one update call may repeat a leaf (here: no, see "Duplicate indices" above).
+LAST_DUPLICATE_WINS = False
+
 
 def leaf_base(capacity: int) -> int:
     """``P``: the index of leaf 0 (the smallest power of two ``>= capacity``)."""
@@ -134,3 +137,15 @@ def find_prefix(
         node = left + go_right
         base >>= 1
     return node - (len(tree) // 2)
+
+
+def draw(tree: np.ndarray, uniforms: np.ndarray, frontier: int = 1) -> np.ndarray:
+    """Leaves drawn in proportion to their values: :func:`find_prefix` of ``uniforms * total``.
+
+    ``uniforms`` are numbers in ``[0, 1)`` (``rng.random(n)``); requires ``total > 0``. A target
+    that rounding puts at the total still lands on a positive leaf (the last one).
+    """
+    prefix = frontier_prefix(tree, frontier) if frontier != 1 else None
+    top = float(tree[1]) if prefix is None else float(prefix[-1])
+    targets = np.minimum(np.asarray(uniforms, dtype=np.float64) * top, np.nextafter(top, 0.0))
+    return find_prefix(tree, targets, frontier, prefix)

@@ -22,7 +22,12 @@ except Exception:  # noqa: BLE001 - any import failure means: use the NumPy tree
     numba = None
     AVAILABLE = False
 
+from .sumtree import draw as sumtree_draw
 from .sumtree import frontier_prefix, leaf_base, minimum, new_min_tree, new_sum_tree, total  # noqa: F401
+
+#: The compiled updates write the leaves in order, then recompute every parent from its children:
+#: a leaf repeated in one call keeps its last value (the NumPy reference needs distinct leaves).
+LAST_DUPLICATE_WINS = True
 
 
 def frontier_for(capacity: int) -> int:
@@ -125,6 +130,16 @@ if AVAILABLE:
                 node[j] = left + right
         return node - base
 
+    @numba.njit(cache=True, nogil=True)
+    def _draw(tree, uniforms):  # pragma: no cover - compiled
+        top = tree[1]
+        below = np.nextafter(top, 0.0)  # (targets are kept below the total, as the NumPy reference)
+        t = uniforms * top
+        for j in range(t.shape[0]):
+            if t[j] > below:
+                t[j] = below
+        return _find_prefix(tree, t, 1, t)
+
 
 def update_sum(tree: np.ndarray, leaves: np.ndarray, values: np.ndarray, frontier: int = 1) -> None:
     """As :func:`replaystore.samplers.sumtree.update_sum`."""
@@ -162,3 +177,10 @@ def find_prefix(
     if prefix is None:
         prefix = np.zeros(1)
     return _find_prefix(tree, np.ascontiguousarray(targets, dtype=np.float64), frontier, prefix)
+
+
+def draw(tree: np.ndarray, uniforms: np.ndarray, frontier: int = 1) -> np.ndarray:
+    """As :func:`replaystore.samplers.sumtree.draw`, scaling and descent in one compiled call."""
+    if frontier != 1:
+        return sumtree_draw(tree, uniforms, frontier)
+    return _draw(tree, np.ascontiguousarray(uniforms, dtype=np.float64))

@@ -15,6 +15,7 @@ import numpy as np
 import tianshou.data as ts
 from tianshou.data import Batch
 
+from ...errors import InvalidPriority
 from .common import TableBacked, write_same_keys
 
 
@@ -60,26 +61,27 @@ class ReplayBuffer(TableBacked, ts.ReplayBuffer):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Tianshou's ``add`` of one transition; returns ``(index, ep_return, ep_len, ep_start)`` arrays."""
         bd = batch.__dict__
+        d = self.__dict__
         if (
             buffer_ids is not None
-            or self._save_only_last_obs
-            or not self._meta.__dict__
+            or d["_save_only_last_obs"]
+            or not d["_meta"].__dict__
             or "done" in bd
-            or not self._save_obs_next
+            or not d["_save_obs_next"]
+            or "obs" not in bd
+            or "act" not in bd
         ):
             return super().add(batch, buffer_ids)
-        if "terminated" not in bd or "truncated" not in bd or "rew" not in bd:
-            return super().add(batch, buffer_ids)
-        rew, term, trunc = bd["rew"], bd["terminated"], bd["truncated"]
-        if np.ndim(rew) or np.ndim(term) or np.ndim(trunc):
+        try:
+            rew, term, trunc = bd["rew"], bd["terminated"], bd["truncated"]
+            if rew.ndim or term.ndim or trunc.ndim:  # (0-d arrays: Batch stores scalars as such)
+                return super().add(batch, buffer_ids)
+        except (KeyError, AttributeError):
             return super().add(batch, buffer_ids)
         done = bool(term) or bool(trunc)
         nd = dict(bd)
         nd["done"] = done
-        if "obs" not in nd or "act" not in nd or "rew" not in nd:
-            return super().add(batch, buffer_ids)
         # Tianshou's bookkeeping (its _update_state_pre_add, without its per-attribute checks)
-        d = self.__dict__
         idx = d["_insertion_idx"]
         size = min(d["_size"] + 1, self.maxsize)
         if d["_ep_start_idx"] > size:
@@ -166,18 +168,30 @@ class PrioritizedMixin:
 
     def get_weight(self, index: int | np.ndarray) -> float | np.ndarray:
         """Importance weights ``(priority ** alpha / min_prio) ** -beta`` (Tianshou's formula)."""
-        return (self._prio[index] ** self._alpha / self._min_prio) ** (-self._beta)
+        return (self.positions_table().leaves(index) / self._min_prio) ** (-self._beta)
 
     def update_weight(self, index: np.ndarray, new_weight: Any) -> None:
-        """Set priorities ``|new_weight| + eps`` at ``index`` (a tensor or array); the last of duplicates wins."""
-        weight = np.abs(ts.to_numpy(new_weight)).astype(np.float64).reshape(-1) + self._eps
-        index = np.asarray(index, dtype=np.int64).reshape(-1)
+        """Set priorities ``|new_weight| + eps`` at ``index`` (a tensor or array); the last of duplicates wins.
+
+        Raises:
+            InvalidPriority: a weight is NaN or infinite (nothing changes).
+        """
+        w = new_weight if type(new_weight) is np.ndarray else ts.to_numpy(new_weight)
+        weight = np.abs(w.reshape(-1), dtype=np.float64)
+        weight += self._eps
+        if not (type(index) is np.ndarray and index.dtype == np.int64 and index.ndim == 1):
+            index = np.asarray(index, dtype=np.int64).reshape(-1)
         if len(index) == 0:
             return
+        hi, lo = weight.max(), weight.min()
+        if not hi < np.inf:  # (NaN too)
+            raise InvalidPriority(f"update_weight: weights must be finite, got max |w| = {hi}")
+        self.positions_table().set_priorities(index, weight, checked=True)
         self._prio[index] = weight
-        self.positions_table().set_priorities(index, weight)
-        self._max_prio = max(self._max_prio, float(weight.max()))
-        self._min_prio = min(self._min_prio, float(weight.min()))
+        if hi > self._max_prio:
+            self._max_prio = float(hi)
+        if lo < self._min_prio:
+            self._min_prio = float(lo)
 
     def __getitem__(self, index: Any) -> Batch:
         if isinstance(index, slice):
@@ -185,8 +199,13 @@ class PrioritizedMixin:
         else:
             indices = index
         batch = super().__getitem__(indices)
-        weight = self.get_weight(indices)
-        batch.__dict__["weight"] = weight / np.max(weight) if self._weight_norm else weight
+        # (p ** alpha / min_prio) ** -beta; normalised by the batch maximum, min_prio cancels out
+        weight = np.power(self.positions_table().leaves(indices), -self._beta)
+        if self._weight_norm:
+            weight /= weight.max()
+        else:
+            weight *= self._min_prio**self._beta
+        batch.__dict__["weight"] = weight
         return batch
 
     def set_beta(self, beta: float) -> None:
@@ -201,13 +220,13 @@ class _Weights:
         self._buf = buf
 
     def __getitem__(self, index: Any) -> np.ndarray:
-        return self._buf._prio[index] ** self._buf._alpha
+        return self._buf.positions_table().leaves(index)
 
     def __setitem__(self, index: Any, value: Any) -> None:
         prio = np.broadcast_to(np.asarray(value, dtype=np.float64) ** (1.0 / self._buf._alpha), np.shape(index))
-        self._buf._prio[index] = prio
         idx = np.asarray(index, dtype=np.int64).reshape(-1)
         self._buf.positions_table().set_priorities(idx, np.asarray(prio, dtype=np.float64).reshape(-1))
+        self._buf._prio[index] = prio
 
     def reduce(self) -> float:
         return self._buf.positions_table().total_mass()

@@ -17,6 +17,7 @@ import numpy as np
 from tianshou.data import Batch
 from tianshou.data.utils.converter import to_hdf5
 
+from .position_tree import PositionSampler
 from .positions import PositionTable
 
 _INPUT_KEYS = ("obs", "act", "rew", "terminated", "truncated", "obs_next", "info", "policy")
@@ -30,19 +31,34 @@ def is_batch(value: Any) -> bool:
     return t is Batch or (t is not np.ndarray and value is not None and isinstance(value, Batch))
 
 
+def take(array: np.ndarray, index: Any) -> Any:
+    """``array[index]``; an integer array ``index`` goes through ``ndarray.take``.
+
+    Same result (negative indices count from the end, out of range raises ``IndexError``), but
+    NumPy's fancy indexing of a row-major array with rows of several values walks an iterator per
+    element, while ``take`` copies whole rows: ~8x faster for 4-float observations at 1,000 rows
+    (measured in bench/bench_tianshou.py's sample).
+    """
+    if type(index) is np.ndarray and index.dtype.kind == "i":
+        return array.take(index, axis=0)
+    return array[index]
+
+
 def gather(value: Any, index: Any) -> Any:
     """``value[index]`` for an array or a ``Batch`` tree, building the result ``Batch`` directly.
 
     Same result as Tianshou's ``Batch.__getitem__`` (``None`` and empty ``Batch`` leaves are kept
     as they are); raises ``IndexError`` for an index out of range.
     """
-    if type(value) is np.ndarray or not is_batch(value):
+    if type(value) is np.ndarray:
+        return take(value, index)
+    if not is_batch(value):
         return value[index]
     out = Batch()
     d = out.__dict__
     for k, v in value.__dict__.items():
         if type(v) is np.ndarray:
-            d[k] = v[index]
+            d[k] = take(v, index)
         elif v is None:
             d[k] = None
         elif is_batch(v):
@@ -105,14 +121,15 @@ class TableBacked:
         """The priorities to register ``positions`` with (None: uniform buffers)."""
         return None
 
-    def positions_table(self) -> PositionTable:
-        """The :class:`PositionTable` of this buffer, rebuilt from :meth:`live_positions` if needed."""
+    def positions_table(self) -> PositionTable | PositionSampler:
+        """The buffer's :class:`PositionTable` (uniform) or :class:`PositionSampler` (prioritized), built if needed."""
         pt = self.__dict__.get("_positions")
         if pt is None:
-            pt = PositionTable(
-                self.maxsize, prioritized=self._prioritized, alpha=getattr(self, "_alpha", 1.0),
-                seed=self.__dict__.get("_rs_seed"),
-            )  # fmt: skip
+            seed = self.__dict__.get("_rs_seed")
+            if self._prioritized:  # drawn and updated by position: no key to translate
+                pt = PositionSampler(self.maxsize, alpha=self._alpha, seed=seed, priority_of=self.position_priorities)
+            else:
+                pt = PositionTable(self.maxsize, seed=seed)
             live = self.live_positions()
             pt.rebuild(live, self.position_priorities(live))
             self.__dict__["_positions"] = pt
@@ -139,9 +156,10 @@ class TableBacked:
         """Indices of ``batch_size`` transitions drawn by the Table (as Tianshou: 0 = all, < 0 = none)."""
         if batch_size is None or batch_size <= 0 or (self._sample_avail and self.stack_num > 1):
             return super().sample_indices(batch_size)
-        if len(self) == 0:
+        pt = self.positions_table()
+        if len(pt) == 0:
             raise ValueError("cannot sample from an empty buffer")
-        return self.positions_table().sample(int(batch_size))
+        return pt.sample(int(batch_size))
 
     def get(self, index: Any, key: str, default_value: Any = None, stack_num: int | None = None) -> Batch | np.ndarray:
         """Tianshou's ``get``: ``key`` at ``index``, stacked over ``stack_num`` previous steps in one gather."""
@@ -175,7 +193,7 @@ class TableBacked:
             # the common case: one gather per stored key, in Tianshou's key order
             for k in _OUT_KEYS:
                 v = md.get(k)
-                d[k] = v[indices] if type(v) is np.ndarray else Batch() if v is None else gather(v, indices)
+                d[k] = take(v, indices) if type(v) is np.ndarray else Batch() if v is None else gather(v, indices)
             for k in md.keys() - _KNOWN:
                 d[k] = gather(md[k], indices)
             return out

@@ -5,6 +5,8 @@
   :class:`PrioritizedReplayBuffer` and :class:`TensorDictPrioritizedReplayBuffer` build it.
 - :class:`SliceSampler`: TorchRL's ``SliceSampler`` whose trajectory index is kept up to date
   incrementally on writes instead of being recomputed from the whole storage on every sample.
+- :class:`LazyTensorStorage`: TorchRL's storage whose batch reads gather each stored tensor with
+  ``index_select`` (about half the cost of TorchRL's ``TensorDict`` indexing).
 
 Each is a subclass of the TorchRL class it replaces, so TorchRL's replay buffers, storages,
 writers, transforms and checkpoints use it unchanged. See ``docs/compat/torchrl.md``.
@@ -13,9 +15,11 @@ writers, transforms and checkpoints use it unchanged. See ``docs/compat/torchrl.
 from .prioritized import PrioritizedReplayBuffer, PrioritizedSampler, TensorDictPrioritizedReplayBuffer
 from .prioritized_slices import PrioritizedSliceSampler
 from .slices import SliceSampler, SliceSamplerWithoutReplacement
+from .storages import LazyTensorStorage
 from .trees import MinTree, SumTree
 
 __all__ = [
+    "LazyTensorStorage",
     "MinTree",
     "PrioritizedReplayBuffer",
     "PrioritizedSampler",

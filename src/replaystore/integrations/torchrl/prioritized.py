@@ -139,11 +139,67 @@ class PrioritizedSampler(_RLPrioritizedSampler):
         return torch.from_numpy(self._key_of_index[idx])
 
     def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
-        """TorchRL's draw; with ``track_keys`` the info also holds ``"key"`` (int64)."""
-        index, info = super().sample(storage, batch_size)
+        """TorchRL's draw; with ``track_keys`` the info also holds ``"key"`` (int64).
+
+        A 1-D storage is drawn from without TorchRL's tensor round trips (same random stream,
+        indices and weights as TorchRL's code on these trees); other storages take TorchRL's code.
+        """
+        drawn = self._sample_flat(storage, batch_size)
+        index, info = super().sample(storage, batch_size) if drawn is None else drawn
         if self._key_of_index is not None and isinstance(index, torch.Tensor):
             info["key"] = torch.from_numpy(self._key_of_index[index.numpy()])
         return index, info
+
+    def _sample_flat(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict] | None:
+        """TorchRL's CPU ``sample`` for a 1-D storage, in NumPy; None where TorchRL's code must run."""
+        n = len(storage)
+        if n == 0 or getattr(storage, "ndim", 1) != 1:
+            return None
+        p_sum = self._sum_tree.query(0, n)
+        p_min = self._min_tree.query(0, n)
+        if not (p_sum > 0 and p_min > 0):
+            return None  # (TorchRL's code raises its errors)
+        if self._rng is None:
+            mass = np.random.uniform(0.0, p_sum, size=batch_size)
+        else:
+            mass = (torch.rand(batch_size, generator=self._rng) * p_sum).numpy()
+        index = np.asarray(self._sum_tree.scan_lower_bound(mass), dtype=np.int64).reshape(-1)
+        np.minimum(index, n - 1, out=index)
+        weight = self._sum_tree.values_at(index)
+        while not weight.all():  # (TorchRL's rule: step left past zero leaves)
+            index = np.where(weight == 0, index - 1, index)
+            if (index < 0).any():
+                raise RuntimeError("Failed to find a suitable index")
+            weight = self._sum_tree.values_at(index)
+        weight = torch.pow(torch.from_numpy(weight) / p_min, -self._beta)
+        return torch.from_numpy(index), {"priority_weight": weight}
+
+    def _update_flat(self, index: Any, priority: Any) -> bool:
+        """TorchRL's CPU ``update_priority`` for a 1-D tensor of indices, in fewer steps; False: not handled."""
+        if (
+            self._max_priority_within_buffer
+            or type(index) is not torch.Tensor
+            or type(priority) is not torch.Tensor
+            or index.dtype != torch.long
+            or index.ndim != 1
+            or priority.shape != index.shape
+            or index.device.type != "cpu"
+            or priority.device.type != "cpu"
+            or not priority.dtype.is_floating_point
+        ):
+            return False
+        idx = index.numpy()
+        if idx.size == 0 or not (idx >= 0).all() or int(idx.max()) >= self._sum_tree.capacity:
+            return False
+        priority = priority.detach()
+        max_p, max_p_idx = priority.max(dim=0)
+        cur = self._max_priority[0]
+        if cur is None or max_p > cur:
+            self._max_priority = (max_p, index[max_p_idx])
+        values = torch.pow(priority + self._eps, self._alpha).numpy().astype(np.float64)
+        self._sum_tree.set_trusted(idx, values)
+        self._min_tree.set_trusted(idx, values)
+        return True
 
     @torch.no_grad()
     def update_priority(self, index: Any, priority: Any, *, storage: Any = None, keys: Any = None) -> None:
@@ -169,7 +225,8 @@ class PrioritizedSampler(_RLPrioritizedSampler):
             index = idx[live]
             if index.numel() == 0:
                 return
-        super().update_priority(index, priority, storage=storage)
+        if not self._update_flat(index, priority):
+            super().update_priority(index, priority, storage=storage)
 
     # -- checkpoints ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:  # noqa: D102

@@ -129,6 +129,19 @@ class _Tree:
 
     at = __getitem__
 
+    def values_at(self, leaves: np.ndarray) -> np.ndarray:
+        """The values of ``leaves`` (int64, each in ``[0, capacity)``: not checked) in the tree's dtype."""
+        return self._tree.take(leaves + self._base).astype(self._np_dtype, copy=False)
+
+    def set_trusted(self, leaves: np.ndarray, values: np.ndarray) -> None:
+        """``tree[leaves] = values`` for int64 ``leaves`` in ``[0, capacity)`` and float64 ``values`` (not checked)."""
+        if _kernels is sumtree:
+            leaves, values = _last_write(leaves, values)
+        self._write(leaves, values)
+        high = int(leaves.max()) + 1
+        if high > self._high:
+            self._high = high
+
     def __setitem__(self, index: Any, value: Any) -> None:
         leaves, _ = _as_index(index, self._base)
         if leaves.size == 0:
