@@ -55,7 +55,8 @@ typedef struct {
     PyObject *meta;     /* the (capacity, 4) int64 metadata (kept alive) */
     PyObject *state;    /* the TableState */
     PyObject *limiter;  /* the rate limiter (the table's rate_limiter is checked against it per call) */
-    PyObject *acquire, *release;  /* the lock's bound methods */
+    PyObject *lock, *acquire, *release;  /* the table's RLock and its bound methods */
+    int peek;  /* the lock's owner and count can be read in place (rlock_probe) */
     PyTypeObject *state_type, *limiter_type;
     Py_ssize_t soff[S_COUNT], loff[L_COUNT];
     int limiter_formula;  /* its can_insert is RateLimiter's: computed here */
@@ -235,6 +236,7 @@ write_py_scalar(PyObject *v, const char *fmt, Py_ssize_t itemsize, char *dst)
 }
 
 static PyTypeObject RingWriterType;
+static int rlock_probe(PyObject *lock, PyObject *acquire, PyObject *release);
 
 /* ---- RingWriter ------------------------------------------------------------------------------ */
 
@@ -246,6 +248,7 @@ writer_traverse(RingWriter *w, visitproc visit, void *arg)
     Py_VISIT(w->meta);
     Py_VISIT(w->state);
     Py_VISIT(w->limiter);
+    Py_VISIT(w->lock);
     Py_VISIT(w->acquire);
     Py_VISIT(w->release);
     return 0;
@@ -259,6 +262,7 @@ writer_clear(RingWriter *w)
     Py_CLEAR(w->meta);
     Py_CLEAR(w->state);
     Py_CLEAR(w->limiter);
+    Py_CLEAR(w->lock);
     Py_CLEAR(w->acquire);
     Py_CLEAR(w->release);
     for (Py_ssize_t i = 0; i < w->k; i++)
@@ -353,6 +357,10 @@ writer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         goto fail;
     if ((w->release = PyObject_GetAttrString(lock, "release")) == NULL)
         goto fail;
+    Py_INCREF(lock);
+    w->lock = lock;
+    if ((w->peek = rlock_probe(lock, w->acquire, w->release)) < 0)
+        goto fail;
     return (PyObject *)w;
 fail:
     Py_DECREF(w);
@@ -387,16 +395,56 @@ limiter_admits(RingWriter *w, PyObject *lim, long long n, int *ok)
 
 /* ---- the shared start of both paths: the writer, the lock, the cheap preconditions ---------- */
 
+#if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000
+/* threading.RLock's object (CPython 3.11-3.13, Modules/_threadmodule.c); used only after
+ * rlock_probe has checked it against the lock's own acquire/release */
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock rlock_lock;
+    unsigned long rlock_owner;
+    unsigned long rlock_count;
+    PyObject *in_weakreflist;
+} RLockLayout;
+#define CAN_PEEK 1
+#else
+#define CAN_PEEK 0
+#endif
+
+/* 1 when the lock's owner and count can be read in place (checked with the lock's own calls) */
+static int
+rlock_probe(PyObject *lock, PyObject *acquire, PyObject *release)
+{
+#if CAN_PEEK
+    if (Py_TYPE(lock)->tp_basicsize != (Py_ssize_t)sizeof(RLockLayout))
+        return 0;
+    RLockLayout *l = (RLockLayout *)lock;
+    unsigned long before = l->rlock_count;
+    PyObject *r = PyObject_CallNoArgs(acquire);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    int ok = l->rlock_count == before + 1 && l->rlock_owner == PyThread_get_thread_ident();
+    r = PyObject_CallNoArgs(release);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return ok && l->rlock_count == before;
+#else
+    return 0;
+#endif
+}
+
 typedef struct {
     RingWriter *w;
     PyObject *plan;
     PyObject *dict;
     PyObject *lim;
+    int held;  /* this call acquired the lock (else it runs GIL-atomically: see lock_table) */
 } Entry;
 
-/* 1: lock held and the table fits the path; 0: not handled (lock not held); -1: error. */
+/* The table's writer: 1 (e filled, a reference to the plan taken), 0: none, -1: error. */
 static int
-enter(PyObject *table, Entry *e)
+find_writer(PyObject *table, Entry *e)
 {
     PyObject **dictptr = _PyObject_GetDictPtr(table);
     if (dictptr == NULL || *dictptr == NULL)
@@ -411,56 +459,92 @@ enter(PyObject *table, Entry *e)
     e->w = (RingWriter *)w;
     e->plan = plan;
     e->dict = dict;
-    Py_INCREF(plan);  /* (the plan may be replaced while this waits for the lock: it keeps the writer alive) */
-    PyObject *r = PyObject_CallNoArgs(e->w->acquire);
-    if (r == NULL) {
-        Py_DECREF(plan);
-        return -1;
-    }
-    Py_DECREF(r);
-    /* under the lock: nobody waiting (an insert must notify them: the Python path does), the plan
-     * still this writer's, the table's limiter the writer's */
-    PyObject *plan2 = PyDict_GetItemWithError(dict, str_plan);
-    PyObject *waiting = PyDict_GetItemWithError(dict, str_waiting);
-    PyObject *lim = PyDict_GetItemWithError(dict, str_rate_limiter);
-    int fits = plan2 == plan && waiting != NULL && PyLong_CheckExact(waiting) && PyLong_AsLong(waiting) == 0
-               && lim == e->w->limiter && Py_IS_TYPE(lim, e->w->limiter_type)
-               && Py_IS_TYPE(e->w->state, e->w->state_type);
-    if (!fits) {
-        int err = PyErr_Occurred() != NULL;
-        PyObject *exc = NULL, *val = NULL, *tb = NULL;
-        if (err)
-            PyErr_Fetch(&exc, &val, &tb);
-        r = PyObject_CallNoArgs(e->w->release);
-        Py_XDECREF(r);
-        Py_DECREF(plan);
-        if (err) {
-            if (r != NULL)
-                PyErr_Restore(exc, val, tb);
-            else {
-                Py_XDECREF(exc);
-                Py_XDECREF(val);
-                Py_XDECREF(tb);
-            }
-            return -1;
-        }
-        return r == NULL ? -1 : 0;
-    }
-    e->lim = lim;
+    e->held = 0;
+    Py_INCREF(plan);  /* (it keeps the writer alive, whatever happens to the table's plan) */
     return 1;
 }
 
-/* release the lock; returns `result` (stolen), or NULL when the release failed */
+static int
+unlock_table(Entry *e)
+{
+    if (!e->held)
+        return 0;
+    e->held = 0;
+    PyObject *r = PyObject_CallNoArgs(e->w->release);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* Take the table's lock, then check what may have changed: 1: go on; 0: not handled (unlocked);
+ * -1: error (unlocked).
+ *
+ * When the lock is free (or this thread holds it) and its layout was probed, the call does not
+ * take it: it holds the GIL and runs no Python code and releases no GIL until it returns, so no
+ * other thread can run the table's code meanwhile (a thread that holds the lock may run without
+ * the GIL, e.g. inside a NumPy copy: then the lock is not free and this call takes it, waiting
+ * with the GIL released). */
+static int
+lock_table(Entry *e)
+{
+#if CAN_PEEK
+    RLockLayout *l = (RLockLayout *)e->w->lock;
+    if (!e->w->peek || !(l->rlock_count == 0 || l->rlock_owner == PyThread_get_thread_ident()))
+#endif
+    {
+        PyObject *r = PyObject_CallNoArgs(e->w->acquire);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+        e->held = 1;
+    }
+    /* nobody waiting (an insert must notify them: the Python path does), the plan still this
+     * writer's, the table's limiter the writer's */
+    PyObject *plan2 = PyDict_GetItemWithError(e->dict, str_plan);
+    PyObject *waiting = plan2 ? PyDict_GetItemWithError(e->dict, str_waiting) : NULL;
+    PyObject *lim = waiting ? PyDict_GetItemWithError(e->dict, str_rate_limiter) : NULL;
+    int fits = lim != NULL && plan2 == e->plan && PyLong_CheckExact(waiting) && PyLong_AsLong(waiting) == 0
+               && lim == e->w->limiter && Py_IS_TYPE(lim, e->w->limiter_type)
+               && Py_IS_TYPE(e->w->state, e->w->state_type);
+    if (fits) {
+        e->lim = lim;
+        return 1;
+    }
+    if (PyErr_Occurred()) {
+        PyObject *exc, *val, *tb;
+        PyErr_Fetch(&exc, &val, &tb);
+        if (unlock_table(e) < 0) {
+            Py_XDECREF(exc);
+            Py_XDECREF(val);
+            Py_XDECREF(tb);
+        } else
+            PyErr_Restore(exc, val, tb);
+        return -1;
+    }
+    return unlock_table(e) < 0 ? -1 : 0;
+}
+
+/* unlock, drop the plan; returns `result` (stolen), or NULL when the release failed. An error
+ * already set when result is NULL is kept. */
 static PyObject *
 leave(Entry *e, PyObject *result)
 {
-    PyObject *r = PyObject_CallNoArgs(e->w->release);
+    PyObject *exc = NULL, *val = NULL, *tb = NULL;
+    int err = result == NULL && PyErr_Occurred();
+    if (err)
+        PyErr_Fetch(&exc, &val, &tb);
+    int bad = unlock_table(e) < 0;
     Py_DECREF(e->plan);
-    if (r == NULL) {
+    if (bad) {
         Py_XDECREF(result);
+        Py_XDECREF(exc);
+        Py_XDECREF(val);
+        Py_XDECREF(tb);
         return NULL;
     }
-    Py_DECREF(r);
+    if (err)
+        PyErr_Restore(exc, val, tb);
     return result;
 }
 
@@ -565,7 +649,7 @@ sources_of(RingWriter *w, PyObject *item, PyObject **out)
 
 /* FastPaths._add_ring under the lock; NULL without an error: not handled (nothing changed). */
 static PyObject *
-add_locked(Entry *e, PyObject *item, PyObject *priority, PyObject *version)
+add_locked(Entry *e, PyObject **src, PyObject *priority, PyObject *version)
 {
     RingWriter *w = e->w;
     PyObject *st = w->state;
@@ -613,13 +697,6 @@ add_locked(Entry *e, PyObject *item, PyObject *priority, PyObject *version)
     int ok = 1;
     if (!limiter_admits(w, e->lim, 1, &ok) || !ok)
         return NULL;
-    PyObject *src[MAX_FIELDS];
-    int got = sources_of(w, item, src);
-    if (got <= 0)
-        return NULL;
-    for (Py_ssize_t i = 0; i < w->k; i++)
-        if (!source_fits(w, i, src[i], 0, 1))
-            return NULL;
     long long key = c.next_key;
     long long cap = w->capacity;
     long long slot = (key - c.ring_base) % cap;
@@ -683,7 +760,7 @@ nomem:
 
 /* FastPaths._extend_ring + _ring_commit (no selectors) under the lock; NULL without an error: not handled. */
 static PyObject *
-extend_locked(Entry *e, PyObject *data)
+extend_locked(Entry *e, PyObject **src, npy_intp n)
 {
     RingWriter *w = e->w;
     PyObject *st = w->state;
@@ -693,13 +770,6 @@ extend_locked(Entry *e, PyObject *data)
     Counts c;
     if (!read_counts(w, e->lim, &c))
         return NULL;
-    PyObject *src[MAX_FIELDS];
-    int got = sources_of(w, data, src);
-    if (got <= 0)
-        return NULL;
-    if (!PyArray_CheckExact(src[0]) || PyArray_NDIM((PyArrayObject *)src[0]) < 1)
-        return NULL;
-    npy_intp n = PyArray_DIM((PyArrayObject *)src[0], 0);
     long long cap = w->capacity;
     long long first = c.next_key;
     long long start = (first - c.ring_base) % cap;
@@ -710,9 +780,6 @@ extend_locked(Entry *e, PyObject *data)
     int ok = 1;
     if (!limiter_admits(w, e->lim, n, &ok) || !ok)
         return NULL;
-    for (Py_ssize_t i = 0; i < w->k; i++)
-        if (!source_fits(w, i, src[i], 1, n))
-            return NULL;
     PyArrayObject *keys = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT64);
     if (keys == NULL)
         return NULL;
@@ -783,23 +850,22 @@ fast_add(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
         }
     }
     Entry e;
-    int r = enter(args[0], &e);
+    int r = find_writer(args[0], &e);
     if (r <= 0)
         return NULL;
-    PyObject *out = add_locked(&e, args[1], priority, version);
-    int err = out == NULL && PyErr_Occurred();
-    PyObject *exc = NULL, *val = NULL, *tb = NULL;
-    if (err)
-        PyErr_Fetch(&exc, &val, &tb);
-    out = leave(&e, out);
-    if (err && !PyErr_Occurred())
-        PyErr_Restore(exc, val, tb);
-    else if (err) {
-        Py_XDECREF(exc);
-        Py_XDECREF(val);
-        Py_XDECREF(tb);
+    /* the item's checks first (its dict may run Python code: a key's __eq__), then the lock */
+    PyObject *src[MAX_FIELDS];
+    r = sources_of(e.w, args[1], src);
+    for (Py_ssize_t i = 0; r > 0 && i < e.w->k; i++)
+        if (!source_fits(e.w, i, src[i], 0, 1))
+            r = 0;
+    if (r > 0)
+        r = lock_table(&e);
+    if (r <= 0) {
+        Py_DECREF(e.plan);
+        return NULL;
     }
-    return out;
+    return leave(&e, add_locked(&e, src, priority, version));
 }
 
 /* the compiled Table.extend(data, priorities=None, version=None, timeout=None) */
@@ -822,24 +888,33 @@ fast_extend(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
         }
     }
     Entry e;
-    int r = enter(args[0], &e);
+    int r = find_writer(args[0], &e);
     if (r <= 0)
         return NULL;
-    PyObject *out = extend_locked(&e, args[1]);
-    int err = out == NULL && PyErr_Occurred();
-    PyObject *exc = NULL, *val = NULL, *tb = NULL;
-    if (err)
-        PyErr_Fetch(&exc, &val, &tb);
-    out = leave(&e, out);
-    if (err && !PyErr_Occurred())
-        PyErr_Restore(exc, val, tb);
-    else if (err) {
-        Py_XDECREF(exc);
-        Py_XDECREF(val);
-        Py_XDECREF(tb);
+    PyObject *src[MAX_FIELDS];
+    npy_intp n = 0;
+    r = sources_of(e.w, args[1], src);
+    if (r > 0 && (!PyArray_CheckExact(src[0]) || PyArray_NDIM((PyArrayObject *)src[0]) < 1))
+        r = 0;
+    if (r > 0)
+        n = PyArray_DIM((PyArrayObject *)src[0], 0);
+    for (Py_ssize_t i = 0; r > 0 && i < e.w->k; i++)
+        if (!source_fits(e.w, i, src[i], 1, n))
+            r = 0;
+    if (r > 0)
+        r = lock_table(&e);
+    if (r <= 0) {
+        Py_DECREF(e.plan);
+        return NULL;
     }
-    return out;
+    return leave(&e, extend_locked(&e, src, n));
 }
+
+static PyMemberDef writer_members[] = {
+    {"peek", T_INT, offsetof(RingWriter, peek), READONLY,
+     "1 when calls run GIL-atomically while the table's lock is free (its layout probed), 0 when they take it"},
+    {NULL, 0, 0, 0, NULL},
+};
 
 static PyTypeObject RingWriterType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -852,6 +927,7 @@ static PyTypeObject RingWriterType = {
     .tp_traverse = (traverseproc)writer_traverse,
     .tp_clear = (inquiry)writer_clear,
     .tp_dealloc = (destructor)writer_dealloc,
+    .tp_members = writer_members,
 };
 
 /* ---- FastMethod: a method descriptor that tries the compiled path, else calls the Python one --- */
