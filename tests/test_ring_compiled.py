@@ -101,10 +101,22 @@ def batch(rng, n, how):
     return data
 
 
-ROW_KINDS = ["ok"] * 16 + ["pyfloat", "f64", "strided", "shape", "missing", "extra", "order", "np_int", "0d", "bigint", "str"]
+ROW_KINDS = ["ok"] * 16 + [
+    "pyfloat",
+    "f64",
+    "strided",
+    "shape",
+    "missing",
+    "extra",
+    "order",
+    "np_int",
+    "0d",
+    "bigint",
+    "str",
+]
 BATCH_KINDS = ["ok"] * 10 + ["f64", "list", "ragged", "fortran", "missing"]
-PRIORITIES = [None] * 10 + [ 0.5, 3.0, 0.0, -1.0, float("nan"), float("inf"), np.float64(2.0), 1]
-VERSIONS = [None] * 10 + [ 0, 1, 5, -3, True, np.int64(2)]
+PRIORITIES = [None] * 10 + [0.5, 3.0, 0.0, -1.0, float("nan"), float("inf"), np.float64(2.0), 1]
+VERSIONS = [None] * 10 + [0, 1, 5, -3, True, np.int64(2)]
 
 _ADD = (
     st.tuples(st.just("add"), st.sampled_from(ROW_KINDS), st.sampled_from(PRIORITIES), st.sampled_from(VERSIONS)),
