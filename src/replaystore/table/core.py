@@ -389,7 +389,7 @@ class Table(
             Timeout: as for every blocking call.
             Closed: as for every blocking call.
         """
-        with self._cond:
+        with self._lock:  # the Condition's own lock: entering it directly is cheaper
             return self._extend_locked(data, priorities, version, timeout)
 
     def _extend_locked(self, data: Any, priorities: Any, version: Any, timeout: float | None) -> np.ndarray:
