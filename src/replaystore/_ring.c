@@ -856,6 +856,10 @@ fast_add(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
     /* the item's checks first (its dict may run Python code: a key's __eq__), then the lock */
     PyObject *src[MAX_FIELDS];
     r = sources_of(e.w, args[1], src);
+    if (r < 0) {  /* (a key's __eq__ raised: the Python method meets it again and says so) */
+        PyErr_Clear();
+        r = 0;
+    }
     for (Py_ssize_t i = 0; r > 0 && i < e.w->k; i++)
         if (!source_fits(e.w, i, src[i], 0, 1))
             r = 0;
@@ -894,6 +898,10 @@ fast_extend(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
     PyObject *src[MAX_FIELDS];
     npy_intp n = 0;
     r = sources_of(e.w, args[1], src);
+    if (r < 0) {  /* (a key's __eq__ raised: the Python method meets it again and says so) */
+        PyErr_Clear();
+        r = 0;
+    }
     if (r > 0 && (!PyArray_CheckExact(src[0]) || PyArray_NDIM((PyArrayObject *)src[0]) < 1))
         r = 0;
     if (r > 0)
