@@ -102,6 +102,23 @@ get_int(PyObject *obj, Py_ssize_t off, int *ok)
         *ok = 0;
         return -1;
     }
+#if PY_VERSION_HEX >= 0x030C0000
+    if (PyUnstable_Long_IsCompact((PyLongObject *)v))
+        return (long long)PyUnstable_Long_CompactValue((PyLongObject *)v);
+#elif PY_VERSION_HEX >= 0x030B0000 && PYLONG_BITS_IN_DIGIT == 30
+    {   /* (3.11: up to two 30-bit digits read in place; the counters' usual sizes) */
+        Py_ssize_t size = Py_SIZE(v);
+        const digit *d = ((PyLongObject *)v)->ob_digit;
+        if (size == 0)
+            return 0;
+        if (size == 1)
+            return (long long)d[0];
+        if (size == 2)
+            return (long long)d[0] | ((long long)d[1] << PyLong_SHIFT);
+        if (size == -1)
+            return -(long long)d[0];
+    }
+#endif
     int overflow = 0;
     long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
     if (overflow || (x == -1 && PyErr_Occurred())) {
@@ -440,6 +457,7 @@ typedef struct {
     PyObject *dict;
     PyObject *lim;
     int held;  /* this call acquired the lock (else it runs GIL-atomically: see lock_table) */
+    int fresh;  /* no Python code can have run since find_writer read the plan */
 } Entry;
 
 /* The table's writer: 1 (e filled, a reference to the plan taken), 0: none, -1: error. */
@@ -460,6 +478,7 @@ find_writer(PyObject *table, Entry *e)
     e->plan = plan;
     e->dict = dict;
     e->held = 0;
+    e->fresh = 0;
     Py_INCREF(plan);  /* (it keeps the writer alive, whatever happens to the table's plan) */
     return 1;
 }
@@ -501,7 +520,7 @@ lock_table(Entry *e)
     }
     /* nobody waiting (an insert must notify them: the Python path does), the plan still this
      * writer's, the table's limiter the writer's */
-    PyObject *plan2 = PyDict_GetItemWithError(e->dict, str_plan);
+    PyObject *plan2 = !e->held && e->fresh ? e->plan : PyDict_GetItemWithError(e->dict, str_plan);
     PyObject *waiting = plan2 ? PyDict_GetItemWithError(e->dict, str_waiting) : NULL;
     PyObject *lim = waiting ? PyDict_GetItemWithError(e->dict, str_rate_limiter) : NULL;
     int fits = lim != NULL && plan2 == e->plan && PyLong_CheckExact(waiting) && PyLong_AsLong(waiting) == 0
@@ -556,7 +575,7 @@ typedef struct {
 } Counts;
 
 static int
-read_counts(RingWriter *w, PyObject *lim, Counts *c)
+read_counts(RingWriter *w, PyObject *lim, Counts *c, long long n)
 {
     PyObject *st = w->state;
     int ok = 1;
@@ -564,16 +583,21 @@ read_counts(RingWriter *w, PyObject *lim, Counts *c)
         return 0;
     c->next_key = get_int(st, w->soff[S_NEXT_KEY], &ok);
     c->size = get_int(st, w->soff[S_SIZE], &ok);
-    c->nfree = get_int(st, w->soff[S_NFREE], &ok);
     c->version = get_int(st, w->soff[S_VERSION], &ok);
     c->ring_base = get_int(st, w->soff[S_RING_BASE], &ok);
     c->ring_lo = get_int(st, w->soff[S_RING_LO], &ok);
     c->inserts = get_int(st, w->soff[S_INSERTS], &ok);
-    c->deletes = get_int(st, w->soff[S_DELETES], &ok);
-    c->evictions = get_int(st, w->soff[S_EVICTIONS], &ok);
     c->max_priority = get_float(st, w->soff[S_MAX_PRIORITY], &ok);
     c->lim_inserts = get_int(lim, w->loff[L_INSERTS], &ok);
-    c->lim_deletes = get_int(lim, w->loff[L_DELETES], &ok);
+    /* (what only a full ring's evictions, or only a filling ring, change) */
+    c->deletes = c->evictions = c->lim_deletes = c->nfree = 0;
+    if (c->size + n > w->capacity) {
+        c->deletes = get_int(st, w->soff[S_DELETES], &ok);
+        c->evictions = get_int(st, w->soff[S_EVICTIONS], &ok);
+        c->lim_deletes = get_int(lim, w->loff[L_DELETES], &ok);
+    }
+    if (c->size < w->capacity)
+        c->nfree = get_int(st, w->soff[S_NFREE], &ok);
     /* headroom so no counter below overflows int64 */
     if (ok && (c->next_key > INT64_MAX / 2 || c->inserts > INT64_MAX / 2 || c->lim_inserts > INT64_MAX / 2))
         ok = 0;
@@ -582,7 +606,7 @@ read_counts(RingWriter *w, PyObject *lim, Counts *c)
 
 /* Check one source for field i (one row when !batched, n rows when batched); 0: it does not fit. */
 static inline int
-source_fits(RingWriter *w, Py_ssize_t i, PyObject *src, int batched, npy_intp n)
+source_fits(RingWriter *w, Py_ssize_t i, PyObject *src, int batched, npy_intp n, int *slow)
 {
     if (!PyArray_CheckExact(src)) {
         if (batched || w->ndim[i] != 1)
@@ -600,8 +624,11 @@ source_fits(RingWriter *w, Py_ssize_t i, PyObject *src, int batched, npy_intp n)
     if (PyArray_NDIM(a) != w->ndim[i] - 1 + lead || !PyArray_IS_C_CONTIGUOUS(a))
         return 0;
     PyArray_Descr *d = PyArray_DESCR(a);
-    if (d != w->descr[i] && !PyArray_EquivTypes(d, w->descr[i]))
-        return 0;
+    if (d != w->descr[i]) {
+        *slow = 1;  /* (NumPy's own code decides: nothing is assumed about what it runs) */
+        if (!PyArray_EquivTypes(d, w->descr[i]))
+            return 0;
+    }
     npy_intp *dims = PyArray_DIMS(a);
     if (batched && dims[0] != n)
         return 0;
@@ -623,7 +650,8 @@ write_source(RingWriter *w, Py_ssize_t i, PyObject *src, Py_ssize_t slot, npy_in
         write_py_scalar(src, w->fmt[i], w->rowbytes[i], to);
 }
 
-/* the item's values in the columns' order, borrowed; 0 when its keys are not exactly the names */
+/* the item's values in the columns' order, borrowed: 2 (found by identity), 1 (found by lookups,
+ * which may run a key's __eq__); 0 when its keys are not exactly the names; -1: error */
 static int
 sources_of(RingWriter *w, PyObject *item, PyObject **out)
 {
@@ -635,7 +663,7 @@ sources_of(RingWriter *w, PyObject *item, PyObject **out)
     while (PyDict_Next(item, &pos, &key, &value) && key == PyTuple_GET_ITEM(w->names, i))
         out[i++] = value;
     if (i == w->k)
-        return 1;
+        return 2;  /* (no Python code ran) */
     for (Py_ssize_t i = 0; i < w->k; i++) {
         PyObject *v = PyDict_GetItemWithError(item, PyTuple_GET_ITEM(w->names, i));
         if (v == NULL)
@@ -654,7 +682,7 @@ add_locked(Entry *e, PyObject **src, PyObject *priority, PyObject *version)
     RingWriter *w = e->w;
     PyObject *st = w->state;
     Counts c;
-    if (!read_counts(w, e->lim, &c))
+    if (!read_counts(w, e->lim, &c, 1))
         return NULL;
     /* _plain_meta */
     double p;
@@ -768,7 +796,7 @@ extend_locked(Entry *e, PyObject **src, npy_intp n)
     if (stager != Py_None)
         return NULL;
     Counts c;
-    if (!read_counts(w, e->lim, &c))
+    if (!read_counts(w, e->lim, &c, n))
         return NULL;
     long long cap = w->capacity;
     long long first = c.next_key;
@@ -860,9 +888,11 @@ fast_add(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
         PyErr_Clear();
         r = 0;
     }
+    int slow = r != 2;
     for (Py_ssize_t i = 0; r > 0 && i < e.w->k; i++)
-        if (!source_fits(e.w, i, src[i], 0, 1))
+        if (!source_fits(e.w, i, src[i], 0, 1, &slow))
             r = 0;
+    e.fresh = !slow;
     if (r > 0)
         r = lock_table(&e);
     if (r <= 0) {
@@ -906,9 +936,11 @@ fast_extend(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
         r = 0;
     if (r > 0)
         n = PyArray_DIM((PyArrayObject *)src[0], 0);
+    int slow = r != 2;
     for (Py_ssize_t i = 0; r > 0 && i < e.w->k; i++)
-        if (!source_fits(e.w, i, src[i], 1, n))
+        if (!source_fits(e.w, i, src[i], 1, n, &slow))
             r = 0;
+    e.fresh = !slow;
     if (r > 0)
         r = lock_table(&e);
     if (r <= 0) {
