@@ -121,6 +121,7 @@ VERSIONS = [None] * 10 + [0, 1, 5, -3, True, np.int64(2)]
 _ADD = (
     st.tuples(st.just("add"), st.sampled_from(ROW_KINDS), st.sampled_from(PRIORITIES), st.sampled_from(VERSIONS)),
     st.tuples(st.just("add_kw"), st.sampled_from(ROW_KINDS), st.sampled_from(PRIORITIES), st.sampled_from(VERSIONS)),
+    st.tuples(st.just("add_locked"), st.just("ok"), st.just(None), st.just(None)),
 )
 _EXTEND = st.tuples(
     st.just("extend"), st.sampled_from(BATCH_KINDS), st.integers(0, 12), st.sampled_from([None] * 5 + [0.7])
@@ -164,11 +165,14 @@ def state_of(t):
 
 def apply(t, call, rng):
     kind = call[0]
-    if kind in ("add", "add_kw"):
+    if kind in ("add", "add_kw", "add_locked"):
         _, how, p, v = call
         item = row(rng, how)
         if kind == "add":
             return outcome(lambda: t.add(item, p, v, 0.0))
+        if kind == "add_locked":  # the caller holds the lock already (as the logged table does)
+            with t._lock:
+                return outcome(lambda: t.add(item, p, v, 0.0))
         return outcome(lambda: t.add(item, priority=p, version=v, timeout=0.0))
     if kind == "extend":
         _, how, n, p = call
