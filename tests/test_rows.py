@@ -28,6 +28,16 @@ def test_the_compiled_version_is_built_here():
     assert rows.COMPILED
 
 
+def test_the_compiled_add_and_extend_are_built_here():
+    # replaystore._ring (setup.py, NumPy headers from the build requirements); optional=True hides
+    # a failed build, this does not
+    if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
+        pytest.skip("REPLAYSTORE_PURE_PYTHON is set")
+    from replaystore import Table
+
+    assert rows.FastMethod is not None and type(Table.add) is rows.FastMethod and type(Table.extend) is rows.FastMethod
+
+
 def test_the_core_behaves_the_same_on_the_pure_python_fallback():
     """The table, ring and model tests, in a child process that cannot use the compiled module."""
     if not rows.COMPILED:

@@ -44,9 +44,10 @@ SHARED_UNITS = {"replaystore.table"}
 #: Private names of *other* libraries' public APIs: the namedtuple methods (documented with a
 #: leading underscore to avoid clashes with field names).
 PUBLIC_UNDERSCORE = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
-#: Private modules that are the other half of a unit: ``_rows`` is the compiled version of
+#: Private modules that are the other half of a unit: ``_rows`` (and ``_ring``, the compiled
+#: Table.add / small extend) is the compiled version of
 #: ``rows.py`` (same contract, ``rows`` falls back to NumPy when it is not built).
-UNIT_OF_PRIVATE_MODULE = {"replaystore._rows": "replaystore.rows"}
+UNIT_OF_PRIVATE_MODULE = {"replaystore._rows": "replaystore.rows", "replaystore._ring": "replaystore.rows"}
 #: ``(module, attribute)`` pairs allowed despite PRV001, each for a reason outside our control.
 ALLOWED_ATTRIBUTES = {
     # torch.distributed: ``Work._source_rank()`` is the only way to learn who sent the message an

@@ -38,6 +38,19 @@ class RateLimiter:
 
     #: the scalar hook (:mod:`replaystore.placement`): the counters a shared table publishes
     SCALARS = ("inserts", "samples", "deletes")
+    # Slots (plus a __dict__ for subclasses' own attributes): the compiled add/extend
+    # (replaystore._ring) reads and moves the counters in place, as it does the TableState's.
+    __slots__ = (
+        "samples_per_insert",
+        "min_size_to_sample",
+        "min_diff",
+        "max_diff",
+        "inserts",
+        "samples",
+        "deletes",
+        "__dict__",
+        "__weakref__",
+    )
 
     def __init__(self, samples_per_insert: float, min_size_to_sample: int, min_diff: float, max_diff: float) -> None:
         if min_size_to_sample < 1:

@@ -31,7 +31,14 @@ The functions below, one contract in both versions (the compiled one is ``_rows.
   together, prefetching ahead, so the cache misses overlap); with ``meta``/``meta_out`` it also
   does ``count_samples``. ``False`` (nothing written) when shapes, dtypes or slots do not fit.
 
-None of them locks: the table calls them under its lock. ``COMPILED`` says which version runs;
+- ``RingWriter`` and ``FastMethod`` (compiled only, else ``None``; ``replaystore._ring``): a
+  ring-mode table's whole single ``add`` / small ``extend`` as one call into C (the lock, the
+  checks, the copy, the metadata row, the ring and limiter counters); ``Table.add`` and
+  ``Table.extend`` are ``FastMethod`` descriptors that fall back to the Python methods for every
+  call the compiled path does not take (see ``replaystore.table.fast``).
+
+None of them locks (but ``FastMethod``, which takes the table's lock): the table calls them under
+its lock. ``COMPILED`` says which version runs;
 ``REPLAYSTORE_PURE_PYTHON=1`` in the environment forces the NumPy one (the test suite runs the
 core tests both ways).
 """
@@ -168,7 +175,16 @@ except ImportError:  # not built (no compiler at install time), or refused: the 
     last_occurrences, touch_draw = _last_occurrences_py, _touch_draw_py
     COMPILED = False
 
+try:  # the compiled Table.add / small extend (replaystore._ring; needs NumPy's headers at build time)
+    if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
+        raise ImportError("REPLAYSTORE_PURE_PYTHON is set")
+    from ._ring import FastMethod, RingWriter
+except ImportError:  # not built: Table.add / extend are the Python methods (the reference)
+    FastMethod = RingWriter = None
+
 __all__ = [
+    "FastMethod",
+    "RingWriter",
     "COMPILED",
     "add_row",
     "copy_rows",

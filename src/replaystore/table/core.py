@@ -19,6 +19,7 @@ a write-ahead log works on a :class:`~replaystore.table.journal.Journal` view of
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -31,7 +32,7 @@ from ..items import Sample, check_device, drawn_sample
 from ..keys import KeyIndex, RingIndex, RingLiveSet
 from ..limiters import MinSize, Queue, RateLimiter, Stack
 from ..placement import allocate, placing, scope
-from ..rows import count_samples
+from ..rows import FastMethod, count_samples
 from ..samplers import Fifo, Lifo, Selector, Uniform
 from ..staging import AddStager
 from ..storage import ColumnStorage, Storage
@@ -330,7 +331,7 @@ class Table(
             Timeout: as for every blocking call.
             Closed: as for every blocking call.
         """
-        with self._cond:
+        with self._lock:  # the Condition's own lock: entering it directly is cheaper
             return self._extend_locked(data, priorities, version, timeout)
 
     def _extend_locked(self, data: Any, priorities: Any, version: Any, timeout: float | None) -> np.ndarray:
@@ -476,3 +477,14 @@ class Table(
         return SampleIterator(
             self, batch_size, prefetch=prefetch, timeout=timeout, max_batches=max_batches, **tensor_options
         )
+
+
+if FastMethod is not None:
+    # The compiled whole add / small extend (replaystore._ring): each call it can take exactly as
+    # the Python method would (a ring-mode table with a RingWriter in its plan: see
+    # FastPaths._ring_writer) runs in one C call; every other call runs the Python method above.
+    for _name in ("add", "extend"):
+        _method = FastMethod(_name, getattr(Table, _name))
+        functools.update_wrapper(_method, getattr(Table, _name))
+        setattr(Table, _name, _method)
+    del _name, _method

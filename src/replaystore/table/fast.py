@@ -21,15 +21,22 @@ do not hold, and the caller takes the general path.
 
 from __future__ import annotations
 
+import threading
 from operator import itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..rows import add_row, copy_rows, fill_meta
+from ..limiters import RateLimiter
+from ..rows import RingWriter, add_row, copy_rows, fill_meta
 from ..staging import AddStager
 from ..storage import ColumnStorage, Storage
 from .args import NO_LIMIT
+from .state import TableState
+
+_RLOCK = type(threading.RLock())
+#: the methods whose work the compiled path does (a subclass overriding one keeps the Python path)
+_RING_METHODS = ("_add_ring", "_extend_ring", "_ring_commit", "_plain_meta", "_flush_pending")
 
 
 class RingReservation(NamedTuple):
@@ -76,8 +83,37 @@ class FastPaths:
             self._plan = False
             return False
         get = itemgetter(*names) if len(names) > 1 else (lambda d, _n=names[0]: (d[_n],))
-        self._plan = (frozenset(names), columns, get)
+        self._plan = (frozenset(names), columns, get, self._ring_writer(names, columns))
         return self._plan
+
+    def _ring_writer(self, names: tuple, columns: tuple) -> Any:
+        """The compiled whole ``add`` / small ``extend`` of this table (``replaystore._ring``), or ``None``.
+
+        ``Table.add`` / ``Table.extend`` run it when the plan holds one (and fall back to the
+        Python methods for each call it does not take). Only for an in-process table with no
+        selector to tell (a ``Uniform`` sampler, the ``Fifo`` remover), its own lock, state and
+        ring methods (a subclass that overrides them keeps the Python path), and a rate limiter
+        whose counters are slots.
+        """
+        cls = type(self)
+        if (
+            RingWriter is None
+            or self._selectors
+            or self._placed
+            or self._await_head is not None
+            or self._stager is not None
+            or type(self._state) is not TableState
+            or type(self._lock) is not _RLOCK
+            or any(getattr(cls, name) is not getattr(FastPaths, name) for name in _RING_METHODS)
+        ):
+            return None
+        limiter = self.rate_limiter
+        kind = type(limiter)
+        formula = kind.can_insert is RateLimiter.can_insert and kind.size is RateLimiter.size
+        try:
+            return RingWriter(names, columns, self._meta, self._state, limiter, self._lock, formula)
+        except (TypeError, ValueError):  # columns or a limiter it cannot take: the Python path
+            return None
 
     def _extend_ring(self, data: Any) -> np.ndarray | None:
         """Insert a batch of exactly-typed columns at the ring's head; ``None``: not handled (unchanged)."""
@@ -101,8 +137,8 @@ class FastPaths:
             return None  # the general path waits (or raises) as the limiter says
         if not copy_rows(plan[1], sources, start, n, True, self._meta, first):  # (keys first)
             return None
-        self._ring_commit(start, n, st.max_priority, st.version)
-        return np.arange(first, first + n, dtype=np.int64)
+        keys = self._ring_commit(start, n, st.max_priority, st.version)
+        return np.arange(first, first + n, dtype=np.int64) if keys is None else keys
 
     def _reserve_ring(self, data: Any, min_bytes: int) -> RingReservation | None:
         """Make room at the ring's head for a batch whose rows will be copied without the lock.
@@ -174,21 +210,24 @@ class FastPaths:
         self._ring_commit(res.start, n, st.max_priority, st.version)
         return np.arange(res.first, res.first + n, dtype=np.int64)
 
-    def _ring_commit(self, start: int, n: int, priority: float, version: int) -> None:
+    def _ring_commit(self, start: int, n: int, priority: float, version: int) -> np.ndarray | None:
         """Account for ``n`` new items whose payloads are in slots ``start ..``.
 
         Writes their metadata, tells the selectors, moves the ring and the counters; the oldest
-        items whose slots they took are evicted.
+        items whose slots they took are evicted. Returns the items' keys when it made them (to
+        tell the selectors; ``None`` otherwise): the caller may return that array.
         """
         st = self._state
         first = st.next_key
         size = st.size
         overflow = size + n - self.capacity  # > 0: that many of the oldest items were overwritten
         fill_meta(self._meta, start, n, first, version, priority)
+        keys = None
         if self._selectors:
             slots = np.arange(start, start + n, dtype=np.int64)
             keys = np.arange(first, first + n, dtype=np.int64)
-            prios = np.full(n, priority)
+            prios = np.empty(n)
+            prios.fill(priority)  # (np.full costs twice as much on a small batch)
             if overflow == n:
                 for sel in self._selectors:
                     sel.replace(slots, keys, prios)
@@ -215,6 +254,7 @@ class FastPaths:
         st.next_key = first + n
         if self._waiting:
             self._cond.notify_all()
+        return keys
 
     def _add_ring(self, plan: tuple, item: dict, priority: Any, version: Any) -> int:
         """Write one item straight into its ring slot; -1: not handled (nothing changed).
