@@ -59,8 +59,11 @@ class ProducerCalls:
             under which they were admitted.
 
         Raises:
-            InvalidRequest: no pacing, or bad arguments. WouldDeadlock. Timeout: not granted in
-            time (nothing acquired). Closed.
+            InvalidRequest: no pacing, or bad arguments.
+            WouldDeadlock: with ``holder``, a request that can never be granted while the producer
+                holds tickets.
+            Timeout: not granted in time (nothing acquired).
+            Closed: the buffer is closed.
         """
         budget = self._need_budget()
         with self._lock:

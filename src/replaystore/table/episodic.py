@@ -145,7 +145,7 @@ class EpisodeMethods:
 
         Raises:
             EpisodeError: stream ids of the wrong type or shape, or outside the allowed range;
-            flags of the wrong shape. Otherwise as :meth:`extend`. Nothing changes on error.
+                flags of the wrong shape. Otherwise as :meth:`extend`. Nothing changes on error.
         """
         index = self._require_episodes()
         with self._cond:
@@ -173,7 +173,7 @@ class EpisodeMethods:
 
         Raises:
             EpisodeError: an empty episode; ``stream`` still has an open episode; as
-            :meth:`extend_steps`. Nothing changes on error.
+                :meth:`extend_steps`. Nothing changes on error.
         """
         index = self._require_episodes()
         with self._cond:
