@@ -25,13 +25,21 @@ TARGETS = {
 class ContractMethods(griffe.Extension):
     """Add a class's contract-generated methods to its static griffe object."""
 
-    def on_class_members(self, *, cls: griffe.Class, **kwargs: Any) -> None:  # noqa: D102
+    def on_class_members(self, *, cls: griffe.Class, agent: Any = None, **kwargs: Any) -> None:  # noqa: D102
         if cls.path not in TARGETS:
             return
         calls = importlib.import_module(TARGETS[cls.path]).CALLS
         module = importlib.import_module(cls.module.path)
         live = getattr(module, cls.name)
-        inspected = griffe.inspect(cls.module.path, filepath=None, import_paths=None)[cls.name]
+        # the loader's docstring style (google), so the generated methods' Args/Returns/Raises
+        # sections are parsed (and checked) like the rest, not shown as raw text
+        inspected = griffe.inspect(
+            cls.module.path,
+            filepath=None,
+            import_paths=None,
+            docstring_parser=getattr(agent, "docstring_parser", None),
+            docstring_options=getattr(agent, "docstring_options", None),
+        )[cls.name]
         for name in calls:
             if name not in cls.members and name in inspected.members and callable(getattr(live, name, None)):
                 member = inspected.members[name]
