@@ -9,9 +9,17 @@ see. For those classes this extension inspects the imported class and adds the g
 from __future__ import annotations
 
 import importlib
+import sys
+from pathlib import Path
 from typing import Any
 
 import griffe
+
+# import the package from this checkout's src/ (the tree griffe reads statically, mkdocs.yml's
+# ``paths: [src]``), not from whatever other copy is installed
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+if SRC not in sys.path:
+    sys.path.insert(0, SRC)
 
 #: class -> the module whose ``CALLS`` generated its methods
 TARGETS = {
