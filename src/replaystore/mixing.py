@@ -325,8 +325,9 @@ class MixedSampler:
         """Draw one batch: ``counts(batch_size)[j]`` rows from source ``j`` (each via its ``sample``).
 
         Raises:
-            InvalidArgument: ``batch_size < 1``. SpecError: the sources' data differ in fields, shapes
-            or dtypes. Timeout, Closed: from a source (see "not atomic" in the module doc).
+            InvalidArgument: ``batch_size < 1``.
+            SpecError: the sources' data differ in fields, shapes or dtypes.
+            Timeout, Closed: from a source (see "not atomic" in the module doc).
         """
         return self._draw("sample", batch_size, (), {"timeout": timeout})
 

@@ -72,7 +72,9 @@ class BudgetTickets:
 
         Raises:
             InvalidRequest: bad ``k``, ``weight`` or ``overprovision``, or more than the budget can
-                ever grant at once. WouldDeadlock: see :meth:`acquire`. Closed.
+                ever grant at once.
+            WouldDeadlock: see :meth:`acquire`.
+            Closed: the budget is closed.
         """
         with self._lock:
             k, w, m = self._check_request(k, weight, overprovision)
@@ -165,8 +167,8 @@ class BudgetTickets:
             :meth:`take_cancelled`).
 
         Raises:
-            UnknownTicket: some ticket is not held (nothing changed). InvalidRequest: a ticket that
-                is not an integer id (``finish([t, "x"])``), duplicates, bad ``units``.
+            UnknownTicket: some ticket is not held (nothing changed).
+            InvalidRequest: a ticket that is not an integer id (``finish([t, "x"])``), duplicates, bad ``units``.
             OverReservation: a ticket's ``units`` exceed what it reserved (nothing changed).
         """
         with self._lock:
@@ -199,8 +201,8 @@ class BudgetTickets:
         """End held tickets whose rollouts will not finish; their capacity comes back.
 
         Raises:
-            UnknownTicket: some ticket is not held (nothing changed). InvalidRequest: a ticket that
-                is not an integer id, duplicates.
+            UnknownTicket: some ticket is not held (nothing changed).
+            InvalidRequest: a ticket that is not an integer id, duplicates.
         """
         with self._lock:
             self._expire(self._clock())

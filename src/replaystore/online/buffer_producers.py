@@ -59,8 +59,11 @@ class ProducerCalls:
             under which they were admitted.
 
         Raises:
-            InvalidRequest: no pacing, or bad arguments. WouldDeadlock. Timeout: not granted in
-            time (nothing acquired). Closed.
+            InvalidRequest: no pacing, or bad arguments.
+            WouldDeadlock: with ``holder``, a request that can never be granted while the producer
+                holds tickets.
+            Timeout: not granted in time (nothing acquired).
+            Closed: the buffer is closed.
         """
         budget = self._need_budget()
         with self._lock:
@@ -120,8 +123,8 @@ class ProducerCalls:
         """Give tickets back (one or a list); their pending groups are dropped (counted ``abandoned``).
 
         Raises:
-            UnknownTicket: an integer ticket id that is not held. InvalidRequest: a ticket that is
-                not an integer id, duplicates. (Nothing changed in either case.)
+            UnknownTicket: an integer ticket id that is not held (nothing changed).
+            InvalidRequest: a ticket that is not an integer id, duplicates (nothing changed).
         """
         budget = self._need_budget()
         with self._lock:
@@ -141,9 +144,9 @@ class ProducerCalls:
         A ticket used as a group id in this buffer is finished by its group instead.
 
         Raises:
-            UnknownTicket: an integer ticket id that is not held. InvalidRequest: a ticket that is
-                not an integer id (``finish([t, "x"])``), duplicates, or a ticket with a pending
-                group here. (Nothing changed in every case.)
+            UnknownTicket: an integer ticket id that is not held (nothing changed).
+            InvalidRequest: a ticket that is not an integer id (``finish([t, "x"])``), duplicates,
+                or a ticket with a pending group here (nothing changed).
         """
         budget = self._need_budget()
         with self._lock:
@@ -289,8 +292,11 @@ class ProducerCalls:
         Raises:
             InvalidRequest: without ``indices``, a number of completions other than the group's
                 size; an index twice, out of range; lengths or ranges not one per member; the
-                errors of :meth:`add`. UnknownTicket. OverReservation: with a token budget, more
-                tokens than the ticket reserved. Closed. (Nothing changed.)
+                errors of :meth:`add` (nothing changed).
+            UnknownTicket: with pacing, ``group`` is not a held ticket (nothing changed).
+            OverReservation: with a token budget, more tokens than the ticket reserved (nothing
+                changed).
+            Closed: the buffer is closed (nothing changed).
         """
         if isinstance(completions, (str, bytes)) or not isinstance(completions, Sequence):
             raise InvalidRequest(f"completions must be a list of payloads, got {type(completions).__name__}")
@@ -441,8 +447,9 @@ class ProducerCalls:
 
         Raises:
             InvalidRequest: ``reason`` is not a non-empty string; the group was already rejected or
-                dropped. AlreadySampled: the trainer already sampled it. UnknownTicket: no such
-                group or held ticket. (Nothing changed in every case.)
+                dropped (nothing changed).
+            AlreadySampled: the trainer already sampled it (nothing changed).
+            UnknownTicket: no such group or held ticket (nothing changed).
         """
         if not isinstance(reason, str) or not reason:
             raise InvalidRequest(f"reason must be a non-empty string, got {reason!r}")

@@ -81,8 +81,8 @@ def get(refs: Any, timeout: float | None, what: str, warn: bool = False) -> Any:
     Raises:
         Timeout: no answer within ``timeout`` seconds (the remote call may still run).
         Closed: the actor died for good.
-        The remote error itself when the remote code raised (a replaystore error, ``ValueError``,
-        ...), with the remote traceback attached as a note.
+        Exception: the remote error itself when the remote code raised (a replaystore error,
+            ``ValueError``, ...), with the remote traceback attached as a note.
     """
     ray = import_ray()
     start = time.monotonic()

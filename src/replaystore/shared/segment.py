@@ -129,8 +129,9 @@ class Segment:
         fills it then; they are laid out last, as a hole in the file.
 
         Raises:
-            SharedTableExists: ``path`` exists. DiskFull: the file system cannot hold the segment's
-            reserved part (checked with ``statvfs`` first, then every block reserved).
+            SharedTableExists: ``path`` exists.
+            DiskFull: the file system cannot hold the segment's reserved part (checked with
+                ``statvfs`` first, then every block reserved).
         """
         if path.exists():
             raise exists_error(path)

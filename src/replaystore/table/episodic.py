@@ -145,7 +145,7 @@ class EpisodeMethods:
 
         Raises:
             EpisodeError: stream ids of the wrong type or shape, or outside the allowed range;
-            flags of the wrong shape. Otherwise as :meth:`extend`. Nothing changes on error.
+                flags of the wrong shape. Otherwise as :meth:`extend`. Nothing changes on error.
         """
         index = self._require_episodes()
         with self._cond:
@@ -173,7 +173,7 @@ class EpisodeMethods:
 
         Raises:
             EpisodeError: an empty episode; ``stream`` still has an open episode; as
-            :meth:`extend_steps`. Nothing changes on error.
+                :meth:`extend_steps`. Nothing changes on error.
         """
         index = self._require_episodes()
         with self._cond:
@@ -189,7 +189,8 @@ class EpisodeMethods:
         Streams whose episode is already closed are skipped.
 
         Raises:
-            UnknownStream: a stream that never wrote a step. EpisodeError: bad ids.
+            UnknownStream: a stream that never wrote a step.
+            EpisodeError: bad ids.
         """
         index = self._require_episodes()
         _writers.check_end_flag(truncated)
@@ -212,7 +213,8 @@ class EpisodeMethods:
 
         Raises:
             NoValidSequence: strict mode and no stored run is long enough (the table is unchanged).
-            EpisodeError: bad arguments. Timeout, Closed: as for :meth:`sample`.
+            EpisodeError: bad arguments.
+            Timeout, Closed: as for :meth:`sample`.
         """
         index = self._require_episodes()
         n, width, burn_in, prioritized = _sequences.check_request(
@@ -277,7 +279,8 @@ class EpisodeMethods:
         entries. Changes nothing (no sample is counted). Thread-safe (takes the table's lock).
 
         Raises:
-            EpisodeError: the table has no ``episodes=``. InvalidArgument: keys that are not integers.
+            EpisodeError: the table has no ``episodes=``.
+            InvalidArgument: keys that are not integers.
         """
         index = self._require_episodes()
         keys = as_keys(keys)

@@ -116,9 +116,11 @@ class Journal:
 
         Raises:
             InvalidArgument: ``evict_keys`` names keys that are not live, or not as many victims as
-            this insert must evict. EpisodeError: ``steps`` that are not valid step arguments, or
-            ``steps`` for a table without episodes. Otherwise as ``Table.extend``. Nothing changes on
-            error.
+                this insert must evict.
+            EpisodeError: ``steps`` that are not valid step arguments, or ``steps`` for a table
+                without episodes.
+
+        Otherwise as ``Table.extend``. Nothing changes on error.
         """
         t = self.table
         with t._cond:

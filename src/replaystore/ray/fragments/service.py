@@ -164,7 +164,8 @@ class FragmentService:
 
         Raises:
             Timeout: not enough chunks within ``timeout`` seconds (``None``: wait).
-            Closed: the service closed while waiting. ValueError: impossible request.
+            Closed: the service closed while waiting.
+            ValueError: impossible request.
         """
         buf = self._buffer()
         need = buf.chunks_for(num_fragments)

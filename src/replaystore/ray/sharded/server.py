@@ -99,7 +99,7 @@ class ShardServer(ReplayServer):
 
         Raises:
             InvalidArgument: ``method`` is not one of :data:`SHARD_METHODS`.
-            Whatever the method raises.
+            Exception: whatever the method raises.
         """
         if method not in SHARD_METHODS:
             raise InvalidArgument(f"shard_call: {method!r} is not a shard method ({sorted(SHARD_METHODS)})")
