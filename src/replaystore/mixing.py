@@ -55,8 +55,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidArgument, InvalidPriority, SpecError
+from .errors import InvalidArgument, SpecError
 from .storage.spec import Field, normalize_spec, unflatten
+from .table.args import as_priorities
 
 
 class InvalidMix(InvalidArgument):
@@ -369,13 +370,7 @@ class MixedSampler:
             InvalidPriority: a priority is NaN, infinite or negative (checked before any source
                 changes), or their number differs from the sample's rows.
         """
-        p = np.asarray(priorities, dtype=np.float64)
-        if p.ndim == 0:
-            p = np.full(len(sample), float(p))
-        if p.shape != (len(sample),):
-            raise InvalidPriority(f"expected {len(sample)} priorities, got shape {p.shape}")
-        if not np.isfinite(p).all() or (p < 0).any():
-            raise InvalidPriority("priorities must be finite and non-negative")
+        p = as_priorities(priorities, len(sample), True, "a mixture's sources")
         out = {}
         for j, name in enumerate(sample.names):
             rows = sample.source == j

@@ -276,11 +276,6 @@ def _locate(path: Path, required: bool = True) -> tuple[Path, dict] | None:
     return None
 
 
-def read_manifest(path: str | os.PathLike) -> dict:
-    """The verified manifest of the checkpoint at ``path`` (for ``replaystore inspect``)."""
-    return _locate(Path(path))[1]
-
-
 def open_checkpoint(path: str | os.PathLike) -> tuple[Path, dict]:
     """The directory that holds the checkpoint of ``path`` and its verified manifest.
 

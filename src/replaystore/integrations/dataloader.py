@@ -53,11 +53,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgument, InvalidPriority, InvalidType
+from ..errors import InvalidArgument, InvalidType
 from ..items import Sample
 from ..mixing import MixedSample, MixedSampler
 from ..prefetch import SampleIterator
 from ..table import Table
+from ..table.args import as_priorities
 
 try:
     import torch
@@ -300,9 +301,7 @@ class _MixedSource:
             raise InvalidArgument("with a MixedSampler source, pass the yielded batch (it holds each row's source)")
         source = batch["source"].numpy() if isinstance(batch["source"], torch.Tensor) else np.asarray(batch["source"])
         keys = batch["keys"].numpy() if isinstance(batch["keys"], torch.Tensor) else np.asarray(batch["keys"])
-        p = np.broadcast_to(np.asarray(priorities, dtype=np.float64), keys.shape)
-        if not np.isfinite(p).all() or (p < 0).any():
-            raise InvalidPriority("priorities must be finite and non-negative")
+        p = as_priorities(priorities, len(keys), True, "a mixture's sources")
         out = {}
         for j, name in enumerate(self.mix.names):
             rows = source == j

@@ -20,19 +20,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import PortInUse
+from ..table.state import COUNTERS
 from .series import Recorder
 
-_COUNTERS = (
-    "inserts",
-    "samples",
-    "sample_calls",
-    "deletes",
-    "evictions",
-    "retired",
-    "dropped_stale",
-    "skipped_updates",
-    "skipped_deletes",
-)
+_COUNTERS = COUNTERS  # the Table's counters (Table.stats())
 _GAUGES = (
     "size",
     "capacity",

@@ -17,7 +17,8 @@ import numpy as np
 
 from ..episodes import Episodes
 from ..episodes.writers import validate_flags, validate_streams
-from ..errors import InvalidArgument, InvalidPriority, SpecError
+from ..errors import InvalidArgument, SpecError
+from ..table.args import as_priorities
 
 
 def batch_length(data: Any) -> int:
@@ -51,16 +52,8 @@ def check_priorities(priorities: Any, n: int, nonnegative: bool) -> None:
         InvalidPriority: not one value (or one per row), NaN or infinite values, negative ones
             when ``nonnegative``.
     """
-    if priorities is None:
-        return
-    p = np.asarray(priorities, dtype=np.float64)
-    if p.ndim and p.shape != (n,):
-        raise InvalidPriority(f"expected {n} priorities, got shape {p.shape}")
-    bad = ~np.isfinite(p)
-    if bad.any():
-        raise InvalidPriority(f"priorities must be finite: got {np.atleast_1d(p[bad])[:5].tolist()}")
-    if nonnegative and (p < 0).any():
-        raise InvalidPriority(f"priorities must be >= 0 for a prioritized table: got {p[p < 0][:5].tolist()}")
+    if priorities is not None:
+        as_priorities(priorities, n, nonnegative)
 
 
 def check_versions(version: Any, n: int) -> None:

@@ -16,7 +16,7 @@ import threading
 
 import numpy as np
 
-from ..errors import InvalidPriority
+from ..table.args import as_priorities
 
 
 class PendingUpdates:
@@ -44,17 +44,7 @@ class PendingUpdates:
             InvalidPriority: not one value per key (the Table's class), NaN or infinite values, or
                 negative ones when ``nonnegative``.
         """
-        p = np.asarray(priorities, dtype=np.float64)
-        if p.ndim == 0:
-            p = np.full(n, float(p))
-        if p.shape != (n,):
-            raise InvalidPriority(f"update_priorities: {p.size} values for {n} keys (shape {p.shape})")
-        bad = ~np.isfinite(p)
-        if bad.any():
-            raise InvalidPriority(f"priorities must be finite: got {p[bad][:5].tolist()}")
-        if nonnegative and (p < 0).any():
-            raise InvalidPriority(f"priorities must be >= 0 for a prioritized table: got {p[p < 0][:5].tolist()}")
-        return p
+        return as_priorities(priorities, n, nonnegative)
 
     def add(self, groups: list[np.ndarray], local: np.ndarray, priorities: np.ndarray) -> None:
         """Queue ``local[g], priorities[g]`` for each shard ``s`` with positions ``g = groups[s]``."""

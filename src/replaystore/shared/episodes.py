@@ -34,13 +34,14 @@ publishing (:meth:`EpisodeSync.recover`) puts them back when the stamp is the cu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..episodes import EpisodeIndex
 from ..placement import allocate
-from ..table import Table
+from ..table import Table, contract
 
 _SHIFT = 40
 _T_MASK = (1 << _SHIFT) - 1
@@ -253,69 +254,44 @@ class SharedEpisodeMethods:
     brings this process's index up to date.
     """
 
-    def _steps_call(self, method: Any, rows: int, top: Any, *args: Any) -> Any:
+    def _steps_call(self, method: Any, rows: int, top: Any, args: dict[str, Any]) -> Any:
         guard, sync = self._guard, self._episync
         if self._segment.closed or sync is None:
-            return method(self, *args)  # raises Closed, or EpisodeError (no episodes=)
+            return method(self, **args)  # raises Closed, or EpisodeError (no episodes=)
         guard.acquire_insert(rows)
         try:
             sync.note_streams(_stream_top(top, sync.used + 1))
             if method is Table.end_episode:
                 sync.ended = True
-            return method(self, *args)
+            return method(self, **args)
         finally:
             guard.release()
 
-    def add_step(
-        self,
-        step: Any,
-        stream: int = 0,
-        terminated: bool = False,
-        truncated: bool = False,
-        priority: float | None = None,
-        version: int | None = None,
-        timeout: float | None = None,
-    ) -> int:
-        """As :meth:`Table.add_step <replaystore.Table.add_step>` (visible to every process on return)."""
-        return self._steps_call(
-            Table.add_step, 1, stream, step, stream, terminated, truncated, priority, version, timeout
-        )
 
-    def extend_steps(
-        self,
-        steps: Any,
-        streams: Any = 0,
-        terminated: Any = None,
-        truncated: Any = None,
-        priorities: Any = None,
-        version: Any = None,
-        timeout: float | None = None,
-    ) -> np.ndarray:
-        """As :meth:`Table.extend_steps <replaystore.Table.extend_steps>`; published all at once."""
-        rows = self._batch_rows(steps)
-        return self._steps_call(
-            Table.extend_steps, rows, streams, steps, streams, terminated, truncated, priorities, version, timeout
-        )
+def _episode_write(name: str, top: str) -> Callable:
+    """``SharedEpisodeMethods.<name>``: the Table's method in ``_steps_call`` (its signature and docstring).
 
-    def add_episode(
-        self,
-        steps: Any,
-        stream: int | None = None,
-        terminated: bool = True,
-        truncated: bool = False,
-        priorities: Any = None,
-        version: Any = None,
-        timeout: float | None = None,
-    ) -> np.ndarray:
-        """As :meth:`Table.add_episode <replaystore.Table.add_episode>`; published all at once."""
-        rows = self._batch_rows(steps)
-        return self._steps_call(
-            Table.add_episode, rows, stream, steps, stream, terminated, truncated, priorities, version, timeout
-        )
+    ``top``: the argument naming the streams written. The rows noted for recovery: 1 for
+    ``add_step``, none for ``end_episode``, the batch's for the others (published all at once).
+    """
+    call = contract.CALLS[name]
 
-    def end_episode(self, streams: Any, truncated: bool = False) -> int:
-        """As :meth:`Table.end_episode <replaystore.Table.end_episode>`."""
-        return self._steps_call(Table.end_episode, 0, streams, streams, truncated)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        a = contract.bind(call, args, kwargs)
+        rows = 1 if name == "add_step" else 0 if name == "end_episode" else self._batch_rows(a["steps"])
+        return self._steps_call(call.method, rows, a[top], a)
+
+    return contract.forwarded(call, method, SharedEpisodeMethods)
+
+
+for _name, _top in {
+    "add_step": "stream",
+    "extend_steps": "streams",
+    "add_episode": "stream",
+    "end_episode": "streams",
+}.items():
+    setattr(SharedEpisodeMethods, _name, _episode_write(_name, _top))
+del _name, _top
 
 
 __all__ = ["EpisodeSync", "SharedEpisodeMethods"]

@@ -154,11 +154,8 @@ class CompressedColumnStorage(ColumnStorage):
     # -- Storage interface ----------------------------------------------------------------------
     def write(self, slots: slice | np.ndarray, prepared: tuple) -> None:
         """Store plain columns and compress the compressed fields into ``slots``."""
-        columns, new_spec = prepared
-        if new_spec is not None and self.spec is None:
-            self._adopt(new_spec)
-        for path, col in self.columns.items():
-            col[slots] = columns[path]
+        super().write(slots, prepared)
+        columns = prepared[0]
         if not self.compressed:
             return
         n = len(range(*slots.indices(self.capacity))) if isinstance(slots, slice) else len(slots)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -9,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, InvalidPriority
 from ..storage import ColumnStorage, MemmapColumnStorage, ObjectStorage, Storage
 
 #: a rate limiter's ``max_diff`` when inserts are never limited (MinSize)
@@ -34,6 +35,29 @@ def as_count(value: Any, what: str) -> int:
     if n < 1:
         raise InvalidArgument(f"{what} must be >= 1, got {value!r}")
     return n
+
+
+def as_priorities(priorities: Any, n: int, nonnegative: bool, of: Any = "a prioritized table") -> np.ndarray:
+    """``priorities`` as ``n`` float64 values (a scalar is broadcast): every mode's one check.
+
+    Raises:
+        InvalidPriority: not one value (or one per row), NaN or infinite values, negative ones
+            when ``nonnegative`` (the message names ``of``, the sampler that needs them).
+    """
+    p = np.asarray(priorities, dtype=np.float64)
+    if p.ndim == 0:
+        p = np.full(n, float(p))
+    if p.shape != (n,):
+        raise InvalidPriority(f"expected {n} priorities, got {p.size} values for {n} keys (shape {p.shape})")
+    # (fast path: a finite sum has no NaN or infinity in it; a sum that overflowed is checked below)
+    if n and math.isfinite(p.sum()) and (not nonnegative or p.min() >= 0):
+        return p
+    bad = ~np.isfinite(p)
+    if bad.any():
+        raise InvalidPriority(f"priorities must be finite: got {p[bad][:5].tolist()}")
+    if nonnegative and (p < 0).any():
+        raise InvalidPriority(f"priorities must be >= 0 for {of}: got {p[p < 0][:5].tolist()}")
+    return p
 
 
 def as_keys(keys: Any) -> np.ndarray:

@@ -9,33 +9,19 @@ A mixin of :class:`~replaystore.table.Table`: every method runs with the table's
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
-from ..errors import CapacityError, EpisodeError, InvalidPriority, SpecError
-from .args import NO_LIMIT, as_slice_if_contiguous, subset
+from ..errors import CapacityError, EpisodeError, SpecError
+from .args import NO_LIMIT, as_priorities, as_slice_if_contiguous, subset
 
 
 class GeneralInsert:
     """Checks and the insert of a prepared batch (see the module doc)."""
 
     def _validate_priorities(self, priorities: Any, n: int) -> np.ndarray:
-        p = np.asarray(priorities, dtype=np.float64)
-        if p.ndim == 0:
-            p = np.full(n, float(p))
-        if p.shape != (n,):
-            raise InvalidPriority(f"expected {n} priorities, got shape {p.shape}")
-        # (fast path: a finite sum has no NaN or infinity in it; a sum that overflowed is checked below)
-        if n and math.isfinite(p.sum()) and (not self._requires_nonnegative or p.min() >= 0):
-            return p
-        bad = ~np.isfinite(p)
-        if bad.any():
-            raise InvalidPriority(f"priorities must be finite: got {p[bad][:5].tolist()}")
-        if self._requires_nonnegative and (p < 0).any():
-            raise InvalidPriority(f"priorities must be >= 0 for {self.sampler!r}: got {p[p < 0][:5].tolist()}")
-        return p
+        return as_priorities(priorities, n, self._requires_nonnegative, self.sampler)
 
     def _validate_versions(self, version: Any, n: int) -> int | np.ndarray:
         """One int for the whole batch, or ``n`` int64 versions."""

@@ -210,72 +210,6 @@ class LoggedTable:
             _request_arrays(priority, version),
         )
 
-    def extend_steps(
-        self,
-        steps: Any,
-        streams: Any = 0,
-        terminated: Any = None,
-        truncated: Any = None,
-        priorities: Any = None,
-        version: Any = None,
-        timeout: float | None = None,
-    ) -> tuple[np.ndarray, int]:
-        """:meth:`Table.extend_steps`, logged: ``(keys, lsn)``."""
-        head = _request_arrays(priorities, version)
-
-        def call(d: Any) -> np.ndarray:
-            keys = self.table.extend_steps(d, streams, terminated, truncated, priorities, version, timeout=timeout)
-            head.update(_step_arrays(streams, terminated, truncated))  # valid: the table took them
-            return keys
-
-        return self._insert(OP_STEPS, call, steps, head)
-
-    def add_step(
-        self,
-        step: Any,
-        stream: int = 0,
-        terminated: bool = False,
-        truncated: bool = False,
-        priority: float | None = None,
-        version: int | None = None,
-        timeout: float | None = None,
-    ) -> tuple[int, int]:
-        """:meth:`Table.add_step`, logged: ``(key, lsn)``."""
-        head = _request_arrays(priority, version)
-
-        def call(d: Any) -> int:
-            key = self.table.add_step(d, stream, terminated, truncated, priority, version, timeout=timeout)
-            head.update(_step_arrays(stream, terminated, truncated))
-            return key
-
-        return self._insert(OP_STEP, call, step, head)
-
-    def add_episode(
-        self,
-        steps: Any,
-        stream: int | None = None,
-        terminated: bool = True,
-        truncated: bool = False,
-        priorities: Any = None,
-        version: Any = None,
-        timeout: float | None = None,
-    ) -> tuple[np.ndarray, int]:
-        """:meth:`Table.add_episode`, logged: ``(keys, lsn)`` (``stream=None``: the stream chosen is logged)."""
-        head = _request_arrays(priorities, version)
-        meta: dict[str, Any] = {}
-
-        def call(d: Any) -> np.ndarray:
-            keys = self.table.add_episode(d, stream, terminated, truncated, priorities, version, timeout=timeout)
-            chosen = stream
-            if chosen is None and (keys >= 0).any():  # the fresh stream it took (deterministic; logged anyway)
-                chosen = int(self.table.episode_info(keys[keys >= 0][:1]).streams[0])
-            if chosen is not None:
-                head["streams"] = np.asarray(chosen, dtype=np.int64)
-            meta.update(terminated=bool(terminated), truncated=bool(truncated))
-            return keys
-
-        return self._insert(OP_EPISODE, call, steps, head, meta)
-
     def end_episode(self, streams: Any, truncated: bool = False) -> tuple[int, int]:
         """:meth:`Table.end_episode`, logged: ``(closed, lsn)``."""
         self._check()
@@ -483,4 +417,42 @@ def _read(call: contract.Call) -> Callable:
     return contract.forwarded(call, method, LoggedTable)
 
 
+def _step_write(name: str, op: int) -> Callable:
+    """``LoggedTable.<name>`` for a step write, logged: ``(keys, lsn)``, with the Table method's signature.
+
+    The record's head holds the rows' streams and flags as the table took them (``add_episode``:
+    the stream it chose, ``stream=None`` too, and the last step's flags in the record's meta).
+    """
+    call = contract.CALLS[name]
+
+    def method(self: LoggedTable, *args: Any, **kwargs: Any) -> tuple[Any, int]:
+        a = contract.bind(call, args, kwargs)
+        data = a.pop("step" if name == "add_step" else "steps")
+        stream = a.get("stream", a.get("streams"))
+        head = _request_arrays(a.get("priority", a.get("priorities")), a["version"])
+        meta: dict[str, Any] = {}
+
+        def run(d: Any) -> Any:
+            keys = getattr(self.table, name)(d, **a)
+            if op != OP_EPISODE:
+                head.update(_step_arrays(stream, a["terminated"], a["truncated"]))  # valid: the table took them
+                return keys
+            chosen = stream
+            if chosen is None and (keys >= 0).any():  # the fresh stream it took (deterministic; logged anyway)
+                chosen = int(self.table.episode_info(keys[keys >= 0][:1]).streams[0])
+            if chosen is not None:
+                head["streams"] = np.asarray(chosen, dtype=np.int64)
+            meta.update(terminated=bool(a["terminated"]), truncated=bool(a["truncated"]))
+            return keys
+
+        return self._insert(op, run, data, head, meta if op == OP_EPISODE else None)
+
+    out = contract.forwarded(call, method, LoggedTable, call.signature().replace(return_annotation="tuple[Any, int]"))
+    out.__doc__ = f":meth:`Table.{name}`, logged: ``(keys, lsn)``."
+    return out
+
+
+for _name, _op in (("extend_steps", OP_STEPS), ("add_step", OP_STEP), ("add_episode", OP_EPISODE)):
+    setattr(LoggedTable, _name, _step_write(_name, _op))
+del _name, _op
 contract.install(LoggedTable, _read)

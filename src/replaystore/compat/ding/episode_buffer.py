@@ -10,13 +10,7 @@ from .registry import BUFFER_REGISTRY
 class EpisodeReplayBuffer(NaiveReplayBuffer):
     """A naive buffer where each item is an episode (a sequence of transitions)."""
 
-    config = dict(
-        type="episode",
-        replay_buffer_size=10000,
-        deepcopy=False,
-        enable_track_used_data=False,
-        periodic_thruput_seconds=60,
-    )
+    config = {**NaiveReplayBuffer.config, "type": "episode"}
 
     @property
     def episode_len(self) -> list[int]:

@@ -244,13 +244,7 @@ class ElasticReplayBuffer(NaiveReplayBuffer):
     sample from; :meth:`update` re-evaluates it for a new env step.
     """
 
-    config = dict(
-        type="elastic",
-        replay_buffer_size=10000,
-        deepcopy=False,
-        enable_track_used_data=False,
-        periodic_thruput_seconds=60,
-    )
+    config = {**NaiveReplayBuffer.config, "type": "elastic"}
 
     def __init__(
         self,

@@ -85,10 +85,6 @@ class RemotePath:
         clear_stale_fields(merged)
         return merged
 
-    def _kind_of(self, container: Any) -> str:
-        codec = codec_for(container, self.env)
-        return "object" if codec is None else codec.kind
-
     def _per_item_rewards(self, container: Any) -> bool:
         codec = codec_for(container, self.env)
         if codec is not None:
