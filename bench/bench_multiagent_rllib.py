@@ -30,10 +30,8 @@ import os
 import sys
 import time
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_multiagent import A, B, PAYLOAD, build_replaystore, chunks, cpu_per_call, rss  # noqa: E402
+from bench_multiagent import PAYLOAD, A, B, build_replaystore, chunks, cpu_per_call, rss  # noqa: E402
 
 EPISODE = 1000
 RLLIB_PAYLOAD = A * (16 * 4 + 8 + 4 + 2)  # obs once per step (RLlib keeps o_t+1 as the next step's obs)

@@ -125,7 +125,13 @@ def make_table(method: str, env: GridCover, capacity: int, seed: int) -> MultiAg
     if method == "idqn":
         table = rs.Table(capacity, sampler=rs.Prioritized(alpha=1.0, beta=0.0), episodes=rs.Episodes(), seed=seed)
         return MultiAgentTable(
-            table, env.possible_agents, priorities="agents", alpha=0.0, beta=0.0, global_fields=["team_reward"], seed=seed
+            table,
+            env.possible_agents,
+            priorities="agents",
+            alpha=0.0,
+            beta=0.0,
+            global_fields=["team_reward"],
+            seed=seed,
         )
     table = rs.Table(capacity, episodes=rs.Episodes(), seed=seed)
     return MultiAgentTable(table, env.possible_agents, global_fields=["team_reward"], seed=seed)
@@ -196,7 +202,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--agents", type=int, default=3)
     p.add_argument("--size", type=int, default=5)
     p.add_argument("--max-steps", type=int, default=15)
-    p.add_argument("--reward", choices=["agent", "team"], default="agent", help="GridCover's reward (see _grid_cover.py)")
+    p.add_argument(
+        "--reward", choices=["agent", "team"], default="agent", help="GridCover's reward (see _grid_cover.py)"
+    )
     p.add_argument("--smoke", action="store_true", help="a few hundred steps (a test that it runs)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)

@@ -74,7 +74,9 @@ class RQNet(nn.Module):
         return torch.stack(qs, 1), h
 
 
-def q_values(q: RQNet, target: RQNet, obs, agent, valid, burn_in: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def q_values(
+    q: RQNet, target: RQNet, obs, agent, valid, burn_in: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Online Q after the burn-in (with gradient), online and target Q over the whole window (without)."""
     with torch.no_grad():
         _, h = q.unroll(obs[:, :burn_in], agent, valid[:, :burn_in])
@@ -128,9 +130,11 @@ class Actor:
         self.h = torch.zeros(env.n, q.hidden if q is not None else 1)
 
     def reset(self) -> None:
+        """A new episode: every agent's recurrent state back to zeros."""
         self.h.zero_()
 
     def __call__(self, obs: dict, eps: float, rng: np.random.Generator) -> dict:
+        """``{agent: action}`` for ``env.agents``; their recurrent states step forward."""
         names = list(self.env.agents)
         if self.q is None:
             return {a: int(rng.integers(5)) for a in names}
