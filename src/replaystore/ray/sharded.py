@@ -187,7 +187,8 @@ class ShardedClient(ShardedEpisodes):
     def update_fields(self, keys: Any, data: Any) -> int:
         """Rewrite fields of items by global key (each owner its rows); how many. ``ForeignKey`` as above.
 
-        Fetched batches not handed out yet are dropped (they may hold the old values).
+        Batches this client fetched before the call (``depth > 1``) keep the values they read, as
+        they keep the priorities they were drawn with.
         """
         self._check_open()
         keys = as_keys(keys)
@@ -204,7 +205,6 @@ class ShardedClient(ShardedEpisodes):
             if len(g)
         }
         res = self._get(refs, 0.0, "update_fields") if refs else {}
-        self._drop_ready()
         return int(sum(res.values()))
 
     def get(self, keys: Any) -> tuple[Any, np.ndarray]:

@@ -126,7 +126,8 @@ CALLS: dict[str, Call] = {
                 "shared": "another process's sample that copies rows outside the lock while they are "
                 "rewritten may see each rewritten element old or new (rewrite values that may mix: "
                 "per-agent priorities)",
-                **_FOREIGN,
+                "sharded": _FOREIGN["sharded"] + "; with depth > 1, batches fetched before the call keep the "
+                "values they read (as they keep their priorities)",
             },
         ),
         Call("delete", mutating=True, logged=True, sharding="keys", differs=_FOREIGN),
