@@ -10,6 +10,12 @@ nearest landmark waste themselves, so the task rewards spreading out: on the 100
 episodes of ``multiagent_grid.py`` a scripted "nearest uncovered landmark" policy returns 2.47,
 the best assignment of agents to landmarks 2.69, random moves 0.70-0.86.
 
+``reward="team"``: every acting agent gets the team's reward of the step (the landmarks newly
+covered by anyone, minus 0.02 per acting agent), as in PettingZoo's cooperative MPE tasks: an
+agent can no longer tell its own contribution from its teammates' (the credit assignment problem
+value decomposition addresses). ``env.team_reward`` is the team's reward of the last step in both
+modes (in ``"agent"`` mode: the sum of the agents' rewards), so returns compare across modes.
+
 Observation of an agent (floats in [-1, 1]): its position, every landmark's offset from it and
 covered flag, the other agents' offsets (their last position once parked), the fraction of time
 elapsed.
@@ -31,8 +37,11 @@ class GridCover(ParallelEnv):
 
     metadata = {"name": "grid_cover_v0", "render_modes": []}
 
-    def __init__(self, n: int = 3, size: int = 5, max_steps: int = 15) -> None:
-        self.n, self.size, self.max_steps = n, size, max_steps
+    def __init__(self, n: int = 3, size: int = 5, max_steps: int = 15, reward: str = "agent") -> None:
+        if reward not in ("agent", "team"):
+            raise ValueError(f"reward must be 'agent' or 'team', got {reward!r}")
+        self.n, self.size, self.max_steps, self.reward = n, size, max_steps, reward
+        self.team_reward = 0.0
         self.possible_agents = [f"agent_{i}" for i in range(n)]
         self.agents: list[str] = []
         self._rng = np.random.default_rng()
@@ -91,6 +100,9 @@ class GridCover(ParallelEnv):
         trunc = self.t >= self.max_steps
         names = [self.possible_agents[i] for i in acting]
         obs = {a: self._obs(i) for a, i in zip(names, acting)}
+        self.team_reward = float(sum(reward.values()))
+        if self.reward == "team":
+            reward = dict.fromkeys(acting, self.team_reward)
         rewards = {a: reward[i] for a, i in zip(names, acting)}
         terms = {a: bool(self.parked[i]) for a, i in zip(names, acting)}
         truncs = {a: bool(trunc and not self.parked[i]) for a, i in zip(names, acting)}

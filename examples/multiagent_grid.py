@@ -12,7 +12,8 @@ observation) and write every environment step with ``MultiAgentTable.add_paralle
   over all alive pairs (``priorities="agents"``, ``alpha=0`` on a ``Prioritized(alpha=1)`` table);
   each pair is one DQN transition of that agent.
 - ``vdn``: value decomposition (Sunehag et al., 2018). ``sample_joint`` draws environment steps with
-  every agent; ``Q_tot = sum_i mask_i Q_i`` is regressed on the team reward ``sum_i mask_i r_i`` plus
+  every agent; ``Q_tot = sum_i mask_i Q_i`` is regressed on the team reward (a global field of the
+  step, ``env.team_reward``: ``sum_i mask_i r_i`` with ``--reward agent``) plus
   ``gamma * sum_i mask_i (1 - term_i) max Q'_i(next_obs_i)``.
 - ``random``: uniform actions (the baseline).
 
@@ -23,7 +24,7 @@ and wall seconds). ``--smoke``: a few hundred steps.
 Usage::
 
     PYTHONPATH=src python examples/multiagent_grid.py [--methods idqn vdn random] [--seeds 0 1 2 3 4]
-        [--steps 30000] [--smoke]
+        [--steps 30000] [--reward agent|team] [--lr 1e-3] [--smoke]
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ def evaluate(q: QNet | None, episodes: int, task: dict, seed0: int = 10_000, see
         obs, _ = env.reset(seed=seed0 + ep)
         while env.agents:
             a = act(q, env, obs, 0.0, rng) if q is not None else {x: int(rng.integers(5)) for x in env.agents}
-            obs, rew, *_ = env.step(a)
-            total += sum(rew.values())  # the team's return: every agent's reward
+            obs, *_ = env.step(a)
+            total += env.team_reward  # the team's return (the same in both reward modes)
     return total / episodes
 
 
@@ -114,7 +115,7 @@ def vdn_loss(q, target, ma, batch, gamma):
         live_next = mask * torch.as_tensor(~j.data["terminated"]).float()
         best = q(nxt, agents).argmax(-1, keepdim=True)  # double DQN
         boot = (target(nxt, agents).gather(1, best).reshape(bsz, n) * live_next).sum(1)
-        team_r = (torch.as_tensor(j.data["reward"]).float() * mask).sum(1)  # the team's reward: the sum
+        team_r = torch.as_tensor(j.data["team_reward"]).float()  # stored once per step (a global field)
         y = team_r + gamma * boot
     return nn.functional.smooth_l1_loss(q_tot, y)
 
@@ -123,9 +124,17 @@ def make_table(method: str, env: GridCover, capacity: int, seed: int) -> MultiAg
     """IDQN: uniform over alive (step, agent) pairs; VDN: uniform over environment steps."""
     if method == "idqn":
         table = rs.Table(capacity, sampler=rs.Prioritized(alpha=1.0, beta=0.0), episodes=rs.Episodes(), seed=seed)
-        return MultiAgentTable(table, env.possible_agents, priorities="agents", alpha=0.0, beta=0.0, seed=seed)
+        return MultiAgentTable(
+            table,
+            env.possible_agents,
+            priorities="agents",
+            alpha=0.0,
+            beta=0.0,
+            global_fields=["team_reward"],
+            seed=seed,
+        )
     table = rs.Table(capacity, episodes=rs.Episodes(), seed=seed)
-    return MultiAgentTable(table, env.possible_agents, seed=seed)
+    return MultiAgentTable(table, env.possible_agents, global_fields=["team_reward"], seed=seed)
 
 
 def run(
@@ -160,7 +169,7 @@ def run(
         eps = max(0.05, 1.0 - t / (0.4 * steps))
         actions = act(q, env, obs, eps, rng)
         out = env.step(actions)
-        ma.add_parallel_step(obs, actions, out, stream=0)
+        ma.add_parallel_step(obs, actions, out, stream=0, state={"team_reward": np.float32(env.team_reward)})
         obs = out[0]
         if not env.agents:
             episode += 1
@@ -193,14 +202,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--agents", type=int, default=3)
     p.add_argument("--size", type=int, default=5)
     p.add_argument("--max-steps", type=int, default=15)
+    p.add_argument(
+        "--reward", choices=["agent", "team"], default="agent", help="GridCover's reward (see _grid_cover.py)"
+    )
     p.add_argument("--smoke", action="store_true", help="a few hundred steps (a test that it runs)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     steps, every, final = (700, 350, 5) if args.smoke else (args.steps, args.eval_every, 100)
     for seed in args.seeds:
         for method in args.methods:
-            task = dict(n=args.agents, size=args.size, max_steps=args.max_steps)
+            task = dict(n=args.agents, size=args.size, max_steps=args.max_steps, reward=args.reward)
             r = run(method, seed, steps, every, final, quiet=args.smoke, lr=args.lr, task=task)
+            r.update(reward=args.reward, lr=args.lr, steps=steps)
             print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
 
 

@@ -209,11 +209,16 @@ def test_per_agent_priorities_give_exact_probabilities_and_weights(make_ma):
     p[data["alive"]] = vals
     ma.update_priorities([keys[0]], [9.0])  # joint update: every alive agent of the step
     p[0, data["alive"][0]] = 9.0
+    assert_exact_pairs(ma, keys, p, alpha, beta)
+
+
+def assert_exact_pairs(ma, keys, p, alpha, beta, rounds=40):
+    """Every draw's probability and weight are exact, and the counts fit them (chi-square, p = 1e-6)."""
     pa = np.where(np.isnan(p), 0, p) ** alpha
     exact = pa / pa.sum()
     pos = {k: j for j, k in enumerate(keys.tolist())}
     counts = np.zeros_like(exact)
-    for _ in range(40):
+    for _ in range(rounds):
         b = ma.sample(256)
         rows = np.array([pos[k] for k in b.keys.tolist()])
         want = exact[rows, b.agents]
@@ -224,6 +229,30 @@ def test_per_agent_priorities_give_exact_probabilities_and_weights(make_ma):
     e = exact[m] * counts.sum()
     assert ((counts[m] - e) ** 2 / e).sum() < chi2_upper(m.sum() - 1)
     assert counts[~m].sum() == 0
+
+
+def test_per_agent_priorities_survive_a_checkpoint_and_a_new_wrapper(make_ma, tmp_path):
+    """The per-agent values live in the row (update_fields): a restored table under a fresh
+    MultiAgentTable (or another handle of a shared table) draws the same (step, agent) pairs."""
+    alpha, beta = 0.7, 0.5
+    ma = make_ma(sampler=rs.Prioritized(alpha=1.0, beta=0.0), priorities="agents", alpha=alpha, beta=beta)
+    keys = fill(ma, episodes=((0, 6), (1, 6)), alive=pairs_alive)
+    data, _ = ma.table.get(keys)
+    p = np.where(data["alive"], 1.0, np.nan)
+    k, a = np.nonzero(data["alive"])
+    vals = np.random.default_rng(3).uniform(0.1, 5.0, len(k))
+    ma.update_priorities(keys[k[::2]], vals[::2], agents=a[::2])  # (positions)
+    p[k[::2], a[::2]] = vals[::2]
+    ma.update_priorities(keys[k[1::2]], vals[1::2], agents=[AGENTS[i] for i in a[1::2]])  # (ids)
+    p[k[1::2], a[1::2]] = vals[1::2]
+    ma.table.save(tmp_path / "ckpt")
+    restored = rs.Table.load(tmp_path / "ckpt")
+    fresh = MultiAgentTable(restored, AGENTS, priorities="agents", alpha=alpha, beta=beta, seed=5)
+    assert_exact_pairs(fresh, keys, p, alpha, beta, rounds=30)
+    again = MultiAgentTable(ma.table, AGENTS, priorities="agents", alpha=alpha, beta=beta, seed=6)
+    again.update_priorities(keys[:1], [2.0], agents=["a"])  # a step the fresh object never sampled: read from the row
+    p[0, 0] = 2.0
+    assert_exact_pairs(ma, keys, p, alpha, beta, rounds=10)  # the first object sees the other's update
 
 
 def test_joint_priorities_mode_draws_steps_then_alive_agents(make_ma):

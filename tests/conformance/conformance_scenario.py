@@ -101,6 +101,39 @@ def update_of_a_deleted_key(h, ctx):
     return h.update_priorities(ctx["k1"][9:], [1.0])
 
 
+@cell("P", "update_fields")
+def update_fields_rewrites_rows_by_key(h, ctx):
+    k = ctx["k1"][[2, 4, 2]]  # a duplicate key: the last row wins
+    n = h.update_fields(k, {"obs": np.array([[5, 5], [6, 6], [7, 7]], np.float32)})
+    data, found = h.get(ctx["k1"][[2, 4]])
+    return n, np.asarray(data["obs"]).tolist(), np.asarray(data["id"]).tolist(), found.tolist()
+
+
+@cell("P", "update_fields")
+def update_fields_of_a_deleted_key(h, ctx):
+    return h.update_fields(ctx["k1"][9:], {"obs": np.zeros((1, 2), np.float32)})
+
+
+@cell("P", "update_fields")
+def bad_update_fields_name(h, ctx):
+    h.update_fields(ctx["k1"][:1], {"nope": np.zeros(1)})
+
+
+@cell("P", "update_fields")
+def bad_update_fields_rows(h, ctx):
+    h.update_fields(ctx["k1"][:2], {"obs": np.zeros((1, 2), np.float32)})
+
+
+@cell("P", "update_fields", "rewritten rows survive save and load")
+def update_fields_survive_a_checkpoint(h, ctx):
+    loaded = h.roundtrip(os.path.join(ctx["tmp"], "ckpt-P-fields"))
+    rows = []
+    for t in loaded if isinstance(loaded, list) else [loaded]:
+        data = t.get(t.keys())[0]
+        rows += zip(np.asarray(data["id"]).tolist(), np.asarray(data["obs"]).tolist())
+    return sorted(rows), live(h)
+
+
 @cell("P", "sample")
 def sample_draws_live_items(h, ctx):
     s = h.sample(4, timeout=10)

@@ -169,3 +169,25 @@ def test_wal_served_table_logs_multiagent_steps_and_replays_them(ray_mod, tmp_pa
         assert (np.diff(s.data["obs"][:, :, 0, 0], axis=1) == 1).all()
     finally:
         client.shutdown()
+
+
+def test_wal_served_per_agent_priorities_are_replayed(ray_mod, tmp_path):
+    """Per-agent priorities are rows rewritten through the log (update_fields): a restarted service
+    under a fresh MultiAgentTable draws every (step, agent) pair with the probability set before."""
+    from replaystore.ray import WalConfig
+
+    cfg = WalConfig(dir=str(tmp_path / "wal"), fsync="never")
+    name = f"mawp-{uuid.uuid4().hex[:6]}"
+    client = rsr.serve({"ma": prioritized_table}, name=name, wal=cfg)
+    try:
+        ma = MultiAgentTable(client.table("ma"), AGENTS, priorities="agents", alpha=0.6, seed=0)
+        keys = fill(ma, length=4)
+        p = per_agent_updates(ma, keys)
+    finally:
+        client.shutdown()
+    client = rsr.serve({"ma": prioritized_table}, name=name, wal=cfg)  # replays the log
+    try:
+        fresh = MultiAgentTable(client.table("ma"), AGENTS, priorities="agents", alpha=0.6, seed=1)
+        check_exact(fresh, keys, p, 0.6)
+    finally:
+        client.shutdown()

@@ -4,14 +4,14 @@ With ``priorities="agents"`` each alive agent ``i`` of step ``s`` has a priority
 table's sampler (``Prioritized(alpha=1)``) holds the step's mass ``m_s = sum_i p_si ** alpha``, and
 the agent is then drawn within the step with probability ``p_si ** alpha / m_s``. The pair's
 probability is ``m_s / sum_s m_s * p_si ** alpha / m_s = p_si ** alpha / sum_{s,i} p_si ** alpha``:
-exactly proportional prioritized replay over (step, agent) pairs. The per-agent values are written
-into the row (``agent_priority``, NaN for absent agents) when the step is stored, and
-:class:`AgentPriorities` keeps the ones updated since, for the steps it has seen.
+exactly proportional prioritized replay over (step, agent) pairs. The per-agent values live in the
+row (``agent_priority``, NaN for absent agents): written with the step, rewritten by every update
+(``Table.update_fields``, then the step's mass with ``update_priorities``), so a checkpoint, the
+write-ahead log and a new :class:`~replaystore.multiagent.MultiAgentTable` keep them.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -51,29 +51,20 @@ def agent_shares(p: np.ndarray, alpha: float) -> np.ndarray:
 
 
 class AgentPriorities:
-    """The per-agent priorities updated since the steps were written (bounded, oldest forgotten first).
+    """The per-agent priorities of the steps this object last sampled (what an update starts from).
 
-    Not thread-safe: the owner calls it under its lock. Steps it forgot (beyond ``max_tracked``
-    updated steps) fall back to the values written with the step on their next update.
+    The row's ``agent_priority`` column is the truth (rewritten by ``Table.update_fields`` on every
+    update, so it survives checkpoints, the write-ahead log and a new ``MultiAgentTable``); this
+    keeps the rows of the last sample, so a per-agent update of a step just sampled needs no read.
+    Not thread-safe: the owner calls it under its lock.
     """
 
-    def __init__(self, alpha: float, max_tracked: int = 1 << 20) -> None:
-        self.alpha = float(alpha)
-        self.max_tracked = int(max_tracked)
-        self._rows: OrderedDict[int, np.ndarray] = OrderedDict()
+    def __init__(self) -> None:
         self._recent: dict[int, np.ndarray] = {}
 
-    def __len__(self) -> int:
-        return len(self._rows)
-
     def current(self, keys: np.ndarray, written: np.ndarray) -> np.ndarray:
-        """The per-agent priorities ``(B, A)`` of sampled steps (``written``: the rows' own values)."""
+        """Note the per-agent priorities ``(B, A)`` of sampled steps (the rows' values); return them."""
         p = np.array(written, np.float64, copy=True)
-        if self._rows:
-            for j, k in enumerate(keys.tolist()):
-                row = self._rows.get(k)
-                if row is not None:
-                    p[j] = row
         self._recent = dict(zip(keys.tolist(), p))
         return p
 
@@ -88,20 +79,13 @@ class AgentPriorities:
 
         ``agents`` None: every alive agent of the step gets the value (a joint update). Duplicate
         (key, agent) pairs: the last wins. ``fetch(keys) -> (rows (k, A), found)`` reads the
-        written values of steps neither tracked nor just sampled.
+        rows of steps not in the last sample.
 
         Returns:
             ``(unique keys, rows (U, A), found (U,))``.
         """
         uk, inv = np.unique(keys, return_inverse=True)
-        rows = np.full((len(uk), 0), np.nan)
-        have = np.zeros(len(uk), bool)
-        known: list[np.ndarray | None] = []
-        for k in uk.tolist():
-            row = self._rows.get(k)
-            if row is None:
-                row = self._recent.get(k)
-            known.append(row)
+        known = [self._recent.get(k) for k in uk.tolist()]
         missing = np.array([r is None for r in known], bool)
         fetched, found = (None, np.zeros(0, bool))
         if missing.any():
@@ -110,10 +94,10 @@ class AgentPriorities:
         if width is None:
             width = fetched.shape[1] if fetched is not None and len(fetched) else 0
         rows = np.full((len(uk), width), np.nan)
+        have = ~missing
         for j, r in enumerate(known):
             if r is not None:
                 rows[j] = r
-                have[j] = True
         if missing.any():
             mi = np.flatnonzero(missing)[np.asarray(found, bool)]
             rows[mi] = fetched
@@ -129,11 +113,7 @@ class AgentPriorities:
         return uk, rows, have
 
     def commit(self, keys: np.ndarray, rows: np.ndarray) -> None:
-        """Keep ``rows`` as the steps' per-agent priorities (after the table accepted them)."""
+        """Note ``rows`` as the steps' per-agent priorities (after the table stored them)."""
         for k, r in zip(keys.tolist(), rows):
-            self._rows[k] = r
-            self._rows.move_to_end(k)
             if k in self._recent:
                 self._recent[k] = r
-        while len(self._rows) > self.max_tracked:
-            self._rows.popitem(last=False)

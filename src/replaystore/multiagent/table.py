@@ -51,7 +51,6 @@ class MultiAgentTable(AgentWrites):
         terminated_field: the per-agent termination flag (the agent's own end, no bootstrap).
         truncated_field: the per-agent truncation flag (the agent's own end, bootstrap).
         seed: seeds the agent draws of this object.
-        max_tracked: how many updated steps' per-agent priorities are remembered.
 
     Thread-safety: every method may be called from several threads (the object's own state is
     under one lock; the table's calls are thread-safe themselves).
@@ -78,7 +77,6 @@ class MultiAgentTable(AgentWrites):
         terminated_field: str = "terminated",
         truncated_field: str = "truncated",
         seed: int | None = None,
-        max_tracked: int = 1 << 20,
     ) -> None:
         if priorities not in PRIORITY_MODES:
             raise InvalidArgument(f"priorities must be one of {PRIORITY_MODES}, got {priorities!r}")
@@ -96,7 +94,7 @@ class MultiAgentTable(AgentWrites):
         self._names = (reward_field, next_obs_field, terminated_field, truncated_field)
         self._lock = threading.Lock()
         self._rng = np.random.default_rng(seed)
-        self._book = AgentPriorities(alpha, max_tracked)
+        self._book = AgentPriorities()
         self._max_priority = 1.0
         if priorities == "agents":
             sampler = getattr(table, "sampler", None)
@@ -337,8 +335,11 @@ class MultiAgentTable(AgentWrites):
 
         ``priorities="joint"``: only joint updates; they go to the table as they are.
         ``priorities="agents"``: with ``agents`` (ids or positions, one per key) the pairs' values
-        change and the step's mass is recomputed; without, every alive agent of the step gets the
-        value. Keys no longer stored are skipped.
+        change; without, every alive agent of the step gets the value. The step's row is rewritten
+        (``Table.update_fields``: its ``agent_priority``, so checkpoints, the write-ahead log and
+        a new ``MultiAgentTable`` keep it), then its mass (``update_priorities``). The other agents'
+        values of a step come from this object's last sample, else from the row. Keys no longer
+        stored are skipped.
 
         Returns:
             The number of steps updated.
@@ -367,6 +368,7 @@ class MultiAgentTable(AgentWrites):
             uk, rows = uk[found], rows[found]
             if len(uk) == 0:
                 return 0
+            self.table.update_fields(uk, {AGENT_PRIORITY: rows})  # (the truth: kept by checkpoints and logs)
             applied = self.table.update_priorities(uk, step_mass(rows, self.alpha))
             self._book.commit(uk, rows)
             self._max_priority = max(self._max_priority, float(values.max()))

@@ -1,7 +1,7 @@
 """The Table: one class, built from modules that each hold one concept.
 
 - :mod:`.core`: construction, insert, sample, queries; the lock, waiting and sample accounting.
-- :mod:`.edit`: calls by key (get, info, update_priorities, delete) and set_version/clear/close.
+- :mod:`.edit`: calls by key (get, info, update_priorities, update_fields, delete) and set_version/clear/close.
 - :mod:`.insert`: the general insert path (validation, staleness, rate limiter, eviction).
 - :mod:`.fast`: the compiled ring writes and the staging of single adds.
 - :mod:`.ring`: slot bookkeeping (free slots, removal, eviction in place, leaving ring mode).

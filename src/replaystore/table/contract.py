@@ -120,6 +120,19 @@ CALLS: dict[str, Call] = {
             sharding="keys",
             differs={"sharded": "with defer_updates (default) returns how many were queued, not applied"},
         ),
+        Call(
+            "update_fields",
+            mutating=True,
+            logged=True,
+            sharding="keys",
+            differs={
+                "shared": "another process's sample that copies rows outside the lock while they are "
+                "rewritten may see each rewritten element old or new (rewrite values that may mix: "
+                "per-agent priorities)",
+                "sharded": _FOREIGN["sharded"] + "; with depth > 1, batches fetched before the call keep the "
+                "values they read (as they keep their priorities)",
+            },
+        ),
         Call("delete", mutating=True, logged=True, sharding="keys", differs=_FOREIGN),
         Call("set_version", mutating=True, logged=True),
         Call("clear", mutating=True, logged=True),

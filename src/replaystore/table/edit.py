@@ -1,4 +1,4 @@
-"""The Table's calls by key (``get``, ``info``, ``update_priorities``, ``delete``) and whole-table edits.
+"""The Table's calls by key (``get``, ``info``, ``update_priorities``, ``update_fields``, ``delete``); edits.
 
 The whole-table edits: ``set_version``, ``clear`` and ``close``.
 
@@ -7,16 +7,22 @@ A mixin of :class:`~replaystore.table.Table`; each method takes the table's lock
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, SpecError, Unsupported
+from ..storage import ColumnStorage
+from ..storage.spec import flatten
 from .args import as_int, as_keys
 
 
 class KeyedMethods:
-    """``get``, ``info``, ``update_priorities``, ``delete``, ``set_version``, ``clear``, ``close``."""
+    """By key: ``get``, ``info``, ``update_priorities``, ``update_fields``, ``delete``.
+
+    Whole table: ``set_version``, ``clear``, ``close``.
+    """
 
     # -- read, update and delete by key ------------------------------------------------------------
     def get(self, keys: Any) -> tuple[Any, np.ndarray]:
@@ -84,6 +90,46 @@ class KeyedMethods:
             st.max_priority = max(st.max_priority, float(prio.max()))
             if self._waiting:
                 self._cond.notify_all()
+            return len(slots)
+
+    def update_fields(self, keys: Any, data: Any) -> int:
+        """Rewrite some payload fields of live items by key; return how many items were rewritten.
+
+        ``data`` is a dict (nested as the items are) of some of the table's fields, each with one
+        row per key: ``(len(keys), *field shape)``; the other fields, the keys, priorities and
+        counters stay as they are. Duplicate keys: the last occurrence wins. Keys no longer in the
+        table are skipped (counted in ``stats()["skipped_updates"]``). For per-row state a reader
+        needs after a restore, e.g. per-agent priorities (:mod:`replaystore.multiagent`).
+
+        Raises:
+            SpecError: ``data`` is not a dict of known fields, or a value's shape or dtype does not
+                fit its field (dtype rule as ``extend``: an array needs the field's exact dtype).
+            Unsupported: a storage other than plain columns (objects, frame stacks, compressed).
+            InvalidArgument: bad keys (as :meth:`update_priorities`). Nothing changes on any error.
+        """
+        keys = as_keys(keys)
+        self._recent.check(keys)
+        storage = self.storage
+        if not isinstance(storage, ColumnStorage) or type(storage).write is not ColumnStorage.write:
+            raise Unsupported(f"update_fields needs plain column storage, not {type(storage).__name__}")
+        if not isinstance(data, Mapping) or not data:
+            raise SpecError(f"update_fields takes a non-empty dict of fields, got {type(data).__name__}")
+        with self._cond:
+            self._flush_pending()
+            self._check_open()
+            cols = _field_rows(storage, flatten(data), len(keys))
+            slots = self._index.lookup(keys)
+            ok = slots >= 0
+            if not ok.all():
+                self._state.skipped_updates += len(np.unique(keys[~ok]))
+                slots, cols = slots[ok], {p: c[ok] for p, c in cols.items()}
+            if len(slots) == 0:
+                return 0
+            last = self._last_occurrences(slots)
+            if last is not None:
+                slots, cols = slots[last], {p: c[last] for p, c in cols.items()}
+            for path, c in cols.items():
+                storage.columns[path][slots] = c
             return len(slots)
 
     def delete(self, keys: Any) -> int:
@@ -156,3 +202,27 @@ class KeyedMethods:
             self._state.closed = 1
             if self._waiting:
                 self._cond.notify_all()
+
+
+def _field_rows(storage: ColumnStorage, flat: dict[str, Any], n: int) -> dict[str, np.ndarray]:
+    """``update_fields``' values as arrays of the fields' dtypes, ``(n, *shape)`` each (``SpecError`` if not)."""
+    spec = storage.spec or {}
+    unknown = sorted(set(flat) - set(spec))
+    if unknown:
+        raise SpecError(f"update_fields: unknown fields {unknown} (the table's: {sorted(spec)})")
+    out = {}
+    for path, value in flat.items():
+        field = spec[path]
+        strict = isinstance(value, np.ndarray) or not isinstance(value, (bool, int, float, list, tuple))
+        try:
+            arr = np.asarray(value)
+        except ValueError as e:
+            raise SpecError(f"field {path!r}: cannot convert to an array ({e})") from None
+        if arr.shape != (n, *field.shape):
+            raise SpecError(f"field {path!r}: expected shape {(n, *field.shape)} (one row per key), got {arr.shape}")
+        if arr.dtype != field.dtype:
+            if strict or not np.can_cast(arr.dtype, field.dtype, "same_kind"):
+                raise SpecError(f"field {path!r}: expected dtype {field.dtype}, got {arr.dtype}")
+            arr = arr.astype(field.dtype)
+        out[path] = arr
+    return out

@@ -17,8 +17,8 @@ order is the order in which the calls changed the table):
   ``log_samples=False``): the keys they counted, in order. Replaying one applies what it changed:
   ``times_sampled``, retirement at ``max_times_sampled``, the ``WithoutReplacement`` epoch (for
   the calls that draw with the sampler), the rate limiter's and the table's sample counters;
-- ``update_priorities``, ``delete``, ``set_version``, ``clear``: their arguments (replayed through
-  the same Table methods, which are deterministic).
+- ``update_priorities``, ``update_fields``, ``delete``, ``set_version``, ``clear``: their arguments
+  (replayed through the same Table methods, which are deterministic).
 
 Replay (:meth:`LoggedTable.open`) starts from the table it is given (a loaded checkpoint, or a new
 one), skips records the checkpoint already holds (``Journal.wal_lsn``, the number of the last record
@@ -71,6 +71,7 @@ from .log import Record, WalConfig, WriteAheadLog
 
 OP_EXTEND, OP_ADD, OP_SAMPLE, OP_UPDATE, OP_DELETE, OP_SET_VERSION, OP_CLEAR = range(1, 8)
 OP_STEPS, OP_STEP, OP_EPISODE, OP_END_EPISODE = range(8, 12)  # episode writes (episodic tables)
+OP_FIELDS = 12  # update_fields: keys in the head, the fields as data arrays
 _INSERTS = (OP_EXTEND, OP_ADD, OP_STEPS, OP_STEP, OP_EPISODE)
 LSN_COUNTER = "wal_lsn"
 
@@ -265,20 +266,22 @@ class LoggedTable:
             False,
         )
 
-    def _call(
-        self, op: int, call: Callable[[], Any], meta: dict | None = None, head: dict | None = None
-    ) -> tuple[Any, int]:
+    def _call(self, op: int, call: Callable[[], Any], meta: dict | None = None, head: dict | None = None, *data: Any):
         self._check()
         with self.journal.locked():
-            result = call()
-            lsn = self._append(op, meta, head)
-        return result, lsn
+            return call(), self._append(op, meta, head, *data)
 
     def update_priorities(self, keys: Any, priorities: Any) -> tuple[int, int]:
         """:meth:`Table.update_priorities`, logged: ``(applied, lsn)``."""
         k = np.atleast_1d(np.asarray(keys, dtype=np.int64))
         p = np.asarray(priorities, dtype=np.float64)
         return self._call(OP_UPDATE, lambda: self.table.update_priorities(k, p), None, {"keys": k, "priorities": p})
+
+    def update_fields(self, keys: Any, data: Any) -> tuple[int, int]:
+        """:meth:`Table.update_fields`, logged (the fields as raw arrays): ``(rewritten, lsn)``."""
+        k = np.atleast_1d(np.asarray(keys, dtype=np.int64))
+        arrays, flags, applied = _encode_data(data)
+        return self._call(OP_FIELDS, lambda: self.table.update_fields(k, applied), None, {"keys": k}, arrays, flags)
 
     def delete(self, keys: Any) -> tuple[int, int]:
         """:meth:`Table.delete`, logged: ``(deleted, lsn)``."""
@@ -361,6 +364,8 @@ class LoggedTable:
                     t.update_priorities(head["keys"], head["priorities"])
                 elif rec.op == OP_DELETE:
                     t.delete(head["keys"])
+                elif rec.op == OP_FIELDS:
+                    t.update_fields(head["keys"], _decode_data(rec))
                 elif rec.op == OP_SET_VERSION:
                     t.set_version(int(rec.meta["version"]), reset=bool(rec.meta.get("reset", False)))
                 elif rec.op == OP_CLEAR:

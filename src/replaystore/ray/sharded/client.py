@@ -29,10 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import Closed, Timeout, Unsupported
+from ...errors import Closed, SpecError, Timeout, Unsupported
 from ...sharding import checks as shard_checks
 from ...sharding import keys as shard_keys
 from ...sharding import sampling as shard_sampling
+from ...storage.spec import flatten
 from ...table import contract
 from ...table.args import as_keys
 from .._runtime import get, import_ray
@@ -184,6 +185,29 @@ class ShardedClient(ShardedEpisodes):
         res, _, _ = self._by_key("delete", keys)
         self._drop_ready()
         return int(sum(r for r in res if r is not None))
+
+    def update_fields(self, keys: Any, data: Any) -> int:
+        """Rewrite fields of items by global key (each owner its rows); how many. ``ForeignKey`` as above.
+
+        Batches this client fetched before the call (``depth > 1``) keep the values they read, as
+        they keep the priorities they were drawn with.
+        """
+        self._check_open()
+        keys = as_keys(keys)
+        flat = {p: np.asarray(v) for p, v in flatten(data).items()} if isinstance(data, dict) else {}
+        if not flat or any(v.shape[:1] != (len(keys),) for v in flat.values()):
+            raise SpecError(f"update_fields takes a non-empty dict of fields, one row per key ({len(keys)})")
+        shards, local = shard_keys.decode(self.tag, keys, len(self.shards))
+        if len(self._updates):
+            self.flush_updates()
+        groups = shard_keys.group(shards, len(self.shards))
+        refs = {
+            s: self._ref(s, "update_fields", local[g], shard_sampling.take(flat, g))
+            for s, g in enumerate(groups)
+            if len(g)
+        }
+        res = self._get(refs, 0.0, "update_fields") if refs else {}
+        return int(sum(res.values()))
 
     def get(self, keys: Any) -> tuple[Any, np.ndarray]:
         """``(data of the live keys in the given order, found mask)`` as :meth:`replaystore.Table.get`."""
