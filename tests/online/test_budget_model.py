@@ -1,8 +1,8 @@
 """StalenessBudget against a plain reference model, on random operation sequences (hypothesis).
 
 Operations: acquire (with over-provisioning and per-ticket weights: token reservations), finish
-(accepted with the units used, or rejected), abandon, discard, credit (a sample's overshoot), cancel_slowest, pause/resume, new
-versions and the clock moving (tickets expire by the clock, judged at every call).
+(accepted with the units used, or rejected), abandon, discard, credit (a sample's overshoot),
+cancel_slowest, pause/resume, new versions and the clock moving (tickets expire by the clock, judged at every call).
 """
 
 from hypothesis import example, given, settings
