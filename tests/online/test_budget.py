@@ -153,8 +153,8 @@ def test_acquire_wakes_when_a_ticket_expires():
     b = StalenessBudget(batch_size=1, max_staleness=0, ttl=0.2)
     b.try_acquire(1)
     t0 = time.monotonic()
-    assert b.acquire(1, timeout=5) == [1]
-    assert 0.15 < time.monotonic() - t0 < 2
+    assert b.acquire(1, timeout=60) == [1]
+    assert 0.15 < time.monotonic() - t0 < 40  # woken by the expiry, not at the end of the timeout
 
 
 def test_state_round_trip():

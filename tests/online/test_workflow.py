@@ -328,7 +328,7 @@ def test_a_second_acquire_that_can_never_be_granted_raises_instead_of_deadlockin
     more = buf.acquire(2, holder="p2")  # the budget is spent
     t0 = time.monotonic()
     refused(buf, lambda: buf.acquire(1, timeout=30, holder="p1"), rs.WouldDeadlock)
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 20  # refused, not after the 30 s timeout
     with pytest.raises(rs.Timeout):
         buf.acquire(1, timeout=0.05, holder="p3")  # another producer just waits
     buf.add("m", group=mine)
