@@ -279,18 +279,21 @@ def test_workflow_calls_on_the_service(ray_local):
         th = threading.Thread(target=lambda: got.append(oc.wait_for_version(4, timeout=30)))
         th.start()
 
+        saw_3 = threading.Event()
+
         async def follow():
             seen = []
             async for v in oc.versions(after=2, poll=1.0):
                 seen.append(v)
+                if v == 3:
+                    saw_3.set()
                 if v >= 4:
                     return seen
 
-        def bump():
-            time.sleep(0.3)
+        def bump():  # 4 only once 3 was seen (two changes between two reads would yield the newest only)
             oc.set_version(3)
-            time.sleep(0.3)
-            oc.set_version(4)
+            if saw_3.wait(60):
+                oc.set_version(4)
 
         bumper = threading.Thread(target=bump)
         bumper.start()
@@ -313,13 +316,13 @@ def test_expiry_is_judged_at_the_call_without_other_traffic(ray_local):
         batch_size=2,
         max_staleness=0,
         group_size=2,
-        ticket_ttl=0.5,
+        ticket_ttl=2.0,  # (the add below comes within it, even on a loaded machine)
     )
     oc = svc.online("rollouts")
     try:
         [t] = oc.acquire(1, timeout=5)
         oc.add("first", group=t)
-        time.sleep(0.8)  # no call at all meanwhile, no housekeeping
+        time.sleep(2.5)  # past the TTL (a duration to let pass, not a synchronisation): no call meanwhile
         with pytest.raises(rs.UnknownTicket):
             oc.renew([t])
         with pytest.raises(rs.UnknownTicket):
@@ -331,7 +334,8 @@ def test_expiry_is_judged_at_the_call_without_other_traffic(ray_local):
 
 
 def test_producer_killed_while_waiting_for_a_version_gives_its_tickets_back(ray_local):
-    svc = serve("online-kill-wait", capacity=32, batch_size=2, max_staleness=0, group_size=2, ticket_ttl=1.0)
+    # a TTL the holder's acquire-then-add and the check below fit in, even on a loaded machine
+    svc = serve("online-kill-wait", capacity=32, batch_size=2, max_staleness=0, group_size=2, ticket_ttl=4.0)
     oc = svc.online("rollouts")
 
     @ray_local.remote(num_cpus=0)
@@ -354,7 +358,7 @@ def test_producer_killed_while_waiting_for_a_version_gives_its_tickets_back(ray_
         w.wait.remote()
         time.sleep(0.2)
         ray_local.kill(w)
-        got = oc.acquire(2, timeout=20)  # back after their TTL
+        got = oc.acquire(2, timeout=60)  # back after their TTL
         assert len(got) == 2
         s = oc.stats()
         assert s["budget"]["expired"] == 2 and s["groups_dropped_expired"] == 1
