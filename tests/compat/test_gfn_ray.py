@@ -158,10 +158,10 @@ def test_shutdown_when_asked_and_exit_when_done(trainers):
     name = f"mgr-exit-{kit_name}"
     handle = _start(name, kit_name, num_training_ranks=1, capacity=100, exit_when_done=True)
     ReplayBufferManager.send_termination_signal(name, sender="only")
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            ray.get(handle.summary.remote(), timeout=5)
+            ray.get(handle.summary.remote(), timeout=30)
         except (ray.exceptions.RayActorError, Closed):
             break
         time.sleep(0.2)
