@@ -21,7 +21,7 @@ pytestmark = [
 ]
 
 
-def wait_for(what, fn, timeout=10.0, every=0.05):
+def wait_for(what, fn, timeout=60.0, every=0.05):
     """Poll ``fn()`` until it returns something truthy; its value, and how long it took."""
     start = time.monotonic()
     while True:
@@ -95,7 +95,7 @@ def test_the_page_follows_a_writer_and_a_learner(browser):
             same = row.get("inserts") == str(st["inserts"]) and row.get("samples") == str(st["samples"])
             return row if same else None
 
-        row, _ = wait_for("the table row to match stats()", settled, timeout=5)
+        row, _ = wait_for("the table row to match stats()", settled)
         assert int(row["size"]) == st["size"] and int(row["capacity"]) == st["capacity"] == 30_000
         assert int(row["evictions"]) == st["evictions"]
         assert float(row["sample_to_insert_ratio"]) == pytest.approx(st["sample_to_insert_ratio"])
@@ -113,16 +113,17 @@ def test_the_page_follows_a_writer_and_a_learner(browser):
         work.resume()
         time.sleep(1.0)
         work.starve()
-        _, onset = wait_for("the learner to block", lambda: table.stats()["sample_waiting"], timeout=30, every=0.01)
-        t0 = time.monotonic()
-        text, _ = wait_for(
-            "the stalled-learner alert", lambda: [a for a in alerts(browser) if "Learner stalled" in a], timeout=10
-        )
+        _, onset = wait_for("the learner to block", lambda: table.stats()["sample_waiting"], every=0.01)
+        t0, ticks0 = time.monotonic(), js(browser, "return window.replaystoreDashboard.renders")
+        text, _ = wait_for("the stalled-learner alert", lambda: [a for a in alerts(browser) if "Learner stalled" in a])
         shown_after = time.monotonic() - t0
-        print(f"stalled learner shown {shown_after:.2f} s after stats() first reported the wait")
+        ticks = js(browser, "return window.replaystoreDashboard.renders") - ticks0
+        print(f"stalled learner shown {shown_after:.2f} s ({ticks} page refreshes) after stats() reported the wait")
         assert "blocked by the rate limiter" in text[0] and "replay" in text[0]
-        # within one refresh: the recorder's next read (<= PERIOD) plus the page's next poll (<= PERIOD)
-        assert shown_after <= 2 * PERIOD + 1.0, f"the stall showed {shown_after:.2f}s after it began"
+        # within one refresh: the recorder's next read (<= PERIOD) plus the page's next poll (<= PERIOD),
+        # counted in the page's refreshes (each one PERIOD when quiet; a loaded machine stretches them
+        # all alike, so a wall-clock bound of 2 * PERIOD + 1 s failed there): at most 2, and 2 of margin
+        assert ticks <= 4, f"the stall showed {ticks} refreshes ({shown_after:.2f} s) after it began"
         # the dashboard server restarts (a new recorder, a new sequence): the page says so, then recovers
         port = dash.server.port
         dash.close()

@@ -101,7 +101,7 @@ def test_progress_and_figure(run, tmp_path):
     out = tmp_path / "dist.png"
     titles = plot_result(r, out)
     assert out.read_bytes()[:8] == PNG and len(titles) == 4
-    assert seconds < 60, seconds
+    assert seconds < 240, seconds  # a smoke run (37 s at load 27 on 2 cores), not a training run
 
 
 def test_cli_distributed_branch(run, tmp_path, capsys, monkeypatch):

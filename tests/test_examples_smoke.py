@@ -40,6 +40,17 @@ OPTIONAL = {
     "pettingzoo",
 }
 TIMEOUT = 240
+#: Examples whose ``--smoke`` run another default test already makes, with checks of what it printed
+#: or computed (exit code 0 included): not run a second time here (each costs 20-60 s of a loaded
+#: machine). Each entry names that test; ``test_covered_examples_are_run_elsewhere`` keeps it honest.
+COVERED = {
+    "apex_dqn_ray.py": "tests/ray/test_example_apex.py",  # --smoke; batches > 0, the rates line
+    "grpo_dapo_overprovision.py": "tests/ray/test_online_service.py",  # main(["--smoke"]); every mode's stats
+    "dataloader_training.py": "tests/test_example_reports.py",  # --smoke; the two loss windows
+    "demo_custom_config.py": "tests/test_cli_edges.py",  # --smoke; its figure, nothing in the cwd
+    "ding_dqn_cartpole.py": "tests/test_figures_tool.py",  # tools/figures.py smoke:ding_dqn_cartpole; exit 0
+    "r2d2_cartpole_pomdp.py": "tests/test_example_r2d2.py",  # main() on the smoke's 2,400 steps
+}
 
 
 def needed_packages(path: Path) -> set[str]:
@@ -104,7 +115,17 @@ def test_dependency_scan_sees_lazy_and_replaystore_imports(tmp_path: Path) -> No
     assert needed_packages(script) == {"torch", "ray", "stable_baselines3"}
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_covered_examples_are_run_elsewhere() -> None:
+    for name, test in COVERED.items():
+        assert (ROOT / "examples" / name) in EXAMPLES, name
+        text = (ROOT / test).read_text(encoding="utf-8")
+        assert Path(name).stem in text and ("smoke" in text or "2400" in text), (name, test)
+
+
+SMOKED = [p for p in EXAMPLES if p.name not in COVERED]
+
+
+@pytest.mark.parametrize("path", SMOKED, ids=[p.name for p in SMOKED])
 def test_example_smoke(path: Path, tmp_path: Path) -> None:
     if missing(path):
         pytest.skip(f"needs {', '.join(missing(path))} (not installed)")

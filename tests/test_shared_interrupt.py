@@ -19,8 +19,11 @@ import pytest
 from replaystore.shared import SharedTable
 
 CHILD = """
-import sys, traceback, numpy as np
+import signal, sys, traceback, numpy as np
 from replaystore.shared import SharedTable
+# a background job (nohup, `cmd &` without job control) starts with SIGINT ignored, and Python then
+# installs no KeyboardInterrupt handler: install it, as an interactive learner has it
+signal.signal(signal.SIGINT, signal.default_int_handler)
 t = SharedTable.attach("sigint", {directory!r})
 print("blocking", flush=True)
 try:

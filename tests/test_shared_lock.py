@@ -67,10 +67,10 @@ def test_holder_killed_inside_the_lock_hands_it_on_at_once(tmp_path, lock):
     assert t._segment.words[W_BUSY] == p.pid
     os.kill(p.pid, signal.SIGKILL)
     p.join(10)
-    t._segment.lock_timeout = 5.0
+    t._segment.lock_timeout = 60.0
     start = time.monotonic()
     keys = t.keys()  # takes the lock of the dead holder, repairs the table
-    assert time.monotonic() - start < 2.0
+    assert time.monotonic() - start < 30.0  # at once (a loaded machine's once), not after lock_timeout
     assert t.recoveries() == 1 and t._segment.words[W_BUSY] == 0
     assert keys.tolist() == list(range(1, 8)) and t.stats()["evictions"] == 1
     data, found = t.get(keys)
@@ -95,7 +95,7 @@ def test_live_holder_times_out_naming_its_pid_and_the_waiting_word_is_cleared(tm
     start = time.monotonic()
     with pytest.raises(rs.Timeout, match=f"held by pid {p.pid}.*0.2s"):
         t.extend(transitions(1, 2))
-    assert 0.2 <= time.monotonic() - start < 5.0
+    assert 0.2 <= time.monotonic() - start < 30.0
     assert t._segment.words[W_WAITING] == 0  # a waiter that gave up does not make holders yield
     go.set()
     p.join(10)
@@ -167,8 +167,8 @@ except KeyboardInterrupt:
             time.sleep(0.01)
         start = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-        assert time.monotonic() - start < 5.0
+        out, err = proc.communicate(timeout=40)
+        assert time.monotonic() - start < 40.0  # interrupted, not at the end of its lock_timeout (60 s)
     assert "interrupted" in out, err
     assert t.extend(transitions(1)).tolist() == [0]
     t.close()

@@ -55,40 +55,60 @@ def test_a_ratio_limiter_ahead_of_its_inserts_is_named_on_load(tmp_path):
         rs.Table.load(tmp_path / "ck")
 
 
+def _until(cond, what, deadline_s=60.0):
+    """Poll ``cond`` (another thread's progress) until true; fail after ``deadline_s`` seconds."""
+    deadline = time.monotonic() + deadline_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def _warned(got):
+    return any(issubclass(w.category, rs.BlockingWarning) for w in got)
+
+
 def test_a_sample_without_timeout_warns_once_after_the_threshold_and_keeps_waiting():
     t = rs.Table(10, rate_limiter=rs.MinSize(5))
     t.blocking_warning_s = 0.1
     t.extend(transitions(2))
 
-    def fill():
-        time.sleep(0.5)
+    def fill():  # once the sample warned, and has waited five thresholds: its items
+        _until(lambda: _warned(got), "the warning")
+        _until(lambda: t.stats()["sample_blocked_now_s"] >= 0.5, "five thresholds")
         t.extend(transitions(3, 10))
 
     th = threading.Thread(target=fill)
-    th.start()
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
+        th.start()
         start = time.monotonic()
         s = t.sample(2)  # no timeout: waits for the other thread's items
         waited = time.monotonic() - start
-    th.join()
+    th.join(60)
     blocking = [w for w in got if issubclass(w.category, rs.BlockingWarning)]
-    assert len(s) == 2 and waited >= 0.4
+    assert len(s) == 2 and waited >= 0.5
     assert len(blocking) == 1  # once, although it waited five thresholds
     msg = str(blocking[0].message)
     assert "sample of 2" in msg and "MinSize(min_size_to_sample=5)" in msg and "size 2" in msg
-    assert t.stats()["sample_blocked_s"] >= 0.4
+    assert t.stats()["sample_blocked_s"] >= 0.5
 
 
 def test_a_blocked_insert_warns_too():
     q = rs.Table.queue(2)
     q.blocking_warning_s = 0.1
     q.extend(transitions(2))
-    th = threading.Thread(target=lambda: (time.sleep(0.4), q.sample(1)))
+    rec = []
+
+    def take_one():  # once the insert warned: room for it
+        _until(lambda: rec and _warned(rec[0]), "the warning")
+        q.sample(1)
+
+    th = threading.Thread(target=take_one)
     th.start()
-    with pytest.warns(rs.BlockingWarning, match="insert of 1"):
+    with pytest.warns(rs.BlockingWarning, match="insert of 1") as got:
+        rec.append(got)
         assert q.extend(transitions(1, 7)).tolist() == [2]
-    th.join()
+    th.join(60)
 
 
 @pytest.mark.parametrize("how", ["timeout", "default_timeout"])

@@ -201,7 +201,7 @@ def test_periodic_thruput_monitor_thread():
     w = FakeWriter()
     mon = PeriodicThruputMonitor("buf", {"seconds": 0.05}, None, w)
     mon.record(pushed=5, sampled=3, removed=1, valid=4)
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + 60
     while not w.scalars and time.monotonic() < deadline:
         time.sleep(0.01)
     mon.close()

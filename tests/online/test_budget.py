@@ -103,12 +103,12 @@ def test_acquire_waits_for_a_version_and_times_out_cleanly():
     after = b.state()
     assert after["tickets"] == before["tickets"] and after["accepted"] == before["accepted"]
     got = []
-    th = threading.Thread(target=lambda: got.append(b.acquire(2, timeout=5)))
+    th = threading.Thread(target=lambda: got.append(b.acquire(2, timeout=60)))
     th.start()
     time.sleep(0.1)
     assert not got
     b.set_version(1)
-    th.join(5)
+    th.join(60)
     assert got == [[2, 3]]
     assert b.stats()["producer_wait_s"] >= 0.09
 
@@ -120,7 +120,7 @@ def test_close_wakes_waiters():
 
     def wait():
         try:
-            b.acquire(1, timeout=5)
+            b.acquire(1, timeout=60)
         except rs.Closed as e:
             err.append(e)
 
@@ -128,7 +128,7 @@ def test_close_wakes_waiters():
     th.start()
     time.sleep(0.05)
     b.close()
-    th.join(5)
+    th.join(60)
     assert len(err) == 1
 
 
@@ -153,8 +153,8 @@ def test_acquire_wakes_when_a_ticket_expires():
     b = StalenessBudget(batch_size=1, max_staleness=0, ttl=0.2)
     b.try_acquire(1)
     t0 = time.monotonic()
-    assert b.acquire(1, timeout=5) == [1]
-    assert 0.15 < time.monotonic() - t0 < 2
+    assert b.acquire(1, timeout=60) == [1]
+    assert 0.15 < time.monotonic() - t0 < 40  # woken by the expiry, not at the end of the timeout
 
 
 def test_state_round_trip():
@@ -191,8 +191,11 @@ def test_budget_is_never_exceeded_under_threads():
     threads = [threading.Thread(target=producer, args=(i,)) for i in range(4)]
     for th in threads:
         th.start()
-    for v in range(1, 30):
+    v, deadline = 0, time.monotonic() + 60
+    while v < 29 or b.stats()["accepted_total"] <= 20:  # (a loaded machine's producers may lag)
+        assert time.monotonic() < deadline, b.stats()
         time.sleep(0.01)
+        v += 1
         b.set_version(v)
     stop.set()
     for th in threads:

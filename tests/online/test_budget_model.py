@@ -1,8 +1,8 @@
 """StalenessBudget against a plain reference model, on random operation sequences (hypothesis).
 
 Operations: acquire (with over-provisioning and per-ticket weights: token reservations), finish
-(accepted with the units used, or rejected), abandon, discard, cancel_slowest, pause/resume, new
-versions and the clock moving (tickets expire by the clock, judged at every call).
+(accepted with the units used, or rejected), abandon, discard, credit (a sample's overshoot),
+cancel_slowest, pause/resume, new versions and the clock moving (tickets expire by the clock, judged at every call).
 """
 
 from hypothesis import example, given, settings
@@ -19,6 +19,7 @@ ops = st.lists(
         st.tuples(st.just("finish"), st.integers(0, 12), st.booleans(), st.integers(-1, 4)),
         st.tuples(st.just("abandon"), st.integers(0, 12)),
         st.tuples(st.just("discard"), st.integers(-1, 3)),
+        st.tuples(st.just("credit"), st.integers(-1, 3)),
         st.tuples(st.just("version"), st.integers(-1, 2)),
         st.tuples(st.just("cancel"), st.integers(-1, 3)),
         st.tuples(st.just("pause")),
@@ -60,6 +61,7 @@ def test_budget_matches_reference(batch, staleness, seq):
     held = {}  # id -> [weight, deadline, granted, batch]
     batches = {}  # batch -> [needed, accepted]
     accepted, version, next_id, next_batch, paused = 0, 0, 0, 0, False
+    credited = 0  # a sample's overshoot, added to the limit
     overuse = 0  # tokens used beyond a ticket's reservation
     cancelled = set()
 
@@ -86,7 +88,7 @@ def test_budget_matches_reference(batch, staleness, seq):
                 k, m, w = op[1], op[2], op[3]
                 got = b.try_acquire(k, overprovision=m, weight=w)
                 assert k >= 1 and m >= 0 and w >= 1 and (k + m) * w <= (staleness + 1) * batch
-                cap = (staleness + version + 1) * batch - (accepted + sum(r[0] for r in held.values()))
+                cap = (staleness + version + 1) * batch + credited - (accepted + sum(r[0] for r in held.values()))
                 if not paused and cap >= (k + m) * w:
                     assert got == list(range(next_id, next_id + k + m))
                     assert all(t.version == version for t in got)
@@ -128,6 +130,10 @@ def test_budget_matches_reference(batch, staleness, seq):
                 b.discard(op[1])
                 assert 0 <= op[1] <= accepted
                 accepted -= op[1]
+            elif kind == "credit":
+                b.credit(op[1])
+                assert op[1] >= 0
+                credited += op[1]
             elif kind == "cancel":
                 out = b.cancel_slowest(op[1])
                 assert op[1] >= 0
@@ -153,6 +159,7 @@ def test_budget_matches_reference(batch, staleness, seq):
             after["counters"]["acquire_calls"] = before["counters"]["acquire_calls"]
             assert after == before  # a refused operation changes nothing
         assert b.running == len(held) and b.accepted == accepted and b.version == version
+        assert b.limit() == (staleness + version + 1) * batch + credited
         assert b.running_units == sum(r[0] for r in held.values()) and b.paused == paused
         for t in range(next_id):
             assert b.held(t) == (t in held)

@@ -189,7 +189,7 @@ def test_close_wakes_a_waiting_sample():
 
     def wait():
         try:
-            buf.sample(1, timeout=5)
+            buf.sample(1, timeout=60)
         except rs.Closed as e:
             errs.append(e)
 
@@ -197,7 +197,7 @@ def test_close_wakes_a_waiting_sample():
     th.start()
     time.sleep(0.1)
     buf.close()
-    th.join(5)
+    th.join(60)
     assert len(errs) == 1
 
 
@@ -269,7 +269,7 @@ def run_async_loop(
         th.start()
     try:
         for v in range(steps):
-            b = buf.sample(batch, timeout=20)
+            b = buf.sample(batch, timeout=60)
             trained.append(b)
             time.sleep(0.002)
             buf.set_version(v + 1)
@@ -311,18 +311,19 @@ def test_drop_only_never_trains_stale_data_but_drops_it():
 def test_keep_alive_renews_a_slow_producers_ticket():
     from replaystore.online import KeepAlive
 
-    buf = RolloutBuffer(8, batch_size=1, max_staleness=0, group_size=2, ticket_ttl=0.3)
+    # a TTL of 1 s: a renewal thread late by 0.95 s (a loaded machine) still keeps the ticket
+    buf = RolloutBuffer(8, batch_size=1, max_staleness=0, group_size=2, ticket_ttl=1.0)
     [t] = buf.acquire(1)
     with KeepAlive(buf, [t], every=0.05) as ka:
         buf.add("a", group=t)
-        time.sleep(0.6)  # twice the TTL: alive thanks to the renewals
+        time.sleep(2.0)  # twice the TTL (a duration to let pass): alive thanks to the renewals
         assert buf.add("b", group=t) == "complete"
     assert ka.renewals >= 3 and buf.stats()["budget"]["expired"] == 0
     [t2] = buf.try_acquire(1) or [None]
     assert t2 is None  # the budget (batch 1, staleness 0) is spent until the version moves
     buf.set_version(1)
     [t3] = buf.acquire(1, timeout=1)
-    time.sleep(0.5)  # no keep-alive: expires
+    time.sleep(1.2)  # past the TTL, no keep-alive: expires
     buf.expire()
     assert buf.stats()["budget"]["expired"] == 1
     with pytest.raises(InvalidRequest):

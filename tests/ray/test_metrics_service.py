@@ -37,28 +37,32 @@ def test_service_source_matches_stats_shows_a_stalled_learner_and_survives_a_res
     try:
         client.extend(transitions(20))
         client.sample(8)
-        rec = Recorder(ServiceSource(name, rpc_timeout=5), period=60)
+        rec = Recorder(ServiceSource(name, rpc_timeout=30), period=60)
         snap_point = rec.poll()
         assert snap_point["ok"], snap_point["error"]
         stats = client.stats()["replay"]
         row = snap_point["tables"]["replay"]
         assert row["inserts"] == stats["inserts"] == 20 and row["samples"] == stats["samples"] == 8
         assert row["ratio_target"] == 2.0 and row["sample_waiting"] == 0
-        # a learner that wants more than the limiter allows blocks inside the service: seen at once
-        learner = threading.Thread(target=lambda: pytest.raises(rs.Timeout, client.sample, 64, timeout=3.0))
+        # a learner that wants more than the limiter allows blocks inside the service: the poll shows
+        # it while it waits; then inserts unblock it
+        got = []
+        learner = threading.Thread(target=lambda: got.append(len(client.sample(64, timeout=120))))
         learner.start()
-        deadline = time.monotonic() + 6
+        deadline = time.monotonic() + 60
         while True:
             p = rec.poll()["tables"]["replay"]
             if p["sample_waiting"] == 1:
                 break
             assert time.monotonic() < deadline, "the blocked sample never showed"
             time.sleep(0.2)
-        learner.join(15)
         assert rec.latest()["tables"]["replay"]["stats"]["sample_blocked_now_s"] >= 0.0
+        client.extend(transitions(10, 20))  # 2 * 30 - (8 + 64) >= -20: the limiter admits the sample
+        learner.join(120)
+        assert got == [64]
         # the service goes away: a point with the reason; it comes back: points again, no bogus rates
         client.shutdown()  # (ray.kill returns before the actor is gone)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 60
         while (down := rec.poll())["ok"]:
             assert time.monotonic() < deadline, "the killed service still answers"
             time.sleep(0.2)

@@ -421,7 +421,7 @@ def test_producers_put_locally_loaders_read_locally_and_a_node_is_lost(cluster, 
         pool.submit((i, r.fragment_id))
     pool.report()
     want = {lb: sum(label_of(r.fragment_id) == lb for r in fetch.records) for lb in nodes}
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while {lb: n.get("loader_queue") for lb, n in fc.stats()["nodes"].items()} != want:
         assert time.monotonic() < deadline, fc.stats()["nodes"]
         time.sleep(0.1)
@@ -429,6 +429,7 @@ def test_producers_put_locally_loaders_read_locally_and_a_node_is_lost(cluster, 
     ray.get(client.actor.note_loader_queue.remote(pool.pool_id, dict.fromkeys(nodes, 0), 0), timeout=60)
     assert {lb: n.get("loader_queue") for lb, n in fc.stats()["nodes"].items()} == want
     pool.drain(60)  # reports zeros
+    deadline = time.monotonic() + 60  # (a deadline of its own: the one above may be spent by now)
     while any(n["loader_queue"] for n in fc.stats()["nodes"].values()):
         assert time.monotonic() < deadline, fc.stats()["nodes"]
         time.sleep(0.1)

@@ -25,20 +25,29 @@ def make_producer(ray):
     class Producer:
         """Acquires two tickets at a time and interleaves their members so they complete out of order."""
 
-        def __init__(self, oc, idx: int, lengths: list, step_s: float):
+        def __init__(self, oc, idx: int, lengths: list, step_s: float, keep_alive: float | None = None):
             self.oc, self.idx, self.lengths, self.step_s = oc, idx, lengths, step_s
+            self.keep_alive = keep_alive  # renew each ticket this often (a live producer under a short TTL)
 
         def run(self, pairs: int) -> int:
+            from replaystore.online import KeepAlive
+
             sent = 0
             for p in range(pairs):
                 a, b = self.oc.acquire(2, timeout=60, holder=f"p{self.idx}")
-                for gid, member in ((a, 0), (b, 0), (b, 1), (a, 1)):  # b completes before a
-                    length = self.lengths[(p + member) % len(self.lengths)]
-                    rng = VersionRange.start(self.oc.version)
-                    time.sleep(length * self.step_s)  # the trainer may move on meanwhile
-                    rng = rng.observe(self.oc.version)
-                    self.oc.add({"g": gid, "p": self.idx, "m": member}, group=gid, versions=rng, length=length)
-                    sent += 1
+                # one KeepAlive per ticket: renewal stops once its ticket's group completed
+                alive = [KeepAlive(self.oc, [t], every=self.keep_alive) for t in (a, b) if self.keep_alive]
+                try:
+                    for gid, member in ((a, 0), (b, 0), (b, 1), (a, 1)):  # b completes before a
+                        length = self.lengths[(p + member) % len(self.lengths)]
+                        rng = VersionRange.start(self.oc.version)
+                        time.sleep(length * self.step_s)  # the trainer may move on meanwhile
+                        rng = rng.observe(self.oc.version)
+                        self.oc.add({"g": gid, "p": self.idx, "m": member}, group=gid, versions=rng, length=length)
+                        sent += 1
+                finally:
+                    for k in alive:
+                        k.close()
             return sent
 
         def start_group_and_hang(self) -> int:
@@ -176,14 +185,16 @@ def test_drop_only_drops_long_rollouts(ray_local):
 
 
 def test_producer_killed_mid_group_gives_its_ticket_back(ray_local):
-    svc = serve("online-kill", capacity=32, batch_size=2, max_staleness=1, group_size=2, ticket_ttl=1.0)
+    # the TTL is the only way the dead producer's ticket comes back: short, but long enough for its
+    # acquire-then-add on a loaded machine; the healthy producer renews its tickets meanwhile
+    svc = serve("online-kill", capacity=32, batch_size=2, max_staleness=1, group_size=2, ticket_ttl=3.0)
     oc = svc.online("rollouts")
     Producer = make_producer(ray_local)
     doomed = Producer.remote(oc, 9, [1], 0.0)
     t = ray_local.get(doomed.start_group_and_hang.remote(), timeout=30)
     ray_local.kill(doomed)
     try:
-        healthy = Producer.remote(oc, 0, [1, 2], 0.001)
+        healthy = Producer.remote(oc, 0, [1, 2], 0.001, keep_alive=0.2)
         run = healthy.run.remote(3)  # needs the dead producer's capacity back after 2 pairs
         got = []
         for v in range(3):
@@ -191,7 +202,7 @@ def test_producer_killed_mid_group_gives_its_ticket_back(ray_local):
             assert all(len(g.members) == 2 for g in b.groups) and t not in b.group_ids
             got += b.group_ids
             oc.set_version(v + 1)
-        assert ray_local.get(run, timeout=30) == 12
+        assert ray_local.get(run, timeout=60) == 12
         s = oc.stats()
         assert s["groups_dropped_expired"] == 1 and s["budget"]["expired"] == 1
         with pytest.raises(rs.UnknownTicket):
@@ -279,18 +290,21 @@ def test_workflow_calls_on_the_service(ray_local):
         th = threading.Thread(target=lambda: got.append(oc.wait_for_version(4, timeout=30)))
         th.start()
 
+        saw_3 = threading.Event()
+
         async def follow():
             seen = []
             async for v in oc.versions(after=2, poll=1.0):
                 seen.append(v)
+                if v == 3:
+                    saw_3.set()
                 if v >= 4:
                     return seen
 
-        def bump():
-            time.sleep(0.3)
+        def bump():  # 4 only once 3 was seen (two changes between two reads would yield the newest only)
             oc.set_version(3)
-            time.sleep(0.3)
-            oc.set_version(4)
+            if saw_3.wait(60):
+                oc.set_version(4)
 
         bumper = threading.Thread(target=bump)
         bumper.start()
@@ -313,13 +327,13 @@ def test_expiry_is_judged_at_the_call_without_other_traffic(ray_local):
         batch_size=2,
         max_staleness=0,
         group_size=2,
-        ticket_ttl=0.5,
+        ticket_ttl=2.0,  # (the add below comes within it, even on a loaded machine)
     )
     oc = svc.online("rollouts")
     try:
         [t] = oc.acquire(1, timeout=5)
         oc.add("first", group=t)
-        time.sleep(0.8)  # no call at all meanwhile, no housekeeping
+        time.sleep(2.5)  # past the TTL (a duration to let pass, not a synchronisation): no call meanwhile
         with pytest.raises(rs.UnknownTicket):
             oc.renew([t])
         with pytest.raises(rs.UnknownTicket):
@@ -331,7 +345,8 @@ def test_expiry_is_judged_at_the_call_without_other_traffic(ray_local):
 
 
 def test_producer_killed_while_waiting_for_a_version_gives_its_tickets_back(ray_local):
-    svc = serve("online-kill-wait", capacity=32, batch_size=2, max_staleness=0, group_size=2, ticket_ttl=1.0)
+    # a TTL the holder's acquire-then-add and the check below fit in, even on a loaded machine
+    svc = serve("online-kill-wait", capacity=32, batch_size=2, max_staleness=0, group_size=2, ticket_ttl=4.0)
     oc = svc.online("rollouts")
 
     @ray_local.remote(num_cpus=0)
@@ -354,7 +369,7 @@ def test_producer_killed_while_waiting_for_a_version_gives_its_tickets_back(ray_
         w.wait.remote()
         time.sleep(0.2)
         ray_local.kill(w)
-        got = oc.acquire(2, timeout=20)  # back after their TTL
+        got = oc.acquire(2, timeout=60)  # back after their TTL
         assert len(got) == 2
         s = oc.stats()
         assert s["budget"]["expired"] == 2 and s["groups_dropped_expired"] == 1

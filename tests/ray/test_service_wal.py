@@ -24,6 +24,14 @@ def ray_local():
     ray.shutdown()
 
 
+def until(cond, what, seconds=60.0):
+    """Poll ``cond`` (the writer threads' progress) until true; fail after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
 def rows(ids):
     ids = np.asarray(ids, dtype=np.int64)
     return {"id": ids, "obs": np.repeat(ids[:, None], 64, axis=1).astype(np.float32)}
@@ -77,17 +85,19 @@ def test_acknowledged_inserts_survive_a_crash(ray_local, tmp_path, how):
     threads = [threading.Thread(target=writer, args=(w,)) for w in range(2)] + [threading.Thread(target=sampler)]
     for th in threads:
         th.start()
-    try:
-        time.sleep(1.5)
+    try:  # (progress is polled, not slept for: a loaded machine may take seconds per call)
+        until(lambda: min(len(a) for a in acked) > 0 and sampled[0] > 0, "the writers and the sampler")
         c.save()  # a checkpoint in the middle: the log is truncated, then grows again
-        time.sleep(1.0)
+        mark = [len(a) for a in acked]
+        until(lambda: all(len(acked[w]) > mark[w] for w in range(2)), "writes after the checkpoint")
         before = (len(acked[0]), len(acked[1]))
         if how == "sigkill":
             os.kill(ray_local.get(c.actor.pid.remote(), timeout=30), signal.SIGKILL)
         else:
             ray_local.kill(c.actor, no_restart=False)
         wait_restarted(c)
-        time.sleep(1.0)  # writers go on against the restarted service
+        # writers go on against the restarted service (bounded: replaying the log may take a while)
+        until(lambda: all(len(acked[w]) > before[w] for w in range(2)), "writes after the restart", 90)
     finally:
         stop.set()
         for th in threads:

@@ -27,6 +27,14 @@ def ray_local():
     ray.shutdown()
 
 
+def until(cond, what, seconds=60.0):
+    """Poll ``cond`` (the writer threads' progress) until true; fail after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
 def episodic_table():
     return rs.Table(200_000, seed=0, episodes=rs.Episodes(next_obs_field="next_obs", max_streams=64))
 
@@ -92,10 +100,11 @@ def test_acknowledged_steps_survive_a_crash_and_episodes_continue(ray_local, tmp
     threads = [threading.Thread(target=writer, args=(w,)) for w in range(2)] + [threading.Thread(target=learner)]
     for th in threads:
         th.start()
-    try:
-        time.sleep(1.5)
+    try:  # (progress is polled, not slept for: a loaded machine may take seconds per call)
+        until(lambda: min(len(a) for a in acked) > 0, "the writers")
         c.save()  # a checkpoint in the middle: the restart loads it, then replays the log's tail
-        time.sleep(1.0)
+        mark = [len(a) for a in acked]
+        until(lambda: all(len(acked[w]) > mark[w] for w in range(2)), "writes after the checkpoint")
         before = [len(a) for a in acked]
         if how == "sigkill":
             os.kill(ray_local.get(c.actor.pid.remote(), timeout=30), signal.SIGKILL)
@@ -105,9 +114,8 @@ def test_acknowledged_steps_survive_a_crash_and_episodes_continue(ray_local, tmp
         # the envs and the learner go on against the restarted service: until both writers have
         # been acknowledged again (bounded: a loaded machine may take a while to replay the log)
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not all(len(acked[w]) > before[w] for w in range(2)):
+        while time.monotonic() < deadline and not (all(len(acked[w]) > before[w] for w in range(2)) and learned[0]):
             time.sleep(0.1)
-        time.sleep(0.5)
     finally:
         stop.set()
         for th in threads:

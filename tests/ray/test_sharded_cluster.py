@@ -66,7 +66,7 @@ def test_spread_pack_and_colocated_placements(cluster):
     start = time.monotonic()
     with pytest.raises(rsr.PlacementError, match="2 alive node"):
         rsr.serve_sharded(factory, 3, name=f"no-{uuid.uuid4().hex[:6]}", placement="spread", placement_timeout=3)
-    assert time.monotonic() - start < 30
+    assert time.monotonic() - start < 60  # refused after the placement timeout, not hung
 
 
 @pytest.mark.slow

@@ -428,7 +428,7 @@ def test_full_disk_fails_the_call_then_recovers(tiny_fs):
         lt.sample(1)
     assert len(t) == size and lt.wal.last_lsn == lsn
     os.unlink(ballast)  # space returns: the queued records are written, in order
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while lt.wal.error is not None and time.monotonic() < deadline:
         time.sleep(0.02)
     keys = lt.durable("extend", batch(4, 2000))
@@ -495,7 +495,7 @@ def test_one_writer_per_log(tmp_path):
     t0 = time.monotonic()
     with pytest.raises(rs.InvalidState, match="in use"):
         WriteAheadLog.open(str(tmp_path), lock_timeout=0.2)
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 30
     wal.wait(wal.append(1, {"i": 1}), timeout=10)
     wal.close()  # releases the lock
     wal2, recs = WriteAheadLog.open(str(tmp_path), lock_timeout=0.2)

@@ -14,6 +14,18 @@ one more than ``max_staleness`` versions behind the version it started under
 (:class:`~replaystore.online.RolloutBuffer` adds the one missing piece: a sample waits for a
 running rollout that would otherwise go stale).
 
+Overshoot credit (token budgets): a trainer that takes whole groups until their tokens reach
+``batch_size`` takes more than ``batch_size`` units per version. Without a credit the limit grows by
+``batch_size`` per version while the trainer consumes more, the units held plus the capacity
+shrink, and both sides end up waiting for each other (the buffer holds fewer units than a sample
+wants, the capacity is less than a reservation). :meth:`credit` adds the overshoot to the limit,
+``limit = (max_staleness + version + 1) * batch_size + credited``, so the limit stays
+``(max_staleness + 1) * batch_size`` ahead of what the trainer consumed; the staleness bound still
+holds when the trainer asks for at least ``batch_size`` units per version, oldest first (a unit
+admitted at version ``v`` lies within the first ``(max_staleness + 1) * batch_size`` units after
+what was consumed before ``v``, and by the end of version ``v + max_staleness`` the trainer has
+consumed at least that many more).
+
 Each ticket is held until it is finished (:meth:`StalenessBudget.finish`: accepted, or rejected),
 abandoned or cancelled. A ticket acquired with a time-to-live is abandoned once its holder has not
 renewed it for that long (a producer that died gives its permissions back); expiry is judged by the
@@ -109,6 +121,7 @@ class StalenessBudget(BudgetTickets):
         self._closed = False
         self.paused = False
         self.accepted = 0  # units accepted and not discarded (AReaL's ``accepted``)
+        self.credited = 0  # units samples took beyond what they asked for (see credit())
         self._book = TicketBook()
         self._no_expiry_before = float("-inf")  # a lower bound of the held tickets' deadlines
         self._expired_unclaimed: list[int] = []
@@ -129,8 +142,8 @@ class StalenessBudget(BudgetTickets):
         return self._book.weight
 
     def limit(self) -> int:
-        """The budget's total: ``(max_staleness + version + 1) * batch_size``."""
-        return (self.max_staleness + self.version + 1) * self.batch_size
+        """The budget's total: ``(max_staleness + version + 1) * batch_size + credited``."""
+        return (self.max_staleness + self.version + 1) * self.batch_size + self.credited
 
     def _capacity(self) -> int:
         cap = self.limit() - (self.accepted + self._book.weight)
@@ -251,6 +264,22 @@ class StalenessBudget(BudgetTickets):
             if n:
                 self._cond.notify_all()
 
+    def credit(self, n: int) -> None:
+        """Raise the limit by ``n`` units the trainer consumed beyond what it asked for (a sample's overshoot).
+
+        A token sample takes whole groups until their tokens reach the target, so it may take more;
+        crediting that overshoot keeps the budget from stalling (see the module doc). Wakes waiting
+        producers.
+
+        Raises:
+            InvalidRequest: ``n`` is not an integer ``>= 0`` (nothing changed).
+        """
+        with self._lock:
+            n = check_int(n, "credited units")
+            self.credited += n
+            if n:
+                self._cond.notify_all()
+
     def set_version(self, version: int) -> None:
         """Set the trainer's policy version (it may only grow); wakes waiting producers.
 
@@ -310,6 +339,7 @@ class StalenessBudget(BudgetTickets):
                 "accepted": self.accepted,
                 "capacity": self._capacity(),
                 "limit": self.limit(),
+                "credited": self.credited,
                 "producer_wait_s": self.wait_s,
                 "paused": self.paused,
             }
@@ -318,6 +348,7 @@ class StalenessBudget(BudgetTickets):
         return {
             "version": self.version,
             "accepted": self.accepted,
+            "credited": self.credited,
             "counters": dict(self.counters),
             "wait_s": self.wait_s,
             "paused": self.paused,
@@ -363,6 +394,7 @@ class StalenessBudget(BudgetTickets):
     def _load_scalars(self, state: dict[str, Any]) -> None:  # lock held
         self.version = int(state["version"])
         self.accepted = int(state["accepted"])
+        self.credited = int(state.get("credited", 0))  # journals written before the credit have none
         self._no_expiry_before = float("-inf")
         self.counters.update(state["counters"])
         self.wait_s = float(state["wait_s"])

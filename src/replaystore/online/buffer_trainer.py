@@ -71,6 +71,8 @@ class TrainerCalls:
 
         ``num_groups`` groups; or, with ``num_groups=None``, whole groups in pick order until their
         tokens (sum of lengths) reach ``tokens`` (default ``batch_tokens``): a variable batch size.
+        With a token budget, the tokens taken beyond ``tokens`` are credited to the budget's limit
+        (:meth:`StalenessBudget.credit`), so whole groups that overshoot never stall pacing.
         With pacing and ``"fifo"``/``"in_order"``, also waits for running groups that would
         otherwise go stale at the next version. Groups reaching ``max_reuse`` samples are retired.
 
@@ -109,6 +111,8 @@ class TrainerCalls:
                     total += self._complete[keys[cut]].tokens
                     cut += 1
                 keys = keys[:cut]
+                if self.tokens and self.budget is not None and total > want_tokens:
+                    self.budget.credit(total - want_tokens)  # whole groups overshot: see StalenessBudget.credit
             return self._take_batch(keys)
 
     def _take_batch(self, keys: list[int]) -> RolloutBatch:
