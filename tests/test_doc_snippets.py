@@ -135,20 +135,27 @@ def run_files(paths: list[Path], out: Path) -> None:
     """Run each file's blocks (its own namespace, its own temporary cwd); write ``{path: results}`` to ``out``.
 
     The JSON is rewritten after every file, so a file that hangs costs only the files after it.
+    Every file's directory lives until Ray is shut down: Ray starts its workers in the directory
+    the driver was in when Ray started, so deleting it after the first file made a later file's
+    new actor fail to start (its workers could not enter a deleted directory; a timeout).
     """
     done: dict[str, list[dict]] = {}
-    for path in paths:
-        cwd = os.getcwd()
-        with tempfile.TemporaryDirectory(prefix="snippets-") as work:
-            os.chdir(work)
-            try:
-                done[str(path)] = run_file(path)
-            finally:
-                os.chdir(cwd)
-        out.write_text(json.dumps(done))
-    ray = sys.modules.get("ray")
-    if ray is not None and getattr(ray, "is_initialized", lambda: False)():
-        ray.shutdown()
+    cwd = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="snippets-") as parent:
+        try:
+            for i, path in enumerate(paths):
+                work = os.path.join(parent, str(i))
+                os.mkdir(work)
+                os.chdir(work)
+                try:
+                    done[str(path)] = run_file(path)
+                finally:
+                    os.chdir(cwd)
+                out.write_text(json.dumps(done))
+        finally:
+            ray = sys.modules.get("ray")
+            if ray is not None and getattr(ray, "is_initialized", lambda: False)():
+                ray.shutdown()
 
 
 def run_in_subprocess(paths: list[Path], timeout: float) -> dict[str, list[dict]]:
