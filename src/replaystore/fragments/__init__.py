@@ -1,9 +1,9 @@
 """The fragment buffer, without Ray: fragments grouped into chunks, leased to fetches, journaled.
 
 - :mod:`~replaystore.fragments.buffer`: :class:`FragmentBuffer` (MineStudio's system);
-- :mod:`~replaystore.fragments.records`: its configuration and records (plain data);
-- :mod:`~replaystore.fragments.nodes`: node loss and re-attachment of node-local stores;
-- :mod:`~replaystore.fragments.journal`: the LMDB journal the buffer survives restarts with.
+- :mod:`~replaystore.fragments.records`: its configuration and records (plain data), and their
+  keys in the journal the buffer survives restarts with (:mod:`replaystore.checkpoint.journal`, JSON);
+- :mod:`~replaystore.fragments.nodes`: node loss and re-attachment of node-local stores.
 
 The Ray service around it (clients, node stores, loaders) is :mod:`replaystore.ray.fragments`.
 """

@@ -18,9 +18,11 @@ failures. It holds metadata only: each fragment's payload lives in a
   or when the same client fetches again).
 - **Reference counting** is explicit (:class:`~replaystore.storage.fragments.RefCounts`): a
   payload is deleted when no partial chunk, chunk or lease holds it.
-- **Persistence**: every operation is written to a :class:`~replaystore.fragments.journal.Journal` in
-  one transaction, and a new buffer on the same path resumes from it. Payloads are deleted from
-  the store only after the transaction that dropped their last reference committed.
+- **Persistence**: every operation is written to a journal (an
+  :class:`~replaystore.checkpoint.journal.LmdbJournal` of JSON records, keys named in
+  :mod:`~replaystore.fragments.records`) in one transaction, and a new buffer on the same path
+  resumes from it. Payloads are deleted from the store only after the transaction that dropped
+  their last reference committed.
 - **Full disks**: an operation whose journal transaction fails (:class:`~replaystore.DiskFull`,
   :class:`~replaystore.StorageError`) raises it and leaves the buffer as it was (its state is
   reloaded from the journal, which still holds the last committed state). New fragments are
@@ -43,16 +45,17 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import StorageError
+from ..checkpoint.journal import JSON, LmdbJournal, NullJournal
+from ..errors import CheckpointError, StorageError
 from ..limiters import MinSize
 from ..samplers import Fifo
 from ..samplers.uniform_distinct import UniformDistinct
 from ..storage.fragments import FragmentStore, RefCounts, fragment_age
 from ..table import Table
-from .journal import PENDING, STREAM, Journal, NullJournal, chunk_key
+from . import records
 from .leases import FragmentLeases
 from .nodes import FragmentNodes
-from .records import COUNTERS, Chunk, FragmentBufferConfig, FragmentRef, Lease, StreamState, label_of
+from .records import COUNTERS, PENDING, STREAM, Chunk, FragmentBufferConfig, FragmentRef, Lease, StreamState, label_of
 
 log = logging.getLogger("replaystore")
 
@@ -79,8 +82,8 @@ class FragmentBuffer(FragmentLeases, FragmentNodes):
     ) -> None:
         self.config = c = config
         self.store = store if store is not None else c.open_store()
-        self.journal: Journal = (
-            Journal(os.path.join(c.path, "meta"), c.journal_map_size, c.journal_reserve, c.sync)
+        self.journal: LmdbJournal | NullJournal = (
+            LmdbJournal(os.path.join(c.path, "meta"), JSON, c.journal_map_size, c.journal_reserve, c.sync)
             if c.persist
             else NullJournal()
         )
@@ -145,7 +148,7 @@ class FragmentBuffer(FragmentLeases, FragmentNodes):
         raised; no payload was deleted.
         """
         try:
-            self.journal.write(puts, deletes, self._state())
+            self.journal.write({**(puts or {}), records.STATE: self._state()}, deletes)
         except StorageError:
             log.warning("fragment buffer: journal write failed; the operation is rolled back", exc_info=True)
             self._rollback()
@@ -278,7 +281,7 @@ class FragmentBuffer(FragmentLeases, FragmentNodes):
             deletes.append(self._remove_chunk(next(iter(self._chunks)), "chunks_evicted"))
         key = self.table.add(chunk, version=self._end(chunk))
         self._chunks[key] = chunk
-        puts[chunk_key(chunk.chunk_id)] = chunk.to_json()
+        puts[records.chunk_key(chunk.chunk_id)] = chunk.to_json()
         return deletes
 
     def _remove_chunk(self, key: int, counter: str) -> str:
@@ -288,7 +291,7 @@ class FragmentBuffer(FragmentLeases, FragmentNodes):
         self.counters[counter] += 1
         self._left_reuse.append(chunk.use_count)
         self._free([f.fragment_id for f in chunk.fragments])
-        return chunk_key(chunk.chunk_id)
+        return records.chunk_key(chunk.chunk_id)
 
     # -- model version ----------------------------------------------------------------------------------
     def set_version(self, session: str, version: int, now: float | None = None) -> int:
@@ -437,6 +440,15 @@ class FragmentBuffer(FragmentLeases, FragmentNodes):
 
     # -- restart ----------------------------------------------------------------------------------------------
     def _restore(self, saved: dict[str, Any], restart: bool = True) -> None:
+        try:
+            self._restore_records(records.journal_sections(saved), restart)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # readable, not a state
+            why = f"{type(e).__name__}: {e}"
+            raise CheckpointError(
+                f"fragment buffer: the journal {self.journal.path} holds no valid state ({why})"
+            ) from e
+
+    def _restore_records(self, saved: dict[str, Any], restart: bool) -> None:
         state = saved["state"]
         if state is None:
             return
@@ -463,14 +475,14 @@ class FragmentBuffer(FragmentLeases, FragmentNodes):
             self._chunks[key] = chunk
         ttl = self.config.lease_ttl
         for lid, d in saved["leases"].items():
-            records = [FragmentRef(*r) for r in d["records"]]
+            refs = [FragmentRef(*r) for r in d["records"]]
             expires = d.get("expires")  # journals written before leases expired have none
             if ttl is None:
                 expires = None
             elif expires is None:
                 expires = time.time() + ttl
-            self._leases[lid] = Lease(lid, d["client"], records, expires)
-            self.refs.incref([r.fragment_id for r in records])
+            self._leases[lid] = Lease(lid, d["client"], refs, expires)
+            self.refs.incref([r.fragment_id for r in refs])
             if d["client"] is not None:
                 self._client_lease[d["client"]] = lid
         if not restart:

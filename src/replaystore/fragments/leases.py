@@ -14,12 +14,11 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument, KeyNotFound, StorageError
-from .journal import LEASE, chunk_key
-from .records import FragmentRef, Lease
+from .records import LEASE, STATE, FragmentRef, Lease, chunk_key
 
 if TYPE_CHECKING:
+    from ..checkpoint.journal import LmdbJournal
     from ..table import Table
-    from .journal import Journal
     from .records import Chunk, FragmentBufferConfig
 
 log = logging.getLogger("replaystore")
@@ -31,7 +30,7 @@ class FragmentLeases:
     if TYPE_CHECKING:
         config: FragmentBufferConfig
         table: Table
-        journal: Journal
+        journal: LmdbJournal
         refs: Any
         version: int
         counters: dict[str, int]
@@ -146,7 +145,7 @@ class FragmentLeases:
         lease.expires = now + ttl
         self.counters["lease_renewals"] += 1
         try:
-            self.journal.write({LEASE + lease_id: lease.to_json()}, (), self._state())
+            self.journal.write({LEASE + lease_id: lease.to_json(), STATE: self._state()})
         except StorageError:
             lease.expires = previous
             self.counters["lease_renewals"] -= 1

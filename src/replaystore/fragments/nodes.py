@@ -18,8 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .journal import PENDING
-from .records import label_of
+from .records import PENDING, label_of
 
 if TYPE_CHECKING:
     from .records import Chunk, Lease, StreamState

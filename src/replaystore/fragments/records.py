@@ -1,14 +1,22 @@
 """The records of the fragment buffer: its configuration, fragments, chunks, streams and leases.
 
 Plain data (JSON-able for the journal); the logic that moves them is
-:class:`~replaystore.fragments.buffer.FragmentBuffer`.
+:class:`~replaystore.fragments.buffer.FragmentBuffer`. The journal (an
+:class:`~replaystore.checkpoint.journal.LmdbJournal` with the JSON codec at ``<store path>/meta``)
+holds them under these keys:
+
+- ``s``             the service state: model version, session, counters, next chunk id;
+- ``p/<id>``        a pending fragment (acknowledged, waiting in its stream's partial chunk);
+- ``h/<stream>``    a stream's high-water mark (last sequence number seen, last time seen);
+- ``c/<chunk id>``  a chunk: its fragments, version, session, use count (ids in FIFO order);
+- ``l/<lease id>``  a handed-out fetch: its fragments and the client that holds it.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..errors import InvalidArgument
 from ..storage.fragments import FragmentStore
@@ -43,6 +51,35 @@ COUNTERS = (
     "chunks_lost_with_node",
     "fragments_refused_lost_node",
 )
+
+STATE = "s"
+PENDING = "p/"
+STREAM = "h/"
+CHUNK = "c/"
+LEASE = "l/"
+_SECTIONS = {PENDING: "pending", STREAM: "streams", LEASE: "leases"}
+
+
+def chunk_key(chunk_id: int) -> str:
+    """Journal key of a chunk (zero-padded, so keys sort in FIFO order)."""
+    return f"{CHUNK}{chunk_id:016d}"
+
+
+def journal_sections(records: dict[str, Any]) -> dict[str, Any]:
+    """A journal's records (key order) by kind.
+
+    Returns ``{"state": dict | None, "pending": {id: v}, "streams": {name: v},
+    "chunks": [v, ...] (FIFO order), "leases": {id: v}}`` (keys of no kind are ignored).
+    """
+    out: dict[str, Any] = {"state": records.get(STATE), "pending": {}, "streams": {}, "chunks": [], "leases": {}}
+    for key, value in records.items():
+        prefix = key[:2]
+        if prefix == CHUNK:
+            out["chunks"].append(value)
+        elif prefix in _SECTIONS:
+            out[_SECTIONS[prefix]][key[2:]] = value
+    return out
+
 
 #: Separates a node-local fragment id from the label of the node's store (``<id>@<label>``).
 SEP = "@"

@@ -12,10 +12,10 @@ See ``docs/online.md``.
 
 from .budget import StalenessBudget
 from .buffer import DEFAULT_TICKET_TTL, RolloutBuffer
+from .buffer_journal import OnlineJournal
 from .config import RolloutBufferConfig
 from .groups import Group, Rollout, RolloutBatch
 from .heartbeat import KeepAlive
-from .journal import OnlineJournal
 from .measure import OnlineMetrics
 from .picks import PICKS
 from .tickets import Ticket

@@ -51,13 +51,14 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
+from ..checkpoint.journal import NullJournal
 from ..errors import Closed, InvalidRequest
 from ..limiters import MinSize
 from ..monitor import Sink, flatten_scalars
 from ..samplers import Fifo
 from ..table import Table
 from .budget import StalenessBudget
-from .buffer_journal import BufferJournal, NullOnlineJournal
+from .buffer_journal import BufferJournal
 from .buffer_producers import ProducerCalls
 from .buffer_trainer import TrainerCalls
 from .groups import Group
@@ -231,10 +232,10 @@ class RolloutBuffer(ProducerCalls, TrainerCalls, BufferJournal):
         self._next_order = 0
         self._next_arrival = 0
         self._auto_ids = itertools.count()
-        self.journal = journal if journal is not None else NullOnlineJournal()
+        self.journal = journal if journal is not None else NullJournal()
         self._puts: dict[str, Any] = {}
         self._deletes: set[str] = set()
-        if self.budget is not None and type(self.journal) is not NullOnlineJournal:
+        if self.budget is not None and type(self.journal) is not NullJournal:
             self.budget.track_changes()  # each write journals the tickets that changed, not all
         self._restore(self.journal.load())
 

@@ -1,19 +1,31 @@
 """A rollout buffer's journal: what an operation changed, staged and written in one transaction.
 
-A mixin of :class:`~replaystore.online.buffer.RolloutBuffer` (its methods act on the buffer's own
-state, with its lock held). An operation stages the records it changed (pending groups ``p/``,
-complete groups ``c/``, done records ``d/``, and the budget's tickets) and :meth:`~BufferJournal._commit`
-writes them with the buffer's scalars (``s``) in one transaction of an
-:class:`~replaystore.online.journal.OnlineJournal`; a buffer built on the same journal resumes
-from it (``_restore``). A journal that does not hold a valid state raises
-:class:`~replaystore.CheckpointError`.
+:class:`OnlineJournal` is the one LMDB journal (:class:`~replaystore.checkpoint.journal.LmdbJournal`)
+with pickled records (the payloads are the producers' Python objects), each with a CRC32:
+
+- ``s``           buffer state: version, counters, histograms, the budget's counters;
+- ``p/<group>``   a pending group (members so far);
+- ``c/<arrival>`` a complete group (members, order, times sampled), keys in arrival order;
+- ``d/<group>``   a completed group remembered (its write status and fate), so a retry is answered;
+- ``t/<id>``, ``tb/<batch>``, ``tc``  the budget's held tickets, open over-provisioning batches and
+  recently cancelled ids.
+
+:class:`BufferJournal` is a mixin of :class:`~replaystore.online.buffer.RolloutBuffer` (its methods
+act on the buffer's own state, with its lock held). An operation stages the records it changed and
+:meth:`~BufferJournal._commit` writes them with the buffer's scalars (``s``) in one transaction: a
+write costs O(records changed), not O(state), whatever number of tickets or groups is held
+(``bench/bench_online_journal.py``). A buffer built on the same journal resumes from it
+(``_restore``). A damaged record, or a journal that does not hold a valid state, raises
+:class:`~replaystore.CheckpointError`. Records are unpickled on load: the directory must be as
+trusted as a checkpoint loaded with ``allow_pickle=True``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
+from ..checkpoint.journal import PICKLE, LmdbJournal, NullJournal
 from ..errors import CheckpointError, StorageError
 
 if TYPE_CHECKING:
@@ -35,17 +47,21 @@ def done_order(rec: tuple) -> tuple:
     return (0, rec[0] if isinstance(rec[0], int) else -1)
 
 
-class NullOnlineJournal:
-    """Keeps nothing (an in-process buffer). See :class:`~replaystore.online.journal.OnlineJournal`."""
+class OnlineJournal(LmdbJournal):
+    """Durable records of a :class:`~replaystore.online.RolloutBuffer` (see the module doc).
 
-    def write(self, puts: dict[str, Any], deletes: Iterable[str]) -> None:  # noqa: D102
-        pass
+    An :class:`~replaystore.checkpoint.journal.LmdbJournal` with the pickle codec. Not thread-safe.
 
-    def load(self) -> dict[str, Any]:  # noqa: D102
-        return {}
+    Args:
+        path: directory of the journal (created if missing).
+        map_size: LMDB map size in bytes (the payloads of held groups must fit).
 
-    def close(self) -> None:  # noqa: D102
-        pass
+    Raises:
+        CheckpointError: the directory holds a file LMDB cannot open (damaged or foreign).
+    """
+
+    def __init__(self, path: str, map_size: int = 1 << 34) -> None:
+        super().__init__(path, PICKLE, map_size)
 
 
 class BufferJournal:
@@ -89,7 +105,7 @@ class BufferJournal:
         """
         puts, deletes = self._puts, self._deletes
         self._puts, self._deletes = {}, set()
-        if type(self.journal) is NullOnlineJournal:  # nothing kept: no state to build
+        if type(self.journal) is NullJournal:  # nothing kept: no state to build
             return
         budget = None
         if self.budget is not None:  # its scalars, and the records of the tickets that changed
@@ -182,4 +198,4 @@ class BufferJournal:
             self._commit()
 
 
-__all__ = ["REMEMBER_DONE", "BufferJournal", "NullOnlineJournal", "done_order"]
+__all__ = ["REMEMBER_DONE", "BufferJournal", "OnlineJournal", "done_order"]

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .buffer import DEFAULT_TICKET_TTL, RolloutBuffer
-from .journal import OnlineJournal
+from .buffer_journal import OnlineJournal
 
 
 @dataclass

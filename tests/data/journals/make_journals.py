@@ -25,8 +25,17 @@ S = "session-0"
 
 def fragments(tmp: str) -> None:
     cfg = FragmentBufferConfig(
-        max_chunks=8, max_staleness=4, max_reuse=3, fragments_per_chunk=2, path=os.path.join(tmp, "buf"),
-        num_shards=1, map_size=1 << 22, journal_reserve=0, journal_map_size=1 << 22, seed=0, lease_ttl=None,
+        max_chunks=8,
+        max_staleness=4,
+        max_reuse=3,
+        fragments_per_chunk=2,
+        path=os.path.join(tmp, "buf"),
+        num_shards=1,
+        map_size=1 << 22,
+        journal_reserve=0,
+        journal_map_size=1 << 22,
+        seed=0,
+        lease_ttl=None,
     )
     buf = FragmentBuffer(cfg)
     buf.set_version(S, 3)
@@ -49,8 +58,9 @@ def fragments(tmp: str) -> None:
 
 def online(tmp: str) -> None:
     path = os.path.join(tmp, "online")
-    buf = RolloutBuffer(capacity=16, batch_size=2, max_staleness=1, group_size=2, ticket_ttl=600,
-                        journal=OnlineJournal(path))
+    buf = RolloutBuffer(
+        capacity=16, batch_size=2, max_staleness=1, group_size=2, ticket_ttl=600, journal=OnlineJournal(path)
+    )
     a, b, c, d = buf.acquire(4)
     buf.add_group(a, ["a0", "a1"], versions=0, lengths=[3, 4])
     buf.add_group(b, ["b0", "b1"], versions=(0, 1), lengths=[1, 2])
