@@ -61,6 +61,7 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
             "replaystore.ray.ReplayClient": ["sample", "extend", "update_priorities", "add_episode"],
             "replaystore.ray.OnlineClient": ["acquire", "add", "sample", "version_of"],
             "replaystore.ray.FragmentBuffer": ["fetch", "release"],
+            "replaystore.ray.FragmentClient": ["fetch", "release", "update_model_version", "drain"],
         },
         "online": {"replaystore.online.StalenessBudget": ["acquire", "finish"]},
     }

@@ -176,12 +176,20 @@ def check_file(path: Path, src: Path, unit_privates: dict[str, set[str]]) -> Ite
         own |= unit_privates.get(unit, set())
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and is_private(node.attr):
-            if (is_self_like(node.value) or node.attr in own or node.attr in PUBLIC_UNDERSCORE
-                    or (module, node.attr) in ALLOWED_ATTRIBUTES):
+            if (
+                is_self_like(node.value)
+                or node.attr in own
+                or node.attr in PUBLIC_UNDERSCORE
+                or (module, node.attr) in ALLOWED_ATTRIBUTES
+            ):
                 continue
-            yield Violation(path, node.lineno, node.col_offset, "PRV001",
-                            f"private member {node.attr!r} of {ast.unparse(node.value)!r}, "
-                            "which this module does not define")
+            yield Violation(
+                path,
+                node.lineno,
+                node.col_offset,
+                "PRV001",
+                f"private member {node.attr!r} of {ast.unparse(node.value)!r}, which this module does not define",
+            )
         elif isinstance(node, ast.ImportFrom):
             source = resolve_from(module, is_package, node)
             if not (source == PACKAGE or source.startswith(PACKAGE + ".")) or unit_of(source) == unit:
@@ -189,20 +197,37 @@ def check_file(path: Path, src: Path, unit_privates: dict[str, set[str]]) -> Ite
             if (module, source) in ALLOWED_IMPORTS:
                 continue
             if any(is_private(p) for p in source.split(".")):
-                yield Violation(path, node.lineno, node.col_offset, "PRV002",
-                                f"imports from private module {source!r} of another unit than {unit!r}")
+                yield Violation(
+                    path,
+                    node.lineno,
+                    node.col_offset,
+                    "PRV002",
+                    f"imports from private module {source!r} of another unit than {unit!r}",
+                )
                 continue
             for a in node.names:
                 if is_private(a.name):
-                    yield Violation(path, node.lineno, node.col_offset, "PRV002",
-                                    f"imports private {a.name!r} from {source!r}, another unit than {unit!r}")
+                    yield Violation(
+                        path,
+                        node.lineno,
+                        node.col_offset,
+                        "PRV002",
+                        f"imports private {a.name!r} from {source!r}, another unit than {unit!r}",
+                    )
         elif isinstance(node, ast.Import):
             for a in node.names:
-                if a.name.startswith(PACKAGE + ".") and unit_of(a.name) != unit and any(
-                    is_private(p) for p in a.name.split(".")
+                if (
+                    a.name.startswith(PACKAGE + ".")
+                    and unit_of(a.name) != unit
+                    and any(is_private(p) for p in a.name.split("."))
                 ):
-                    yield Violation(path, node.lineno, node.col_offset, "PRV002",
-                                    f"imports private module {a.name!r} of another unit than {unit!r}")
+                    yield Violation(
+                        path,
+                        node.lineno,
+                        node.col_offset,
+                        "PRV002",
+                        f"imports private module {a.name!r} of another unit than {unit!r}",
+                    )
 
 
 def check_tree(src: Path) -> list[Violation]:
@@ -227,8 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     for v in violations:
         print(v)
     if violations:
-        print(f"{len(violations)} use(s) of another module's private members "
-              "(add a public or documented internal method instead; see docs/architecture.md, 'Layers')")
+        print(
+            f"{len(violations)} use(s) of another module's private members "
+            "(add a public or documented internal method instead; see docs/architecture.md, 'Layers')"
+        )
     return 1 if violations else 0
 
 

@@ -1,7 +1,8 @@
 """A griffe extension for the API reference: the Table methods generated from the contract.
 
-``ReplayClient``, ``LoggedTable``, ``OnlineClient`` and the service's ``OnlineService`` (its
-``online_*`` calls, ``ReplayServer``'s base) get some of their methods from the contract
+``ReplayClient``, ``LoggedTable``, ``OnlineClient``, ``FragmentClient`` and the service's
+``OnlineService`` (its ``online_*`` calls, ``ReplayServer``'s base) and ``FragmentService`` get
+some of their methods from the contract
 (``replaystore.table.contract.install`` and the like) at import time, which static analysis cannot
 see; so do the step writes of ``ShardedEpisodes`` (``ShardedClient``'s base). For those classes
 this extension inspects the imported class and adds the generated methods (with the Table's, or
@@ -26,7 +27,7 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 if SRC not in sys.path:
     sys.path.insert(0, SRC)
 
-TABLE, ONLINE = "replaystore.table.contract", "replaystore.online.contract"
+TABLE, ONLINE, FRAGMENTS = "replaystore.table.contract", "replaystore.online.contract", "replaystore.fragments.contract"
 #: class -> (the module whose ``CALLS`` generated its methods, the prefix of their names)
 TARGETS = {
     "replaystore.ray.client.ReplayClient": (TABLE, ""),
@@ -35,6 +36,9 @@ TARGETS = {
     "replaystore.wal.logged.LoggedTable": (TABLE, ""),
     "replaystore.ray.online_client.OnlineClient": (ONLINE, ""),
     "replaystore.ray.server_online.OnlineService": (ONLINE, "online_"),
+    # (the fragment contract's CALLS are keyed by the served names)
+    "replaystore.ray.fragments.client.FragmentClient": (FRAGMENTS, ""),
+    "replaystore.ray.fragments.service.FragmentService": (FRAGMENTS, ""),
 }
 
 

@@ -1,13 +1,11 @@
 """LmdbJournal: records by key in one LMDB environment, written atomically, read back as untrusted input.
 
-The one journal of the buffers that live in a service process: the fragment buffer's
-(:class:`~replaystore.fragments.FragmentBuffer`, :data:`JSON` records) and the rollout buffer's
+The journal of the fragment buffer (:data:`JSON` records) and of the rollout buffer
 (:class:`~replaystore.online.OnlineJournal`, :data:`PICKLE` records). A buffer writes what an
-operation changed, and only that, in one transaction (:meth:`LmdbJournal.write`: O(records
-changed)); LMDB commits are atomic, so a process killed mid-write (``SIGKILL``) leaves the journal
-as of its last committed write: there is no torn tail to cut and nothing to compact (LMDB reuses
-the pages of deleted records). Which keys a buffer writes is the buffer's business; ``s`` is its
-state by convention, keys starting with a NUL byte are the journal's own.
+operation changed, and only that, in one transaction (:meth:`LmdbJournal.write`); LMDB commits are
+atomic, so a process killed mid-write (``SIGKILL``) leaves the journal as of its last commit: no torn
+tail to cut, nothing to compact (LMDB reuses freed pages). Keys starting with a NUL byte are the
+journal's own.
 
 **Records.** A :class:`Codec` turns a value into a body; a record is the codec's 3-byte tag, the
 CRC32 of the body (u32, little-endian) and the body. Records of the formats written before the
@@ -92,15 +90,9 @@ class Codec:
             raise CheckpointError(f"{self.name} journal {path}: record {key!r} is damaged ({e!r:.200})") from e
 
 
-#: JSON values (decoding runs no code: safe on any directory); bare JSON objects and arrays of the
-#: fragment buffer's journals before the one journal are read too
-JSON = Codec(
-    "json",
-    b"RJJ",
-    lambda v: json.dumps(v, separators=(",", ":")).encode(),
-    json.loads,
-    (b"{", b"["),
-)
+#: JSON values (decoding runs no code: safe on any directory); bare JSON objects and arrays (the
+#: fragment buffer's records before the one journal) are read too
+JSON = Codec("json", b"RJJ", lambda v: json.dumps(v, separators=(",", ":")).encode(), json.loads, (b"{", b"["))
 
 #: any picklable value (protocol 5); bare protocol-5 pickles (rollout buffers' journals before
 #: records had a CRC) are read too
@@ -256,29 +248,23 @@ class LmdbJournal:
 class NullJournal:
     """A journal that keeps nothing (a buffer without persistence): :class:`LmdbJournal`'s calls, no-ops."""
 
-    path = ""
-    low_space = False
+    path, low_space = "", False
 
-    def check_space(self) -> None:  # noqa: D102
-        pass
+    def write(self, puts: Mapping[str, Any], deletes: Iterable[str] = ()) -> None:
+        """Nothing is kept."""
 
-    def write(self, puts: Mapping[str, Any], deletes: Iterable[str] = ()) -> None:  # noqa: D102
-        pass
-
-    def load(self) -> dict[str, Any]:  # noqa: D102
+    def load(self) -> dict[str, Any]:
+        """Nothing: ``{}``."""
         return {}
 
-    def disk_usage(self) -> int:  # noqa: D102
+    def disk_usage(self) -> int:
+        """``0`` bytes."""
         return 0
 
-    def clear(self) -> None:  # noqa: D102
-        pass
+    def check_space(self) -> None:
+        """Never raises."""
 
-    def close(self) -> None:  # noqa: D102
-        pass
-
-    def destroy(self) -> None:  # noqa: D102
-        pass
+    clear = close = destroy = check_space
 
 
 __all__ = ["JSON", "PICKLE", "Codec", "LmdbJournal", "NullJournal"]

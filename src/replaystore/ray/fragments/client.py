@@ -25,11 +25,13 @@ import contextlib
 import logging
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ...fragments.buffer import FragmentRef
+from ...fragments.contract import CALLS, CLIENT
+from ...table import contract
 from .._runtime import get, rpc_timeout
 from .store import LocalStore, RemoteStore, open_store
 
@@ -216,17 +218,9 @@ class FragmentClient:
         return self.store.get(fragment_id)
 
     # -- versions and service -------------------------------------------------------------------------------
-    def update_model_version(self, session_id: str, model_version: int) -> int:
-        """Set session and version; returns how many chunks became stale and were dropped."""
-        return self._call("update_model_version", session_id, int(model_version))
-
     def stats(self) -> dict[str, Any]:
         """The fragment buffer's stats."""
         return self._call("stats")["fragments"]
-
-    def drain(self) -> None:
-        """Drop every chunk, partial chunk and lease (payloads deleted)."""
-        self._call("drain")
 
     def compact(self, timeout: float | None = 600.0) -> int:
         """Compact the store online (readers never wait); returns the bytes given back to the file system.
@@ -238,3 +232,20 @@ class FragmentClient:
     def housekeeping(self) -> None:
         """Run the buffer's housekeeping now (expire partial chunks, delete orphans)."""
         self._call("housekeeping")
+
+
+def _remote(served: str) -> Callable:
+    """``FragmentClient.<served>``: one Ray call of the service's method (the buffer method's signature)."""
+    call = CALLS[served]
+
+    def method(self: FragmentClient, *args: Any, **kwargs: Any) -> Any:
+        return self._call(served, *contract.bind(call, args, kwargs).values())
+
+    method = contract.forwarded(call, method, FragmentClient)
+    method.__name__, method.__qualname__ = served, f"FragmentClient.{served}"
+    return method
+
+
+for _served in CLIENT:
+    setattr(FragmentClient, _served, _remote(_served))
+del _served

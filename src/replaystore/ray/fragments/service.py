@@ -2,16 +2,21 @@
 
 A mixin class: the service's actor class inherits these methods; they act on its one
 :class:`~replaystore.fragments.buffer.FragmentBuffer` (``self.fragments``), acknowledging fragments,
-serving fetches that wait for enough chunks, and leases. See docs/ray.md.
+serving fetches that wait for enough chunks, and leases. The calls that forward to the buffer as
+they are (``release``, ``renew_lease``, ``update_model_version``, ...) are generated from
+:data:`replaystore.fragments.contract.CALLS`. See docs/ray.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import KeyNotFound, Timeout
+from ...fragments.contract import CALLS
+from ...table import contract
 from .._runtime import import_ray
 
 #: seconds a loader pool's report of its queue counts (it reports at least every
@@ -142,10 +147,7 @@ class FragmentService:
 
     async def add_fragment(self, fragment_id: str, stream: str, seq: int, version: int, session: str) -> str:
         """Acknowledge one fragment (see :meth:`FragmentBuffer.add`); wakes waiting fetches."""
-        status = self._buffer().add(fragment_id, stream, seq, version, session)
-        if status == "chunk":
-            await self._notify()
-        return status
+        return (await self.add_fragments([(fragment_id, stream, seq, version, session)]))[0]
 
     async def add_fragments(self, records: list[tuple[str, str, int, int, str]]) -> list[str]:
         """Acknowledge several fragments in one call; returns each status."""
@@ -184,29 +186,9 @@ class FragmentService:
         lease = buf.fetch(num_fragments, client)
         return lease.lease_id, [tuple(r) for r in lease.records]
 
-    async def release(self, lease_id: str) -> int:
-        """Release a fetch's lease; returns its fragment count. ``KeyNotFound`` if not held."""
-        return self._buffer().release(lease_id)
-
-    async def compact_store(self) -> int:
-        """Compact the fragment store online; returns the bytes given back to the file system."""
-        return self._buffer().compact()
-
-    async def renew_lease(self, lease_id: str) -> float:
-        """Extend a lease by ``lease_ttl``; returns the seconds it has left. ``KeyNotFound`` if not held."""
-        return self._buffer().renew(lease_id)
-
     async def prepared_fragments(self, lease_id: str | None = None) -> list:
         """Records of a lease, or of the last fetch by anyone."""
         return [tuple(r) for r in self._buffer().prepared(lease_id)]
-
-    async def update_model_version(self, session_id: str, model_version: int) -> int:
-        """Set session and model version; drops every stale chunk. Returns chunks dropped."""
-        return self._buffer().set_version(session_id, model_version)
-
-    async def drain(self) -> None:
-        """Drop every chunk, partial chunk and lease of the fragment buffer (payloads deleted)."""
-        self._buffer().drain()
 
     async def housekeeping(self) -> None:
         """Run the fragment buffer's housekeeping now (also runs every ``housekeeping_period``)."""
@@ -217,9 +199,18 @@ class FragmentService:
             self.fragments.check_nodes()
             self.fragments.expire()
 
-    async def check_nodes(self) -> tuple[list[str], list[str]]:
-        """Node-local stores: attach stores on new nodes, drop lost ones now (housekeeping does it too).
 
-        Returns ``(attached, lost)`` labels.
-        """
-        return self._buffer().check_nodes()
+def _forward(served: str, call: contract.Call) -> Callable:
+    """``FragmentService.<served>``: the ``FragmentBuffer`` call as is (its docstring and signature)."""
+
+    async def method(self: FragmentService, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self._buffer(), call.name)(*args, **kwargs)
+
+    method = contract.forwarded(call, method, FragmentService)
+    method.__name__, method.__qualname__ = served, f"FragmentService.{served}"
+    return method
+
+
+for _served, _call in CALLS.items():
+    setattr(FragmentService, _served, _forward(_served, _call))
+del _served, _call
