@@ -441,7 +441,7 @@ class FragmentBuffer(FragmentLeases, FragmentNodes):
     # -- restart ----------------------------------------------------------------------------------------------
     def _restore(self, saved: dict[str, Any], restart: bool = True) -> None:
         try:
-            self._restore_records(records.journal_sections(saved), restart)
+            self._restore_records(saved, restart)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # readable, not a state
             why = f"{type(e).__name__}: {e}"
             raise CheckpointError(
@@ -449,7 +449,7 @@ class FragmentBuffer(FragmentLeases, FragmentNodes):
             ) from e
 
     def _restore_records(self, saved: dict[str, Any], restart: bool) -> None:
-        state = saved["state"]
+        state = saved.get(records.STATE)
         if state is None:
             return
         self.version, self.session = int(state["version"]), state["session"]
@@ -458,14 +458,14 @@ class FragmentBuffer(FragmentLeases, FragmentNodes):
         self.lost_nodes = set(state.get("lost_nodes", ()))
         self.counters["restarts"] += restart
         self.table.set_version(self.version, reset=True)  # (restored)
-        for name, (last_seq, last_seen) in saved["streams"].items():
+        for name, (last_seq, last_seen) in records.under(saved, STREAM).items():
             self._streams[name] = StreamState(int(last_seq), float(last_seen))
-        for fid, f in sorted(saved["pending"].items(), key=lambda kv: (kv[1][1], kv[1][2])):
+        for fid, f in sorted(records.under(saved, PENDING).items(), key=lambda kv: (kv[1][1], kv[1][2])):
             ref = FragmentRef(*f)
             st = self._streams.setdefault(ref.stream, StreamState(ref.seq, time.time()))
             st.partial.append(ref)
             self.refs.incref([fid])
-        for d in saved["chunks"]:
+        for d in records.under(saved, records.CHUNK).values():
             chunk = Chunk.from_json(d)
             self.refs.incref([f.fragment_id for f in chunk.fragments])
             key = self.table.add(chunk, version=self._end(chunk))
@@ -474,7 +474,7 @@ class FragmentBuffer(FragmentLeases, FragmentNodes):
                 continue
             self._chunks[key] = chunk
         ttl = self.config.lease_ttl
-        for lid, d in saved["leases"].items():
+        for lid, d in records.under(saved, records.LEASE).items():
             refs = [FragmentRef(*r) for r in d["records"]]
             expires = d.get("expires")  # journals written before leases expired have none
             if ttl is None:

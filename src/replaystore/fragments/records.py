@@ -57,7 +57,6 @@ PENDING = "p/"
 STREAM = "h/"
 CHUNK = "c/"
 LEASE = "l/"
-_SECTIONS = {PENDING: "pending", STREAM: "streams", LEASE: "leases"}
 
 
 def chunk_key(chunk_id: int) -> str:
@@ -65,20 +64,9 @@ def chunk_key(chunk_id: int) -> str:
     return f"{CHUNK}{chunk_id:016d}"
 
 
-def journal_sections(records: dict[str, Any]) -> dict[str, Any]:
-    """A journal's records (key order) by kind.
-
-    Returns ``{"state": dict | None, "pending": {id: v}, "streams": {name: v},
-    "chunks": [v, ...] (FIFO order), "leases": {id: v}}`` (keys of no kind are ignored).
-    """
-    out: dict[str, Any] = {"state": records.get(STATE), "pending": {}, "streams": {}, "chunks": [], "leases": {}}
-    for key, value in records.items():
-        prefix = key[:2]
-        if prefix == CHUNK:
-            out["chunks"].append(value)
-        elif prefix in _SECTIONS:
-            out[_SECTIONS[prefix]][key[2:]] = value
-    return out
+def under(records: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The journal's records whose keys start with ``prefix``, by the rest of the key (key order)."""
+    return {k[len(prefix) :]: v for k, v in records.items() if k.startswith(prefix)}
 
 
 #: Separates a node-local fragment id from the label of the node's store (``<id>@<label>``).

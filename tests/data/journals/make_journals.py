@@ -36,6 +36,7 @@ def fragments(tmp: str) -> None:
         journal_map_size=1 << 22,
         seed=0,
         lease_ttl=None,
+        partial_max_age=None,
     )
     buf = FragmentBuffer(cfg)
     buf.set_version(S, 3)
@@ -59,7 +60,7 @@ def fragments(tmp: str) -> None:
 def online(tmp: str) -> None:
     path = os.path.join(tmp, "online")
     buf = RolloutBuffer(
-        capacity=16, batch_size=2, max_staleness=1, group_size=2, ticket_ttl=600, journal=OnlineJournal(path)
+        capacity=16, batch_size=2, max_staleness=1, group_size=2, ticket_ttl=None, journal=OnlineJournal(path)
     )
     a, b, c, d = buf.acquire(4)
     buf.add_group(a, ["a0", "a1"], versions=0, lengths=[3, 4])

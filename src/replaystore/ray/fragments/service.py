@@ -107,17 +107,8 @@ class FragmentService:
         """
         buf = self._buffer()
         c = buf.config
-        info = {
-            "path": c.path,
-            "num_shards": c.num_shards,
-            "map_size": c.map_size,
-            "node_id": self.node_id,
-            "store_actor": f"{self.name}:store",
-            "namespace": self.namespace,
-            "node_local": c.node_local,
-            "service": self.name,
-            "sync": c.sync,
-        }
+        info = {k: getattr(c, k) for k in ("path", "num_shards", "map_size", "node_local", "sync")}
+        info.update(node_id=self.node_id, store_actor=f"{self.name}:store", namespace=self.namespace, service=self.name)
         if c.node_local is not None:
             info["nodes"] = buf.store.info()
         return info
