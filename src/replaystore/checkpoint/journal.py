@@ -92,7 +92,8 @@ class Codec:
 
 #: JSON values (decoding runs no code: safe on any directory); bare JSON objects and arrays (the
 #: fragment buffer's records before the one journal) are read too
-JSON = Codec("json", b"RJJ", lambda v: json.dumps(v, separators=(",", ":")).encode(), json.loads, (b"{", b"["))
+_COMPACT = json.JSONEncoder(separators=(",", ":")).encode  # one encoder (json.dumps(..., separators) makes one a call)
+JSON = Codec("json", b"RJJ", lambda v: _COMPACT(v).encode(), json.loads, (b"{", b"["))
 
 #: any picklable value (protocol 5); bare protocol-5 pickles (rollout buffers' journals before
 #: records had a CRC) are read too

@@ -148,7 +148,9 @@ class FragmentBuffer(FragmentLeases, FragmentNodes):
         raised; no payload was deleted.
         """
         try:
-            self.journal.write({**(puts or {}), records.STATE: self._state()}, deletes)
+            self.journal.write(
+                {**puts, records.STATE: self._state()} if puts else {records.STATE: self._state()}, deletes
+            )
         except StorageError:
             log.warning("fragment buffer: journal write failed; the operation is rolled back", exc_info=True)
             self._rollback()
