@@ -207,14 +207,9 @@ class LmdbJournal:
                 for k, v in txn.cursor():
                     if k[:1] == b"\x00":
                         continue
-                    try:
-                        key = k.decode()
-                    except UnicodeDecodeError:
-                        raise CheckpointError(
-                            f"{self.codec.name} journal {self.path}: a key is damaged ({bytes(k)[:64]!r})"
-                        ) from None
+                    key = k.decode()  # (a key that is not UTF-8: damaged)
                     out[key] = decode(bytes(v), key, self.path)
-        except _LMDB_ERRORS as e:
+        except (*_LMDB_ERRORS, UnicodeDecodeError) as e:
             raise CheckpointError(f"{self.codec.name} journal {self.path}: damaged ({type(e).__name__}: {e})") from e
         return out
 
