@@ -445,10 +445,8 @@ class FragmentBuffer(FragmentLeases, FragmentNodes):
         try:
             self._restore_records(saved, restart)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # readable, not a state
-            why = f"{type(e).__name__}: {e}"
-            raise CheckpointError(
-                f"fragment buffer: the journal {self.journal.path} holds no valid state ({why})"
-            ) from e
+            why = f"{self.journal.path} holds no valid state ({type(e).__name__}: {e})"
+            raise CheckpointError(f"fragment buffer: the journal {why}") from e
 
     def _restore_records(self, saved: dict[str, Any], restart: bool) -> None:
         state = saved.get(records.STATE)
