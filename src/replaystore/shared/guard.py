@@ -78,6 +78,10 @@ class ProcessGuard:
         self._parts_publish = parts_publish
         self.names, codes = table.state_layout()  # every part's scalars (the placement's scalar hook)
         self._position = {name: i for i, name in enumerate(self.names)}
+        #: where the table's ring_mode word is: entering after another process committed calls
+        #: ``state_moved`` only when it can do something (ring mode over, or parts with state)
+        self._ring_word = self._position.get("ring_mode", -1)
+        self._moved_always = parts_publish or self._ring_word < 0
         #: the state copies in the header (:mod:`replaystore.shared.copies`)
         self.copies = state_copies(segment.mm, W_ACTIVE, COPY0, COPY_WORDS, codes)
         self._mutex = segment.mutex
@@ -156,9 +160,12 @@ class ProcessGuard:
             return
         if code:
             try:
-                if self.copies.generation() != self._gen:  # committed since: our structures catch up
-                    self._gen = self.copies.generation()
-                    self.table.state_moved()
+                gen = self.copies.generation()
+                if gen != self._gen:  # committed since: our structures catch up
+                    self._gen = gen
+                    # (a table without parts of its own, still in ring mode, has nothing to catch up)
+                    if self._moved_always or not self._live[self._ring_word]:
+                        self.table.state_moved()
             except BaseException:
                 self._mutex.release()
                 raise
