@@ -120,7 +120,7 @@ def _insert_forever(name, directory, start, ready):
 
 
 def test_writers_killed_at_random_in_compiled_inserts_leave_a_whole_table(tmp_path):
-    """SIGKILL a writer process at random moments (many land inside a section); the next one recovers."""
+    """SIGKILL a writer process at random moments (some land inside its section); the next one recovers."""
     t = SharedTable.create("killed", 4096, SPEC, directory=tmp_path, seed=2)
     t.extend(transitions(8))
     ctx = mp.get_context("fork")
