@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_shared_processes import consistent, run_python
 
 import replaystore as rs
 from conftest import transitions
@@ -142,4 +143,43 @@ def test_writers_killed_at_random_in_compiled_inserts_leave_a_whole_table(tmp_pa
         assert t.stats()["size"] == len(keys) == len(np.unique(keys))
         s = t.sample(64)
         assert (s.data["obs"] == s.data["id"][:, None]).all()
+    t.close()
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_a_compiled_insert_after_a_writer_died_inside_the_lock_recovers_first(tmp_path, full):
+    """The compiled call finds the busy word of a holder killed inside its section: repair, then the insert."""
+    t = SharedTable.create("died", 16, SPEC, directory=tmp_path)
+    n0 = 16 if full else 6
+    t.extend(transitions(n0 - 2))
+    t.extend(transitions(2, n0 - 2))  # (the ring plan is made: the next insert is compiled)
+    marker = tmp_path / "paused"
+    proc = run_python(
+        f"""
+import numpy as np
+from replaystore.shared import SharedTable
+t = SharedTable.attach("died", directory={str(tmp_path)!r})
+bad = {{"obs": np.full((5, 4), -7, np.float32), "action": np.zeros(5, np.int64),
+        "reward": np.ones(5, np.float32), "id": np.arange(5)}}
+t.extend(bad)
+""",
+        env={"REPLAYSTORE_SHM_TEST_HOOK": f"pause-before-publish:{marker}"},
+        wait=False,
+    )
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    t._segment.lock_timeout = 30.0
+    assert t.extend(transitions(2, 1000)).tolist() == [n0, n0 + 1]  # (the dead insert never happened)
+    assert t.recoveries() == 1
+    assert type(t._inserter).__name__ == "RingInserter"
+    keys = t.keys()
+    data, found = t.get(keys)
+    assert found.all() and consistent(data)
+    expected = list(range(5, n0)) if full else list(range(n0))  # (full: it had overwritten the 5 oldest)
+    assert keys.tolist() == [*expected, n0, n0 + 1]
     t.close()
