@@ -24,8 +24,11 @@ try:
             include_dirs=[numpy.get_include()],
         )
     ]
+    # (with NumPy's headers, shared tables' small ring-mode inserts are one compiled call: RingInserter)
+    _sync_numpy = {"include_dirs": [numpy.get_include()], "define_macros": [("RS_WITH_NUMPY", "1")]}
 except ImportError:  # no NumPy in the build environment: Table.add / extend stay Python
     _ring = []
+    _sync_numpy = {}
 
 setup(
     ext_modules=[
@@ -38,6 +41,7 @@ setup(
             optional=True,
             extra_compile_args=["-O2"],
             libraries=["pthread"],
+            **_sync_numpy,
         ),
     ]
 )

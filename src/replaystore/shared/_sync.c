@@ -911,6 +911,358 @@ keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyBool_FromLong(settled);
 }
 
+/* -- RingInserter: a ring-mode shared table's small extend, one critical section in one call ------
+ *
+ * Built only with NumPy's headers (RS_WITH_NUMPY; setup.py defines it when NumPy is there).
+ *
+ * RingInserter(mutex, copies, words, slots, capacity, max_rows, header_words, limits, fill_meta,
+ *              names, columns, meta, timeout)
+ *
+ * What Table._extend_ring / _ring_commit do for a table with no selector to tell (a Uniform
+ * sampler, the Fifo remover) in ring mode, with the section's entry and exit (enter_section,
+ * leave_section) around it and the Python levels of the lock (ProcessGuard) left out. The
+ * protocol is the Python path's: the batch is checked before the lock (a dict of exactly the
+ * columns' `names`, each an ndarray of the column's dtype and row shape, C-contiguous, the same
+ * length n, 1 <= n <= max_rows), the section is opened with the insert's intent n (a process
+ * killed inside is recovered as one killed in the Python path), the new metadata rows
+ * (`fill_meta`, replaystore.rows': key, version, priority) are written before the payload rows
+ * with a release fence between (samples that copy outside the lock check the keys), the scalars
+ * are the segment's words (`words`: the scalars region; `slots`: bytes of 15 native int64 word
+ * indices in the order of the S_ and L_ names below), and leaving commits the state copy.
+ * `header_words`: (busy, unordered, reserved) word indices of the mutex's buffer; `limits`:
+ * (limited, samples_per_insert, max_diff) of a RateLimiter whose can_insert is the base formula.
+ *
+ * insert(generation, data) -> the items' keys (int64 array) when the batch went in (the
+ * `generation` member is then the state's generation); otherwise an int and nothing changed:
+ * -1 not taken here (the lock is free: the caller's Python path decides; e.g. other data, ring
+ * mode over, a reservation open, a limiter that would block, a wrap-around), -2 the previous
+ * holder died inside (the mutex is HELD, nothing else done: the caller repairs the table, as
+ * enter_section's 1 says), -3 the lock timed out.
+ * Thread-safety: the caller holds its process's thread lock of the table (ProcessGuard). */
+#ifdef RS_WITH_NUMPY
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+#include <structmember.h>
+
+enum { S_NEXT, S_BASE, S_LO, S_HI, S_SIZE, S_NFREE, S_INSERTS, S_DELETES, S_EVICTIONS, S_VERSION,
+       S_MAXPRIO, S_RINGMODE, L_INSERTS, L_SAMPLES, L_DELETES, N_RING_WORDS };
+#define MAX_RING_COLUMNS 32
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *mutex, *copies, *words_obj, *fill_meta, *names, *columns, *meta, *timeout;
+    PyObject *busy_obj, *unordered_obj;
+    Py_buffer words;
+    int64_t *w[N_RING_WORDS];
+    long long capacity, max_rows, generation;
+    Py_ssize_t busy, unordered, reserved, ncols;
+    int limited;
+    double spi, max_diff;
+    PyArrayObject *col[MAX_RING_COLUMNS];
+    Py_ssize_t rowbytes[MAX_RING_COLUMNS];
+} RingInserter;
+
+static void
+RingInserter_dealloc(RingInserter *self)
+{
+    if (self->words.obj != NULL)
+        PyBuffer_Release(&self->words);
+    Py_XDECREF(self->mutex);
+    Py_XDECREF(self->copies);
+    Py_XDECREF(self->words_obj);
+    Py_XDECREF(self->fill_meta);
+    Py_XDECREF(self->names);
+    Py_XDECREF(self->columns);
+    Py_XDECREF(self->meta);
+    Py_XDECREF(self->timeout);
+    Py_XDECREF(self->busy_obj);
+    Py_XDECREF(self->unordered_obj);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+RingInserter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *mutex, *copies, *words, *fill_meta, *names, *columns, *meta, *timeout;
+    Py_buffer slots;
+    long long capacity, max_rows;
+    Py_ssize_t busy, unordered, reserved;
+    int limited;
+    double spi, max_diff;
+    if (!PyArg_ParseTuple(args, "O!O!Oy*LL(nnn)(pdd)OO!O!OO", &RobustMutexType, &mutex, &StateCopiesType, &copies,
+                          &words, &slots, &capacity, &max_rows, &busy, &unordered, &reserved, &limited, &spi,
+                          &max_diff, &fill_meta, &PyTuple_Type, &names, &PyTuple_Type, &columns, &meta, &timeout))
+        return NULL;
+    RingInserter *self = (RingInserter *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        PyBuffer_Release(&slots);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(words, &self->words, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        self->words.obj = NULL;
+        PyBuffer_Release(&slots);
+        Py_DECREF(self);
+        return NULL;
+    }
+    RobustMutex *m = (RobustMutex *)mutex;
+    Py_ssize_t nwords = self->words.len / 8, ncols = PyTuple_GET_SIZE(columns);
+    int ok = slots.len == 8 * N_RING_WORDS && capacity > 0 && max_rows >= 0 && busy >= 0 && unordered >= 0
+             && reserved >= 0 && 8 * (busy + 1) <= m->view.len && 8 * (unordered + 1) <= m->view.len
+             && 8 * (reserved + 1) <= m->view.len && PyCallable_Check(fill_meta) && ncols > 0
+             && ncols <= MAX_RING_COLUMNS && PyTuple_GET_SIZE(names) == ncols;
+    for (int i = 0; ok && i < N_RING_WORDS; i++) {
+        int64_t k;
+        memcpy(&k, (char *)slots.buf + 8 * i, 8);
+        if (k < 0 || k >= nwords)
+            ok = 0;
+        else
+            self->w[i] = (int64_t *)self->words.buf + k;
+    }
+    for (Py_ssize_t i = 0; ok && i < ncols; i++) {
+        PyObject *col = PyTuple_GET_ITEM(columns, i);
+        if (!PyArray_Check(col) || !PyUnicode_CheckExact(PyTuple_GET_ITEM(names, i)))
+            ok = 0;
+        else {
+            PyArrayObject *a = (PyArrayObject *)col;
+            ok = PyArray_NDIM(a) >= 1 && PyArray_DIM(a, 0) == capacity && PyArray_IS_C_CONTIGUOUS(a)
+                 && PyArray_ISWRITEABLE(a);
+            self->col[i] = a;
+            self->rowbytes[i] = ok ? PyArray_NBYTES(a) / capacity : 0;
+        }
+    }
+    PyBuffer_Release(&slots);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "RingInserter: word indices outside the buffers, a bad capacity, or "
+                                          "columns that are not writable C-contiguous arrays of `capacity` rows");
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->busy_obj = PyLong_FromSsize_t(busy);
+    self->unordered_obj = PyLong_FromSsize_t(unordered);
+    if (self->busy_obj == NULL || self->unordered_obj == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->capacity = capacity;
+    self->max_rows = max_rows < capacity ? max_rows : capacity;
+    self->busy = busy;
+    self->unordered = unordered;
+    self->reserved = reserved;
+    self->ncols = ncols;
+    self->limited = limited;
+    self->spi = spi;
+    self->max_diff = max_diff;
+    PyObject **own[] = {&self->mutex, &self->copies, &self->words_obj, &self->fill_meta, &self->names,
+                        &self->columns, &self->meta, &self->timeout};
+    PyObject *vals[] = {mutex, copies, words, fill_meta, names, columns, meta, timeout};
+    for (int i = 0; i < 8; i++) {
+        Py_INCREF(vals[i]);
+        *own[i] = vals[i];
+    }
+    return (PyObject *)self;
+}
+
+/* leave the section: leave_section(mutex, busy, unordered, copies, words, gen, intent, None) */
+static PyObject *
+ring_leave(RingInserter *self, long long gen, long long intent)
+{
+    PyObject *g = PyLong_FromLongLong(gen), *i = PyLong_FromLongLong(intent);
+    PyObject *largs[8] = {self->mutex, self->busy_obj, self->unordered_obj, self->copies, self->words_obj, g, i, Py_None};
+    PyObject *r = NULL;
+    if (g != NULL && i != NULL) {
+        r = leave_section(NULL, largs, 8);
+    } else {  /* (no memory for two ints: still release) */
+        PyObject *released = RobustMutex_release((RobustMutex *)self->mutex, NULL);
+        Py_XDECREF(released);
+    }
+    Py_XDECREF(g);
+    Py_XDECREF(i);
+    return r;
+}
+
+/* leave a section that changed nothing: -1 (not taken), or NULL */
+static PyObject *
+ring_bail(RingInserter *self, long long gen, long long n)
+{
+    PyObject *r = ring_leave(self, gen, n);
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    return PyLong_FromLong(-1);
+}
+
+static PyObject *ring_insert_locked(RingInserter *self, PyObject *gen_obj, PyArrayObject **src, npy_intp n);
+
+static PyObject *
+RingInserter_insert(RingInserter *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "insert(generation, data)");
+        return NULL;
+    }
+    PyObject *data = args[1];
+    Py_ssize_t ncols = self->ncols;
+    if (!PyDict_CheckExact(data) || PyDict_GET_SIZE(data) != ncols)
+        return PyLong_FromLong(-1);
+    PyArrayObject *src[MAX_RING_COLUMNS];
+    npy_intp n = -1;
+    Py_ssize_t got = 0;
+    int ok = 1;
+    for (; got < ncols; got++) {  /* (every name present and the sizes equal: the dict's keys are the names) */
+        PyObject *v = PyDict_GetItemWithError(data, PyTuple_GET_ITEM(self->names, got));
+        if (v == NULL) {
+            ok = 0;
+            break;
+        }
+        PyArrayObject *a = (PyArrayObject *)v, *col = self->col[got];
+        int nd = PyArray_NDIM(col);
+        if (!PyArray_CheckExact(v) || PyArray_NDIM(a) != nd || !PyArray_IS_C_CONTIGUOUS(a)
+            || !PyArray_EquivTypes(PyArray_DESCR(a), PyArray_DESCR(col))) {
+            ok = 0;
+            break;
+        }
+        if (n < 0)
+            n = PyArray_DIM(a, 0);
+        if (PyArray_DIM(a, 0) != n) {
+            ok = 0;
+            break;
+        }
+        for (int d = 1; d < nd; d++)
+            if (PyArray_DIM(a, d) != PyArray_DIM(col, d))
+                ok = 0;
+        if (!ok)
+            break;
+        Py_INCREF(v);  /* (held across the wait for the lock, whose spin and sleep release the GIL) */
+        src[got] = a;
+    }
+    PyObject *out;
+    if (PyErr_Occurred())
+        out = NULL;
+    else if (!ok || n < 1 || n > self->max_rows)
+        out = PyLong_FromLong(-1);
+    else
+        out = ring_insert_locked(self, args[0], src, n);
+    for (Py_ssize_t i = 0; i < got; i++)
+        Py_DECREF(src[i]);
+    return out;
+}
+
+static PyObject *
+ring_insert_locked(RingInserter *self, PyObject *gen_obj, PyArrayObject **src, npy_intp n)
+{
+    PyObject *n_obj = PyLong_FromSsize_t(n);
+    if (n_obj == NULL)
+        return NULL;
+    PyObject *eargs[6] = {self->mutex, self->timeout, self->busy_obj, self->copies, gen_obj, n_obj};
+    PyObject *code_obj = enter_section(NULL, eargs, 6);
+    if (code_obj == NULL) {
+        Py_DECREF(n_obj);
+        return NULL;
+    }
+    long code = PyLong_AsLong(code_obj);
+    Py_DECREF(code_obj);
+    if (code == -1 || code == 1) {
+        Py_DECREF(n_obj);
+        return PyLong_FromLong(code == -1 ? -3 : -2);
+    }
+    StateCopies *c = (StateCopies *)self->copies;
+    long long gen = ((volatile int64_t *)c->copy[*c->active & 1])[0];  /* (moved on when code is 2) */
+    int64_t **w = self->w;
+    volatile int64_t *hdr = (volatile int64_t *)((RobustMutex *)self->mutex)->view.buf;
+    long long cap = self->capacity, first = *w[S_NEXT];
+    long long start = (first - *w[S_BASE]) % cap;
+    if (start < 0)
+        start += cap;
+    if (*w[S_RINGMODE] != 1 || hdr[self->reserved] != 0 || start + n > cap
+        || (self->limited && !((double)(*w[L_INSERTS] + n) * self->spi - (double)*w[L_SAMPLES] <= self->max_diff))) {
+        Py_DECREF(n_obj);
+        return ring_bail(self, gen, n);
+    }
+    PyArrayObject *keys = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT64);
+    double prio;
+    memcpy(&prio, w[S_MAXPRIO], 8);
+    PyObject *st = PyLong_FromLongLong(start), *fk = PyLong_FromLongLong(first);
+    PyObject *ver = PyLong_FromLongLong(*w[S_VERSION]), *pr = PyFloat_FromDouble(prio), *filled = NULL;
+    if (keys != NULL && st != NULL && fk != NULL && ver != NULL && pr != NULL) {
+        /* the new metadata rows (keys) first: fill_meta(meta, start, n, first, version, priority) */
+        PyObject *fargs[6] = {self->meta, st, n_obj, fk, ver, pr};
+        filled = PyObject_Vectorcall(self->fill_meta, fargs, 6, NULL);
+    }
+    Py_XDECREF(st);
+    Py_XDECREF(fk);
+    Py_XDECREF(ver);
+    Py_XDECREF(pr);
+    Py_DECREF(n_obj);
+    if (filled == NULL) {  /* (no memory, or fill_meta refused: the words are unchanged) */
+        Py_XDECREF(keys);
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *r = ring_leave(self, gen, n);
+        Py_XDECREF(r);
+        PyErr_Restore(et, ev, tb);
+        return NULL;
+    }
+    Py_DECREF(filled);
+    __atomic_thread_fence(__ATOMIC_RELEASE);  /* (the keys before the rows: see replaystore.shared.reads) */
+    for (Py_ssize_t i = 0; i < self->ncols; i++) {
+        Py_ssize_t rb = self->rowbytes[i];
+        memcpy((char *)PyArray_DATA(self->col[i]) + start * rb, PyArray_DATA(src[i]), (size_t)(n * rb));
+    }
+    /* _ring_commit's counters */
+    long long size = *w[S_SIZE], overflow = size + n - cap;
+    *w[S_HI] = first + n;
+    *w[S_INSERTS] += n;
+    *w[L_INSERTS] += n;
+    if (overflow > 0) {
+        *w[S_LO] += overflow;
+        *w[L_DELETES] += overflow;
+        *w[S_DELETES] += overflow;
+        *w[S_EVICTIONS] += overflow;
+        *w[S_SIZE] = cap;
+    } else {
+        if (size == 0)
+            *w[S_LO] = first;
+        *w[S_SIZE] = size + n;
+    }
+    *w[S_NFREE] = cap - *w[S_SIZE];
+    *w[S_NEXT] = first + n;
+    int64_t *k = (int64_t *)PyArray_DATA(keys);
+    for (npy_intp i = 0; i < n; i++)
+        k[i] = first + i;
+    PyObject *g = ring_leave(self, gen, n);
+    if (g == NULL) {
+        Py_DECREF(keys);
+        return NULL;
+    }
+    self->generation = PyLong_AsLongLong(g);
+    Py_DECREF(g);
+    return (PyObject *)keys;
+}
+
+static PyMethodDef RingInserter_methods[] = {
+    {"insert", (PyCFunction)(void (*)(void))RingInserter_insert, METH_FASTCALL,
+     "insert(generation, data) -> the keys, or -1 (not taken, nothing changed), -2 (the holder died: the "
+     "mutex is held), -3 (the lock timed out)."},
+    {NULL, NULL, 0, NULL}};
+
+static PyMemberDef RingInserter_members[] = {
+    {"generation", T_LONGLONG, offsetof(RingInserter, generation), READONLY,
+     "the state's generation after the last insert taken"},
+    {NULL, 0, 0, 0, NULL}};
+
+static PyTypeObject RingInserterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "replaystore.shared._sync.RingInserter",
+    .tp_basicsize = sizeof(RingInserter),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "RingInserter(...): a ring-mode shared table's small extend in one critical section (see the source).",
+    .tp_new = RingInserter_new,
+    .tp_dealloc = (destructor)RingInserter_dealloc,
+    .tp_methods = RingInserter_methods,
+    .tp_members = RingInserter_members,
+};
+#endif /* RS_WITH_NUMPY */
+
 static PyMethodDef methods[] = {
     {"enter_section", (PyCFunction)(void (*)(void))enter_section, METH_FASTCALL,
      "enter_section(mutex, timeout, busy_word, copies, generation, intent) -> int: take the mutex and "
@@ -938,8 +1290,19 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sync", NULL, -1, me
 PyMODINIT_FUNC
 PyInit__sync(void)
 {
+#ifdef RS_WITH_NUMPY
+    int numpy_ok = 1;
+#endif
     if (PyType_Ready(&RobustMutexType) < 0 || PyType_Ready(&StateCopiesType) < 0 || PyType_Ready(&WordType) < 0)
         return NULL;
+#ifdef RS_WITH_NUMPY
+    if (PyType_Ready(&RingInserterType) < 0)
+        return NULL;
+    if (_import_array() < 0) {  /* (NumPy not importable: no RingInserter, the rest of the module works) */
+        PyErr_Clear();
+        numpy_ok = 0;
+    }
+#endif
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
@@ -961,6 +1324,14 @@ PyInit__sync(void)
         Py_DECREF(m);
         return NULL;
     }
+#ifdef RS_WITH_NUMPY
+    Py_INCREF(&RingInserterType);
+    if (numpy_ok && PyModule_AddObject(m, "RingInserter", (PyObject *)&RingInserterType) < 0) {
+        Py_DECREF(&RingInserterType);
+        Py_DECREF(m);
+        return NULL;
+    }
+#endif
     Py_INCREF(&RobustMutexType);
     if (PyModule_AddObject(m, "RobustMutex", (PyObject *)&RobustMutexType) < 0) {
         Py_DECREF(&RobustMutexType);

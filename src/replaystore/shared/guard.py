@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Closed
 from .copies import state_copies
-from .header import COPY0, COPY_WORDS, VICTIMS, W_ACTIVE, W_BUSY, W_RECOVERIES, W_UNORDERED
+from .header import COPY0, COPY_WORDS, VICTIMS, W_ACTIVE, W_BUSY, W_RECOVERIES, W_RESERVED, W_UNORDERED
 from .recovery import reconcile
 from .segment import Segment
 
@@ -44,9 +44,9 @@ if TYPE_CHECKING:
 try:
     if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
         raise ImportError("REPLAYSTORE_PURE_PYTHON is set")
-    from ._sync import enter_section, leave_section, set_word
+    from ._sync import RingInserter, enter_section, leave_section, set_word
 except ImportError:  # not built (a flock table): a plain store; no scalars in the segment
-    enter_section = leave_section = None
+    enter_section = leave_section = RingInserter = None
 
     def set_word(words: memoryview, index: int, value: int) -> None:
         """``words[index] = value`` (no barrier: only a table without outside reads runs this)."""
@@ -78,6 +78,10 @@ class ProcessGuard:
         self._parts_publish = parts_publish
         self.names, codes = table.state_layout()  # every part's scalars (the placement's scalar hook)
         self._position = {name: i for i, name in enumerate(self.names)}
+        #: where the table's ring_mode word is: entering after another process committed calls
+        #: ``state_moved`` only when it can do something (ring mode over, or parts with state)
+        self._ring_word = self._position.get("ring_mode", -1)
+        self._moved_always = parts_publish or self._ring_word < 0
         #: the state copies in the header (:mod:`replaystore.shared.copies`)
         self.copies = state_copies(segment.mm, W_ACTIVE, COPY0, COPY_WORDS, codes)
         self._mutex = segment.mutex
@@ -151,21 +155,91 @@ class ProcessGuard:
         code = enter_section(self._mutex, seg.lock_timeout, W_BUSY, self.copies, self._gen, intent)
         if code < 0:
             raise seg.lock_timed_out()
+        if code == 1:  # the previous holder died inside: repair, then open the section
+            self._open_after_dead_holder(intent)
+            return
         if code:
             try:
-                if code == 1:  # the previous holder died inside: repair, then open the section
-                    self._recover()
-                    set_word(seg.words, W_BUSY, seg.pid)
-                    if intent:
-                        self.copies.set_intent(intent)
-                if self.copies.generation() != self._gen:  # committed since: our structures catch up
-                    self._gen = self.copies.generation()
-                    self.table.state_moved()
+                gen = self.copies.generation()
+                if gen != self._gen:  # committed since: our structures catch up
+                    self._gen = gen
+                    # (a table without parts of its own, still in ring mode, has nothing to catch up)
+                    if self._moved_always or not self._live[self._ring_word]:
+                        self.table.state_moved()
             except BaseException:
                 self._mutex.release()
                 raise
         self.intent = intent
         self._holding = True
+
+    def _open_after_dead_holder(self, intent: int) -> None:
+        """(mutex held, the busy word still set by a holder that died inside) Repair, then open the section."""
+        try:
+            self._recover()
+            set_word(self.segment.words, W_BUSY, self.segment.pid)
+            if intent:
+                self.copies.set_intent(intent)
+            if self.copies.generation() != self._gen:  # committed since: our structures catch up
+                self._gen = self.copies.generation()
+                self.table.state_moved()
+        except BaseException:
+            self._mutex.release()
+            raise
+        self.intent = intent
+        self._holding = True
+
+    def ring_inserter(
+        self, words: "np.ndarray", slots: bytes, capacity: int, max_rows: int, limits: tuple, parts: tuple
+    ) -> Any:
+        """A compiled ring insert over this guard's lock (``_sync.RingInserter``, see its source), or None.
+
+        ``parts``: ``(fill_meta, names, columns, meta)``. None where this guard cannot give one
+        (the module built without NumPy's headers, or the scalars not in the segment).
+        """
+        if RingInserter is None or self._live is None:
+            return None
+        return RingInserter(
+            self._mutex,
+            self.copies,
+            words,
+            slots,
+            capacity,
+            max_rows,
+            (W_BUSY, W_UNORDERED, W_RESERVED),
+            limits,
+            *parts,
+            self.segment.lock_timeout,
+        )
+
+    def ring_insert(self, inserter: Any, data: dict) -> "np.ndarray | None":
+        """A small ring-mode insert of ``data`` in one critical section, compiled (``inserter``: :meth:`ring_inserter`).
+
+        Returns the items' keys (the batch is in, committed), or None: not taken here, nothing
+        changed, the lock is free again (another thread of this process is inside, or the batch
+        is not for the compiled path: the caller takes its Python path, which says why). A
+        previous holder that died inside is recovered here first, as :meth:`acquire` does.
+
+        Raises:
+            Timeout: the lock was not had within the segment's ``lock_timeout``.
+        """
+        tlock = self._tlock
+        if not tlock.acquire(False):
+            return None
+        try:
+            if self._depth:  # (this thread is inside already: the re-entrant Python path)
+                return None
+            r = inserter.insert(self._gen, data)
+            if type(r) is not int:
+                self._gen = inserter.generation
+                return r
+            if r == -2:  # the holder died inside: repair (as acquire would), leave; the caller goes on
+                self._open_after_dead_holder(0)
+                self._leave()
+            elif r == -3:
+                raise self.segment.lock_timed_out()
+            return None
+        finally:
+            tlock.release()
 
     def _leave(self) -> None:
         if not self._holding:  # (a wait that could not re-enter: nothing to publish or release)

@@ -34,8 +34,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import Timeout
+from ..limiters import RateLimiter
+from ..rows import fill_meta
 from ..storage import ColumnStorage
 from ..table import Table
+from ..table.args import NO_LIMIT
 from ..table.fast import RingReservation
 from .guard import set_word
 from .header import W_RESERVED
@@ -46,6 +49,23 @@ _HEAD_CHECK_S = 0.05  # ... and takes the lock to see whether the copier still l
 #: test hook: with ``REPLAYSTORE_SHM_TEST_HOOK=pause-in-copy:<file>``, a reserved extend creates
 #: ``<file>`` before it copies its rows and waits until the file is gone (the tests act, or kill it, there)
 _HOOK_COPY = os.environ.get("REPLAYSTORE_SHM_TEST_HOOK", "").partition("pause-in-copy:")[2]
+_HOOKED = bool(os.environ.get("REPLAYSTORE_SHM_TEST_HOOK", ""))
+#: the scalars a compiled ring insert reads and writes, in ``_sync.RingInserter``'s order
+_STATE_WORDS = (
+    "next_key",
+    "ring_base",
+    "ring_lo",
+    "ring_hi",
+    "size",
+    "nfree",
+    "inserts",
+    "deletes",
+    "evictions",
+    "version",
+    "max_priority",
+    "ring_mode",
+)
+_LIMITER_WORDS = ("inserts", "samples", "deletes")
 
 
 class ReservedInserts:
@@ -88,6 +108,20 @@ class ReservedInserts:
         batch not in): the next insert finds the copier dead and goes on.
         """
         guard = self._guard
+        inserter = self._inserter
+        if (
+            inserter is not None
+            and priorities is None
+            and version is None
+            and type(data) is dict
+            and self._inserts_below == self.COPY_OUTSIDE_BYTES
+        ):
+            if inserter is True:  # (first use: build it, or learn that this table has none)
+                inserter = self._make_inserter()
+            if inserter is not None and self._ring is not None and not self._segment.closed:
+                keys = guard.ring_insert(inserter, data)
+                if keys is not None:
+                    return keys
         if self._segment.closed:
             return Table.extend(self, data, priorities, version, timeout)  # raises Closed
         n = self._batch_rows(data)
@@ -109,6 +143,67 @@ class ReservedInserts:
         finally:
             guard.release()
         return self._copy_and_commit(res, data, timeout)
+
+    #: the compiled small insert (``ProcessGuard.ring_insert``): True until first used, then the
+    #: ``RingInserter`` or None (this table's inserts take the Python path)
+    _inserter: Any = None
+    _inserts_below: int = COPY_OUTSIDE_BYTES  # (the bound the inserter was built for; changed: the Python path)
+
+    def _setup_compiled_inserts(self, possible: bool) -> None:
+        """Let small ring-mode batches go in with one compiled call (``possible``: a mutex table, no episodes).
+
+        For a table with no selector to tell in ring mode (a ``Uniform`` sampler, the ``Fifo``
+        remover), flat column storage and a rate limiter whose ``can_insert`` is the base formula.
+        The call runs the protocol of the Python path (:meth:`Table._extend_ring` in a section
+        opened with the insert's intent; keys before rows), so recovery and the samples that copy
+        outside the lock see no difference. The Python path still takes every batch it refuses
+        (before anything changed): another thread inside, ring mode over, a reservation open, a
+        limiter that would block, a wrap-around, data of other dtypes or shapes.
+        """
+        limiter = type(self.rate_limiter)
+        self._inserter = (
+            bool(
+                possible
+                and not _HOOKED  # (the crash tests pause a section in its Python steps)
+                and not self._selectors
+                and self._ring is not None
+                and limiter.can_insert is RateLimiter.can_insert
+            )
+            or None
+        )
+
+    def _make_inserter(self) -> Any:
+        """Build the compiled inserter at the first insert the ring plan takes (see :meth:`_setup_compiled_inserts`)."""
+        plan = self._plan
+        if plan is None:  # (made by the first insert of the Python path)
+            return None
+        self._inserter = None
+        if not plan:
+            return None
+        fields = self._hosted.scalar_fields()
+        index = {(id(obj), attr): i for i, (obj, attr, _) in enumerate(fields)}
+        st, lim = self._state, self.rate_limiter
+        try:
+            slots = [index[id(st), name] for name in _STATE_WORDS] + [index[id(lim), name] for name in _LIMITER_WORDS]
+        except KeyError:  # (a state without one of these scalars: the Python path)
+            return None
+        limits = (lim.max_diff < NO_LIMIT, float(lim.samples_per_insert), float(lim.max_diff))
+        # (a batch of COPY_OUTSIDE_BYTES or more copies outside the lock instead: .extend)
+        self._inserts_below = below = self.COPY_OUTSIDE_BYTES
+        max_rows = -(-below // self._row_bytes) - 1 if self._reserves else self.capacity
+        if max_rows < 1:
+            return None
+        names = tuple(self.storage.columns)
+        parts = (fill_meta, names, tuple(self.storage.columns[name] for name in names), self._meta)
+        self._inserter = self._guard.ring_inserter(
+            self._scalars.words,
+            np.asarray(slots, dtype=np.int64).tobytes(),
+            self.capacity,
+            max_rows,
+            limits,
+            parts,
+        )
+        return self._inserter
 
     def _copy_and_commit(self, res: RingReservation, data: Any, timeout: float | None) -> np.ndarray:
         """The rest of a reserved :meth:`extend`: copy the rows (no lock), then let the items in."""

@@ -224,6 +224,7 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         if self._episync is not None:
             self._guard.on_recover = self._episync.recover
         self._setup_reservations(self._episync is None)
+        self._setup_compiled_inserts(live is not None and self._episync is None)
         unordered = self._guard.mark_unordered if self.read_outside_lock() else None
         host.open(seg, self._guard, self._wait_for_head if self._reserves else None, unordered)
         if first:
