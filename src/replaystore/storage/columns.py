@@ -207,14 +207,13 @@ class ColumnStorage(Storage):
         return {p: np.take(col, slots, axis=0) for p, col in self.columns.items()}
 
     def import_(self, exported: Mapping[str, np.ndarray]) -> int:
-        """Write flat columns (as produced by :meth:`export`) to slots ``0..n-1``."""
+        """Write (through :meth:`write`) flat columns as produced by :meth:`export` to slots ``0..n-1``."""
         if not exported:
             return 0
         if self.spec is None:
             self._adopt({p: Field(tuple(a.shape[1:]), a.dtype) for p, a in exported.items()})
         n = len(next(iter(exported.values())))
-        for path, col in self.columns.items():
-            col[:n] = exported[path]
+        self.write(slice(0, n), ({p: exported[p] for p in self.spec}, None))
         return n
 
     @property
