@@ -20,7 +20,7 @@ from ..errors import SpecError
 from ..placement import allocate
 from ..rows import gather_rows
 from .base import Storage
-from .spec import SEP, Field, flatten, normalize_spec, unflatten
+from .spec import SEP, Field, flatten, normalize_spec, reshape_leaves, unflatten
 
 _PY_SCALARS = (bool, int, float, complex, list, tuple)
 
@@ -188,7 +188,7 @@ class ColumnStorage(Storage):
         if type(self).read is not ColumnStorage.read or not all(c.flags.c_contiguous for c in self.columns.values()):
             slots = (np.asarray(first, dtype=np.int64)[:, None] + np.arange(width)).ravel()
             data = self.read(slots)
-            return _split_lead(data, (len(first), width))
+            return reshape_leaves(data, (len(first), width))
         flat = {}
         for p, col in self.columns.items():
             flat[p] = runs_view(col, width)[first]  # a view's fancy index: a fresh array
@@ -220,12 +220,6 @@ class ColumnStorage(Storage):
     def nbytes(self) -> int:
         """Bytes held by the columns."""
         return int(sum(c.nbytes for c in self.columns.values()))
-
-
-def _split_lead(data: Any, lead: tuple[int, ...]) -> Any:
-    if isinstance(data, dict):
-        return {k: _split_lead(v, lead) for k, v in data.items()}
-    return data.reshape(*lead, *data.shape[1:])
 
 
 def runs_view(arr: np.ndarray, width: int, column: int | None = None) -> np.ndarray:
