@@ -16,7 +16,6 @@ the overflow lazily, unless placed), and the overflow's two counts are the index
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import numpy as np
@@ -163,11 +162,6 @@ class RingBounds:
         self.ring_base = self.ring_lo = self.ring_hi = 0
 
 
-def _bound(name: str, doc: str) -> property:
-    """A property that reads and writes ``self.bounds.<name>`` (the getter is C: ``attrgetter``)."""
-    return property(operator.attrgetter(f"bounds.{name}"), lambda self, v: setattr(self.bounds, name, v), doc=doc)
-
-
 class RingIndex:
     """Key -> slot map of a table whose items leave only oldest-first: no bookkeeping at all.
 
@@ -191,9 +185,32 @@ class RingIndex:
         self.base = base  # the key that sits in slot 0
         self.lo = self.hi = base  # live keys: [lo, hi)
 
-    base = _bound("ring_base", "The key that sits (or would sit) in slot 0.")
-    lo = _bound("ring_lo", "The oldest live key (``== hi`` when empty).")
-    hi = _bound("ring_hi", "One past the newest live key.")
+    @property
+    def base(self) -> int:
+        """The key that sits (or would sit) in slot 0."""
+        return self.bounds.ring_base
+
+    @base.setter
+    def base(self, value: int) -> None:
+        self.bounds.ring_base = value
+
+    @property
+    def lo(self) -> int:
+        """The oldest live key (``== hi`` when empty)."""
+        return self.bounds.ring_lo
+
+    @lo.setter
+    def lo(self, value: int) -> None:
+        self.bounds.ring_lo = value
+
+    @property
+    def hi(self) -> int:
+        """One past the newest live key."""
+        return self.bounds.ring_hi
+
+    @hi.setter
+    def hi(self, value: int) -> None:
+        self.bounds.ring_hi = value
 
     @property
     def size(self) -> int:
