@@ -116,7 +116,9 @@ def start(shards: int, prioritized: bool):
     if shards == 0:
         client = rsr.serve({"replay": functools.partial(table, CAPACITY, prioritized)}, name=name)
         return client, [client]
-    client = rsr.serve_sharded(functools.partial(table, CAPACITY // shards, prioritized), shards, name=name, seed=0)
+    # the factory's capacity is the whole table's: serve_sharded splits it over the shards (with the
+    # per-shard CAPACITY // shards of before the split, 4 shards held 50k and the 100k fill never ended)
+    client = rsr.serve_sharded(functools.partial(table, CAPACITY, prioritized), shards, name=name, seed=0)
     return client, client.shards
 
 

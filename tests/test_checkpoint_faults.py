@@ -1,7 +1,7 @@
 """Checkpoints under faults: a saver SIGKILLed at every point of ``save``, and tampered directories.
 
 Crash tests run ``save`` in a child process that kills itself (``SIGKILL``: no cleanup, no
-``finally``) at a named point of :func:`replaystore.checkpoint.save_table`, or in the middle of
+``finally``) at a named point of :func:`replaystore.checkpoint.save_snapshot`, or in the middle of
 writing a file. ``Table.load`` must then return exactly the previous table or exactly the new one.
 
 Tamper tests alter a saved checkpoint. Most re-sign the manifest (recompute ``manifest.sha256``
@@ -99,7 +99,7 @@ def snapshot(t):
 
 OLD, NEW = snapshot(build(0)), snapshot(build(1))
 
-# every named point of save_table, and the table load must give after a kill there
+# every named point of save_snapshot, and the table load must give after a kill there
 FILES = [
     "meta_keys.npy",
     "meta_priorities.npy",

@@ -173,6 +173,9 @@ def test_merge_shards_sums_against_stats_of_one_table():
     assert total["priority_histogram"] == {"2^1": 10, "2^2": 30}
     assert total["priority_mean"] == pytest.approx((10 * 2 + 30 * 4) / 40)
     assert total["sample_to_insert_ratio"] == pytest.approx(0.1)
+    # one function with ShardedClient.stats()["total"]: maxima the largest, the config the first shard's
+    assert total["max_priority_seen"] == 4.0 and sum(total["times_sampled_histogram"].values()) == 40
+    assert total["config"] == a.stats()["config"] and total["name"] == a.name
 
 
 # -- Prometheus --------------------------------------------------------------------------------------

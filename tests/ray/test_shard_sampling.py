@@ -80,7 +80,7 @@ def test_masses_fall_back_to_sizes_and_skip_dead_shards():
     states[1] = (5, 2.5, 0.5, "prioritized", 0.4)
     np.testing.assert_array_equal(shard_sampling.masses(states, np.array([True, False, True])), [3, 0, 0])
     np.testing.assert_array_equal(shard_sampling.masses(states, np.array([True, True, True])), [0, 2.5, 0])
-    counts = shard_sampling.draw_counts(np.random.default_rng(0), 1000, np.array([1.0, 0.0, 3.0]))
+    counts = shard_sampling.draw_plan(np.random.default_rng(0), 1000, np.array([1.0, 0.0, 3.0]), 1)[0]
     assert counts.sum() == 1000 and counts[1] == 0 and 650 < counts[2] < 850
 
 

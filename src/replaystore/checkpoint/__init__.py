@@ -10,14 +10,14 @@ Layout of ``path/``::
     col000.npy ...     one file per storage column (live rows, same order), or
     objects.pkl        the items of an object storage (pickle: see below)
 
-**Saving** (:func:`save_table`) never leaves a moment where neither the previous checkpoint nor
+**Saving** (:func:`save_snapshot`) never leaves a moment where neither the previous checkpoint nor
 the new one can be loaded. It writes and fsyncs every file into a hidden sibling
 ``.<name>.tmp-<id>`` (the manifest and its checksum last, then the directory), moves the previous
 checkpoint aside to ``.<name>.old-<id>``, renames the new one into place, fsyncs the parent
 directory after each rename, and only then deletes the old copy. :func:`load_table` reads ``path``
 when it exists; when it does not (a save was killed between its two renames) it loads the newest
 complete side copy instead (a complete ``.tmp-`` copy is the new checkpoint, else an ``.old-``
-copy is the previous one). The next :func:`save_table` to the same path first puts such a copy
+copy is the previous one). The next :func:`save_snapshot` to the same path first puts such a copy
 back in place and deletes leftovers. One process saves to a given path at a time.
 
 **Loading treats the directory as untrusted input** (the checks: :mod:`.verify`). The manifest
@@ -77,7 +77,7 @@ T = TypeVar("T")
 
 
 def _at(point: str) -> None:
-    """A named point of :func:`save_table` (a no-op; crash tests replace it to kill the process there).
+    """A named point of :func:`save_snapshot` (a no-op; crash tests replace it to kill the process there).
 
     Points: ``"file:<name>"`` (that file written and fsynced), ``"manifest"`` (manifest and
     checksum written), ``"synced"`` (temporary directory fsynced), ``"old-aside"`` (previous
@@ -149,11 +149,6 @@ def _recover(path: Path) -> None:
     tmps, olds = _side_copies(path)
     for p in tmps + olds:
         shutil.rmtree(p, ignore_errors=True)
-
-
-def save_table(table: Any, path: str | os.PathLike) -> None:
-    """Write ``table`` (anything with a ``snapshot()``, i.e. a Table) to ``path``: see :func:`save_snapshot`."""
-    save_snapshot(table.snapshot(), path)
 
 
 def save_snapshot(snapshot: TableSnapshot, path: str | os.PathLike) -> None:

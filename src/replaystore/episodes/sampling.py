@@ -44,13 +44,6 @@ def read_field(storage: Storage, slots: np.ndarray, path: str) -> np.ndarray:
     return np.asarray(data)
 
 
-def reshape_leaves(data: Any, lead: tuple[int, ...]) -> Any:
-    """Every array of a (nested) dict with its leading axis split into ``lead``."""
-    if isinstance(data, dict):
-        return {k: reshape_leaves(v, lead) for k, v in data.items()}
-    return data.reshape(*lead, *data.shape[1:])
-
-
 def zero_where(data: Any, keep: np.ndarray) -> None:
     """Set positions where ``keep`` (leading axes) is False to zero, in place."""
     if isinstance(data, dict):

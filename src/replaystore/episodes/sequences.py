@@ -27,9 +27,10 @@ from ..samplers.base import Selector
 from ..samplers.prioritized import Prioritized
 from ..storage.base import Storage
 from ..storage.columns import runs_view
+from ..storage.spec import reshape_leaves
 from .index import EpisodeIndex
 from .samples import SequenceSample
-from .sampling import check_batch, reshape_leaves, zero_where
+from .sampling import check_batch, zero_where
 
 _ROUNDS = 4  # rejection rounds before the exact valid set is computed
 # per episode index: the exact valid starts (keyed by its generation and the window) and the last

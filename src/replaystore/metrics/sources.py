@@ -20,9 +20,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from ..errors import ReplayError, Unavailable
-
-#: per-shard keys that are not summed into a sharded table's total
-_NOT_SUMMED = ("name", "capacity_", "version", "max_priority_seen", "sample_to_insert_ratio")
+from ..sharding.sampling import total_stats as merge_shards
 
 
 class Source(Protocol):
@@ -204,38 +202,6 @@ class ShardedSource:
         """Forget the shard clients."""
         for s in self._shards or []:
             s.close()
-
-
-def merge_shards(per: list[dict[str, Any] | None]) -> dict[str, Any]:
-    """One table's stats from its shards' (``None``: a shard that did not answer).
-
-    Counters and sizes summed, the ratio recomputed, the histograms added, the config of the first shard.
-    """
-    live = [p for p in per if p]
-    total: dict[str, Any] = {}
-    for st in live:
-        for k, v in st.items():
-            if isinstance(v, bool) or k.startswith(_NOT_SUMMED):
-                continue
-            if isinstance(v, (int, float)):
-                total[k] = total.get(k, 0) + v
-            elif k.endswith("_histogram") and isinstance(v, Mapping):
-                h = total.setdefault(k, {})
-                for b, c in v.items():
-                    h[b] = h.get(b, 0) + c
-    if live:
-        total["name"] = live[0].get("name")
-        total["config"] = live[0].get("config")
-        total["version"] = max(p.get("version", 0) for p in live)
-        for k, f in (("priority_min", min), ("priority_max", max), ("times_sampled_max", max)):
-            if k in total:
-                total[k] = f(p.get(k, 0) for p in live)
-        size = total.get("size", 0)
-        for k in ("priority_mean", "times_sampled_mean"):
-            if k in total:
-                total[k] = sum(p.get(k, 0) * p.get("size", 0) for p in live) / size if size else 0.0
-    total["sample_to_insert_ratio"] = total["samples"] / total["inserts"] if total.get("inserts") else 0.0
-    return total
 
 
 class SharedSource:

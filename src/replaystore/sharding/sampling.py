@@ -44,11 +44,6 @@ def masses(states: list[State | None], alive: np.ndarray) -> np.ndarray:
     return m
 
 
-def draw_counts(rng: np.random.Generator, batch_size: int, mass: np.ndarray) -> np.ndarray:
-    """``Multinomial(batch_size, mass / mass.sum())`` (int64 counts per shard); ``mass.sum() > 0``."""
-    return rng.multinomial(batch_size, mass / mass.sum()).astype(np.int64)
-
-
 def concat(parts: list[Any]) -> Any:
     """Concatenate batch payloads along the first axis (dicts recursively, lists of objects, arrays)."""
     first = parts[0]
@@ -189,7 +184,10 @@ def fetch_depth(batch_size: int, mass: np.ndarray, ahead: np.ndarray, depth: int
 
 
 def draw_plan(rng: np.random.Generator, batch_size: int, mass: np.ndarray, k: int) -> np.ndarray:
-    """``k`` independent rows of :func:`draw_counts`: a ``(k, shards)`` int64 array (a fetch of ``k`` batches)."""
+    """``k`` independent rows of ``Multinomial(batch_size, mass / mass.sum())`` (int64 counts per shard).
+
+    A ``(k, shards)`` array: the counts of a fetch of ``k`` batches; ``mass.sum() > 0``.
+    """
     return rng.multinomial(batch_size, mass / mass.sum(), size=k).astype(np.int64)
 
 
@@ -269,24 +267,34 @@ _MAXED = ("version", "max_priority_seen", "times_sampled_max", "priority_max", "
 _MEANS = ("times_sampled_mean", "priority_mean")
 
 
-def total_stats(per: list[dict[str, Any]], name: str) -> dict[str, Any]:
-    """One Table's ``stats()`` from its shards' (see :meth:`~replaystore.ray.ShardedClient.stats`)."""
-    total: dict[str, Any] = {"name": name}
-    sizes = np.array([st.get("size", 0) for st in per], dtype=np.float64)
+def total_stats(per: list[dict[str, Any] | None], name: str | None = None) -> dict[str, Any]:
+    """One Table's ``stats()`` from its shards' (``None``: a shard that did not answer, left out).
+
+    Counters, sizes and capacity summed, every ``*_histogram`` added, ``version`` and the maxima
+    the largest, ``priority_min`` the smallest, means weighted by each shard's size,
+    ``sample_to_insert_ratio`` of the sums, ``config`` the first shard's; ``name`` (default: the
+    first shard's) names the table. Used by :meth:`~replaystore.ray.ShardedClient.stats` and, as
+    ``merge_shards``, by :mod:`replaystore.metrics`.
+    """
+    per = [st for st in per if st]
+    total: dict[str, Any] = {"name": name if name is not None or not per else per[0].get("name")}
     live = [st for st in per if st.get("size", 0)]
     for st in per:
         for k, v in st.items():
             if k in _MAXED:
                 total[k] = max(total.get(k, v), v)
-            elif k == "staleness_histogram":
+            elif k.endswith("_histogram") and isinstance(v, dict):
                 hist = total.setdefault(k, {})
                 for b, c in v.items():
                     hist[b] = hist.get(b, 0) + c
             elif k not in _MEANS and k != "priority_min" and isinstance(v, (int, float)) and not isinstance(v, bool):
                 total[k] = total.get(k, 0) + v
+    if per and "config" in per[0]:
+        total["config"] = per[0]["config"]
+    size = sum(st["size"] for st in live)
     for k in _MEANS:
-        total[k] = float(sum(st[k] * st["size"] for st in live) / sizes.sum()) if live else 0.0
-    total["priority_min"] = min(st["priority_min"] for st in live) if live else 0.0
+        total[k] = float(sum(st.get(k, 0) * st["size"] for st in live) / size) if live else 0.0
+    total["priority_min"] = min(st.get("priority_min", 0.0) for st in live) if live else 0.0
     if not live:
         total["priority_max"] = 0.0
         total["times_sampled_max"] = 0

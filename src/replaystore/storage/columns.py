@@ -20,7 +20,7 @@ from ..errors import SpecError
 from ..placement import allocate
 from ..rows import gather_rows
 from .base import Storage
-from .spec import SEP, Field, flatten, normalize_spec, unflatten
+from .spec import SEP, Field, flatten, normalize_spec, reshape_leaves, unflatten
 
 _PY_SCALARS = (bool, int, float, complex, list, tuple)
 
@@ -188,7 +188,7 @@ class ColumnStorage(Storage):
         if type(self).read is not ColumnStorage.read or not all(c.flags.c_contiguous for c in self.columns.values()):
             slots = (np.asarray(first, dtype=np.int64)[:, None] + np.arange(width)).ravel()
             data = self.read(slots)
-            return _split_lead(data, (len(first), width))
+            return reshape_leaves(data, (len(first), width))
         flat = {}
         for p, col in self.columns.items():
             flat[p] = runs_view(col, width)[first]  # a view's fancy index: a fresh array
@@ -207,26 +207,19 @@ class ColumnStorage(Storage):
         return {p: np.take(col, slots, axis=0) for p, col in self.columns.items()}
 
     def import_(self, exported: Mapping[str, np.ndarray]) -> int:
-        """Write flat columns (as produced by :meth:`export`) to slots ``0..n-1``."""
+        """Write (through :meth:`write`) flat columns as produced by :meth:`export` to slots ``0..n-1``."""
         if not exported:
             return 0
         if self.spec is None:
             self._adopt({p: Field(tuple(a.shape[1:]), a.dtype) for p, a in exported.items()})
         n = len(next(iter(exported.values())))
-        for path, col in self.columns.items():
-            col[:n] = exported[path]
+        self.write(slice(0, n), ({p: exported[p] for p in self.spec}, None))
         return n
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the columns."""
         return int(sum(c.nbytes for c in self.columns.values()))
-
-
-def _split_lead(data: Any, lead: tuple[int, ...]) -> Any:
-    if isinstance(data, dict):
-        return {k: _split_lead(v, lead) for k, v in data.items()}
-    return data.reshape(*lead, *data.shape[1:])
 
 
 def runs_view(arr: np.ndarray, width: int, column: int | None = None) -> np.ndarray:

@@ -179,10 +179,7 @@ class CompressedColumnStorage(ColumnStorage):
 
     def read(self, slots: np.ndarray) -> dict[str, Any]:
         """Gather plain columns and decompress the compressed ones (new writable arrays)."""
-        slots = np.asarray(slots, dtype=np.int64)
-        flat = {}
-        for p in self.spec or ():
-            flat[p] = self._decompress(p, slots) if p in self.compressed else self.columns[p].take(slots, axis=0)
+        flat = self.export(slots)
         return unflatten(flat) if self._nested else flat
 
     def release(self, slots: np.ndarray) -> None:
@@ -208,16 +205,6 @@ class CompressedColumnStorage(ColumnStorage):
             p: self._decompress(p, slots) if p in self.compressed else np.take(self.columns[p], slots, axis=0)
             for p in self.spec or ()
         }
-
-    def import_(self, exported: Mapping[str, np.ndarray]) -> int:
-        """Write (and compress) flat columns as produced by :meth:`export` to slots ``0..n-1``."""
-        if not exported:
-            return 0
-        if self.spec is None:
-            self._adopt({p: Field(tuple(a.shape[1:]), a.dtype) for p, a in exported.items()})
-        n = len(next(iter(exported.values())))
-        self.write(slice(0, n), ({p: exported[p] for p in self.spec}, None))
-        return n
 
     # -- accounting -----------------------------------------------------------------------------
     @property

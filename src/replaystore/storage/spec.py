@@ -75,6 +75,13 @@ def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def reshape_leaves(data: Any, lead: tuple[int, ...]) -> Any:
+    """Every array of a (nested) dict with its leading axis split into ``lead``."""
+    if isinstance(data, dict):
+        return {k: reshape_leaves(v, lead) for k, v in data.items()}
+    return data.reshape(*lead, *data.shape[1:])
+
+
 def normalize_spec(spec: Mapping) -> dict[str, Field]:
     """Turn a user spec (nested dict of ``Field``, ``(shape, dtype)`` or dtype) into flat Fields.
 

@@ -73,7 +73,6 @@ OP_EXTEND, OP_ADD, OP_SAMPLE, OP_UPDATE, OP_DELETE, OP_SET_VERSION, OP_CLEAR = r
 OP_STEPS, OP_STEP, OP_EPISODE, OP_END_EPISODE = range(8, 12)  # episode writes (episodic tables)
 OP_FIELDS = 12  # update_fields: keys in the head, the fields as data arrays
 _INSERTS = (OP_EXTEND, OP_ADD, OP_STEPS, OP_STEP, OP_EPISODE)
-LSN_COUNTER = "wal_lsn"
 
 
 class LoggedTable:

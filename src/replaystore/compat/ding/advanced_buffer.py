@@ -70,20 +70,6 @@ class AdvancedReplayBuffer(AdvancedState, RingBufferBase):
         ),
     )
 
-    def __init__(
-        self,
-        cfg: Mapping | None = None,
-        tb_logger: Any = None,
-        exp_name: str | None = "default_experiment",
-        instance_name: str | None = "buffer",
-    ) -> None:
-        super().__init__(cfg, tb_logger, exp_name, instance_name)
-        try:
-            self._configure()
-        except Exception:
-            self._shutdown()
-            raise
-
     def _thruput_seconds(self) -> float:
         return float(self._cfg.monitor.periodic_thruput.seconds)
 

@@ -147,6 +147,15 @@ class RingBufferBase(IBuffer):
             self._instance_name, EasyDict(seconds=self._thruput_seconds()), self._logger, tb_logger
         )
         self._end_flag = False
+        try:
+            self._configure()
+        except Exception:
+            self._shutdown()  # the monitor's thread started above
+            raise
+
+    @abstractmethod
+    def _configure(self) -> None:
+        """The subclass's own state and config checks (a failure stops what the base started)."""
 
     def _thruput_seconds(self) -> float:
         return float(self._cfg.get("periodic_thruput_seconds", 60))

@@ -45,14 +45,7 @@ class NaiveReplayBuffer(RingBufferBase):
         periodic_thruput_seconds=60,
     )
 
-    def __init__(
-        self,
-        cfg: Mapping | None = None,
-        tb_logger: Any = None,
-        exp_name: str | None = "default_experiment",
-        instance_name: str | None = "buffer",
-    ) -> None:
-        super().__init__(cfg, tb_logger, exp_name, instance_name)
+    def _configure(self) -> None:
         self._data: list[Any] = [None] * self._replay_buffer_size
         self._tail = 0
         self._valid_count = 0
@@ -246,17 +239,10 @@ class ElasticReplayBuffer(NaiveReplayBuffer):
 
     config = {**NaiveReplayBuffer.config, "type": "elastic"}
 
-    def __init__(
-        self,
-        cfg: Mapping | None = None,
-        tb_logger: Any = None,
-        exp_name: str | None = "default_experiment",
-        instance_name: str | None = "buffer",
-    ) -> None:
-        super().__init__(cfg, tb_logger, exp_name, instance_name)
+    def _configure(self) -> None:
+        super()._configure()
         fn = self._cfg.get("set_buffer_size")
         if not callable(fn):
-            self._shutdown()
             raise CompatError("ElasticReplayBuffer needs cfg.set_buffer_size: a callable envstep -> size")
         self._set_buffer_size: Callable[[int], int] = fn
         self._current_buffer_size = int(fn(0))
@@ -296,13 +282,7 @@ class SequenceReplayBuffer(NaiveReplayBuffer):
     episodes; a window never crosses a chunk boundary.
     """
 
-    config = dict(
-        type="sequence",
-        replay_buffer_size=10000,
-        deepcopy=False,
-        enable_track_used_data=False,
-        periodic_thruput_seconds=60,
-    )
+    config = {**NaiveReplayBuffer.config, "type": "sequence"}
     #: slots per episode chunk (DI-engine hard-codes 500)
     chunk_len = 500
 

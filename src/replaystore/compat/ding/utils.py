@@ -312,6 +312,22 @@ class PeriodicThruputMonitor:
         return self._thread.is_alive()
 
 
+def _decayed(attr: str, doc: str) -> property:
+    """A :class:`ThruputController` counter as a property: read and set after decaying it to now."""
+
+    def get(self: ThruputController) -> float:
+        with self._lock:
+            self._advance()
+            return getattr(self, attr)
+
+    def set_(self: ThruputController, value: float) -> None:
+        with self._lock:
+            self._advance()
+            setattr(self, attr, float(value))
+
+    return property(get, set_, doc=doc)
+
+
 class ThruputController:
     """Limits the ratio of pushed to sampled items over a decaying time window.
 
@@ -356,31 +372,8 @@ class ThruputController:
             self._sample *= f
             self._t = now
 
-    @property
-    def history_push_count(self) -> float:
-        """Decayed count of pushed items."""
-        with self._lock:
-            self._advance()
-            return self._push
-
-    @history_push_count.setter
-    def history_push_count(self, value: float) -> None:
-        with self._lock:
-            self._advance()
-            self._push = float(value)
-
-    @property
-    def history_sample_count(self) -> float:
-        """Decayed count of sampled items."""
-        with self._lock:
-            self._advance()
-            return self._sample
-
-    @history_sample_count.setter
-    def history_sample_count(self, value: float) -> None:
-        with self._lock:
-            self._advance()
-            self._sample = float(value)
+    history_push_count = _decayed("_push", "Decayed count of pushed items.")
+    history_sample_count = _decayed("_sample", "Decayed count of sampled items.")
 
     def add(self, pushed: int = 0, sampled: int = 0) -> None:
         """Count pushed and sampled items."""

@@ -267,7 +267,7 @@ class ShardedClient(ShardedEpisodes):
         """``{"shards": [each shard's table stats], "total": counters summed, "down": [shards]}``.
 
         ``total`` is the whole table's stats as one Table would report them: counters, sizes,
-        capacity and staleness histograms summed, ``version`` and the maxima the largest, the
+        capacity and every histogram summed, ``version`` and the maxima the largest, the
         minima the smallest, means weighted by each shard's size, ``sample_to_insert_ratio`` of
         the sums.
         With ``on_dead="skip"`` a shard that does not answer within ``skip_after`` is listed in
@@ -291,7 +291,7 @@ class ShardedClient(ShardedEpisodes):
                         self._down[s] = time.monotonic() + self.probe_period
         else:
             per = [st[self.table_name] for st in get(refs, self.rpc_grace, f"{self.name}.stats")]
-        total = shard_sampling.total_stats([st for st in per if st is not None], self.table_name)
+        total = shard_sampling.total_stats(per, self.table_name)
         return {"shards": per, "total": total, "down": [i for i, st in enumerate(per) if st is None]}
 
     def save(self, path: str | None = None, timeout: float | None = None) -> str:
