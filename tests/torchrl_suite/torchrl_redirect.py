@@ -12,7 +12,10 @@ TorchRL's) in every TorchRL namespace a test or TorchRL's own constructors read 
 - ``SliceSampler``, ``SliceSamplerWithoutReplacement`` and ``PrioritizedSliceSampler`` in
   ``torchrl.data``, ``torchrl.data.replay_buffers`` and ``torchrl.data.replay_buffers.samplers``;
 - ``LazyTensorStorage`` in ``torchrl.data``, ``torchrl.data.replay_buffers`` and
-  ``torchrl.data.replay_buffers.storages`` (TorchRL's ``LazyMemmapStorage`` keeps TorchRL's base).
+  ``torchrl.data.replay_buffers.storages`` (TorchRL's ``LazyMemmapStorage`` keeps TorchRL's base);
+- ``ReplayBuffer``, ``TensorDictReplayBuffer``, ``PrioritizedReplayBuffer`` and
+  ``TensorDictPrioritizedReplayBuffer`` (the buffers with the fast ``sample``) in ``torchrl.data``,
+  ``torchrl.data.replay_buffers`` and ``torchrl.data.replay_buffers.replay_buffers``.
 
 TorchRL's other subclasses of these keep TorchRL's bases. ``REPLAYSTORE_TORCHRL_REDIRECT``
 chooses the names (comma-separated; ``none`` runs TorchRL unchanged, for a baseline).
@@ -29,7 +32,12 @@ _ALL = (
     "SliceSamplerWithoutReplacement",
     "PrioritizedSliceSampler",
     "LazyTensorStorage",
+    "ReplayBuffer",
+    "TensorDictReplayBuffer",
+    "PrioritizedReplayBuffer",
+    "TensorDictPrioritizedReplayBuffer",
 )
+_BUFFERS = ("torchrl.data", "torchrl.data.replay_buffers", "torchrl.data.replay_buffers.replay_buffers")
 _PUBLIC = ("torchrl.data", "torchrl.data.replay_buffers", "torchrl.data.replay_buffers.samplers")
 _MODULES = {
     "PrioritizedSampler": (
@@ -43,6 +51,10 @@ _MODULES = {
     "SliceSamplerWithoutReplacement": _PUBLIC,
     "PrioritizedSliceSampler": _PUBLIC,
     "LazyTensorStorage": ("torchrl.data", "torchrl.data.replay_buffers", "torchrl.data.replay_buffers.storages"),
+    "ReplayBuffer": _BUFFERS,
+    "TensorDictReplayBuffer": _BUFFERS,
+    "PrioritizedReplayBuffer": _BUFFERS,
+    "TensorDictPrioritizedReplayBuffer": _BUFFERS,
 }
 
 
