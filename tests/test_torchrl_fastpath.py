@@ -224,3 +224,34 @@ def test_prioritized_replay_buffer_fast_sample_returns_info():
     assert info["index"].shape == (8,) and info["priority_weight"].dtype == torch.float32
     rs.update_priority(info["index"], torch.full((8,), 5.0))
     assert rs.sampler._sum_tree.values_at(info["index"].numpy()) == pytest.approx((5.0 + 1e-8) ** 0.6)
+
+
+@pytest.mark.parametrize("kind", ["td_buffer", "td_items", "tuples"])
+def test_list_storage_fast_stack_equals_torchrl_collate(kind):
+    """A ListStorage of single steps: one stack per leaf, equal to TorchRL's collate (dense TensorDict or tuple)."""
+    data = _steps(40)
+    if kind == "tuples":
+        items = [(data["obs"][i], data["action"][i], data["next", "done"][i]) for i in range(40)]
+    else:
+        items = list(data.unbind(0))
+    rl_cls, rs_cls = (
+        (RLTensorDictReplayBuffer, TensorDictReplayBuffer) if kind == "td_buffer" else (RLReplayBuffer, ReplayBuffer)
+    )
+    rl = rl_cls(storage=ListStorage(30), batch_size=8, generator=torch.Generator().manual_seed(4))
+    rs = rs_cls(storage=ListStorage(30), batch_size=8, generator=torch.Generator().manual_seed(4))
+    for buffer in (rl, rs):
+        buffer.extend(data.clone() if kind == "td_buffer" else items)  # (40 steps in 30 slots: overwrites)
+    gets = _count_gets(rs)
+    for _ in range(3):
+        _assert_same(rl.sample(), rs.sample())
+    assert gets == []
+
+
+def test_list_storage_items_that_differ_take_torchrl_collate():
+    rl = RLReplayBuffer(storage=ListStorage(10), batch_size=6, generator=torch.Generator().manual_seed(0))
+    rs = ReplayBuffer(storage=ListStorage(10), batch_size=6, generator=torch.Generator().manual_seed(0))
+    mixed = [TensorDict({"a": torch.ones(2)}, []), TensorDict({"a": torch.ones(2), "b": torch.zeros(1)}, [])] * 5
+    for buffer in (rl, rs):
+        buffer.extend(mixed)
+    x, y = rl.sample(), rs.sample()
+    assert type(x) is type(y) and torch.equal(x["a"], y["a"])  # (TorchRL's lazy stack, both)

@@ -14,8 +14,10 @@ TorchRL's) in every TorchRL namespace a test or TorchRL's own constructors read 
 - ``LazyTensorStorage`` in ``torchrl.data``, ``torchrl.data.replay_buffers`` and
   ``torchrl.data.replay_buffers.storages`` (TorchRL's ``LazyMemmapStorage`` keeps TorchRL's base);
 - ``ReplayBuffer``, ``TensorDictReplayBuffer``, ``PrioritizedReplayBuffer`` and
-  ``TensorDictPrioritizedReplayBuffer`` (the buffers with the fast ``sample``) in ``torchrl.data``,
-  ``torchrl.data.replay_buffers`` and ``torchrl.data.replay_buffers.replay_buffers``.
+  ``TensorDictPrioritizedReplayBuffer`` (the buffers with the fast ``sample``) in ``torchrl.data`` and
+  ``torchrl.data.replay_buffers`` only: TorchRL's own modules import them from the internal package
+  ``torchrl.data.replay_buffers.replay_buffers`` (e.g. ``ParameterScheduler``'s ``isinstance`` check),
+  which keeps TorchRL's classes.
 
 TorchRL's other subclasses of these keep TorchRL's bases. ``REPLAYSTORE_TORCHRL_REDIRECT``
 chooses the names (comma-separated; ``none`` runs TorchRL unchanged, for a baseline).
@@ -37,7 +39,7 @@ _ALL = (
     "PrioritizedReplayBuffer",
     "TensorDictPrioritizedReplayBuffer",
 )
-_BUFFERS = ("torchrl.data", "torchrl.data.replay_buffers", "torchrl.data.replay_buffers.replay_buffers")
+_BUFFERS = ("torchrl.data", "torchrl.data.replay_buffers")
 _PUBLIC = ("torchrl.data", "torchrl.data.replay_buffers", "torchrl.data.replay_buffers.samplers")
 _MODULES = {
     "PrioritizedSampler": (

@@ -32,7 +32,7 @@ from tensordict.utils import expand_as_right
 from torchrl.data.replay_buffers import ReplayBuffer as _RLReplayBuffer
 from torchrl.data.replay_buffers import TensorDictReplayBuffer as _RLTensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import RandomSampler
-from torchrl.data.replay_buffers.storages import TensorStorage
+from torchrl.data.replay_buffers.storages import ListStorage, TensorStorage
 from torchrl.data.replay_buffers.storages.utils import _collate_id
 from torchrl.data.replay_buffers.utils import _to_torch
 
@@ -70,6 +70,54 @@ def gather_rows(data: Any, index: torch.Tensor, batch_size: torch.Size) -> Any:
     return None
 
 
+def stack_items(items: list) -> Any:
+    """``torch.stack`` of single-step ``TensorDict`` s (nested allowed) or of tuples of tensors; None if not plain.
+
+    What TorchRL's ``ListStorage`` collate gives (``LazyStackedTensorDict.maybe_dense_stack``, a
+    dense ``TensorDict``) when every item is a ``TensorDict`` of the same keys, nested
+    ``TensorDict`` s and plain ``torch.Tensor`` s on one device (or every item a tuple of tensors of one
+    length): each leaf stacked once, ``batch_size = (len(items), *item.batch_size)``. None when
+    the items differ in type, keys, device or names (TorchRL may then build a lazy stack), and
+    ``torch.stack``'s errors (``RuntimeError``) when leaf shapes differ.
+    """
+    first = items[0]
+    kind = type(first)
+    if kind is TensorDict:
+        keys = first._tensordict.keys()
+        device = first._device
+        for item in items:
+            if type(item) is not TensorDict or item._device != device or item._td_dim_names is not None:
+                return None
+            if item._tensordict.keys() != keys:
+                return None
+        out = {}
+        for key, value in first._tensordict.items():
+            column = [item._tensordict[key] for item in items]
+            if type(value) is torch.Tensor:
+                if not all(type(v) is torch.Tensor for v in column):
+                    return None
+                out[key] = torch.stack(column)
+            elif type(value) is TensorDict:
+                sub = stack_items(column)
+                if sub is None:
+                    return None
+                out[key] = sub
+            else:
+                return None
+        batch = torch.Size((len(items),)) + first.batch_size
+        return TensorDict._new_unsafe(out, batch_size=batch, device=device, nested=False)
+    if kind is tuple and all(type(item) is tuple and len(item) == len(first) for item in items):
+        if all(type(v) is torch.Tensor for v in first):
+            return tuple(torch.stack(column) for column in zip(*items))
+    return None
+
+
+def _is_stack_anything(fn: Any) -> bool:
+    """Whether ``fn`` is TorchRL's default ``ListStorage`` collate (``implement_for`` swaps the object on first use)."""
+    module = getattr(fn, "__module__", None) or ""
+    return getattr(fn, "__name__", None) == "_stack_anything" and module.startswith("torchrl.data.replay_buffers.")
+
+
 def _plain_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and not isinstance(value, TensorDict)
 
@@ -93,7 +141,6 @@ class FastSampleMixin:
             or self._pin_memory
             or self._sample_unit is not None
             or self._sample_dependency is not None
-            or self._collate_fn is not _collate_id
             or not getattr(self, "_sync", True)
         ):
             return None
@@ -103,7 +150,15 @@ class FastSampleMixin:
         if self._writer.tracks_generations:
             return None
         storage, sampler = self._storage, self._sampler
-        if not isinstance(storage, TensorStorage) or not storage.initialized or storage.ndim != 1:
+        if type(storage) is ListStorage:
+            if not _is_stack_anything(self._collate_fn) or storage.device is not None:
+                return None
+        elif (
+            not isinstance(storage, TensorStorage)
+            or self._collate_fn is not _collate_id
+            or not storage.initialized
+            or storage.ndim != 1
+        ):
             return None
         if type(sampler) is not RandomSampler and not getattr(sampler, "_replaystore_flat", False):
             return None
@@ -122,6 +177,8 @@ class FastSampleMixin:
             return None  # (TorchRL warns about the conflict)
         storage, sampler = parts
         stored = storage._storage
+        if type(storage) is ListStorage:
+            return self._fast_list_sample(storage, sampler, batch_size)
         device = stored.device if type(stored) is TensorDict else None
         if device is not None and device != _CPU:
             return None
@@ -145,6 +202,25 @@ class FastSampleMixin:
             data = gather_rows(stored, index, shape + stored.batch_size[1:] if type(stored) is TensorDict else shape)
             if data is None:  # (a leaf that is not a plain tensor: TorchRL's gather)
                 data = storage.get(index)
+        return data, info
+
+    def _fast_list_sample(self, storage: Any, sampler: Any, batch_size: int) -> tuple[Any, dict] | None:
+        """The fast path's draw from a ``ListStorage``: one ``torch.stack`` per leaf (``stack_items``)."""
+        with self._replay_lock, self._write_lock:
+            n = len(storage)
+            if n == 0:
+                return None  # (TorchRL raises its error)
+            if type(sampler) is RandomSampler:
+                index = torch.randint(0, n, (batch_size,), generator=storage._rng)
+                info = {}
+            else:
+                index, info = sampler.sample(storage, batch_size)
+            info["index"] = index
+            stored = storage._storage
+            items = [stored[i] for i in index.tolist()]
+        data = stack_items(items)
+        if data is None:  # (items that are not alike: TorchRL's collate of the same rows)
+            data = self._collate_fn(items)
         return data, info
 
     def sample(self, batch_size: int | None = None, return_info: bool = False, **kwargs: Any) -> Any:
