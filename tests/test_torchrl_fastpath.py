@@ -255,3 +255,15 @@ def test_list_storage_items_that_differ_take_torchrl_collate():
         buffer.extend(mixed)
     x, y = rl.sample(), rs.sample()
     assert type(x) is type(y) and torch.equal(x["a"], y["a"])  # (TorchRL's lazy stack, both)
+
+
+def test_list_storage_items_of_different_lengths_get_torchrl_lazy_stack():
+    """Trajectories of different lengths: TorchRL stacks them lazily; so does ours (its collate, same rows)."""
+    trajs = [TensorDict({"obs": torch.full((n, 2), float(n))}, [n]) for n in (2, 3, 2, 4)]
+    rl = RLReplayBuffer(storage=ListStorage(4), batch_size=5, generator=torch.Generator().manual_seed(7))
+    rs = ReplayBuffer(storage=ListStorage(4), batch_size=5, generator=torch.Generator().manual_seed(7))
+    for buffer in (rl, rs):
+        buffer.extend(trajs)
+    x, y = rl.sample(), rs.sample()
+    assert type(x) is type(y)
+    assert [t["obs"].tolist() for t in x.unbind(0)] == [t["obs"].tolist() for t in y.unbind(0)]

@@ -16,9 +16,10 @@ same random stream. The common case is checked on every call: the buffer initial
 down; no prefetch, ``pin_memory``, sample unit, transform, custom ``collate_fn`` or generation
 tracking; a 1-D ``TensorStorage`` (``LazyTensorStorage``, ``LazyMemmapStorage``, ...) holding a
 ``TensorDict`` (or, for :class:`ReplayBuffer`, a tuple/list of tensors) on the CPU without
-dimension names; TorchRL's ``RandomSampler`` or replaystore's ``PrioritizedSampler``; a batch
-size that does not conflict with the constructor's. Anything else runs TorchRL's own code
-(with its warnings and errors). Thread safety: as TorchRL's (its locks are taken around the
+dimension names, or a ``ListStorage`` with TorchRL's default collate (its single-step items
+stacked once per leaf: ``stack_items``); TorchRL's ``RandomSampler`` or replaystore's
+``PrioritizedSampler``; a batch size that does not conflict with the constructor's. Anything
+else runs TorchRL's own code (with its warnings and errors). Thread safety: as TorchRL's (its locks are taken around the
 draw and the gather).
 """
 
@@ -84,9 +85,11 @@ def stack_items(items: list) -> Any:
     kind = type(first)
     if kind is TensorDict:
         keys = first._tensordict.keys()
-        device = first._device
+        device, batch_size = first._device, first.batch_size
         for item in items:
             if type(item) is not TensorDict or item._device != device or item._td_dim_names is not None:
+                return None
+            if item.batch_size != batch_size:
                 return None
             if item._tensordict.keys() != keys:
                 return None
@@ -218,7 +221,10 @@ class FastSampleMixin:
             info["index"] = index
             stored = storage._storage
             items = [stored[i] for i in index.tolist()]
-        data = stack_items(items)
+        try:
+            data = stack_items(items)
+        except RuntimeError:  # (leaf shapes differ: TorchRL builds a lazy stack)
+            data = None
         if data is None:  # (items that are not alike: TorchRL's collate of the same rows)
             data = self._collate_fn(items)
         return data, info
@@ -232,7 +238,7 @@ class FastSampleMixin:
         if self._fast_info_in_data and type(data) is TensorDict:
             td = data._tensordict
             for key, value in info.items():
-                if isinstance(value, torch.Tensor) and value.ndim == data.batch_dims:
+                if isinstance(value, torch.Tensor) and value.shape == data.batch_size:
                     td[key] = value
                 else:  # (TorchRL's conversions: scalars, fewer dims)
                     value = _to_torch(value, data.device)
