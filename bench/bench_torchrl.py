@@ -13,6 +13,15 @@ process, ``time.process_time``; torch uses one thread):
   extension does not load with torch 2.13: rebuild it with ``shared/tools/build_torchrl_ext.py``,
   else the row says "unavailable") and ``replaystore.integrations.torchrl``'s, with TorchRL's
   ``LazyTensorStorage`` and with replaystore's.
+- ``configs``: the same two workloads (uniform ``sample()`` of 256; PER ``sample()`` of 256 +
+  priority update) in the configurations TorchRL users run: CartPole transitions in
+  ``LazyTensorStorage(1M)`` / ``LazyMemmapStorage(1M)``, a tuple of tensors through the generic
+  ``ReplayBuffer``, nested multi-agent keys (``("agents", ...)`` with a batch dim of 3 agents),
+  Atari frames (uint8 ``[4, 84, 84]`` pixels and next pixels, ``--pixel-size`` transitions in
+  RAM), and ``ListStorage(1M)`` of single-step TensorDicts. Each row: TorchRL's own class vs
+  replaystore's class of the same name (``replaystore.integrations.torchrl``: one import), both
+  on the SAME storage object (filled once). ``--part profile`` splits TorchRL's CartPole steps
+  into its sampler, its storage read and the rest (its Python around them).
 - ``slice``: ``TensorDictReplayBuffer(storage, SliceSampler(num_slices=8, traj_key="episode"))``,
   ``sample(256)`` (8 slices of 32) in a collect-and-train loop: each timed sample follows an
   ``extend`` of 1,000 new steps (episodes of ``--episode-len`` steps), at each ``--sizes`` stored
@@ -47,7 +56,10 @@ from tensordict import TensorDict  # noqa: E402
 from torchrl.data import (  # noqa: E402
     LazyMemmapStorage,
     LazyTensorStorage,
+    ListStorage,
+    PrioritizedReplayBuffer,
     RandomSampler,
+    ReplayBuffer,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
 )
@@ -218,6 +230,178 @@ def bench_slice(sizes: list[int], repeats: int, memmap_dir: Path, episode_len: i
     return rows
 
 
+def _cartpole(n: int, start: int = 0) -> TensorDict:
+    return _transitions(n, start, 500).exclude("episode")
+
+
+def _multiagent(n: int) -> TensorDict:
+    agents = TensorDict(
+        {"obs": torch.randn(n, 3, 16), "action": torch.randint(0, 5, (n, 3)), "reward": torch.randn(n, 3, 1)},
+        batch_size=[n, 3],
+    )
+    nxt = TensorDict({"obs": torch.randn(n, 3, 16), "reward": torch.randn(n, 3, 1)}, batch_size=[n, 3])
+    return TensorDict(
+        {"agents": agents, "next": {"agents": nxt, "done": torch.zeros(n, 1, dtype=torch.bool)}}, batch_size=[n]
+    )
+
+
+def _pixels(n: int) -> TensorDict:
+    return TensorDict(
+        {
+            "pixels": torch.randint(0, 255, (n, 4, 84, 84), dtype=torch.uint8),
+            "action": torch.randint(0, 6, (n,)),
+            "reward": torch.randn(n),
+            "next": {
+                "pixels": torch.randint(0, 255, (n, 4, 84, 84), dtype=torch.uint8),
+                "done": torch.zeros(n, 1, dtype=torch.bool),
+            },
+        },
+        batch_size=[n],
+    )
+
+
+def _fill_chunks(rb, make, n: int, chunk: int = 1 << 16) -> None:
+    for start in range(0, n, chunk):
+        rb.extend(make(min(chunk, n - start)))
+
+
+def _config_rows(name: str, make_storage, fill, repeats: int, per: bool) -> list[dict]:
+    """TorchRL's buffer vs ours on one storage object: uniform sample, then (``per``) prioritized step."""
+    rows = []
+    storage = make_storage()
+    generic = name.startswith(("tuple", "ListStorage"))  # (TorchRL's generic ReplayBuffer classes)
+    pairs = [("uniform", ReplayBuffer, rs_torchrl.ReplayBuffer)] if generic else []
+    pairs = pairs or [("uniform", TensorDictReplayBuffer, rs_torchrl.TensorDictReplayBuffer)]
+    filled = False
+    for kind, rl_cls, rs_cls in pairs:
+        for impl, cls in (("torchrl", rl_cls), ("replaystore", rs_cls)):
+            rb = cls(storage=storage, batch_size=256)
+            if not filled:
+                fill(rb)
+                filled = True
+            rows.append(
+                {"workload": f"{kind} 256: {name}", "impl": f"{impl} {cls.__name__}", **_timed(rb.sample, repeats)}
+            )
+            print(rows[-1], flush=True)
+    if not per:
+        return rows
+    per_pairs = (
+        (PrioritizedReplayBuffer, rs_torchrl.PrioritizedReplayBuffer)
+        if generic
+        else (TensorDictPrioritizedReplayBuffer, rs_torchrl.TensorDictPrioritizedReplayBuffer)
+    )
+    for impl, cls in zip(("torchrl", "replaystore"), per_pairs):
+        if impl == "torchrl" and _per_available():
+            rows.append({"workload": f"PER 256: {name}", "impl": f"{impl} {cls.__name__}", "note": _per_available()})
+            continue
+        rb = cls(alpha=0.6, beta=0.4, storage=storage, batch_size=256)
+        everything = torch.arange(len(storage))
+        rb.update_priority(everything, torch.ones(len(storage)))  # (the storage is already full)
+        gen = torch.Generator().manual_seed(0)
+        if cls in (PrioritizedReplayBuffer, rs_torchrl.PrioritizedReplayBuffer):
+
+            def step(rb=rb, gen=gen):
+                _, info = rb.sample(return_info=True)
+                rb.update_priority(info["index"], torch.rand(256, generator=gen))
+
+        else:
+
+            def step(rb=rb, gen=gen):
+                s = rb.sample()
+                s["td_error"] = torch.rand(256, generator=gen)
+                rb.update_tensordict_priority(s)
+
+        rows.append({"workload": f"PER 256: {name}", "impl": f"{impl} {cls.__name__}", **_timed(step, repeats)})
+        print(rows[-1], flush=True)
+    return rows
+
+
+def bench_configs(repeats: int, memmap_dir: Path, pixel_size: int) -> list[dict]:
+    """Uniform and PER steps in TorchRL users' configurations, TorchRL's classes vs ours (same storage)."""
+    n = 1 << 20
+    tuple_data = (torch.randn(n, 4), torch.randint(0, 2, (n,)), torch.ones(n), torch.randn(n, 4), torch.zeros(n, 1))
+    mm = memmap_dir / "configs-memmap"
+    shutil.rmtree(mm, ignore_errors=True)
+    configs = [
+        ("CartPole, LazyTensorStorage(1M)", lambda: LazyTensorStorage(n), lambda rb: _fill_chunks(rb, _cartpole, n)),
+        (
+            "tuple of tensors, ReplayBuffer(LazyTensorStorage(1M))",
+            lambda: LazyTensorStorage(n),
+            lambda rb: rb.extend(tuple_data),
+        ),
+        (
+            "CartPole, LazyMemmapStorage(1M)",
+            lambda: LazyMemmapStorage(n, scratch_dir=str(mm)),
+            lambda rb: _fill_chunks(rb, _cartpole, n),
+        ),
+        (
+            "multi-agent nested keys (3 agents), LazyTensorStorage(1M)",
+            lambda: LazyTensorStorage(n),
+            lambda rb: _fill_chunks(rb, _multiagent, n),
+        ),
+        (
+            f"Atari pixels uint8 [4,84,84] + next, LazyTensorStorage({pixel_size:,})",
+            lambda: LazyTensorStorage(pixel_size),
+            lambda rb: _fill_chunks(rb, _pixels, pixel_size, 5000),
+        ),
+        (
+            "ListStorage(1M) of single-step TensorDicts",
+            lambda: ListStorage(n),
+            lambda rb: rb.extend(list(_cartpole(n).unbind(0))),
+        ),
+    ]
+    rows = []
+    for name, make_storage, fill in configs:
+        rows += _config_rows(
+            name, make_storage, fill, repeats if "Atari" not in name else max(20, repeats // 5), per=True
+        )
+    shutil.rmtree(mm, ignore_errors=True)
+    return rows
+
+
+def bench_profile(repeats: int) -> list[dict]:
+    """TorchRL's CartPole steps (1M) split: its sampler's call, its storage read, and its Python around them."""
+    n = 1 << 20
+    rows = []
+    storage = LazyTensorStorage(n)
+    rb = TensorDictReplayBuffer(storage=storage, batch_size=256)
+    _fill_chunks(rb, _cartpole, n)
+    idx = torch.randint(0, n, (256,))
+    parts = {
+        "whole sample()": rb.sample,
+        "RandomSampler.sample": lambda: rb.sampler.sample(storage, 256),
+        "storage.get(index)": lambda: storage.get(idx),
+        "replaystore TensorDictReplayBuffer.sample": rs_torchrl.TensorDictReplayBuffer(
+            storage=storage, batch_size=256
+        ).sample,
+    }
+    if not _per_available():
+        prb = TensorDictPrioritizedReplayBuffer(alpha=0.6, beta=0.4, storage=storage, batch_size=256)
+        prb.update_priority(torch.arange(n), torch.ones(n))
+        sample = prb.sample()
+        sample["td_error"] = torch.rand(256)
+        prio = torch.rand(256)
+
+        def per_step():
+            s = prb.sample()
+            s["td_error"] = prio
+            prb.update_tensordict_priority(s)
+
+        parts.update(
+            {
+                "PER: whole sample() + update_tensordict_priority": per_step,
+                "PER: PrioritizedSampler.sample": lambda: prb.sampler.sample(storage, 256),
+                "PER: storage.get(index)": lambda: storage.get(idx),
+                "PER: PrioritizedSampler.update_priority": lambda: prb.sampler.update_priority(idx, prio),
+                "PER: update_tensordict_priority": lambda: prb.update_tensordict_priority(sample),
+            }
+        )
+    for name, fn in parts.items():
+        rows.append({"workload": "profile, CartPole 1M, 256", "impl": name, **_timed(fn, repeats)})
+        print(rows[-1], flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen parts and print a Markdown table (and JSON with ``--json``)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -226,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="1000000,10000000")
     p.add_argument("--episode-len", type=int, default=1000)
     p.add_argument("--memmap-dir", default="/tmp/rs-torchrl-bench")
+    p.add_argument("--pixel-size", type=int, default=50_000)
     p.add_argument("--json")
     args = p.parse_args(argv)
     parts = args.part.split(",")
@@ -234,6 +419,10 @@ def main(argv: list[str] | None = None) -> int:
         rows += bench_uniform(args.repeats)
     if "per" in parts:
         rows += bench_per(args.repeats)
+    if "configs" in parts:
+        rows += bench_configs(args.repeats, Path(args.memmap_dir), args.pixel_size)
+    if "profile" in parts:
+        rows += bench_profile(args.repeats)
     if "slice" in parts:
         memmap_dir = Path(args.memmap_dir)
         memmap_dir.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,9 @@ Hydra and loggers, and with fewer frames by default (``--frames``; TorchRL runs 
 - ``torchrl-per``: TorchRL's ``TensorDictPrioritizedReplayBuffer(alpha=0.6, beta=0.4)`` (needs
   TorchRL's C++ extension built for the installed torch);
 - ``replaystore-per``: the same class from ``replaystore.integrations.torchrl`` (one import);
-- ``torchrl-uniform``: TorchRL's example's own ``TensorDictReplayBuffer(LazyTensorStorage)``.
+- ``torchrl-uniform``: TorchRL's example's own ``TensorDictReplayBuffer(LazyTensorStorage)``;
+- ``replaystore-uniform``: the same class from ``replaystore.integrations.torchrl`` (its fast
+  ``sample``).
 
 Prints one JSON line: returns of the evaluation episodes, training time, and the time spent in
 the buffer (``extend``, ``sample``, ``update_tensordict_priority``) in wall and CPU seconds.
@@ -52,6 +54,10 @@ def make_buffer(kind: str, size: int, batch: int):
     """The replay buffer under test."""
     if kind == "torchrl-uniform":
         return TensorDictReplayBuffer(storage=LazyTensorStorage(size), batch_size=batch)
+    if kind == "replaystore-uniform":
+        from replaystore.integrations.torchrl import TensorDictReplayBuffer as FastTensorDictReplayBuffer
+
+        return FastTensorDictReplayBuffer(storage=LazyTensorStorage(size), batch_size=batch)
     if kind == "torchrl-per":
         from torchrl.data import TensorDictPrioritizedReplayBuffer
     elif kind == "replaystore-per":
@@ -78,7 +84,11 @@ class _Clock:
 def main(argv: list[str] | None = None) -> dict:
     """Train, evaluate, print and return the JSON summary."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--buffer", default="replaystore-per", choices=["torchrl-per", "replaystore-per", "torchrl-uniform"])
+    p.add_argument(
+        "--buffer",
+        default="replaystore-per",
+        choices=["torchrl-per", "replaystore-per", "torchrl-uniform", "replaystore-uniform"],
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--frames", type=int, default=50_000)
     p.add_argument("--annealing-frames", type=int, default=25_000)

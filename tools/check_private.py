@@ -61,6 +61,17 @@ ALLOWED_ATTRIBUTES = {
     ("replaystore.integrations.torchrl.slices", "_is_full"),
     ("replaystore.integrations.torchrl.slices", "_last_cursor_index"),
     ("replaystore.integrations.torchrl.slices", "_REPLACEMENT_DISPATCH"),
+    # The TorchRL buffers' fast sample (issue 35) builds TensorDicts as TensorDict builds its own
+    # results: ``_new_unsafe`` (no re-validation of what it just gathered), reading the source's
+    # ``_tensordict`` / ``_device`` / ``_td_dim_names`` (the public ``items()``/``device``/``names``
+    # cost more than the gather they serve); and reads TorchRL's storage contents and generator
+    # (``_storage``, ``_rng``: what TorchRL's own samplers and ``_rand_given_ndim`` read).
+    ("replaystore.integrations.torchrl.fastpath", "_new_unsafe"),
+    ("replaystore.integrations.torchrl.fastpath", "_tensordict"),
+    ("replaystore.integrations.torchrl.fastpath", "_device"),
+    ("replaystore.integrations.torchrl.fastpath", "_td_dim_names"),
+    ("replaystore.integrations.torchrl.fastpath", "_storage"),
+    ("replaystore.integrations.torchrl.fastpath", "_rng"),
 }
 #: ``(importing module, private module)`` pairs allowed despite PRV002, each with its reason.
 ALLOWED_IMPORTS = {

@@ -12,7 +12,12 @@ TorchRL's) in every TorchRL namespace a test or TorchRL's own constructors read 
 - ``SliceSampler``, ``SliceSamplerWithoutReplacement`` and ``PrioritizedSliceSampler`` in
   ``torchrl.data``, ``torchrl.data.replay_buffers`` and ``torchrl.data.replay_buffers.samplers``;
 - ``LazyTensorStorage`` in ``torchrl.data``, ``torchrl.data.replay_buffers`` and
-  ``torchrl.data.replay_buffers.storages`` (TorchRL's ``LazyMemmapStorage`` keeps TorchRL's base).
+  ``torchrl.data.replay_buffers.storages`` (TorchRL's ``LazyMemmapStorage`` keeps TorchRL's base);
+- ``ReplayBuffer``, ``TensorDictReplayBuffer``, ``PrioritizedReplayBuffer`` and
+  ``TensorDictPrioritizedReplayBuffer`` (the buffers with the fast ``sample``) in ``torchrl.data`` and
+  ``torchrl.data.replay_buffers`` only: TorchRL's own modules import them from the internal package
+  ``torchrl.data.replay_buffers.replay_buffers`` (e.g. ``ParameterScheduler``'s ``isinstance`` check),
+  which keeps TorchRL's classes.
 
 TorchRL's other subclasses of these keep TorchRL's bases. ``REPLAYSTORE_TORCHRL_REDIRECT``
 chooses the names (comma-separated; ``none`` runs TorchRL unchanged, for a baseline).
@@ -29,7 +34,12 @@ _ALL = (
     "SliceSamplerWithoutReplacement",
     "PrioritizedSliceSampler",
     "LazyTensorStorage",
+    "ReplayBuffer",
+    "TensorDictReplayBuffer",
+    "PrioritizedReplayBuffer",
+    "TensorDictPrioritizedReplayBuffer",
 )
+_BUFFERS = ("torchrl.data", "torchrl.data.replay_buffers")
 _PUBLIC = ("torchrl.data", "torchrl.data.replay_buffers", "torchrl.data.replay_buffers.samplers")
 _MODULES = {
     "PrioritizedSampler": (
@@ -43,6 +53,10 @@ _MODULES = {
     "SliceSamplerWithoutReplacement": _PUBLIC,
     "PrioritizedSliceSampler": _PUBLIC,
     "LazyTensorStorage": ("torchrl.data", "torchrl.data.replay_buffers", "torchrl.data.replay_buffers.storages"),
+    "ReplayBuffer": _BUFFERS,
+    "TensorDictReplayBuffer": _BUFFERS,
+    "PrioritizedReplayBuffer": _BUFFERS,
+    "TensorDictPrioritizedReplayBuffer": _BUFFERS,
 }
 
 

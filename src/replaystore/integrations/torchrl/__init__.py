@@ -5,6 +5,8 @@
   :class:`PrioritizedReplayBuffer` and :class:`TensorDictPrioritizedReplayBuffer` build it.
 - :class:`SliceSampler`: TorchRL's ``SliceSampler`` whose trajectory index is kept up to date
   incrementally on writes instead of being recomputed from the whole storage on every sample.
+- :class:`ReplayBuffer`, :class:`TensorDictReplayBuffer` (and the two prioritized buffers): TorchRL's
+  buffers whose plain ``sample`` (and ``update_tensordict_priority``) skip TorchRL's generic steps.
 - :class:`LazyTensorStorage`: TorchRL's storage whose batch reads gather each stored tensor with
   ``index_select`` (about half the cost of TorchRL's ``TensorDict`` indexing).
 
@@ -12,6 +14,7 @@ Each is a subclass of the TorchRL class it replaces, so TorchRL's replay buffers
 writers, transforms and checkpoints use it unchanged. See ``docs/compat/torchrl.md``.
 """
 
+from .fastpath import ReplayBuffer, TensorDictReplayBuffer
 from .prioritized import PrioritizedReplayBuffer, PrioritizedSampler, TensorDictPrioritizedReplayBuffer
 from .prioritized_slices import PrioritizedSliceSampler
 from .slices import SliceSampler, SliceSamplerWithoutReplacement
@@ -24,8 +27,10 @@ __all__ = [
     "PrioritizedReplayBuffer",
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
+    "ReplayBuffer",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
     "SumTree",
     "TensorDictPrioritizedReplayBuffer",
+    "TensorDictReplayBuffer",
 ]

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import MemoryMappedTensor
+from tensordict import MemoryMappedTensor, TensorDict
 from torchrl.data.replay_buffers import (
     PrioritizedReplayBuffer as _RLPrioritizedReplayBuffer,
 )
@@ -33,6 +33,7 @@ from torchrl.data.replay_buffers import TensorDictReplayBuffer as _RLTensorDictR
 from torchrl.data.replay_buffers import samplers as _rl_samplers
 
 from ...errors import InvalidArgument
+from .fastpath import FastSampleMixin
 from .trees import MinTree, SumTree
 
 __all__ = ["PrioritizedReplayBuffer", "PrioritizedSampler", "TensorDictPrioritizedReplayBuffer"]
@@ -55,6 +56,8 @@ class PrioritizedSampler(_RLPrioritizedSampler):
         InvalidArgument: a CUDA ``device``.
     """
 
+    #: a 1-D index per draw: replay buffers may take their fast path (fastpath.py) with this sampler
+    _replaystore_flat = True
     # (class defaults: TorchRL's PrioritizedSliceSampler calls PrioritizedSampler.__init__ by name)
     _track_keys = False
     _next_key = 0
@@ -293,10 +296,11 @@ class PrioritizedSampler(_RLPrioritizedSampler):
             self._recompute_max_priority_from_tree()
 
 
-class PrioritizedReplayBuffer(_RLPrioritizedReplayBuffer):
+class PrioritizedReplayBuffer(FastSampleMixin, _RLPrioritizedReplayBuffer):
     """TorchRL's ``PrioritizedReplayBuffer`` with replaystore's :class:`PrioritizedSampler` by default.
 
-    Same arguments as TorchRL's; a ``sampler`` passed in is used as given.
+    Same arguments as TorchRL's; a ``sampler`` passed in is used as given. A plain ``sample``
+    skips TorchRL's generic steps (:mod:`~replaystore.integrations.torchrl.fastpath`).
     """
 
     def __init__(self, *, alpha: float, beta: float, eps: float = 1e-8, dtype: torch.dtype = torch.float, **kwargs):
@@ -308,12 +312,13 @@ class PrioritizedReplayBuffer(_RLPrioritizedReplayBuffer):
         super().__init__(alpha=alpha, beta=beta, eps=eps, dtype=dtype, **kwargs)
 
 
-class TensorDictPrioritizedReplayBuffer(_RLTensorDictPrioritizedReplayBuffer):
+class TensorDictPrioritizedReplayBuffer(FastSampleMixin, _RLTensorDictPrioritizedReplayBuffer):
     """TorchRL's ``TensorDictPrioritizedReplayBuffer`` with replaystore's :class:`PrioritizedSampler`.
 
     Same keyword arguments as TorchRL 0.14's, plus ``track_keys`` (see :class:`PrioritizedSampler`;
     samples then carry ``"key"``, and :meth:`update_tensordict_priority` skips entries whose slot
-    was overwritten since they were sampled).
+    was overwritten since they were sampled). A plain ``sample`` and ``update_tensordict_priority``
+    skip TorchRL's generic steps (:mod:`~replaystore.integrations.torchrl.fastpath`).
 
     Raises:
         InvalidArgument: a CUDA ``sampler_device``.
@@ -357,8 +362,39 @@ class TensorDictPrioritizedReplayBuffer(_RLTensorDictPrioritizedReplayBuffer):
             self, priority_key=priority_key, storage=storage, sampler=sampler, compilable=compilable, **kwargs
         )
 
+    _fast_info_in_data = True
+
+    def _fast_update(self, data: Any) -> bool:
+        """TorchRL's update of 1-D ``"index"`` and priorities, straight to the sampler; False: not handled."""
+        sampler = self._sampler
+        if (
+            type(data) is not TensorDict
+            or data.batch_dims != 1
+            or not self._initialized
+            or not self._sync
+            or not getattr(sampler, "_replaystore_flat", False)
+            or sampler._key_of_index is not None
+            or self._sample_unit is not None
+            or self._storage.ndim != 1
+        ):
+            return False
+        priority = data.get(self.priority_key, None)
+        index = data.get("index", None)
+        if (
+            type(priority) is not torch.Tensor
+            or type(index) is not torch.Tensor
+            or priority.ndim != 1
+            or index.shape != priority.shape
+        ):
+            return False
+        with self._replay_lock, self._write_lock:
+            sampler.update_priority(index, priority)
+        return True
+
     def update_tensordict_priority(self, data: Any) -> None:
         """TorchRL's update; when ``data`` carries ``"key"`` (``track_keys``), stale entries are skipped."""
+        if self._fast_update(data):
+            return None
         sampler = self._sampler if self._sync else self._prioritized_sampler
         if (
             not isinstance(sampler, PrioritizedSampler)

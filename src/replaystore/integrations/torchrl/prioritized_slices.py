@@ -23,6 +23,8 @@ __all__ = ["PrioritizedSliceSampler"]
 class PrioritizedSliceSampler(SliceSampler, _RLPrioritizedSliceSampler, PrioritizedSampler):
     """TorchRL's ``PrioritizedSliceSampler`` with replaystore's trees and trajectory index."""
 
+    _replaystore_flat = False  # (its draws are slices: replay buffers take TorchRL's path)
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         _RLPrioritizedSliceSampler.__init__(self, *args, **kwargs)
         self._reset_index()
