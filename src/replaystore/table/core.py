@@ -32,7 +32,7 @@ from ..items import Sample, check_device, drawn_sample
 from ..keys import KeyIndex, RingIndex, RingLiveSet
 from ..limiters import MinSize, Queue, RateLimiter, Stack
 from ..placement import allocate, placing, scope
-from ..rows import FastMethod, count_samples
+from ..rows import FastMethod, count_samples, meta_columns
 from ..samplers import Fifo, Lifo, Selector, Uniform
 from ..staging import AddStager
 from ..storage import ColumnStorage, Storage
@@ -161,9 +161,7 @@ class Table(
         self._state = st = TableState(capacity)
         # per-slot metadata rows (key, times_sampled, version, priority bits); the names are column views
         self._meta = allocate_rows(capacity)
-        self._times_sampled = self._meta[:, 1]
-        self._version = self._meta[:, 2]
-        self._priority = self._meta.view(np.float64)[:, 3]
+        _keys, self._times_sampled, self._version, self._priority = meta_columns(self._meta)
         # Ring mode (see .ring): the key index, the free-slot stack and the Fifo/Uniform selectors'
         # arrays are arithmetic on the ring until the first removal that is not the oldest items.
         self._ring: RingIndex | None = None
