@@ -76,8 +76,9 @@ TIMES_SAMPLED_MAX = 2**31 - 1
 
 def meta_columns(meta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(keys int64, times_sampled int32, versions int32, priorities float64)``: writable views of ``meta``."""
-    m32 = meta.view(np.int32)
-    return meta[:, 0], m32[:, META_TIMES_SAMPLED], m32[:, META_VERSION], meta.view(np.float64)[:, META_PRIORITY]
+    pair = meta[:, 1:2].view(np.int32)  # (word 1 alone: also a view of a zero-stride stand-in)
+    prio = meta[:, META_PRIORITY : META_PRIORITY + 1].view(np.float64)[:, 0]
+    return meta[:, 0], pair[:, META_TIMES_SAMPLED - 2], pair[:, META_VERSION - 2], prio
 
 
 def widen_rows(stored: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
