@@ -67,6 +67,8 @@ def test_versions_outside_int32_are_refused_and_change_nothing(cls):
             t.set_version(bad)
         with pytest.raises(rs.InvalidArgument, match="int32"):
             t.set_version(bad, reset=True)
+        with pytest.raises(rs.InvalidArgument, match="int32"):
+            t.version = bad
     assert np.array_equal(t._meta, before[0]) and t.stats() == before[1] and t.keys().tolist() == before[2]
     assert t.set_version(2**31 - 1) == 0 and t.add(ITEM) == 3  # the largest version is fine
     assert t.info([3])["versions"].tolist() == [2**31 - 1]
