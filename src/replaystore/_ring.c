@@ -780,8 +780,8 @@ add_locked(Entry *e, PyObject **src, PyObject *priority, PyObject *version)
     __atomic_thread_fence(__ATOMIC_RELEASE);
     for (Py_ssize_t i = 0; i < w->k; i++)
         write_source(w, i, src[i], (Py_ssize_t)slot, 1);
-    ((int32_t *)row)[META_TS32] = 0;
-    ((int32_t *)row)[META_VER32] = (int32_t)v;
+    int32_t pair[2] = {0, (int32_t)v};  /* (times sampled, version): word 1, one store */
+    memcpy(row + 1, pair, 8);
     memcpy(row + META_PRIO, &p, 8);
     pend_apply(pend, np_);
     return ret;
@@ -850,10 +850,12 @@ extend_locked(Entry *e, PyObject **src, npy_intp n)
         write_source(w, i, src[i], (Py_ssize_t)start, n);
     int64_t pbits;
     memcpy(&pbits, &c.max_priority, 8);
+    int32_t pair[2] = {0, (int32_t)c.version};  /* (times sampled, version): word 1 */
+    int64_t w1;
+    memcpy(&w1, pair, 8);
     for (npy_intp i = 0; i < n; i++) {
         int64_t *row = rows + META_W * i;
-        ((int32_t *)row)[META_TS32] = 0;
-        ((int32_t *)row)[META_VER32] = (int32_t)c.version;
+        row[1] = w1;
         row[META_PRIO] = pbits;
     }
     pend_apply(pend, np_);

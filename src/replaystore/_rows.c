@@ -24,14 +24,15 @@
 #define META_TS32 2
 #define META_VER32 3
 #define META_PRIO 2
+/* both cache lines of a row (a 24-byte row straddles two lines for 2 slots in 8) */
+#define PREFETCH_META(p) do { __builtin_prefetch((p), 1); __builtin_prefetch((p) + META_W - 1, 1); } while (0)
 
 static inline void
 meta_set(int64_t *row, int64_t key, int32_t version, int64_t pbits)
 {
-    int32_t *r32 = (int32_t *)row;
+    int32_t pair[2] = {0, version};  /* (times sampled, version): word 1, one store */
     row[0] = key;
-    r32[META_TS32] = 0;
-    r32[META_VER32] = version;
+    memcpy(row + 1, pair, 8);
     row[META_PRIO] = pbits;
 }
 
@@ -578,7 +579,7 @@ count_samples(PyObject *self, PyObject *args)
         int64_t *dst = (int64_t *)o.buf;
         for (Py_ssize_t i = 0; i < n; i++) {
             if (i + PREFETCH_AHEAD < n)
-                __builtin_prefetch(rows + META_W * sl[i + PREFETCH_AHEAD], 1);
+                PREFETCH_META(rows + META_W * sl[i + PREFETCH_AHEAD]);
             meta_count(rows + META_W * sl[i]);
         }
         for (Py_ssize_t i = 0; i < n; i++)
@@ -691,7 +692,7 @@ gather_rows(PyObject *self, PyObject *args)
                         __builtin_prefetch(row + rowb[i] - 1);
                 }
                 if (mrows != NULL)
-                    __builtin_prefetch(mrows + META_W * ahead, 1);
+                    PREFETCH_META(mrows + META_W * ahead);
             }
             for (Py_ssize_t i = 0; i < k; i++)
                 memcpy((char *)dst[i].buf + j * rowb[i], (const char *)cols[i].buf + sl[j] * rowb[i],
