@@ -128,6 +128,7 @@ def parts(table: Any) -> dict[str, Any]:
     """The parts of the two calls, each alone on fresh random inputs (``--split``): where the cost grows."""
     from replaystore.episodes import nstep as _nstep
     from replaystore.episodes import sequences as _seq
+    from replaystore.rows import meta_columns
     from replaystore.storage.columns import runs_view
 
     index, storage, meta = table._require_episodes(), table.storage, table._meta  # noqa: SLF001 - a bench
@@ -142,7 +143,7 @@ def parts(table: Any) -> dict[str, Any]:
     def pick(k: int) -> np.ndarray:
         return firsts[rng.integers(0, len(firsts), k)]
 
-    times_sampled = meta[:, 1]
+    times_sampled = meta_columns(meta)[1]
 
     def count(slots: np.ndarray) -> np.ndarray:
         np.add.at(times_sampled, slots, 1)

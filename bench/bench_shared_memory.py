@@ -14,6 +14,10 @@ run it on a quiet machine. Rows:
   state is per process);
 - the payload alone (capacity x 45 bytes), the floor.
 
+``Shmem`` counts every process's shared memory, so on a busy machine other work moves it; for the
+``SharedTable`` rows the last column also gives the blocks its segment file holds (``st_blocks``:
+what the table itself takes, whatever else runs).
+
 Usage (the bench venv has cpprb and TorchRL)::
 
     PYTHONPATH=src bench/.venv/bin/python bench/bench_shared_memory.py [--capacity 1000000]
@@ -23,8 +27,11 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import shutil
 import tempfile
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from bench_shared import batch_of, spec_of  # noqa: E402 - the small transitions of bench_shared.py
@@ -50,7 +57,7 @@ def fill(extend, capacity: int, step: int = 4096) -> None:
         extend(batch_of("small", min(step, capacity - i), i))
 
 
-def shared(capacity: int, prioritized: bool, reserve_all: bool, delete: bool) -> int:
+def shared(capacity: int, prioritized: bool, reserve_all: bool, delete: bool) -> tuple[int, int]:
     before = shmem()
     sampler = rs.Prioritized(0.6, 0.4) if prioritized else rs.Uniform()
     t = SharedTable.create(f"mem-{mp.current_process().pid}", capacity, SPEC, sampler=sampler, reserve_all=reserve_all)
@@ -59,7 +66,8 @@ def shared(capacity: int, prioritized: bool, reserve_all: bool, delete: bool) ->
         if delete:
             t.delete([int(t.keys()[capacity // 2])])  # out of insertion order: ring mode ends
         t.sample(256)
-        return shmem() - before
+        held = sum(os.stat(f).st_blocks * 512 for f in Path(t.path).iterdir() if f.is_file())
+        return shmem() - before, held
     finally:
         t.close()
 
@@ -100,7 +108,7 @@ def _run(queue, fn, args) -> None:
     queue.put(fn(*args))
 
 
-def isolated(fn, *args) -> int:
+def isolated(fn, *args) -> Any:
     """``fn(*args)`` in a forked child: what it maps is unmapped (and freed) when the child exits."""
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
@@ -117,7 +125,7 @@ def main() -> None:
     ap.add_argument("--capacity", type=int, default=1_000_000)
     args = ap.parse_args()
     cap = args.capacity
-    rows: list[tuple[str, str, int | None]] = []
+    rows: list[tuple[str, str, Any]] = []
     for prio in (False, True):
         sampler = "prioritized" if prio else "uniform"
         rows.append((sampler, "SharedTable, ring mode", isolated(shared, cap, prio, False, False)))
@@ -133,13 +141,15 @@ def main() -> None:
             except ImportError:
                 rows.append((sampler, "TorchRL (not installed)", None))
     print(f"# bench_shared_memory: {cap:,} small transitions ({ROW_BYTES} B each: {cap * ROW_BYTES / 2**20:.1f} MiB)")
-    print("| sampler | buffer | shared memory MiB | B per slot | x payload |")
-    print("|---|---|---|---|---|")
+    print("| sampler | buffer | shared memory MiB | B per slot | x payload | segment file B per slot |")
+    print("|---|---|---|---|---|---|")
     for sampler, name, used in rows:
         if used is None:
-            print(f"| {sampler} | {name} | - | - | - |")
+            print(f"| {sampler} | {name} | - | - | - | - |")
             continue
-        print(f"| {sampler} | {name} | {used / 2**20:.1f} | {used / cap:.1f} | {used / cap / ROW_BYTES:.2f} |")
+        used, held = used if isinstance(used, tuple) else (used, None)
+        file = "-" if held is None else f"{held / cap:.1f}"
+        print(f"| {sampler} | {name} | {used / 2**20:.1f} | {used / cap:.1f} | {used / cap / ROW_BYTES:.2f} | {file} |")
 
 
 if __name__ == "__main__":

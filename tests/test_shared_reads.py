@@ -189,10 +189,14 @@ def test_keys_settled_refuses_buffers_that_do_not_fit():
     words[W_BUSY] = words[W_UNORDERED] = 0
     meta[2, 0] = 5  # a key moved
     assert not settled(words, meta, slots, rows)
+    narrow = np.zeros((8, 3), np.int64)  # the table's 3-word rows: the key is still word 0 of each
+    assert settled(words, narrow, slots, rows)
+    narrow[2, 0] = 5
+    assert not settled(words, narrow, slots, rows)
     for bad in (
         (words, meta, np.array([1, 8]), rows),  # a slot out of range
         (words, meta, slots, np.zeros((3, 4), np.int64)),  # rows of another length
-        (words, np.zeros((8, 3), np.int64), slots, rows),  # not 4 words a slot
+        (words, np.zeros(24, np.int64), slots, rows),  # not one row of words a slot
     ):
         with pytest.raises(ValueError, match="keys_settled"):
             settled(*bad)

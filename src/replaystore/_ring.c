@@ -33,6 +33,11 @@
 #include <numpy/arrayscalars.h>
 
 #define MAX_FIELDS 64
+/* the metadata row (replaystore.rows): key, (times_sampled, version) as two int32, priority bits */
+#define META_W 3
+#define META_TS32 2
+#define META_VER32 3
+#define META_PRIO 2
 
 /* the TableState slots and rate-limiter slots the paths read or write */
 enum { S_NEXT_KEY, S_SIZE, S_NFREE, S_VERSION, S_RING_MODE, S_RING_BASE, S_RING_LO, S_RING_HI, S_CLOSED,
@@ -52,7 +57,7 @@ typedef struct {
     Py_ssize_t k;
     PyObject *names;    /* tuple of str: the fields, in the columns' order */
     PyObject *columns;  /* tuple of ndarrays (kept alive) */
-    PyObject *meta;     /* the (capacity, 4) int64 metadata (kept alive) */
+    PyObject *meta;     /* the (capacity, META_W) int64 metadata (kept alive) */
     PyObject *state;    /* the TableState */
     PyObject *limiter;  /* the rate limiter (the table's rate_limiter is checked against it per call) */
     PyObject *lock, *acquire, *release;  /* the table's RLock and its bound methods */
@@ -311,9 +316,9 @@ writer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
     if (!PyArray_CheckExact(meta) || PyArray_NDIM((PyArrayObject *)meta) != 2
-        || PyArray_DIM((PyArrayObject *)meta, 1) != 4 || PyArray_TYPE((PyArrayObject *)meta) != NPY_INT64
+        || PyArray_DIM((PyArrayObject *)meta, 1) != META_W || PyArray_TYPE((PyArrayObject *)meta) != NPY_INT64
         || !PyArray_ISCARRAY((PyArrayObject *)meta)) {
-        PyErr_SetString(PyExc_ValueError, "RingWriter: meta must be a writable C-contiguous (capacity, 4) int64 array");
+        PyErr_SetString(PyExc_ValueError, "RingWriter: meta must be a writable C-contiguous (capacity, 3) int64 array");
         return NULL;
     }
     Py_ssize_t cap = PyArray_DIM((PyArrayObject *)meta, 0);
@@ -722,6 +727,8 @@ add_locked(Entry *e, PyObject **src, PyObject *priority, PyObject *version)
         }
     } else
         return NULL;
+    if (v < INT32_MIN || v > INT32_MAX)
+        return NULL;  /* (the general path names the error) */
     int ok = 1;
     if (!limiter_admits(w, e->lim, 1, &ok) || !ok)
         return NULL;
@@ -768,14 +775,14 @@ add_locked(Entry *e, PyObject **src, PyObject *priority, PyObject *version)
         np_++;
     }
     /* write: the key first (fenced), the payload, the rest of the row, the counters */
-    int64_t *row = w->meta_rows + 4 * slot;
+    int64_t *row = w->meta_rows + META_W * slot;
     __atomic_store_n(row, (int64_t)key, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
     for (Py_ssize_t i = 0; i < w->k; i++)
         write_source(w, i, src[i], (Py_ssize_t)slot, 1);
-    row[1] = 0;
-    row[2] = (int64_t)v;
-    memcpy(row + 3, &p, 8);
+    int32_t pair[2] = {0, (int32_t)v};  /* (times sampled, version): word 1, one store */
+    memcpy(row + 1, pair, 8);
+    memcpy(row + META_PRIO, &p, 8);
     pend_apply(pend, np_);
     return ret;
 nomem:
@@ -803,7 +810,7 @@ extend_locked(Entry *e, PyObject **src, npy_intp n)
     long long start = (first - c.ring_base) % cap;
     if (start < 0)
         start += cap;
-    if (n <= 0 || start + n > cap)
+    if (n <= 0 || start + n > cap || c.version < INT32_MIN || c.version > INT32_MAX)
         return NULL;
     int ok = 1;
     if (!limiter_admits(w, e->lim, n, &ok) || !ok)
@@ -835,18 +842,21 @@ extend_locked(Entry *e, PyObject **src, npy_intp n)
         || pend_int(pend, &np_, st, w->soff[S_NFREE], cap - size) < 0
         || pend_int(pend, &np_, st, w->soff[S_NEXT_KEY], first + n) < 0)
         goto nomem;
-    int64_t *rows = w->meta_rows + 4 * start;
+    int64_t *rows = w->meta_rows + META_W * start;
     for (npy_intp i = 0; i < n; i++)
-        __atomic_store_n(rows + 4 * i, (int64_t)(first + i), __ATOMIC_RELAXED);
+        __atomic_store_n(rows + META_W * i, (int64_t)(first + i), __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
     for (Py_ssize_t i = 0; i < w->k; i++)
         write_source(w, i, src[i], (Py_ssize_t)start, n);
     int64_t pbits;
     memcpy(&pbits, &c.max_priority, 8);
+    int32_t pair[2] = {0, (int32_t)c.version};  /* (times sampled, version): word 1 */
+    int64_t w1;
+    memcpy(&w1, pair, 8);
     for (npy_intp i = 0; i < n; i++) {
-        rows[4 * i + 1] = 0;
-        rows[4 * i + 2] = (int64_t)c.version;
-        rows[4 * i + 3] = pbits;
+        int64_t *row = rows + META_W * i;
+        row[1] = w1;
+        row[META_PRIO] = pbits;
     }
     pend_apply(pend, np_);
     return (PyObject *)keys;

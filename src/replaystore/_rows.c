@@ -16,6 +16,44 @@
 #define MAX_FIELDS 64
 #define PREFETCH_AHEAD 8  /* rows ahead to prefetch in gathers: enough to overlap ~8 misses */
 
+/* A table's metadata rows (replaystore.rows): META_W int64 words per slot: the key, then
+ * times_sampled and version as two int32 (int32 columns 2 and 3 of the row), then the priority's
+ * float64 bits. A sample row (count_samples' and gather_rows' out) is 4 int64: key, times
+ * sampled, version, priority bits. */
+#define META_W 3
+#define META_TS32 2
+#define META_VER32 3
+#define META_PRIO 2
+/* both cache lines of a row (a 24-byte row straddles two lines for 2 slots in 8) */
+#define PREFETCH_META(p) do { __builtin_prefetch((p), 1); __builtin_prefetch((p) + META_W - 1, 1); } while (0)
+
+static inline void
+meta_set(int64_t *row, int64_t key, int32_t version, int64_t pbits)
+{
+    int32_t pair[2] = {0, version};  /* (times sampled, version): word 1, one store */
+    row[0] = key;
+    memcpy(row + 1, pair, 8);
+    row[META_PRIO] = pbits;
+}
+
+static inline void
+meta_count(int64_t *row)
+{
+    int32_t *ts = (int32_t *)row + META_TS32;
+    if (*ts != INT32_MAX)  /* (saturates) */
+        *ts += 1;
+}
+
+static inline void
+meta_widen(int64_t *dst, const int64_t *row)
+{
+    const int32_t *r32 = (const int32_t *)row;
+    dst[0] = row[0];
+    dst[1] = r32[META_TS32];
+    dst[2] = r32[META_VER32];
+    dst[3] = row[META_PRIO];
+}
+
 /* Strip a native byte-order prefix ('@', '=', '<' on little-endian) from a buffer format. */
 static const char *
 bare_format(const char *fmt)
@@ -125,7 +163,7 @@ release_plans(FieldPlan *plans, Py_ssize_t k)
  *   when batched, shape_i when not (then n must be 1); a Python scalar for a 0-d field of a single
  *   row. Rows [start, start + n) of each column receive them. Returns False, having written
  *   nothing, when any source does not match exactly (or is not C-contiguous) or the rows are out
- *   of range; True when every field was copied. With meta (a C-contiguous (capacity, 4) int64 array)
+ *   of range; True when every field was copied. With meta (a C-contiguous (capacity, META_W) int64 array)
  * the rows' keys (column 0) become first_key + i before any payload byte is written, ordered by a
  * release fence (a sample copying outside a shared table's lock sees a moved key for any row it
  * may have read torn: replaystore.shared.reads); nothing is written when the copy is refused.
@@ -198,7 +236,7 @@ copy_rows_impl(PyObject *columns, PyObject *sources, Py_ssize_t start, Py_ssize_
         }
         if (ok && meta != NULL) { /* the rows' new keys first, ordered before their payloads */
             for (Py_ssize_t i = 0; i < n; i++)
-                __atomic_store_n(meta + 4 * (start + i), (int64_t)(first_key + i), __ATOMIC_RELAXED);
+                __atomic_store_n(meta + META_W * (start + i), (int64_t)(first_key + i), __ATOMIC_RELAXED);
             __atomic_thread_fence(__ATOMIC_RELEASE);
         }
         for (Py_ssize_t i = 0; i < k && ok; i++) {
@@ -230,10 +268,10 @@ copy_rows(PyObject *self, PyObject *args)
     Py_buffer b;
     if (PyObject_GetBuffer(meta, &b, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0)
         return NULL;
-    if (b.ndim != 2 || b.shape[1] != 4 || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0 || n < 0
+    if (b.ndim != 2 || b.shape[1] != META_W || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0 || n < 0
         || start + n > b.shape[0]) {
         PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "copy_rows: meta must be a C-contiguous (capacity, 4) int64 array "
+        PyErr_SetString(PyExc_ValueError, "copy_rows: meta must be a C-contiguous (capacity, 3) int64 array "
                                           "holding the rows");
         return NULL;
     }
@@ -244,9 +282,9 @@ copy_rows(PyObject *self, PyObject *args)
 
 /* fill_meta(meta, start, n, first_key, version, priority) -> None
  *
- * meta: a C-contiguous writable int64 array (capacity, 4) of (key, times_sampled, version,
- * priority bits). Rows [start, start + n) become (first_key + i, 0, version, priority).
- * Raises ValueError for a bad array or range (a caller bug, not user input).
+ * meta: a C-contiguous writable int64 array (capacity, META_W) of metadata rows. Rows
+ * [start, start + n) become key first_key + i, times sampled 0, version, priority. Raises
+ * ValueError for a bad array, range or a version outside int32 (a caller bug, not user input).
  */
 static PyObject *
 fill_meta(PyObject *self, PyObject *args)
@@ -260,22 +298,18 @@ fill_meta(PyObject *self, PyObject *args)
     Py_buffer b;
     if (PyObject_GetBuffer(meta, &b, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0)
         return NULL;
-    if (b.ndim != 2 || b.shape[1] != 4 || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0
-        || n < 0 || start + n > b.shape[0]) {
+    if (b.ndim != 2 || b.shape[1] != META_W || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0
+        || n < 0 || start + n > b.shape[0] || version < INT32_MIN || version > INT32_MAX) {
         PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "fill_meta: meta must be a C-contiguous (capacity, 4) int64 array "
-                                          "and the rows in range");
+        PyErr_SetString(PyExc_ValueError, "fill_meta: meta must be a C-contiguous (capacity, 3) int64 array, "
+                                          "the rows in range and the version an int32");
         return NULL;
     }
-    int64_t *rows = (int64_t *)b.buf + 4 * start;
+    int64_t *rows = (int64_t *)b.buf + META_W * start;
     int64_t pbits;
     memcpy(&pbits, &priority, 8);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        rows[4 * i] = (int64_t)(first_key + i);
-        rows[4 * i + 1] = 0;
-        rows[4 * i + 2] = (int64_t)version;
-        rows[4 * i + 3] = pbits;
-    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        meta_set(rows + META_W * i, (int64_t)(first_key + i), (int32_t)version, pbits);
     PyBuffer_Release(&b);
     Py_RETURN_NONE;
 }
@@ -454,7 +488,7 @@ last_occurrences(PyObject *self, PyObject *args)
  * keys (so the loads are not optimised away). A sampler that drew its numbers before taking the
  * table's lock calls it first: the misses are paid outside the lock, and the count under it finds
  * the rows in the cache. Writes nothing; a stale guess costs only the loads. ValueError for arrays
- * that do not fit (C-contiguous float64 uniforms in [0, 1); a (capacity, 4) int64 meta).
+ * that do not fit (C-contiguous float64 uniforms in [0, 1); a (capacity, 3) int64 meta).
  */
 static PyObject *
 touch_draw(PyObject *self, PyObject *args)
@@ -473,8 +507,8 @@ touch_draw(PyObject *self, PyObject *args)
     Py_ssize_t n = u.ndim == 1 ? u.shape[0] : -1;
     if (n < 0 || u.itemsize != 8 || !is_c_contiguous(&u) || bare_format(u.format)[0] != 'd')
         err = "touch_draw: uniforms must be a C-contiguous float64 vector";
-    else if (m.ndim != 2 || m.shape[1] != 4 || m.itemsize != 8 || !is_c_contiguous(&m) || m.shape[0] < 1)
-        err = "touch_draw: meta must be a C-contiguous (capacity, 4) int64 array";
+    else if (m.ndim != 2 || m.shape[1] != META_W || m.itemsize != 8 || !is_c_contiguous(&m) || m.shape[0] < 1)
+        err = "touch_draw: meta must be a C-contiguous (capacity, 3) int64 array";
     long long total = 0;
     if (err == NULL) {
         const double *uu = (const double *)u.buf;
@@ -485,11 +519,11 @@ touch_draw(PyObject *self, PyObject *args)
             if (i + PREFETCH_AHEAD < n) {
                 Py_ssize_t a = (Py_ssize_t)(uu[i + PREFETCH_AHEAD] * scale);
                 if (a >= 0 && a < cap)
-                    __builtin_prefetch(rows + 4 * a);
+                    __builtin_prefetch(rows + META_W * a);
             }
             Py_ssize_t k = (Py_ssize_t)(uu[i] * scale);
             if (k >= 0 && k < cap)
-                total += rows[4 * k];
+                total += rows[META_W * k];
         }
     }
     PyBuffer_Release(&u);
@@ -503,8 +537,9 @@ touch_draw(PyObject *self, PyObject *args)
 
 /* count_samples(meta, slots, out) -> None
  *
- * Adds one to times_sampled (column 1 of meta) of every slot (duplicates count twice), then
- * copies each slot's row into out (len(slots), 4): the counts include this sample. slots is a
+ * Adds one to times_sampled of every slot (duplicates count twice; a count saturates at
+ * 2**31 - 1), then writes each slot's sample row (key, times sampled, version, priority bits)
+ * into out (len(slots), 4) int64: the counts include this sample. slots is a
  * C-contiguous int64 array; raises ValueError for a bad array or a slot out of range (checked
  * before anything is written).
  */
@@ -528,8 +563,8 @@ count_samples(PyObject *self, PyObject *args)
     }
     const char *err = NULL;
     Py_ssize_t n = s.ndim == 1 ? s.shape[0] : -1;
-    if (m.ndim != 2 || m.shape[1] != 4 || m.itemsize != 8 || !is_c_contiguous(&m))
-        err = "count_samples: meta must be a C-contiguous (capacity, 4) int64 array";
+    if (m.ndim != 2 || m.shape[1] != META_W || m.itemsize != 8 || !is_c_contiguous(&m))
+        err = "count_samples: meta must be a C-contiguous (capacity, 3) int64 array";
     else if (n < 0 || s.itemsize != 8 || !is_c_contiguous(&s) || strchr("lq", bare_format(s.format)[0]) == NULL)
         err = "count_samples: slots must be a C-contiguous int64 vector";
     else if (o.ndim != 2 || o.shape[0] != n || o.shape[1] != 4 || o.itemsize != 8 || !is_c_contiguous(&o))
@@ -544,11 +579,11 @@ count_samples(PyObject *self, PyObject *args)
         int64_t *dst = (int64_t *)o.buf;
         for (Py_ssize_t i = 0; i < n; i++) {
             if (i + PREFETCH_AHEAD < n)
-                __builtin_prefetch(rows + 4 * sl[i + PREFETCH_AHEAD], 1);
-            rows[4 * sl[i] + 1] += 1;
+                PREFETCH_META(rows + META_W * sl[i + PREFETCH_AHEAD]);
+            meta_count(rows + META_W * sl[i]);
         }
         for (Py_ssize_t i = 0; i < n; i++)
-            memcpy(dst + 4 * i, rows + 4 * sl[i], 32);
+            meta_widen(dst + 4 * i, rows + META_W * sl[i]);
     }
     PyBuffer_Release(&m);
     PyBuffer_Release(&s);
@@ -634,7 +669,7 @@ gather_rows(PyObject *self, PyObject *args)
             ok = 0;
         } else {
             has_meta = 1;
-            if (m.ndim != 2 || m.shape[1] != 4 || m.itemsize != 8 || !is_c_contiguous(&m) || mo.ndim != 2
+            if (m.ndim != 2 || m.shape[1] != META_W || m.itemsize != 8 || !is_c_contiguous(&m) || mo.ndim != 2
                 || mo.shape[0] != n || mo.shape[1] != 4 || mo.itemsize != 8 || !is_c_contiguous(&mo))
                 ok = 0;
             else if (cap < 0 || m.shape[0] < cap)
@@ -657,18 +692,18 @@ gather_rows(PyObject *self, PyObject *args)
                         __builtin_prefetch(row + rowb[i] - 1);
                 }
                 if (mrows != NULL)
-                    __builtin_prefetch(mrows + 4 * ahead, 1);
+                    PREFETCH_META(mrows + META_W * ahead);
             }
             for (Py_ssize_t i = 0; i < k; i++)
                 memcpy((char *)dst[i].buf + j * rowb[i], (const char *)cols[i].buf + sl[j] * rowb[i],
                        (size_t)rowb[i]);
             if (mrows != NULL)
-                mrows[4 * sl[j] + 1] += 1;
+                meta_count(mrows + META_W * sl[j]);
         }
         if (mrows != NULL) {  /* after every increment: a repeated slot shows its final count */
             int64_t *out = (int64_t *)mo.buf;
             for (Py_ssize_t j = 0; j < n; j++)
-                memcpy(out + 4 * j, mrows + 4 * sl[j], 32);
+                meta_widen(out + 4 * j, mrows + META_W * sl[j]);
         }
     }
     if (has_meta) {
@@ -706,21 +741,20 @@ add_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_buffer b;
     if (PyObject_GetBuffer(args[3], &b, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0)
         return NULL;
-    if (b.ndim != 2 || b.shape[1] != 4 || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0
-        || start >= b.shape[0]) {
+    if (b.ndim != 2 || b.shape[1] != META_W || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0
+        || start >= b.shape[0] || version < INT32_MIN || version > INT32_MAX) {
         PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "add_row: meta must be a C-contiguous (capacity, 4) int64 array");
+        PyErr_SetString(PyExc_ValueError, "add_row: meta must be a C-contiguous (capacity, 3) int64 array "
+                                          "and the version an int32");
         return NULL;
     }
     if (!copy_rows_impl(args[0], args[1], start, 1, 0, (int64_t *)b.buf, key)) { /* (its key first) */
         PyBuffer_Release(&b);
         Py_RETURN_FALSE;
     }
-    int64_t *row = (int64_t *)b.buf + 4 * start;
-    row[0] = (int64_t)key;
-    row[1] = 0;
-    row[2] = (int64_t)version;
-    memcpy(row + 3, &priority, 8);
+    int64_t pbits;
+    memcpy(&pbits, &priority, 8);
+    meta_set((int64_t *)b.buf + META_W * start, (int64_t)key, (int32_t)version, pbits);
     PyBuffer_Release(&b);
     Py_RETURN_TRUE;
 }

@@ -159,7 +159,7 @@ def drawn_sample(
     """
     sample = Sample.build(
         data=data,
-        keys=rows[:, 0],
+        keys=rows[:, 0],  # (sample rows: rows.ROW_KEY .. ROW_PRIORITY)
         indices=slots,
         probabilities=probabilities,
         weights=np.ones(len(slots)) if weights is None else weights,

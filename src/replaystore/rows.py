@@ -12,7 +12,8 @@ The functions below, one contract in both versions (the compiled one is ``_rows.
   the rows' keys become ``first_key + i`` before any payload is written (a fence between, compiled:
   ``replaystore.shared.reads`` relies on it).
 - ``fill_meta(meta, start, n, first_key, version, priority)``: rows ``start .. start + n - 1`` of
-  a table's ``(capacity, 4)`` int64 metadata become ``(first_key + i, 0, version, priority bits)``.
+  a table's metadata (``META_WIDTH``, below) become key ``first_key + i``, times sampled 0,
+  ``version`` and ``priority``.
 - ``add_row(columns, sources, start, meta, key, version, priority) -> bool``: ``copy_rows`` of
   one item and, if it copied, ``fill_meta`` of its row: one call per single add.
 - ``ring_draw(uniforms, size, start, capacity, out)``: ``out[i] = (start + floor(uniforms[i] *
@@ -24,7 +25,8 @@ The functions below, one contract in both versions (the compiled one is ``_rows.
 - ``last_occurrences(slots, scratch, mask) -> bool``: ``mask[i]``: position ``i`` is the last of its
   slot; ``True`` when all are distinct. ``scratch``: ``capacity`` int64, all ``-1`` (left so).
 - ``count_samples(meta, slots, out)``: add one to ``times_sampled`` of each slot (a repeated slot
-  counts each time) and gather the slots' rows (with the new counts) into ``out``.
+  counts each time) and gather the slots' rows (with the new counts) into ``out``, a
+  ``(len(slots), 4)`` int64 array of *sample rows* (``ROW_*``, below: the stored row widened).
 
 - ``gather_rows(columns, slots, outs[, meta, meta_out]) -> bool``: ``outs[i][j] =
   columns[i][slots[j]]`` for every column (the compiled one copies every column's row of a slot
@@ -37,6 +39,15 @@ The functions below, one contract in both versions (the compiled one is ``_rows.
   ``Table.extend`` are ``FastMethod`` descriptors that fall back to the Python methods for every
   call the compiled path does not take (see ``replaystore.table.fast``).
 
+The metadata layout (one row per slot, ``(capacity, META_WIDTH)`` int64, 24 bytes): word 0 the
+key (``-1``: free slot), word 1 two int32 halves, ``times_sampled`` (int32 column
+``META_TIMES_SAMPLED`` of the row viewed as int32) and ``version`` (``META_VERSION``), word 2 the
+priority's float64 bits. Versions therefore lie in ``[VERSION_MIN, VERSION_MAX]`` (the table
+refuses others with a named error) and a count stops at ``2**31 - 1``; :func:`meta_columns` gives
+the four column views, :func:`sample_rows` the widened rows of some slots. Until issue 36 the row
+was ``(capacity, 4)`` int64 (32 bytes); a shared segment made with that layout does not open
+(``LayoutMismatch`` names the region), checkpoints are unchanged (one file per field).
+
 None of them locks (but ``FastMethod``, which takes the table's lock): the table calls them under
 its lock. ``COMPILED`` says which version runs;
 ``REPLAYSTORE_PURE_PYTHON=1`` in the environment forces the NumPy one (the test suite runs the
@@ -48,6 +59,44 @@ from __future__ import annotations
 import os
 
 import numpy as np
+
+#: int64 words per slot of a table's metadata rows: key, (times_sampled, version) as int32, priority.
+META_WIDTH = 3
+#: int32 columns of the metadata viewed as int32: times sampled and version.
+META_TIMES_SAMPLED, META_VERSION = 2, 3
+#: int64 word of the priority's float64 bits.
+META_PRIORITY = 2
+#: Columns of a sample row ``(n, 4)`` int64: key, times sampled, version, priority bits.
+ROW_KEY, ROW_TIMES_SAMPLED, ROW_VERSION, ROW_PRIORITY = 0, 1, 2, 3
+#: The range of an item's (and the table's) version: int32.
+VERSION_MIN, VERSION_MAX = -(2**31), 2**31 - 1
+#: The largest times_sampled a slot holds (the count saturates there).
+TIMES_SAMPLED_MAX = 2**31 - 1
+
+
+def meta_columns(meta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(keys int64, times_sampled int32, versions int32, priorities float64)``: writable views of ``meta``."""
+    pair = meta[:, 1:2].view(np.int32)  # (word 1 alone: also a view of a zero-stride stand-in)
+    prio = meta[:, META_PRIORITY : META_PRIORITY + 1].view(np.float64)[:, 0]
+    return meta[:, 0], pair[:, META_TIMES_SAMPLED - 2], pair[:, META_VERSION - 2], prio
+
+
+def widen_rows(stored: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Sample rows ``(n, 4)`` int64 (key, times sampled, version, priority bits) of stored rows ``(n, 3)``."""
+    if out is None:
+        out = np.empty((len(stored), 4), dtype=np.int64)
+    out[:, ROW_KEY] = stored[:, 0]
+    s32 = stored.view(np.int32)
+    out[:, ROW_TIMES_SAMPLED] = s32[:, META_TIMES_SAMPLED]
+    out[:, ROW_VERSION] = s32[:, META_VERSION]
+    out[:, ROW_PRIORITY] = stored[:, META_PRIORITY]
+    return out
+
+
+def sample_rows(meta: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """The sample rows ``(len(slots), 4)`` int64 of ``slots`` (their metadata widened; reads only)."""
+    return widen_rows(meta.take(np.asarray(slots, dtype=np.int64).ravel(), axis=0)).reshape((*np.shape(slots), 4))
+
 
 # Python scalar type -> field dtype kinds it may be cast into (NumPy "same_kind" from its default dtype)
 _PY_KINDS = {bool: "biufc", int: "iufc", float: "fc"}
@@ -91,11 +140,11 @@ def _copy_rows_py(
 
 
 def _fill_meta_py(meta: np.ndarray, start: int, n: int, first_key: int, version: int, priority: float) -> None:
-    rows = meta[start : start + n]
-    rows[:, 0] = np.arange(first_key, first_key + n)
-    rows[:, 1] = 0
-    rows[:, 2] = version
-    rows.view(np.float64)[:, 3] = priority
+    keys, times, versions, priorities = meta_columns(meta[start : start + n])
+    keys[:] = np.arange(first_key, first_key + n)
+    times[:] = 0
+    versions[:] = version
+    priorities[:] = priority
 
 
 def _add_row_py(
@@ -133,8 +182,12 @@ def _last_occurrences_py(slots: np.ndarray, scratch: np.ndarray, mask: np.ndarra
 
 
 def _count_samples_py(meta: np.ndarray, slots: np.ndarray, out: np.ndarray) -> None:
-    np.add.at(meta[:, 1], slots, 1)
-    np.take(meta, slots, axis=0, out=out, mode="clip")  # slots are in range; "raise" would buffer out
+    times = meta.view(np.int32)[:, META_TIMES_SAMPLED]
+    np.add.at(times, slots, 1)
+    wrapped = slots[times[slots] < 0]  # (int32: a count past 2**31 - 1 wrapped; it saturates instead)
+    if len(wrapped):
+        times[wrapped] = TIMES_SAMPLED_MAX
+    widen_rows(meta.take(slots, axis=0), out)
 
 
 def _gather_rows_py(
@@ -186,12 +239,26 @@ __all__ = [
     "FastMethod",
     "RingWriter",
     "COMPILED",
+    "META_PRIORITY",
+    "META_TIMES_SAMPLED",
+    "META_VERSION",
+    "META_WIDTH",
+    "ROW_KEY",
+    "ROW_PRIORITY",
+    "ROW_TIMES_SAMPLED",
+    "ROW_VERSION",
+    "TIMES_SAMPLED_MAX",
+    "VERSION_MAX",
+    "VERSION_MIN",
     "add_row",
     "copy_rows",
     "count_samples",
     "fill_meta",
     "gather_rows",
     "last_occurrences",
+    "meta_columns",
+    "sample_rows",
+    "widen_rows",
     "ring_draw",
     "ring_lookup",
     "touch_draw",

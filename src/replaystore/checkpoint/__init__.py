@@ -56,6 +56,7 @@ import numpy as np
 
 from ..episodes.consistency import check_index_arrays
 from ..errors import CheckpointError, DiskFull, InvalidArgument, ReplayError, StorageError
+from ..rows import TIMES_SAMPLED_MAX, VERSION_MAX, VERSION_MIN
 from ..snapshot import TableSnapshot
 from ..storage import Storage
 from ..storage.describe import from_description
@@ -354,6 +355,10 @@ def _build(
         raise CheckpointError(f"{path}: meta_priorities.npy holds NaN or infinite priorities")
     if n and meta["times_sampled"].min() < 0:
         raise CheckpointError(f"{path}: meta_times_sampled.npy holds negative counts")
+    if n and meta["times_sampled"].max() > TIMES_SAMPLED_MAX:  # (int32 in the metadata row)
+        raise CheckpointError(f"{path}: meta_times_sampled.npy holds counts above {TIMES_SAMPLED_MAX} (int32)")
+    if n and (meta["versions"].min() < VERSION_MIN or meta["versions"].max() > VERSION_MAX):
+        raise CheckpointError(f"{path}: meta_versions.npy holds versions outside int32 (the metadata row's)")
     desc = m["storage"]
     kind = desc["kind"]
     if kind == "objects":

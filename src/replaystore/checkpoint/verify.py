@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CheckpointError
+from ..rows import VERSION_MAX, VERSION_MIN
 from ..snapshot import META_DTYPES
 
 FORMAT = "replaystore-checkpoint"
@@ -200,8 +201,8 @@ def check_structure(m: dict) -> None:
     # keys, versions and counters are int64 in the table: leave room for the inserts still to come
     if t["next_key"] > INT_LIMIT:
         raise CheckpointError(f"manifest field table.next_key ({t['next_key']}) leaves no room for int64 keys")
-    if not -INT_LIMIT <= t["model_version"] <= INT_LIMIT:
-        raise CheckpointError(f"manifest field table.model_version ({t['model_version']}) is outside int64 range")
+    if not VERSION_MIN <= t["model_version"] <= VERSION_MAX:  # (the metadata row keeps versions as int32)
+        raise CheckpointError(f"manifest field table.model_version ({t['model_version']}) is outside int32 range")
     for name in t["counters"]:
         if not -INT_LIMIT <= manifest_field(t["counters"], name, int, "table.counters") <= INT_LIMIT:
             raise CheckpointError(f"manifest field table.counters[{name!r}] is outside int64 range")

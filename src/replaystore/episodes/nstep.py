@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EpisodeError, NoValidSequence
+from ..rows import sample_rows
 from ..samplers.base import Selector
 from ..storage.base import Storage
 from .index import _T_MASK, TERMINATED, UID_SHIFT, EpisodeIndex
@@ -337,7 +338,7 @@ def draw_nstep(
     discount[done] = 0.0
     next_obs = read_field(storage, boot, cfg.next_obs_field if has_next else cfg.obs_field)
     data = storage.read(slots)
-    rows = meta.take(slots, axis=0)
+    rows = sample_rows(meta, slots)
     return NStepSample(
         data=data,
         returns=returns,

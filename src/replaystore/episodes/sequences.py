@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EpisodeError, NoValidSequence
+from ..rows import sample_rows
 from ..samplers.base import Selector
 from ..samplers.prioritized import Prioritized
 from ..storage.base import Storage
@@ -295,7 +296,7 @@ def draw_sequences(
         step_keys = meta[:, 0][slots]
     if not full:
         zero_where(data, mask)
-    rows = meta.take(keys, axis=0)
+    rows = sample_rows(meta, keys)
     if not full:
         step_keys[~mask] = -1
     return SequenceSample(

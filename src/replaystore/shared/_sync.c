@@ -835,8 +835,8 @@ set_word(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * acquisition counter moves: another section began after it). Then the copy is whole if each
  * drawn slot still holds the key it was drawn with. Returns False when a key moved or the
  * section outlasted the spin: the caller finishes under the lock. Raises ValueError for buffers
- * that do not fit (int64 words holding the three words, a (capacity, 4) int64 meta, slots within
- * it, (len(slots), 4) rows). Thread-safe; writes nothing. */
+ * that do not fit (int64 words holding the three words, a (capacity, width) int64 meta with the key
+ * in column 0, slots within it, (len(slots), 4) rows). Thread-safe; writes nothing. */
 static PyObject *
 keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -865,10 +865,11 @@ keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyBuffer_Release(&w);
         return NULL;
     }
-    Py_ssize_t cap = m.len / 32, n = s.len / 8, nwords = w.len / 8;
+    Py_ssize_t mw = m.ndim == 2 && m.shape[1] > 0 ? m.shape[1] : 1; /* (the metadata row's width in words) */
+    Py_ssize_t cap = m.len / (8 * mw), n = s.len / 8, nwords = w.len / 8;
     int ok = w.itemsize == 8 && busy >= 0 && busy < nwords && acq >= 0 && acq < nwords && unord >= 0
              && unord < nwords && m.itemsize == 8
-             && m.ndim == 2 && m.shape[1] == 4 && s.itemsize == 8 && r.itemsize == 8 && r.ndim == 2
+             && m.ndim == 2 && s.itemsize == 8 && r.itemsize == 8 && r.ndim == 2
              && r.shape[1] == 4 && r.len == 32 * n;
     const int64_t *slots = (const int64_t *)s.buf;
     for (Py_ssize_t i = 0; ok && i < n; i++)
@@ -895,7 +896,7 @@ keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         const int64_t *meta = (const int64_t *)m.buf, *rows = (const int64_t *)r.buf;
         for (Py_ssize_t i = 0; settled && i < n; i++)
-            if (__atomic_load_n(meta + 4 * slots[i], __ATOMIC_RELAXED) != rows[4 * i])
+            if (__atomic_load_n(meta + mw * slots[i], __ATOMIC_RELAXED) != rows[4 * i])
                 settled = 0;
     }
     PyBuffer_Release(&r);
@@ -904,7 +905,7 @@ keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyBuffer_Release(&w);
     if (!ok) {
         PyErr_SetString(PyExc_ValueError,
-                        "keys_settled: int64 words holding the busy and acquisition words, a (capacity, 4) "
+                        "keys_settled: int64 words holding the busy and acquisition words, a (capacity, width) "
                         "int64 meta, int64 slots within it, 4 int64 rows per slot");
         return NULL;
     }

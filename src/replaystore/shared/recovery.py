@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..rows import META_PRIORITY
 from ..samplers import Prioritized
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ def _ring(table: "HostedTable", meta: np.ndarray, v: dict, names: tuple, keys, s
         if len(slots):
             order = np.argsort(slots)
             s = slots[order]
-            sampler.update(s, keys[order], meta.view(np.float64)[s, 3].copy())
+            sampler.update(s, keys[order], meta.view(np.float64)[s, META_PRIORITY].copy())
     dropped = old_size - (hi - lo)
     v.update(ring_lo=lo, size=hi - lo, nfree=cap - (hi - lo))
     _count(v, dropped)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgument, InvalidPriority
+from ..rows import VERSION_MAX, VERSION_MIN
 from ..storage import ColumnStorage, MemmapColumnStorage, ObjectStorage, Storage
 
 #: a rate limiter's ``max_diff`` when inserts are never limited (MinSize)
@@ -26,6 +27,14 @@ def as_int(value: Any, what: str) -> int:
         exact = False
     if not exact or isinstance(value, (bool, np.bool_)):
         raise InvalidArgument(f"{what} must be an integer, got {value!r}")
+    return out
+
+
+def as_version(value: Any) -> int:
+    """``value`` as a model version (an int32: the metadata row keeps versions so), or :class:`InvalidArgument`."""
+    out = as_int(value, "version")
+    if not VERSION_MIN <= out <= VERSION_MAX:
+        raise InvalidArgument(f"version must lie in [{VERSION_MIN}, {VERSION_MAX}] (int32), got {out}")
     return out
 
 

@@ -32,11 +32,11 @@ from ..items import Sample, check_device, drawn_sample
 from ..keys import KeyIndex, RingIndex, RingLiveSet
 from ..limiters import MinSize, Queue, RateLimiter, Stack
 from ..placement import allocate, placing, scope
-from ..rows import FastMethod, count_samples
+from ..rows import FastMethod, count_samples, meta_columns
 from ..samplers import Fifo, Lifo, Selector, Uniform
 from ..staging import AddStager
 from ..storage import ColumnStorage, Storage
-from .args import as_count, as_keys, check_part, make_storage
+from .args import as_count, as_keys, as_version, check_part, make_storage
 from .edit import KeyedMethods
 from .episodic import EpisodeMethods, make_episode_index
 from .fast import FastPaths
@@ -161,9 +161,7 @@ class Table(
         self._state = st = TableState(capacity)
         # per-slot metadata rows (key, times_sampled, version, priority bits); the names are column views
         self._meta = allocate_rows(capacity)
-        self._times_sampled = self._meta[:, 1]
-        self._version = self._meta[:, 2]
-        self._priority = self._meta.view(np.float64)[:, 3]
+        _keys, self._times_sampled, self._version, self._priority = meta_columns(self._meta)
         # Ring mode (see .ring): the key index, the free-slot stack and the Fifo/Uniform selectors'
         # arrays are arithmetic on the ring until the first removal that is not the oldest items.
         self._ring: RingIndex | None = None
@@ -247,7 +245,8 @@ class Table(
 
     @version.setter
     def version(self, value: int) -> None:
-        self._state.version = int(value)
+        """Set the version without :meth:`set_version`'s rules (InvalidArgument: not an int32)."""
+        self._state.version = as_version(value)
 
     @property
     def max_priority(self) -> float:
@@ -311,7 +310,8 @@ class Table(
                 for object storage a list of items.
             priorities: one per item, a scalar for all, or ``None`` for the largest priority set
                 so far (1.0 initially).
-            version: model version(s) that produced the items (default: the table's version).
+            version: model version(s) that produced the items (default: the table's version);
+                int32 values (the metadata row keeps them so).
             timeout: seconds to wait for the rate limiter (``None``: ``default_timeout``).
 
         Returns:
@@ -324,7 +324,7 @@ class Table(
         Every error leaves the table (contents and ``stats()``) as it was.
 
         Raises:
-            SpecError: data does not match the spec.
+            SpecError: data does not match the spec, or a version is not an int32.
             InvalidPriority: bad priorities.
             CapacityError: the batch is larger than the capacity and the remover is not ``Fifo``.
             RateLimitError: the rate limiter could never admit a batch this large.

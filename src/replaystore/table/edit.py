@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import InvalidArgument, SpecError, Unsupported
 from ..storage import ColumnStorage
 from ..storage.spec import flatten
-from .args import as_int, as_keys
+from .args import as_keys, as_version
 
 
 class KeyedMethods:
@@ -50,8 +50,8 @@ class KeyedMethods:
             return {
                 "found": found,
                 "priorities": self._priority[s],
-                "times_sampled": self._times_sampled[s],
-                "versions": self._version[s],
+                "times_sampled": self._times_sampled[s].astype(np.int64),
+                "versions": self._version[s].astype(np.int64),
             }
 
     def update_priorities(self, keys: Any, priorities: Any) -> int:
@@ -157,10 +157,11 @@ class KeyedMethods:
             How many items were dropped.
 
         Raises:
-            InvalidArgument: ``version`` is not an integer, or below the current version without
-                ``reset`` (the table is unchanged).
+            InvalidArgument: ``version`` is not an integer, not an int32 (the metadata row keeps
+                versions as int32), or below the current version without ``reset`` (the table
+                is unchanged).
         """
-        version = as_int(version, "version")
+        version = as_version(version)
         with self._cond:
             self._flush_pending()
             self._check_open()

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..limiters import RateLimiter
-from ..rows import RingWriter, add_row, copy_rows, fill_meta
+from ..rows import VERSION_MAX, VERSION_MIN, RingWriter, add_row, copy_rows, fill_meta
 from ..staging import AddStager
 from ..storage import ColumnStorage, Storage
 from .args import NO_LIMIT
@@ -315,7 +315,9 @@ class FastPaths:
             v = version
         else:
             return None
-        if self.max_staleness is not None and v < current - self.max_staleness:
+        if (self.max_staleness is not None and v < current - self.max_staleness) or not (
+            VERSION_MIN <= v <= VERSION_MAX
+        ):
             return None
         return p, v
 

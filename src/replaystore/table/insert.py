@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CapacityError, EpisodeError, SpecError
+from ..rows import VERSION_MAX, VERSION_MIN
 from .args import NO_LIMIT, as_priorities, as_slice_if_contiguous, subset
 
 
@@ -30,6 +31,8 @@ class GeneralInsert:
         v = np.asarray(version)
         if v.dtype.kind not in "iub":
             raise SpecError(f"version must be an integer or an array of integers, got dtype {v.dtype}")
+        if v.size and (v.min() < VERSION_MIN or v.max() > VERSION_MAX):
+            raise SpecError(f"versions must lie in [{VERSION_MIN}, {VERSION_MAX}] (int32: the metadata row's)")
         v = v.astype(np.int64)
         if v.ndim == 0:
             return int(v)

@@ -21,6 +21,7 @@ from ..checkpoint import load_snapshot, save_snapshot
 from ..episodes import Episodes
 from ..errors import BlockingWarning, CheckpointError
 from ..limiters import limiter_from_config
+from ..rows import TIMES_SAMPLED_MAX, VERSION_MAX, VERSION_MIN
 from ..samplers import selector_from_config
 from ..snapshot import TableSnapshot
 from ..storage import Storage
@@ -43,8 +44,8 @@ class Persistence:
             meta = {
                 "keys": key_of_slot[slots],
                 "priorities": self._priority[slots].copy(),
-                "times_sampled": self._times_sampled[slots].copy(),
-                "versions": self._version[slots].copy(),
+                "times_sampled": self._times_sampled[slots].astype(np.int64),
+                "versions": self._version[slots].astype(np.int64),
             }
             episodes = None
             if self._episodes is not None:
@@ -118,6 +119,11 @@ class Persistence:
         meta, state = snap.meta, snap.state
         n = snap.size
         st = self._state
+        v, ts = np.asarray(meta["versions"]), np.asarray(meta["times_sampled"])
+        if not VERSION_MIN <= int(state["model_version"]) <= VERSION_MAX or (
+            n and (v.min() < VERSION_MIN or v.max() > VERSION_MAX or ts.min() < 0 or ts.max() > TIMES_SAMPLED_MAX)
+        ):
+            raise CheckpointError("a snapshot's versions or times_sampled do not fit the metadata row (int32)")
         with self._cond:
             if self._await_head is not None:
                 self._await_head()

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..placement import allocate
+from ..rows import META_WIDTH
 
 #: counters reported by ``Table.stats()`` (ints), in report order
 COUNTERS = (
@@ -131,10 +132,11 @@ class TableState:
 
 
 def allocate_rows(capacity: int) -> np.ndarray:
-    """The per-slot metadata: one ``(capacity, 4)`` int64 row per slot, key ``-1`` (free).
+    """The per-slot metadata: one ``(capacity, 3)`` int64 row per slot, key ``-1`` (free).
 
-    Columns: key, times_sampled, version, priority (float64 bits). One row of 32 bytes per item,
-    so a sample gathers one cache line per item instead of four. Allocated through
+    Words: key, ``times_sampled`` and ``version`` as two int32, priority (float64 bits); the
+    layout is :mod:`replaystore.rows`' (``META_WIDTH``, ``meta_columns``). One row of 24 bytes per
+    item, so a sample gathers one row per item instead of touching four arrays. Allocated through
     :func:`replaystore.placement.allocate` (``"table.meta"``): NumPy, or a shared segment.
     """
-    return allocate("table.meta", (capacity, 4), np.int64, (-1, 0, 0, 0))
+    return allocate("table.meta", (capacity, META_WIDTH), np.int64, (-1, 0, 0))

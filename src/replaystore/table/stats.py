@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..episodes import whole as _whole
+from ..rows import widen_rows
 
 _STALENESS_BINS = 16
 #: the histograms of priorities (powers of two below the largest) and times sampled have this many bins
@@ -73,16 +74,16 @@ class StatsMethods:
         return out
 
     def _live_rows(self) -> np.ndarray:
-        """A copy of the live items' metadata rows (lock held): slices in ring mode, else a gather."""
+        """The live items' sample rows (``rows.widen_rows``; lock held): slices in ring mode, else a gather."""
         st = self._state
         if st.ring_mode and st.ring_hi - st.ring_lo == st.size:
             cap = self.capacity
             start = (st.ring_lo - st.ring_base) % cap
             end = start + st.size
             if end <= cap:
-                return self._meta[start:end].copy()
-            return np.concatenate((self._meta[start:], self._meta[: end - cap]))
-        return self._meta[np.flatnonzero(self._index.key_of_slot >= 0)]
+                return widen_rows(self._meta[start:end])
+            return widen_rows(np.concatenate((self._meta[start:], self._meta[: end - cap])))
+        return widen_rows(self._meta[np.flatnonzero(self._index.key_of_slot >= 0)])
 
     def _config_summary(self) -> dict[str, Any]:
         """The table's parts as JSON-able values (for dashboards), and the limiter's target ratio."""
