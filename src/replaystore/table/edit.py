@@ -65,8 +65,8 @@ class KeyedMethods:
             InvalidArgument: ``keys`` are the ``indices`` (storage slots) of one of this handle's
                 recent samples, not their keys (see :mod:`replaystore.table.recent`).
         """
-        keys = as_keys(keys)
-        self._recent.check(keys)
+        given, keys = keys, as_keys(keys)
+        self._recent.check(keys, given)
         prio = self._validate_priorities(priorities, len(keys))
         if len(keys) == 0:
             return 0
@@ -107,8 +107,8 @@ class KeyedMethods:
             Unsupported: a storage other than plain columns (objects, frame stacks, compressed).
             InvalidArgument: bad keys (as :meth:`update_priorities`). Nothing changes on any error.
         """
-        keys = as_keys(keys)
-        self._recent.check(keys)
+        given, keys = keys, as_keys(keys)
+        self._recent.check(keys, given)
         storage = self.storage
         if not isinstance(storage, ColumnStorage) or type(storage).write is not ColumnStorage.write:
             raise Unsupported(f"update_fields needs plain column storage, not {type(storage).__name__}")

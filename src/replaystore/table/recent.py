@@ -15,6 +15,7 @@ single key equal to a recent single slot is too likely to be a coincidence).
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 import numpy as np
 
@@ -39,8 +40,13 @@ class RecentDraws:
         if len(keys):
             self._draws.append((indices, keys, int(indices[0]), int(keys[0])))
 
-    def check(self, keys: np.ndarray) -> None:
+    def check(self, keys: np.ndarray, given: Any = None) -> None:
         """Raise if ``keys`` (int64, 1-D) are a recent draw's indices rather than keys.
+
+        ``given`` is the caller's argument before conversion: a view of a kept draw's metadata
+        rows (``Sample.keys`` as returned, a strided column that the conversion copies) is
+        recognised by its base array alone, without comparing elements (a draw's indices are
+        their own array, never a view of its rows).
 
         Raises:
             InvalidArgument: ``keys`` equal a kept draw's ``indices`` and no kept draw's ``keys``.
@@ -48,8 +54,13 @@ class RecentDraws:
         n = len(keys)
         if n < 2 or not self._draws:
             return
-        first = int(keys[0])
+        base = given.base if isinstance(given, np.ndarray) else None
         draws = list(self._draws)[::-1]  # newest first: usually the draw being answered
+        if base is not None:
+            for _, k, _, _ in draws:
+                if k.base is base:
+                    return
+        first = int(keys[0])
         for _, k, _, k0 in draws:
             if k is keys or (k0 == first and len(k) == n and np.array_equal(k, keys)):
                 return
