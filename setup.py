@@ -22,7 +22,15 @@ try:
             optional=True,
             extra_compile_args=["-O2"],
             include_dirs=[numpy.get_include()],
-        )
+        ),
+        # a Tianshou buffer's add (replaystore.compat.tianshou); without it the Python reference path
+        Extension(
+            "replaystore.compat.tianshou._fastadd",
+            ["src/replaystore/compat/tianshou/_fastadd.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+            include_dirs=[numpy.get_include()],
+        ),
     ]
 except ImportError:  # no NumPy in the build environment: Table.add / extend stay Python
     _ring = []

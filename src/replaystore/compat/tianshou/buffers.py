@@ -18,6 +18,14 @@ from tianshou.data import Batch
 from ...errors import InvalidPriority
 from .common import TableBacked, write_same_keys
 
+try:  # the compiled add (built by setup.py); without it the Python reference path
+    from . import _fastadd
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _fastadd = None
+
+_TRUE, _FALSE = np.array(True), np.array(False)  # (read-only sources of the stored done flag)
+_TRUE.flags.writeable = _FALSE.flags.writeable = False
+
 
 class ReplayBuffer(TableBacked, ts.ReplayBuffer):
     """Tianshou's ``ReplayBuffer`` (same arguments and contracts) with the transitions indexed by a Table.
@@ -79,25 +87,34 @@ class ReplayBuffer(TableBacked, ts.ReplayBuffer):
         except (KeyError, AttributeError):
             return super().add(batch, buffer_ids)
         done = bool(term) or bool(trunc)
-        nd = dict(bd)
-        nd["done"] = done
         # Tianshou's bookkeeping (its _update_state_pre_add, without its per-attribute checks)
         idx = d["_insertion_idx"]
-        size = min(d["_size"] + 1, self.maxsize)
+        maxsize = d["maxsize"]
+        size = d["_size"] + 1
+        if size > maxsize:
+            size = maxsize
         if d["_ep_start_idx"] > size:
             return super().add(batch, buffer_ids)  # (Tianshou raises its MalformedBufferError)
-        self.last_index[0] = idx
+        d["last_index"][0] = idx
         d["_size"] = size
-        d["_insertion_idx"] = (idx + 1) % self.maxsize
+        d["_insertion_idx"] = nxt = (idx + 1) % maxsize
         ep_ret = d["_ep_return"] + rew
         ep_len = d["_ep_len"] + 1
         ep_start = d["_ep_start_idx"]
         if done:
-            d["_ep_return"], d["_ep_len"], d["_ep_start_idx"] = 0.0, 0, d["_insertion_idx"]
+            d["_ep_return"], d["_ep_len"], d["_ep_start_idx"] = 0.0, 0, nxt
         else:
             d["_ep_return"], d["_ep_len"] = ep_ret, ep_len
             ep_ret, ep_len = 0.0, 0
         self.written(idx)
+        if _fastadd is None or not _fastadd.put(d["_meta"], batch, idx, _TRUE if done else _FALSE, None):
+            self._reference_write(bd, done, idx)
+        return np.array([idx]), np.array([ep_ret]), np.array([ep_len]), np.array([ep_start])
+
+    def _reference_write(self, bd: dict, done: bool, idx: int) -> None:
+        """``self._meta[idx] = batch`` with ``done`` (the Python path of the compiled ``put``, same result)."""
+        nd = dict(bd)
+        nd["done"] = done
         try:
             ok = write_same_keys(self._meta, nd, idx)
         except ValueError:
@@ -107,7 +124,6 @@ class ReplayBuffer(TableBacked, ts.ReplayBuffer):
             new.__dict__.update(nd)
             new.__dict__["done"] = np.bool_(done)
             self._general_write(new, idx)
-        return np.array([idx]), np.array([ep_ret]), np.array([ep_len]), np.array([ep_start])
 
     def _general_write(self, batch: Batch, idx: int) -> None:
         from tianshou.data.batch import alloc_by_keys_diff, create_value
