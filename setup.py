@@ -25,8 +25,8 @@ try:
         ),
         # a Tianshou buffer's add (replaystore.compat.tianshou); without it the Python reference path
         Extension(
-            "replaystore.compat.tianshou._fastadd",
-            ["src/replaystore/compat/tianshou/_fastadd.c"],
+            "replaystore.compat.tianshou._native",
+            ["src/replaystore/compat/tianshou/_native.c"],
             optional=True,
             extra_compile_args=["-O2"],
             include_dirs=[numpy.get_include()],

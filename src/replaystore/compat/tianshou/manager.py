@@ -25,9 +25,9 @@ from .common import TableBacked, write_same_keys
 from .counters import advance
 
 try:  # the compiled add (built by setup.py); without it the Python reference path
-    from . import _fastadd
+    from . import _native
 except ImportError:  # pragma: no cover - no C compiler at install time
-    _fastadd = None
+    _native = None
 
 _RESERVED = frozenset(("obs", "act", "rew", "terminated", "truncated", "done", "obs_next", "info", "policy"))
 
@@ -196,13 +196,13 @@ class ReplayBufferManager(TableBacked, ts.ReplayBufferManager):
             or "rew" not in bd
         ):
             return self._tianshou_add(batch, buffer_ids)
-        if _fastadd is not None:
-            out = _fastadd.advance(ids, bd["rew"], bd["terminated"], bd["truncated"], self._counters())
+        if _native is not None:
+            out = _native.advance(ids, bd["rew"], bd["terminated"], bd["truncated"], self._counters())
             if out is False:
                 raise MalformedBufferError("an episode start index lies outside the stored transitions")
             if out is not None:
                 pos, ep_ret, ep_len, ep_start, done = out
-                if not _fastadd.put(d["_meta"], batch, pos, done, _RESERVED):
+                if not _native.put(d["_meta"], batch, pos, done, _RESERVED):
                     nd = {k: v for k, v in bd.items() if k in _RESERVED}
                     nd["done"] = done
                     self._write(nd, pos)
@@ -211,7 +211,7 @@ class ReplayBufferManager(TableBacked, ts.ReplayBufferManager):
         return self._reference_add(batch, ids, buffer_ids)
 
     def _counters(self) -> tuple[np.ndarray, ...]:
-        """The arrays of per-sub-buffer counters, in the order ``_fastadd.advance`` takes them."""
+        """The arrays of per-sub-buffer counters, in the order ``_native.advance`` takes them."""
         d = self.__dict__
         return (d["_rs_cap"], d["_rs_ins"], d["_lengths"], d["_rs_ret"], d["_rs_len"], d["_rs_start"],
                 d["_rs_last"], d["last_index"], d["_offset"])  # fmt: skip

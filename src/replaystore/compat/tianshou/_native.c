@@ -1,8 +1,8 @@
-/* replaystore.compat.tianshou._fastadd: the hot part of a Tianshou buffer's add as two C calls.
+/* replaystore.compat.tianshou._native: the hot parts of a Tianshou buffer (add; prioritized draws and updates) in C.
  *
  * Optional (built by setup.py, like replaystore._ring): without it the buffers use the reference
  * path in Python (counters.advance, a numba loop, and common.write_same_keys, one NumPy assignment
- * per stored array), which gives the same results (tests/compat/test_tianshou_fastadd.py).
+ * per stored array), which gives the same results (tests/compat/test_tianshou_native.py).
  *
  * advance(ids, rew, terminated, truncated, counters)
  *     The manager's per-sub-buffer bookkeeping (Tianshou's _update_state_pre_add loop) for rows
@@ -21,8 +21,24 @@
  *     into row pos (pos: an int; the leaves are then single rows). Every check comes before the
  *     first write; returns True when written, False when not handled (nothing written).
  *
+ * bin_draw(tree, uniforms) / bin_update(tree, live, positions, weights, alpha, eps)
+ *     A prioritized buffer's binary sum tree (replaystore.samplers.sumtree's layout: node i's
+ *     children are 2i and 2i + 1, the leaves start at len(tree) // 2, the root is node 1), as the
+ *     numba kernels of replaystore.samplers.sumtree_jit, in one call each with nothing around them.
+ *     bin_draw scales the uniforms by the total (kept below it) and descends level by level over
+ *     the batch; returns (positions, leaf values), or None when the total is not > 0. bin_update
+ *     sets the leaves of the live positions to (|w| + eps) ** alpha in order (the last of
+ *     duplicates wins), recomputes their ancestors from their children, and returns (max, min) of
+ *     |w| + eps over all weights; when one is NaN or infinite it writes nothing.
+ *
+ * gather(arrays, idx)
+ *     (a.take(idx, axis=0) for a in arrays) in one pass over idx (int64) for C-contiguous arrays of
+ *     the same length without objects, the rows of later indices prefetched; None (nothing done)
+ *     for anything else or an index out of range (the caller's take then raises IndexError).
+ *
  * Not thread-safe (nor are Tianshou's buffers); holds the GIL throughout.
  */
+#include <math.h>
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
@@ -32,6 +48,7 @@
 #include <numpy/arrayobject.h>
 
 #define MAX_LEAVES 64
+#define PREFETCH_AHEAD 32  /* rows ahead: further than the CPU's own window reaches */
 #define N_COUNTERS 9
 
 static PyObject *str_dict, *str_done;
@@ -421,19 +438,224 @@ fa_put(PyObject *self, PyObject *args)
     Py_RETURN_TRUE;
 }
 
+
+/* ---- the binary sum tree (samplers.sumtree's layout: node i's children 2i, 2i+1, leaves from len/2) */
+
+static PyObject *
+fa_bin_draw(PyObject *self, PyObject *args)
+{
+    PyObject *tree_o, *u_o;
+    if (!PyArg_ParseTuple(args, "OO:bin_draw", &tree_o, &u_o))
+        return NULL;
+    if (!is_vector(tree_o, NPY_FLOAT64, 2) || !is_vector(u_o, NPY_FLOAT64, 0)) {
+        PyErr_SetString(PyExc_TypeError, "bin_draw: contiguous float64 tree and uniforms");
+        return NULL;
+    }
+    const double *tree = (const double *)PyArray_DATA((PyArrayObject *)tree_o);
+    npy_intp base = PyArray_DIM((PyArrayObject *)tree_o, 0) / 2;
+    npy_intp n = PyArray_DIM((PyArrayObject *)u_o, 0);
+    const double *u = (const double *)PyArray_DATA((PyArrayObject *)u_o);
+    double total = tree[1];
+    if (!(total > 0.0))
+        Py_RETURN_NONE;
+    double below = nextafter(total, 0.0);
+    npy_intp dims[1] = {n};
+    PyObject *o_pos = PyArray_SimpleNew(1, dims, NPY_INT64);
+    PyObject *o_leaf = o_pos ? PyArray_SimpleNew(1, dims, NPY_FLOAT64) : NULL;
+    if (o_leaf == NULL) {
+        Py_XDECREF(o_pos);
+        return NULL;
+    }
+    int64_t *node = (int64_t *)PyArray_DATA((PyArrayObject *)o_pos);
+    double *t = (double *)PyArray_DATA((PyArrayObject *)o_leaf);
+    for (npy_intp j = 0; j < n; j++) {
+        double x = u[j] * total;
+        t[j] = x > below ? below : (x > 0.0 ? x : 0.0);
+        node[j] = 1;
+    }
+    /* level by level over the batch (independent loads overlap their misses), branch-free as
+       samplers.sumtree_jit: right when past the left sum and the right child has mass */
+    for (npy_intp b = base; b > 1; b >>= 1) {
+        for (npy_intp j = 0; j < n; j++) {
+            if (j + PREFETCH_AHEAD < n)  /* (further ahead than the CPU's window reaches) */
+                __builtin_prefetch(tree + (node[j + PREFETCH_AHEAD] << 1));
+            int64_t left = node[j] << 1;
+            double ls = tree[left];
+            int64_t right = (t[j] >= ls) & (tree[left + 1] > 0.0);
+            t[j] -= (double)right * ls;
+            node[j] = left + right;
+        }
+    }
+    for (npy_intp j = 0; j < n; j++) {
+        node[j] -= base;
+        t[j] = tree[base + node[j]];
+    }
+    PyObject *result = PyTuple_Pack(2, o_pos, o_leaf);
+    Py_DECREF(o_pos);
+    Py_DECREF(o_leaf);
+    return result;
+}
+
+static PyObject *
+fa_bin_update(PyObject *self, PyObject *args)
+{
+    PyObject *tree_o, *live_o, *pos_o, *w_o;
+    double alpha, eps;
+    if (!PyArg_ParseTuple(args, "OOOOdd:bin_update", &tree_o, &live_o, &pos_o, &w_o, &alpha, &eps))
+        return NULL;
+    if (!is_vector(tree_o, NPY_FLOAT64, 2) || !PyArray_ISWRITEABLE((PyArrayObject *)tree_o) ||
+        !is_vector(pos_o, NPY_INT64, 0) || !is_vector(live_o, NPY_BOOL, 0)) {
+        PyErr_SetString(PyExc_TypeError, "bin_update: a writeable float64 tree, int64 positions, bool live");
+        return NULL;
+    }
+    double *tree = (double *)PyArray_DATA((PyArrayObject *)tree_o);
+    npy_intp base = PyArray_DIM((PyArrayObject *)tree_o, 0) / 2;
+    npy_intp n = PyArray_DIM((PyArrayObject *)pos_o, 0);
+    npy_intp nlive = PyArray_DIM((PyArrayObject *)live_o, 0);
+    const int64_t *pos = (const int64_t *)PyArray_DATA((PyArrayObject *)pos_o);
+    const npy_bool *live = (const npy_bool *)PyArray_DATA((PyArrayObject *)live_o);
+    for (npy_intp j = 0; j < n; j++)
+        if (pos[j] < 0 || pos[j] >= nlive || pos[j] >= base) {
+            PyErr_SetString(PyExc_IndexError, "bin_update: a position out of range");
+            return NULL;
+        }
+    PyArrayObject *w = (PyArrayObject *)PyArray_FROMANY(w_o, NPY_FLOAT64, 1, 1, NPY_ARRAY_CARRAY | NPY_ARRAY_FORCECAST);
+    if (w == NULL)
+        return NULL;
+    if (PyArray_DIM(w, 0) != n) {
+        Py_DECREF(w);
+        PyErr_SetString(PyExc_ValueError, "bin_update: as many weights as positions");
+        return NULL;
+    }
+    const double *wd = (const double *)PyArray_DATA(w);
+    double hi = -INFINITY, lo = INFINITY;
+    int nan = 0;
+    for (npy_intp j = 0; j < n; j++) {
+        double p = fabs(wd[j]) + eps;
+        nan |= p != p;
+        hi = p > hi ? p : hi;
+        lo = p < lo ? p : lo;
+    }
+    if (nan)
+        hi = lo = NAN;
+    if (n == 0 || !(hi < INFINITY)) {  /* (NaN too): nothing written */
+        Py_DECREF(w);
+        return Py_BuildValue("(dd)", hi, lo);
+    }
+    int64_t *idx = (int64_t *)PyMem_Malloc(sizeof(int64_t) * n);
+    if (idx == NULL) {
+        Py_DECREF(w);
+        return PyErr_NoMemory();
+    }
+    npy_intp m = 0;
+    for (npy_intp j = 0; j < n; j++) {  /* in order: the last of duplicates wins */
+        if (!live[pos[j]])
+            continue;
+        double p = fabs(wd[j]) + eps;
+        tree[base + pos[j]] = alpha == 1.0 ? p : pow(p, alpha);
+        idx[m++] = base + pos[j];
+    }
+    Py_DECREF(w);
+    for (npy_intp b = base; b > 1; b >>= 1)  /* every parent recomputed from its children */
+        for (npy_intp j = 0; j < m; j++) {
+            int64_t i = idx[j] >> 1;
+            idx[j] = i;
+            tree[i] = tree[2 * i] + tree[2 * i + 1];
+        }
+    PyMem_Free(idx);
+    return Py_BuildValue("(dd)", hi, lo);
+}
+
+/* ---- gather ---------------------------------------------------------------------------------- */
+
+static PyObject *
+fa_gather(PyObject *self, PyObject *args)
+{
+    PyObject *arrays, *idx_o;
+    if (!PyArg_ParseTuple(args, "O!O:gather", &PyTuple_Type, &arrays, &idx_o))
+        return NULL;
+    if (!is_vector(idx_o, NPY_INT64, 0))
+        Py_RETURN_NONE;
+    Py_ssize_t k = PyTuple_GET_SIZE(arrays);
+    if (k == 0 || k > MAX_LEAVES)
+        Py_RETURN_NONE;
+    npy_intp n = PyArray_DIM((PyArrayObject *)idx_o, 0);
+    const int64_t *idx = (const int64_t *)PyArray_DATA((PyArrayObject *)idx_o);
+    const char *src[MAX_LEAVES];
+    char *dst[MAX_LEAVES];
+    npy_intp rowbytes[MAX_LEAVES];
+    npy_intp rows = -1;
+    for (Py_ssize_t a = 0; a < k; a++) {
+        PyObject *o = PyTuple_GET_ITEM(arrays, a);
+        if (!PyArray_CheckExact(o))
+            Py_RETURN_NONE;
+        PyArrayObject *m = (PyArrayObject *)o;
+        if (PyArray_NDIM(m) < 1 || !PyArray_IS_C_CONTIGUOUS(m) || PyDataType_REFCHK(PyArray_DESCR(m)))
+            Py_RETURN_NONE;
+        if (rows < 0)
+            rows = PyArray_DIM(m, 0);
+        if (PyArray_DIM(m, 0) != rows)
+            Py_RETURN_NONE;
+        rowbytes[a] = PyArray_ITEMSIZE(m);
+        for (int i = 1; i < PyArray_NDIM(m); i++)
+            rowbytes[a] *= PyArray_DIM(m, i);
+        src[a] = PyArray_BYTES(m);
+    }
+    for (npy_intp j = 0; j < n; j++)  /* out of range (negative ones count from the end, as take) */
+        if (idx[j] >= rows || idx[j] < -rows)
+            Py_RETURN_NONE;
+    PyObject *out = PyTuple_New(k);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t a = 0; a < k; a++) {
+        PyArrayObject *m = (PyArrayObject *)PyTuple_GET_ITEM(arrays, a);
+        npy_intp dims[NPY_MAXDIMS];
+        dims[0] = n;
+        for (int i = 1; i < PyArray_NDIM(m); i++)
+            dims[i] = PyArray_DIM(m, i);
+        PyArray_Descr *descr = PyArray_DESCR(m);
+        Py_INCREF(descr);
+        PyObject *r = PyArray_NewFromDescr(&PyArray_Type, descr, PyArray_NDIM(m), dims, NULL, NULL, 0, NULL);
+        if (r == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, a, r);
+        dst[a] = PyArray_BYTES((PyArrayObject *)r);
+    }
+    /* row by row over every array, the rows of a later index prefetched: one pass whose misses
+       overlap, instead of one take per array */
+    for (npy_intp j = 0; j < n; j++) {
+        if (j + PREFETCH_AHEAD < n) {
+            int64_t p = idx[j + PREFETCH_AHEAD];
+            p += p < 0 ? rows : 0;
+            for (Py_ssize_t a = 0; a < k; a++)
+                __builtin_prefetch(src[a] + p * rowbytes[a]);
+        }
+        int64_t p = idx[j];
+        p += p < 0 ? rows : 0;
+        for (Py_ssize_t a = 0; a < k; a++)
+            memcpy(dst[a] + j * rowbytes[a], src[a] + p * rowbytes[a], (size_t)rowbytes[a]);
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"advance", fa_advance, METH_VARARGS, "A manager's counters advanced for one add (see the module doc)."},
     {"put", fa_put, METH_VARARGS, "meta[pos] = batch for trees of the same keys and dtypes (see the module doc)."},
+    {"gather", fa_gather, METH_VARARGS, "Rows idx of every array (see the module doc)."},
+    {"bin_draw", fa_bin_draw, METH_VARARGS, "Draw positions from a binary sum tree (see the module doc)."},
+    {"bin_update", fa_bin_update, METH_VARARGS, "Set priorities in a binary sum tree (see the module doc)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "replaystore.compat.tianshou._fastadd",
+    PyModuleDef_HEAD_INIT, "replaystore.compat.tianshou._native",
     "A Tianshou buffer's add in C (optional; the Python reference path gives the same results).", -1, methods,
 };
 
 PyMODINIT_FUNC
-PyInit__fastadd(void)
+PyInit__native(void)
 {
     import_array();
     str_dict = PyUnicode_InternFromString("__dict__");

@@ -1,4 +1,4 @@
-"""The compiled add of replaystore.compat.tianshou (``_fastadd``) against its Python reference path.
+"""The compiled add of replaystore.compat.tianshou (``_native``) against its Python reference path.
 
 The same add sequences go through a buffer with the C helper and one without it (the module
 attribute set to None, as when no compiler was available): every return value, stored array and
@@ -18,17 +18,17 @@ from tianshou.data import Batch  # noqa: E402
 import replaystore.compat.tianshou as rs  # noqa: E402
 from replaystore.compat.tianshou import buffers, manager  # noqa: E402
 
-fastadd = pytest.importorskip("replaystore.compat.tianshou._fastadd")
+fastadd = pytest.importorskip("replaystore.compat.tianshou._native")
 
 
 @contextlib.contextmanager
 def reference_path():
-    saved = manager._fastadd, buffers._fastadd
-    manager._fastadd = buffers._fastadd = None
+    saved = manager._native, buffers._native
+    manager._native = buffers._native = None
     try:
         yield
     finally:
-        manager._fastadd, buffers._fastadd = saved
+        manager._native, buffers._native = saved
 
 
 def rows(n, t, done, rew_dtype, obs_dtype, extra):
