@@ -18,7 +18,8 @@ from tianshou.data import Batch  # noqa: E402
 import replaystore.compat.tianshou as rs  # noqa: E402
 from replaystore.compat.tianshou import buffers, manager  # noqa: E402
 
-fastadd = pytest.importorskip("replaystore.compat.tianshou._native")
+native = pytest.importorskip("replaystore.compat.tianshou._native")
+from replaystore.compat.tianshou.position_tree import PositionSampler  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -158,13 +159,13 @@ def test_put_writes_nothing_when_it_cannot_write_everything():
         Batch(a=np.ones((2, 2), np.float32)),  # a key missing
         Batch(a=np.ones((2, 2), np.float32), b=np.array([7, 8])),  # an array where a Batch is stored
     ):
-        assert fastadd.put(meta, bad, pos, done, None) is False
-    assert fastadd.put(meta, good, np.array([1, 5]), done, None) is False  # a position out of range
-    assert fastadd.put(meta, good, np.array([-1, 2]), done, None) is False
-    assert fastadd.put(meta, Batch(a=meta.a[:2], b=Batch(c=np.array([7, 8]))), pos, done, None) is False  # overlaps
+        assert native.put(meta, bad, pos, done, None) is False
+    assert native.put(meta, good, np.array([1, 5]), done, None) is False  # a position out of range
+    assert native.put(meta, good, np.array([-1, 2]), done, None) is False
+    assert native.put(meta, Batch(a=meta.a[:2], b=Batch(c=np.array([7, 8]))), pos, done, None) is False  # overlaps
     for k, v in leaves(meta).items():
         np.testing.assert_array_equal(v, before[k])
-    assert fastadd.put(meta, good, pos, done, None) is True
+    assert native.put(meta, good, pos, done, None) is True
     np.testing.assert_array_equal(meta.a[[1, 3]], 1.0)
     np.testing.assert_array_equal(meta.b.c, [0, 7, 0, 8, 0])
     np.testing.assert_array_equal(meta.done, [False, True, False, False, False])
@@ -174,14 +175,109 @@ def test_advance_changes_nothing_when_it_declines():
     buf = rs.VectorReplayBuffer(8, 2)
     counters = [c.copy() for c in buf._counters()]
     t, f = np.array([False]), np.array([False])
-    assert fastadd.advance(np.array([2]), np.ones(1), t, f, buf._counters()) is None  # no sub-buffer 2
-    assert fastadd.advance(np.array([-1]), np.ones(1), t, f, buf._counters()) is None
-    assert fastadd.advance(np.array([0]), np.ones(2), t, f, buf._counters()) is None  # lengths differ
-    assert fastadd.advance(np.array([0]), np.ones(1), np.ones(1), f, buf._counters()) is None  # float flags
+    assert native.advance(np.array([2]), np.ones(1), t, f, buf._counters()) is None  # no sub-buffer 2
+    assert native.advance(np.array([-1]), np.ones(1), t, f, buf._counters()) is None
+    assert native.advance(np.array([0]), np.ones(2), t, f, buf._counters()) is None  # lengths differ
+    assert native.advance(np.array([0]), np.ones(1), np.ones(1), f, buf._counters()) is None  # float flags
     buf._rs_start[0] = 3  # an episode start beyond the stored transitions: Tianshou's MalformedBufferError
-    assert fastadd.advance(np.array([0]), np.ones(1), t, f, buf._counters()) is False
+    assert native.advance(np.array([0]), np.ones(1), t, f, buf._counters()) is False
     buf._rs_start[0] = 0
     for a, b in zip(counters, buf._counters()):
         np.testing.assert_array_equal(a, b)
     with pytest.raises(IndexError):  # an id out of range: Tianshou's path and its error
         buf.add(rows(1, 0, [0], np.float64, np.float32, False), buffer_ids=[5])
+
+
+# -- the prioritized sampler's compiled kernels against the reference (replaystore's binary tree) --
+
+tree_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["write", "set", "draw", "rebuild"]),
+        st.lists(st.integers(0, 19), min_size=1, max_size=12),
+        st.lists(st.integers(0, 6), min_size=12, max_size=12),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(tree_ops)
+def test_native_sampler_equals_the_reference_exactly_where_sums_are_exact(steps):
+    # alpha 1 and integer priorities: every sum is exact, so trees and draws must be identical
+    ref, fast = (PositionSampler(20, alpha=1.0, seed=3, native=native) for native in (False, True))
+    for op, pos, prio in steps:
+        p = np.array(prio[: len(pos)], dtype=np.float64)
+        pos = np.array(pos, dtype=np.int64)
+        if op == "write":
+            pos, first = np.unique(pos, return_index=True)
+            for s in (ref, fast):
+                s.written(pos, p[first])
+        elif op == "set":  # repeats, and positions not live: skipped
+            outs = [s.set_weights(pos, p, 0.0) for s in (ref, fast)]
+            assert outs[0] == outs[1]
+        elif op == "rebuild":
+            for s in (ref, fast):
+                s.rebuild(np.unique(pos), np.full(len(np.unique(pos)), 2.0))
+        elif len(ref):
+            a, b = ref.draw(17), fast.draw(17)
+            np.testing.assert_array_equal(a[0], b[0])
+            np.testing.assert_array_equal(a[1], b[1])
+        np.testing.assert_array_equal(ref._tree.tree, fast._tree.tree)
+    assert len(ref) == len(fast) and ref.total_mass() == fast.total_mass()
+
+
+@settings(max_examples=25, deadline=None)
+@given(tree_ops, st.sampled_from([0.4, 0.6]))
+def test_native_sampler_equals_the_reference_with_powers(steps, alpha):
+    ref, fast = (PositionSampler(20, alpha=alpha, seed=1, native=native) for native in (False, True))
+    for op, pos, prio in steps:
+        p = np.array(prio[: len(pos)], dtype=np.float64) * 0.37
+        pos = np.array(pos, dtype=np.int64)
+        if op in ("write", "rebuild"):
+            pos, first = np.unique(pos, return_index=True)
+            for s in (ref, fast):
+                s.written(pos, p[first]) if op == "write" else s.rebuild(pos, p[first])
+        else:  # (libm's and NumPy's powers may differ in the last bit: compare closely, not exactly)
+            for s in (ref, fast):
+                s.set_weights(pos, p * 50, 1e-3)
+        np.testing.assert_allclose(ref._tree.tree, fast._tree.tree, rtol=1e-13, atol=0)
+
+
+def test_native_update_checks_before_writing():
+    s = PositionSampler(8, alpha=0.6, seed=0)
+    s.written(np.arange(6), 1.0)
+    before = s.leaves(np.arange(8)).copy()
+    hi, lo = s.set_weights(np.array([0, 1]), np.array([2.0, np.nan]), 1e-6)
+    assert not hi < np.inf
+    hi, lo = s.set_weights(np.array([0, 1]), np.array([np.inf, 1.0]), 1e-6)
+    assert not hi < np.inf
+    np.testing.assert_array_equal(s.leaves(np.arange(8)), before)
+    with pytest.raises(IndexError):
+        s.set_weights(np.array([0, 8]), np.array([1.0, 1.0]), 0.0)
+    with pytest.raises(IndexError):
+        s.set_weights(np.array([-1]), np.array([1.0]), 0.0)
+    np.testing.assert_array_equal(s.leaves(np.arange(8)), before)
+    s.set_weights(np.array([7, 2, 2]), np.array([5.0, 3.0, 4.0]), 0.0)  # 7: not live; 2: the last wins
+    assert s.leaves(7) == 0.0 and s.leaves(2) == pytest.approx(4.0**0.6, rel=1e-14)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 300), st.integers(1, 40), st.integers(0, 2**31))
+def test_gather_equals_take(n, rows, seed):
+    rng = np.random.default_rng(seed)
+    arrays = (
+        rng.standard_normal((rows, 4)).astype(np.float32),
+        rng.integers(0, 9, rows),
+        rng.random(rows) < 0.5,
+        rng.standard_normal((rows, 2, 3)),
+    )
+    idx = rng.integers(-rows, rows, n)
+    got = native.gather(arrays, idx)
+    for a, g in zip(arrays, got):
+        assert g.dtype == a.dtype and g.shape == (n, *a.shape[1:])
+        np.testing.assert_array_equal(g, a.take(idx, axis=0))
+    assert native.gather(arrays, np.array([rows])) is None  # out of range: the caller's take raises
+    assert native.gather(arrays, np.array([-rows - 1])) is None
+    assert native.gather((arrays[0], arrays[1][:-1] if rows > 1 else arrays[1][:0]), idx) is None
+    assert native.gather((arrays[0][:, ::2],), idx) is None  # not contiguous

@@ -278,7 +278,9 @@ class _Weights:
         if leaves.size and not (leaves.min() >= 0.0 and leaves.max() < np.inf):  # (NaN fails both)
             raise InvalidPriority("weight: values must be finite and >= 0")
         idx = np.asarray(index, dtype=np.int64).reshape(-1)
-        self._buf.positions_table().set_leaves(idx, np.ascontiguousarray(np.broadcast_to(leaves, np.shape(index)).reshape(-1)))
+        self._buf.positions_table().set_leaves(
+            idx, np.ascontiguousarray(np.broadcast_to(leaves, np.shape(index)).reshape(-1))
+        )
 
     def reduce(self) -> float:
         return self._buf.positions_table().total_mass()
