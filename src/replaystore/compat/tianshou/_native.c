@@ -556,12 +556,18 @@ fa_bin_update(PyObject *self, PyObject *args)
         idx[m++] = base + pos[j];
     }
     Py_DECREF(w);
-    for (npy_intp b = base; b > 1; b >>= 1)  /* every parent recomputed from its children */
+    /* every parent recomputed from its children: level by level over the updated ones while a
+       level has more nodes than they are, then whole levels (in order: no repeated ancestors) */
+    npy_intp b = base;
+    for (; b > 1 && (b >> 1) > m; b >>= 1)
         for (npy_intp j = 0; j < m; j++) {
             int64_t i = idx[j] >> 1;
             idx[j] = i;
             tree[i] = tree[2 * i] + tree[2 * i + 1];
         }
+    for (; b > 1; b >>= 1)
+        for (npy_intp i = b >> 1; i < b; i++)
+            tree[i] = tree[2 * i] + tree[2 * i + 1];
     PyMem_Free(idx);
     return Py_BuildValue("(dd)", hi, lo);
 }
