@@ -16,7 +16,7 @@ from hypothesis import strategies as st  # noqa: E402
 from tianshou.data import Batch  # noqa: E402
 
 import replaystore.compat.tianshou as rs  # noqa: E402
-from replaystore.compat.tianshou import buffers, manager  # noqa: E402
+from replaystore.compat.tianshou import buffers, manager, position_tree  # noqa: E402
 
 native = pytest.importorskip("replaystore.compat.tianshou._native")
 from replaystore.compat.tianshou.position_tree import PositionSampler  # noqa: E402
@@ -281,3 +281,22 @@ def test_gather_equals_take(n, rows, seed):
     assert native.gather(arrays, np.array([-rows - 1])) is None
     assert native.gather((arrays[0], arrays[1][:-1] if rows > 1 else arrays[1][:0]), idx) is None
     assert native.gather((arrays[0][:, ::2],), idx) is None  # not contiguous
+
+
+@pytest.mark.parametrize("weight_norm", [True, False])
+@pytest.mark.parametrize("native_tree", [True, False])
+def test_sample_weights_equal_the_indexed_weights(weight_norm, native_tree, monkeypatch):
+    # sample computes the weights from the draw (in C, or from the drawn leaves); buf[indices] from the tree
+    if not native_tree:
+        monkeypatch.setattr(position_tree, "_native", None)
+    buf = rs.PrioritizedVectorReplayBuffer(40, 4, alpha=0.6, beta=0.4, weight_norm=weight_norm)
+    for t in range(8):
+        buf.add(rows(4, t, [0, 0, 0, t == 7], np.float64, np.float32, False))
+    live = buf.sample_indices(0)
+    buf.update_weight(live, np.linspace(0.1, 3.0, len(live)))
+    assert type(buf.positions_table()._tree).__name__ == ("NativeBinaryTree" if native_tree else "BinaryTree")
+    for n in (1, 7, 100):
+        batch, idx = buf.sample(n)
+        np.testing.assert_allclose(batch.weight, buf[idx].weight, rtol=1e-12)
+        want = buf.get_weight(idx)
+        np.testing.assert_allclose(batch.weight, want / want.max() if weight_norm else want, rtol=1e-12)

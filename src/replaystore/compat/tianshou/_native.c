@@ -26,7 +26,9 @@
  *     children are 2i and 2i + 1, the leaves start at len(tree) // 2, the root is node 1), as the
  *     numba kernels of replaystore.samplers.sumtree_jit, in one call each with nothing around them.
  *     bin_draw scales the uniforms by the total (kept below it) and descends level by level over
- *     the batch; returns (positions, leaf values), or None when the total is not > 0. bin_update
+ *     the batch; returns (positions, leaf values), or None when the total is not > 0; given beta
+ *     (and scale), (positions, (leaf * scale) ** -beta), scale 0 meaning 1 / the smallest leaf
+ *     drawn (the weights normalised by their maximum). bin_update
  *     sets the leaves of the live positions to (|w| + eps) ** alpha in order (the last of
  *     duplicates wins), recomputes their ancestors from their children, and returns (max, min) of
  *     |w| + eps over all weights; when one is NaN or infinite it writes nothing.
@@ -445,7 +447,8 @@ static PyObject *
 fa_bin_draw(PyObject *self, PyObject *args)
 {
     PyObject *tree_o, *u_o;
-    if (!PyArg_ParseTuple(args, "OO:bin_draw", &tree_o, &u_o))
+    double beta = NAN, scale = 0.0;
+    if (!PyArg_ParseTuple(args, "OO|dd:bin_draw", &tree_o, &u_o, &beta, &scale))
         return NULL;
     if (!is_vector(tree_o, NPY_FLOAT64, 2) || !is_vector(u_o, NPY_FLOAT64, 0)) {
         PyErr_SetString(PyExc_TypeError, "bin_draw: contiguous float64 tree and uniforms");
@@ -486,9 +489,17 @@ fa_bin_draw(PyObject *self, PyObject *args)
             node[j] = left + right;
         }
     }
+    double lo = INFINITY;
     for (npy_intp j = 0; j < n; j++) {
         node[j] -= base;
         t[j] = tree[base + node[j]];
+        lo = t[j] < lo ? t[j] : lo;
+    }
+    if (beta == beta) {  /* importance weights instead of leaves: (leaf * scale) ** -beta, where a
+                            scale of 0 means 1 / the smallest leaf drawn (normalised by the maximum) */
+        double s = scale > 0.0 ? scale : 1.0 / lo;
+        for (npy_intp j = 0; j < n; j++)
+            t[j] = pow(t[j] * s, -beta);
     }
     PyObject *result = PyTuple_Pack(2, o_pos, o_leaf);
     Py_DECREF(o_pos);

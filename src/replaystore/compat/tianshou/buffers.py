@@ -236,9 +236,11 @@ class PrioritizedMixin:
         pt = self.positions_table()
         if len(pt) == 0:
             raise ValueError("cannot sample from an empty buffer")
-        indices, leaves = pt.draw(int(batch_size))
+        # (p ** alpha / min_prio) ** -beta, normalised by the batch maximum: min_prio cancels out
+        scale = 0.0 if self._weight_norm else 1.0 / self._min_prio
+        indices, weight = pt.draw_weighted(int(batch_size), self._beta, scale)
         batch = super().__getitem__(indices)  # (TableBacked's: the gather, no weights)
-        batch.__dict__["weight"] = self._weights(leaves)
+        batch.__dict__["weight"] = weight
         return batch, indices
 
     def _weights(self, leaves: np.ndarray) -> np.ndarray:
