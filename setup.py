@@ -22,7 +22,15 @@ try:
             optional=True,
             extra_compile_args=["-O2"],
             include_dirs=[numpy.get_include()],
-        )
+        ),
+        # a Tianshou buffer's add (replaystore.compat.tianshou); without it the Python reference path
+        Extension(
+            "replaystore.compat.tianshou._native",
+            ["src/replaystore/compat/tianshou/_native.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+            include_dirs=[numpy.get_include()],
+        ),
     ]
     # (with NumPy's headers, shared tables' small ring-mode inserts are one compiled call: RingInserter)
     _sync_numpy = {"include_dirs": [numpy.get_include()], "define_macros": [("RS_WITH_NUMPY", "1")]}

@@ -18,6 +18,14 @@ from tianshou.data import Batch
 from ...errors import InvalidPriority
 from .common import TableBacked, write_same_keys
 
+try:  # the compiled add (built by setup.py); without it the Python reference path
+    from . import _native
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _native = None
+
+_TRUE, _FALSE = np.array(True), np.array(False)  # (read-only sources of the stored done flag)
+_TRUE.flags.writeable = _FALSE.flags.writeable = False
+
 
 class ReplayBuffer(TableBacked, ts.ReplayBuffer):
     """Tianshou's ``ReplayBuffer`` (same arguments and contracts) with the transitions indexed by a Table.
@@ -79,25 +87,34 @@ class ReplayBuffer(TableBacked, ts.ReplayBuffer):
         except (KeyError, AttributeError):
             return super().add(batch, buffer_ids)
         done = bool(term) or bool(trunc)
-        nd = dict(bd)
-        nd["done"] = done
         # Tianshou's bookkeeping (its _update_state_pre_add, without its per-attribute checks)
         idx = d["_insertion_idx"]
-        size = min(d["_size"] + 1, self.maxsize)
+        maxsize = d["maxsize"]
+        size = d["_size"] + 1
+        if size > maxsize:
+            size = maxsize
         if d["_ep_start_idx"] > size:
             return super().add(batch, buffer_ids)  # (Tianshou raises its MalformedBufferError)
-        self.last_index[0] = idx
+        d["last_index"][0] = idx
         d["_size"] = size
-        d["_insertion_idx"] = (idx + 1) % self.maxsize
+        d["_insertion_idx"] = nxt = (idx + 1) % maxsize
         ep_ret = d["_ep_return"] + rew
         ep_len = d["_ep_len"] + 1
         ep_start = d["_ep_start_idx"]
         if done:
-            d["_ep_return"], d["_ep_len"], d["_ep_start_idx"] = 0.0, 0, d["_insertion_idx"]
+            d["_ep_return"], d["_ep_len"], d["_ep_start_idx"] = 0.0, 0, nxt
         else:
             d["_ep_return"], d["_ep_len"] = ep_ret, ep_len
             ep_ret, ep_len = 0.0, 0
         self.written(idx)
+        if _native is None or not _native.put(d["_meta"], batch, idx, _TRUE if done else _FALSE, None):
+            self._reference_write(bd, done, idx)
+        return np.array([idx]), np.array([ep_ret]), np.array([ep_len]), np.array([ep_start])
+
+    def _reference_write(self, bd: dict, done: bool, idx: int) -> None:
+        """``self._meta[idx] = batch`` with ``done`` (the Python path of the compiled ``put``, same result)."""
+        nd = dict(bd)
+        nd["done"] = done
         try:
             ok = write_same_keys(self._meta, nd, idx)
         except ValueError:
@@ -107,7 +124,6 @@ class ReplayBuffer(TableBacked, ts.ReplayBuffer):
             new.__dict__.update(nd)
             new.__dict__["done"] = np.bool_(done)
             self._general_write(new, idx)
-        return np.array([idx]), np.array([ep_ret]), np.array([ep_len]), np.array([ep_start])
 
     def _general_write(self, batch: Batch, idx: int) -> None:
         from tianshou.data.batch import alloc_by_keys_diff, create_value
@@ -145,7 +161,9 @@ class PrioritizedMixin:
             raise ValueError(f"beta must be >= 0, got {beta}")
         self._alpha, self._beta = float(alpha), float(beta)
         self._max_prio = self._min_prio = 1.0
-        self._prio = np.ones(self.maxsize, dtype=np.float64)  # |w| + eps of every position
+        # |w| + eps by position while no sampler exists (saved from it before it is dropped:
+        # pickling, reset); the sampler's tree holds the priorities otherwise
+        self._prio = np.ones(self.maxsize, dtype=np.float64)
         self._eps = np.finfo(np.float32).eps.item()
         self.options.update(alpha=alpha, beta=beta)
         self._weight_norm = weight_norm
@@ -155,11 +173,29 @@ class PrioritizedMixin:
 
     def init_weight(self, index: int | np.ndarray) -> None:
         """Give ``index`` the largest priority so far (Tianshou's rule for new transitions)."""
-        self._prio[index] = self._max_prio
+        self.written(np.asarray(index, dtype=np.int64).reshape(-1))
 
-    def written(self, positions: np.ndarray) -> None:  # noqa: D102
-        self._prio[positions] = self._max_prio
-        super().written(positions)
+    def written(self, positions: np.ndarray | int) -> None:  # noqa: D102
+        pt = self.__dict__.get("_positions")
+        if pt is not None:
+            pt.written(positions, self._max_prio)
+        else:  # (the sampler is built from _prio on first use)
+            self._prio[positions] = self._max_prio
+
+    def _save_priorities(self) -> None:
+        """Copy the sampler's priorities into ``_prio`` (before the sampler is dropped)."""
+        pt = self.__dict__.get("_positions")
+        if pt is not None:
+            live = np.flatnonzero(pt.live)
+            self._prio[live] = pt.priorities(live)
+
+    def _invalidate(self) -> None:
+        self._save_priorities()
+        super()._invalidate()
+
+    def __getstate__(self) -> dict[str, Any]:
+        self._save_priorities()
+        return super().__getstate__()
 
     @property
     def weight(self) -> _Weights:
@@ -173,25 +209,48 @@ class PrioritizedMixin:
     def update_weight(self, index: np.ndarray, new_weight: Any) -> None:
         """Set priorities ``|new_weight| + eps`` at ``index`` (a tensor or array); the last of duplicates wins.
 
+        Positions holding no transition are skipped (difference 3 in docs/compat/tianshou.md).
+
         Raises:
             InvalidPriority: a weight is NaN or infinite (nothing changes).
         """
         w = new_weight if type(new_weight) is np.ndarray else ts.to_numpy(new_weight)
-        weight = np.abs(w.reshape(-1), dtype=np.float64)
-        weight += self._eps
         if not (type(index) is np.ndarray and index.dtype == np.int64 and index.ndim == 1):
             index = np.asarray(index, dtype=np.int64).reshape(-1)
         if len(index) == 0:
             return
-        hi, lo = weight.max(), weight.min()
+        if w.ndim != 1 or len(w) != len(index):
+            w = np.broadcast_to(np.asarray(w, dtype=np.float64).reshape(-1), index.shape)
+        hi, lo = self.positions_table().set_weights(index, w, self._eps)
         if not hi < np.inf:  # (NaN too)
             raise InvalidPriority(f"update_weight: weights must be finite, got max |w| = {hi}")
-        self.positions_table().set_priorities(index, weight, checked=True)
-        self._prio[index] = weight
         if hi > self._max_prio:
             self._max_prio = float(hi)
         if lo < self._min_prio:
             self._min_prio = float(lo)
+
+    def sample(self, batch_size: int | None) -> tuple[Batch, np.ndarray]:
+        """Tianshou's ``sample``: ``(self[indices], indices)``; the weights come from the draw's own leaves."""
+        if batch_size is None or batch_size <= 0 or (self._sample_avail and self.stack_num > 1):
+            return super().sample(batch_size)
+        pt = self.positions_table()
+        if len(pt) == 0:
+            raise ValueError("cannot sample from an empty buffer")
+        # (p ** alpha / min_prio) ** -beta, normalised by the batch maximum: min_prio cancels out
+        scale = 0.0 if self._weight_norm else 1.0 / self._min_prio
+        indices, weight = pt.draw_weighted(int(batch_size), self._beta, scale)
+        batch = super().__getitem__(indices)  # (TableBacked's: the gather, no weights)
+        batch.__dict__["weight"] = weight
+        return batch, indices
+
+    def _weights(self, leaves: np.ndarray) -> np.ndarray:
+        # (p ** alpha / min_prio) ** -beta; normalised by the batch maximum, min_prio cancels out
+        weight = np.power(leaves, -self._beta)
+        if self._weight_norm:
+            weight /= weight.max()
+        else:
+            weight *= self._min_prio**self._beta
+        return weight
 
     def __getitem__(self, index: Any) -> Batch:
         if isinstance(index, slice):
@@ -199,13 +258,7 @@ class PrioritizedMixin:
         else:
             indices = index
         batch = super().__getitem__(indices)
-        # (p ** alpha / min_prio) ** -beta; normalised by the batch maximum, min_prio cancels out
-        weight = np.power(self.positions_table().leaves(indices), -self._beta)
-        if self._weight_norm:
-            weight /= weight.max()
-        else:
-            weight *= self._min_prio**self._beta
-        batch.__dict__["weight"] = weight
+        batch.__dict__["weight"] = self._weights(self.positions_table().leaves(indices))
         return batch
 
     def set_beta(self, beta: float) -> None:
@@ -223,10 +276,13 @@ class _Weights:
         return self._buf.positions_table().leaves(index)
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        prio = np.broadcast_to(np.asarray(value, dtype=np.float64) ** (1.0 / self._buf._alpha), np.shape(index))
+        leaves = np.asarray(value, dtype=np.float64)
+        if leaves.size and not (leaves.min() >= 0.0 and leaves.max() < np.inf):  # (NaN fails both)
+            raise InvalidPriority("weight: values must be finite and >= 0")
         idx = np.asarray(index, dtype=np.int64).reshape(-1)
-        self._buf.positions_table().set_priorities(idx, np.asarray(prio, dtype=np.float64).reshape(-1))
-        self._buf._prio[index] = prio
+        self._buf.positions_table().set_leaves(
+            idx, np.ascontiguousarray(np.broadcast_to(leaves, np.shape(index)).reshape(-1))
+        )
 
     def reduce(self) -> float:
         return self._buf.positions_table().total_mass()

@@ -20,6 +20,11 @@ from tianshou.data.utils.converter import to_hdf5
 from .position_tree import PositionSampler
 from .positions import PositionTable
 
+try:  # the compiled helper (built by setup.py); without it one ``take`` per stored array
+    from . import _native
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _native = None
+
 _INPUT_KEYS = ("obs", "act", "rew", "terminated", "truncated", "obs_next", "info", "policy")
 _OUT_KEYS = ("obs", "act", "rew", "terminated", "truncated", "done", "obs_next", "info", "policy")
 _KNOWN = frozenset(_OUT_KEYS)
@@ -97,6 +102,55 @@ def _write(md: dict, bd: dict, index: Any) -> bool:
         else:
             return False
     return True
+
+
+def _gather_all(md: dict, indices: np.ndarray) -> Batch | None:
+    """``meta[indices]`` in one compiled pass over the rows when every stored leaf is an array.
+
+    Keys in Tianshou's order (as the per-key path), one level of nested ``Batch`` (``info``);
+    None when the storage holds anything else (the caller takes the per-key path).
+    """
+    if "obs" not in md or "obs_next" not in md:
+        return None
+    arrays: list[np.ndarray] = []
+    layout: list[tuple[str, tuple[str, ...] | None]] = []
+    keys = list(_OUT_KEYS)
+    if len(md) > len(_OUT_KEYS) or not md.keys() <= _KNOWN:
+        keys += [k for k in md if k not in _KNOWN]
+    for k in keys:
+        v = md.get(k)
+        if type(v) is np.ndarray:
+            arrays.append(v)
+            layout.append((k, None))
+        elif v is None:
+            layout.append((k, ()))
+        elif type(v) is Batch:
+            sub = v.__dict__
+            for x in sub.values():
+                if type(x) is not np.ndarray:
+                    return None
+                arrays.append(x)
+            layout.append((k, tuple(sub)))
+        else:
+            return None
+    got = _native.gather(tuple(arrays), indices)
+    if got is None:
+        return None
+    out = Batch()
+    d = out.__dict__
+    i = 0
+    for k, sub_keys in layout:
+        if sub_keys is None:
+            d[k] = got[i]
+            i += 1
+        else:
+            b = Batch()
+            bd = b.__dict__
+            for sk in sub_keys:
+                bd[sk] = got[i]
+                i += 1
+            d[k] = b
+    return out
 
 
 class TableBacked:
@@ -187,6 +241,17 @@ class TableBacked:
         else:
             indices = index
         md = self._meta.__dict__
+        if (
+            _native is not None
+            and type(indices) is np.ndarray
+            and indices.dtype == np.int64
+            and indices.ndim == 1
+            and self.stack_num == 1
+            and self._save_obs_next
+        ):
+            out = _gather_all(md, indices)
+            if out is not None:
+                return out
         out = Batch()
         d = out.__dict__
         if self.stack_num == 1 and self._save_obs_next and "obs" in md and "obs_next" in md:

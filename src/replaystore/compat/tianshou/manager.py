@@ -24,6 +24,11 @@ from .buffers import PrioritizedMixin
 from .common import TableBacked, write_same_keys
 from .counters import advance
 
+try:  # the compiled add (built by setup.py); without it the Python reference path
+    from . import _native
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _native = None
+
 _RESERVED = frozenset(("obs", "act", "rew", "terminated", "truncated", "done", "obs_next", "info", "policy"))
 
 
@@ -171,32 +176,57 @@ class ReplayBufferManager(TableBacked, ts.ReplayBufferManager):
         and length for episodes still running.
         """
         bd = batch.__dict__
-        ids = self._rs_all if buffer_ids is None else np.asarray(buffer_ids, dtype=np.int64)
+        d = self.__dict__
+        if buffer_ids is None:
+            ids = d["_rs_all"]
+        else:
+            ids = np.asarray(buffer_ids, dtype=np.int64)
+            if ids.ndim != 1 or len(set(ids.tolist())) != len(ids):
+                return self._tianshou_add(batch, buffer_ids)
         if (
-            self._save_only_last_obs
-            or not self._save_obs_next
-            or not self._meta.__dict__
-            or self._rs_ret.dtype == object
+            d["_save_only_last_obs"]
+            or not d["_save_obs_next"]
+            or not d["_meta"].__dict__
+            or d["_rs_ret"].dtype == object
+            or d["_rs_zero"]
             or "terminated" not in bd
             or "truncated" not in bd
-            or ids.ndim != 1
-            or self._rs_zero
+            or "obs" not in bd
+            or "act" not in bd
+            or "rew" not in bd
         ):
             return self._tianshou_add(batch, buffer_ids)
+        if _native is not None:
+            out = _native.advance(ids, bd["rew"], bd["terminated"], bd["truncated"], self._counters())
+            if out is False:
+                raise MalformedBufferError("an episode start index lies outside the stored transitions")
+            if out is not None:
+                pos, ep_ret, ep_len, ep_start, done = out
+                if not _native.put(d["_meta"], batch, pos, done, _RESERVED):
+                    nd = {k: v for k, v in bd.items() if k in _RESERVED}
+                    nd["done"] = done
+                    self._write(nd, pos)
+                self.written(pos)
+                return pos, ep_ret, ep_len, ep_start
+        return self._reference_add(batch, ids, buffer_ids)
+
+    def _counters(self) -> tuple[np.ndarray, ...]:
+        """The arrays of per-sub-buffer counters, in the order ``_native.advance`` takes them."""
+        d = self.__dict__
+        return (d["_rs_cap"], d["_rs_ins"], d["_lengths"], d["_rs_ret"], d["_rs_len"], d["_rs_start"],
+                d["_rs_last"], d["last_index"], d["_offset"])  # fmt: skip
+
+    def _reference_add(
+        self, batch: Any, ids: np.ndarray, buffer_ids: Any
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The Python path of :meth:`add` (the reference of the compiled one, which gives the same results)."""
+        bd = batch.__dict__
         nd = {k: v for k, v in bd.items() if k in _RESERVED}
         done = np.logical_or(nd["terminated"], nd["truncated"])
         nd["done"] = done
-        rew = nd.get("rew")
+        rew = nd["rew"]
         n = len(ids)
-        if (
-            "obs" not in nd
-            or "act" not in nd
-            or "rew" not in nd
-            or type(rew) is not np.ndarray
-            or rew.shape != ids.shape
-            or done.shape != ids.shape
-            or (buffer_ids is not None and len(set(ids.tolist())) != n)
-        ):
+        if type(rew) is not np.ndarray or rew.shape != ids.shape or done.shape != ids.shape:
             return self._tianshou_add(batch, buffer_ids)
         # every sub-buffer's bookkeeping in one compiled call (Tianshou's _update_state_pre_add loop)
         pos = np.empty(n, dtype=np.int64)
@@ -204,13 +234,17 @@ class ReplayBufferManager(TableBacked, ts.ReplayBufferManager):
         ep_len = np.empty(n, dtype=np.int64)
         ep_start = np.empty(n, dtype=np.int64)
         ok = advance(
-            ids, rew.astype(np.float64, copy=False), done.astype(np.bool_, copy=False), self._rs_cap, self._rs_ins,
-            self._lengths, self._rs_ret, self._rs_len, self._rs_start, self._rs_last, self.last_index,
-            self._offset, pos, ep_ret, ep_len, ep_start,
+            ids, rew.astype(np.float64, copy=False), done.astype(np.bool_, copy=False), *self._counters(),
+            pos, ep_ret, ep_len, ep_start,
         )  # fmt: skip
         if not ok:
             raise MalformedBufferError("an episode start index lies outside the stored transitions")
-        where = slice(int(pos[0]), int(pos[0]) + 1) if n == 1 else pos  # (a slice assigns faster)
+        self._write(nd, slice(int(pos[0]), int(pos[0]) + 1) if n == 1 else pos, pos)  # (a slice assigns faster)
+        self.written(pos)
+        return pos, ep_ret, ep_len, ep_start
+
+    def _write(self, nd: dict, where: Any, pos: np.ndarray | None = None) -> None:
+        """``self._meta[pos] = nd`` (``where``: ``pos`` or the same rows as a slice)."""
         try:
             ok = write_same_keys(self._meta, nd, where)
         except ValueError:
@@ -218,9 +252,7 @@ class ReplayBufferManager(TableBacked, ts.ReplayBufferManager):
         if not ok:
             new = Batch()
             new.__dict__.update(nd)
-            self._general_write(new, pos)
-        self.written(pos)
-        return pos, ep_ret, ep_len, ep_start
+            self._general_write(new, where if pos is None else pos)
 
     def _tianshou_add(self, batch: Any, buffer_ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         out = ts.ReplayBufferManager.add(self, batch, buffer_ids)

@@ -9,6 +9,12 @@ replaystore's :class:`~replaystore.samplers.Prioritized` sampler (its compiled k
 is one descent, an update one pass up, and nothing is translated. No min tree is kept: Tianshou's
 importance weights use the smallest priority ever set (a scalar the buffer keeps).
 
+With the compiled helper (``_native``, built by setup.py) the tree is :class:`NativeBinaryTree`:
+the same array, driven by one C call per draw (which also returns the drawn leaves, for the
+importance weights) and one per priority update (absolute value, ``eps``, the NaN check, the power,
+the live filter and the pass up). Without it, :class:`BinaryTree` (replaystore's kernels) is the
+reference: the same tree contents and draws after the same calls (tests/compat/test_tianshou_native.py).
+
 Same interface as :class:`~replaystore.compat.tianshou.positions.PositionTable` (``written``,
 ``sync``, ``rebuild``, ``sample``, ``set_priorities``, ``total_mass``, ``table``), so the buffers use
 either. Registration is lazy as there: ``written`` notes positions and priorities, the next read
@@ -28,6 +34,102 @@ from ...samplers import Fifo, Prioritized, sumtree, sumtree_jit
 from ...table import Table
 from .positions import POSITION
 
+try:  # the compiled helper (built by setup.py); without it the binary reference tree
+    from . import _native
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _native = None
+
+
+class BinaryTree:
+    """replaystore's float64 binary sum tree (its numba kernels, or NumPy), one leaf per position.
+
+    The reference backend of :class:`PositionSampler`. Not thread-safe.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._k = sumtree_jit if sumtree_jit.AVAILABLE else sumtree
+        self.tree = sumtree.new_sum_tree(capacity)
+        self.leaf0 = len(self.tree) // 2
+        self._frontier = self._k.frontier_for(capacity)
+
+    def clear(self) -> None:
+        """Every leaf 0."""
+        self.tree[:] = 0.0
+
+    def set(self, pos: np.ndarray, values: np.ndarray) -> None:
+        """Leaves ``pos`` (int64; the last of duplicates wins) to ``values`` (float64, >= 0)."""
+        if len(pos) > 1 and not self._k.LAST_DUPLICATE_WINS:
+            pos, values = last_writes(pos, values)
+        self._k.update_sum(self.tree, pos, values, self._frontier)
+
+    def set_weights(self, pos: np.ndarray, live: np.ndarray, w: np.ndarray, alpha: float, eps: float) -> tuple:
+        """Leaves of the live ``pos`` to ``(|w| + eps) ** alpha``; returns (max, min) of ``|w| + eps``.
+
+        Writes nothing when a weight is NaN or infinite (the max is then not finite).
+        """
+        p = np.abs(w.reshape(-1), dtype=np.float64)
+        p += eps
+        if len(p) == 0:
+            return -np.inf, np.inf
+        hi, lo = p.max(), p.min()
+        if not hi < np.inf:
+            return hi, lo
+        keep = live[pos]
+        if not keep.all():
+            pos, p = pos[keep], p[keep]
+        if len(pos):
+            self.set(pos, p if alpha == 1.0 else np.power(p, alpha))
+        return hi, lo
+
+    def total(self) -> float:
+        """The sum of the leaves."""
+        return float(self._k.total(self.tree, self._frontier))
+
+    def draw(self, uniforms: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """Positions for ``uniforms`` (each scaled by the total) and their leaves; None when the total is 0."""
+        if not self._k.total(self.tree, self._frontier) > 0.0:
+            return None
+        pos = self._k.draw(self.tree, uniforms, self._frontier)
+        return pos, self.tree.take(pos + self.leaf0)
+
+    def leaves(self, positions: Any) -> Any:
+        """The leaves at ``positions`` (an int or an int array)."""
+        if type(positions) is np.ndarray and positions.dtype.kind == "i":
+            return self.tree.take(positions + self.leaf0)
+        return self.tree[np.asarray(positions) + self.leaf0]
+
+
+class NativeBinaryTree(BinaryTree):
+    """:class:`BinaryTree` (the same array, so the same contents after the same calls) driven by ``_native``'s kernels.
+
+    One C call per draw or update: no NumPy calls around the kernels, which is what a small batch
+    costs. Not thread-safe.
+    """
+
+    def set(self, pos: np.ndarray, values: np.ndarray) -> None:  # noqa: D102
+        _native.bin_update(self.tree, np.ones(len(self.tree) // 2, dtype=bool), pos, values, 1.0, 0.0)
+
+    def set_weights(self, pos: np.ndarray, live: np.ndarray, w: np.ndarray, alpha: float, eps: float) -> tuple:  # noqa: D102
+        return _native.bin_update(self.tree, live, pos, w, alpha, eps)  # (libm's power: ~10 ns a row)
+
+    def total(self) -> float:  # noqa: D102
+        return float(self.tree[1])
+
+    def draw(self, uniforms: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:  # noqa: D102
+        return _native.bin_draw(self.tree, uniforms)
+
+    def draw_weighted(self, uniforms: np.ndarray, beta: float, scale: float) -> tuple | None:  # noqa: D102
+        return _native.bin_draw(self.tree, uniforms, beta, scale)
+
+
+def last_writes(pos: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pos`` and ``values`` with only the last occurrence of each position kept (in order)."""
+    _, rev_first = np.unique(pos[::-1], return_index=True)
+    if len(rev_first) == len(pos):
+        return pos, values
+    keep = np.sort(len(pos) - 1 - rev_first)
+    return pos[keep], np.broadcast_to(values, pos.shape)[keep]
+
 
 class PositionSampler:
     """A sum tree over ring positions ``0 .. capacity - 1``: prioritized draws by position.
@@ -37,8 +139,9 @@ class PositionSampler:
         alpha: the priority exponent: position ``i`` is drawn with probability
             ``priority_i ** alpha / sum``.
         seed: the random seed of the draws.
-        priority_of: the buffer's current priorities of given positions (for :attr:`table`;
-            default: 1 each).
+        priority_of: unused (kept for callers of the earlier signature): the priorities of the
+            inspection :attr:`table` are read from the tree.
+        native: drive the tree with the compiled kernels (default: when built); False: the reference.
 
     Not thread-safe.
     """
@@ -51,29 +154,27 @@ class PositionSampler:
         alpha: float = 0.6,
         seed: int | None = None,
         priority_of: Callable[[np.ndarray], np.ndarray] | None = None,
+        native: bool | None = None,
     ) -> None:
-        self.priority_of = priority_of
         self.capacity = int(capacity)
         self.alpha = float(alpha)
         self.seed = seed
         size = max(self.capacity, 1)
-        self._trees = sumtree_jit if sumtree_jit.AVAILABLE else sumtree
-        self._sum = sumtree.new_sum_tree(size)  # leaf i: priority_i ** alpha (0: not live)
-        self._leaf0 = len(self._sum) // 2
-        self._frontier = self._trees.frontier_for(size)
+        if native is None:
+            native = _native is not None
+        self._tree = NativeBinaryTree(size) if native else BinaryTree(size)
         self._rng = np.random.default_rng(seed)
         self.live = np.zeros(size, dtype=bool)  # positions holding a sampleable transition
         self.count = 0
-        self._stamp = np.zeros(size, dtype=np.int64)  # scratch: the last occurrence of a position
         self._pending: list[Any] = []  # positions written since the last sync, and their priorities
         self._pending_prio: list[Any] = []
         self._view: tuple[int, Table] | None = None  # (version, Table) built for ``table``
         self._version = 0
 
     def written(self, positions: np.ndarray | int, priorities: np.ndarray | float | None = None) -> None:
-        """Note that ``positions`` (int64, distinct; or one int) hold new transitions with ``priorities``."""
+        """Note that ``positions`` (int64, distinct; or one int) hold new transitions with ``priorities`` (>= 0)."""
         self._pending.append(positions)
-        self._pending_prio.append(priorities)
+        self._pending_prio.append(1.0 if priorities is None else priorities)
         if len(self._pending) >= 4096:  # (bounded: a buffer that is only added to)
             self.sync()
 
@@ -87,40 +188,25 @@ class PositionSampler:
             prio = np.atleast_1d(np.asarray(self._pending_prio[0], dtype=np.float64))
         else:
             pos = np.hstack(pending).astype(np.int64, copy=False)
-            prio = np.hstack(self._pending_prio).astype(np.float64, copy=False)
-            pos, prio = self._last_writes(pos, prio)
+            prio = np.hstack([np.broadcast_to(np.asarray(p, dtype=np.float64), np.shape(x)) for x, p in
+                              zip(pending, self._pending_prio)])  # fmt: skip
         self._pending, self._pending_prio = [], []
-        prio = np.broadcast_to(prio, pos.shape)
-        self._apply(pos, prio)
-
-    def _last_writes(self, pos: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``pos`` and ``values`` with only the last occurrence of each position kept (in order)."""
-        n = len(pos)
-        order = np.arange(n)
-        self._stamp[pos] = order  # (NumPy assigns in order: the last occurrence stays)
-        keep = self._stamp[pos] == order
-        if keep.all():
-            return pos, values
-        return pos[keep], np.broadcast_to(values, pos.shape)[keep]
+        self._apply(pos, np.ascontiguousarray(np.broadcast_to(prio, pos.shape)))
 
     def _apply(self, pos: np.ndarray, prio: np.ndarray) -> None:
-        """Set the (distinct) live ``pos`` to ``prio``; new positions become live."""
+        """Make ``pos`` live with priorities ``prio`` (the last of duplicates wins)."""
         live = self.live[pos]
         if not live.all():
-            new = pos[~live]
+            new = np.unique(pos[~live])
             self.live[new] = True
             self.count += len(new)
-        self._set(pos, prio)
-
-    def _set(self, pos: np.ndarray, prio: np.ndarray) -> None:
-        scaled = prio if self.alpha == 1.0 else np.power(prio, self.alpha)
-        self._trees.update_sum(self._sum, pos, scaled, self._frontier)
+        self._tree.set_weights(pos, self.live, prio, self.alpha, 0.0)
         self._version += 1
 
     def rebuild(self, positions: np.ndarray, priorities: np.ndarray | None = None) -> None:
         """Make exactly ``positions`` (distinct) the live positions, with ``priorities`` (default 1)."""
         self._pending, self._pending_prio = [], []
-        self._sum[:] = 0.0
+        self._tree.clear()
         self.live[:] = False
         self.count = 0
         positions = np.asarray(positions, dtype=np.int64)
@@ -133,17 +219,54 @@ class PositionSampler:
         self.sync()
         return self.count
 
-    def sample(self, n: int) -> np.ndarray:
-        """``n`` positions drawn with replacement in proportion to ``priority ** alpha``.
+    def draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` positions drawn with replacement in proportion to ``priority ** alpha``, and their leaves.
 
         Uniform over the live positions when every priority is 0; needs a live position.
         """
-        self.sync()
-        total = self._trees.total(self._sum, self._frontier)
-        if not total > 0.0:
+        if self._pending:
+            self.sync()
+        out = self._tree.draw(self._rng.random(n))
+        if out is None:
             live = np.flatnonzero(self.live)
-            return live[(self._rng.random(n) * len(live)).astype(np.int64)]
-        return self._trees.draw(self._sum, self._rng.random(n), self._frontier)
+            pos = live[(self._rng.random(n) * len(live)).astype(np.int64)]
+            return pos, self._tree.leaves(pos)
+        return out
+
+    def draw_weighted(self, n: int, beta: float, scale: float) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` positions drawn as :meth:`draw`, and ``(leaf * scale) ** -beta`` for each.
+
+        ``scale`` 0: one over the smallest drawn leaf (the weights divided by their maximum).
+        """
+        if self._pending:
+            self.sync()
+        tree = self._tree
+        if type(tree) is NativeBinaryTree:
+            out = tree.draw_weighted(self._rng.random(n), beta, scale)
+            if out is not None:
+                return out
+            pos, leaves = self.draw(n)  # (all priorities 0: uniform)
+        else:
+            pos, leaves = self.draw(n)
+        weight = np.power(leaves * (scale if scale > 0.0 else 1.0 / leaves.min()), -beta)
+        return pos, weight
+
+    def sample(self, n: int) -> np.ndarray:
+        """``n`` positions drawn as :meth:`draw`."""
+        return self.draw(n)[0]
+
+    def set_weights(self, positions: np.ndarray, weights: np.ndarray, eps: float) -> tuple[float, float]:
+        """Priorities ``|weights| + eps`` at the live ``positions`` (others skipped; the last of duplicates wins).
+
+        ``positions``: int64, 1-D. Returns the max and min of ``|weights| + eps``; when the max is
+        not finite (a NaN or infinite weight) nothing is written.
+        """
+        if self._pending:
+            self.sync()
+        hi, lo = self._tree.set_weights(positions, self.live, weights, self.alpha, eps)
+        if hi < np.inf:
+            self._version += 1
+        return hi, lo
 
     def set_priorities(self, positions: np.ndarray, priorities: np.ndarray, checked: bool = False) -> None:
         """Set the priorities of live positions (others are skipped; the last of duplicates wins).
@@ -154,31 +277,32 @@ class PositionSampler:
         Raises:
             InvalidPriority: a priority is NaN, infinite or negative (nothing changes).
         """
-        if not checked and not (priorities.min() >= 0.0 and priorities.max() < np.inf):  # (NaN fails both)
-            raise InvalidPriority("priorities must be finite and >= 0")
+        if not checked and len(priorities) and not (priorities.min() >= 0.0 and priorities.max() < np.inf):
+            raise InvalidPriority("priorities must be finite and >= 0")  # (NaN fails both)
+        self.set_weights(positions, priorities, 0.0)
+
+    def set_leaves(self, positions: np.ndarray, leaves: np.ndarray) -> None:
+        """Set ``priority ** alpha`` itself at the live ``positions`` (finite, >= 0: the caller checks)."""
         if self._pending:
             self.sync()
-        live = self.live[positions]
-        if not live.all():
-            positions, priorities = positions[live], priorities[live]
-            if len(positions) == 0:
-                return
-        if len(positions) > 1 and not self._trees.LAST_DUPLICATE_WINS:
-            positions, priorities = self._last_writes(positions, priorities)
-        self._set(positions, priorities)
+        self._tree.set_weights(positions, self.live, leaves, 1.0, 0.0)
+        self._version += 1
 
     def leaves(self, positions: Any) -> Any:
         """``priority ** alpha`` at ``positions`` (an int or an int array; 0 where nothing is live)."""
         if self._pending:
             self.sync()
-        if type(positions) is np.ndarray and positions.dtype.kind == "i":
-            return self._sum.take(positions + self._leaf0)
-        return self._sum[np.asarray(positions) + self._leaf0]
+        return self._tree.leaves(positions)
+
+    def priorities(self, positions: np.ndarray) -> np.ndarray:
+        """The priorities at ``positions``, from the leaves (``leaf ** (1 / alpha)``)."""
+        leaves = self.leaves(positions)
+        return leaves if self.alpha == 1.0 else np.power(leaves, 1.0 / self.alpha)
 
     def total_mass(self) -> float:
         """The sum of ``priority ** alpha`` over the live positions."""
         self.sync()
-        return float(self._trees.total(self._sum, self._frontier))
+        return self._tree.total()
 
     @property
     def table(self) -> Table:
@@ -202,8 +326,7 @@ class PositionSampler:
         )
         pos = np.flatnonzero(self.live)
         if len(pos):
-            prio = np.ones(len(pos)) if self.priority_of is None else self.priority_of(pos)
-            table.extend({"pos": pos}, priorities=prio)
+            table.extend({"pos": pos}, priorities=self.priorities(pos))
         self._view = (self._version, table)
         return table
 
