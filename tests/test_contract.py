@@ -4,6 +4,7 @@ No Ray is started here: these are checks of the classes (what is generated, with
 signatures); tests/conformance/ runs the calls in every mode.
 """
 
+import asyncio
 import inspect
 import pydoc
 
@@ -102,3 +103,42 @@ def test_refusals_are_named_errors():
     for name, mode, err, why in contract.refusals():
         assert mode in contract.MODES and name in contract.CALLS and why
         assert issubclass(getattr(rs, err), rs.ReplayError)
+
+
+def test_forward_builds_a_client_and_a_service_from_the_calls():
+    sent, served = [], []
+
+    class Client:
+        MODE = "served"
+
+        def keys(self):  # written by hand: left alone
+            return "own"
+
+    def send(client, name, call, args):
+        sent.append((name, dict(args)))
+        return call.name
+
+    contract.forward(Client, send=send, prefix="p_")
+    c = Client()
+    assert c.sample(4, 1.5, as_tensor=False) == "sample" and c.keys() == "own"
+    assert sent == [("p_sample", {"batch_size": 4, "timeout": 1.5})]  # local arguments stay on the client
+    with pytest.raises(TypeError):
+        c.sample()  # as the Table raises, and nothing sent
+    with pytest.raises(rs.Unsupported, match="snapshot"):
+        c.snapshot()
+    assert len(sent) == 1 and inspect.signature(Client.sample) == inspect.signature(rs.Table.sample)
+    assert Client.sample.__doc__ == rs.Table.sample.__doc__ and Client.sample.__qualname__.endswith("Client.sample")
+
+    class Service:
+        pass
+
+    async def serve(service, call, which, args):
+        served.append((call.name, which, dict(args)))
+        return len(served)
+
+    contract.forward(Service, {"peek": contract.CALLS["get"]}, serve=serve, prefix="t_", first="table")
+    assert list(inspect.signature(Service.t_peek).parameters) == ["self", "table", "keys"]
+    assert Service.t_peek.__name__ == "t_peek" and inspect.iscoroutinefunction(Service.t_peek)
+    s = Service()
+    assert asyncio.run(s.t_peek("a", [1])) == 1 and asyncio.run(s.t_peek(keys=[2], table="b")) == 2
+    assert served == [("get", "a", {"keys": [1]}), ("get", "b", {"keys": [2]})]

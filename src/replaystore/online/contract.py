@@ -5,7 +5,7 @@ offers (``serve(online=...)``, :class:`~replaystore.ray.OnlineClient`), each a
 :class:`~replaystore.table.contract.Call` with ``of=RolloutBuffer``: whether it may wait (it takes
 ``timeout``) and whether it changes the buffer. The client's methods and the service's
 ``online_<call>`` methods are generated from it with the Table's mechanism
-(:func:`~replaystore.table.contract.forwarded`: the buffer method's name, docstring and
+(:func:`~replaystore.table.contract.forward`: the buffer method's name, docstring and
 signature), so a new rollout-buffer call is served by adding it here.
 """
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numbers
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from ..errors import Closed, Timeout
@@ -62,7 +62,7 @@ class OnlineClient:
             f"{self.name}.{method}({self.buffer!r})",
         )
 
-    # -- the RolloutBuffer's calls: generated from replaystore.online.contract (see _remote_call) ------------
+    # -- the RolloutBuffer's calls: generated from replaystore.online.contract (see _send) -------------------
     def version_of(self, ticket: int) -> int:
         """The policy version ``ticket`` was admitted under (a :class:`Ticket` answers without a call)."""
         if isinstance(ticket, Ticket):
@@ -99,22 +99,15 @@ class OnlineClient:
             yield v
 
 
-def _remote_call(call: contract.Call) -> Callable:
+def _send(client: OnlineClient, method: str, call: contract.Call, a: dict[str, Any]) -> Any:
     """``OnlineClient.<call>``: one Ray call of the service's ``online_<call>`` on this client's buffer.
 
-    The arguments are bound to the ``RolloutBuffer`` method's signature (a wrong call raises
-    ``TypeError`` here, as the buffer would) and sent positionally; tickets go as a list (or one
-    bare ticket); a blocking call waits ``timeout`` plus ``rpc_grace``.
+    Sent positionally; tickets go as a list (or one bare ticket); a blocking call waits
+    ``timeout`` plus ``rpc_grace``.
     """
-    remote = f"online_{call.name}"
-
-    def method(self: OnlineClient, *args: Any, **kwargs: Any) -> Any:
-        a = contract.bind(call, args, kwargs)
-        if "tickets" in a:
-            a["tickets"] = _tickets(a["tickets"])
-        return self._call(remote, *a.values(), op_timeout=a["timeout"] if call.blocking else 0.0)
-
-    return contract.forwarded(call, method, OnlineClient)
+    if "tickets" in a:
+        a["tickets"] = _tickets(a["tickets"])
+    return client._call(method, *a.values(), op_timeout=a["timeout"] if call.blocking else 0.0)
 
 
 def _tickets(tickets: Any) -> Any:
@@ -124,6 +117,6 @@ def _tickets(tickets: Any) -> Any:
     return list(tickets)
 
 
-contract.install(OnlineClient, _remote_call, CALLS)
+contract.forward(OnlineClient, CALLS, send=_send, prefix="online_")
 
 __all__ = ["OnlineClient"]

@@ -2,7 +2,7 @@
 
 A mixin class: the service's actor class inherits these ``online_*`` methods; they act on its
 :class:`~replaystore.online.RolloutBuffer` objects by name (``self.online``). One per call of
-:data:`replaystore.online.contract.CALLS`, generated (:func:`_dispatch`) but for ``acquire``
+:data:`replaystore.online.contract.CALLS`, generated (:func:`_serve`) but for ``acquire``
 (which tries without waiting first) and ``sample`` (which writes a report every
 ``report_every`` samples). See docs/online.md.
 """
@@ -10,7 +10,6 @@ A mixin class: the service's actor class inherits these ``online_*`` methods; th
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -95,31 +94,16 @@ class OnlineService:
                 b.expire()
 
 
-def _dispatch(call: contract.Call) -> Callable:
+async def _serve(service: OnlineService, call: contract.Call, name: str, a: dict[str, Any]) -> Any:
     """``OnlineService.online_<call>(name, ...)``: the ``RolloutBuffer`` method on buffer ``name``.
 
     A blocking call runs first without waiting, then in a worker thread (never on the event loop).
-    The signature is the buffer method's with ``name`` first.
     """
-
-    async def method(self: OnlineService, name: str, *args: Any, **kwargs: Any) -> Any:
-        a = contract.bind(call, args, kwargs)
-        fn = getattr(self._rollouts(name), call.name)
-        if call.blocking:
-            t = a.pop("timeout")
-            return await self._blocking(lambda timeout: fn(**a, timeout=timeout), timeout=t)
-        return fn(**a)
-
-    sig = call.signature()
-    params = list(sig.parameters.values())
-    buffer = inspect.Parameter("name", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str)
-    method = contract.forwarded(call, method, OnlineService, sig.replace(parameters=[params[0], buffer, *params[1:]]))
-    method.__name__ = f"online_{call.name}"
-    method.__qualname__ = f"OnlineService.{method.__name__}"
-    return method
+    fn = getattr(service._rollouts(name), call.name)
+    if call.blocking:
+        t = a.pop("timeout")
+        return await service._blocking(lambda timeout: fn(**a, timeout=timeout), timeout=t)
+    return fn(**a)
 
 
-for _call in CALLS.values():
-    if f"online_{_call.name}" not in OnlineService.__dict__:
-        setattr(OnlineService, f"online_{_call.name}", _dispatch(_call))
-del _call
+contract.forward(OnlineService, CALLS, serve=_serve, prefix="online_", first="name")

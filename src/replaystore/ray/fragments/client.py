@@ -25,7 +25,7 @@ import contextlib
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -234,18 +234,9 @@ class FragmentClient:
         self._call("housekeeping")
 
 
-def _remote(served: str) -> Callable:
-    """``FragmentClient.<served>``: one Ray call of the service's method (the buffer method's signature)."""
-    call = CALLS[served]
-
-    def method(self: FragmentClient, *args: Any, **kwargs: Any) -> Any:
-        return self._call(served, *contract.bind(call, args, kwargs).values())
-
-    method = contract.forwarded(call, method, FragmentClient)
-    method.__name__, method.__qualname__ = served, f"FragmentClient.{served}"
-    return method
+def _send(client: FragmentClient, method: str, call: contract.Call, a: dict[str, Any]) -> Any:
+    """``FragmentClient.<served>``: one Ray call of the service's method."""
+    return client._call(method, *a.values())
 
 
-for _served in CLIENT:
-    setattr(FragmentClient, _served, _remote(_served))
-del _served
+contract.forward(FragmentClient, {n: CALLS[n] for n in CLIENT}, send=_send)

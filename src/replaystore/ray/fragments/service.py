@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import KeyNotFound, Timeout
@@ -191,17 +190,9 @@ class FragmentService:
             self.fragments.expire()
 
 
-def _forward(served: str, call: contract.Call) -> Callable:
-    """``FragmentService.<served>``: the ``FragmentBuffer`` call as is (its docstring and signature)."""
-
-    async def method(self: FragmentService, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self._buffer(), call.name)(*args, **kwargs)
-
-    method = contract.forwarded(call, method, FragmentService)
-    method.__name__, method.__qualname__ = served, f"FragmentService.{served}"
-    return method
+async def _serve(service: FragmentService, call: contract.Call, _: None, a: dict[str, Any]) -> Any:
+    """``FragmentService.<served>``: the ``FragmentBuffer`` call as is."""
+    return getattr(service._buffer(), call.name)(**a)
 
 
-for _served, _call in CALLS.items():
-    setattr(FragmentService, _served, _forward(_served, _call))
-del _served, _call
+contract.forward(FragmentService, CALLS, serve=_serve)
