@@ -29,6 +29,12 @@ from replaystore.shared import SharedTable
 
 SPEC = {"obs": ((4,), np.float32), "action": ((), np.int64), "reward": ((), np.float32), "id": ((), np.int64)}
 _JOIN_S = 120  # generous: a loaded machine only slows the processes down
+# The children start from a fresh forkserver, not from a fork of the test process: a fork of a
+# long-lived pytest process inherits whatever earlier tests left (torch's thread pools, Ray's
+# client threads), and one full-suite run saw two such children abort at exit ("double free or
+# corruption") after doing all their work; ~190 runs of the same examples from clean processes
+# (also under MALLOC_CHECK_=3 and with CPU hogs beside them) never did.
+_START = "forkserver"
 
 
 def _writer(name, directory, w, batches, rows, q):
@@ -89,7 +95,7 @@ def test_writers_and_learners_at_once_lose_tear_and_miscount_nothing(
     t = SharedTable.create("mix", capacity, SPEC, sampler=sampler, directory=directory, seed=seed)
     try:
         id_of = dict(zip(t.extend(transitions(prefill)).tolist(), range(prefill)))
-        ctx = mp.get_context("fork")
+        ctx = mp.get_context(_START)
         q = ctx.Queue()
         procs = [
             ctx.Process(target=_writer, args=("mix", directory, w, batches, rows, q), daemon=True)
@@ -142,7 +148,7 @@ def test_the_lock_is_free_and_the_busy_word_clear_after_the_processes_left(tmp_p
     sampler = rs.Prioritized(0.6, 0.4) if prioritized else rs.Uniform()
     t = SharedTable.create("after", 512, SPEC, sampler=sampler, directory=tmp_path, seed=5)
     t.extend(transitions(64))
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context(_START)
     q = ctx.Queue()
     procs = [ctx.Process(target=_writer, args=("after", tmp_path, w, 100, 8, q), daemon=True) for w in range(2)]
     procs.append(ctx.Process(target=_learner, args=("after", tmp_path, 9, 50, 16, prioritized, q), daemon=True))
