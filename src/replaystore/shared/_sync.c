@@ -916,8 +916,8 @@ keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  *
  * Built only with NumPy's headers (RS_WITH_NUMPY; setup.py defines it when NumPy is there).
  *
- * RingInserter(mutex, copies, words, slots, capacity, max_rows, header_words, limits, fill_meta,
- *              names, columns, meta, timeout)
+ * RingInserter(mutex, copies, words, slots, capacity, max_rows, header_words, limits, names,
+ *              columns, meta, timeout)
  *
  * What Table._extend_ring / _ring_commit do for a table with no selector to tell (a Uniform
  * sampler, the Fifo remover) in ring mode, with the section's entry and exit (enter_section,
@@ -926,7 +926,8 @@ keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * columns' `names`, each an ndarray of the column's dtype and row shape, C-contiguous, the same
  * length n, 1 <= n <= max_rows), the section is opened with the insert's intent n (a process
  * killed inside is recovered as one killed in the Python path), the new metadata rows
- * (`fill_meta`, replaystore.rows': key, version, priority) are written before the payload rows
+ * (`meta`: the table's (capacity, 3) int64 rows, written here as replaystore.rows' fill_meta does:
+ * key, (times sampled 0, version) as int32, priority bits) are written before the payload rows
  * with a release fence between (samples that copy outside the lock check the keys), the scalars
  * are the segment's words (`words`: the scalars region; `slots`: bytes of 15 native int64 word
  * indices in the order of the S_ and L_ names below), and leaving commits the state copy.
@@ -948,12 +949,14 @@ keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 enum { S_NEXT, S_BASE, S_LO, S_HI, S_SIZE, S_NFREE, S_INSERTS, S_DELETES, S_EVICTIONS, S_VERSION,
        S_MAXPRIO, S_RINGMODE, L_INSERTS, L_SAMPLES, L_DELETES, N_RING_WORDS };
 #define MAX_RING_COLUMNS 32
+#define RING_META_W 3 /* replaystore.rows.META_WIDTH: key, (times sampled, version) as int32, priority bits */
 
 typedef struct {
     PyObject_HEAD
-    PyObject *mutex, *copies, *words_obj, *fill_meta, *names, *columns, *meta, *timeout;
+    PyObject *mutex, *copies, *words_obj, *names, *columns, *meta, *timeout;
     PyObject *busy_obj, *unordered_obj;
     Py_buffer words;
+    int64_t *meta_rows;
     int64_t *w[N_RING_WORDS];
     long long capacity, max_rows, generation;
     Py_ssize_t busy, unordered, reserved, ncols;
@@ -971,7 +974,6 @@ RingInserter_dealloc(RingInserter *self)
     Py_XDECREF(self->mutex);
     Py_XDECREF(self->copies);
     Py_XDECREF(self->words_obj);
-    Py_XDECREF(self->fill_meta);
     Py_XDECREF(self->names);
     Py_XDECREF(self->columns);
     Py_XDECREF(self->meta);
@@ -984,15 +986,15 @@ RingInserter_dealloc(RingInserter *self)
 static PyObject *
 RingInserter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *mutex, *copies, *words, *fill_meta, *names, *columns, *meta, *timeout;
+    PyObject *mutex, *copies, *words, *names, *columns, *meta, *timeout;
     Py_buffer slots;
     long long capacity, max_rows;
     Py_ssize_t busy, unordered, reserved;
     int limited;
     double spi, max_diff;
-    if (!PyArg_ParseTuple(args, "O!O!Oy*LL(nnn)(pdd)OO!O!OO", &RobustMutexType, &mutex, &StateCopiesType, &copies,
+    if (!PyArg_ParseTuple(args, "O!O!Oy*LL(nnn)(pdd)O!O!OO", &RobustMutexType, &mutex, &StateCopiesType, &copies,
                           &words, &slots, &capacity, &max_rows, &busy, &unordered, &reserved, &limited, &spi,
-                          &max_diff, &fill_meta, &PyTuple_Type, &names, &PyTuple_Type, &columns, &meta, &timeout))
+                          &max_diff, &PyTuple_Type, &names, &PyTuple_Type, &columns, &meta, &timeout))
         return NULL;
     RingInserter *self = (RingInserter *)type->tp_alloc(type, 0);
     if (self == NULL) {
@@ -1009,8 +1011,15 @@ RingInserter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     Py_ssize_t nwords = self->words.len / 8, ncols = PyTuple_GET_SIZE(columns);
     int ok = slots.len == 8 * N_RING_WORDS && capacity > 0 && max_rows >= 0 && busy >= 0 && unordered >= 0
              && reserved >= 0 && 8 * (busy + 1) <= m->view.len && 8 * (unordered + 1) <= m->view.len
-             && 8 * (reserved + 1) <= m->view.len && PyCallable_Check(fill_meta) && ncols > 0
-             && ncols <= MAX_RING_COLUMNS && PyTuple_GET_SIZE(names) == ncols;
+             && 8 * (reserved + 1) <= m->view.len && ncols > 0 && ncols <= MAX_RING_COLUMNS
+             && PyTuple_GET_SIZE(names) == ncols;
+    if (ok) {  /* the metadata rows: a writable C-contiguous (capacity, 3) int64 array */
+        PyArrayObject *ma = (PyArrayObject *)meta;
+        ok = PyArray_Check(meta) && PyArray_NDIM(ma) == 2 && PyArray_DIM(ma, 0) == capacity
+             && PyArray_DIM(ma, 1) == RING_META_W && PyArray_TYPE(ma) == NPY_INT64 && PyArray_IS_C_CONTIGUOUS(ma)
+             && PyArray_ISWRITEABLE(ma);
+        self->meta_rows = ok ? (int64_t *)PyArray_DATA(ma) : NULL;
+    }
     for (int i = 0; ok && i < N_RING_WORDS; i++) {
         int64_t k;
         memcpy(&k, (char *)slots.buf + 8 * i, 8);
@@ -1034,7 +1043,8 @@ RingInserter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PyBuffer_Release(&slots);
     if (!ok) {
         PyErr_SetString(PyExc_ValueError, "RingInserter: word indices outside the buffers, a bad capacity, or "
-                                          "columns that are not writable C-contiguous arrays of `capacity` rows");
+                                          "columns or meta that are not writable C-contiguous arrays of "
+                                          "`capacity` rows (meta: (capacity, 3) int64)");
         Py_DECREF(self);
         return NULL;
     }
@@ -1053,10 +1063,10 @@ RingInserter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->limited = limited;
     self->spi = spi;
     self->max_diff = max_diff;
-    PyObject **own[] = {&self->mutex, &self->copies, &self->words_obj, &self->fill_meta, &self->names,
+    PyObject **own[] = {&self->mutex, &self->copies, &self->words_obj, &self->names,
                         &self->columns, &self->meta, &self->timeout};
-    PyObject *vals[] = {mutex, copies, words, fill_meta, names, columns, meta, timeout};
-    for (int i = 0; i < 8; i++) {
+    PyObject *vals[] = {mutex, copies, words, names, columns, meta, timeout};
+    for (int i = 0; i < 7; i++) {
         Py_INCREF(vals[i]);
         *own[i] = vals[i];
     }
@@ -1179,23 +1189,14 @@ ring_insert_locked(RingInserter *self, PyObject *gen_obj, PyArrayObject **src, n
         Py_DECREF(n_obj);
         return ring_bail(self, gen, n);
     }
-    PyArrayObject *keys = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT64);
-    double prio;
-    memcpy(&prio, w[S_MAXPRIO], 8);
-    PyObject *st = PyLong_FromLongLong(start), *fk = PyLong_FromLongLong(first);
-    PyObject *ver = PyLong_FromLongLong(*w[S_VERSION]), *pr = PyFloat_FromDouble(prio), *filled = NULL;
-    if (keys != NULL && st != NULL && fk != NULL && ver != NULL && pr != NULL) {
-        /* the new metadata rows (keys) first: fill_meta(meta, start, n, first, version, priority) */
-        PyObject *fargs[6] = {self->meta, st, n_obj, fk, ver, pr};
-        filled = PyObject_Vectorcall(self->fill_meta, fargs, 6, NULL);
+    long long version = *w[S_VERSION];
+    if (version < INT32_MIN || version > INT32_MAX) {  /* (the table refuses such versions: the Python path says so) */
+        Py_DECREF(n_obj);
+        return ring_bail(self, gen, n);
     }
-    Py_XDECREF(st);
-    Py_XDECREF(fk);
-    Py_XDECREF(ver);
-    Py_XDECREF(pr);
     Py_DECREF(n_obj);
-    if (filled == NULL) {  /* (no memory, or fill_meta refused: the words are unchanged) */
-        Py_XDECREF(keys);
+    PyArrayObject *keys = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT64);
+    if (keys == NULL) {  /* (no memory: the words are unchanged) */
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
         PyObject *r = ring_leave(self, gen, n);
@@ -1203,7 +1204,16 @@ ring_insert_locked(RingInserter *self, PyObject *gen_obj, PyArrayObject **src, n
         PyErr_Restore(et, ev, tb);
         return NULL;
     }
-    Py_DECREF(filled);
+    /* the new metadata rows (keys) first, as replaystore.rows.fill_meta(meta, start, n, first, version, prio) */
+    int64_t *mrow = self->meta_rows + RING_META_W * start, pbits = *w[S_MAXPRIO];
+    int32_t pair[2] = {0, (int32_t)version};  /* (times sampled, version): word 1 */
+    int64_t pword;
+    memcpy(&pword, pair, 8);
+    for (npy_intp i = 0; i < n; i++, mrow += RING_META_W) {
+        mrow[0] = first + i;
+        mrow[1] = pword;
+        mrow[2] = pbits;
+    }
     __atomic_thread_fence(__ATOMIC_RELEASE);  /* (the keys before the rows: see replaystore.shared.reads) */
     for (Py_ssize_t i = 0; i < self->ncols; i++) {
         Py_ssize_t rb = self->rowbytes[i];

@@ -193,7 +193,7 @@ class ProcessGuard:
     ) -> Any:
         """A compiled ring insert over this guard's lock (``_sync.RingInserter``, see its source), or None.
 
-        ``parts``: ``(fill_meta, names, columns, meta)``. None where this guard cannot give one
+        ``parts``: ``(names, columns, meta)`` (``meta``: the table's ``(capacity, 3)`` int64 metadata rows). None where this guard cannot give one
         (the module built without NumPy's headers, or the scalars not in the segment).
         """
         if RingInserter is None or self._live is None:

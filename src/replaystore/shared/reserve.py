@@ -35,7 +35,6 @@ import numpy as np
 
 from ..errors import Timeout
 from ..limiters import RateLimiter
-from ..rows import fill_meta
 from ..storage import ColumnStorage
 from ..table import Table
 from ..table.args import NO_LIMIT
@@ -194,7 +193,7 @@ class ReservedInserts:
         if max_rows < 1:
             return None
         names = tuple(self.storage.columns)
-        parts = (fill_meta, names, tuple(self.storage.columns[name] for name in names), self._meta)
+        parts = (names, tuple(self.storage.columns[name] for name in names), self._meta)
         self._inserter = self._guard.ring_inserter(
             self._scalars.words,
             np.asarray(slots, dtype=np.int64).tobytes(),
