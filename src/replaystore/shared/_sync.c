@@ -934,13 +934,16 @@ keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * `header_words`: (busy, unordered, reserved) word indices of the mutex's buffer; `limits`:
  * (limited, samples_per_insert, max_diff) of a RateLimiter whose can_insert is the base formula.
  *
- * insert(generation, data) -> the items' keys (int64 array) when the batch went in (the
- * `generation` member is then the state's generation); otherwise an int and nothing changed:
+ * insert(guard, data) -> the items' keys (int64 array) when the batch went in (the `generation`
+ * member and `guard._gen` are then the state's generation); otherwise an int and nothing changed:
  * -1 not taken here (the lock is free: the caller's Python path decides; e.g. other data, ring
- * mode over, a reservation open, a limiter that would block, a wrap-around), -2 the previous
- * holder died inside (the mutex is HELD, nothing else done: the caller repairs the table, as
- * enter_section's 1 says), -3 the lock timed out.
- * Thread-safety: the caller holds its process's thread lock of the table (ProcessGuard). */
+ * mode over, a reservation open, a limiter that would block, a wrap-around, this thread inside
+ * the guard already, `guard._depth`), -2 the previous holder died inside (the mutex is HELD,
+ * nothing else done: the caller repairs the table, as enter_section's 1 says), -3 the lock timed
+ * out.
+ * add(guard, item): the same for one row, `item` a dict of rows (an ndarray of the row shape, a
+ * NumPy scalar of the column's dtype, a Python bool/int/float a 0-d number column takes as is).
+ * Thread-safety: any thread, without the ProcessGuard's thread lock (see ring_insert_guarded). */
 #ifdef RS_WITH_NUMPY
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
@@ -1102,49 +1105,148 @@ ring_bail(RingInserter *self, long long gen, long long n)
     return PyLong_FromLong(-1);
 }
 
-static PyObject *ring_insert_locked(RingInserter *self, PyObject *gen_obj, PyArrayObject **src, npy_intp n);
+static PyObject *ring_insert_locked(RingInserter *self, PyObject *gen_obj, const char **src, npy_intp n);
 
+static PyObject *str_depth, *str_gen;
+
+/* Unless this thread is inside the guard already (`guard._depth`: the mutex is its own, a wait would
+ * never end): the insert, then `guard._gen` = the new generation; -1 when inside (nothing done).
+ *
+ * The guard's thread lock is not taken: the mutex alone keeps the section whole. Another thread
+ * of this process is either outside (its depth 0; then its entry and ours contend for the mutex
+ * like two processes' entries, and whichever comes second finds the generation moved, as after
+ * another process's commit), or inside holding the mutex (we wait for it, with the GIL released),
+ * or in a wait with the mutex released (its depth is 0 meanwhile, as for any entry). A stale
+ * `guard._gen` only makes the next entry catch up (ProcessGuard._enter_live). */
 static PyObject *
-RingInserter_insert(RingInserter *self, PyObject *const *args, Py_ssize_t nargs)
+ring_insert_guarded(RingInserter *self, PyObject *guard, const char **src, npy_intp n)
+{
+    PyObject *depth = PyObject_GetAttr(guard, str_depth);
+    if (depth == NULL)
+        return NULL;
+    int inside = PyObject_IsTrue(depth);
+    Py_DECREF(depth);
+    if (inside)
+        return inside < 0 ? NULL : PyLong_FromLong(-1);
+    PyObject *gen = PyObject_GetAttr(guard, str_gen);
+    if (gen == NULL)
+        return NULL;
+    PyObject *out = ring_insert_locked(self, gen, src, n);
+    Py_DECREF(gen);
+    if (out != NULL && PyArray_CheckExact(out)) {
+        PyObject *g = PyLong_FromLongLong(self->generation);
+        if (g == NULL || PyObject_SetAttr(guard, str_gen, g) < 0)
+            Py_CLEAR(out);  /* (no memory: the insert is in; the next entry catches up, as after another process) */
+        Py_XDECREF(g);
+    }
+    return out;
+}
+
+/* Check one source against column i; its first row's address, or NULL (not for the compiled path).
+ * batched: an ndarray (n, *row shape); else a row: an ndarray of the row shape, a NumPy scalar of
+ * the column's dtype or a Python bool/int/float for a 0-d number column (written into `scratch`). */
+static const char *
+ring_source(RingInserter *self, Py_ssize_t i, PyObject *v, int batched, npy_intp *n, char *scratch)
+{
+    PyArrayObject *col = self->col[i];
+    int nd = PyArray_NDIM(col), skip = batched ? 0 : 1;
+    if (PyArray_CheckExact(v)) {
+        PyArrayObject *a = (PyArrayObject *)v;
+        if (PyArray_NDIM(a) != nd - skip || !PyArray_IS_C_CONTIGUOUS(a)
+            || !PyArray_EquivTypes(PyArray_DESCR(a), PyArray_DESCR(col)))
+            return NULL;
+        if (batched) {
+            if (*n < 0)
+                *n = PyArray_DIM(a, 0);
+            if (PyArray_DIM(a, 0) != *n)
+                return NULL;
+        }
+        for (int d = 1; d < nd; d++)
+            if (PyArray_DIM(a, d - skip) != PyArray_DIM(col, d))
+                return NULL;
+        return PyArray_DATA(a);
+    }
+    if (batched || nd != 1 || self->rowbytes[i] > 16)
+        return NULL;
+    if (PyArray_IsScalar(v, Generic)) {
+        PyArray_Descr *d = PyArray_DescrFromScalar(v);
+        int same = d != NULL && PyArray_EquivTypes(d, PyArray_DESCR(col));
+        Py_XDECREF(d);
+        if (!same)
+            return NULL;
+        PyArray_ScalarAsCtype(v, scratch);
+        return scratch;
+    }
+    int t = PyArray_TYPE(col);
+    if (PyBool_Check(v)) {
+        if (t != NPY_BOOL)
+            return NULL;
+        *(npy_bool *)scratch = v == Py_True;
+        return scratch;
+    }
+    if (PyFloat_CheckExact(v) || PyLong_CheckExact(v)) {
+        if (t == NPY_FLOAT64 || t == NPY_FLOAT32) {
+            double x = PyFloat_CheckExact(v) ? PyFloat_AS_DOUBLE(v) : PyLong_AsDouble(v);
+            if (x == -1.0 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return NULL;
+            }
+            if (t == NPY_FLOAT64) {
+                *(double *)scratch = x;
+                return scratch;
+            }
+            /* NumPy refuses (OverflowError) a finite value beyond float32's range: let it say so */
+            if (x == x && x != Py_HUGE_VAL && x != -Py_HUGE_VAL && (x > 3.4028234663852886e38 || x < -3.4028234663852886e38))
+                return NULL;
+            *(float *)scratch = (float)x;
+            return scratch;
+        }
+        if (PyFloat_CheckExact(v) || (t != NPY_INT64 && t != NPY_INT32))
+            return NULL;
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return NULL;
+        }
+        if (t == NPY_INT64) {
+            *(int64_t *)scratch = x;
+            return scratch;
+        }
+        if (x < INT32_MIN || x > INT32_MAX)
+            return NULL;
+        *(int32_t *)scratch = (int32_t)x;
+        return scratch;
+    }
+    return NULL;
+}
+
+/* insert(guard, data) / add(guard, item): see the type's comment */
+static PyObject *
+ring_call(RingInserter *self, PyObject *const *args, Py_ssize_t nargs, int batched)
 {
     if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "insert(generation, data)");
+        PyErr_SetString(PyExc_TypeError, batched ? "insert(guard, data)" : "add(guard, item)");
         return NULL;
     }
     PyObject *data = args[1];
     Py_ssize_t ncols = self->ncols;
     if (!PyDict_CheckExact(data) || PyDict_GET_SIZE(data) != ncols)
         return PyLong_FromLong(-1);
-    PyArrayObject *src[MAX_RING_COLUMNS];
-    npy_intp n = -1;
+    PyObject *held[MAX_RING_COLUMNS];
+    const char *src[MAX_RING_COLUMNS];
+    char scratch[MAX_RING_COLUMNS][16];
+    npy_intp n = batched ? -1 : 1;
     Py_ssize_t got = 0;
     int ok = 1;
-    for (; got < ncols; got++) {  /* (every name present and the sizes equal: the dict's keys are the names) */
+    for (; got < ncols; got++) {  /* (every name present: the dict's keys are the names) */
         PyObject *v = PyDict_GetItemWithError(data, PyTuple_GET_ITEM(self->names, got));
-        if (v == NULL) {
+        if (v == NULL || (src[got] = ring_source(self, got, v, batched, &n, scratch[got])) == NULL) {
             ok = 0;
             break;
         }
-        PyArrayObject *a = (PyArrayObject *)v, *col = self->col[got];
-        int nd = PyArray_NDIM(col);
-        if (!PyArray_CheckExact(v) || PyArray_NDIM(a) != nd || !PyArray_IS_C_CONTIGUOUS(a)
-            || !PyArray_EquivTypes(PyArray_DESCR(a), PyArray_DESCR(col))) {
-            ok = 0;
-            break;
-        }
-        if (n < 0)
-            n = PyArray_DIM(a, 0);
-        if (PyArray_DIM(a, 0) != n) {
-            ok = 0;
-            break;
-        }
-        for (int d = 1; d < nd; d++)
-            if (PyArray_DIM(a, d) != PyArray_DIM(col, d))
-                ok = 0;
-        if (!ok)
-            break;
         Py_INCREF(v);  /* (held across the wait for the lock, whose spin and sleep release the GIL) */
-        src[got] = a;
+        held[got] = v;
     }
     PyObject *out;
     if (PyErr_Occurred())
@@ -1152,14 +1254,26 @@ RingInserter_insert(RingInserter *self, PyObject *const *args, Py_ssize_t nargs)
     else if (!ok || n < 1 || n > self->max_rows)
         out = PyLong_FromLong(-1);
     else
-        out = ring_insert_locked(self, args[0], src, n);
+        out = ring_insert_guarded(self, args[0], src, n);
     for (Py_ssize_t i = 0; i < got; i++)
-        Py_DECREF(src[i]);
+        Py_DECREF(held[i]);
     return out;
 }
 
 static PyObject *
-ring_insert_locked(RingInserter *self, PyObject *gen_obj, PyArrayObject **src, npy_intp n)
+RingInserter_insert(RingInserter *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return ring_call(self, args, nargs, 1);
+}
+
+static PyObject *
+RingInserter_add(RingInserter *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return ring_call(self, args, nargs, 0);
+}
+
+static PyObject *
+ring_insert_locked(RingInserter *self, PyObject *gen_obj, const char **src, npy_intp n)
 {
     PyObject *n_obj = PyLong_FromSsize_t(n);
     if (n_obj == NULL)
@@ -1217,7 +1331,7 @@ ring_insert_locked(RingInserter *self, PyObject *gen_obj, PyArrayObject **src, n
     __atomic_thread_fence(__ATOMIC_RELEASE);  /* (the keys before the rows: see replaystore.shared.reads) */
     for (Py_ssize_t i = 0; i < self->ncols; i++) {
         Py_ssize_t rb = self->rowbytes[i];
-        memcpy((char *)PyArray_DATA(self->col[i]) + start * rb, PyArray_DATA(src[i]), (size_t)(n * rb));
+        memcpy((char *)PyArray_DATA(self->col[i]) + start * rb, src[i], (size_t)(n * rb));
     }
     /* _ring_commit's counters */
     long long size = *w[S_SIZE], overflow = size + n - cap;
@@ -1252,8 +1366,10 @@ ring_insert_locked(RingInserter *self, PyObject *gen_obj, PyArrayObject **src, n
 
 static PyMethodDef RingInserter_methods[] = {
     {"insert", (PyCFunction)(void (*)(void))RingInserter_insert, METH_FASTCALL,
-     "insert(generation, data) -> the keys, or -1 (not taken, nothing changed), -2 (the holder died: the "
+     "insert(guard, data) -> the keys, or -1 (not taken, nothing changed), -2 (the holder died: the "
      "mutex is held), -3 (the lock timed out)."},
+    {"add", (PyCFunction)(void (*)(void))RingInserter_add, METH_FASTCALL,
+     "add(guard, item) -> as insert, for one row given as a dict of rows (keys: a 1-element array)."},
     {NULL, NULL, 0, NULL}};
 
 static PyMemberDef RingInserter_members[] = {
@@ -1308,6 +1424,9 @@ PyInit__sync(void)
         return NULL;
 #ifdef RS_WITH_NUMPY
     if (PyType_Ready(&RingInserterType) < 0)
+        return NULL;
+    if ((str_depth = PyUnicode_InternFromString("_depth")) == NULL
+        || (str_gen = PyUnicode_InternFromString("_gen")) == NULL)
         return NULL;
     if (_import_array() < 0) {  /* (NumPy not importable: no RingInserter, the rest of the module works) */
         PyErr_Clear();

@@ -118,9 +118,11 @@ class ReservedInserts:
             if inserter is True:  # (first use: build it, or learn that this table has none)
                 inserter = self._make_inserter()
             if inserter is not None and self._ring is not None and not self._segment.closed:
-                keys = guard.ring_insert(inserter, data)
-                if keys is not None:
+                keys = inserter.insert(guard, data)  # (takes the guard's thread lock: ProcessGuard.ring_insert)
+                if type(keys) is not int:
                     return keys
+                if keys != -1:
+                    guard.ring_insert_refused(keys)
         if self._segment.closed:
             return Table.extend(self, data, priorities, version, timeout)  # raises Closed
         n = self._batch_rows(data)
