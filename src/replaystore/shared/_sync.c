@@ -941,7 +941,7 @@ keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * the guard already, `guard._depth`), -2 the previous holder died inside (the mutex is HELD,
  * nothing else done: the caller repairs the table, as enter_section's 1 says), -3 the lock timed
  * out.
- * add(guard, item): the same for one row, `item` a dict of rows (an ndarray of the row shape, a
+ * add(guard, item): the same for one row (its key an int, >= 0), `item` a dict of rows (an ndarray of the row shape, a
  * NumPy scalar of the column's dtype, a Python bool/int/float a 0-d number column takes as is).
  * Thread-safety: any thread, without the ProcessGuard's thread lock (see ring_insert_guarded). */
 #ifdef RS_WITH_NUMPY
@@ -1269,7 +1269,12 @@ RingInserter_insert(RingInserter *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 RingInserter_add(RingInserter *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    return ring_call(self, args, nargs, 0);
+    PyObject *out = ring_call(self, args, nargs, 0);
+    if (out == NULL || !PyArray_CheckExact(out))
+        return out;
+    PyObject *key = PyLong_FromLongLong(((int64_t *)PyArray_DATA((PyArrayObject *)out))[0]);
+    Py_DECREF(out);
+    return key;  /* (NULL, no memory: the item is in, as for insert's keys) */
 }
 
 static PyObject *
@@ -1369,7 +1374,7 @@ static PyMethodDef RingInserter_methods[] = {
      "insert(guard, data) -> the keys, or -1 (not taken, nothing changed), -2 (the holder died: the "
      "mutex is held), -3 (the lock timed out)."},
     {"add", (PyCFunction)(void (*)(void))RingInserter_add, METH_FASTCALL,
-     "add(guard, item) -> as insert, for one row given as a dict of rows (keys: a 1-element array)."},
+     "add(guard, item) -> as insert, for one row given as a dict of rows; the key an int (>= 0)."},
     {NULL, NULL, 0, NULL}};
 
 static PyMemberDef RingInserter_members[] = {

@@ -173,6 +173,23 @@ class ReservedInserts:
             or None
         )
 
+    def _compiled_add(self, inserter: Any, item: dict) -> int:
+        """One item with no priority or version through the compiled insert (``RingInserter.add``): its key, or -1.
+
+        -1: not taken, nothing changed (the caller's Python path decides and raises what it must).
+        """
+        if inserter is True:
+            inserter = self._make_inserter()
+        if inserter is None or self._ring is None or self._segment.closed:
+            return -1
+        if self._inserts_below != self.COPY_OUTSIDE_BYTES:
+            return -1
+        key = inserter.add(self._guard, item)
+        if key < -1:
+            self._guard.ring_insert_refused(key)
+            return -1
+        return key
+
     def _make_inserter(self) -> Any:
         """Build the compiled inserter at the first insert the ring plan takes (see :meth:`_setup_compiled_inserts`)."""
         plan = self._plan
