@@ -141,9 +141,13 @@ def test_the_compiled_add_takes_plain_items_and_leaves_the_rest(tmp_path, monkey
     assert t.add(_item(0, 10), priority=2.0) == 10  # (a priority: the Python path)
     assert len(calls) == 1
     monkeypatch.undo()
+    guard = t._guard  # (the guard's wrapper: the key of one item, the keys of a batch, None if refused)
+    assert guard.ring_insert(t._inserter, _item(1, 11), batched=False) == 11
+    assert guard.ring_insert(t._inserter, _item(3, 12), batched=False) is None
+    assert guard.ring_insert(t._inserter, transitions(2, 12)).tolist() == [12, 13]
     data, found = t.get(t.keys())
-    assert found.all() and data["id"].tolist() == list(range(11)) and consistent(data)
-    assert (data["action"] == data["id"] % 3).all() and t.stats()["inserts"] == 11
+    assert found.all() and data["id"].tolist() == list(range(14)) and consistent(data)
+    assert (data["action"] == data["id"] % 3).all() and t.stats()["inserts"] == 14
     t.close()
 
 

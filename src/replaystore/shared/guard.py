@@ -212,12 +212,12 @@ class ProcessGuard:
             self.segment.lock_timeout,
         )
 
-    def ring_insert(self, inserter: Any, data: dict, batched: bool = True) -> "np.ndarray | None":
+    def ring_insert(self, inserter: Any, data: dict, batched: bool = True) -> "np.ndarray | int | None":
         """A small ring-mode insert of ``data`` in one critical section, compiled (``inserter``: :meth:`ring_inserter`).
 
         ``batched``: ``data`` is a batch (``inserter.insert``), else one item (``inserter.add``).
-        Returns the items' keys (the batch is in, committed), or None: not taken here, nothing
-        changed, the lock is free again (another thread of this process is inside, or the batch
+        Returns the items' keys (the batch is in, committed; one item: its key), or None: not taken here, nothing
+        changed, the lock is free again (this thread is inside the guard already, or the batch
         is not for the compiled path: the caller takes its Python path, which says why). A
         previous holder that died inside is recovered here first, as :meth:`acquire` does.
         (The compiled call does not take this guard's thread lock: the mutex keeps its section
@@ -228,7 +228,7 @@ class ProcessGuard:
             Timeout: the lock was not had within the segment's ``lock_timeout``.
         """
         r = (inserter.insert if batched else inserter.add)(self, data)
-        if type(r) is not int:
+        if type(r) is not int or r >= 0:  # (the keys, or the key of one item)
             return r
         self.ring_insert_refused(r)
         return None

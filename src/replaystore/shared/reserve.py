@@ -158,8 +158,8 @@ class ReservedInserts:
         The call runs the protocol of the Python path (:meth:`Table._extend_ring` in a section
         opened with the insert's intent; keys before rows), so recovery and the samples that copy
         outside the lock see no difference. The Python path still takes every batch it refuses
-        (before anything changed): another thread inside, ring mode over, a reservation open, a
-        limiter that would block, a wrap-around, data of other dtypes or shapes.
+        (before anything changed): this thread inside the table already, ring mode over, a
+        reservation open, a limiter that would block, a wrap-around, data of other dtypes or shapes.
         """
         limiter = type(self.rate_limiter)
         self._inserter = (
