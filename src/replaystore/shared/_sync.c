@@ -920,8 +920,8 @@ keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  *              columns, meta, timeout)
  *
  * What Table._extend_ring / _ring_commit do for a table with no selector to tell (a Uniform
- * sampler, the Fifo remover) in ring mode, with the section's entry and exit (enter_section,
- * leave_section) around it and the Python levels of the lock (ProcessGuard) left out. The
+ * sampler, the Fifo remover) in ring mode, with the section's entry and exit (as enter_section and
+ * leave_section do them, on the raw words) around it and the Python levels of the lock (ProcessGuard) left out. The
  * protocol is the Python path's: the batch is checked before the lock (a dict of exactly the
  * columns' `names`, each an ndarray of the column's dtype and row shape, C-contiguous, the same
  * length n, 1 <= n <= max_rows), the section is opened with the insert's intent n (a process
@@ -1012,7 +1012,7 @@ RingInserter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     RobustMutex *m = (RobustMutex *)mutex;
     Py_ssize_t nwords = self->words.len / 8, ncols = PyTuple_GET_SIZE(columns);
-    int ok = slots.len == 8 * N_RING_WORDS && capacity > 0 && max_rows >= 0 && busy >= 0 && unordered >= 0
+    int ok = slots.len == 8 * N_RING_WORDS && self->words.len >= 8 * ((StateCopies *)copies)->n && capacity > 0 && max_rows >= 0 && busy >= 0 && unordered >= 0
              && reserved >= 0 && 8 * (busy + 1) <= m->view.len && 8 * (unordered + 1) <= m->view.len
              && 8 * (reserved + 1) <= m->view.len && ncols > 0 && ncols <= MAX_RING_COLUMNS
              && PyTuple_GET_SIZE(names) == ncols;
@@ -1076,22 +1076,34 @@ RingInserter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return (PyObject *)self;
 }
 
-/* leave the section: leave_section(mutex, busy, unordered, copies, words, gen, intent, None) */
+/* leave the section as leave_section(mutex, busy, unordered, copies, words, gen, intent, None) does,
+ * on the raw words (no argument objects, no buffer request): commit the words when they changed
+ * (generation + 1), else clear the intent; clear the unordered word, then the busy word; release. */
 static PyObject *
 ring_leave(RingInserter *self, long long gen, long long intent)
 {
-    PyObject *g = PyLong_FromLongLong(gen), *i = PyLong_FromLongLong(intent);
-    PyObject *largs[8] = {self->mutex, self->busy_obj, self->unordered_obj, self->copies, self->words_obj, g, i, Py_None};
-    PyObject *r = NULL;
-    if (g != NULL && i != NULL) {
-        r = leave_section(NULL, largs, 8);
-    } else {  /* (no memory for two ints: still release) */
-        PyObject *released = RobustMutex_release((RobustMutex *)self->mutex, NULL);
-        Py_XDECREF(released);
+    RobustMutex *m = (RobustMutex *)self->mutex;
+    StateCopies *c = (StateCopies *)self->copies;
+    Py_ssize_t n = c->n;
+    const char *current = c->copy[*c->active & 1];
+    if (memcmp(current + 16, self->words.buf, 8 * n) != 0) {  /* (StateCopies_commit) */
+        int other = (int)((*c->active & 1) ^ 1);
+        int64_t head[2] = {(int64_t)(gen + 1), 0};
+        memcpy(c->copy[other], head, 16);
+        memcpy(c->copy[other] + 16, self->words.buf, 8 * n);
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+        *c->active = other;
+        gen += 1;
+    } else if (intent) {
+        ((volatile int64_t *)current)[1] = 0;
     }
-    Py_XDECREF(g);
-    Py_XDECREF(i);
-    return r;
+    __atomic_store_n((int64_t *)m->view.buf + self->unordered, 0, __ATOMIC_RELEASE);
+    __atomic_store_n((int64_t *)m->view.buf + self->busy, 0, __ATOMIC_RELEASE);
+    PyObject *released = RobustMutex_release(m, NULL);
+    if (released == NULL)
+        return NULL;
+    Py_DECREF(released);
+    return PyLong_FromLongLong(gen);
 }
 
 /* leave a section that changed nothing: -1 (not taken), or NULL */
@@ -1105,7 +1117,7 @@ ring_bail(RingInserter *self, long long gen, long long n)
     return PyLong_FromLong(-1);
 }
 
-static PyObject *ring_insert_locked(RingInserter *self, PyObject *gen_obj, const char **src, npy_intp n);
+static PyObject *ring_insert_locked(RingInserter *self, const char **src, npy_intp n);
 
 static PyObject *str_depth, *str_gen;
 
@@ -1128,11 +1140,7 @@ ring_insert_guarded(RingInserter *self, PyObject *guard, const char **src, npy_i
     Py_DECREF(depth);
     if (inside)
         return inside < 0 ? NULL : PyLong_FromLong(-1);
-    PyObject *gen = PyObject_GetAttr(guard, str_gen);
-    if (gen == NULL)
-        return NULL;
-    PyObject *out = ring_insert_locked(self, gen, src, n);
-    Py_DECREF(gen);
+    PyObject *out = ring_insert_locked(self, src, n);
     if (out != NULL && PyArray_CheckExact(out)) {
         PyObject *g = PyLong_FromLongLong(self->generation);
         if (g == NULL || PyObject_SetAttr(guard, str_gen, g) < 0)
@@ -1278,25 +1286,26 @@ RingInserter_add(RingInserter *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyObject *
-ring_insert_locked(RingInserter *self, PyObject *gen_obj, const char **src, npy_intp n)
+ring_insert_locked(RingInserter *self, const char **src, npy_intp n)
 {
-    PyObject *n_obj = PyLong_FromSsize_t(n);
-    if (n_obj == NULL)
+    /* enter_section(mutex, timeout, busy, copies, generation, n), on the raw words */
+    RobustMutex *mx = (RobustMutex *)self->mutex;
+    PyObject *taken = RobustMutex_acquire(mx, self->timeout);
+    if (taken == NULL)
         return NULL;
-    PyObject *eargs[6] = {self->mutex, self->timeout, self->busy_obj, self->copies, gen_obj, n_obj};
-    PyObject *code_obj = enter_section(NULL, eargs, 6);
-    if (code_obj == NULL) {
-        Py_DECREF(n_obj);
-        return NULL;
-    }
-    long code = PyLong_AsLong(code_obj);
-    Py_DECREF(code_obj);
-    if (code == -1 || code == 1) {
-        Py_DECREF(n_obj);
-        return PyLong_FromLong(code == -1 ? -3 : -2);
-    }
+    int held = taken == Py_True;
+    Py_DECREF(taken);
+    if (!held)
+        return PyLong_FromLong(-3);
+    int64_t *busy_word = (int64_t *)mx->view.buf + self->busy;
+    if (__atomic_load_n(busy_word, __ATOMIC_ACQUIRE) != 0)
+        return PyLong_FromLong(-2);
+    __atomic_store_n(busy_word, (int64_t)mx->pid, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
     StateCopies *c = (StateCopies *)self->copies;
-    long long gen = ((volatile int64_t *)c->copy[*c->active & 1])[0];  /* (moved on when code is 2) */
+    volatile int64_t *current = (volatile int64_t *)c->copy[*c->active & 1];
+    current[1] = n;  /* (the intent: rows this insert may write, for the recovery) */
+    long long gen = current[0];  /* (this process's guard catches up at its next entry if it moved on) */
     int64_t **w = self->w;
     volatile int64_t *hdr = (volatile int64_t *)((RobustMutex *)self->mutex)->view.buf;
     long long cap = self->capacity, first = *w[S_NEXT];
@@ -1305,15 +1314,12 @@ ring_insert_locked(RingInserter *self, PyObject *gen_obj, const char **src, npy_
         start += cap;
     if (*w[S_RINGMODE] != 1 || hdr[self->reserved] != 0 || start + n > cap
         || (self->limited && !((double)(*w[L_INSERTS] + n) * self->spi - (double)*w[L_SAMPLES] <= self->max_diff))) {
-        Py_DECREF(n_obj);
         return ring_bail(self, gen, n);
     }
     long long version = *w[S_VERSION];
     if (version < INT32_MIN || version > INT32_MAX) {  /* (the table refuses such versions: the Python path says so) */
-        Py_DECREF(n_obj);
         return ring_bail(self, gen, n);
     }
-    Py_DECREF(n_obj);
     PyArrayObject *keys = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT64);
     if (keys == NULL) {  /* (no memory: the words are unchanged) */
         PyObject *et, *ev, *tb;
