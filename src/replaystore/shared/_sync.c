@@ -921,8 +921,8 @@ keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  *
  * What Table._extend_ring / _ring_commit do for a table with no selector to tell (a Uniform
  * sampler, the Fifo remover) in ring mode, with the section's entry and exit (as enter_section and
- * leave_section do them, on the raw words) around it and the Python levels of the lock (ProcessGuard) left out. The
- * protocol is the Python path's: the batch is checked before the lock (a dict of exactly the
+ * leave_section do them, on the raw words) around it and the Python levels of the lock
+ * (ProcessGuard) left out. The protocol is the Python path's: the batch is checked before the lock (a dict of exactly the
  * columns' `names`, each an ndarray of the column's dtype and row shape, C-contiguous, the same
  * length n, 1 <= n <= max_rows), the section is opened with the insert's intent n (a process
  * killed inside is recovered as one killed in the Python path), the new metadata rows
