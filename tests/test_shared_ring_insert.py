@@ -62,9 +62,26 @@ def test_a_table_with_selectors_or_episodes_keeps_the_python_path(tmp_path):
         t.close()
 
 
+def _item(form, i):
+    """One transition ``i`` in one of the forms an ``add`` takes (or refuses: 3 to 5)."""
+    row = {k: v[0] for k, v in transitions(1, i).items()}  # (NumPy scalars, an obs row)
+    if form == 1:  # Python scalars
+        row.update(action=int(row["action"]), reward=float(row["reward"]), id=int(row["id"]))
+    elif form == 2:  # 0-d arrays
+        row.update(action=np.array(row["action"]), reward=np.array(row["reward"]))
+    elif form == 3:  # a float for an int column
+        row["action"] = 1.5
+    elif form == 4:  # a float64 scalar for a float32 column, an obs of the wrong shape
+        row.update(reward=np.float64(row["reward"]), obs=np.zeros(3, np.float32))
+    elif form == 5:  # a missing field
+        del row["reward"]
+    return row
+
+
 OPS = st.lists(
     st.one_of(
         st.tuples(st.just("extend"), st.integers(1, 40)),
+        st.tuples(st.just("add"), st.integers(0, 5)),
         st.tuples(st.just("bad"), st.integers(1, 5)),
         st.tuples(st.just("sample"), st.integers(1, 16)),
         st.tuples(st.just("delete_oldest"), st.integers(1, 3)),
@@ -92,6 +109,8 @@ def test_the_compiled_call_agrees_with_the_python_path(tmp_path_factory, ops, ca
             try:
                 if op == "extend":
                     r = t.extend(transitions(k, nxt), timeout=0).tolist()
+                elif op == "add":
+                    r = t.add(_item(k, nxt), timeout=0)
                 elif op == "bad":
                     r = t.extend({**transitions(k, nxt), "id": np.zeros((k, 2), np.int64)}, timeout=0)
                 elif op == "sample":
@@ -105,10 +124,72 @@ def test_the_compiled_call_agrees_with_the_python_path(tmp_path_factory, ops, ca
                 r = type(e).__name__
             results.append(r)
         assert results[0] == results[1], (op, k)
-        nxt += k
+        nxt += 1 if op == "add" else k
         assert _state(compiled) == _state(python)
     for t in tables:
         t.close()
+
+
+def test_the_compiled_add_takes_plain_items_and_leaves_the_rest(tmp_path, monkeypatch):
+    t = SharedTable.create("adds", 64, SPEC, directory=tmp_path)
+    calls = []
+    add = rs.Table.add
+    t.add(_item(0, 0))  # (the first insert makes the ring plan: the Python path)
+    monkeypatch.setattr(rs.Table, "add", lambda *a, **k: calls.append(1) or add(*a, **k))
+    assert [t.add(_item(i % 3, i)) for i in range(1, 10)] == list(range(1, 10))
+    assert calls == [] and type(t._inserter).__name__ == "RingInserter"
+    assert t.add(_item(0, 10), priority=2.0) == 10  # (a priority: the Python path)
+    assert len(calls) == 1
+    monkeypatch.undo()
+    guard = t._guard  # (the guard's wrapper: the key of one item, the keys of a batch, None if refused)
+    assert guard.ring_insert(t._inserter, _item(1, 11), batched=False) == 11
+    assert guard.ring_insert(t._inserter, _item(3, 12), batched=False) is None
+    assert guard.ring_insert(t._inserter, transitions(2, 12)).tolist() == [12, 13]
+    data, found = t.get(t.keys())
+    assert found.all() and data["id"].tolist() == list(range(14)) and consistent(data)
+    assert (data["action"] == data["id"] % 3).all() and t.stats()["inserts"] == 14
+    t.close()
+
+
+def test_threads_mixing_compiled_and_python_inserts_lose_nothing(tmp_path):
+    """Compiled inserts skip the guard's thread lock: threads on both paths, with samples and deletes."""
+    import threading
+
+    t = SharedTable.create("threads", 512, SPEC, directory=tmp_path, seed=3)
+    t.extend(transitions(8))
+    errors, n, per = [], 300, 4
+
+    def run(w):
+        try:
+            for i in range(n):
+                base = 10_000 * (w + 1) + per * i
+                if w == 0:
+                    t.extend(transitions(per, base))  # compiled
+                elif w == 1:
+                    t.extend(transitions(per, base), priorities=np.ones(per))  # the Python path
+                elif w == 2:
+                    for j in range(per):
+                        t.add(_item(j % 3, base + j))  # compiled adds
+                else:
+                    t.sample(8)
+                    if i % 50 == 0:
+                        t.delete(t.keys()[:2])
+        except Exception as e:  # pragma: no cover (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    assert not any(th.is_alive() for th in threads) and errors == []
+    keys = t.keys()
+    data, found = t.get(keys)
+    assert found.all() and consistent(data) and (np.diff(keys) > 0).all()
+    st_ = t.stats()
+    assert st_["inserts"] == 8 + 3 * n * per and st_["size"] == len(keys) == len(np.unique(keys))
+    assert len(np.unique(data["id"])) == len(keys)
+    t.close()
 
 
 def _insert_forever(name, directory, start, ready):

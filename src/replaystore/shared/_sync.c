@@ -916,30 +916,34 @@ keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  *
  * Built only with NumPy's headers (RS_WITH_NUMPY; setup.py defines it when NumPy is there).
  *
- * RingInserter(mutex, copies, words, slots, capacity, max_rows, header_words, limits, fill_meta,
- *              names, columns, meta, timeout)
+ * RingInserter(mutex, copies, words, slots, capacity, max_rows, header_words, limits, names,
+ *              columns, meta, timeout)
  *
  * What Table._extend_ring / _ring_commit do for a table with no selector to tell (a Uniform
- * sampler, the Fifo remover) in ring mode, with the section's entry and exit (enter_section,
- * leave_section) around it and the Python levels of the lock (ProcessGuard) left out. The
- * protocol is the Python path's: the batch is checked before the lock (a dict of exactly the
+ * sampler, the Fifo remover) in ring mode, with the section's entry and exit (as enter_section and
+ * leave_section do them, on the raw words) around it and the Python levels of the lock
+ * (ProcessGuard) left out. The protocol is the Python path's: the batch is checked before the lock (a dict of exactly the
  * columns' `names`, each an ndarray of the column's dtype and row shape, C-contiguous, the same
  * length n, 1 <= n <= max_rows), the section is opened with the insert's intent n (a process
  * killed inside is recovered as one killed in the Python path), the new metadata rows
- * (`fill_meta`, replaystore.rows': key, version, priority) are written before the payload rows
+ * (`meta`: the table's (capacity, 3) int64 rows, written here as replaystore.rows' fill_meta does:
+ * key, (times sampled 0, version) as int32, priority bits) are written before the payload rows
  * with a release fence between (samples that copy outside the lock check the keys), the scalars
  * are the segment's words (`words`: the scalars region; `slots`: bytes of 15 native int64 word
  * indices in the order of the S_ and L_ names below), and leaving commits the state copy.
  * `header_words`: (busy, unordered, reserved) word indices of the mutex's buffer; `limits`:
  * (limited, samples_per_insert, max_diff) of a RateLimiter whose can_insert is the base formula.
  *
- * insert(generation, data) -> the items' keys (int64 array) when the batch went in (the
- * `generation` member is then the state's generation); otherwise an int and nothing changed:
+ * insert(guard, data) -> the items' keys (int64 array) when the batch went in (the `generation`
+ * member and `guard._gen` are then the state's generation); otherwise an int and nothing changed:
  * -1 not taken here (the lock is free: the caller's Python path decides; e.g. other data, ring
- * mode over, a reservation open, a limiter that would block, a wrap-around), -2 the previous
- * holder died inside (the mutex is HELD, nothing else done: the caller repairs the table, as
- * enter_section's 1 says), -3 the lock timed out.
- * Thread-safety: the caller holds its process's thread lock of the table (ProcessGuard). */
+ * mode over, a reservation open, a limiter that would block, a wrap-around, this thread inside
+ * the guard already, `guard._depth`), -2 the previous holder died inside (the mutex is HELD,
+ * nothing else done: the caller repairs the table, as enter_section's 1 says), -3 the lock timed
+ * out.
+ * add(guard, item): the same for one row (its key an int, >= 0), `item` a dict of rows (an ndarray of the row shape, a
+ * NumPy scalar of the column's dtype, a Python bool/int/float a 0-d number column takes as is).
+ * Thread-safety: any thread, without the ProcessGuard's thread lock (see ring_insert_guarded). */
 #ifdef RS_WITH_NUMPY
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
@@ -948,12 +952,14 @@ keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 enum { S_NEXT, S_BASE, S_LO, S_HI, S_SIZE, S_NFREE, S_INSERTS, S_DELETES, S_EVICTIONS, S_VERSION,
        S_MAXPRIO, S_RINGMODE, L_INSERTS, L_SAMPLES, L_DELETES, N_RING_WORDS };
 #define MAX_RING_COLUMNS 32
+#define RING_META_W 3 /* replaystore.rows.META_WIDTH: key, (times sampled, version) as int32, priority bits */
 
 typedef struct {
     PyObject_HEAD
-    PyObject *mutex, *copies, *words_obj, *fill_meta, *names, *columns, *meta, *timeout;
+    PyObject *mutex, *copies, *words_obj, *names, *columns, *meta, *timeout;
     PyObject *busy_obj, *unordered_obj;
     Py_buffer words;
+    int64_t *meta_rows;
     int64_t *w[N_RING_WORDS];
     long long capacity, max_rows, generation;
     Py_ssize_t busy, unordered, reserved, ncols;
@@ -971,7 +977,6 @@ RingInserter_dealloc(RingInserter *self)
     Py_XDECREF(self->mutex);
     Py_XDECREF(self->copies);
     Py_XDECREF(self->words_obj);
-    Py_XDECREF(self->fill_meta);
     Py_XDECREF(self->names);
     Py_XDECREF(self->columns);
     Py_XDECREF(self->meta);
@@ -984,15 +989,15 @@ RingInserter_dealloc(RingInserter *self)
 static PyObject *
 RingInserter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *mutex, *copies, *words, *fill_meta, *names, *columns, *meta, *timeout;
+    PyObject *mutex, *copies, *words, *names, *columns, *meta, *timeout;
     Py_buffer slots;
     long long capacity, max_rows;
     Py_ssize_t busy, unordered, reserved;
     int limited;
     double spi, max_diff;
-    if (!PyArg_ParseTuple(args, "O!O!Oy*LL(nnn)(pdd)OO!O!OO", &RobustMutexType, &mutex, &StateCopiesType, &copies,
+    if (!PyArg_ParseTuple(args, "O!O!Oy*LL(nnn)(pdd)O!O!OO", &RobustMutexType, &mutex, &StateCopiesType, &copies,
                           &words, &slots, &capacity, &max_rows, &busy, &unordered, &reserved, &limited, &spi,
-                          &max_diff, &fill_meta, &PyTuple_Type, &names, &PyTuple_Type, &columns, &meta, &timeout))
+                          &max_diff, &PyTuple_Type, &names, &PyTuple_Type, &columns, &meta, &timeout))
         return NULL;
     RingInserter *self = (RingInserter *)type->tp_alloc(type, 0);
     if (self == NULL) {
@@ -1007,10 +1012,17 @@ RingInserter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     RobustMutex *m = (RobustMutex *)mutex;
     Py_ssize_t nwords = self->words.len / 8, ncols = PyTuple_GET_SIZE(columns);
-    int ok = slots.len == 8 * N_RING_WORDS && capacity > 0 && max_rows >= 0 && busy >= 0 && unordered >= 0
+    int ok = slots.len == 8 * N_RING_WORDS && self->words.len >= 8 * ((StateCopies *)copies)->n && capacity > 0 && max_rows >= 0 && busy >= 0 && unordered >= 0
              && reserved >= 0 && 8 * (busy + 1) <= m->view.len && 8 * (unordered + 1) <= m->view.len
-             && 8 * (reserved + 1) <= m->view.len && PyCallable_Check(fill_meta) && ncols > 0
-             && ncols <= MAX_RING_COLUMNS && PyTuple_GET_SIZE(names) == ncols;
+             && 8 * (reserved + 1) <= m->view.len && ncols > 0 && ncols <= MAX_RING_COLUMNS
+             && PyTuple_GET_SIZE(names) == ncols;
+    if (ok) {  /* the metadata rows: a writable C-contiguous (capacity, 3) int64 array */
+        PyArrayObject *ma = (PyArrayObject *)meta;
+        ok = PyArray_Check(meta) && PyArray_NDIM(ma) == 2 && PyArray_DIM(ma, 0) == capacity
+             && PyArray_DIM(ma, 1) == RING_META_W && PyArray_TYPE(ma) == NPY_INT64 && PyArray_IS_C_CONTIGUOUS(ma)
+             && PyArray_ISWRITEABLE(ma);
+        self->meta_rows = ok ? (int64_t *)PyArray_DATA(ma) : NULL;
+    }
     for (int i = 0; ok && i < N_RING_WORDS; i++) {
         int64_t k;
         memcpy(&k, (char *)slots.buf + 8 * i, 8);
@@ -1034,7 +1046,8 @@ RingInserter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PyBuffer_Release(&slots);
     if (!ok) {
         PyErr_SetString(PyExc_ValueError, "RingInserter: word indices outside the buffers, a bad capacity, or "
-                                          "columns that are not writable C-contiguous arrays of `capacity` rows");
+                                          "columns or meta that are not writable C-contiguous arrays of "
+                                          "`capacity` rows (meta: (capacity, 3) int64)");
         Py_DECREF(self);
         return NULL;
     }
@@ -1053,32 +1066,44 @@ RingInserter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->limited = limited;
     self->spi = spi;
     self->max_diff = max_diff;
-    PyObject **own[] = {&self->mutex, &self->copies, &self->words_obj, &self->fill_meta, &self->names,
+    PyObject **own[] = {&self->mutex, &self->copies, &self->words_obj, &self->names,
                         &self->columns, &self->meta, &self->timeout};
-    PyObject *vals[] = {mutex, copies, words, fill_meta, names, columns, meta, timeout};
-    for (int i = 0; i < 8; i++) {
+    PyObject *vals[] = {mutex, copies, words, names, columns, meta, timeout};
+    for (int i = 0; i < 7; i++) {
         Py_INCREF(vals[i]);
         *own[i] = vals[i];
     }
     return (PyObject *)self;
 }
 
-/* leave the section: leave_section(mutex, busy, unordered, copies, words, gen, intent, None) */
+/* leave the section as leave_section(mutex, busy, unordered, copies, words, gen, intent, None) does,
+ * on the raw words (no argument objects, no buffer request): commit the words when they changed
+ * (generation + 1), else clear the intent; clear the unordered word, then the busy word; release. */
 static PyObject *
 ring_leave(RingInserter *self, long long gen, long long intent)
 {
-    PyObject *g = PyLong_FromLongLong(gen), *i = PyLong_FromLongLong(intent);
-    PyObject *largs[8] = {self->mutex, self->busy_obj, self->unordered_obj, self->copies, self->words_obj, g, i, Py_None};
-    PyObject *r = NULL;
-    if (g != NULL && i != NULL) {
-        r = leave_section(NULL, largs, 8);
-    } else {  /* (no memory for two ints: still release) */
-        PyObject *released = RobustMutex_release((RobustMutex *)self->mutex, NULL);
-        Py_XDECREF(released);
+    RobustMutex *m = (RobustMutex *)self->mutex;
+    StateCopies *c = (StateCopies *)self->copies;
+    Py_ssize_t n = c->n;
+    const char *current = c->copy[*c->active & 1];
+    if (memcmp(current + 16, self->words.buf, 8 * n) != 0) {  /* (StateCopies_commit) */
+        int other = (int)((*c->active & 1) ^ 1);
+        int64_t head[2] = {(int64_t)(gen + 1), 0};
+        memcpy(c->copy[other], head, 16);
+        memcpy(c->copy[other] + 16, self->words.buf, 8 * n);
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+        *c->active = other;
+        gen += 1;
+    } else if (intent) {
+        ((volatile int64_t *)current)[1] = 0;
     }
-    Py_XDECREF(g);
-    Py_XDECREF(i);
-    return r;
+    __atomic_store_n((int64_t *)m->view.buf + self->unordered, 0, __ATOMIC_RELEASE);
+    __atomic_store_n((int64_t *)m->view.buf + self->busy, 0, __ATOMIC_RELEASE);
+    PyObject *released = RobustMutex_release(m, NULL);
+    if (released == NULL)
+        return NULL;
+    Py_DECREF(released);
+    return PyLong_FromLongLong(gen);
 }
 
 /* leave a section that changed nothing: -1 (not taken), or NULL */
@@ -1092,49 +1117,144 @@ ring_bail(RingInserter *self, long long gen, long long n)
     return PyLong_FromLong(-1);
 }
 
-static PyObject *ring_insert_locked(RingInserter *self, PyObject *gen_obj, PyArrayObject **src, npy_intp n);
+static PyObject *ring_insert_locked(RingInserter *self, const char **src, npy_intp n);
 
+static PyObject *str_depth, *str_gen;
+
+/* Unless this thread is inside the guard already (`guard._depth`: the mutex is its own, a wait would
+ * never end): the insert, then `guard._gen` = the new generation; -1 when inside (nothing done).
+ *
+ * The guard's thread lock is not taken: the mutex alone keeps the section whole. Another thread
+ * of this process is either outside (its depth 0; then its entry and ours contend for the mutex
+ * like two processes' entries, and whichever comes second finds the generation moved, as after
+ * another process's commit), or inside holding the mutex (we wait for it, with the GIL released),
+ * or in a wait with the mutex released (its depth is 0 meanwhile, as for any entry). A stale
+ * `guard._gen` only makes the next entry catch up (ProcessGuard._enter_live). */
 static PyObject *
-RingInserter_insert(RingInserter *self, PyObject *const *args, Py_ssize_t nargs)
+ring_insert_guarded(RingInserter *self, PyObject *guard, const char **src, npy_intp n)
+{
+    PyObject *depth = PyObject_GetAttr(guard, str_depth);
+    if (depth == NULL)
+        return NULL;
+    int inside = PyObject_IsTrue(depth);
+    Py_DECREF(depth);
+    if (inside)
+        return inside < 0 ? NULL : PyLong_FromLong(-1);
+    PyObject *out = ring_insert_locked(self, src, n);
+    if (out != NULL && PyArray_CheckExact(out)) {
+        PyObject *g = PyLong_FromLongLong(self->generation);
+        if (g == NULL || PyObject_SetAttr(guard, str_gen, g) < 0)
+            Py_CLEAR(out);  /* (no memory: the insert is in; the next entry catches up, as after another process) */
+        Py_XDECREF(g);
+    }
+    return out;
+}
+
+/* Check one source against column i; its first row's address, or NULL (not for the compiled path).
+ * batched: an ndarray (n, *row shape); else a row: an ndarray of the row shape, a NumPy scalar of
+ * the column's dtype or a Python bool/int/float for a 0-d number column (written into `scratch`). */
+static const char *
+ring_source(RingInserter *self, Py_ssize_t i, PyObject *v, int batched, npy_intp *n, char *scratch)
+{
+    PyArrayObject *col = self->col[i];
+    int nd = PyArray_NDIM(col), skip = batched ? 0 : 1;
+    if (PyArray_CheckExact(v)) {
+        PyArrayObject *a = (PyArrayObject *)v;
+        if (PyArray_NDIM(a) != nd - skip || !PyArray_IS_C_CONTIGUOUS(a)
+            || !PyArray_EquivTypes(PyArray_DESCR(a), PyArray_DESCR(col)))
+            return NULL;
+        if (batched) {
+            if (*n < 0)
+                *n = PyArray_DIM(a, 0);
+            if (PyArray_DIM(a, 0) != *n)
+                return NULL;
+        }
+        for (int d = 1; d < nd; d++)
+            if (PyArray_DIM(a, d - skip) != PyArray_DIM(col, d))
+                return NULL;
+        return PyArray_DATA(a);
+    }
+    if (batched || nd != 1 || self->rowbytes[i] > 16)
+        return NULL;
+    if (PyArray_IsScalar(v, Generic)) {
+        PyArray_Descr *d = PyArray_DescrFromScalar(v);
+        int same = d != NULL && PyArray_EquivTypes(d, PyArray_DESCR(col));
+        Py_XDECREF(d);
+        if (!same)
+            return NULL;
+        PyArray_ScalarAsCtype(v, scratch);
+        return scratch;
+    }
+    int t = PyArray_TYPE(col);
+    if (PyBool_Check(v)) {
+        if (t != NPY_BOOL)
+            return NULL;
+        *(npy_bool *)scratch = v == Py_True;
+        return scratch;
+    }
+    if (PyFloat_CheckExact(v) || PyLong_CheckExact(v)) {
+        if (t == NPY_FLOAT64 || t == NPY_FLOAT32) {
+            double x = PyFloat_CheckExact(v) ? PyFloat_AS_DOUBLE(v) : PyLong_AsDouble(v);
+            if (x == -1.0 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return NULL;
+            }
+            if (t == NPY_FLOAT64) {
+                *(double *)scratch = x;
+                return scratch;
+            }
+            /* NumPy refuses (OverflowError) a finite value beyond float32's range: let it say so */
+            if (x == x && x != Py_HUGE_VAL && x != -Py_HUGE_VAL && (x > 3.4028234663852886e38 || x < -3.4028234663852886e38))
+                return NULL;
+            *(float *)scratch = (float)x;
+            return scratch;
+        }
+        if (PyFloat_CheckExact(v) || (t != NPY_INT64 && t != NPY_INT32))
+            return NULL;
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return NULL;
+        }
+        if (t == NPY_INT64) {
+            *(int64_t *)scratch = x;
+            return scratch;
+        }
+        if (x < INT32_MIN || x > INT32_MAX)
+            return NULL;
+        *(int32_t *)scratch = (int32_t)x;
+        return scratch;
+    }
+    return NULL;
+}
+
+/* insert(guard, data) / add(guard, item): see the type's comment */
+static PyObject *
+ring_call(RingInserter *self, PyObject *const *args, Py_ssize_t nargs, int batched)
 {
     if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "insert(generation, data)");
+        PyErr_SetString(PyExc_TypeError, batched ? "insert(guard, data)" : "add(guard, item)");
         return NULL;
     }
     PyObject *data = args[1];
     Py_ssize_t ncols = self->ncols;
     if (!PyDict_CheckExact(data) || PyDict_GET_SIZE(data) != ncols)
         return PyLong_FromLong(-1);
-    PyArrayObject *src[MAX_RING_COLUMNS];
-    npy_intp n = -1;
+    PyObject *held[MAX_RING_COLUMNS];
+    const char *src[MAX_RING_COLUMNS];
+    char scratch[MAX_RING_COLUMNS][16];
+    npy_intp n = batched ? -1 : 1;
     Py_ssize_t got = 0;
     int ok = 1;
-    for (; got < ncols; got++) {  /* (every name present and the sizes equal: the dict's keys are the names) */
+    for (; got < ncols; got++) {  /* (every name present: the dict's keys are the names) */
         PyObject *v = PyDict_GetItemWithError(data, PyTuple_GET_ITEM(self->names, got));
-        if (v == NULL) {
+        if (v == NULL || (src[got] = ring_source(self, got, v, batched, &n, scratch[got])) == NULL) {
             ok = 0;
             break;
         }
-        PyArrayObject *a = (PyArrayObject *)v, *col = self->col[got];
-        int nd = PyArray_NDIM(col);
-        if (!PyArray_CheckExact(v) || PyArray_NDIM(a) != nd || !PyArray_IS_C_CONTIGUOUS(a)
-            || !PyArray_EquivTypes(PyArray_DESCR(a), PyArray_DESCR(col))) {
-            ok = 0;
-            break;
-        }
-        if (n < 0)
-            n = PyArray_DIM(a, 0);
-        if (PyArray_DIM(a, 0) != n) {
-            ok = 0;
-            break;
-        }
-        for (int d = 1; d < nd; d++)
-            if (PyArray_DIM(a, d) != PyArray_DIM(col, d))
-                ok = 0;
-        if (!ok)
-            break;
         Py_INCREF(v);  /* (held across the wait for the lock, whose spin and sleep release the GIL) */
-        src[got] = a;
+        held[got] = v;
     }
     PyObject *out;
     if (PyErr_Occurred())
@@ -1142,32 +1262,50 @@ RingInserter_insert(RingInserter *self, PyObject *const *args, Py_ssize_t nargs)
     else if (!ok || n < 1 || n > self->max_rows)
         out = PyLong_FromLong(-1);
     else
-        out = ring_insert_locked(self, args[0], src, n);
+        out = ring_insert_guarded(self, args[0], src, n);
     for (Py_ssize_t i = 0; i < got; i++)
-        Py_DECREF(src[i]);
+        Py_DECREF(held[i]);
     return out;
 }
 
 static PyObject *
-ring_insert_locked(RingInserter *self, PyObject *gen_obj, PyArrayObject **src, npy_intp n)
+RingInserter_insert(RingInserter *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *n_obj = PyLong_FromSsize_t(n);
-    if (n_obj == NULL)
+    return ring_call(self, args, nargs, 1);
+}
+
+static PyObject *
+RingInserter_add(RingInserter *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *out = ring_call(self, args, nargs, 0);
+    if (out == NULL || !PyArray_CheckExact(out))
+        return out;
+    PyObject *key = PyLong_FromLongLong(((int64_t *)PyArray_DATA((PyArrayObject *)out))[0]);
+    Py_DECREF(out);
+    return key;  /* (NULL, no memory: the item is in, as for insert's keys) */
+}
+
+static PyObject *
+ring_insert_locked(RingInserter *self, const char **src, npy_intp n)
+{
+    /* enter_section(mutex, timeout, busy, copies, generation, n), on the raw words */
+    RobustMutex *mx = (RobustMutex *)self->mutex;
+    PyObject *taken = RobustMutex_acquire(mx, self->timeout);
+    if (taken == NULL)
         return NULL;
-    PyObject *eargs[6] = {self->mutex, self->timeout, self->busy_obj, self->copies, gen_obj, n_obj};
-    PyObject *code_obj = enter_section(NULL, eargs, 6);
-    if (code_obj == NULL) {
-        Py_DECREF(n_obj);
-        return NULL;
-    }
-    long code = PyLong_AsLong(code_obj);
-    Py_DECREF(code_obj);
-    if (code == -1 || code == 1) {
-        Py_DECREF(n_obj);
-        return PyLong_FromLong(code == -1 ? -3 : -2);
-    }
+    int held = taken == Py_True;
+    Py_DECREF(taken);
+    if (!held)
+        return PyLong_FromLong(-3);
+    int64_t *busy_word = (int64_t *)mx->view.buf + self->busy;
+    if (__atomic_load_n(busy_word, __ATOMIC_ACQUIRE) != 0)
+        return PyLong_FromLong(-2);
+    __atomic_store_n(busy_word, (int64_t)mx->pid, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
     StateCopies *c = (StateCopies *)self->copies;
-    long long gen = ((volatile int64_t *)c->copy[*c->active & 1])[0];  /* (moved on when code is 2) */
+    volatile int64_t *current = (volatile int64_t *)c->copy[*c->active & 1];
+    current[1] = n;  /* (the intent: rows this insert may write, for the recovery) */
+    long long gen = current[0];  /* (this process's guard catches up at its next entry if it moved on) */
     int64_t **w = self->w;
     volatile int64_t *hdr = (volatile int64_t *)((RobustMutex *)self->mutex)->view.buf;
     long long cap = self->capacity, first = *w[S_NEXT];
@@ -1176,26 +1314,14 @@ ring_insert_locked(RingInserter *self, PyObject *gen_obj, PyArrayObject **src, n
         start += cap;
     if (*w[S_RINGMODE] != 1 || hdr[self->reserved] != 0 || start + n > cap
         || (self->limited && !((double)(*w[L_INSERTS] + n) * self->spi - (double)*w[L_SAMPLES] <= self->max_diff))) {
-        Py_DECREF(n_obj);
+        return ring_bail(self, gen, n);
+    }
+    long long version = *w[S_VERSION];
+    if (version < INT32_MIN || version > INT32_MAX) {  /* (the table refuses such versions: the Python path says so) */
         return ring_bail(self, gen, n);
     }
     PyArrayObject *keys = (PyArrayObject *)PyArray_SimpleNew(1, &n, NPY_INT64);
-    double prio;
-    memcpy(&prio, w[S_MAXPRIO], 8);
-    PyObject *st = PyLong_FromLongLong(start), *fk = PyLong_FromLongLong(first);
-    PyObject *ver = PyLong_FromLongLong(*w[S_VERSION]), *pr = PyFloat_FromDouble(prio), *filled = NULL;
-    if (keys != NULL && st != NULL && fk != NULL && ver != NULL && pr != NULL) {
-        /* the new metadata rows (keys) first: fill_meta(meta, start, n, first, version, priority) */
-        PyObject *fargs[6] = {self->meta, st, n_obj, fk, ver, pr};
-        filled = PyObject_Vectorcall(self->fill_meta, fargs, 6, NULL);
-    }
-    Py_XDECREF(st);
-    Py_XDECREF(fk);
-    Py_XDECREF(ver);
-    Py_XDECREF(pr);
-    Py_DECREF(n_obj);
-    if (filled == NULL) {  /* (no memory, or fill_meta refused: the words are unchanged) */
-        Py_XDECREF(keys);
+    if (keys == NULL) {  /* (no memory: the words are unchanged) */
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
         PyObject *r = ring_leave(self, gen, n);
@@ -1203,11 +1329,20 @@ ring_insert_locked(RingInserter *self, PyObject *gen_obj, PyArrayObject **src, n
         PyErr_Restore(et, ev, tb);
         return NULL;
     }
-    Py_DECREF(filled);
+    /* the new metadata rows (keys) first, as replaystore.rows.fill_meta(meta, start, n, first, version, prio) */
+    int64_t *mrow = self->meta_rows + RING_META_W * start, pbits = *w[S_MAXPRIO];
+    int32_t pair[2] = {0, (int32_t)version};  /* (times sampled, version): word 1 */
+    int64_t pword;
+    memcpy(&pword, pair, 8);
+    for (npy_intp i = 0; i < n; i++, mrow += RING_META_W) {
+        mrow[0] = first + i;
+        mrow[1] = pword;
+        mrow[2] = pbits;
+    }
     __atomic_thread_fence(__ATOMIC_RELEASE);  /* (the keys before the rows: see replaystore.shared.reads) */
     for (Py_ssize_t i = 0; i < self->ncols; i++) {
         Py_ssize_t rb = self->rowbytes[i];
-        memcpy((char *)PyArray_DATA(self->col[i]) + start * rb, PyArray_DATA(src[i]), (size_t)(n * rb));
+        memcpy((char *)PyArray_DATA(self->col[i]) + start * rb, src[i], (size_t)(n * rb));
     }
     /* _ring_commit's counters */
     long long size = *w[S_SIZE], overflow = size + n - cap;
@@ -1242,8 +1377,10 @@ ring_insert_locked(RingInserter *self, PyObject *gen_obj, PyArrayObject **src, n
 
 static PyMethodDef RingInserter_methods[] = {
     {"insert", (PyCFunction)(void (*)(void))RingInserter_insert, METH_FASTCALL,
-     "insert(generation, data) -> the keys, or -1 (not taken, nothing changed), -2 (the holder died: the "
+     "insert(guard, data) -> the keys, or -1 (not taken, nothing changed), -2 (the holder died: the "
      "mutex is held), -3 (the lock timed out)."},
+    {"add", (PyCFunction)(void (*)(void))RingInserter_add, METH_FASTCALL,
+     "add(guard, item) -> as insert, for one row given as a dict of rows; the key an int (>= 0)."},
     {NULL, NULL, 0, NULL}};
 
 static PyMemberDef RingInserter_members[] = {
@@ -1298,6 +1435,9 @@ PyInit__sync(void)
         return NULL;
 #ifdef RS_WITH_NUMPY
     if (PyType_Ready(&RingInserterType) < 0)
+        return NULL;
+    if ((str_depth = PyUnicode_InternFromString("_depth")) == NULL
+        || (str_gen = PyUnicode_InternFromString("_gen")) == NULL)
         return NULL;
     if (_import_array() < 0) {  /* (NumPy not importable: no RingInserter, the rest of the module works) */
         PyErr_Clear();

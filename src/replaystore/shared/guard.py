@@ -193,8 +193,9 @@ class ProcessGuard:
     ) -> Any:
         """A compiled ring insert over this guard's lock (``_sync.RingInserter``, see its source), or None.
 
-        ``parts``: ``(fill_meta, names, columns, meta)``. None where this guard cannot give one
-        (the module built without NumPy's headers, or the scalars not in the segment).
+        ``parts``: ``(names, columns, meta)`` (``meta``: the table's ``(capacity, 3)`` int64 metadata
+        rows). None where this guard cannot give one (the module built without NumPy's headers, or
+        the scalars not in the segment).
         """
         if RingInserter is None or self._live is None:
             return None
@@ -211,35 +212,41 @@ class ProcessGuard:
             self.segment.lock_timeout,
         )
 
-    def ring_insert(self, inserter: Any, data: dict) -> "np.ndarray | None":
+    def ring_insert(self, inserter: Any, data: dict, batched: bool = True) -> "np.ndarray | int | None":
         """A small ring-mode insert of ``data`` in one critical section, compiled (``inserter``: :meth:`ring_inserter`).
 
-        Returns the items' keys (the batch is in, committed), or None: not taken here, nothing
-        changed, the lock is free again (another thread of this process is inside, or the batch
+        ``batched``: ``data`` is a batch (``inserter.insert``), else one item (``inserter.add``).
+        Returns the items' keys (the batch is in, committed; one item: its key), or None: not taken here, nothing
+        changed, the lock is free again (this thread is inside the guard already, or the batch
         is not for the compiled path: the caller takes its Python path, which says why). A
         previous holder that died inside is recovered here first, as :meth:`acquire` does.
+        (The compiled call does not take this guard's thread lock: the mutex keeps its section
+        whole, see ``ring_insert_guarded`` in ``_sync.c``; callers on the hot path call it
+        directly and pass an int result to :meth:`ring_insert_refused`.)
 
         Raises:
             Timeout: the lock was not had within the segment's ``lock_timeout``.
         """
-        tlock = self._tlock
-        if not tlock.acquire(False):
-            return None
-        try:
-            if self._depth:  # (this thread is inside already: the re-entrant Python path)
-                return None
-            r = inserter.insert(self._gen, data)
-            if type(r) is not int:
-                self._gen = inserter.generation
-                return r
-            if r == -2:  # the holder died inside: repair (as acquire would), leave; the caller goes on
-                self._open_after_dead_holder(0)
-                self._leave()
-            elif r == -3:
-                raise self.segment.lock_timed_out()
-            return None
-        finally:
-            tlock.release()
+        r = (inserter.insert if batched else inserter.add)(self, data)
+        if type(r) is not int or r >= 0:  # (the keys, or the key of one item)
+            return r
+        self.ring_insert_refused(r)
+        return None
+
+    def ring_insert_refused(self, code: int) -> None:
+        """Act on a compiled insert's int result (``RingInserter.insert``/``add``): -1 nothing to do.
+
+        -2 (a previous holder died inside; the mutex is held): repair the table as :meth:`acquire`
+        does, then release it; the caller takes its Python path.
+
+        Raises:
+            Timeout: ``code`` -3, the lock was not had within the segment's ``lock_timeout``.
+        """
+        if code == -2:
+            self._open_after_dead_holder(0)
+            self._leave()
+        elif code == -3:
+            raise self.segment.lock_timed_out()
 
     def _leave(self) -> None:
         if not self._holding:  # (a wait that could not re-enter: nothing to publish or release)

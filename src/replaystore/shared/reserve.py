@@ -35,7 +35,6 @@ import numpy as np
 
 from ..errors import Timeout
 from ..limiters import RateLimiter
-from ..rows import fill_meta
 from ..storage import ColumnStorage
 from ..table import Table
 from ..table.args import NO_LIMIT
@@ -119,9 +118,11 @@ class ReservedInserts:
             if inserter is True:  # (first use: build it, or learn that this table has none)
                 inserter = self._make_inserter()
             if inserter is not None and self._ring is not None and not self._segment.closed:
-                keys = guard.ring_insert(inserter, data)
-                if keys is not None:
+                keys = inserter.insert(guard, data)  # (takes the guard's thread lock: ProcessGuard.ring_insert)
+                if type(keys) is not int:
                     return keys
+                if keys != -1:
+                    guard.ring_insert_refused(keys)
         if self._segment.closed:
             return Table.extend(self, data, priorities, version, timeout)  # raises Closed
         n = self._batch_rows(data)
@@ -157,8 +158,8 @@ class ReservedInserts:
         The call runs the protocol of the Python path (:meth:`Table._extend_ring` in a section
         opened with the insert's intent; keys before rows), so recovery and the samples that copy
         outside the lock see no difference. The Python path still takes every batch it refuses
-        (before anything changed): another thread inside, ring mode over, a reservation open, a
-        limiter that would block, a wrap-around, data of other dtypes or shapes.
+        (before anything changed): this thread inside the table already, ring mode over, a
+        reservation open, a limiter that would block, a wrap-around, data of other dtypes or shapes.
         """
         limiter = type(self.rate_limiter)
         self._inserter = (
@@ -171,6 +172,23 @@ class ReservedInserts:
             )
             or None
         )
+
+    def _compiled_add(self, inserter: Any, item: dict) -> int:
+        """One item with no priority or version through the compiled insert (``RingInserter.add``): its key, or -1.
+
+        -1: not taken, nothing changed (the caller's Python path decides and raises what it must).
+        """
+        if inserter is True:
+            inserter = self._make_inserter()
+        if inserter is None or self._ring is None or self._segment.closed:
+            return -1
+        if self._inserts_below != self.COPY_OUTSIDE_BYTES:
+            return -1
+        key = inserter.add(self._guard, item)
+        if key < -1:
+            self._guard.ring_insert_refused(key)
+            return -1
+        return key
 
     def _make_inserter(self) -> Any:
         """Build the compiled inserter at the first insert the ring plan takes (see :meth:`_setup_compiled_inserts`)."""
@@ -194,7 +212,7 @@ class ReservedInserts:
         if max_rows < 1:
             return None
         names = tuple(self.storage.columns)
-        parts = (fill_meta, names, tuple(self.storage.columns[name] for name in names), self._meta)
+        parts = (names, tuple(self.storage.columns[name] for name in names), self._meta)
         self._inserter = self._guard.ring_inserter(
             self._scalars.words,
             np.asarray(slots, dtype=np.int64).tobytes(),

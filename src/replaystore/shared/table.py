@@ -259,6 +259,11 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
 
         With a ``Prioritized`` sampler an item goes in as a batch of one (the ring's fast path).
         """
+        inserter = self._inserter
+        if inserter is not None and priority is None and version is None and type(item) is dict:
+            key = self._compiled_add(inserter, item)  # (a ring-mode item in one compiled call, or -1)
+            if key >= 0:
+                return key
         # (Uniform and Fifo samplers follow the ring: Table.add has a fast path of its own for them)
         batch = _as_batch_of_one(item, self.storage.spec) if self._batched_adds and type(item) is dict else None
         if batch is not None:
