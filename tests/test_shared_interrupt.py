@@ -66,3 +66,29 @@ def test_sigint_in_a_blocked_sample_is_keyboard_interrupt_and_the_table_works(tm
             proc.wait()
         t.close()
         t.unlink()
+
+
+def test_an_interrupt_as_a_wait_leaves_the_section_re_enters_and_the_table_works(tmp_path):
+    """A signal can land just as ``leave_section`` returns inside a wait's pause (seen once in CI:
+    ``RuntimeError: cannot release un-acquired lock`` instead of ``KeyboardInterrupt``). Injected
+    deterministically here: the first leave inside the wait releases the lock, then raises."""
+    t = SharedTable.create("leave", 16, {"x": ((2,), np.float32)}, directory=tmp_path)
+    try:
+        guard = t._cond
+        real_leave, calls = guard._leave, []
+
+        def leave_then_interrupt():
+            real_leave()
+            if not calls:
+                calls.append(1)
+                raise KeyboardInterrupt
+
+        guard._leave = leave_then_interrupt
+        with pytest.raises(KeyboardInterrupt):
+            t.sample(1, timeout=30)
+        del guard._leave
+        assert calls == [1] and t.stats()["size"] == 0
+        t.add({"x": np.full(2, 7, np.float32)})
+        assert t.sample(1, timeout=10).data["x"].tolist() == [[7.0, 7.0]]
+    finally:
+        t.close()

@@ -421,22 +421,24 @@ class ProcessGuard:
         depth, intent = self._depth, self.intent
         self._depth = 0
         try:
-            self._leave()
-        finally:
-            for _ in range(depth):
-                self._tlock.release()
-        try:
+            try:
+                self._leave()
+            finally:
+                for _ in range(depth):
+                    self._tlock.release()
             if until is None:
                 time.sleep(seconds)
             else:
                 end = time.monotonic() + seconds
                 while not until() and time.monotonic() < end:
                     time.sleep(poll)
-        finally:  # (also on Ctrl-C in the sleep: re-enter, so the caller's levels leave as usual)
+        finally:  # (also on Ctrl-C in the sleep or as the section is left: re-enter, so the
+            # caller's levels leave as usual; a signal can land when leave_section returns)
             for _ in range(depth):
                 self._tlock.acquire()
             self._depth = depth
-            self._enter(intent)
+            if not self._holding:  # (still held only if the interrupt came before the release)
+                self._enter(intent)
 
     def notify_all(self) -> None:
         """Nothing: waiters in every process poll."""
