@@ -47,18 +47,21 @@ def run_demo(args: argparse.Namespace) -> int:
     if args.distributed and args.n_step > 1:
         print("replaystore demo: --n-step applies only without --distributed", file=sys.stderr)
         return 2
-    if args.distributed:
-        return _demo_distributed(args)
-    given = [f"--{k.replace('_', '-')}" for k in _DISTRIBUTED_OPTIONS if getattr(args, k) is not None]
-    if given:
-        print(f"replaystore demo: {', '.join(given)} only apply with --distributed", file=sys.stderr)
+    given = {k: getattr(args, k) for k in _DISTRIBUTED_OPTIONS if getattr(args, k) is not None}
+    if given and not args.distributed:
+        flags = ", ".join(f"--{k.replace('_', '-')}" for k in given)
+        print(f"replaystore demo: {flags} only apply with --distributed", file=sys.stderr)
         return 2
     missing = missing_demo_dependencies()
+    if args.distributed:
+        missing += [n for n in ("ray",) if importlib.util.find_spec(n) is None]
     if missing:
-        print(f"replaystore demo needs {', '.join(missing)}: {DEMO_EXTRA}", file=sys.stderr)
+        name, extra = (
+            ("demo --distributed", "pip install 'replaystore[demo,ray]'") if args.distributed else ("demo", DEMO_EXTRA)
+        )
+        print(f"replaystore {name} needs {', '.join(missing)}: {extra}", file=sys.stderr)
         return 2
     from .plot import plot_result
-    from .train import train
 
     config = DemoConfig(
         seed=args.seed,
@@ -68,31 +71,42 @@ def run_demo(args: argparse.Namespace) -> int:
         eval_episodes=args.eval_episodes,
         n_step=args.n_step,
     )
-    nstep = f", {config.n_step}-step returns (Table.sample_nstep)" if config.n_step > 1 else ""
-    print(
-        f"replaystore demo: DQN with prioritized replay (alpha {config.alpha}, beta {config.beta_start} -> "
-        f"{config.beta_end}){nstep} on {config.env_id}, seed {config.seed}, at most {config.total_steps:,} steps, "
-        f"device {config.device}",
-        flush=True,
-    )
-    result = train(config, progress=not args.no_progress)
-    out = Path(args.out or config.figure_name)
+    progress = not args.no_progress
+    result = _train_distributed(config, given, progress) if args.distributed else _train(config, progress)
+    if isinstance(result, int):  # the exit code of a refused or interrupted run
+        return result
+    out = Path(args.out or ("replaystore-demo-distributed.png" if args.distributed else config.figure_name))
     out.parent.mkdir(parents=True, exist_ok=True)
     plot_result(result, out)
-    st = result.stats
-    rets = result.final_returns
-    bar = config.pass_return  # the figure draws the same bar
+    st, rets, bar = result.stats, result.final_returns, config.pass_return  # the figure draws the same bar
     solved = f"solved (>= {bar:.0f})" if result.final_return >= bar else f"not solved (below {bar:.0f})"
     stop = f"solved at step {result.solved_at:,}" if result.solved_at else "step budget used up"
     print(
         f"trained {result.steps:,} env steps ({stop}), {result.updates:,} gradient steps, "
         f"{result.wall_time:.1f} s wall, {result.cpu_time:.1f} s CPU"
+        + (" in the learner process" if args.distributed else "")
     )
-    print(
-        f"buffer: {st['size']:,} items, {st['inserts']:,} inserts, {st['samples']:,} sampled, "
+    buffer = (
+        f"{st['size']:,} items, {st['inserts']:,} inserts, {st['samples']:,} sampled, "
         f"sample/insert ratio {st['sample_to_insert_ratio']:.1f}, priorities in "
         f"[{st['priority_min']:.3g}, {st['priority_max']:.3g}] (mean {st['priority_mean']:.3g})"
     )
+    if args.distributed:
+        print(
+            f"actors: env steps {result.actor_steps}, transitions inserted {result.actor_inserts}, episodes "
+            f"{result.actor_episodes}, weight pulls {result.actor_weight_pulls}; live items by actor "
+            f"{result.live_by_actor}"
+        )
+        print(
+            f"learner: {result.sample_calls:,} sample calls, {result.priority_updates:,} priority updates "
+            f"({result.priorities_applied:,} applied), {result.weight_versions:,} weight versions published"
+        )
+        print(
+            f"buffer (Ray service): {buffer}, actors blocked by the rate limiter {st['insert_blocked_s']:.0f} s, "
+            f"learner {st['sample_blocked_s']:.0f} s"
+        )
+    else:
+        print(f"buffer: {buffer}")
     print(
         f"final average return over {len(rets)} greedy evaluation episodes: {result.final_return:.1f} "
         f"(min {rets.min():.0f}, max {rets.max():.0f}): {solved}"
@@ -104,25 +118,22 @@ def run_demo(args: argparse.Namespace) -> int:
 _DISTRIBUTED_OPTIONS = ("actors", "sync_every", "write_batch", "batches_per_call")
 
 
-def _demo_distributed(args: argparse.Namespace) -> int:
-    missing = missing_demo_dependencies() + [n for n in ("ray",) if importlib.util.find_spec(n) is None]
-    if missing:
-        print(
-            f"replaystore demo --distributed needs {', '.join(missing)}: pip install 'replaystore[demo,ray]'",
-            file=sys.stderr,
-        )
-        return 2
-    from .distributed import DistributedConfig, train_distributed
-    from .plot import plot_result
+def _train(config: DemoConfig, progress: bool) -> Any:
+    from .train import train
 
-    config = DemoConfig(
-        seed=args.seed,
-        total_steps=args.steps,
-        device=args.device,
-        threads=args.threads,
-        eval_episodes=args.eval_episodes,
+    nstep = f", {config.n_step}-step returns (Table.sample_nstep)" if config.n_step > 1 else ""
+    print(
+        f"replaystore demo: DQN with prioritized replay (alpha {config.alpha}, beta {config.beta_start} -> "
+        f"{config.beta_end}){nstep} on {config.env_id}, seed {config.seed}, at most {config.total_steps:,} steps, "
+        f"device {config.device}",
+        flush=True,
     )
-    given = {k: getattr(args, k) for k in _DISTRIBUTED_OPTIONS if getattr(args, k) is not None}
+    return train(config, progress=progress)
+
+
+def _train_distributed(config: DemoConfig, given: dict, progress: bool) -> Any:
+    from .distributed import DistributedConfig, train_distributed
+
     dist = DistributedConfig(**given)
     try:
         dist.check(config)
@@ -141,42 +152,10 @@ def _demo_distributed(args: argparse.Namespace) -> int:
         flush=True,
     )
     try:
-        result = train_distributed(config, dist, progress=not args.no_progress)
+        return train_distributed(config, dist, progress=progress)
     except KeyboardInterrupt:
         print("\nreplaystore demo --distributed: interrupted; actors, service and Ray shut down", file=sys.stderr)
         return 130
-    out = Path(args.out or "replaystore-demo-distributed.png")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    plot_result(result, out)
-    st = result.stats
-    rets = result.final_returns
-    solved = "solved" if result.final_return >= 450 else "not solved (below 450)"
-    stop = f"solved at step {result.solved_at:,}" if result.solved_at else "step budget used up"
-    print(
-        f"trained {result.steps:,} env steps ({stop}), {result.updates:,} gradient steps, "
-        f"{result.wall_time:.1f} s wall, {result.cpu_time:.1f} s CPU in the learner process"
-    )
-    print(
-        f"actors: env steps {result.actor_steps}, transitions inserted {result.actor_inserts}, episodes "
-        f"{result.actor_episodes}, weight pulls {result.actor_weight_pulls}; live items by actor "
-        f"{result.live_by_actor}"
-    )
-    print(
-        f"learner: {result.sample_calls:,} sample calls, {result.priority_updates:,} priority updates "
-        f"({result.priorities_applied:,} applied), {result.weight_versions:,} weight versions published"
-    )
-    print(
-        f"buffer (Ray service): {st['size']:,} items, {st['inserts']:,} inserts, {st['samples']:,} sampled, "
-        f"sample/insert ratio {st['sample_to_insert_ratio']:.1f}, priorities in "
-        f"[{st['priority_min']:.3g}, {st['priority_max']:.3g}] (mean {st['priority_mean']:.3g}), actors "
-        f"blocked by the rate limiter {st['insert_blocked_s']:.0f} s, learner {st['sample_blocked_s']:.0f} s"
-    )
-    print(
-        f"final average return over {len(rets)} greedy evaluation episodes: {result.final_return:.1f} "
-        f"(min {rets.min():.0f}, max {rets.max():.0f}): {solved}"
-    )
-    print(f"figure: {out}")
-    return 0
 
 
 # -- its command line -------------------------------------------------------------------------------

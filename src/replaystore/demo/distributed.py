@@ -146,7 +146,7 @@ def train_distributed(
     from replaystore.integrations.gym import spec_from_env
 
     from .agent import DQNAgent
-    from .train import FINAL_SEED, SELECTION_SEED, Reporter, evaluate, seed_everything
+    from .train import FINAL_SEED, SELECTION_SEED, Reporter, evaluate, record, seed_everything
 
     dist = DistributedConfig() if dist is None else dist
     out = sys.stderr if out is None else out
@@ -196,19 +196,7 @@ def train_distributed(
         result.actor_inserts = [0] * dist.actors
         result.actor_episodes = [0] * dist.actors
         result.actor_weight_pulls = [0] * dist.actors
-        report = Reporter(config.total_steps, False, out)
-        if progress:  # the in-process demo's bar, named after the actors
-            from tqdm.auto import tqdm
-
-            report.bar = tqdm(
-                total=config.total_steps,
-                unit="step",
-                desc=f"DQN+PER Ray x{dist.actors}",
-                file=out,
-                dynamic_ncols=True,
-                mininterval=0.5,
-                smoothing=0.1,
-            )
+        report = Reporter(config.total_steps, progress, out, desc=f"DQN+PER Ray x{dist.actors}")
 
         inflight: dict[Any, int] = {}
         submitted = 0
@@ -226,6 +214,13 @@ def train_distributed(
                 inflight[actors[i].collect.remote(n)] = i
                 submitted += n
 
+        def absorb(i: int, r: dict[str, Any]) -> None:
+            """Keep actor ``i``'s totals from the reply ``r`` of its ``collect``."""
+            result.actor_steps[i] = r["total_steps"]
+            result.actor_inserts[i] = r["inserts"]
+            result.actor_episodes[i] = r["episodes_total"]
+            result.actor_weight_pulls[i] = r["pulls"]
+
         def evaluation(why: str) -> float:
             nonlocal best
             mean = float(evaluate(agent, config.env_id, config.eval_episodes, SELECTION_SEED + env_steps).mean())
@@ -238,23 +233,11 @@ def train_distributed(
             )
             return mean
 
-        def record() -> None:
+        def refresh() -> None:
             nonlocal pending_bar, last_stats_block
-            st = client.stats()[client.table_name]
             last_stats_block = env_steps // config.stats_every
-            result.ratio_steps.append(env_steps)
-            result.ratio_values.append(st["sample_to_insert_ratio"])
-            rets = result.episode_returns
-            report.advance(
-                pending_bar,
-                upd=agent.updates,
-                ret=f"{rets[-1]:.0f}" if rets else "-",
-                avg10=f"{np.mean(rets[-10:]):.0f}" if rets else "-",
-                eps=f"{config.epsilon(max(result.actor_steps) * dist.actors):.2f}",
-                size=st["size"],
-                pmax=f"{st['priority_max']:.2f}",
-                spi=f"{st['sample_to_insert_ratio']:.1f}",
-            )
+            eps = config.epsilon(max(result.actor_steps) * dist.actors)
+            record(result, client.stats()[client.table_name], env_steps, report, pending_bar, eps, upd=agent.updates)
             pending_bar = 0
 
         def harvest() -> bool:
@@ -276,13 +259,10 @@ def train_distributed(
                     result.episode_returns.append(ret)
                     result.episode_end_steps.append(base + offset)
                     check_solved = True
-                result.actor_steps[i] = r["total_steps"]
-                result.actor_inserts[i] = r["inserts"]
-                result.actor_episodes[i] = r["episodes_total"]
-                result.actor_weight_pulls[i] = r["pulls"]
+                absorb(i, r)
                 submit(i)
             if env_steps // config.stats_every != last_stats_block:
-                record()
+                refresh()
             if agent.updates == 0:
                 return False
             recent = result.episode_returns[-config.solved_window :]
@@ -351,7 +331,7 @@ def train_distributed(
             io.shutdown(wait=True, cancel_futures=True)
         if solved:
             result.solved_at = env_steps
-        record()
+        refresh()
 
         # the buffer as the learner left it, then stop the actors and read the final counters
         live = client.keys()
@@ -365,25 +345,17 @@ def train_distributed(
             r = ray_get(ref, dist.rpc_grace, f"actor {i}.collect")
             env_steps += r["steps"]
             pending_bar += r["steps"]
-            result.actor_steps[i] = r["total_steps"]
-            result.actor_inserts[i] = r["inserts"]
-            result.actor_episodes[i] = r["episodes_total"]
-            result.actor_weight_pulls[i] = r["pulls"]
+            absorb(i, r)
         inflight.clear()
         result.stats = client.stats()[client.table_name]
         report.advance(pending_bar)
     finally:
         if report is not None:
             report.close()
-        for a in actors:
+        for a in [*actors, *([store] if store is not None else [])]:
             try:
                 ray.kill(a, no_restart=True)
             except Exception:  # noqa: BLE001 - best effort: Ray goes down next anyway
-                pass
-        if store is not None:
-            try:
-                ray.kill(store, no_restart=True)
-            except Exception:  # noqa: BLE001
                 pass
         if client is not None:
             try:

@@ -113,15 +113,14 @@ def evaluate(agent: DQNAgent, env_id: str, episodes: int, seed: int) -> np.ndarr
 class Reporter:
     """The progress bar (tqdm) or, without it, a plain line at least every ``every`` seconds."""
 
-    def __init__(self, total: int, progress: bool, out: TextIO, every: float = 20.0) -> None:
+    def __init__(self, total: int, progress: bool, out: TextIO, every: float = 20.0, desc: str = "DQN+PER") -> None:
         self.out = out
         self.every, self.steps, self.last = every, 0, time.monotonic()
         self.bar = (
             tqdm(
                 total=total,
                 unit="step",
-                desc="DQN+PER",
-                disable=not progress,
+                desc=desc,
                 file=out,
                 dynamic_ncols=True,
                 mininterval=0.5,
@@ -241,7 +240,7 @@ def train(
             if step % config.eval_every == 0 and agent.updates > 0 and not solved:
                 solved = evaluation(step, "periodic") >= config.solved_return
             if step % config.stats_every == 0 or solved:
-                _record(result, table, step, report, pending, config)
+                record(result, table.stats(), step, report, pending, config.epsilon(step))
                 pending = 0
             if on_step is not None:
                 on_step(step)
@@ -267,17 +266,22 @@ def train(
     return result
 
 
-def _record(result: DemoResult, table: rs.Table, step: int, report: Reporter, pending: int, config: DemoConfig) -> None:
-    """Record the sample-to-insert ratio and refresh the progress bar's buffer stats."""
-    st = table.stats()
+def record(
+    result: DemoResult, st: dict, step: int, report: Reporter, pending: int, epsilon: float, **first: Any
+) -> None:
+    """Record the sample-to-insert ratio of the table's stats ``st`` and refresh the progress bar.
+
+    ``first``: entries shown before the common ones (the distributed demo's update count).
+    """
     result.ratio_steps.append(step)
     result.ratio_values.append(st["sample_to_insert_ratio"])
     rets = result.episode_returns
     report.advance(
         pending,
+        **first,
         ret=f"{rets[-1]:.0f}" if rets else "-",
         avg10=f"{np.mean(rets[-10:]):.0f}" if rets else "-",
-        eps=f"{config.epsilon(step):.2f}",
+        eps=f"{epsilon:.2f}",
         size=st["size"],
         pmax=f"{st['priority_max']:.2f}",
         spi=f"{st['sample_to_insert_ratio']:.1f}",
