@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .codecs import flat_repr
 from .containers import Container
 
 FINITE_MAX = np.finfo(np.float64).max
@@ -100,9 +101,4 @@ def container_repr(container: Any) -> torch.Tensor:
         raise ValueError("the diverse buffer needs terminating states held in a tensor")
     if tensor.shape[0] != len(container):
         raise ValueError("the diverse buffer needs one terminating state per item")
-    n = tensor.shape[0]
-    out = tensor.reshape(n, -1).to(torch.get_default_dtype())
-    cond = getattr(states, "conditions", None)
-    if cond is not None:
-        out = torch.cat([out, cond.reshape(n, -1).to(out.dtype)], dim=-1)
-    return out
+    return flat_repr(tensor, getattr(states, "conditions", None))

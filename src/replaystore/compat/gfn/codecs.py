@@ -75,7 +75,8 @@ class Codec:
         raise NotImplementedError
 
 
-def _flat_repr(states: torch.Tensor, conditions: torch.Tensor | None) -> torch.Tensor:
+def flat_repr(states: torch.Tensor, conditions: torch.Tensor | None) -> torch.Tensor:
+    """``(n, d)`` vectors of states (flattened, in the default float dtype), conditions concatenated."""
     n = int(states.shape[0])
     out = states.reshape(n, -1).to(torch.get_default_dtype())
     if conditions is not None:
@@ -107,7 +108,7 @@ class TensorContainerCodec(Codec):
         return self.kind, fields
 
     def diversity_repr(self, fields: Fields) -> torch.Tensor:  # noqa: D102
-        return _flat_repr(fields["states"], fields.get("conditions"))
+        return flat_repr(fields["states"], fields.get("conditions"))
 
     def to_file(self, container: TensorContainer) -> dict[str, torch.Tensor]:  # noqa: D102
         return self.encode(container)
@@ -165,6 +166,14 @@ class _GfnCodec(Codec):
         from tensordict import TensorDict
 
         return self.cls.from_tensordict(self.env, TensorDict(dict(raw), batch_size=[]))
+
+    def diversity_repr(self, fields: Fields) -> torch.Tensor:  # noqa: D102
+        if not bool(fields["is_terminating"].all()):
+            raise ValueError(
+                f"the diverse buffer needs one terminating state per item, not {self.cls_name} with "
+                "non-terminating rows"
+            )
+        return flat_repr(fields["states"], fields.get("states_conditions"))
 
 
 class GfnTrajectoriesCodec(_GfnCodec):
@@ -234,7 +243,7 @@ class GfnTrajectoriesCodec(_GfnCodec):
 
     def diversity_repr(self, fields: Fields) -> torch.Tensor:  # noqa: D102
         cond = self._terminal_rows(fields, "states_conditions") if "states_conditions" in fields else None
-        return _flat_repr(self._terminal_rows(fields, "states"), cond)
+        return flat_repr(self._terminal_rows(fields, "states"), cond)
 
 
 class GfnTransitionsCodec(_GfnCodec):
@@ -274,13 +283,6 @@ class GfnTransitionsCodec(_GfnCodec):
     def terminal_fields(self, fields: Fields) -> tuple[str, Fields]:  # noqa: D102
         raise ValueError("scoring_only supports Trajectories or StatesContainer only, not Transitions")
 
-    def diversity_repr(self, fields: Fields) -> torch.Tensor:  # noqa: D102
-        if not bool(fields["is_terminating"].all()):
-            raise ValueError(
-                "the diverse buffer needs one terminating state per item; these Transitions have non-terminating rows"
-            )
-        return _flat_repr(fields["states"], fields.get("states_conditions"))
-
 
 class GfnStatesContainerCodec(_GfnCodec):
     """torchgfn ``StatesContainer``."""
@@ -310,13 +312,6 @@ class GfnStatesContainerCodec(_GfnCodec):
 
     def terminal_fields(self, fields: Fields) -> tuple[str, Fields]:  # noqa: D102
         return self.kind, fields
-
-    def diversity_repr(self, fields: Fields) -> torch.Tensor:  # noqa: D102
-        if not bool(fields["is_terminating"].all()):
-            raise ValueError(
-                "the diverse buffer needs one terminating state per item; this StatesContainer has non-terminating rows"
-            )
-        return _flat_repr(fields["states"], fields.get("states_conditions"))
 
 
 _GFN_CODECS: dict[str, type[_GfnCodec]] = {

@@ -96,25 +96,14 @@ class ReplayBufferManager:
         self.baseline_ema_alpha = float(baseline_ema_alpha)
         self.num_buffer_managers = int(num_buffer_managers)
         remote = remote_manager if remote_manager is not None else remote_manager_rank
-        if self.diverse_replay_buffer:
-            self.replay_buffer: ReplayBuffer = NormBasedDiversePrioritizedReplayBuffer(
-                env,
-                capacity,
-                cutoff_distance=cutoff_distance,
-                p_norm_distance=p_norm_distance,
-                timing=timing,
-                remote_manager=remote,
-                communication_backend=communication_backend,
+        common = dict(remote_manager=remote, communication_backend=communication_backend, timing=timing)
+        self.replay_buffer: ReplayBuffer = (
+            NormBasedDiversePrioritizedReplayBuffer(
+                env, capacity, cutoff_distance=cutoff_distance, p_norm_distance=p_norm_distance, **common
             )
-        else:
-            self.replay_buffer = ReplayBuffer(
-                env,
-                capacity,
-                prioritized_capacity=True,
-                remote_manager=remote,
-                communication_backend=communication_backend,
-                timing=timing,
-            )
+            if self.diverse_replay_buffer
+            else ReplayBuffer(env, capacity, prioritized_capacity=True, **common)
+        )
         self.is_running = True
         self.exit_counter = 0
         self.exited: set[Any] = set()

@@ -132,13 +132,11 @@ class RemotePath:
         """With ``scoring_only``: a states container of terminating states and log-rewards."""
         if not self.scoring_only:
             return container
+        if not self._per_item_rewards(container):
+            raise UnsupportedContainer("scoring_only supports Trajectories or StatesContainer only")
         codec = codec_for(container, self.env)
         if codec is None:
-            if type(container).__name__ == "Transitions":
-                raise UnsupportedContainer("scoring_only supports Trajectories or StatesContainer only")
             return container
-        if not codec.per_item_rewards:
-            raise UnsupportedContainer("scoring_only supports Trajectories or StatesContainer only")
         kind, fields = codec.terminal_fields(codec.encode(container))
         if kind == codec.kind:
             return container

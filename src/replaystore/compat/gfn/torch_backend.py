@@ -18,8 +18,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .codecs import codec_by_kind, codec_for
 from .timing import Timer
+from .wire import encode, from_wire
 
 TAG_DATA, TAG_SCORE, TAG_META = 0, 1, 2
 MSG_DATA, MSG_EXIT, MSG_METADATA, MSG_BASELINE_SYNC, MSG_SHUTDOWN, MSG_REPLY = 1, 2, 3, 4, 5, 6
@@ -64,21 +64,12 @@ def _recv_json(src: int, length: int, tag: int, timeout: float | None) -> Any:
 
 
 def _encode(container: Any, env: Any) -> tuple[dict, list[torch.Tensor]]:
-    codec = codec_for(container, env)
-    if codec is None:
+    encoded = encode(container, env)
+    if encoded is None:
         raise TypeError(f"the torch backend sends containers with a codec only, not {type(container).__name__}")
-    header: dict[str, Any] = {
-        "kind": codec.kind,
-        "is_backward": bool(getattr(codec, "is_backward", False)),
-        "n": len(container),
-        "fields": [],
-    }
-    tensors = []
-    for name, t in codec.encode(container).items():
-        t = t.detach().cpu()
-        header["fields"].append([name, str(t.dtype).replace("torch.", ""), list(t.shape)])
-        tensors.append(t.to(torch.uint8) if t.dtype == torch.bool else t.contiguous())
-    return header, tensors
+    header, fields = encoded
+    header["fields"] = [[name, str(t.dtype).replace("torch.", ""), list(t.shape)] for name, t in fields.items()]
+    return header, [t.to(torch.uint8) if t.dtype == torch.bool else t.contiguous() for t in fields.values()]
 
 
 def _recv_container(header: dict, src: int, env: Any, timeout: float | None) -> tuple[Any, int]:
@@ -89,11 +80,7 @@ def _recv_container(header: dict, src: int, env: Any, timeout: float | None) -> 
         _recv(buf, src, TAG_DATA, timeout)
         nbytes += buf.numel() * buf.element_size()
         fields[name] = buf.to(torch.bool) if want == torch.bool else buf
-    device = getattr(env, "device", None)
-    if device is not None:
-        fields = {k: v.to(device) for k, v in fields.items()}
-    codec = codec_by_kind(header["kind"], env, header.get("is_backward", False))
-    return codec.decode(fields), nbytes
+    return from_wire({**header, "fields": fields}, env), nbytes
 
 
 def serve(core: Any, idle_timeout: float | None = None) -> dict[str, Any]:

@@ -15,24 +15,28 @@ import torch
 from .codecs import codec_by_kind, codec_for
 
 
-def to_wire(container: Any, env: Any) -> dict[str, Any]:
-    """Encode a container for a transport (the arrays share memory with CPU tensors)."""
+def encode(container: Any, env: Any) -> tuple[dict[str, Any], dict[str, torch.Tensor]] | None:
+    """The header ``{"kind", "is_backward", "n"}`` and the CPU tensors of a container; ``None`` without a codec."""
     codec = codec_for(container, env)
     if codec is None:
+        return None
+    header = {"kind": codec.kind, "is_backward": bool(getattr(codec, "is_backward", False)), "n": len(container)}
+    return header, {name: t.detach().cpu() for name, t in codec.encode(container).items()}
+
+
+def to_wire(container: Any, env: Any) -> dict[str, Any]:
+    """Encode a container for a transport (the arrays share memory with CPU tensors)."""
+    encoded = encode(container, env)
+    if encoded is None:
         return {"kind": "object", "n": len(container), "obj": container}
+    header, tensors = encoded
     fields = {}
-    for name, t in codec.encode(container).items():
-        t = t.detach().cpu()
+    for name, t in tensors.items():
         try:
             fields[name] = t.numpy()
         except TypeError:  # dtypes NumPy lacks (bfloat16): let the transport pickle the tensor
             fields[name] = t
-    return {
-        "kind": codec.kind,
-        "is_backward": bool(getattr(codec, "is_backward", False)),
-        "n": len(container),
-        "fields": fields,
-    }
+    return {**header, "fields": fields}
 
 
 def wire_nbytes(wire: dict[str, Any]) -> int:
