@@ -34,11 +34,7 @@ class EasyDict(dict):
 
     def __init__(self, d: Mapping | None = None, **kwargs: Any) -> None:
         super().__init__()
-        if d is not None:
-            for k, v in dict(d).items():
-                self[k] = v
-        for k, v in kwargs.items():
-            self[k] = v
+        self.update({} if d is None else d, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         try:

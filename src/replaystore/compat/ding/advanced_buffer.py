@@ -402,7 +402,3 @@ class AdvancedReplayBuffer(AdvancedState, RingBufferBase):
             self._max_priority = 1.0
             self._discard(gone)
             self._periodic_thruput_monitor.record(removed=len(gone), valid=0)
-
-    def count(self) -> int:
-        """Number of sampleable items."""
-        return self._valid_count

@@ -1,5 +1,6 @@
-"""The state of DI-engine's ``'advanced'`` buffer: ``state_dict`` / ``load_state_dict`` and data files.
+"""The state of DI-engine's ``'advanced'`` buffer: ``state_dict``, what ``load_state_dict`` restores.
 
+The steps every buffer shares (``load_state_dict``'s, the data files) are ``RingBufferBase``'s.
 A mixin of :class:`~replaystore.compat.ding.advanced_buffer.AdvancedReplayBuffer` (its methods act
 on the buffer's own state, under its lock). A state dict holds the slot list, the per-slot use
 counts and used-up flags, the counters and ``beta``; DI-engine's own state dicts (with ``head``,
@@ -9,14 +10,12 @@ sampleable items, oldest first (:mod:`~replaystore.compat.ding._persist`).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._config import CompatError
-from ._persist import dump_items, load_items, slot_state
+from ._persist import slot_state
 from .priority_index import item_priorities
 
 if TYPE_CHECKING:
@@ -64,28 +63,10 @@ class AdvancedState:
                 "push_count": self._push_count,
             }
 
-    def load_state_dict(self, _state_dict: Mapping, deepcopy: bool = False) -> None:
-        """Restore a :meth:`state_dict`; ``{'data': [...]}`` alone pushes those items instead.
+    def _push_loaded(self, items: list) -> None:
+        self._extend(items, check_rate=False)
 
-        The second form loads demonstrations: the items get this buffer's unique ids and, without
-        ``collect_iter``, a staleness of -1. A full state dict of DI-engine's buffer (with
-        ``head``, ``sum_tree``...) is accepted too: the trees are rebuilt from the priorities.
-
-        Args:
-            _state_dict: the state.
-            deepcopy: copy the state's items instead of sharing them.
-
-        Raises:
-            CompatError: ``'data'`` is missing or has the wrong number of slots.
-        """
-        if "data" not in _state_dict:
-            raise CompatError("state dict has no 'data'")
-        data = list(_state_dict["data"])
-        if deepcopy:
-            data = copy.deepcopy(data)
-        if set(_state_dict) == {"data"}:
-            self._extend([d for d in data if d is not None], check_rate=False)
-            return
+    def _load_slots(self, _state_dict: Mapping, data: list) -> None:
         use_arr, retired, tail = slot_state(_state_dict, data, self._replay_buffer_size)
         with self._lock:
             self._max_priority = float(_state_dict.get("max_priority", self._max_priority))
@@ -117,20 +98,8 @@ class AdvancedState:
             self._anneal_step = int(_state_dict.get("anneal_step", self._anneal_step))
             self._periodic_thruput_monitor.record(valid=self._valid_count)
 
-    def save_data(self, file_name: str) -> None:
-        """Write the sampleable items, oldest first, to ``file_name`` (pickle; atomic)."""
-        with self._lock:
-            n = self._replay_buffer_size
-            order = [(self._tail + i) % n for i in range(n)]
-            items = [self._data[s] for s in order if self._data[s] is not None and not self._retired[s]]
-        dump_items(items, file_name)
-
-    def load_data(self, file_name: str) -> None:
-        """Push the items of a file written by :meth:`save_data` (or DI-engine's hickle dump).
-
-        Items keep their priorities and get new unique ids; the throughput controller is bypassed.
-        """
-        self._extend(load_items(file_name), check_rate=False)
+    def _sampleable(self, slot: int) -> bool:
+        return self._data[slot] is not None and not self._retired[slot]
 
 
 __all__ = ["AdvancedState"]

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ._config import CompatError, EasyDict, deep_merge_dicts
+from ._persist import dump_items, load_items
 from .utils import PeriodicThruputMonitor, UsedDataRemover
 
 
@@ -176,11 +177,63 @@ class RingBufferBase(IBuffer):
             for d in items:
                 self._used_data_remover.add_used_data(d)
 
-    def _ordered_items(self) -> list:
-        """Live items, oldest first."""
-        n = self._replay_buffer_size
-        t = self._tail
-        return [d for d in self._data[t:n] + self._data[:t] if d is not None]
+    def _sampleable(self, slot: int) -> bool:
+        """Whether ``slot`` holds a sampleable item."""
+        return self._data[slot] is not None
+
+    @abstractmethod
+    def _push_loaded(self, items: list) -> None:
+        """Push items read from a file or a ``{'data': [...]}`` state dict."""
+
+    @abstractmethod
+    def _load_slots(self, state: Mapping, data: list) -> None:
+        """Restore a full :meth:`state_dict` whose slot list is ``data``."""
+
+    # -- persistence ------------------------------------------------------------------------------
+    def load_state_dict(self, _state_dict: Mapping, deepcopy: bool = False) -> None:
+        """Restore a :meth:`state_dict`; ``{'data': [...]}`` alone pushes those items instead.
+
+        The second form loads demonstrations (the advanced buffer gives them its unique ids and,
+        without ``collect_iter``, a staleness of -1). The advanced buffer also accepts a full state
+        dict of DI-engine's (with ``head``, ``sum_tree``...): its trees are rebuilt from the
+        priorities.
+
+        Args:
+            _state_dict: the state.
+            deepcopy: copy the state's items instead of sharing them.
+
+        Raises:
+            CompatError: ``'data'`` is missing, or its length differs from ``replay_buffer_size``,
+                or the tail is out of range.
+        """
+        if "data" not in _state_dict:
+            raise CompatError("state dict has no 'data'")
+        data = list(_state_dict["data"])
+        if deepcopy:
+            data = copy.deepcopy(data)
+        if set(_state_dict) == {"data"}:
+            self._push_loaded([d for d in data if d is not None])
+        else:
+            self._load_slots(_state_dict, data)
+
+    def save_data(self, file_name: str) -> None:
+        """Write the sampleable items, oldest first, to ``file_name`` (pickle; atomic; parents created)."""
+        with self._lock:
+            n, t = self._replay_buffer_size, self._tail
+            items = [self._data[s] for s in (*range(t, n), *range(t)) if self._sampleable(s)]
+        dump_items(items, file_name)
+
+    def load_data(self, file_name: str) -> None:
+        """Push the items of a file written by :meth:`save_data` (or DI-engine's hickle dump).
+
+        The advanced buffer's items keep their priorities and get new unique ids; its throughput
+        controller is bypassed.
+        """
+        self._push_loaded(load_items(file_name))
+
+    def count(self) -> int:
+        """Number of valid (sampleable) items."""
+        return self._valid_count
 
     @property
     def replay_buffer_size(self) -> int:

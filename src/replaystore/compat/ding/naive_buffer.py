@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from ._config import CompatError
-from ._persist import dump_items, load_items
 from .base_buffer import RingBufferBase, choose
 from .registry import BUFFER_REGISTRY
 
@@ -179,10 +178,6 @@ class NaiveReplayBuffer(RingBufferBase):
             self._discard(live)
             self._periodic_thruput_monitor.record(valid=0)
 
-    def count(self) -> int:
-        """Number of items held."""
-        return self._valid_count
-
     def state_dict(self) -> dict:
         """``{'data', 'tail', 'valid_count', 'push_count'}``; ``data`` is a copy of the slot list."""
         with self._lock:
@@ -193,40 +188,22 @@ class NaiveReplayBuffer(RingBufferBase):
                 "push_count": self._push_count,
             }
 
-    def load_state_dict(self, _state_dict: Mapping) -> None:
-        """Restore a :meth:`state_dict`; ``{'data': [...]}`` alone pushes those items instead.
+    def _push_loaded(self, items: list) -> None:
+        self._extend(items)
 
-        Raises:
-            CompatError: ``'data'`` is missing, or its length differs from ``replay_buffer_size``.
-        """
-        if "data" not in _state_dict:
-            raise CompatError("state dict has no 'data'")
-        data = list(_state_dict["data"])
-        if set(_state_dict) == {"data"}:
-            self._extend([d for d in data if d is not None])
-            return
+    def _load_slots(self, state: Mapping, data: list) -> None:
         n = self._replay_buffer_size
         if len(data) != n:
             raise CompatError(f"state dict holds {len(data)} slots, this buffer has {n}")
-        tail = int(_state_dict.get("tail", 0))
+        tail = int(state.get("tail", 0))
         if not 0 <= tail < n:
             raise CompatError(f"tail {tail} out of range [0, {n})")
         with self._lock:
             self._data = data
             self._tail = tail
             self._valid_count = sum(d is not None for d in data)
-            self._push_count = int(_state_dict.get("push_count", self._valid_count))
+            self._push_count = int(state.get("push_count", self._valid_count))
             self._periodic_thruput_monitor.record(valid=self._valid_count)
-
-    def save_data(self, file_name: str) -> None:
-        """Write the items held, oldest first, to ``file_name`` (pickle; atomic; parents created)."""
-        with self._lock:
-            items = self._ordered_items()
-        dump_items(items, file_name)
-
-    def load_data(self, file_name: str) -> None:
-        """Push the items of a file written by :meth:`save_data` (or DI-engine's hickle dump)."""
-        self._extend(load_items(file_name))
 
 
 @BUFFER_REGISTRY.register("elastic")

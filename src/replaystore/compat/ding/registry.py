@@ -38,24 +38,25 @@ class Registry(dict):
         Raises:
             KeyError: ``obj_type`` is not registered.
         """
+        return self._lookup(obj_type)(*args, **kwargs)
+
+    def _lookup(self, obj_type: str) -> Any:
         if obj_type not in self:
             raise KeyError(f"not support buildable-object type: {obj_type!r}; registered: {sorted(self)}")
-        return self[obj_type](*args, **kwargs)
+        return self[obj_type]
 
 
 BUFFER_REGISTRY = Registry()
 
 
-def _import_names(cfg: Mapping) -> None:
-    for name in cfg.get("import_names", None) or []:
-        importlib.import_module(name)
-
-
 def _type_of(cfg: Any) -> str:
+    """``cfg['type']``, after importing the modules of ``cfg['import_names']``."""
     if not isinstance(cfg, Mapping):
         raise TypeError(f"buffer config must be a dict or EasyDict, got {type(cfg).__name__}")
     if "type" not in cfg:
         raise KeyError("buffer config has no 'type' (one of: " + ", ".join(sorted(BUFFER_REGISTRY)) + ")")
+    for name in cfg.get("import_names", None) or []:
+        importlib.import_module(name)
     return cfg["type"]
 
 
@@ -67,7 +68,6 @@ def create_buffer(cfg: Mapping, *args: Any, **kwargs: Any) -> Any:
     """
     cfg = cfg if isinstance(cfg, EasyDict) else EasyDict(cfg) if isinstance(cfg, Mapping) else cfg
     buffer_type = _type_of(cfg)
-    _import_names(cfg)
     if buffer_type == "naive":
         kwargs.pop("tb_logger", None)
     return BUFFER_REGISTRY.build(buffer_type, cfg, *args, **kwargs)
@@ -75,8 +75,4 @@ def create_buffer(cfg: Mapping, *args: Any, **kwargs: Any) -> Any:
 
 def get_buffer_cls(cfg: Mapping) -> Callable[..., Any]:
     """The class registered as ``cfg['type']`` (after importing ``cfg['import_names']``)."""
-    buffer_type = _type_of(cfg)
-    _import_names(cfg)
-    if buffer_type not in BUFFER_REGISTRY:
-        raise KeyError(f"not support buildable-object type: {buffer_type!r}; registered: {sorted(BUFFER_REGISTRY)}")
-    return BUFFER_REGISTRY[buffer_type]
+    return BUFFER_REGISTRY._lookup(_type_of(cfg))
