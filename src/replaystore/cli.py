@@ -18,7 +18,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -209,7 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     insp.set_defaults(func=_inspect)
 
     add_shm_parser(sub)  # replaystore shm list|rm (replaystore.shared.command)
-    _add_dashboard_parser(sub)
+    from .metrics.command import add_parser as add_dashboard_parser
+
+    add_dashboard_parser(sub)  # replaystore dashboard (replaystore.metrics.command)
     sub.add_parser(
         "bench",
         add_help=False,
@@ -217,13 +218,6 @@ def build_parser() -> argparse.ArgumentParser:
         "through ([WORKLOAD ...] [--repeats N] [--quick]; `replaystore bench --help` for all)",
     )
     return parser
-
-
-def _add_dashboard_parser(sub: Any) -> None:
-    """``replaystore dashboard`` (replaystore.metrics.command)."""
-    from .metrics.command import add_parser
-
-    add_parser(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

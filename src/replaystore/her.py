@@ -47,11 +47,16 @@ class NoCompleteEpisode(ReplayError, RuntimeError):
     """Sampling was asked for before any episode finished (no step can be relabelled yet)."""
 
 
+def _count(name: str, value: Any, low: int) -> int:
+    """``value`` as an int ``>= low``; :class:`HindsightError` for anything else (bools too)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise HindsightError(f"{name} must be an int >= {low}, got {value!r}")
+    return int(value)
+
+
 def her_ratio(n_sampled_goal: int) -> float:
     """Share of relabelled transitions in a batch: ``k / (k + 1)`` for ``k = n_sampled_goal``."""
-    if isinstance(n_sampled_goal, bool) or not isinstance(n_sampled_goal, (int, np.integer)) or n_sampled_goal < 0:
-        raise HindsightError(f"n_sampled_goal must be an int >= 0, got {n_sampled_goal!r}")
-    return 1.0 - 1.0 / (int(n_sampled_goal) + 1)
+    return 1.0 - 1.0 / (_count("n_sampled_goal", n_sampled_goal, 0) + 1)
 
 
 def check_strategy(strategy: Any) -> str:
@@ -136,17 +141,13 @@ class HindsightReplay:
         copy_info: bool = False,
         seed: int | None = None,
     ) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
-            raise HindsightError(f"capacity must be an int >= 1, got {capacity!r}")
-        if isinstance(n_streams, bool) or not isinstance(n_streams, (int, np.integer)) or n_streams < 1:
-            raise HindsightError(f"n_streams must be an int >= 1, got {n_streams!r}")
+        self.capacity = _count("capacity", capacity, 1)
+        self.n_streams = _count("n_streams", n_streams, 1)
         if not callable(compute_reward):
             raise HindsightError("compute_reward must be callable(achieved, desired, infos)")
         self.strategy = check_strategy(strategy)
         self.her_ratio = her_ratio(n_sampled_goal)
         self.n_sampled_goal = int(n_sampled_goal)
-        self.capacity = int(capacity)
-        self.n_streams = int(n_streams)
         self.compute_reward = compute_reward
         self.copy_info = bool(copy_info)
         self.seed = int(np.random.randint(2**31 - 1)) if seed is None else int(seed)
@@ -259,8 +260,7 @@ class HindsightReplay:
     # -- sampling ---------------------------------------------------------------------------------
     def sample_positions(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         """``batch_size`` (ring position, stream) pairs drawn uniformly from finished episodes."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise HindsightError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        _count("batch_size", batch_size, 1)
         valid = np.flatnonzero(self.ep_length > 0)
         if len(valid) == 0:
             raise NoCompleteEpisode(

@@ -284,7 +284,10 @@ class MixedSampler:
             counts[hits] += 1
         return counts
 
-    def _draw(self, method: str, batch_size: int, args: tuple, kwargs: dict) -> MixedSample:
+    def _draw(self, method: str, batch_size: int, args: tuple, kwargs: dict, what: str = "sample") -> MixedSample:
+        missing = [n for n in self.names if not hasattr(self.sources[n], method)]
+        if missing:
+            raise InvalidMix(f"sources {missing} cannot {what} (not episodic tables)")
         counts = self.counts(batch_size)
         samples = []
         for name, n in zip(self.names, counts.tolist()):
@@ -340,10 +343,7 @@ class MixedSampler:
         ``episodes``) are concatenated into ``extra``. ``keys`` are the start steps' keys, usable
         with :meth:`update_priorities`.
         """
-        missing = [n for n in self.names if not hasattr(self.sources[n], "sample_sequences")]
-        if missing:
-            raise InvalidMix(f"sources {missing} cannot sample sequences (not episodic tables)")
-        return self._draw("sample_sequences", batch_size, (length,), kwargs)
+        return self._draw("sample_sequences", batch_size, (length,), kwargs, "sample sequences")
 
     def sample_nstep(self, batch_size: int, n: int, gamma: float, **kwargs: Any) -> MixedSample:
         """Draw n-step transitions from episodic sources: ``counts(batch_size)[j]`` from source ``j``.
@@ -351,16 +351,15 @@ class MixedSampler:
         ``kwargs`` (``timeout``) go to each source's ``sample_nstep``; ``returns``, ``next_obs``,
         ``steps``, ``done`` and ``discount`` are concatenated into ``extra``.
         """
-        missing = [m for m in self.names if not hasattr(self.sources[m], "sample_nstep")]
-        if missing:
-            raise InvalidMix(f"sources {missing} cannot sample n-step transitions (not episodic tables)")
-        return self._draw("sample_nstep", batch_size, (n, gamma), kwargs)
+        return self._draw("sample_nstep", batch_size, (n, gamma), kwargs, "sample n-step transitions")
 
-    def update_priorities(self, sample: MixedSample, priorities: Any) -> dict[str, int]:
+    def update_priorities(self, sample: MixedSample | Mapping[str, Any], priorities: Any) -> dict[str, int]:
         """Send each row's priority back to the source it came from.
 
         Args:
-            sample: the :class:`MixedSample` the priorities are for.
+            sample: the :class:`MixedSample` the priorities are for, or a batch of it as a mapping
+                with its ``source`` and ``keys`` (what a :class:`~replaystore.integrations.dataloader.ReplayDataset`
+                yields).
             priorities: one per row (array-like, or a scalar for all).
 
         Returns:
@@ -370,10 +369,12 @@ class MixedSampler:
             InvalidPriority: a priority is NaN, infinite or negative (checked before any source
                 changes), or their number differs from the sample's rows.
         """
-        p = as_priorities(priorities, len(sample), True, "a mixture's sources")
+        rows = (sample["source"], sample["keys"]) if isinstance(sample, Mapping) else (sample.source, sample.keys)
+        source, keys = map(np.asarray, rows)
+        p = as_priorities(priorities, len(keys), True, "a mixture's sources")
         out = {}
-        for j, name in enumerate(sample.names):
-            rows = sample.source == j
+        for j, name in enumerate(self.names):
+            rows = source == j
             if rows.any():
-                out[name] = int(self.sources[name].update_priorities(sample.keys[rows], p[rows]))
+                out[name] = int(self.sources[name].update_priorities(keys[rows], p[rows]))
         return out

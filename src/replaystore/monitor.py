@@ -28,9 +28,7 @@ def flatten_scalars(stats: Mapping[str, Any], prefix: str = "") -> dict[str, flo
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
             out.update(flatten_scalars(value, name + "/"))
-        elif isinstance(value, bool):
-            out[name] = float(value)
-        elif isinstance(value, (int, float)):
+        elif isinstance(value, (int, float)):  # (bools too)
             out[name] = float(value)
         elif hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
             out[name] = float(value.item())
@@ -68,12 +66,8 @@ class TensorBoardSink:
     """Writes scalars to a TensorBoard ``SummaryWriter`` under ``tag_prefix``."""
 
     def __init__(self, writer: Any = None, logdir: str | None = None, tag_prefix: str = "replay/") -> None:
-        if writer is None:
-            writer = _make_summary_writer(logdir)
-            self._owned = True
-        else:
-            self._owned = False
-        self.writer = writer
+        self._owned = writer is None
+        self.writer = _make_summary_writer(logdir) if writer is None else writer
         self.tag_prefix = tag_prefix
 
     def write(self, scalars: dict[str, float], step: int) -> None:

@@ -58,7 +58,6 @@ from ..items import Sample
 from ..mixing import MixedSample, MixedSampler
 from ..prefetch import SampleIterator
 from ..table import Table
-from ..table.args import as_priorities
 
 try:
     import torch
@@ -299,15 +298,7 @@ class _MixedSource:
     def update_priorities(self, batch: Mapping[str, Any], priorities: Any) -> dict[str, int]:
         if not isinstance(batch, Mapping) or "source" not in batch:
             raise InvalidArgument("with a MixedSampler source, pass the yielded batch (it holds each row's source)")
-        source = batch["source"].numpy() if isinstance(batch["source"], torch.Tensor) else np.asarray(batch["source"])
-        keys = batch["keys"].numpy() if isinstance(batch["keys"], torch.Tensor) else np.asarray(batch["keys"])
-        p = as_priorities(priorities, len(keys), True, "a mixture's sources")
-        out = {}
-        for j, name in enumerate(self.mix.names):
-            rows = source == j
-            if rows.any():
-                out[name] = int(self.mix.sources[name].update_priorities(keys[rows], p[rows]))
-        return out
+        return self.mix.update_priorities(batch, priorities)
 
 
 def _ray() -> Any:

@@ -40,6 +40,21 @@ from ..her import HindsightReplay
 __all__ = ["ReplaystoreHerReplayBuffer"]
 
 
+def _position(name: str, kind: type, doc: str) -> property:
+    """SB3's ``pos`` / ``full``: the hindsight buffer's (``BaseBuffer.__init__`` sets them before it exists)."""
+
+    def get(self: Any) -> Any:
+        h = self.__dict__.get("hindsight")
+        return kind() if h is None else getattr(h, name)
+
+    def set_(self: Any, value: Any) -> None:
+        h = self.__dict__.get("hindsight")
+        if h is not None:
+            setattr(h, name, kind(value))
+
+    return property(get, set_, doc=doc)
+
+
 class ReplaystoreHerReplayBuffer(HerReplayBuffer):
     """SB3 ``HerReplayBuffer`` whose steps live in a replaystore table (see the module docstring).
 
@@ -101,29 +116,8 @@ class ReplaystoreHerReplayBuffer(HerReplayBuffer):
         self.her_ratio = self.hindsight.her_ratio
 
     # -- SB3's attributes, mapped onto the hindsight buffer -------------------------------------
-    @property
-    def pos(self) -> int:
-        """Ring position of the next write (SB3's ``pos``)."""
-        h = self.__dict__.get("hindsight")
-        return 0 if h is None else h.pos
-
-    @pos.setter
-    def pos(self, value: int) -> None:  # BaseBuffer.__init__ sets it before the buffer exists
-        h = self.__dict__.get("hindsight")
-        if h is not None:
-            h.pos = int(value)
-
-    @property
-    def full(self) -> bool:
-        """Whether the ring has wrapped (SB3's ``full``)."""
-        h = self.__dict__.get("hindsight")
-        return False if h is None else h.full
-
-    @full.setter
-    def full(self, value: bool) -> None:
-        h = self.__dict__.get("hindsight")
-        if h is not None:
-            h.full = bool(value)
+    pos = _position("pos", int, "Ring position of the next write (SB3's ``pos``).")
+    full = _position("full", bool, "Whether the ring has wrapped (SB3's ``full``).")
 
     dones = property(lambda self: self.hindsight.dones)
     timeouts = property(lambda self: self.hindsight.timeouts)

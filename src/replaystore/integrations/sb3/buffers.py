@@ -74,11 +74,6 @@ class ReplaystoreReplayBuffer(TableBackedBuffer, ReplayBuffer):
     ) -> None:
         if isinstance(observation_space, spaces.Dict):
             raise InvalidType("Dict observation spaces need ReplaystoreDictReplayBuffer")
-        if optimize_memory_usage and handle_timeout_termination:
-            raise SB3BufferError(
-                "ReplayBuffer does not support optimize_memory_usage = True "
-                "and handle_timeout_termination = True simultaneously."
-            )
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
         self._setup(buffer_size, n_envs, optimize_memory_usage, handle_timeout_termination, seed)
 
@@ -212,18 +207,13 @@ class ReplaystoreDictReplayBuffer(TableBackedBuffer, DictReplayBuffer):
     ) -> None:
         if not isinstance(observation_space, spaces.Dict):
             raise InvalidType("ReplaystoreDictReplayBuffer needs a Dict observation space")
-        if optimize_memory_usage and handle_timeout_termination:
-            raise SB3BufferError(
-                "DictReplayBuffer does not support optimize_memory_usage = True "
-                "and handle_timeout_termination = True simultaneously."
-            )
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
-        for key in self.obs_shape:
-            if "/" in key:
-                raise SpecError(f"observation key {key!r}: '/' is reserved")
         self._setup(buffer_size, n_envs, optimize_memory_usage, handle_timeout_termination, seed)
 
     def _fields(self) -> dict[str, Field]:
+        for key in self.obs_shape:
+            if "/" in key:
+                raise SpecError(f"observation key {key!r}: '/' is reserved")
         fields = {}
         for prefix in ("obs", "next_obs"):
             for key, shape in self.obs_shape.items():

@@ -14,8 +14,6 @@ rewards, dones and timeouts) without modifying them; the start transitions are d
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch as th
 from gymnasium import spaces
@@ -81,8 +79,6 @@ class ReplaystoreNStepReplayBuffer(ReplaystoreReplayBuffer, NStepReplayBuffer):
 
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> ReplayBufferSamples:
         """``batch_size`` n-step samples; start transitions uniform over every live transition."""
-        if int(batch_size) < 1:
-            raise SB3BufferError(f"batch_size must be >= 1, got {batch_size}")
         pos = self._draw(batch_size).data["position"]
         return self._nstep(pos // self.n_envs, pos % self.n_envs, env)
 
@@ -92,8 +88,11 @@ class ReplaystoreNStepReplayBuffer(ReplaystoreReplayBuffer, NStepReplayBuffer):
         env_indices = np.random.randint(0, self.n_envs, size=batch_inds.shape)
         return self._nstep(batch_inds, env_indices, env)
 
-    def _nstep_parts(self, rows: np.ndarray, envs: np.ndarray, env: VecNormalize | None) -> dict[str, Any]:
-        """The n-step quantities as NumPy arrays (shared with the prioritized buffer)."""
+    def _nstep_fields(self, rows: np.ndarray, envs: np.ndarray, env: VecNormalize | None) -> tuple[th.Tensor, ...]:
+        """The tensors of n-step samples: ``(obs, action, next_obs, done, reward, discount)``.
+
+        Shared with the prioritized buffer.
+        """
         bs, n_envs, st = self.buffer_size, self.n_envs, self._storage
         rows = rows % bs
         idx = rows[:, None] + self._v_steps
@@ -109,23 +108,15 @@ class ReplaystoreNStepReplayBuffer(ReplaystoreReplayBuffer, NStepReplayBuffer):
         last = np.where(ended.any(axis=1), ended.argmax(axis=1), self.n_steps - 1)
         mask = self._v_steps <= last[:, None]
         discounts = self.gamma ** mask.sum(axis=1, keepdims=True).astype(np.float32)
-        returns = (rewards * self._v_powers * mask).sum(axis=1, keepdims=True)
+        returns = (rewards * self._v_powers * mask).sum(axis=1, keepdims=True).astype(np.float32, copy=False)
         pick = np.arange(len(rows))
         last_flat = flat[pick, last]
         final_dones = (dones[pick, last] * (1.0 - timeouts[pick, last]))[:, None].astype(np.float32)
         start = rows * n_envs + envs
-        return {
-            "obs": self._normalize_obs(st.field("obs", start), env),
-            "action": st.field("action", start),
-            "next_obs": self._normalize_obs(st.field("next_obs", last_flat), env),
-            "done": final_dones,
-            "reward": returns.astype(np.float32, copy=False),
-            "discount": discounts,
-        }
+        t = self._tensor
+        obs = t(self._normalize_obs(st.field("obs", start), env))
+        next_obs = t(self._normalize_obs(st.field("next_obs", last_flat), env))
+        return obs, t(st.field("action", start)), next_obs, t(final_dones), t(returns), t(discounts)
 
     def _nstep(self, rows: np.ndarray, envs: np.ndarray, env: VecNormalize | None) -> ReplayBufferSamples:
-        p = self._nstep_parts(rows, envs, env)
-        t = self._tensor
-        return ReplayBufferSamples(
-            t(p["obs"]), t(p["action"]), t(p["next_obs"]), t(p["done"]), t(p["reward"]), t(p["discount"])
-        )
+        return ReplayBufferSamples(*self._nstep_fields(rows, envs, env))

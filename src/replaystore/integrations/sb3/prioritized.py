@@ -126,18 +126,13 @@ class ReplaystorePrioritizedReplayBuffer(ReplaystoreNStepReplayBuffer):
 
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> PrioritizedReplayBufferSamples:
         """``batch_size`` transitions drawn by priority, with their importance weights and keys."""
-        if int(batch_size) < 1:
-            raise SB3BufferError(f"batch_size must be >= 1, got {batch_size}")
         s = self._draw(batch_size)
         pos = s.data["position"]
-        t = self._tensor
         if self.n_steps == 1:
-            base = self._to_samples(self._storage.gather(pos), env)
-            fields = (*base[:5], None)
+            fields = (*self._to_samples(self._storage.gather(pos), env)[:5], None)
         else:
-            p = self._nstep_parts(pos // self.n_envs, pos % self.n_envs, env)
-            fields = (t(p["obs"]), t(p["action"]), t(p["next_obs"]), t(p["done"]), t(p["reward"]), t(p["discount"]))
-        weights = t(s.weights.astype(np.float32).reshape(-1, 1))
+            fields = self._nstep_fields(pos // self.n_envs, pos % self.n_envs, env)
+        weights = self._tensor(s.weights.astype(np.float32).reshape(-1, 1))
         return PrioritizedReplayBufferSamples(*fields, weights, s.keys)
 
     def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None):

@@ -146,22 +146,16 @@ class SB3RingStorage(Storage):
 
     def gather(self, positions: np.ndarray) -> dict[str, np.ndarray]:
         """The fields at ring ``positions`` (fresh arrays), including the ``next_of`` fields."""
-        out = {name: flat.take(positions, axis=0) for name, flat in self._flat.items()}
-        if self.next_of:
-            following = positions + self.n_envs
-            following[following >= self.capacity] -= self.capacity
-            for name, base in self.next_of.items():
-                out[name] = self._flat[base].take(following, axis=0)
-        return out
+        return {name: self.field(name, positions) for name in (*self._flat, *self.next_of)}
 
     def field(self, name: str, positions: np.ndarray) -> np.ndarray:
         """One field (stored or ``next_of``) at ring ``positions`` (any shape; a fresh array)."""
         base = self.next_of.get(name)
         if base is None:
-            return self._flat[name][positions]
+            return self._flat[name].take(positions, axis=0)
         following = positions + self.n_envs
         following[following >= self.capacity] -= self.capacity
-        return self._flat[base][following]
+        return self._flat[base].take(following, axis=0)
 
     def read(self, slots: np.ndarray) -> dict[str, np.ndarray]:
         """The fields of the items at ``slots`` (flat dict of fresh arrays, batch axis first).

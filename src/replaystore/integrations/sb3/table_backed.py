@@ -45,6 +45,7 @@ class TableBackedBuffer:
     """
 
     buffer_size: int
+    observation_space: spaces.Space
     n_envs: int
     pos: int
     full: bool
@@ -61,6 +62,13 @@ class TableBackedBuffer:
         handle_timeout_termination: bool,
         seed: int | None,
     ) -> None:
+        """SB3's checks, then the storage and the table (after ``BaseBuffer.__init__``)."""
+        if optimize_memory_usage and handle_timeout_termination:
+            kind = "DictReplayBuffer" if isinstance(self.observation_space, spaces.Dict) else "ReplayBuffer"
+            raise SB3BufferError(
+                f"{kind} does not support optimize_memory_usage = True "
+                "and handle_timeout_termination = True simultaneously."
+            )
         if int(n_envs) < 1:
             raise SB3BufferError(f"n_envs must be >= 1, got {n_envs}")
         self.buffer_size = max(int(buffer_size) // int(n_envs), 1)
@@ -173,7 +181,12 @@ class TableBackedBuffer:
 
     # -- sampling ---------------------------------------------------------------------------------
     def _draw(self, batch_size: int):
-        """Sync, then draw ``batch_size`` items from the table (its :class:`~replaystore.Sample`)."""
+        """Sync, then draw ``batch_size`` items from the table (its :class:`~replaystore.Sample`).
+
+        Raises :class:`SB3BufferError` when the buffer is empty or ``batch_size < 1``.
+        """
+        if int(batch_size) < 1:
+            raise SB3BufferError(f"batch_size must be >= 1, got {batch_size}")
         if self._pending or self.pos != self._synced_pos or self.full != self._synced_full:
             self._sync()
         if len(self._table) == 0:
@@ -187,8 +200,6 @@ class TableBackedBuffer:
         tensors on ``device``, normalised by ``env`` when given. Raises :class:`SB3BufferError`
         (a ``ValueError``) when the buffer is empty or ``batch_size < 1``.
         """
-        if int(batch_size) < 1:
-            raise SB3BufferError(f"batch_size must be >= 1, got {batch_size}")
         return self._to_samples(self._draw(batch_size).data, env)
 
     def _get_samples(self, batch_inds: np.ndarray, env: VecNormalize | None = None):
