@@ -1,8 +1,11 @@
-"""Hyperparameters of the DQN demo and its distributed variant (no heavy imports: the CLI reads them)."""
+"""Hyperparameters and results of the DQN demo and its distributed variant (no heavy imports: the CLI reads them)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from ..errors import InvalidArgument
 
@@ -178,3 +181,51 @@ class DistributedConfig:
         if self.samples_per_insert is not None:
             return float(self.samples_per_insert)
         return config.batch_size * config.gradient_steps / config.train_every
+
+
+@dataclass
+class DemoResult:
+    """Everything the demo measured (what the figure and the summary are drawn from)."""
+
+    config: DemoConfig
+    episode_returns: list[float] = field(default_factory=list)
+    episode_end_steps: list[int] = field(default_factory=list)
+    evaluations: list[tuple[int, float]] = field(default_factory=list)
+    ratio_steps: list[int] = field(default_factory=list)
+    ratio_values: list[float] = field(default_factory=list)
+    final_returns: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    priorities: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    times_sampled: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    stats: dict[str, Any] = field(default_factory=dict)
+    steps: int = 0
+    updates: int = 0
+    solved_at: int | None = None
+    wall_time: float = 0.0
+    cpu_time: float = 0.0
+
+    @property
+    def final_return(self) -> float:
+        """Mean return of the final greedy evaluation."""
+        return float(np.mean(self.final_returns)) if len(self.final_returns) else float("nan")
+
+
+@dataclass
+class DistributedResult(DemoResult):
+    """:class:`DemoResult` plus what only the distributed run has.
+
+    ``steps`` counts the environment steps of every actor; ``stats`` is the service's table
+    stats after the actors stopped (so ``stats["inserts"] == sum(actor_inserts)``);
+    ``live_by_actor`` counts the live items by the actor that wrote them.
+    """
+
+    dist: DistributedConfig = field(default_factory=DistributedConfig)
+    actor_steps: list[int] = field(default_factory=list)
+    actor_inserts: list[int] = field(default_factory=list)
+    actor_episodes: list[int] = field(default_factory=list)
+    actor_weight_pulls: list[int] = field(default_factory=list)
+    live_by_actor: list[int] = field(default_factory=list)
+    sample_calls: int = 0
+    priority_updates: int = 0
+    priorities_applied: int = 0
+    weight_versions: int = 0
+    ray_shutdown: bool = False

@@ -43,7 +43,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from typing import Any, TextIO
 
 import numpy as np
@@ -54,47 +54,17 @@ from replaystore.items import Sample
 from replaystore.ray._runtime import get as ray_get
 
 from .actors import ACTOR_FIELD, RolloutActor, WeightStore, service_table
-from .config import DemoConfig, DistributedConfig
+from .config import DemoConfig, DistributedConfig, DistributedResult
 
-__all__ = ["DistributedConfig", "RolloutActor", "WeightStore", "minibatches", "service_table", "train_distributed"]
-
-
-@functools.cache
-def _result_class() -> type:
-    from .train import DemoResult  # PyTorch, Gymnasium, tqdm: only when a result is made
-
-    @dataclass
-    class DistributedResult(DemoResult):
-        """:class:`~replaystore.demo.train.DemoResult` plus what only the distributed run has.
-
-        ``steps`` counts the environment steps of every actor; ``stats`` is the service's table
-        stats after the actors stopped (so ``stats["inserts"] == sum(actor_inserts)``);
-        ``live_by_actor`` counts the live items by the actor that wrote them.
-        """
-
-        dist: DistributedConfig = field(default_factory=DistributedConfig)
-        actor_steps: list[int] = field(default_factory=list)
-        actor_inserts: list[int] = field(default_factory=list)
-        actor_episodes: list[int] = field(default_factory=list)
-        actor_weight_pulls: list[int] = field(default_factory=list)
-        live_by_actor: list[int] = field(default_factory=list)
-        sample_calls: int = 0
-        priority_updates: int = 0
-        priorities_applied: int = 0
-        weight_versions: int = 0
-        ray_shutdown: bool = False
-
-    DistributedResult.__module__ = __name__
-    DistributedResult.__qualname__ = "DistributedResult"
-    return DistributedResult
-
-
-def __getattr__(name: str) -> Any:
-    # ``DistributedResult`` subclasses DemoResult, whose module imports PyTorch: build it on first use
-    # so that importing this module (the CLI's --help reads DistributedConfig) stays light.
-    if name == "DistributedResult":
-        return _result_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = [
+    "DistributedConfig",
+    "DistributedResult",
+    "RolloutActor",
+    "WeightStore",
+    "minibatches",
+    "service_table",
+    "train_distributed",
+]
 
 
 def minibatches(sample: Sample, k: int, beta: float) -> list[Sample]:
@@ -158,7 +128,7 @@ def train_distributed(
     obs_dim, n_actions = int(np.prod(env.observation_space.shape)), int(env.action_space.n)
     env.close()
     agent = DQNAgent(obs_dim, n_actions, config)
-    result = _result_class()(config=config, dist=dist)
+    result = DistributedResult(config=config, dist=dist)
     dist.check(config)
 
     ray = rsr.import_ray()

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from .train import DemoResult
+    from .config import DemoResult
 
 
 def moving_average(values: np.ndarray, window: int) -> np.ndarray:

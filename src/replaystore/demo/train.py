@@ -19,7 +19,6 @@ import random
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import gymnasium as gym
@@ -31,36 +30,10 @@ import replaystore as rs
 from replaystore.integrations.gym import spec_from_env
 
 from .agent import DQNAgent
-from .config import DemoConfig
+from .config import DemoConfig, DemoResult
 
 SELECTION_SEED = 1_000_000  # evaluation episodes that choose the policy
 FINAL_SEED = 2_000_000  # evaluation episodes that report it (never used for selection)
-
-
-@dataclass
-class DemoResult:
-    """Everything the demo measured (what the figure and the summary are drawn from)."""
-
-    config: DemoConfig
-    episode_returns: list[float] = field(default_factory=list)
-    episode_end_steps: list[int] = field(default_factory=list)
-    evaluations: list[tuple[int, float]] = field(default_factory=list)
-    ratio_steps: list[int] = field(default_factory=list)
-    ratio_values: list[float] = field(default_factory=list)
-    final_returns: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    priorities: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    times_sampled: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    stats: dict[str, Any] = field(default_factory=dict)
-    steps: int = 0
-    updates: int = 0
-    solved_at: int | None = None
-    wall_time: float = 0.0
-    cpu_time: float = 0.0
-
-    @property
-    def final_return(self) -> float:
-        """Mean return of the final greedy evaluation."""
-        return float(np.mean(self.final_returns)) if len(self.final_returns) else float("nan")
 
 
 def seed_everything(seed: int) -> None:
