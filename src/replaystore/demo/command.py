@@ -232,38 +232,23 @@ def add_parser(sub: Any) -> None:
         "the steps of all actors",
     )
     dd = _distributed_defaults()
-    demo.add_argument(
-        "--actors",
-        type=positive_int,
-        default=None,
-        help=f"with --distributed: number of rollout actors (Ray actors; actor i is seeded with "
-        f"seed + i) (default {dd['actors']})",
-    )
-    demo.add_argument(
-        "--sync-every",
-        type=positive_int,
-        default=None,
-        metavar="K",
-        help=f"with --distributed: each actor pulls the learner's newest weights from Ray's object "
-        f"store every K of its environment steps (default {dd['sync_every']})",
-    )
-    demo.add_argument(
-        "--write-batch",
-        type=positive_int,
-        default=None,
-        metavar="B",
-        help=f"with --distributed: transitions an actor sends per insert call (client.extend) "
-        f"(default {dd['write_batch']})",
-    )
-    demo.add_argument(
-        "--batches-per-call",
-        type=positive_int,
-        default=None,
-        metavar="N",
-        help="with --distributed: the learner samples N batches in one call (client.sample), makes "
-        "N gradient steps from them and sends their new priorities in one update_priorities call; "
-        f"fewer Ray round trips per gradient step (default {dd['batches_per_call']})",
-    )
+    for flag, metavar, text in (
+        ("--actors", None, "number of rollout actors (Ray actors; actor i is seeded with seed + i)"),
+        (
+            "--sync-every",
+            "K",
+            "each actor pulls the learner's newest weights from Ray's object store every K of its environment steps",
+        ),
+        ("--write-batch", "B", "transitions an actor sends per insert call (client.extend)"),
+        (
+            "--batches-per-call",
+            "N",
+            "the learner samples N batches in one call (client.sample), makes N gradient steps from them and "
+            "sends their new priorities in one update_priorities call; fewer Ray round trips per gradient step",
+        ),
+    ):
+        text = f"with --distributed: {text} (default {dd[flag[2:].replace('-', '_')]})"
+        demo.add_argument(flag, type=positive_int, default=None, metavar=metavar, help=text)
     demo.set_defaults(func=run_demo)
 
 

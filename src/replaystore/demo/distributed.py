@@ -265,30 +265,27 @@ def train_distributed(
                 result.priorities_applied += updates.popleft().result()
 
         try:
-            next_sample = io.submit(draw) if dist.prefetch else None
+            next_sample = None
             while True:
                 if harvest():
                     solved = True
                     break
                 try:
-                    s = next_sample.result() if dist.prefetch else draw()
+                    s = (next_sample or io.submit(draw)).result()
                 except rs.Timeout:
+                    next_sample = None
                     if not inflight:
                         break  # the actors used up the budget and the rate limiter allows no more samples
-                    next_sample = io.submit(draw) if dist.prefetch else None
                     continue
-                if dist.prefetch:
-                    next_sample = io.submit(draw)
+                # without prefetch, the next draw is queued after this batch's priority update
+                next_sample = io.submit(draw) if dist.prefetch else None
                 result.sample_calls += 1
                 lr = config.learning_rate(env_steps)
                 td = np.concatenate(
                     [agent.learn(mb, lr)[0] for mb in minibatches(s, dist.batches_per_call, config.beta(env_steps))]
                 )
-                if dist.prefetch:
-                    updates.append(io.submit(client.update_priorities, s.keys, td + config.priority_eps))
-                    settle(wait=False)
-                else:
-                    result.priorities_applied += client.update_priorities(s.keys, td + config.priority_eps)
+                updates.append(io.submit(client.update_priorities, s.keys, td + config.priority_eps))
+                settle(wait=not dist.prefetch)
                 result.priority_updates += 1
                 if agent.updates // dist.publish_every > (agent.updates - dist.batches_per_call) // dist.publish_every:
                     publish()

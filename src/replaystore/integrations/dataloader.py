@@ -149,11 +149,11 @@ class ReplayDataset(IterableDataset):
             ctx = ray.get_runtime_context()
             self.table = None
             self._client = source
-            self._connect = dict(
+            self._address = ctx.gcs_address
+            self._connect = dict(  # connect()'s arguments
                 name=source.name,
                 table=source.table_name,
                 namespace=ctx.namespace,
-                address=ctx.gcs_address,
                 default_timeout=source.default_timeout,
                 rpc_grace=source.rpc_grace,
             )
@@ -191,7 +191,7 @@ class ReplayDataset(IterableDataset):
                 )
         else:
             ray.init(
-                address=c["address"],
+                address=self._address,
                 namespace=c["namespace"],
                 include_dashboard=False,
                 log_to_driver=False,
@@ -200,13 +200,7 @@ class ReplayDataset(IterableDataset):
             self._initialized_pid = os.getpid()
         from ..ray.client import connect
 
-        self._client = connect(
-            c["name"],
-            table=c["table"],
-            namespace=c["namespace"],
-            default_timeout=c["default_timeout"],
-            rpc_grace=c["rpc_grace"],
-        )
+        self._client = connect(**c)
         return self._client
 
     # -- iteration -----------------------------------------------------------------------------------

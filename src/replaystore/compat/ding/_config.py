@@ -92,8 +92,6 @@ def deep_merge_dicts(original: Mapping, new_dict: Mapping | None) -> EasyDict:
 def _merge_into(target: EasyDict, new: Mapping) -> None:
     for k, v in new.items():
         if isinstance(v, Mapping) and isinstance(target.get(k), Mapping):
-            sub = target[k] if isinstance(target[k], EasyDict) else EasyDict(target[k])
-            _merge_into(sub, v)
-            target[k] = sub
+            _merge_into(target[k], v)  # (an EasyDict: setting a mapping converts it)
         else:
             target[k] = copy.deepcopy(v)

@@ -13,8 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from ._config import CompatError
-
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
 
@@ -59,19 +57,16 @@ def load_items(file_name: str | os.PathLike) -> list:
     return [d for d in data if d is not None]
 
 
-def slot_state(state: Mapping, data: list, n: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """Check a state dict's ``data`` (``n`` slots of dicts or ``None``) and read its slot state.
+def slot_state(state: Mapping, data: list) -> tuple[np.ndarray, np.ndarray]:
+    """Check a state dict's ``data`` (its slots: dicts or ``None``) and read its per-slot state.
 
-    Returns ``(use_count, retired, tail)``: int64 and bool arrays of ``n`` and the ring's tail
-    (``use_count`` may be a list or DI-engine's ``{slot: count}`` dict; missing keys mean 0,
-    no flag, tail 0).
+    Returns ``(use_count, retired)``: int64 and bool arrays of ``len(data)`` (``use_count`` may be
+    a list or DI-engine's ``{slot: count}`` dict; missing keys mean 0 and no flag).
 
     Raises:
-        CompatError: ``data`` does not hold ``n`` slots, or the tail is out of range.
         TypeError: a slot holds something other than a dict or ``None``.
     """
-    if len(data) != n:
-        raise CompatError(f"state dict holds {len(data)} slots, this buffer has {n}")
+    n = len(data)
     for i, d in enumerate(data):
         if d is not None and not isinstance(d, dict):
             raise TypeError(f"slot {i} holds a {type(d).__name__}, expected a dict or None")
@@ -80,7 +75,4 @@ def slot_state(state: Mapping, data: list, n: int) -> tuple[np.ndarray, np.ndarr
         use = [use.get(i, 0) for i in range(n)]
     use_arr = np.zeros(n, dtype=np.int64) if use is None else np.asarray(use, dtype=np.int64).reshape(n)
     retired = np.asarray(state.get("retired", np.zeros(n, bool)), dtype=bool).reshape(n)
-    tail = int(state.get("tail", 0))
-    if not 0 <= tail < n:
-        raise CompatError(f"tail {tail} out of range [0, {n})")
-    return use_arr, retired, tail
+    return use_arr, retired

@@ -66,8 +66,8 @@ class AdvancedState:
     def _push_loaded(self, items: list) -> None:
         self._extend(items, check_rate=False)
 
-    def _load_slots(self, _state_dict: Mapping, data: list) -> None:
-        use_arr, retired, tail = slot_state(_state_dict, data, self._replay_buffer_size)
+    def _load_slots(self, _state_dict: Mapping, data: list, tail: int) -> None:
+        use_arr, retired = slot_state(_state_dict, data)
         with self._lock:
             self._max_priority = float(_state_dict.get("max_priority", self._max_priority))
             live = np.flatnonzero([d is not None for d in data])

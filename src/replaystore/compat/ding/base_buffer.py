@@ -186,8 +186,8 @@ class RingBufferBase(IBuffer):
         """Push items read from a file or a ``{'data': [...]}`` state dict."""
 
     @abstractmethod
-    def _load_slots(self, state: Mapping, data: list) -> None:
-        """Restore a full :meth:`state_dict` whose slot list is ``data``."""
+    def _load_slots(self, state: Mapping, data: list, tail: int) -> None:
+        """Restore a full :meth:`state_dict` whose slot list is ``data`` (one per slot) and tail ``tail``."""
 
     # -- persistence ------------------------------------------------------------------------------
     def load_state_dict(self, _state_dict: Mapping, deepcopy: bool = False) -> None:
@@ -213,8 +213,14 @@ class RingBufferBase(IBuffer):
             data = copy.deepcopy(data)
         if set(_state_dict) == {"data"}:
             self._push_loaded([d for d in data if d is not None])
-        else:
-            self._load_slots(_state_dict, data)
+            return
+        n = self._replay_buffer_size
+        if len(data) != n:
+            raise CompatError(f"state dict holds {len(data)} slots, this buffer has {n}")
+        tail = int(_state_dict.get("tail", 0))
+        if not 0 <= tail < n:
+            raise CompatError(f"tail {tail} out of range [0, {n})")
+        self._load_slots(_state_dict, data, tail)
 
     def save_data(self, file_name: str) -> None:
         """Write the sampleable items, oldest first, to ``file_name`` (pickle; atomic; parents created)."""

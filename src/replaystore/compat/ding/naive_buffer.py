@@ -133,12 +133,17 @@ class NaiveReplayBuffer(RingBufferBase):
         self._periodic_thruput_monitor.record(sampled=len(out))
         return out
 
+    def _usable(self) -> int:
+        """How many items sampling draws from."""
+        return self._valid_count
+
     def _sample_check(self, size: int, replace: bool) -> bool:
-        if self._valid_count == 0:
-            self._logger.info("The buffer is empty")
+        usable = self._usable()
+        if usable <= 0:
+            self._logger.info("The buffer is empty (or an elastic buffer's size is 0)")
             return False
-        if self._valid_count < size and not replace:
-            self._logger.info("Not enough items to sample %d without replacement (have %d)", size, self._valid_count)
+        if usable < size and not replace:
+            self._logger.info("Not enough items to sample %d without replacement (have %d)", size, usable)
             return False
         return True
 
@@ -191,13 +196,7 @@ class NaiveReplayBuffer(RingBufferBase):
     def _push_loaded(self, items: list) -> None:
         self._extend(items)
 
-    def _load_slots(self, state: Mapping, data: list) -> None:
-        n = self._replay_buffer_size
-        if len(data) != n:
-            raise CompatError(f"state dict holds {len(data)} slots, this buffer has {n}")
-        tail = int(state.get("tail", 0))
-        if not 0 <= tail < n:
-            raise CompatError(f"tail {tail} out of range [0, {n})")
+    def _load_slots(self, state: Mapping, data: list, tail: int) -> None:
         with self._lock:
             self._data = data
             self._tail = tail
@@ -233,21 +232,13 @@ class ElasticReplayBuffer(NaiveReplayBuffer):
         """How many of the most recent items sampling draws from (before capping by the count)."""
         return self._current_buffer_size
 
-    def _sample_check(self, size: int, replace: bool) -> bool:
-        usable = min(self._valid_count, self._current_buffer_size)
-        if usable <= 0:
-            self._logger.info("The buffer is empty (or its elastic size is 0)")
-            return False
-        if usable < size and not replace:
-            self._logger.info("Not enough recent items to sample %d without replacement (have %d)", size, usable)
-            return False
-        return True
+    def _usable(self) -> int:
+        return min(self._valid_count, self._current_buffer_size)
 
     def _get_indices(self, size: int, sample_range: slice | None, replace: bool) -> list[int] | None:
         if sample_range is not None:
             raise CompatError("ElasticReplayBuffer does not support sample_range")
-        usable = min(self._valid_count, self._current_buffer_size)
-        back = choose(usable, size, replace)
+        back = choose(self._usable(), size, replace)
         return ((self._tail - 1 - back) % self._replay_buffer_size).tolist()
 
 

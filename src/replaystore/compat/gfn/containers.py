@@ -192,10 +192,8 @@ class TensorContainer:
     def _assign(self, fields: dict[str, torch.Tensor]) -> None:
         fields = dict(fields)
         self.states = fields.pop("states")
-        self.log_rewards_ = fields.pop("log_rewards", None)
-        self.conditions = fields.pop("conditions", None)
-        self.log_probs = fields.pop("log_probs", None)
-        self.estimator_outputs = fields.pop("estimator_outputs", None)
+        for name in _OPTIONAL:
+            setattr(self, "log_rewards_" if name == "log_rewards" else name, fields.pop(name, None))
         self.extra = fields
 
 

@@ -279,9 +279,9 @@ class ReplayBufferManager:
     @staticmethod
     def shutdown(manager: Any, timeout: float = 30.0, namespace: str | None = None) -> dict[str, Any]:
         """Ask a Ray manager to stop now; returns its summary."""
-        from .ray_backend import shutdown_manager
+        from .ray_backend import call
 
-        return shutdown_manager(manager, timeout, namespace)
+        return call(manager, "shutdown", timeout, namespace)
 
     @staticmethod
     def kill(manager: Any, namespace: str | None = None) -> None:
@@ -305,9 +305,9 @@ class ReplayBufferManager:
     ) -> None:
         """Say goodbye to a manager on behalf of ``sender`` (a trainer that has no buffer at hand)."""
         if backend == "ray":
-            from .ray_backend import goodbye
+            from .ray_backend import call, default_sender
 
-            goodbye(manager, sender, timeout, namespace)
+            call(manager, "goodbye", timeout, namespace, sender or default_sender())
         else:
             from .torch_backend import send_exit
 
@@ -317,9 +317,9 @@ class ReplayBufferManager:
     def get_metadata(manager: Any, backend: str = "ray", timeout: float = 60.0, namespace: str | None = None) -> dict:
         """Ask a manager for :meth:`_compute_metadata`."""
         if backend == "ray":
-            from .ray_backend import metadata
+            from .ray_backend import call
 
-            return metadata(manager, timeout, namespace)
+            return call(manager, "metadata", timeout, namespace)
         from .torch_backend import request_metadata
 
         return request_metadata(int(manager), timeout)

@@ -191,19 +191,14 @@ def wait_manager(manager: Any, timeout: float, namespace: str | None = None) -> 
     return summary
 
 
-def shutdown_manager(manager: Any, timeout: float, namespace: str | None = None) -> dict:
-    """See :meth:`ReplayBufferManager.shutdown`."""
-    return _get(_handle(manager, namespace).shutdown.remote(), timeout, "shutdown")
+def call(manager: Any, method: str, timeout: float, namespace: str | None, *args: Any) -> Any:
+    """The reply of the manager actor's ``method(*args)``.
 
-
-def goodbye(manager: Any, sender: Any, timeout: float, namespace: str | None = None) -> None:
-    """Say goodbye for ``sender`` (default: this process's identity)."""
-    _get(_handle(manager, namespace).goodbye.remote(sender or default_sender()), timeout, "goodbye")
-
-
-def metadata(manager: Any, timeout: float, namespace: str | None = None) -> dict:
-    """The manager's metadata."""
-    return _get(_handle(manager, namespace).metadata.remote(), timeout, "metadata")
+    Raises:
+        TimeoutError: no reply within ``timeout`` seconds.
+        Closed: the manager is gone or closed.
+    """
+    return _get(getattr(_handle(manager, namespace), method).remote(*args), timeout, method)
 
 
 def default_sender() -> str:

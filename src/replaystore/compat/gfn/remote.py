@@ -77,7 +77,7 @@ class RemotePath:
         """One new container of the pending batches, without stale per-sample fields."""
         codec = codec_for(containers[0], self.env)
         if codec is not None:
-            fields = concat_fields([codec.encode(c) for c in containers], codec.ragged)
+            fields = concat_fields([codec.encode(c) for c in containers], codec)
             return codec.decode(fields)
         merged = containers[0][torch.arange(len(containers[0]))]
         for c in containers[1:]:

@@ -13,7 +13,7 @@ writes and releases to the buffer, which owns one of the stores above.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -188,22 +188,16 @@ class SlotStorage(Storage):
         raise NotImplementedError("load the buffer with ReplayBuffer.load")
 
 
-def concat_fields(batches: list[Fields], ragged: Mapping[str, torch.Tensor]) -> Fields:
-    """Concatenate encoded batches along the item axis, padding ragged fields to a common length."""
+def concat_fields(batches: list[Fields], codec: Codec) -> Fields:
+    """Concatenate encoded batches along the item axis, padding ragged fields to a common length.
+
+    Raises :class:`~replaystore.SpecError` when the batches differ in fields, dtypes or shapes.
+    """
     if len(batches) == 1:
         return dict(batches[0])
-    out: Fields = {}
-    for name in batches[0]:
-        parts = [b[name] for b in batches]
-        if name in ragged:
-            length = max(p.shape[1] for p in parts)
-            fill = ragged[name]
-            padded = []
-            for p in parts:
-                if p.shape[1] < length:
-                    pad = fill.to(p.device, p.dtype).expand(p.shape[0], length - p.shape[1], *p.shape[2:])
-                    p = torch.cat([p, pad], dim=1)
-                padded.append(p)
-            parts = padded
-        out[name] = torch.cat(parts, dim=0)
-    return out
+    sizes = [len(next(iter(b.values()))) for b in batches]
+    store = TensorStore(sum(sizes), codec)
+    for b, start, n in zip(batches, np.cumsum([0, *sizes]).tolist(), sizes):
+        store.check(b)  # (grows ragged columns, keeping what is written)
+        store.write(slice(start, start + n), b)
+    return store.columns

@@ -161,13 +161,11 @@ class TorchTrainerTransport:
         self._wait_previous_send(timeout)
         with Timer(b.timing_data, "serialize_objs", b.timing):
             header, tensors = _encode(container, b.env)
-        payload = json.dumps(header).encode()
         nbytes = sum(t.numel() * t.element_size() for t in tensors)
         if b.timing:
             b.timing_data.setdefault("send_bytes", []).append(float(nbytes))
         with Timer(b.timing_data, "send_data" if not b.async_comm else "isend_data", b.timing):
-            _send(torch.tensor([MSG_DATA, len(payload)], dtype=torch.int64), self.manager, TAG_DATA, timeout)
-            _send(torch.frombuffer(bytearray(payload), dtype=torch.uint8), self.manager, TAG_DATA, timeout)
+            _send_json(header, MSG_DATA, self.manager, TAG_DATA, timeout)
             if b.async_comm:
                 for t in tensors:
                     self._works.append(dist.isend(t, dst=self.manager, tag=TAG_DATA))
