@@ -445,7 +445,6 @@ class ReplayBuffer(RemotePath):
                 hold that type.
             ValueError: a prioritized buffer and a file without log-rewards.
         """
-        device = None
         try:
             device = self.device
         except EmptyBufferError:
