@@ -185,13 +185,13 @@ class ReplayBuffer(RemotePath):
 
     @property
     def training_container(self) -> Any:
-        """The contents as one new container (``None`` before the first add).
+        """The contents as one new container (``None`` before the first add, or a subclass's empty one).
 
         Order: ascending log-reward (ties oldest first) with ``prioritized_capacity``, else oldest
         first. Built on each access (O(N)); assigning a container replaces the contents.
         """
         if self._container_type is None:
-            return None
+            return self._empty()
         self._flush_pending()
         slots = self._ordered_slots()
         return self._gather(slots)
@@ -202,6 +202,10 @@ class ReplayBuffer(RemotePath):
         if container is not None:
             self._local_add(container)
             self._flush_pending()
+
+    def _empty(self) -> Any:
+        """:attr:`training_container` before the first add."""
+        return None
 
     def clear(self) -> None:
         """Remove every item (the container type stays set)."""

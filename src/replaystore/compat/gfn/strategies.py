@@ -142,23 +142,13 @@ class TerminatingStateBuffer(ReplayBuffer):
     torchgfn containers become a ``StatesContainer`` (all rows terminating); other containers a
     :class:`TensorContainer` of ``terminating_states.tensor``, conditions and log-rewards. The
     remote path (if any) still sends the original container unless ``scoring_only`` is set.
+    Before the first add, ``training_container`` is an empty states container.
     """
 
     def __init__(
         self, env: Any, capacity: int = 1000, communication_backend: str = "ray", timing: bool = False, **kwargs: Any
     ) -> None:
         super().__init__(env, capacity, communication_backend=communication_backend, timing=timing, **kwargs)
-
-    @property
-    def training_container(self) -> Any:
-        """The stored states (an empty states container before the first add)."""
-        if self._container_type is None:
-            return self._empty()
-        return ReplayBuffer.training_container.fget(self)
-
-    @training_container.setter
-    def training_container(self, container: Any) -> None:
-        ReplayBuffer.training_container.fset(self, container)
 
     def _empty(self) -> Any:
         if self.env is not None and hasattr(self.env, "states_from_batch_shape"):
