@@ -6,7 +6,9 @@ draw per item, over a sum tree (:mod:`replaystore.samplers.sumtree`, through
 :class:`~replaystore.compat.ding.segment_tree.SumSegmentTree`); importance weights are normalised by
 the smallest priority in the buffer, read from a min tree. The trees live in
 :class:`~replaystore.compat.ding.priority_index.PriorityIndex`; this module keeps the items, the
-counters and DI-engine's contracts.
+counters and DI-engine's contracts. A state dict holds the slot list, the per-slot use counts and
+used-up flags, the counters and ``beta``; DI-engine's own state dicts (with ``head``,
+``sum_tree``...) load too, the trees rebuilt from the items' priorities.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ._config import CompatError
-from .advanced_state import AdvancedState
+from ._persist import slot_state
 from .base_buffer import RingBufferBase
 from .priority_index import PriorityIndex, collect_iter, item_priorities
 from .registry import BUFFER_REGISTRY
@@ -29,7 +31,7 @@ _EPS = 1e-5
 
 
 @BUFFER_REGISTRY.register("advanced")
-class AdvancedReplayBuffer(AdvancedState, RingBufferBase):
+class AdvancedReplayBuffer(RingBufferBase):
     """Prioritized replay buffer of dict items (DI-engine's ``'advanced'`` buffer).
 
     Pushing an item writes into it (or into its copy, with ``deepcopy``) ``replay_unique_id``
@@ -402,3 +404,58 @@ class AdvancedReplayBuffer(AdvancedState, RingBufferBase):
             self._max_priority = 1.0
             self._discard(gone)
             self._periodic_thruput_monitor.record(removed=len(gone), valid=0)
+
+    # -- state (the steps every buffer shares are RingBufferBase's) ---------------------------------
+    def state_dict(self) -> dict:
+        """The buffer's state: slot list, per-slot use counts and used-up flags, counters, beta."""
+        with self._lock:
+            return {
+                "data": list(self._data),
+                "use_count": self._use.tolist(),
+                "retired": self._retired.tolist(),
+                "tail": self._tail,
+                "max_priority": self._max_priority,
+                "anneal_step": self._anneal_step,
+                "beta": self._beta,
+                "next_unique_id": self._next_unique_id,
+                "valid_count": self._valid_count,
+                "push_count": self._push_count,
+            }
+
+    def _push_loaded(self, items: list) -> None:
+        self._extend(items, check_rate=False)
+
+    def _load_slots(self, _state_dict: Mapping, data: list, tail: int) -> None:
+        use_arr, retired = slot_state(_state_dict, data)
+        with self._lock:
+            self._max_priority = float(_state_dict.get("max_priority", self._max_priority))
+            live = np.flatnonzero([d is not None for d in data])
+            next_id = int(_state_dict.get("next_unique_id", 0))
+            for s in live.tolist():
+                d = data[s]
+                if d.get("replay_unique_id") is None:
+                    d["replay_unique_id"] = f"{self._instance_name}_{next_id}"
+                    next_id += 1
+                if d.get("priority") is None:
+                    d["priority"] = self._max_priority
+                d["replay_buffer_idx"] = s
+            prios = np.asarray(item_priorities([data[s] for s in live.tolist()])[0], dtype=np.float64)
+            self._data = data
+            self._ids = [None if d is None else str(d["replay_unique_id"]) for d in data]
+            self._use = use_arr.copy()
+            self._retired = retired & np.array([d is not None for d in data], dtype=bool)
+            self._index.clear()
+            active = ~self._retired[live]
+            act = live[active]
+            self._index.set_priorities(act, prios[active])
+            self._index.set_collect(act, [data[s] for s in act.tolist()])
+            self._valid_count = int(active.sum())
+            self._tail = tail
+            self._push_count = int(_state_dict.get("push_count", self._valid_count))
+            self._next_unique_id = next_id
+            self._beta = float(_state_dict.get("beta", self._beta))
+            self._anneal_step = int(_state_dict.get("anneal_step", self._anneal_step))
+            self._periodic_thruput_monitor.record(valid=self._valid_count)
+
+    def _sampleable(self, slot: int) -> bool:
+        return self._data[slot] is not None and not self._retired[slot]
