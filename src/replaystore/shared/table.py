@@ -278,6 +278,12 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         finally:
             guard.release()
 
+    def _leave_ring(self, fill: bool = True) -> None:
+        """As the Table's; the compiled inserts and samples serve ring mode only: this process drops them."""
+        super()._leave_ring(fill)
+        if self._ring is None:
+            self._inserter = self._drawer = None
+
     # -- evictions in place: noted for recovery ------------------------------------------------------
     def _victims(self, n: int) -> np.ndarray:
         """As the Table's; out of ring mode, the victims are noted before their rows are overwritten."""
@@ -304,6 +310,7 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         """
         if self._segment.closed:
             return
+        self._inserter = self._drawer = None  # (the compiled calls: the Python path raises Closed from now on)
         with self._guard:
             super().close()
             self._segment.unregister(self._segment.pid)
