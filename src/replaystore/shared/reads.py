@@ -32,6 +32,11 @@ slot under the lock, and a writer taking it during the copy would lose that item
 Frame stacks (frames shared between slots) and the episode readers (``sample_sequences``,
 ``sample_nstep``) read under the lock, as before.
 
+In ring mode a ``Uniform`` table's sample runs all of this in one compiled call
+(``_sync.RingSampler``, built at the first sample by :meth:`KeyCheckedReads._make_drawer`): the
+numbers from the sampler's Generator, the warm-up, the section (checks, draw, counts, counters,
+commit), the copy and ``keys_settled``; what it refuses goes on here with the numbers it drew.
+
 Thread-safety: as the Table's ``sample`` (any thread, any process).
 """
 
