@@ -240,3 +240,95 @@ t.extend(bad)
     assert consistent(s.data) and set(s.keys.tolist()) <= set(range(6))
     assert t.keys().tolist() == list(range(6)) and t.stats()["samples"] == 34
     t.close()
+
+
+def _compiled(t):
+    t.sample(1)  # (builds the compiled sample)
+    assert type(t._drawer).__name__ == "RingSampler"
+    return t._drawer
+
+
+def _whole(s) -> bool:
+    return consistent(s.data) and bool((s.keys == s.data["id"]).all())
+
+
+def test_rows_written_during_the_compiled_copy_are_drawn_again_and_counted_once(tmp_path):
+    """A writer (another handle, as another process would) overwrites every slot during the compiled call's copy."""
+    t = SharedTable.create("torn", 8, SPEC, directory=tmp_path, seed=1)
+    other = SharedTable.attach("torn", tmp_path)
+    t.extend(transitions(8))
+    drawer = _compiled(t)
+    copies, reads = [], []
+    read = t.storage.read
+
+    def read_again(slots):
+        reads.append(len(slots))
+        return read(slots)
+
+    drawer.after_copy = lambda slots: copies.append(len(slots)) or other.extend(transitions(8, 8))
+    t.storage.read = read_again  # (the positions drawn again are read by the Python path)
+    s = t.sample(256)
+    drawer.after_copy = None
+    del t.storage.read
+    assert copies == [256] and len(reads) == 1  # the copy, then the sample finished under the lock
+    assert _whole(s) and (s.keys >= 8).all()  # only the items alive after the eviction
+    st_ = t.stats()
+    assert st_["samples"] == 257 and st_["sample_calls"] == 2
+    assert t.info(np.unique(s.keys))["times_sampled"].sum() == 256  # the redraws counted, the evicted items gone
+    other.close()
+    t.close()
+
+
+def test_a_compiled_copy_no_writer_touched_is_kept(tmp_path):
+    t = SharedTable.create("quiet", 64, SPEC, directory=tmp_path, seed=2)
+    other = SharedTable.attach("quiet", tmp_path)
+    t.extend(transitions(32))
+    drawer = _compiled(t)
+    drawer.after_copy = lambda slots: other.extend(transitions(8, 32))  # free slots only: no drawn row touched
+    reads = []
+    read = t.storage.read
+    t.storage.read = lambda slots: reads.append(1) or read(slots)
+    s = t.sample(128)
+    drawer.after_copy = None
+    del t.storage.read
+    assert reads == [] and _whole(s) and (s.keys < 32).all()
+    other.close()
+    t.close()
+
+
+def test_a_compiled_copy_that_ends_inside_a_writers_section_waits_then_finishes_under_the_lock(tmp_path):
+    """The copy ends while another process holds the lock mid-insert and dies there: repaired, then redrawn."""
+    t = SharedTable.create("dying", 32, SPEC, directory=tmp_path, seed=5, lock_timeout=30)
+    t.extend(transitions(32))
+    drawer = _compiled(t)
+    marker = tmp_path / "paused"
+    procs = []
+
+    def a_writer_dies_in_the_lock(slots):
+        proc = run_python(
+            f"""
+import numpy as np
+from replaystore.shared import SharedTable
+t = SharedTable.attach("dying", directory={str(tmp_path)!r})
+t.extend({{"obs": np.full((8, 4), -7, np.float32), "action": np.zeros(8, np.int64),
+          "reward": np.ones(8, np.float32), "id": np.full(8, -1)}})
+""",
+            env={"REPLAYSTORE_SHM_TEST_HOOK": f"pause-before-publish:{marker}"},
+            wait=False,
+        )
+        procs.append(proc)
+        deadline = time.monotonic() + 60
+        while not marker.exists():  # it has overwritten the 8 oldest rows and holds the lock
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+
+    drawer.after_copy = a_writer_dies_in_the_lock
+    s = t.sample(64, timeout=30)
+    drawer.after_copy = None
+    assert len(procs) == 1
+    assert _whole(s) and (s.keys >= 8).all() and t.recoveries() == 1 and len(t) == 24
+    assert t.stats()["samples"] == 65 and t.stats()["sample_calls"] == 2
+    t.close()

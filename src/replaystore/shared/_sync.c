@@ -1449,6 +1449,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *mutex, *copies, *words_obj, *header, *names, *columns, *meta, *timeout, *sampler;
     PyObject *rng, *bitgen_obj, *lock_acquire, *lock_release, *busy_obj, *acquired_obj, *unordered_obj;
+    PyObject *after_copy; /* (tests: called with the slots after the copy, before the key check) */
     Py_buffer words;
     bitgen_t *bitgen;
     int64_t *meta_rows;
@@ -1470,7 +1471,7 @@ RingSampler_dealloc(RingSampler *self)
     PyObject **own[] = {&self->mutex, &self->copies, &self->words_obj, &self->header, &self->names,
                         &self->columns, &self->meta, &self->timeout, &self->sampler, &self->rng,
                         &self->bitgen_obj, &self->lock_acquire, &self->lock_release, &self->busy_obj,
-                        &self->acquired_obj, &self->unordered_obj};
+                        &self->acquired_obj, &self->unordered_obj, &self->after_copy};
     for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
         Py_CLEAR(*own[i]);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -1837,6 +1838,14 @@ RingSampler_sample(RingSampler *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *data = draw_gather(self, slots, n);
     if (data == NULL)
         goto done;
+    if (self->after_copy != NULL && self->after_copy != Py_None) {
+        PyObject *hook = PyObject_CallOneArg(self->after_copy, slots_a);
+        if (hook == NULL) {
+            Py_DECREF(data);
+            goto done;
+        }
+        Py_DECREF(hook);
+    }
     PyObject *kargs[7] = {self->header, self->busy_obj, self->acquired_obj, self->unordered_obj, self->meta,
                           slots_a, rows_a};
     PyObject *settled = keys_settled(NULL, kargs, 7);
@@ -1863,6 +1872,8 @@ static PyMethodDef RingSampler_methods[] = {
 static PyMemberDef RingSampler_members[] = {
     {"generation", T_LONGLONG, offsetof(RingSampler, generation), READONLY,
      "the state's generation after the last sample drawn"},
+    {"after_copy", T_OBJECT, offsetof(RingSampler, after_copy), 0,
+     "tests: None, or called with the slots after the copy, before the key check"},
     {NULL, 0, 0, 0, NULL}};
 
 static PyTypeObject RingSamplerType = {

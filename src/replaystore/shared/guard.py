@@ -47,15 +47,16 @@ try:
     from ._sync import RingInserter, enter_section, leave_section, set_word
 except ImportError:  # not built (a flock table): a plain store; no scalars in the segment
     enter_section = leave_section = RingInserter = None
-try:
-    from ._sync import RingSampler
-except ImportError:  # (not built, or built without NumPy's headers)
-    RingSampler = None
 
     def set_word(words: memoryview, index: int, value: int) -> None:
         """``words[index] = value`` (no barrier: only a table without outside reads runs this)."""
         words[index] = value
 
+
+try:
+    from ._sync import RingSampler
+except ImportError:  # (not built, or built without NumPy's headers)
+    RingSampler = None
 
 #: test hook: with ``REPLAYSTORE_SHM_TEST_HOOK=pause-before-publish:<file>``, a critical section
 #: that changed the state touches ``<file>`` and sleeps before publishing (the crash tests kill it there)
