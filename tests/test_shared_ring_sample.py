@@ -332,3 +332,15 @@ t.extend({{"obs": np.full((8, 4), -7, np.float32), "action": np.zeros(8, np.int6
     assert _whole(s) and (s.keys >= 8).all() and t.recoveries() == 1 and len(t) == 24
     assert t.stats()["samples"] == 65 and t.stats()["sample_calls"] == 2
     t.close()
+
+
+def test_a_table_of_more_columns_than_the_compiled_calls_hold_takes_the_python_paths(tmp_path):
+    spec = {f"f{i}": ((), np.float32) for i in range(40)}  # (the compiled calls hold 32 columns)
+    t = SharedTable.create("many", 16, spec, directory=tmp_path, seed=1)
+    batch = {k: np.arange(4, dtype=np.float32) + i for i, k in enumerate(spec)}
+    assert t.extend(batch).tolist() == [0, 1, 2, 3] and t.extend(batch).tolist() == [4, 5, 6, 7]
+    assert t.add({k: np.float32(i) for i, k in enumerate(spec)}) == 8
+    s = t.sample(6)
+    assert t._inserter is None and t._drawer is None
+    assert (s.data["f5"] - s.data["f0"] == 5).all() and t.stats()["samples"] == 6
+    t.close()

@@ -181,9 +181,12 @@ class KeyCheckedReads:
         names = tuple(storage.columns)
         limits = (float(limiter.samples_per_insert), float(limiter.min_diff), int(limiter.min_size_to_sample))
         parts = (names, tuple(storage.columns[name] for name in names), self._meta)
-        self._drawer = self._guard.ring_sampler(
-            self._scalars.words, np.asarray(slots, dtype=np.int64).tobytes(), self.capacity, limits, parts, self.sampler
-        )
+        try:
+            self._drawer = self._guard.ring_sampler(
+                self._scalars.words, np.asarray(slots, dtype=np.int64).tobytes(), self.capacity, limits, parts, self.sampler
+            )
+        except ValueError:  # (columns it does not take: more than it holds, ...): the Python path
+            self._drawer = None
         return self._drawer
 
     def _finish_locked(

@@ -192,14 +192,17 @@ class ReservedInserts:
             return None
         names = tuple(self.storage.columns)
         parts = (names, tuple(self.storage.columns[name] for name in names), self._meta)
-        self._inserter = self._guard.ring_inserter(
-            self._scalars.words,
-            np.asarray(slots, dtype=np.int64).tobytes(),
-            self.capacity,
-            max_rows,
-            limits,
-            parts,
-        )
+        try:
+            self._inserter = self._guard.ring_inserter(
+                self._scalars.words,
+                np.asarray(slots, dtype=np.int64).tobytes(),
+                self.capacity,
+                max_rows,
+                limits,
+                parts,
+            )
+        except ValueError:  # (columns it does not take: more than it holds, ...): the Python path
+            self._inserter = None
         return self._inserter
 
     def _copy_and_commit(self, res: RingReservation, data: Any, timeout: float | None) -> np.ndarray:
