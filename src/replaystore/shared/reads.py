@@ -183,7 +183,12 @@ class KeyCheckedReads:
         parts = (names, tuple(storage.columns[name] for name in names), self._meta)
         try:
             self._drawer = self._guard.ring_sampler(
-                self._scalars.words, np.asarray(slots, dtype=np.int64).tobytes(), self.capacity, limits, parts, self.sampler
+                self._scalars.words,
+                np.asarray(slots, dtype=np.int64).tobytes(),
+                self.capacity,
+                limits,
+                parts,
+                self.sampler,
             )
         except ValueError:  # (columns it does not take: more than it holds, ...): the Python path
             self._drawer = None
