@@ -54,8 +54,10 @@ except ImportError:  # not built (a flock table): a plain store; no scalars in t
 
 
 try:
+    if enter_section is None:
+        raise ImportError("no compiled sections")
     from ._sync import RingSampler
-except ImportError:  # (not built, or built without NumPy's headers)
+except ImportError:  # (not built, REPLAYSTORE_PURE_PYTHON, or built without NumPy's headers)
     RingSampler = None
 
 #: test hook: with ``REPLAYSTORE_SHM_TEST_HOOK=pause-before-publish:<file>``, a critical section
