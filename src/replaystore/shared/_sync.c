@@ -1401,6 +1401,494 @@ static PyTypeObject RingInserterType = {
 };
 #endif /* RS_WITH_NUMPY */
 
+/* -- RingSampler: a ring-mode uniform shared table's sample(n), one critical section in one call --
+ *
+ * Built only with NumPy's headers (RS_WITH_NUMPY), as RingInserter.
+ *
+ * RingSampler(mutex, copies, words, slots, capacity, header, header_words, limits, names, columns,
+ *             meta, timeout, sampler)
+ *
+ * What replaystore.shared.reads.KeyCheckedReads.sample does for a ring-mode table whose sampler is
+ * a Uniform that follows the ring (no max_times_sampled, flat column storage), with the section's
+ * entry and exit on the raw words (as RingInserter): the sampler's numbers drawn first from its
+ * Generator's bit generator (the same stream as `sampler.rng.random(n)`: its next_double, under
+ * its lock), the metadata rows a full ring's draw takes read before the lock (Uniform.warm_up),
+ * then under the lock (section opened, intent 0) what Table._draw does: the size and the rate
+ * limiter's can_sample (the base formula), the slots (RingIndex.sample: ring_draw), each drawn
+ * slot's times_sampled counted and its row widened into the sample rows (count_samples), the
+ * limiter's and the state's sample counters; leaving commits the state copy. Then, the lock
+ * released, the payload rows are gathered (ColumnStorage.read) and the copy checked with
+ * keys_settled (the module function, called with the segment's header words).
+ * `words`: the scalars region; `slots`: bytes of N_DRAW_WORDS int64 word indices in the order of
+ * the D_ names below; `header`: the segment's header words (an int64 buffer: the mutex's);
+ * `header_words`: (busy, unordered, acquired) word indices in it; `limits`: (samples_per_insert,
+ * min_diff, min_size_to_sample) of a RateLimiter whose can_sample is the base formula; `names`
+ * and `columns`: the storage's flat columns; `meta`: the (capacity, RING_META_W) int64 rows;
+ * `sampler`: the Uniform (its `rng` attribute is read at every call: a new Generator is refused).
+ *
+ * sample(guard, n) -> (slots, probabilities, rows, data, settled) when the sample was drawn
+ * (`data` a dict of the flat columns' new arrays; `settled`: keys_settled's answer, False: the
+ * caller finishes the sample under the lock, KeyCheckedReads._finish_locked); the `generation`
+ * member and `guard._gen` are then the state's generation. Otherwise:
+ * -1 (an int): not taken, nothing drawn or changed (n not an int in [1, 2**20], this thread
+ * inside the guard already, the sampler's Generator replaced or its lock held by another thread);
+ * (code, uniforms): the numbers were drawn (`uniforms`, float64: the caller's Python path draws
+ * with them), nothing else changed: code -1 the lock is free (ring mode over, nothing to sample,
+ * the rate limiter says wait), -2 the previous holder died inside (the mutex is HELD: the caller
+ * repairs, as for RingInserter), -3 the lock timed out.
+ * Thread-safety: any thread, without the ProcessGuard's thread lock (see ring_insert_guarded). */
+#ifdef RS_WITH_NUMPY
+#include <numpy/random/bitgen.h>
+
+enum { D_BASE, D_LO, D_HI, D_SIZE, D_RINGMODE, D_SAMPLES, D_SAMPLE_CALLS, D_L_INSERTS, D_L_SAMPLES,
+       D_L_DELETES, N_DRAW_WORDS };
+#define MAX_DRAW ((npy_intp)1 << 20)
+#define DRAW_AHEAD 8 /* rows ahead to prefetch (as _rows.c's PREFETCH_AHEAD) */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *mutex, *copies, *words_obj, *header, *names, *columns, *meta, *timeout, *sampler;
+    PyObject *rng, *bitgen_obj, *lock_acquire, *lock_release, *busy_obj, *acquired_obj, *unordered_obj;
+    PyObject *after_copy; /* (tests: called with the slots after the copy, before the key check) */
+    Py_buffer words;
+    bitgen_t *bitgen;
+    int64_t *meta_rows;
+    int64_t *w[N_DRAW_WORDS];
+    long long capacity, min_size, generation;
+    Py_ssize_t busy, unordered, acquired, ncols;
+    double spi, min_diff;
+    PyArrayObject *col[MAX_RING_COLUMNS];
+    Py_ssize_t rowbytes[MAX_RING_COLUMNS];
+} RingSampler;
+
+static PyObject *str_rng;
+
+static void
+RingSampler_dealloc(RingSampler *self)
+{
+    if (self->words.obj != NULL)
+        PyBuffer_Release(&self->words);
+    PyObject **own[] = {&self->mutex, &self->copies, &self->words_obj, &self->header, &self->names,
+                        &self->columns, &self->meta, &self->timeout, &self->sampler, &self->rng,
+                        &self->bitgen_obj, &self->lock_acquire, &self->lock_release, &self->busy_obj,
+                        &self->acquired_obj, &self->unordered_obj, &self->after_copy};
+    for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+        Py_CLEAR(*own[i]);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+RingSampler_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *mutex, *copies, *words, *header, *names, *columns, *meta, *timeout, *sampler;
+    Py_buffer slots;
+    long long capacity, min_size;
+    Py_ssize_t busy, unordered, acquired;
+    double spi, min_diff;
+    if (!PyArg_ParseTuple(args, "O!O!Oy*LO(nnn)(ddL)O!O!OOO", &RobustMutexType, &mutex, &StateCopiesType, &copies,
+                          &words, &slots, &capacity, &header, &busy, &unordered, &acquired, &spi, &min_diff,
+                          &min_size, &PyTuple_Type, &names, &PyTuple_Type, &columns, &meta, &timeout, &sampler))
+        return NULL;
+    RingSampler *self = (RingSampler *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        PyBuffer_Release(&slots);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(words, &self->words, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        self->words.obj = NULL;
+        PyBuffer_Release(&slots);
+        Py_DECREF(self);
+        return NULL;
+    }
+    RobustMutex *m = (RobustMutex *)mutex;
+    Py_ssize_t nwords = self->words.len / 8, ncols = PyTuple_GET_SIZE(columns);
+    int ok = slots.len == 8 * N_DRAW_WORDS && self->words.len >= 8 * ((StateCopies *)copies)->n && capacity > 0
+             && busy >= 0 && unordered >= 0 && acquired >= 0 && 8 * (busy + 1) <= m->view.len
+             && 8 * (unordered + 1) <= m->view.len && 8 * (acquired + 1) <= m->view.len && ncols > 0
+             && ncols <= MAX_RING_COLUMNS && PyTuple_GET_SIZE(names) == ncols;
+    if (ok) { /* the metadata rows: a writable C-contiguous (capacity, RING_META_W) int64 array */
+        PyArrayObject *ma = (PyArrayObject *)meta;
+        ok = PyArray_Check(meta) && PyArray_NDIM(ma) == 2 && PyArray_DIM(ma, 0) == capacity
+             && PyArray_DIM(ma, 1) == RING_META_W && PyArray_TYPE(ma) == NPY_INT64 && PyArray_IS_C_CONTIGUOUS(ma)
+             && PyArray_ISWRITEABLE(ma);
+        self->meta_rows = ok ? (int64_t *)PyArray_DATA(ma) : NULL;
+    }
+    for (int i = 0; ok && i < N_DRAW_WORDS; i++) {
+        int64_t k;
+        memcpy(&k, (char *)slots.buf + 8 * i, 8);
+        if (k < 0 || k >= nwords)
+            ok = 0;
+        else
+            self->w[i] = (int64_t *)self->words.buf + k;
+    }
+    for (Py_ssize_t i = 0; ok && i < ncols; i++) {
+        PyObject *col = PyTuple_GET_ITEM(columns, i);
+        if (!PyArray_Check(col) || !PyUnicode_CheckExact(PyTuple_GET_ITEM(names, i)))
+            ok = 0;
+        else {
+            PyArrayObject *a = (PyArrayObject *)col;
+            ok = PyArray_NDIM(a) >= 1 && PyArray_DIM(a, 0) == capacity && PyArray_IS_C_CONTIGUOUS(a)
+                 && PyArray_NDIM(a) <= NPY_MAXDIMS;
+            self->col[i] = a;
+            self->rowbytes[i] = ok ? PyArray_NBYTES(a) / capacity : 0;
+        }
+    }
+    PyBuffer_Release(&slots);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "RingSampler: word indices outside the buffers, a bad capacity, or "
+                                          "columns or meta that are not C-contiguous arrays of `capacity` rows "
+                                          "(meta: writable (capacity, 3) int64)");
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->capacity = capacity;
+    self->busy = busy;
+    self->unordered = unordered;
+    self->acquired = acquired;
+    self->ncols = ncols;
+    self->spi = spi;
+    self->min_diff = min_diff;
+    self->min_size = min_size;
+    PyObject **own[] = {&self->mutex, &self->copies, &self->words_obj, &self->header, &self->names,
+                        &self->columns, &self->meta, &self->timeout, &self->sampler};
+    PyObject *vals[] = {mutex, copies, words, header, names, columns, meta, timeout, sampler};
+    for (int i = 0; i < 9; i++) {
+        Py_INCREF(vals[i]);
+        *own[i] = vals[i];
+    }
+    /* the sampler's Generator, its bit generator (the C struct behind its capsule) and that one's lock */
+    self->rng = PyObject_GetAttr(sampler, str_rng);
+    self->bitgen_obj = self->rng == NULL ? NULL : PyObject_GetAttrString(self->rng, "bit_generator");
+    PyObject *capsule = self->bitgen_obj == NULL ? NULL : PyObject_GetAttrString(self->bitgen_obj, "capsule");
+    PyObject *lock = self->bitgen_obj == NULL ? NULL : PyObject_GetAttrString(self->bitgen_obj, "lock");
+    if (capsule != NULL)
+        self->bitgen = (bitgen_t *)PyCapsule_GetPointer(capsule, "BitGenerator");
+    if (lock != NULL) {
+        self->lock_acquire = PyObject_GetAttrString(lock, "acquire");
+        self->lock_release = PyObject_GetAttrString(lock, "release");
+    }
+    Py_XDECREF(capsule);
+    Py_XDECREF(lock);
+    self->busy_obj = PyLong_FromSsize_t(busy);
+    self->acquired_obj = PyLong_FromSsize_t(acquired);
+    self->unordered_obj = PyLong_FromSsize_t(unordered);
+    if (self->bitgen == NULL || self->lock_acquire == NULL || self->lock_release == NULL || self->busy_obj == NULL
+        || self->acquired_obj == NULL || self->unordered_obj == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "RingSampler: the sampler's rng is not a NumPy Generator");
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+/* leave a section as ring_leave does (commit the words when they changed, else clear the intent;
+ * clear the unordered word, then the busy word; release): the generation now, or -1 and an error */
+static long long
+draw_leave(RingSampler *self, long long gen)
+{
+    RobustMutex *m = (RobustMutex *)self->mutex;
+    StateCopies *c = (StateCopies *)self->copies;
+    Py_ssize_t n = c->n;
+    const char *current = c->copy[*c->active & 1];
+    if (memcmp(current + 16, self->words.buf, 8 * n) != 0) { /* (StateCopies_commit) */
+        int other = (int)((*c->active & 1) ^ 1);
+        int64_t head[2] = {(int64_t)(gen + 1), 0};
+        memcpy(c->copy[other], head, 16);
+        memcpy(c->copy[other] + 16, self->words.buf, 8 * n);
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+        *c->active = other;
+        gen += 1;
+    }
+    __atomic_store_n((int64_t *)m->view.buf + self->unordered, 0, __ATOMIC_RELEASE);
+    __atomic_store_n((int64_t *)m->view.buf + self->busy, 0, __ATOMIC_RELEASE);
+    PyObject *released = RobustMutex_release(m, NULL);
+    if (released == NULL)
+        return -1;
+    Py_DECREF(released);
+    return gen;
+}
+
+/* (code, uniforms): the numbers drawn into `u` handed back to the caller's Python path */
+static PyObject *
+draw_refused(long code, const double *u, npy_intp n)
+{
+    PyObject *arr = PyArray_SimpleNew(1, &n, NPY_FLOAT64);
+    if (arr == NULL)
+        return NULL;
+    memcpy(PyArray_DATA((PyArrayObject *)arr), u, (size_t)n * sizeof(double));
+    return Py_BuildValue("(lN)", code, arr);
+}
+
+/* the section (mutex taken): checks, draw, count, counters, commit. 0 drawn; -1/-2: refused (the
+ * mutex free / held); -4 an error set (the mutex free) */
+static int
+draw_locked(RingSampler *self, int64_t *slots, double *probabilities, int64_t *rows, npy_intp n)
+{
+    RobustMutex *mx = (RobustMutex *)self->mutex;
+    int64_t *busy_word = (int64_t *)mx->view.buf + self->busy;
+    if (__atomic_load_n(busy_word, __ATOMIC_ACQUIRE) != 0)
+        return -2;
+    __atomic_store_n(busy_word, (int64_t)mx->pid, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    StateCopies *c = (StateCopies *)self->copies;
+    long long gen = ((volatile int64_t *)c->copy[*c->active & 1])[0];
+    int64_t **w = self->w;
+    long long cap = self->capacity, lo = *w[D_LO], size = *w[D_HI] - lo;
+    long long ins = *w[D_L_INSERTS], smp = *w[D_L_SAMPLES];
+    /* Table._draw: st.size > 0 and limiter.can_sample(n) (the base formula, in Python's float order) */
+    if (*w[D_RINGMODE] != 1 || *w[D_SIZE] <= 0 || size <= 0 || size > cap || ins - *w[D_L_DELETES] < self->min_size
+        || !((double)ins * self->spi - (double)smp - (double)n >= self->min_diff)) {
+        return draw_leave(self, gen) < 0 ? -4 : -1;
+    }
+    long long start = 0;
+    if (size != cap) {
+        start = (lo - *w[D_BASE]) % cap;
+        if (start < 0)
+            start += cap;
+    }
+    /* RingIndex.sample (ring_draw), in place: slots holds the numbers */
+    const double *u = (const double *)slots;
+    double scale = (double)size;
+    for (npy_intp i = 0; i < n; i++) {
+        int64_t k = (int64_t)(u[i] * scale);
+        if (k >= size)
+            k = size - 1;
+        if (k < 0)
+            k = 0;
+        k += start;
+        slots[i] = k >= cap ? k - cap : k;
+    }
+    double p = 1.0 / (double)size; /* (Uniform.sample: 1 / members.size) */
+    for (npy_intp i = 0; i < n; i++)
+        probabilities[i] = p;
+    /* count_samples: times sampled + 1 per draw (saturating), then the rows with the final counts */
+    int64_t *meta = self->meta_rows;
+    for (npy_intp i = 0; i < n; i++) {
+        if (i + DRAW_AHEAD < n) {
+            const int64_t *ahead = meta + RING_META_W * slots[i + DRAW_AHEAD];
+            __builtin_prefetch(ahead, 1);
+            __builtin_prefetch(ahead + RING_META_W - 1, 1);
+        }
+        int32_t *ts = (int32_t *)(meta + RING_META_W * slots[i]) + 2;
+        if (*ts != INT32_MAX)
+            *ts += 1;
+    }
+    for (npy_intp i = 0; i < n; i++) {
+        const int64_t *row = meta + RING_META_W * slots[i];
+        const int32_t *r32 = (const int32_t *)row;
+        rows[4 * i] = row[0];
+        rows[4 * i + 1] = r32[2];
+        rows[4 * i + 2] = r32[3];
+        rows[4 * i + 3] = row[2];
+    }
+    *w[D_L_SAMPLES] += n;
+    *w[D_SAMPLES] += n;
+    *w[D_SAMPLE_CALLS] += 1;
+    long long g = draw_leave(self, gen);
+    if (g < 0)
+        return -4;
+    self->generation = g;
+    return 0;
+}
+
+/* the payload rows of `slots` into new arrays (ColumnStorage.read: one pass, prefetching ahead): the
+ * data dict, or NULL */
+static PyObject *
+draw_gather(RingSampler *self, const int64_t *slots, npy_intp n)
+{
+    PyObject *data = PyDict_New();
+    if (data == NULL)
+        return NULL;
+    char *dst[MAX_RING_COLUMNS];
+    const char *src[MAX_RING_COLUMNS];
+    Py_ssize_t k = self->ncols;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        PyArrayObject *col = self->col[i];
+        npy_intp dims[NPY_MAXDIMS];
+        int nd = PyArray_NDIM(col);
+        dims[0] = n;
+        for (int d = 1; d < nd; d++)
+            dims[d] = PyArray_DIM(col, d);
+        PyArray_Descr *descr = PyArray_DESCR(col);
+        Py_INCREF(descr);
+        PyObject *out = PyArray_NewFromDescr(&PyArray_Type, descr, nd, dims, NULL, NULL, 0, NULL);
+        if (out == NULL || PyDict_SetItem(data, PyTuple_GET_ITEM(self->names, i), out) < 0) {
+            Py_XDECREF(out);
+            Py_DECREF(data);
+            return NULL;
+        }
+        Py_DECREF(out); /* (the dict holds it) */
+        dst[i] = PyArray_DATA((PyArrayObject *)out);
+        src[i] = PyArray_DATA(col);
+    }
+    const Py_ssize_t *rb = self->rowbytes;
+    for (npy_intp j = 0; j < n; j++) {
+        if (j + DRAW_AHEAD < n) {
+            int64_t ahead = slots[j + DRAW_AHEAD];
+            for (Py_ssize_t i = 0; i < k; i++) {
+                const char *row = src[i] + ahead * rb[i];
+                __builtin_prefetch(row);
+                if (rb[i] > 64)
+                    __builtin_prefetch(row + rb[i] - 1);
+            }
+        }
+        for (Py_ssize_t i = 0; i < k; i++)
+            memcpy(dst[i] + j * rb[i], src[i] + slots[j] * rb[i], (size_t)rb[i]);
+    }
+    return data;
+}
+
+static PyObject *
+RingSampler_sample(RingSampler *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "sample(guard, n)");
+        return NULL;
+    }
+    PyObject *guard = args[0];
+    if (!PyLong_CheckExact(args[1]))
+        return PyLong_FromLong(-1);
+    int overflow = 0;
+    long long nn = PyLong_AsLongLongAndOverflow(args[1], &overflow);
+    if (overflow || nn < 1 || nn > MAX_DRAW) {
+        PyErr_Clear();
+        return PyLong_FromLong(-1);
+    }
+    npy_intp n = (npy_intp)nn;
+    PyObject *depth = PyObject_GetAttr(guard, str_depth);
+    if (depth == NULL)
+        return NULL;
+    int inside = PyObject_IsTrue(depth);
+    Py_DECREF(depth);
+    if (inside)
+        return inside < 0 ? NULL : PyLong_FromLong(-1);
+    PyObject *rng = PyObject_GetAttr(self->sampler, str_rng);
+    if (rng == NULL)
+        return NULL;
+    Py_DECREF(rng); /* (only compared) */
+    if (rng != self->rng)
+        return PyLong_FromLong(-1);
+    npy_intp rdims[2] = {n, 4};
+    PyObject *slots_a = PyArray_SimpleNew(1, &n, NPY_INT64);
+    PyObject *prob_a = slots_a == NULL ? NULL : PyArray_SimpleNew(1, &n, NPY_FLOAT64);
+    PyObject *rows_a = prob_a == NULL ? NULL : PyArray_SimpleNew(2, rdims, NPY_INT64);
+    PyObject *out = NULL;
+    if (rows_a == NULL)
+        goto done;
+    int64_t *slots = (int64_t *)PyArray_DATA((PyArrayObject *)slots_a);
+    double *u = (double *)slots; /* (the numbers first, in place of the slots they become) */
+    /* the numbers: Generator.random(n) (random_standard_uniform_fill), under the bit generator's lock */
+    PyObject *got = PyObject_CallOneArg(self->lock_acquire, Py_False);
+    if (got == NULL)
+        goto done;
+    int locked = got == Py_True;
+    Py_DECREF(got);
+    if (!locked) {
+        out = PyLong_FromLong(-1);
+        goto done;
+    }
+    bitgen_t *bg = self->bitgen;
+    for (npy_intp i = 0; i < n; i++)
+        u[i] = bg->next_double(bg->state);
+    got = PyObject_CallNoArgs(self->lock_release);
+    if (got == NULL)
+        goto done;
+    Py_DECREF(got);
+    /* Uniform.warm_up: a full ring's draw takes slot floor(u * capacity): read those rows now */
+    int64_t **w = self->w;
+    long long cap = self->capacity;
+    if (__atomic_load_n(w[D_HI], __ATOMIC_RELAXED) - __atomic_load_n(w[D_LO], __ATOMIC_RELAXED) == cap) {
+        volatile int64_t sink = 0;
+        const int64_t *meta = self->meta_rows;
+        double scale = (double)cap;
+        for (npy_intp i = 0; i < n; i++) {
+            if (i + DRAW_AHEAD < n) {
+                Py_ssize_t a = (Py_ssize_t)(u[i + DRAW_AHEAD] * scale);
+                if (a >= 0 && a < cap)
+                    __builtin_prefetch(meta + RING_META_W * a);
+            }
+            Py_ssize_t k = (Py_ssize_t)(u[i] * scale);
+            if (k >= 0 && k < cap)
+                sink += meta[RING_META_W * k];
+        }
+        (void)sink;
+    }
+    PyObject *taken = RobustMutex_acquire((RobustMutex *)self->mutex, self->timeout);
+    if (taken == NULL)
+        goto done;
+    int held = taken == Py_True;
+    Py_DECREF(taken);
+    if (!held) {
+        out = draw_refused(-3, u, n);
+        goto done;
+    }
+    int r = draw_locked(self, slots, (double *)PyArray_DATA((PyArrayObject *)prob_a),
+                        (int64_t *)PyArray_DATA((PyArrayObject *)rows_a), n);
+    if (r == -4)
+        goto done;
+    if (r < 0) {
+        out = draw_refused(r, u, n);
+        goto done;
+    }
+    PyObject *g = PyLong_FromLongLong(self->generation);
+    if (g == NULL || PyObject_SetAttr(guard, str_gen, g) < 0)
+        PyErr_Clear(); /* (the sample is drawn; a stale guard._gen only makes the next entry catch up) */
+    Py_XDECREF(g);
+    PyObject *data = draw_gather(self, slots, n);
+    if (data == NULL)
+        goto done;
+    if (self->after_copy != NULL && self->after_copy != Py_None) {
+        PyObject *hook = PyObject_CallOneArg(self->after_copy, slots_a);
+        if (hook == NULL) {
+            Py_DECREF(data);
+            goto done;
+        }
+        Py_DECREF(hook);
+    }
+    PyObject *kargs[7] = {self->header, self->busy_obj, self->acquired_obj, self->unordered_obj, self->meta,
+                          slots_a, rows_a};
+    PyObject *settled = keys_settled(NULL, kargs, 7);
+    if (settled == NULL) {
+        Py_DECREF(data);
+        goto done;
+    }
+    out = PyTuple_Pack(5, slots_a, prob_a, rows_a, data, settled);
+    Py_DECREF(data);
+    Py_DECREF(settled);
+done:
+    Py_XDECREF(slots_a);
+    Py_XDECREF(prob_a);
+    Py_XDECREF(rows_a);
+    return out;
+}
+
+static PyMethodDef RingSampler_methods[] = {
+    {"sample", (PyCFunction)(void (*)(void))RingSampler_sample, METH_FASTCALL,
+     "sample(guard, n) -> (slots, probabilities, rows, data, settled), or -1 (nothing drawn), or "
+     "(code, uniforms): refused after drawing (see the source)."},
+    {NULL, NULL, 0, NULL}};
+
+static PyMemberDef RingSampler_members[] = {
+    {"generation", T_LONGLONG, offsetof(RingSampler, generation), READONLY,
+     "the state's generation after the last sample drawn"},
+    {"after_copy", T_OBJECT, offsetof(RingSampler, after_copy), 0,
+     "tests: None, or called with the slots after the copy, before the key check"},
+    {NULL, 0, 0, 0, NULL}};
+
+static PyTypeObject RingSamplerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "replaystore.shared._sync.RingSampler",
+    .tp_basicsize = sizeof(RingSampler),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "RingSampler(...): a ring-mode uniform shared table's sample in one critical section (see the source).",
+    .tp_new = RingSampler_new,
+    .tp_dealloc = (destructor)RingSampler_dealloc,
+    .tp_methods = RingSampler_methods,
+    .tp_members = RingSampler_members,
+};
+#endif /* RS_WITH_NUMPY (RingSampler) */
+
 static PyMethodDef methods[] = {
     {"enter_section", (PyCFunction)(void (*)(void))enter_section, METH_FASTCALL,
      "enter_section(mutex, timeout, busy_word, copies, generation, intent) -> int: take the mutex and "
@@ -1436,6 +1924,8 @@ PyInit__sync(void)
 #ifdef RS_WITH_NUMPY
     if (PyType_Ready(&RingInserterType) < 0)
         return NULL;
+    if (PyType_Ready(&RingSamplerType) < 0 || (str_rng = PyUnicode_InternFromString("rng")) == NULL)
+        return NULL;
     if ((str_depth = PyUnicode_InternFromString("_depth")) == NULL
         || (str_gen = PyUnicode_InternFromString("_gen")) == NULL)
         return NULL;
@@ -1469,6 +1959,12 @@ PyInit__sync(void)
     Py_INCREF(&RingInserterType);
     if (numpy_ok && PyModule_AddObject(m, "RingInserter", (PyObject *)&RingInserterType) < 0) {
         Py_DECREF(&RingInserterType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&RingSamplerType);
+    if (numpy_ok && PyModule_AddObject(m, "RingSampler", (PyObject *)&RingSamplerType) < 0) {
+        Py_DECREF(&RingSamplerType);
         Py_DECREF(m);
         return NULL;
     }

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Closed
 from .copies import state_copies
-from .header import COPY0, COPY_WORDS, VICTIMS, W_ACTIVE, W_BUSY, W_RECOVERIES, W_RESERVED, W_UNORDERED
+from .header import COPY0, COPY_WORDS, VICTIMS, W_ACQUIRED, W_ACTIVE, W_BUSY, W_RECOVERIES, W_RESERVED, W_UNORDERED
 from .recovery import reconcile
 from .segment import Segment
 
@@ -52,6 +52,13 @@ except ImportError:  # not built (a flock table): a plain store; no scalars in t
         """``words[index] = value`` (no barrier: only a table without outside reads runs this)."""
         words[index] = value
 
+
+try:
+    if enter_section is None:
+        raise ImportError("no compiled sections")
+    from ._sync import RingSampler
+except ImportError:  # (not built, REPLAYSTORE_PURE_PYTHON, or built without NumPy's headers)
+    RingSampler = None
 
 #: test hook: with ``REPLAYSTORE_SHM_TEST_HOOK=pause-before-publish:<file>``, a critical section
 #: that changed the state touches ``<file>`` and sleeps before publishing (the crash tests kill it there)
@@ -210,6 +217,31 @@ class ProcessGuard:
             limits,
             *parts,
             self.segment.lock_timeout,
+        )
+
+    def ring_sampler(
+        self, words: "np.ndarray", slots: bytes, capacity: int, limits: tuple, parts: tuple, sampler: Any
+    ) -> Any:
+        """A compiled ring-mode uniform sample over this guard's lock (``_sync.RingSampler``, see its source), or None.
+
+        ``parts``: ``(names, columns, meta)`` as for :meth:`ring_inserter`; ``limits``:
+        ``(samples_per_insert, min_diff, min_size_to_sample)``; ``sampler``: the table's
+        ``Uniform`` (its numbers come from ``sampler.rng``). None where this guard cannot give one.
+        """
+        if RingSampler is None or self._live is None:
+            return None
+        return RingSampler(
+            self._mutex,
+            self.copies,
+            words,
+            slots,
+            capacity,
+            self.segment.words,
+            (W_BUSY, W_UNORDERED, W_ACQUIRED),
+            limits,
+            *parts,
+            self.segment.lock_timeout,
+            sampler,
         )
 
     def ring_insert(self, inserter: Any, data: dict, batched: bool = True) -> "np.ndarray | int | None":

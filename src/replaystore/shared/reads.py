@@ -32,6 +32,11 @@ slot under the lock, and a writer taking it during the copy would lose that item
 Frame stacks (frames shared between slots) and the episode readers (``sample_sequences``,
 ``sample_nstep``) read under the lock, as before.
 
+In ring mode a ``Uniform`` table's sample runs all of this in one compiled call
+(``_sync.RingSampler``, built at the first sample by :meth:`KeyCheckedReads._make_drawer`): the
+numbers from the sampler's Generator, the warm-up, the section (checks, draw, counts, counters,
+commit), the copy and ``keys_settled``; what it refuses goes on here with the numbers it drew.
+
 Thread-safety: as the Table's ``sample`` (any thread, any process).
 """
 
@@ -43,7 +48,9 @@ from typing import Any
 import numpy as np
 
 from ..items import Sample, check_device
+from ..limiters import RateLimiter
 from ..rows import count_samples
+from ..samplers import Uniform
 from ..storage import ColumnStorage
 from ..table import Table
 from ..table.args import as_count
@@ -56,6 +63,13 @@ try:
     from ._sync import keys_settled
 except ImportError:  # not built: samples read under the lock
     keys_settled = None
+
+
+#: the crash tests pause a section in its Python steps (``REPLAYSTORE_SHM_TEST_HOOK``): no compiled samples then
+_HOOKED = bool(os.environ.get("REPLAYSTORE_SHM_TEST_HOOK", ""))
+#: the scalars a compiled sample reads and writes, in ``_sync.RingSampler``'s order
+_DRAW_STATE = ("ring_base", "ring_lo", "ring_hi", "size", "ring_mode", "samples", "sample_calls")
+_DRAW_LIMITER = ("inserts", "samples", "deletes")
 
 
 class KeyCheckedReads:
@@ -83,6 +97,11 @@ class KeyCheckedReads:
             and isinstance(storage, ColumnStorage)
             and type(storage).read is ColumnStorage.read
         )
+        self._drawer = True if self._reads_outside and not _HOOKED else None  # (built at the first sample)
+
+    #: the compiled sample (``ProcessGuard.ring_sampler``): True until first used, then the
+    #: ``RingSampler``, or None (this table's samples take the Python path; also once ring mode ends)
+    _drawer: Any = None
 
     def sample(
         self,
@@ -93,15 +112,33 @@ class KeyCheckedReads:
         pin_memory: bool = False,
     ) -> Sample:
         """As :meth:`Table.sample`; the rows are copied outside the lock where the table allows it."""
+        drawer = self._drawer
+        uniforms = None
+        if drawer is not None:  # (a ring-mode uniform sample in one compiled call)
+            if as_tensor:
+                check_device(device)  # (fails before anything is drawn)
+            if drawer is True:
+                drawer = self._make_drawer()
+            r = -1 if drawer is None else drawer.sample(self._guard, batch_size)
+            if type(r) is tuple:
+                if len(r) == 5:
+                    slots, probabilities, rows, data, settled = r
+                    self._recent.record(slots, rows[:, 0])
+                    if not settled:
+                        self._finish_locked(slots, probabilities, np.ones(len(slots)), rows, data, timeout)
+                    return drawn_sample(data, slots, probabilities, None, rows, as_tensor, device, pin_memory)
+                code, uniforms = r  # (drawn, nothing else done: the Python path goes on with them)
+                if code != -1:
+                    self._guard.ring_insert_refused(code)
         if not self.read_outside_lock():
             return Table.sample(self, batch_size, timeout, as_tensor, device, pin_memory)
         n = as_count(batch_size, "batch_size")
         if as_tensor:
             check_device(device)
         sampler = self.sampler
-        uniforms = sampler.rng.random(n) if sampler.takes_uniforms else None  # (before the lock)
-        if uniforms is not None:  # (the rows the draw will count: their misses paid before the lock)
-            sampler.warm_up(uniforms, self._meta)
+        if uniforms is None and sampler.takes_uniforms:
+            uniforms = sampler.rng.random(n)  # (before the lock)
+            sampler.warm_up(uniforms, self._meta)  # (the rows the draw will count: their misses paid now)
         with self._cond:
             slots, probabilities, weights, rows, _ = self._draw(n, timeout, read=False, uniforms=uniforms)
         data = self.storage.read(slots)
@@ -110,6 +147,52 @@ class KeyCheckedReads:
             weights = np.ones(n) if weights is None else np.array(weights, np.float64)
             self._finish_locked(slots, probabilities, weights, rows, data, timeout)
         return drawn_sample(data, slots, probabilities, weights, rows, as_tensor, device, pin_memory)
+
+    def _make_drawer(self) -> Any:
+        """Build the compiled sample at the first sample (``_sync.RingSampler``), or None: the Python path.
+
+        For a table that copies samples outside the lock, in ring mode, whose scalars live in the
+        segment, with a ``Uniform`` sampler (following the ring), flat column storage, no parts of
+        its own (episodes) and a rate limiter whose ``can_sample`` is the base formula. The call
+        runs the Python path's protocol (the same numbers from the sampler's Generator, the same
+        section, copy and key check), so samples, counters and recovery are the same.
+        """
+        self._drawer = None
+        storage, limiter = self.storage, self.rate_limiter
+        if not (
+            self.read_outside_lock()
+            and self._ring is not None
+            and self._scalars is not None
+            and self._episync is None
+            and type(self.sampler) is Uniform
+            and self.sampler not in self._selectors
+            and not storage.nested
+            and "read" not in vars(storage)  # (a read replaced on the instance, as tests do: the Python path)
+            and type(limiter).can_sample is RateLimiter.can_sample
+        ):
+            return None
+        fields = self._hosted.scalar_fields()
+        index = {(id(obj), attr): i for i, (obj, attr, _) in enumerate(fields)}
+        st = self._state
+        try:
+            slots = [index[id(st), name] for name in _DRAW_STATE] + [index[id(limiter), n] for n in _DRAW_LIMITER]
+        except KeyError:  # (a state without one of these scalars: the Python path)
+            return None
+        names = tuple(storage.columns)
+        limits = (float(limiter.samples_per_insert), float(limiter.min_diff), int(limiter.min_size_to_sample))
+        parts = (names, tuple(storage.columns[name] for name in names), self._meta)
+        try:
+            self._drawer = self._guard.ring_sampler(
+                self._scalars.words,
+                np.asarray(slots, dtype=np.int64).tobytes(),
+                self.capacity,
+                limits,
+                parts,
+                self.sampler,
+            )
+        except ValueError:  # (columns it does not take: more than it holds, ...): the Python path
+            self._drawer = None
+        return self._drawer
 
     def _finish_locked(
         self,

@@ -106,23 +106,17 @@ class ReservedInserts:
         while it copies leaves the table as after its first step (the evicted items gone, the
         batch not in): the next insert finds the copier dead and goes on.
         """
-        guard = self._guard
-        inserter = self._inserter
-        if (
-            inserter is not None
-            and priorities is None
-            and version is None
-            and type(data) is dict
-            and self._inserts_below == self.COPY_OUTSIDE_BYTES
-        ):
+        inserter = self._inserter  # (None once closed or out of ring mode: SharedTable drops it)
+        if inserter is not None and priorities is None and version is None:
             if inserter is True:  # (first use: build it, or learn that this table has none)
                 inserter = self._make_inserter()
-            if inserter is not None and self._ring is not None and not self._segment.closed:
-                keys = inserter.insert(guard, data)  # (takes the guard's thread lock: ProcessGuard.ring_insert)
+            if inserter is not None:  # (the compiled call checks the rest: the data, ring mode, the limiter)
+                keys = inserter.insert(self._guard, data)
                 if type(keys) is not int:
                     return keys
                 if keys != -1:
-                    guard.ring_insert_refused(keys)
+                    self._guard.ring_insert_refused(keys)
+        guard = self._guard
         if self._segment.closed:
             return Table.extend(self, data, priorities, version, timeout)  # raises Closed
         n = self._batch_rows(data)
@@ -146,9 +140,11 @@ class ReservedInserts:
         return self._copy_and_commit(res, data, timeout)
 
     #: the compiled small insert (``ProcessGuard.ring_insert``): True until first used, then the
-    #: ``RingInserter`` or None (this table's inserts take the Python path)
+    #: ``RingInserter`` or None (this table's inserts take the Python path; also once this process
+    #: closed the table or saw ring mode end). Built for the :attr:`COPY_OUTSIDE_BYTES` of its first
+    #: use: a later change of the bound moves batches between the two paths only where the Python
+    #: path takes them anyway (the compiled call takes batches under its bound at build)
     _inserter: Any = None
-    _inserts_below: int = COPY_OUTSIDE_BYTES  # (the bound the inserter was built for; changed: the Python path)
 
     def _setup_compiled_inserts(self, possible: bool) -> None:
         """Let small ring-mode batches go in with one compiled call (``possible``: a mutex table, no episodes).
@@ -173,23 +169,6 @@ class ReservedInserts:
             or None
         )
 
-    def _compiled_add(self, inserter: Any, item: dict) -> int:
-        """One item with no priority or version through the compiled insert (``RingInserter.add``): its key, or -1.
-
-        -1: not taken, nothing changed (the caller's Python path decides and raises what it must).
-        """
-        if inserter is True:
-            inserter = self._make_inserter()
-        if inserter is None or self._ring is None or self._segment.closed:
-            return -1
-        if self._inserts_below != self.COPY_OUTSIDE_BYTES:
-            return -1
-        key = inserter.add(self._guard, item)
-        if key < -1:
-            self._guard.ring_insert_refused(key)
-            return -1
-        return key
-
     def _make_inserter(self) -> Any:
         """Build the compiled inserter at the first insert the ring plan takes (see :meth:`_setup_compiled_inserts`)."""
         plan = self._plan
@@ -207,20 +186,23 @@ class ReservedInserts:
             return None
         limits = (lim.max_diff < NO_LIMIT, float(lim.samples_per_insert), float(lim.max_diff))
         # (a batch of COPY_OUTSIDE_BYTES or more copies outside the lock instead: .extend)
-        self._inserts_below = below = self.COPY_OUTSIDE_BYTES
+        below = self.COPY_OUTSIDE_BYTES
         max_rows = -(-below // self._row_bytes) - 1 if self._reserves else self.capacity
         if max_rows < 1:
             return None
         names = tuple(self.storage.columns)
         parts = (names, tuple(self.storage.columns[name] for name in names), self._meta)
-        self._inserter = self._guard.ring_inserter(
-            self._scalars.words,
-            np.asarray(slots, dtype=np.int64).tobytes(),
-            self.capacity,
-            max_rows,
-            limits,
-            parts,
-        )
+        try:
+            self._inserter = self._guard.ring_inserter(
+                self._scalars.words,
+                np.asarray(slots, dtype=np.int64).tobytes(),
+                self.capacity,
+                max_rows,
+                limits,
+                parts,
+            )
+        except ValueError:  # (columns it does not take: more than it holds, ...): the Python path
+            self._inserter = None
         return self._inserter
 
     def _copy_and_commit(self, res: RingReservation, data: Any, timeout: float | None) -> np.ndarray:

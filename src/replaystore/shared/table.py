@@ -259,11 +259,16 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
 
         With a ``Prioritized`` sampler an item goes in as a batch of one (the ring's fast path).
         """
-        inserter = self._inserter
-        if inserter is not None and priority is None and version is None and type(item) is dict:
-            key = self._compiled_add(inserter, item)  # (a ring-mode item in one compiled call, or -1)
-            if key >= 0:
-                return key
+        inserter = self._inserter  # (None once closed or out of ring mode)
+        if inserter is not None and priority is None and version is None:  # (a ring-mode item in one compiled call)
+            if inserter is True:  # (first use: build it, or learn that this table has none)
+                inserter = self._make_inserter()
+            if inserter is not None:  # (the compiled call checks the rest: the item, ring mode, the limiter)
+                key = inserter.add(self._guard, item)
+                if key >= 0:
+                    return key
+                if key != -1:
+                    self._guard.ring_insert_refused(key)
         # (Uniform and Fifo samplers follow the ring: Table.add has a fast path of its own for them)
         batch = _as_batch_of_one(item, self.storage.spec) if self._batched_adds and type(item) is dict else None
         if batch is not None:
@@ -277,6 +282,12 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
             return Table.add(self, item, priority, version, timeout)
         finally:
             guard.release()
+
+    def _leave_ring(self, fill: bool = True) -> None:
+        """As the Table's; the compiled inserts and samples serve ring mode only: this process drops them."""
+        super()._leave_ring(fill)
+        if self._ring is None:
+            self._inserter = self._drawer = None
 
     # -- evictions in place: noted for recovery ------------------------------------------------------
     def _victims(self, n: int) -> np.ndarray:
@@ -304,6 +315,7 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         """
         if self._segment.closed:
             return
+        self._inserter = self._drawer = None  # (the compiled calls: the Python path raises Closed from now on)
         with self._guard:
             super().close()
             self._segment.unregister(self._segment.pid)
