@@ -37,6 +37,7 @@ from ..errors import EpisodeError
 from ..samplers.base import Selector
 from ..samplers.dense import DenseSet
 from .config import Episodes
+from .consistency import check_index_arrays
 from .plans import ENDS, TERMINATED, TRUNCATED, StepPlan, compute_plan
 from .rings import _T_MASK, DETACHED, UID_SHIFT, StreamRings, _pow2_at_least
 
@@ -398,53 +399,24 @@ class EpisodeIndex(StreamRings, Selector):
         """Check and register checkpointed steps for the table's next insert, which re-inserts them.
 
         ``rows`` and ``streams`` come from :meth:`export_rows` and :meth:`export_streams` through a
-        checkpoint (untrusted): raises ``ValueError`` on inconsistent input before changing anything.
+        checkpoint (untrusted): raises :class:`~replaystore.CheckpointError` unless they are one consistent
+        history (:func:`~replaystore.episodes.consistency.check_index_arrays`) before changing anything.
         """
-        st, t, ep, pos, fl = (np.asarray(rows[k]) for k in ("stream", "t", "episode", "pos", "flags"))
-        ids = np.asarray(streams["ids"], dtype=np.int64)
-        nxt, cur_ep, cur_pos = (np.asarray(streams[k], dtype=np.int64) for k in ("next_t", "cur_ep", "cur_pos"))
-        next_episode = int(streams["next_episode"])
-        limit = self.options.stream_limit
-        if not (ids.ndim == 1 and nxt.shape == cur_ep.shape == cur_pos.shape == ids.shape):
-            raise ValueError("episode stream state has inconsistent lengths")
-        if len(ids) and (
-            ids.min() < 0
-            or ids.max() >= limit
-            or len(np.unique(ids)) != len(ids)
-            or (nxt < 1).any()
-            or (nxt > _T_MASK).any()
-            or (cur_pos < 0).any()
-            or (cur_ep >= next_episode).any()
-        ):
-            raise ValueError("episode stream state is out of range")
-        if len(st):
-            if st.min() < 0 or st.max() >= limit or not np.isin(st, ids).all():
-                raise ValueError("a step names a stream the stream state does not know")
-            if t.min() < -1 or ep.min() < 0 or ep.max() >= next_episode or pos.min() < 0 or fl.max() > 3:
-                raise ValueError("step positions, episode ids or flags are out of range")
-            top = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
-            np.maximum.at(top, st, t)
-            if (top[ids] >= nxt).any():
-                raise ValueError("a step's position is not below its stream's next position")
+        check_index_arrays(rows, streams, self.options.stream_limit)
+        st, t, ep, pos = (np.asarray(rows[k], dtype=np.int64) for k in ("stream", "t", "episode", "pos"))
+        ids, nxt, cur_ep, cur_pos = (
+            np.asarray(streams[k], dtype=np.int64) for k in ("ids", "next_t", "cur_ep", "cur_pos")
+        )
         if len(ids):
             top_id = int(ids.max())
             if top_id >= self.n_streams:
                 self._streams_alloc(_pow2_at_least(top_id + 1))
             self.next_t[ids], self.cur_ep[ids], self.cur_pos[ids] = nxt, cur_ep, cur_pos
             self.written = int(nxt.max())
-        self.next_episode = next_episode
+        self.next_episode = int(streams["next_episode"])
+        flags = np.asarray(rows["flags"], dtype=np.uint8)
         plan = StepPlan(
-            st.astype(np.int64),
-            np.zeros(len(st), bool),
-            np.zeros(len(st), bool),
-            shape="restore",
-            rows=(
-                st.astype(np.int64),
-                t.astype(np.int64),
-                ep.astype(np.int64),
-                pos.astype(np.int64),
-                fl.astype(np.uint8),
-            ),
+            st, np.zeros(len(st), bool), np.zeros(len(st), bool), shape="restore", rows=(st, t, ep, pos, flags)
         )
         self._pending[threading.get_ident()] = plan
 
