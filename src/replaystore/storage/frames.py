@@ -324,17 +324,6 @@ class FrameStackStorage(ColumnStorage):
         out[self.next_obs_key] = np.ascontiguousarray(out[self.next_obs_key])
         return out
 
-    def import_(self, exported: Mapping[str, np.ndarray]) -> int:
-        """Write exported items (in key order) to slots ``0..n-1``."""
-        if not exported:
-            return 0
-        n = len(next(iter(exported.values())))
-        if self.spec is None:
-            self._adopt({p: Field(tuple(a.shape[1:]), a.dtype) for p, a in exported.items()})
-        if n:
-            self.write(slice(0, n), (dict(exported), None))
-        return n
-
     @property
     def frames_written(self) -> int:
         """Frames written since the storage was made (items that continue the previous one add 1, others ``S + 1``)."""
