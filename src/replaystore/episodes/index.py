@@ -217,18 +217,21 @@ class EpisodeIndex(StreamRings, Selector):
         if plan is not None:
             plan.accepted = accepted
 
-    def _compute(self, plan: StepPlan) -> tuple:
-        """:func:`~replaystore.episodes.plans.compute_plan` of ``plan`` against the current streams."""
-        return compute_plan(plan, self.next_t, self.cur_ep, self.cur_pos, self.next_episode, self._mark)
+    def _commit(self, plan: StepPlan) -> tuple:
+        """Advance the streams by ``plan``'s rows (:func:`.compute_plan`); their ``(ts, episodes, pos, flags)``."""
+        ts, eps, pos, flags, us, state, next_episode = compute_plan(
+            plan, self.next_t, self.cur_ep, self.cur_pos, self.next_episode, self._mark
+        )
+        self.next_t[us], self.cur_ep[us], self.cur_pos[us] = state
+        self.next_episode = next_episode
+        plan.committed = True
+        return ts, eps, pos, flags
 
     def finish(self, plan: StepPlan) -> None:
         """Advance the streams of a plan whose rows were all refused (stale): they leave holes."""
         if plan.committed or plan.rows is not None:
             return
-        _, _, _, _, us, state, next_episode = self._compute(plan)
-        self.next_t[us], self.cur_ep[us], self.cur_pos[us] = state
-        self.next_episode = next_episode
-        plan.committed = True
+        self._commit(plan)
         self.generation += 1  # the streams have holes now: caches of their structure are stale
 
     # -- Selector hooks (lock held by the table) -----------------------------------------------------------
@@ -240,11 +243,8 @@ class EpisodeIndex(StreamRings, Selector):
         if plan.rows is not None:
             streams, ts, eps, pos, flags = plan.rows
         else:
-            ts, eps, pos, flags, us, state, next_episode = self._compute(plan)
+            ts, eps, pos, flags = self._commit(plan)
             streams = plan.streams
-            self.next_t[us], self.cur_ep[us], self.cur_pos[us] = state
-            self.next_episode = next_episode
-            plan.committed = True
             if plan.accepted is not None:
                 a = plan.accepted
                 streams, ts, eps, pos, flags = streams[a], ts[a], eps[a], pos[a], flags[a]

@@ -210,13 +210,9 @@ class FrameStackStorage(ColumnStorage):
     # -- Storage interface -----------------------------------------------------------------------------
     def write(self, slots: slice | np.ndarray, prepared: tuple) -> None:
         """Write the frames of new items (one per continuing item, ``S + 1`` per segment start)."""
-        columns, new_spec = prepared
-        if new_spec is not None and self.spec is None:
-            self._adopt(new_spec)
+        super().write(slots, prepared)  # (the spec on the first write, and the other columns)
         slot_arr = np.arange(slots.start, slots.stop) if isinstance(slots, slice) else np.atleast_1d(slots)
-        for path, col in self.columns.items():
-            col[slots] = columns[path]
-        starts, start_stacks, next_newest, ends = self._plan(columns)
+        starts, start_stacks, next_newest, ends = self._plan(prepared[0])
         self._plan_cache = None
         S, F = self.stack, self.frame_capacity
         count = 1 + S * starts
