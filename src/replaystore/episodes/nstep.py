@@ -273,9 +273,7 @@ def _returns(
 def check_request(index: EpisodeIndex, storage: Storage, batch_size: Any, n: Any, gamma: Any) -> tuple[int, int, float]:
     """``(batch_size, n, gamma)`` of a :meth:`Table.sample_nstep` call, checked (``EpisodeError``)."""
     b = check_batch(batch_size)
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise EpisodeError(f"n must be an int >= 1, got {n!r}")
-    n = int(n)
+    n = check_batch(n, "n")
     try:
         gamma = float(gamma)
     except (TypeError, ValueError):
