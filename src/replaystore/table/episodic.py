@@ -221,7 +221,6 @@ class EpisodeMethods:
             index, self.sampler, batch_size, length, burn_in, mode
         )
         with self._cond:
-            self._flush_pending()
             self._wait_for_sample(n, timeout)
             sample, starts = _sequences.draw_sequences(
                 index, self.sampler, self.rng, self.storage, self._meta, n, width, burn_in, mode, prioritized
@@ -242,7 +241,6 @@ class EpisodeMethods:
         index = self._require_episodes()
         b, n, gamma = _nstep.check_request(index, self.storage, batch_size, n, gamma)
         with self._cond:
-            self._flush_pending()
             self._wait_for_sample(b, timeout)
             sample, starts = _nstep.draw_nstep(index, self.sampler, self.storage, self._meta, b, n, gamma)
             self._account_sample(starts, b, sample.times_sampled)
@@ -262,7 +260,6 @@ class EpisodeMethods:
         index = self._require_episodes()
         k = _whole.check_request(k, replace)
         with self._cond:
-            self._flush_pending()
             self._wait_for_sample(k, timeout)
             steps, batch = _whole.draw_episodes(index, self.storage, self._meta, self.rng, k, replace)
             self._account_sample(steps, k)
