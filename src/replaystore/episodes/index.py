@@ -42,6 +42,17 @@ from .plans import ENDS, TERMINATED, TRUNCATED, StepPlan, compute_plan
 from .rings import _T_MASK, DETACHED, UID_SHIFT, StreamRings, _pow2_at_least
 
 _INT32_MAX = np.iinfo(np.int32).max
+#: the per-stream state arrays (int64, indexed by stream id) and their initial value
+_STREAM_ARRAYS = {
+    "next_t": 0,
+    "cur_ep": -1,
+    "cur_pos": 0,
+    "ring_off": 0,
+    "ring_len": 0,
+    "lo_t": 0,
+    "n_live": 0,
+    "oldest_t": 0,
+}
 
 
 class EpisodeIndex(StreamRings, Selector):
@@ -92,17 +103,7 @@ class EpisodeIndex(StreamRings, Selector):
     def _streams_alloc(self, n: int) -> None:
         old = getattr(self, "next_t", None)
         k = 0 if old is None else len(old)
-        arrays = {
-            "next_t": 0,
-            "cur_ep": -1,
-            "cur_pos": 0,
-            "ring_off": 0,
-            "ring_len": 0,
-            "lo_t": 0,
-            "n_live": 0,
-            "oldest_t": 0,
-        }
-        for name, fill in arrays.items():
+        for name, fill in _STREAM_ARRAYS.items():
             a = np.full(n, fill, dtype=np.int64)
             if k:
                 a[:k] = getattr(self, name)
@@ -136,22 +137,8 @@ class EpisodeIndex(StreamRings, Selector):
         17 per slot, the rings, the per-stream state, and its own set of live slots (16 per slot)
         unless it shares the table's ``Uniform`` sampler's.
         """
-        arrays = (
-            self.uid,
-            self.episode_of,
-            self.pos_of,
-            self.flags,
-            self.ring,
-            self.next_t,
-            self.cur_ep,
-            self.cur_pos,
-            self.ring_off,
-            self.ring_len,
-            self.lo_t,
-            self.n_live,
-            self.oldest_t,
-            self._mark,
-        )
+        arrays = (self.uid, self.episode_of, self.pos_of, self.flags, self.ring, self._mark)
+        arrays += tuple(getattr(self, name) for name in _STREAM_ARRAYS)
         own = (self.live.items, self.live.pos) if self._own_live else ()  # else the Uniform sampler's set
         if self._in_ov is not None:  # the overflow map (see the module doc)
             own = (*own, self._in_ov, *(self._ov_sorted or ()))
