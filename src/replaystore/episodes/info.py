@@ -148,16 +148,8 @@ def info_of_slots(index: EpisodeIndex, slots: np.ndarray) -> EpisodeInfo:
     n = len(slots)
     found = slots >= 0
     s = slots[found]
-    streams = np.full(n, -1, np.int64)
-    episodes = np.full(n, -1, np.int64)
-    ts = np.full(n, -1, np.int64)
-    pos = np.full(n, -1, np.int64)
-    lengths = np.full(n, -1, np.int64)
-    closed = np.zeros(n, bool)
-    complete = np.zeros(n, bool)
-    terminated = np.zeros(n, bool)
-    truncated = np.zeros(n, bool)
-    is_last = np.zeros(n, bool)
+    streams, episodes, ts, pos, lengths = (np.full(n, -1, np.int64) for _ in range(5))
+    closed, complete, terminated, truncated, is_last = (np.zeros(n, bool) for _ in range(5))
     if len(s) == 0:
         return EpisodeInfo(found, streams, episodes, ts, pos, lengths, closed, complete, terminated, truncated, is_last)
     st, t = index.stream_t(s)
