@@ -255,10 +255,8 @@ class EpisodeIndex(StreamRings, Selector):
             on = ts >= 0
             self.flags[slots[~on]] |= DETACHED
             self.n_detached += int((~on).sum())
-            self._count_in(streams[on], ts[on], "general")
             self._ring_put(slots[on], streams[on], ts[on], restore=True)
         else:
-            self._count_in(streams, ts, plan.shape)
             self._ring_put(slots, streams, ts, plan.shape)
         if self._own_live:
             self.live.add(slots)
