@@ -23,12 +23,9 @@ from ..errors import BlockingWarning, CheckpointError
 from ..limiters import limiter_from_config
 from ..rows import TIMES_SAMPLED_MAX, VERSION_MAX, VERSION_MIN
 from ..samplers import selector_from_config
-from ..snapshot import TableSnapshot
+from ..snapshot import CONFIG, TableSnapshot
 from ..storage import Storage
 from ..storage.describe import from_description
-
-#: the constructor's scalar arguments a snapshot keeps (``TableSnapshot.config``)
-CONFIG = ("name", "capacity", "max_times_sampled", "max_staleness", "default_timeout", "seed")
 
 
 class Persistence:
