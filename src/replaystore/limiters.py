@@ -151,13 +151,12 @@ class RateLimiter:
 
     def state(self) -> dict:
         """The counters, for checkpoints."""
-        return {"inserts": self.inserts, "samples": self.samples, "deletes": self.deletes}
+        return {name: getattr(self, name) for name in RateLimiter.SCALARS}
 
     def load_state(self, state: dict) -> None:
         """Restore :meth:`state` output."""
-        self.inserts = int(state["inserts"])
-        self.samples = int(state["samples"])
-        self.deletes = int(state["deletes"])
+        for name in RateLimiter.SCALARS:
+            setattr(self, name, int(state[name]))
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "type")

@@ -41,7 +41,7 @@ Three more rules make a placed part work in every process that constructs it ove
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Any
 
@@ -80,7 +80,7 @@ def scope(prefix: str) -> Iterator[None]:
 
 
 @contextmanager
-def placed(allocator: Allocator) -> Iterator[None]:
+def placed(allocator: Allocator | None) -> Iterator[None]:
     """Route :func:`allocate` calls made in this context to ``allocator`` until the block ends."""
     token = _current.set(allocator)
     try:
@@ -89,18 +89,13 @@ def placed(allocator: Allocator) -> Iterator[None]:
         _current.reset(token)
 
 
-@contextmanager
-def unplaced() -> Iterator[None]:
+def unplaced() -> AbstractContextManager[None]:
     """Allocate with NumPy in this block, even inside :func:`placed`.
 
     For a part that every process keeps a copy of its own (the episode index of a shared table is
     a per-process replica, kept equal to the segment's truth by ``replaystore.shared.episodes``).
     """
-    token = _current.set(None)
-    try:
-        yield
-    finally:
-        _current.reset(token)
+    return placed(None)
 
 
 __all__ = ["Allocator", "allocate", "placed", "placing", "scope", "unplaced"]

@@ -13,6 +13,9 @@ from typing import Any
 
 import numpy as np
 
+#: the Table constructor's scalar arguments a snapshot keeps in ``TableSnapshot.config``
+CONFIG = ("name", "capacity", "max_times_sampled", "max_staleness", "default_timeout", "seed")
+
 #: the per-item metadata arrays of a snapshot, and their dtypes
 META_DTYPES = {"keys": np.int64, "priorities": np.float64, "times_sampled": np.int64, "versions": np.int64}
 

@@ -37,10 +37,22 @@ from ..errors import EpisodeError
 from ..samplers.base import Selector
 from ..samplers.dense import DenseSet
 from .config import Episodes
+from .consistency import check_index_arrays
 from .plans import ENDS, TERMINATED, TRUNCATED, StepPlan, compute_plan
 from .rings import _T_MASK, DETACHED, UID_SHIFT, StreamRings, _pow2_at_least
 
 _INT32_MAX = np.iinfo(np.int32).max
+#: the per-stream state arrays (int64, indexed by stream id) and their initial value
+_STREAM_ARRAYS = {
+    "next_t": 0,
+    "cur_ep": -1,
+    "cur_pos": 0,
+    "ring_off": 0,
+    "ring_len": 0,
+    "lo_t": 0,
+    "n_live": 0,
+    "oldest_t": 0,
+}
 
 
 class EpisodeIndex(StreamRings, Selector):
@@ -91,17 +103,7 @@ class EpisodeIndex(StreamRings, Selector):
     def _streams_alloc(self, n: int) -> None:
         old = getattr(self, "next_t", None)
         k = 0 if old is None else len(old)
-        arrays = {
-            "next_t": 0,
-            "cur_ep": -1,
-            "cur_pos": 0,
-            "ring_off": 0,
-            "ring_len": 0,
-            "lo_t": 0,
-            "n_live": 0,
-            "oldest_t": 0,
-        }
-        for name, fill in arrays.items():
+        for name, fill in _STREAM_ARRAYS.items():
             a = np.full(n, fill, dtype=np.int64)
             if k:
                 a[:k] = getattr(self, name)
@@ -135,22 +137,8 @@ class EpisodeIndex(StreamRings, Selector):
         17 per slot, the rings, the per-stream state, and its own set of live slots (16 per slot)
         unless it shares the table's ``Uniform`` sampler's.
         """
-        arrays = (
-            self.uid,
-            self.episode_of,
-            self.pos_of,
-            self.flags,
-            self.ring,
-            self.next_t,
-            self.cur_ep,
-            self.cur_pos,
-            self.ring_off,
-            self.ring_len,
-            self.lo_t,
-            self.n_live,
-            self.oldest_t,
-            self._mark,
-        )
+        arrays = (self.uid, self.episode_of, self.pos_of, self.flags, self.ring, self._mark)
+        arrays += tuple(getattr(self, name) for name in _STREAM_ARRAYS)
         own = (self.live.items, self.live.pos) if self._own_live else ()  # else the Uniform sampler's set
         if self._in_ov is not None:  # the overflow map (see the module doc)
             own = (*own, self._in_ov, *(self._ov_sorted or ()))
@@ -216,18 +204,21 @@ class EpisodeIndex(StreamRings, Selector):
         if plan is not None:
             plan.accepted = accepted
 
-    def _compute(self, plan: StepPlan) -> tuple:
-        """:func:`~replaystore.episodes.plans.compute_plan` of ``plan`` against the current streams."""
-        return compute_plan(plan, self.next_t, self.cur_ep, self.cur_pos, self.next_episode, self._mark)
+    def _commit(self, plan: StepPlan) -> tuple:
+        """Advance the streams by ``plan``'s rows (:func:`.compute_plan`); their ``(ts, episodes, pos, flags)``."""
+        ts, eps, pos, flags, us, state, next_episode = compute_plan(
+            plan, self.next_t, self.cur_ep, self.cur_pos, self.next_episode, self._mark
+        )
+        self.next_t[us], self.cur_ep[us], self.cur_pos[us] = state
+        self.next_episode = next_episode
+        plan.committed = True
+        return ts, eps, pos, flags
 
     def finish(self, plan: StepPlan) -> None:
         """Advance the streams of a plan whose rows were all refused (stale): they leave holes."""
         if plan.committed or plan.rows is not None:
             return
-        _, _, _, _, us, state, next_episode = self._compute(plan)
-        self.next_t[us], self.cur_ep[us], self.cur_pos[us] = state
-        self.next_episode = next_episode
-        plan.committed = True
+        self._commit(plan)
         self.generation += 1  # the streams have holes now: caches of their structure are stale
 
     # -- Selector hooks (lock held by the table) -----------------------------------------------------------
@@ -239,11 +230,8 @@ class EpisodeIndex(StreamRings, Selector):
         if plan.rows is not None:
             streams, ts, eps, pos, flags = plan.rows
         else:
-            ts, eps, pos, flags, us, state, next_episode = self._compute(plan)
+            ts, eps, pos, flags = self._commit(plan)
             streams = plan.streams
-            self.next_t[us], self.cur_ep[us], self.cur_pos[us] = state
-            self.next_episode = next_episode
-            plan.committed = True
             if plan.accepted is not None:
                 a = plan.accepted
                 streams, ts, eps, pos, flags = streams[a], ts[a], eps[a], pos[a], flags[a]
@@ -267,10 +255,8 @@ class EpisodeIndex(StreamRings, Selector):
             on = ts >= 0
             self.flags[slots[~on]] |= DETACHED
             self.n_detached += int((~on).sum())
-            self._count_in(streams[on], ts[on], "general")
             self._ring_put(slots[on], streams[on], ts[on], restore=True)
         else:
-            self._count_in(streams, ts, plan.shape)
             self._ring_put(slots, streams, ts, plan.shape)
         if self._own_live:
             self.live.add(slots)
@@ -398,53 +384,24 @@ class EpisodeIndex(StreamRings, Selector):
         """Check and register checkpointed steps for the table's next insert, which re-inserts them.
 
         ``rows`` and ``streams`` come from :meth:`export_rows` and :meth:`export_streams` through a
-        checkpoint (untrusted): raises ``ValueError`` on inconsistent input before changing anything.
+        checkpoint (untrusted): raises :class:`~replaystore.CheckpointError` unless they are one consistent
+        history (:func:`~replaystore.episodes.consistency.check_index_arrays`) before changing anything.
         """
-        st, t, ep, pos, fl = (np.asarray(rows[k]) for k in ("stream", "t", "episode", "pos", "flags"))
-        ids = np.asarray(streams["ids"], dtype=np.int64)
-        nxt, cur_ep, cur_pos = (np.asarray(streams[k], dtype=np.int64) for k in ("next_t", "cur_ep", "cur_pos"))
-        next_episode = int(streams["next_episode"])
-        limit = self.options.stream_limit
-        if not (ids.ndim == 1 and nxt.shape == cur_ep.shape == cur_pos.shape == ids.shape):
-            raise ValueError("episode stream state has inconsistent lengths")
-        if len(ids) and (
-            ids.min() < 0
-            or ids.max() >= limit
-            or len(np.unique(ids)) != len(ids)
-            or (nxt < 1).any()
-            or (nxt > _T_MASK).any()
-            or (cur_pos < 0).any()
-            or (cur_ep >= next_episode).any()
-        ):
-            raise ValueError("episode stream state is out of range")
-        if len(st):
-            if st.min() < 0 or st.max() >= limit or not np.isin(st, ids).all():
-                raise ValueError("a step names a stream the stream state does not know")
-            if t.min() < -1 or ep.min() < 0 or ep.max() >= next_episode or pos.min() < 0 or fl.max() > 3:
-                raise ValueError("step positions, episode ids or flags are out of range")
-            top = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
-            np.maximum.at(top, st, t)
-            if (top[ids] >= nxt).any():
-                raise ValueError("a step's position is not below its stream's next position")
+        check_index_arrays(rows, streams, self.options.stream_limit)
+        st, t, ep, pos = (np.asarray(rows[k], dtype=np.int64) for k in ("stream", "t", "episode", "pos"))
+        ids, nxt, cur_ep, cur_pos = (
+            np.asarray(streams[k], dtype=np.int64) for k in ("ids", "next_t", "cur_ep", "cur_pos")
+        )
         if len(ids):
             top_id = int(ids.max())
             if top_id >= self.n_streams:
                 self._streams_alloc(_pow2_at_least(top_id + 1))
             self.next_t[ids], self.cur_ep[ids], self.cur_pos[ids] = nxt, cur_ep, cur_pos
             self.written = int(nxt.max())
-        self.next_episode = next_episode
+        self.next_episode = int(streams["next_episode"])
+        flags = np.asarray(rows["flags"], dtype=np.uint8)
         plan = StepPlan(
-            st.astype(np.int64),
-            np.zeros(len(st), bool),
-            np.zeros(len(st), bool),
-            shape="restore",
-            rows=(
-                st.astype(np.int64),
-                t.astype(np.int64),
-                ep.astype(np.int64),
-                pos.astype(np.int64),
-                fl.astype(np.uint8),
-            ),
+            st, np.zeros(len(st), bool), np.zeros(len(st), bool), shape="restore", rows=(st, t, ep, pos, flags)
         )
         self._pending[threading.get_ident()] = plan
 

@@ -67,38 +67,45 @@ class EpisodeInfo:
         return len(self.found)
 
 
-def _end_positions(index: EpisodeIndex, streams: np.ndarray, ts: np.ndarray, episodes: np.ndarray) -> np.ndarray:
-    """Stream position of the end step of each (closed) episode, scanning forward from ``ts``.
+def _end_steps(
+    index: EpisodeIndex, streams: np.ndarray, ts: np.ndarray, episodes: np.ndarray, gapless: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Stream position and end flags of the end step of each (closed) episode, scanning forward from ``ts``.
 
-    ``-1`` where the end step is not live. Vectorised over the episodes; blocks double in width.
+    ``-1`` (flags 0) where the end step is not live. Vectorised over the episodes; blocks grow in
+    width. ``gapless``: every stream is gapless (:meth:`EpisodeIndex.gapless`), so its ring entries
+    are exact up to its newest position and are read without verification.
     """
     m = len(streams)
     end = np.full(m, -1, dtype=np.int64)
+    end_flags = np.zeros(m, dtype=np.uint8)
     todo = np.arange(m)
     cursor = ts.copy()
     width = 32  # most episodes end within a block or two (per-call NumPy overhead dominates small blocks)
     while len(todo):
-        s, e, c = streams[todo], episodes[todo], cursor[todo]
+        s, c = streams[todo], cursor[todo]
         pos = c[:, None] + np.arange(width)
         inside = pos < index.next_t[s][:, None]
-        slots = index.lookup(s[:, None], np.where(inside, pos, 0))
-        slots = np.where(inside, slots, -1)
-        live = slots >= 0
-        safe = np.where(live, slots, 0)
-        mine = live & (index.episode_of[safe] == e[:, None])
-        other = live & ~mine
-        flagged = mine & ((index.flags[safe] & ENDS) != 0)
-        first_flag = np.where(flagged.any(1), flagged.argmax(1), width)
-        first_stop = np.minimum(
-            np.where(other.any(1), other.argmax(1), width), np.where((~inside).any(1), (~inside).argmax(1), width)
-        )
-        found = first_flag < first_stop
-        end[todo[found]] = c[found] + first_flag[found]
-        go_on = ~found & (first_stop == width)
+        slots = index.ring_window(s, c, width) if gapless else index.lookup(s[:, None], pos)
+        live = inside & (slots >= 0)
+        fl = index.flags[slots] & ENDS  # (a slot -1 reads the last one: masked by live)
+        # the scan stops at the first flagged step, the write head, or a step of another episode
+        flagged = live & (fl != 0)
+        cut = ~inside | flagged
+        if not gapless:  # (a gapless stream has no step of another episode before this one's end)
+            other = live & (index.episode_of[slots] != episodes[todo][:, None])
+            flagged &= ~other
+            cut |= other
+        x = cut.argmax(1)
+        r = np.arange(len(todo))
+        rows = np.flatnonzero(flagged[r, x])
+        end[todo[rows]] = c[rows] + x[rows]
+        end_flags[todo[rows]] = fl[rows, x[rows]]
+        go_on = ~cut[r, x]
         cursor[todo[go_on]] = c[go_on] + width
         todo = todo[go_on]
         width = min(width * 4, 1 << 16)
-    return end
+    return end, end_flags
 
 
 def _by_episode(rows: np.ndarray, ep: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -107,33 +114,6 @@ def _by_episode(rows: np.ndarray, ep: np.ndarray, t: np.ndarray) -> tuple[np.nda
     first = np.ones(len(order), bool)
     first[1:] = ep[order][1:] != ep[order][:-1]
     return order, order[first], np.cumsum(first) - 1
-
-
-def _gapless_ends(index: EpisodeIndex, streams: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Position and flags of the first flagged step at or after ``ts`` (gapless streams only); ``-1``: none."""
-    m = len(streams)
-    end = np.full(m, -1, dtype=np.int64)
-    end_flags = np.zeros(m, dtype=np.uint8)
-    todo = np.arange(m)
-    cursor = ts.copy()
-    limit = index.next_t[streams]
-    width = 32
-    while len(todo):
-        c = cursor[todo]
-        # a gapless stream's ring entries are exact for every position up to its newest
-        slots = index.ring_window(streams[todo], c, width)
-        fl = np.where(c[:, None] + np.arange(width) < limit[todo][:, None], index.flags[slots] & ENDS, 0)
-        flagged = fl != 0
-        hit = flagged.any(1)
-        at = flagged.argmax(1)  # the first flagged position (argmax of fl would prefer TRUNCATED = 2)
-        rows = np.flatnonzero(hit)
-        end[todo[rows]] = c[rows] + at[rows]
-        end_flags[todo[rows]] = fl[rows, at[rows]]
-        go_on = ~hit & (c + width < limit[todo])
-        cursor[todo[go_on]] = c[go_on] + width
-        todo = todo[go_on]
-        width = min(width * 4, 1 << 16)
-    return end, end_flags
 
 
 def _all_live(
@@ -168,16 +148,8 @@ def info_of_slots(index: EpisodeIndex, slots: np.ndarray) -> EpisodeInfo:
     n = len(slots)
     found = slots >= 0
     s = slots[found]
-    streams = np.full(n, -1, np.int64)
-    episodes = np.full(n, -1, np.int64)
-    ts = np.full(n, -1, np.int64)
-    pos = np.full(n, -1, np.int64)
-    lengths = np.full(n, -1, np.int64)
-    closed = np.zeros(n, bool)
-    complete = np.zeros(n, bool)
-    terminated = np.zeros(n, bool)
-    truncated = np.zeros(n, bool)
-    is_last = np.zeros(n, bool)
+    streams, episodes, ts, pos, lengths = (np.full(n, -1, np.int64) for _ in range(5))
+    closed, complete, terminated, truncated, is_last = (np.zeros(n, bool) for _ in range(5))
     if len(s) == 0:
         return EpisodeInfo(found, streams, episodes, ts, pos, lengths, closed, complete, terminated, truncated, is_last)
     st, t = index.stream_t(s)
@@ -191,37 +163,24 @@ def info_of_slots(index: EpisodeIndex, slots: np.ndarray) -> EpisodeInfo:
     ln = np.full(len(s), -1, np.int64)
     ln[is_open & attached] = index.cur_pos[st[is_open & attached]]
     end_fl = np.zeros(len(s), np.uint8)
-    closed_rows = np.flatnonzero(~is_open & attached)
-    gap_free = index.gapless(st[closed_rows])
     complete_rows = np.zeros(len(s), bool)
-    # gapless streams: every position up to the stream's newest is live, so the first flagged
-    # step at or after the queried one is its episode's end, and the start's liveness is one test
-    g = closed_rows[gap_free]
-    if len(g):
-        g, heads, group = _by_episode(g, ep, t)
-        end_t, end_flags = _gapless_ends(index, st[heads], t[heads])
-        start_t = t[heads] - p[heads]
-        ln[g] = np.where(end_t >= 0, end_t - start_t + 1, -1)[group]
-        end_fl[g] = end_flags[group]
-        complete_rows[g] = ((end_t >= 0) & (start_t >= index.oldest_t[st[heads]]))[group]
-    # other streams: one forward scan per distinct episode, from its latest queried step
-    scan = closed_rows[~gap_free]
+    # one forward scan per distinct closed episode, from its latest queried step
+    scan = np.flatnonzero(~is_open & attached)
     if len(scan):
         order, heads, group = _by_episode(scan, ep, t)
-        end_t = _end_positions(index, st[heads], t[heads], ep[heads])
-        start_t = t[heads] - p[heads]
-        ep_len = np.where(end_t >= 0, end_t - start_t + 1, -1)
-        ln[order] = ep_len[group]
+        hs, ht, he = st[heads], t[heads], ep[heads]
+        end_t = np.full(len(heads), -1, np.int64)
+        end_flags = np.zeros(len(heads), np.uint8)
+        gap_free = index.gapless(hs)
+        for rows, gapless in ((np.flatnonzero(gap_free), True), (np.flatnonzero(~gap_free), False)):
+            if len(rows):
+                end_t[rows], end_flags[rows] = _end_steps(index, hs[rows], ht[rows], he[rows], gapless)
+        start_t = ht - p[heads]
         known = end_t >= 0
+        ep_len = np.where(known, end_t - start_t + 1, -1)
         ok = np.zeros(len(heads), bool)
-        if known.any():
-            kk = np.flatnonzero(known)
-            end_slots = index.lookup(st[heads][kk], end_t[kk])
-            end_fl_heads = np.zeros(len(heads), np.uint8)
-            end_fl_heads[kk] = index.flags[end_slots] & ENDS
-            end_fl[order] = end_fl_heads[group]
-            ok[kk] = _all_live(index, st[heads][kk], start_t[kk], ep_len[kk], ep[heads][kk])
-        complete_rows[order] = ok[group]
+        ok[known] = _all_live(index, hs[known], start_t[known], ep_len[known], he[known])
+        ln[order], end_fl[order], complete_rows[order] = ep_len[group], end_flags[group], ok[group]
     complete[found] = complete_rows
     lengths[found] = ln
     terminated[found] = (end_fl & TERMINATED) != 0

@@ -149,7 +149,7 @@ def plan_checked(
     # consecutive live steps from t. No episode test is needed: inside a stream, the step before an
     # episode boundary carries an end flag (or is missing), and the transition stops there anyway.
     m = np.logical_and.accumulate(win >= 0, axis=0).sum(axis=0)  # 0 for a detached start
-    return _stops(index, win, m, n, has_next_obs)
+    return (win[:n].T, *_ends(index, win, n, has_next_obs, m))
 
 
 def plan_gapless(
@@ -175,20 +175,21 @@ def plan_gapless(
     win = index.ring[index.ring_off[st] + ((t + ar) & (ln - 1))]  # (w, B)
     ahead = nt - t  # live steps from t on (>= 1)
     if int(ahead.min()) < w:  # some window reaches past the write head: those entries are stale
-        return _stops(index, win, np.minimum(ahead, w), n, has_next_obs)
+        return (win[:n].T, *_ends(index, win, n, has_next_obs, np.minimum(ahead, w)))
     # every position of every window is a live step
     k, done, boot = _ends(index, win, n, has_next_obs)
     return win[:n].T, k, done, boot
 
 
 def _ends(
-    index: EpisodeIndex, win: np.ndarray, n: int, has_next_obs: bool
+    index: EpisodeIndex, win: np.ndarray, n: int, has_next_obs: bool, m: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(k, done, bootstrap slot)`` of ``(w, B)`` windows whose every position is a live step.
+    """``(k, done, bootstrap slot)`` of ``(w, B)`` windows whose first ``m`` positions are live steps (default: all).
 
-    A transition stops at the first end flag within its first ``n`` steps, else after step
-    ``n - 1`` (with next observations) or at step ``n`` (without: that step is then only the
-    bootstrap observation, so its own flags do not end the transition).
+    The transition's last step ``x`` is the first of: an end flag (within the first ``n``), the
+    last live step, step ``n - 1`` (with next observations) or ``n`` (without: step ``x`` is then
+    only the bootstrap observation, so its own flags do not end the transition, unless the episode
+    terminated at ``x``).
     """
     fl = index.flags[win]
     cut = fl != 0
@@ -197,33 +198,15 @@ def _ends(
     else:
         cut[n] = True
         fl[n] = 0
+    if m is not None:
+        cut |= _arange(len(win))[:, None] >= m - 1  # (row m - 1 is the last live step)
     x = cut.argmax(axis=0)
     cols = _arange(win.shape[1])
     done = (fl[x, cols] & TERMINATED) != 0
     k = x + 1 if has_next_obs else x + done
+    if m is not None:  # a detached start (checked path only)
+        k[m == 0], done[m == 0] = 0, False
     return k, done, win[x, cols]
-
-
-def _stops(
-    index: EpisodeIndex, win: np.ndarray, m: np.ndarray, n: int, has_next_obs: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`plan_nstep`'s result from the ``(w, B)`` window whose first ``m`` rows are live steps.
-
-    The transition's last step ``x`` is the first of: an end flag (within the first ``n``), the
-    last live step, step ``n - 1`` (with next observations) or ``n`` (without: step ``x`` is then
-    the bootstrap observation, not a step of the transition, unless the episode terminated at
-    ``x``).
-    """
-    w = len(win)
-    ar = _arange(w)[:, None]
-    fl = index.flags[win] * (ar < np.minimum(m, n))  # flags of the live steps among the first n
-    x = ((fl != 0) | (ar >= m - 1)).argmax(axis=0)  # row w - 1 is always a cut: m <= w
-    cols = _arange(len(m))
-    done = (fl[x, cols] & TERMINATED) != 0
-    boot = win[x, cols]
-    k = x + 1 if has_next_obs else x + done
-    k[m == 0] = 0  # a detached start (checked path only)
-    return win[:n].T, k, done, boot
 
 
 def _arange(n: int) -> np.ndarray:
@@ -273,9 +256,7 @@ def _returns(
 def check_request(index: EpisodeIndex, storage: Storage, batch_size: Any, n: Any, gamma: Any) -> tuple[int, int, float]:
     """``(batch_size, n, gamma)`` of a :meth:`Table.sample_nstep` call, checked (``EpisodeError``)."""
     b = check_batch(batch_size)
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise EpisodeError(f"n must be an int >= 1, got {n!r}")
-    n = int(n)
+    n = check_batch(n, "n")
     try:
         gamma = float(gamma)
     except (TypeError, ValueError):

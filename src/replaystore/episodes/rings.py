@@ -72,28 +72,6 @@ class StreamRings:
         self.ring_used = 0
 
     # -- gapless streams --------------------------------------------------------------------------------
-    def _count_in(self, streams: np.ndarray, ts: np.ndarray, shape: str) -> None:
-        """Count new attached steps (each newer than every live step of its stream)."""
-        if len(streams) == 0:
-            return
-        if len(streams) == 1 or shape == "same":
-            s = int(streams[0])
-            if self.n_live[s] == 0:
-                self.oldest_t[s] = int(ts.min())
-            self.n_live[s] += len(ts)
-            return
-        if shape == "distinct":
-            empty = self.n_live[streams] == 0
-            self.oldest_t[streams[empty]] = ts[empty]
-            self.n_live[streams] += 1
-            return
-        us, inv, counts = np.unique(streams, return_inverse=True, return_counts=True)
-        lo = np.full(len(us), np.iinfo(np.int64).max)
-        np.minimum.at(lo, inv, ts)
-        empty = self.n_live[us] == 0
-        self.oldest_t[us[empty]] = lo[empty]
-        self.n_live[us] += counts
-
     def _count_out(self, slots: np.ndarray) -> np.ndarray | None:
         """Uncount leaving steps; ``oldest_t`` advances when its stream's oldest step leaves.
 
@@ -269,16 +247,26 @@ class StreamRings:
     def _ring_put(
         self, slots: np.ndarray, streams: np.ndarray, ts: np.ndarray, shape: str = "general", restore: bool = False
     ) -> None:
-        """Enter new steps in their rings (``restore``: steps of any age, into an empty index)."""
+        """Count new steps and enter them in their rings (``restore``: steps of any age, into an empty index).
+
+        Each step is newer than every live step of its stream; ``shape`` is the plan's (``"same"``:
+        one stream, positions increasing; ``"distinct"``: one step per stream).
+        """
         if len(slots) == 0:
             return
         if len(slots) == 1 or shape == "same":
             s, lo, hi = int(streams[0]), int(ts[0]), int(ts[-1])
+            if self.n_live[s] == 0:
+                self.oldest_t[s] = lo
+            self.n_live[s] += len(ts)
             if self.ring_len[s] == 0 or hi - self.lo_t[s] >= self.ring_len[s]:
                 self._ensure(s, lo, hi)
             self.ring[self.ring_off[s] + (ts & (self.ring_len[s] - 1))] = slots
             return
         if shape == "distinct":
+            empty = self.n_live[streams] == 0
+            self.oldest_t[streams[empty]] = ts[empty]
+            self.n_live[streams] += 1
             ln = self.ring_len[streams]
             need = (ln == 0) | (ts - self.lo_t[streams] >= ln)
             if need.any():
@@ -287,11 +275,14 @@ class StreamRings:
                 ln = self.ring_len[streams]
             self.ring[self.ring_off[streams] + (ts & (ln - 1))] = slots
             return
-        us, inv = np.unique(streams, return_inverse=True)
+        us, inv, counts = np.unique(streams, return_inverse=True, return_counts=True)
         hi = np.full(len(us), np.iinfo(np.int64).min)
         lo = np.full(len(us), np.iinfo(np.int64).max)
         np.maximum.at(hi, inv, ts)
         np.minimum.at(lo, inv, ts)
+        empty = self.n_live[us] == 0
+        self.oldest_t[us[empty]] = lo[empty]
+        self.n_live[us] += counts
         ln = self.ring_len[us]
         need = (ln == 0) | (hi - self.lo_t[us] >= ln)
         if restore:  # steps far behind their stream's newest go to the overflow map

@@ -17,12 +17,12 @@ from ..storage.base import Storage
 from ..storage.spec import SEP
 
 
-def check_batch(batch_size: Any, what: str = "batch_size") -> int:
-    """``batch_size`` as an int ``>= 1`` (:class:`EpisodeError` otherwise)."""
+def check_batch(batch_size: Any, what: str = "batch_size", least: int = 1) -> int:
+    """``batch_size`` as an int ``>= least`` (:class:`EpisodeError` otherwise)."""
     if isinstance(batch_size, (bool, np.bool_)) or not isinstance(batch_size, (int, np.integer)):
         raise EpisodeError(f"{what} must be an int, got {batch_size!r}")
-    if batch_size < 1:
-        raise EpisodeError(f"{what} must be >= 1, got {batch_size}")
+    if batch_size < least:
+        raise EpisodeError(f"{what} must be >= {least}, got {batch_size}")
     return int(batch_size)
 
 

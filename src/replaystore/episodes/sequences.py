@@ -213,9 +213,7 @@ def check_request(
     """``(n, width, burn_in, prioritized)`` of a :meth:`Table.sample_sequences` call (``EpisodeError``)."""
     n = check_batch(batch_size)
     length = check_batch(length, "length")
-    if isinstance(burn_in, (bool, np.bool_)) or not isinstance(burn_in, (int, np.integer)) or burn_in < 0:
-        raise EpisodeError(f"burn_in must be an int >= 0, got {burn_in!r}")
-    burn_in = int(burn_in)
+    burn_in = check_batch(burn_in, "burn_in", least=0)
     if mode not in ("strict", "padded"):
         raise EpisodeError(f"mode must be 'strict' or 'padded', got {mode!r}")
     width = burn_in + length

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..samplers.dense import DenseSet
+from .sequences import present, window
 
 if TYPE_CHECKING:
     from .index import EpisodeIndex
@@ -47,13 +48,6 @@ class StartValidity:
         self.valid = DenseSet(index.capacity)
         self._offsets = np.arange(self.width) + (self.burn_in - self.width + 1)
 
-    def _windows_valid(self, keys: np.ndarray) -> np.ndarray:
-        idx = self.index
-        st, t = idx.stream_t(keys)
-        ts = (t - self.burn_in)[:, None] + np.arange(self.width)
-        win = idx.lookup(st[:, None], ts)
-        return ((win >= 0) & (idx.episode_of[win] == idx.episode_of[keys][:, None])).all(axis=1)
-
     def _set_leaves(self, slots: np.ndarray, values: np.ndarray) -> None:
         if self.sampler is not None and len(slots):
             self.sampler.update(slots, slots, values)
@@ -70,7 +64,7 @@ class StartValidity:
         keys = idx.lookup(st, t - (self.width - 1) + self.burn_in)
         keys = np.unique(keys[keys >= 0])
         newly = keys[~self.flag[keys]]
-        newly = newly[self._windows_valid(newly)] if len(newly) else newly
+        newly = newly[present(idx, window(idx, newly, self.width, self.burn_in), newly).all(axis=1)]
         self.flag[newly] = True
         self.valid.add(newly)
         self._set_leaves(slots[~self.flag[slots]], np.zeros(int((~self.flag[slots]).sum())))

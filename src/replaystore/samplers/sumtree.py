@@ -50,8 +50,7 @@ def frontier_for(capacity: int, max_frontier: int = 8192) -> int:
     return min(leaf_base(capacity), max_frontier)
 
 
-def update_sum(tree: np.ndarray, leaves: np.ndarray, values: np.ndarray, frontier: int = 1) -> None:
-    """Set distinct ``leaves`` to ``values`` and recompute their ancestors' sums up to ``frontier``."""
+def _update(tree: np.ndarray, leaves: np.ndarray, values: np.ndarray, frontier: int, combine: np.ufunc) -> None:
     base = len(tree) // 2
     idx = leaves + base
     tree[idx] = values
@@ -60,20 +59,17 @@ def update_sum(tree: np.ndarray, leaves: np.ndarray, values: np.ndarray, frontie
         base >>= 1
         if len(idx) > base:  # more entries than nodes on this level: deduplicate
             idx = np.unique(idx)
-        tree[idx] = tree[2 * idx] + tree[2 * idx + 1]
+        tree[idx] = combine(tree[2 * idx], tree[2 * idx + 1])
+
+
+def update_sum(tree: np.ndarray, leaves: np.ndarray, values: np.ndarray, frontier: int = 1) -> None:
+    """Set distinct ``leaves`` to ``values`` and recompute their ancestors' sums up to ``frontier``."""
+    _update(tree, leaves, values, frontier, np.add)
 
 
 def update_min(tree: np.ndarray, leaves: np.ndarray, values: np.ndarray, frontier: int = 1) -> None:
     """Set distinct ``leaves`` to ``values`` and recompute their ancestors' minima up to ``frontier``."""
-    base = len(tree) // 2
-    idx = leaves + base
-    tree[idx] = values
-    while base > frontier:
-        idx = idx >> 1
-        base >>= 1
-        if len(idx) > base:
-            idx = np.unique(idx)
-        tree[idx] = np.minimum(tree[2 * idx], tree[2 * idx + 1])
+    _update(tree, leaves, values, frontier, np.minimum)
 
 
 def total(tree: np.ndarray, frontier: int = 1) -> float:

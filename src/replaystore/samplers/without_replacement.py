@@ -40,15 +40,19 @@ class WithoutReplacement(Selector):
         self._all.discard(slots)
         self._remaining.discard(slots)
 
+    def _epoch_left(self) -> int:
+        """Items left in this epoch (a new epoch over every live item starts when none are)."""
+        if self._remaining.size == 0:
+            self._remaining.add(self._all.contents().copy())
+            self.epoch += 1
+        return self._remaining.size
+
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, None]:
         """The next ``n`` items of the epoch, in random order."""
         parts = []
         need = n
         while need > 0:
-            if self._remaining.size == 0:
-                self._remaining.add(self._all.contents().copy())
-                self.epoch += 1
-            k = min(need, self._remaining.size)
+            k = min(need, self._epoch_left())
             picked = self._remaining.choose_distinct(k, self.rng)
             self._remaining.discard(picked)
             parts.append(picked)
@@ -60,10 +64,7 @@ class WithoutReplacement(Selector):
         """Consume ``slots`` from the epoch in order, as :meth:`sample` did when it drew them."""
         i, n = 0, len(slots)
         while i < n:
-            if self._remaining.size == 0:
-                self._remaining.add(self._all.contents().copy())
-                self.epoch += 1
-            k = min(n - i, self._remaining.size)
+            k = min(n - i, self._epoch_left())
             self._remaining.discard(slots[i : i + k])
             i += k
 

@@ -213,7 +213,8 @@ class ColumnStorage(Storage):
         if self.spec is None:
             self._adopt({p: Field(tuple(a.shape[1:]), a.dtype) for p, a in exported.items()})
         n = len(next(iter(exported.values())))
-        self.write(slice(0, n), ({p: exported[p] for p in self.spec}, None))
+        if n:
+            self.write(slice(0, n), ({p: exported[p] for p in self.spec}, None))
         return n
 
     @property

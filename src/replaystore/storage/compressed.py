@@ -125,21 +125,17 @@ class CompressedColumnStorage(ColumnStorage):
         return prepared, n
 
     # -- zstd contexts (per thread: zstd contexts are not thread-safe) ------------------------------
-    def _cctx(self) -> Any:
-        c = getattr(self._local, "cctx", None)
+    def _ctx(self, kind: str) -> Any:
+        """The calling thread's zstd compressor (``kind="cctx"``) or decompressor (``"dctx"``)."""
+        c = getattr(self._local, kind, None)
         if c is None:
-            c = self._local.cctx = self._zstd.ZstdCompressor(level=self.level)
+            c = self._zstd.ZstdCompressor(level=self.level) if kind == "cctx" else self._zstd.ZstdDecompressor()
+            setattr(self._local, kind, c)
         return c
-
-    def _dctx(self) -> Any:
-        d = getattr(self._local, "dctx", None)
-        if d is None:
-            d = self._local.dctx = self._zstd.ZstdDecompressor()
-        return d
 
     def _compress_rows(self, rows: np.ndarray, n: int, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         """One zstd frame per item of ``rows`` (``n`` items, or one unbatched item)."""
-        cctx = self._cctx()
+        cctx = self._ctx("cctx")
         rows = np.ascontiguousarray(rows).reshape(n, math.prod(shape))
         frames = np.empty(n, dtype=object)
         sizes = np.empty(n, dtype=np.int64)
@@ -171,7 +167,7 @@ class CompressedColumnStorage(ColumnStorage):
             return out
         flat = out.reshape(len(slots), -1).view(np.uint8)
         size = flat.shape[1]
-        dctx = self._dctx()
+        dctx = self._ctx("dctx")
         frames = self.blobs[path]
         for i, s in enumerate(slots.tolist()):
             flat[i] = np.frombuffer(dctx.decompress(frames[s], max_output_size=size), dtype=np.uint8)

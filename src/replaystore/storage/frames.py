@@ -210,13 +210,9 @@ class FrameStackStorage(ColumnStorage):
     # -- Storage interface -----------------------------------------------------------------------------
     def write(self, slots: slice | np.ndarray, prepared: tuple) -> None:
         """Write the frames of new items (one per continuing item, ``S + 1`` per segment start)."""
-        columns, new_spec = prepared
-        if new_spec is not None and self.spec is None:
-            self._adopt(new_spec)
+        super().write(slots, prepared)  # (the spec on the first write, and the other columns)
         slot_arr = np.arange(slots.start, slots.stop) if isinstance(slots, slice) else np.atleast_1d(slots)
-        for path, col in self.columns.items():
-            col[slots] = columns[path]
-        starts, start_stacks, next_newest, ends = self._plan(columns)
+        starts, start_stacks, next_newest, ends = self._plan(prepared[0])
         self._plan_cache = None
         S, F = self.stack, self.frame_capacity
         count = 1 + S * starts
@@ -323,17 +319,6 @@ class FrameStackStorage(ColumnStorage):
         out[self.obs_key] = np.ascontiguousarray(out[self.obs_key])
         out[self.next_obs_key] = np.ascontiguousarray(out[self.next_obs_key])
         return out
-
-    def import_(self, exported: Mapping[str, np.ndarray]) -> int:
-        """Write exported items (in key order) to slots ``0..n-1``."""
-        if not exported:
-            return 0
-        n = len(next(iter(exported.values())))
-        if self.spec is None:
-            self._adopt({p: Field(tuple(a.shape[1:]), a.dtype) for p, a in exported.items()})
-        if n:
-            self.write(slice(0, n), (dict(exported), None))
-        return n
 
     @property
     def frames_written(self) -> int:

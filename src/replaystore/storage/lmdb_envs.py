@@ -231,16 +231,12 @@ def next_generation(entry: EnvEntry, link: str, current: str, map_size: int, wri
         tmp = os.path.join(parent, f".{base}.{uuid.uuid4().hex}")
         os.symlink(new, tmp)
         os.replace(tmp, link)  # atomic: readers see the old or the new generation
-    except DiskFull:
-        if not (empty and spare):
-            shutil.rmtree(new_dir, ignore_errors=True)
-        raise
-    except (lmdb.Error, OSError) as e:
+    except (lmdb.Error, OSError) as e:  # (DiskFull included)
         if not (empty and spare):
             shutil.rmtree(new_dir, ignore_errors=True)
         if isinstance(e, lmdb.Error):
             raise lmdb_write_error(e, new_dir, None, map_size) from None
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        if not isinstance(e, DiskFull) and e.errno in (errno.ENOSPC, errno.EDQUOT):
             raise DiskFull(f"no space to compact shard {link} into {new_dir}", new_dir, None) from None
         raise
     if empty and spare:

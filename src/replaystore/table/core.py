@@ -273,16 +273,20 @@ class Table(
         if self._state.closed:
             raise Closed(f"table {self.name!r} is closed")
 
-    def _account_sample(self, slots: np.ndarray, draws: int, out: np.ndarray | None = None) -> None:
+    def _account_sample(
+        self, slots: np.ndarray, draws: int, out: np.ndarray | None = None, times: np.ndarray | None = None
+    ) -> None:
         """Count a sample of ``draws`` that drew ``slots`` (duplicates allowed; lock held).
 
         ``times_sampled`` += 1 per draw, the limiter's and the table's sample counters, retirement
-        at ``max_times_sampled``. ``out``: where to write the slots' new ``times_sampled``.
+        at ``max_times_sampled``. ``out``: where to write the slots' new ``times_sampled``;
+        ``times``: those, already counted (by ``rows.count_samples``).
         """
-        np.add.at(self._times_sampled, slots, 1)
-        times = self._times_sampled[slots]
-        if out is not None:
-            out[:] = times
+        if times is None:
+            np.add.at(self._times_sampled, slots, 1)
+            times = self._times_sampled[slots]
+            if out is not None:
+                out[:] = times
         st = self._state
         self.rate_limiter.samples += draws
         st.samples += draws
@@ -446,17 +450,8 @@ class Table(
         if data is None:
             data = self.storage.read(slots) if read else None
             count_samples(self._meta, slots, rows)
-        limiter.samples += n
         self._recent.record(slots, rows[:, 0])
-        st.samples += n
-        st.sample_calls += 1
-        if self.max_times_sampled:
-            done = np.unique(slots[rows[:, 1] >= self.max_times_sampled])
-            if len(done):
-                self._remove_slots(done)
-                st.retired += len(done)
-        if self._waiting:
-            self._cond.notify_all()
+        self._account_sample(slots, n, times=rows[:, 1])
         return slots, probabilities, weights, rows, data
 
     def iterate(

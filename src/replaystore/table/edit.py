@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import InvalidArgument, SpecError, Unsupported
 from ..storage import ColumnStorage
 from ..storage.spec import flatten
-from .args import as_keys, as_version
+from .args import as_keys, as_priorities, as_version
 
 
 class KeyedMethods:
@@ -67,7 +67,7 @@ class KeyedMethods:
         """
         given, keys = keys, as_keys(keys)
         self._recent.check(keys, given)
-        prio = self._validate_priorities(priorities, len(keys))
+        prio = as_priorities(priorities, len(keys), self._requires_nonnegative, self.sampler)
         if len(keys) == 0:
             return 0
         with self._cond:

@@ -221,8 +221,6 @@ class EpisodeMethods:
             index, self.sampler, batch_size, length, burn_in, mode
         )
         with self._cond:
-            if self._stager is not None and self._stager.n:
-                self._flush_pending()
             self._wait_for_sample(n, timeout)
             sample, starts = _sequences.draw_sequences(
                 index, self.sampler, self.rng, self.storage, self._meta, n, width, burn_in, mode, prioritized
@@ -243,8 +241,6 @@ class EpisodeMethods:
         index = self._require_episodes()
         b, n, gamma = _nstep.check_request(index, self.storage, batch_size, n, gamma)
         with self._cond:
-            if self._stager is not None and self._stager.n:
-                self._flush_pending()
             self._wait_for_sample(b, timeout)
             sample, starts = _nstep.draw_nstep(index, self.sampler, self.storage, self._meta, b, n, gamma)
             self._account_sample(starts, b, sample.times_sampled)
@@ -264,8 +260,6 @@ class EpisodeMethods:
         index = self._require_episodes()
         k = _whole.check_request(k, replace)
         with self._cond:
-            if self._stager is not None and self._stager.n:
-                self._flush_pending()
             self._wait_for_sample(k, timeout)
             steps, batch = _whole.draw_episodes(index, self.storage, self._meta, self.rng, k, replace)
             self._account_sample(steps, k)
@@ -285,8 +279,7 @@ class EpisodeMethods:
         index = self._require_episodes()
         keys = as_keys(keys)
         with self._cond:
-            if self._stager is not None and self._stager.n:
-                self._flush_pending()
+            self._flush_pending()
             return _info.info_of_slots(index, self._index.lookup(keys))
 
     def episode_keys(self, keys: Any, positions: Any) -> np.ndarray:
@@ -304,6 +297,5 @@ class EpisodeMethods:
         keys = as_keys(keys)
         want = _info.check_positions(positions, len(keys))
         with self._cond:
-            if self._stager is not None and self._stager.n:
-                self._flush_pending()
+            self._flush_pending()
             return _info.keys_at(index, self._meta[:, 0], self._index.lookup(keys), want)

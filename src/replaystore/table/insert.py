@@ -21,9 +21,6 @@ from .args import NO_LIMIT, as_priorities, as_slice_if_contiguous, subset
 class GeneralInsert:
     """Checks and the insert of a prepared batch (see the module doc)."""
 
-    def _validate_priorities(self, priorities: Any, n: int) -> np.ndarray:
-        return as_priorities(priorities, n, self._requires_nonnegative, self.sampler)
-
     def _validate_versions(self, version: Any, n: int) -> int | np.ndarray:
         """One int for the whole batch, or ``n`` int64 versions."""
         if version is None:
@@ -68,7 +65,7 @@ class GeneralInsert:
         limited = limiter.max_diff < NO_LIMIT  # else every insert may proceed at once
         if limited:
             limiter.check_insert_size(n)
-        prio = None if priorities is None else self._validate_priorities(priorities, n)
+        prio = None if priorities is None else as_priorities(priorities, n, self._requires_nonnegative, self.sampler)
         versions = self._validate_versions(version, n)
         accepted = None
         if self.max_staleness is not None:

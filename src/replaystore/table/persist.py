@@ -23,7 +23,7 @@ from ..errors import BlockingWarning, CheckpointError
 from ..limiters import limiter_from_config
 from ..rows import TIMES_SAMPLED_MAX, VERSION_MAX, VERSION_MIN
 from ..samplers import selector_from_config
-from ..snapshot import TableSnapshot
+from ..snapshot import CONFIG, TableSnapshot
 from ..storage import Storage
 from ..storage.describe import from_description
 
@@ -55,14 +55,7 @@ class Persistence:
                     "rows": self._episodes.export_rows(slots),
                 }
             return TableSnapshot(
-                config={
-                    "name": self.name,
-                    "capacity": self.capacity,
-                    "max_times_sampled": self.max_times_sampled,
-                    "max_staleness": self.max_staleness,
-                    "default_timeout": self.default_timeout,
-                    "seed": self.seed,
-                },
+                config={name: getattr(self, name) for name in CONFIG},
                 state={
                     "next_key": st.next_key,
                     "model_version": st.version,
@@ -92,20 +85,14 @@ class Persistence:
                 constructor raises them).
             CheckpointError: the items or states are inconsistent with each other.
         """
-        cfg = snapshot.config
-        capacity = cfg["capacity"]
+        cfg = {name: snapshot.config[name] for name in CONFIG}
         episodes = None if snapshot.episodes is None else Episodes(**snapshot.episodes["config"])
         table = cls(
-            capacity,
+            **cfg,
             sampler=selector_from_config(snapshot.sampler["config"]),
             remover=selector_from_config(snapshot.remover["config"]),
             rate_limiter=limiter_from_config(snapshot.rate_limiter["config"]),
-            max_times_sampled=cfg["max_times_sampled"],
-            max_staleness=cfg["max_staleness"],
-            storage=storage if storage is not None else from_description(snapshot.storage, capacity),
-            seed=cfg["seed"],
-            default_timeout=cfg["default_timeout"],
-            name=cfg["name"],
+            storage=storage if storage is not None else from_description(snapshot.storage, cfg["capacity"]),
             episodes=episodes,
         )
         try:

@@ -49,9 +49,6 @@ _INTS = (
     *COUNTERS,
 )
 _FLOATS = ("max_priority", "pending_max_priority", *BLOCKED)
-#: the fields a shared table publishes to other processes (``closed`` is per process), in this order
-SHARED_INTS = tuple(name for name in _INTS if name != "closed")
-SHARED_FLOATS = _FLOATS
 #: the record :meth:`TableState.to_array` fills
 STATE_DTYPE = np.dtype([(name, np.int64) for name in _INTS] + [(name, np.float64) for name in _FLOATS])
 
@@ -75,9 +72,10 @@ class TableState:
     """
 
     __slots__ = _INTS + _FLOATS
-    #: the scalar hook (:mod:`replaystore.placement`): what a shared table publishes
-    SCALARS = SHARED_INTS
-    FLOAT_SCALARS = SHARED_FLOATS
+    #: the scalar hook (:mod:`replaystore.placement`): what a shared table publishes to other
+    #: processes, in this order (``closed`` is per process)
+    SCALARS = tuple(name for name in _INTS if name != "closed")
+    FLOAT_SCALARS = _FLOATS
 
     def __init__(self, capacity: int) -> None:
         for name in _INTS:

@@ -69,7 +69,8 @@ class Waits:
         )
 
     def _wait_for_sample(self, n: int, timeout: float | None) -> None:
-        """Block (lock held) until the table is open, non-empty and its limiter allows ``n`` samples."""
+        """Flush staged adds; block (lock held) until the table is open, non-empty and admits ``n`` samples."""
+        self._flush_pending()
         if self._state.closed:
             self._check_open()
         limiter = self.rate_limiter
