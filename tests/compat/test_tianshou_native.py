@@ -253,10 +253,17 @@ def test_native_sampler_equals_the_reference_with_powers(steps, alpha):
             pos, first = np.unique(pos, return_index=True)
             for s in (ref, fast):
                 s.written(pos, p[first]) if op == "write" else s.rebuild(pos, p[first])
-        else:  # (libm's and NumPy's powers may differ in the last bit: compare closely, not exactly)
+        else:
             for s in (ref, fast):
                 s.set_weights(pos, p * 50, 1e-3)
+        # the leaves exactly (both take NumPy's power, as Tianshou's `w ** alpha`); the sums closely
+        # (the reference may add in another order)
+        np.testing.assert_array_equal(ref.leaves(np.arange(20)), fast.leaves(np.arange(20)))
         np.testing.assert_allclose(ref._tree.tree, fast._tree.tree, rtol=1e-13, atol=0)
+        if fast.total_mass() > 0.0:  # the compiled weights: NumPy's power of the drawn leaves, exactly
+            drawn, weight = fast.draw_weighted(9, 0.4, 0.0)
+            leaves = ref.leaves(drawn)
+            np.testing.assert_array_equal(weight, (leaves * (1.0 / leaves.min())) ** -0.4)
 
 
 def test_native_update_checks_before_writing():

@@ -443,6 +443,27 @@ fa_put(PyObject *self, PyObject *args)
 
 /* ---- the binary sum tree (samplers.sumtree's layout: node i's children 2i, 2i+1, leaves from len/2) */
 
+/* a **= e with NumPy's operator (its power ufunc, or its fast paths for e = 0.5, 2, -1, ...), as
+   Tianshou's `weights ** alpha`: the same values as Tianshou's and the reference's; 0 or -1 (error set) */
+static int
+inplace_power(PyArrayObject *a, double e)
+{
+    PyObject *eo = PyFloat_FromDouble(e);
+    if (eo == NULL)
+        return -1;
+    PyObject *r = PyNumber_InPlacePower((PyObject *)a, eo, Py_None);
+    Py_DECREF(eo);
+    if (r == NULL)
+        return -1;
+    int ok = r == (PyObject *)a;
+    Py_DECREF(r);
+    if (!ok) {
+        PyErr_SetString(PyExc_RuntimeError, "inplace_power: not in place");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *
 fa_bin_draw(PyObject *self, PyObject *args)
 {
@@ -499,7 +520,12 @@ fa_bin_draw(PyObject *self, PyObject *args)
                             scale of 0 means 1 / the smallest leaf drawn (normalised by the maximum) */
         double s = scale > 0.0 ? scale : 1.0 / lo;
         for (npy_intp j = 0; j < n; j++)
-            t[j] = pow(t[j] * s, -beta);
+            t[j] *= s;
+        if (inplace_power((PyArrayObject *)o_leaf, -beta) < 0) {
+            Py_DECREF(o_pos);
+            Py_DECREF(o_leaf);
+            return NULL;
+        }
     }
     PyObject *result = PyTuple_Pack(2, o_pos, o_leaf);
     Py_DECREF(o_pos);
@@ -539,34 +565,46 @@ fa_bin_update(PyObject *self, PyObject *args)
         return NULL;
     }
     const double *wd = (const double *)PyArray_DATA(w);
+    npy_intp dims[1] = {n};
+    PyArrayObject *pw = (PyArrayObject *)PyArray_SimpleNew(1, dims, NPY_FLOAT64);
+    if (pw == NULL) {
+        Py_DECREF(w);
+        return NULL;
+    }
+    double *pd = (double *)PyArray_DATA(pw);
     double hi = -INFINITY, lo = INFINITY;
     int nan = 0;
     for (npy_intp j = 0; j < n; j++) {
         double p = fabs(wd[j]) + eps;
+        pd[j] = p;
         nan |= p != p;
         hi = p > hi ? p : hi;
         lo = p < lo ? p : lo;
     }
+    Py_DECREF(w);
     if (nan)
         hi = lo = NAN;
     if (n == 0 || !(hi < INFINITY)) {  /* (NaN too): nothing written */
-        Py_DECREF(w);
+        Py_DECREF(pw);
         return Py_BuildValue("(dd)", hi, lo);
+    }
+    if (alpha != 1.0 && inplace_power(pw, alpha) < 0) {  /* NumPy's power, as Tianshou's `w ** alpha` */
+        Py_DECREF(pw);
+        return NULL;
     }
     int64_t *idx = (int64_t *)PyMem_Malloc(sizeof(int64_t) * n);
     if (idx == NULL) {
-        Py_DECREF(w);
+        Py_DECREF(pw);
         return PyErr_NoMemory();
     }
     npy_intp m = 0;
     for (npy_intp j = 0; j < n; j++) {  /* in order: the last of duplicates wins */
         if (!live[pos[j]])
             continue;
-        double p = fabs(wd[j]) + eps;
-        tree[base + pos[j]] = alpha == 1.0 ? p : pow(p, alpha);
+        tree[base + pos[j]] = pd[j];
         idx[m++] = base + pos[j];
     }
-    Py_DECREF(w);
+    Py_DECREF(pw);
     /* every parent recomputed from its children: level by level over the updated ones while a
        level has more nodes than they are, then whole levels (in order: no repeated ancestors) */
     npy_intp b = base;
@@ -584,6 +622,38 @@ fa_bin_update(PyObject *self, PyObject *args)
 }
 
 /* ---- gather ---------------------------------------------------------------------------------- */
+
+/* rows idx[0..n) of one array (rows of `rb` bytes; negative indices count from the end) into dst,
+   the row of a later index prefetched; a constant row size lets the compiler copy it inline */
+#define COPY_ROWS(RB)                                                                       \
+    for (npy_intp j = 0; j < n; j++) {                                                      \
+        if (j + PREFETCH_AHEAD < n) {                                                       \
+            int64_t q = idx[j + PREFETCH_AHEAD];                                            \
+            __builtin_prefetch(s + (q + (q < 0 ? rows : 0)) * (RB));                        \
+        }                                                                                   \
+        int64_t p = idx[j];                                                                 \
+        memcpy(d + j * (RB), s + (p + (p < 0 ? rows : 0)) * (RB), (size_t)(RB));            \
+    }
+
+static void
+copy_rows(const char **src, char **dst, const npy_intp *rowbytes, Py_ssize_t k, const int64_t *idx, npy_intp n,
+          npy_intp rows)
+{
+    for (Py_ssize_t a = 0; a < k; a++) {  /* array by array: one constant row size per loop */
+        const char *s = src[a];
+        char *d = dst[a];
+        npy_intp rb = rowbytes[a];
+        switch (rb) {
+        case 1: COPY_ROWS(1) break;
+        case 2: COPY_ROWS(2) break;
+        case 4: COPY_ROWS(4) break;
+        case 8: COPY_ROWS(8) break;
+        case 16: COPY_ROWS(16) break;
+        case 32: COPY_ROWS(32) break;
+        default: COPY_ROWS(rb) break;
+        }
+    }
+}
 
 static PyObject *
 fa_gather(PyObject *self, PyObject *args)
@@ -640,20 +710,7 @@ fa_gather(PyObject *self, PyObject *args)
         PyTuple_SET_ITEM(out, a, r);
         dst[a] = PyArray_BYTES((PyArrayObject *)r);
     }
-    /* row by row over every array, the rows of a later index prefetched: one pass whose misses
-       overlap, instead of one take per array */
-    for (npy_intp j = 0; j < n; j++) {
-        if (j + PREFETCH_AHEAD < n) {
-            int64_t p = idx[j + PREFETCH_AHEAD];
-            p += p < 0 ? rows : 0;
-            for (Py_ssize_t a = 0; a < k; a++)
-                __builtin_prefetch(src[a] + p * rowbytes[a]);
-        }
-        int64_t p = idx[j];
-        p += p < 0 ? rows : 0;
-        for (Py_ssize_t a = 0; a < k; a++)
-            memcpy(dst[a] + j * rowbytes[a], src[a] + p * rowbytes[a], (size_t)rowbytes[a]);
-    }
+    copy_rows(src, dst, rowbytes, k, idx, n, rows);
     return out;
 }
 

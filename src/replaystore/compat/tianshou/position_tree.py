@@ -78,7 +78,7 @@ class BinaryTree:
         if not keep.all():
             pos, p = pos[keep], p[keep]
         if len(pos):
-            self.set(pos, p if alpha == 1.0 else np.power(p, alpha))
+            self.set(pos, p if alpha == 1.0 else p**alpha)  # (NumPy's operator, as Tianshou's)
         return hi, lo
 
     def total(self) -> float:
@@ -110,7 +110,7 @@ class NativeBinaryTree(BinaryTree):
         _native.bin_update(self.tree, np.ones(len(self.tree) // 2, dtype=bool), pos, values, 1.0, 0.0)
 
     def set_weights(self, pos: np.ndarray, live: np.ndarray, w: np.ndarray, alpha: float, eps: float) -> tuple:  # noqa: D102
-        return _native.bin_update(self.tree, live, pos, w, alpha, eps)  # (libm's power: ~10 ns a row)
+        return _native.bin_update(self.tree, live, pos, w, alpha, eps)
 
     def total(self) -> float:  # noqa: D102
         return float(self.tree[1])
@@ -248,7 +248,7 @@ class PositionSampler:
             pos, leaves = self.draw(n)  # (all priorities 0: uniform)
         else:
             pos, leaves = self.draw(n)
-        weight = np.power(leaves * (scale if scale > 0.0 else 1.0 / leaves.min()), -beta)
+        weight = (leaves * (scale if scale > 0.0 else 1.0 / leaves.min())) ** -beta  # (as the compiled draw)
         return pos, weight
 
     def sample(self, n: int) -> np.ndarray:
