@@ -322,3 +322,35 @@ def test_sample_weights_equal_the_indexed_weights(weight_norm, native_tree, monk
         np.testing.assert_allclose(batch.weight, buf[idx].weight, rtol=1e-12)
         want = buf.get_weight(idx)
         np.testing.assert_allclose(batch.weight, want / want.max() if weight_norm else want, rtol=1e-12)
+
+
+def descend(tree, uniforms):
+    """The binary descent over the stored tree, level by level (the rule of the compiled draw)."""
+    base = len(tree) // 2
+    below = np.nextafter(tree[1], 0.0)
+    t = np.minimum(uniforms * tree[1], below)
+    node = np.ones(len(t), dtype=np.int64)
+    while node[0] < base:
+        left = node * 2
+        right = (t >= tree[left]) & (tree[left + 1] > 0.0)
+        t -= np.where(right, tree[left], 0.0)
+        node = left + right
+    return node - base
+
+
+@pytest.mark.parametrize("capacity", [5, 8, 9, 1000])
+def test_native_draw_equals_the_descent_of_the_stored_tree(capacity):
+    # the compiled draw sums a node's eight leaves itself instead of reading the two levels above
+    # them: the same values as the stored ones, so the same draws (float priorities, inexact sums)
+    rng = np.random.default_rng(capacity)
+    s = PositionSampler(capacity, alpha=0.6, seed=0, native=True)
+    s.written(np.arange(capacity), rng.random(capacity) * 10)
+    assert s._tree.tree.ctypes.data % 64 == 0
+    for _ in range(3):
+        pos = rng.integers(0, capacity, capacity // 2 + 1)
+        s.set_weights(pos, np.where(rng.random(len(pos)) < 0.2, 0.0, rng.random(len(pos))), 0.0)
+        u = rng.random(4000)
+        got = native.bin_draw(s._tree.tree, u)
+        np.testing.assert_array_equal(got[0], descend(s._tree.tree, u))
+        np.testing.assert_array_equal(got[1], s._tree.tree[len(s._tree.tree) // 2 + got[0]])
+        assert (got[1] > 0.0).all()

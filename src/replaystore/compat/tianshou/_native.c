@@ -499,15 +499,40 @@ fa_bin_draw(PyObject *self, PyObject *args)
     }
     /* level by level over the batch (independent loads overlap their misses), branch-free as
        samplers.sumtree_jit: right when past the left sum and the right child has mass */
-    for (npy_intp b = base; b > 1; b >>= 1) {
+    npy_intp stop = base >= 8 ? 8 : 1;  /* (the last three levels from the leaves, below) */
+    for (npy_intp b = base; b > stop; b >>= 1) {
         for (npy_intp j = 0; j < n; j++) {
             if (j + PREFETCH_AHEAD < n)  /* (further ahead than the CPU's window reaches) */
-                __builtin_prefetch(tree + (node[j + PREFETCH_AHEAD] << 1));
+                __builtin_prefetch(tree + (node[j + PREFETCH_AHEAD] << (b > 16 ? 1 : 3)));
             int64_t left = node[j] << 1;
             double ls = tree[left];
             int64_t right = (t[j] >= ls) & (tree[left + 1] > 0.0);
             t[j] -= (double)right * ls;
             node[j] = left + right;
+        }
+    }
+    if (stop == 8) {
+        /* node i's eight leaves 8i .. 8i + 7 are one cache line (the tree is 64-byte aligned by
+           its owner); the two levels between are their pairwise sums, computed here as the
+           updates compute them (tree[k] = tree[2k] + tree[2k + 1], in the same order): the same
+           values as the stored ones, so the same descent, without reading two more lines */
+        for (npy_intp j = 0; j < n; j++) {
+            if (j + PREFETCH_AHEAD < n)
+                __builtin_prefetch(tree + (node[j + PREFETCH_AHEAD] << 3));
+            const double *l = tree + (node[j] << 3);
+            double x = t[j];
+            double s01 = l[0] + l[1], s23 = l[2] + l[3], s45 = l[4] + l[5], s67 = l[6] + l[7];
+            double s03 = s01 + s23, s47 = s45 + s67;
+            int64_t r1 = (x >= s03) & (s47 > 0.0);
+            x -= (double)r1 * s03;
+            double ls = r1 ? s45 : s01, rs = r1 ? s67 : s23;
+            int64_t r2 = (x >= ls) & (rs > 0.0);
+            x -= (double)r2 * ls;
+            int64_t k = 4 * r1 + 2 * r2;
+            int64_t r3 = (x >= l[k]) & (l[k + 1] > 0.0);
+            x -= (double)r3 * l[k];
+            t[j] = x;
+            node[j] = (node[j] << 3) + k + r3;
         }
     }
     double lo = INFINITY;

@@ -103,8 +103,16 @@ class NativeBinaryTree(BinaryTree):
     """:class:`BinaryTree` (the same array, so the same contents after the same calls) driven by ``_native``'s kernels.
 
     One C call per draw or update: no NumPy calls around the kernels, which is what a small batch
-    costs. Not thread-safe.
+    costs. The array is 64-byte aligned: a draw reads a node's eight leaves as one cache line and
+    sums the two levels above them itself. Not thread-safe.
     """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        n = len(self.tree)
+        buf = np.zeros(n + 8, dtype=np.float64)
+        at = (-buf.ctypes.data % 64) // 8
+        self.tree = buf[at : at + n]
 
     def set(self, pos: np.ndarray, values: np.ndarray) -> None:  # noqa: D102
         _native.bin_update(self.tree, np.ones(len(self.tree) // 2, dtype=bool), pos, values, 1.0, 0.0)
