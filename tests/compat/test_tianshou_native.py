@@ -320,6 +320,12 @@ def test_sample_weights_equal_the_indexed_weights(weight_norm, native_tree, monk
     for n in (1, 7, 100):
         batch, idx = buf.sample(n)
         np.testing.assert_allclose(batch.weight, buf[idx].weight, rtol=1e-12)
+        got, want_rows = leaves(batch), leaves_of(buf, idx)  # (rows gathered in the draw's call)
+        assert got.keys() == want_rows.keys()
+        for k, v in want_rows.items():
+            assert got[k].dtype == v.dtype
+            if k != "weight":  # (compared above)
+                np.testing.assert_array_equal(got[k], v, err_msg=k)
         want = buf.get_weight(idx)
         np.testing.assert_allclose(batch.weight, want / want.max() if weight_norm else want, rtol=1e-12)
 

@@ -441,6 +441,11 @@ fa_put(PyObject *self, PyObject *args)
 }
 
 
+static Py_ssize_t gather_plan(PyObject *arrays, const char **src, npy_intp *rowbytes, npy_intp *rows_out);
+static PyObject *gather_alloc(PyObject *arrays, Py_ssize_t k, npy_intp n, char **dst);
+static void copy_rows(const char **src, char **dst, const npy_intp *rowbytes, Py_ssize_t k, const int64_t *idx,
+                      npy_intp n, npy_intp rows);
+
 /* ---- the binary sum tree (samplers.sumtree's layout: node i's children 2i, 2i+1, leaves from len/2) */
 
 /* a **= e with NumPy's operator (its power ufunc, or its fast paths for e = 0.5, 2, -1, ...), as
@@ -467,10 +472,15 @@ inplace_power(PyArrayObject *a, double e)
 static PyObject *
 fa_bin_draw(PyObject *self, PyObject *args)
 {
-    PyObject *tree_o, *u_o;
+    PyObject *tree_o, *u_o, *arrays = NULL;
     double beta = NAN, scale = 0.0;
-    if (!PyArg_ParseTuple(args, "OO|dd:bin_draw", &tree_o, &u_o, &beta, &scale))
+    if (!PyArg_ParseTuple(args, "OO|ddO!:bin_draw", &tree_o, &u_o, &beta, &scale, &PyTuple_Type, &arrays))
         return NULL;
+    const char *src[MAX_LEAVES];
+    char *dst[MAX_LEAVES];
+    npy_intp rowbytes[MAX_LEAVES];
+    npy_intp rows = 0;
+    Py_ssize_t k = arrays ? gather_plan(arrays, src, rowbytes, &rows) : 0;
     if (!is_vector(tree_o, NPY_FLOAT64, 2) || !is_vector(u_o, NPY_FLOAT64, 0)) {
         PyErr_SetString(PyExc_TypeError, "bin_draw: contiguous float64 tree and uniforms");
         return NULL;
@@ -528,11 +538,17 @@ fa_bin_draw(PyObject *self, PyObject *args)
             double ls = r1 ? s45 : s01, rs = r1 ? s67 : s23;
             int64_t r2 = (x >= ls) & (rs > 0.0);
             x -= (double)r2 * ls;
-            int64_t k = 4 * r1 + 2 * r2;
-            int64_t r3 = (x >= l[k]) & (l[k + 1] > 0.0);
-            x -= (double)r3 * l[k];
+            int64_t h = 4 * r1 + 2 * r2;
+            int64_t r3 = (x >= l[h]) & (l[h + 1] > 0.0);
+            x -= (double)r3 * l[h];
             t[j] = x;
-            node[j] = (node[j] << 3) + k + r3;
+            node[j] = (node[j] << 3) + h + r3;
+            /* the drawn rows requested now: they arrive while the other draws descend (the
+               copy below finds them in cache) */
+            npy_intp q = node[j] - base;
+            if (q < rows)
+                for (Py_ssize_t a = 0; a < k; a++)
+                    __builtin_prefetch(src[a] + q * rowbytes[a]);
         }
     }
     double lo = INFINITY;
@@ -552,7 +568,27 @@ fa_bin_draw(PyObject *self, PyObject *args)
             return NULL;
         }
     }
-    PyObject *result = PyTuple_Pack(2, o_pos, o_leaf);
+    PyObject *result;
+    if (arrays == NULL) {
+        result = PyTuple_Pack(2, o_pos, o_leaf);
+    }
+    else {  /* and the drawn rows of every array (None: arrays not handled, or a row missing) */
+        int ok = k > 0;
+        for (npy_intp j = 0; ok && j < n; j++)
+            ok = node[j] < rows;
+        PyObject *got = ok ? gather_alloc(arrays, k, n, dst) : Py_None;
+        if (got == NULL) {
+            Py_DECREF(o_pos);
+            Py_DECREF(o_leaf);
+            return NULL;
+        }
+        if (ok)
+            copy_rows(src, dst, rowbytes, k, node, n, rows);
+        else
+            Py_INCREF(got);
+        result = PyTuple_Pack(3, o_pos, o_leaf, got);
+        Py_DECREF(got);
+    }
     Py_DECREF(o_pos);
     Py_DECREF(o_leaf);
     return result;
@@ -680,42 +716,39 @@ copy_rows(const char **src, char **dst, const npy_intp *rowbytes, Py_ssize_t k, 
     }
 }
 
-static PyObject *
-fa_gather(PyObject *self, PyObject *args)
+/* the arrays' layout for copy_rows: the number of arrays (0: not handled, nothing set), their
+   data, row sizes and common length */
+static Py_ssize_t
+gather_plan(PyObject *arrays, const char **src, npy_intp *rowbytes, npy_intp *rows_out)
 {
-    PyObject *arrays, *idx_o;
-    if (!PyArg_ParseTuple(args, "O!O:gather", &PyTuple_Type, &arrays, &idx_o))
-        return NULL;
-    if (!is_vector(idx_o, NPY_INT64, 0))
-        Py_RETURN_NONE;
     Py_ssize_t k = PyTuple_GET_SIZE(arrays);
     if (k == 0 || k > MAX_LEAVES)
-        Py_RETURN_NONE;
-    npy_intp n = PyArray_DIM((PyArrayObject *)idx_o, 0);
-    const int64_t *idx = (const int64_t *)PyArray_DATA((PyArrayObject *)idx_o);
-    const char *src[MAX_LEAVES];
-    char *dst[MAX_LEAVES];
-    npy_intp rowbytes[MAX_LEAVES];
+        return 0;
     npy_intp rows = -1;
     for (Py_ssize_t a = 0; a < k; a++) {
         PyObject *o = PyTuple_GET_ITEM(arrays, a);
         if (!PyArray_CheckExact(o))
-            Py_RETURN_NONE;
+            return 0;
         PyArrayObject *m = (PyArrayObject *)o;
         if (PyArray_NDIM(m) < 1 || !PyArray_IS_C_CONTIGUOUS(m) || PyDataType_REFCHK(PyArray_DESCR(m)))
-            Py_RETURN_NONE;
+            return 0;
         if (rows < 0)
             rows = PyArray_DIM(m, 0);
         if (PyArray_DIM(m, 0) != rows)
-            Py_RETURN_NONE;
+            return 0;
         rowbytes[a] = PyArray_ITEMSIZE(m);
         for (int i = 1; i < PyArray_NDIM(m); i++)
             rowbytes[a] *= PyArray_DIM(m, i);
         src[a] = PyArray_BYTES(m);
     }
-    for (npy_intp j = 0; j < n; j++)  /* out of range (negative ones count from the end, as take) */
-        if (idx[j] >= rows || idx[j] < -rows)
-            Py_RETURN_NONE;
+    *rows_out = rows;
+    return k;
+}
+
+/* a tuple of new arrays of n rows shaped as `arrays`' rows, their data in dst; NULL on error */
+static PyObject *
+gather_alloc(PyObject *arrays, Py_ssize_t k, npy_intp n, char **dst)
+{
     PyObject *out = PyTuple_New(k);
     if (out == NULL)
         return NULL;
@@ -735,7 +768,32 @@ fa_gather(PyObject *self, PyObject *args)
         PyTuple_SET_ITEM(out, a, r);
         dst[a] = PyArray_BYTES((PyArrayObject *)r);
     }
-    copy_rows(src, dst, rowbytes, k, idx, n, rows);
+    return out;
+}
+
+static PyObject *
+fa_gather(PyObject *self, PyObject *args)
+{
+    PyObject *arrays, *idx_o;
+    if (!PyArg_ParseTuple(args, "O!O:gather", &PyTuple_Type, &arrays, &idx_o))
+        return NULL;
+    if (!is_vector(idx_o, NPY_INT64, 0))
+        Py_RETURN_NONE;
+    const char *src[MAX_LEAVES];
+    char *dst[MAX_LEAVES];
+    npy_intp rowbytes[MAX_LEAVES];
+    npy_intp rows;
+    Py_ssize_t k = gather_plan(arrays, src, rowbytes, &rows);
+    if (k == 0)
+        Py_RETURN_NONE;
+    npy_intp n = PyArray_DIM((PyArrayObject *)idx_o, 0);
+    const int64_t *idx = (const int64_t *)PyArray_DATA((PyArrayObject *)idx_o);
+    for (npy_intp j = 0; j < n; j++)  /* out of range (negative ones count from the end, as take) */
+        if (idx[j] >= rows || idx[j] < -rows)
+            Py_RETURN_NONE;
+    PyObject *out = gather_alloc(arrays, k, n, dst);
+    if (out != NULL)
+        copy_rows(src, dst, rowbytes, k, idx, n, rows);
     return out;
 }
 

@@ -126,8 +126,15 @@ class NativeBinaryTree(BinaryTree):
     def draw(self, uniforms: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:  # noqa: D102
         return _native.bin_draw(self.tree, uniforms)
 
-    def draw_weighted(self, uniforms: np.ndarray, beta: float, scale: float) -> tuple | None:  # noqa: D102
-        return _native.bin_draw(self.tree, uniforms, beta, scale)
+    def draw_weighted(self, uniforms: np.ndarray, beta: float, scale: float, arrays: tuple | None = None) -> tuple | None:  # noqa: D102
+        if arrays is None:
+            return _native.bin_draw(self.tree, uniforms, beta, scale)
+        return _native.bin_draw(self.tree, uniforms, beta, scale, arrays)
+
+
+def _weights(leaves: np.ndarray, beta: float, scale: float) -> np.ndarray:
+    """``(leaves * scale) ** -beta`` (scale 0: one over the smallest leaf), as the compiled draw computes them."""
+    return (leaves * (scale if scale > 0.0 else 1.0 / leaves.min())) ** -beta
 
 
 def last_writes(pos: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -256,8 +263,25 @@ class PositionSampler:
             pos, leaves = self.draw(n)  # (all priorities 0: uniform)
         else:
             pos, leaves = self.draw(n)
-        weight = (leaves * (scale if scale > 0.0 else 1.0 / leaves.min())) ** -beta  # (as the compiled draw)
-        return pos, weight
+        return pos, _weights(leaves, beta, scale)
+
+    def draw_rows(self, n: int, beta: float, scale: float, arrays: tuple) -> tuple:
+        """:meth:`draw_weighted`, and the drawn rows of each of ``arrays`` (C-contiguous, one row per position).
+
+        Returns ``(positions, weights, rows)``: ``rows`` a tuple of ``a.take(positions, axis=0)``,
+        gathered in the same compiled call as the draw, or None (the reference tree, or arrays the
+        compiled gather does not handle): the caller then gathers them.
+        """
+        if self._pending:
+            self.sync()
+        tree = self._tree
+        if type(tree) is NativeBinaryTree:
+            out = tree.draw_weighted(self._rng.random(n), beta, scale, arrays)
+            if out is not None:
+                return out
+            pos, leaves = self.draw(n)  # (all priorities 0: uniform)
+            return pos, _weights(leaves, beta, scale), None
+        return (*self.draw_weighted(n, beta, scale), None)
 
     def sample(self, n: int) -> np.ndarray:
         """``n`` positions drawn as :meth:`draw`."""
