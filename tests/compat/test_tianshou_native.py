@@ -352,11 +352,16 @@ def test_native_draw_equals_the_descent_of_the_stored_tree(capacity):
     s = PositionSampler(capacity, alpha=0.6, seed=0, native=True)
     s.written(np.arange(capacity), rng.random(capacity) * 10)
     assert s._tree.tree.ctypes.data % 64 == 0
-    for _ in range(3):
-        pos = rng.integers(0, capacity, capacity // 2 + 1)
+    tree = s._tree.tree
+    base = len(tree) // 2
+    for size in (capacity // 2 + 1, 3, 1):
+        pos = rng.integers(0, capacity, size)
         s.set_weights(pos, np.where(rng.random(len(pos)) < 0.2, 0.0, rng.random(len(pos))), 0.0)
+        # every inner node is the sum of its children, as the updates compute it (also in the
+        # three levels an update sums from a leaf's line of eight)
+        np.testing.assert_array_equal(tree[1:base], tree[2 : 2 * base : 2] + tree[3 : 2 * base : 2])
         u = rng.random(4000)
-        got = native.bin_draw(s._tree.tree, u)
-        np.testing.assert_array_equal(got[0], descend(s._tree.tree, u))
-        np.testing.assert_array_equal(got[1], s._tree.tree[len(s._tree.tree) // 2 + got[0]])
+        got = native.bin_draw(tree, u)
+        np.testing.assert_array_equal(got[0], descend(tree, u))
+        np.testing.assert_array_equal(got[1], tree[base + got[0]])
         assert (got[1] > 0.0).all()

@@ -660,17 +660,49 @@ fa_bin_update(PyObject *self, PyObject *args)
     }
     npy_intp m = 0;
     for (npy_intp j = 0; j < n; j++) {  /* in order: the last of duplicates wins */
+        if (j + PREFETCH_AHEAD < n) {
+            __builtin_prefetch(live + pos[j + PREFETCH_AHEAD]);
+            __builtin_prefetch(tree + base + pos[j + PREFETCH_AHEAD], 1);
+        }
         if (!live[pos[j]])
             continue;
         tree[base + pos[j]] = pd[j];
         idx[m++] = base + pos[j];
     }
     Py_DECREF(pw);
-    /* every parent recomputed from its children: level by level over the updated ones while a
-       level has more nodes than they are, then whole levels (in order: no repeated ancestors) */
+    /* every parent recomputed from its children (tree[i] = tree[2i] + tree[2i + 1]): */
     npy_intp b = base;
+    if (base >= 8 && (base >> 3) > m) {
+        /* the three levels above the leaves from each updated leaf's line of eight, summed as
+           the level passes below sum them (so the same values), the eight leaves read once */
+        for (npy_intp j = 0; j < m; j++) {
+            if (j + PREFETCH_AHEAD < m) {
+                int64_t g2 = idx[j + PREFETCH_AHEAD] >> 3;
+                __builtin_prefetch(tree + 4 * g2, 1);
+                __builtin_prefetch(tree + 2 * g2, 1);
+                __builtin_prefetch(tree + g2, 1);
+            }
+            int64_t g = idx[j] >> 3;
+            const double *l = tree + 8 * g;
+            double s01 = l[0] + l[1], s23 = l[2] + l[3], s45 = l[4] + l[5], s67 = l[6] + l[7];
+            double *q = tree + 4 * g;
+            q[0] = s01;
+            q[1] = s23;
+            q[2] = s45;
+            q[3] = s67;
+            tree[2 * g] = s01 + s23;
+            tree[2 * g + 1] = s45 + s67;
+            tree[g] = tree[2 * g] + tree[2 * g + 1];
+            idx[j] = g;
+        }
+        b = base >> 3;
+    }
+    /* then level by level over the updated ones while a level has more nodes than they are,
+       then whole levels (in order: no repeated ancestors) */
     for (; b > 1 && (b >> 1) > m; b >>= 1)
         for (npy_intp j = 0; j < m; j++) {
+            if (j + PREFETCH_AHEAD < m)
+                __builtin_prefetch(tree + (idx[j + PREFETCH_AHEAD] >> 1), 1);
             int64_t i = idx[j] >> 1;
             idx[j] = i;
             tree[i] = tree[2 * i] + tree[2 * i + 1];
