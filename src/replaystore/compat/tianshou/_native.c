@@ -469,6 +469,18 @@ inplace_power(PyArrayObject *a, double e)
     return 0;
 }
 
+/* b when r (0 or 1), else a: a bitwise select, no branch (the sides of a descent are random) */
+static inline double
+pick(double a, double b, int64_t r)
+{
+    uint64_t ua, ub, m = (uint64_t)0 - (uint64_t)r;
+    memcpy(&ua, &a, 8);
+    memcpy(&ub, &b, 8);
+    ua = (ua & ~m) | (ub & m);
+    memcpy(&a, &ua, 8);
+    return a;
+}
+
 static PyObject *
 fa_bin_draw(PyObject *self, PyObject *args)
 {
@@ -535,7 +547,7 @@ fa_bin_draw(PyObject *self, PyObject *args)
             double s03 = s01 + s23, s47 = s45 + s67;
             int64_t r1 = (x >= s03) & (s47 > 0.0);
             x -= (double)r1 * s03;
-            double ls = r1 ? s45 : s01, rs = r1 ? s67 : s23;
+            double ls = pick(s01, s45, r1), rs = pick(s23, s67, r1);
             int64_t r2 = (x >= ls) & (rs > 0.0);
             x -= (double)r2 * ls;
             int64_t h = 4 * r1 + 2 * r2;
