@@ -52,6 +52,7 @@
 #define MAX_LEAVES 64
 #define PREFETCH_AHEAD 32  /* rows ahead: further than the CPU's own window reaches */
 #define N_COUNTERS 9
+#define DEEP_TRIPLES 2  /* a draw's deepest 6 levels read as two lines of eight (see bin_draw) */
 
 static PyObject *str_dict, *str_done;
 
@@ -520,12 +521,23 @@ fa_bin_draw(PyObject *self, PyObject *args)
         node[j] = 1;
     }
     /* level by level over the batch (independent loads overlap their misses), branch-free as
-       samplers.sumtree_jit: right when past the left sum and the right child has mass */
-    npy_intp stop = base >= 8 ? 8 : 1;  /* (the last three levels from the leaves, below) */
-    for (npy_intp b = base; b > stop; b >>= 1) {
+       samplers.sumtree_jit: right when past the left sum and the right child has mass. The
+       levels one at a time from the root, then the deepest ones (out of cache on a large
+       tree) three at a time: node i's eight great-grandchildren 8i .. 8i + 7 are one cache line
+       (the tree is 64-byte aligned by its owner) and the two levels between are their pairwise
+       sums, computed here as the updates compute them (tree[k] = tree[2k] + tree[2k + 1], in the
+       same order): the same values as the stored ones, so the same descent, one line read for
+       three levels. (Three at a time from the root was measured too: more arithmetic per level,
+       slower while the levels are in cache.) The last step ends at the leaves. */
+    int levels = 0;
+    while (((npy_intp)1 << levels) < base)
+        levels++;
+    int triples = levels / 3 < DEEP_TRIPLES ? levels / 3 : DEEP_TRIPLES, singles = levels - 3 * triples;
+    for (int lv = 0; lv < singles; lv++) {
+        int shift = lv + 1 < singles ? 1 : 3;  /* (what the next step reads) */
         for (npy_intp j = 0; j < n; j++) {
             if (j + PREFETCH_AHEAD < n)  /* (further ahead than the CPU's window reaches) */
-                __builtin_prefetch(tree + (node[j + PREFETCH_AHEAD] << (b > 16 ? 1 : 3)));
+                __builtin_prefetch(tree + (node[j + PREFETCH_AHEAD] << shift));
             int64_t left = node[j] << 1;
             double ls = tree[left];
             int64_t right = (t[j] >= ls) & (tree[left + 1] > 0.0);
@@ -533,11 +545,8 @@ fa_bin_draw(PyObject *self, PyObject *args)
             node[j] = left + right;
         }
     }
-    if (stop == 8) {
-        /* node i's eight leaves 8i .. 8i + 7 are one cache line (the tree is 64-byte aligned by
-           its owner); the two levels between are their pairwise sums, computed here as the
-           updates compute them (tree[k] = tree[2k] + tree[2k + 1], in the same order): the same
-           values as the stored ones, so the same descent, without reading two more lines */
+    for (int tr = 0; tr < triples; tr++) {
+        int last = tr + 1 == triples;
         for (npy_intp j = 0; j < n; j++) {
             if (j + PREFETCH_AHEAD < n)
                 __builtin_prefetch(tree + (node[j + PREFETCH_AHEAD] << 3));
@@ -555,12 +564,13 @@ fa_bin_draw(PyObject *self, PyObject *args)
             x -= (double)r3 * l[h];
             t[j] = x;
             node[j] = (node[j] << 3) + h + r3;
-            /* the drawn rows requested now: they arrive while the other draws descend (the
-               copy below finds them in cache) */
-            npy_intp q = node[j] - base;
-            if (q < rows)
-                for (Py_ssize_t a = 0; a < k; a++)
-                    __builtin_prefetch(src[a] + q * rowbytes[a]);
+            if (last) {  /* the drawn rows requested now: they arrive while the other draws
+                            descend (the copy below finds them in cache) */
+                npy_intp q = node[j] - base;
+                if (q < rows)
+                    for (Py_ssize_t a = 0; a < k; a++)
+                        __builtin_prefetch(src[a] + q * rowbytes[a]);
+            }
         }
     }
     double lo = INFINITY;
