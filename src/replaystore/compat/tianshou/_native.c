@@ -21,17 +21,24 @@
  *     into row pos (pos: an int; the leaves are then single rows). Every check comes before the
  *     first write; returns True when written, False when not handled (nothing written).
  *
- * bin_draw(tree, uniforms) / bin_update(tree, live, positions, weights, alpha, eps)
+ * bin_draw(tree, uniforms[, beta, scale[, arrays]]) / bin_update(tree, live, positions, weights, alpha, eps)
  *     A prioritized buffer's binary sum tree (replaystore.samplers.sumtree's layout: node i's
  *     children are 2i and 2i + 1, the leaves start at len(tree) // 2, the root is node 1), as the
  *     numba kernels of replaystore.samplers.sumtree_jit, in one call each with nothing around them.
+ *     Every inner node holds exactly tree[2i] + tree[2i + 1] (bin_update keeps it so), which lets
+ *     both read a node's eight great-grandchildren (one 64-byte line when the tree is aligned) and
+ *     sum the two levels between themselves: the same values as the stored ones.
  *     bin_draw scales the uniforms by the total (kept below it) and descends level by level over
  *     the batch; returns (positions, leaf values), or None when the total is not > 0; given beta
  *     (and scale), (positions, (leaf * scale) ** -beta), scale 0 meaning 1 / the smallest leaf
- *     drawn (the weights normalised by their maximum). bin_update
+ *     drawn (the weights normalised by their maximum), the power NumPy's (`**`, as Tianshou's);
+ *     given arrays too (a tuple, as for gather), (positions, weights, rows): rows the gather of
+ *     the drawn positions (the rows prefetched as each descent ends), or None when gather would
+ *     decline. bin_update
  *     sets the leaves of the live positions to (|w| + eps) ** alpha in order (the last of
- *     duplicates wins), recomputes their ancestors from their children, and returns (max, min) of
- *     |w| + eps over all weights; when one is NaN or infinite it writes nothing.
+ *     duplicates wins; NumPy's power), recomputes their ancestors from their children, and
+ *     returns (max, min) of |w| + eps over all weights; when one is NaN or infinite it writes
+ *     nothing.
  *
  * gather(arrays, idx)
  *     (a.take(idx, axis=0) for a in arrays) in one pass over idx (int64) for C-contiguous arrays of

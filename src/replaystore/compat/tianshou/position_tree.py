@@ -126,7 +126,10 @@ class NativeBinaryTree(BinaryTree):
     def draw(self, uniforms: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:  # noqa: D102
         return _native.bin_draw(self.tree, uniforms)
 
-    def draw_weighted(self, uniforms: np.ndarray, beta: float, scale: float, arrays: tuple | None = None) -> tuple | None:  # noqa: D102
+    def draw_weighted(
+        self, uniforms: np.ndarray, beta: float, scale: float, arrays: tuple | None = None
+    ) -> tuple | None:
+        """(positions, weights), and the drawn rows of ``arrays`` when given (see ``_native.bin_draw``)."""
         if arrays is None:
             return _native.bin_draw(self.tree, uniforms, beta, scale)
         return _native.bin_draw(self.tree, uniforms, beta, scale, arrays)
