@@ -365,3 +365,25 @@ def test_native_draw_equals_the_descent_of_the_stored_tree(capacity):
         np.testing.assert_array_equal(got[0], descend(tree, u))
         np.testing.assert_array_equal(got[1], tree[base + got[0]])
         assert (got[1] > 0.0).all()
+
+
+def test_sample_with_object_rows_takes_the_per_key_gather():
+    # an object array among the stored ones: the compiled call draws but does not gather (rows
+    # None), sample then gathers key by key: the same positions, rows and weights
+    buf = rs.PrioritizedVectorReplayBuffer(40, 4, alpha=0.6, beta=0.4)
+    for t in range(8):
+        b = rows(4, t, [0, 0, 0, t == 7], np.float64, np.float32, False)
+        b.info.tag = np.array([f"t{t}-{i}" for i in range(4)], dtype=object)
+        buf.add(b)
+    assert buf._meta.info.tag.dtype == object
+    pt = buf.positions_table()
+    arrays = common.gather_plan(buf._meta.__dict__)[0]
+    out = native.bin_draw(pt._tree.tree, np.linspace(0.0, 0.99, 5), 0.4, 0.0, arrays)
+    assert len(out) == 3 and out[2] is None
+    batch, idx = buf.sample(50)
+    np.testing.assert_array_equal(batch.info.tag, buf._meta.info.tag[idx])
+    want = leaves_of(buf, idx)
+    for k, v in leaves(batch).items():
+        if k != "weight":
+            np.testing.assert_array_equal(v, want[k], err_msg=k)
+    np.testing.assert_allclose(batch.weight, want["weight"], rtol=1e-12)
