@@ -253,10 +253,17 @@ def test_native_sampler_equals_the_reference_with_powers(steps, alpha):
             pos, first = np.unique(pos, return_index=True)
             for s in (ref, fast):
                 s.written(pos, p[first]) if op == "write" else s.rebuild(pos, p[first])
-        else:  # (libm's and NumPy's powers may differ in the last bit: compare closely, not exactly)
+        else:
             for s in (ref, fast):
                 s.set_weights(pos, p * 50, 1e-3)
+        # the leaves exactly (both take NumPy's power, as Tianshou's `w ** alpha`); the sums closely
+        # (the reference may add in another order)
+        np.testing.assert_array_equal(ref.leaves(np.arange(20)), fast.leaves(np.arange(20)))
         np.testing.assert_allclose(ref._tree.tree, fast._tree.tree, rtol=1e-13, atol=0)
+        if fast.total_mass() > 0.0:  # the compiled weights: NumPy's power of the drawn leaves, exactly
+            drawn, weight = fast.draw_weighted(9, 0.4, 0.0)
+            leaves = ref.leaves(drawn)
+            np.testing.assert_array_equal(weight, (leaves * (1.0 / leaves.min())) ** -0.4)
 
 
 def test_native_update_checks_before_writing():
@@ -313,5 +320,73 @@ def test_sample_weights_equal_the_indexed_weights(weight_norm, native_tree, monk
     for n in (1, 7, 100):
         batch, idx = buf.sample(n)
         np.testing.assert_allclose(batch.weight, buf[idx].weight, rtol=1e-12)
+        got, want_rows = leaves(batch), leaves_of(buf, idx)  # (rows gathered in the draw's call)
+        assert got.keys() == want_rows.keys()
+        for k, v in want_rows.items():
+            assert got[k].dtype == v.dtype
+            if k != "weight":  # (compared above)
+                np.testing.assert_array_equal(got[k], v, err_msg=k)
         want = buf.get_weight(idx)
         np.testing.assert_allclose(batch.weight, want / want.max() if weight_norm else want, rtol=1e-12)
+
+
+def descend(tree, uniforms):
+    """The binary descent over the stored tree, level by level (the rule of the compiled draw)."""
+    base = len(tree) // 2
+    below = np.nextafter(tree[1], 0.0)
+    t = np.minimum(uniforms * tree[1], below)
+    node = np.ones(len(t), dtype=np.int64)
+    while node[0] < base:
+        left = node * 2
+        right = (t >= tree[left]) & (tree[left + 1] > 0.0)
+        t -= np.where(right, tree[left], 0.0)
+        node = left + right
+    return node - base
+
+
+@pytest.mark.parametrize("capacity", [1, 3, 5, 8, 9, 1000])
+def test_native_draw_equals_the_descent_of_the_stored_tree(capacity):
+    # the compiled draw sums a node's eight leaves itself instead of reading the two levels above
+    # them: the same values as the stored ones, so the same draws (float priorities, inexact sums)
+    rng = np.random.default_rng(capacity)
+    s = PositionSampler(capacity, alpha=0.6, seed=0, native=True)
+    s.written(np.arange(capacity), rng.random(capacity) * 10)
+    assert s._tree.tree.ctypes.data % 64 == 0
+    tree = s._tree.tree
+    base = len(tree) // 2
+    for size in (capacity // 2 + 1, 3, 1):
+        pos = rng.integers(0, capacity, size)
+        s.set_weights(pos, np.where(rng.random(len(pos)) < 0.2, 0.0, rng.random(len(pos))), 0.0)
+        # every inner node is the sum of its children, as the updates compute it (also in the
+        # three levels an update sums from a leaf's line of eight)
+        np.testing.assert_array_equal(tree[1:base], tree[2 : 2 * base : 2] + tree[3 : 2 * base : 2])
+        u = rng.random(4000)
+        got = native.bin_draw(tree, u)
+        if not tree[1] > 0.0:  # (every priority 0: the caller draws uniformly)
+            assert got is None
+            continue
+        np.testing.assert_array_equal(got[0], descend(tree, u))
+        np.testing.assert_array_equal(got[1], tree[base + got[0]])
+        assert (got[1] > 0.0).all()
+
+
+def test_sample_with_object_rows_takes_the_per_key_gather():
+    # an object array among the stored ones: the compiled call draws but does not gather (rows
+    # None), sample then gathers key by key: the same positions, rows and weights
+    buf = rs.PrioritizedVectorReplayBuffer(40, 4, alpha=0.6, beta=0.4)
+    for t in range(8):
+        b = rows(4, t, [0, 0, 0, t == 7], np.float64, np.float32, False)
+        b.info.tag = np.array([f"t{t}-{i}" for i in range(4)], dtype=object)
+        buf.add(b)
+    assert buf._meta.info.tag.dtype == object
+    pt = buf.positions_table()
+    arrays = common.gather_plan(buf._meta.__dict__)[0]
+    out = native.bin_draw(pt._tree.tree, np.linspace(0.0, 0.99, 5), 0.4, 0.0, arrays)
+    assert len(out) == 3 and out[2] is None
+    batch, idx = buf.sample(50)
+    np.testing.assert_array_equal(batch.info.tag, buf._meta.info.tag[idx])
+    want = leaves_of(buf, idx)
+    for k, v in leaves(batch).items():
+        if k != "weight":
+            np.testing.assert_array_equal(v, want[k], err_msg=k)
+    np.testing.assert_allclose(batch.weight, want["weight"], rtol=1e-12)

@@ -21,17 +21,24 @@
  *     into row pos (pos: an int; the leaves are then single rows). Every check comes before the
  *     first write; returns True when written, False when not handled (nothing written).
  *
- * bin_draw(tree, uniforms) / bin_update(tree, live, positions, weights, alpha, eps)
+ * bin_draw(tree, uniforms[, beta, scale[, arrays]]) / bin_update(tree, live, positions, weights, alpha, eps)
  *     A prioritized buffer's binary sum tree (replaystore.samplers.sumtree's layout: node i's
  *     children are 2i and 2i + 1, the leaves start at len(tree) // 2, the root is node 1), as the
  *     numba kernels of replaystore.samplers.sumtree_jit, in one call each with nothing around them.
+ *     Every inner node holds exactly tree[2i] + tree[2i + 1] (bin_update keeps it so), which lets
+ *     both read a node's eight great-grandchildren (one 64-byte line when the tree is aligned) and
+ *     sum the two levels between themselves: the same values as the stored ones.
  *     bin_draw scales the uniforms by the total (kept below it) and descends level by level over
  *     the batch; returns (positions, leaf values), or None when the total is not > 0; given beta
  *     (and scale), (positions, (leaf * scale) ** -beta), scale 0 meaning 1 / the smallest leaf
- *     drawn (the weights normalised by their maximum). bin_update
+ *     drawn (the weights normalised by their maximum), the power NumPy's (`**`, as Tianshou's);
+ *     given arrays too (a tuple, as for gather), (positions, weights, rows): rows the gather of
+ *     the drawn positions (the rows prefetched as each descent ends), or None when gather would
+ *     decline. bin_update
  *     sets the leaves of the live positions to (|w| + eps) ** alpha in order (the last of
- *     duplicates wins), recomputes their ancestors from their children, and returns (max, min) of
- *     |w| + eps over all weights; when one is NaN or infinite it writes nothing.
+ *     duplicates wins; NumPy's power), recomputes their ancestors from their children, and
+ *     returns (max, min) of |w| + eps over all weights; when one is NaN or infinite it writes
+ *     nothing.
  *
  * gather(arrays, idx)
  *     (a.take(idx, axis=0) for a in arrays) in one pass over idx (int64) for C-contiguous arrays of
@@ -52,6 +59,7 @@
 #define MAX_LEAVES 64
 #define PREFETCH_AHEAD 32  /* rows ahead: further than the CPU's own window reaches */
 #define N_COUNTERS 9
+#define DEEP_TRIPLES 2  /* a draw's deepest 6 levels read as two lines of eight (see bin_draw) */
 
 static PyObject *str_dict, *str_done;
 
@@ -441,15 +449,58 @@ fa_put(PyObject *self, PyObject *args)
 }
 
 
+static Py_ssize_t gather_plan(PyObject *arrays, const char **src, npy_intp *rowbytes, npy_intp *rows_out);
+static PyObject *gather_alloc(PyObject *arrays, Py_ssize_t k, npy_intp n, char **dst);
+static void copy_rows(const char **src, char **dst, const npy_intp *rowbytes, Py_ssize_t k, const int64_t *idx,
+                      npy_intp n, npy_intp rows);
+
 /* ---- the binary sum tree (samplers.sumtree's layout: node i's children 2i, 2i+1, leaves from len/2) */
+
+/* a **= e with NumPy's operator (its power ufunc, or its fast paths for e = 0.5, 2, -1, ...), as
+   Tianshou's `weights ** alpha`: the same values as Tianshou's and the reference's; 0 or -1 (error set) */
+static int
+inplace_power(PyArrayObject *a, double e)
+{
+    PyObject *eo = PyFloat_FromDouble(e);
+    if (eo == NULL)
+        return -1;
+    PyObject *r = PyNumber_InPlacePower((PyObject *)a, eo, Py_None);
+    Py_DECREF(eo);
+    if (r == NULL)
+        return -1;
+    int ok = r == (PyObject *)a;
+    Py_DECREF(r);
+    if (!ok) {
+        PyErr_SetString(PyExc_RuntimeError, "inplace_power: not in place");
+        return -1;
+    }
+    return 0;
+}
+
+/* b when r (0 or 1), else a: a bitwise select, no branch (the sides of a descent are random) */
+static inline double
+pick(double a, double b, int64_t r)
+{
+    uint64_t ua, ub, m = (uint64_t)0 - (uint64_t)r;
+    memcpy(&ua, &a, 8);
+    memcpy(&ub, &b, 8);
+    ua = (ua & ~m) | (ub & m);
+    memcpy(&a, &ua, 8);
+    return a;
+}
 
 static PyObject *
 fa_bin_draw(PyObject *self, PyObject *args)
 {
-    PyObject *tree_o, *u_o;
+    PyObject *tree_o, *u_o, *arrays = NULL;
     double beta = NAN, scale = 0.0;
-    if (!PyArg_ParseTuple(args, "OO|dd:bin_draw", &tree_o, &u_o, &beta, &scale))
+    if (!PyArg_ParseTuple(args, "OO|ddO!:bin_draw", &tree_o, &u_o, &beta, &scale, &PyTuple_Type, &arrays))
         return NULL;
+    const char *src[MAX_LEAVES];
+    char *dst[MAX_LEAVES];
+    npy_intp rowbytes[MAX_LEAVES];
+    npy_intp rows = 0;
+    Py_ssize_t k = arrays ? gather_plan(arrays, src, rowbytes, &rows) : 0;
     if (!is_vector(tree_o, NPY_FLOAT64, 2) || !is_vector(u_o, NPY_FLOAT64, 0)) {
         PyErr_SetString(PyExc_TypeError, "bin_draw: contiguous float64 tree and uniforms");
         return NULL;
@@ -477,16 +528,56 @@ fa_bin_draw(PyObject *self, PyObject *args)
         node[j] = 1;
     }
     /* level by level over the batch (independent loads overlap their misses), branch-free as
-       samplers.sumtree_jit: right when past the left sum and the right child has mass */
-    for (npy_intp b = base; b > 1; b >>= 1) {
+       samplers.sumtree_jit: right when past the left sum and the right child has mass. The
+       levels one at a time from the root, then the deepest ones (out of cache on a large
+       tree) three at a time: node i's eight great-grandchildren 8i .. 8i + 7 are one cache line
+       (the tree is 64-byte aligned by its owner) and the two levels between are their pairwise
+       sums, computed here as the updates compute them (tree[k] = tree[2k] + tree[2k + 1], in the
+       same order): the same values as the stored ones, so the same descent, one line read for
+       three levels. (Three at a time from the root was measured too: more arithmetic per level,
+       slower while the levels are in cache.) The last step ends at the leaves. */
+    int levels = 0;
+    while (((npy_intp)1 << levels) < base)
+        levels++;
+    int triples = levels / 3 < DEEP_TRIPLES ? levels / 3 : DEEP_TRIPLES, singles = levels - 3 * triples;
+    for (int lv = 0; lv < singles; lv++) {
+        int shift = lv + 1 < singles ? 1 : 3;  /* (what the next step reads) */
         for (npy_intp j = 0; j < n; j++) {
             if (j + PREFETCH_AHEAD < n)  /* (further ahead than the CPU's window reaches) */
-                __builtin_prefetch(tree + (node[j + PREFETCH_AHEAD] << 1));
+                __builtin_prefetch(tree + (node[j + PREFETCH_AHEAD] << shift));
             int64_t left = node[j] << 1;
             double ls = tree[left];
             int64_t right = (t[j] >= ls) & (tree[left + 1] > 0.0);
             t[j] -= (double)right * ls;
             node[j] = left + right;
+        }
+    }
+    for (int tr = 0; tr < triples; tr++) {
+        int last = tr + 1 == triples;
+        for (npy_intp j = 0; j < n; j++) {
+            if (j + PREFETCH_AHEAD < n)
+                __builtin_prefetch(tree + (node[j + PREFETCH_AHEAD] << 3));
+            const double *l = tree + (node[j] << 3);
+            double x = t[j];
+            double s01 = l[0] + l[1], s23 = l[2] + l[3], s45 = l[4] + l[5], s67 = l[6] + l[7];
+            double s03 = s01 + s23, s47 = s45 + s67;
+            int64_t r1 = (x >= s03) & (s47 > 0.0);
+            x -= (double)r1 * s03;
+            double ls = pick(s01, s45, r1), rs = pick(s23, s67, r1);
+            int64_t r2 = (x >= ls) & (rs > 0.0);
+            x -= (double)r2 * ls;
+            int64_t h = 4 * r1 + 2 * r2;
+            int64_t r3 = (x >= l[h]) & (l[h + 1] > 0.0);
+            x -= (double)r3 * l[h];
+            t[j] = x;
+            node[j] = (node[j] << 3) + h + r3;
+            if (last) {  /* the drawn rows requested now: they arrive while the other draws
+                            descend (the copy below finds them in cache) */
+                npy_intp q = node[j] - base;
+                if (q < rows)
+                    for (Py_ssize_t a = 0; a < k; a++)
+                        __builtin_prefetch(src[a] + q * rowbytes[a]);
+            }
         }
     }
     double lo = INFINITY;
@@ -499,9 +590,34 @@ fa_bin_draw(PyObject *self, PyObject *args)
                             scale of 0 means 1 / the smallest leaf drawn (normalised by the maximum) */
         double s = scale > 0.0 ? scale : 1.0 / lo;
         for (npy_intp j = 0; j < n; j++)
-            t[j] = pow(t[j] * s, -beta);
+            t[j] *= s;
+        if (inplace_power((PyArrayObject *)o_leaf, -beta) < 0) {
+            Py_DECREF(o_pos);
+            Py_DECREF(o_leaf);
+            return NULL;
+        }
     }
-    PyObject *result = PyTuple_Pack(2, o_pos, o_leaf);
+    PyObject *result;
+    if (arrays == NULL) {
+        result = PyTuple_Pack(2, o_pos, o_leaf);
+    }
+    else {  /* and the drawn rows of every array (None: arrays not handled, or a row missing) */
+        int ok = k > 0;
+        for (npy_intp j = 0; ok && j < n; j++)
+            ok = node[j] < rows;
+        PyObject *got = ok ? gather_alloc(arrays, k, n, dst) : Py_None;
+        if (got == NULL) {
+            Py_DECREF(o_pos);
+            Py_DECREF(o_leaf);
+            return NULL;
+        }
+        if (ok)
+            copy_rows(src, dst, rowbytes, k, node, n, rows);
+        else
+            Py_INCREF(got);
+        result = PyTuple_Pack(3, o_pos, o_leaf, got);
+        Py_DECREF(got);
+    }
     Py_DECREF(o_pos);
     Py_DECREF(o_leaf);
     return result;
@@ -539,39 +655,83 @@ fa_bin_update(PyObject *self, PyObject *args)
         return NULL;
     }
     const double *wd = (const double *)PyArray_DATA(w);
+    npy_intp dims[1] = {n};
+    PyArrayObject *pw = (PyArrayObject *)PyArray_SimpleNew(1, dims, NPY_FLOAT64);
+    if (pw == NULL) {
+        Py_DECREF(w);
+        return NULL;
+    }
+    double *pd = (double *)PyArray_DATA(pw);
     double hi = -INFINITY, lo = INFINITY;
     int nan = 0;
     for (npy_intp j = 0; j < n; j++) {
         double p = fabs(wd[j]) + eps;
+        pd[j] = p;
         nan |= p != p;
         hi = p > hi ? p : hi;
         lo = p < lo ? p : lo;
     }
+    Py_DECREF(w);
     if (nan)
         hi = lo = NAN;
     if (n == 0 || !(hi < INFINITY)) {  /* (NaN too): nothing written */
-        Py_DECREF(w);
+        Py_DECREF(pw);
         return Py_BuildValue("(dd)", hi, lo);
+    }
+    if (alpha != 1.0 && inplace_power(pw, alpha) < 0) {  /* NumPy's power, as Tianshou's `w ** alpha` */
+        Py_DECREF(pw);
+        return NULL;
     }
     int64_t *idx = (int64_t *)PyMem_Malloc(sizeof(int64_t) * n);
     if (idx == NULL) {
-        Py_DECREF(w);
+        Py_DECREF(pw);
         return PyErr_NoMemory();
     }
     npy_intp m = 0;
     for (npy_intp j = 0; j < n; j++) {  /* in order: the last of duplicates wins */
+        if (j + PREFETCH_AHEAD < n) {
+            __builtin_prefetch(live + pos[j + PREFETCH_AHEAD]);
+            __builtin_prefetch(tree + base + pos[j + PREFETCH_AHEAD], 1);
+        }
         if (!live[pos[j]])
             continue;
-        double p = fabs(wd[j]) + eps;
-        tree[base + pos[j]] = alpha == 1.0 ? p : pow(p, alpha);
+        tree[base + pos[j]] = pd[j];
         idx[m++] = base + pos[j];
     }
-    Py_DECREF(w);
-    /* every parent recomputed from its children: level by level over the updated ones while a
-       level has more nodes than they are, then whole levels (in order: no repeated ancestors) */
+    Py_DECREF(pw);
+    /* every parent recomputed from its children (tree[i] = tree[2i] + tree[2i + 1]): */
     npy_intp b = base;
+    if (base >= 8 && (base >> 3) > m) {
+        /* the three levels above the leaves from each updated leaf's line of eight, summed as
+           the level passes below sum them (so the same values), the eight leaves read once */
+        for (npy_intp j = 0; j < m; j++) {
+            if (j + PREFETCH_AHEAD < m) {
+                int64_t g2 = idx[j + PREFETCH_AHEAD] >> 3;
+                __builtin_prefetch(tree + 4 * g2, 1);
+                __builtin_prefetch(tree + 2 * g2, 1);
+                __builtin_prefetch(tree + g2, 1);
+            }
+            int64_t g = idx[j] >> 3;
+            const double *l = tree + 8 * g;
+            double s01 = l[0] + l[1], s23 = l[2] + l[3], s45 = l[4] + l[5], s67 = l[6] + l[7];
+            double *q = tree + 4 * g;
+            q[0] = s01;
+            q[1] = s23;
+            q[2] = s45;
+            q[3] = s67;
+            tree[2 * g] = s01 + s23;
+            tree[2 * g + 1] = s45 + s67;
+            tree[g] = tree[2 * g] + tree[2 * g + 1];
+            idx[j] = g;
+        }
+        b = base >> 3;
+    }
+    /* then level by level over the updated ones while a level has more nodes than they are,
+       then whole levels (in order: no repeated ancestors) */
     for (; b > 1 && (b >> 1) > m; b >>= 1)
         for (npy_intp j = 0; j < m; j++) {
+            if (j + PREFETCH_AHEAD < m)
+                __builtin_prefetch(tree + (idx[j + PREFETCH_AHEAD] >> 1), 1);
             int64_t i = idx[j] >> 1;
             idx[j] = i;
             tree[i] = tree[2 * i] + tree[2 * i + 1];
@@ -585,42 +745,71 @@ fa_bin_update(PyObject *self, PyObject *args)
 
 /* ---- gather ---------------------------------------------------------------------------------- */
 
-static PyObject *
-fa_gather(PyObject *self, PyObject *args)
+/* rows idx[0..n) of one array (rows of `rb` bytes; negative indices count from the end) into dst,
+   the row of a later index prefetched; a constant row size lets the compiler copy it inline */
+#define COPY_ROWS(RB)                                                                       \
+    for (npy_intp j = 0; j < n; j++) {                                                      \
+        if (j + PREFETCH_AHEAD < n) {                                                       \
+            int64_t q = idx[j + PREFETCH_AHEAD];                                            \
+            __builtin_prefetch(s + (q + (q < 0 ? rows : 0)) * (RB));                        \
+        }                                                                                   \
+        int64_t p = idx[j];                                                                 \
+        memcpy(d + j * (RB), s + (p + (p < 0 ? rows : 0)) * (RB), (size_t)(RB));            \
+    }
+
+static void
+copy_rows(const char **src, char **dst, const npy_intp *rowbytes, Py_ssize_t k, const int64_t *idx, npy_intp n,
+          npy_intp rows)
 {
-    PyObject *arrays, *idx_o;
-    if (!PyArg_ParseTuple(args, "O!O:gather", &PyTuple_Type, &arrays, &idx_o))
-        return NULL;
-    if (!is_vector(idx_o, NPY_INT64, 0))
-        Py_RETURN_NONE;
+    for (Py_ssize_t a = 0; a < k; a++) {  /* array by array: one constant row size per loop */
+        const char *s = src[a];
+        char *d = dst[a];
+        npy_intp rb = rowbytes[a];
+        switch (rb) {
+        case 1: COPY_ROWS(1) break;
+        case 2: COPY_ROWS(2) break;
+        case 4: COPY_ROWS(4) break;
+        case 8: COPY_ROWS(8) break;
+        case 16: COPY_ROWS(16) break;
+        case 32: COPY_ROWS(32) break;
+        default: COPY_ROWS(rb) break;
+        }
+    }
+}
+
+/* the arrays' layout for copy_rows: the number of arrays (0: not handled, nothing set), their
+   data, row sizes and common length */
+static Py_ssize_t
+gather_plan(PyObject *arrays, const char **src, npy_intp *rowbytes, npy_intp *rows_out)
+{
     Py_ssize_t k = PyTuple_GET_SIZE(arrays);
     if (k == 0 || k > MAX_LEAVES)
-        Py_RETURN_NONE;
-    npy_intp n = PyArray_DIM((PyArrayObject *)idx_o, 0);
-    const int64_t *idx = (const int64_t *)PyArray_DATA((PyArrayObject *)idx_o);
-    const char *src[MAX_LEAVES];
-    char *dst[MAX_LEAVES];
-    npy_intp rowbytes[MAX_LEAVES];
+        return 0;
     npy_intp rows = -1;
     for (Py_ssize_t a = 0; a < k; a++) {
         PyObject *o = PyTuple_GET_ITEM(arrays, a);
         if (!PyArray_CheckExact(o))
-            Py_RETURN_NONE;
+            return 0;
         PyArrayObject *m = (PyArrayObject *)o;
         if (PyArray_NDIM(m) < 1 || !PyArray_IS_C_CONTIGUOUS(m) || PyDataType_REFCHK(PyArray_DESCR(m)))
-            Py_RETURN_NONE;
+            return 0;
         if (rows < 0)
             rows = PyArray_DIM(m, 0);
         if (PyArray_DIM(m, 0) != rows)
-            Py_RETURN_NONE;
+            return 0;
         rowbytes[a] = PyArray_ITEMSIZE(m);
         for (int i = 1; i < PyArray_NDIM(m); i++)
             rowbytes[a] *= PyArray_DIM(m, i);
         src[a] = PyArray_BYTES(m);
     }
-    for (npy_intp j = 0; j < n; j++)  /* out of range (negative ones count from the end, as take) */
-        if (idx[j] >= rows || idx[j] < -rows)
-            Py_RETURN_NONE;
+    *rows_out = rows;
+    return k;
+}
+
+/* a tuple of new arrays of n rows shaped as `arrays`' rows, their data in dst; NULL on error */
+static PyObject *
+gather_alloc(PyObject *arrays, Py_ssize_t k, npy_intp n, char **dst)
+{
     PyObject *out = PyTuple_New(k);
     if (out == NULL)
         return NULL;
@@ -640,20 +829,32 @@ fa_gather(PyObject *self, PyObject *args)
         PyTuple_SET_ITEM(out, a, r);
         dst[a] = PyArray_BYTES((PyArrayObject *)r);
     }
-    /* row by row over every array, the rows of a later index prefetched: one pass whose misses
-       overlap, instead of one take per array */
-    for (npy_intp j = 0; j < n; j++) {
-        if (j + PREFETCH_AHEAD < n) {
-            int64_t p = idx[j + PREFETCH_AHEAD];
-            p += p < 0 ? rows : 0;
-            for (Py_ssize_t a = 0; a < k; a++)
-                __builtin_prefetch(src[a] + p * rowbytes[a]);
-        }
-        int64_t p = idx[j];
-        p += p < 0 ? rows : 0;
-        for (Py_ssize_t a = 0; a < k; a++)
-            memcpy(dst[a] + j * rowbytes[a], src[a] + p * rowbytes[a], (size_t)rowbytes[a]);
-    }
+    return out;
+}
+
+static PyObject *
+fa_gather(PyObject *self, PyObject *args)
+{
+    PyObject *arrays, *idx_o;
+    if (!PyArg_ParseTuple(args, "O!O:gather", &PyTuple_Type, &arrays, &idx_o))
+        return NULL;
+    if (!is_vector(idx_o, NPY_INT64, 0))
+        Py_RETURN_NONE;
+    const char *src[MAX_LEAVES];
+    char *dst[MAX_LEAVES];
+    npy_intp rowbytes[MAX_LEAVES];
+    npy_intp rows;
+    Py_ssize_t k = gather_plan(arrays, src, rowbytes, &rows);
+    if (k == 0)
+        Py_RETURN_NONE;
+    npy_intp n = PyArray_DIM((PyArrayObject *)idx_o, 0);
+    const int64_t *idx = (const int64_t *)PyArray_DATA((PyArrayObject *)idx_o);
+    for (npy_intp j = 0; j < n; j++)  /* out of range (negative ones count from the end, as take) */
+        if (idx[j] >= rows || idx[j] < -rows)
+            Py_RETURN_NONE;
+    PyObject *out = gather_alloc(arrays, k, n, dst);
+    if (out != NULL)
+        copy_rows(src, dst, rowbytes, k, idx, n, rows);
     return out;
 }
 

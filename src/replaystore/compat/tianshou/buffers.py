@@ -16,7 +16,7 @@ import tianshou.data as ts
 from tianshou.data import Batch
 
 from ...errors import InvalidPriority
-from .common import TableBacked, write_same_keys
+from .common import TableBacked, build_batch, gather_plan, write_same_keys
 
 try:  # the compiled add (built by setup.py); without it the Python reference path
     from . import _native
@@ -238,8 +238,13 @@ class PrioritizedMixin:
             raise ValueError("cannot sample from an empty buffer")
         # (p ** alpha / min_prio) ** -beta, normalised by the batch maximum: min_prio cancels out
         scale = 0.0 if self._weight_norm else 1.0 / self._min_prio
-        indices, weight = pt.draw_weighted(int(batch_size), self._beta, scale)
-        batch = super().__getitem__(indices)  # (TableBacked's: the gather, no weights)
+        plan = gather_plan(self._meta.__dict__) if self.stack_num == 1 and self._save_obs_next else None
+        if plan is None:
+            indices, weight = pt.draw_weighted(int(batch_size), self._beta, scale)
+            batch = super().__getitem__(indices)  # (TableBacked's: the gather, no weights)
+        else:  # the draw, the weights and the rows in one compiled call
+            indices, weight, got = pt.draw_rows(int(batch_size), self._beta, scale, plan[0])
+            batch = super().__getitem__(indices) if got is None else build_batch(plan[1], got)
         batch.__dict__["weight"] = weight
         return batch, indices
 

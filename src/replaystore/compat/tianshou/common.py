@@ -104,19 +104,20 @@ def _write(md: dict, bd: dict, index: Any) -> bool:
     return True
 
 
-def _gather_all(md: dict, indices: np.ndarray) -> Batch | None:
-    """``meta[indices]`` in one compiled pass over the rows when every stored leaf is an array.
+def gather_plan(md: dict) -> tuple[tuple[np.ndarray, ...], list] | None:
+    """The stored arrays of ``md`` (a ``Batch``'s ``__dict__``) for a compiled gather, and how to rebuild the tree.
 
     Keys in Tianshou's order (as the per-key path), one level of nested ``Batch`` (``info``);
-    None when the storage holds anything else (the caller takes the per-key path).
+    None when the storage holds anything else (the caller takes the per-key path). The second
+    item goes to :func:`build_batch` with the gathered arrays.
     """
     if "obs" not in md or "obs_next" not in md:
         return None
     arrays: list[np.ndarray] = []
     layout: list[tuple[str, tuple[str, ...] | None]] = []
-    keys = list(_OUT_KEYS)
+    keys = _OUT_KEYS
     if len(md) > len(_OUT_KEYS) or not md.keys() <= _KNOWN:
-        keys += [k for k in md if k not in _KNOWN]
+        keys += tuple(k for k in md if k not in _KNOWN)
     for k in keys:
         v = md.get(k)
         if type(v) is np.ndarray:
@@ -133,9 +134,11 @@ def _gather_all(md: dict, indices: np.ndarray) -> Batch | None:
             layout.append((k, tuple(sub)))
         else:
             return None
-    got = _native.gather(tuple(arrays), indices)
-    if got is None:
-        return None
+    return tuple(arrays), layout
+
+
+def build_batch(layout: list, got: tuple[np.ndarray, ...]) -> Batch:
+    """The ``Batch`` of the gathered arrays ``got`` laid out as :func:`gather_plan` said."""
     out = Batch()
     d = out.__dict__
     i = 0
@@ -151,6 +154,15 @@ def _gather_all(md: dict, indices: np.ndarray) -> Batch | None:
                 i += 1
             d[k] = b
     return out
+
+
+def _gather_all(md: dict, indices: np.ndarray) -> Batch | None:
+    """``meta[indices]`` in one compiled pass over the rows when every stored leaf is an array, else None."""
+    plan = gather_plan(md)
+    if plan is None:
+        return None
+    got = _native.gather(plan[0], indices)
+    return None if got is None else build_batch(plan[1], got)
 
 
 class TableBacked:
