@@ -9,6 +9,7 @@ sampling half is :mod:`replaystore.ray.sharded.sampler`, the Table API the rest 
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Any
@@ -17,10 +18,14 @@ import numpy as np
 
 from ...errors import Closed, EpisodeError, InvalidArgument, InvalidPriority, Timeout
 from ...sharding import keys as shard_keys
+from ...sharding import sampling as shard_sampling
 from ...sharding.updates import PendingUpdates
 from ...table.args import as_keys
 from .._runtime import get, import_ray, rpc_timeout
 from ..client import ReplayClient
+
+#: the client's options (attributes of the same names), kept by its pickled copies
+_OPTIONS = "consistency on_dead skip_after probe_period seed shuffle default_timeout rpc_grace depth defer_updates"
 
 
 class ShardedBase:
@@ -82,24 +87,8 @@ class ShardedBase:
         return f"ShardedClient(name={self.name!r}, shards={len(self.shards)}, table={self.table_name!r})"
 
     def __reduce__(self) -> tuple:
-        return (
-            type(self),
-            (
-                self.shards,
-                self.name,
-                self.namespace,
-                self.consistency,
-                self.on_dead,
-                self.skip_after,
-                self.probe_period,
-                self.seed,
-                self.shuffle,
-                self.default_timeout,
-                self.rpc_grace,
-                self.depth,
-                self.defer_updates,
-            ),
-        )
+        options = {k: getattr(self, k) for k in _OPTIONS.split()}
+        return (functools.partial(type(self), **options), (self.shards, self.name, self.namespace))
 
     @property
     def num_shards(self) -> int:
@@ -230,6 +219,7 @@ class ShardedBase:
     def _by_key(self, method: str, keys: Any, *columns: Any) -> tuple[list, list[np.ndarray], np.ndarray]:
         """Send ``method(table, local_keys, *columns)`` to each owning shard.
 
+        A column is a value per key (or one for all), or a dict of fields with a row per key.
         Returns ``(results, positions, shard of each key)``; ``ForeignKey`` before anything is sent.
         """
         self._check_open()
@@ -238,12 +228,16 @@ class ShardedBase:
         if len(self._updates):
             self.flush_updates()
         groups = shard_keys.group(shards, len(self.shards))
-        cols = [np.asarray(c).reshape(-1) if np.ndim(c) else np.full(len(keys), c) for c in columns]
+        cols = [
+            c if isinstance(c, dict) else np.asarray(c).reshape(-1) if np.ndim(c) else np.full(len(keys), c)
+            for c in columns
+        ]
         for c in cols:
-            if len(c) != len(keys):
+            if not isinstance(c, dict) and len(c) != len(keys):
                 err = EpisodeError if method == "episode_keys" else InvalidPriority  # the Table's classes
                 raise err(f"{method}: {len(c)} values for {len(keys)} keys")
-        refs = {s: self._ref(s, method, local[g], *[c[g] for c in cols]) for s, g in enumerate(groups) if len(g)}
+        take = shard_sampling.take
+        refs = {s: self._ref(s, method, local[g], *[take(c, g) for c in cols]) for s, g in enumerate(groups) if len(g)}
         res = self._get(refs, 0.0, method) if refs else {}
         return [res.get(s) for s in range(len(self.shards))], groups, shards
 

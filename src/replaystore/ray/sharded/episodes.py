@@ -66,32 +66,22 @@ class ShardedEpisodes(ShardedSampler):
         self._wrote_streams(s_a)
         return keys
 
-    def _add_step(self, step, stream, terminated, truncated, priority, version, timeout) -> int:
-        """On the stream's shard; the global key."""
-        self._check_open()
-        s_a, _, _ = shard_checks.check_steps(1, stream, None, None, self._shard_config()["episodes"])
-        s, t = int(s_a[0]) % len(self.shards), self._t(timeout)
-        args = (step, stream, terminated, truncated, self._default_priority(s, priority), version, t)
-        key = self._get({s: self._ref(s, "add_step", *args)}, t, "add_step")[s]
-        self._wrote_streams(s_a)
-        return int(shard_keys.encode(self.tag, s, np.array([key]))[0])
+    def _on_stream(self, name, data, stream, terminated, truncated, priority, version, timeout) -> Any:
+        """``add_step`` / ``add_episode`` on the stream's shard; the global key(s).
 
-    def _add_episode(self, steps, stream, terminated, truncated, priorities, version, timeout) -> np.ndarray:
-        """On the stream's shard; global keys.
-
-        ``stream=None``: one above every stream id used so far (as the shards last reported them
-        and as this client wrote them), on that stream's shard. Two clients writing at once may
-        pick the same id: their episodes are then episodes of one stream, on one shard.
+        ``add_episode(stream=None)``: one above every stream id used so far (as the shards last
+        reported them and as this client wrote them), on that stream's shard. Two clients writing
+        at once may pick the same id: their episodes are then episodes of one stream, on one shard.
         """
         self._check_open()
-        if stream is None:
+        if stream is None and name == "add_episode":
             stream = self._fresh_stream()
         s_a, _, _ = shard_checks.check_steps(1, stream, None, None, self._shard_config()["episodes"])
         s, t = int(s_a[0]) % len(self.shards), self._t(timeout)
-        args = (steps, stream, terminated, truncated, self._default_priority(s, priorities), version, t)
-        keys = self._get({s: self._ref(s, "add_episode", *args)}, t, "add_episode")[s]
+        args = (data, stream, terminated, truncated, self._default_priority(s, priority), version, t)
+        keys = shard_keys.encode(self.tag, s, np.atleast_1d(self._get({s: self._ref(s, name, *args)}, t, name)[s]))
         self._wrote_streams(s_a)
-        return shard_keys.encode(self.tag, s, keys)
+        return int(keys[0]) if name == "add_step" else keys
 
     def _fresh_stream(self) -> int:
         if self._next_stream is None:
@@ -190,17 +180,17 @@ class ShardedEpisodes(ShardedSampler):
 
 
 def _step_write(name: str) -> Callable:
-    """``ShardedEpisodes.<name>``: ``_<name>`` with the Table method's signature and docstring.
+    """``ShardedEpisodes.<name>``: ``_extend_steps`` or ``_on_stream`` with the Table method's signature and docstring.
 
     The arguments are bound to the Table method's signature (a wrong call raises ``TypeError`` as
     the Table would), so the seven-argument signatures of the step writes are written once, in the
     Table, not again here.
     """
     call = contract.CALLS[name]
-    impl = getattr(ShardedEpisodes, f"_{name}")
 
     def method(self: ShardedEpisodes, *args: Any, **kwargs: Any) -> Any:
-        return impl(self, **contract.bind(call, args, kwargs))
+        a = contract.bind(call, args, kwargs)
+        return self._extend_steps(**a) if name == "extend_steps" else self._on_stream(name, *a.values())
 
     return contract.forwarded(call, method, ShardedEpisodes)
 
