@@ -36,9 +36,10 @@ from typing import Any
 
 import numpy as np
 
+from ..checkpoint import fsync_dir
 from ..errors import DiskFull, InvalidArgument, StorageError, WalCorrupt
 from .config import FsyncPolicy, WalConfig
-from .files import ScanResult, fsync_dir, list_segments, lock_dir, read_log
+from .files import ScanResult, list_segments, lock_dir, read_log
 from .format import MAGIC, Record, check_arrays, decode, encode
 from .output import SegmentOutput
 
