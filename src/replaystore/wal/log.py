@@ -26,6 +26,7 @@ raises) until the backlog is written. So the file never holds a record after a h
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -335,10 +336,8 @@ class WriteAheadLog(SegmentOutput):
                     else:
                         fut.set_exception(ValueError(closed_msg))
 
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop is closed
                 loop.call_soon_threadsafe(resolve)
-            except RuntimeError:  # the loop is closed
-                pass
 
     # -- the writer thread ---------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -434,10 +433,8 @@ class WriteAheadLog(SegmentOutput):
             self._wake()
             self._cond.notify_all()
         if self._fd >= 0:
-            try:
+            with contextlib.suppress(OSError):
                 os.fsync(self._fd)
-            except OSError:
-                pass
             os.close(self._fd)
             self._fd = -1
         if self._lock_fd >= 0:

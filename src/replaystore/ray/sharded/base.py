@@ -9,6 +9,7 @@ sampling half is :mod:`replaystore.ray.sharded.sampler`, the Table API the rest 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
@@ -265,7 +266,5 @@ def _drain(refs: list[Any], wait_s: float = 2.0) -> None:
     except Exception:  # noqa: BLE001 - best effort
         return
     for ref in ready:
-        try:
+        with contextlib.suppress(Exception):  # the first error was raised already
             ray.get(ref, timeout=0)
-        except (Exception, Timeout):  # noqa: BLE001,S110 - the first error was raised already
-            pass

@@ -21,6 +21,7 @@ one client is safe to share between threads.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -300,10 +301,8 @@ class ShardedClient(ShardedEpisodes):
         """Send the queued updates (if the shards answer), then close every shard; later calls raise ``Closed``."""
         if self._closed:
             return
-        try:
+        with contextlib.suppress(Closed, Timeout):
             self.flush_updates()
-        except (Closed, Timeout):
-            pass
         self._closed = True
         self._drop_ready()
         for c in self.shards:
