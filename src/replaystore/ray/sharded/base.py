@@ -127,18 +127,21 @@ class ShardedBase:
     def _refresh_states(self) -> None:
         """Ask every shard for its state; a shard that is down, closed or silent keeps what was known."""
         self._check_open()
-        refs = {s: c.actor.shard_state.remote(self.table_name) for s, c in enumerate(self.shards)}
-        ray = import_ray()
+        self._record_states({s: c.actor.shard_state.remote(self.table_name) for s, c in enumerate(self.shards)})
+
+    def _record_states(self, refs: dict[int, Any]) -> None:
+        """Record the states ``shard_state`` refs bring within ``skip_after`` (``on_dead="skip"``) or ``rpc_grace``.
+
+        A shard that is closed or silent keeps its last known state (the call that follows reports it).
+        """
         wait = self.skip_after if self.on_dead == "skip" else self.rpc_grace
-        ready = set(ray.wait(list(refs.values()), num_returns=len(refs), timeout=wait)[0])
+        ready = set(import_ray().wait(list(refs.values()), num_returns=len(refs), timeout=wait)[0])
         for s, ref in refs.items():
             if ref in ready:
-                try:
+                with contextlib.suppress(Closed, Timeout):
                     st = get(ref, 0.0, f"{self.name}.shard_state")
-                except (Closed, Timeout):
-                    continue  # the call that follows reports it
-                with self._lock:
-                    self._states[s] = st
+                    with self._lock:
+                        self._states[s] = st
 
     def _default_priority(self, shard: int, given: Any) -> Any:
         """``given``, or for a write without priorities the table-wide default if shard's own is lower.

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import Closed, InvalidArgument, Timeout
+from ...errors import InvalidArgument, Timeout
 from ...sharding import keys as shard_keys
 from ...sharding import sampling as shard_sampling
 from ...sharding.updates import PendingUpdates
@@ -185,18 +185,8 @@ class ShardedSampler(ShardedBase):
         else:
             got = self._get(refs, left, method)
         drawn = {s: smp for s, (_, smp) in got.items() if smp is not None}
-        if state_refs:
-            try:
-                fresh = get(
-                    list(state_refs.values()),
-                    self.skip_after if self.on_dead == "skip" else self.rpc_grace,
-                    f"{self.name}.shard_state",
-                )
-                with self._lock:
-                    for s, st in zip(state_refs, fresh):
-                        self._states[s] = st
-            except (Timeout, Closed):
-                pass  # a slow or dead shard keeps its old state; the next sample asks again
+        if state_refs:  # a slow or dead shard keeps its old state; the next sample asks again
+            self._record_states(state_refs)
         batches = shard_sampling.split_fetch(drawn, counts, self.tag, mass, states, shuffles)
         if missing:  # draw the missing shards' rows of each batch again from the shards that answered
             for j, row in enumerate(counts):
