@@ -279,21 +279,18 @@ def serve(
         raise InvalidArgument(f"a replay service named {name!r} already exists")
     if max_task_retries is None:
         max_task_retries = -1 if max_restarts else 0
-    options: dict[str, Any] = dict(
-        name=name, max_restarts=max_restarts, max_task_retries=max_task_retries, num_cpus=num_cpus, max_concurrency=1000
+    given = dict(
+        namespace=namespace,
+        resources=dict(resources) if resources else None,
+        lifetime="detached" if detached else None,
+        scheduling_strategy=scheduling_strategy,
     )
-    if namespace is not None:
-        options["namespace"] = namespace
-    if resources:
-        options["resources"] = dict(resources)
-    if detached:
-        options["lifetime"] = "detached"
-    if scheduling_strategy is not None:
-        options["scheduling_strategy"] = scheduling_strategy
+    options = {k: v for k, v in given.items() if v is not None}
+    options.update(name=name, max_restarts=max_restarts, max_task_retries=max_task_retries, num_cpus=num_cpus)
     # the factories travel pickled: an error unpickling them in the actor is a start error like any other
     actor = (
         ray.remote(server_class)
-        .options(**options)
+        .options(**options, max_concurrency=1000)
         .remote(
             name,
             ray.cloudpickle.dumps(dict(tables)),
