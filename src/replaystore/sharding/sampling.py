@@ -110,28 +110,33 @@ def merge(
         weights = np.power(probabilities / global_min, -beta)
     else:
         weights = np.ones(len(probabilities))
-    merged = _rowwise([smp for _, smp in parts], concat, np.concatenate)
-    keys = {
-        k: np.concatenate([shard_keys.encode(tag, s, getattr(smp, k)) for s, smp in parts])
-        for k in _KEYS
-        if hasattr(merged, k)
-    }
-    merged = dataclasses.replace(merged, probabilities=probabilities, weights=weights, **keys)
-    if rng is not None and len(parts) > 1:
-        order = rng.permutation(len(probabilities))
-        merged = _rowwise([merged], lambda v: take(v[0], order), lambda v: v[0][order])
-    return merged
+    given = {k: np.concatenate([shard_keys.encode(tag, s, getattr(smp, k)) for s, smp in parts]) for k in _keys(parts)}
+    given.update(probabilities=probabilities, weights=weights)
+    samples = [smp for _, smp in parts]
+    if rng is None or len(parts) == 1:
+        return _rowwise(samples, concat, np.concatenate, given)
+    order = rng.permutation(len(probabilities))
+    given = {k: v[order] for k, v in given.items()}
+    return _rowwise(samples, lambda v: take(concat(v), order), lambda v: np.concatenate(v)[order], given)
 
 
-def _rowwise(smps: list[Any], payload: Callable[[list], Any], per_row: Callable[[list], Any]) -> Any:
+def _keys(parts: list[tuple[int, Any]]) -> tuple[str, ...]:
+    return _KEYS if hasattr(parts[0][1], "step_keys") else _KEYS[:1]
+
+
+def _rowwise(
+    smps: list[Any], payload: Callable[[list], Any], per_row: Callable[[list], Any], given: dict | None = None
+) -> Any:
     """A sample of the first one's type from ``smps`` (Samples, SequenceSamples or NStepSamples).
 
     Each payload field is ``payload(values)``, each per-row array ``per_row(values)`` (``values``:
-    that field of every sample), every other field the first sample's.
+    that field of every sample), a field in ``given`` that value, every other field the first sample's.
     """
     n = len(smps[0].probabilities)
-    fields = {}
+    fields = dict(given or {})
     for f in dataclasses.fields(smps[0]):
+        if f.name in fields:
+            continue
         values = [getattr(smp, f.name) for smp in smps]
         if f.name in _PAYLOAD:
             fields[f.name] = payload(values)
@@ -190,7 +195,17 @@ def draw_plan(rng: np.random.Generator, batch_size: int, mass: np.ndarray, k: in
 
 def slice_rows(smp: Any, lo: int, hi: int) -> Any:
     """Rows ``lo:hi`` of a Sample, SequenceSample or NStepSample (views where NumPy allows)."""
-    return _rowwise([smp], lambda v: _slice_payload(v[0], lo, hi), lambda v: v[0][lo:hi])
+    n = len(smp.probabilities)
+    fields = {}
+    for f in dataclasses.fields(smp):  # (not _rowwise: once per batch, this loop is measurably cheaper)
+        v = getattr(smp, f.name)
+        if f.name in _PAYLOAD:
+            fields[f.name] = _slice_payload(v, lo, hi)
+        elif isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == n:
+            fields[f.name] = v[lo:hi]
+        else:
+            fields[f.name] = v
+    return type(smp)(**fields)
 
 
 def _slice_payload(data: Any, lo: int, hi: int) -> Any:
