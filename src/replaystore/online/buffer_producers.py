@@ -288,15 +288,11 @@ class ProducerCalls:
         if isinstance(completions, (str, bytes)) or not isinstance(completions, Sequence):
             raise InvalidRequest(f"completions must be a list of payloads, got {type(completions).__name__}")
         n = len(completions)
-        if member_versions is not None:
-            if versions is not None:
-                raise InvalidRequest("give versions (one range for the group) or member_versions, not both")
-            if len(member_versions) != n:
-                raise InvalidRequest(f"{len(member_versions)} member_versions for {n} completions")
-        if lengths is not None and len(lengths) != n:
-            raise InvalidRequest(f"{len(lengths)} lengths for {n} completions")
-        if indices is not None and len(indices) != n:
-            raise InvalidRequest(f"{len(indices)} indices for {n} completions")
+        if member_versions is not None and versions is not None:
+            raise InvalidRequest("give versions (one range for the group) or member_versions, not both")
+        for what, per_member in (("member_versions", member_versions), ("lengths", lengths), ("indices", indices)):
+            if per_member is not None and len(per_member) != n:
+                raise InvalidRequest(f"{len(per_member)} {what} for {n} completions")
         vs = versions if member_versions is None else list(member_versions)
         idx = list(range(n)) if indices is None else list(indices)
         return self._write(
@@ -415,7 +411,7 @@ class ProducerCalls:
             self.counters["rollouts_added"] += len(new)
             self.metrics.generated([lens[j] for j in new])
             if not g.complete:
-                self._put_pending(g)
+                self._stage(f"p/{g.group_id!r}", g)
                 status = "pending"
             else:
                 del self._pending[g.group_id]

@@ -118,16 +118,12 @@ class ShardedBase:
         return self._config
 
     def _states_known(self) -> list[tuple]:
-        """Every shard's last state (asking the shards once if some are unknown)."""
+        """Every shard's last state (asking every shard once if some are unknown: those that do not answer stay so)."""
         if any(st is None for st in self._states):
-            self._refresh_states()
+            self._check_open()
+            self._record_states({s: c.actor.shard_state.remote(self.table_name) for s, c in enumerate(self.shards)})
         with self._lock:
             return [st for st in self._states if st is not None]
-
-    def _refresh_states(self) -> None:
-        """Ask every shard for its state; a shard that is down, closed or silent keeps what was known."""
-        self._check_open()
-        self._record_states({s: c.actor.shard_state.remote(self.table_name) for s, c in enumerate(self.shards)})
 
     def _record_states(self, refs: dict[int, Any]) -> None:
         """Record the states ``shard_state`` refs bring within ``skip_after`` (``on_dead="skip"``) or ``rpc_grace``.
