@@ -146,37 +146,24 @@ class WriteAheadLog(SegmentOutput):
         os.makedirs(path, exist_ok=True)
         lock_fd = lock_dir(os.path.abspath(path), lock_timeout)
         try:
-            return cls._open_locked(path, fsync, interval, retry_period, after, lock_timeout, lock_fd)
+            result = ScanResult()
+            records = list(read_log(path, after, result))
+            if records and records[0].lsn != after + 1:
+                raise WalCorrupt(
+                    f"{path}: the log resumes at record {records[0].lsn}, but the state it applies to "
+                    f"ends at record {after}: records {after + 1}..{records[0].lsn - 1} are missing"
+                )
+            segment = None
+            if result.last_segment is not None and result.last_lsn >= after:
+                segment = (result.last_segment, result.valid_bytes)
+            else:  # no log, or every record in it is older than the state (all in the checkpoint)
+                for _, fpath in list_segments(path):
+                    os.unlink(fpath)
+            next_lsn = max(after, result.last_lsn) + 1
+            return cls(path, fsync, interval, retry_period, next_lsn, segment, lock_timeout, lock_fd), records
         except BaseException:
             os.close(lock_fd)
             raise
-
-    @classmethod
-    def _open_locked(
-        cls,
-        path: str,
-        fsync: FsyncPolicy,
-        interval: float,
-        retry_period: float,
-        after: int,
-        lock_timeout: float,
-        lock_fd: int,
-    ) -> tuple["WriteAheadLog", list[Record]]:
-        result = ScanResult()
-        records = list(read_log(path, after, result))
-        if records and records[0].lsn != after + 1:
-            raise WalCorrupt(
-                f"{path}: the log resumes at record {records[0].lsn}, but the state it applies to "
-                f"ends at record {after}: records {after + 1}..{records[0].lsn - 1} are missing"
-            )
-        segment = None
-        if result.last_segment is not None and result.last_lsn >= after:
-            segment = (result.last_segment, result.valid_bytes)
-        else:  # no log, or every record in it is older than the state (all in the checkpoint)
-            for _, fpath in list_segments(path):
-                os.unlink(fpath)
-        next_lsn = max(after, result.last_lsn) + 1
-        return cls(path, fsync, interval, retry_period, next_lsn, segment, lock_timeout, lock_fd), records
 
     # -- properties -----------------------------------------------------------------------------------
     @property
