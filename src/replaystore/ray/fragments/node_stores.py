@@ -205,9 +205,9 @@ class NodeStores:
         """``{label: node_id}`` of the attached stores."""
         return dict(self.nodes)
 
-    def _all(self, method: str, *args: Any) -> dict[str, Any]:
-        """Call ``method`` on every attached store; answers by label (stores that fail are skipped)."""
-        refs = {lb: getattr(a, method).remote(*args) for lb, a in self.actors.items()}
+    def _all(self, method: str, *args: Any, only: str | None = None) -> dict[str, Any]:
+        """Call ``method`` on every attached store (or on ``only``); answers by label (failing stores skipped)."""
+        refs = {lb: getattr(a, method).remote(*args) for lb, a in self.actors.items() if only in (None, lb)}
         out = {}
         for lb, ref in refs.items():
             try:
@@ -245,11 +245,8 @@ class NodeStores:
 
     def keys_of(self, label: str) -> set[str] | None:
         """Ids stored on node ``label`` (``None`` if its store does not answer)."""
-        try:
-            return set(get(self.actors[label].keys.remote(), self.timeout, f"node store {label}.keys"))
-        except Exception:  # noqa: BLE001 - a dying node: housekeeping drops it
-            log.warning("node store %s: keys failed", label, exc_info=True)
-            return None
+        stored = self._all("keys", only=label)
+        return set(stored[label]) if label in stored else None
 
     def clear(self) -> None:
         """Delete every payload on every attached node."""

@@ -20,8 +20,8 @@ import numpy as np
 from ...errors import InvalidArgument, Timeout
 from ...sharding import keys as shard_keys
 from ...sharding import sampling as shard_sampling
-from ...sharding.updates import PendingUpdates
 from ...table import contract
+from ...table.args import as_priorities
 from .._runtime import get, import_ray, rpc_timeout
 from .base import ShardedBase
 
@@ -216,7 +216,7 @@ class ShardedSampler(ShardedBase):
         keys = np.asarray(keys, dtype=np.int64).reshape(-1)
         shards, local = shard_keys.decode(self.tag, keys, len(self.shards))
         known = next((st for st in self._states if st is not None), None)
-        p = PendingUpdates.validate(priorities, len(keys), known is None or known[3] == "prioritized")
+        p = as_priorities(priorities, len(keys), known is None or known[3] == "prioritized")
         self._updates.add(shard_keys.group(shards, len(self.shards)), local, p)
         if len(self._updates) > MAX_QUEUED:
             self.flush_updates()
