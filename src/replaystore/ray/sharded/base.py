@@ -109,12 +109,24 @@ class ShardedBase:
         return self.shards[shard].actor.shard_call.remote(method, self.table_name, *args)
 
     def _shard_config(self) -> dict[str, Any]:
-        """Shard 0's ``{"episodes", "capacity"}`` plus ``"min_capacity"`` over all shards (asked once)."""
+        """Shard 0's ``{"episodes", "capacity"}`` plus ``"min_capacity"`` over all shards (asked once).
+
+        With ``on_dead="skip"``, of the shards that answer within ``skip_after`` (asked again until
+        all have; ``Closed`` if none does).
+        """
         if self._config is None:
             self._check_open()
-            refs = [c.actor.shard_config.remote(self.table_name) for c in self.shards]
-            configs = get(refs, self.rpc_grace, f"{self.name}.shard_config")
-            self._config = dict(configs[0], min_capacity=min(c["capacity"] for c in configs))
+            refs = {s: c.actor.shard_config.remote(self.table_name) for s, c in enumerate(self.shards)}
+            if self.on_dead == "skip":
+                configs = list(self._answers(refs, "shard_config").values())
+                if not configs:
+                    raise Closed(f"sharded table {self.name!r}: no shard answers")
+            else:
+                configs = get(list(refs.values()), self.rpc_grace, f"{self.name}.shard_config")
+            config = dict(configs[0], min_capacity=min(c["capacity"] for c in configs))
+            if len(configs) < len(refs):
+                return config
+            self._config = config
         return self._config
 
     def _states_known(self) -> list[tuple]:
@@ -125,19 +137,26 @@ class ShardedBase:
         with self._lock:
             return [st for st in self._states if st is not None]
 
-    def _record_states(self, refs: dict[int, Any]) -> None:
-        """Record the states ``shard_state`` refs bring within ``skip_after`` (``on_dead="skip"``) or ``rpc_grace``.
+    def _answers(self, refs: dict[int, Any], what: str) -> dict[int, Any]:
+        """The replies by shard that ``refs`` bring within ``skip_after`` (``on_dead="skip"``) or ``rpc_grace``.
 
-        A shard that is closed or silent keeps its last known state (the call that follows reports it).
+        A shard that is closed or silent is left out (the call that follows reports it).
         """
         wait = self.skip_after if self.on_dead == "skip" else self.rpc_grace
         ready = set(import_ray().wait(list(refs.values()), num_returns=len(refs), timeout=wait)[0])
+        out = {}
         for s, ref in refs.items():
             if ref in ready:
                 with contextlib.suppress(Closed, Timeout):
-                    st = get(ref, 0.0, f"{self.name}.shard_state")
-                    with self._lock:
-                        self._states[s] = st
+                    out[s] = get(ref, 0.0, f"{self.name}.{what}")
+        return out
+
+    def _record_states(self, refs: dict[int, Any]) -> None:
+        """Record the states ``shard_state`` refs bring (see :meth:`_answers`); the others keep their last."""
+        got = self._answers(refs, "shard_state")
+        with self._lock:
+            for s, st in got.items():
+                self._states[s] = st
 
     def _default_priority(self, shard: int, given: Any) -> Any:
         """``given``, or for a write without priorities the table-wide default if shard's own is lower.
