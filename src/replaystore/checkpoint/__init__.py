@@ -114,7 +114,8 @@ def _write_file(path: Path, write: Any) -> dict:
     return {"bytes": w.bytes, "sha256": w.sha.hexdigest()}
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: str | os.PathLike) -> None:
+    """``fsync`` a directory (so that a file created, renamed or deleted in it is durable)."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         os.fsync(fd)
@@ -146,7 +147,7 @@ def _recover(path: Path) -> None:
         found = _locate(path, required=False)
         if found is not None and found[0] != path:
             os.replace(found[0], path)
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
     tmps, olds = _side_copies(path)
     for p in tmps + olds:
         shutil.rmtree(p, ignore_errors=True)
@@ -188,39 +189,31 @@ def save_snapshot(snapshot: TableSnapshot, path: str | os.PathLike) -> None:
     tmp.mkdir()
     moved_aside = False
     try:
-        files: dict[str, dict] = {}
-        for name, arr in meta.items():
-            fname = f"meta_{name}.npy"
-            files[fname] = _write_file(tmp / fname, lambda f, a=arr: np.save(f, a, allow_pickle=False))
-        for name, arr in (episodes or {}).get("rows", {}).items():
-            fname = f"episodes_{name}.npy"
-            files[fname] = _write_file(tmp / fname, lambda f, a=arr: np.save(f, a, allow_pickle=False))
-        if snapshot.storage["kind"] == "objects":
+        arrays = {f"meta_{name}.npy": arr for name, arr in meta.items()}
+        arrays.update({f"episodes_{name}.npy": arr for name, arr in (episodes or {}).get("rows", {}).items()})
+        objects = snapshot.storage["kind"] == "objects"
+        manifest["columns"] = None if objects else {col: f"col{i:03d}.npy" for i, col in enumerate(payload)}
+        if not objects:
+            arrays.update({manifest["columns"][col]: arr for col, arr in payload.items()})
+        files = {n: _write_file(tmp / n, lambda f, a=a: np.save(f, a, allow_pickle=False)) for n, a in arrays.items()}
+        if objects:
             files["objects.pkl"] = _write_file(
                 tmp / "objects.pkl", lambda f: pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL)
             )
-            manifest["columns"] = None
-        else:
-            columns = {}
-            for i, (col_path, arr) in enumerate(payload.items()):
-                fname = f"col{i:03d}.npy"
-                files[fname] = _write_file(tmp / fname, lambda f, a=arr: np.save(f, a, allow_pickle=False))
-                columns[col_path] = fname
-            manifest["columns"] = columns
         manifest["files"] = files
         raw = json.dumps(manifest, indent=1).encode()
         _write_file(tmp / MANIFEST, lambda f: f.write(raw))
         _write_file(tmp / CHECKSUM, lambda f: f.write(f"{hashlib.sha256(raw).hexdigest()}  {MANIFEST}\n".encode()))
         _at("manifest")
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         _at("synced")
         if path.exists():
             os.replace(path, old)
             moved_aside = True
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
             _at("old-aside")
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
         _at("in-place")
     except BaseException as e:
         if moved_aside and not path.exists():

@@ -140,6 +140,13 @@ class FragmentBuffer(FragmentLeases, FragmentNodes):
         """Drop one reference from each id; payloads nobody holds any more are deleted on commit."""
         self._doomed += self.refs.decref(ids)
 
+    def _drop_partial(self, st: StreamState) -> list[str]:
+        """Empty a stream's partial chunk (its references dropped); return its journal deletes."""
+        deletes = [PENDING + f.fragment_id for f in st.partial]
+        self._free([f.fragment_id for f in st.partial])
+        st.partial = []
+        return deletes
+
     def _commit(self, puts: dict[str, Any] | None, deletes: list[str]) -> None:
         """Journal the operation, then delete the payloads it freed.
 
@@ -231,14 +238,10 @@ class FragmentBuffer(FragmentLeases, FragmentNodes):
         deletes: list[str] = []
         if st is None:
             st = self._streams[stream] = StreamState(seq - 1, now)
-        elif seq > st.last_seq + 1 and st.partial:
-            self.counters["gaps"] += 1
-            self.counters["fragments_dropped_gap"] += len(st.partial)
-            deletes += [PENDING + f.fragment_id for f in st.partial]
-            self._free([f.fragment_id for f in st.partial])
-            st.partial = []
         elif seq > st.last_seq + 1:
             self.counters["gaps"] += 1
+            self.counters["fragments_dropped_gap"] += len(st.partial)
+            deletes += self._drop_partial(st)
         ref = FragmentRef(fragment_id, stream, seq, version, session)
         self.refs.incref([fragment_id])
         st.partial.append(ref)
@@ -320,9 +323,7 @@ class FragmentBuffer(FragmentLeases, FragmentNodes):
                 if stale or old:
                     self.counters["partials_expired"] += 1
                     self.counters["fragments_dropped_expired"] += len(st.partial)
-                    deletes += [PENDING + f.fragment_id for f in st.partial]
-                    self._free([f.fragment_id for f in st.partial])
-                    st.partial = []
+                    deletes += self._drop_partial(st)
             if not st.partial and now - st.last_seen > self.config.stream_ttl:
                 del self._streams[name]
                 deletes.append(STREAM + name)
@@ -373,9 +374,7 @@ class FragmentBuffer(FragmentLeases, FragmentNodes):
         """Drop every chunk, partial chunk and lease (their payloads are deleted); keep the version."""
         deletes = [self._remove_chunk(k, "chunks_evicted") for k in list(self._chunks)]
         for st in self._streams.values():
-            deletes += [PENDING + f.fragment_id for f in st.partial]
-            self._free([f.fragment_id for f in st.partial])
-            st.partial = []
+            deletes += self._drop_partial(st)
         deletes += [self._release(lid) for lid in list(self._leases)]
         self._commit(None, deletes)
 

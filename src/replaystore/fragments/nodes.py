@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .records import PENDING, label_of
+from .records import label_of
 
 if TYPE_CHECKING:
     from .records import Chunk, Lease, StreamState
@@ -38,7 +38,7 @@ class FragmentNodes:
         _leases: dict[str, Lease]
 
         def _remove_chunk(self, key: int, counter: str) -> str: ...
-        def _free(self, ids: list[str]) -> None: ...
+        def _drop_partial(self, st: StreamState) -> list[str]: ...
         def _commit(self, puts: dict[str, Any] | None, deletes: list[str]) -> None: ...
         def compact(self, nodes: list[str] | None = None) -> int:
             """See ``FragmentBuffer.compact``."""
@@ -86,9 +86,7 @@ class FragmentNodes:
         for st in self._streams.values():
             if any(gone(f.fragment_id) for f in st.partial):
                 lost.update(f.fragment_id for f in st.partial if gone(f.fragment_id))
-                deletes += [PENDING + f.fragment_id for f in st.partial]
-                self._free([f.fragment_id for f in st.partial])
-                st.partial = []
+                deletes += self._drop_partial(st)
         for lease in self._leases.values():
             lost.update(r.fragment_id for r in lease.records if gone(r.fragment_id))
         self.counters["fragments_lost_with_node"] += len(lost)

@@ -238,16 +238,12 @@ class StalenessBudget(BudgetTickets):
 
     def _refuse_deadlock(self, holder: str | None, k: int, w: int) -> None:
         """:class:`WouldDeadlock` if the request is not grantable now and never will be while its holder waits."""
-        if not self._grantable(k, w):
-            why = self._deadlock(holder, k, w)
-            if why is not None:
-                raise WouldDeadlock(why)
-
-    def _deadlock(self, holder: str | None, k: int, w: int) -> str | None:
-        """Why ``holder``'s request can never be granted while it holds its tickets, or ``None``."""
-        return self._book.deadlock(
-            holder, k, w, self._max_units(), self.max_running, self.trainer_waits, self.version - self.max_staleness
-        )
+        if self._grantable(k, w):
+            return
+        last = self.version - self.max_staleness
+        why = self._book.deadlock(holder, k, w, self._max_units(), self.max_running, self.trainer_waits, last)
+        if why is not None:
+            raise WouldDeadlock(why)
 
     def discard(self, n: int) -> None:
         """``n`` accepted units left without being trained on (dropped, evicted, rejected): give them back.

@@ -134,9 +134,6 @@ class BufferJournal:
         self._puts.pop(key, None)
         self._deletes.add(key)
 
-    def _put_pending(self, g: Group) -> None:
-        self._stage(f"p/{g.group_id!r}", g)
-
     def _mark_done(self, gid: Hashable, status: str | None = None, fate: str | None = None) -> None:
         """Remember a group's write status and fate (what happened to it), journaled, bounded."""
         rec = self._done.pop(gid, [None, None])

@@ -10,8 +10,9 @@ pausing admission.
 
 from __future__ import annotations
 
+import contextlib
 import numbers
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AlreadySampled, InvalidRequest, OverReservation, UnknownTicket
@@ -32,6 +33,18 @@ class ProducerCalls:
         if self.budget is None:
             raise InvalidRequest(f"rollout buffer {self.name!r} does not pace producers (pacing=False)")
         return self.budget
+
+    @contextlib.contextmanager
+    def _paced(self, check_open: bool = False, expire: bool = True) -> Iterator[StalenessBudget]:
+        """The budget, under the lock (expiry judged first); what the block changed is journaled if it returns."""
+        budget = self._need_budget()
+        with self._lock:
+            if check_open:
+                self._check_open()
+            if expire:
+                self._expire(self._clock())
+            yield budget
+            self._commit()
 
     # -- tickets ------------------------------------------------------------------------------------------
     def acquire(
@@ -80,13 +93,8 @@ class ProducerCalls:
         self, k: int = 1, holder: str | None = None, overprovision: int = 0, tokens: int | None = None
     ) -> list[Ticket]:
         """Like :meth:`acquire` but never waits: the tickets if the budget allows them now, else ``[]``."""
-        budget = self._need_budget()
-        with self._lock:
-            self._check_open()
-            self._expire(self._clock())
-            tickets = budget.try_acquire(k, holder=holder, overprovision=overprovision, weight=tokens)
-            self._commit()
-            return tickets
+        with self._paced(check_open=True) as budget:
+            return budget.try_acquire(k, holder=holder, overprovision=overprovision, weight=tokens)
 
     def held(self, ticket: int) -> bool:
         """Whether ``ticket`` is held now (expiry judged by the clock)."""
@@ -113,11 +121,8 @@ class ProducerCalls:
                 if cancelled); nothing changed.
             InvalidRequest: a ticket that is not an integer id, duplicates (nothing changed).
         """
-        budget = self._need_budget()
-        with self._lock:
-            self._expire(self._clock())
+        with self._paced() as budget:
             budget.renew(tickets)
-            self._commit()
 
     def abandon(self, tickets: Any) -> None:
         """Give tickets back (one or a list); their pending groups are dropped (counted ``abandoned``).
@@ -126,9 +131,7 @@ class ProducerCalls:
             UnknownTicket: an integer ticket id that is not held (nothing changed).
             InvalidRequest: a ticket that is not an integer id, duplicates (nothing changed).
         """
-        budget = self._need_budget()
-        with self._lock:
-            self._expire(self._clock())
+        with self._paced() as budget:
             ids = ticket_ids(tickets)
             budget.abandon(ids)
             for t in ids:
@@ -136,7 +139,6 @@ class ProducerCalls:
                 if g is not None:
                     self._drop_pending(g, "abandoned")
             self._cond.notify_all()
-            self._commit()
 
     def finish(self, tickets: Any, accepted: bool = True) -> None:
         """End tickets whose rollouts are kept elsewhere (budget-only use, e.g. the fragment buffer).
@@ -148,9 +150,7 @@ class ProducerCalls:
             InvalidRequest: a ticket that is not an integer id (``finish([t, "x"])``), duplicates,
                 or a ticket with a pending group here (nothing changed).
         """
-        budget = self._need_budget()
-        with self._lock:
-            self._expire(self._clock())
+        with self._paced() as budget:
             ids = ticket_ids(tickets)
             busy = [t for t in ids if t in self._pending]
             if busy:
@@ -159,14 +159,11 @@ class ProducerCalls:
                 )
             self._settle(budget.finish(ids, accepted=accepted))
             self._cond.notify_all()
-            self._commit()
 
     def discard(self, n: int) -> None:
         """``n`` accepted rollouts (tokens, for a token budget) kept elsewhere left untrained: give them back."""
-        budget = self._need_budget()
-        with self._lock:
+        with self._paced(expire=False) as budget:
             budget.discard(n)
-            self._commit()
 
     def cancel_slowest(self, n: int, holder: str | None = None) -> list[int]:
         """Cancel up to ``n`` held tickets, longest-running first (of ``holder`` if given).
@@ -180,13 +177,9 @@ class ProducerCalls:
         Raises:
             InvalidRequest: ``n`` is not an integer ``>= 0``; no pacing.
         """
-        budget = self._need_budget()
-        with self._lock:
-            self._check_open()
-            self._expire(self._clock())
+        with self._paced(check_open=True) as budget:
             ids = budget.cancel_slowest(n, holder=holder)
             self._settle(ids)
-            self._commit()
             return ids
 
     def pause(self) -> None:
@@ -195,11 +188,8 @@ class ProducerCalls:
         Raises:
             InvalidRequest: already paused, or no pacing (nothing changed).
         """
-        budget = self._need_budget()
-        with self._lock:
-            self._check_open()
+        with self._paced(check_open=True, expire=False) as budget:
             budget.pause()
-            self._commit()
 
     def resume(self) -> None:
         """Admit producers again after :meth:`pause`.
@@ -207,11 +197,8 @@ class ProducerCalls:
         Raises:
             InvalidRequest: not paused, or no pacing (nothing changed).
         """
-        budget = self._need_budget()
-        with self._lock:
-            self._check_open()
+        with self._paced(check_open=True, expire=False) as budget:
             budget.resume()
-            self._commit()
 
     # -- writes -----------------------------------------------------------------------------------------------
     def add(
@@ -301,15 +288,11 @@ class ProducerCalls:
         if isinstance(completions, (str, bytes)) or not isinstance(completions, Sequence):
             raise InvalidRequest(f"completions must be a list of payloads, got {type(completions).__name__}")
         n = len(completions)
-        if member_versions is not None:
-            if versions is not None:
-                raise InvalidRequest("give versions (one range for the group) or member_versions, not both")
-            if len(member_versions) != n:
-                raise InvalidRequest(f"{len(member_versions)} member_versions for {n} completions")
-        if lengths is not None and len(lengths) != n:
-            raise InvalidRequest(f"{len(lengths)} lengths for {n} completions")
-        if indices is not None and len(indices) != n:
-            raise InvalidRequest(f"{len(indices)} indices for {n} completions")
+        if member_versions is not None and versions is not None:
+            raise InvalidRequest("give versions (one range for the group) or member_versions, not both")
+        for what, per_member in (("member_versions", member_versions), ("lengths", lengths), ("indices", indices)):
+            if per_member is not None and len(per_member) != n:
+                raise InvalidRequest(f"{len(per_member)} {what} for {n} completions")
         vs = versions if member_versions is None else list(member_versions)
         idx = list(range(n)) if indices is None else list(indices)
         return self._write(
@@ -428,7 +411,7 @@ class ProducerCalls:
             self.counters["rollouts_added"] += len(new)
             self.metrics.generated([lens[j] for j in new])
             if not g.complete:
-                self._put_pending(g)
+                self._stage(f"p/{g.group_id!r}", g)
                 status = "pending"
             else:
                 del self._pending[g.group_id]

@@ -9,8 +9,9 @@ the async iterator :meth:`TrainerCalls.versions`) to interrupt or continue a par
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from ..errors import Closed, InvalidRequest, Timeout
@@ -205,20 +206,33 @@ class TrainerCalls:
             poll: the longest a worker thread waits at once (the iterator can be cancelled between).
         """
         seen = self.version if after is None else check_int(after, "version")
-        while True:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while True:
-                step = poll if deadline is None else min(poll, max(0.0, deadline - time.monotonic()))
-                try:
-                    v = await asyncio.to_thread(self.wait_for_version, seen + 1, step)
-                    break
-                except Closed:
-                    return
-                except Timeout:
-                    if deadline is not None and time.monotonic() >= deadline:
-                        raise Timeout(f"no version after {seen} of {self.name!r} within {timeout:.3g}s") from None
-            seen = v
+        wait = functools.partial(asyncio.to_thread, self.wait_for_version)
+        async for v in follow_versions(wait, seen, timeout, poll, self.name):
             yield v
 
 
-__all__ = ["TrainerCalls"]
+async def follow_versions(
+    wait: Callable[[int, float], Awaitable[int]], seen: int, timeout: float | None, poll: float, name: str
+) -> AsyncIterator[int]:
+    """Each newer version after ``seen``, from ``await wait(version, seconds)`` (``wait_for_version``).
+
+    Each wait lasts at most ``poll`` seconds; ends when ``wait`` raises :class:`Closed`; raises
+    :class:`Timeout` if no new version comes within ``timeout`` seconds (``None``: never).
+    """
+    while True:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = poll if deadline is None else min(poll, max(0.0, deadline - time.monotonic()))
+            try:
+                v = await wait(seen + 1, step)
+                break
+            except Closed:
+                return
+            except Timeout:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise Timeout(f"no version after {seen} of {name!r} within {timeout:.3g}s") from None
+        seen = v
+        yield v
+
+
+__all__ = ["TrainerCalls", "follow_versions"]

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from .buffer import DEFAULT_TICKET_TTL, RolloutBuffer
 from .buffer_journal import OnlineJournal
+
+_SERVICE_ONLY = ("path", "clear_on_start", "report_every")  # the fields that are not RolloutBuffer's arguments
 
 
 @dataclass
@@ -58,27 +60,9 @@ class RolloutBufferConfig:
             journal = OnlineJournal(self.path)
             if not resume and self.clear_on_start:
                 journal.clear()
+        args = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _SERVICE_ONLY}
         try:
-            return RolloutBuffer(
-                self.capacity,
-                self.batch_size,
-                self.max_staleness,
-                pacing=self.pacing,
-                drop_stale=self.drop_stale,
-                group_size=self.group_size,
-                pick=self.pick,
-                staleness_end=self.staleness_end,
-                max_reuse=self.max_reuse,
-                group_timeout=self.group_timeout,
-                ticket_ttl=self.ticket_ttl,
-                max_running=self.max_running,
-                batch_tokens=self.batch_tokens,
-                group_tokens=self.group_tokens,
-                length_buckets=self.length_buckets,
-                seed=self.seed,
-                journal=journal,
-                name=name,
-            )
+            return RolloutBuffer(**args, journal=journal, name=name)
         except BaseException:
             if journal is not None:
                 journal.close()

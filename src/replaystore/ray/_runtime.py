@@ -7,6 +7,7 @@ the user already chose, so a local instance started by replaystore listens on 12
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -122,6 +123,12 @@ def get(refs: Any, timeout: float | None, what: str, warn: bool = False) -> Any:
         raise
     except ray.exceptions.RayActorError as e:
         raise Closed(f"{what}: the actor is gone ({type(e).__name__}: {e})") from e
+
+
+def kill(actor: Any) -> None:
+    """``ray.kill(actor, no_restart=True)``; an actor that is gone already is no error."""
+    with contextlib.suppress(Exception):
+        import_ray().kill(actor, no_restart=True)
 
 
 def deadline(timeout: float | None) -> float | None:

@@ -19,6 +19,7 @@ A :class:`ReplayClient` is small and picklable: pass it to Ray tasks and actors.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -30,7 +31,7 @@ from ..items import Sample
 from ..monitor import Sink, StatsReporter
 from ..table import Table, contract
 from ..wal.log import WalConfig
-from ._runtime import get, import_ray, init_local, require_init, rpc_timeout
+from ._runtime import get, import_ray, init_local, kill, require_init, rpc_timeout
 from .factories import table_factories
 from .server import ReplayServer, SinkSpec
 
@@ -178,12 +179,9 @@ class ReplayClient:
 
     def shutdown(self) -> None:
         """Close the service and kill its actor (no restart)."""
-        ray = import_ray()
-        try:
+        with contextlib.suppress(Exception):  # the actor may be dead already
             self.close()
-        except Exception:  # noqa: BLE001 - the actor may be dead already
-            pass
-        ray.kill(self.actor, no_restart=True)
+        import_ray().kill(self.actor, no_restart=True)
 
     def __reduce__(self) -> tuple:
         return (ReplayClient, (self.actor, self.name, self.table_name, self.default_timeout, self.rpc_grace))
@@ -281,21 +279,18 @@ def serve(
         raise InvalidArgument(f"a replay service named {name!r} already exists")
     if max_task_retries is None:
         max_task_retries = -1 if max_restarts else 0
-    options: dict[str, Any] = dict(
-        name=name, max_restarts=max_restarts, max_task_retries=max_task_retries, num_cpus=num_cpus, max_concurrency=1000
+    given = dict(
+        namespace=namespace,
+        resources=dict(resources) if resources else None,
+        lifetime="detached" if detached else None,
+        scheduling_strategy=scheduling_strategy,
     )
-    if namespace is not None:
-        options["namespace"] = namespace
-    if resources:
-        options["resources"] = dict(resources)
-    if detached:
-        options["lifetime"] = "detached"
-    if scheduling_strategy is not None:
-        options["scheduling_strategy"] = scheduling_strategy
+    options = {k: v for k, v in given.items() if v is not None}
+    options.update(name=name, max_restarts=max_restarts, max_task_retries=max_task_retries, num_cpus=num_cpus)
     # the factories travel pickled: an error unpickling them in the actor is a start error like any other
     actor = (
         ray.remote(server_class)
-        .options(**options)
+        .options(**options, max_concurrency=1000)
         .remote(
             name,
             ray.cloudpickle.dumps(dict(tables)),
@@ -320,10 +315,7 @@ def serve(
 
 def _kill_and_free(ray: Any, actor: Any, name: str, namespace: str | None, timeout: float = 30.0) -> None:
     """Kill ``actor`` for good and wait (up to ``timeout`` s) until its name can be used again."""
-    try:
-        ray.kill(actor, no_restart=True)
-    except Exception:  # noqa: BLE001 - it may be gone already
-        pass
+    kill(actor)
     end = time.monotonic() + timeout
     while _lookup(name, namespace) is not None and time.monotonic() < end:
         time.sleep(0.02)

@@ -140,10 +140,8 @@ class _ActorLoads:
 
     def drain(self, timeout: float | None) -> None:
         while self.pool.has_next():
-            try:
+            with contextlib.suppress(Exception):  # draining after an error or an early close
                 self.pool.get_next_unordered(timeout=timeout if timeout is not None else 60.0)
-            except Exception:  # noqa: BLE001 - draining after an error or an early close
-                pass
 
 
 def create_loader_pool(

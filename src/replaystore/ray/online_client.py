@@ -21,12 +21,12 @@ Producers that continue or interrupt rollouts under new weights wait for a versi
 
 from __future__ import annotations
 
+import functools
 import numbers
-import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from ..errors import Closed, Timeout
+from ..online.buffer_trainer import follow_versions
 from ..online.contract import CALLS
 from ..online.tickets import Ticket
 from ..table import contract
@@ -83,19 +83,8 @@ class OnlineClient:
         ``rs.Timeout`` if no new version comes within ``timeout`` seconds.
         """
         seen = (await self.actor.online_version.remote(self.buffer)) if after is None else int(after)
-        while True:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while True:
-                step = poll if deadline is None else min(poll, max(0.0, deadline - time.monotonic()))
-                try:
-                    v = await self.actor.online_wait_for_version.remote(self.buffer, seen + 1, step)
-                    break
-                except Closed:
-                    return
-                except Timeout:
-                    if deadline is not None and time.monotonic() >= deadline:
-                        raise
-            seen = v
+        wait = functools.partial(self.actor.online_wait_for_version.remote, self.buffer)
+        async for v in follow_versions(wait, seen, timeout, poll, self.buffer):
             yield v
 
 

@@ -419,26 +419,6 @@ class ReplayServer(FragmentService, OnlineService):
     async def _report(self) -> None:
         self._write(flatten_scalars(await self.stats()))
 
-    # -- tables ---------------------------------------------------------------------------------------------
-    async def _apply(
-        self, table: str, method: str, *args: Any, waits: bool = True, timeout: float | None = None, **kwargs: Any
-    ) -> Any:
-        """Call ``method`` of ``table`` (through its log when it has one: acknowledged once logged).
-
-        ``waits``: the method takes a ``timeout`` and may block (rate limiter), so it runs as
-        :meth:`_blocking` does: first without waiting, then in a worker thread.
-        """
-        t = self._table(table)
-        lt = self.logged.get(table)
-        fn = getattr(t if lt is None else lt, method)
-        if waits:
-            result = await self._blocking(lambda timeout: fn(*args, timeout=timeout, **kwargs), timeout=timeout)
-        else:
-            result = fn(*args, **kwargs)
-        if lt is not None:
-            return await self._logged(table, lt, result)
-        return result
-
     # -- tables: every call of replaystore.table.contract.CALLS is generated below (_serve) ------------------
     async def size(self, table: str) -> int:
         """Number of items in ``table``."""
@@ -452,11 +432,15 @@ async def _serve(server: ReplayServer, call: contract.Call, table: str, a: dict[
     worker thread); calls that change the table go through its write-ahead log when it has one
     (acknowledged once logged); reads run inline.
     """
+    t = server._table(table)
+    lt = server.logged.get(table) if call.mutating else None
+    fn = getattr(t if lt is None else lt, call.name)
     if call.blocking:
-        return await server._apply(table, call.name, **a)
-    if call.mutating:
-        return await server._apply(table, call.name, waits=False, **a)
-    return getattr(server._table(table), call.name)(**a)
+        timeout = a.pop("timeout")
+        result = await server._blocking(lambda timeout: fn(**a, timeout=timeout), timeout=timeout)
+    else:
+        result = fn(**a)
+    return result if lt is None else await server._logged(table, lt, result)
 
 
 contract.forward(ReplayServer, serve=_serve, first="table")

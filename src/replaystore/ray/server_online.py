@@ -3,8 +3,7 @@
 A mixin class: the service's actor class inherits these ``online_*`` methods; they act on its
 :class:`~replaystore.online.RolloutBuffer` objects by name (``self.online``). One per call of
 :data:`replaystore.online.contract.CALLS`, generated (:func:`_serve`) but for ``acquire``
-(which tries without waiting first) and ``sample`` (which writes a report every
-``report_every`` samples). See docs/online.md.
+(which tries without waiting first). See docs/online.md.
 """
 
 from __future__ import annotations
@@ -71,19 +70,6 @@ class OnlineService:
             lambda: buf.acquire(k, timeout=timeout, holder=holder, overprovision=overprovision, tokens=tokens),
         )
 
-    async def online_sample(
-        self, name: str, num_groups: int | None, timeout: float | None, tokens: int | None = None
-    ) -> Any:
-        """``RolloutBuffer.sample`` (waits in a worker thread); reports every ``report_every`` samples."""
-        buf = self._rollouts(name)
-        batch = await self._blocking(
-            lambda timeout: buf.sample(num_groups, timeout=timeout, tokens=tokens), timeout=timeout
-        )
-        every = self._online_report_every.get(name)
-        if every and buf.counters["sample_calls"] % every == 0:
-            buf.report()
-        return batch
-
     async def online_version(self, name: str) -> int:
         """The buffer's current policy version."""
         return self._rollouts(name).version
@@ -97,13 +83,19 @@ class OnlineService:
 async def _serve(service: OnlineService, call: contract.Call, name: str, a: dict[str, Any]) -> Any:
     """``OnlineService.online_<call>(name, ...)``: the ``RolloutBuffer`` method on buffer ``name``.
 
-    A blocking call runs first without waiting, then in a worker thread (never on the event loop).
+    A blocking call runs first without waiting, then in a worker thread (never on the event loop);
+    ``sample`` writes the buffer's report every ``report_every`` samples.
     """
-    fn = getattr(service._rollouts(name), call.name)
-    if call.blocking:
-        t = a.pop("timeout")
-        return await service._blocking(lambda timeout: fn(**a, timeout=timeout), timeout=t)
-    return fn(**a)
+    buf = service._rollouts(name)
+    fn = getattr(buf, call.name)
+    if not call.blocking:
+        return fn(**a)
+    t = a.pop("timeout")
+    result = await service._blocking(lambda timeout: fn(**a, timeout=timeout), timeout=t)
+    every = service._online_report_every.get(name) if call.name == "sample" else None
+    if every and buf.counters["sample_calls"] % every == 0:
+        buf.report()
+    return result
 
 
 contract.forward(OnlineService, CALLS, serve=_serve, prefix="online_", first="name")

@@ -20,6 +20,7 @@ probability at draw time).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -95,7 +96,7 @@ def merge(
     for t, st in enumerate(states):
         if st is not None and mass[t] > 0 and float(st[1]) > 0 and np.isfinite(float(st[2])):
             pmin[t] = float(st[2]) / float(st[1])
-    prob_parts, fields = [], {}
+    prob_parts = []
     for s, smp in parts:
         p_local = np.asarray(smp.probabilities, dtype=np.float64)
         prob_parts.append(share[s] * p_local)
@@ -109,31 +110,41 @@ def merge(
         weights = np.power(probabilities / global_min, -beta)
     else:
         weights = np.ones(len(probabilities))
-    first = parts[0][1]
-    n = len(probabilities)
-    for f in dataclasses.fields(first):
-        name = f.name
-        values = [getattr(smp, name) for _, smp in parts]
-        if name in _PAYLOAD:
-            fields[name] = concat(values)
-        elif name in _KEYS:
-            fields[name] = np.concatenate([shard_keys.encode(tag, s, v) for (s, _), v in zip(parts, values)])
-        elif name == "probabilities":
-            fields[name] = probabilities
-        elif name == "weights":
-            fields[name] = weights
-        elif isinstance(values[0], np.ndarray) and values[0].ndim >= 1:
-            fields[name] = np.concatenate(values)
+    given = {k: np.concatenate([shard_keys.encode(tag, s, getattr(smp, k)) for s, smp in parts]) for k in _keys(parts)}
+    given.update(probabilities=probabilities, weights=weights)
+    samples = [smp for _, smp in parts]
+    if rng is None or len(parts) == 1:
+        return _rowwise(samples, concat, np.concatenate, given)
+    order = rng.permutation(len(probabilities))
+    given = {k: v[order] for k, v in given.items()}
+    return _rowwise(samples, lambda v: take(concat(v), order), lambda v: np.concatenate(v)[order], given)
+
+
+def _keys(parts: list[tuple[int, Any]]) -> tuple[str, ...]:
+    return _KEYS if hasattr(parts[0][1], "step_keys") else _KEYS[:1]
+
+
+def _rowwise(
+    smps: list[Any], payload: Callable[[list], Any], per_row: Callable[[list], Any], given: dict | None = None
+) -> Any:
+    """A sample of the first one's type from ``smps`` (Samples, SequenceSamples or NStepSamples).
+
+    Each payload field is ``payload(values)``, each per-row array ``per_row(values)`` (``values``:
+    that field of every sample), a field in ``given`` that value, every other field the first sample's.
+    """
+    n = len(smps[0].probabilities)
+    fields = dict(given or {})
+    for f in dataclasses.fields(smps[0]):
+        if f.name in fields:
+            continue
+        values = [getattr(smp, f.name) for smp in smps]
+        if f.name in _PAYLOAD:
+            fields[f.name] = payload(values)
+        elif isinstance(values[0], np.ndarray) and values[0].ndim >= 1 and values[0].shape[0] == n:
+            fields[f.name] = per_row(values)
         else:
-            fields[name] = values[0]
-    if rng is not None and len(parts) > 1:
-        order = rng.permutation(n)
-        for name, v in fields.items():
-            if name in _PAYLOAD:
-                fields[name] = take(v, order)
-            elif isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == n:
-                fields[name] = v[order]
-    return type(first)(**fields)
+            fields[f.name] = values[0]
+    return type(smps[0])(**fields)
 
 
 def mass_is_priority(states: list[State | None], mass: np.ndarray) -> bool:
@@ -153,16 +164,7 @@ def rows(value: Any, idx: np.ndarray) -> Any:
 
 def concat_samples(a: Any, b: Any) -> Any:
     """Two merged samples as one (rows of ``b`` after ``a``)."""
-    fields = {}
-    for f in dataclasses.fields(a):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if f.name in ("data", "next_obs"):
-            fields[f.name] = concat([x, y])
-        elif isinstance(x, np.ndarray) and x.ndim >= 1:
-            fields[f.name] = np.concatenate([x, y])
-        else:
-            fields[f.name] = x
-    return type(a)(**fields)
+    return _rowwise([a, b], concat, np.concatenate)
 
 
 def fetch_depth(batch_size: int, mass: np.ndarray, ahead: np.ndarray, depth: int) -> int:
@@ -195,7 +197,7 @@ def slice_rows(smp: Any, lo: int, hi: int) -> Any:
     """Rows ``lo:hi`` of a Sample, SequenceSample or NStepSample (views where NumPy allows)."""
     n = len(smp.probabilities)
     fields = {}
-    for f in dataclasses.fields(smp):
+    for f in dataclasses.fields(smp):  # (not _rowwise: once per batch, this loop is measurably cheaper)
         v = getattr(smp, f.name)
         if f.name in _PAYLOAD:
             fields[f.name] = _slice_payload(v, lo, hi)
@@ -245,18 +247,8 @@ def split_fetch(
             idx = idx[shuffles[j].permutation(len(idx))]
         pieces.append(idx)
         sizes.append(len(idx))
-    n = len(whole.probabilities)
     rows = np.concatenate(pieces)
-    gathered = {}
-    for f in dataclasses.fields(whole):
-        v = getattr(whole, f.name)
-        if f.name in _PAYLOAD:
-            gathered[f.name] = take(v, rows)
-        elif isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == n:
-            gathered[f.name] = v[rows]
-        else:
-            gathered[f.name] = v
-    every = type(whole)(**gathered)
+    every = _rowwise([whole], lambda v: take(v[0], rows), lambda v: v[0][rows])
     if len(sizes) == 1:
         return [every]
     bounds = np.concatenate([[0], np.cumsum(sizes)])

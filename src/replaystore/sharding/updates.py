@@ -16,8 +16,6 @@ import threading
 
 import numpy as np
 
-from ..table.args import as_priorities
-
 
 class PendingUpdates:
     """Per-shard queues of ``(local keys, priorities)``.
@@ -35,16 +33,6 @@ class PendingUpdates:
     def __len__(self) -> int:
         """The number of queued (key, priority) pairs over all shards."""
         return self._count
-
-    @staticmethod
-    def validate(priorities: object, n: int, nonnegative: bool) -> np.ndarray:
-        """``priorities`` as ``n`` float64 values (a scalar is broadcast).
-
-        Raises:
-            InvalidPriority: not one value per key (the Table's class), NaN or infinite values, or
-                negative ones when ``nonnegative``.
-        """
-        return as_priorities(priorities, n, nonnegative)
 
     def add(self, groups: list[np.ndarray], local: np.ndarray, priorities: np.ndarray) -> None:
         """Queue ``local[g], priorities[g]`` for each shard ``s`` with positions ``g = groups[s]``."""

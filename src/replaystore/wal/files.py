@@ -163,12 +163,3 @@ def lock_dir(path: str, timeout: float) -> int:
                     f"the write-ahead log {path} is in use by another writer (waited {timeout:.3g}s for its lock)"
                 ) from None
             time.sleep(0.05)
-
-
-def fsync_dir(path: str) -> None:
-    """``fsync`` a directory (so that a file created or deleted in it is durable)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -26,6 +26,7 @@ raises) until the backlog is written. So the file never holds a record after a h
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -36,9 +37,10 @@ from typing import Any
 
 import numpy as np
 
+from ..checkpoint import fsync_dir
 from ..errors import DiskFull, InvalidArgument, StorageError, WalCorrupt
 from .config import FsyncPolicy, WalConfig
-from .files import ScanResult, fsync_dir, list_segments, lock_dir, read_log
+from .files import ScanResult, list_segments, lock_dir, read_log
 from .format import MAGIC, Record, check_arrays, decode, encode
 from .output import SegmentOutput
 
@@ -144,37 +146,24 @@ class WriteAheadLog(SegmentOutput):
         os.makedirs(path, exist_ok=True)
         lock_fd = lock_dir(os.path.abspath(path), lock_timeout)
         try:
-            return cls._open_locked(path, fsync, interval, retry_period, after, lock_timeout, lock_fd)
+            result = ScanResult()
+            records = list(read_log(path, after, result))
+            if records and records[0].lsn != after + 1:
+                raise WalCorrupt(
+                    f"{path}: the log resumes at record {records[0].lsn}, but the state it applies to "
+                    f"ends at record {after}: records {after + 1}..{records[0].lsn - 1} are missing"
+                )
+            segment = None
+            if result.last_segment is not None and result.last_lsn >= after:
+                segment = (result.last_segment, result.valid_bytes)
+            else:  # no log, or every record in it is older than the state (all in the checkpoint)
+                for _, fpath in list_segments(path):
+                    os.unlink(fpath)
+            next_lsn = max(after, result.last_lsn) + 1
+            return cls(path, fsync, interval, retry_period, next_lsn, segment, lock_timeout, lock_fd), records
         except BaseException:
             os.close(lock_fd)
             raise
-
-    @classmethod
-    def _open_locked(
-        cls,
-        path: str,
-        fsync: FsyncPolicy,
-        interval: float,
-        retry_period: float,
-        after: int,
-        lock_timeout: float,
-        lock_fd: int,
-    ) -> tuple["WriteAheadLog", list[Record]]:
-        result = ScanResult()
-        records = list(read_log(path, after, result))
-        if records and records[0].lsn != after + 1:
-            raise WalCorrupt(
-                f"{path}: the log resumes at record {records[0].lsn}, but the state it applies to "
-                f"ends at record {after}: records {after + 1}..{records[0].lsn - 1} are missing"
-            )
-        segment = None
-        if result.last_segment is not None and result.last_lsn >= after:
-            segment = (result.last_segment, result.valid_bytes)
-        else:  # no log, or every record in it is older than the state (all in the checkpoint)
-            for _, fpath in list_segments(path):
-                os.unlink(fpath)
-        next_lsn = max(after, result.last_lsn) + 1
-        return cls(path, fsync, interval, retry_period, next_lsn, segment, lock_timeout, lock_fd), records
 
     # -- properties -----------------------------------------------------------------------------------
     @property
@@ -334,10 +323,8 @@ class WriteAheadLog(SegmentOutput):
                     else:
                         fut.set_exception(ValueError(closed_msg))
 
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop is closed
                 loop.call_soon_threadsafe(resolve)
-            except RuntimeError:  # the loop is closed
-                pass
 
     # -- the writer thread ---------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -433,10 +420,8 @@ class WriteAheadLog(SegmentOutput):
             self._wake()
             self._cond.notify_all()
         if self._fd >= 0:
-            try:
+            with contextlib.suppress(OSError):
                 os.fsync(self._fd)
-            except OSError:
-                pass
             os.close(self._fd)
             self._fd = -1
         if self._lock_fd >= 0:

@@ -15,7 +15,8 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from .files import fsync_dir, segment_path
+from ..checkpoint import fsync_dir
+from .files import segment_path
 from .format import MAGIC, Payload, encode
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import Timeout
-from .._runtime import import_ray
+from .._runtime import import_ray, kill
 from ..detach import detach
 from .node_stores import NodeLost, label_of
 
@@ -126,15 +126,11 @@ class NodeLoaderPool:
 
     def close(self) -> None:
         """Kill the loader actors."""
-        ray = import_ray()
         self._running.clear()
         self._report(force=True)
         for actors in self.actors.values():
             for a in actors:
-                try:
-                    ray.kill(a, no_restart=True)
-                except Exception:  # noqa: BLE001 - already gone
-                    pass
+                kill(a)
         self.actors.clear()
 
 

@@ -30,8 +30,8 @@ from typing import Any
 from ...errors import DiskFull, KeyNotFound, StorageError
 from ...fragments.records import SEP, label_of
 from ...storage.fragments import FragmentStore, new_fragment_id
-from .._runtime import get, import_ray
-from .store import StoreServer
+from .._runtime import get, import_ray, kill
+from .store import StoreServer, start_store
 
 log = logging.getLogger("replaystore")
 
@@ -173,9 +173,6 @@ class NodeStores:
         unattached and listed in ``starting`` (its node is alive: not lost; tried again at the next
         refresh). ``lost``: labels whose node is not alive.
         """
-        ray = import_ray()
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         alive = node_labels(self.resource)
         lost = [lb for lb in self.actors if lb not in alive]
         moved = [lb for lb in self.actors if lb in alive and alive[lb] != self.nodes[lb]]
@@ -183,20 +180,11 @@ class NodeStores:
             del self.actors[lb], self.nodes[lb]
         started = {}
         for lb, nid in alive.items():
-            if lb in self.actors:
-                continue
-            started[lb] = (
-                ray.remote(NodeStoreServer)
-                .options(
-                    name=store_actor_name(self.service, lb),
-                    namespace=self.namespace,
-                    get_if_exists=True,
-                    num_cpus=0,
-                    max_concurrency=16,
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False),
+            if lb not in self.actors:
+                args = (node_dir(self.path, lb), self.num_shards, self.map_size, lb, self.options)
+                started[lb] = start_store(
+                    NodeStoreServer, store_actor_name(self.service, lb), self.namespace, nid, *args
                 )
-                .remote(node_dir(self.path, lb), self.num_shards, self.map_size, lb, self.options)
-            )
         attached = []
         self.starting = set()
         for lb, actor in started.items():
@@ -217,9 +205,9 @@ class NodeStores:
         """``{label: node_id}`` of the attached stores."""
         return dict(self.nodes)
 
-    def _all(self, method: str, *args: Any) -> dict[str, Any]:
-        """Call ``method`` on every attached store; answers by label (stores that fail are skipped)."""
-        refs = {lb: getattr(a, method).remote(*args) for lb, a in self.actors.items()}
+    def _all(self, method: str, *args: Any, only: str | None = None) -> dict[str, Any]:
+        """Call ``method`` on every attached store (or on ``only``); answers by label (failing stores skipped)."""
+        refs = {lb: getattr(a, method).remote(*args) for lb, a in self.actors.items() if only in (None, lb)}
         out = {}
         for lb, ref in refs.items():
             try:
@@ -257,11 +245,8 @@ class NodeStores:
 
     def keys_of(self, label: str) -> set[str] | None:
         """Ids stored on node ``label`` (``None`` if its store does not answer)."""
-        try:
-            return set(get(self.actors[label].keys.remote(), self.timeout, f"node store {label}.keys"))
-        except Exception:  # noqa: BLE001 - a dying node: housekeeping drops it
-            log.warning("node store %s: keys failed", label, exc_info=True)
-            return None
+        stored = self._all("keys", only=label)
+        return set(stored[label]) if label in stored else None
 
     def clear(self) -> None:
         """Delete every payload on every attached node."""
@@ -299,12 +284,8 @@ class NodeStores:
 
     def close(self) -> None:
         """Kill the store actors (their data stays on disk)."""
-        ray = import_ray()
         for a in self.actors.values():
-            try:
-                ray.kill(a, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+            kill(a)
         self.actors.clear()
         self.nodes.clear()
 

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from ...errors import KeyNotFound, Timeout
 from ...fragments.contract import CALLS
 from ...table import contract
-from .._runtime import import_ray
 
 #: seconds a loader pool's report of its queue counts (it reports at least every
 #: ``NodeLoaderPool.report_period`` while it loads, and zeros when it drains or closes)
@@ -115,24 +114,11 @@ class FragmentService:
     async def store_actor(self) -> Any:
         """A store actor on this node for clients on other nodes (created on first request)."""
         if self._store_actor is None:
-            from .store import StoreServer
-
-            ray = import_ray()
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+            from .store import StoreServer, start_store
 
             c = self._buffer().config
-            self._store_actor = (
-                ray.remote(StoreServer)
-                .options(
-                    name=f"{self.name}:store",
-                    namespace=self.namespace,
-                    get_if_exists=True,
-                    num_cpus=0,
-                    max_concurrency=16,
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False),
-                )
-                .remote(c.path, c.num_shards, c.map_size)
-            )
+            args = (c.path, c.num_shards, c.map_size)
+            self._store_actor = start_store(StoreServer, f"{self.name}:store", self.namespace, self.node_id, *args)
         return [self._store_actor]  # in a list: Ray would otherwise resolve nothing, but keep it explicit
 
     async def add_fragment(self, fragment_id: str, stream: str, seq: int, version: int, session: str) -> str:

@@ -111,6 +111,15 @@ class RemoteStore:
         """Nothing to release (the actor belongs to the service)."""
 
 
+def start_store(cls: type, name: str, namespace: str | None, node_id: str, *args: Any) -> Any:
+    """The store actor ``name`` (``cls(*args)``) pinned to ``node_id``: started, or the running one of that name."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    options = dict(name=name, namespace=namespace, get_if_exists=True, num_cpus=0, max_concurrency=16)
+    strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
+    return import_ray().remote(cls).options(**options, scheduling_strategy=strategy).remote(*args)
+
+
 def open_store(service: Any, info: dict[str, Any], timeout: float | None = 120.0) -> LocalStore | RemoteStore:
     """Open the service's store: directly if this process runs on its node, else through its actor."""
     ray = import_ray()

@@ -9,6 +9,8 @@ sampling half is :mod:`replaystore.ray.sharded.sampler`, the Table API the rest 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
 import time
 from typing import Any
@@ -17,10 +19,14 @@ import numpy as np
 
 from ...errors import Closed, EpisodeError, InvalidArgument, InvalidPriority, Timeout
 from ...sharding import keys as shard_keys
+from ...sharding import sampling as shard_sampling
 from ...sharding.updates import PendingUpdates
 from ...table.args import as_keys
 from .._runtime import get, import_ray, rpc_timeout
 from ..client import ReplayClient
+
+#: the client's options (attributes of the same names), kept by its pickled copies
+_OPTIONS = "consistency on_dead skip_after probe_period seed shuffle default_timeout rpc_grace depth defer_updates"
 
 
 class ShardedBase:
@@ -82,24 +88,8 @@ class ShardedBase:
         return f"ShardedClient(name={self.name!r}, shards={len(self.shards)}, table={self.table_name!r})"
 
     def __reduce__(self) -> tuple:
-        return (
-            type(self),
-            (
-                self.shards,
-                self.name,
-                self.namespace,
-                self.consistency,
-                self.on_dead,
-                self.skip_after,
-                self.probe_period,
-                self.seed,
-                self.shuffle,
-                self.default_timeout,
-                self.rpc_grace,
-                self.depth,
-                self.defer_updates,
-            ),
-        )
+        options = {k: getattr(self, k) for k in _OPTIONS.split()}
+        return (functools.partial(type(self), **options), (self.shards, self.name, self.namespace))
 
     @property
     def num_shards(self) -> int:
@@ -119,36 +109,54 @@ class ShardedBase:
         return self.shards[shard].actor.shard_call.remote(method, self.table_name, *args)
 
     def _shard_config(self) -> dict[str, Any]:
-        """Shard 0's ``{"episodes", "capacity"}`` plus ``"min_capacity"`` over all shards (asked once)."""
+        """Shard 0's ``{"episodes", "capacity"}`` plus ``"min_capacity"`` over all shards (asked once).
+
+        With ``on_dead="skip"``, of the shards that answer within ``skip_after`` (asked again until
+        all have; ``Closed`` if none does).
+        """
         if self._config is None:
             self._check_open()
-            refs = [c.actor.shard_config.remote(self.table_name) for c in self.shards]
-            configs = get(refs, self.rpc_grace, f"{self.name}.shard_config")
-            self._config = dict(configs[0], min_capacity=min(c["capacity"] for c in configs))
+            refs = {s: c.actor.shard_config.remote(self.table_name) for s, c in enumerate(self.shards)}
+            if self.on_dead == "skip":
+                configs = list(self._answers(refs, "shard_config").values())
+                if not configs:
+                    raise Closed(f"sharded table {self.name!r}: no shard answers")
+            else:
+                configs = get(list(refs.values()), self.rpc_grace, f"{self.name}.shard_config")
+            config = dict(configs[0], min_capacity=min(c["capacity"] for c in configs))
+            if len(configs) < len(refs):
+                return config
+            self._config = config
         return self._config
 
     def _states_known(self) -> list[tuple]:
-        """Every shard's last state (asking the shards once if some are unknown)."""
+        """Every shard's last state (asking every shard once if some are unknown: those that do not answer stay so)."""
         if any(st is None for st in self._states):
-            self._refresh_states()
+            self._check_open()
+            self._record_states({s: c.actor.shard_state.remote(self.table_name) for s, c in enumerate(self.shards)})
         with self._lock:
             return [st for st in self._states if st is not None]
 
-    def _refresh_states(self) -> None:
-        """Ask every shard for its state; a shard that is down, closed or silent keeps what was known."""
-        self._check_open()
-        refs = {s: c.actor.shard_state.remote(self.table_name) for s, c in enumerate(self.shards)}
-        ray = import_ray()
+    def _answers(self, refs: dict[int, Any], what: str) -> dict[int, Any]:
+        """The replies by shard that ``refs`` bring within ``skip_after`` (``on_dead="skip"``) or ``rpc_grace``.
+
+        A shard that is closed or silent is left out (the call that follows reports it).
+        """
         wait = self.skip_after if self.on_dead == "skip" else self.rpc_grace
-        ready = set(ray.wait(list(refs.values()), num_returns=len(refs), timeout=wait)[0])
+        ready = set(import_ray().wait(list(refs.values()), num_returns=len(refs), timeout=wait)[0])
+        out = {}
         for s, ref in refs.items():
             if ref in ready:
-                try:
-                    st = get(ref, 0.0, f"{self.name}.shard_state")
-                except (Closed, Timeout):
-                    continue  # the call that follows reports it
-                with self._lock:
-                    self._states[s] = st
+                with contextlib.suppress(Closed, Timeout):
+                    out[s] = get(ref, 0.0, f"{self.name}.{what}")
+        return out
+
+    def _record_states(self, refs: dict[int, Any]) -> None:
+        """Record the states ``shard_state`` refs bring (see :meth:`_answers`); the others keep their last."""
+        got = self._answers(refs, "shard_state")
+        with self._lock:
+            for s, st in got.items():
+                self._states[s] = st
 
     def _default_priority(self, shard: int, given: Any) -> Any:
         """``given``, or for a write without priorities the table-wide default if shard's own is lower.
@@ -230,6 +238,7 @@ class ShardedBase:
     def _by_key(self, method: str, keys: Any, *columns: Any) -> tuple[list, list[np.ndarray], np.ndarray]:
         """Send ``method(table, local_keys, *columns)`` to each owning shard.
 
+        A column is a value per key (or one for all), or a dict of fields with a row per key.
         Returns ``(results, positions, shard of each key)``; ``ForeignKey`` before anything is sent.
         """
         self._check_open()
@@ -238,12 +247,16 @@ class ShardedBase:
         if len(self._updates):
             self.flush_updates()
         groups = shard_keys.group(shards, len(self.shards))
-        cols = [np.asarray(c).reshape(-1) if np.ndim(c) else np.full(len(keys), c) for c in columns]
+        cols = [
+            c if isinstance(c, dict) else np.asarray(c).reshape(-1) if np.ndim(c) else np.full(len(keys), c)
+            for c in columns
+        ]
         for c in cols:
-            if len(c) != len(keys):
+            if not isinstance(c, dict) and len(c) != len(keys):
                 err = EpisodeError if method == "episode_keys" else InvalidPriority  # the Table's classes
                 raise err(f"{method}: {len(c)} values for {len(keys)} keys")
-        refs = {s: self._ref(s, method, local[g], *[c[g] for c in cols]) for s, g in enumerate(groups) if len(g)}
+        take = shard_sampling.take
+        refs = {s: self._ref(s, method, local[g], *[take(c, g) for c in cols]) for s, g in enumerate(groups) if len(g)}
         res = self._get(refs, 0.0, method) if refs else {}
         return [res.get(s) for s in range(len(self.shards))], groups, shards
 
@@ -271,7 +284,5 @@ def _drain(refs: list[Any], wait_s: float = 2.0) -> None:
     except Exception:  # noqa: BLE001 - best effort
         return
     for ref in ready:
-        try:
+        with contextlib.suppress(Exception):  # the first error was raised already
             ray.get(ref, timeout=0)
-        except (Exception, Timeout):  # noqa: BLE001,S110 - the first error was raised already
-            pass

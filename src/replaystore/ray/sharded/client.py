@@ -21,6 +21,7 @@ one client is safe to share between threads.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -193,56 +194,29 @@ class ShardedClient(ShardedEpisodes):
         they keep the priorities they were drawn with.
         """
         self._check_open()
-        keys = as_keys(keys)
+        n = len(as_keys(keys))
         flat = {p: np.asarray(v) for p, v in flatten(data).items()} if isinstance(data, dict) else {}
-        if not flat or any(v.shape[:1] != (len(keys),) for v in flat.values()):
-            raise SpecError(f"update_fields takes a non-empty dict of fields, one row per key ({len(keys)})")
-        shards, local = shard_keys.decode(self.tag, keys, len(self.shards))
-        if len(self._updates):
-            self.flush_updates()
-        groups = shard_keys.group(shards, len(self.shards))
-        refs = {
-            s: self._ref(s, "update_fields", local[g], shard_sampling.take(flat, g))
-            for s, g in enumerate(groups)
-            if len(g)
-        }
-        res = self._get(refs, 0.0, "update_fields") if refs else {}
-        return int(sum(res.values()))
+        if not flat or any(v.shape[:1] != (n,) for v in flat.values()):
+            raise SpecError(f"update_fields takes a non-empty dict of fields, one row per key ({n})")
+        res, _, _ = self._by_key("update_fields", keys, flat)
+        return int(sum(r for r in res if r is not None))
 
     def get(self, keys: Any) -> tuple[Any, np.ndarray]:
         """``(data of the live keys in the given order, found mask)`` as :meth:`replaystore.Table.get`."""
         res, groups, shards = self._by_key("get", keys)
-        n = len(shards)
-        found = np.zeros(n, dtype=bool)
-        parts, positions = [], []
-        for s, g in enumerate(groups):
-            if len(g):
-                data, f = res[s]
-                found[g] = f
-                parts.append(data)
-                positions.append(g[f])
-        if not parts:
+        live = [s for s, g in enumerate(groups) if len(g)]
+        found, order = _in_key_order(groups, {s: res[s][1] for s in live}, len(shards))
+        if not live:
             return self.shards[0].get(np.zeros(0, dtype=np.int64))[0], found
-        pos = np.concatenate(positions)
-        return shard_sampling.take(shard_sampling.concat(parts), np.argsort(pos, kind="stable")), found
+        return shard_sampling.take(shard_sampling.concat([res[s][0] for s in live]), order), found
 
     def info(self, keys: Any) -> dict[str, np.ndarray]:
         """Metadata by global key as :meth:`replaystore.Table.info` (``found`` over ``keys``)."""
         res, groups, shards = self._by_key("info", keys)
-        found = np.zeros(len(shards), dtype=bool)
-        cols: dict[str, list] = {}
-        positions = []
-        for s, g in enumerate(groups):
-            if len(g):
-                found[g] = res[s]["found"]
-                positions.append(g[res[s]["found"]])
-                for k, v in res[s].items():
-                    if k != "found":
-                        cols.setdefault(k, []).append(v)
-        order = np.argsort(np.concatenate(positions), kind="stable") if positions else np.zeros(0, dtype=np.int64)
-        out = {"found": found}
-        out.update({k: np.concatenate(v)[order] for k, v in cols.items()})
-        return out
+        live = [r for r in res if r is not None]
+        found, order = _in_key_order(groups, {s: r["found"] for s, r in enumerate(res) if r is not None}, len(shards))
+        cols = [k for k in (live[0] if live else ()) if k != "found"]
+        return {"found": found, **{k: np.concatenate([r[k] for r in live])[order] for k in cols}}
 
     # -- every shard ---------------------------------------------------------------------------------------------
     def keys(self) -> np.ndarray:
@@ -273,24 +247,11 @@ class ShardedClient(ShardedEpisodes):
         With ``on_dead="skip"`` a shard that does not answer within ``skip_after`` is listed in
         ``"down"``, has ``None`` in ``"shards"`` and is missing from the totals.
         """
-        self._check_open()
         if len(self._updates):
             self.flush_updates()
-        refs = [c.actor.stats.remote() for c in self.shards]
-        if self.on_dead == "skip":
-            ray = import_ray()
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.skip_after)
-            per: list[Any] = []
-            for s, ref in enumerate(refs):
-                try:
-                    per.append(get(ref, 0.0, f"{self.name}.stats")[self.table_name] if ref in ready else None)
-                except Closed:
-                    per.append(None)
-                if per[-1] is None:
-                    with self._lock:
-                        self._down[s] = time.monotonic() + self.probe_period
-        else:
-            per = [st[self.table_name] for st in get(refs, self.rpc_grace, f"{self.name}.stats")]
+        refs = {s: self._ref(s, "stats_of") for s in range(len(self.shards))}
+        got = self._get_skipping(refs, "stats")[0] if self.on_dead == "skip" else self._get(refs, 0.0, "stats")
+        per = [got.get(s) for s in range(len(self.shards))]
         total = shard_sampling.total_stats(per, self.table_name)
         return {"shards": per, "total": total, "down": [i for i, st in enumerate(per) if st is None]}
 
@@ -340,10 +301,8 @@ class ShardedClient(ShardedEpisodes):
         """Send the queued updates (if the shards answer), then close every shard; later calls raise ``Closed``."""
         if self._closed:
             return
-        try:
+        with contextlib.suppress(Closed, Timeout):
             self.flush_updates()
-        except (Closed, Timeout):
-            pass
         self._closed = True
         self._drop_ready()
         for c in self.shards:
@@ -366,6 +325,18 @@ class ShardedClient(ShardedEpisodes):
         if self.placement_group is not None:
             import_ray().util.remove_placement_group(self.placement_group)
             self.placement_group = None
+
+
+def _in_key_order(groups: list[np.ndarray], found: dict[int, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(found mask over the n keys, order)`` from each answering shard's found mask.
+
+    The owners' replies for their found keys, concatenated shard by shard, come in key order when taken in ``order``.
+    """
+    mask = np.zeros(n, dtype=bool)
+    for s, f in found.items():
+        mask[groups[s]] = f
+    positions = [groups[s][f] for s, f in found.items()]
+    return mask, np.argsort(np.concatenate(positions), kind="stable") if positions else np.zeros(0, dtype=np.int64)
 
 
 def _missing(call: contract.Call) -> Callable:

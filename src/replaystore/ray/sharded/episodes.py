@@ -11,7 +11,6 @@ per shard that has a share).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -35,7 +34,7 @@ class ShardedEpisodes(ShardedSampler):
                 top = int(streams.max()) + 1
                 self._next_stream = max(self._next_stream or 0, top)
 
-    # -- step writes: the Table's signatures and docstrings come from the contract (see _step_write) ---------
+    # -- step writes: the Table's signatures and docstrings come from the contract (see _send) ---------
     def _extend_steps(self, steps, streams, terminated, truncated, priorities, version, timeout) -> np.ndarray:
         """Each row to its stream's shard (parallel calls); global keys.
 
@@ -66,32 +65,22 @@ class ShardedEpisodes(ShardedSampler):
         self._wrote_streams(s_a)
         return keys
 
-    def _add_step(self, step, stream, terminated, truncated, priority, version, timeout) -> int:
-        """On the stream's shard; the global key."""
-        self._check_open()
-        s_a, _, _ = shard_checks.check_steps(1, stream, None, None, self._shard_config()["episodes"])
-        s, t = int(s_a[0]) % len(self.shards), self._t(timeout)
-        args = (step, stream, terminated, truncated, self._default_priority(s, priority), version, t)
-        key = self._get({s: self._ref(s, "add_step", *args)}, t, "add_step")[s]
-        self._wrote_streams(s_a)
-        return int(shard_keys.encode(self.tag, s, np.array([key]))[0])
+    def _on_stream(self, name, data, stream, terminated, truncated, priority, version, timeout) -> Any:
+        """``add_step`` / ``add_episode`` on the stream's shard; the global key(s).
 
-    def _add_episode(self, steps, stream, terminated, truncated, priorities, version, timeout) -> np.ndarray:
-        """On the stream's shard; global keys.
-
-        ``stream=None``: one above every stream id used so far (as the shards last reported them
-        and as this client wrote them), on that stream's shard. Two clients writing at once may
-        pick the same id: their episodes are then episodes of one stream, on one shard.
+        ``add_episode(stream=None)``: one above every stream id used so far (as the shards last
+        reported them and as this client wrote them), on that stream's shard. Two clients writing
+        at once may pick the same id: their episodes are then episodes of one stream, on one shard.
         """
         self._check_open()
-        if stream is None:
+        if stream is None and name == "add_episode":
             stream = self._fresh_stream()
         s_a, _, _ = shard_checks.check_steps(1, stream, None, None, self._shard_config()["episodes"])
         s, t = int(s_a[0]) % len(self.shards), self._t(timeout)
-        args = (steps, stream, terminated, truncated, self._default_priority(s, priorities), version, t)
-        keys = self._get({s: self._ref(s, "add_episode", *args)}, t, "add_episode")[s]
+        args = (data, stream, terminated, truncated, self._default_priority(s, priority), version, t)
+        keys = shard_keys.encode(self.tag, s, np.atleast_1d(self._get({s: self._ref(s, name, *args)}, t, name)[s]))
         self._wrote_streams(s_a)
-        return shard_keys.encode(self.tag, s, keys)
+        return int(keys[0]) if name == "add_step" else keys
 
     def _fresh_stream(self) -> int:
         if self._next_stream is None:
@@ -168,43 +157,27 @@ class ShardedEpisodes(ShardedSampler):
         t = self._t(timeout)
         refs = {s: self._ref(s, "sample_episodes", int(c), t, replace) for s, c in enumerate(share) if c}
         got = self._get(refs, t, "sample_episodes")
-        out = EpisodeBatch()
-        keys, eps, streams, term, trunc, lengths = [], [], [], [], [], []
-        for s in sorted(got):
-            b = got[s]
-            out.extend(b)
-            keys.extend(shard_keys.encode(self.tag, s, kk) for kk in b.keys)
-            eps.append(np.asarray(b.episodes) * len(self.shards) + s)
-            streams.append(b.streams)
-            term.append(b.terminated)
-            trunc.append(b.truncated)
-            lengths.append(b.lengths)
-        batch = EpisodeBatch(out[i] for i in order)
+        shards = sorted(got)
+        episodes = [ep for s in shards for ep in got[s]]
+        keys = [shard_keys.encode(self.tag, s, kk) for s in shards for kk in got[s].keys]
+        batch = EpisodeBatch(episodes[i] for i in order)
         batch.keys = [keys[i] for i in order]
-        batch.episodes = np.concatenate(eps)[order]
-        batch.streams = np.concatenate(streams)[order]
-        batch.terminated = np.concatenate(term)[order]
-        batch.truncated = np.concatenate(trunc)[order]
-        batch.lengths = np.concatenate(lengths)[order]
+        batch.episodes = np.concatenate([np.asarray(got[s].episodes) * len(self.shards) + s for s in shards])[order]
+        for name in ("streams", "terminated", "truncated", "lengths"):
+            setattr(batch, name, np.concatenate([getattr(got[s], name) for s in shards])[order])
         return batch
 
 
-def _step_write(name: str) -> Callable:
-    """``ShardedEpisodes.<name>``: ``_<name>`` with the Table method's signature and docstring.
+def _send(self: ShardedEpisodes, name: str, call: contract.Call, a: dict[str, Any]) -> Any:
+    """``ShardedEpisodes.<name>`` for the step writes, generated by ``contract.forward``.
 
     The arguments are bound to the Table method's signature (a wrong call raises ``TypeError`` as
     the Table would), so the seven-argument signatures of the step writes are written once, in the
     Table, not again here.
     """
-    call = contract.CALLS[name]
-    impl = getattr(ShardedEpisodes, f"_{name}")
-
-    def method(self: ShardedEpisodes, *args: Any, **kwargs: Any) -> Any:
-        return impl(self, **contract.bind(call, args, kwargs))
-
-    return contract.forwarded(call, method, ShardedEpisodes)
+    return self._extend_steps(**a) if name == "extend_steps" else self._on_stream(name, *a.values())
 
 
-for _name in ("extend_steps", "add_step", "add_episode"):
-    setattr(ShardedEpisodes, _name, _step_write(_name))
-del _name
+contract.forward(
+    ShardedEpisodes, {n: contract.CALLS[n] for n in ("extend_steps", "add_step", "add_episode")}, send=_send
+)

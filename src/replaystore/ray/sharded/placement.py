@@ -15,6 +15,7 @@ A placement that cannot be satisfied raises :class:`PlacementError` within ``tim
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,11 +41,8 @@ class Placement:
     def remove(self) -> None:
         """Remove the placement group, if any (idempotent)."""
         if self.group is not None:
-            ray = import_ray()
-            try:
-                ray.util.remove_placement_group(self.group)
-            except Exception:  # noqa: BLE001 - already removed, or Ray shut down
-                pass
+            with contextlib.suppress(Exception):  # already removed, or Ray shut down
+                import_ray().util.remove_placement_group(self.group)
             self.group = None
 
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import Closed, InvalidArgument, Timeout
+from ...errors import InvalidArgument, Timeout
 from ...sharding import keys as shard_keys
 from ...sharding import sampling as shard_sampling
-from ...sharding.updates import PendingUpdates
 from ...table import contract
+from ...table.args import as_priorities
 from .._runtime import get, import_ray, rpc_timeout
 from .base import ShardedBase
 
@@ -185,18 +185,8 @@ class ShardedSampler(ShardedBase):
         else:
             got = self._get(refs, left, method)
         drawn = {s: smp for s, (_, smp) in got.items() if smp is not None}
-        if state_refs:
-            try:
-                fresh = get(
-                    list(state_refs.values()),
-                    self.skip_after if self.on_dead == "skip" else self.rpc_grace,
-                    f"{self.name}.shard_state",
-                )
-                with self._lock:
-                    for s, st in zip(state_refs, fresh):
-                        self._states[s] = st
-            except (Timeout, Closed):
-                pass  # a slow or dead shard keeps its old state; the next sample asks again
+        if state_refs:  # a slow or dead shard keeps its old state; the next sample asks again
+            self._record_states(state_refs)
         batches = shard_sampling.split_fetch(drawn, counts, self.tag, mass, states, shuffles)
         if missing:  # draw the missing shards' rows of each batch again from the shards that answered
             for j, row in enumerate(counts):
@@ -226,7 +216,7 @@ class ShardedSampler(ShardedBase):
         keys = np.asarray(keys, dtype=np.int64).reshape(-1)
         shards, local = shard_keys.decode(self.tag, keys, len(self.shards))
         known = next((st for st in self._states if st is not None), None)
-        p = PendingUpdates.validate(priorities, len(keys), known is None or known[3] == "prioritized")
+        p = as_priorities(priorities, len(keys), known is None or known[3] == "prioritized")
         self._updates.add(shard_keys.group(shards, len(self.shards)), local, p)
         if len(self._updates) > MAX_QUEUED:
             self.flush_updates()

@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ...errors import InvalidArgument, KeyNotFound
+from ...errors import InvalidArgument
 from ...limiters import Queue, RateLimiter
 from ...samplers import Prioritized, Uniform
 from ...table import Table, contract
@@ -71,25 +71,19 @@ def shard_state(table: Table) -> tuple[int, float, float, str, float, float, flo
 class ShardServer(ReplayServer):
     """A :class:`~replaystore.ray.server.ReplayServer` plus ``shard_call``, ``shard_fetch`` and ``shard_state``."""
 
-    def _shard_table(self, table: str) -> Table:
-        self._check_open()
-        try:
-            return self.tables[table]
-        except KeyError:
-            raise KeyNotFound(f"shard {self.name!r} has no table {table!r}; tables: {sorted(self.tables)}") from None
-
     async def shard_state(self, table: str) -> tuple[int, float, float, str, float, float, float]:
         """The table's :func:`shard_state` (``KeyNotFound`` for an unknown table, ``Closed`` once closed)."""
-        return shard_state(self._shard_table(table))
+        return shard_state(self._table(table))
 
     async def shard_config(self, table: str) -> dict[str, Any]:
         """``{"episodes": the table's Episodes or None, "capacity": its capacity}``."""
-        t = self._shard_table(table)
+        t = self._table(table)
         return {"episodes": t.episodes, "capacity": t.capacity}
 
     async def stats_of(self, table: str) -> dict[str, Any]:
-        """``stats()`` of one table (``Closed`` once closed)."""
-        return self._shard_table(table).stats()
+        """The service's ``stats()`` of one table (with ``"wal"`` if it is logged; ``Closed`` once closed)."""
+        self._table(table)
+        return (await self.stats())[table]
 
     async def shard_call(self, method: str, table: str, *args: Any) -> tuple[Any, tuple]:
         """Run the service method ``method(table, *args)``; return ``(its result, shard_state)``.
@@ -104,7 +98,7 @@ class ShardServer(ReplayServer):
         if method not in SHARD_METHODS:
             raise InvalidArgument(f"shard_call: {method!r} is not a shard method ({sorted(SHARD_METHODS)})")
         result = await getattr(self, method)(table, *args)
-        return result, shard_state(self._shard_table(table))
+        return result, shard_state(self._table(table))
 
     async def shard_fetch(
         self, table: str, updates: tuple[Any, Any] | None, method: str, count: int, *args: Any
@@ -122,7 +116,7 @@ class ShardServer(ReplayServer):
             raise InvalidArgument(f"shard_fetch: {method!r} is not one of {sorted(_FETCH_METHODS)}")
         applied = 0 if updates is None else await self.update_priorities(table, *updates)
         result = await getattr(self, method)(table, count, *args) if count else None
-        return (applied, result), shard_state(self._shard_table(table))
+        return (applied, result), shard_state(self._table(table))
 
 
 _FETCH_METHODS = frozenset({"sample", "sample_nstep", "sample_sequences"})

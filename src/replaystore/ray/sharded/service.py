@@ -19,7 +19,7 @@ from ...errors import InvalidArgument, Timeout
 from ...sharding.keys import MAX_SHARDS, tag_for
 from ...table import Table
 from ...wal.log import WalConfig
-from .._runtime import get, init_local, require_init
+from .._runtime import get, init_local, kill, require_init
 from ..client import DEFAULT_TABLE, ReplayClient, connect, serve
 from .client import MANIFEST, ShardedClient
 from .placement import PlacementError, place
@@ -174,10 +174,7 @@ def serve_sharded(
     except BaseException:
         for c in clients:
             if c is not None:
-                try:
-                    ray.kill(c.actor, no_restart=True)
-                except Exception:  # noqa: BLE001 - already gone
-                    pass
+                kill(c.actor)
         where.remove()
         raise
     client = ShardedClient(
