@@ -16,24 +16,29 @@
 #define MAX_FIELDS 64
 #define PREFETCH_AHEAD 8  /* rows ahead to prefetch in gathers: enough to overlap ~8 misses */
 
-/* A table's metadata rows (replaystore.rows): META_W int64 words per slot: the key, then
- * times_sampled and version as two int32 (int32 columns 2 and 3 of the row), then the priority's
- * float64 bits. A sample row (count_samples' and gather_rows' out) is 4 int64: key, times
- * sampled, version, priority bits. */
+/* A table's metadata rows (replaystore.rows): mw int64 words per slot (META_W, or META_W_NARROW
+ * for a table that keeps no per-item priority): the key, then times_sampled and version as two
+ * int32 (int32 columns 2 and 3 of the row), then (wide rows only) the priority's float64 bits.
+ * A sample row (count_samples' and gather_rows' out) is 4 int64: key, times sampled, version,
+ * priority bits (UNKEPT_BITS, 1.0, for a narrow row). */
 #define META_W 3
+#define META_W_NARROW 2
+#define META_OK(w) ((w) == META_W || (w) == META_W_NARROW)
 #define META_TS32 2
 #define META_VER32 3
 #define META_PRIO 2
+#define UNKEPT_BITS INT64_C(0x3FF0000000000000) /* replaystore.rows.UNKEPT_PRIORITY (1.0) */
 /* both cache lines of a row (a 24-byte row straddles two lines for 2 slots in 8) */
-#define PREFETCH_META(p) do { __builtin_prefetch((p), 1); __builtin_prefetch((p) + META_W - 1, 1); } while (0)
+#define PREFETCH_META(p, mw) do { __builtin_prefetch((p), 1); __builtin_prefetch((p) + (mw) - 1, 1); } while (0)
 
 static inline void
-meta_set(int64_t *row, int64_t key, int32_t version, int64_t pbits)
+meta_set(int64_t *row, Py_ssize_t mw, int64_t key, int32_t version, int64_t pbits)
 {
     int32_t pair[2] = {0, version};  /* (times sampled, version): word 1, one store */
     row[0] = key;
     memcpy(row + 1, pair, 8);
-    row[META_PRIO] = pbits;
+    if (mw > META_PRIO)
+        row[META_PRIO] = pbits;
 }
 
 static inline void
@@ -45,13 +50,13 @@ meta_count(int64_t *row)
 }
 
 static inline void
-meta_widen(int64_t *dst, const int64_t *row)
+meta_widen(int64_t *dst, const int64_t *row, Py_ssize_t mw)
 {
     const int32_t *r32 = (const int32_t *)row;
     dst[0] = row[0];
     dst[1] = r32[META_TS32];
     dst[2] = r32[META_VER32];
-    dst[3] = row[META_PRIO];
+    dst[3] = mw > META_PRIO ? row[META_PRIO] : UNKEPT_BITS;
 }
 
 /* Strip a native byte-order prefix ('@', '=', '<' on little-endian) from a buffer format. */
@@ -170,7 +175,7 @@ release_plans(FieldPlan *plans, Py_ssize_t k)
  */
 static int
 copy_rows_impl(PyObject *columns, PyObject *sources, Py_ssize_t start, Py_ssize_t n, int batched,
-               int64_t *meta, long long first_key)
+               int64_t *meta, Py_ssize_t mw, long long first_key)
 {
     if (!PyTuple_Check(columns) || !PyTuple_Check(sources))
         return 0;
@@ -236,7 +241,7 @@ copy_rows_impl(PyObject *columns, PyObject *sources, Py_ssize_t start, Py_ssize_
         }
         if (ok && meta != NULL) { /* the rows' new keys first, ordered before their payloads */
             for (Py_ssize_t i = 0; i < n; i++)
-                __atomic_store_n(meta + META_W * (start + i), (int64_t)(first_key + i), __ATOMIC_RELAXED);
+                __atomic_store_n(meta + mw * (start + i), (int64_t)(first_key + i), __ATOMIC_RELAXED);
             __atomic_thread_fence(__ATOMIC_RELEASE);
         }
         for (Py_ssize_t i = 0; i < k && ok; i++) {
@@ -264,18 +269,18 @@ copy_rows(PyObject *self, PyObject *args)
                           &batched, &meta, &first_key))
         return NULL;
     if (meta == NULL || meta == Py_None)
-        return PyBool_FromLong(copy_rows_impl(columns, sources, start, n, batched, NULL, 0));
+        return PyBool_FromLong(copy_rows_impl(columns, sources, start, n, batched, NULL, 0, 0));
     Py_buffer b;
     if (PyObject_GetBuffer(meta, &b, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0)
         return NULL;
-    if (b.ndim != 2 || b.shape[1] != META_W || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0 || n < 0
+    if (b.ndim != 2 || !META_OK(b.shape[1]) || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0 || n < 0
         || start + n > b.shape[0]) {
         PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "copy_rows: meta must be a C-contiguous (capacity, 3) int64 array "
+        PyErr_SetString(PyExc_ValueError, "copy_rows: meta must be a C-contiguous (capacity, 3) or (capacity, 2) int64 array "
                                           "holding the rows");
         return NULL;
     }
-    int ok = copy_rows_impl(columns, sources, start, n, batched, (int64_t *)b.buf, first_key);
+    int ok = copy_rows_impl(columns, sources, start, n, batched, (int64_t *)b.buf, b.shape[1], first_key);
     PyBuffer_Release(&b);
     return PyBool_FromLong(ok);
 }
@@ -298,18 +303,19 @@ fill_meta(PyObject *self, PyObject *args)
     Py_buffer b;
     if (PyObject_GetBuffer(meta, &b, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0)
         return NULL;
-    if (b.ndim != 2 || b.shape[1] != META_W || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0
+    if (b.ndim != 2 || !META_OK(b.shape[1]) || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0
         || n < 0 || start + n > b.shape[0] || version < INT32_MIN || version > INT32_MAX) {
         PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "fill_meta: meta must be a C-contiguous (capacity, 3) int64 array, "
+        PyErr_SetString(PyExc_ValueError, "fill_meta: meta must be a C-contiguous (capacity, 3) or (capacity, 2) int64 array, "
                                           "the rows in range and the version an int32");
         return NULL;
     }
-    int64_t *rows = (int64_t *)b.buf + META_W * start;
+    Py_ssize_t mw = b.shape[1];
+    int64_t *rows = (int64_t *)b.buf + mw * start;
     int64_t pbits;
     memcpy(&pbits, &priority, 8);
     for (Py_ssize_t i = 0; i < n; i++)
-        meta_set(rows + META_W * i, (int64_t)(first_key + i), (int32_t)version, pbits);
+        meta_set(rows + mw * i, mw, (int64_t)(first_key + i), (int32_t)version, pbits);
     PyBuffer_Release(&b);
     Py_RETURN_NONE;
 }
@@ -507,23 +513,23 @@ touch_draw(PyObject *self, PyObject *args)
     Py_ssize_t n = u.ndim == 1 ? u.shape[0] : -1;
     if (n < 0 || u.itemsize != 8 || !is_c_contiguous(&u) || bare_format(u.format)[0] != 'd')
         err = "touch_draw: uniforms must be a C-contiguous float64 vector";
-    else if (m.ndim != 2 || m.shape[1] != META_W || m.itemsize != 8 || !is_c_contiguous(&m) || m.shape[0] < 1)
-        err = "touch_draw: meta must be a C-contiguous (capacity, 3) int64 array";
+    else if (m.ndim != 2 || !META_OK(m.shape[1]) || m.itemsize != 8 || !is_c_contiguous(&m) || m.shape[0] < 1)
+        err = "touch_draw: meta must be a C-contiguous (capacity, 3) or (capacity, 2) int64 array";
     long long total = 0;
     if (err == NULL) {
         const double *uu = (const double *)u.buf;
         const int64_t *rows = (const int64_t *)m.buf;
-        Py_ssize_t cap = m.shape[0];
+        Py_ssize_t cap = m.shape[0], mw = m.shape[1];
         double scale = (double)cap;
         for (Py_ssize_t i = 0; i < n; i++) {
             if (i + PREFETCH_AHEAD < n) {
                 Py_ssize_t a = (Py_ssize_t)(uu[i + PREFETCH_AHEAD] * scale);
                 if (a >= 0 && a < cap)
-                    __builtin_prefetch(rows + META_W * a);
+                    __builtin_prefetch(rows + mw * a);
             }
             Py_ssize_t k = (Py_ssize_t)(uu[i] * scale);
             if (k >= 0 && k < cap)
-                total += rows[META_W * k];
+                total += rows[mw * k];
         }
     }
     PyBuffer_Release(&u);
@@ -563,8 +569,8 @@ count_samples(PyObject *self, PyObject *args)
     }
     const char *err = NULL;
     Py_ssize_t n = s.ndim == 1 ? s.shape[0] : -1;
-    if (m.ndim != 2 || m.shape[1] != META_W || m.itemsize != 8 || !is_c_contiguous(&m))
-        err = "count_samples: meta must be a C-contiguous (capacity, 3) int64 array";
+    if (m.ndim != 2 || !META_OK(m.shape[1]) || m.itemsize != 8 || !is_c_contiguous(&m))
+        err = "count_samples: meta must be a C-contiguous (capacity, 3) or (capacity, 2) int64 array";
     else if (n < 0 || s.itemsize != 8 || !is_c_contiguous(&s) || strchr("lq", bare_format(s.format)[0]) == NULL)
         err = "count_samples: slots must be a C-contiguous int64 vector";
     else if (o.ndim != 2 || o.shape[0] != n || o.shape[1] != 4 || o.itemsize != 8 || !is_c_contiguous(&o))
@@ -577,13 +583,14 @@ count_samples(PyObject *self, PyObject *args)
     if (err == NULL) {
         int64_t *rows = (int64_t *)m.buf;
         int64_t *dst = (int64_t *)o.buf;
+        Py_ssize_t mw = m.shape[1];
         for (Py_ssize_t i = 0; i < n; i++) {
             if (i + PREFETCH_AHEAD < n)
-                PREFETCH_META(rows + META_W * sl[i + PREFETCH_AHEAD]);
-            meta_count(rows + META_W * sl[i]);
+                PREFETCH_META(rows + mw * sl[i + PREFETCH_AHEAD], mw);
+            meta_count(rows + mw * sl[i]);
         }
         for (Py_ssize_t i = 0; i < n; i++)
-            meta_widen(dst + 4 * i, rows + META_W * sl[i]);
+            meta_widen(dst + 4 * i, rows + mw * sl[i], mw);
     }
     PyBuffer_Release(&m);
     PyBuffer_Release(&s);
@@ -669,7 +676,7 @@ gather_rows(PyObject *self, PyObject *args)
             ok = 0;
         } else {
             has_meta = 1;
-            if (m.ndim != 2 || m.shape[1] != META_W || m.itemsize != 8 || !is_c_contiguous(&m) || mo.ndim != 2
+            if (m.ndim != 2 || !META_OK(m.shape[1]) || m.itemsize != 8 || !is_c_contiguous(&m) || mo.ndim != 2
                 || mo.shape[0] != n || mo.shape[1] != 4 || mo.itemsize != 8 || !is_c_contiguous(&mo))
                 ok = 0;
             else if (cap < 0 || m.shape[0] < cap)
@@ -682,6 +689,7 @@ gather_rows(PyObject *self, PyObject *args)
             ok = 0;
     if (ok) {
         int64_t *mrows = has_meta ? (int64_t *)m.buf : NULL;
+        Py_ssize_t mw = has_meta ? m.shape[1] : 0;
         for (Py_ssize_t j = 0; j < n; j++) {
             if (j + PREFETCH_AHEAD < n) {
                 int64_t ahead = sl[j + PREFETCH_AHEAD];
@@ -692,18 +700,18 @@ gather_rows(PyObject *self, PyObject *args)
                         __builtin_prefetch(row + rowb[i] - 1);
                 }
                 if (mrows != NULL)
-                    PREFETCH_META(mrows + META_W * ahead);
+                    PREFETCH_META(mrows + mw * ahead, mw);
             }
             for (Py_ssize_t i = 0; i < k; i++)
                 memcpy((char *)dst[i].buf + j * rowb[i], (const char *)cols[i].buf + sl[j] * rowb[i],
                        (size_t)rowb[i]);
             if (mrows != NULL)
-                meta_count(mrows + META_W * sl[j]);
+                meta_count(mrows + mw * sl[j]);
         }
         if (mrows != NULL) {  /* after every increment: a repeated slot shows its final count */
             int64_t *out = (int64_t *)mo.buf;
             for (Py_ssize_t j = 0; j < n; j++)
-                meta_widen(out + 4 * j, mrows + META_W * sl[j]);
+                meta_widen(out + 4 * j, mrows + mw * sl[j], mw);
         }
     }
     if (has_meta) {
@@ -741,20 +749,20 @@ add_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_buffer b;
     if (PyObject_GetBuffer(args[3], &b, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0)
         return NULL;
-    if (b.ndim != 2 || b.shape[1] != META_W || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0
+    if (b.ndim != 2 || !META_OK(b.shape[1]) || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0
         || start >= b.shape[0] || version < INT32_MIN || version > INT32_MAX) {
         PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "add_row: meta must be a C-contiguous (capacity, 3) int64 array "
+        PyErr_SetString(PyExc_ValueError, "add_row: meta must be a C-contiguous (capacity, 3) or (capacity, 2) int64 array "
                                           "and the version an int32");
         return NULL;
     }
-    if (!copy_rows_impl(args[0], args[1], start, 1, 0, (int64_t *)b.buf, key)) { /* (its key first) */
+    if (!copy_rows_impl(args[0], args[1], start, 1, 0, (int64_t *)b.buf, b.shape[1], key)) { /* (its key first) */
         PyBuffer_Release(&b);
         Py_RETURN_FALSE;
     }
     int64_t pbits;
     memcpy(&pbits, &priority, 8);
-    meta_set((int64_t *)b.buf + META_W * start, (int64_t)key, (int32_t)version, pbits);
+    meta_set((int64_t *)b.buf + b.shape[1] * start, b.shape[1], (int64_t)key, (int32_t)version, pbits);
     PyBuffer_Release(&b);
     Py_RETURN_TRUE;
 }
