@@ -25,7 +25,7 @@ ITEM = {"obs": np.ones(4, np.float32), "action": 1, "reward": 0.5, "id": 7}
 
 
 def test_the_row_is_three_words_and_samples_keep_int64_metadata():
-    t = rs.Table(100, spec=SPEC)
+    t = rs.Table(100, sampler=rs.Prioritized(0.6, 0.4), spec=SPEC)  # (a table that keeps priorities)
     t.extend(transitions(10), version=-5)
     t.add(ITEM, version=2**31 - 1, priority=0.25)
     assert t._meta.shape == (100, rows.META_WIDTH) and t._meta.nbytes == 100 * 24
@@ -124,17 +124,18 @@ def resign(ck, change=None):
 
 def test_a_segment_of_the_old_32_byte_row_is_a_layout_mismatch(tmp_path, monkeypatch):
     with monkeypatch.context() as m:  # the layout before issue 36: (capacity, 4) int64
-        m.setattr(table_core, "allocate_rows", lambda cap: allocate("table.meta", (cap, 4), np.int64, (-1, 0, 0, 0)))
+        old_rows = lambda cap, *_: allocate("table.meta", (cap, 4), np.int64, (-1, 0, 0, 0))  # noqa: E731
+        m.setattr(table_core, "allocate_rows", old_rows)
         old = SharedTable.create("old", 8, SPEC, directory=tmp_path)
     try:
         assert old._segment.regions["table.meta"][1] == (8, 4)
-        with pytest.raises(LayoutMismatch, match=r"table\.meta.*\(8, 4\).*\(8, 3\)"):
+        with pytest.raises(LayoutMismatch, match=r"table\.meta.*\(8, 4\).*\(8, 2\)"):
             SharedTable.attach("old", directory=tmp_path)
     finally:
         old.close()
     new = SharedTable.create("new", 8, SPEC, directory=tmp_path)
     try:
-        assert new._segment.regions["table.meta"][1] == (8, rows.META_WIDTH)
+        assert new._segment.regions["table.meta"][1] == (8, rows.META_WIDTH_NO_PRIORITY)
         new.extend(transitions(5), version=7)
         assert SharedTable.attach("new", directory=tmp_path).sample(4).versions.tolist() == [7] * 4
     finally:

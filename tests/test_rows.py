@@ -364,6 +364,6 @@ def test_touch_draw_reads_the_rows_a_full_rings_draw_takes_and_writes_nothing():
     rows.ring_draw(u, 10, 0, 10, out)  # a full ring: slot floor(u * capacity)
     assert out.tolist() == [0, 0, 5, 9]
     assert rows.touch_draw(u, meta) == meta[out, 0].sum() and np.array_equal(meta, before)
-    for bad in ((u.astype(np.float32), meta), (u, meta[:, :2].copy()), (u, np.zeros((0, rows.META_WIDTH), np.int64))):
+    for bad in ((u.astype(np.float32), meta), (u, meta[:, :1].copy()), (u, np.zeros((0, rows.META_WIDTH), np.int64))):
         with pytest.raises(ValueError, match="touch_draw"):
             rows.touch_draw(*bad)

@@ -26,6 +26,8 @@ import replaystore as rs
 SPEC = {"v": ((), np.int64), "obs": ((2,), np.float32)}
 SAMPLERS = ["Uniform", "Prioritized", "Fifo", "Lifo", "MinHeap", "MaxHeap", "WithoutReplacement"]
 REMOVERS = ["Fifo", "Lifo", "MinHeap", "MaxHeap", "Uniform"]
+# the selectors that read priorities: a table with neither keeps none per item (it reports 1.0)
+READS_PRIORITIES = {"Prioritized", "MinHeap", "MaxHeap"}
 # frequent ties and values that recur (a priority returning to an earlier value), zero and negative
 PRIORITIES = [0.0, 0.5, 1.0, 1.0, 2.0, 3.0, 1e-3, 10.0, -1.0]
 ALPHA, BETA = 0.6, 0.4
@@ -80,6 +82,7 @@ class TableModel(RuleBasedStateMachine):
         self.next_key = 0
         self.next_value = 1000
         self.max_priority = 1.0
+        self.keeps_priorities = bool({sampler, self.REMOVER} & READS_PRIORITIES)
         self.dead: list[int] = []
         self.remaining: set[int] = set()  # WithoutReplacement: live keys not yet returned this epoch
         self.counts = dict(
@@ -90,6 +93,10 @@ class TableModel(RuleBasedStateMachine):
     @property
     def nonneg(self):
         return self.sampler_name == "Prioritized"
+
+    def _reported(self, keys):
+        """The priorities the table reports for ``keys``: the items' own, or 1.0 if it keeps none."""
+        return [self.items[k].priority if self.keeps_priorities else 1.0 for k in keys]
 
     def _forget(self, keys):
         for k in keys:
@@ -271,7 +278,7 @@ class TableModel(RuleBasedStateMachine):
         assert s.data["v"].tolist() == [self.items[k].value for k in keys]
         np.testing.assert_array_equal(s.data["obs"][:, 0], s.data["v"].astype(np.float32))
         np.testing.assert_array_equal(s.data["obs"][:, 1], -s.data["v"].astype(np.float32))
-        assert s.priorities.tolist() == [self.items[k].priority for k in keys]
+        assert s.priorities.tolist() == self._reported(keys)
         assert s.versions.tolist() == [self.items[k].version for k in keys]
         self._check_choice(n, keys, s)
         for k in keys:
@@ -394,7 +401,7 @@ class TableModel(RuleBasedStateMachine):
         assert keys == sorted(self.items)  # oldest first
         info = t.info(keys)
         assert info["found"].all()
-        assert info["priorities"].tolist() == [self.items[k].priority for k in keys]
+        assert info["priorities"].tolist() == self._reported(keys)
         assert info["times_sampled"].tolist() == [self.items[k].times for k in keys]
         assert info["versions"].tolist() == [self.items[k].version for k in keys]
         data, found = t.get(keys + self.dead[-5:])

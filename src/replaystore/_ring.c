@@ -33,8 +33,13 @@
 #include <numpy/arrayscalars.h>
 
 #define MAX_FIELDS 64
-/* the metadata row (replaystore.rows): key, (times_sampled, version) as two int32, priority bits */
+/* fast_add starts on a cache line: the placement of the same code moved a single add by ~8%
+ * (~175 vs ~190 ns on the AMD EPYC of the issue 36 measurements, docs/benchmarks.md) */
+#define HOT_ALIGN __attribute__((aligned(64)))
+/* the metadata row (replaystore.rows): key, (times_sampled, version) as two int32, priority bits
+ * (META_W words), or without the priority (META_W_NARROW: a table that keeps no per-item priority) */
 #define META_W 3
+#define META_W_NARROW 2
 #define META_TS32 2
 #define META_VER32 3
 #define META_PRIO 2
@@ -65,6 +70,7 @@ typedef struct {
     PyTypeObject *state_type, *limiter_type;
     Py_ssize_t soff[S_COUNT], loff[L_COUNT];
     int limiter_formula;  /* its can_insert is RateLimiter's: computed here */
+    int meta_w;  /* words per metadata row: META_W or META_W_NARROW (in the padding: no offset moves) */
     Py_ssize_t capacity;
     int64_t *meta_rows;
     char *data[MAX_FIELDS];
@@ -316,9 +322,10 @@ writer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
     if (!PyArray_CheckExact(meta) || PyArray_NDIM((PyArrayObject *)meta) != 2
-        || PyArray_DIM((PyArrayObject *)meta, 1) != META_W || PyArray_TYPE((PyArrayObject *)meta) != NPY_INT64
+        || (PyArray_DIM((PyArrayObject *)meta, 1) != META_W && PyArray_DIM((PyArrayObject *)meta, 1) != META_W_NARROW)
+        || PyArray_TYPE((PyArrayObject *)meta) != NPY_INT64
         || !PyArray_ISCARRAY((PyArrayObject *)meta)) {
-        PyErr_SetString(PyExc_ValueError, "RingWriter: meta must be a writable C-contiguous (capacity, 3) int64 array");
+        PyErr_SetString(PyExc_ValueError, "RingWriter: meta must be a writable C-contiguous (capacity, 3) or (capacity, 2) int64 array");
         return NULL;
     }
     Py_ssize_t cap = PyArray_DIM((PyArrayObject *)meta, 0);
@@ -356,6 +363,7 @@ writer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     w->capacity = cap;
     w->meta_rows = (int64_t *)PyArray_DATA((PyArrayObject *)meta);
+    w->meta_w = (int)PyArray_DIM((PyArrayObject *)meta, 1);
     Py_INCREF(names);
     w->names = names;
     Py_INCREF(columns);
@@ -775,14 +783,15 @@ add_locked(Entry *e, PyObject **src, PyObject *priority, PyObject *version)
         np_++;
     }
     /* write: the key first (fenced), the payload, the rest of the row, the counters */
-    int64_t *row = w->meta_rows + META_W * slot;
+    int64_t *row = w->meta_rows + w->meta_w * slot;
     __atomic_store_n(row, (int64_t)key, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
     for (Py_ssize_t i = 0; i < w->k; i++)
         write_source(w, i, src[i], (Py_ssize_t)slot, 1);
     int32_t pair[2] = {0, (int32_t)v};  /* (times sampled, version): word 1, one store */
     memcpy(row + 1, pair, 8);
-    memcpy(row + META_PRIO, &p, 8);
+    if (w->meta_w > META_PRIO)
+        memcpy(row + META_PRIO, &p, 8);
     pend_apply(pend, np_);
     return ret;
 nomem:
@@ -842,9 +851,10 @@ extend_locked(Entry *e, PyObject **src, npy_intp n)
         || pend_int(pend, &np_, st, w->soff[S_NFREE], cap - size) < 0
         || pend_int(pend, &np_, st, w->soff[S_NEXT_KEY], first + n) < 0)
         goto nomem;
-    int64_t *rows = w->meta_rows + META_W * start;
+    Py_ssize_t mw = w->meta_w;
+    int64_t *rows = w->meta_rows + mw * start;
     for (npy_intp i = 0; i < n; i++)
-        __atomic_store_n(rows + META_W * i, (int64_t)(first + i), __ATOMIC_RELAXED);
+        __atomic_store_n(rows + mw * i, (int64_t)(first + i), __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
     for (Py_ssize_t i = 0; i < w->k; i++)
         write_source(w, i, src[i], (Py_ssize_t)start, n);
@@ -854,9 +864,10 @@ extend_locked(Entry *e, PyObject **src, npy_intp n)
     int64_t w1;
     memcpy(&w1, pair, 8);
     for (npy_intp i = 0; i < n; i++) {
-        int64_t *row = rows + META_W * i;
+        int64_t *row = rows + mw * i;
         row[1] = w1;
-        row[META_PRIO] = pbits;
+        if (mw > META_PRIO)
+            row[META_PRIO] = pbits;
     }
     pend_apply(pend, np_);
     return (PyObject *)keys;
@@ -869,7 +880,7 @@ nomem:
 /* ---- the methods ------------------------------------------------------------------------------ */
 
 /* the compiled Table.add(item, priority=None, version=None, timeout=None); NULL w/o error: not handled */
-static PyObject *
+static HOT_ALIGN PyObject *
 fast_add(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     if (nargs < 2 || nargs > 5)

@@ -16,24 +16,29 @@
 #define MAX_FIELDS 64
 #define PREFETCH_AHEAD 8  /* rows ahead to prefetch in gathers: enough to overlap ~8 misses */
 
-/* A table's metadata rows (replaystore.rows): META_W int64 words per slot: the key, then
- * times_sampled and version as two int32 (int32 columns 2 and 3 of the row), then the priority's
- * float64 bits. A sample row (count_samples' and gather_rows' out) is 4 int64: key, times
- * sampled, version, priority bits. */
+/* A table's metadata rows (replaystore.rows): mw int64 words per slot (META_W, or META_W_NARROW
+ * for a table that keeps no per-item priority): the key, then times_sampled and version as two
+ * int32 (int32 columns 2 and 3 of the row), then (wide rows only) the priority's float64 bits.
+ * A sample row (count_samples' and gather_rows' out) is 4 int64: key, times sampled, version,
+ * priority bits (UNKEPT_BITS, 1.0, for a narrow row). */
 #define META_W 3
+#define META_W_NARROW 2
+#define META_OK(w) ((w) == META_W || (w) == META_W_NARROW)
 #define META_TS32 2
 #define META_VER32 3
 #define META_PRIO 2
+#define UNKEPT_BITS INT64_C(0x3FF0000000000000) /* replaystore.rows.UNKEPT_PRIORITY (1.0) */
 /* both cache lines of a row (a 24-byte row straddles two lines for 2 slots in 8) */
-#define PREFETCH_META(p) do { __builtin_prefetch((p), 1); __builtin_prefetch((p) + META_W - 1, 1); } while (0)
+#define PREFETCH_META(p, mw) do { __builtin_prefetch((p), 1); __builtin_prefetch((p) + (mw) - 1, 1); } while (0)
 
 static inline void
-meta_set(int64_t *row, int64_t key, int32_t version, int64_t pbits)
+meta_set(int64_t *row, Py_ssize_t mw, int64_t key, int32_t version, int64_t pbits)
 {
     int32_t pair[2] = {0, version};  /* (times sampled, version): word 1, one store */
     row[0] = key;
     memcpy(row + 1, pair, 8);
-    row[META_PRIO] = pbits;
+    if (mw > META_PRIO)
+        row[META_PRIO] = pbits;
 }
 
 static inline void
@@ -45,13 +50,67 @@ meta_count(int64_t *row)
 }
 
 static inline void
-meta_widen(int64_t *dst, const int64_t *row)
+meta_widen(int64_t *dst, const int64_t *row, Py_ssize_t mw)
 {
     const int32_t *r32 = (const int32_t *)row;
     dst[0] = row[0];
     dst[1] = r32[META_TS32];
     dst[2] = r32[META_VER32];
-    dst[3] = row[META_PRIO];
+    dst[3] = mw > META_PRIO ? row[META_PRIO] : UNKEPT_BITS;
+}
+
+/* The loops over metadata rows, each inlined for a constant width (META_DISPATCH): a runtime row
+ * width in these loops measured ~100 ns slower on copy_rows of 8 rows than the constant one. */
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+/* copy_rows_impl starts on a cache line: the placement of the same code moved copy_rows of 8 rows
+ * by ~20% (525 vs 650 ns on the AMD EPYC of the issue 36 measurements, docs/benchmarks.md); at
+ * this placement it measured as before the narrow row. A layout effect, not a fix for all of them. */
+#define HOT_ALIGN __attribute__((aligned(64)))
+#define META_DISPATCH(mw, call_with_w) do { if ((mw) == META_W) { const Py_ssize_t W_ = META_W; call_with_w; } \
+                                             else { const Py_ssize_t W_ = META_W_NARROW; call_with_w; } } while (0)
+
+ALWAYS_INLINE void
+meta_store_keys(int64_t *meta, Py_ssize_t mw, Py_ssize_t start, Py_ssize_t n, long long first_key)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        __atomic_store_n(meta + mw * (start + i), (int64_t)(first_key + i), __ATOMIC_RELAXED);
+}
+
+ALWAYS_INLINE void
+meta_fill(int64_t *rows, Py_ssize_t mw, Py_ssize_t n, long long first_key, int32_t version, int64_t pbits)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        meta_set(rows + mw * i, mw, (int64_t)(first_key + i), version, pbits);
+}
+
+ALWAYS_INLINE void
+meta_count_widen(int64_t *rows, Py_ssize_t mw, const int64_t *sl, Py_ssize_t n, int64_t *dst)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + PREFETCH_AHEAD < n)
+            PREFETCH_META(rows + mw * sl[i + PREFETCH_AHEAD], mw);
+        meta_count(rows + mw * sl[i]);
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        meta_widen(dst + 4 * i, rows + mw * sl[i], mw);
+}
+
+ALWAYS_INLINE long long
+meta_touch(const double *uu, Py_ssize_t n, const int64_t *rows, Py_ssize_t cap, Py_ssize_t mw)
+{
+    long long total = 0;
+    double scale = (double)cap;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + PREFETCH_AHEAD < n) {
+            Py_ssize_t a = (Py_ssize_t)(uu[i + PREFETCH_AHEAD] * scale);
+            if (a >= 0 && a < cap)
+                __builtin_prefetch(rows + mw * a);
+        }
+        Py_ssize_t k = (Py_ssize_t)(uu[i] * scale);
+        if (k >= 0 && k < cap)
+            total += rows[mw * k];
+    }
+    return total;
 }
 
 /* Strip a native byte-order prefix ('@', '=', '<' on little-endian) from a buffer format. */
@@ -168,9 +227,9 @@ release_plans(FieldPlan *plans, Py_ssize_t k)
  * release fence (a sample copying outside a shared table's lock sees a moved key for any row it
  * may have read torn: replaystore.shared.reads); nothing is written when the copy is refused.
  */
-static int
-copy_rows_impl(PyObject *columns, PyObject *sources, Py_ssize_t start, Py_ssize_t n, int batched,
-               int64_t *meta, long long first_key)
+ALWAYS_INLINE int
+copy_rows_body(PyObject *columns, PyObject *sources, Py_ssize_t start, Py_ssize_t n, int batched,
+               int64_t *meta, Py_ssize_t mw, long long first_key)
 {
     if (!PyTuple_Check(columns) || !PyTuple_Check(sources))
         return 0;
@@ -235,8 +294,7 @@ copy_rows_impl(PyObject *columns, PyObject *sources, Py_ssize_t start, Py_ssize_
                 ok = 0;
         }
         if (ok && meta != NULL) { /* the rows' new keys first, ordered before their payloads */
-            for (Py_ssize_t i = 0; i < n; i++)
-                __atomic_store_n(meta + META_W * (start + i), (int64_t)(first_key + i), __ATOMIC_RELAXED);
+            meta_store_keys(meta, mw, start, n, first_key);
             __atomic_thread_fence(__ATOMIC_RELEASE);
         }
         for (Py_ssize_t i = 0; i < k && ok; i++) {
@@ -251,6 +309,22 @@ copy_rows_impl(PyObject *columns, PyObject *sources, Py_ssize_t start, Py_ssize_
     }
     release_plans(plans, done);
     return ok;
+}
+
+/* copy_rows_body for each row width, the width a constant (a runtime width passed in measured
+ * ~100 ns slower on 8 rows); meta NULL: no keys (either one) */
+static HOT_ALIGN int
+copy_rows_impl(PyObject *columns, PyObject *sources, Py_ssize_t start, Py_ssize_t n, int batched,
+               int64_t *meta, long long first_key)
+{
+    return copy_rows_body(columns, sources, start, n, batched, meta, META_W, first_key);
+}
+
+static HOT_ALIGN int
+copy_rows_impl_narrow(PyObject *columns, PyObject *sources, Py_ssize_t start, Py_ssize_t n, int batched,
+                      int64_t *meta, long long first_key)
+{
+    return copy_rows_body(columns, sources, start, n, batched, meta, META_W_NARROW, first_key);
 }
 
 static PyObject *
@@ -268,14 +342,16 @@ copy_rows(PyObject *self, PyObject *args)
     Py_buffer b;
     if (PyObject_GetBuffer(meta, &b, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0)
         return NULL;
-    if (b.ndim != 2 || b.shape[1] != META_W || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0 || n < 0
+    if (b.ndim != 2 || !META_OK(b.shape[1]) || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0 || n < 0
         || start + n > b.shape[0]) {
         PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "copy_rows: meta must be a C-contiguous (capacity, 3) int64 array "
+        PyErr_SetString(PyExc_ValueError, "copy_rows: meta must be a C-contiguous (capacity, 3) or (capacity, 2) int64 array "
                                           "holding the rows");
         return NULL;
     }
-    int ok = copy_rows_impl(columns, sources, start, n, batched, (int64_t *)b.buf, first_key);
+    int ok = b.shape[1] == META_W
+                 ? copy_rows_impl(columns, sources, start, n, batched, (int64_t *)b.buf, first_key)
+                 : copy_rows_impl_narrow(columns, sources, start, n, batched, (int64_t *)b.buf, first_key);
     PyBuffer_Release(&b);
     return PyBool_FromLong(ok);
 }
@@ -298,18 +374,18 @@ fill_meta(PyObject *self, PyObject *args)
     Py_buffer b;
     if (PyObject_GetBuffer(meta, &b, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0)
         return NULL;
-    if (b.ndim != 2 || b.shape[1] != META_W || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0
+    if (b.ndim != 2 || !META_OK(b.shape[1]) || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0
         || n < 0 || start + n > b.shape[0] || version < INT32_MIN || version > INT32_MAX) {
         PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "fill_meta: meta must be a C-contiguous (capacity, 3) int64 array, "
+        PyErr_SetString(PyExc_ValueError, "fill_meta: meta must be a C-contiguous (capacity, 3) or (capacity, 2) int64 array, "
                                           "the rows in range and the version an int32");
         return NULL;
     }
-    int64_t *rows = (int64_t *)b.buf + META_W * start;
+    Py_ssize_t mw = b.shape[1];
+    int64_t *rows = (int64_t *)b.buf + mw * start;
     int64_t pbits;
     memcpy(&pbits, &priority, 8);
-    for (Py_ssize_t i = 0; i < n; i++)
-        meta_set(rows + META_W * i, (int64_t)(first_key + i), (int32_t)version, pbits);
+    META_DISPATCH(mw, meta_fill(rows, W_, n, first_key, (int32_t)version, pbits));
     PyBuffer_Release(&b);
     Py_RETURN_NONE;
 }
@@ -507,24 +583,13 @@ touch_draw(PyObject *self, PyObject *args)
     Py_ssize_t n = u.ndim == 1 ? u.shape[0] : -1;
     if (n < 0 || u.itemsize != 8 || !is_c_contiguous(&u) || bare_format(u.format)[0] != 'd')
         err = "touch_draw: uniforms must be a C-contiguous float64 vector";
-    else if (m.ndim != 2 || m.shape[1] != META_W || m.itemsize != 8 || !is_c_contiguous(&m) || m.shape[0] < 1)
-        err = "touch_draw: meta must be a C-contiguous (capacity, 3) int64 array";
+    else if (m.ndim != 2 || !META_OK(m.shape[1]) || m.itemsize != 8 || !is_c_contiguous(&m) || m.shape[0] < 1)
+        err = "touch_draw: meta must be a C-contiguous (capacity, 3) or (capacity, 2) int64 array";
     long long total = 0;
     if (err == NULL) {
         const double *uu = (const double *)u.buf;
         const int64_t *rows = (const int64_t *)m.buf;
-        Py_ssize_t cap = m.shape[0];
-        double scale = (double)cap;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            if (i + PREFETCH_AHEAD < n) {
-                Py_ssize_t a = (Py_ssize_t)(uu[i + PREFETCH_AHEAD] * scale);
-                if (a >= 0 && a < cap)
-                    __builtin_prefetch(rows + META_W * a);
-            }
-            Py_ssize_t k = (Py_ssize_t)(uu[i] * scale);
-            if (k >= 0 && k < cap)
-                total += rows[META_W * k];
-        }
+        META_DISPATCH(m.shape[1], total = meta_touch(uu, n, rows, m.shape[0], W_));
     }
     PyBuffer_Release(&u);
     PyBuffer_Release(&m);
@@ -563,8 +628,8 @@ count_samples(PyObject *self, PyObject *args)
     }
     const char *err = NULL;
     Py_ssize_t n = s.ndim == 1 ? s.shape[0] : -1;
-    if (m.ndim != 2 || m.shape[1] != META_W || m.itemsize != 8 || !is_c_contiguous(&m))
-        err = "count_samples: meta must be a C-contiguous (capacity, 3) int64 array";
+    if (m.ndim != 2 || !META_OK(m.shape[1]) || m.itemsize != 8 || !is_c_contiguous(&m))
+        err = "count_samples: meta must be a C-contiguous (capacity, 3) or (capacity, 2) int64 array";
     else if (n < 0 || s.itemsize != 8 || !is_c_contiguous(&s) || strchr("lq", bare_format(s.format)[0]) == NULL)
         err = "count_samples: slots must be a C-contiguous int64 vector";
     else if (o.ndim != 2 || o.shape[0] != n || o.shape[1] != 4 || o.itemsize != 8 || !is_c_contiguous(&o))
@@ -575,15 +640,7 @@ count_samples(PyObject *self, PyObject *args)
         if (sl[i] < 0 || sl[i] >= cap)
             err = "count_samples: a slot is out of range";
     if (err == NULL) {
-        int64_t *rows = (int64_t *)m.buf;
-        int64_t *dst = (int64_t *)o.buf;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            if (i + PREFETCH_AHEAD < n)
-                PREFETCH_META(rows + META_W * sl[i + PREFETCH_AHEAD]);
-            meta_count(rows + META_W * sl[i]);
-        }
-        for (Py_ssize_t i = 0; i < n; i++)
-            meta_widen(dst + 4 * i, rows + META_W * sl[i]);
+        META_DISPATCH(m.shape[1], meta_count_widen((int64_t *)m.buf, W_, sl, n, (int64_t *)o.buf));
     }
     PyBuffer_Release(&m);
     PyBuffer_Release(&s);
@@ -596,6 +653,37 @@ count_samples(PyObject *self, PyObject *args)
 }
 
 
+
+/* gather_rows' copy: rows of every column at slots sl, and (mrows) the sample's counts and rows */
+ALWAYS_INLINE void
+gather_loop(Py_buffer *cols, Py_buffer *dst, const Py_ssize_t *rowb, Py_ssize_t k, const int64_t *sl, Py_ssize_t n,
+            int64_t *mrows, int64_t *mout, Py_ssize_t mw)
+{
+    {
+        for (Py_ssize_t j = 0; j < n; j++) {
+            if (j + PREFETCH_AHEAD < n) {
+                int64_t ahead = sl[j + PREFETCH_AHEAD];
+                for (Py_ssize_t i = 0; i < k; i++) {
+                    const char *row = (const char *)cols[i].buf + ahead * rowb[i];
+                    __builtin_prefetch(row);
+                    if (rowb[i] > 64)
+                        __builtin_prefetch(row + rowb[i] - 1);
+                }
+                if (mrows != NULL)
+                    PREFETCH_META(mrows + mw * ahead, mw);
+            }
+            for (Py_ssize_t i = 0; i < k; i++)
+                memcpy((char *)dst[i].buf + j * rowb[i], (const char *)cols[i].buf + sl[j] * rowb[i],
+                       (size_t)rowb[i]);
+            if (mrows != NULL)
+                meta_count(mrows + mw * sl[j]);
+        }
+        if (mrows != NULL) {  /* after every increment: a repeated slot shows its final count */
+            for (Py_ssize_t j = 0; j < n; j++)
+                meta_widen(mout + 4 * j, mrows + mw * sl[j], mw);
+        }
+    }
+}
 
 /* gather_rows(columns, slots, outs[, meta, meta_out]) -> bool
  *
@@ -669,7 +757,7 @@ gather_rows(PyObject *self, PyObject *args)
             ok = 0;
         } else {
             has_meta = 1;
-            if (m.ndim != 2 || m.shape[1] != META_W || m.itemsize != 8 || !is_c_contiguous(&m) || mo.ndim != 2
+            if (m.ndim != 2 || !META_OK(m.shape[1]) || m.itemsize != 8 || !is_c_contiguous(&m) || mo.ndim != 2
                 || mo.shape[0] != n || mo.shape[1] != 4 || mo.itemsize != 8 || !is_c_contiguous(&mo))
                 ok = 0;
             else if (cap < 0 || m.shape[0] < cap)
@@ -681,30 +769,8 @@ gather_rows(PyObject *self, PyObject *args)
         if (sl[j] < 0 || sl[j] >= cap)
             ok = 0;
     if (ok) {
-        int64_t *mrows = has_meta ? (int64_t *)m.buf : NULL;
-        for (Py_ssize_t j = 0; j < n; j++) {
-            if (j + PREFETCH_AHEAD < n) {
-                int64_t ahead = sl[j + PREFETCH_AHEAD];
-                for (Py_ssize_t i = 0; i < k; i++) {
-                    const char *row = (const char *)cols[i].buf + ahead * rowb[i];
-                    __builtin_prefetch(row);
-                    if (rowb[i] > 64)
-                        __builtin_prefetch(row + rowb[i] - 1);
-                }
-                if (mrows != NULL)
-                    PREFETCH_META(mrows + META_W * ahead);
-            }
-            for (Py_ssize_t i = 0; i < k; i++)
-                memcpy((char *)dst[i].buf + j * rowb[i], (const char *)cols[i].buf + sl[j] * rowb[i],
-                       (size_t)rowb[i]);
-            if (mrows != NULL)
-                meta_count(mrows + META_W * sl[j]);
-        }
-        if (mrows != NULL) {  /* after every increment: a repeated slot shows its final count */
-            int64_t *out = (int64_t *)mo.buf;
-            for (Py_ssize_t j = 0; j < n; j++)
-                meta_widen(out + 4 * j, mrows + META_W * sl[j]);
-        }
+        int64_t *mrows = has_meta ? (int64_t *)m.buf : NULL, *mout = has_meta ? (int64_t *)mo.buf : NULL;
+        META_DISPATCH(has_meta ? m.shape[1] : META_W, gather_loop(cols, dst, rowb, k, sl, n, mrows, mout, W_));
     }
     if (has_meta) {
         PyBuffer_Release(&m);
@@ -719,6 +785,7 @@ gather_rows(PyObject *self, PyObject *args)
         Py_RETURN_TRUE;
     Py_RETURN_FALSE;
 }
+
 
 /* add_row(columns, sources, start, meta, key, version, priority) -> bool
  *
@@ -741,20 +808,22 @@ add_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_buffer b;
     if (PyObject_GetBuffer(args[3], &b, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0)
         return NULL;
-    if (b.ndim != 2 || b.shape[1] != META_W || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0
+    if (b.ndim != 2 || !META_OK(b.shape[1]) || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0
         || start >= b.shape[0] || version < INT32_MIN || version > INT32_MAX) {
         PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "add_row: meta must be a C-contiguous (capacity, 3) int64 array "
+        PyErr_SetString(PyExc_ValueError, "add_row: meta must be a C-contiguous (capacity, 3) or (capacity, 2) int64 array "
                                           "and the version an int32");
         return NULL;
     }
-    if (!copy_rows_impl(args[0], args[1], start, 1, 0, (int64_t *)b.buf, key)) { /* (its key first) */
+    int copied = b.shape[1] == META_W ? copy_rows_impl(args[0], args[1], start, 1, 0, (int64_t *)b.buf, key)
+                                      : copy_rows_impl_narrow(args[0], args[1], start, 1, 0, (int64_t *)b.buf, key);
+    if (!copied) { /* (its key first) */
         PyBuffer_Release(&b);
         Py_RETURN_FALSE;
     }
     int64_t pbits;
     memcpy(&pbits, &priority, 8);
-    meta_set((int64_t *)b.buf + META_W * start, (int64_t)key, (int32_t)version, pbits);
+    meta_set((int64_t *)b.buf + b.shape[1] * start, b.shape[1], (int64_t)key, (int32_t)version, pbits);
     PyBuffer_Release(&b);
     Py_RETURN_TRUE;
 }

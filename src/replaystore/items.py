@@ -27,7 +27,9 @@ class Sample:
         probabilities: float64 probability with which the sampler chose each item.
         weights: float64 importance-sampling weights, ``(N * P(i)) ** -beta / max_j w_j`` for the
             prioritized sampler; ones for the others.
-        priorities: float64 priorities of the items at sampling time.
+        priorities: float64 priorities of the items at sampling time (1.0 for every item of a
+            table that keeps no per-item priority: its sampler and remover read none, e.g.
+            ``Uniform`` with ``Fifo``; see ``Table.update_priorities``).
         times_sampled: int64 count of samples of each item, including this one.
         versions: int64 model version the item was inserted with.
     """

@@ -42,7 +42,11 @@ The functions below, one contract in both versions (the compiled one is ``_rows.
 The metadata layout (one row per slot, ``(capacity, META_WIDTH)`` int64, 24 bytes): word 0 the
 key (``-1``: free slot), word 1 two int32 halves, ``times_sampled`` (int32 column
 ``META_TIMES_SAMPLED`` of the row viewed as int32) and ``version`` (``META_VERSION``), word 2 the
-priority's float64 bits. Versions therefore lie in ``[VERSION_MIN, VERSION_MAX]`` (the table
+priority's float64 bits. A table that keeps no per-item priorities (its sampler and remover read
+none: ``Selector.reads_priorities``) has the narrow row, ``(capacity, META_WIDTH_NO_PRIORITY)``,
+16 bytes: words 0 and 1 alone; every function here takes either width (the compiled ones too),
+writes no priority to a narrow row and widens it with ``UNKEPT_PRIORITY`` as its priority.
+Versions therefore lie in ``[VERSION_MIN, VERSION_MAX]`` (the table
 refuses others with a named error) and a count stops at ``2**31 - 1``; :func:`meta_columns` gives
 the four column views, :func:`sample_rows` the widened rows of some slots. Until issue 36 the row
 was ``(capacity, 4)`` int64 (32 bytes); a shared segment made with that layout does not open
@@ -66,6 +70,11 @@ META_WIDTH = 3
 META_TIMES_SAMPLED, META_VERSION = 2, 3
 #: int64 word of the priority's float64 bits.
 META_PRIORITY = 2
+#: int64 words per slot of a table that keeps no per-item priorities: key, (times_sampled, version).
+META_WIDTH_NO_PRIORITY = 2
+#: The priority every item of such a table reports (``Sample.priorities``, ``info``, checkpoints).
+UNKEPT_PRIORITY = 1.0
+_UNKEPT_BITS = np.float64(UNKEPT_PRIORITY).view(np.int64)
 #: Columns of a sample row ``(n, 4)`` int64: key, times sampled, version, priority bits.
 ROW_KEY, ROW_TIMES_SAMPLED, ROW_VERSION, ROW_PRIORITY = 0, 1, 2, 3
 #: The range of an item's (and the table's) version: int32.
@@ -74,22 +83,49 @@ VERSION_MIN, VERSION_MAX = -(2**31), 2**31 - 1
 TIMES_SAMPLED_MAX = 2**31 - 1
 
 
+class UnkeptPriorities:
+    """The priority column of a narrow metadata row: reads give ``UNKEPT_PRIORITY``, writes are dropped.
+
+    Indexing returns a new float64 array of ``UNKEPT_PRIORITY`` of the shape the index would take
+    from a ``(n,)`` array; item assignment does nothing. Thread-safe (no state).
+    """
+
+    __slots__ = ("_ones",)
+
+    def __init__(self, n: int) -> None:
+        self._ones = np.broadcast_to(np.float64(UNKEPT_PRIORITY), (int(n),))
+
+    def __len__(self) -> int:
+        return len(self._ones)
+
+    def __getitem__(self, index: object) -> np.ndarray:
+        return np.array(self._ones[index], dtype=np.float64)
+
+    def __setitem__(self, index: object, value: object) -> None:
+        pass  # (a table that keeps no per-item priorities: given ones are not stored)
+
+
 def meta_columns(meta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(keys int64, times_sampled int32, versions int32, priorities float64)``: writable views of ``meta``."""
+    """``(keys int64, times_sampled int32, versions int32, priorities float64)``: writable views of ``meta``.
+
+    For a narrow row (``META_WIDTH_NO_PRIORITY``) the priorities are an :class:`UnkeptPriorities`.
+    """
     pair = meta[:, 1:2].view(np.int32)  # (word 1 alone: also a view of a zero-stride stand-in)
+    if meta.shape[1] <= META_PRIORITY:
+        return meta[:, 0], pair[:, META_TIMES_SAMPLED - 2], pair[:, META_VERSION - 2], UnkeptPriorities(len(meta))  # type: ignore[return-value]
     prio = meta[:, META_PRIORITY : META_PRIORITY + 1].view(np.float64)[:, 0]
     return meta[:, 0], pair[:, META_TIMES_SAMPLED - 2], pair[:, META_VERSION - 2], prio
 
 
 def widen_rows(stored: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """Sample rows ``(n, 4)`` int64 (key, times sampled, version, priority bits) of stored rows ``(n, 3)``."""
+    """Sample rows ``(n, 4)`` int64 (key, times sampled, version, priority bits) of stored rows (3 or 2 words)."""
     if out is None:
         out = np.empty((len(stored), 4), dtype=np.int64)
     out[:, ROW_KEY] = stored[:, 0]
     s32 = stored.view(np.int32)
     out[:, ROW_TIMES_SAMPLED] = s32[:, META_TIMES_SAMPLED]
     out[:, ROW_VERSION] = s32[:, META_VERSION]
-    out[:, ROW_PRIORITY] = stored[:, META_PRIORITY]
+    out[:, ROW_PRIORITY] = stored[:, META_PRIORITY] if stored.shape[1] > META_PRIORITY else _UNKEPT_BITS
     return out
 
 
@@ -243,6 +279,9 @@ __all__ = [
     "META_TIMES_SAMPLED",
     "META_VERSION",
     "META_WIDTH",
+    "META_WIDTH_NO_PRIORITY",
+    "UNKEPT_PRIORITY",
+    "UnkeptPriorities",
     "ROW_KEY",
     "ROW_PRIORITY",
     "ROW_TIMES_SAMPLED",

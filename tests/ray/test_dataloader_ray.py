@@ -58,7 +58,9 @@ def test_spawned_workers_share_the_service(svc):
     # priority updates from the training loop reach the service
     keys = torch.unique(batches[0]["keys"])
     assert ds.update_priorities(keys, torch.full((len(keys),), 3.0)) == len(keys)
-    assert np.allclose(svc.info(keys.numpy())["priorities"], 3.0)
+    # (a uniform table keeps no per-item priority: its items report 1.0, its max_priority moves)
+    assert np.allclose(svc.info(keys.numpy())["priorities"], 1.0)
+    assert svc.stats()["replay"]["max_priority_seen"] == 3.0
 
 
 def test_workers_see_writes_made_while_they_run(svc):

@@ -48,6 +48,9 @@ class Selector(ABC):
     usable_as_remover: bool = True
     #: the table rejects negative priorities when this is set
     requires_nonnegative: bool = False
+    #: whether the selector uses the priorities it is handed (a table whose selectors all say
+    #: ``False`` keeps no per-item priority: ``replaystore.rows.META_WIDTH_NO_PRIORITY``)
+    reads_priorities: bool = True
     #: ``sample(n, uniforms=u)`` accepts the ``rng.random(n)`` numbers the draw would take, drawn
     #: beforehand by a caller that holds a lock for the draw (it draws them before taking the lock)
     takes_uniforms: bool = False

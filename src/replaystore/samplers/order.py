@@ -22,6 +22,8 @@ from .base import Selector
 class _InsertionLog(Selector):
     """Shared machinery: a ring log of ``(slot, key)`` entries with lazy deletion."""
 
+    reads_priorities = False
+
     _newest_first = False
     #: the scalar hook (:mod:`replaystore.placement`)
     SCALARS = ("_head", "_tail", "size")

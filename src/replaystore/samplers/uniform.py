@@ -16,6 +16,8 @@ class Uniform(Selector):
     ``sample(n)`` costs O(n); insert and remove cost O(batch).
     """
 
+    reads_priorities = False
+
     RING_UNUSED = ("set.",)  # (following a ring, it draws from the ring's bounds)
 
     def bind(self, capacity: int, rng: np.random.Generator) -> None:  # noqa: D102

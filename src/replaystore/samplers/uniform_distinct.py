@@ -22,6 +22,8 @@ class UniformDistinct(Selector):
     Probabilities are those of a single draw, ``1 / size``. As a remover it evicts random items.
     """
 
+    reads_priorities = False
+
     def bind(self, capacity: int, rng: np.random.Generator) -> None:  # noqa: D102
         super().bind(capacity, rng)
         self._set = DenseSet(capacity)

@@ -18,6 +18,8 @@ class WithoutReplacement(Selector):
     Not usable as a remover.
     """
 
+    reads_priorities = False
+
     usable_as_remover = False
     #: the scalar hook (:mod:`replaystore.placement`)
     SCALARS = ("epoch",)

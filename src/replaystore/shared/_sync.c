@@ -960,6 +960,7 @@ typedef struct {
     PyObject *busy_obj, *unordered_obj;
     Py_buffer words;
     int64_t *meta_rows;
+    Py_ssize_t meta_w;  /* RING_META_W, or RING_META_W - 1 (no priority word) */
     int64_t *w[N_RING_WORDS];
     long long capacity, max_rows, generation;
     Py_ssize_t busy, unordered, reserved, ncols;
@@ -1019,9 +1020,11 @@ RingInserter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (ok) {  /* the metadata rows: a writable C-contiguous (capacity, 3) int64 array */
         PyArrayObject *ma = (PyArrayObject *)meta;
         ok = PyArray_Check(meta) && PyArray_NDIM(ma) == 2 && PyArray_DIM(ma, 0) == capacity
-             && PyArray_DIM(ma, 1) == RING_META_W && PyArray_TYPE(ma) == NPY_INT64 && PyArray_IS_C_CONTIGUOUS(ma)
+             && (PyArray_DIM(ma, 1) == RING_META_W || PyArray_DIM(ma, 1) == RING_META_W - 1)
+             && PyArray_TYPE(ma) == NPY_INT64 && PyArray_IS_C_CONTIGUOUS(ma)
              && PyArray_ISWRITEABLE(ma);
         self->meta_rows = ok ? (int64_t *)PyArray_DATA(ma) : NULL;
+        self->meta_w = ok ? PyArray_DIM(ma, 1) : RING_META_W;
     }
     for (int i = 0; ok && i < N_RING_WORDS; i++) {
         int64_t k;
@@ -1330,14 +1333,16 @@ ring_insert_locked(RingInserter *self, const char **src, npy_intp n)
         return NULL;
     }
     /* the new metadata rows (keys) first, as replaystore.rows.fill_meta(meta, start, n, first, version, prio) */
-    int64_t *mrow = self->meta_rows + RING_META_W * start, pbits = *w[S_MAXPRIO];
+    Py_ssize_t mw = self->meta_w;  /* (a narrow row: no priority word) */
+    int64_t *mrow = self->meta_rows + mw * start, pbits = *w[S_MAXPRIO];
     int32_t pair[2] = {0, (int32_t)version};  /* (times sampled, version): word 1 */
     int64_t pword;
     memcpy(&pword, pair, 8);
-    for (npy_intp i = 0; i < n; i++, mrow += RING_META_W) {
+    for (npy_intp i = 0; i < n; i++, mrow += mw) {
         mrow[0] = first + i;
         mrow[1] = pword;
-        mrow[2] = pbits;
+        if (mw == RING_META_W)
+            mrow[2] = pbits;
     }
     __atomic_thread_fence(__ATOMIC_RELEASE);  /* (the keys before the rows: see replaystore.shared.reads) */
     for (Py_ssize_t i = 0; i < self->ncols; i++) {

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..rows import META_PRIORITY
+from ..rows import META_PRIORITY, UNKEPT_PRIORITY
 from ..samplers import Prioritized
 
 if TYPE_CHECKING:
@@ -109,7 +109,8 @@ def _ring(table: "HostedTable", meta: np.ndarray, v: dict, names: tuple, keys, s
         if len(slots):
             order = np.argsort(slots)
             s = slots[order]
-            sampler.update(s, keys[order], meta.view(np.float64)[s, META_PRIORITY].copy())
+            prio = meta.view(np.float64)[s, META_PRIORITY].copy() if meta.shape[1] > META_PRIORITY else None
+            sampler.update(s, keys[order], prio if prio is not None else np.full(len(s), UNKEPT_PRIORITY))
     dropped = old_size - (hi - lo)
     v.update(ring_lo=lo, size=hi - lo, nfree=cap - (hi - lo))
     _count(v, dropped)

@@ -159,8 +159,8 @@ class Table(
         self._recent = RecentDraws()  # (catches update_priorities(s.indices, ...): see .recent)
         # every mutable scalar (next key, size, ring bounds, counters, ...) in one object
         self._state = st = TableState(capacity)
-        # per-slot metadata rows (key, times_sampled, version, priority bits); the names are column views
-        self._meta = allocate_rows(capacity)
+        # per-slot metadata rows (key, times_sampled, version[, priority bits]); the names are column views
+        self._meta = allocate_rows(capacity, any(getattr(s, "reads_priorities", True) for s in self._selectors))
         _keys, self._times_sampled, self._version, self._priority = meta_columns(self._meta)
         # Ring mode (see .ring): the key index, the free-slot stack and the Fifo/Uniform selectors'
         # arrays are arithmetic on the ring until the first removal that is not the oldest items.

@@ -59,6 +59,11 @@ class KeyedMethods:
 
         Duplicate keys: the last occurrence wins. Keys no longer in the table are skipped (and
         counted in ``stats()["skipped_updates"]``). Errors are raised before anything changes.
+        A table whose sampler and remover read no priorities (``Selector.reads_priorities``
+        false: ``Uniform``, ``Fifo``, ``Lifo``, ``UniformDistinct``, ``WithoutReplacement``)
+        keeps none per item (16 bytes of metadata an item instead of 24): given priorities,
+        here or to ``add``/``extend``, are checked and raise ``max_priority`` as always, and
+        every item reports priority 1.0 (``info``, ``Sample.priorities``, ``stats``, checkpoints).
 
         Raises:
             InvalidPriority: NaN, infinite or (for the prioritized sampler) negative values.

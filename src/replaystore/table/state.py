@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..placement import allocate
-from ..rows import META_WIDTH
+from ..rows import META_WIDTH, META_WIDTH_NO_PRIORITY
 
 #: counters reported by ``Table.stats()`` (ints), in report order
 COUNTERS = (
@@ -129,12 +129,17 @@ class TableState:
         return f"TableState({', '.join(f'{n}={getattr(self, n)!r}' for n in self.__slots__)})"
 
 
-def allocate_rows(capacity: int) -> np.ndarray:
+def allocate_rows(capacity: int, priorities: bool = True) -> np.ndarray:
     """The per-slot metadata: one ``(capacity, 3)`` int64 row per slot, key ``-1`` (free).
+
+    Without ``priorities`` (a table whose selectors read none) the row is ``(capacity, 2)``: no
+    priority word (``META_WIDTH_NO_PRIORITY``; 16 bytes an item).
 
     Words: key, ``times_sampled`` and ``version`` as two int32, priority (float64 bits); the
     layout is :mod:`replaystore.rows`' (``META_WIDTH``, ``meta_columns``). One row of 24 bytes per
     item, so a sample gathers one row per item instead of touching four arrays. Allocated through
     :func:`replaystore.placement.allocate` (``"table.meta"``): NumPy, or a shared segment.
     """
+    if not priorities:
+        return allocate("table.meta", (capacity, META_WIDTH_NO_PRIORITY), np.int64, (-1, 0))
     return allocate("table.meta", (capacity, META_WIDTH), np.int64, (-1, 0, 0))
