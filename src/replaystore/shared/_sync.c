@@ -1428,7 +1428,8 @@ static PyTypeObject RingInserterType = {
  * the D_ names below; `header`: the segment's header words (an int64 buffer: the mutex's);
  * `header_words`: (busy, unordered, acquired) word indices in it; `limits`: (samples_per_insert,
  * min_diff, min_size_to_sample) of a RateLimiter whose can_sample is the base formula; `names`
- * and `columns`: the storage's flat columns; `meta`: the (capacity, RING_META_W) int64 rows;
+ * and `columns`: the storage's flat columns; `meta`: the (capacity, RING_META_W) int64 rows (or
+ * RING_META_W - 1 words: a narrow row, no priority word, its items' priority 1.0);
  * `sampler`: the Uniform (its `rng` attribute is read at every call: a new Generator is refused).
  *
  * sample(guard, n) -> (slots, probabilities, rows, data, settled) when the sample was drawn
@@ -1458,6 +1459,7 @@ typedef struct {
     Py_buffer words;
     bitgen_t *bitgen;
     int64_t *meta_rows;
+    Py_ssize_t meta_w; /* RING_META_W, or RING_META_W - 1: a narrow row (no priority word: priority 1.0) */
     int64_t *w[N_DRAW_WORDS];
     long long capacity, min_size, generation;
     Py_ssize_t busy, unordered, acquired, ncols;
@@ -1511,12 +1513,14 @@ RingSampler_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
              && busy >= 0 && unordered >= 0 && acquired >= 0 && 8 * (busy + 1) <= m->view.len
              && 8 * (unordered + 1) <= m->view.len && 8 * (acquired + 1) <= m->view.len && ncols > 0
              && ncols <= MAX_RING_COLUMNS && PyTuple_GET_SIZE(names) == ncols;
-    if (ok) { /* the metadata rows: a writable C-contiguous (capacity, RING_META_W) int64 array */
+    if (ok) { /* the metadata rows: a writable C-contiguous (capacity, RING_META_W or RING_META_W - 1) int64 array */
         PyArrayObject *ma = (PyArrayObject *)meta;
         ok = PyArray_Check(meta) && PyArray_NDIM(ma) == 2 && PyArray_DIM(ma, 0) == capacity
-             && PyArray_DIM(ma, 1) == RING_META_W && PyArray_TYPE(ma) == NPY_INT64 && PyArray_IS_C_CONTIGUOUS(ma)
+             && (PyArray_DIM(ma, 1) == RING_META_W || PyArray_DIM(ma, 1) == RING_META_W - 1)
+             && PyArray_TYPE(ma) == NPY_INT64 && PyArray_IS_C_CONTIGUOUS(ma)
              && PyArray_ISWRITEABLE(ma);
         self->meta_rows = ok ? (int64_t *)PyArray_DATA(ma) : NULL;
+        self->meta_w = ok ? PyArray_DIM(ma, 1) : RING_META_W;
     }
     for (int i = 0; ok && i < N_DRAW_WORDS; i++) {
         int64_t k;
@@ -1669,23 +1673,27 @@ draw_locked(RingSampler *self, int64_t *slots, double *probabilities, int64_t *r
         probabilities[i] = p;
     /* count_samples: times sampled + 1 per draw (saturating), then the rows with the final counts */
     int64_t *meta = self->meta_rows;
+    const Py_ssize_t mw = self->meta_w;
+    int64_t unkept; /* a narrow row's priority: 1.0 (rows.UnkeptPriorities), as its float64 bits */
+    const double one = 1.0;
+    memcpy(&unkept, &one, 8);
     for (npy_intp i = 0; i < n; i++) {
         if (i + DRAW_AHEAD < n) {
-            const int64_t *ahead = meta + RING_META_W * slots[i + DRAW_AHEAD];
+            const int64_t *ahead = meta + mw * slots[i + DRAW_AHEAD];
             __builtin_prefetch(ahead, 1);
-            __builtin_prefetch(ahead + RING_META_W - 1, 1);
+            __builtin_prefetch(ahead + mw - 1, 1);
         }
-        int32_t *ts = (int32_t *)(meta + RING_META_W * slots[i]) + 2;
+        int32_t *ts = (int32_t *)(meta + mw * slots[i]) + 2;
         if (*ts != INT32_MAX)
             *ts += 1;
     }
     for (npy_intp i = 0; i < n; i++) {
-        const int64_t *row = meta + RING_META_W * slots[i];
+        const int64_t *row = meta + mw * slots[i];
         const int32_t *r32 = (const int32_t *)row;
         rows[4 * i] = row[0];
         rows[4 * i + 1] = r32[2];
         rows[4 * i + 2] = r32[3];
-        rows[4 * i + 3] = row[2];
+        rows[4 * i + 3] = mw == RING_META_W ? row[2] : unkept;
     }
     *w[D_L_SAMPLES] += n;
     *w[D_SAMPLES] += n;
@@ -1811,11 +1819,11 @@ RingSampler_sample(RingSampler *self, PyObject *const *args, Py_ssize_t nargs)
             if (i + DRAW_AHEAD < n) {
                 Py_ssize_t a = (Py_ssize_t)(u[i + DRAW_AHEAD] * scale);
                 if (a >= 0 && a < cap)
-                    __builtin_prefetch(meta + RING_META_W * a);
+                    __builtin_prefetch(meta + self->meta_w * a);
             }
             Py_ssize_t k = (Py_ssize_t)(u[i] * scale);
             if (k >= 0 && k < cap)
-                sink += meta[RING_META_W * k];
+                sink += meta[self->meta_w * k];
         }
         (void)sink;
     }
