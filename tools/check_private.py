@@ -72,6 +72,13 @@ ALLOWED_ATTRIBUTES = {
     ("replaystore.integrations.torchrl.fastpath", "_td_dim_names"),
     ("replaystore.integrations.torchrl.fastpath", "_storage"),
     ("replaystore.integrations.torchrl.fastpath", "_rng"),
+    # (the same TensorDict internals for the one-call gather's plans and the priority update's
+    # read of a sample's "index" and priority entries)
+    ("replaystore.integrations.torchrl.rows", "_new_unsafe"),
+    ("replaystore.integrations.torchrl.rows", "_tensordict"),
+    ("replaystore.integrations.torchrl.rows", "_device"),
+    ("replaystore.integrations.torchrl.rows", "_td_dim_names"),
+    ("replaystore.integrations.torchrl.prioritized", "_tensordict"),
 }
 #: ``(importing module, private module)`` pairs allowed despite PRV002, each with its reason.
 ALLOWED_IMPORTS = {

@@ -37,6 +37,8 @@ from torchrl.data.replay_buffers.storages import ListStorage, TensorStorage
 from torchrl.data.replay_buffers.storages.utils import _collate_id
 from torchrl.data.replay_buffers.utils import _to_torch
 
+from .rows import RowPlan, make_plan
+
 __all__ = ["FastSampleMixin", "ReplayBuffer", "TensorDictReplayBuffer", "gather_rows"]
 
 _CPU = torch.device("cpu")
@@ -134,6 +136,8 @@ class FastSampleMixin:
     """
 
     _fast_info_in_data = False
+    _rs_plan: RowPlan | None = None  # (the last stored container's gather plan)
+    _rs_no_plan: Any = None  # (a stored container found to have no plan)
 
     def _fast_parts(self) -> tuple[Any, Any] | None:
         """``(storage, sampler)`` when a sample may take the fast path, else None."""
@@ -182,30 +186,58 @@ class FastSampleMixin:
         stored = storage._storage
         if type(storage) is ListStorage:
             return self._fast_list_sample(storage, sampler, batch_size)
-        device = stored.device if type(stored) is TensorDict else None
-        if device is not None and device != _CPU:
-            return None
-        if type(stored) is TensorDict:
-            if stored._td_dim_names is not None:
+        plan = self._rs_plan
+        if plan is None or plan.root is not stored:  # (with a plan for it: a plain CPU container)
+            device = stored.device if type(stored) is TensorDict else None
+            if device is not None and device != _CPU:
                 return None
-        elif not (type(stored) in (tuple, list) and all(_plain_tensor(v) for v in stored)):
-            return None
+            if type(stored) is TensorDict:
+                if stored._td_dim_names is not None:
+                    return None
+            elif not (type(stored) in (tuple, list) and all(_plain_tensor(v) for v in stored)):
+                return None
         with self._replay_lock, self._write_lock:
             n = len(storage)
             if n == 0:
                 return None  # (TorchRL raises its error)
             if type(sampler) is RandomSampler:
-                device = getattr(storage, "device", None)
-                index = torch.randint(0, n, (batch_size,), generator=storage._rng, device=device)
+                index = torch.randint(
+                    0, n, (batch_size,), generator=storage._rng, device=getattr(storage, "device", None)
+                )
                 info = {}
             else:
                 index, info = sampler.sample(storage, batch_size)
             info["index"] = index
-            shape = torch.Size((batch_size,))
-            data = gather_rows(stored, index, shape + stored.batch_size[1:] if type(stored) is TensorDict else shape)
+            data = self._fast_gather(stored, index, batch_size)
+            if data is None:
+                shape = torch.Size((batch_size,))
+                if type(stored) is TensorDict:
+                    shape = shape + stored.batch_size[1:]
+                data = gather_rows(stored, index, shape)
             if data is None:  # (a leaf that is not a plain tensor: TorchRL's gather)
                 data = storage.get(index)
         return data, info
+
+    def _fast_gather(self, stored: Any, index: Any, batch_size: int) -> Any:
+        """``stored[index]`` by one compiled copy of every leaf (``rows.RowPlan``), or None where it does not apply."""
+        plan = self._rs_plan
+        if plan is None or not plan.valid(stored):
+            if self._rs_no_plan is stored:
+                return None
+            plan = make_plan(stored, "index" if self._fast_info_in_data else None)
+            self._rs_plan = plan
+            self._rs_no_plan = stored if plan is None else None
+            if plan is None:
+                return None
+        if (
+            type(index) is not torch.Tensor
+            or index.dtype != torch.long
+            or index.shape != (batch_size,)
+            or index.device.type != "cpu"
+            or not index.is_contiguous()
+        ):
+            return None
+        return plan.gather(index, batch_size, index)
 
     def _fast_list_sample(self, storage: Any, sampler: Any, batch_size: int) -> tuple[Any, dict] | None:
         """The fast path's draw from a ``ListStorage``: one ``torch.stack`` per leaf (``stack_items``)."""
