@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 from tensordict.utils import expand_as_right
+from torch.compiler import is_compiling
 from torchrl.data.replay_buffers import ReplayBuffer as _RLReplayBuffer
 from torchrl.data.replay_buffers import TensorDictReplayBuffer as _RLTensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import RandomSampler
@@ -38,6 +39,7 @@ from torchrl.data.replay_buffers.storages.utils import _collate_id
 from torchrl.data.replay_buffers.utils import _to_torch
 
 from .rows import RowPlan, make_plan
+from .writes import fast_extend
 
 __all__ = ["FastSampleMixin", "ReplayBuffer", "TensorDictReplayBuffer", "gather_rows"]
 
@@ -138,6 +140,8 @@ class FastSampleMixin:
     _fast_info_in_data = False
     _rs_plan: RowPlan | None = None  # (the last stored container's gather plan)
     _rs_no_plan: Any = None  # (a stored container found to have no plan)
+    _rs_wplan: RowPlan | None = None  # (the stored TensorDict's plan for writes: every leaf)
+    _rs_no_wplan: Any = None
 
     def _fast_parts(self) -> tuple[Any, Any] | None:
         """``(storage, sampler)`` when a sample may take the fast path, else None."""
@@ -238,6 +242,65 @@ class FastSampleMixin:
         ):
             return None
         return plan.gather(index, batch_size, index)
+
+    def _write_plan(self) -> RowPlan | None:
+        """The stored ``TensorDict``'s plan for ``writes.fast_extend`` (no skipped leaf), or None."""
+        stored = getattr(self._storage, "_storage", None)
+        plan = self._rs_wplan
+        if plan is not None and plan.valid(stored):
+            return plan
+        if self._rs_no_wplan is stored:
+            return None
+        plan = make_plan(stored) if type(stored) is TensorDict else None
+        self._rs_wplan = plan
+        self._rs_no_wplan = stored if plan is None else None
+        return plan
+
+    def _extend(self, data: Any, *, update_priority: bool = True) -> Any:
+        """TorchRL's ``_extend``, the writer's step by one compiled write where it applies (``writes.py``)."""
+        if type(data) is TensorDict and not self.dim_extend and not self._is_consuming() and not is_compiling():
+            with self._replay_lock, self._write_lock:
+                index = fast_extend(self, data, self._write_plan())
+                if index is not None:
+                    self._sampler.extend(index)
+                    return index
+        return super()._extend(data, update_priority=update_priority)
+
+    def extend(self, data: Any, *, update_priority: bool | None = None) -> Any:
+        """TorchRL's ``extend`` (same arguments, results, errors), its write by ``writes.fast_extend`` where it applies.
+
+        (TorchRL's ``TensorDictReplayBuffer.extend`` calls ``ReplayBuffer._extend`` by ``super()``,
+        past this class's ``_extend``: its few steps around that call are repeated here.)
+        """
+        transform = self._transform
+        if (
+            not self._fast_info_in_data
+            or type(data) is not TensorDict
+            or not self._initialized
+            or (transform is not None and len(transform))
+            or not getattr(self, "_sync", True)
+        ):
+            return super().extend(data, update_priority=update_priority)
+        if transform is not None:
+            data = transform.inv(data)  # (an empty Compose: a shallow copy, as TorchRL's extend writes into)
+            if data is None:
+                return torch.zeros((0, self._storage.ndim), dtype=torch.long)
+        index = self._extend(data)
+        # TorchRL's TensorDictReplayBuffer.extend after its _extend
+        self._set_index_in_td(data, index)
+        if update_priority is None:
+            update_priority = True
+        if update_priority:
+            try:
+                vector = data.get(self.priority_key)
+                if vector is not None:
+                    self.update_priority(index, vector)
+            except Exception as e:
+                raise RuntimeError(
+                    "Failed to update priority of extended data. You can try to set update_priority=False in the "
+                    "extend method and update the priority manually."
+                ) from e
+        return index
 
     def _fast_list_sample(self, storage: Any, sampler: Any, batch_size: int) -> tuple[Any, dict] | None:
         """The fast path's draw from a ``ListStorage``: one ``torch.stack`` per leaf (``stack_items``)."""

@@ -225,6 +225,36 @@ class PrioritizedSampler(_RLPrioritizedSampler):
                 self._max_priority = (max_p, index[max_p_idx])
         return True
 
+    def _update_scalar(self, index: Any, priority: Any) -> bool:
+        """TorchRL's update of 1-D indices to one priority (a writer's ``mark_update``); False: not handled."""
+        if (
+            not _FUSED
+            or self._max_priority_within_buffer
+            or type(index) is not torch.Tensor
+            or index.dtype != torch.long
+            or index.ndim != 1
+            or index.device.type != "cpu"
+            or not index.is_contiguous()
+            or not index.numel()
+        ):
+            return False
+        p = torch.as_tensor(priority, device=self.device).detach()
+        if p.dtype not in _FLOATS or p.device.type != "cpu":
+            return False
+        values = torch.pow(p + self._eps, self._alpha).numpy()
+        values = np.full(index.shape[0], values, dtype=values.dtype)
+        st, mt = self._sum_tree, self._min_tree
+        done, high, _, _ = kernels.update(st.nodes, mt.nodes, index.numpy(), values, values, st.capacity)
+        if not done:
+            return False  # (nothing written: a negative index (skipped by TorchRL) or out of range)
+        st.written(high)
+        mt.written(high)
+        cur = self._max_priority[0]
+        if cur is None or p > cur:  # (TorchRL's rule: max over a 0-dim priority)
+            max_p, max_p_idx = p.max(dim=0)
+            self._max_priority = (max_p, index[max_p_idx])
+        return True
+
     def _float_of(self, value: Any) -> float:
         """``float(value)`` for the current max priority (cached: a tensor's ``item()`` per update costs)."""
         seen = self._max_float
@@ -236,6 +266,8 @@ class PrioritizedSampler(_RLPrioritizedSampler):
 
     def _update_flat(self, index: Any, priority: Any) -> bool:
         """TorchRL's CPU ``update_priority`` for a 1-D tensor of indices, in fewer steps; False: not handled."""
+        if type(priority) is float or (type(priority) is torch.Tensor and priority.ndim == 0):
+            return self._update_scalar(index, priority)
         if (
             self._max_priority_within_buffer
             or type(index) is not torch.Tensor

@@ -29,13 +29,14 @@ try:  # (optional, built by setup.py)
 except ImportError:  # pragma: no cover - no compiler at install time
     _native = None
 
-__all__ = ["RowPlan", "make_plan"]
+__all__ = ["RowPlan", "leaf_ok", "make_plan"]
 
 _PLAIN = (torch.Tensor, MemoryMappedTensor)
 _CPU = torch.device("cpu")
 
 
-def _leaf_ok(value: Any) -> bool:
+def leaf_ok(value: Any) -> bool:
+    """Whether ``value`` is a plain contiguous CPU tensor (or ``MemoryMappedTensor``) that needs no gradient."""
     return (
         type(value) in _PLAIN
         and value.device.type == "cpu"
@@ -52,18 +53,33 @@ def _leaf_ok(value: Any) -> bool:
 class RowPlan:
     """The leaves of one stored container and how to rebuild it around gathered rows (module doc)."""
 
-    __slots__ = ("_build", "_cap", "_checks", "_leaves", "_protos", "_ptrs", "_rowbytes", "_shapes", "_tail", "root")
+    __slots__ = (
+        "_build",
+        "_checks",
+        "_protos",
+        "_ptrs",
+        "_rowbytes",
+        "_shapes",
+        "_tail",
+        "cap",
+        "leaves",
+        "paths",
+        "root",
+    )
 
-    def __init__(self, root: Any, leaves: list, checks: list, build: Any, tail: torch.Size) -> None:
+    def __init__(self, root: Any, leaves: list, paths: list, checks: list, build: Any, tail: torch.Size) -> None:
         self.root = root
         self._tail = tail
-        self._leaves = tuple(leaves)
+        #: the gathered leaves (stored tensors) and their key paths (``()``-rooted tuples; indices for sequences)
+        self.leaves = tuple(leaves)
+        self.paths = tuple(paths)
         self._checks = tuple(checks)
         self._build = build
         self._ptrs = tuple(t.data_ptr() for t in leaves)
         self._rowbytes = tuple(math.prod(t.shape[1:]) * t.element_size() for t in leaves)
         self._shapes = tuple(t.shape[1:] for t in leaves)
-        self._cap = min((t.shape[0] for t in leaves), default=0)
+        #: the rows every leaf holds
+        self.cap = min((t.shape[0] for t in leaves), default=0)
         self._protos: tuple[int, torch.Size, tuple] = (-1, tail, ())
 
     def valid(self, root: Any) -> bool:
@@ -73,7 +89,7 @@ class RowPlan:
         for owner, d, key, value in self._checks:
             if owner._tensordict is not d or d.get(key) is not value:
                 return False
-        return tuple(t.data_ptr() for t in self._leaves) == self._ptrs
+        return tuple(t.data_ptr() for t in self.leaves) == self._ptrs
 
     def gather(self, index: torch.Tensor, batch: int, skipped: Any = None) -> Any:
         """``root[index]`` (``index``: contiguous 1-D int64 CPU, ``batch`` entries); None if an index is out of range.
@@ -83,7 +99,7 @@ class RowPlan:
         """
         n_protos, shape, protos = self._protos
         if n_protos != batch:
-            protos = tuple(torch.empty((batch, *s), dtype=t.dtype) for s, t in zip(self._shapes, self._leaves))
+            protos = tuple(torch.empty((batch, *s), dtype=t.dtype) for s, t in zip(self._shapes, self.leaves))
             shape = torch.Size((batch,)) + self._tail
             self._protos = (batch, shape, protos)
         outs = [torch.empty_like(p) for p in protos]
@@ -93,10 +109,24 @@ class RowPlan:
             self._rowbytes,
             index.data_ptr(),
             batch,
-            self._cap,
+            self.cap,
         ):
             return None
         return self._build(iter(outs), shape, skipped)
+
+    def put(self, sources: list, start: int, n: int) -> None:
+        """Rows ``[start, start + n)`` (wrapping at :attr:`cap`) of every leaf = the ``n`` rows of its source.
+
+        ``sources``: contiguous CPU tensors in :attr:`leaves` order, each ``n`` rows of the leaf's
+        row shape and dtype, none overlapping a leaf; ``0 <= start < cap`` and ``n <= cap`` (the
+        caller checks all of it).
+        """
+        srcs = tuple(t.data_ptr() for t in sources)
+        first = min(n, self.cap - start)
+        _native.put(self._ptrs, srcs, self._rowbytes, start, first)
+        if n > first:
+            srcs = tuple(p + first * b for p, b in zip(srcs, self._rowbytes))
+            _native.put(self._ptrs, srcs, self._rowbytes, 0, n - first)
 
 
 def make_plan(root: Any, skip_key: str | None = None) -> RowPlan | None:
@@ -107,26 +137,28 @@ def make_plan(root: Any, skip_key: str | None = None) -> RowPlan | None:
     if _native is None:
         return None
     leaves: list = []
+    paths: list = []
     checks: list = []
     if type(root) in (tuple, list):
-        if not root or not all(_leaf_ok(v) for v in root):
+        if not root or not all(leaf_ok(v) for v in root):
             return None
         leaves.extend(root)
+        paths.extend((i,) for i in range(len(root)))
         kind = type(root)
 
         def build_seq(outs, shape, skipped):
             return kind(outs)
 
-        return RowPlan(root, leaves, checks, build_seq, torch.Size())
+        return RowPlan(root, leaves, paths, checks, build_seq, torch.Size())
     if type(root) is not TensorDict:
         return None
-    build = _plan_td(root, leaves, checks, skip_key, top=True)
+    build = _plan_td(root, leaves, paths, checks, skip_key, ())
     if build is None or not leaves:
         return None
-    return RowPlan(root, leaves, checks, build, root.batch_size[1:])
+    return RowPlan(root, leaves, paths, checks, build, root.batch_size[1:])
 
 
-def _plan_td(td: TensorDict, leaves: list, checks: list, skip_key: Any, top: bool) -> Any:
+def _plan_td(td: TensorDict, leaves: list, paths: list, checks: list, skip_key: Any, prefix: tuple) -> Any:
     """The builder of one ``TensorDict`` level (recursively), or None when a value is not plain."""
     if td._td_dim_names is not None or (td._device is not None and td._device != _CPU):
         return None
@@ -134,15 +166,16 @@ def _plan_td(td: TensorDict, leaves: list, checks: list, skip_key: Any, top: boo
     parts: list = []  # (key, kind, builder): kind 0 leaf, 1 nested, 2 skipped
     for key, value in d.items():
         checks.append((td, d, key, value))
-        if top and key == skip_key and isinstance(value, torch.Tensor):
+        if not prefix and key == skip_key and isinstance(value, torch.Tensor):
             parts.append((key, 2, None))
         elif type(value) is TensorDict:
-            sub = _plan_td(value, leaves, checks, None, False)
+            sub = _plan_td(value, leaves, paths, checks, None, (*prefix, key))
             if sub is None:
                 return None
             parts.append((key, 1, (sub, value)))
-        elif _leaf_ok(value):
+        elif leaf_ok(value):
             leaves.append(value)
+            paths.append((*prefix, key))
             parts.append((key, 0, None))
         else:
             return None
