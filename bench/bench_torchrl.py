@@ -27,6 +27,9 @@ process, ``time.process_time``; torch uses one thread):
   ``extend`` of 1,000 new steps (episodes of ``--episode-len`` steps), at each ``--sizes`` stored
   steps (``LazyTensorStorage`` up to 1M, ``LazyMemmapStorage`` in ``--memmap-dir`` above).
   TorchRL's ``SliceSampler`` vs replaystore's (same boundaries, incremental index).
+- ``extend``: ``extend`` of 1 and 256 CartPole transitions into a filled ``LazyTensorStorage(1M)``,
+  TorchRL's ``TensorDictReplayBuffer`` / ``TensorDictPrioritizedReplayBuffer`` vs ours (each on its
+  own storage: an extend writes).
 
 Usage::
 
@@ -402,6 +405,40 @@ def bench_profile(repeats: int) -> list[dict]:
     return rows
 
 
+def bench_extend(repeats: int) -> list[dict]:
+    """``extend`` of CartPole batches into a filled 1M storage: TorchRL's buffers vs ours (each its own storage)."""
+    n = 1 << 20
+    rows = []
+    pairs = (
+        ("TensorDictReplayBuffer", TensorDictReplayBuffer, rs_torchrl.TensorDictReplayBuffer, {}),
+        (
+            "TensorDictPrioritizedReplayBuffer",
+            TensorDictPrioritizedReplayBuffer,
+            rs_torchrl.TensorDictPrioritizedReplayBuffer,
+            {"alpha": 0.6, "beta": 0.4},
+        ),
+    )
+    for name, rl_cls, rs_cls, kw in pairs:
+        for impl, cls in (("torchrl", rl_cls), ("replaystore", rs_cls)):
+            if impl == "torchrl" and kw and _per_available():
+                rows.append({"workload": f"extend: {name}", "impl": impl, "note": _per_available()})
+                continue
+            rb = cls(storage=LazyTensorStorage(n), batch_size=256, **kw)
+            _fill_chunks(rb, _cartpole, n)
+            for batch in (1, 256):
+                data = _cartpole(batch)
+                rows.append(
+                    {
+                        "workload": f"extend({batch}) into 1M: {name}",
+                        "impl": f"{impl} {cls.__name__}",
+                        **_timed(lambda rb=rb, data=data: rb.extend(data), repeats),
+                    }
+                )
+                print(rows[-1], flush=True)
+            del rb
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen parts and print a Markdown table (and JSON with ``--json``)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -423,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += bench_configs(args.repeats, Path(args.memmap_dir), args.pixel_size)
     if "profile" in parts:
         rows += bench_profile(args.repeats)
+    if "extend" in parts:
+        rows += bench_extend(args.repeats)
     if "slice" in parts:
         memmap_dir = Path(args.memmap_dir)
         memmap_dir.mkdir(parents=True, exist_ok=True)

@@ -272,14 +272,10 @@ class FastSampleMixin:
         (TorchRL's ``TensorDictReplayBuffer.extend`` calls ``ReplayBuffer._extend`` by ``super()``,
         past this class's ``_extend``: its few steps around that call are repeated here.)
         """
+        if not self._fast_info_in_data or type(data) is not TensorDict or not self._initialized:
+            return super().extend(data, update_priority=update_priority)  # (delayed init: TorchRL's first)
         transform = self._transform
-        if (
-            not self._fast_info_in_data
-            or type(data) is not TensorDict
-            or not self._initialized
-            or (transform is not None and len(transform))
-            or not getattr(self, "_sync", True)
-        ):
+        if (transform is not None and len(transform)) or not getattr(self, "_sync", True):
             return super().extend(data, update_priority=update_priority)
         if transform is not None:
             data = transform.inv(data)  # (an empty Compose: a shallow copy, as TorchRL's extend writes into)
