@@ -399,6 +399,26 @@ def bench_profile(repeats: int) -> list[dict]:
                 "PER: update_tensordict_priority": lambda: prb.update_tensordict_priority(sample),
             }
         )
+    # ours, split the same way (the step's sample and update; the sampler's draw alone)
+    ours = rs_torchrl.TensorDictPrioritizedReplayBuffer(alpha=0.6, beta=0.4, storage=storage, batch_size=256)
+    ours.update_priority(torch.arange(n), torch.ones(n))
+    ours_sample = ours.sample()
+    ours_sample["td_error"] = torch.rand(256)
+    ours_prio = torch.rand(256)
+
+    def ours_step():
+        s = ours.sample()
+        s["td_error"] = ours_prio
+        ours.update_tensordict_priority(s)
+
+    parts.update(
+        {
+            "replaystore PER: whole sample() + update_tensordict_priority": ours_step,
+            "replaystore PER: sample()": ours.sample,
+            "replaystore PER: PrioritizedSampler.sample": lambda: ours.sampler.sample(storage, 256),
+            "replaystore PER: update_tensordict_priority": lambda: ours.update_tensordict_priority(ours_sample),
+        }
+    )
     for name, fn in parts.items():
         rows.append({"workload": "profile, CartPole 1M, 256", "impl": name, **_timed(fn, repeats)})
         print(rows[-1], flush=True)

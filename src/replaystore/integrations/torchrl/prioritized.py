@@ -219,7 +219,9 @@ class PrioritizedSampler(_RLPrioritizedSampler):
         st.written(high)
         mt.written(high)
         cur = self._max_priority[0]
-        if cur is None or (not raw_nan and raw_max >= self._float_of(cur)):
+        if cur is not None and (self._max_float is None or self._max_float[0] is not cur):
+            self._max_float = (cur, float(cur))  # (cached: a tensor's item() per update costs)
+        if cur is None or (not raw_nan and raw_max >= self._max_float[1]):
             max_p, max_p_idx = priority.max(dim=0)  # (TorchRL's rule, on the rare maybe-larger step)
             if cur is None or max_p > cur:
                 self._max_priority = (max_p, index[max_p_idx])
@@ -227,16 +229,11 @@ class PrioritizedSampler(_RLPrioritizedSampler):
 
     def _update_scalar(self, index: Any, priority: Any) -> bool:
         """TorchRL's update of 1-D indices to one priority (a writer's ``mark_update``); False: not handled."""
-        if (
-            not _FUSED
-            or self._max_priority_within_buffer
-            or type(index) is not torch.Tensor
-            or index.dtype != torch.long
-            or index.ndim != 1
-            or index.device.type != "cpu"
-            or not index.is_contiguous()
-            or not index.numel()
-        ):
+        if not _FUSED or self._max_priority_within_buffer or type(index) is not torch.Tensor:
+            return False
+        if index.dtype != torch.long or index.ndim != 1 or index.device.type != "cpu" or not index.numel():
+            return False
+        if not index.is_contiguous():
             return False
         p = torch.as_tensor(priority, device=self.device).detach()
         if p.dtype not in _FLOATS or p.device.type != "cpu":
@@ -254,15 +251,6 @@ class PrioritizedSampler(_RLPrioritizedSampler):
             max_p, max_p_idx = p.max(dim=0)
             self._max_priority = (max_p, index[max_p_idx])
         return True
-
-    def _float_of(self, value: Any) -> float:
-        """``float(value)`` for the current max priority (cached: a tensor's ``item()`` per update costs)."""
-        seen = self._max_float
-        if seen is not None and seen[0] is value:
-            return seen[1]
-        f = float(value)
-        self._max_float = (value, f)
-        return f
 
     def _update_flat(self, index: Any, priority: Any) -> bool:
         """TorchRL's CPU ``update_priority`` for a 1-D tensor of indices, in fewer steps; False: not handled."""
