@@ -157,6 +157,7 @@ def test_extend_of_batches_that_do_not_match_takes_torchrl_path(monkeypatch):
     assert not any(taken)
     assert torch.equal(ref.extend(locked.clone().lock_()), ours.extend(locked.clone().lock_()))  # (copied first)
     plain = _steps(4, 50)
+    plain["other"] = torch.ones(4)  # (TorchRL's write of `extra` added "other" to the storage)
     assert torch.equal(ref.extend(plain.clone()), ours.extend(plain.clone())) and taken[-1]
     for key in ref.storage._storage.keys(True, True):  # (the rows of the last write)
         assert torch.equal(ref.storage._storage.get(key)[-6:-2], ours.storage._storage.get(key)[-6:-2])
@@ -247,3 +248,19 @@ def test_compiled_update_refuses_indices_out_of_range_as_torchrl(monkeypatch):
     assert sampler._sum_tree.leaves()[3] == before[3]  # (nothing written by the compiled step)
     sampler.update_priority(torch.tensor([-1, 4]), torch.tensor([5.0, 6.0]))  # (TorchRL skips -1)
     assert sampler._sum_tree.leaves()[4] == pytest.approx((6.0 + 1e-8) ** 0.7, rel=1e-6)
+
+
+def test_a_key_added_to_the_storage_after_a_sample_is_gathered_too():
+    """TorchRL's write of a batch with a new key adds it to the stored TensorDict: the plan is remade."""
+    kw = dict(batch_size=4)
+    ref = RLTensorDictReplayBuffer(storage=LazyTensorStorage(20), generator=torch.Generator().manual_seed(2), **kw)
+    ours = TensorDictReplayBuffer(storage=LazyTensorStorage(20), generator=torch.Generator().manual_seed(2), **kw)
+    for buffer in (ref, ours):
+        buffer.extend(TensorDict({"a": torch.arange(5.0)}, [5]))
+    torch.testing.assert_close(ref.sample(), ours.sample(), rtol=0, atol=0)
+    for buffer in (ref, ours):
+        buffer.extend(TensorDict({"a": torch.arange(3.0), "other": torch.ones(3)}, [3]))
+        buffer.extend(TensorDict({"a": torch.arange(3.0), "other": torch.ones(3)}, [3]))
+    x, y = ref.sample(), ours.sample()
+    assert list(x.keys()) == list(y.keys()) and "other" in y.keys()
+    assert torch.equal(x["a"], y["a"]) and torch.equal(x["index"], y["index"])

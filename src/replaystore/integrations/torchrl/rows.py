@@ -9,7 +9,7 @@ of its own. All leaves are copied by one call of the C module ``_native`` (rows 
 index, cache misses overlapped), which is why a plan exists only where that module is built.
 
 A plan is checked before every use (:meth:`RowPlan.valid`): the same stored object, every level's
-dict holding the same leaf objects, every leaf at the address it had when the plan was made (a
+dict holding the same leaf objects and no others, every leaf at the address it had when the plan was made (a
 plan is remade, with all its checks, when not: e.g. after a ``load_state_dict`` that replaced the
 stored tensors). Leaves that are not plain contiguous CPU tensors (``MemoryMappedTensor`` counts as
 one), non-tensor data, lazy stacks, tensorclasses or dimension names give no plan (None): the
@@ -60,6 +60,7 @@ class RowPlan:
         "_ptrs",
         "_rowbytes",
         "_shapes",
+        "_sizes",
         "_tail",
         "cap",
         "leaves",
@@ -67,13 +68,16 @@ class RowPlan:
         "root",
     )
 
-    def __init__(self, root: Any, leaves: list, paths: list, checks: list, build: Any, tail: torch.Size) -> None:
+    def __init__(
+        self, root: Any, leaves: list, paths: list, checks: list, levels: list, build: Any, tail: torch.Size
+    ) -> None:
         self.root = root
         self._tail = tail
         #: the gathered leaves (stored tensors) and their key paths (``()``-rooted tuples; indices for sequences)
         self.leaves = tuple(leaves)
         self.paths = tuple(paths)
         self._checks = tuple(checks)
+        self._sizes = tuple((d, len(d)) for d in levels)
         self._build = build
         self._ptrs = tuple(t.data_ptr() for t in leaves)
         self._rowbytes = tuple(math.prod(t.shape[1:]) * t.element_size() for t in leaves)
@@ -88,6 +92,9 @@ class RowPlan:
             return False
         for owner, d, key, value in self._checks:
             if owner._tensordict is not d or d.get(key) is not value:
+                return False
+        for d, n in self._sizes:  # (a key added since: e.g. TorchRL's write of a batch with a new key)
+            if len(d) != n:
                 return False
         return tuple(t.data_ptr() for t in self.leaves) == self._ptrs
 
@@ -149,27 +156,31 @@ def make_plan(root: Any, skip_key: str | None = None) -> RowPlan | None:
         def build_seq(outs, shape, skipped):
             return kind(outs)
 
-        return RowPlan(root, leaves, paths, checks, build_seq, torch.Size())
+        return RowPlan(root, leaves, paths, checks, [], build_seq, torch.Size())
     if type(root) is not TensorDict:
         return None
-    build = _plan_td(root, leaves, paths, checks, skip_key, ())
+    levels: list = []
+    build = _plan_td(root, leaves, paths, checks, levels, skip_key, ())
     if build is None or not leaves:
         return None
-    return RowPlan(root, leaves, paths, checks, build, root.batch_size[1:])
+    return RowPlan(root, leaves, paths, checks, levels, build, root.batch_size[1:])
 
 
-def _plan_td(td: TensorDict, leaves: list, paths: list, checks: list, skip_key: Any, prefix: tuple) -> Any:
+def _plan_td(
+    td: TensorDict, leaves: list, paths: list, checks: list, levels: list, skip_key: Any, prefix: tuple
+) -> Any:
     """The builder of one ``TensorDict`` level (recursively), or None when a value is not plain."""
     if td._td_dim_names is not None or (td._device is not None and td._device != _CPU):
         return None
     d = td._tensordict
+    levels.append(d)
     parts: list = []  # (key, kind, builder): kind 0 leaf, 1 nested, 2 skipped
     for key, value in d.items():
         checks.append((td, d, key, value))
         if not prefix and key == skip_key and isinstance(value, torch.Tensor):
             parts.append((key, 2, None))
         elif type(value) is TensorDict:
-            sub = _plan_td(value, leaves, paths, checks, None, (*prefix, key))
+            sub = _plan_td(value, leaves, paths, checks, levels, None, (*prefix, key))
             if sub is None:
                 return None
             parts.append((key, 1, (sub, value)))
