@@ -264,3 +264,16 @@ def test_a_key_added_to_the_storage_after_a_sample_is_gathered_too():
     x, y = ref.sample(), ours.sample()
     assert list(x.keys()) == list(y.keys()) and "other" in y.keys()
     assert torch.equal(x["a"], y["a"]) and torch.equal(x["index"], y["index"])
+
+
+def test_extend_with_a_view_of_the_storage_raises_as_torchrl():
+    """Rows of the storage itself as the batch: TorchRL's index_put_ refuses the overlap; so does ours (no copy)."""
+    errors = []
+    for cls in (RLTensorDictReplayBuffer, TensorDictReplayBuffer):
+        buffer = cls(storage=LazyTensorStorage(10))
+        buffer.extend(TensorDict({"a": torch.arange(10.0)}, [10]))
+        buffer.extend(TensorDict({"a": torch.arange(3.0)}, [3]))
+        with pytest.raises(RuntimeError, match="single memory location") as info:
+            buffer.extend(buffer.storage._storage[0:5])
+        errors.append(str(info.value))
+    assert errors[0] == errors[1]

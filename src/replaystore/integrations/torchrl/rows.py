@@ -121,6 +121,13 @@ class RowPlan:
             return None
         return self._build(iter(outs), shape, skipped)
 
+    def overlaps(self, i: int, t: torch.Tensor) -> bool:
+        """Whether tensor ``t``'s bytes lie (partly) inside leaf ``i``'s rows (e.g. a view of the storage)."""
+        lo = self._ptrs[i]
+        hi = lo + self.cap * self._rowbytes[i]
+        p = t.data_ptr()
+        return p < hi and lo < p + t.numel() * t.element_size()
+
     def put(self, sources: list, start: int, n: int) -> None:
         """Rows ``[start, start + n)`` (wrapping at :attr:`cap`) of every leaf = the ``n`` rows of its source.
 

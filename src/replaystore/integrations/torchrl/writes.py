@@ -10,7 +10,8 @@ that is exactly what TorchRL's assignment would write: a 1-D ``TensorStorage`` a
 initialized (a locked one's ``_storage_keys`` select is a no-op here), TorchRL's own ``set``, writer and no generation
 tracking; a plain ``TensorDict`` batch (not locked, on the CPU, no names) of at most ``max_size``
 rows whose keys, nesting, dtypes and shapes are the stored ones exactly, every leaf a contiguous
-tensor that needs no gradient. Anything else (and any check failing) returns None before
+tensor that needs no gradient and is not in the storage's own memory (a view of its rows).
+Anything else (and any check failing) returns None before
 anything changed: the caller runs TorchRL's code. Thread safety: the caller holds TorchRL's locks.
 """
 
@@ -35,7 +36,7 @@ _TENSOR_SET = TensorStorage.set
 def _sources(plan: RowPlan, data: TensorDict, skip: Any, n: int) -> list | None:
     """``data``'s leaves in the plan's order when they match the stored leaves exactly, else None."""
     out = []
-    for path, stored in zip(plan.paths, plan.leaves):
+    for i, (path, stored) in enumerate(zip(plan.paths, plan.leaves)):
         if path == skip:
             out.append(None)
             continue
@@ -45,6 +46,8 @@ def _sources(plan: RowPlan, data: TensorDict, skip: Any, n: int) -> list | None:
                 return None
             node = node._tensordict.get(key)
         if not leaf_ok(node) or node.dtype != stored.dtype or node.shape[0] != n or node.shape[1:] != stored.shape[1:]:
+            return None
+        if plan.overlaps(i, node):  # (rows of the storage itself: TorchRL's index_put_ refuses them)
             return None
         out.append(node)
     expected = len(plan.paths) - (1 if skip is not None and skip[0] not in data._tensordict else 0)
