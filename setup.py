@@ -41,6 +41,13 @@ except ImportError:  # no NumPy in the build environment: Table.add / extend sta
 setup(
     ext_modules=[
         Extension("replaystore._rows", ["src/replaystore/_rows.c"], optional=True, extra_compile_args=["-O2"]),
+        # the row copies of the TorchRL buffers' fast paths (integrations/torchrl/fastpath.py)
+        Extension(
+            "replaystore.integrations.torchrl._native",
+            ["src/replaystore/integrations/torchrl/_native.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        ),
         *_ring,
         # shared tables' robust process-shared mutex (POSIX); without it they lock with flock()
         Extension(

@@ -27,6 +27,9 @@ process, ``time.process_time``; torch uses one thread):
   ``extend`` of 1,000 new steps (episodes of ``--episode-len`` steps), at each ``--sizes`` stored
   steps (``LazyTensorStorage`` up to 1M, ``LazyMemmapStorage`` in ``--memmap-dir`` above).
   TorchRL's ``SliceSampler`` vs replaystore's (same boundaries, incremental index).
+- ``extend``: ``extend`` of 1 and 256 CartPole transitions into a filled ``LazyTensorStorage(1M)``,
+  TorchRL's ``TensorDictReplayBuffer`` / ``TensorDictPrioritizedReplayBuffer`` vs ours (each on its
+  own storage: an extend writes).
 
 Usage::
 
@@ -396,9 +399,63 @@ def bench_profile(repeats: int) -> list[dict]:
                 "PER: update_tensordict_priority": lambda: prb.update_tensordict_priority(sample),
             }
         )
+    # ours, split the same way (the step's sample and update; the sampler's draw alone)
+    ours = rs_torchrl.TensorDictPrioritizedReplayBuffer(alpha=0.6, beta=0.4, storage=storage, batch_size=256)
+    ours.update_priority(torch.arange(n), torch.ones(n))
+    ours_sample = ours.sample()
+    ours_sample["td_error"] = torch.rand(256)
+    ours_prio = torch.rand(256)
+
+    def ours_step():
+        s = ours.sample()
+        s["td_error"] = ours_prio
+        ours.update_tensordict_priority(s)
+
+    parts.update(
+        {
+            "replaystore PER: whole sample() + update_tensordict_priority": ours_step,
+            "replaystore PER: sample()": ours.sample,
+            "replaystore PER: PrioritizedSampler.sample": lambda: ours.sampler.sample(storage, 256),
+            "replaystore PER: update_tensordict_priority": lambda: ours.update_tensordict_priority(ours_sample),
+        }
+    )
     for name, fn in parts.items():
         rows.append({"workload": "profile, CartPole 1M, 256", "impl": name, **_timed(fn, repeats)})
         print(rows[-1], flush=True)
+    return rows
+
+
+def bench_extend(repeats: int) -> list[dict]:
+    """``extend`` of CartPole batches into a filled 1M storage: TorchRL's buffers vs ours (each its own storage)."""
+    n = 1 << 20
+    rows = []
+    pairs = (
+        ("TensorDictReplayBuffer", TensorDictReplayBuffer, rs_torchrl.TensorDictReplayBuffer, {}),
+        (
+            "TensorDictPrioritizedReplayBuffer",
+            TensorDictPrioritizedReplayBuffer,
+            rs_torchrl.TensorDictPrioritizedReplayBuffer,
+            {"alpha": 0.6, "beta": 0.4},
+        ),
+    )
+    for name, rl_cls, rs_cls, kw in pairs:
+        for impl, cls in (("torchrl", rl_cls), ("replaystore", rs_cls)):
+            if impl == "torchrl" and kw and _per_available():
+                rows.append({"workload": f"extend: {name}", "impl": impl, "note": _per_available()})
+                continue
+            rb = cls(storage=LazyTensorStorage(n), batch_size=256, **kw)
+            _fill_chunks(rb, _cartpole, n)
+            for batch in (1, 256):
+                data = _cartpole(batch)
+                rows.append(
+                    {
+                        "workload": f"extend({batch}) into 1M: {name}",
+                        "impl": f"{impl} {cls.__name__}",
+                        **_timed(lambda rb=rb, data=data: rb.extend(data), repeats),
+                    }
+                )
+                print(rows[-1], flush=True)
+            del rb
     return rows
 
 
@@ -423,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += bench_configs(args.repeats, Path(args.memmap_dir), args.pixel_size)
     if "profile" in parts:
         rows += bench_profile(args.repeats)
+    if "extend" in parts:
+        rows += bench_extend(args.repeats)
     if "slice" in parts:
         memmap_dir = Path(args.memmap_dir)
         memmap_dir.mkdir(parents=True, exist_ok=True)

@@ -72,6 +72,29 @@ ALLOWED_ATTRIBUTES = {
     ("replaystore.integrations.torchrl.fastpath", "_td_dim_names"),
     ("replaystore.integrations.torchrl.fastpath", "_storage"),
     ("replaystore.integrations.torchrl.fastpath", "_rng"),
+    # (the same TensorDict internals for the one-call gather's plans and the priority update's
+    # read of a sample's "index" and priority entries)
+    ("replaystore.integrations.torchrl.rows", "_new_unsafe"),
+    ("replaystore.integrations.torchrl.rows", "_tensordict"),
+    ("replaystore.integrations.torchrl.rows", "_device"),
+    ("replaystore.integrations.torchrl.rows", "_td_dim_names"),
+    ("replaystore.integrations.torchrl.prioritized", "_tensordict"),
+    # The buffers' fast extend runs TorchRL 0.14's round-robin writer steps in its order with its own
+    # helpers (cursor, write count, the storage's last cursor / length / mutation revision,
+    # generations, attached entities): the writer's contract lives only in these members.
+    ("replaystore.integrations.torchrl.writes", "_tensordict"),
+    ("replaystore.integrations.torchrl.writes", "_writer"),
+    ("replaystore.integrations.torchrl.writes", "_storage"),
+    ("replaystore.integrations.torchrl.writes", "_td_dim_names"),
+    ("replaystore.integrations.torchrl.writes", "_device"),
+    ("replaystore.integrations.torchrl.writes", "_cursor"),
+    ("replaystore.integrations.torchrl.writes", "_write_count"),
+    ("replaystore.integrations.torchrl.writes", "_set_last_cursor"),
+    ("replaystore.integrations.torchrl.writes", "_get_new_len"),
+    ("replaystore.integrations.torchrl.writes", "_bump_mutation_revision"),
+    ("replaystore.integrations.torchrl.writes", "_bump_generation"),
+    ("replaystore.integrations.torchrl.writes", "_replicate_index"),
+    ("replaystore.integrations.torchrl.writes", "_mark_update_entities"),
 }
 #: ``(importing module, private module)`` pairs allowed despite PRV002, each with its reason.
 ALLOWED_IMPORTS = {

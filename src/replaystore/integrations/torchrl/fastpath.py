@@ -30,12 +30,16 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 from tensordict.utils import expand_as_right
+from torch.compiler import is_compiling
 from torchrl.data.replay_buffers import ReplayBuffer as _RLReplayBuffer
 from torchrl.data.replay_buffers import TensorDictReplayBuffer as _RLTensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import RandomSampler
 from torchrl.data.replay_buffers.storages import ListStorage, TensorStorage
 from torchrl.data.replay_buffers.storages.utils import _collate_id
 from torchrl.data.replay_buffers.utils import _to_torch
+
+from .rows import RowPlan, make_plan
+from .writes import fast_extend
 
 __all__ = ["FastSampleMixin", "ReplayBuffer", "TensorDictReplayBuffer", "gather_rows"]
 
@@ -134,6 +138,10 @@ class FastSampleMixin:
     """
 
     _fast_info_in_data = False
+    _rs_plan: RowPlan | None = None  # (the last stored container's gather plan)
+    _rs_no_plan: Any = None  # (a stored container found to have no plan)
+    _rs_wplan: RowPlan | None = None  # (the stored TensorDict's plan for writes: every leaf)
+    _rs_no_wplan: Any = None
 
     def _fast_parts(self) -> tuple[Any, Any] | None:
         """``(storage, sampler)`` when a sample may take the fast path, else None."""
@@ -182,30 +190,113 @@ class FastSampleMixin:
         stored = storage._storage
         if type(storage) is ListStorage:
             return self._fast_list_sample(storage, sampler, batch_size)
-        device = stored.device if type(stored) is TensorDict else None
-        if device is not None and device != _CPU:
-            return None
-        if type(stored) is TensorDict:
-            if stored._td_dim_names is not None:
+        plan = self._rs_plan
+        if plan is None or plan.root is not stored:  # (with a plan for it: a plain CPU container)
+            device = stored.device if type(stored) is TensorDict else None
+            if device is not None and device != _CPU:
                 return None
-        elif not (type(stored) in (tuple, list) and all(_plain_tensor(v) for v in stored)):
-            return None
+            if type(stored) is TensorDict:
+                if stored._td_dim_names is not None:
+                    return None
+            elif not (type(stored) in (tuple, list) and all(_plain_tensor(v) for v in stored)):
+                return None
         with self._replay_lock, self._write_lock:
             n = len(storage)
             if n == 0:
                 return None  # (TorchRL raises its error)
             if type(sampler) is RandomSampler:
-                device = getattr(storage, "device", None)
-                index = torch.randint(0, n, (batch_size,), generator=storage._rng, device=device)
+                index = torch.randint(
+                    0, n, (batch_size,), generator=storage._rng, device=getattr(storage, "device", None)
+                )
                 info = {}
             else:
                 index, info = sampler.sample(storage, batch_size)
             info["index"] = index
-            shape = torch.Size((batch_size,))
-            data = gather_rows(stored, index, shape + stored.batch_size[1:] if type(stored) is TensorDict else shape)
+            data = self._fast_gather(stored, index, batch_size)
+            if data is None:
+                shape = torch.Size((batch_size,))
+                if type(stored) is TensorDict:
+                    shape = shape + stored.batch_size[1:]
+                data = gather_rows(stored, index, shape)
             if data is None:  # (a leaf that is not a plain tensor: TorchRL's gather)
                 data = storage.get(index)
         return data, info
+
+    def _fast_gather(self, stored: Any, index: Any, batch_size: int) -> Any:
+        """``stored[index]`` by one compiled copy of every leaf (``rows.RowPlan``), or None where it does not apply."""
+        plan = self._rs_plan
+        if plan is None or not plan.valid(stored):
+            if self._rs_no_plan is stored:
+                return None
+            plan = make_plan(stored, "index" if self._fast_info_in_data else None)
+            self._rs_plan = plan
+            self._rs_no_plan = stored if plan is None else None
+            if plan is None:
+                return None
+        if (
+            type(index) is not torch.Tensor
+            or index.dtype != torch.long
+            or index.shape != (batch_size,)
+            or index.device.type != "cpu"
+            or not index.is_contiguous()
+        ):
+            return None
+        return plan.gather(index, batch_size, index)
+
+    def _write_plan(self) -> RowPlan | None:
+        """The stored ``TensorDict``'s plan for ``writes.fast_extend`` (no skipped leaf), or None."""
+        stored = getattr(self._storage, "_storage", None)
+        plan = self._rs_wplan
+        if plan is not None and plan.valid(stored):
+            return plan
+        if self._rs_no_wplan is stored:
+            return None
+        plan = make_plan(stored) if type(stored) is TensorDict else None
+        self._rs_wplan = plan
+        self._rs_no_wplan = stored if plan is None else None
+        return plan
+
+    def _extend(self, data: Any, *, update_priority: bool = True) -> Any:
+        """TorchRL's ``_extend``, the writer's step by one compiled write where it applies (``writes.py``)."""
+        if type(data) is TensorDict and not self.dim_extend and not self._is_consuming() and not is_compiling():
+            with self._replay_lock, self._write_lock:
+                index = fast_extend(self, data, self._write_plan())
+                if index is not None:
+                    self._sampler.extend(index)
+                    return index
+        return super()._extend(data, update_priority=update_priority)
+
+    def extend(self, data: Any, *, update_priority: bool | None = None) -> Any:
+        """TorchRL's ``extend`` (same arguments, results, errors), its write by ``writes.fast_extend`` where it applies.
+
+        (TorchRL's ``TensorDictReplayBuffer.extend`` calls ``ReplayBuffer._extend`` by ``super()``,
+        past this class's ``_extend``: its few steps around that call are repeated here.)
+        """
+        if not self._fast_info_in_data or type(data) is not TensorDict or not self._initialized:
+            return super().extend(data, update_priority=update_priority)  # (delayed init: TorchRL's first)
+        transform = self._transform
+        if (transform is not None and len(transform)) or not getattr(self, "_sync", True):
+            return super().extend(data, update_priority=update_priority)
+        if transform is not None:
+            data = transform.inv(data)  # (an empty Compose: a shallow copy, as TorchRL's extend writes into)
+            if data is None:
+                return torch.zeros((0, self._storage.ndim), dtype=torch.long)
+        index = self._extend(data)
+        # TorchRL's TensorDictReplayBuffer.extend after its _extend
+        self._set_index_in_td(data, index)
+        if update_priority is None:
+            update_priority = True
+        if update_priority:
+            try:
+                vector = data.get(self.priority_key)
+                if vector is not None:
+                    self.update_priority(index, vector)
+            except Exception as e:
+                raise RuntimeError(
+                    "Failed to update priority of extended data. You can try to set update_priority=False in the "
+                    "extend method and update the priority manually."
+                ) from e
+        return index
 
     def _fast_list_sample(self, storage: Any, sampler: Any, batch_size: int) -> tuple[Any, dict] | None:
         """The fast path's draw from a ``ListStorage``: one ``torch.stack`` per leaf (``stack_items``)."""

@@ -33,12 +33,16 @@ from torchrl.data.replay_buffers import TensorDictReplayBuffer as _RLTensorDictR
 from torchrl.data.replay_buffers import samplers as _rl_samplers
 
 from ...errors import InvalidArgument
+from . import kernels
 from .fastpath import FastSampleMixin
-from .trees import MinTree, SumTree
+from .trees import COMPILED, MinTree, SumTree
 
 __all__ = ["PrioritizedReplayBuffer", "PrioritizedSampler", "TensorDictPrioritizedReplayBuffer"]
 
 _RLPrioritizedSampler = _rl_samplers.PrioritizedSampler
+#: the flat draw and update by one compiled call each (numba, with the trees' compiled kernels)
+_FUSED = kernels.AVAILABLE and COMPILED
+_FLOATS = (torch.float32, torch.float64)
 
 
 class PrioritizedSampler(_RLPrioritizedSampler):
@@ -62,6 +66,7 @@ class PrioritizedSampler(_RLPrioritizedSampler):
     _track_keys = False
     _next_key = 0
     _key_of_index: np.ndarray | None = None
+    _max_float: tuple[Any, float] | None = None  # (the max priority object, its float)
 
     def __init__(
         self,
@@ -158,6 +163,9 @@ class PrioritizedSampler(_RLPrioritizedSampler):
         n = len(storage)
         if n == 0 or getattr(storage, "ndim", 1) != 1:
             return None
+        fused = self._draw_fused(n, batch_size)
+        if fused is not None:
+            return fused
         p_sum = self._sum_tree.query(0, n)
         p_min = self._min_tree.query(0, n)
         if not (p_sum > 0 and p_min > 0):
@@ -177,8 +185,77 @@ class PrioritizedSampler(_RLPrioritizedSampler):
         weight = torch.pow(torch.from_numpy(weight) / p_min, -self._beta)
         return torch.from_numpy(index), {"priority_weight": weight}
 
+    def _draw_fused(self, n: int, batch_size: int) -> tuple[torch.Tensor, dict] | None:
+        """``_sample_flat`` by one compiled call (``kernels.draw``) where every set leaf is below ``n``; else None."""
+        st, mt = self._sum_tree, self._min_tree
+        if not _FUSED or batch_size <= 0 or n < st.high or n < mt.high:
+            return None
+        p_sum, p_min = float(st.nodes[1]), float(mt.nodes[1])  # (query(0, n): every set leaf)
+        if not (p_sum > 0 and p_min > 0):
+            return None
+        if self._rng is None:
+            mass = np.random.uniform(0.0, p_sum, size=batch_size)
+        else:
+            mass = (torch.rand(batch_size, generator=self._rng) * p_sum).numpy().astype(np.float64)
+        weight = np.empty(batch_size, dtype=st.np_dtype)
+        index, ok = kernels.draw(st.nodes, mass, n, st.size, weight)
+        if not ok:
+            raise RuntimeError("Failed to find a suitable index")
+        weight = torch.pow(torch.from_numpy(weight) / p_min, -self._beta)
+        return torch.from_numpy(index), {"priority_weight": weight}
+
+    def _update_fused(self, index: torch.Tensor, priority: torch.Tensor) -> bool:
+        """``_update_flat`` by one compiled call (``kernels.update``) for float32/64 priorities; False: not handled."""
+        if priority.dtype not in _FLOATS:
+            return False
+        priority = priority.detach()
+        values = torch.pow(priority + self._eps, self._alpha)
+        st, mt = self._sum_tree, self._min_tree
+        done, high, raw_max, raw_nan = kernels.update(
+            st.nodes, mt.nodes, index.numpy(), values.numpy(), priority.numpy(), st.capacity
+        )
+        if not done:
+            return False  # (nothing written: TorchRL's code raises its error)
+        st.written(high)
+        mt.written(high)
+        cur = self._max_priority[0]
+        if cur is not None and (self._max_float is None or self._max_float[0] is not cur):
+            self._max_float = (cur, float(cur))  # (cached: a tensor's item() per update costs)
+        if cur is None or (not raw_nan and raw_max >= self._max_float[1]):
+            max_p, max_p_idx = priority.max(dim=0)  # (TorchRL's rule, on the rare maybe-larger step)
+            if cur is None or max_p > cur:
+                self._max_priority = (max_p, index[max_p_idx])
+        return True
+
+    def _update_scalar(self, index: Any, priority: Any) -> bool:
+        """TorchRL's update of 1-D indices to one priority (a writer's ``mark_update``); False: not handled."""
+        if not _FUSED or self._max_priority_within_buffer or type(index) is not torch.Tensor:
+            return False
+        if index.dtype != torch.long or index.ndim != 1 or index.device.type != "cpu" or not index.numel():
+            return False
+        if not index.is_contiguous():
+            return False
+        p = torch.as_tensor(priority, device=self.device).detach()
+        if p.dtype not in _FLOATS or p.device.type != "cpu":
+            return False
+        values = torch.pow(p + self._eps, self._alpha).numpy()
+        values = np.full(index.shape[0], values, dtype=values.dtype)
+        st, mt = self._sum_tree, self._min_tree
+        done, high, _, _ = kernels.update(st.nodes, mt.nodes, index.numpy(), values, values, st.capacity)
+        if not done:
+            return False  # (nothing written: a negative index (skipped by TorchRL) or out of range)
+        st.written(high)
+        mt.written(high)
+        cur = self._max_priority[0]
+        if cur is None or p > cur:  # (TorchRL's rule: max over a 0-dim priority)
+            max_p, max_p_idx = p.max(dim=0)
+            self._max_priority = (max_p, index[max_p_idx])
+        return True
+
     def _update_flat(self, index: Any, priority: Any) -> bool:
         """TorchRL's CPU ``update_priority`` for a 1-D tensor of indices, in fewer steps; False: not handled."""
+        if type(priority) is float or (type(priority) is torch.Tensor and priority.ndim == 0):
+            return self._update_scalar(index, priority)
         if (
             self._max_priority_within_buffer
             or type(index) is not torch.Tensor
@@ -191,6 +268,8 @@ class PrioritizedSampler(_RLPrioritizedSampler):
             or not priority.dtype.is_floating_point
         ):
             return False
+        if _FUSED and index.is_contiguous() and priority.is_contiguous() and index.numel():
+            return self._update_fused(index, priority)
         idx = index.numpy()
         if idx.size == 0 or not (idx >= 0).all() or int(idx.max()) >= self._sum_tree.capacity:
             return False
@@ -378,8 +457,10 @@ class TensorDictPrioritizedReplayBuffer(FastSampleMixin, _RLTensorDictPrioritize
             or self._storage.ndim != 1
         ):
             return False
-        priority = data.get(self.priority_key, None)
-        index = data.get("index", None)
+        key = self.priority_key
+        entries = data._tensordict  # (a plain TensorDict: its get of a string key is this lookup)
+        priority = entries.get(key) if type(key) is str else data.get(key, None)
+        index = entries.get("index")
         if (
             type(priority) is not torch.Tensor
             or type(index) is not torch.Tensor
@@ -388,7 +469,8 @@ class TensorDictPrioritizedReplayBuffer(FastSampleMixin, _RLTensorDictPrioritize
         ):
             return False
         with self._replay_lock, self._write_lock:
-            sampler.update_priority(index, priority)
+            if type(sampler) is not PrioritizedSampler or not sampler._update_flat(index, priority):
+                sampler.update_priority(index, priority)
         return True
 
     def update_tensordict_priority(self, data: Any) -> None:

@@ -30,7 +30,10 @@ try:  # the compiled kernels of the [fast] extra, as replaystore's Prioritized s
 except ImportError:  # pragma: no cover
     _kernels = sumtree
 
-__all__ = ["MinTree", "SumTree"]
+__all__ = ["COMPILED", "MinTree", "SumTree"]
+
+#: the trees write and descend with the compiled kernels (frontier 1, duplicates: the last wins)
+COMPILED = _kernels is not sumtree
 
 
 def _as_index(index: Any, size: int) -> tuple[np.ndarray, str]:
@@ -113,6 +116,29 @@ class _Tree:
 
     def __len__(self) -> int:
         return self._size
+
+    @property
+    def nodes(self) -> np.ndarray:
+        """The node array itself (float64; root 1, node ``i``'s children ``2i``, ``2i + 1``; leaves from ``capacity``).
+
+        For compiled kernels (``kernels.py``) that write leaves: they then call :meth:`written`.
+        """
+        return self._tree
+
+    @property
+    def np_dtype(self) -> type:
+        """The NumPy dtype values are read back in (``float32`` for ``torch.float32`` trees)."""
+        return self._np_dtype
+
+    @property
+    def high(self) -> int:
+        """One past the highest leaf ever set (the leaves above hold the identity)."""
+        return self._high
+
+    def written(self, high: int) -> None:
+        """Record that leaves below ``high`` were written directly into :attr:`nodes`."""
+        if high > self._high:
+            self._high = high
 
     def leaves(self) -> np.ndarray:
         """A copy of the ``size`` leaf values (float64)."""
