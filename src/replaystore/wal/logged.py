@@ -57,7 +57,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import Closed, SpecError, Unsupported, WalCorrupt
-from ..items import Sample
 from ..samplers import Fifo
 from ..storage import ObjectStorage
 from ..table import Table, contract
@@ -72,7 +71,16 @@ from .log import Record, WalConfig, WriteAheadLog
 OP_EXTEND, OP_ADD, OP_SAMPLE, OP_UPDATE, OP_DELETE, OP_SET_VERSION, OP_CLEAR = range(1, 8)
 OP_STEPS, OP_STEP, OP_EPISODE, OP_END_EPISODE = range(8, 12)  # episode writes (episodic tables)
 OP_FIELDS = 12  # update_fields: keys in the head, the fields as data arrays
-_INSERTS = (OP_EXTEND, OP_ADD, OP_STEPS, OP_STEP, OP_EPISODE)
+#: the inserts by name (each a generated method, :func:`_logged_insert`)
+_INSERTS = {
+    "extend": OP_EXTEND,
+    "add": OP_ADD,
+    "extend_steps": OP_STEPS,
+    "add_step": OP_STEP,
+    "add_episode": OP_EPISODE,
+}
+#: the sampling calls, and whether each draws with the table's sampler (its replay moves the sampler's epoch)
+_SAMPLES = {"sample": True, "sample_sequences": False, "sample_nstep": True, "sample_episodes": False}
 
 
 class LoggedTable:
@@ -188,28 +196,6 @@ class LoggedTable:
             lsn = self._append(op, meta, head, arrays, flags)
         return result, lsn
 
-    def extend(
-        self, data: Any, priorities: Any = None, version: Any = None, timeout: float | None = None
-    ) -> tuple[np.ndarray, int]:
-        """:meth:`Table.extend`, logged: ``(keys, lsn)``. ``DiskFull`` before any change if the log is failing."""
-        return self._insert(
-            OP_EXTEND,
-            lambda d: self.table.extend(d, priorities, version, timeout=timeout),
-            data,
-            _request_arrays(priorities, version),
-        )
-
-    def add(
-        self, item: Any, priority: float | None = None, version: int | None = None, timeout: float | None = None
-    ) -> tuple[int, int]:
-        """:meth:`Table.add`, logged: ``(key, lsn)``."""
-        return self._insert(
-            OP_ADD,
-            lambda d: self.table.add(d, priority, version, timeout=timeout),
-            item,
-            _request_arrays(priority, version),
-        )
-
     def end_episode(self, streams: Any, truncated: bool = False) -> tuple[int, int]:
         """:meth:`Table.end_episode`, logged: ``(closed, lsn)``."""
         self._check()
@@ -221,49 +207,6 @@ class LoggedTable:
                 {"streams": np.atleast_1d(np.asarray(streams, dtype=np.int64))},
             )
         return n, lsn
-
-    def _sampled(
-        self, call: Callable[[], Any], keys_of: Callable[[Any], tuple[np.ndarray, int | None]], sampler: bool
-    ) -> tuple[Any, int]:
-        """Run a sampling call and log what it changed (unless ``log_samples`` is off)."""
-        if not self.log_samples:
-            self._check()
-            return call(), 0
-        self._check()
-        with self.journal.locked():
-            s = call()
-            keys, draws = keys_of(s)
-            meta = {"sampler": sampler} if draws is None else {"sampler": sampler, "draws": draws}
-            lsn = self._append(OP_SAMPLE, meta, {"keys": np.ascontiguousarray(keys, dtype=np.int64)})
-        return s, lsn
-
-    def sample(self, batch_size: int, timeout: float | None = None) -> tuple[Sample, int]:
-        """:meth:`Table.sample` (NumPy data), logged unless ``log_samples`` is off: ``(sample, lsn)``."""
-        return self._sampled(lambda: self.table.sample(batch_size, timeout=timeout), lambda s: (s.keys, None), True)
-
-    def sample_sequences(
-        self, batch_size: int, length: int, burn_in: int = 0, mode: str = "strict", timeout: float | None = None
-    ) -> tuple[Any, int]:
-        """:meth:`Table.sample_sequences`, logged like :meth:`sample`: ``(sample, lsn)``."""
-        return self._sampled(
-            lambda: self.table.sample_sequences(batch_size, length, burn_in, mode, timeout=timeout),
-            lambda s: (s.keys, None),
-            False,
-        )
-
-    def sample_nstep(self, batch_size: int, n: int, gamma: float, timeout: float | None = None) -> tuple[Any, int]:
-        """:meth:`Table.sample_nstep`, logged like :meth:`sample`: ``(sample, lsn)``."""
-        return self._sampled(
-            lambda: self.table.sample_nstep(batch_size, n, gamma, timeout=timeout), lambda s: (s.keys, None), True
-        )
-
-    def sample_episodes(self, k: int, timeout: float | None = None, replace: bool = True) -> tuple[Any, int]:
-        """:meth:`Table.sample_episodes`, logged like :meth:`sample`: ``(episodes, lsn)``."""
-        return self._sampled(
-            lambda: self.table.sample_episodes(k, timeout=timeout, replace=replace),
-            lambda b: (np.concatenate(b.keys), len(b)),
-            False,
-        )
 
     def _call(self, op: int, call: Callable[[], Any], meta: dict | None = None, head: dict | None = None, *data: Any):
         self._check()
@@ -355,7 +298,7 @@ class LoggedTable:
         head = rec.head
         try:
             with j.locked():
-                if rec.op in _INSERTS:
+                if rec.op in _INSERTS.values():
                     self._replay_insert(rec, where)
                 elif rec.op == OP_SAMPLE:
                     j.replay_sample(head["keys"], rec.meta.get("draws"), sampler=bool(rec.meta.get("sampler", True)))
@@ -421,27 +364,33 @@ def _read(call: contract.Call) -> Callable:
     return contract.forwarded(call, method, LoggedTable)
 
 
-def _step_write(name: str, op: int) -> Callable:
-    """``LoggedTable.<name>`` for a step write, logged: ``(keys, lsn)``, with the Table method's signature.
+def _logged_insert(name: str, op: int) -> Callable:
+    """``LoggedTable.<name>`` for an insert, logged: ``(keys, lsn)``, with the Table method's signature.
 
-    The record's head holds the rows' streams and flags as the table took them (``add_episode``:
-    the stream it chose, ``stream=None`` too, and the last step's flags in the record's meta).
+    The record's head holds the priorities and versions as given, and for a step write the rows'
+    streams and flags as the table took them (``add_episode``: the stream it chose, ``stream=None``
+    too, and the last step's flags in the record's meta). ``DiskFull`` before any change if the
+    log is failing.
     """
     call = contract.CALLS[name]
+    first, *rest = list(call.signature().parameters)[1:]  # the item, batch or steps, then the options
+    prio, stream = (next((p for p in rest if p.startswith(s)), None) for s in ("priorit", "stream"))
 
     def method(self: LoggedTable, *args: Any, **kwargs: Any) -> tuple[Any, int]:
         a = contract.bind(call, args, kwargs)
-        data = a.pop("step" if name == "add_step" else "steps")
-        stream = a.get("stream", a.get("streams"))
-        head = _request_arrays(a.get("priority", a.get("priorities")), a["version"])
+        data = a.pop(first)
+        head = _request_arrays(a[prio], a["version"])
+        write = getattr(self.table, name)
+        if stream is None:
+            return self._insert(op, lambda d: write(d, **a), data, head)
         meta: dict[str, Any] = {}
 
         def run(d: Any) -> Any:
-            keys = getattr(self.table, name)(d, **a)
+            keys = write(d, **a)
             if op != OP_EPISODE:
-                head.update(_step_arrays(stream, a["terminated"], a["truncated"]))  # valid: the table took them
+                head.update(_step_arrays(a[stream], a["terminated"], a["truncated"]))  # valid: the table took them
                 return keys
-            chosen = stream
+            chosen = a[stream]
             if chosen is None and (keys >= 0).any():  # the fresh stream it took (deterministic; logged anyway)
                 chosen = int(self.table.episode_info(keys[keys >= 0][:1]).streams[0])
             if chosen is not None:
@@ -456,7 +405,38 @@ def _step_write(name: str, op: int) -> Callable:
     return out
 
 
-for _name, _op in (("extend_steps", OP_STEPS), ("add_step", OP_STEP), ("add_episode", OP_EPISODE)):
-    setattr(LoggedTable, _name, _step_write(_name, _op))
-del _name, _op
+def _logged_sample(name: str, sampler: bool) -> Callable:
+    """``LoggedTable.<name>`` for a sampling call (NumPy data), logged unless ``log_samples`` is off.
+
+    The record holds the keys the call counted (``sample_episodes``: every step's, and the number
+    of episodes drawn) and ``sampler`` (see :data:`_SAMPLES`).
+    """
+    call = contract.CALLS[name]
+    episodes = name == "sample_episodes"
+
+    def method(self: LoggedTable, *args: Any, **kwargs: Any) -> tuple[Any, int]:
+        self._check()
+        run = getattr(self.table, name)
+        if not self.log_samples:
+            return run(*args, **kwargs), 0
+        with self.journal.locked():
+            s = run(*args, **kwargs)
+            keys, meta = (np.concatenate(s.keys), {"draws": len(s)}) if episodes else (s.keys, {})
+            lsn = self._append(OP_SAMPLE, {"sampler": sampler, **meta}, {"keys": np.ascontiguousarray(keys, np.int64)})
+        return s, lsn
+
+    sig = call.signature()
+    params = [p for n, p in sig.parameters.items() if n not in call.local]
+    out = contract.forwarded(
+        call, method, LoggedTable, sig.replace(parameters=params, return_annotation="tuple[Any, int]")
+    )
+    out.__doc__ = f":meth:`Table.{name}` (NumPy data), logged unless ``log_samples`` is off: ``(sample, lsn)``."
+    return out
+
+
+for _name, _op in _INSERTS.items():
+    setattr(LoggedTable, _name, _logged_insert(_name, _op))
+for _name, _sampler in _SAMPLES.items():
+    setattr(LoggedTable, _name, _logged_sample(_name, _sampler))
+del _name, _op, _sampler
 contract.install(LoggedTable, _read)
