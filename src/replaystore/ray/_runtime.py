@@ -131,11 +131,6 @@ def kill(actor: Any) -> None:
         import_ray().kill(actor, no_restart=True)
 
 
-def deadline(timeout: float | None) -> float | None:
-    """``time.monotonic() + timeout`` or ``None``."""
-    return None if timeout is None else time.monotonic() + timeout
-
-
 def rpc_timeout(op_timeout: float | None, grace: float | None) -> float | None:
     """How long a client waits for an answer: the operation's own timeout plus a grace period."""
     if op_timeout is None or grace is None:
@@ -143,4 +138,4 @@ def rpc_timeout(op_timeout: float | None, grace: float | None) -> float | None:
     return op_timeout + grace
 
 
-__all__ = ["Closed", "ReplayError", "deadline", "get", "import_ray", "init_local", "require_init", "rpc_timeout"]
+__all__ = ["Closed", "ReplayError", "get", "import_ray", "init_local", "require_init", "rpc_timeout"]

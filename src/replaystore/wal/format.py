@@ -50,12 +50,13 @@ class Record:
     head: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def _as_bytes(arr: np.ndarray) -> memoryview:
-    return memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
+def _plain(dtype: np.dtype) -> bool:
+    """Whether a log may hold arrays of ``dtype`` (raw bytes: no objects, no structured dtypes)."""
+    return not dtype.hasobject and dtype.fields is None and dtype.kind in "biufcSUVMm"
 
 
 def _check_dtype(arr: np.ndarray, name: str) -> None:
-    if arr.dtype.hasobject or arr.dtype.fields is not None or arr.dtype.kind not in "biufcSUVMm":
+    if not _plain(arr.dtype):
         raise InvalidType(f"array {name!r} has dtype {arr.dtype}: a log holds only plain (non-object) arrays")
 
 
@@ -84,7 +85,7 @@ class Payload:
         for name, arr in (arrays or {}).items():
             arr = np.asarray(arr)
             _check_dtype(arr, name)
-            buf = _as_bytes(arr)
+            buf = memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
             self.descs.append([name, arr.dtype.str, list(arr.shape), int((flags or {}).get(name, 0))])
             self.buffers.append(buf)
             self.nbytes += buf.nbytes
@@ -129,7 +130,7 @@ def _decode_arrays(descs: Any, buf: memoryview, where: str) -> tuple[dict[str, n
         try:
             name, dtype_str, shape, flag = d
             dtype = np.dtype(str(dtype_str))
-            if dtype.hasobject or dtype.fields is not None or dtype.kind not in "biufcSUVMm":
+            if not _plain(dtype):
                 raise ValueError(f"dtype {dtype_str!r} is not allowed in a log")
             shape = tuple(int(s) for s in shape)
             if any(s < 0 for s in shape) or len(shape) > 32 or not isinstance(name, str):
