@@ -128,13 +128,8 @@ def _side_copies(path: Path) -> tuple[list[Path], list[Path]]:
     parent, name = path.parent, path.name
     if not parent.is_dir():
         return [], []
-    tmps, olds = [], []
-    for p in parent.iterdir():
-        if p.name.startswith(f".{name}.tmp-"):
-            tmps.append(p)
-        elif p.name.startswith(f".{name}.old-"):
-            olds.append(p)
-    return tmps, olds
+    tmp, old, siblings = f".{name}.tmp-", f".{name}.old-", list(parent.iterdir())
+    return [p for p in siblings if p.name.startswith(tmp)], [p for p in siblings if p.name.startswith(old)]
 
 
 def _recover(path: Path) -> None:

@@ -41,12 +41,7 @@ def list_segments(path: str) -> list[tuple[int, str]]:
         names = os.listdir(path)
     except FileNotFoundError:
         return []
-    out = []
-    for n in names:
-        m = _SEGMENT.match(n)
-        if m:
-            out.append((int(m.group(1)), os.path.join(path, n)))
-    return sorted(out)
+    return sorted((int(m.group(1)), os.path.join(path, m.group(0))) for m in map(_SEGMENT.match, names) if m)
 
 
 @dataclass
