@@ -18,6 +18,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from .errors import Closed, InvalidArgument, Timeout
@@ -25,20 +26,13 @@ from .items import Sample
 
 
 class Sampleable(Protocol):
-    """What a :class:`SampleIterator` draws from: a :class:`~replaystore.Table` (or alike)."""
+    """What a :class:`SampleIterator` draws from: a :class:`~replaystore.Table` (or alike).
+
+    Its ``sample(batch_size, timeout=, as_tensor=, device=, pin_memory=)`` is :meth:`replaystore.Table.sample`'s.
+    """
 
     name: str
-
-    def sample(
-        self,
-        batch_size: int,
-        timeout: float | None = None,
-        as_tensor: bool = False,
-        device: Any = None,
-        pin_memory: bool = False,
-    ) -> Sample:
-        """Draw ``batch_size`` items (see :meth:`replaystore.Table.sample`)."""
-        ...
+    sample: Callable[..., Sample]
 
 
 _POLL = 0.05  # seconds: how often a waiting thread checks for close()

@@ -71,11 +71,6 @@ class AddStager:
         self.n = i + 1
         return True
 
-    @property
-    def full(self) -> bool:
-        """Whether the table must flush before staging more."""
-        return self.n >= self.rows
-
     def take(self) -> tuple[tuple, int, np.ndarray, np.ndarray]:
         """The staged rows as ``(prepared columns, n, priorities, versions)``; empties the stager.
 

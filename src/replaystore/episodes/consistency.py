@@ -45,6 +45,11 @@ def _fail(where: str, msg: str) -> None:
     raise CheckpointError(f"{where}{msg}")
 
 
+def _first(bad: np.ndarray) -> int:
+    """The index of the first True of ``bad`` (-1: none)."""
+    return int(bad.argmax()) if bad.any() else -1
+
+
 def _ints(streams: dict, name: str, where: str) -> np.ndarray:
     value = streams.get(name) if isinstance(streams, dict) else None
     if not isinstance(value, list) or not all(type(v) is int for v in value):
@@ -101,73 +106,59 @@ def check_index_arrays(
     slot = np.searchsorted(np.sort(ids), st)  # each step's stream's row in the sorted stream state
     order_ids = np.argsort(ids)
     s_next, s_ep, s_pos = nxt[order_ids][slot], cur_ep[order_ids][slot], cur_pos[order_ids][slot]
-    if (t >= s_next).any():
-        bad = int(np.flatnonzero(t >= s_next)[0])
+    if (i := _first(t >= s_next)) >= 0:
         _fail(
             where,
-            f"episodes_t.npy: step {bad} is at position {int(t[bad])} of stream {int(st[bad])}, "
-            f"whose next position is {int(s_next[bad])}",
+            f"episodes_t.npy: step {i} is at position {int(t[i])} of stream {int(st[i])}, "
+            f"whose next position is {int(s_next[i])}",
         )
     on = t >= 0  # steps detached by an old version have no position to check
     st, t, ep, pos, fl, s_next, s_ep, s_pos = (a[on] for a in (st, t, ep, pos, fl, s_next, s_ep, s_pos))
     start = t - pos
-    if (start < 0).any():
-        bad = int(np.flatnonzero(start < 0)[0])
+    if (i := _first(start < 0)) >= 0:
         _fail(
             where,
-            f"episodes_pos.npy: a step at position {int(t[bad])} of stream {int(st[bad])} claims "
-            f"position {int(pos[bad])} in episode {int(ep[bad])} (more steps than its stream had)",
+            f"episodes_pos.npy: a step at position {int(t[i])} of stream {int(st[i])} claims "
+            f"position {int(pos[i])} in episode {int(ep[i])} (more steps than its stream had)",
         )
     # -- along each stream, in key order -------------------------------------------------------------
     o = np.argsort(st, kind="stable")  # key order within each stream
     st, t, ep, pos, fl, start, s_next, s_ep, s_pos = (a[o] for a in (st, t, ep, pos, fl, start, s_next, s_ep, s_pos))
     same = st[1:] == st[:-1]
-    bad = same & (t[1:] <= t[:-1])
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
+    if (i := _first(same & (t[1:] <= t[:-1]))) >= 0:
         _fail(
             where,
             f"episodes_t.npy: stream {int(st[i])} has positions {int(t[i])} then {int(t[i + 1])} in key "
             "order (positions must strictly increase: duplicated or swapped)",
         )
-    bad = same & (ep[1:] < ep[:-1])
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
+    if (i := _first(same & (ep[1:] < ep[:-1]))) >= 0:
         _fail(
             where,
             f"episodes_episode.npy: stream {int(st[i])} has episode {int(ep[i + 1])} after episode "
             f"{int(ep[i])} (ids grow along a stream)",
         )
     inner = same & (ep[1:] == ep[:-1])  # two steps of one episode, one after the other
-    bad = inner & (start[1:] != start[:-1])
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
+    if (i := _first(inner & (start[1:] != start[:-1]))) >= 0:
         _fail(
             where,
             f"episodes_pos.npy: episode {int(ep[i])} of stream {int(st[i])} has position {int(pos[i])} "
             f"at stream position {int(t[i])} and {int(pos[i + 1])} at {int(t[i + 1])}: "
             "not one run of positions",
         )
-    bad = inner & (fl[:-1] != 0)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
+    if (i := _first(inner & (fl[:-1] != 0))) >= 0:
         _fail(
             where,
             f"episodes_flags.npy: step {int(pos[i])} of episode {int(ep[i])} (stream {int(st[i])}) "
             "carries an end flag but is not the episode's last step",
         )
     nxt_ep = same & (ep[1:] != ep[:-1])  # the last stored step of an episode, and the next episode's first
-    bad = nxt_ep & (start[1:] <= t[:-1])
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
+    if (i := _first(nxt_ep & (start[1:] <= t[:-1]))) >= 0:
         _fail(
             where,
             f"episodes_pos.npy: episode {int(ep[i + 1])} of stream {int(st[i])} starts at position "
             f"{int(start[i + 1])}, not after episode {int(ep[i])}'s step at {int(t[i])}",
         )
-    bad = nxt_ep & (t[:-1] == start[1:] - 1) & (fl[:-1] == 0)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
+    if (i := _first(nxt_ep & (t[:-1] == start[1:] - 1) & (fl[:-1] == 0))) >= 0:
         _fail(
             where,
             f"episodes_flags.npy: the step at position {int(t[i])} of stream {int(st[i])} carries no end "
@@ -180,9 +171,7 @@ def check_index_arrays(
     zs, zt, ze, zf, zstart = st[z], t[z], ep[z], fl[z], start[z]
     c, c_start = s_ep[z], s_next[z] - s_pos[z]
     is_open = c == ze
-    bad = is_open & ((zf != 0) | (zstart != c_start))
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
+    if (i := _first(is_open & ((zf != 0) | (zstart != c_start)))) >= 0:
         _fail(
             where,
             f"stream {int(zs[i])}'s open episode {int(ze[i])} (episodes.streams.cur_ep) "
@@ -193,9 +182,7 @@ def check_index_arrays(
             ),
         )
     other = (c >= 0) & ~is_open
-    bad = other & ((c < ze) | (c_start <= zt) | ((zt == c_start - 1) & (zf == 0)))
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
+    if (i := _first(other & ((c < ze) | (c_start <= zt) | ((zt == c_start - 1) & (zf == 0))))) >= 0:
         _fail(
             where,
             f"stream {int(zs[i])}'s open episode {int(c[i])} (episodes.streams.cur_ep, starting at "
@@ -203,9 +190,7 @@ def check_index_arrays(
             f"{int(zt[i])}, {'flagged' if zf[i] else 'not flagged'}): it points at a closed episode, or "
             "the stream has two open episodes",
         )
-    bad = (c < 0) & (zt == s_next[z] - 1) & (zf == 0)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
+    if (i := _first((c < 0) & (zt == s_next[z] - 1) & (zf == 0))) >= 0:
         _fail(
             where,
             f"stream {int(zs[i])} has no open episode but its newest step (position {int(zt[i])}, "
@@ -214,9 +199,7 @@ def check_index_arrays(
     # -- an episode is in one stream --------------------------------------------------------------------
     e_o = np.argsort(ep, kind="stable")
     es, ee = st[e_o], ep[e_o]
-    bad = (ee[1:] == ee[:-1]) & (es[1:] != es[:-1])
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
+    if (i := _first((ee[1:] == ee[:-1]) & (es[1:] != es[:-1]))) >= 0:
         _fail(
             where, f"episodes_stream.npy: episode {int(ee[i])} has steps in streams {int(es[i])} and {int(es[i + 1])}"
         )
@@ -225,9 +208,7 @@ def check_index_arrays(
         k = np.searchsorted(ee, open_ids)
         has = k < len(ee)
         k = np.minimum(k, len(ee) - 1)
-        bad = has & (ee[k] == open_ids) & (es[k] != open_streams)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
+        if (i := _first(has & (ee[k] == open_ids) & (es[k] != open_streams))) >= 0:
             _fail(
                 where,
                 f"stream {int(open_streams[i])}'s open episode {int(open_ids[i])} has its steps in "

@@ -100,6 +100,11 @@ class EpisodeIndex(StreamRings, Selector):
         else:
             self.live, self._shared_live, self._own_live = live, live, False
 
+    def _grow_streams(self, top: int) -> None:
+        """Make the per-stream arrays hold stream id ``top`` (doubling, up to the stream limit)."""
+        if top >= self.n_streams:
+            self._streams_alloc(min(self.options.stream_limit, _pow2_at_least(top + 1)))
+
     def _streams_alloc(self, n: int) -> None:
         old = getattr(self, "next_t", None)
         k = 0 if old is None else len(old)
@@ -173,9 +178,7 @@ class EpisodeIndex(StreamRings, Selector):
         self.written += n  # an upper bound of every stream's next position (plans that fail count too)
         if self.written > _T_MASK:
             self._check_positions(plan)
-        top = int(plan.streams[0] if plan.same_stream else plan.streams.max()) if n else 0
-        if top >= self.n_streams:
-            self._streams_alloc(min(self.options.stream_limit, _pow2_at_least(top + 1)))
+        self._grow_streams(int(plan.streams[0] if plan.same_stream else plan.streams.max()) if n else 0)
         self._pending[threading.get_ident()] = plan
 
     def _check_positions(self, plan: StepPlan) -> None:
@@ -308,9 +311,7 @@ class EpisodeIndex(StreamRings, Selector):
         if len(slots) == 0:
             return
         streams = rows[0]
-        top = int(streams.max())
-        if top >= self.n_streams:
-            self._streams_alloc(min(self.options.stream_limit, _pow2_at_least(top + 1)))
+        self._grow_streams(int(streams.max()))
         plan = StepPlan(streams, np.zeros(len(slots), bool), np.zeros(len(slots), bool), rows=rows)
         n = len(streams)
         if n == 1 or bool((streams == streams[0]).all()):
@@ -342,15 +343,13 @@ class EpisodeIndex(StreamRings, Selector):
     def load_streams(
         self, ids: np.ndarray, next_t: np.ndarray, cur_ep: np.ndarray, cur_pos: np.ndarray, next_episode: int
     ) -> None:
-        """Internal (replaystore.shared): set the state of streams ``ids`` and the next episode id.
+        """Internal (replaystore.shared, restores): set the state of streams ``ids`` and the next episode id.
 
-        As another copy of this index has them (trusted input, lock held); a change of structure
-        for the caches (the generation moves on).
+        As another copy of this index (or a checked checkpoint) has them (trusted input, lock
+        held); a change of structure for the caches (the generation moves on).
         """
         if len(ids):
-            top = int(ids.max())
-            if top >= self.n_streams:
-                self._streams_alloc(min(self.options.stream_limit, _pow2_at_least(top + 1)))
+            self._grow_streams(int(ids.max()))
             self.next_t[ids], self.cur_ep[ids], self.cur_pos[ids] = next_t, cur_ep, cur_pos
             self.written = max(self.written, int(next_t.max()))
         self.next_episode = int(next_episode)
@@ -389,16 +388,8 @@ class EpisodeIndex(StreamRings, Selector):
         """
         check_index_arrays(rows, streams, self.options.stream_limit)
         st, t, ep, pos = (np.asarray(rows[k], dtype=np.int64) for k in ("stream", "t", "episode", "pos"))
-        ids, nxt, cur_ep, cur_pos = (
-            np.asarray(streams[k], dtype=np.int64) for k in ("ids", "next_t", "cur_ep", "cur_pos")
-        )
-        if len(ids):
-            top_id = int(ids.max())
-            if top_id >= self.n_streams:
-                self._streams_alloc(_pow2_at_least(top_id + 1))
-            self.next_t[ids], self.cur_ep[ids], self.cur_pos[ids] = nxt, cur_ep, cur_pos
-            self.written = int(nxt.max())
-        self.next_episode = int(streams["next_episode"])
+        state = (np.asarray(streams[k], dtype=np.int64) for k in ("ids", "next_t", "cur_ep", "cur_pos"))
+        self.load_streams(*state, int(streams["next_episode"]))
         flags = np.asarray(rows["flags"], dtype=np.uint8)
         plan = StepPlan(
             st, np.zeros(len(st), bool), np.zeros(len(st), bool), shape="restore", rows=(st, t, ep, pos, flags)

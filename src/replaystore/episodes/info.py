@@ -145,25 +145,16 @@ def _all_live(
 
 def info_of_slots(index: EpisodeIndex, slots: np.ndarray) -> EpisodeInfo:
     """The :class:`EpisodeInfo` of the steps in ``slots`` (``-1``: not live). Changes nothing."""
-    n = len(slots)
     found = slots >= 0
     s = slots[found]
-    streams, episodes, ts, pos, lengths = (np.full(n, -1, np.int64) for _ in range(5))
-    closed, complete, terminated, truncated, is_last = (np.zeros(n, bool) for _ in range(5))
-    if len(s) == 0:
-        return EpisodeInfo(found, streams, episodes, ts, pos, lengths, closed, complete, terminated, truncated, is_last)
     st, t = index.stream_t(s)
     ep, p = index.episode_of[s].astype(np.int64), index.pos_of[s].astype(np.int64)
-    fl = index.flags[s]
-    streams[found], episodes[found], ts[found], pos[found] = st, ep, t, p
-    is_last[found] = (fl & ENDS) != 0
     attached = index.attached(s)
     is_open = index.cur_ep[st] == ep
-    closed[found] = ~is_open
     ln = np.full(len(s), -1, np.int64)
     ln[is_open & attached] = index.cur_pos[st[is_open & attached]]
     end_fl = np.zeros(len(s), np.uint8)
-    complete_rows = np.zeros(len(s), bool)
+    complete = np.zeros(len(s), bool)
     # one forward scan per distinct closed episode, from its latest queried step
     scan = np.flatnonzero(~is_open & attached)
     if len(scan):
@@ -180,12 +171,17 @@ def info_of_slots(index: EpisodeIndex, slots: np.ndarray) -> EpisodeInfo:
         ep_len = np.where(known, end_t - start_t + 1, -1)
         ok = np.zeros(len(heads), bool)
         ok[known] = _all_live(index, hs[known], start_t[known], ep_len[known], he[known])
-        ln[order], end_fl[order], complete_rows[order] = ep_len[group], end_flags[group], ok[group]
-    complete[found] = complete_rows
-    lengths[found] = ln
-    terminated[found] = (end_fl & TERMINATED) != 0
-    truncated[found] = ((end_fl & TRUNCATED) != 0) & ~terminated[found]
-    return EpisodeInfo(found, streams, episodes, ts, pos, lengths, closed, complete, terminated, truncated, is_last)
+        ln[order], end_fl[order], complete[order] = ep_len[group], end_flags[group], ok[group]
+    terminated = (end_fl & TERMINATED) != 0
+    truncated = ((end_fl & TRUNCATED) != 0) & ~terminated
+
+    def spread(values: np.ndarray) -> np.ndarray:  # one entry per key: -1 (False) where not found
+        out = np.full(len(slots), False if values.dtype == bool else -1, dtype=values.dtype)
+        out[found] = values
+        return out
+
+    rows = (st, ep, t, p, ln, ~is_open, complete, terminated, truncated, (index.flags[s] & ENDS) != 0)
+    return EpisodeInfo(found, *map(spread, rows))
 
 
 def check_positions(positions: Any, n: int) -> np.ndarray:

@@ -43,11 +43,11 @@ from .samples import NStepSample
 from .sampling import check_batch, read_field
 
 _REDRAWS = 16
+#: an n-step plan of start slots: ``(win, k, done, boot)`` (see :func:`plan_nstep`)
+NStepPlan = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-def plan_nstep(
-    index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def plan_nstep(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool) -> NStepPlan:
     """``(win, k, done, boot)`` of start slots.
 
     ``win`` is the ``(B, n)`` window of slots of positions ``t ... t + n - 1`` (a transposed
@@ -64,17 +64,13 @@ def plan_nstep(
     return plan_runs(index, starts, n, has_next_obs)
 
 
-def plan_ring(
-    index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def plan_ring(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool) -> NStepPlan:
     """:func:`plan_gapless` where it applies, else :func:`plan_checked`."""
     plan = plan_gapless(index, starts, n, has_next_obs)
     return plan if plan is not None else plan_checked(index, starts, n, has_next_obs)
 
 
-def plan_runs(
-    index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def plan_runs(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool) -> NStepPlan:
     """:func:`plan_nstep` for starts whose next steps sit at a fixed slot stride; :func:`plan_ring` for the others.
 
     Steps of one stream written in order to a FIFO table sit ``d`` slots apart, where ``d`` is the
@@ -138,9 +134,7 @@ def _learn_stride(index: EpisodeIndex, starts: np.ndarray, uid: np.ndarray, hint
         hint[0] = stride
 
 
-def plan_checked(
-    index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def plan_checked(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool) -> NStepPlan:
     """:func:`plan_nstep` for any stream: every position is verified through the ring."""
     w = n if has_next_obs else n + 1
     # (w, B): position-major, so the per-position work runs along the batch (NumPy's fast axis)
@@ -152,9 +146,7 @@ def plan_checked(
     return (win[:n].T, *_ends(index, win, n, has_next_obs, m))
 
 
-def plan_gapless(
-    index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+def plan_gapless(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bool) -> NStepPlan | None:
     """:func:`plan_nstep` when every start's stream is gapless (see :meth:`EpisodeIndex.gapless`), else ``None``.
 
     In a gapless stream the live, ring-reachable positions are exactly ``oldest_t ... next_t - 1``:

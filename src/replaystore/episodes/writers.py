@@ -158,10 +158,6 @@ def recorded_plan(index: EpisodeIndex, n: int, steps: Mapping[str, Any]) -> Step
     new_episode = steps.get("new_episode", False)
     if not isinstance(new_episode, (bool, np.bool_)):
         raise EpisodeError(f"new_episode must be a bool, got {new_episode!r}")
-    return StepPlan(
-        validate_streams(stream, n, index.options),
-        validate_flags(steps.get("terminated"), n, "terminated"),
-        validate_flags(steps.get("truncated"), n, "truncated"),
-        new_episode=bool(new_episode),
-        same_stream=np.ndim(stream) == 0,
-    )
+    plan = steps_plan(index, n, stream, steps.get("terminated"), steps.get("truncated"))
+    plan.new_episode = bool(new_episode)
+    return plan

@@ -430,15 +430,7 @@ class Table(
         ``max_times_sampled`` are removed before this returns (their payloads stay in their slots
         until another insert takes them).
         """
-        if self._stager is not None and self._stager.n:
-            self._flush_pending()
-        st = self._state
-        if st.closed:
-            self._check_open()
-        limiter = self.rate_limiter
-        if not (st.size > 0 and limiter.can_sample(n)):
-            limiter.check_sample_size(n)
-            self._wait(lambda: st.size > 0 and limiter.can_sample(n), timeout, f"sample of {n}", "sample_blocked_s")
+        self._wait_for_sample(n, timeout)
         if uniforms is None:
             slots, probabilities, weights = self.sampler.sample(n)
         else:

@@ -70,15 +70,15 @@ class Waits:
 
     def _wait_for_sample(self, n: int, timeout: float | None) -> None:
         """Flush staged adds; block (lock held) until the table is open, non-empty and admits ``n`` samples."""
-        self._flush_pending()
-        if self._state.closed:
+        if self._stager is not None and self._stager.n:
+            self._flush_pending()
+        st = self._state
+        if st.closed:
             self._check_open()
         limiter = self.rate_limiter
-        if not (self._state.size > 0 and limiter.can_sample(n)):
+        if not (st.size > 0 and limiter.can_sample(n)):
             limiter.check_sample_size(n)
-            self._wait(
-                lambda: self._state.size > 0 and limiter.can_sample(n), timeout, f"sample of {n}", "sample_blocked_s"
-            )
+            self._wait(lambda: st.size > 0 and limiter.can_sample(n), timeout, f"sample of {n}", "sample_blocked_s")
 
     def _wait_started(self, counter: str, start: float) -> None:
         """A call starts waiting (lock held): one more waiter; note when, for :meth:`_waits_now`."""
