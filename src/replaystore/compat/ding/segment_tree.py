@@ -2,8 +2,9 @@
 
 The layout is the one :mod:`replaystore.samplers.sumtree` uses (and DI-engine too): a flat float64
 array ``value`` of ``2 * capacity`` entries, root at index 1, leaf ``i`` at ``capacity + i``. Single
-updates walk to the root in Python (cheapest for one leaf); batches go through the core's
-vectorised ``update_sum`` / ``update_min``.
+updates walk to the root in Python (cheapest for one leaf); batches of a sum or min tree go through
+the core's ``update_sum`` / ``update_min`` (compiled with the ``[fast]`` extra), prefix searches
+through the core's ``find_prefix``.
 """
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from ...samplers import sumtree_jit
+from ...samplers import sumtree, sumtree_jit
 from ._config import CompatError
 
 _NEUTRAL = {"sum": 0.0, "min": float("inf"), "max": float("-inf")}
 _UFUNC = {"sum": np.add, "min": np.minimum, "max": np.maximum}
 _SCALAR_BATCH = 16  # batches up to this size are cheaper leaf by leaf
-_DENSE_LEVEL = 64  # levels of at most max(this, 4 * batch) nodes are recomputed whole
 _CUMSUM_CAPACITY = 1 << 12  # the prefix search scans one level of at most this many nodes
 
 
@@ -53,12 +53,9 @@ class SegmentTree:
         self.neutral_element = _NEUTRAL[operation] if neutral_element is None else float(neutral_element)
         self.value = np.full(2 * capacity, self.neutral_element, dtype=np.float64)
         self._ufunc = _UFUNC[operation]
-        # the core's compiled kernels (the [fast] extra) share this layout for sum and min trees
-        self._kernel = (
-            {"sum": sumtree_jit.update_sum, "min": sumtree_jit.update_min}.get(operation)
-            if sumtree_jit.AVAILABLE
-            else None
-        )
+        # the core's batch updates (compiled with the [fast] extra) share this layout for sum and min trees
+        core = sumtree_jit if sumtree_jit.AVAILABLE else sumtree
+        self._kernel = {"sum": core.update_sum, "min": core.update_min}.get(operation)
 
     # -- single leaves ------------------------------------------------------------------------
     def _check_leaf(self, idx: int) -> int:
@@ -119,31 +116,15 @@ class SegmentTree:
         self._update_batch(idx, values)
 
     def _update_batch(self, idx: np.ndarray, values: np.ndarray) -> None:
-        """Set distinct leaves, then recompute their ancestors.
-
-        Near the leaves only the touched nodes are recomputed (gathers and a scatter per level,
-        as :func:`replaystore.samplers.sumtree.update_sum` does); once a level has no more than
-        ``max(64, 4 * batch)`` nodes, whole levels are recomputed with one ufunc call each,
-        which is cheaper than fancy indexing there. Duplicate parents write equal values.
-        """
+        """Set distinct leaves, then recompute their ancestors (level by level for a max tree)."""
         if self._kernel is not None:
             self._kernel(self.value, idx, values, 1)
             return
-        v = self.value
-        ufunc = self._ufunc
-        base = self.capacity
-        node = idx + base
+        v, node = self.value, idx + self.capacity
         v[node] = values
-        dense = max(_DENSE_LEVEL, 4 * len(idx))
-        while base > 1:
-            base >>= 1
-            if base <= dense:
-                while base >= 1:
-                    ufunc(v[2 * base : 4 * base : 2], v[2 * base + 1 : 4 * base : 2], out=v[base : 2 * base])
-                    base >>= 1
-                return
-            node = node >> 1
-            v[node] = ufunc(v[2 * node], v[2 * node + 1])
+        while node[0] > 1:
+            node = np.unique(node >> 1)
+            v[node] = self._ufunc(v[2 * node], v[2 * node + 1])
 
     def clear(self) -> None:
         """Reset every leaf to the neutral element."""
@@ -228,31 +209,16 @@ class SumSegmentTree(SegmentTree):
         return int(out[0]) if np.ndim(prefixsum) == 0 else out
 
     def _find(self, targets: np.ndarray) -> np.ndarray:
-        """Vectorised prefix search: a cumulative sum over one level, then a descent below it.
+        """Vectorised prefix search: the core's ``find_prefix`` from a level of at most 4096 nodes.
 
-        The level of ``min(capacity, 4096)`` nodes is searched with ``np.searchsorted`` on its
-        running sum (one pass instead of one gather per level above it); the remaining levels
-        are descended as :func:`replaystore.samplers.sumtree.find_prefix` does. A zero node adds
-        nothing to the running sum, so it is never chosen, and the descent never enters an empty
-        child; targets at or past the total map to the last positive leaf.
+        That level is searched on its running sum (one pass instead of one gather per level above
+        it), the levels below are descended. Targets are first kept below that running total, so
+        targets at or past the total map to the last positive leaf and no zero leaf is returned.
         """
-        v = self.value
-        cap = self.capacity
-        width = min(cap, _CUMSUM_CAPACITY)
-        level = v[width : 2 * width]
-        c = np.cumsum(level)
-        pos = np.searchsorted(c, targets, side="right")
-        np.minimum(pos, int(np.searchsorted(c, c[-1], side="left")), out=pos)
-        t = targets - (c[pos] - level[pos])
-        node = pos + width
-        while width < cap:
-            left = node << 1
-            ls = v[left]
-            go_right = ((t >= ls) | (ls <= 0.0)) & (v[left + 1] > 0.0)
-            t = t - np.where(go_right, ls, 0.0)
-            node = left + go_right
-            width <<= 1
-        return node - cap
+        width = min(self.capacity, _CUMSUM_CAPACITY)
+        prefix = sumtree.frontier_prefix(self.value, width)
+        targets = np.minimum(targets, np.nextafter(prefix[-1], -np.inf))
+        return sumtree.find_prefix(self.value, targets, width, prefix)
 
 
 class MinSegmentTree(SegmentTree):
