@@ -103,7 +103,6 @@ class AdvancedReplayBuffer(RingBufferBase):
         self._sample_reporter = SampleReporter(
             mon.average_range, mon.print_freq, self._logger, self._tb_logger, self._instance_name
         )
-        self._cur_learner_iter = -1
         self._cur_collector_envstep = -1
         self._eps = _EPS
 
@@ -342,7 +341,6 @@ class AdvancedReplayBuffer(RingBufferBase):
         if self._thruput_controller is not None:
             self._thruput_controller.add(sampled=n)
         self._periodic_thruput_monitor.record(sampled=n)
-        self._cur_learner_iter = cur_learner_iter
         self._sample_reporter.record(use, prio, stal, self._beta, cur_learner_iter, self._cur_collector_envstep)
 
     # -- update -----------------------------------------------------------------------------------
