@@ -22,14 +22,6 @@ _SCALAR_BATCH = 16  # batches up to this size are cheaper leaf by leaf
 _CUMSUM_CAPACITY = 1 << 12  # the prefix search scans one level of at most this many nodes
 
 
-def _last_wins(idx: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    rev = idx[::-1]
-    uniq, first = np.unique(rev, return_index=True)
-    if len(uniq) == len(idx):
-        return idx, values
-    return uniq, values[::-1][first]
-
-
 class SegmentTree:
     """A segment tree over ``capacity`` leaves (a power of two) for ``'sum'``, ``'min'`` or ``'max'``.
 
@@ -112,8 +104,8 @@ class SegmentTree:
             for i, val in zip(idx.tolist(), values.tolist()):
                 self.set_leaf(i, val)
             return
-        idx, values = _last_wins(idx, values)
-        self._update_batch(idx, values)
+        leaves, last = np.unique(idx[::-1], return_index=True)  # a repeated leaf: its last value
+        self._update_batch(leaves, values[::-1][last])
 
     def _update_batch(self, idx: np.ndarray, values: np.ndarray) -> None:
         """Set distinct leaves, then recompute their ancestors (level by level for a max tree)."""
