@@ -2,9 +2,9 @@
 
 The layout is the one :mod:`replaystore.samplers.sumtree` uses (and DI-engine too): a flat float64
 array ``value`` of ``2 * capacity`` entries, root at index 1, leaf ``i`` at ``capacity + i``. Single
-updates walk to the root in Python (cheapest for one leaf); batches of a sum or min tree go through
-the core's ``update_sum`` / ``update_min`` (compiled with the ``[fast]`` extra), prefix searches
-through the core's ``find_prefix``.
+updates walk to the root in Python (cheapest for one leaf); with the ``[fast]`` extra, batches of a
+sum or min tree and prefix searches go through the core's compiled ``update_sum`` / ``update_min``
+and ``find_prefix``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from ._config import CompatError
 _NEUTRAL = {"sum": 0.0, "min": float("inf"), "max": float("-inf")}
 _UFUNC = {"sum": np.add, "min": np.minimum, "max": np.maximum}
 _SCALAR_BATCH = 16  # batches up to this size are cheaper leaf by leaf
+_DENSE_LEVEL = 64  # levels of at most max(this, 4 * batch) nodes are recomputed whole
 _CUMSUM_CAPACITY = 1 << 12  # the prefix search scans one level of at most this many nodes
 
 
@@ -45,9 +46,12 @@ class SegmentTree:
         self.neutral_element = _NEUTRAL[operation] if neutral_element is None else float(neutral_element)
         self.value = np.full(2 * capacity, self.neutral_element, dtype=np.float64)
         self._ufunc = _UFUNC[operation]
-        # the core's batch updates (compiled with the [fast] extra) share this layout for sum and min trees
-        core = sumtree_jit if sumtree_jit.AVAILABLE else sumtree
-        self._kernel = {"sum": core.update_sum, "min": core.update_min}.get(operation)
+        # the core's compiled kernels (the [fast] extra) share this layout for sum and min trees
+        self._kernel = (
+            {"sum": sumtree_jit.update_sum, "min": sumtree_jit.update_min}.get(operation)
+            if sumtree_jit.AVAILABLE
+            else None
+        )
 
     # -- single leaves ------------------------------------------------------------------------
     def _check_leaf(self, idx: int) -> int:
@@ -104,19 +108,36 @@ class SegmentTree:
             for i, val in zip(idx.tolist(), values.tolist()):
                 self.set_leaf(i, val)
             return
-        leaves, last = np.unique(idx[::-1], return_index=True)  # a repeated leaf: its last value
-        self._update_batch(leaves, values[::-1][last])
+        leaves, last = np.unique(idx[::-1], return_index=True)
+        if len(leaves) < len(idx):  # a repeated leaf: its last value
+            idx, values = leaves, values[::-1][last]
+        self._update_batch(idx, values)
 
     def _update_batch(self, idx: np.ndarray, values: np.ndarray) -> None:
-        """Set distinct leaves, then recompute their ancestors (level by level for a max tree)."""
+        """Set distinct leaves, then recompute their ancestors.
+
+        With the ``[fast]`` extra, a sum or min tree goes through the core's compiled update.
+        Otherwise, near the leaves only the touched nodes are recomputed (gathers and a scatter
+        per level, as :func:`replaystore.samplers.sumtree.update_sum` does); once a level has no
+        more than ``max(64, 4 * batch)`` nodes, whole levels are recomputed with one ufunc call
+        each, which is cheaper than fancy indexing there. Duplicate parents write equal values.
+        """
         if self._kernel is not None:
             self._kernel(self.value, idx, values, 1)
             return
-        v, node = self.value, idx + self.capacity
+        v, ufunc, base = self.value, self._ufunc, self.capacity
+        node = idx + base
         v[node] = values
-        while node[0] > 1:
-            node = np.unique(node >> 1)
-            v[node] = self._ufunc(v[2 * node], v[2 * node + 1])
+        dense = max(_DENSE_LEVEL, 4 * len(idx))
+        while base > 1:
+            base >>= 1
+            if base <= dense:
+                while base >= 1:
+                    ufunc(v[2 * base : 4 * base : 2], v[2 * base + 1 : 4 * base : 2], out=v[base : 2 * base])
+                    base >>= 1
+                return
+            node = node >> 1
+            v[node] = ufunc(v[2 * node], v[2 * node + 1])
 
     def clear(self) -> None:
         """Reset every leaf to the neutral element."""
@@ -201,16 +222,22 @@ class SumSegmentTree(SegmentTree):
         return int(out[0]) if np.ndim(prefixsum) == 0 else out
 
     def _find(self, targets: np.ndarray) -> np.ndarray:
-        """Vectorised prefix search: the core's ``find_prefix`` from a level of at most 4096 nodes.
+        """Vectorised prefix search on the core's trees.
 
-        That level is searched on its running sum (one pass instead of one gather per level above
-        it), the levels below are descended. Targets are first kept below that running total, so
-        targets at or past the total map to the last positive leaf and no zero leaf is returned.
+        With the ``[fast]`` extra, the core's compiled descent from the root (DI-engine's walk, for
+        all targets at once). Without it, a binary search on the running sum of the level of at
+        most 4096 nodes (one pass instead of one gather per level above it), then, in a larger
+        tree, the core's ``find_prefix`` descent below that level. Either way a target at or past
+        the total maps to the last positive leaf and no zero leaf is returned.
         """
+        if sumtree_jit.AVAILABLE:
+            return sumtree_jit.find_prefix(self.value, targets, 1)
         width = min(self.capacity, _CUMSUM_CAPACITY)
         prefix = sumtree.frontier_prefix(self.value, width)
-        targets = np.minimum(targets, np.nextafter(prefix[-1], -np.inf))
-        return sumtree.find_prefix(self.value, targets, width, prefix)
+        if width < self.capacity:
+            targets = np.minimum(targets, np.nextafter(prefix[-1], -np.inf))
+            return sumtree.find_prefix(self.value, targets, width, prefix)
+        return np.minimum(np.searchsorted(prefix, targets, side="right"), np.searchsorted(prefix, prefix[-1]))
 
 
 class MinSegmentTree(SegmentTree):
