@@ -285,10 +285,7 @@ class GfnStatesContainerCodec(_GfnCodec):
     cls_name = "StatesContainer"
 
     def __init__(self, env: Any, is_backward: bool = False) -> None:
-        super().__init__(env, False)
-
-    def matches(self, container: Any) -> bool:  # noqa: D102
-        return type(container) is self.cls
+        super().__init__(env, False)  # (states containers have no direction: matches() then checks the type)
 
     def encode(self, c: Any) -> Fields:  # noqa: D102
         fields: Fields = {"states": c.states.tensor, "is_terminating": c.is_terminating, "log_rewards": c.log_rewards}
