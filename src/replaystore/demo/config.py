@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -147,16 +147,7 @@ class DistributedConfig:
     rpc_grace: float = 60.0
 
     def __post_init__(self) -> None:
-        for name in (
-            "actors",
-            "sync_every",
-            "write_batch",
-            "publish_every",
-            "chunk",
-            "slack",
-            "batches_per_call",
-            "num_cpus",
-        ):
+        for name in (f.name for f in fields(self) if f.type == "int"):  # every count is at least 1
             if getattr(self, name) < 1:
                 raise InvalidArgument(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.samples_per_insert is not None and not self.samples_per_insert > 0:

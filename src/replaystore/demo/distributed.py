@@ -116,7 +116,7 @@ def train_distributed(
     from replaystore.integrations.gym import spec_from_env
 
     from .agent import DQNAgent
-    from .train import FINAL_SEED, SELECTION_SEED, Reporter, evaluate, record, seed_everything
+    from .train import PolicySelection, Reporter, record, seed_everything
 
     dist = DistributedConfig() if dist is None else dist
     out = sys.stderr if out is None else out
@@ -167,11 +167,11 @@ def train_distributed(
         result.actor_episodes = [0] * dist.actors
         result.actor_weight_pulls = [0] * dist.actors
         report = Reporter(config.total_steps, progress, out, desc=f"DQN+PER Ray x{dist.actors}")
+        selection = PolicySelection(agent, config, result, report)
 
         inflight: dict[Any, int] = {}
         submitted = 0
         env_steps = 0
-        best: tuple[float, dict[str, Any] | None] = (-np.inf, None)
         last_eval_block = 0
         last_stats_block = -1
         pending_bar = 0
@@ -192,16 +192,7 @@ def train_distributed(
             result.actor_weight_pulls[i] = r["pulls"]
 
         def evaluation(why: str) -> float:
-            nonlocal best
-            mean = float(evaluate(agent, config.env_id, config.eval_episodes, SELECTION_SEED + env_steps).mean())
-            result.evaluations.append((env_steps, mean))
-            if mean >= best[0]:
-                best = (mean, agent.snapshot())
-            report.message(
-                f"step {env_steps:>7,} (update {agent.updates:,}): greedy evaluation ({why}) over "
-                f"{config.eval_episodes} episodes: {mean:.1f}"
-            )
-            return mean
+            return selection.evaluate(env_steps, why, f" (update {agent.updates:,})")
 
         def refresh() -> None:
             nonlocal pending_bar, last_stats_block
@@ -333,11 +324,5 @@ def train_distributed(
             ray.shutdown()
             result.ray_shutdown = not ray.is_initialized()
 
-    if best[1] is not None:
-        agent.restore(best[1])
-    result.steps = env_steps
-    result.updates = agent.updates
-    result.final_returns = evaluate(agent, config.env_id, config.eval_episodes, FINAL_SEED + config.seed * 1000)
-    result.wall_time = time.perf_counter() - start
-    result.cpu_time = time.process_time() - cpu_start
+    selection.finish(env_steps, start, cpu_start)
     return result

@@ -127,6 +127,42 @@ class Reporter:
             self.bar.close()
 
 
+class PolicySelection:
+    """The greedy evaluations that choose the policy: the best snapshot seen, then the final report.
+
+    Not thread-safe (the learner's loop calls it).
+    """
+
+    def __init__(self, agent: DQNAgent, config: DemoConfig, result: DemoResult, report: Reporter) -> None:
+        self.agent, self.config, self.result, self.report = agent, config, result, report
+        self.best: tuple[float, dict[str, Any] | None] = (-np.inf, None)
+
+    def evaluate(self, step: int, why: str, where: str = "") -> float:
+        """The mean return of a greedy evaluation at env step ``step``, recorded and reported.
+
+        The policy is kept when it is the best so far; ``where`` is added to the reported step.
+        """
+        c = self.config
+        mean = float(evaluate(self.agent, c.env_id, c.eval_episodes, SELECTION_SEED + step).mean())
+        self.result.evaluations.append((step, mean))
+        if mean >= self.best[0]:
+            self.best = (mean, self.agent.snapshot())
+        self.report.message(
+            f"step {step:>7,}{where}: greedy evaluation ({why}) over {c.eval_episodes} episodes: {mean:.1f}"
+        )
+        return mean
+
+    def finish(self, steps: int, start: float, cpu_start: float) -> None:
+        """Restore the best policy; record the steps, updates, a fresh greedy evaluation and the times."""
+        r, c = self.result, self.config
+        if self.best[1] is not None:
+            self.agent.restore(self.best[1])
+        r.steps, r.updates = steps, self.agent.updates
+        r.final_returns = evaluate(self.agent, c.env_id, c.eval_episodes, FINAL_SEED + c.seed * 1000)
+        r.wall_time = time.perf_counter() - start
+        r.cpu_time = time.process_time() - cpu_start
+
+
 def train(
     config: DemoConfig, progress: bool = True, out: TextIO | None = None, on_step: Callable[[int], None] | None = None
 ) -> DemoResult:
@@ -150,17 +186,7 @@ def train(
     agent = DQNAgent(int(np.prod(env.observation_space.shape)), int(env.action_space.n), config)
     result = DemoResult(config=config)
     report = Reporter(config.total_steps, progress, out)
-
-    best: tuple[float, dict[str, Any] | None] = (-np.inf, None)
-
-    def evaluation(step: int, why: str) -> float:
-        nonlocal best
-        mean = float(evaluate(agent, config.env_id, config.eval_episodes, SELECTION_SEED + step).mean())
-        result.evaluations.append((step, mean))
-        if mean >= best[0]:
-            best = (mean, agent.snapshot())
-        report.message(f"step {step:>7,}: greedy evaluation ({why}) over {config.eval_episodes} episodes: {mean:.1f}")
-        return mean
+    selection = PolicySelection(agent, config, result, report)
 
     obs, _ = env.reset(seed=config.seed)
     episode_return, step, pending = 0.0, 0, 0
@@ -207,11 +233,11 @@ def train(
                     and np.mean(recent) >= config.solved_return
                     and agent.updates > 0
                 ):
-                    solved = evaluation(step, "recent training returns are high") >= config.solved_return
+                    solved = selection.evaluate(step, "recent training returns are high") >= config.solved_return
                 episode_return = 0.0
                 obs, _ = env.reset()
             if step % config.eval_every == 0 and agent.updates > 0 and not solved:
-                solved = evaluation(step, "periodic") >= config.solved_return
+                solved = selection.evaluate(step, "periodic") >= config.solved_return
             if step % config.stats_every == 0 or solved:
                 record(result, table.stats(), step, report, pending, config.epsilon(step))
                 pending = 0
@@ -224,18 +250,9 @@ def train(
         report.close()
         env.close()
 
-    if best[1] is not None:
-        agent.restore(best[1])
-    result.steps = step
-    result.updates = agent.updates
-    result.final_returns = evaluate(agent, config.env_id, config.eval_episodes, FINAL_SEED + config.seed * 1000)
-    live = table.keys()
-    info = table.info(live)
-    result.priorities = info["priorities"]
-    result.times_sampled = info["times_sampled"]
-    result.stats = table.stats()
-    result.wall_time = time.perf_counter() - start
-    result.cpu_time = time.process_time() - cpu_start
+    info = table.info(table.keys())
+    result.priorities, result.times_sampled, result.stats = info["priorities"], info["times_sampled"], table.stats()
+    selection.finish(step, start, cpu_start)
     return result
 
 

@@ -103,7 +103,6 @@ class AdvancedReplayBuffer(RingBufferBase):
         self._sample_reporter = SampleReporter(
             mon.average_range, mon.print_freq, self._logger, self._tb_logger, self._instance_name
         )
-        self._cur_learner_iter = -1
         self._cur_collector_envstep = -1
         self._eps = _EPS
 
@@ -241,12 +240,6 @@ class AdvancedReplayBuffer(RingBufferBase):
         return valid
 
     # -- sample -----------------------------------------------------------------------------------
-    def _staleness_sweep(self, cur_learner_iter: int) -> int:
-        """Remove every item whose staleness reached ``max_staleness``; return how many."""
-        stale = self._index.stale_slots(cur_learner_iter - self._max_staleness)  # collect_iter <= it
-        self._remove(stale)
-        return len(stale)
-
     def sample(self, size: int, cur_learner_iter: int, sample_range: slice | None = None) -> list | None:
         """``size`` items drawn in proportion to ``priority ** alpha``, or ``None`` (logged).
 
@@ -270,7 +263,8 @@ class AdvancedReplayBuffer(RingBufferBase):
         if size < 0:
             raise ValueError(f"size must be >= 0, got {size}")
         with self._lock:
-            removed = self._staleness_sweep(cur_learner_iter)
+            stale = self._index.stale_slots(cur_learner_iter - self._max_staleness)  # collect_iter <= it
+            self._remove(stale)
             why = None
             if self._valid_count / size < self._sample_min_limit_ratio:
                 why = (
@@ -287,7 +281,7 @@ class AdvancedReplayBuffer(RingBufferBase):
                 if mass is None or not mass[1] > mass[0]:
                     why = f"no sampleable data in sample_range {sample_range}"
             if why is not None:
-                self._logger.info("Refuse to sample %d (removed %d stale items): %s", size, removed, why)
+                self._logger.info("Refuse to sample %d (removed %d stale items): %s", size, len(stale), why)
                 return None
             slots = self._index.draw(size, *mass)
             out = self._sample_with_indices(slots, cur_learner_iter)
@@ -324,7 +318,10 @@ class AdvancedReplayBuffer(RingBufferBase):
                 self._retire(done)
         if self._anneal_step != 0:
             self._beta = min(1.0, self._beta + (1.0 - self._beta_init) / self._anneal_step)
-        self._monitor_sample(len(out), use_list, prio, stal, cur_learner_iter)
+        if self._thruput_controller is not None:
+            self._thruput_controller.add(sampled=len(out))
+        self._periodic_thruput_monitor.record(sampled=len(out))
+        self._sample_reporter.record(use_list, prio, stal, self._beta, cur_learner_iter, self._cur_collector_envstep)
         return out
 
     def _retire(self, slots: np.ndarray) -> None:
@@ -337,13 +334,6 @@ class AdvancedReplayBuffer(RingBufferBase):
         self._index.neutralise(fresh)
         self._valid_count -= len(fresh)
         self._periodic_thruput_monitor.record(valid=self._valid_count)
-
-    def _monitor_sample(self, n: int, use: list, prio: list, stal: list, cur_learner_iter: int) -> None:
-        if self._thruput_controller is not None:
-            self._thruput_controller.add(sampled=n)
-        self._periodic_thruput_monitor.record(sampled=n)
-        self._cur_learner_iter = cur_learner_iter
-        self._sample_reporter.record(use, prio, stal, self._beta, cur_learner_iter, self._cur_collector_envstep)
 
     # -- update -----------------------------------------------------------------------------------
     def update(self, info: Mapping) -> None:

@@ -18,12 +18,6 @@ from .base_buffer import RingBufferBase, choose
 from .registry import BUFFER_REGISTRY
 
 
-def _check_slice(sample_range: Any) -> slice:
-    if not isinstance(sample_range, slice):
-        raise TypeError(f"sample_range must be a slice, got {type(sample_range).__name__}")
-    return sample_range
-
-
 @BUFFER_REGISTRY.register("naive")
 class NaiveReplayBuffer(RingBufferBase):
     """A thread-safe FIFO ring of arbitrary items with uniform sampling.
@@ -97,10 +91,6 @@ class NaiveReplayBuffer(RingBufferBase):
         """Slots ``[0, filled)`` hold the data (the ring fills from slot 0)."""
         return self._replay_buffer_size if self._valid_count == self._replay_buffer_size else self._tail
 
-    def _candidates(self, sample_range: slice | None) -> range:
-        slots = range(self._filled())
-        return slots if sample_range is None else slots[_check_slice(sample_range)]
-
     def sample(
         self, size: int, cur_learner_iter: int, sample_range: slice | None = None, replace: bool = False
     ) -> list | None:
@@ -148,7 +138,11 @@ class NaiveReplayBuffer(RingBufferBase):
         return True
 
     def _get_indices(self, size: int, sample_range: slice | None, replace: bool) -> list[int] | None:
-        cand = self._candidates(sample_range)
+        cand = range(self._filled())
+        if sample_range is not None:
+            if not isinstance(sample_range, slice):
+                raise TypeError(f"sample_range must be a slice, got {type(sample_range).__name__}")
+            cand = cand[sample_range]
         if len(cand) == 0 or (len(cand) < size and not replace):
             self._logger.info(
                 "sample_range %s holds %d items, cannot sample %d%s",

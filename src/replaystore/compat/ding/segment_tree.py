@@ -2,8 +2,9 @@
 
 The layout is the one :mod:`replaystore.samplers.sumtree` uses (and DI-engine too): a flat float64
 array ``value`` of ``2 * capacity`` entries, root at index 1, leaf ``i`` at ``capacity + i``. Single
-updates walk to the root in Python (cheapest for one leaf); batches go through the core's
-vectorised ``update_sum`` / ``update_min``.
+updates walk to the root in Python (cheapest for one leaf); with the ``[fast]`` extra, batches of a
+sum or min tree and prefix searches go through the core's compiled ``update_sum`` / ``update_min``
+and ``find_prefix``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ...samplers import sumtree_jit
+from ...samplers import sumtree, sumtree_jit
 from ._config import CompatError
 
 _NEUTRAL = {"sum": 0.0, "min": float("inf"), "max": float("-inf")}
@@ -20,14 +21,6 @@ _UFUNC = {"sum": np.add, "min": np.minimum, "max": np.maximum}
 _SCALAR_BATCH = 16  # batches up to this size are cheaper leaf by leaf
 _DENSE_LEVEL = 64  # levels of at most max(this, 4 * batch) nodes are recomputed whole
 _CUMSUM_CAPACITY = 1 << 12  # the prefix search scans one level of at most this many nodes
-
-
-def _last_wins(idx: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    rev = idx[::-1]
-    uniq, first = np.unique(rev, return_index=True)
-    if len(uniq) == len(idx):
-        return idx, values
-    return uniq, values[::-1][first]
 
 
 class SegmentTree:
@@ -115,23 +108,24 @@ class SegmentTree:
             for i, val in zip(idx.tolist(), values.tolist()):
                 self.set_leaf(i, val)
             return
-        idx, values = _last_wins(idx, values)
+        leaves, last = np.unique(idx[::-1], return_index=True)
+        if len(leaves) < len(idx):  # a repeated leaf: its last value
+            idx, values = leaves, values[::-1][last]
         self._update_batch(idx, values)
 
     def _update_batch(self, idx: np.ndarray, values: np.ndarray) -> None:
         """Set distinct leaves, then recompute their ancestors.
 
-        Near the leaves only the touched nodes are recomputed (gathers and a scatter per level,
-        as :func:`replaystore.samplers.sumtree.update_sum` does); once a level has no more than
-        ``max(64, 4 * batch)`` nodes, whole levels are recomputed with one ufunc call each,
-        which is cheaper than fancy indexing there. Duplicate parents write equal values.
+        With the ``[fast]`` extra, a sum or min tree goes through the core's compiled update.
+        Otherwise, near the leaves only the touched nodes are recomputed (gathers and a scatter
+        per level, as :func:`replaystore.samplers.sumtree.update_sum` does); once a level has no
+        more than ``max(64, 4 * batch)`` nodes, whole levels are recomputed with one ufunc call
+        each, which is cheaper than fancy indexing there. Duplicate parents write equal values.
         """
         if self._kernel is not None:
             self._kernel(self.value, idx, values, 1)
             return
-        v = self.value
-        ufunc = self._ufunc
-        base = self.capacity
+        v, ufunc, base = self.value, self._ufunc, self.capacity
         node = idx + base
         v[node] = values
         dense = max(_DENSE_LEVEL, 4 * len(idx))
@@ -228,31 +222,22 @@ class SumSegmentTree(SegmentTree):
         return int(out[0]) if np.ndim(prefixsum) == 0 else out
 
     def _find(self, targets: np.ndarray) -> np.ndarray:
-        """Vectorised prefix search: a cumulative sum over one level, then a descent below it.
+        """Vectorised prefix search on the core's trees.
 
-        The level of ``min(capacity, 4096)`` nodes is searched with ``np.searchsorted`` on its
-        running sum (one pass instead of one gather per level above it); the remaining levels
-        are descended as :func:`replaystore.samplers.sumtree.find_prefix` does. A zero node adds
-        nothing to the running sum, so it is never chosen, and the descent never enters an empty
-        child; targets at or past the total map to the last positive leaf.
+        With the ``[fast]`` extra, the core's compiled descent from the root (DI-engine's walk, for
+        all targets at once). Without it, a binary search on the running sum of the level of at
+        most 4096 nodes (one pass instead of one gather per level above it), then, in a larger
+        tree, the core's ``find_prefix`` descent below that level. Either way a target at or past
+        the total maps to the last positive leaf and no zero leaf is returned.
         """
-        v = self.value
-        cap = self.capacity
-        width = min(cap, _CUMSUM_CAPACITY)
-        level = v[width : 2 * width]
-        c = np.cumsum(level)
-        pos = np.searchsorted(c, targets, side="right")
-        np.minimum(pos, int(np.searchsorted(c, c[-1], side="left")), out=pos)
-        t = targets - (c[pos] - level[pos])
-        node = pos + width
-        while width < cap:
-            left = node << 1
-            ls = v[left]
-            go_right = ((t >= ls) | (ls <= 0.0)) & (v[left + 1] > 0.0)
-            t = t - np.where(go_right, ls, 0.0)
-            node = left + go_right
-            width <<= 1
-        return node - cap
+        if sumtree_jit.AVAILABLE:
+            return sumtree_jit.find_prefix(self.value, targets, 1)
+        width = min(self.capacity, _CUMSUM_CAPACITY)
+        prefix = sumtree.frontier_prefix(self.value, width)
+        if width < self.capacity:
+            targets = np.minimum(targets, np.nextafter(prefix[-1], -np.inf))
+            return sumtree.find_prefix(self.value, targets, width, prefix)
+        return np.minimum(np.searchsorted(prefix, targets, side="right"), np.searchsorted(prefix, prefix[-1]))
 
 
 class MinSegmentTree(SegmentTree):

@@ -239,17 +239,14 @@ class ReplayBuffer(RemotePath):
             return codec.empty()
         return training_container[torch.zeros(0, dtype=torch.long)]
 
-    def _set_type(self, container: Any) -> None:
-        self._container_type = type(container)
-        self._codec = codec_for(container, self.env)
-        if self._codec is not None:
-            self._store = TensorStore(self.capacity, self._codec)
-        else:
-            self._store = ContainerLog(self.capacity)
-
     def _check_type(self, container: Any) -> None:
+        """Fix the container type on the first add; later, raise :class:`ContainerTypeError` for another."""
         if self._container_type is None:
-            self._set_type(container)
+            self._container_type = type(container)
+            self._codec = codec_for(container, self.env)
+            self._store = (
+                ContainerLog(self.capacity) if self._codec is None else TensorStore(self.capacity, self._codec)
+            )
             return
         ok = isinstance(container, self._container_type)
         if ok and self._codec is not None:
@@ -457,11 +454,8 @@ class ReplayBuffer(RemotePath):
         self.clear()
         self._container_type = None
         self._check_type(container)
-        batch = self._make_batch(container, need_repr=self._needs_repr)
-        if batch.n:
-            if self.prioritized_capacity and batch.logr is None:
-                raise ValueError("log_rewards must be defined for prioritized replay.")
-            ReplayBuffer._commit(self, batch)
+        self._queue_or_commit(self._make_batch(container, need_repr=self._needs_repr))
+        self._flush_pending()  # (with lazy_sort: committed now all the same)
 
     # -- timing -------------------------------------------------------------------------------------
     def timing_log(self) -> str:

@@ -67,12 +67,12 @@ class Codec:
         raise NotImplementedError
 
     def to_file(self, container: Any) -> dict[str, torch.Tensor]:
-        """The tensors :meth:`from_file` reads back (torchgfn's ``.pt`` layout for its types)."""
-        raise NotImplementedError
+        """The tensors :meth:`from_file` reads back (torchgfn's ``.pt`` layout; default :meth:`encode`)."""
+        return self.encode(container)
 
     def from_file(self, raw: Mapping[str, torch.Tensor]) -> Any:
-        """The container saved by :meth:`to_file`."""
-        raise NotImplementedError
+        """The container saved by :meth:`to_file` (default: :meth:`decode`)."""
+        return self.decode(raw)
 
 
 def flat_repr(states: torch.Tensor, conditions: torch.Tensor | None) -> torch.Tensor:
@@ -109,12 +109,6 @@ class TensorContainerCodec(Codec):
 
     def diversity_repr(self, fields: Fields) -> torch.Tensor:  # noqa: D102
         return flat_repr(fields["states"], fields.get("conditions"))
-
-    def to_file(self, container: TensorContainer) -> dict[str, torch.Tensor]:  # noqa: D102
-        return self.encode(container)
-
-    def from_file(self, raw: Mapping[str, torch.Tensor]) -> TensorContainer:  # noqa: D102
-        return TensorContainer.from_dict(raw)
 
 
 # -- torchgfn ------------------------------------------------------------------------------------------
@@ -291,10 +285,7 @@ class GfnStatesContainerCodec(_GfnCodec):
     cls_name = "StatesContainer"
 
     def __init__(self, env: Any, is_backward: bool = False) -> None:
-        super().__init__(env, False)
-
-    def matches(self, container: Any) -> bool:  # noqa: D102
-        return type(container) is self.cls
+        super().__init__(env, False)  # (states containers have no direction: matches() then checks the type)
 
     def encode(self, c: Any) -> Fields:  # noqa: D102
         fields: Fields = {"states": c.states.tensor, "is_terminating": c.is_terminating, "log_rewards": c.log_rewards}
@@ -311,7 +302,8 @@ class GfnStatesContainerCodec(_GfnCodec):
         )
 
     def terminal_fields(self, fields: Fields) -> tuple[str, Fields]:  # noqa: D102
-        return self.kind, fields
+        mask = fields["is_terminating"]
+        return self.kind, {k: v[mask] for k, v in fields.items()}
 
 
 _GFN_CODECS: dict[str, type[_GfnCodec]] = {

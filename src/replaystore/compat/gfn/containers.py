@@ -152,14 +152,8 @@ class TensorContainer:
         if len(self) == 0:
             self._assign(other._fields())
             return
-        mine, theirs = self._fields(), other._fields()
-        merged: dict[str, torch.Tensor] = {}
-        for name, t in mine.items():
-            if name in theirs:
-                merged[name] = torch.cat((t, theirs[name]), dim=0)
-        if "states" not in merged:
-            raise ValueError("cannot extend: states missing")
-        self._assign(merged)
+        theirs = other._fields()  # (both have states: the constructor requires them)
+        self._assign({k: torch.cat((t, theirs[k]), dim=0) for k, t in self._fields().items() if k in theirs})
 
     def sample(self, n_samples: int) -> TensorContainer:
         """Up to ``n_samples`` items drawn uniformly without replacement."""

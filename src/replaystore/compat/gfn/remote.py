@@ -105,28 +105,21 @@ class RemotePath:
             raise UnsupportedContainer("baseline filtering supports Trajectories or StatesContainer only")
         lr = container.log_rewards
         n = len(container)
+        self._baseline_total += n
         if self._baseline_log_reward == -math.inf or lr is None:
-            self._baseline_total += n
             self._baseline_kept += n
             return container
         mask = lr >= self._baseline_log_reward
         kept = int(mask.sum())
-        self._baseline_total += n
-        if kept == n:
-            self._consecutive_filtered_empty = 0
-            self._baseline_kept += n
-            return container
         if kept == 0:
             self._baseline_skipped_sends += 1
             self._consecutive_filtered_empty += 1
-            if self._consecutive_filtered_empty >= self.baseline_refresh_after:
-                self._consecutive_filtered_empty = 0
-                self._baseline_kept += n
-                return container
-            return None
+            if self._consecutive_filtered_empty < self.baseline_refresh_after:
+                return None
+            kept = n  # the refresh: this batch goes whole
         self._consecutive_filtered_empty = 0
         self._baseline_kept += kept
-        return container[torch.where(mask)[0]]
+        return container if kept == n else container[torch.where(mask)[0]]
 
     def _prepare_for_remote(self, container: Any) -> Any:
         """With ``scoring_only``: a states container of terminating states and log-rewards."""

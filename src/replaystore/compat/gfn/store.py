@@ -96,10 +96,6 @@ class TensorStore:
         idx = torch.from_numpy(np.ascontiguousarray(slots, dtype=np.int64)).to(self.device)
         return {name: col.index_select(0, idx) for name, col in self.columns.items()}
 
-    def clear(self) -> None:
-        """Forget the columns (the next write allocates them again)."""
-        self.columns = {}
-
 
 class ContainerLog:
     """Items of an arbitrary container type, appended to one container and compacted lazily."""
@@ -134,11 +130,6 @@ class ContainerLog:
     def gather(self, slots: np.ndarray) -> Any:
         """A new container with the items at ``slots``."""
         return self.log[torch.from_numpy(np.ascontiguousarray(self.row_of_slot[slots]))]
-
-    def clear(self) -> None:
-        """Forget everything."""
-        self.log = None
-        self.row_of_slot[:] = -1
 
 
 def clear_stale_fields(container: Any) -> None:

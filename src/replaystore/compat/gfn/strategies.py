@@ -165,12 +165,7 @@ class TerminatingStateBuffer(ReplayBuffer):
         if codec is not None and codec.kind.startswith("gfn."):
             if not codec.per_item_rewards:
                 raise UnsupportedContainer("TerminatingStateBuffer supports Trajectories or StatesContainer")
-            fields = codec.encode(container)
-            if codec.kind == "gfn.StatesContainer":
-                mask = fields["is_terminating"]
-                fields = {k: v[mask] for k, v in fields.items()}
-                return codec.decode(fields)
-            kind, fields = codec.terminal_fields(fields)
+            kind, fields = codec.terminal_fields(codec.encode(container))
             return codec_by_kind(kind, self.env).decode(fields)
         states = container.terminating_states
         lr = container.log_rewards

@@ -262,7 +262,6 @@ class TableBackedBuffer:
             "priorities": table.info(keys)["priorities"],
             "max_priority": table.max_priority,
             "rng": table.rng.bit_generator.state,
-            "sampler": self._sampler_state(),
         }
         return state
 
@@ -275,18 +274,11 @@ class TableBackedBuffer:
             next_of = {"next_obs" + n[len("obs") :]: n for n in fields if n.startswith("obs")}
         self._storage = SB3RingStorage(self.buffer_size, self.n_envs, fields, next_of, arrays=saved["arrays"])
         self._table = self._new_table()
-        self._load_sampler_state(saved["sampler"])
         if len(saved["positions"]):
             self._table.extend(RingRows(np.asarray(saved["positions"], dtype=np.int64)), priorities=saved["priorities"])
         self._table.max_priority = saved["max_priority"]
         self._table.rng.bit_generator.state = saved["rng"]
         self._bind_views()
-
-    def _sampler_state(self) -> dict[str, Any]:
-        return {}
-
-    def _load_sampler_state(self, state: dict[str, Any]) -> None:
-        pass
 
 
 def obs_field(space: spaces.Space, shape: tuple[int, ...]) -> Field:
