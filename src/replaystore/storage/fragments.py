@@ -416,6 +416,7 @@ class FragmentStore:
         return out
 
     def __contains__(self, fragment_id: object) -> bool:
+        """Whether ``fragment_id`` is stored."""
         if not isinstance(fragment_id, str):
             return False
         key = fragment_id.encode()
@@ -436,6 +437,7 @@ class FragmentStore:
             yield from self._read(i, ids)
 
     def __len__(self) -> int:
+        """Number of stored payloads."""
         return sum(self._read(i, lambda txn: txn.stat()["entries"]) for i in self._indices())
 
     def live_bytes(self) -> int:

@@ -30,8 +30,9 @@ from typing import Any
 from ...errors import DiskFull, KeyNotFound, StorageError
 from ...fragments.records import SEP, label_of
 from ...storage.fragments import FragmentStore, new_fragment_id
+from ...table import contract
 from .._runtime import get, import_ray, kill
-from .store import StoreServer, start_store
+from .store import StoreServer, on_store, start_store
 
 log = logging.getLogger("replaystore")
 
@@ -100,14 +101,6 @@ class NodeStoreServer(StoreServer):
         """Every stored id."""
         return list(self.store.keys())
 
-    def clear(self) -> None:
-        """Delete every payload."""
-        self.store.clear()
-
-    def compact(self) -> int:
-        """Compact the store online; return the bytes given back."""
-        return self.store.compact()
-
     def space(self) -> dict[str, Any]:
         """``{"node_id", "payloads", "disk_bytes", "live_bytes", "free_bytes"}`` of this node's store.
 
@@ -125,6 +118,9 @@ class NodeStoreServer(StoreServer):
     def node_id(self) -> str:
         """The node this store runs on."""
         return import_ray().get_runtime_context().get_node_id()
+
+
+contract.forward(NodeStoreServer, {n: contract.Call(n, of=FragmentStore) for n in ("clear", "compact")}, send=on_store)
 
 
 class NodeStores:
