@@ -163,10 +163,10 @@ class FragmentBufferConfig:
             raise InvalidArgument(f"node_local must be a Ray resource name or None, got {self.node_local!r}")
         self.path = os.path.abspath(self.path)
 
-    def open_store(self) -> FragmentStore:
-        """The fragment store this configuration describes."""
+    def open_store(self, path: str | None = None) -> FragmentStore:
+        """The fragment store this configuration describes (in ``path``: a node's store, default ``path``)."""
         return FragmentStore(
-            self.path,
+            self.path if path is None else path,
             self.num_shards,
             self.map_size,
             sync=self.sync,

@@ -80,14 +80,14 @@ class TicketBook:
         self.next_batch = 0
         self.cancelled: dict[int, None] = {}  # recently cancelled ids (ordered, bounded)
         self.tracking = False  # record what changed for a journal (take_changes); off: nothing kept
-        self._dirty: set[int] = set()  # ticket ids whose record changed or went, since take_changes
-        self._dirty_batches: set[int] = set()
-        self._dirty_cancelled = False
+        self._dirty: set[str] = set()  # journal keys whose record changed or went, since take_changes
 
-    def _touch(self, ids: Iterable[int], batches: Iterable[int] = ()) -> None:
+    def _touch(self, ids: Iterable[int], batches: Iterable[int | None] = (), cancelled: bool = False) -> None:
         if self.tracking:
-            self._dirty.update(ids)
-            self._dirty_batches.update(b for b in batches if b is not None)
+            self._dirty.update(map(ticket_key, ids))
+            self._dirty.update(f"tb/{b:020d}" for b in batches if b is not None)
+            if cancelled:
+                self._dirty.add("tc")
 
     def __len__(self) -> int:
         return len(self.records)
@@ -158,7 +158,7 @@ class TicketBook:
             self.cancelled[i] = None
         while len(self.cancelled) > REMEMBER_CANCELLED:
             del self.cancelled[next(iter(self.cancelled))]
-        self._dirty_cancelled = self._dirty_cancelled or bool(ids and self.tracking)
+        self._touch((), (), cancelled=bool(ids))
 
     def was_cancelled(self, tid: int) -> bool:
         """Whether ``tid`` was cancelled recently (and is not held)."""
@@ -260,30 +260,20 @@ class TicketBook:
         Keys: ``t/<id>`` a held ticket's record, ``tb/<batch>`` an open batch, ``tc`` the recently
         cancelled ids (bounded). A ticket or batch that went is a delete.
         """
-        puts: dict[str, Any] = {}
-        deletes: list[str] = []
-        for i in self._dirty:
-            r = self.records.get(i)
-            if r is None:
-                deletes.append(ticket_key(i))
-            else:
-                puts[ticket_key(i)] = list(r)
-        for b in self._dirty_batches:
-            v = self.batches.get(b)
-            if v is None:
-                deletes.append(f"tb/{b:020d}")
-            else:
-                puts[f"tb/{b:020d}"] = list(v)
-        if self._dirty_cancelled:
-            puts["tc"] = list(self.cancelled)
-        self._dirty, self._dirty_batches, self._dirty_cancelled = set(), set(), False
-        return puts, deletes
+        records = {k: self._record(k) for k in self._dirty}
+        self._dirty = set()
+        return {k: r for k, r in records.items() if r is not None}, [k for k, r in records.items() if r is None]
+
+    def _record(self, key: str) -> list | None:
+        """The journal record under ``key`` now (``None``: the ticket or batch went)."""
+        if key == "tc":
+            return list(self.cancelled)
+        r = (self.records if key.startswith("t/") else self.batches).get(int(key.partition("/")[2]))
+        return None if r is None else list(r)
 
     def touch_all(self) -> None:
         """Mark every record changed (the next :meth:`take_changes` writes them all)."""
-        self._dirty.update(self.records)
-        self._dirty_batches.update(self.batches)
-        self._dirty_cancelled = True
+        self._touch(self.records, self.batches, cancelled=True)
 
     def load_records(self, scalars: dict[str, Any], records: dict[str, Any]) -> None:
         """Restore from :meth:`scalars` and the journal records of :meth:`take_changes` (untrusted).
@@ -302,7 +292,7 @@ class TicketBook:
         if not all(type(i) is int for i in state["cancelled"]):
             raise ValueError("journal record 'tc' is not a list of ticket ids")
         self.load_state(state)
-        self._dirty, self._dirty_batches, self._dirty_cancelled = set(), set(), False  # as journaled
+        self._dirty = set()  # as journaled
         if any(i >= self.next_id for i in self.records):
             raise ValueError(f"a journaled ticket id is not below next_id {self.next_id}")
 

@@ -245,10 +245,9 @@ class FragmentStore:
                 with entry.env.begin(write=True, buffers=True) as txn:
                     if entry.path != sh.link and read_target(sh.link) != os.path.basename(entry.path):
                         raise Moved
-                    if self.writemap:
-                        self._reserve(entry, wanted + (slack(txn) if callable(slack) else slack), wanted)
-                    elif wanted:  # a put without writemap: see _reserve_for_put
-                        self._reserve_for_put(entry, wanted + (slack(txn) if callable(slack) else slack), wanted)
+                    if self.writemap or wanted:  # a put without writemap: see _reserve_for_put
+                        reserve = self._reserve if self.writemap else self._reserve_for_put
+                        reserve(entry, wanted + (slack(txn) if callable(slack) else slack), wanted)
                     return fn(txn)
             except Moved:
                 continue
@@ -416,6 +415,7 @@ class FragmentStore:
         return out
 
     def __contains__(self, fragment_id: object) -> bool:
+        """Whether ``fragment_id`` is stored."""
         if not isinstance(fragment_id, str):
             return False
         key = fragment_id.encode()
@@ -436,15 +436,13 @@ class FragmentStore:
             yield from self._read(i, ids)
 
     def __len__(self) -> int:
+        """Number of stored payloads."""
         return sum(self._read(i, lambda txn: txn.stat()["entries"]) for i in self._indices())
 
     def live_bytes(self) -> int:
         """Bytes of pages in use (live payloads plus B-tree overhead), over all shards."""
-        total = 0
-        for i in self._indices():
-            s = self._read(i, lambda txn: txn.stat())
-            total += s["psize"] * (s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"])
-        return total
+        stats = [self._read(i, lambda txn: txn.stat()) for i in self._indices()]
+        return sum(s["psize"] * (s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"]) for s in stats)
 
     def disk_usage(self) -> int:
         """Bytes the file system holds for the shards' files (``st_blocks * 512``), over all shards."""

@@ -32,7 +32,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...fragments.buffer import FragmentBufferConfig
-from ...ray import ReplayClient, ReplayServer, import_ray, serve
+from ...ray import ReplayClient, ReplayServer, serve
+from ...ray.fragments.node_stores import node_labels
 
 #: the actor class (a :class:`replaystore.ray.ReplayServer`); create it with :func:`create_replay_buffer`
 ReplayBufferActor = ReplayServer
@@ -80,11 +81,6 @@ def buffer_config(config: Any) -> FragmentBufferConfig:
     )
 
 
-def _database_nodes() -> bool:
-    ray = import_ray()
-    return any(n.get("Alive") and n.get("Resources", {}).get("database", 0) > 0 for n in ray.nodes())
-
-
 def create_replay_buffer(config: Any, name: str = DEFAULT_NAME, namespace: str | None = None) -> ReplayClient:
     """Start the replay buffer actor ``name`` from a MineStudio config; return its client.
 
@@ -93,7 +89,7 @@ def create_replay_buffer(config: Any, name: str = DEFAULT_NAME, namespace: str |
     """
     c = to_dict(config)
     resources = c.get("resources")
-    if resources is None and _database_nodes():
+    if resources is None and node_labels("database"):  # some alive node declares it
         resources = {"database": 0.0001}
     return serve(
         name=name,

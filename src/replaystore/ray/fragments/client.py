@@ -22,20 +22,18 @@ or fetch again when a fetch is held longer than that.
 from __future__ import annotations
 
 import contextlib
-import logging
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from ...fragments.buffer import FragmentRef
 from ...fragments.contract import CALLS, CLIENT
+from ...online.heartbeat import KeepAlive
 from ...table import contract
 from .._runtime import get, rpc_timeout
 from .store import LocalStore, RemoteStore, open_store
-
-log = logging.getLogger("replaystore")
 
 
 @dataclass(frozen=True)
@@ -167,34 +165,18 @@ class FragmentClient:
     def keep_alive(self, fetch: Fetch | str, period: float | None = None) -> Iterator[None]:
         """Renew the lease from a background thread while the ``with`` block runs.
 
-        ``period``: seconds between renewals (default: a third of the time-to-live). A renewal
-        that fails is logged and retried next period; one that finds the lease gone stops the thread.
+        ``period``: seconds between renewals (default: a third of the time-to-live). As
+        :class:`~replaystore.online.KeepAlive`: a renewal that fails is logged and retried next
+        period; one that finds the lease gone (or the service closed) stops the thread.
         """
         lease = fetch.lease_id if isinstance(fetch, Fetch) else fetch
         left = self.renew(lease)
         if left == float("inf"):
             yield
             return
-        every = period if period is not None else max(left / 3.0, 0.05)
-        stop = threading.Event()
-
-        def renew_loop() -> None:
-            while not stop.wait(every):
-                try:
-                    self.renew(lease)
-                except KeyError:  # rs.KeyNotFound: released or expired
-                    log.warning("lease %s is no longer held; stopped renewing it", lease)
-                    return
-                except Exception:  # noqa: BLE001 - a transient failure: retry next period
-                    log.warning("renewing lease %s failed", lease, exc_info=True)
-
-        thread = threading.Thread(target=renew_loop, name=f"replaystore-lease-{lease[:8]}", daemon=True)
-        thread.start()
-        try:
+        renewer = SimpleNamespace(renew=lambda _: self.renew(lease))  # KeepAlive's owner: renews the lease
+        with KeepAlive(renewer, (), period if period is not None else max(left / 3.0, 0.05)):
             yield
-        finally:
-            stop.set()
-            thread.join(timeout=5.0)
 
     def prepared(self, fetch: Fetch | str | None = None) -> list[FragmentRef]:
         """Records of a fetch, or of the last fetch by any client."""

@@ -28,10 +28,11 @@ import os
 from typing import Any
 
 from ...errors import DiskFull, KeyNotFound, StorageError
-from ...fragments.records import SEP, label_of
+from ...fragments.records import SEP, FragmentBufferConfig, label_of
 from ...storage.fragments import FragmentStore, new_fragment_id
+from ...table import contract
 from .._runtime import get, import_ray, kill
-from .store import StoreServer, start_store
+from .store import StoreServer, on_store, start_store
 
 log = logging.getLogger("replaystore")
 
@@ -81,13 +82,11 @@ def node_full(error: DiskFull, label: str, node_id: str | None) -> DiskFull:
 
 
 class NodeStoreServer(StoreServer):
-    """Actor class: the store of one node. Its ``put`` returns ids naming this node's label."""
+    """Actor class: the store of node ``label`` (``config``'s settings). Its ``put`` returns ids naming ``label``."""
 
-    def __init__(
-        self, path: str, num_shards: int, map_size: int, label: str, options: dict[str, Any] | None = None
-    ) -> None:
+    def __init__(self, config: FragmentBufferConfig, label: str) -> None:
         self.label = label
-        self.store = FragmentStore(path, num_shards, map_size, **(options or {}))
+        self.store = config.open_store(node_dir(config.path, label))
 
     def put(self, value: Any) -> str:
         """Store ``value``; return its new id ``"<time>-<uuid>@<label>"`` (``DiskFull`` naming this node)."""
@@ -99,14 +98,6 @@ class NodeStoreServer(StoreServer):
     def keys(self) -> list[str]:
         """Every stored id."""
         return list(self.store.keys())
-
-    def clear(self) -> None:
-        """Delete every payload."""
-        self.store.clear()
-
-    def compact(self) -> int:
-        """Compact the store online; return the bytes given back."""
-        return self.store.compact()
 
     def space(self) -> dict[str, Any]:
         """``{"node_id", "payloads", "disk_bytes", "live_bytes", "free_bytes"}`` of this node's store.
@@ -127,17 +118,18 @@ class NodeStoreServer(StoreServer):
         return import_ray().get_runtime_context().get_node_id()
 
 
+contract.forward(NodeStoreServer, {n: contract.Call(n, of=FragmentStore) for n in ("clear", "compact")}, send=on_store)
+
+
 class NodeStores:
     """The service's router over the node stores (the buffer's ``store`` with ``node_local`` set).
 
     Args:
-        path, num_shards, map_size: the buffer's store settings (each node gets ``node_dir(path, label)``).
-        resource: the Ray resource that marks a node as keeping a store.
+        config: the buffer's configuration: its store settings (each node gets ``node_dir(path,
+            label)``) and ``node_local``, the Ray resource that marks a node as keeping a store.
         service: the service's name (store actors are named after it).
         namespace: the service's Ray namespace.
         timeout: seconds for each call to a store actor.
-        options: more :class:`FragmentStore` arguments for every node's store (``sync``,
-            ``writemap``, ``shrink_threshold``).
 
     Deletes are sent without waiting (a payload a failed delete leaves behind is an orphan the
     orphan scan collects); ``delete`` returns the count of earlier deletes that completed. Ids of
@@ -145,18 +137,9 @@ class NodeStores:
     """
 
     def __init__(
-        self,
-        path: str,
-        num_shards: int,
-        map_size: int,
-        resource: str,
-        service: str,
-        namespace: str | None,
-        timeout: float = 30.0,
-        options: dict[str, Any] | None = None,
+        self, config: FragmentBufferConfig, service: str, namespace: str | None, timeout: float = 30.0
     ) -> None:
-        self.path, self.num_shards, self.map_size, self.options = path, num_shards, map_size, dict(options or {})
-        self.resource, self.service, self.namespace, self.timeout = resource, service, namespace, timeout
+        self.config, self.service, self.namespace, self.timeout = config, service, namespace, timeout
         self.actors: dict[str, Any] = {}
         self.nodes: dict[str, str] = {}  # label -> node id
         self._deleting: list[Any] = []
@@ -173,7 +156,7 @@ class NodeStores:
         unattached and listed in ``starting`` (its node is alive: not lost; tried again at the next
         refresh). ``lost``: labels whose node is not alive.
         """
-        alive = node_labels(self.resource)
+        alive = node_labels(self.config.node_local)
         lost = [lb for lb in self.actors if lb not in alive]
         moved = [lb for lb in self.actors if lb in alive and alive[lb] != self.nodes[lb]]
         for lb in lost + moved:
@@ -181,10 +164,8 @@ class NodeStores:
         started = {}
         for lb, nid in alive.items():
             if lb not in self.actors:
-                args = (node_dir(self.path, lb), self.num_shards, self.map_size, lb, self.options)
-                started[lb] = start_store(
-                    NodeStoreServer, store_actor_name(self.service, lb), self.namespace, nid, *args
-                )
+                name = store_actor_name(self.service, lb)
+                started[lb] = start_store(NodeStoreServer, name, self.namespace, nid, self.config, lb)
         attached = []
         self.starting = set()
         for lb, actor in started.items():

@@ -86,16 +86,7 @@ class FragmentService:
             return None
         from .node_stores import NodeStores
 
-        options = {"sync": config.sync, "writemap": config.writemap, "shrink_threshold": config.shrink_threshold}
-        return NodeStores(
-            config.path,
-            config.num_shards,
-            config.map_size,
-            config.node_local,
-            self.name,
-            self.namespace,
-            options=options,
-        )
+        return NodeStores(config, self.name, self.namespace)
 
     async def store_info(self) -> dict[str, Any]:
         """Where the fragment store lives: ``path``, ``num_shards``, ``map_size``, ``node_id``.

@@ -2,43 +2,46 @@
 
 :class:`StoreServer` is the actor class placed on the store's node (next to the replay service);
 :func:`open_store` returns a :class:`LocalStore` when the caller runs on that node and a
-:class:`RemoteStore` otherwise. Both have the same small interface: ``put``, ``get``, ``delete``,
-``contains``, ``close``.
+:class:`RemoteStore` otherwise. Both have the same small interface, :data:`CALLS` (``put``,
+``get``, ``delete``, ``contains``, ``size``) plus ``close``: the three fronts' methods are
+generated from it with the Table's mechanism (:mod:`replaystore.table.contract`: the store
+method's docstring and signature), not written three times.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ...errors import Closed
 from ...storage.fragments import FragmentStore
+from ...table import contract
 from .._runtime import get, import_ray
+
+_call = functools.partial(contract.Call, of=FragmentStore)
+
+#: the calls every store front answers: served name -> the FragmentStore call it is
+CALLS: dict[str, contract.Call] = {
+    "put": _call("put"),
+    "get": _call("get"),
+    "delete": _call("delete"),
+    "contains": _call("__contains__"),
+    "size": _call("__len__"),
+}
+
+
+def on_store(front: Any, name: str, call: contract.Call, a: dict[str, Any]) -> Any:
+    """A store front's generated ``<name>``: the call on ``front.store`` (a :class:`FragmentStore`)."""
+    return getattr(front.store, call.name)(*a.values())
 
 
 class _StoreCalls:
-    """The calls both store fronts answer, delegated to ``self.store`` (a :class:`FragmentStore`)."""
+    """The :data:`CALLS` run on ``self.store`` (a :class:`FragmentStore`), methods generated below."""
 
     store: FragmentStore
 
-    def put(self, value: Any) -> str:
-        """Store ``value``; return its new id."""
-        return self.store.put(value)
 
-    def get(self, fragment_id: str) -> Any:
-        """The value of ``fragment_id`` (``KeyNotFound`` if missing)."""
-        return self.store.get(fragment_id)
-
-    def delete(self, fragment_ids: list[str]) -> int:
-        """Delete payloads; return how many existed."""
-        return self.store.delete(fragment_ids)
-
-    def contains(self, fragment_id: str) -> bool:
-        """Whether ``fragment_id`` is stored."""
-        return fragment_id in self.store
-
-    def size(self) -> int:
-        """Number of stored payloads."""
-        return len(self.store)
+contract.forward(_StoreCalls, CALLS, send=on_store)
 
 
 class StoreServer(_StoreCalls):
@@ -87,28 +90,11 @@ class RemoteStore:
                     raise
         raise AssertionError("unreachable")
 
-    def put(self, value: Any) -> str:
-        """Write ``value`` on the store's node; return its id."""
-        return self._call("put", value)
-
-    def get(self, fragment_id: str) -> Any:
-        """Read a payload from the store's node."""
-        return self._call("get", fragment_id)
-
-    def delete(self, fragment_ids: list[str]) -> int:
-        """Delete payloads; return how many existed."""
-        return self._call("delete", list(fragment_ids))
-
-    def contains(self, fragment_id: str) -> bool:
-        """Whether ``fragment_id`` is stored."""
-        return self._call("contains", fragment_id)
-
-    def size(self) -> int:
-        """Number of stored payloads."""
-        return self._call("size")
-
     def close(self) -> None:
         """Nothing to release (the actor belongs to the service)."""
+
+
+contract.forward(RemoteStore, CALLS, send=lambda self, name, call, a: self._call(name, *a.values()))
 
 
 def start_store(cls: type, name: str, namespace: str | None, node_id: str, *args: Any) -> Any:
