@@ -279,11 +279,19 @@ def check_request(index: EpisodeIndex, storage: Storage, batch_size: Any, n: Any
 
 
 def draw_nstep(
-    index: EpisodeIndex, sampler: Selector, storage: Storage, meta: np.ndarray, b: int, n: int, gamma: float
+    index: EpisodeIndex,
+    sampler: Selector,
+    storage: Storage,
+    meta: np.ndarray,
+    keys_of: Any,
+    b: int,
+    n: int,
+    gamma: float,
 ) -> tuple[NStepSample, np.ndarray]:
     """Draw ``b`` start steps with ``sampler`` and compute their transitions: ``(sample, start slots)``.
 
-    ``meta``: the table's metadata rows. Changes nothing but the sampler's own draw state: the
+    ``meta``: the table's metadata rows, ``keys_of(slots)`` the keys in those slots. Changes
+    nothing but the sampler's own draw state: the
     sample's ``times_sampled`` holds the counts before this sample, for the caller to overwrite
     once it has counted the sample over the start slots.
 
@@ -319,7 +327,7 @@ def draw_nstep(
     discount[done] = 0.0
     next_obs = read_field(storage, boot, cfg.next_obs_field if has_next else cfg.obs_field)
     data = storage.read(slots)
-    rows = sample_rows(meta, slots)
+    rows = sample_rows(meta, slots, keys_of(slots))
     return NStepSample(
         data=data,
         returns=returns,

@@ -55,7 +55,7 @@ from ..storage import ColumnStorage
 from ..table import Table
 from ..table.args import as_count
 from ..table.core import drawn_sample
-from .header import W_ACQUIRED, W_BUSY, W_UNORDERED
+from .header import W_ACQUIRED, W_BUSY, W_UNORDERED, W_WRITTEN_HI
 
 try:
     if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
@@ -142,11 +142,17 @@ class KeyCheckedReads:
         with self._cond:
             slots, probabilities, weights, rows, _ = self._draw(n, timeout, read=False, uniforms=uniforms)
         data = self.storage.read(slots)
-        if not keys_settled(self._segment.words, W_BUSY, W_ACQUIRED, W_UNORDERED, self._meta, slots, rows):
+        if not keys_settled(
+            self._segment.words, W_BUSY, W_ACQUIRED, W_UNORDERED, W_WRITTEN_HI, self._key_column(), slots, rows
+        ):
             probabilities = np.array(probabilities, np.float64)  # (the draw's arrays may be views)
             weights = np.ones(n) if weights is None else np.array(weights, np.float64)
             self._finish_locked(slots, probabilities, weights, rows, data, timeout)
         return drawn_sample(data, slots, probabilities, weights, rows, as_tensor, device, pin_memory)
+
+    def _key_column(self) -> np.ndarray:
+        """The table's key column in the segment (``table.keys``; read only once ring mode is over)."""
+        return self._placed_index.key_of_slot
 
     def _make_drawer(self) -> Any:
         """Build the compiled sample at the first sample (``_sync.RingSampler``), or None: the Python path.
@@ -180,7 +186,7 @@ class KeyCheckedReads:
             return None
         names = tuple(storage.columns)
         limits = (float(limiter.samples_per_insert), float(limiter.min_diff), int(limiter.min_size_to_sample))
-        parts = (names, tuple(storage.columns[name] for name in names), self._meta)
+        parts = (names, tuple(storage.columns[name] for name in names), self._meta, self._key_column())
         try:
             self._drawer = self._guard.ring_sampler(
                 self._scalars.words,
@@ -217,7 +223,7 @@ class KeyCheckedReads:
                 if st.closed:
                     self._check_open()
                 mine = slots if todo is None else slots[todo]
-                moved = np.flatnonzero(self._meta[mine, 0] != (rows[:, 0] if todo is None else rows[todo, 0]))
+                moved = np.flatnonzero(self._index.keys_of(mine) != (rows[:, 0] if todo is None else rows[todo, 0]))
                 gone = moved if todo is None else todo[moved]
                 if len(gone) == 0:
                     return
@@ -230,12 +236,15 @@ class KeyCheckedReads:
                 weights[gone] = 1.0 if w is None else w
                 meta = np.empty((len(gone), 4), dtype=np.int64)
                 count_samples(self._meta, again, meta)
+                self._index.fill_keys(again, meta)
                 rows[gone] = meta
                 if final:
                     _put(data, self.storage.read(again), gone)
                     return
             _put(data, self.storage.read(again), gone)  # (outside the lock, checked as the first copy)
-            if keys_settled(self._segment.words, W_BUSY, W_ACQUIRED, W_UNORDERED, self._meta, again, meta):
+            if keys_settled(
+                self._segment.words, W_BUSY, W_ACQUIRED, W_UNORDERED, W_WRITTEN_HI, self._key_column(), again, meta
+            ):
                 return
             todo = gone
 
