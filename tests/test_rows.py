@@ -397,3 +397,20 @@ def test_fill_keys_gives_the_ring_arithmetic_or_the_key_column(impl, capacity, d
     if capacity > 1:
         with pytest.raises(ValueError, match="fill_keys"):
             fill(out[:1], np.array([capacity], np.int64), None, ring.lo, ring.base, capacity)
+
+
+@pytest.mark.parametrize("impl", GATHERS, ids=[g[0] for g in GATHERS])
+def test_gather_rows_writes_the_keys_as_fill_keys_when_asked(impl):
+    _, gather = impl
+    cols = (np.arange(10, dtype=np.int64),)
+    slots = np.array([9, 0, 3, 3], np.int64)
+    meta = np.zeros((10, rows.META_WIDTH_NO_PRIORITY), np.int64)
+    mo = np.full((4, 4), -9, np.int64)
+    assert gather(cols, slots, (np.empty(4, np.int64),), meta, mo, None, 17, 5)  # ring: key 17 in slot 2
+    assert mo[:, 0].tolist() == [24, 25, 18, 18] and mo[:, 1].tolist() == [1, 1, 2, 2]
+    column = np.arange(10, dtype=np.int64) * 3
+    assert gather(cols, slots, (np.empty(4, np.int64),), meta, mo, column, 0, 0)
+    assert mo[:, 0].tolist() == [27, 0, 9, 9]
+    before = meta.copy()
+    assert gather(cols, slots, (np.empty(4, np.int64),), meta, mo, column[:5].copy(), 0, 0) is False
+    assert np.array_equal(meta, before)

@@ -638,6 +638,25 @@ count_samples(PyObject *self, PyObject *args)
 
 
 /* gather_rows' copy: rows of every column at slots sl, and (mrows) the sample's counts and rows */
+/* the keys of sample rows (fill_keys): kc[slot], or (kc NULL: ring mode) lo + ((slot - start) mod cap) */
+static inline void
+keys_into(int64_t *dst, const int64_t *sl, Py_ssize_t n, const int64_t *kc, long long lo, long long base,
+          Py_ssize_t cap)
+{
+    if (kc != NULL) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            dst[4 * i] = kc[sl[i]];
+        return;
+    }
+    int64_t start = (int64_t)((lo - base) % cap);
+    if (start < 0)
+        start += cap;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t d = sl[i] - start;
+        dst[4 * i] = lo + (d < 0 ? d + cap : d);
+    }
+}
+
 ALWAYS_INLINE void
 gather_loop(Py_buffer *cols, Py_buffer *dst, const Py_ssize_t *rowb, Py_ssize_t k, const int64_t *sl, Py_ssize_t n,
             int64_t *mrows, int64_t *mout, Py_ssize_t mw)
@@ -668,7 +687,7 @@ gather_loop(Py_buffer *cols, Py_buffer *dst, const Py_ssize_t *rowb, Py_ssize_t 
     }
 }
 
-/* gather_rows(columns, slots, outs[, meta, meta_out]) -> bool
+/* gather_rows(columns, slots, outs[, meta, meta_out[, key_column, lo, base]]) -> bool
  *
  * outs[i][j] = columns[i][slots[j]] for every column: one pass over the slots that copies each
  * slot's row of every column, prefetching the rows PREFETCH_AHEAD slots ahead, so the cache
@@ -678,14 +697,17 @@ gather_loop(Py_buffer *cols, Py_buffer *dst, const Py_ssize_t *rowb, Py_ssize_t 
  * when a shape or format does not match or a slot is out of range.
  * With meta and meta_out (as for count_samples), the same pass also counts the sample: each
  * slot's times_sampled is raised (a repeated slot once per draw) and its row, with the new
- * count, copied to meta_out.
+ * count, copied to meta_out; with key_column, lo and base too, the rows' keys as fill_keys
+ * writes them (key_column None: a ring whose live keys start at lo, key base in slot 0), else
+ * their key column is left as it is. False (nothing written) for a key column that does not fit.
  */
 static PyObject *
 gather_rows(PyObject *self, PyObject *args)
 {
-    PyObject *columns, *slots, *outs, *meta = NULL, *meta_out = NULL;
-    if (!PyArg_ParseTuple(args, "O!OO!|OO", &PyTuple_Type, &columns, &slots, &PyTuple_Type, &outs, &meta,
-                          &meta_out))
+    PyObject *columns, *slots, *outs, *meta = NULL, *meta_out = NULL, *kcol = NULL;
+    long long klo = 0, kbase = 0;
+    if (!PyArg_ParseTuple(args, "O!OO!|OOOLL", &PyTuple_Type, &columns, &slots, &PyTuple_Type, &outs, &meta,
+                          &meta_out, &kcol, &klo, &kbase))
         return NULL;
     Py_ssize_t k = PyTuple_GET_SIZE(columns);
     if (k != PyTuple_GET_SIZE(outs) || k > MAX_FIELDS)
@@ -747,6 +769,18 @@ gather_rows(PyObject *self, PyObject *args)
                 cap = m.shape[0];
         }
     }
+    Py_buffer kb;
+    int has_kcol = 0;
+    if (ok && has_meta && kcol != NULL && kcol != Py_None) {
+        if (PyObject_GetBuffer(kcol, &kb, PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+            PyErr_Clear();
+            ok = 0;
+        } else {
+            has_kcol = 1;
+            if (kb.ndim != 1 || kb.itemsize != 8 || !is_c_contiguous(&kb) || kb.shape[0] != m.shape[0])
+                ok = 0;
+        }
+    }
     const int64_t *sl = (const int64_t *)s.buf;
     for (Py_ssize_t j = 0; j < n && ok; j++)
         if (sl[j] < 0 || sl[j] >= cap)
@@ -754,7 +788,11 @@ gather_rows(PyObject *self, PyObject *args)
     if (ok) {
         int64_t *mrows = has_meta ? (int64_t *)m.buf : NULL, *mout = has_meta ? (int64_t *)mo.buf : NULL;
         META_DISPATCH(has_meta ? m.shape[1] : META_W, gather_loop(cols, dst, rowb, k, sl, n, mrows, mout, W_));
+        if (has_meta && kcol != NULL)
+            keys_into(mout, sl, n, has_kcol ? (const int64_t *)kb.buf : NULL, klo, kbase, m.shape[0]);
     }
+    if (has_kcol)
+        PyBuffer_Release(&kb);
     if (has_meta) {
         PyBuffer_Release(&m);
         PyBuffer_Release(&mo);
@@ -898,7 +936,8 @@ static PyMethodDef methods[] = {
     {"add_row", (PyCFunction)(void (*)(void))add_row, METH_FASTCALL,
      "add_row(columns, sources, start, meta, version, priority) -> bool: one item and its metadata."},
     {"gather_rows", gather_rows, METH_VARARGS,
-     "gather_rows(columns, slots, outs) -> bool: rows of every column at slots, cache misses overlapped."},
+     "gather_rows(columns, slots, outs[, meta, meta_out[, key_column, lo, base]]) -> bool: rows of every column "
+     "at slots, cache misses overlapped."},
     {NULL, NULL, 0, NULL},
 };
 

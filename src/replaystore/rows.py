@@ -32,10 +32,11 @@ The functions below, one contract in both versions (the compiled one is ``_rows.
   ``(len(slots), 4)`` int64 array of *sample rows* (``ROW_*``, below: the stored row widened),
   but for their keys (column 0: ``fill_keys``).
 
-- ``gather_rows(columns, slots, outs[, meta, meta_out]) -> bool``: ``outs[i][j] =
-  columns[i][slots[j]]`` for every column (the compiled one copies every column's row of a slot
-  together, prefetching ahead, so the cache misses overlap); with ``meta``/``meta_out`` it also
-  does ``count_samples``. ``False`` (nothing written) when shapes, dtypes or slots do not fit.
+- ``gather_rows(columns, slots, outs[, meta, meta_out[, key_column, lo, base]]) -> bool``:
+  ``outs[i][j] = columns[i][slots[j]]`` for every column (the compiled one copies every column's
+  row of a slot together, prefetching ahead, so the cache misses overlap); with
+  ``meta``/``meta_out`` it also does ``count_samples``, and with ``key_column, lo, base``
+  ``fill_keys`` of ``meta_out``. ``False`` (nothing written) when shapes, dtypes or slots do not fit.
 
 - ``RingWriter`` and ``FastMethod`` (compiled only, else ``None``; ``replaystore._ring``): a
   ring-mode table's whole single ``add`` / small ``extend`` as one call into C (the lock, the
@@ -68,6 +69,7 @@ core tests both ways).
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
@@ -247,7 +249,14 @@ def _count_samples_py(meta: np.ndarray, slots: np.ndarray, out: np.ndarray) -> N
 
 
 def _gather_rows_py(
-    columns: tuple, slots: np.ndarray, outs: tuple, meta: np.ndarray | None = None, meta_out: np.ndarray | None = None
+    columns: tuple,
+    slots: np.ndarray,
+    outs: tuple,
+    meta: np.ndarray | None = None,
+    meta_out: np.ndarray | None = None,
+    key_column: Any = False,
+    lo: int = 0,
+    base: int = 0,
 ) -> bool:
     if len(columns) != len(outs) or any(
         c.dtype != o.dtype or o.shape != (len(slots), *c.shape[1:]) for c, o in zip(columns, outs)
@@ -258,7 +267,11 @@ def _gather_rows_py(
     for c, o in zip(columns, outs):
         np.take(c, slots, axis=0, out=o, mode="clip")  # in range (checked); "raise" would buffer out
     if meta is not None and meta_out is not None:
+        if key_column is not False and key_column is not None and key_column.shape != (len(meta),):
+            return False
         _count_samples_py(meta, slots, meta_out)
+        if key_column is not False:
+            _fill_keys_py(meta_out, slots, key_column, lo, base, len(meta))
     return True
 
 

@@ -449,12 +449,17 @@ class Table(
             slots, probabilities, weights = self.sampler.sample(n, uniforms)
         slots = np.ascontiguousarray(slots, dtype=np.int64)
         rows = np.empty((n, 4), dtype=np.int64)
-        # times_sampled += 1 (per draw), then the rows: with the payload in one pass if it can
-        data = self.storage.read_counted(slots, self._meta, rows) if read and self._read_counted else None
+        # times_sampled += 1 (per draw), then the rows (their keys: the ring's, or the key column),
+        # with the payload in one pass if it can
+        if read and self._read_counted:
+            keys = (None, st.ring_lo, st.ring_base) if self._ring is not None else (self._index.key_of_slot, 0, 0)
+            data = self.storage.read_counted(slots, self._meta, rows, keys)
+        else:
+            data = None
         if data is None:
             data = self.storage.read(slots) if read else None
             count_samples(self._meta, slots, rows)
-        self._index.fill_keys(slots, rows)
+            self._index.fill_keys(slots, rows)
         self._recent.record(slots, rows[:, 0])
         self._account_sample(slots, n, times=rows[:, 1])
         return slots, probabilities, weights, rows, data
