@@ -22,7 +22,7 @@ from test_shared_processes import run_python
 
 import replaystore as rs
 from replaystore import rows
-from replaystore.shared import SharedTable
+from replaystore.shared import LayoutMismatch, SharedTable
 from replaystore.shared.header import W_WRITTEN_HI
 
 SPEC = {"obs": ((3,), np.float32), "id": ((), np.int64), "reward": ((), np.float32)}
@@ -175,7 +175,7 @@ def test_a_writer_killed_mid_insert_into_a_ring_with_implicit_keys_leaves_no_tor
     marker = tmp_path / "paused"
     code = f"""
 import numpy as np
-from replaystore.shared import SharedTable
+from replaystore.shared import LayoutMismatch, SharedTable
 t = SharedTable.attach("killed", directory={str(tmp_path)!r})
 t.extend({{"obs": np.full((5, 3), -7, np.float32), "id": np.full(5, -7), "reward": np.zeros(5, np.float32)}})
 """
@@ -239,3 +239,24 @@ def test_a_reader_in_this_process_never_keeps_a_torn_row_while_another_process_w
         if proc.is_alive():
             proc.kill()
         t.close()
+
+
+def test_a_damaged_written_hi_word_is_a_layout_mismatch_and_a_large_one_is_bounded_in_recovery(tmp_path):
+    t = SharedTable.create("damaged", 8, SPEC, directory=tmp_path)
+    t.extend(items(np.arange(6)))
+    words = np.frombuffer(t._segment.words, np.int64)
+    assert words[W_WRITTEN_HI] == 6
+    words[W_WRITTEN_HI] = -5
+    with pytest.raises(LayoutMismatch, match=f"header word {W_WRITTEN_HI}"):
+        SharedTable.attach("damaged", tmp_path, lock_timeout=0.5)
+    words[W_WRITTEN_HI] = 2**62  # (in range for the header check; recovery bounds it by what a write could set)
+    from replaystore.shared.recovery import reconcile
+
+    with t._guard:
+        view = t._hosted
+        names, _ = view.state_layout()
+        fixed, dropped = reconcile(view, t._segment, names, view.state_scalars(), 0)
+        view.load_state_scalars(fixed)
+    assert dropped == 6 and t.keys().tolist() == []  # (bounded at next_key + capacity: every item suspect)
+    words[W_WRITTEN_HI] = 6
+    t.close()

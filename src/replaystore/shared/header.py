@@ -81,6 +81,7 @@ def check_words(words: memoryview, path: Path) -> None:
     bad += [(w, words[w]) for w in range(PIDS, PIDS + MAX_PIDS) if not 0 <= words[w] <= top]
     bad += [(w, words[w]) for w in FLAG_WORDS if words[w] not in (0, 1)]
     bad += [(w, words[w]) for w in COUNT_WORDS if words[w] < 0]
+    bad += [(W_WRITTEN_HI, words[W_WRITTEN_HI])] if words[W_WRITTEN_HI] < -1 else []
     bad += [(w, words[w]) for w in (COPY0, COPY0 + COPY_WORDS, COPY0 + 1, COPY0 + COPY_WORDS + 1) if words[w] < 0]
     if words[W_CREATOR] == 0 or words[W_HEADER] != HEADER_BYTES or words[W_JSON_OFF] != HEADER_BYTES:
         bad.append((W_CREATOR, words[W_CREATOR]))

@@ -66,7 +66,8 @@ def reconcile(
     meta = segment.view("table.meta")
     key_column = segment.view("table.keys")
     hi_word = np.frombuffer(segment.words, dtype=np.int64)[W_WRITTEN_HI : W_WRITTEN_HI + 1]
-    written_hi = int(hi_word[0])
+    # (untrusted: at most what a write or a removal of the oldest items could have set, or -1)
+    written_hi = max(-1, min(int(hi_word[0]), v["next_key"] + max(cap, intent)))
     old_size = v["size"]
     if v["ring_mode"]:
         base, lo, hi = v["ring_base"], v["ring_lo"], v["ring_hi"]
