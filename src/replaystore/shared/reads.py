@@ -6,25 +6,30 @@ the counters), and the copy runs beside the writers. What makes that safe:
 
 - **Writers** write payloads only inside the lock, and every slot a write touches gets a key no
   slot had before (keys are never reused: an insert gives its items the next keys; a delete or an
-  eviction sets -1). The ring's fast paths write the new keys before the payloads (``copy_rows``
-  with ``meta``, a release fence between); the general insert writes them after, so it first marks
-  its section (the header's *unordered* word: the host's ``unordered_write``). While a process holds
-  the lock the segment's *busy word* is set (a fence after setting it, another before clearing it:
-  :class:`~replaystore.shared.guard.ProcessGuard`).
+  eviction frees the slot). In ring mode the keys are implicit (slot ``s`` holds key
+  ``lo + (s - (lo - base)) % capacity``): every write first raises the header's *written_hi* word
+  to one past the newest key whose row it begins (``copy_rows`` with it, a release fence between;
+  ``RingInserter`` the same), a removal of the oldest items raises it to ``ring_lo + capacity``, so
+  a slot drawn with key ``k`` is untouched while ``k >= written_hi - capacity``. When ring mode
+  ends the live keys are written out to the key column and *written_hi* becomes -1: the check
+  reads the column from then on. The general insert writes its keys after its rows, so it first
+  marks its section (the header's *unordered* word: the host's ``unordered_write``). While a
+  process holds the lock the segment's *busy word* is set (a fence after setting it, another
+  before clearing it: :class:`~replaystore.shared.guard.ProcessGuard`).
 - **A sample** draws its random numbers first (``Selector.takes_uniforms``) and lets the sampler
   read the metadata rows they will take (``Selector.warm_up``: a uniform full ring's slots are
   known from the numbers alone), then under the lock
   ``Table._draw`` without the read (draw, count, limiter): its metadata rows hold the drawn keys.
   Lock released, it copies; then (``keys_settled``, compiled) a fence, and if no section is open,
-  or the open one wrote keys first only, every write the copy may have seen shows a moved key now;
+  or the open one published its keys first only, every write the copy may have seen shows now;
   if the open section writes rows before keys, it waits (spinning a little, as for the lock) until
-  that section is over. The copy is whole when every drawn slot still holds its key. Otherwise (a
+  that section is over. The copy is whole when every drawn key passes the check above. Otherwise (a
   slot's key moved, or an unordered section outlasted the spin) the sample is finished under the
   lock: the positions whose item is gone are drawn again and counted (the sample is then what one
   taken just after that change would have
   drawn there: probabilities and weights of that draw; the counters count ``n`` draws, as always).
 
-The check reads the metadata rows the draw has just brought into the cache (no array of its own).
+The check reads one header word in ring mode (the key column, an array of its own, after it).
 Applies to column storage in tables that lock with the robust mutex (every process that opens
 one has the compiled module, so every critical section fences its busy word; ``flock`` tables read
 under the lock) and have no ``max_times_sampled``: an item retired by its last sample frees its
