@@ -154,6 +154,14 @@ class KeyIndex:
         """Column 0 of the sample rows ``rows`` of ``slots`` (C-contiguous int64): their keys."""
         fill_keys(rows, slots, self.key_of_slot, 0, 0, self.capacity)
 
+    def run_keys(self, first: np.ndarray, width: int) -> np.ndarray:
+        """The keys of the runs of ``width`` consecutive slots from each of ``first``: ``(len(first), width)``.
+
+        One block copy a run (a view whose row ``i`` is ``key_of_slot[i : i + width]``).
+        """
+        col = self.key_of_slot
+        return np.ndarray((len(col) - width + 1, width), col.dtype, col, 0, (col.itemsize, col.itemsize))[first]
+
     def reset(self) -> None:
         """Forget the ring and the overflow (``key_of_slot`` is left as it is: the owner's)."""
         self._ring[:] = -1
@@ -300,10 +308,18 @@ class RingIndex:
 
     def keys_of(self, slots: np.ndarray) -> np.ndarray:
         """The key in each of ``slots`` (``-1``: free), a new array (ring arithmetic)."""
-        slots = np.asarray(slots, dtype=np.int64)
-        lo = self.lo
-        age = (slots - (lo - self.base)) % self.capacity
-        return np.where(age < self.hi - lo, lo + age, -1)
+        b, cap = self.bounds, self.capacity
+        lo = b.ring_lo
+        age = np.subtract(slots, (lo - b.ring_base) % cap, dtype=np.int64)  # (slots in [0, cap): no modulo)
+        age[age < 0] += cap
+        return np.where(age < b.ring_hi - lo, age + lo, -1)
+
+    def run_keys(self, first: np.ndarray, width: int) -> np.ndarray:
+        """The keys of runs of ``width`` consecutive live slots from each of ``first`` whose keys increase.
+
+        (A run of a stream's steps: consecutive slots whose keys increase hold consecutive keys.)
+        """
+        return self.keys_of(first)[:, None] + np.arange(width, dtype=np.int64)
 
     def fill_keys(self, slots: np.ndarray, rows: np.ndarray) -> None:
         """Column 0 of the sample rows ``rows`` of live ``slots`` (C-contiguous int64): their keys."""

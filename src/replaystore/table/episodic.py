@@ -228,7 +228,7 @@ class EpisodeMethods:
                 self.rng,
                 self.storage,
                 self._meta,
-                self._index.keys_of,
+                self._index,
                 n,
                 width,
                 burn_in,
@@ -252,9 +252,7 @@ class EpisodeMethods:
         b, n, gamma = _nstep.check_request(index, self.storage, batch_size, n, gamma)
         with self._cond:
             self._wait_for_sample(b, timeout)
-            sample, starts = _nstep.draw_nstep(
-                index, self.sampler, self.storage, self._meta, self._index.keys_of, b, n, gamma
-            )
+            sample, starts = _nstep.draw_nstep(index, self.sampler, self.storage, self._meta, self._index, b, n, gamma)
             self._account_sample(starts, b, sample.times_sampled)
         return sample
 
