@@ -659,7 +659,7 @@ keys_into(int64_t *dst, const int64_t *sl, Py_ssize_t n, const int64_t *kc, long
 
 ALWAYS_INLINE void
 gather_loop(Py_buffer *cols, Py_buffer *dst, const Py_ssize_t *rowb, Py_ssize_t k, const int64_t *sl, Py_ssize_t n,
-            int64_t *mrows, int64_t *mout, Py_ssize_t mw)
+            int64_t *mrows, int64_t *mout, Py_ssize_t mw, const int64_t *kc)
 {
     {
         for (Py_ssize_t j = 0; j < n; j++) {
@@ -673,6 +673,8 @@ gather_loop(Py_buffer *cols, Py_buffer *dst, const Py_ssize_t *rowb, Py_ssize_t 
                 }
                 if (mrows != NULL)
                     PREFETCH_META(mrows + mw * ahead, mw);
+                if (kc != NULL)  /* (the key column, out of ring mode: its misses overlap too) */
+                    __builtin_prefetch(kc + ahead);
             }
             for (Py_ssize_t i = 0; i < k; i++)
                 memcpy((char *)dst[i].buf + j * rowb[i], (const char *)cols[i].buf + sl[j] * rowb[i],
@@ -787,9 +789,10 @@ gather_rows(PyObject *self, PyObject *args)
             ok = 0;
     if (ok) {
         int64_t *mrows = has_meta ? (int64_t *)m.buf : NULL, *mout = has_meta ? (int64_t *)mo.buf : NULL;
-        META_DISPATCH(has_meta ? m.shape[1] : META_W, gather_loop(cols, dst, rowb, k, sl, n, mrows, mout, W_));
+        const int64_t *kc = has_kcol ? (const int64_t *)kb.buf : NULL;
+        META_DISPATCH(has_meta ? m.shape[1] : META_W, gather_loop(cols, dst, rowb, k, sl, n, mrows, mout, W_, kc));
         if (has_meta && kcol != NULL)
-            keys_into(mout, sl, n, has_kcol ? (const int64_t *)kb.buf : NULL, klo, kbase, m.shape[0]);
+            keys_into(mout, sl, n, kc, klo, kbase, m.shape[0]);
     }
     if (has_kcol)
         PyBuffer_Release(&kb);
