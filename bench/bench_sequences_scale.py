@@ -129,7 +129,6 @@ def parts(table: Any) -> dict[str, Any]:
     from replaystore.episodes import nstep as _nstep
     from replaystore.episodes import sequences as _seq
     from replaystore.rows import meta_columns
-    from replaystore.storage.columns import runs_view
 
     index, storage, meta = table._require_episodes(), table.storage, table._meta  # noqa: SLF001 - a bench
     rng = np.random.default_rng(1)
@@ -143,7 +142,7 @@ def parts(table: Any) -> dict[str, Any]:
     def pick(k: int) -> np.ndarray:
         return firsts[rng.integers(0, len(firsts), k)]
 
-    times_sampled = meta_columns(meta)[1]
+    times_sampled = meta_columns(meta)[0]
 
     def count(slots: np.ndarray) -> np.ndarray:
         np.add.at(times_sampled, slots, 1)
@@ -169,13 +168,16 @@ def parts(table: Any) -> dict[str, Any]:
         "nstep.limit": limit_nstep,
         "seq.starts": lambda: _seq.uniform_strict_starts(index, rng, B_SEQ, width, BURN_IN),
         "seq.payload": lambda: storage.read_runs(pick(B_SEQ), width),
-        "seq.meta": lambda: (runs_view(meta, width, column=0)[pick(B_SEQ)], meta.take(pick(B_SEQ), axis=0)),
+        # the windows' keys (the table's index: implicit in ring mode) and the start rows
+        "seq.meta": lambda: (table._index.run_keys(pick(B_SEQ), width), meta.take(pick(B_SEQ), axis=0)),
         "nstep.plan": lambda: _nstep.plan_nstep(index, rng.integers(0, live - 8, B_NSTEP), N_STEP, False),
         "nstep.payload": lambda: storage.read(rng.integers(0, live, B_NSTEP)),
         "nstep.meta": lambda: meta.take(rng.integers(0, live, B_NSTEP), axis=0),
         # the whole draw without the table's lock and count; then the count alone (as the table
         # counts a sample: np.add.at on the times-sampled column, then a gather of it)
-        "nstep.draw": lambda: _nstep.draw_nstep(index, table.sampler, storage, meta, B_NSTEP, N_STEP, GAMMA),
+        "nstep.draw": lambda: _nstep.draw_nstep(
+            index, table.sampler, storage, meta, table._index, B_NSTEP, N_STEP, GAMMA
+        ),
         "nstep.count": lambda: count(rng.integers(0, live, B_NSTEP)),
     }
 

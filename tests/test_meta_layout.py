@@ -1,4 +1,4 @@
-"""The Table's metadata row (issue 36 item 2): 24 bytes a slot, int32 counts and versions.
+"""The Table's metadata row (issue 36 item 2): 16 bytes a slot (no key), int32 counts and versions.
 
 What the smaller row changes that a user could see, and what it must not: versions outside int32
 are refused with a named error that leaves the table as it was (every path: the compiled single
@@ -24,11 +24,11 @@ SPEC = {"obs": ((4,), np.float32), "action": ((), np.int64), "reward": ((), np.f
 ITEM = {"obs": np.ones(4, np.float32), "action": 1, "reward": 0.5, "id": 7}
 
 
-def test_the_row_is_three_words_and_samples_keep_int64_metadata():
+def test_the_row_is_two_words_and_samples_keep_int64_metadata():
     t = rs.Table(100, sampler=rs.Prioritized(0.6, 0.4), spec=SPEC)  # (a table that keeps priorities)
     t.extend(transitions(10), version=-5)
     t.add(ITEM, version=2**31 - 1, priority=0.25)
-    assert t._meta.shape == (100, rows.META_WIDTH) and t._meta.nbytes == 100 * 24
+    assert t._meta.shape == (100, rows.META_WIDTH) and t._meta.nbytes == 100 * 16
     s = t.sample(64)
     for name in ("keys", "times_sampled", "versions"):
         assert getattr(s, name).dtype == np.int64, name
@@ -129,7 +129,7 @@ def test_a_segment_of_the_old_32_byte_row_is_a_layout_mismatch(tmp_path, monkeyp
         old = SharedTable.create("old", 8, SPEC, directory=tmp_path)
     try:
         assert old._segment.regions["table.meta"][1] == (8, 4)
-        with pytest.raises(LayoutMismatch, match=r"table\.meta.*\(8, 4\).*\(8, 2\)"):
+        with pytest.raises(LayoutMismatch, match=r"table\.meta.*\(8, 4\).*\(8, 1\)"):
             SharedTable.attach("old", directory=tmp_path)
     finally:
         old.close()

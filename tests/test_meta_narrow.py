@@ -2,7 +2,8 @@
 
 A table whose sampler and remover (and episode index) all have ``reads_priorities = False``
 (``Uniform``, ``Fifo``, ``Lifo``, ``UniformDistinct``, ``WithoutReplacement``) holds 16 bytes of
-metadata a slot instead of 24: no priority word. What a user sees then: given priorities are
+metadata a slot instead of 24 (8 instead of 16 since the key left the row: implicit in ring
+mode): no priority word. What a user sees then: given priorities are
 checked as before and still raise ``max_priority``, but every item reports
 ``rows.UNKEPT_PRIORITY`` (1.0) in ``Sample.priorities``, ``info`` and ``stats``; checkpoints
 keep their files (one ``meta_priorities.npy``) and load both ways; a shared segment made with
@@ -46,12 +47,12 @@ class PlainSelector(rs.Uniform):
 @pytest.mark.parametrize(
     "kwargs, width",
     [
-        ({}, 2),
-        ({"sampler": rs.Fifo(), "remover": rs.Lifo()}, 2),
-        ({"sampler": rs.WithoutReplacement(), "remover": rs.Uniform()}, 2),
-        ({"sampler": rs.Prioritized(0.6, 0.4)}, 3),
-        ({"remover": rs.MinHeap()}, 3),
-        ({"sampler": PlainSelector()}, 3),
+        ({}, 1),
+        ({"sampler": rs.Fifo(), "remover": rs.Lifo()}, 1),
+        ({"sampler": rs.WithoutReplacement(), "remover": rs.Uniform()}, 1),
+        ({"sampler": rs.Prioritized(0.6, 0.4)}, 2),
+        ({"remover": rs.MinHeap()}, 2),
+        ({"sampler": PlainSelector()}, 2),
     ],
     ids=["default", "fifo-lifo", "without-replacement", "prioritized", "minheap-remover", "undeclared"],
 )
@@ -107,12 +108,12 @@ def test_checkpoints_load_both_ways(tmp_path, monkeypatch, saved_wide):
         t = rs.Table(16, spec=SPEC)
         t.extend(transitions(5), priorities=[1.0, 2.0, 3.0, 4.0, 5.0], version=2)
         t.sample(4)
-        assert t._meta.shape[1] == (3 if saved_wide else 2)
+        assert t._meta.shape[1] == (2 if saved_wide else 1)
         t.save(tmp_path / "ck")
         wide_info = t.info(np.arange(5))
     assert np.load(tmp_path / "ck" / "meta_priorities.npy").dtype == np.float64
     u = rs.Table.load(tmp_path / "ck")  # a narrow table now
-    assert u._meta.shape[1] == 2
+    assert u._meta.shape[1] == 1
     info = u.info(np.arange(5))
     assert info["priorities"].tolist() == [1.0] * 5 and u.max_priority == 5.0
     assert info["times_sampled"].tolist() == wide_info["times_sampled"].tolist()
@@ -121,16 +122,17 @@ def test_checkpoints_load_both_ways(tmp_path, monkeypatch, saved_wide):
         m.setattr(rs.Uniform, "reads_priorities", True)
         u.save(tmp_path / "ck2")
         w = rs.Table.load(tmp_path / "ck2")
-        assert w._meta.shape[1] == 3 and w.info(np.arange(5))["priorities"].tolist() == [1.0] * 5
+        assert w._meta.shape[1] == 2 and w.info(np.arange(5))["priorities"].tolist() == [1.0] * 5
 
 
-def test_a_shared_narrow_table_and_the_old_24_byte_segment(tmp_path, monkeypatch):
-    with monkeypatch.context() as m:  # a uniform table's segment before this change: (capacity, 3)
-        m.setattr(table_core, "allocate_rows", lambda cap, *_: allocate("table.meta", (cap, 3), np.int64, (-1, 0, 0)))
-        old = SharedTable.create("old24", 8, SPEC, directory=tmp_path)
+@pytest.mark.parametrize("old_width", [3, 2], ids=["24-byte-row", "16-byte-row-with-key"])
+def test_a_shared_narrow_table_and_the_old_segments(tmp_path, monkeypatch, old_width):
+    with monkeypatch.context() as m:  # a uniform table's segment before these changes: the key in the row
+        m.setattr(table_core, "allocate_rows", lambda cap, *_: allocate("table.meta", (cap, old_width), np.int64, -1))
+        old = SharedTable.create("old", 8, SPEC, directory=tmp_path)
     try:
-        with pytest.raises(LayoutMismatch, match=r"table\.meta.*\(8, 3\).*\(8, 2\)"):
-            SharedTable.attach("old24", directory=tmp_path)
+        with pytest.raises(LayoutMismatch, match=rf"table\.meta.*\(8, {old_width}\).*\(8, 1\)"):
+            SharedTable.attach("old", directory=tmp_path)
     finally:
         old.close()
     new = SharedTable.create("narrow", 8, SPEC, directory=tmp_path)
@@ -178,17 +180,19 @@ def test_row_functions_agree_on_narrow_rows(cap, data):
     col = np.arange(cap * 3, dtype=np.float32).reshape(cap, 3)
     results = []
     for _, copy_rows, fill_meta, count_samples, gather_rows in IMPLS:
-        meta = np.full((cap, 2), 5, np.int64)
+        meta = np.full((cap, 1), 5, np.int64)
+        hi = np.full(1, -(2**62), np.int64)  # (raised to key, never lowered)
         c = col.copy()
-        assert copy_rows((c,), (np.full((n, 3), -1, np.float32),), start, n, True, meta, key)
-        fill_meta(meta, start, n, key + 100, version, 3.5)  # (the priority has nowhere to go)
-        out = np.empty((len(slots), 4), np.int64)
+        assert copy_rows((c,), (np.full((n, 3), -1, np.float32),), start, n, True, hi, key)
+        fill_meta(meta, start, n, version, 3.5)  # (the priority has nowhere to go)
+        out = np.full((len(slots), 4), -7, np.int64)  # (the key column: left to fill_keys)
         count_samples(meta, slots, out)
-        g_out, g_meta = np.empty((len(slots), 3), np.float32), np.empty((len(slots), 4), np.int64)
+        g_out, g_meta = np.empty((len(slots), 3), np.float32), np.full((len(slots), 4), -7, np.int64)
         assert gather_rows((c,), slots, (g_out,), meta, g_meta)
-        results.append((meta, c, out, g_out, g_meta))
+        results.append((meta, c, out, g_out, g_meta, hi))
     ref = results[0]
-    assert np.array_equal(ref[0][start : start + n, 0], np.arange(key + 100, key + 100 + n))
+    assert ref[5][0] == key and (ref[2][:, rows.ROW_KEY] == -7).all()
+    assert (ref[0].view(np.int32)[start : start + n, rows.META_VERSION] == version).all()
     assert ref[2].shape == (len(slots), 4) and (ref[2][:, rows.ROW_PRIORITY] == rows._UNKEPT_BITS).all()
     for other in results[1:]:
         for a, b in zip(ref, other):

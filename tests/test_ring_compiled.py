@@ -314,7 +314,7 @@ def test_an_add_waits_while_another_thread_holds_the_lock():
     adder.start()
     try:
         assert not added.wait(0.3)  # (it cannot finish while the lock is held, however loaded the machine)
-        assert len(t._meta[t._meta[:, 0] >= 0]) == 2  # nothing written meanwhile
+        assert t._state.next_key == 2 and not t._meta[2:].any()  # nothing written meanwhile
     finally:
         release.set()
         holder.join(60.0)

@@ -146,17 +146,16 @@ def test_python_scalars_follow_numpy_same_kind(impl, dtype, value):
 def test_fill_meta_and_count_samples(impl):
     _, _, fill_meta, count_samples = impl
     meta = np.zeros((8, rows.META_WIDTH), np.int64)
-    keys, times, versions, priorities = rows.meta_columns(meta)
-    fill_meta(meta, 2, 3, 100, -7, 0.25)
-    assert keys[2:5].tolist() == [100, 101, 102]
+    times, versions, priorities = rows.meta_columns(meta)
+    fill_meta(meta, 2, 3, -7, 0.25)
     assert versions[2:5].tolist() == [-7, -7, -7]
     assert priorities[2:5].tolist() == [0.25] * 3
     assert not meta[[0, 1, 5, 6, 7]].any()
     slots = np.array([3, 3, 2, 3], np.int64)
-    out = np.empty((4, 4), np.int64)
+    out = np.full((4, 4), -5, np.int64)
     count_samples(meta, slots, out)
     assert times.tolist() == [0, 0, 1, 3, 0, 0, 0, 0]
-    assert out[:, 0].tolist() == [101, 101, 100, 101] and out[:, 1].tolist() == [3, 3, 1, 3]
+    assert out[:, 0].tolist() == [-5] * 4 and out[:, 1].tolist() == [3, 3, 1, 3]  # (keys: fill_keys)
     assert out[:, 2].tolist() == [-7] * 4 and out.view(np.float64)[:, 3].tolist() == [0.25] * 4
     times[4] = rows.TIMES_SAMPLED_MAX  # a count saturates at int32's largest value
     count_samples(meta, np.array([4, 4], np.int64), np.empty((2, 4), np.int64))
@@ -171,12 +170,13 @@ def test_compiled_count_samples_refuses_bad_input_before_writing():
         rows.count_samples(meta, np.array([1, 4], np.int64), out)
     with pytest.raises(ValueError, match="int64"):
         rows.count_samples(meta, np.array([1, 2], np.int32), out)
-    with pytest.raises(ValueError, match="meta"):  # the old (capacity, 4) layout is refused
-        rows.count_samples(np.zeros((4, 4), np.int64), np.array([1], np.int64), out[:1])
-    with pytest.raises(ValueError, match="meta"):
-        rows.fill_meta(np.zeros((4, 4), np.int64), 0, 1, 0, 0, 1.0)
+    for old in (4, 3):  # the old layouts ((capacity, 4), the key in the row) are refused
+        with pytest.raises(ValueError, match="meta"):
+            rows.count_samples(np.zeros((4, old), np.int64), np.array([1], np.int64), out[:1])
+        with pytest.raises(ValueError, match="meta"):
+            rows.fill_meta(np.zeros((4, old), np.int64), 0, 1, 0, 1.0)
     with pytest.raises(ValueError, match="int32"):
-        rows.fill_meta(meta, 0, 1, 0, 2**31, 1.0)
+        rows.fill_meta(meta, 0, 1, 2**31, 1.0)
     assert not meta.any()
 
 
@@ -230,10 +230,10 @@ def test_gather_rows_with_and_without_counting(impl):
     assert gather(cols, slots, outs)
     assert outs[0][:, 0].tolist() == [27, 0, 9, 9] and outs[1].tolist() == [19, 10, 13, 13]
     meta = np.zeros((10, rows.META_WIDTH), np.int64)
-    meta[:, 0] = np.arange(10)
+    rows.meta_columns(meta)[1][:] = np.arange(10)  # (versions)
     mo = np.empty((4, 4), np.int64)
     assert gather(cols, slots, outs, meta, mo)
-    assert mo[:, 0].tolist() == [9, 0, 3, 3] and mo[:, 1].tolist() == [1, 1, 2, 2]
+    assert mo[:, 2].tolist() == [9, 0, 3, 3] and mo[:, 1].tolist() == [1, 1, 2, 2]
     for bad_slots, bad_outs in [
         (np.array([10], np.int64), (np.empty((1, 3), np.float32), np.empty(1, np.int64))),  # out of range
         (np.array([-1], np.int64), (np.empty((1, 3), np.float32), np.empty(1, np.int64))),
@@ -259,8 +259,8 @@ def test_compiled_gather_matches_numpy_take(cap, slots, dtype, shape):
     s = np.array([x % cap for x in slots], np.int64)
     out = (np.empty((len(s), *shape), dtype),)
     meta, meta2 = np.zeros((cap, rows.META_WIDTH), np.int64), np.zeros((cap, rows.META_WIDTH), np.int64)
-    rows.meta_columns(meta)[2][:] = rows.meta_columns(meta2)[2][:] = np.arange(cap) - 3  # versions
-    mo, mo2 = np.empty((len(s), 4), np.int64), np.empty((len(s), 4), np.int64)
+    rows.meta_columns(meta)[1][:] = rows.meta_columns(meta2)[1][:] = np.arange(cap) - 3  # versions
+    mo, mo2 = np.zeros((len(s), 4), np.int64), np.zeros((len(s), 4), np.int64)
     assert rows.gather_rows((col,), s, out, meta, mo)
     assert np.array_equal(out[0], col.take(s, axis=0))
     _count_samples_py(meta2, s, mo2)
@@ -275,12 +275,12 @@ def test_add_row_copies_one_item_and_its_metadata_or_nothing(impl):
     _, add_row = impl
     cols = (np.zeros((5, 2), np.float32), np.zeros(5, np.int64))
     meta = np.zeros((5, rows.META_WIDTH), np.int64)
-    assert add_row(cols, (np.ones(2, np.float32), 7), 3, meta, 42, 9, 0.5)
+    assert add_row(cols, (np.ones(2, np.float32), 7), 3, meta, 9, 0.5)
     assert cols[0][3].tolist() == [1, 1] and cols[1][3] == 7
-    assert [int(c[3]) for c in rows.meta_columns(meta)[:3]] == [42, 0, 9] and rows.meta_columns(meta)[3][3] == 0.5
+    assert [int(c[3]) for c in rows.meta_columns(meta)[:2]] == [0, 9] and rows.meta_columns(meta)[2][3] == 0.5
     before = [c.copy() for c in cols], meta.copy()
-    assert add_row(cols, (np.ones(2, np.float64), 7), 1, meta, 43, 9, 0.5) is False  # wrong dtype
-    assert add_row(cols, (np.ones(2, np.float32), 7.5), 1, meta, 43, 9, 0.5) is False  # float into int
+    assert add_row(cols, (np.ones(2, np.float64), 7), 1, meta, 9, 0.5) is False  # wrong dtype
+    assert add_row(cols, (np.ones(2, np.float32), 7.5), 1, meta, 9, 0.5) is False  # float into int
     assert all(np.array_equal(a, b) for a, b in zip(cols, before[0])) and np.array_equal(meta, before[1])
 
 
@@ -357,13 +357,60 @@ def test_compiled_lookup_kernels_refuse_what_does_not_fit():
 @pytest.mark.skipif(not rows.COMPILED, reason="compiled rows not built")
 def test_touch_draw_reads_the_rows_a_full_rings_draw_takes_and_writes_nothing():
     meta = np.zeros((10, rows.META_WIDTH), np.int64)
-    meta[:, 0] = np.arange(100, 110)
+    meta[:, 0] = np.arange(100, 110)  # (word 0: the (times sampled, version) pair)
     before = meta.copy()
     u = np.array([0.0, 0.05, 0.55, 0.999999])
     out = np.empty(4, np.int64)
     rows.ring_draw(u, 10, 0, 10, out)  # a full ring: slot floor(u * capacity)
     assert out.tolist() == [0, 0, 5, 9]
     assert rows.touch_draw(u, meta) == meta[out, 0].sum() and np.array_equal(meta, before)
-    for bad in ((u.astype(np.float32), meta), (u, meta[:, :1].copy()), (u, np.zeros((0, rows.META_WIDTH), np.int64))):
+    empty = np.zeros((0, rows.META_WIDTH), np.int64)
+    for bad in ((u.astype(np.float32), meta), (u, np.zeros((10, 3), np.int64)), (u, empty)):
         with pytest.raises(ValueError, match="touch_draw"):
             rows.touch_draw(*bad)
+
+
+FILLS = [("python", rows._fill_keys_py)] + ([("compiled", rows.fill_keys)] if rows.COMPILED else [])
+
+
+@pytest.mark.parametrize("impl", FILLS, ids=[f[0] for f in FILLS])
+@settings(max_examples=100, deadline=None)
+@given(capacity=st.integers(1, 40), data=st.data())
+def test_fill_keys_gives_the_ring_arithmetic_or_the_key_column(impl, capacity, data):
+    """The keys of sample rows: implicit in ring mode (``RingIndex.keys_of``), else the key column."""
+    from replaystore.keys import RingIndex
+
+    _, fill = impl
+    ring = RingIndex(capacity, base=data.draw(st.integers(0, 10**6)))
+    ring.lo = data.draw(st.integers(ring.base, ring.base + 10**6))
+    ring.hi = ring.lo + data.draw(st.integers(1, capacity))
+    live = ring.live_slots()
+    slots = np.ascontiguousarray(live[data.draw(st.lists(st.integers(0, len(live) - 1), max_size=30))], np.int64)
+    out = np.full((len(slots), 4), -3, np.int64)
+    fill(out, slots, None, ring.lo, ring.base, capacity)
+    assert out[:, 0].tolist() == ring.keys_of(slots).tolist()
+    assert (out[:, 1:] == -3).all()  # (the rest of the rows untouched)
+    assert sorted(ring.keys_of(live).tolist()) == list(range(ring.lo, ring.hi))
+    column = np.arange(capacity, dtype=np.int64) * 7 - 1
+    fill(out, slots, column, 0, 0, capacity)
+    assert out[:, 0].tolist() == column[slots].tolist()
+    if capacity > 1:
+        with pytest.raises(ValueError, match="fill_keys"):
+            fill(out[:1], np.array([capacity], np.int64), None, ring.lo, ring.base, capacity)
+
+
+@pytest.mark.parametrize("impl", GATHERS, ids=[g[0] for g in GATHERS])
+def test_gather_rows_writes_the_keys_as_fill_keys_when_asked(impl):
+    _, gather = impl
+    cols = (np.arange(10, dtype=np.int64),)
+    slots = np.array([9, 0, 3, 3], np.int64)
+    meta = np.zeros((10, rows.META_WIDTH_NO_PRIORITY), np.int64)
+    mo = np.full((4, 4), -9, np.int64)
+    assert gather(cols, slots, (np.empty(4, np.int64),), meta, mo, None, 17, 5)  # ring: key 17 in slot 2
+    assert mo[:, 0].tolist() == [24, 25, 18, 18] and mo[:, 1].tolist() == [1, 1, 2, 2]
+    column = np.arange(10, dtype=np.int64) * 3
+    assert gather(cols, slots, (np.empty(4, np.int64),), meta, mo, column, 0, 0)
+    assert mo[:, 0].tolist() == [27, 0, 9, 9]
+    before = meta.copy()
+    assert gather(cols, slots, (np.empty(4, np.int64),), meta, mo, column[:5].copy(), 0, 0) is False
+    assert np.array_equal(meta, before)

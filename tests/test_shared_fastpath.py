@@ -53,7 +53,7 @@ def test_one_copy_in_one_copy_out(tmp_path, monkeypatch, spec, sampler):
     if sum(a.nbytes for a in b.values()) >= SharedTable.COPY_OUTSIDE_BYTES:
         assert keys_first == []  # (a large batch: copied without the lock into reserved slots)
     else:
-        assert keys_first[0] is t._meta and keys_first[1] == 0  # (keys first: replaystore.shared.reads)
+        assert keys_first[0] is t._written_hi and keys_first[1] == 8  # (written_hi first: shared.reads)
     assert all(src is b[k] for k, src in zip(spec, sources))  # the caller's arrays, no copy before
     segment_bytes = np.frombuffer(t._segment.mm, np.uint8)
     assert all(np.shares_memory(c, segment_bytes) for c in cols)  # written straight into the segment

@@ -14,7 +14,7 @@ import replaystore as rs
 from conftest import transitions
 from replaystore.shared import SharedTable, set_spin
 from replaystore.shared import reads as shared_reads
-from replaystore.shared.header import W_ACQUIRED, W_BUSY, W_UNORDERED
+from replaystore.shared.header import W_ACQUIRED, W_BUSY, W_UNORDERED, W_WRITTEN_HI
 
 SPEC = {"obs": ((4,), np.float32), "action": ((), np.int64), "reward": ((), np.float32), "id": ((), np.int64)}
 WIDE = {"id": ((), np.int64), "frame": ((2048,), np.int64)}  # 16 KB rows: a copy long enough to tear
@@ -172,36 +172,40 @@ t.extend({{"obs": np.full((8, 4), -7, np.float32), "action": np.zeros(8, np.int6
 
 
 def test_keys_settled_refuses_buffers_that_do_not_fit():
-    words = np.zeros(16, np.int64)
-    meta = np.zeros((8, 4), np.int64)
+    words = np.zeros(W_WRITTEN_HI + 1, np.int64)
+    column = np.full(8, -1, np.int64)  # (the key column: read only out of ring mode)
     rows = np.zeros((2, 4), np.int64)
+    rows[:, 0] = [9, 10]  # the drawn keys, in slots 1 and 2 of a ring of 8
     slots = np.array([1, 2])
-    w = (W_BUSY, W_ACQUIRED, W_UNORDERED)
+    w = (W_BUSY, W_ACQUIRED, W_UNORDERED, W_WRITTEN_HI)
 
     def settled(*args):
         return shared_reads.keys_settled(*args[:1], *w, *args[1:])
 
-    assert settled(words, meta, slots, rows)
-    words[W_BUSY] = 7  # a critical section is open: it wrote keys first, nothing to wait for
-    assert settled(words, meta, slots, rows)
+    words[W_WRITTEN_HI] = 17  # ring mode: keys 9.. are whole (key 17 would take key 9's slot)
+    assert settled(words, column, slots, rows)
+    words[W_BUSY] = 7  # a critical section is open: it raised written_hi first, nothing to wait for
+    assert settled(words, column, slots, rows)
     words[W_UNORDERED] = 1  # ... it writes rows before their keys, and stays open past the spin
-    assert not settled(words, meta, slots, rows)
+    assert not settled(words, column, slots, rows)
     words[W_BUSY] = words[W_UNORDERED] = 0
-    meta[2, 0] = 5  # a key moved
-    assert not settled(words, meta, slots, rows)
-    narrow = np.zeros((8, 3), np.int64)  # the table's 3-word rows: the key is still word 0 of each
-    assert settled(words, narrow, slots, rows)
-    narrow[2, 0] = 5
-    assert not settled(words, narrow, slots, rows)
+    words[W_WRITTEN_HI] = 18  # a write began key 17: key 9's slot may be torn
+    assert not settled(words, column, slots, rows)
+    words[W_WRITTEN_HI] = -1  # out of ring mode: the key column tells
+    assert not settled(words, column, slots, rows)
+    column[[1, 2]] = [9, 10]
+    assert settled(words, column, slots, rows)
+    column[2] = 5  # a key moved
+    assert not settled(words, column, slots, rows)
     for bad in (
-        (words, meta, np.array([1, 8]), rows),  # a slot out of range
-        (words, meta, slots, np.zeros((3, 4), np.int64)),  # rows of another length
-        (words, np.zeros(24, np.int64), slots, rows),  # not one row of words a slot
+        (words, column, np.array([1, 8]), rows),  # a slot out of range
+        (words, column, slots, np.zeros((3, 4), np.int64)),  # rows of another length
+        (words, np.zeros((8, 2), np.int64), slots, rows),  # not a key column
     ):
         with pytest.raises(ValueError, match="keys_settled"):
             settled(*bad)
-    with pytest.raises(ValueError, match="keys_settled"):
-        shared_reads.keys_settled(words, 16, W_ACQUIRED, W_UNORDERED, meta, slots, rows)  # no such word
+    with pytest.raises(ValueError, match="keys_settled"):  # no such word
+        shared_reads.keys_settled(words, W_WRITTEN_HI + 1, W_ACQUIRED, W_UNORDERED, W_WRITTEN_HI, column, slots, rows)
 
 
 def test_a_copy_that_ends_inside_a_short_section_waits_for_it_instead_of_the_lock(tmp_path):

@@ -344,3 +344,35 @@ def test_a_table_of_more_columns_than_the_compiled_calls_hold_takes_the_python_p
     assert t._inserter is None and t._drawer is None
     assert (s.data["f5"] - s.data["f0"] == 5).all() and t.stats()["samples"] == 6
     t.close()
+
+
+def test_compiled_sample_rows_carry_the_rings_implicit_keys_and_see_a_removal_during_the_copy(tmp_path):
+    """Keys are not stored in ring mode: the compiled call's rows take them from the ring's bounds.
+
+    On a ring that wrapped and whose oldest items were deleted (its live run starts mid-array, key
+    ``base`` is not the slot-0 key any more), every sampled key is its row's ``id`` and equals the
+    Python path's ``RingIndex.keys_of``; the oldest items deleted by another handle during the copy
+    (no payload write: only the bounds move, and ``written_hi`` with them) are drawn again.
+    """
+    t = SharedTable.create("implicit", 16, SPEC, directory=tmp_path, seed=3)
+    other = SharedTable.attach("implicit", tmp_path)
+    t.extend(transitions(16))
+    t.extend(transitions(7, 16))  # wraps: keys 7..22, key 16 in slot 0
+    assert t.delete([7, 8, 9]) == 3 and t._ring is not None  # the oldest: still a ring
+    drawer = _compiled(t)
+    for _ in range(5):
+        s = t.sample(64)
+        assert _whole(s) and ((s.keys >= 10) & (s.keys < 23)).all()
+        assert s.keys.tolist() == t._index.keys_of(s.indices).tolist()
+    drawer.after_copy = lambda slots: other.delete([10, 11, 12, 13])  # the oldest four, during the copy
+    s = t.sample(256)
+    drawer.after_copy = None
+    assert _whole(s) and (s.keys >= 14).all()  # the deleted items' positions were drawn again
+    assert t._ring is not None and t.stats()["samples"] == 1 + 5 * 64 + 256
+    other.delete([20])  # out of order: ring mode ends, the keys are written out to the key column
+    s = t.sample(64)
+    assert t._ring is None and _whole(s) and 20 not in s.keys.tolist()
+    column = t._index.key_of_slot
+    assert sorted(column[column >= 0].tolist()) == t.keys().tolist() == [14, 15, 16, 17, 18, 19, 21, 22]
+    other.close()
+    t.close()

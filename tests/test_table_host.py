@@ -53,7 +53,7 @@ def test_the_host_is_bound_to_the_tables_view_at_construction():
     assert (view.name, view.capacity, view.storage, view.sampler) == ("hosted", 8, t.storage, t.sampler)
     assert view.ring() == (0, 0, 0)  # (a Fifo table starts in ring mode, empty)
     t.extend(transitions(3))
-    assert view.ring() == (0, 3, 0) and view.slot_keys[:3].tolist() == [0, 1, 2]
+    assert view.ring() == (0, 3, 0) and view.slot_keys()[:3].tolist() == [0, 1, 2]
     with pytest.raises(rs.InvalidState, match="placement"):  # its parts may change: no published state
         view.state_layout()
 

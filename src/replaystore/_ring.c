@@ -14,9 +14,9 @@
  * _ring_commit for a table with no selector to tell, i.e. a Uniform sampler and the Fifo remover
  * in ring mode): take the table's lock, read the TableState's and the rate limiter's counters
  * straight from their __slots__ (offsets found once, for their exact classes: a shared table's
- * swapped classes send it to the Python path), copy the row(s) into the columns (keys first,
- * then a release fence, then the payload: replaystore.shared.reads relies on that order), fill
- * the metadata rows, move the ring and the counters, release the lock.
+ * swapped classes send it to the Python path), copy the row(s) into the columns (in process
+ * only: no reader copies outside the lock, so no written_hi to publish first), fill the
+ * metadata rows (no key: implicit in ring mode), move the ring and the counters, release the lock.
  *
  * Thread-safety: it holds the GIL throughout and the table's RLock (acquired through the lock's
  * own acquire, which waits with the GIL released when another thread holds it).
@@ -36,13 +36,14 @@
 /* fast_add starts on a cache line: the placement of the same code moved a single add by ~8%
  * (~175 vs ~190 ns on the AMD EPYC of the issue 36 measurements, docs/benchmarks.md) */
 #define HOT_ALIGN __attribute__((aligned(64)))
-/* the metadata row (replaystore.rows): key, (times_sampled, version) as two int32, priority bits
- * (META_W words), or without the priority (META_W_NARROW: a table that keeps no per-item priority) */
-#define META_W 3
-#define META_W_NARROW 2
-#define META_TS32 2
-#define META_VER32 3
-#define META_PRIO 2
+/* the metadata row (replaystore.rows): (times_sampled, version) as two int32, priority bits
+ * (META_W words), or without the priority (META_W_NARROW: a table that keeps no per-item priority);
+ * no key: a ring-mode table's keys are implicit (its slot's ring arithmetic) */
+#define META_W 2
+#define META_W_NARROW 1
+#define META_TS32 0
+#define META_VER32 1
+#define META_PRIO 1
 
 /* the TableState slots and rate-limiter slots the paths read or write */
 enum { S_NEXT_KEY, S_SIZE, S_NFREE, S_VERSION, S_RING_MODE, S_RING_BASE, S_RING_LO, S_RING_HI, S_CLOSED,
@@ -325,7 +326,7 @@ writer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         || (PyArray_DIM((PyArrayObject *)meta, 1) != META_W && PyArray_DIM((PyArrayObject *)meta, 1) != META_W_NARROW)
         || PyArray_TYPE((PyArrayObject *)meta) != NPY_INT64
         || !PyArray_ISCARRAY((PyArrayObject *)meta)) {
-        PyErr_SetString(PyExc_ValueError, "RingWriter: meta must be a writable C-contiguous (capacity, 3) or (capacity, 2) int64 array");
+        PyErr_SetString(PyExc_ValueError, "RingWriter: meta must be a writable C-contiguous (capacity, 2) or (capacity, 1) int64 array");
         return NULL;
     }
     Py_ssize_t cap = PyArray_DIM((PyArrayObject *)meta, 0);
@@ -782,14 +783,12 @@ add_locked(Entry *e, PyObject **src, PyObject *priority, PyObject *version)
         pend[np_].value = fp;
         np_++;
     }
-    /* write: the key first (fenced), the payload, the rest of the row, the counters */
+    /* write: the payload, the row, the counters (in process: no reader outside the lock) */
     int64_t *row = w->meta_rows + w->meta_w * slot;
-    __atomic_store_n(row, (int64_t)key, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
     for (Py_ssize_t i = 0; i < w->k; i++)
         write_source(w, i, src[i], (Py_ssize_t)slot, 1);
-    int32_t pair[2] = {0, (int32_t)v};  /* (times sampled, version): word 1, one store */
-    memcpy(row + 1, pair, 8);
+    int32_t pair[2] = {0, (int32_t)v};  /* (times sampled, version): word 0, one store */
+    memcpy(row, pair, 8);
     if (w->meta_w > META_PRIO)
         memcpy(row + META_PRIO, &p, 8);
     pend_apply(pend, np_);
@@ -853,19 +852,16 @@ extend_locked(Entry *e, PyObject **src, npy_intp n)
         goto nomem;
     Py_ssize_t mw = w->meta_w;
     int64_t *rows = w->meta_rows + mw * start;
-    for (npy_intp i = 0; i < n; i++)
-        __atomic_store_n(rows + mw * i, (int64_t)(first + i), __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
     for (Py_ssize_t i = 0; i < w->k; i++)
         write_source(w, i, src[i], (Py_ssize_t)start, n);
     int64_t pbits;
     memcpy(&pbits, &c.max_priority, 8);
-    int32_t pair[2] = {0, (int32_t)c.version};  /* (times sampled, version): word 1 */
-    int64_t w1;
-    memcpy(&w1, pair, 8);
+    int32_t pair[2] = {0, (int32_t)c.version};  /* (times sampled, version): word 0 */
+    int64_t w0;
+    memcpy(&w0, pair, 8);
     for (npy_intp i = 0; i < n; i++) {
         int64_t *row = rows + mw * i;
-        row[1] = w1;
+        row[0] = w0;
         if (mw > META_PRIO)
             row[META_PRIO] = pbits;
     }

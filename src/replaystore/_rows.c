@@ -17,26 +17,27 @@
 #define PREFETCH_AHEAD 8  /* rows ahead to prefetch in gathers: enough to overlap ~8 misses */
 
 /* A table's metadata rows (replaystore.rows): mw int64 words per slot (META_W, or META_W_NARROW
- * for a table that keeps no per-item priority): the key, then times_sampled and version as two
- * int32 (int32 columns 2 and 3 of the row), then (wide rows only) the priority's float64 bits.
+ * for a table that keeps no per-item priority): times_sampled and version as two int32 (int32
+ * columns 0 and 1 of the row), then (wide rows only) the priority's float64 bits. The key is not
+ * in the row (in ring mode it is the slot's ring arithmetic, else the table's key column).
  * A sample row (count_samples' and gather_rows' out) is 4 int64: key, times sampled, version,
- * priority bits (UNKEPT_BITS, 1.0, for a narrow row). */
-#define META_W 3
-#define META_W_NARROW 2
+ * priority bits (UNKEPT_BITS, 1.0, for a narrow row); these functions leave its key (column 0)
+ * to fill_keys. */
+#define META_W 2
+#define META_W_NARROW 1
 #define META_OK(w) ((w) == META_W || (w) == META_W_NARROW)
-#define META_TS32 2
-#define META_VER32 3
-#define META_PRIO 2
+#define META_TS32 0
+#define META_VER32 1
+#define META_PRIO 1
 #define UNKEPT_BITS INT64_C(0x3FF0000000000000) /* replaystore.rows.UNKEPT_PRIORITY (1.0) */
-/* both cache lines of a row (a 24-byte row straddles two lines for 2 slots in 8) */
+/* both cache lines of a row (a row never straddles two lines now: one prefetch when mw is 1) */
 #define PREFETCH_META(p, mw) do { __builtin_prefetch((p), 1); __builtin_prefetch((p) + (mw) - 1, 1); } while (0)
 
 static inline void
-meta_set(int64_t *row, Py_ssize_t mw, int64_t key, int32_t version, int64_t pbits)
+meta_set(int64_t *row, Py_ssize_t mw, int32_t version, int64_t pbits)
 {
-    int32_t pair[2] = {0, version};  /* (times sampled, version): word 1, one store */
-    row[0] = key;
-    memcpy(row + 1, pair, 8);
+    int32_t pair[2] = {0, version};  /* (times sampled, version): word 0, one store */
+    memcpy(row, pair, 8);
     if (mw > META_PRIO)
         row[META_PRIO] = pbits;
 }
@@ -53,7 +54,6 @@ static inline void
 meta_widen(int64_t *dst, const int64_t *row, Py_ssize_t mw)
 {
     const int32_t *r32 = (const int32_t *)row;
-    dst[0] = row[0];
     dst[1] = r32[META_TS32];
     dst[2] = r32[META_VER32];
     dst[3] = mw > META_PRIO ? row[META_PRIO] : UNKEPT_BITS;
@@ -70,17 +70,10 @@ meta_widen(int64_t *dst, const int64_t *row, Py_ssize_t mw)
                                              else { const Py_ssize_t W_ = META_W_NARROW; call_with_w; } } while (0)
 
 ALWAYS_INLINE void
-meta_store_keys(int64_t *meta, Py_ssize_t mw, Py_ssize_t start, Py_ssize_t n, long long first_key)
+meta_fill(int64_t *rows, Py_ssize_t mw, Py_ssize_t n, int32_t version, int64_t pbits)
 {
     for (Py_ssize_t i = 0; i < n; i++)
-        __atomic_store_n(meta + mw * (start + i), (int64_t)(first_key + i), __ATOMIC_RELAXED);
-}
-
-ALWAYS_INLINE void
-meta_fill(int64_t *rows, Py_ssize_t mw, Py_ssize_t n, long long first_key, int32_t version, int64_t pbits)
-{
-    for (Py_ssize_t i = 0; i < n; i++)
-        meta_set(rows + mw * i, mw, (int64_t)(first_key + i), version, pbits);
+        meta_set(rows + mw * i, mw, version, pbits);
 }
 
 ALWAYS_INLINE void
@@ -215,21 +208,22 @@ release_plans(FieldPlan *plans, Py_ssize_t k)
     }
 }
 
-/* copy_rows(columns, sources, start, n, batched[, meta, first_key]) -> bool
+/* copy_rows(columns, sources, start, n, batched[, hi_word, written_hi]) -> bool
  *
  * columns: tuple of C-contiguous writable arrays, each (capacity, *shape_i).
  * sources: tuple of the same length: arrays of exactly the column's dtype and shape (n, *shape_i)
  *   when batched, shape_i when not (then n must be 1); a Python scalar for a 0-d field of a single
  *   row. Rows [start, start + n) of each column receive them. Returns False, having written
  *   nothing, when any source does not match exactly (or is not C-contiguous) or the rows are out
- *   of range; True when every field was copied. With meta (a C-contiguous (capacity, META_W) int64 array)
- * the rows' keys (column 0) become first_key + i before any payload byte is written, ordered by a
- * release fence (a sample copying outside a shared table's lock sees a moved key for any row it
- * may have read torn: replaystore.shared.reads); nothing is written when the copy is refused.
+ *   of range; True when every field was copied. With hi_word (a writable int64 array, its first
+ * element a shared table's written_hi word) that word is raised to written_hi (one past the newest
+ * key whose row this write begins; a larger value stays) before any payload byte is written, ordered by a release fence (a
+ * sample copying outside a shared table's lock then sees that its key's slot may be torn:
+ * replaystore.shared.reads); nothing is written when the copy is refused.
  */
 ALWAYS_INLINE int
 copy_rows_body(PyObject *columns, PyObject *sources, Py_ssize_t start, Py_ssize_t n, int batched,
-               int64_t *meta, Py_ssize_t mw, long long first_key)
+               int64_t *hi_word, long long written_hi)
 {
     if (!PyTuple_Check(columns) || !PyTuple_Check(sources))
         return 0;
@@ -293,8 +287,8 @@ copy_rows_body(PyObject *columns, PyObject *sources, Py_ssize_t start, Py_ssize_
                     || write_py_scalar(p->scalar, bare_format(p->dst.format), p->dst.itemsize, scratch) < 0))
                 ok = 0;
         }
-        if (ok && meta != NULL) { /* the rows' new keys first, ordered before their payloads */
-            meta_store_keys(meta, mw, start, n, first_key);
+        if (ok && hi_word != NULL && *hi_word < written_hi) { /* written_hi first, ordered before the payloads */
+            __atomic_store_n(hi_word, (int64_t)written_hi, __ATOMIC_RELEASE);
             __atomic_thread_fence(__ATOMIC_RELEASE);
         }
         for (Py_ssize_t i = 0; i < k && ok; i++) {
@@ -311,55 +305,43 @@ copy_rows_body(PyObject *columns, PyObject *sources, Py_ssize_t start, Py_ssize_
     return ok;
 }
 
-/* copy_rows_body for each row width, the width a constant (a runtime width passed in measured
- * ~100 ns slower on 8 rows); meta NULL: no keys (either one) */
+/* hi_word NULL: no written_hi store */
 static HOT_ALIGN int
 copy_rows_impl(PyObject *columns, PyObject *sources, Py_ssize_t start, Py_ssize_t n, int batched,
-               int64_t *meta, long long first_key)
+               int64_t *hi_word, long long written_hi)
 {
-    return copy_rows_body(columns, sources, start, n, batched, meta, META_W, first_key);
-}
-
-static HOT_ALIGN int
-copy_rows_impl_narrow(PyObject *columns, PyObject *sources, Py_ssize_t start, Py_ssize_t n, int batched,
-                      int64_t *meta, long long first_key)
-{
-    return copy_rows_body(columns, sources, start, n, batched, meta, META_W_NARROW, first_key);
+    return copy_rows_body(columns, sources, start, n, batched, hi_word, written_hi);
 }
 
 static PyObject *
 copy_rows(PyObject *self, PyObject *args)
 {
-    PyObject *columns, *sources, *meta = NULL;
+    PyObject *columns, *sources, *hi = NULL;
     Py_ssize_t start, n;
     int batched;
-    long long first_key = 0;
+    long long written_hi = 0;
     if (!PyArg_ParseTuple(args, "O!O!nnp|OL", &PyTuple_Type, &columns, &PyTuple_Type, &sources, &start, &n,
-                          &batched, &meta, &first_key))
+                          &batched, &hi, &written_hi))
         return NULL;
-    if (meta == NULL || meta == Py_None)
+    if (hi == NULL || hi == Py_None)
         return PyBool_FromLong(copy_rows_impl(columns, sources, start, n, batched, NULL, 0));
     Py_buffer b;
-    if (PyObject_GetBuffer(meta, &b, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0)
+    if (PyObject_GetBuffer(hi, &b, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0)
         return NULL;
-    if (b.ndim != 2 || !META_OK(b.shape[1]) || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0 || n < 0
-        || start + n > b.shape[0]) {
+    if (b.ndim != 1 || b.shape[0] < 1 || b.itemsize != 8 || !is_c_contiguous(&b)) {
         PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "copy_rows: meta must be a C-contiguous (capacity, 3) or (capacity, 2) int64 array "
-                                          "holding the rows");
+        PyErr_SetString(PyExc_ValueError, "copy_rows: hi_word must be a writable C-contiguous int64 vector");
         return NULL;
     }
-    int ok = b.shape[1] == META_W
-                 ? copy_rows_impl(columns, sources, start, n, batched, (int64_t *)b.buf, first_key)
-                 : copy_rows_impl_narrow(columns, sources, start, n, batched, (int64_t *)b.buf, first_key);
+    int ok = copy_rows_impl(columns, sources, start, n, batched, (int64_t *)b.buf, written_hi);
     PyBuffer_Release(&b);
     return PyBool_FromLong(ok);
 }
 
-/* fill_meta(meta, start, n, first_key, version, priority) -> None
+/* fill_meta(meta, start, n, version, priority) -> None
  *
  * meta: a C-contiguous writable int64 array (capacity, META_W) of metadata rows. Rows
- * [start, start + n) become key first_key + i, times sampled 0, version, priority. Raises
+ * [start, start + n) become times sampled 0, version, priority. Raises
  * ValueError for a bad array, range or a version outside int32 (a caller bug, not user input).
  */
 static PyObject *
@@ -367,9 +349,9 @@ fill_meta(PyObject *self, PyObject *args)
 {
     PyObject *meta;
     Py_ssize_t start, n;
-    long long first_key, version;
+    long long version;
     double priority;
-    if (!PyArg_ParseTuple(args, "OnnLLd", &meta, &start, &n, &first_key, &version, &priority))
+    if (!PyArg_ParseTuple(args, "OnnLd", &meta, &start, &n, &version, &priority))
         return NULL;
     Py_buffer b;
     if (PyObject_GetBuffer(meta, &b, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0)
@@ -377,7 +359,7 @@ fill_meta(PyObject *self, PyObject *args)
     if (b.ndim != 2 || !META_OK(b.shape[1]) || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0
         || n < 0 || start + n > b.shape[0] || version < INT32_MIN || version > INT32_MAX) {
         PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "fill_meta: meta must be a C-contiguous (capacity, 3) or (capacity, 2) int64 array, "
+        PyErr_SetString(PyExc_ValueError, "fill_meta: meta must be a C-contiguous (capacity, 2) or (capacity, 1) int64 array, "
                                           "the rows in range and the version an int32");
         return NULL;
     }
@@ -385,7 +367,7 @@ fill_meta(PyObject *self, PyObject *args)
     int64_t *rows = (int64_t *)b.buf + mw * start;
     int64_t pbits;
     memcpy(&pbits, &priority, 8);
-    META_DISPATCH(mw, meta_fill(rows, W_, n, first_key, (int32_t)version, pbits));
+    META_DISPATCH(mw, meta_fill(rows, W_, n, (int32_t)version, pbits));
     PyBuffer_Release(&b);
     Py_RETURN_NONE;
 }
@@ -561,10 +543,10 @@ last_occurrences(PyObject *self, PyObject *args)
  *
  * Reads the metadata rows a full ring's uniform draw of `uniforms` will take (slot
  * floor(u * capacity): ring_draw of a full ring), prefetching ahead, and returns the sum of their
- * keys (so the loads are not optimised away). A sampler that drew its numbers before taking the
+ * first words (so the loads are not optimised away). A sampler that drew its numbers before taking the
  * table's lock calls it first: the misses are paid outside the lock, and the count under it finds
  * the rows in the cache. Writes nothing; a stale guess costs only the loads. ValueError for arrays
- * that do not fit (C-contiguous float64 uniforms in [0, 1); a (capacity, 3) int64 meta).
+ * that do not fit (C-contiguous float64 uniforms in [0, 1); a (capacity, 2) or (capacity, 1) int64 meta).
  */
 static PyObject *
 touch_draw(PyObject *self, PyObject *args)
@@ -584,7 +566,7 @@ touch_draw(PyObject *self, PyObject *args)
     if (n < 0 || u.itemsize != 8 || !is_c_contiguous(&u) || bare_format(u.format)[0] != 'd')
         err = "touch_draw: uniforms must be a C-contiguous float64 vector";
     else if (m.ndim != 2 || !META_OK(m.shape[1]) || m.itemsize != 8 || !is_c_contiguous(&m) || m.shape[0] < 1)
-        err = "touch_draw: meta must be a C-contiguous (capacity, 3) or (capacity, 2) int64 array";
+        err = "touch_draw: meta must be a C-contiguous (capacity, 2) or (capacity, 1) int64 array";
     long long total = 0;
     if (err == NULL) {
         const double *uu = (const double *)u.buf;
@@ -603,8 +585,9 @@ touch_draw(PyObject *self, PyObject *args)
 /* count_samples(meta, slots, out) -> None
  *
  * Adds one to times_sampled of every slot (duplicates count twice; a count saturates at
- * 2**31 - 1), then writes each slot's sample row (key, times sampled, version, priority bits)
- * into out (len(slots), 4) int64: the counts include this sample. slots is a
+ * 2**31 - 1), then writes each slot's sample row but its key (times sampled, version, priority
+ * bits: columns 1-3; fill_keys writes column 0) into out (len(slots), 4) int64: the counts
+ * include this sample. slots is a
  * C-contiguous int64 array; raises ValueError for a bad array or a slot out of range (checked
  * before anything is written).
  */
@@ -629,7 +612,7 @@ count_samples(PyObject *self, PyObject *args)
     const char *err = NULL;
     Py_ssize_t n = s.ndim == 1 ? s.shape[0] : -1;
     if (m.ndim != 2 || !META_OK(m.shape[1]) || m.itemsize != 8 || !is_c_contiguous(&m))
-        err = "count_samples: meta must be a C-contiguous (capacity, 3) or (capacity, 2) int64 array";
+        err = "count_samples: meta must be a C-contiguous (capacity, 2) or (capacity, 1) int64 array";
     else if (n < 0 || s.itemsize != 8 || !is_c_contiguous(&s) || strchr("lq", bare_format(s.format)[0]) == NULL)
         err = "count_samples: slots must be a C-contiguous int64 vector";
     else if (o.ndim != 2 || o.shape[0] != n || o.shape[1] != 4 || o.itemsize != 8 || !is_c_contiguous(&o))
@@ -655,9 +638,28 @@ count_samples(PyObject *self, PyObject *args)
 
 
 /* gather_rows' copy: rows of every column at slots sl, and (mrows) the sample's counts and rows */
+/* the keys of sample rows (fill_keys): kc[slot], or (kc NULL: ring mode) lo + ((slot - start) mod cap) */
+static inline void
+keys_into(int64_t *dst, const int64_t *sl, Py_ssize_t n, const int64_t *kc, long long lo, long long base,
+          Py_ssize_t cap)
+{
+    if (kc != NULL) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            dst[4 * i] = kc[sl[i]];
+        return;
+    }
+    int64_t start = (int64_t)((lo - base) % cap);
+    if (start < 0)
+        start += cap;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t d = sl[i] - start;
+        dst[4 * i] = lo + (d < 0 ? d + cap : d);
+    }
+}
+
 ALWAYS_INLINE void
 gather_loop(Py_buffer *cols, Py_buffer *dst, const Py_ssize_t *rowb, Py_ssize_t k, const int64_t *sl, Py_ssize_t n,
-            int64_t *mrows, int64_t *mout, Py_ssize_t mw)
+            int64_t *mrows, int64_t *mout, Py_ssize_t mw, const int64_t *kc)
 {
     {
         for (Py_ssize_t j = 0; j < n; j++) {
@@ -671,6 +673,8 @@ gather_loop(Py_buffer *cols, Py_buffer *dst, const Py_ssize_t *rowb, Py_ssize_t 
                 }
                 if (mrows != NULL)
                     PREFETCH_META(mrows + mw * ahead, mw);
+                if (kc != NULL)  /* (the key column, out of ring mode: its misses overlap too) */
+                    __builtin_prefetch(kc + ahead);
             }
             for (Py_ssize_t i = 0; i < k; i++)
                 memcpy((char *)dst[i].buf + j * rowb[i], (const char *)cols[i].buf + sl[j] * rowb[i],
@@ -685,7 +689,7 @@ gather_loop(Py_buffer *cols, Py_buffer *dst, const Py_ssize_t *rowb, Py_ssize_t 
     }
 }
 
-/* gather_rows(columns, slots, outs[, meta, meta_out]) -> bool
+/* gather_rows(columns, slots, outs[, meta, meta_out[, key_column, lo, base]]) -> bool
  *
  * outs[i][j] = columns[i][slots[j]] for every column: one pass over the slots that copies each
  * slot's row of every column, prefetching the rows PREFETCH_AHEAD slots ahead, so the cache
@@ -695,14 +699,17 @@ gather_loop(Py_buffer *cols, Py_buffer *dst, const Py_ssize_t *rowb, Py_ssize_t 
  * when a shape or format does not match or a slot is out of range.
  * With meta and meta_out (as for count_samples), the same pass also counts the sample: each
  * slot's times_sampled is raised (a repeated slot once per draw) and its row, with the new
- * count, copied to meta_out.
+ * count, copied to meta_out; with key_column, lo and base too, the rows' keys as fill_keys
+ * writes them (key_column None: a ring whose live keys start at lo, key base in slot 0), else
+ * their key column is left as it is. False (nothing written) for a key column that does not fit.
  */
 static PyObject *
 gather_rows(PyObject *self, PyObject *args)
 {
-    PyObject *columns, *slots, *outs, *meta = NULL, *meta_out = NULL;
-    if (!PyArg_ParseTuple(args, "O!OO!|OO", &PyTuple_Type, &columns, &slots, &PyTuple_Type, &outs, &meta,
-                          &meta_out))
+    PyObject *columns, *slots, *outs, *meta = NULL, *meta_out = NULL, *kcol = NULL;
+    long long klo = 0, kbase = 0;
+    if (!PyArg_ParseTuple(args, "O!OO!|OOOLL", &PyTuple_Type, &columns, &slots, &PyTuple_Type, &outs, &meta,
+                          &meta_out, &kcol, &klo, &kbase))
         return NULL;
     Py_ssize_t k = PyTuple_GET_SIZE(columns);
     if (k != PyTuple_GET_SIZE(outs) || k > MAX_FIELDS)
@@ -764,14 +771,31 @@ gather_rows(PyObject *self, PyObject *args)
                 cap = m.shape[0];
         }
     }
+    Py_buffer kb;
+    int has_kcol = 0;
+    if (ok && has_meta && kcol != NULL && kcol != Py_None) {
+        if (PyObject_GetBuffer(kcol, &kb, PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+            PyErr_Clear();
+            ok = 0;
+        } else {
+            has_kcol = 1;
+            if (kb.ndim != 1 || kb.itemsize != 8 || !is_c_contiguous(&kb) || kb.shape[0] != m.shape[0])
+                ok = 0;
+        }
+    }
     const int64_t *sl = (const int64_t *)s.buf;
     for (Py_ssize_t j = 0; j < n && ok; j++)
         if (sl[j] < 0 || sl[j] >= cap)
             ok = 0;
     if (ok) {
         int64_t *mrows = has_meta ? (int64_t *)m.buf : NULL, *mout = has_meta ? (int64_t *)mo.buf : NULL;
-        META_DISPATCH(has_meta ? m.shape[1] : META_W, gather_loop(cols, dst, rowb, k, sl, n, mrows, mout, W_));
+        const int64_t *kc = has_kcol ? (const int64_t *)kb.buf : NULL;
+        META_DISPATCH(has_meta ? m.shape[1] : META_W, gather_loop(cols, dst, rowb, k, sl, n, mrows, mout, W_, kc));
+        if (has_meta && kcol != NULL)
+            keys_into(mout, sl, n, kc, klo, kbase, m.shape[0]);
     }
+    if (has_kcol)
+        PyBuffer_Release(&kb);
     if (has_meta) {
         PyBuffer_Release(&m);
         PyBuffer_Release(&mo);
@@ -787,22 +811,21 @@ gather_rows(PyObject *self, PyObject *args)
 }
 
 
-/* add_row(columns, sources, start, meta, key, version, priority) -> bool
+/* add_row(columns, sources, start, meta, version, priority) -> bool
  *
  * copy_rows(columns, sources, start, 1, False) and, when it copied, fill_meta(meta, start, 1,
- * key, version, priority): one call for a single add. False: nothing written.
+ * version, priority): one call for a single add. False: nothing written.
  */
 static PyObject *
 add_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "add_row takes 7 arguments");
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "add_row takes 6 arguments");
         return NULL;
     }
     Py_ssize_t start = PyLong_AsSsize_t(args[2]);
-    long long key = PyLong_AsLongLong(args[4]);
-    long long version = PyLong_AsLongLong(args[5]);
-    double priority = PyFloat_AsDouble(args[6]);
+    long long version = PyLong_AsLongLong(args[4]);
+    double priority = PyFloat_AsDouble(args[5]);
     if (PyErr_Occurred())
         return NULL;
     Py_buffer b;
@@ -811,29 +834,98 @@ add_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (b.ndim != 2 || !META_OK(b.shape[1]) || b.itemsize != 8 || !is_c_contiguous(&b) || start < 0
         || start >= b.shape[0] || version < INT32_MIN || version > INT32_MAX) {
         PyBuffer_Release(&b);
-        PyErr_SetString(PyExc_ValueError, "add_row: meta must be a C-contiguous (capacity, 3) or (capacity, 2) int64 array "
+        PyErr_SetString(PyExc_ValueError, "add_row: meta must be a C-contiguous (capacity, 2) or (capacity, 1) int64 array "
                                           "and the version an int32");
         return NULL;
     }
-    int copied = b.shape[1] == META_W ? copy_rows_impl(args[0], args[1], start, 1, 0, (int64_t *)b.buf, key)
-                                      : copy_rows_impl_narrow(args[0], args[1], start, 1, 0, (int64_t *)b.buf, key);
-    if (!copied) { /* (its key first) */
+    int copied = copy_rows_impl(args[0], args[1], start, 1, 0, NULL, 0);
+    if (!copied) {
         PyBuffer_Release(&b);
         Py_RETURN_FALSE;
     }
     int64_t pbits;
     memcpy(&pbits, &priority, 8);
-    meta_set((int64_t *)b.buf + b.shape[1] * start, b.shape[1], (int64_t)key, (int32_t)version, pbits);
+    meta_set((int64_t *)b.buf + b.shape[1] * start, b.shape[1], (int32_t)version, pbits);
     PyBuffer_Release(&b);
     Py_RETURN_TRUE;
 }
 
+/* fill_keys(out, slots, key_column, lo, base, capacity) -> None
+ *
+ * Column 0 of sample rows out ((len(slots), 4) int64): the key of each slot. With key_column (a
+ * (capacity,) int64 vector: a table out of ring mode) key_column[slot]; with None (ring mode:
+ * live keys [lo, ...), key base in slot 0) lo + ((slot - (lo - base)) mod capacity). ValueError
+ * (nothing written) for arrays that do not fit or a slot out of range.
+ */
+static PyObject *
+fill_keys(PyObject *self, PyObject *args)
+{
+    PyObject *out, *slots, *col;
+    long long lo, base;
+    Py_ssize_t capacity;
+    if (!PyArg_ParseTuple(args, "OOOLLn", &out, &slots, &col, &lo, &base, &capacity))
+        return NULL;
+    Py_buffer o, s, c;
+    int has_col = col != Py_None;
+    if (PyObject_GetBuffer(out, &o, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_STRIDES) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(slots, &s, PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+        PyBuffer_Release(&o);
+        return NULL;
+    }
+    if (has_col && PyObject_GetBuffer(col, &c, PyBUF_FORMAT | PyBUF_STRIDES) < 0) {
+        PyBuffer_Release(&o);
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    const char *err = NULL;
+    Py_ssize_t n = s.ndim == 1 ? s.shape[0] : -1;
+    if (n < 0 || s.itemsize != 8 || !is_c_contiguous(&s) || strchr("lq", bare_format(s.format)[0]) == NULL)
+        err = "fill_keys: slots must be a C-contiguous int64 vector";
+    else if (o.ndim != 2 || o.shape[0] != n || o.shape[1] != 4 || o.itemsize != 8 || !is_c_contiguous(&o))
+        err = "fill_keys: out must be a C-contiguous (len(slots), 4) int64 array";
+    else if (capacity <= 0 || (has_col && (c.ndim != 1 || c.shape[0] != capacity || c.itemsize != 8
+                                           || !is_c_contiguous(&c))))
+        err = "fill_keys: key_column must be a C-contiguous (capacity,) int64 vector, capacity > 0";
+    const int64_t *sl = (const int64_t *)s.buf;
+    for (Py_ssize_t i = 0; i < n && err == NULL; i++)
+        if (sl[i] < 0 || sl[i] >= capacity)
+            err = "fill_keys: a slot is out of range";
+    if (err == NULL) {
+        int64_t *dst = (int64_t *)o.buf;
+        if (has_col) {
+            const int64_t *kc = (const int64_t *)c.buf;
+            for (Py_ssize_t i = 0; i < n; i++)
+                dst[4 * i] = kc[sl[i]];
+        } else {
+            int64_t start = (int64_t)((lo - base) % capacity);
+            if (start < 0)
+                start += capacity;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int64_t d = sl[i] - start;
+                dst[4 * i] = lo + (d < 0 ? d + capacity : d);
+            }
+        }
+    }
+    if (has_col)
+        PyBuffer_Release(&c);
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&o);
+    if (err != NULL) {
+        PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"copy_rows", copy_rows, METH_VARARGS,
-     "copy_rows(columns, sources, start, n, batched[, meta, first_key]) -> bool: copy matching rows (their "
-     "keys first), or write nothing."},
+     "copy_rows(columns, sources, start, n, batched[, hi_word, written_hi]) -> bool: copy matching rows "
+     "(written_hi first), or write nothing."},
     {"fill_meta", fill_meta, METH_VARARGS,
-     "fill_meta(meta, start, n, first_key, version, priority): metadata rows of new items."},
+     "fill_meta(meta, start, n, version, priority): metadata rows of new items."},
+    {"fill_keys", fill_keys, METH_VARARGS,
+     "fill_keys(out, slots, key_column, lo, base, capacity): the keys (column 0) of sample rows."},
     {"ring_draw", ring_draw, METH_VARARGS,
      "ring_draw(uniforms, size, start, capacity, out): the slots of a ring's uniform draw."},
     {"ring_lookup", ring_lookup, METH_VARARGS,
@@ -845,9 +937,10 @@ static PyMethodDef methods[] = {
     {"count_samples", count_samples, METH_VARARGS,
      "count_samples(meta, slots, out): count a sample of slots and gather their metadata rows."},
     {"add_row", (PyCFunction)(void (*)(void))add_row, METH_FASTCALL,
-     "add_row(columns, sources, start, meta, key, version, priority) -> bool: one item and its metadata."},
+     "add_row(columns, sources, start, meta, version, priority) -> bool: one item and its metadata."},
     {"gather_rows", gather_rows, METH_VARARGS,
-     "gather_rows(columns, slots, outs) -> bool: rows of every column at slots, cache misses overlapped."},
+     "gather_rows(columns, slots, outs[, meta, meta_out[, key_column, lo, base]]) -> bool: rows of every column "
+     "at slots, cache misses overlapped."},
     {NULL, NULL, 0, NULL},
 };
 

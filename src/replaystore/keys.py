@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .placement import allocate, placing
-from .rows import ring_draw, ring_lookup
+from .rows import fill_keys, ring_draw, ring_lookup
 
 
 class KeyIndex:
@@ -142,6 +142,26 @@ class KeyIndex:
         slots = np.flatnonzero(self.key_of_slot >= 0)
         return slots[np.argsort(self.key_of_slot[slots], kind="stable")]
 
+    def live_keys(self) -> np.ndarray:
+        """The live keys, oldest first (a new array)."""
+        return self.key_of_slot[self.live_slots()]
+
+    def keys_of(self, slots: np.ndarray) -> np.ndarray:
+        """The key in each of ``slots`` (``-1``: free), a new array."""
+        return self.key_of_slot[slots]
+
+    def fill_keys(self, slots: np.ndarray, rows: np.ndarray) -> None:
+        """Column 0 of the sample rows ``rows`` of ``slots`` (C-contiguous int64): their keys."""
+        fill_keys(rows, slots, self.key_of_slot, 0, 0, self.capacity)
+
+    def run_keys(self, first: np.ndarray, width: int) -> np.ndarray:
+        """The keys of the runs of ``width`` consecutive slots from each of ``first``: ``(len(first), width)``.
+
+        One block copy a run (a view whose row ``i`` is ``key_of_slot[i : i + width]``).
+        """
+        col = self.key_of_slot
+        return np.ndarray((len(col) - width + 1, width), col.dtype, col, 0, (col.itemsize, col.itemsize))[first]
+
     def reset(self) -> None:
         """Forget the ring and the overflow (``key_of_slot`` is left as it is: the owner's)."""
         self._ring[:] = -1
@@ -169,16 +189,16 @@ class RingIndex:
     ``[lo, hi)`` and key ``k`` sits in slot ``(k - base) % capacity``; lookups, the oldest items,
     uniform picks and the free slots are arithmetic on those three numbers. The table keeps this
     index until the first removal that is not the oldest items, then builds a :class:`KeyIndex`
-    (see ``Table._leave_ring``). ``key_of_slot`` is still written (the table's metadata column),
-    ``-1`` where free.
+    (see ``Table._leave_ring``). No key is stored: slot ``s`` holds key
+    ``lo + (s - (lo - base)) % capacity`` while that is below ``hi`` (:meth:`keys_of`; the
+    :attr:`key_of_slot` property builds the whole column, ``O(capacity)``).
 
     Contract: ``assign`` gets the slots :meth:`slots_for` gave, for keys ``>= hi`` in increasing
     order; ``release``/``replace`` get the :meth:`oldest` slots. Not thread-safe (the Table locks).
     """
 
-    def __init__(self, capacity: int, key_of_slot: np.ndarray, base: int = 0, bounds: Any = None) -> None:
+    def __init__(self, capacity: int, base: int = 0, bounds: Any = None) -> None:
         self.capacity = capacity
-        self.key_of_slot = key_of_slot
         # the three numbers live in ``bounds`` (the table's state object: ring_base/lo/hi), so the
         # table's hot paths can move them without a call, and its state stays one object
         self.bounds = bounds if bounds is not None else RingBounds()
@@ -257,7 +277,6 @@ class RingIndex:
         """New ``keys`` (increasing, ``>= hi``) now live in ``slots_for`` their first key."""
         if len(keys) == 0:
             return
-        self.key_of_slot[slots] = keys
         if self.lo == self.hi:
             self.lo = int(keys[0])
         self.hi = int(keys[-1]) + 1
@@ -269,7 +288,6 @@ class RingIndex:
 
     def release(self, slots: np.ndarray) -> None:
         """The oldest ``len(slots)`` keys left."""
-        self.key_of_slot[slots] = -1
         self.lo += len(slots)
 
     def lookup(self, keys: np.ndarray) -> np.ndarray:
@@ -284,21 +302,54 @@ class RingIndex:
         """All occupied slots, oldest first."""
         return self.oldest(self.hi - self.lo)
 
+    def live_keys(self) -> np.ndarray:
+        """The live keys, oldest first (a new array)."""
+        return np.arange(self.lo, self.hi, dtype=np.int64)
+
+    def keys_of(self, slots: np.ndarray) -> np.ndarray:
+        """The key in each of ``slots`` (``-1``: free), a new array (ring arithmetic)."""
+        b, cap = self.bounds, self.capacity
+        lo = b.ring_lo
+        age = np.subtract(slots, (lo - b.ring_base) % cap, dtype=np.int64)  # (slots in [0, cap): no modulo)
+        age[age < 0] += cap
+        return np.where(age < b.ring_hi - lo, age + lo, -1)
+
+    def run_keys(self, first: np.ndarray, width: int) -> np.ndarray:
+        """The keys of runs of ``width`` consecutive live slots from each of ``first`` whose keys increase.
+
+        (A run of a stream's steps: consecutive slots whose keys increase hold consecutive keys.)
+        """
+        return self.keys_of(first)[:, None] + np.arange(width, dtype=np.int64)
+
+    def fill_keys(self, slots: np.ndarray, rows: np.ndarray) -> None:
+        """Column 0 of the sample rows ``rows`` of live ``slots`` (C-contiguous int64): their keys."""
+        b = self.bounds
+        fill_keys(rows, slots, None, b.ring_lo, b.ring_base, self.capacity)
+
+    @property
+    def key_of_slot(self) -> np.ndarray:
+        """The key column (``-1``: free), built from the ring (a new array, ``O(capacity)``)."""
+        out = np.full(self.capacity, -1, dtype=np.int64)
+        out[self.live_slots()] = self.live_keys()
+        return out
+
     def free_slots(self) -> np.ndarray:
         """The unoccupied slots, in the order the ring would fill them."""
         return self.slots_for(self.hi, self.capacity - (self.hi - self.lo))
 
     def clear(self) -> None:
         """Forget everything (the next key keeps its slot)."""
-        self.key_of_slot[self.live_slots()] = -1
         self.lo = self.hi
 
-    def to_key_index(self) -> KeyIndex:
-        """A :class:`KeyIndex` holding the same items (allocates its ring; ``O(capacity)``)."""
-        index = KeyIndex(self.capacity, key_of_slot=self.key_of_slot)
+    def to_key_index(self, key_of_slot: np.ndarray) -> KeyIndex:
+        """A :class:`KeyIndex` holding the same items (allocates its ring; ``O(capacity)``).
+
+        ``key_of_slot``: its key column (all ``-1``; the live keys are written into it).
+        """
+        index = KeyIndex(self.capacity, key_of_slot=key_of_slot)
         live = self.live_slots()
         if len(live):
-            index.assign(live, self.key_of_slot[live].copy())
+            index.assign(live, self.live_keys())
         return index
 
 

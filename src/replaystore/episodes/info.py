@@ -200,10 +200,10 @@ def check_positions(positions: Any, n: int) -> np.ndarray:
     return want
 
 
-def keys_at(index: EpisodeIndex, key_of_slot: np.ndarray, slots: np.ndarray, want: np.ndarray) -> np.ndarray:
+def keys_at(index: EpisodeIndex, keys_of: Any, slots: np.ndarray, want: np.ndarray) -> np.ndarray:
     """The key of the step at episode position ``want[i]`` of the episode of the step in ``slots[i]``.
 
-    ``slots``: ``-1`` for keys that are not live; ``key_of_slot``: the table's key of each slot.
+    ``slots``: ``-1`` for keys that are not live; ``keys_of(slots)``: the table's key of each slot.
     Returns ``-1`` where that step is not live. Changes nothing.
     """
     out = np.full(len(slots), -1, np.int64)
@@ -220,6 +220,6 @@ def keys_at(index: EpisodeIndex, key_of_slot: np.ndarray, slots: np.ndarray, wan
     ok = got >= 0
     ok[ok] = index.episode_of[got[ok]] == index.episode_of[s][ok]
     res = np.full(len(s), -1, np.int64)
-    res[ok] = key_of_slot[got[ok]]
+    res[ok] = keys_of(got[ok])
     out[found] = res
     return out

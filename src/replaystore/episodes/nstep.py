@@ -271,11 +271,19 @@ def check_request(index: EpisodeIndex, storage: Storage, batch_size: Any, n: Any
 
 
 def draw_nstep(
-    index: EpisodeIndex, sampler: Selector, storage: Storage, meta: np.ndarray, b: int, n: int, gamma: float
+    index: EpisodeIndex,
+    sampler: Selector,
+    storage: Storage,
+    meta: np.ndarray,
+    key_index: Any,
+    b: int,
+    n: int,
+    gamma: float,
 ) -> tuple[NStepSample, np.ndarray]:
     """Draw ``b`` start steps with ``sampler`` and compute their transitions: ``(sample, start slots)``.
 
-    ``meta``: the table's metadata rows. Changes nothing but the sampler's own draw state: the
+    ``meta``: the table's metadata rows, ``key_index`` the table's (``fill_keys``). Changes
+    nothing but the sampler's own draw state: the
     sample's ``times_sampled`` holds the counts before this sample, for the caller to overwrite
     once it has counted the sample over the start slots.
 
@@ -311,7 +319,9 @@ def draw_nstep(
     discount[done] = 0.0
     next_obs = read_field(storage, boot, cfg.next_obs_field if has_next else cfg.obs_field)
     data = storage.read(slots)
-    rows = sample_rows(meta, slots)
+    slots = np.ascontiguousarray(slots, dtype=np.int64)
+    rows = sample_rows(meta, slots, 0)
+    key_index.fill_keys(slots, rows)  # (compiled: the ring's arithmetic or the key column)
     return NStepSample(
         data=data,
         returns=returns,

@@ -27,7 +27,6 @@ from ..rows import sample_rows
 from ..samplers.base import Selector
 from ..samplers.prioritized import Prioritized
 from ..storage.base import Storage
-from ..storage.columns import runs_view
 from ..storage.spec import reshape_leaves
 from .index import EpisodeIndex
 from .samples import SequenceSample
@@ -236,6 +235,7 @@ def draw_sequences(
     rng: np.random.Generator,
     storage: Storage,
     meta: np.ndarray,
+    key_index: Any,
     n: int,
     width: int,
     burn_in: int,
@@ -244,7 +244,8 @@ def draw_sequences(
 ) -> tuple[SequenceSample, np.ndarray]:
     """Draw ``n`` windows (see the module doc) and gather them: ``(sample, start slots)``.
 
-    ``meta``: the table's metadata rows (key, times_sampled, version, priority bits). Changes
+    ``meta``: the table's metadata rows; ``key_index``: the table's (``keys_of(slots)``, the keys in
+    those slots, and ``run_keys(first, width)``, those of runs of consecutive slots). Changes
     nothing: the sample's ``times_sampled`` holds the counts before this sample, for the caller to
     overwrite once it has counted the sample over the start slots.
 
@@ -279,22 +280,18 @@ def draw_sequences(
         mask = padded_mask(index, win, keys, burn_in)
         full = bool(mask.all())
     slots = win if full else np.where(mask, win, keys[:, None])
-    if (
-        full
-        and hasattr(storage, "read_runs")
-        and meta.flags.c_contiguous
-        and runs_of(slots, min(len(meta), storage.capacity))
-    ):
+    if full and hasattr(storage, "read_runs") and runs_of(slots, min(len(meta), storage.capacity)):
         # steps written in order to a FIFO table sit in consecutive slots: block copies
-        first = slots[:, 0]
-        data = storage.read_runs(first, slots.shape[1])
-        step_keys = runs_view(meta, slots.shape[1], column=0)[first]
+        data = storage.read_runs(slots[:, 0], slots.shape[1])
+        step_keys = key_index.run_keys(slots[:, 0], slots.shape[1])
     else:
         data = reshape_leaves(storage.read(slots.ravel()), slots.shape)
-        step_keys = meta[:, 0][slots]
+        step_keys = key_index.keys_of(slots)
     if not full:
         zero_where(data, mask)
-    rows = sample_rows(meta, keys)
+    keys = np.ascontiguousarray(keys, dtype=np.int64)  # (the start slots)
+    rows = sample_rows(meta, keys, 0)
+    key_index.fill_keys(keys, rows)  # (compiled: the ring's arithmetic or the key column)
     if not full:
         step_keys[~mask] = -1
     return SequenceSample(

@@ -72,11 +72,11 @@ def check_request(k: Any, replace: Any) -> int:
 
 
 def draw_episodes(
-    index: EpisodeIndex, storage: Storage, meta: np.ndarray, rng: np.random.Generator, k: int, replace: bool
+    index: EpisodeIndex, storage: Storage, keys_of: Any, rng: np.random.Generator, k: int, replace: bool
 ) -> tuple[np.ndarray, EpisodeBatch]:
     """Draw ``k`` complete episodes uniformly: ``(slots of every returned step, the batch)``.
 
-    ``meta``: the table's metadata rows (column 0: keys). Changes nothing (the caller counts the
+    ``keys_of(slots)``: the table's keys in those slots. Changes nothing (the caller counts the
     sample over the returned slots).
 
     Raises:
@@ -94,7 +94,7 @@ def draw_episodes(
     parts = [slots[bounds[i] : bounds[i + 1]] for i in pick.tolist()]
     flat = np.concatenate(parts)
     data = storage.read(flat)
-    keys = meta[:, 0][flat]
+    keys = keys_of(flat)
     last = np.cumsum(lengths) - 1
     fl = index.flags[flat[last]]
     streams = index.streams(flat[last])

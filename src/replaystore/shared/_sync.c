@@ -820,57 +820,64 @@ set_word(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
-/* keys_settled(words, busy_word, acquired_word, unordered_word, meta, slots, rows) -> bool: may a copy
- * made outside the lock be kept?
+/* keys_settled(words, busy_word, acquired_word, unordered_word, hi_word, key_column, slots, rows) -> bool:
+ * may a copy made outside the lock be kept?
  *
- * A sample draws under the lock (rows: the drawn slots' metadata rows, key in column 0), releases
+ * A sample draws under the lock (rows: the drawn slots' sample rows, key in column 0), releases
  * it and copies the payloads. Every payload write happens inside the lock, with the header's busy
- * word set (set_word) for the whole critical section, and gives each slot it writes a key no slot
- * ever had: the ring's fast paths write the new keys first (copy_rows with meta: a release fence
- * before the payload), the general insert writes them after its payloads and sets the header's
- * unordered word first. So after the copy: a full fence; if no section is open (busy word 0), or
- * the open one has written keys first only (unordered word 0), every write the copy may have seen
- * has its new key visible now; if the open section writes rows before keys, spin (the GIL
- * released, at most this process's spin budget) until it is over (the busy word clears, or the
- * acquisition counter moves: another section began after it). Then the copy is whole if each
- * drawn slot still holds the key it was drawn with. Returns False when a key moved or the
+ * word set (set_word) for the whole critical section (or, a ring reservation, after its section
+ * published written_hi), and gives each slot it writes a key no slot ever had. In ring mode the
+ * keys are implicit (slot s holds key lo + (s - (lo - base)) mod capacity) and every write first
+ * raises the header's written_hi word (one past the newest key whose row it begins; a release
+ * fence before the payload; a removal of the oldest items raises it to ring_lo + capacity): key
+ * k's slot is rewritten only by key k + capacity or later, so a copy of key k is whole (and its
+ * item not removed) while k >= written_hi - capacity. When ring mode ends the table writes
+ * the live keys out to its key column and sets written_hi to -1; from then on each write keeps
+ * the key column (a free slot -1) and the check is that column's key. The general insert writes
+ * rows before its keys and sets the header's unordered word first. So after the copy: a full
+ * fence; if no section is open (busy word 0), or the open one writes in order only (unordered
+ * word 0), every write the copy may have seen shows now; if the open section writes rows before
+ * keys, spin (the GIL released, at most this process's spin budget) until it is over (the busy
+ * word clears, or the acquisition counter moves: another section began after it). Then the copy
+ * is whole if each drawn key passes the check above. Returns False when one does not or the
  * section outlasted the spin: the caller finishes under the lock. Raises ValueError for buffers
- * that do not fit (int64 words holding the three words, a (capacity, width) int64 meta with the key
- * in column 0, slots within it, (len(slots), 4) rows). Thread-safe; writes nothing. */
+ * that do not fit (int64 words holding the four words, a (capacity,) int64 key column, slots
+ * within it, (len(slots), 4) rows). Thread-safe; writes nothing. The key column is read only
+ * when written_hi is -1 (in ring mode it may be a hole of the segment). */
 static PyObject *
 keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "keys_settled(words, busy_word, acquired_word, unordered_word, meta, slots, rows)");
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "keys_settled(words, busy_word, acquired_word, unordered_word, hi_word, key_column, slots, rows)");
         return NULL;
     }
     Py_ssize_t busy = PyLong_AsSsize_t(args[1]), acq = PyLong_AsSsize_t(args[2]), unord = PyLong_AsSsize_t(args[3]);
-    if ((busy == -1 || acq == -1 || unord == -1) && PyErr_Occurred())
+    Py_ssize_t hiw = PyLong_AsSsize_t(args[4]);
+    if ((busy == -1 || acq == -1 || unord == -1 || hiw == -1) && PyErr_Occurred())
         return NULL;
     Py_buffer w, m, s, r;
     if (PyObject_GetBuffer(args[0], &w, PyBUF_C_CONTIGUOUS) < 0)
         return NULL;
-    if (PyObject_GetBuffer(args[4], &m, PyBUF_C_CONTIGUOUS) < 0) {
+    if (PyObject_GetBuffer(args[5], &m, PyBUF_C_CONTIGUOUS) < 0) {
         PyBuffer_Release(&w);
         return NULL;
     }
-    if (PyObject_GetBuffer(args[5], &s, PyBUF_C_CONTIGUOUS) < 0) {
+    if (PyObject_GetBuffer(args[6], &s, PyBUF_C_CONTIGUOUS) < 0) {
         PyBuffer_Release(&m);
         PyBuffer_Release(&w);
         return NULL;
     }
-    if (PyObject_GetBuffer(args[6], &r, PyBUF_C_CONTIGUOUS) < 0) {
+    if (PyObject_GetBuffer(args[7], &r, PyBUF_C_CONTIGUOUS) < 0) {
         PyBuffer_Release(&s);
         PyBuffer_Release(&m);
         PyBuffer_Release(&w);
         return NULL;
     }
-    Py_ssize_t mw = m.ndim == 2 && m.shape[1] > 0 ? m.shape[1] : 1; /* (the metadata row's width in words) */
-    Py_ssize_t cap = m.len / (8 * mw), n = s.len / 8, nwords = w.len / 8;
+    Py_ssize_t cap = m.len / 8, n = s.len / 8, nwords = w.len / 8;
     int ok = w.itemsize == 8 && busy >= 0 && busy < nwords && acq >= 0 && acq < nwords && unord >= 0
-             && unord < nwords && m.itemsize == 8
-             && m.ndim == 2 && s.itemsize == 8 && r.itemsize == 8 && r.ndim == 2
-             && r.shape[1] == 4 && r.len == 32 * n;
+             && unord < nwords && hiw >= 0 && hiw < nwords && m.itemsize == 8 && m.ndim == 1 && cap > 0
+             && s.itemsize == 8 && r.itemsize == 8 && r.ndim == 2 && r.shape[1] == 4 && r.len == 32 * n;
     const int64_t *slots = (const int64_t *)s.buf;
     for (Py_ssize_t i = 0; ok && i < n; i++)
         if (slots[i] < 0 || slots[i] >= cap)
@@ -894,10 +901,18 @@ keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             Py_END_ALLOW_THREADS
             __atomic_thread_fence(__ATOMIC_SEQ_CST);
         }
-        const int64_t *meta = (const int64_t *)m.buf, *rows = (const int64_t *)r.buf;
-        for (Py_ssize_t i = 0; settled && i < n; i++)
-            if (__atomic_load_n(meta + mw * slots[i], __ATOMIC_RELAXED) != rows[4 * i])
-                settled = 0;
+        const int64_t *rows = (const int64_t *)r.buf;
+        int64_t hi = settled ? __atomic_load_n((const int64_t *)w.buf + hiw, __ATOMIC_ACQUIRE) : 0;
+        if (hi >= 0) { /* ring mode: key k's slot is not rewritten while k >= written_hi - capacity */
+            for (Py_ssize_t i = 0; settled && i < n; i++)
+                if (rows[4 * i] < hi - (int64_t)cap)
+                    settled = 0;
+        } else { /* out of ring mode: the key column */
+            const int64_t *keys = (const int64_t *)m.buf;
+            for (Py_ssize_t i = 0; settled && i < n; i++)
+                if (__atomic_load_n(keys + slots[i], __ATOMIC_RELAXED) != rows[4 * i])
+                    settled = 0;
+        }
     }
     PyBuffer_Release(&r);
     PyBuffer_Release(&s);
@@ -905,8 +920,8 @@ keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyBuffer_Release(&w);
     if (!ok) {
         PyErr_SetString(PyExc_ValueError,
-                        "keys_settled: int64 words holding the busy and acquisition words, a (capacity, width) "
-                        "int64 meta, int64 slots within it, 4 int64 rows per slot");
+                        "keys_settled: int64 words holding the busy, acquisition, unordered and written_hi words, "
+                        "a (capacity,) int64 key column, int64 slots within it, 4 int64 rows per slot");
         return NULL;
     }
     return PyBool_FromLong(settled);
@@ -925,13 +940,15 @@ keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * (ProcessGuard) left out. The protocol is the Python path's: the batch is checked before the lock (a dict of exactly the
  * columns' `names`, each an ndarray of the column's dtype and row shape, C-contiguous, the same
  * length n, 1 <= n <= max_rows), the section is opened with the insert's intent n (a process
- * killed inside is recovered as one killed in the Python path), the new metadata rows
- * (`meta`: the table's (capacity, 3) int64 rows, written here as replaystore.rows' fill_meta does:
- * key, (times sampled 0, version) as int32, priority bits) are written before the payload rows
- * with a release fence between (samples that copy outside the lock check the keys), the scalars
+ * killed inside is recovered as one killed in the Python path), the header's written_hi word
+ * becomes one past the batch's last key before any row is written (a release fence between:
+ * samples that copy outside the lock check their keys against it; the keys themselves are
+ * implicit in ring mode), the new metadata rows (`meta`: the table's (capacity, 2) or
+ * (capacity, 1) int64 rows, written as replaystore.rows' fill_meta does: (times sampled 0,
+ * version) as int32, priority bits) and the payload rows are written, the scalars
  * are the segment's words (`words`: the scalars region; `slots`: bytes of 15 native int64 word
  * indices in the order of the S_ and L_ names below), and leaving commits the state copy.
- * `header_words`: (busy, unordered, reserved) word indices of the mutex's buffer; `limits`:
+ * `header_words`: (busy, unordered, reserved, written_hi) word indices of the mutex's buffer; `limits`:
  * (limited, samples_per_insert, max_diff) of a RateLimiter whose can_insert is the base formula.
  *
  * insert(guard, data) -> the items' keys (int64 array) when the batch went in (the `generation`
@@ -952,7 +969,7 @@ keys_settled(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 enum { S_NEXT, S_BASE, S_LO, S_HI, S_SIZE, S_NFREE, S_INSERTS, S_DELETES, S_EVICTIONS, S_VERSION,
        S_MAXPRIO, S_RINGMODE, L_INSERTS, L_SAMPLES, L_DELETES, N_RING_WORDS };
 #define MAX_RING_COLUMNS 32
-#define RING_META_W 3 /* replaystore.rows.META_WIDTH: key, (times sampled, version) as int32, priority bits */
+#define RING_META_W 2 /* replaystore.rows.META_WIDTH: (times sampled, version) as int32, priority bits (no key) */
 
 typedef struct {
     PyObject_HEAD
@@ -963,7 +980,7 @@ typedef struct {
     Py_ssize_t meta_w;  /* RING_META_W, or RING_META_W - 1 (no priority word) */
     int64_t *w[N_RING_WORDS];
     long long capacity, max_rows, generation;
-    Py_ssize_t busy, unordered, reserved, ncols;
+    Py_ssize_t busy, unordered, reserved, written_hi, ncols;
     int limited;
     double spi, max_diff;
     PyArrayObject *col[MAX_RING_COLUMNS];
@@ -993,11 +1010,11 @@ RingInserter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PyObject *mutex, *copies, *words, *names, *columns, *meta, *timeout;
     Py_buffer slots;
     long long capacity, max_rows;
-    Py_ssize_t busy, unordered, reserved;
+    Py_ssize_t busy, unordered, reserved, written_hi;
     int limited;
     double spi, max_diff;
-    if (!PyArg_ParseTuple(args, "O!O!Oy*LL(nnn)(pdd)O!O!OO", &RobustMutexType, &mutex, &StateCopiesType, &copies,
-                          &words, &slots, &capacity, &max_rows, &busy, &unordered, &reserved, &limited, &spi,
+    if (!PyArg_ParseTuple(args, "O!O!Oy*LL(nnnn)(pdd)O!O!OO", &RobustMutexType, &mutex, &StateCopiesType, &copies,
+                          &words, &slots, &capacity, &max_rows, &busy, &unordered, &reserved, &written_hi, &limited, &spi,
                           &max_diff, &PyTuple_Type, &names, &PyTuple_Type, &columns, &meta, &timeout))
         return NULL;
     RingInserter *self = (RingInserter *)type->tp_alloc(type, 0);
@@ -1015,9 +1032,10 @@ RingInserter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     Py_ssize_t nwords = self->words.len / 8, ncols = PyTuple_GET_SIZE(columns);
     int ok = slots.len == 8 * N_RING_WORDS && self->words.len >= 8 * ((StateCopies *)copies)->n && capacity > 0 && max_rows >= 0 && busy >= 0 && unordered >= 0
              && reserved >= 0 && 8 * (busy + 1) <= m->view.len && 8 * (unordered + 1) <= m->view.len
-             && 8 * (reserved + 1) <= m->view.len && ncols > 0 && ncols <= MAX_RING_COLUMNS
+             && 8 * (reserved + 1) <= m->view.len && written_hi >= 0 && 8 * (written_hi + 1) <= m->view.len
+             && ncols > 0 && ncols <= MAX_RING_COLUMNS
              && PyTuple_GET_SIZE(names) == ncols;
-    if (ok) {  /* the metadata rows: a writable C-contiguous (capacity, 3) int64 array */
+    if (ok) {  /* the metadata rows: a writable C-contiguous (capacity, 2) or (capacity, 1) int64 array */
         PyArrayObject *ma = (PyArrayObject *)meta;
         ok = PyArray_Check(meta) && PyArray_NDIM(ma) == 2 && PyArray_DIM(ma, 0) == capacity
              && (PyArray_DIM(ma, 1) == RING_META_W || PyArray_DIM(ma, 1) == RING_META_W - 1)
@@ -1050,7 +1068,7 @@ RingInserter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (!ok) {
         PyErr_SetString(PyExc_ValueError, "RingInserter: word indices outside the buffers, a bad capacity, or "
                                           "columns or meta that are not writable C-contiguous arrays of "
-                                          "`capacity` rows (meta: (capacity, 3) int64)");
+                                          "`capacity` rows (meta: (capacity, 2) or (capacity, 1) int64)");
         Py_DECREF(self);
         return NULL;
     }
@@ -1065,6 +1083,7 @@ RingInserter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->busy = busy;
     self->unordered = unordered;
     self->reserved = reserved;
+    self->written_hi = written_hi;
     self->ncols = ncols;
     self->limited = limited;
     self->spi = spi;
@@ -1332,19 +1351,21 @@ ring_insert_locked(RingInserter *self, const char **src, npy_intp n)
         PyErr_Restore(et, ev, tb);
         return NULL;
     }
-    /* the new metadata rows (keys) first, as replaystore.rows.fill_meta(meta, start, n, first, version, prio) */
+    /* written_hi first (the keys are implicit: replaystore.shared.reads), then the metadata rows
+     * as replaystore.rows.fill_meta(meta, start, n, version, prio), then the payloads */
+    if (hdr[self->written_hi] < first + n) /* (raised only: a removal of the oldest items may have set it higher) */
+        __atomic_store_n((int64_t *)hdr + self->written_hi, (int64_t)(first + n), __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_RELEASE);  /* (before the rows: see replaystore.shared.reads) */
     Py_ssize_t mw = self->meta_w;  /* (a narrow row: no priority word) */
     int64_t *mrow = self->meta_rows + mw * start, pbits = *w[S_MAXPRIO];
-    int32_t pair[2] = {0, (int32_t)version};  /* (times sampled, version): word 1 */
+    int32_t pair[2] = {0, (int32_t)version};  /* (times sampled, version): word 0 */
     int64_t pword;
     memcpy(&pword, pair, 8);
     for (npy_intp i = 0; i < n; i++, mrow += mw) {
-        mrow[0] = first + i;
-        mrow[1] = pword;
+        mrow[0] = pword;
         if (mw == RING_META_W)
-            mrow[2] = pbits;
+            mrow[1] = pbits;
     }
-    __atomic_thread_fence(__ATOMIC_RELEASE);  /* (the keys before the rows: see replaystore.shared.reads) */
     for (Py_ssize_t i = 0; i < self->ncols; i++) {
         Py_ssize_t rb = self->rowbytes[i];
         memcpy((char *)PyArray_DATA(self->col[i]) + start * rb, src[i], (size_t)(n * rb));
@@ -1411,7 +1432,7 @@ static PyTypeObject RingInserterType = {
  * Built only with NumPy's headers (RS_WITH_NUMPY), as RingInserter.
  *
  * RingSampler(mutex, copies, words, slots, capacity, header, header_words, limits, names, columns,
- *             meta, timeout, sampler)
+ *             meta, key_column, timeout, sampler)
  *
  * What replaystore.shared.reads.KeyCheckedReads.sample does for a ring-mode table whose sampler is
  * a Uniform that follows the ring (no max_times_sampled, flat column storage), with the section's
@@ -1426,10 +1447,13 @@ static PyTypeObject RingInserterType = {
  * keys_settled (the module function, called with the segment's header words).
  * `words`: the scalars region; `slots`: bytes of N_DRAW_WORDS int64 word indices in the order of
  * the D_ names below; `header`: the segment's header words (an int64 buffer: the mutex's);
- * `header_words`: (busy, unordered, acquired) word indices in it; `limits`: (samples_per_insert,
- * min_diff, min_size_to_sample) of a RateLimiter whose can_sample is the base formula; `names`
- * and `columns`: the storage's flat columns; `meta`: the (capacity, RING_META_W) int64 rows (or
- * RING_META_W - 1 words: a narrow row, no priority word, its items' priority 1.0);
+ * `header_words`: (busy, unordered, acquired, written_hi) word indices in it; `limits`:
+ * (samples_per_insert, min_diff, min_size_to_sample) of a RateLimiter whose can_sample is the
+ * base formula; `names` and `columns`: the storage's flat columns; `meta`: the (capacity,
+ * RING_META_W) int64 rows (or RING_META_W - 1 words: a narrow row, no priority word, its items'
+ * priority 1.0); `key_column`: the table's (capacity,) int64 key column (read by keys_settled
+ * only once ring mode is over); a sample row's key is the ring's (lo + (slot - (lo - base)) mod
+ * capacity: keys are implicit in ring mode);
  * `sampler`: the Uniform (its `rng` attribute is read at every call: a new Generator is refused).
  *
  * sample(guard, n) -> (slots, probabilities, rows, data, settled) when the sample was drawn
@@ -1453,8 +1477,8 @@ enum { D_BASE, D_LO, D_HI, D_SIZE, D_RINGMODE, D_SAMPLES, D_SAMPLE_CALLS, D_L_IN
 
 typedef struct {
     PyObject_HEAD
-    PyObject *mutex, *copies, *words_obj, *header, *names, *columns, *meta, *timeout, *sampler;
-    PyObject *rng, *bitgen_obj, *lock_acquire, *lock_release, *busy_obj, *acquired_obj, *unordered_obj;
+    PyObject *mutex, *copies, *words_obj, *header, *names, *columns, *meta, *keycol, *timeout, *sampler;
+    PyObject *rng, *bitgen_obj, *lock_acquire, *lock_release, *busy_obj, *acquired_obj, *unordered_obj, *hi_obj;
     PyObject *after_copy; /* (tests: called with the slots after the copy, before the key check) */
     Py_buffer words;
     bitgen_t *bitgen;
@@ -1476,9 +1500,9 @@ RingSampler_dealloc(RingSampler *self)
     if (self->words.obj != NULL)
         PyBuffer_Release(&self->words);
     PyObject **own[] = {&self->mutex, &self->copies, &self->words_obj, &self->header, &self->names,
-                        &self->columns, &self->meta, &self->timeout, &self->sampler, &self->rng,
+                        &self->columns, &self->meta, &self->keycol, &self->timeout, &self->sampler, &self->rng,
                         &self->bitgen_obj, &self->lock_acquire, &self->lock_release, &self->busy_obj,
-                        &self->acquired_obj, &self->unordered_obj, &self->after_copy};
+                        &self->acquired_obj, &self->unordered_obj, &self->hi_obj, &self->after_copy};
     for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
         Py_CLEAR(*own[i]);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -1487,14 +1511,15 @@ RingSampler_dealloc(RingSampler *self)
 static PyObject *
 RingSampler_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *mutex, *copies, *words, *header, *names, *columns, *meta, *timeout, *sampler;
+    PyObject *mutex, *copies, *words, *header, *names, *columns, *meta, *keycol, *timeout, *sampler;
     Py_buffer slots;
     long long capacity, min_size;
-    Py_ssize_t busy, unordered, acquired;
+    Py_ssize_t busy, unordered, acquired, written_hi;
     double spi, min_diff;
-    if (!PyArg_ParseTuple(args, "O!O!Oy*LO(nnn)(ddL)O!O!OOO", &RobustMutexType, &mutex, &StateCopiesType, &copies,
-                          &words, &slots, &capacity, &header, &busy, &unordered, &acquired, &spi, &min_diff,
-                          &min_size, &PyTuple_Type, &names, &PyTuple_Type, &columns, &meta, &timeout, &sampler))
+    if (!PyArg_ParseTuple(args, "O!O!Oy*LO(nnnn)(ddL)O!O!OOOO", &RobustMutexType, &mutex, &StateCopiesType, &copies,
+                          &words, &slots, &capacity, &header, &busy, &unordered, &acquired, &written_hi, &spi,
+                          &min_diff, &min_size, &PyTuple_Type, &names, &PyTuple_Type, &columns, &meta, &keycol,
+                          &timeout, &sampler))
         return NULL;
     RingSampler *self = (RingSampler *)type->tp_alloc(type, 0);
     if (self == NULL) {
@@ -1511,7 +1536,8 @@ RingSampler_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     Py_ssize_t nwords = self->words.len / 8, ncols = PyTuple_GET_SIZE(columns);
     int ok = slots.len == 8 * N_DRAW_WORDS && self->words.len >= 8 * ((StateCopies *)copies)->n && capacity > 0
              && busy >= 0 && unordered >= 0 && acquired >= 0 && 8 * (busy + 1) <= m->view.len
-             && 8 * (unordered + 1) <= m->view.len && 8 * (acquired + 1) <= m->view.len && ncols > 0
+             && 8 * (unordered + 1) <= m->view.len && 8 * (acquired + 1) <= m->view.len && written_hi >= 0
+             && 8 * (written_hi + 1) <= m->view.len && ncols > 0
              && ncols <= MAX_RING_COLUMNS && PyTuple_GET_SIZE(names) == ncols;
     if (ok) { /* the metadata rows: a writable C-contiguous (capacity, RING_META_W or RING_META_W - 1) int64 array */
         PyArrayObject *ma = (PyArrayObject *)meta;
@@ -1521,6 +1547,9 @@ RingSampler_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
              && PyArray_ISWRITEABLE(ma);
         self->meta_rows = ok ? (int64_t *)PyArray_DATA(ma) : NULL;
         self->meta_w = ok ? PyArray_DIM(ma, 1) : RING_META_W;
+        PyArrayObject *ka = (PyArrayObject *)keycol; /* (the key column: read by keys_settled out of ring mode) */
+        ok = ok && PyArray_Check(keycol) && PyArray_NDIM(ka) == 1 && PyArray_DIM(ka, 0) == capacity
+             && PyArray_TYPE(ka) == NPY_INT64 && PyArray_IS_C_CONTIGUOUS(ka);
     }
     for (int i = 0; ok && i < N_DRAW_WORDS; i++) {
         int64_t k;
@@ -1546,7 +1575,8 @@ RingSampler_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (!ok) {
         PyErr_SetString(PyExc_ValueError, "RingSampler: word indices outside the buffers, a bad capacity, or "
                                           "columns or meta that are not C-contiguous arrays of `capacity` rows "
-                                          "(meta: writable (capacity, 3) int64)");
+                                          "(meta: writable (capacity, 2) or (capacity, 1) int64; key column: "
+                                          "(capacity,) int64)");
         Py_DECREF(self);
         return NULL;
     }
@@ -1559,9 +1589,9 @@ RingSampler_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->min_diff = min_diff;
     self->min_size = min_size;
     PyObject **own[] = {&self->mutex, &self->copies, &self->words_obj, &self->header, &self->names,
-                        &self->columns, &self->meta, &self->timeout, &self->sampler};
-    PyObject *vals[] = {mutex, copies, words, header, names, columns, meta, timeout, sampler};
-    for (int i = 0; i < 9; i++) {
+                        &self->columns, &self->meta, &self->keycol, &self->timeout, &self->sampler};
+    PyObject *vals[] = {mutex, copies, words, header, names, columns, meta, keycol, timeout, sampler};
+    for (int i = 0; i < 10; i++) {
         Py_INCREF(vals[i]);
         *own[i] = vals[i];
     }
@@ -1581,8 +1611,9 @@ RingSampler_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->busy_obj = PyLong_FromSsize_t(busy);
     self->acquired_obj = PyLong_FromSsize_t(acquired);
     self->unordered_obj = PyLong_FromSsize_t(unordered);
+    self->hi_obj = PyLong_FromSsize_t(written_hi);
     if (self->bitgen == NULL || self->lock_acquire == NULL || self->lock_release == NULL || self->busy_obj == NULL
-        || self->acquired_obj == NULL || self->unordered_obj == NULL) {
+        || self->acquired_obj == NULL || self->unordered_obj == NULL || self->hi_obj == NULL) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "RingSampler: the sampler's rng is not a NumPy Generator");
         Py_DECREF(self);
@@ -1683,17 +1714,21 @@ draw_locked(RingSampler *self, int64_t *slots, double *probabilities, int64_t *r
             __builtin_prefetch(ahead, 1);
             __builtin_prefetch(ahead + mw - 1, 1);
         }
-        int32_t *ts = (int32_t *)(meta + mw * slots[i]) + 2;
+        int32_t *ts = (int32_t *)(meta + mw * slots[i]); /* (int32 0: times sampled) */
         if (*ts != INT32_MAX)
             *ts += 1;
     }
+    long long lstart = (lo - *w[D_BASE]) % cap; /* (the slot of key lo: keys are implicit in ring mode) */
+    if (lstart < 0)
+        lstart += cap;
     for (npy_intp i = 0; i < n; i++) {
         const int64_t *row = meta + mw * slots[i];
         const int32_t *r32 = (const int32_t *)row;
-        rows[4 * i] = row[0];
-        rows[4 * i + 1] = r32[2];
-        rows[4 * i + 2] = r32[3];
-        rows[4 * i + 3] = mw == RING_META_W ? row[2] : unkept;
+        long long age = slots[i] - lstart;
+        rows[4 * i] = lo + (age < 0 ? age + cap : age);
+        rows[4 * i + 1] = r32[0];
+        rows[4 * i + 2] = r32[1];
+        rows[4 * i + 3] = mw == RING_META_W ? row[1] : unkept;
     }
     *w[D_L_SAMPLES] += n;
     *w[D_SAMPLES] += n;
@@ -1859,9 +1894,9 @@ RingSampler_sample(RingSampler *self, PyObject *const *args, Py_ssize_t nargs)
         }
         Py_DECREF(hook);
     }
-    PyObject *kargs[7] = {self->header, self->busy_obj, self->acquired_obj, self->unordered_obj, self->meta,
-                          slots_a, rows_a};
-    PyObject *settled = keys_settled(NULL, kargs, 7);
+    PyObject *kargs[8] = {self->header, self->busy_obj, self->acquired_obj, self->unordered_obj, self->hi_obj,
+                          self->keycol, slots_a, rows_a};
+    PyObject *settled = keys_settled(NULL, kargs, 8);
     if (settled == NULL) {
         Py_DECREF(data);
         goto done;
@@ -1912,7 +1947,7 @@ static PyMethodDef methods[] = {
     {"set_word", (PyCFunction)(void (*)(void))set_word, METH_FASTCALL,
      "set_word(words, index, value): words[index] = value, after every earlier store and before every later one."},
     {"keys_settled", (PyCFunction)(void (*)(void))keys_settled, METH_FASTCALL,
-     "keys_settled(words, busy_word, acquired_word, unordered_word, meta, slots, rows) -> bool: after a copy made "
+     "keys_settled(words, busy_word, acquired_word, unordered_word, hi_word, key_column, slots, rows) -> bool: after a copy made "
      "outside the lock, True once no critical section that overlapped it is open and every slot "
      "still holds its drawn key."},
     {"fence", fence, METH_NOARGS,

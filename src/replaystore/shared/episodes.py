@@ -103,17 +103,18 @@ class EpisodeSync:
         return slots[self.uid[slots] == self.index.uid[slots]]
 
     # -- other processes' changes into this index ---------------------------------------------------
-    def pull(self, ring: tuple | None, priorities: np.ndarray, key_of_slot: np.ndarray) -> None:
+    def pull(self, ring: tuple | None, priorities: np.ndarray, key_of_slot: Any) -> None:
         """Bring this index to the published state (the ``pub_*`` scalars just loaded).
 
         ``ring``: ``(lo, hi, base)`` of a table in ring mode (its live keys ``[lo, hi)``), else
         ``None``: then the slots whose step differs are found by comparing the whole ``uid``
-        column (``O(capacity)``). ``key_of_slot``: the table's key column (``-1``: free slot).
+        column (``O(capacity)``). ``key_of_slot()``: the table's key column (``-1``: free slot; called
+        only after a crash).
         """
         serial, ends, next_episode, used = self.pub_serial, self.pub_ends, self.pub_next_episode, self.pub_used
         idx = self.index
         if self.revalidate:  # a process died in the lock: steps of slots the repaired table frees are gone
-            self.uid[key_of_slot < 0] = -1
+            self.uid[key_of_slot() < 0] = -1
         if ring is None and self.in_ring:  # the table left ring mode (in another process): steps are
             idx.refill_live()  # found by comparison from now on; its own live set is its steps
             self.in_ring = False

@@ -29,6 +29,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Closed
+from . import header as H
 from .copies import state_copies
 from .header import COPY0, COPY_WORDS, VICTIMS, W_ACQUIRED, W_ACTIVE, W_BUSY, W_RECOVERIES, W_RESERVED, W_UNORDERED
 from .recovery import reconcile
@@ -200,9 +201,9 @@ class ProcessGuard:
     ) -> Any:
         """A compiled ring insert over this guard's lock (``_sync.RingInserter``, see its source), or None.
 
-        ``parts``: ``(names, columns, meta)`` (``meta``: the table's ``(capacity, 3)`` int64 metadata
-        rows). None where this guard cannot give one (the module built without NumPy's headers, or
-        the scalars not in the segment).
+        ``parts``: ``(names, columns, meta)`` (``meta``: the table's ``(capacity, 2)`` or
+        ``(capacity, 1)`` int64 metadata rows). None where this guard cannot give one (the module
+        built without NumPy's headers, or the scalars not in the segment).
         """
         if RingInserter is None or self._live is None:
             return None
@@ -213,7 +214,7 @@ class ProcessGuard:
             slots,
             capacity,
             max_rows,
-            (W_BUSY, W_UNORDERED, W_RESERVED),
+            (W_BUSY, W_UNORDERED, W_RESERVED, H.W_WRITTEN_HI),
             limits,
             *parts,
             self.segment.lock_timeout,
@@ -224,7 +225,8 @@ class ProcessGuard:
     ) -> Any:
         """A compiled ring-mode uniform sample over this guard's lock (``_sync.RingSampler``, see its source), or None.
 
-        ``parts``: ``(names, columns, meta)`` as for :meth:`ring_inserter`; ``limits``:
+        ``parts``: ``(names, columns, meta, key_column)``: as for :meth:`ring_inserter`, and the
+        table's ``(capacity,)`` key column (read once ring mode is over); ``limits``:
         ``(samples_per_insert, min_diff, min_size_to_sample)``; ``sampler``: the table's
         ``Uniform`` (its numbers come from ``sampler.rng``). None where this guard cannot give one.
         """
@@ -237,7 +239,7 @@ class ProcessGuard:
             slots,
             capacity,
             self.segment.words,
-            (W_BUSY, W_UNORDERED, W_ACQUIRED),
+            (W_BUSY, W_UNORDERED, W_ACQUIRED, H.W_WRITTEN_HI),
             limits,
             *parts,
             self.segment.lock_timeout,

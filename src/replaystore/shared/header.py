@@ -1,14 +1,15 @@
 """The header page of a shared table's segment: its words, and the checks of its configuration.
 
 The header (int64 words): magic, layout version, sizes, creator pid, the pid of the process inside
-the critical section (``busy``, zero outside it), which of the two state copies is current, the
-pid of a process waiting for the mutex, the lock kind, the acquisitions counter, the *unordered*
-and *reserved* words (:mod:`replaystore.shared.reads`, :mod:`replaystore.shared.reserve`), two
-copies of the Table's scalar state (``HostedTable.state_scalars``) each led by a generation number and
-an insert *intent* (rows an insert in progress may be writing), the attached pids, whether the
-deferred regions are reserved, and at ``lock.MUTEX_BYTE`` the mutex itself. A writer fills the
-state copy that is not current and then flips the selector (one aligned 8-byte store), so a
-reader, or a process that recovers after a writer died, always finds one complete copy.
+the critical section (``busy``, zero outside it), which of the two state copies is current, the pid
+of a process waiting for the mutex, the lock kind, the acquisitions counter, the *unordered* and
+*reserved* words (:mod:`replaystore.shared.reads`, :mod:`replaystore.shared.reserve`), two copies of
+the Table's scalar state (``HostedTable.state_scalars``) each led by a generation number and an
+insert *intent* (rows an insert in progress may be writing), the attached pids, whether the deferred
+regions are reserved, *written_hi* (:mod:`replaystore.shared.reads`), and at ``lock.MUTEX_BYTE`` the
+mutex itself. A writer fills the state copy that is not current and then flips the selector (one
+aligned 8-byte store), so a reader, or a process that recovers after a writer died, always finds one
+complete copy.
 """
 
 from __future__ import annotations
@@ -42,8 +43,11 @@ PIDS = COPY0 + 2 * COPY_WORDS  # the table of attached pids
 MAX_PIDS = 128
 #: 1 once the deferred regions (if any) hold their blocks and initial contents, else 0
 W_DEFERRED = PIDS + MAX_PIDS
+#: in ring mode one past the newest key whose row a write may have begun (set before the payload:
+#: the keys are implicit, shared.reads checks a sampled key against it), -1 once ring mode is over
+W_WRITTEN_HI = W_DEFERRED + 1
 HEADER_BYTES = PAGE
-assert (W_DEFERRED + 1) * 8 <= MUTEX_BYTE < HEADER_BYTES - 64, "the header's words overlap its mutex"
+assert (W_WRITTEN_HI + 1) * 8 <= MUTEX_BYTE < HEADER_BYTES - 64, "the header's words overlap its mutex"
 #: the region where an insert notes the slots it overwrites in place (count, then slots)
 VICTIMS = "shared.victims"
 
@@ -77,6 +81,7 @@ def check_words(words: memoryview, path: Path) -> None:
     bad += [(w, words[w]) for w in range(PIDS, PIDS + MAX_PIDS) if not 0 <= words[w] <= top]
     bad += [(w, words[w]) for w in FLAG_WORDS if words[w] not in (0, 1)]
     bad += [(w, words[w]) for w in COUNT_WORDS if words[w] < 0]
+    bad += [(W_WRITTEN_HI, words[W_WRITTEN_HI])] if words[W_WRITTEN_HI] < -1 else []
     bad += [(w, words[w]) for w in (COPY0, COPY0 + COPY_WORDS, COPY0 + 1, COPY0 + COPY_WORDS + 1) if words[w] < 0]
     if words[W_CREATOR] == 0 or words[W_HEADER] != HEADER_BYTES or words[W_JSON_OFF] != HEADER_BYTES:
         bad.append((W_CREATOR, words[W_CREATOR]))

@@ -6,25 +6,30 @@ the counters), and the copy runs beside the writers. What makes that safe:
 
 - **Writers** write payloads only inside the lock, and every slot a write touches gets a key no
   slot had before (keys are never reused: an insert gives its items the next keys; a delete or an
-  eviction sets -1). The ring's fast paths write the new keys before the payloads (``copy_rows``
-  with ``meta``, a release fence between); the general insert writes them after, so it first marks
-  its section (the header's *unordered* word: the host's ``unordered_write``). While a process holds
-  the lock the segment's *busy word* is set (a fence after setting it, another before clearing it:
-  :class:`~replaystore.shared.guard.ProcessGuard`).
+  eviction frees the slot). In ring mode the keys are implicit (slot ``s`` holds key
+  ``lo + (s - (lo - base)) % capacity``): every write first raises the header's *written_hi* word
+  to one past the newest key whose row it begins (``copy_rows`` with it, a release fence between;
+  ``RingInserter`` the same), a removal of the oldest items raises it to ``ring_lo + capacity``, so
+  a slot drawn with key ``k`` is untouched while ``k >= written_hi - capacity``. When ring mode
+  ends the live keys are written out to the key column and *written_hi* becomes -1: the check
+  reads the column from then on. The general insert writes its keys after its rows, so it first
+  marks its section (the header's *unordered* word: the host's ``unordered_write``). While a
+  process holds the lock the segment's *busy word* is set (a fence after setting it, another
+  before clearing it: :class:`~replaystore.shared.guard.ProcessGuard`).
 - **A sample** draws its random numbers first (``Selector.takes_uniforms``) and lets the sampler
   read the metadata rows they will take (``Selector.warm_up``: a uniform full ring's slots are
   known from the numbers alone), then under the lock
   ``Table._draw`` without the read (draw, count, limiter): its metadata rows hold the drawn keys.
   Lock released, it copies; then (``keys_settled``, compiled) a fence, and if no section is open,
-  or the open one wrote keys first only, every write the copy may have seen shows a moved key now;
+  or the open one published its keys first only, every write the copy may have seen shows now;
   if the open section writes rows before keys, it waits (spinning a little, as for the lock) until
-  that section is over. The copy is whole when every drawn slot still holds its key. Otherwise (a
+  that section is over. The copy is whole when every drawn key passes the check above. Otherwise (a
   slot's key moved, or an unordered section outlasted the spin) the sample is finished under the
   lock: the positions whose item is gone are drawn again and counted (the sample is then what one
   taken just after that change would have
   drawn there: probabilities and weights of that draw; the counters count ``n`` draws, as always).
 
-The check reads the metadata rows the draw has just brought into the cache (no array of its own).
+The check reads one header word in ring mode (the key column, an array of its own, after it).
 Applies to column storage in tables that lock with the robust mutex (every process that opens
 one has the compiled module, so every critical section fences its busy word; ``flock`` tables read
 under the lock) and have no ``max_times_sampled``: an item retired by its last sample frees its
@@ -55,7 +60,7 @@ from ..storage import ColumnStorage
 from ..table import Table
 from ..table.args import as_count
 from ..table.core import drawn_sample
-from .header import W_ACQUIRED, W_BUSY, W_UNORDERED
+from .header import W_ACQUIRED, W_BUSY, W_UNORDERED, W_WRITTEN_HI
 
 try:
     if os.environ.get("REPLAYSTORE_PURE_PYTHON", "") not in ("", "0"):
@@ -142,11 +147,17 @@ class KeyCheckedReads:
         with self._cond:
             slots, probabilities, weights, rows, _ = self._draw(n, timeout, read=False, uniforms=uniforms)
         data = self.storage.read(slots)
-        if not keys_settled(self._segment.words, W_BUSY, W_ACQUIRED, W_UNORDERED, self._meta, slots, rows):
+        if not keys_settled(
+            self._segment.words, W_BUSY, W_ACQUIRED, W_UNORDERED, W_WRITTEN_HI, self._key_column(), slots, rows
+        ):
             probabilities = np.array(probabilities, np.float64)  # (the draw's arrays may be views)
             weights = np.ones(n) if weights is None else np.array(weights, np.float64)
             self._finish_locked(slots, probabilities, weights, rows, data, timeout)
         return drawn_sample(data, slots, probabilities, weights, rows, as_tensor, device, pin_memory)
+
+    def _key_column(self) -> np.ndarray:
+        """The table's key column in the segment (``table.keys``; read only once ring mode is over)."""
+        return self._placed_index.key_of_slot
 
     def _make_drawer(self) -> Any:
         """Build the compiled sample at the first sample (``_sync.RingSampler``), or None: the Python path.
@@ -180,7 +191,7 @@ class KeyCheckedReads:
             return None
         names = tuple(storage.columns)
         limits = (float(limiter.samples_per_insert), float(limiter.min_diff), int(limiter.min_size_to_sample))
-        parts = (names, tuple(storage.columns[name] for name in names), self._meta)
+        parts = (names, tuple(storage.columns[name] for name in names), self._meta, self._key_column())
         try:
             self._drawer = self._guard.ring_sampler(
                 self._scalars.words,
@@ -217,7 +228,7 @@ class KeyCheckedReads:
                 if st.closed:
                     self._check_open()
                 mine = slots if todo is None else slots[todo]
-                moved = np.flatnonzero(self._meta[mine, 0] != (rows[:, 0] if todo is None else rows[todo, 0]))
+                moved = np.flatnonzero(self._index.keys_of(mine) != (rows[:, 0] if todo is None else rows[todo, 0]))
                 gone = moved if todo is None else todo[moved]
                 if len(gone) == 0:
                     return
@@ -230,12 +241,15 @@ class KeyCheckedReads:
                 weights[gone] = 1.0 if w is None else w
                 meta = np.empty((len(gone), 4), dtype=np.int64)
                 count_samples(self._meta, again, meta)
+                self._index.fill_keys(again, meta)
                 rows[gone] = meta
                 if final:
                     _put(data, self.storage.read(again), gone)
                     return
             _put(data, self.storage.read(again), gone)  # (outside the lock, checked as the first copy)
-            if keys_settled(self._segment.words, W_BUSY, W_ACQUIRED, W_UNORDERED, self._meta, again, meta):
+            if keys_settled(
+                self._segment.words, W_BUSY, W_ACQUIRED, W_UNORDERED, W_WRITTEN_HI, self._key_column(), again, meta
+            ):
                 return
             todo = gone
 

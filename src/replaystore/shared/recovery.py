@@ -6,11 +6,15 @@ hold part of that call's writes: payload rows, metadata rows (new keys, ``-1`` o
 times-sampled counts, priorities), and the derived structures (sum trees, key index, free-slot
 stack, sets, insertion logs) half updated.
 
-The metadata rows are the truth. :func:`reconcile` keeps the items whose row still holds a key
-the published state knows (``key < next_key``), minus the items whose payload the dead insert may
-have overwritten: in ring mode the oldest ones its ``intent`` (rows it may write) reaches, out of
-ring mode the victims it noted before writing (``ProcessGuard.note_victims``). New keys of the
-dead insert (``>= next_key``) are not published: their slots are free again.
+The published state and the keys are the truth. :func:`reconcile` keeps the items the published
+state holds, minus the items whose payload the dead call may have overwritten. In ring mode the
+keys are implicit (the ring's bounds): it drops the oldest ones the dead insert's ``intent``
+(rows it may write) or the header's *written_hi* word (one past the newest key whose row a write
+began: ``shared.reads``) reaches; if that word is -1 the dead call had left ring mode and the key
+column it wrote out is the truth, as out of ring mode, where an item stays whose key column
+entry still holds a key the published state knows (``key < next_key``), minus the victims the
+dead insert noted before writing (``ProcessGuard.note_victims``). New keys of the dead insert
+(``>= next_key``) are not published: their slots are free again.
 
 - In ring mode, when the kept items are still one run of keys (removals take the oldest first),
   the ring bounds move past the dropped ones, free rows are cleared and the ``Prioritized`` trees
@@ -37,6 +41,7 @@ import numpy as np
 
 from ..rows import META_PRIORITY, UNKEPT_PRIORITY
 from ..samplers import Prioritized
+from .header import W_WRITTEN_HI
 
 if TYPE_CHECKING:
     from ..table.host import HostedTable
@@ -59,14 +64,22 @@ def reconcile(
     v = dict(zip(names, values))
     cap = table.capacity
     meta = segment.view("table.meta")
+    key_column = segment.view("table.keys")
+    hi_word = np.frombuffer(segment.words, dtype=np.int64)[W_WRITTEN_HI : W_WRITTEN_HI + 1]
+    # (untrusted: at most what a write or a removal of the oldest items could have set, or -1)
+    written_hi = max(-1, min(int(hi_word[0]), v["next_key"] + max(cap, intent)))
     old_size = v["size"]
     if v["ring_mode"]:
         base, lo, hi = v["ring_base"], v["ring_lo"], v["ring_hi"]
-        if intent > 0:  # an insert at next_key may have written the slots of the oldest items
-            lo = max(lo, min(v["next_key"] + intent - cap, hi))
+        reach = v["next_key"] + max(intent, 0)  # (an insert at next_key may have written the oldest items' slots)
+        lo = max(lo, min(max(reach, written_hi) - cap, hi))
         keys = np.arange(lo, hi, dtype=np.int64)
         slots = (keys - base) % cap
-        good = meta[slots, 0] == keys
+        if written_hi < 0:  # the dead call had left ring mode (its regions reserved): the key column it wrote out tells
+            good = key_column[slots] == keys
+        else:
+            good = np.ones(len(keys), dtype=bool)
+        hi_word[0] = max(reach, written_hi, lo + cap)  # (ring mode again, if it stays: readers check against it)
         intact = table.storage.intact_after_crash(slots, _storage_scalars(v), intent)
         if intact is not None:  # (frame stacks: frames the dead insert may have overwritten)
             good &= intact
@@ -75,9 +88,9 @@ def reconcile(
             kept = slots[len(bad) :]
             _rebuild_storage(table, kept, v)
             return _ring(table, meta, v, names, keys[len(bad) :], kept, hi, old_size)
-        keep = slots[good]
+        keep = slots[good]  # (rebuild_from_rows takes their keys from the ring, then leaves it)
     else:
-        keys = meta[:, 0]
+        keys = key_column
         live = (keys >= 0) & (keys < v["next_key"])
         if victims is not None and len(victims):
             live[victims] = False
@@ -87,7 +100,8 @@ def reconcile(
             keep = keep[intact]
     table.load_state_scalars(values)
     table.rebuild_from_rows(keep)
-    _rebuild_storage(table, keep[np.argsort(meta[keep, 0], kind="stable")], v)
+    key_column = segment.view("table.keys")  # (written out by the rebuild)
+    _rebuild_storage(table, keep[np.argsort(key_column[keep], kind="stable")], v)
     dropped = old_size - len(keep)
     v = dict(zip(names, table.state_scalars()))
     _count(v, dropped)
@@ -101,7 +115,6 @@ def _ring(table: "HostedTable", meta: np.ndarray, v: dict, names: tuple, keys, s
     free = np.ones(cap, dtype=bool)
     free[slots] = False
     free_slots = np.flatnonzero(free)
-    meta[free_slots, 0] = -1
     sampler = table.sampler
     if isinstance(sampler, Prioritized):
         if len(free_slots):

@@ -52,7 +52,7 @@ from .directory import check_name, path_of
 from .episodes import EpisodeSync, SharedEpisodeMethods
 from .errors import LayoutMismatch
 from .guard import ProcessGuard
-from .header import COPY_WORDS, VICTIMS, W_LOCK_KIND, check_state
+from .header import COPY_WORDS, VICTIMS, W_LOCK_KIND, W_WRITTEN_HI, check_state
 from .host import SegmentHost
 from .lock import KIND_MUTEX, lock_kind
 from .options import check_episodes, check_supported, storage_config
@@ -212,6 +212,10 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
     def _open(self, seg: Segment, first: bool) -> None:
         self._segment = seg
         self.shared_name = seg.config["name"]
+        # the header's written_hi word (replaystore.shared.reads): the table's writes raise it in ring mode
+        self._written_hi = np.frombuffer(seg.words, dtype=np.int64)[W_WRITTEN_HI : W_WRITTEN_HI + 1]
+        if first:
+            self._written_hi[0] = 0 if self._ring is not None else -1
         self.storage.stage_rows = 1  # no staging: staged rows would hold keys other processes cannot see
         mutex = seg.words[W_LOCK_KIND] == KIND_MUTEX
         self._setup_outside_reads(mutex)

@@ -153,18 +153,21 @@ class ColumnStorage(Storage):
             flat = {p: col.take(slots, axis=0) for p, col in self.columns.items()}
         return unflatten(flat) if self._nested else flat
 
-    def read_counted(self, slots: np.ndarray, meta: np.ndarray, meta_out: np.ndarray) -> dict[str, Any] | None:
+    def read_counted(
+        self, slots: np.ndarray, meta: np.ndarray, meta_out: np.ndarray, keys: tuple = ()
+    ) -> dict[str, Any] | None:
         """:meth:`read` that also counts a sample in a table's metadata (``rows.count_samples``).
 
         One pass over the slots for the payload and the metadata; ``None`` (nothing read or
         counted) when the columns or slots do not suit it: the caller then reads and counts apart.
+        ``keys``: ``(key_column, lo, base)`` to write the rows' keys too (``rows.fill_keys``).
         """
         if not self._rows:
             return None
         names, cols, rows = self._rows
         n = len(slots)
         outs = tuple(np.empty((n, *shape), dtype) for shape, dtype in rows)
-        if not gather_rows(cols, slots, outs, meta, meta_out):
+        if not gather_rows(cols, slots, outs, meta, meta_out, *keys):
             return None
         flat = dict(zip(names, outs))
         return unflatten(flat) if self._nested else flat

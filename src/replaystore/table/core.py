@@ -45,7 +45,7 @@ from .insert import GeneralInsert
 from .persist import Persistence
 from .recent import RecentDraws
 from .ring import SlotBookkeeping
-from .state import TableState, allocate_rows
+from .state import TableState, allocate_keys, allocate_rows
 from .stats import StatsMethods
 from .waits import Waits
 
@@ -159,9 +159,13 @@ class Table(
         self._recent = RecentDraws()  # (catches update_priorities(s.indices, ...): see .recent)
         # every mutable scalar (next key, size, ring bounds, counters, ...) in one object
         self._state = st = TableState(capacity)
-        # per-slot metadata rows (key, times_sampled, version[, priority bits]); the names are column views
+        # per-slot metadata rows ((times_sampled, version)[, priority bits]); the names are column views
         self._meta = allocate_rows(capacity, any(getattr(s, "reads_priorities", True) for s in self._selectors))
-        _keys, self._times_sampled, self._version, self._priority = meta_columns(self._meta)
+        self._times_sampled, self._version, self._priority = meta_columns(self._meta)
+        #: a shared table's written_hi word (an int64 vector, element 0; the host sets it): one past
+        #: the newest key whose row a write in ring mode may have begun, -1 out of ring mode
+        #: (replaystore.shared.reads); None in process (no reader outside the lock)
+        self._written_hi: np.ndarray | None = None
         # Ring mode (see .ring): the key index, the free-slot stack and the Fifo/Uniform selectors'
         # arrays are arithmetic on the ring until the first removal that is not the oldest items.
         self._ring: RingIndex | None = None
@@ -175,9 +179,9 @@ class Table(
         self._fifo = type(self.remover) is Fifo
         if self._fifo:
             st.ring_mode = 1
-            self._ring = self._index = RingIndex(capacity, self._meta[:, 0], bounds=st)
+            self._ring = self._index = RingIndex(capacity, bounds=st)  # (keys implicit: no key column)
             if self._placed:
-                self._placed_index = KeyIndex(capacity, key_of_slot=self._meta[:, 0])
+                self._placed_index = KeyIndex(capacity, key_of_slot=allocate_keys(capacity))
                 self._placed_free = allocate("table.free", (capacity,), np.int64)
             self._selectors = tuple(sel for sel in self._selectors if not sel.follow(self._ring))
             if self._episodes is not None:  # its set of live steps is the ring's too
@@ -185,7 +189,7 @@ class Table(
             if hasattr(self.sampler, "share_live"):  # Prioritized: likewise
                 self.sampler.share_live(RingLiveSet(self._ring))
         else:
-            self._index = KeyIndex(capacity, key_of_slot=self._meta[:, 0])
+            self._index = KeyIndex(capacity, key_of_slot=allocate_keys(capacity))
             self._free = allocate("table.free", (capacity,), np.int64, np.arange(capacity - 1, -1, -1))  # pops 0, 1, ..
             if self._placed:
                 self._placed_index, self._placed_free = self._index, self._free
@@ -266,7 +270,7 @@ class Table(
         """The keys of all live items, oldest first."""
         with self._cond:
             self._flush_pending()
-            return self._index.key_of_slot[self._index.live_slots()]
+            return self._index.live_keys()
 
     # -- the lock and accounting (waiting: .waits) ---------------------------------------------------------
     def _check_open(self) -> None:
@@ -437,11 +441,17 @@ class Table(
             slots, probabilities, weights = self.sampler.sample(n, uniforms)
         slots = np.ascontiguousarray(slots, dtype=np.int64)
         rows = np.empty((n, 4), dtype=np.int64)
-        # times_sampled += 1 (per draw), then the rows: with the payload in one pass if it can
-        data = self.storage.read_counted(slots, self._meta, rows) if read and self._read_counted else None
+        # times_sampled += 1 (per draw), then the rows (their keys: the ring's, or the key column),
+        # with the payload in one pass if it can
+        if read and self._read_counted:
+            keys = (None, st.ring_lo, st.ring_base) if self._ring is not None else (self._index.key_of_slot, 0, 0)
+            data = self.storage.read_counted(slots, self._meta, rows, keys)
+        else:
+            data = None
         if data is None:
             data = self.storage.read(slots) if read else None
             count_samples(self._meta, slots, rows)
+            self._index.fill_keys(slots, rows)
         self._recent.record(slots, rows[:, 0])
         self._account_sample(slots, n, times=rows[:, 1])
         return slots, probabilities, weights, rows, data

@@ -223,7 +223,17 @@ class EpisodeMethods:
         with self._cond:
             self._wait_for_sample(n, timeout)
             sample, starts = _sequences.draw_sequences(
-                index, self.sampler, self.rng, self.storage, self._meta, n, width, burn_in, mode, prioritized
+                index,
+                self.sampler,
+                self.rng,
+                self.storage,
+                self._meta,
+                self._index,
+                n,
+                width,
+                burn_in,
+                mode,
+                prioritized,
             )
             self._account_sample(starts, n, sample.times_sampled)
         return sample
@@ -242,7 +252,7 @@ class EpisodeMethods:
         b, n, gamma = _nstep.check_request(index, self.storage, batch_size, n, gamma)
         with self._cond:
             self._wait_for_sample(b, timeout)
-            sample, starts = _nstep.draw_nstep(index, self.sampler, self.storage, self._meta, b, n, gamma)
+            sample, starts = _nstep.draw_nstep(index, self.sampler, self.storage, self._meta, self._index, b, n, gamma)
             self._account_sample(starts, b, sample.times_sampled)
         return sample
 
@@ -261,7 +271,7 @@ class EpisodeMethods:
         k = _whole.check_request(k, replace)
         with self._cond:
             self._wait_for_sample(k, timeout)
-            steps, batch = _whole.draw_episodes(index, self.storage, self._meta, self.rng, k, replace)
+            steps, batch = _whole.draw_episodes(index, self.storage, self._index.keys_of, self.rng, k, replace)
             self._account_sample(steps, k)
         return batch
 
@@ -298,4 +308,4 @@ class EpisodeMethods:
         want = _info.check_positions(positions, len(keys))
         with self._cond:
             self._flush_pending()
-            return _info.keys_at(index, self._meta[:, 0], self._index.lookup(keys), want)
+            return _info.keys_at(index, self._index.keys_of, self._index.lookup(keys), want)

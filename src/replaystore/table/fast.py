@@ -135,7 +135,7 @@ class FastPaths:
         limiter = self.rate_limiter
         if limiter.max_diff < NO_LIMIT and not limiter.can_insert(n):
             return None  # the general path waits (or raises) as the limiter says
-        if not copy_rows(plan[1], sources, start, n, True, self._meta, first):  # (keys first)
+        if not copy_rows(plan[1], sources, start, n, True, self._written_hi, first + n):  # (written_hi first)
             return None
         keys = self._ring_commit(start, n, st.max_priority, st.version)
         return np.arange(first, first + n, dtype=np.int64) if keys is None else keys
@@ -180,6 +180,8 @@ class FastPaths:
         if overflow > 0:  # (the oldest live items sit just after the free slots)
             self._remove_slots(np.arange(start + n - overflow, start + n, dtype=np.int64), oldest=True)
             st.evictions += overflow
+        if self._written_hi is not None:  # (the rows are copied outside the lock: readers must know)
+            self._written_hi[0] = max(int(self._written_hi[0]), first + n)
         return RingReservation(start, first, columns, sources)
 
     @staticmethod
@@ -221,7 +223,7 @@ class FastPaths:
         first = st.next_key
         size = st.size
         overflow = size + n - self.capacity  # > 0: that many of the oldest items were overwritten
-        fill_meta(self._meta, start, n, first, version, priority)
+        fill_meta(self._meta, start, n, version, priority)
         keys = None
         if self._selectors:
             slots = np.arange(start, start + n, dtype=np.int64)
@@ -274,7 +276,10 @@ class FastPaths:
             return -1
         key = st.next_key
         cap = self.capacity
-        if not add_row(plan[1], plan[2](item), (key - st.ring_base) % cap, self._meta, key, v, p):
+        hi = self._written_hi
+        if hi is not None and hi[0] <= key:  # (a shared table: before the payload, see replaystore.shared.reads)
+            hi[0] = key + 1
+        if not add_row(plan[1], plan[2](item), (key - st.ring_base) % cap, self._meta, v, p):
             return -1
         # _ring_commit for one item, unrolled (this is the whole cost of an add beyond the copy)
         st.ring_hi = st.next_key = key + 1

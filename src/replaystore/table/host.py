@@ -98,8 +98,8 @@ class HostedTable:
     """The table as its host sees it (given by :meth:`TableHost.bind`): state, lock, repair.
 
     Internal API (documented for :mod:`replaystore.shared`). ``name``, ``capacity``, ``storage``,
-    ``sampler`` are the table's; ``priorities`` and ``slot_keys`` (``-1``: a free slot) are
-    per-slot views of its metadata rows (read them with the lock held). The state calls run with
+    ``sampler`` are the table's; ``priorities`` is a per-slot view of its metadata rows and
+    :meth:`slot_keys` its key column (read them with the lock held). The state calls run with
     the table's lock held. Reads the table's private state: it is part of the Table's package.
     """
 
@@ -111,7 +111,10 @@ class HostedTable:
         self.storage: Storage = table.storage
         self.sampler: Selector = table.sampler
         self.priorities: np.ndarray = table._priority
-        self.slot_keys: np.ndarray = table._meta[:, 0]
+
+    def slot_keys(self) -> np.ndarray:
+        """The key of each slot (``-1``: free); in ring mode built from the ring (``O(capacity)``; lock held)."""
+        return self._table._index.key_of_slot
 
     def guard_with(self, lock: Any) -> None:
         """Guard the table with ``lock`` instead of its own.
@@ -139,7 +142,7 @@ class HostedTable:
     def ring_unused_regions(self) -> tuple[str, ...]:
         """Prefixes of the placed arrays nothing touches in ring mode.
 
-        The out-of-ring key index and free-slot stack, and the arrays of the selectors that follow
+        The out-of-ring key index, key column and free-slot stack, and the arrays of the selectors that follow
         the ring or share its set of live slots (``Selector.RING_UNUSED``). Empty when the table is
         not in ring mode. A shared table leaves their memory unreserved until the table leaves
         ring mode (:meth:`TableHost.reserve_outside_ring`, called first thing when it does).
@@ -147,7 +150,7 @@ class HostedTable:
         t = self._table
         if t._ring is None or not t._placed:
             return ()
-        out = ["index.", "table.free"]
+        out = ["index.", "table.free", "table.keys"]
         for scope, sel in (("sampler.", t.sampler), ("remover.", t.remover)):
             if sel not in t._selectors or hasattr(sel, "share_live"):  # (follows / shares the ring)
                 out += [scope + prefix for prefix in sel.RING_UNUSED]
@@ -240,16 +243,16 @@ class HostedTable:
         the caller's.
         """
         t = self._table
+        slots = np.asarray(slots, dtype=np.int64)
+        keys = t._index.keys_of(slots)  # (in ring mode the ring's arithmetic: the keys are implicit)
         if t._ring is not None:
             t._leave_ring(fill=False)
-        slots = np.asarray(slots, dtype=np.int64)
-        keys = t._meta[slots, 0]
         order = np.argsort(keys, kind="stable")
         slots, keys = slots[order], keys[order]
         free_mask = np.ones(t.capacity, dtype=bool)
         free_mask[slots] = False
         free = np.flatnonzero(free_mask)
-        t._meta[free, 0] = -1
+        t._index.key_of_slot[free] = -1  # (and assign writes the kept keys out)
         t._index.reset()
         t._index.assign(slots, keys)
         t._free[: len(free)] = free[::-1]

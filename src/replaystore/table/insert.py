@@ -117,6 +117,8 @@ class GeneralInsert:
             self.storage.release(slots)
             if self._unordered_write is not None:
                 self._unordered_write()
+            if self._written_hi is not None and self._ring is not None:
+                self._written_hi[0] = max(int(self._written_hi[0]), st.next_key + n)
             self.storage.write(where, prepared)
             self._replace_slots(slots, stored_keys, prio)
         else:
@@ -127,6 +129,8 @@ class GeneralInsert:
             where = as_slice_if_contiguous(slots)
             if self._unordered_write is not None:
                 self._unordered_write()
+            if self._written_hi is not None and self._ring is not None:
+                self._written_hi[0] = max(int(self._written_hi[0]), st.next_key + n)
             try:
                 self.storage.write(where, prepared)  # may adopt the spec, or raise (DiskFull)
             except BaseException:

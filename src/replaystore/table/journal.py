@@ -89,7 +89,7 @@ class Journal:
             raise InvalidArgument(f"slots must be in [0, {t.capacity}), got {slots[:5].tolist()}")
         with t._cond:
             t._flush_pending()
-            return t._meta[slots, 0]
+            return t._index.keys_of(slots)
 
     def replay_insert(
         self,

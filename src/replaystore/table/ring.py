@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import InvalidArgument
 from ..rows import last_occurrences
 from ..samplers import Uniform
+from .state import allocate_keys
 
 
 class SlotBookkeeping:
@@ -37,6 +38,10 @@ class SlotBookkeeping:
         for sel in self._selectors:
             sel.remove(slots)
         self._index.release(slots)
+        hi = self._written_hi
+        if hi is not None and self._ring is not None and hi[0] < self._state.ring_lo + self.capacity:
+            # the oldest items left (keys implicit): a sample copying outside the lock must see them gone
+            hi[0] = self._state.ring_lo + self.capacity
         self.storage.release(slots)
         k = len(slots)
         st = self._state
@@ -54,7 +59,7 @@ class SlotBookkeeping:
         """
         newest_gone = None
         if self._fifo:  # the victims were the oldest items
-            newest_gone = int(self._meta[victims[-1], 0])
+            newest_gone = int(self._index.keys_of(victims[-1:])[0])
         for sel in self._selectors:
             sel.replace(victims, keys, priorities)
         self._index.replace(victims, keys, newest_gone)
@@ -88,7 +93,7 @@ class SlotBookkeeping:
 
     def _holds_oldest(self, slots: np.ndarray) -> bool:
         """Whether distinct live ``slots`` hold exactly the ring's oldest ``len(slots)`` keys."""
-        keys = self._meta[slots, 0]
+        keys = self._ring.keys_of(slots)
         lo = self._state.ring_lo
         return int(keys.min()) == lo and int(keys.max()) == lo + len(slots) - 1
 
@@ -117,16 +122,17 @@ class SlotBookkeeping:
                 sampler.share_live(None, None)
         else:
             live = ring.live_slots()
-            keys = self._meta[live, 0]
+            keys = ring.live_keys()
             free = ring.free_slots()
-            if placed:
+            if placed:  # (its key column: the segment's "table.keys", -1 since its reservation)
                 self._index, self._free = self._placed_index, self._placed_free
                 self._index.reset()
+                self._index.key_of_slot[:] = -1
                 if len(live):
-                    self._index.assign(live, keys)
+                    self._index.assign(live, keys)  # (the keys written out: implicit until now)
             else:
                 self._free = np.empty(self.capacity, dtype=np.int64)
-                self._index = ring.to_key_index()
+                self._index = ring.to_key_index(allocate_keys(self.capacity))
             self._free[: len(free)] = free[::-1]  # pops come out in the order the ring would fill them
             st.nfree = len(free)
             for sel in followers:
@@ -143,6 +149,8 @@ class SlotBookkeeping:
                 index.live.add(ring.live_slots())
             self._selectors = (*self._selectors, index)
         st.ring_mode = 0
+        if self._written_hi is not None:  # (readers outside the lock check the key column from now on)
+            self._written_hi[0] = -1
         self._ring = None
         self._plan = False
 

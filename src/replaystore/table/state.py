@@ -130,16 +130,24 @@ class TableState:
 
 
 def allocate_rows(capacity: int, priorities: bool = True) -> np.ndarray:
-    """The per-slot metadata: one ``(capacity, 3)`` int64 row per slot, key ``-1`` (free).
+    """The per-slot metadata: one ``(capacity, 2)`` int64 row per slot, zeros.
 
-    Without ``priorities`` (a table whose selectors read none) the row is ``(capacity, 2)``: no
-    priority word (``META_WIDTH_NO_PRIORITY``; 16 bytes an item).
+    Without ``priorities`` (a table whose selectors read none) the row is ``(capacity, 1)``: no
+    priority word (``META_WIDTH_NO_PRIORITY``; 8 bytes an item).
 
-    Words: key, ``times_sampled`` and ``version`` as two int32, priority (float64 bits); the
-    layout is :mod:`replaystore.rows`' (``META_WIDTH``, ``meta_columns``). One row of 24 bytes per
-    item, so a sample gathers one row per item instead of touching four arrays. Allocated through
-    :func:`replaystore.placement.allocate` (``"table.meta"``): NumPy, or a shared segment.
+    Words: ``times_sampled`` and ``version`` as two int32, priority (float64 bits); the layout is
+    :mod:`replaystore.rows`' (``META_WIDTH``, ``meta_columns``). One row of 16 bytes per item, so
+    a sample gathers one row per item instead of touching three arrays. The key is not in the row
+    (:func:`allocate_keys`). Allocated through :func:`replaystore.placement.allocate`
+    (``"table.meta"``): NumPy, or a shared segment.
     """
-    if not priorities:
-        return allocate("table.meta", (capacity, META_WIDTH_NO_PRIORITY), np.int64, (-1, 0))
-    return allocate("table.meta", (capacity, META_WIDTH), np.int64, (-1, 0, 0))
+    return allocate("table.meta", (capacity, META_WIDTH if priorities else META_WIDTH_NO_PRIORITY), np.int64)
+
+
+def allocate_keys(capacity: int) -> np.ndarray:
+    """The key column of a table out of ring mode: ``(capacity,)`` int64, ``-1`` (free).
+
+    ``"table.keys"``; a ring-mode table has none until it leaves ring mode (a placed one
+    allocates it up front, where it stays a hole: ``HostedTable.ring_unused_regions``).
+    """
+    return allocate("table.keys", (capacity,), np.int64, -1)

@@ -80,10 +80,12 @@ class StatsMethods:
             cap = self.capacity
             start = (st.ring_lo - st.ring_base) % cap
             end = start + st.size
+            keys = np.arange(st.ring_lo, st.ring_hi, dtype=np.int64)
             if end <= cap:
-                return widen_rows(self._meta[start:end])
-            return widen_rows(np.concatenate((self._meta[start:], self._meta[: end - cap])))
-        return widen_rows(self._meta[np.flatnonzero(self._index.key_of_slot >= 0)])
+                return widen_rows(self._meta[start:end], keys)
+            return widen_rows(np.concatenate((self._meta[start:], self._meta[: end - cap])), keys)
+        live = np.flatnonzero(self._index.key_of_slot >= 0)
+        return widen_rows(self._meta[live], self._index.key_of_slot[live])
 
     def _config_summary(self) -> dict[str, Any]:
         """The table's parts as JSON-able values (for dashboards), and the limiter's target ratio."""
