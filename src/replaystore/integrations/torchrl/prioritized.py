@@ -37,11 +37,19 @@ from . import kernels
 from .fastpath import FastSampleMixin
 from .trees import COMPILED, MinTree, SumTree
 
+try:  # the C draw and update (built by setup.py); without it the numba kernels do the same steps
+    from ._native import per_draw as _per_draw
+    from ._native import per_update as _per_update
+except ImportError:  # pragma: no cover - no compiler at install time
+    _per_draw = _per_update = None
+
 __all__ = ["PrioritizedReplayBuffer", "PrioritizedSampler", "TensorDictPrioritizedReplayBuffer"]
 
 _RLPrioritizedSampler = _rl_samplers.PrioritizedSampler
 #: the flat draw and update by one compiled call each (numba, with the trees' compiled kernels)
 _FUSED = kernels.AVAILABLE and COMPILED
+#: the fused steps by the C module rather than numba (same results: tests/test_torchrl_native_per.py)
+_NATIVE = _FUSED and _per_draw is not None
 _FLOATS = (torch.float32, torch.float64)
 
 
@@ -67,6 +75,8 @@ class PrioritizedSampler(_RLPrioritizedSampler):
     _next_key = 0
     _key_of_index: np.ndarray | None = None
     _max_float: tuple[Any, float] | None = None  # (the max priority object, its float)
+    #: the fused draw and update by the C module when built (False: numba's, for the twin tests)
+    _native = True
 
     def __init__(
         self,
@@ -197,6 +207,14 @@ class PrioritizedSampler(_RLPrioritizedSampler):
             mass = np.random.uniform(0.0, p_sum, size=batch_size)
         else:
             mass = (torch.rand(batch_size, generator=self._rng) * p_sum).numpy().astype(np.float64)
+        if _NATIVE and self._native:
+            f32 = st.np_dtype is np.float32
+            out = torch.empty(batch_size, dtype=torch.float32 if f32 else torch.float64)
+            index = torch.empty(batch_size, dtype=torch.long)
+            if not _per_draw(st.nodes, mass, n, st.size, index.data_ptr(), out.data_ptr(), f32):
+                raise RuntimeError("Failed to find a suitable index")
+            # (in place: the same torch kernels as TorchRL's `(w / p_min) ** -beta`, one allocation less)
+            return index, {"priority_weight": out.div_(p_min).pow_(-self._beta)}
         weight = np.empty(batch_size, dtype=st.np_dtype)
         index, ok = kernels.draw(st.nodes, mass, n, st.size, weight)
         if not ok:
@@ -209,11 +227,23 @@ class PrioritizedSampler(_RLPrioritizedSampler):
         if priority.dtype not in _FLOATS:
             return False
         priority = priority.detach()
-        values = torch.pow(priority + self._eps, self._alpha)
         st, mt = self._sum_tree, self._min_tree
-        done, high, raw_max, raw_nan = kernels.update(
-            st.nodes, mt.nodes, index.numpy(), values.numpy(), priority.numpy(), st.capacity
-        )
+        if _NATIVE and self._native:
+            values = (priority + self._eps).pow_(self._alpha)  # (TorchRL's torch ops; in place: one allocation)
+            done, high, raw_max, raw_nan = _per_update(
+                st.nodes,
+                mt.nodes,
+                index.data_ptr(),
+                values.data_ptr(),
+                priority.data_ptr(),
+                index.shape[0],
+                priority.dtype == torch.float32,
+            )
+        else:
+            values = torch.pow(priority + self._eps, self._alpha)
+            done, high, raw_max, raw_nan = kernels.update(
+                st.nodes, mt.nodes, index.numpy(), values.numpy(), priority.numpy(), st.capacity
+            )
         if not done:
             return False  # (nothing written: TorchRL's code raises its error)
         st.written(high)
