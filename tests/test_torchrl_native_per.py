@@ -168,3 +168,28 @@ def test_sampler_draws_and_updates_equal_numba_and_numpy_steps(dtype, monkeypatc
     native = _sampler_run("native", monkeypatch, dtype)
     assert native == _sampler_run("numba", monkeypatch, dtype)
     assert native == _sampler_run("numpy", monkeypatch, dtype)
+
+
+@pytest.mark.parametrize("device", [None, "cpu"])
+def test_gathered_tensordicts_are_what_new_unsafe_builds(device):
+    """rows._direct (the fast path's TensorDict builder) gives TensorDict._new_unsafe's object, usable as one."""
+    from replaystore.integrations.torchrl import rows
+
+    assert rows._build_td is rows._direct  # (the pinned tensordict: the check at import passed)
+    dev = None if device is None else torch.device(device)
+    leaf, inner = torch.arange(6.0).reshape(3, 2), torch.ones(3, 1)
+    nested = rows._direct({"y": inner}, torch.Size((3,)), dev)
+    ours = rows._direct({"x": leaf, "next": nested}, torch.Size((3,)), dev)
+    ref = TensorDict._new_unsafe(
+        {"x": leaf, "next": TensorDict._new_unsafe({"y": inner}, batch_size=[3], device=dev, nested=False)},
+        batch_size=torch.Size((3,)),
+        device=dev,
+        nested=False,
+    )
+    assert list(vars(ours)) == list(vars(ref)) and ours.device == ref.device
+    torch.testing.assert_close(ours, ref, rtol=0, atol=0)
+    assert torch.equal(ours[1:]["next", "y"], inner[1:])
+    ours.set("z", torch.zeros(3))  # (writable; checks as any TensorDict)
+    with pytest.raises(RuntimeError):
+        ours.set("bad", torch.zeros(4))
+    assert ours.clone().lock_().is_locked and ours.to_dict().keys() == {"x", "next", "z"}
