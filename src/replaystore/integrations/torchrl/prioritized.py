@@ -162,16 +162,26 @@ class PrioritizedSampler(_RLPrioritizedSampler):
         A 1-D storage is drawn from without TorchRL's tensor round trips (same random stream,
         indices and weights as TorchRL's code on these trees); other storages take TorchRL's code.
         """
-        drawn = self._sample_flat(storage, batch_size)
+        return self._sample_known(storage, batch_size, None)
+
+    #: the ``sample`` that :meth:`_sample_known` implements (fastpath.py calls the latter when not overridden)
+    _rs_sample = sample
+
+    def _sample_known(self, storage: Any, batch_size: int, n: int | None) -> tuple[Any, dict]:
+        """:meth:`sample`; ``n``: ``len(storage)`` of a 1-D storage when the caller knows it (the fast path), else None."""
+        drawn = self._sample_flat(storage, batch_size, n)
         index, info = super().sample(storage, batch_size) if drawn is None else drawn
         if self._key_of_index is not None and isinstance(index, torch.Tensor):
             info["key"] = torch.from_numpy(self._key_of_index[index.numpy()])
         return index, info
 
-    def _sample_flat(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict] | None:
+    def _sample_flat(self, storage: Any, batch_size: int, n: int | None = None) -> tuple[torch.Tensor, dict] | None:
         """TorchRL's CPU ``sample`` for a 1-D storage, in NumPy; None where TorchRL's code must run."""
-        n = len(storage)
-        if n == 0 or getattr(storage, "ndim", 1) != 1:
+        if n is None:
+            n = len(storage)
+            if getattr(storage, "ndim", 1) != 1:
+                return None
+        if n == 0:
             return None
         fused = self._draw_fused(n, batch_size)
         if fused is not None:
@@ -226,7 +236,8 @@ class PrioritizedSampler(_RLPrioritizedSampler):
         """``_update_flat`` by one compiled call (``kernels.update``) for float32/64 priorities; False: not handled."""
         if priority.dtype not in _FLOATS:
             return False
-        priority = priority.detach()
+        if priority.requires_grad:
+            priority = priority.detach()
         st, mt = self._sum_tree, self._min_tree
         if _NATIVE and self._native:
             values = (priority + self._eps).pow_(self._alpha)  # (TorchRL's torch ops; in place: one allocation)
