@@ -1,4 +1,4 @@
-"""The C draw and update of the TorchRL ``PrioritizedSampler`` (``_native.per_draw``/``per_update``) are its numba steps.
+"""The C draw and update of the TorchRL ``PrioritizedSampler`` (``_native.per_draw``/``per_update``) are numba's.
 
 Twins: the same trees, masses, leaves and priorities through the C module and through the numba
 kernels (``kernels.draw``/``kernels.update``) and, through the sampler, the NumPy steps: identical
@@ -24,9 +24,7 @@ from replaystore.integrations.torchrl.prioritized import PrioritizedSampler  # n
 from replaystore.integrations.torchrl.trees import MinTree, SumTree  # noqa: E402
 
 _native = pytest.importorskip("replaystore.integrations.torchrl._native")
-pytestmark = pytest.mark.skipif(
-    not prioritized._NATIVE, reason="the C module or numba (the [fast] extra) is not available"
-)
+pytestmark = pytest.mark.skipif(not kernels.NATIVE, reason="the C module or numba (the [fast] extra) is not available")
 
 
 def _native_update(st_, mt_, leaves, values, raw):
@@ -144,7 +142,7 @@ def test_update_keeps_the_trees_a_plain_models_sums_and_minima(cap, writes):
 
 def _sampler_run(mode: str, monkeypatch, dtype: torch.dtype) -> tuple:
     monkeypatch.setattr(prioritized, "_FUSED", mode != "numpy")
-    monkeypatch.setattr(PrioritizedSampler, "_native", mode == "native")
+    monkeypatch.setattr(kernels, "NATIVE", mode == "native")
     cap, n = 3000, 2500
     sampler = PrioritizedSampler(cap, alpha=0.6, beta=0.4, dtype=dtype)
     storage = LazyTensorStorage(cap)

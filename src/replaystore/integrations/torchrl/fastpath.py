@@ -209,8 +209,6 @@ class FastSampleMixin:
                     0, n, (batch_size,), generator=storage._rng, device=getattr(storage, "device", None)
                 )
                 info = {}
-            elif type(sampler).sample is getattr(type(sampler), "_rs_sample", None):  # (ours, n known: no len)
-                index, info = sampler._sample_known(storage, batch_size, n)
             else:
                 index, info = sampler.sample(storage, batch_size)
             info["index"] = index

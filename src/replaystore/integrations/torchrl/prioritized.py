@@ -37,19 +37,11 @@ from . import kernels
 from .fastpath import FastSampleMixin
 from .trees import COMPILED, MinTree, SumTree
 
-try:  # the C draw and update (built by setup.py); without it the numba kernels do the same steps
-    from ._native import per_draw as _per_draw
-    from ._native import per_update as _per_update
-except ImportError:  # pragma: no cover - no compiler at install time
-    _per_draw = _per_update = None
-
 __all__ = ["PrioritizedReplayBuffer", "PrioritizedSampler", "TensorDictPrioritizedReplayBuffer"]
 
 _RLPrioritizedSampler = _rl_samplers.PrioritizedSampler
 #: the flat draw and update by one compiled call each (numba, with the trees' compiled kernels)
 _FUSED = kernels.AVAILABLE and COMPILED
-#: the fused steps by the C module rather than numba (same results: tests/test_torchrl_native_per.py)
-_NATIVE = _FUSED and _per_draw is not None
 _FLOATS = (torch.float32, torch.float64)
 
 
@@ -75,8 +67,6 @@ class PrioritizedSampler(_RLPrioritizedSampler):
     _next_key = 0
     _key_of_index: np.ndarray | None = None
     _max_float: tuple[Any, float] | None = None  # (the max priority object, its float)
-    #: the fused draw and update by the C module when built (False: numba's, for the twin tests)
-    _native = True
 
     def __init__(
         self,
@@ -162,26 +152,16 @@ class PrioritizedSampler(_RLPrioritizedSampler):
         A 1-D storage is drawn from without TorchRL's tensor round trips (same random stream,
         indices and weights as TorchRL's code on these trees); other storages take TorchRL's code.
         """
-        return self._sample_known(storage, batch_size, None)
-
-    #: the ``sample`` that :meth:`_sample_known` implements (fastpath.py calls the latter when not overridden)
-    _rs_sample = sample
-
-    def _sample_known(self, storage: Any, batch_size: int, n: int | None) -> tuple[Any, dict]:
-        """:meth:`sample`; ``n``: ``len(storage)`` of a 1-D storage when the caller knows it (the fast path), else None."""
-        drawn = self._sample_flat(storage, batch_size, n)
+        drawn = self._sample_flat(storage, batch_size)
         index, info = super().sample(storage, batch_size) if drawn is None else drawn
         if self._key_of_index is not None and isinstance(index, torch.Tensor):
             info["key"] = torch.from_numpy(self._key_of_index[index.numpy()])
         return index, info
 
-    def _sample_flat(self, storage: Any, batch_size: int, n: int | None = None) -> tuple[torch.Tensor, dict] | None:
+    def _sample_flat(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict] | None:
         """TorchRL's CPU ``sample`` for a 1-D storage, in NumPy; None where TorchRL's code must run."""
-        if n is None:
-            n = len(storage)
-            if getattr(storage, "ndim", 1) != 1:
-                return None
-        if n == 0:
+        n = len(storage)
+        if n == 0 or getattr(storage, "ndim", 1) != 1:
             return None
         fused = self._draw_fused(n, batch_size)
         if fused is not None:
@@ -217,20 +197,11 @@ class PrioritizedSampler(_RLPrioritizedSampler):
             mass = np.random.uniform(0.0, p_sum, size=batch_size)
         else:
             mass = (torch.rand(batch_size, generator=self._rng) * p_sum).numpy().astype(np.float64)
-        if _NATIVE and self._native:
-            f32 = st.np_dtype is np.float32
-            out = torch.empty(batch_size, dtype=torch.float32 if f32 else torch.float64)
-            index = torch.empty(batch_size, dtype=torch.long)
-            if not _per_draw(st.nodes, mass, n, st.size, index.data_ptr(), out.data_ptr(), f32):
-                raise RuntimeError("Failed to find a suitable index")
-            # (in place: the same torch kernels as TorchRL's `(w / p_min) ** -beta`, one allocation less)
-            return index, {"priority_weight": out.div_(p_min).pow_(-self._beta)}
-        weight = np.empty(batch_size, dtype=st.np_dtype)
-        index, ok = kernels.draw(st.nodes, mass, n, st.size, weight)
-        if not ok:
+        drawn = kernels.draw_leaves(st.nodes, mass, n, st.size, st.np_dtype is np.float32)
+        if drawn is None:
             raise RuntimeError("Failed to find a suitable index")
-        weight = torch.pow(torch.from_numpy(weight) / p_min, -self._beta)
-        return torch.from_numpy(index), {"priority_weight": weight}
+        index, weight = drawn  # (in place: the same torch kernels as TorchRL's `(w / p_min) ** -beta`)
+        return index, {"priority_weight": weight.div_(p_min).pow_(-self._beta)}
 
     def _update_fused(self, index: torch.Tensor, priority: torch.Tensor) -> bool:
         """``_update_flat`` by one compiled call (``kernels.update``) for float32/64 priorities; False: not handled."""
@@ -238,23 +209,9 @@ class PrioritizedSampler(_RLPrioritizedSampler):
             return False
         if priority.requires_grad:
             priority = priority.detach()
+        values = (priority + self._eps).pow_(self._alpha)  # (TorchRL's torch ops; in place: one allocation)
         st, mt = self._sum_tree, self._min_tree
-        if _NATIVE and self._native:
-            values = (priority + self._eps).pow_(self._alpha)  # (TorchRL's torch ops; in place: one allocation)
-            done, high, raw_max, raw_nan = _per_update(
-                st.nodes,
-                mt.nodes,
-                index.data_ptr(),
-                values.data_ptr(),
-                priority.data_ptr(),
-                index.shape[0],
-                priority.dtype == torch.float32,
-            )
-        else:
-            values = torch.pow(priority + self._eps, self._alpha)
-            done, high, raw_max, raw_nan = kernels.update(
-                st.nodes, mt.nodes, index.numpy(), values.numpy(), priority.numpy(), st.capacity
-            )
+        done, high, raw_max, raw_nan = kernels.update_trees(st.nodes, mt.nodes, index, values, priority)
         if not done:
             return False  # (nothing written: TorchRL's code raises its error)
         st.written(high)
