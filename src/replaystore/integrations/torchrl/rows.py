@@ -81,13 +81,13 @@ def _direct_ok() -> bool:
 _build_td = _direct if _direct_ok() else _unsafe
 
 
-def leaf_ok(value: Any) -> bool:
-    """Whether ``value`` is a plain contiguous CPU tensor (or ``MemoryMappedTensor``) that needs no gradient."""
+def leaf_ok(value: Any, min_ndim: int = 1) -> bool:
+    """Whether ``value`` is a plain contiguous CPU tensor (or memmap) of ``min_ndim`` or more dims, needing no grad."""
     return (
         type(value) in _PLAIN
         and value.device.type == "cpu"
         and value.layout == torch.strided
-        and value.ndim >= 1
+        and value.ndim >= min_ndim
         and value.is_contiguous()
         and not value.requires_grad
         and not value.is_conj()
