@@ -111,6 +111,11 @@ def test_add_writes_what_torchrl_writes(kind, tmp_path, monkeypatch):
         if "index" in a.keys():
             assert torch.equal(a["index"], b["index"])
         _same_state(ref, ours)
+        if kind == "per":  # (the add's priority update: TorchRL's trees and max priority)
+            leaves = torch.arange(len(ref))  # (unset leaves: FLT_MAX in TorchRL's float32 min tree, inf in ours)
+            assert torch.equal(ref._sampler._sum_tree[leaves], ours._sampler._sum_tree[leaves])
+            assert torch.equal(ref._sampler._min_tree[leaves], ours._sampler._min_tree[leaves])
+            assert str(ref._sampler._max_priority) == str(ours._sampler._max_priority)
     assert taken and all(taken)
     torch.manual_seed(0)
     np.random.seed(0)  # (the prioritized samplers draw from NumPy's global stream)

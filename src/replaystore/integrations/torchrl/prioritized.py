@@ -252,6 +252,10 @@ class PrioritizedSampler(_RLPrioritizedSampler):
 
     def _update_flat(self, index: Any, priority: Any) -> bool:
         """TorchRL's CPU ``update_priority`` for a 1-D tensor of indices, in fewer steps; False: not handled."""
+        if type(index) is int and index >= 0:  # (a writer's add: TorchRL views it as one entry, as below)
+            index = torch.tensor([index])
+        elif type(index) is torch.Tensor and index.ndim == 0 and type(priority) is torch.Tensor and priority.ndim == 0:
+            index, priority = index.view(1), priority.view(1)  # (TorchRL's views of one entry: an add's update)
         if type(priority) is float or (type(priority) is torch.Tensor and priority.ndim == 0):
             return self._update_scalar(index, priority)
         if (
