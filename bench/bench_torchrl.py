@@ -455,6 +455,15 @@ def bench_extend(repeats: int) -> list[dict]:
                     }
                 )
                 print(rows[-1], flush=True)
+            step = _cartpole(1)[0]  # (one step, no batch dimension: add())
+            rows.append(
+                {
+                    "workload": f"add(1 step) into 1M: {name}",
+                    "impl": f"{impl} {cls.__name__}",
+                    **_timed(lambda rb=rb, step=step: rb.add(step), repeats),
+                }
+            )
+            print(rows[-1], flush=True)
             del rb
     return rows
 

@@ -78,6 +78,10 @@ ALLOWED_ATTRIBUTES = {
     ("replaystore.integrations.torchrl.rows", "_tensordict"),
     ("replaystore.integrations.torchrl.rows", "_device"),
     ("replaystore.integrations.torchrl.rows", "_td_dim_names"),
+    # (rows._direct writes what ``TensorDict._new_unsafe`` writes, without its per-object
+    # ``torch.backends.mps.is_available()``; checked at import to build the same object)
+    ("replaystore.integrations.torchrl.rows", "_batch_size"),
+    ("replaystore.integrations.torchrl.rows", "_has_mps_val"),
     ("replaystore.integrations.torchrl.prioritized", "_tensordict"),
     # The buffers' fast extend runs TorchRL 0.14's round-robin writer steps in its order with its own
     # helpers (cursor, write count, the storage's last cursor / length / mutation revision,

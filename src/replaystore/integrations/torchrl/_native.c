@@ -21,11 +21,30 @@
  * put(dsts, srcs, rowbytes, start, n) -> None
  *     Rows [start, start + n) of every destination i = the n rows of source i (one memcpy each).
  *
+ * per_draw(tree, masses, n, size, index, weights, f32) -> bool
+ *     The PrioritizedSampler's flat draw (kernels.draw, bit for bit): for each of the m float64
+ *     masses (a contiguous buffer: a NumPy array), the prefix-sum descent of the float64 sum tree
+ *     (a contiguous buffer of 2 * base nodes, base a power of two, root 1, node i's
+ *     children 2i and 2i + 1, leaves from base; a mass above the root's total gives leaf `size`),
+ *     the leaf clamped to n - 1, its value read as float32 (f32 true) or float64 into weights[j],
+ *     stepping left past zero leaves (TorchRL's rule). index: m int64. The m descents go level
+ *     by level, each prefetching its next level's node pair, so their cache misses overlap.
+ *     False when a zero leaf could not be stepped past. Checks 1 <= n <= base, size <= base.
+ *
+ * per_update(sum, min, leaves, values, raw, m, f32) -> (done, high, raw_max, raw_nan)
+ *     Both trees' (writable float64 buffers of one size) leaves[j] = values[j] (in order: the last of duplicates wins) and their parents
+ *     recomputed level by level (sum: left + right in float64; min: left < right ? left : right),
+ *     as kernels.update. values and raw: m float32 (f32 true) or float64. done False, nothing
+ *     written, when a leaf is outside [0, base); high: one past the largest leaf; raw_max the
+ *     largest raw value (-inf if none), raw_nan whether one is NaN.
+ *
  * Holds the GIL throughout (the callers hold TorchRL's buffer locks).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MAX_TENSORS 128
@@ -135,11 +154,232 @@ put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* Integer arguments args[0..k) into out (addresses as void*, the rest as Py_ssize_t); -1 on error. */
+static int
+parse_ints(PyObject *const *args, Py_ssize_t k, Py_ssize_t *out)
+{
+    for (Py_ssize_t i = 0; i < k; i++) {
+        out[i] = PyLong_AsSsize_t(args[i]);
+        if (out[i] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    return 0;
+}
+
+#define DRAW_CHUNK 256
+#ifndef PF_UP
+#define PF_UP 1
+#endif
+
+/* A contiguous float64 tree (buffer protocol: a NumPy array) of 2 * base nodes, base a power of
+ * two; its base, or -1 with an exception set and the buffer released. */
+static Py_ssize_t
+tree_buffer(PyObject *obj, Py_buffer *view, int flags)
+{
+    if (PyObject_GetBuffer(obj, view, flags) < 0)
+        return -1;
+    Py_ssize_t base = view->len / 16;
+    if (view->len % 16 || base < 1 || (base & (base - 1))) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "a tree must hold 2 * base float64 nodes, base a power of two");
+        return -1;
+    }
+    return base;
+}
+
+static PyObject *
+per_draw(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "per_draw takes 7 arguments");
+        return NULL;
+    }
+    Py_ssize_t a[5];
+    if (parse_ints(args + 2, 5, a) < 0)
+        return NULL;
+    Py_ssize_t n = a[0], size = a[1];
+    int64_t *index = (int64_t *)a[2];
+    char *wout = (char *)a[3];
+    int f32 = a[4] != 0;
+    Py_buffer tv, mv;
+    Py_ssize_t base = tree_buffer(args[0], &tv, PyBUF_SIMPLE);
+    if (base < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &mv, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&tv);
+        return NULL;
+    }
+    const double *tree = (const double *)tv.buf;
+    const double *masses = (const double *)mv.buf;
+    Py_ssize_t m = mv.len / 8;
+    if (mv.len % 8 || n < 1 || n > base || size < 0 || size > base || (m > 0 && (!index || !wout))) {
+        PyBuffer_Release(&tv);
+        PyBuffer_Release(&mv);
+        PyErr_SetString(PyExc_ValueError, "per_draw: bad masses, count or address");
+        return NULL;
+    }
+    const double total = tree[1];
+    const double below = nextafter(total, 0.0);
+    int ok = 1;
+    double t[DRAW_CHUNK];
+    int64_t node[DRAW_CHUNK];
+    unsigned char outside[DRAW_CHUNK];
+    for (Py_ssize_t s = 0; s < m; s += DRAW_CHUNK) {
+        Py_ssize_t c = m - s < DRAW_CHUNK ? m - s : DRAW_CHUNK;
+        for (Py_ssize_t j = 0; j < c; j++) {
+            double v = masses[s + j];
+            outside[j] = !(v <= total);
+            if (outside[j])
+                v = 0.0;
+            t[j] = v < below ? v : below;
+            node[j] = 1;
+        }
+        for (Py_ssize_t b = base; b > 1; b >>= 1) {
+            for (Py_ssize_t j = 0; j < c; j++) {
+                int64_t left = node[j] << 1;
+                double left_sum = tree[left];
+                int right = (t[j] >= left_sum) & (tree[left + 1] > 0.0);
+                /* t -= right ? left_sum : +0.0, without a branch (a random one, mispredicted half
+                 * the time); t - 0.0 is t, as the numba kernel's select gives */
+                uint64_t bits;
+                memcpy(&bits, &left_sum, 8);
+                bits &= (uint64_t)0 - (uint64_t)right;
+                double sub;
+                memcpy(&sub, &bits, 8);
+                t[j] -= sub;
+                node[j] = left + right;
+#ifndef NO_PF
+                if (b > 2)
+                    __builtin_prefetch(tree + (node[j] << 1));
+#endif
+            }
+        }
+        for (Py_ssize_t j = 0; j < c; j++) {
+            int64_t i = outside[j] ? (int64_t)size : node[j] - base;
+            if (i > n - 1)
+                i = n - 1;
+            for (;;) {
+                double v = tree[base + i];
+                int zero;
+                if (f32) {
+                    float w = (float)v; /* (a leaf may round to zero in float32) */
+                    ((float *)wout)[s + j] = w;
+                    zero = w == 0.0f;
+                }
+                else {
+                    ((double *)wout)[s + j] = v;
+                    zero = v == 0.0;
+                }
+                if (!zero)
+                    break;
+                if (--i < 0) {
+                    ok = 0;
+                    i = 0;
+                    break;
+                }
+            }
+            index[s + j] = i;
+        }
+    }
+    PyBuffer_Release(&tv);
+    PyBuffer_Release(&mv);
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *
+per_update(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "per_update takes 7 arguments");
+        return NULL;
+    }
+    Py_ssize_t a[5];
+    if (parse_ints(args + 2, 5, a) < 0)
+        return NULL;
+    const int64_t *leaves = (const int64_t *)a[0];
+    const char *values = (const char *)a[1], *raw = (const char *)a[2];
+    Py_ssize_t m = a[3];
+    int f32 = a[4] != 0;
+    Py_buffer sv, nv;
+    Py_ssize_t base = tree_buffer(args[0], &sv, PyBUF_WRITABLE);
+    if (base < 0)
+        return NULL;
+    if (tree_buffer(args[1], &nv, PyBUF_WRITABLE) != base) {
+        PyBuffer_Release(&sv);
+        if (!PyErr_Occurred()) {
+            PyBuffer_Release(&nv);
+            PyErr_SetString(PyExc_ValueError, "per_update: the trees differ in size");
+        }
+        return NULL;
+    }
+    double *sum = (double *)sv.buf, *mn = (double *)nv.buf;
+    PyObject *result = NULL;
+    if (m < 0 || (m > 0 && (!leaves || !values || !raw))) {
+        PyErr_SetString(PyExc_ValueError, "per_update: bad count or address");
+        goto done;
+    }
+    int64_t high = 0;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        int64_t leaf = leaves[j];
+        if (leaf < 0 || leaf >= base) {
+            result = Py_BuildValue("(OndO)", Py_False, (Py_ssize_t)0, 0.0, Py_False);
+            goto done;
+        }
+        if (leaf + 1 > high)
+            high = leaf + 1;
+    }
+    double raw_max = -INFINITY;
+    int raw_nan = 0;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        double r = f32 ? (double)((const float *)raw)[j] : ((const double *)raw)[j];
+        if (r != r)
+            raw_nan = 1;
+        else if (r > raw_max)
+            raw_max = r;
+    }
+    int64_t stack_idx[DRAW_CHUNK];
+    int64_t *idx = m <= DRAW_CHUNK ? stack_idx : (int64_t *)malloc((size_t)m * sizeof(int64_t));
+    if (idx == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < m; j++) {
+        double v = f32 ? (double)((const float *)values)[j] : ((const double *)values)[j];
+        idx[j] = leaves[j] + base;
+        sum[idx[j]] = v;
+        mn[idx[j]] = v;
+    }
+    for (Py_ssize_t b = base; b > 1; b >>= 1) {
+        for (Py_ssize_t j = 0; j < m; j++) {
+            int64_t i = idx[j] >> 1;
+            idx[j] = i;
+            if (b > 2) { /* (the node the next level writes, in both trees: its store would miss) */
+                __builtin_prefetch(sum + (i >> PF_UP), 1);
+                __builtin_prefetch(mn + (i >> PF_UP), 1);
+            }
+            sum[i] = sum[2 * i] + sum[2 * i + 1];
+            double l = mn[2 * i], r = mn[2 * i + 1];
+            mn[i] = l < r ? l : r;
+        }
+    }
+    if (idx != stack_idx)
+        free(idx);
+    result = Py_BuildValue("(OLdO)", Py_True, (long long)high, raw_max, raw_nan ? Py_True : Py_False);
+done:
+    PyBuffer_Release(&sv);
+    PyBuffer_Release(&nv);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL,
      "gather(srcs, dsts, rowbytes, index, n, cap) -> bool: rows index[:n] of every source tensor."},
     {"put", (PyCFunction)(void (*)(void))put, METH_FASTCALL,
      "put(dsts, srcs, rowbytes, start, n): rows [start, start + n) of every destination."},
+    {"per_draw", (PyCFunction)(void (*)(void))per_draw, METH_FASTCALL,
+     "per_draw(tree, masses, n, size, index, weights, f32) -> bool: the prioritized draw."},
+    {"per_update", (PyCFunction)(void (*)(void))per_update, METH_FASTCALL,
+     "per_update(sum, min, leaves, values, raw, m, f32) -> (done, high, raw_max, raw_nan)."},
     {NULL, NULL, 0, NULL},
 };
 

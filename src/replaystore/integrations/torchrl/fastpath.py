@@ -39,7 +39,7 @@ from torchrl.data.replay_buffers.storages.utils import _collate_id
 from torchrl.data.replay_buffers.utils import _to_torch
 
 from .rows import RowPlan, make_plan
-from .writes import fast_extend
+from .writes import fast_add, fast_extend
 
 __all__ = ["FastSampleMixin", "ReplayBuffer", "TensorDictReplayBuffer", "gather_rows"]
 
@@ -265,6 +265,38 @@ class FastSampleMixin:
                     self._sampler.extend(index)
                     return index
         return super()._extend(data, update_priority=update_priority)
+
+    def _add(self, data: Any) -> Any:
+        """TorchRL's ``_add``, the writer's step by one compiled write where it applies (``writes.fast_add``)."""
+        if type(data) is TensorDict and not self._is_consuming() and not is_compiling():
+            with self._replay_lock, self._write_lock:
+                index = fast_add(self, data, self._write_plan())
+                if index is not None:
+                    self._sampler.add(index)
+                    return index
+        return super()._add(data)
+
+    def add(self, data: Any) -> Any:
+        """TorchRL's ``add`` (same argument, result, errors), its write by ``writes.fast_add`` where it applies.
+
+        (As for ``extend``: TorchRL's ``TensorDictReplayBuffer.add`` calls ``ReplayBuffer._add`` by
+        ``super()``, past this class's ``_add``; its steps around that call are repeated here.)
+        """
+        if not self._fast_info_in_data or type(data) is not TensorDict or not self._initialized:
+            return super().add(data)
+        transform = self._transform
+        if (transform is not None and len(transform)) or not getattr(self, "_sync", True):
+            return super().add(data)
+        if transform is not None:
+            data = transform.inv(data)  # (an empty Compose: a shallow copy, as TorchRL's add writes into)
+            if data is None:
+                return torch.zeros((0, self._storage.ndim), dtype=torch.long)
+        index = self._add(data)
+        # TorchRL's TensorDictReplayBuffer.add after its _add
+        if index is not None:
+            self._set_index_in_td(data, index)
+            self.update_tensordict_priority(data)
+        return index
 
     def extend(self, data: Any, *, update_priority: bool | None = None) -> Any:
         """TorchRL's ``extend`` (same arguments, results, errors), its write by ``writes.fast_extend`` where it applies.

@@ -12,13 +12,16 @@ and ``2i + 1``, leaves from ``len(tree) // 2``), with the same results:
   order, the last of duplicates wins, parents recomputed level by level), for both trees in one
   pass, after checking every leaf is in ``[0, capacity)``; and the largest raw priority.
 
-``AVAILABLE`` is False without numba: the sampler then uses its NumPy steps. Not thread-safe
-(TorchRL's buffer locks are held around sampler calls).
+:func:`draw_leaves` and :func:`update_trees` run these steps on tensors, by the C module's
+``per_draw``/``per_update`` (``_native.c``: the same results bit for bit) where it is built
+(``NATIVE``), else by the numba kernels. ``AVAILABLE`` is False without numba: the sampler then
+uses its NumPy steps. Not thread-safe (TorchRL's buffer locks are held around sampler calls).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 try:  # pragma: no cover - depends on the environment
     import numba
@@ -28,7 +31,13 @@ except Exception:  # noqa: BLE001 - any import failure: the NumPy steps
     numba = None
     AVAILABLE = False
 
-__all__ = ["AVAILABLE", "draw", "update"]
+try:  # the C draw and update (built by setup.py)
+    from ._native import per_draw as _per_draw
+    from ._native import per_update as _per_update
+except ImportError:  # pragma: no cover - no compiler at install time
+    _per_draw = _per_update = None
+
+__all__ = ["AVAILABLE", "NATIVE", "draw", "draw_leaves", "update", "update_trees"]
 
 if AVAILABLE:
 
@@ -122,3 +131,39 @@ if AVAILABLE:
 
 else:  # pragma: no cover - numba missing
     draw = update = None
+
+#: draw_leaves / update_trees by the C module (else by the numba kernels; needs numba either way:
+#: the trees they walk are the compiled trees' layout)
+NATIVE = AVAILABLE and _per_draw is not None
+
+
+def draw_leaves(nodes: np.ndarray, mass: np.ndarray, n: int, size: int, f32: bool) -> tuple | None:
+    """:func:`draw` for contiguous float64 ``mass``: ``(index, leaf values)`` tensors; None: a zero leaf not passed.
+
+    ``index`` is int64; the values float32 when ``f32``, else float64. ``nodes``: a sum tree of
+    :mod:`~replaystore.integrations.torchrl.trees` (frontier 1); ``1 <= n <= size``.
+    """
+    m = mass.shape[0]
+    if NATIVE:
+        index = torch.empty(m, dtype=torch.long)
+        values = torch.empty(m, dtype=torch.float32 if f32 else torch.float64)
+        ok = _per_draw(nodes, mass, n, size, index.data_ptr(), values.data_ptr(), f32)
+        return (index, values) if ok else None
+    out = np.empty(m, dtype=np.float32 if f32 else np.float64)
+    index, ok = draw(nodes, mass, n, size, out)
+    return (torch.from_numpy(index), torch.from_numpy(out)) if ok else None
+
+
+def update_trees(
+    sum_nodes: np.ndarray, min_nodes: np.ndarray, index: torch.Tensor, values: torch.Tensor, raw: torch.Tensor
+) -> tuple:
+    """:func:`update` for tensors: ``(done, high, raw_max, raw_nan)``.
+
+    ``index``: contiguous 1-D int64 CPU; ``values`` and ``raw``: contiguous CPU tensors of one
+    float dtype (float32 or float64) and ``index``'s length (the caller checks all of it).
+    """
+    if NATIVE:
+        f32 = values.dtype == torch.float32
+        args = (index.data_ptr(), values.data_ptr(), raw.data_ptr(), index.shape[0], f32)
+        return _per_update(sum_nodes, min_nodes, *args)
+    return update(sum_nodes, min_nodes, index.numpy(), values.numpy(), raw.numpy(), sum_nodes.shape[0] // 2)

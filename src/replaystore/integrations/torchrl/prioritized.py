@@ -197,23 +197,21 @@ class PrioritizedSampler(_RLPrioritizedSampler):
             mass = np.random.uniform(0.0, p_sum, size=batch_size)
         else:
             mass = (torch.rand(batch_size, generator=self._rng) * p_sum).numpy().astype(np.float64)
-        weight = np.empty(batch_size, dtype=st.np_dtype)
-        index, ok = kernels.draw(st.nodes, mass, n, st.size, weight)
-        if not ok:
+        drawn = kernels.draw_leaves(st.nodes, mass, n, st.size, st.np_dtype is np.float32)
+        if drawn is None:
             raise RuntimeError("Failed to find a suitable index")
-        weight = torch.pow(torch.from_numpy(weight) / p_min, -self._beta)
-        return torch.from_numpy(index), {"priority_weight": weight}
+        index, weight = drawn  # (in place: the same torch kernels as TorchRL's `(w / p_min) ** -beta`)
+        return index, {"priority_weight": weight.div_(p_min).pow_(-self._beta)}
 
     def _update_fused(self, index: torch.Tensor, priority: torch.Tensor) -> bool:
         """``_update_flat`` by one compiled call (``kernels.update``) for float32/64 priorities; False: not handled."""
         if priority.dtype not in _FLOATS:
             return False
-        priority = priority.detach()
-        values = torch.pow(priority + self._eps, self._alpha)
+        if priority.requires_grad:
+            priority = priority.detach()
+        values = (priority + self._eps).pow_(self._alpha)  # (TorchRL's torch ops; in place: one allocation)
         st, mt = self._sum_tree, self._min_tree
-        done, high, raw_max, raw_nan = kernels.update(
-            st.nodes, mt.nodes, index.numpy(), values.numpy(), priority.numpy(), st.capacity
-        )
+        done, high, raw_max, raw_nan = kernels.update_trees(st.nodes, mt.nodes, index, values, priority)
         if not done:
             return False  # (nothing written: TorchRL's code raises its error)
         st.written(high)
@@ -254,6 +252,10 @@ class PrioritizedSampler(_RLPrioritizedSampler):
 
     def _update_flat(self, index: Any, priority: Any) -> bool:
         """TorchRL's CPU ``update_priority`` for a 1-D tensor of indices, in fewer steps; False: not handled."""
+        if type(index) is int and index >= 0:  # (a writer's add: TorchRL views it as one entry, as below)
+            index = torch.tensor([index])
+        elif type(index) is torch.Tensor and index.ndim == 0 and type(priority) is torch.Tensor and priority.ndim == 0:
+            index, priority = index.view(1), priority.view(1)  # (TorchRL's views of one entry: an add's update)
         if type(priority) is float or (type(priority) is torch.Tensor and priority.ndim == 0):
             return self._update_scalar(index, priority)
         if (

@@ -33,15 +33,61 @@ __all__ = ["RowPlan", "leaf_ok", "make_plan"]
 
 _PLAIN = (torch.Tensor, MemoryMappedTensor)
 _CPU = torch.device("cpu")
+_new_td = TensorDict.__new__
+_HAS_MPS = torch.backends.mps.is_available()  # (what _new_unsafe caches in each TensorDict with a device)
 
 
-def leaf_ok(value: Any) -> bool:
-    """Whether ``value`` is a plain contiguous CPU tensor (or ``MemoryMappedTensor``) that needs no gradient."""
+def _direct(entries: dict, shape: torch.Size, device: torch.device | None) -> TensorDict:
+    """``TensorDict._new_unsafe(entries, batch_size=shape, device=device, nested=False)`` by its attribute writes only.
+
+    (``entries``: a plain dict of checked values; ``device``: None or a ``torch.device``.) The
+    steps ``_new_unsafe`` takes outside ``torch.compile`` for these arguments, without its copy of
+    the dict, its device conversion and its ``torch.backends.mps.is_available()`` per object (the
+    largest part of its cost); used only where :func:`_direct_ok` found both build the same object.
+    """
+    td = _new_td(TensorDict)
+    if device is not None:
+        td._has_mps_val = _HAS_MPS
+    td._device = device
+    td._tensordict = entries
+    td._batch_size = shape
+    td._td_dim_names = None
+    return td
+
+
+def _unsafe(entries: dict, shape: torch.Size, device: torch.device | None) -> TensorDict:
+    return TensorDict._new_unsafe(entries, batch_size=shape, device=device, nested=False)
+
+
+def _direct_ok() -> bool:
+    """Whether :func:`_direct` builds what ``_new_unsafe`` builds (same attributes and values) in this tensordict."""
+    try:
+        leaf = torch.zeros(2, 3)
+        for device in (None, _CPU):
+            a = _unsafe({"x": leaf}, torch.Size((2,)), device)
+            b = _direct({"x": leaf}, torch.Size((2,)), device)
+            if type(a._tensordict) is not dict or list(vars(a)) != list(vars(b)):
+                return False
+            if any(k != "_tensordict" and getattr(a, k) != getattr(b, k) for k in vars(a)):
+                return False
+            if a["x"] is not b["x"] or a.batch_size != b.batch_size or a.device != b.device:
+                return False
+        return True
+    except Exception:  # noqa: BLE001 - any difference: TensorDict's own constructor
+        return False
+
+
+#: the builder of the gathered ``TensorDict`` s (:func:`_direct` where it is equivalent)
+_build_td = _direct if _direct_ok() else _unsafe
+
+
+def leaf_ok(value: Any, min_ndim: int = 1) -> bool:
+    """Whether ``value`` is a plain contiguous CPU tensor (or memmap) of ``min_ndim`` or more dims, needing no grad."""
     return (
         type(value) in _PLAIN
         and value.device.type == "cpu"
         and value.layout == torch.strided
-        and value.ndim >= 1
+        and value.ndim >= min_ndim
         and value.is_contiguous()
         and not value.requires_grad
         and not value.is_conj()
@@ -199,6 +245,7 @@ def _plan_td(
             return None
     parts = tuple(parts)
     device = td._device
+    new = _build_td if device is None or type(device) is torch.device else _unsafe
 
     def build(outs, shape, skipped):
         out = {}
@@ -210,6 +257,6 @@ def _plan_td(
                 out[key] = builder(outs, shape + nested.batch_size[1:], None)
             else:
                 out[key] = skipped
-        return TensorDict._new_unsafe(out, batch_size=shape, device=device, nested=False)
+        return new(out, shape, device)
 
     return build
