@@ -444,6 +444,7 @@ class Table(
         # times_sampled += 1 (per draw), then the rows (their keys: the ring's, or the key column),
         # with the payload in one pass if it can
         if read and self._read_counted:
+            st = self._state
             keys = (None, st.ring_lo, st.ring_base) if self._ring is not None else (self._index.key_of_slot, 0, 0)
             data = self.storage.read_counted(slots, self._meta, rows, keys)
         else:
