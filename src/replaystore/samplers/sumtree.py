@@ -87,8 +87,12 @@ def minimum(tree: np.ndarray, frontier: int = 1) -> float:
 
 
 def frontier_prefix(tree: np.ndarray, frontier: int) -> np.ndarray:
-    """Cumulative sums over the frontier level; its last entry is the total used by searches."""
-    return np.cumsum(tree[frontier : 2 * frontier])
+    """Cumulative sums over the frontier level; its last entry is the total used by searches.
+
+    Always float64 (for a float32 tree too): each interval is then its node's value to 2**-53,
+    where a float32 running sum over 8192 nodes would shift them by up to ``8192 * 2**-24``.
+    """
+    return np.cumsum(tree[frontier : 2 * frontier], dtype=np.float64)
 
 
 def update_both(
