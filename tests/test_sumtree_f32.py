@@ -169,15 +169,17 @@ def test_frequencies_follow_p_alpha(backend, stratified):
     assert chi2 < _chi2_upper(int(pos.sum()) - 1), chi2
 
 
-def test_extreme_priorities_are_clamped_into_the_float32_range():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_extreme_priorities_are_clamped_into_the_float32_range(backend):
     """A positive priority too small for float32 still samples (clamped to the smallest normal), a
     huge one is clamped to ``float32 max / (2 * leaves)``: the root stays finite."""
-    t = _prioritized_table(4, "numpy", alpha=1.0, beta=1.0)
+    t = _prioritized_table(4, backend, alpha=1.0, beta=1.0)
     t.extend(transitions(4), priorities=[1e-300, 0.0, 1e300, 1e300])
     total, smallest = t.sampler.mass()
     assert math.isfinite(total) and total > 0
     assert smallest == pytest.approx(float(np.finfo(np.float32).tiny))
     assert set(t.sample(1000).keys.tolist()) <= {2, 3}
+    assert t.sampler._sum[4 + 2] == np.float32(np.finfo(np.float32).max / 8)
     t.delete([2, 3])
     assert set(t.sample(200).keys.tolist()) == {0}  # the tiny one is positive: not the zero one
 

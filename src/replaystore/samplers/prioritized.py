@@ -92,7 +92,8 @@ class Prioritized(Selector):
         self._sum = allocate("prioritized.sum", (2 * leaves,), self.tree_dtype, 0.0)
         self._min = allocate("prioritized.min", (2 * leaves,), self.tree_dtype, np.inf)
         # float32: the largest leaf such that the root (<= leaves * largest, rounded) stays finite
-        self._leaf_max = float(np.finfo(np.float32).max) / (2 * leaves) if self.tree_dtype == np.float32 else None
+        f32 = self.tree_dtype == np.float32
+        self._clamp = (_F32_TINY, float(np.finfo(np.float32).max) / (2 * leaves)) if f32 else None
         self._frontier = self._trees.frontier_for(capacity)
         self._live = DenseSet(capacity, "live")  # for the all-zero fallback
         self._placed_live = self._live if placing() else None  # kept while a ring is shared
@@ -121,9 +122,8 @@ class Prioritized(Selector):
 
     def _set(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         scaled = priorities if self.alpha == 1.0 else np.power(priorities, self.alpha)
-        if self._leaf_max is not None:  # float32: a positive value stays positive, the sums finite
-            scaled = np.where(scaled > 0.0, np.clip(scaled, _F32_TINY, self._leaf_max), 0.0)
-        self._trees.update_both(self._sum, self._min, slots, scaled, self._frontier)
+        # (float32: positive values clamped into the float32 range, inside the tree update)
+        self._trees.update_both(self._sum, self._min, slots, scaled, self._frontier, self._clamp)
 
     def insert(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
         self._live.add(slots)

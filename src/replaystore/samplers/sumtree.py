@@ -96,12 +96,21 @@ def frontier_prefix(tree: np.ndarray, frontier: int) -> np.ndarray:
 
 
 def update_both(
-    sum_tree: np.ndarray, min_tree: np.ndarray, leaves: np.ndarray, values: np.ndarray, frontier: int = 1
+    sum_tree: np.ndarray,
+    min_tree: np.ndarray,
+    leaves: np.ndarray,
+    values: np.ndarray,
+    frontier: int = 1,
+    clamp: tuple[float, float] | None = None,
 ) -> None:
     """Set ``values`` in the sum tree and in the min tree (where a 0 counts as ``inf``: not sampled).
 
-    The two trees share their layout; the compiled module walks both in one pass.
+    The two trees share their layout; the compiled module walks both in one pass. ``clamp=(lo, hi)``
+    first clamps the positive values into ``[lo, hi]`` (zeros stay zero): what keeps a float32
+    tree's positive leaves positive and its sums finite (``Prioritized(tree_dtype=np.float32)``).
     """
+    if clamp is not None:
+        values = np.where(values > 0.0, np.clip(values, clamp[0], clamp[1]), 0.0)
     update_sum(sum_tree, leaves, values, frontier)
     update_min(min_tree, leaves, np.where(values > 0.0, values, np.inf), frontier)
 
