@@ -1,4 +1,4 @@
-"""Sum and min segment trees as plain functions over a flat float64 array.
+"""Sum and min segment trees as plain functions over a flat float64 (or float32) array.
 
 Layout: a tree for ``capacity`` leaves has ``size = 2 * P`` entries where ``P`` is the smallest
 power of two ``>= capacity``; node ``i`` has children ``2i`` and ``2i + 1``; leaf ``j`` lives at
