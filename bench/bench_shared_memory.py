@@ -8,7 +8,8 @@ run it on a quiet machine. Rows:
 
 - ``SharedTable`` in ring mode (the ``Fifo`` remover, nothing deleted out of order: its
   out-of-ring structures are a hole in the segment), after a ``delete`` out of insertion order
-  (they are reserved then), and with ``reserve_all=True``; uniform and prioritized;
+  (they are reserved then), and with ``reserve_all=True``; uniform and prioritized (and a
+  prioritized one in ring mode with float32 trees: ``Prioritized(tree_dtype=np.float32)``);
 - cpprb ``MPReplayBuffer`` / ``MPPrioritizedReplayBuffer`` (its shared arrays);
 - TorchRL ``LazyMemmapStorage`` with its scratch directory in ``/dev/shm`` (uniform; its sampler
   state is per process);
@@ -57,9 +58,11 @@ def fill(extend, capacity: int, step: int = 4096) -> None:
         extend(batch_of("small", min(step, capacity - i), i))
 
 
-def shared(capacity: int, prioritized: bool, reserve_all: bool, delete: bool) -> tuple[int, int]:
+def shared(
+    capacity: int, prioritized: bool, reserve_all: bool, delete: bool, trees: str = "float64"
+) -> tuple[int, int]:
     before = shmem()
-    sampler = rs.Prioritized(0.6, 0.4) if prioritized else rs.Uniform()
+    sampler = rs.Prioritized(0.6, 0.4, tree_dtype=trees) if prioritized else rs.Uniform()
     t = SharedTable.create(f"mem-{mp.current_process().pid}", capacity, SPEC, sampler=sampler, reserve_all=reserve_all)
     try:
         fill(t.extend, capacity)
@@ -129,6 +132,10 @@ def main() -> None:
     for prio in (False, True):
         sampler = "prioritized" if prio else "uniform"
         rows.append((sampler, "SharedTable, ring mode", isolated(shared, cap, prio, False, False)))
+        if prio:
+            rows.append(
+                (sampler, "SharedTable, ring mode, float32 trees", isolated(shared, cap, prio, False, False, "float32"))
+            )
         rows.append((sampler, "SharedTable, after a delete out of order", isolated(shared, cap, prio, False, True)))
         rows.append((sampler, "SharedTable, reserve_all=True", isolated(shared, cap, prio, True, False)))
         try:

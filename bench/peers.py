@@ -770,12 +770,14 @@ class ReplaystoreBuffer(Buffer):
     """``replaystore.Table`` with Uniform or Prioritized sampler, Fifo remover, MinSize(1)."""
 
     backend = "auto"  # the sum-tree kernels: numba when the [fast] extra is installed
+    tree_dtype = "float64"
 
     def __init__(self, params: WorkloadParams) -> None:
         super().__init__(params)
         import replaystore as rs
 
-        sampler = (rs.Prioritized(alpha=params.alpha, beta=params.beta, backend=self.backend)
+        sampler = (rs.Prioritized(alpha=params.alpha, beta=params.beta, backend=self.backend,
+                                  tree_dtype=self.tree_dtype)
                    if params.prioritized else rs.Uniform())
         self.table = rs.Table(
             capacity=params.capacity,
@@ -845,10 +847,31 @@ class ReplaystoreNumpyPeer(Peer):
         return ReplaystoreNumpyBuffer(params)
 
 
+class ReplaystoreF32Buffer(ReplaystoreBuffer):
+    """The same table with float32 sum and min trees (``Prioritized(tree_dtype=np.float32)``)."""
+
+    tree_dtype = "float32"
+
+
+class ReplaystoreF32Peer(Peer):
+    """replaystore's prioritized replay with float32 trees (half their memory)."""
+
+    name = "replaystore-f32"
+    modules = ("replaystore",)
+    dist = "replaystore"
+    version = ReplaystorePeer.version
+    supports = frozenset({"per", "per_add_rows"})
+    notes = {"per": "Prioritized(tree_dtype=float32)", "per_add_rows": "Prioritized(tree_dtype=float32)"}
+
+    def make(self, params: WorkloadParams) -> Buffer:
+        return ReplaystoreF32Buffer(params)
+
+
 #: Every peer, in report order (replaystore first, the NumPy limits last).
 ALL_PEERS: tuple[Peer, ...] = (
     ReplaystorePeer(),
     ReplaystoreNumpyPeer(),
+    ReplaystoreF32Peer(),
     RloxPeer(),
     CpprbPeer(),
     TorchRLPeer(),

@@ -145,3 +145,12 @@ def test_single_byte_flips_give_named_errors_or_a_working_table(tmp_path, lock):
 @pytest.mark.parametrize("lock", ["auto", "flock"])
 def test_every_single_byte_flip_gives_a_named_error_or_a_working_table(tmp_path, lock):
     check_flips(tmp_path, lock, exhaustive=True)
+
+
+def test_a_tree_dtype_other_than_the_segments_is_layout_mismatch_naming_the_region(table):
+    """A float64 prioritized segment whose configuration asks for float32 trees (damaged, or written
+    by another version) is refused with the tree's region named, never read as float32."""
+    t, directory, seg = table
+    rewrite_config(seg, lambda c: c["sampler"].update(tree_dtype="float32"))
+    with pytest.raises(LayoutMismatch, match=r"prioritized\.sum.*float64.*float32"):
+        attach(directory)

@@ -4,9 +4,22 @@
 ``w_i = (N * P(i)) ** -beta / max_j w_j``, where the maximum runs over the whole table, i.e. it is
 reached by the smallest positive ``P``: ``w_i = (P(i) / P_min) ** -beta``. Items of priority 0 are
 never sampled and do not enter ``P_min``. If every priority is 0, sampling falls back to uniform.
+
+**float32 trees** (``tree_dtype=np.float32``, half the memory: 16 B a slot instead of 32, as cpprb's
+trees). A leaf holds ``priority ** alpha`` rounded to float32 (relative error <= 2**-24) and clamped
+into ``[tiny, float32 max / (2 * leaves)]`` (a positive priority never rounds to 0, the root never
+overflows); every parent is ``fl32(left + right)``, recomputed from its children on every update
+(never incremented by a delta), so the trees after any sequence of updates are bit for bit the trees
+built afresh from their leaves: drift cannot accumulate and no periodic re-summation is needed.
+An inner sum over ``2**d`` leaves is within ``d * 2**-24`` (relative) of the exact sum of its
+leaves; the descent (float64 targets against float32 nodes) only enters a subtree of positive sum,
+so it always ends on a leaf of positive priority, never on an empty, deleted or zero slot.
+Probabilities and weights are computed in float64 from the float32 leaves and root.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -30,17 +43,34 @@ class Prioritized(Selector):
             independent targets.
         backend: ``"numba"`` compiled tree kernels (the ``[fast]`` extra), ``"numpy"`` the
             vectorised reference, or ``"auto"`` (numba when installed). Same results either way.
+        tree_dtype: ``np.float64`` (the default) or ``np.float32`` (or their names): the dtype of
+            the sum and min trees. float32 halves their memory (16 instead of 32 bytes a slot, what
+            matters for a shared table) at the cost of probabilities exact to about
+            ``log2(capacity) * 6e-8`` (relative) instead of ``1e-15``; see the module docstring.
 
-    Trees are float64 and truncated at a frontier of up to 8192 nodes (see
-    :mod:`~replaystore.samplers.sumtree`). Not usable as a remover.
+    Trees are truncated at a frontier of up to 8192 nodes (see :mod:`~replaystore.samplers.sumtree`).
+    Not usable as a remover.
+
+    Raises:
+        InvalidArgument: an unknown ``backend``, ``alpha < 0``, ``beta`` outside ``[0, 1]`` or a
+            ``tree_dtype`` other than float32/float64.
+        ImportError: ``backend="numba"`` without numba installed.
     """
 
     usable_as_remover = False
     requires_nonnegative = True
     RING_UNUSED = ("live.",)  # (in ring mode the table's ring is its set of live slots: share_live)
 
-    def __init__(self, alpha: float = 0.6, beta: float = 0.4, stratified: bool = False, backend: str = "auto") -> None:
+    def __init__(
+        self,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        stratified: bool = False,
+        backend: str = "auto",
+        tree_dtype: Any = np.float64,
+    ) -> None:
         super().__init__()
+        self.tree_dtype = _tree_dtype(tree_dtype)
         if backend not in ("auto", "numpy", "numba"):
             raise InvalidArgument(f"backend must be 'auto', 'numpy' or 'numba', got {backend!r}")
         if backend == "numba" and not sumtree_jit.AVAILABLE:
@@ -59,8 +89,11 @@ class Prioritized(Selector):
     def bind(self, capacity: int, rng: np.random.Generator) -> None:  # noqa: D102
         super().bind(capacity, rng)
         leaves = sumtree.leaf_base(capacity)  # the trees' layout (see sumtree.new_sum_tree)
-        self._sum = allocate("prioritized.sum", (2 * leaves,), np.float64, 0.0)
-        self._min = allocate("prioritized.min", (2 * leaves,), np.float64, np.inf)
+        self._sum = allocate("prioritized.sum", (2 * leaves,), self.tree_dtype, 0.0)
+        self._min = allocate("prioritized.min", (2 * leaves,), self.tree_dtype, np.inf)
+        # float32: the largest leaf such that the root (<= leaves * largest, rounded) stays finite
+        f32 = self.tree_dtype == np.float32
+        self._clamp = (_F32_TINY, float(np.finfo(np.float32).max) / (2 * leaves)) if f32 else None
         self._frontier = self._trees.frontier_for(capacity)
         self._live = DenseSet(capacity, "live")  # for the all-zero fallback
         self._placed_live = self._live if placing() else None  # kept while a ring is shared
@@ -89,7 +122,8 @@ class Prioritized(Selector):
 
     def _set(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         scaled = priorities if self.alpha == 1.0 else np.power(priorities, self.alpha)
-        self._trees.update_both(self._sum, self._min, slots, scaled, self._frontier)
+        # (float32: positive values clamped into the float32 range, inside the tree update)
+        self._trees.update_both(self._sum, self._min, slots, scaled, self._frontier, self._clamp)
 
     def insert(self, slots: np.ndarray, keys: np.ndarray, priorities: np.ndarray) -> None:  # noqa: D102
         self._live.add(slots)
@@ -125,7 +159,7 @@ class Prioritized(Selector):
             targets = u * total
         np.minimum(targets, np.nextafter(total, 0.0), out=targets)
         slots = self._trees.find_prefix(self._sum, targets, self._frontier, prefix)
-        scaled = self._sum[slots + len(self._sum) // 2]
+        scaled = self._sum[slots + len(self._sum) // 2].astype(np.float64, copy=False)
         probabilities = scaled / total
         weights = np.power(scaled / sumtree.minimum(self._min, self._frontier), -self.beta)
         return slots, probabilities, weights
@@ -135,7 +169,7 @@ class Prioritized(Selector):
         total = sumtree.total(self._sum, self._frontier)
         if not total > 0.0:
             return np.full(len(slots), 1.0 / max(1, self._live.size))
-        return self._sum[slots + len(self._sum) // 2] / total
+        return self._sum[slots + len(self._sum) // 2].astype(np.float64, copy=False) / total
 
     def mass(self) -> tuple[float, float]:
         """``(sum of priority ** alpha, smallest positive priority ** alpha)`` over the live items.
@@ -151,4 +185,21 @@ class Prioritized(Selector):
         self._live.clear()
 
     def config(self) -> dict:  # noqa: D102
-        return {"type": "Prioritized", "alpha": self.alpha, "beta": self.beta, "stratified": self.stratified}
+        out = {"type": "Prioritized", "alpha": self.alpha, "beta": self.beta, "stratified": self.stratified}
+        if self.tree_dtype != np.float64:  # (float64 tables keep the configuration they always had)
+            out["tree_dtype"] = self.tree_dtype.name
+        return out
+
+
+_F32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def _tree_dtype(value: Any) -> np.dtype:
+    """``value`` as the float32 or float64 dtype, or :class:`InvalidArgument`."""
+    try:
+        dtype = np.dtype(value)
+    except TypeError:
+        dtype = np.dtype(object)
+    if value is None or dtype.str not in ("<f4", "<f8"):
+        raise InvalidArgument(f"tree_dtype must be float32 or float64, got {value!r}")
+    return dtype

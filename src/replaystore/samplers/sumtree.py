@@ -1,4 +1,4 @@
-"""Sum and min segment trees as plain functions over a flat float64 array.
+"""Sum and min segment trees as plain functions over a flat float64 (or float32) array.
 
 Layout: a tree for ``capacity`` leaves has ``size = 2 * P`` entries where ``P`` is the smallest
 power of two ``>= capacity``; node ``i`` has children ``2i`` and ``2i + 1``; leaf ``j`` lives at
@@ -87,17 +87,30 @@ def minimum(tree: np.ndarray, frontier: int = 1) -> float:
 
 
 def frontier_prefix(tree: np.ndarray, frontier: int) -> np.ndarray:
-    """Cumulative sums over the frontier level; its last entry is the total used by searches."""
-    return np.cumsum(tree[frontier : 2 * frontier])
+    """Cumulative sums over the frontier level; its last entry is the total used by searches.
+
+    Always float64 (for a float32 tree too): each interval is then its node's value to 2**-53,
+    where a float32 running sum over 8192 nodes would shift them by up to ``8192 * 2**-24``.
+    """
+    return np.cumsum(tree[frontier : 2 * frontier], dtype=np.float64)
 
 
 def update_both(
-    sum_tree: np.ndarray, min_tree: np.ndarray, leaves: np.ndarray, values: np.ndarray, frontier: int = 1
+    sum_tree: np.ndarray,
+    min_tree: np.ndarray,
+    leaves: np.ndarray,
+    values: np.ndarray,
+    frontier: int = 1,
+    clamp: tuple[float, float] | None = None,
 ) -> None:
     """Set ``values`` in the sum tree and in the min tree (where a 0 counts as ``inf``: not sampled).
 
-    The two trees share their layout; the compiled module walks both in one pass.
+    The two trees share their layout; the compiled module walks both in one pass. ``clamp=(lo, hi)``
+    first clamps the positive values into ``[lo, hi]`` (zeros stay zero): what keeps a float32
+    tree's positive leaves positive and its sums finite (``Prioritized(tree_dtype=np.float32)``).
     """
+    if clamp is not None:
+        values = np.where(values > 0.0, np.clip(values, clamp[0], clamp[1]), 0.0)
     update_sum(sum_tree, leaves, values, frontier)
     update_min(min_tree, leaves, np.where(values > 0.0, values, np.inf), frontier)
 

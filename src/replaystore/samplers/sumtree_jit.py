@@ -75,12 +75,14 @@ if AVAILABLE:
                 tree[i] = left if left < right else right
 
     @numba.njit(cache=True, nogil=True)
-    def _update_both(sum_tree, min_tree, leaves, values, frontier):  # pragma: no cover - compiled
+    def _update_both(sum_tree, min_tree, leaves, values, frontier, lo, hi):  # pragma: no cover - compiled
         base = sum_tree.shape[0] // 2
         n = leaves.shape[0]
         idx = leaves + base
         for j in range(n):
             v = values[j]
+            if v > 0.0:  # (the clamp of a positive value; lo=0, hi=inf change nothing)
+                v = lo if v < lo else (hi if v > hi else v)
             sum_tree[idx[j]] = v
             min_tree[idx[j]] = v if v > 0.0 else np.inf
         b = base
@@ -156,15 +158,23 @@ def update_min(tree: np.ndarray, leaves: np.ndarray, values: np.ndarray, frontie
 
 
 def update_both(
-    sum_tree: np.ndarray, min_tree: np.ndarray, leaves: np.ndarray, values: np.ndarray, frontier: int = 1
+    sum_tree: np.ndarray,
+    min_tree: np.ndarray,
+    leaves: np.ndarray,
+    values: np.ndarray,
+    frontier: int = 1,
+    clamp: tuple[float, float] | None = None,
 ) -> None:
-    """As :func:`replaystore.samplers.sumtree.update_both`, both trees in one pass."""
+    """As :func:`replaystore.samplers.sumtree.update_both`, both trees in one pass (the clamp too)."""
+    lo, hi = (0.0, np.inf) if clamp is None else clamp
     _update_both(
         sum_tree,
         min_tree,
         np.ascontiguousarray(leaves, dtype=np.int64),
         np.ascontiguousarray(values, dtype=np.float64),
         frontier,
+        float(lo),
+        float(hi),
     )
 
 
