@@ -2,34 +2,18 @@
 
 This is the logic of MineStudio's replay buffer actor, on replaystore's core and without its
 failures. It holds metadata only: each fragment's payload lives in a
-:class:`~replaystore.storage.fragments.FragmentStore`, named by its fragment id.
-
-- **Streams.** A producer stream (MineStudio: one environment, ``worker_uuid``) sends fragments
-  with consecutive sequence numbers (``fid_in_worker``). They wait in the stream's *partial chunk*
-  until ``fragments_per_chunk`` consecutive ones form a *chunk*, whose version is its oldest
-  fragment's. A duplicate (same id, or a sequence number already seen) is ignored; a gap restarts
-  the partial chunk. Both are counted, neither raises.
-- **Chunks** are items of a :class:`~replaystore.Table` (object storage, ``UniformDistinct``
-  sampler, FIFO order, ``max_staleness``): FIFO eviction at ``max_chunks``, admission only for the
-  current session and versions at most ``max_staleness`` behind, every stale chunk dropped when the
-  version moves, retirement after ``max_reuse`` fetches.
-- **Fetches** pick ``n / fragments_per_chunk`` chunks uniformly without replacement and hand out a
-  *lease* on their fragments: the payloads stay on disk until the lease is released (explicitly,
-  or when the same client fetches again).
-- **Reference counting** is explicit (:class:`~replaystore.storage.fragments.RefCounts`): a
-  payload is deleted when no partial chunk, chunk or lease holds it.
-- **Persistence**: every operation is written to a journal (an
-  :class:`~replaystore.checkpoint.journal.LmdbJournal` of JSON records, keys named in
-  :mod:`~replaystore.fragments.records`) in one transaction, and a new buffer on the same path
-  resumes from it. Payloads are deleted from the store only after the transaction that dropped
-  their last reference committed.
-- **Full disks**: an operation whose journal transaction fails (:class:`~replaystore.DiskFull`,
-  :class:`~replaystore.StorageError`) raises it and leaves the buffer as it was (its state is
-  reloaded from the journal, which still holds the last committed state). New fragments are
-  refused with ``DiskFull`` once the journal cannot keep its reserve; fetches and releases go on.
-- **Leases expire**: a lease not renewed (:meth:`FragmentBuffer.renew`, or any fetch by its
-  client) within ``lease_ttl`` seconds is released by housekeeping and counted (``leases_expired``):
-  a trainer that died does not pin its payloads forever.
+:class:`~replaystore.storage.fragments.FragmentStore`, named by its fragment id. What it does with
+them (streams to chunks, admission and staleness, eviction and reuse, fetches and their leases,
+lease expiry, reference counting, persistence, full disks) is docs/ray.md, "Fragments". How:
+chunks are items of a :class:`~replaystore.Table` (object storage, ``UniformDistinct`` sampler,
+FIFO order, ``max_staleness``); reference counts are explicit
+(:class:`~replaystore.storage.fragments.RefCounts`); every operation is one transaction of a
+journal (an :class:`~replaystore.checkpoint.journal.LmdbJournal` of JSON records, keys named in
+:mod:`~replaystore.fragments.records`) that a new buffer on the same path resumes from; a payload
+is deleted from the store only after the transaction that dropped its last reference committed,
+and an operation whose transaction fails (:class:`~replaystore.DiskFull`,
+:class:`~replaystore.StorageError`) raises it and leaves the buffer as it was (its state is
+reloaded from the journal).
 
 Not thread-safe and never blocking: the replay service calls it from its event loop, one call at a
 time, and does the waiting (``fetch`` when too few chunks exist) itself.

@@ -15,16 +15,10 @@ one more than ``max_staleness`` versions behind the version it started under
 running rollout that would otherwise go stale).
 
 Overshoot credit (token budgets): a trainer that takes whole groups until their tokens reach
-``batch_size`` takes more than ``batch_size`` units per version. Without a credit the limit grows by
-``batch_size`` per version while the trainer consumes more, the units held plus the capacity
-shrink, and both sides end up waiting for each other (the buffer holds fewer units than a sample
-wants, the capacity is less than a reservation). :meth:`credit` adds the overshoot to the limit,
-``limit = (max_staleness + version + 1) * batch_size + credited``, so the limit stays
-``(max_staleness + 1) * batch_size`` ahead of what the trainer consumed; the staleness bound still
-holds when the trainer asks for at least ``batch_size`` units per version, oldest first (a unit
-admitted at version ``v`` lies within the first ``(max_staleness + 1) * batch_size`` units after
-what was consumed before ``v``, and by the end of version ``v + max_staleness`` the trainer has
-consumed at least that many more).
+``batch_size`` takes more than ``batch_size`` units per version; :meth:`credit` adds that overshoot
+to the limit, ``limit = (max_staleness + version + 1) * batch_size + credited``, so producers and
+trainer do not end up waiting for each other. Why the staleness bound still holds: docs/online.md,
+"The large-model workflow", token budgets.
 
 Each ticket is held until it is finished (:meth:`StalenessBudget.finish`: accepted, or rejected),
 abandoned or cancelled. A ticket acquired with a time-to-live is abandoned once its holder has not

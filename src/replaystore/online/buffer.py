@@ -31,12 +31,10 @@ covers its members'. ``staleness_end`` (``"min"`` by default) says which end cou
 :meth:`set_version` drops every group that became stale, so a sample never returns one.
 
 Pacing (``pacing=True``): producers hold tickets of a
-:class:`~replaystore.online.StalenessBudget`; a group's id is its ticket. With the ``"in_order"``
-pick, a sample takes the oldest outstanding groups and waits for those still running; then, as long
-as the trainer samples ``batch_size`` groups per version and calls :meth:`set_version` after each
-step (``max_reuse=1``), no group is ever stale and none is dropped. ``"fifo"`` (ready first) waits
-only for a running group on its last version in the window: exact for ``max_staleness <= 1``,
-nearly so beyond. With ``batch_tokens`` the budget and the samples are measured in tokens.
+:class:`~replaystore.online.StalenessBudget`; a group's id is its ticket. With the ``"fifo"`` and
+``"in_order"`` picks a sample also waits for running groups that would otherwise go stale
+(:mod:`.picks`; when that makes staleness exact: docs/online.md, "Semantics", pick policies).
+With ``batch_tokens`` the budget and the samples are measured in tokens.
 
 Every public method is thread-safe (one lock; waits release it) and validates its input before it
 changes anything: bad input raises a :class:`~replaystore.ReplayError` subclass and leaves the
@@ -62,7 +60,7 @@ from .buffer_journal import BufferJournal
 from .buffer_producers import ProducerCalls
 from .buffer_trainer import TrainerCalls
 from .groups import Group
-from .measure import OnlineMetrics
+from .measure import DROP_REASONS, OnlineMetrics
 from .picks import check_pick, make_selector, priority
 from .versions import check_end, check_int
 
@@ -77,13 +75,7 @@ _COUNTERS = (
     "groups_retired",
     "groups_evicted_after_training",
     "groups_dropped_after_training",
-    "groups_dropped_stale",
-    "groups_dropped_expired",
-    "groups_dropped_evicted",
-    "groups_dropped_abandoned",
-    "groups_dropped_incomplete",
-    "groups_dropped_rejected",
-    "groups_dropped_cancelled",
+    *(f"groups_dropped_{reason}" for reason in DROP_REASONS),
     "groups_rejected",
     "tickets_cancelled",
     "rollouts_dropped",

@@ -78,16 +78,11 @@ class ProducerCalls:
             Timeout: not granted in time (nothing acquired).
             Closed: the buffer is closed.
         """
-        budget = self._need_budget()
-        with self._lock:
-            self._check_open()
-            self._expire(self._clock())
-            self._commit()
+        with self._paced(check_open=True) as budget:
+            pass  # (the budget waits without the buffer's lock)
         tickets = budget.acquire(k, timeout=timeout, holder=holder, overprovision=overprovision, weight=tokens)
-        with self._lock:
-            self._expire(self._clock())  # tickets that expired while it waited: drop their groups
-            self._commit()  # the budget's new tickets
-        return tickets
+        with self._paced():  # drops the groups of tickets that expired meanwhile; journals the new tickets
+            return tickets
 
     def try_acquire(
         self, k: int = 1, holder: str | None = None, overprovision: int = 0, tokens: int | None = None
@@ -114,13 +109,7 @@ class ProducerCalls:
         return self._need_budget().version_of(ticket)
 
     def renew(self, tickets: Any) -> None:
-        """Restart the time-to-live of held tickets (one ticket or a list).
-
-        Raises:
-            UnknownTicket: a ticket is not held, expired by now included (:class:`TicketCancelled`
-                if cancelled); nothing changed.
-            InvalidRequest: a ticket that is not an integer id, duplicates (nothing changed).
-        """
+        """Same as :meth:`StalenessBudget.renew` (its errors too; ``InvalidRequest`` without pacing)."""
         with self._paced() as budget:
             budget.renew(tickets)
 

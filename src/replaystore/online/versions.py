@@ -18,13 +18,10 @@ STALENESS_ENDS = ("min", "max")
 
 def check_int(value: Any, what: str, minimum: int | None = 0) -> int:
     """``value`` as an ``int`` if it is an integer (not a bool) ``>= minimum``; else :class:`InvalidRequest`."""
-    if type(value) is int:  # the common case, without the ABC check
-        if minimum is not None and value < minimum:
-            raise InvalidRequest(f"{what} must be >= {minimum}, got {value}")
-        return value
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise InvalidRequest(f"{what} must be an integer, got {value!r} ({type(value).__name__})")
-    value = int(value)
+    if type(value) is not int:  # the common case skips the ABC check
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise InvalidRequest(f"{what} must be an integer, got {value!r} ({type(value).__name__})")
+        value = int(value)
     if minimum is not None and value < minimum:
         raise InvalidRequest(f"{what} must be >= {minimum}, got {value}")
     return value

@@ -44,6 +44,3 @@ class WalConfig:
             raise InvalidArgument(f"retry_period must be > 0, got {self.retry_period}")
         if self.max_log_bytes is not None and self.max_log_bytes <= 0:
             raise InvalidArgument(f"max_log_bytes must be positive or None, got {self.max_log_bytes}")
-
-
-# -- writing --------------------------------------------------------------------------------------------

@@ -10,11 +10,10 @@ segment) and this one (the writer: queue, acknowledgements, rotation, closing).
 
 Writing (:class:`WriteAheadLog`): :meth:`~WriteAheadLog.append` only queues a record and returns
 its LSN; one writer thread takes everything queued since its last write and writes it with one
-``writev`` (group commit), then, by policy, ``fsync``\\ s: ``"always"`` after every group (a record
-is acknowledged only once it is on stable storage), ``"interval"`` at most every ``interval``
-seconds (a record is acknowledged once written to the OS: it survives the process being killed,
-not the machine losing power), ``"never"`` (the OS decides). :meth:`~WriteAheadLog.wait` and
-:meth:`~WriteAheadLog.wait_async` block until a record is acknowledged.
+``writev`` (group commit), then ``fsync``\\ s by the policy (:class:`WalConfig`'s ``fsync``; what
+each survives: docs/durability.md, "The log"). :meth:`~WriteAheadLog.wait` and
+:meth:`~WriteAheadLog.wait_async` block until a record is acknowledged (written, and synced per
+the policy).
 
 A write that fails (full disk: :class:`~replaystore.errors.DiskFull`; other I/O errors as
 ``OSError``) truncates the segment back to its last complete record, fails every waiting record
@@ -294,22 +293,14 @@ class WriteAheadLog(SegmentOutput):
 
     def _wake(self) -> None:
         """Resolve asyncio waiters (lock held)."""
-        if not self._async:
-            return
-        keep, done = [], []
-        for item in self._async:
-            if item[0] <= self._durable or self._error is not None or self._closed:
-                done.append(item)
+        keep, by_loop = [], {}
+        for lsn, fut, loop in self._async:
+            if lsn <= self._durable or self._error is not None or self._closed:
+                by_loop.setdefault(loop, []).append((lsn, fut))
             else:
-                keep.append(item)
+                keep.append((lsn, fut, loop))
         self._async = keep
-        err = self._error
-        durable = self._durable
-        closed_msg = f"write-ahead log {self.path} closed"
-        by_loop: dict[Any, list] = {}
-        for lsn, fut, loop in done:
-            by_loop.setdefault(loop, []).append((lsn, fut))
-
+        err, durable = self._error, self._durable
         for loop, items in by_loop.items():
 
             def resolve(items=items) -> None:
@@ -321,7 +312,7 @@ class WriteAheadLog(SegmentOutput):
                     elif err is not None:
                         fut.set_exception(_again(err))
                     else:
-                        fut.set_exception(ValueError(closed_msg))
+                        fut.set_exception(ValueError(f"write-ahead log {self.path} closed"))
 
             with contextlib.suppress(RuntimeError):  # the loop is closed
                 loop.call_soon_threadsafe(resolve)

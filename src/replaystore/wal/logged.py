@@ -1,44 +1,20 @@
 """LoggedTable: a Table whose every acknowledged mutation is in a write-ahead log first.
 
-What is logged (one record per successful call, appended under the Table's lock, so the log's
-order is the order in which the calls changed the table):
-
-- ``extend`` / ``add``: the data exactly as the table received it (each leaf as raw array bytes;
-  Python scalars and lists flagged so that they are converted again the same way), the
-  priorities and versions as given, the keys returned, and, for removers other than ``Fifo``, the
-  keys of the items the insert evicted (``Uniform`` and the heaps choose them with randomness or
-  ties that a rebuilt table would not reproduce);
-- ``extend_steps`` / ``add_step`` / ``add_episode`` (episodic tables): the same, plus the stream
-  ids and end flags as the table took them (``add_episode(stream=None)``: the stream it chose);
-  ``end_episode``: the streams and the flag. Replayed through ``Journal.replay_insert(steps=...)``
-  and ``Table.end_episode``, the steps get the same streams, positions, episode ids and end
-  flags, so sequences and n-step returns after a restart read the same episodes;
-- ``sample``, ``sample_sequences``, ``sample_nstep``, ``sample_episodes`` (unless
-  ``log_samples=False``): the keys they counted, in order. Replaying one applies what it changed:
-  ``times_sampled``, retirement at ``max_times_sampled``, the ``WithoutReplacement`` epoch (for
-  the calls that draw with the sampler), the rate limiter's and the table's sample counters;
-- ``update_priorities``, ``update_fields``, ``delete``, ``set_version``, ``clear``: their arguments
-  (replayed through the same Table methods, which are deterministic).
-
-Replay (:meth:`LoggedTable.open`) starts from the table it is given (a loaded checkpoint, or a new
-one), skips records the checkpoint already holds (``Journal.wal_lsn``, the number of the last record
-applied, is saved inside each checkpoint), and applies the rest. Inserts replay without the rate
-limiter (they were admitted when they happened) and are checked against the keys they got then;
-a record that does not fit the table (a sampled or evicted key that is not there) raises
-:class:`~replaystore.errors.WalCorrupt`. Only the table's journal view is used (``Journal``: ``locked``,
-``wal_lsn``, ``keys_of_slots``, ``replay_insert``, ``replay_sample``), plus, for removers other than
-``Fifo``, a wrapper around this table's ``remover.victims`` that notes the keys it chose.
-
-Exactly restored: keys, payloads, priorities, versions, ``times_sampled``, the model version,
-``max_priority``, every counter in ``stats()``, the rate limiter's counts, the sampler's and
-remover's membership, the ``WithoutReplacement`` epoch, the episode index. Not restored exactly:
-the random generator's stream (samples are replayed from their keys, not re-drawn, so samples
-after a restart are not the samples the original table would have drawn next), time spent
-blocked (``insert_blocked_s``/``sample_blocked_s``), the internal order of the selectors (which
-the checkpoint does not keep either), and the ``WithoutReplacement`` epoch after a
-``sample_nstep`` that redrew starts without a successor (only the starts it returned are
-logged). Object storages cannot be logged (their items would have to be pickled): :meth:`open`
-refuses them.
+One record per successful mutating call, appended under the Table's lock (so the log's order is
+the order in which the calls changed the table): an insert's data as raw arrays (Python scalars
+and lists flagged), its priorities and versions as given, the keys it got and, for removers other
+than ``Fifo``, the keys it evicted; a step write's streams and end flags as the table took them;
+the keys a sample counted (unless ``log_samples=False``); the arguments of ``update_priorities``,
+``update_fields``, ``delete``, ``set_version``, ``clear`` and ``end_episode``.
+:meth:`LoggedTable.open` replays the records after the table's ``Journal.wal_lsn`` (the last
+record its checkpoint holds) through the table's journal view (``Journal``: ``locked``,
+``wal_lsn``, ``keys_of_slots``, ``replay_insert``, ``replay_sample``, plus, for removers other
+than ``Fifo``, a wrapper around this table's ``remover.victims`` that notes the keys it chose); a
+record that does not fit the table (a sampled or evicted key that is not there, an insert whose
+keys differ) raises :class:`~replaystore.errors.WalCorrupt`. What each record replays as, what is
+restored exactly and what is not (the random stream, blocked time): docs/durability.md, "Durable
+served tables". Object storages cannot be logged (their items would have to be pickled):
+:meth:`~LoggedTable.open` refuses them.
 
 Calls return ``(result, lsn)``; the caller acknowledges the result only after
 ``wait(lsn)``/``wait_async(lsn)`` (the plain-Python convenience method ``durable`` does both). A
