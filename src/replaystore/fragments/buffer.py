@@ -139,9 +139,7 @@ class FragmentBuffer(FragmentLeases, FragmentNodes):
         raised; no payload was deleted.
         """
         try:
-            self.journal.write(
-                {**puts, records.STATE: self._state()} if puts else {records.STATE: self._state()}, deletes
-            )
+            self.journal.write({**(puts or {}), records.STATE: self._state()}, deletes)
         except StorageError:
             log.warning("fragment buffer: journal write failed; the operation is rolled back", exc_info=True)
             self._rollback()
@@ -460,10 +458,7 @@ class FragmentBuffer(FragmentLeases, FragmentNodes):
         for lid, d in records.under(saved, records.LEASE).items():
             refs = [FragmentRef(*r) for r in d["records"]]
             expires = d.get("expires")  # journals written before leases expired have none
-            if ttl is None:
-                expires = None
-            elif expires is None:
-                expires = time.time() + ttl
+            expires = None if ttl is None else (time.time() + ttl if expires is None else expires)
             self._leases[lid] = Lease(lid, d["client"], refs, expires)
             self.refs.incref([r.fragment_id for r in refs])
             if d["client"] is not None:

@@ -1,9 +1,7 @@
 """Leases of a fragment buffer: fetches hand out leases on chunks' fragments; release, renew, expire.
 
 A mixin of :class:`~replaystore.fragments.buffer.FragmentBuffer` (its methods act on the buffer's
-own state). A fetch picks ``n / fragments_per_chunk`` distinct chunks uniformly and leases their
-fragments: the payloads stay on disk until the lease is released (explicitly, when the same client
-fetches again, or by housekeeping when it was not renewed within ``lease_ttl``).
+own state); what a lease guarantees: docs/ray.md, "Fragments" (fetch, leases expire).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Node membership of a fragment buffer with node-local stores: drop a lost node, re-attach one.
 
 A mixin of :class:`~replaystore.fragments.buffer.FragmentBuffer` (its methods act on the
-buffer's own state). A node that left the cluster takes its store with it: :meth:`drop_node`
-removes every chunk and partial chunk holding one of its fragments in one journal transaction and
-counts them (``fragments_lost_with_node``, ``chunks_lost_with_node``, ``nodes_lost``). Leases keep
-their records (a holder learns of the loss from the loader: ``NodeLost``); releasing them skips the
-lost payloads. The lost label is journaled: fragments naming it are refused (``"lost"``) until the
-node is re-attached (:meth:`attach_node`: a node that came back with its directory; its
-unreferenced payloads are then orphans the orphan scan deletes). A store that is (re)started while
-its label was not dropped (a service restart, a node back before the service noticed it left) is
-reconciled instead: what its directory still holds counts again (:meth:`reconcile_node`).
+buffer's own state). What a lost, returned or restarted node means for chunks, leases and payloads:
+docs/ray.md, "Fragments" (a node that leaves, a service restart, a node that comes back); the
+calls: :meth:`~FragmentNodes.check_nodes`, :meth:`~FragmentNodes.drop_node`,
+:meth:`~FragmentNodes.attach_node`, :meth:`~FragmentNodes.reconcile_node`.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ holds them under these keys:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from ..errors import InvalidArgument
@@ -196,14 +196,8 @@ class Chunk:
     use_count: int = 0
 
     def to_json(self) -> dict:
-        """JSON-able form for the journal."""
-        return {
-            "chunk_id": self.chunk_id,
-            "fragments": [list(f) for f in self.fragments],
-            "version": self.version,
-            "session": self.session,
-            "use_count": self.use_count,
-        }
+        """JSON-able form for the journal (the fragments as tuples: JSON arrays)."""
+        return asdict(self)
 
     @property
     def versions(self) -> tuple[int, int]:

@@ -1,11 +1,7 @@
 """A staleness budget's tickets from grant to end: acquired, finished, abandoned, cancelled, expired.
 
 A mixin of :class:`~replaystore.online.budget.StalenessBudget` (its methods act on the budget's
-own state, under its lock). :meth:`~BudgetTickets.acquire` waits until the budget grants ``k``
-tickets (plus ``overprovision``); a held ticket ends when it is finished (accepted or rejected),
-abandoned, cancelled (an over-provisioned batch that is full, or :meth:`~BudgetTickets.cancel_slowest`)
-or expired (not renewed within the time-to-live). Every end that gives capacity back wakes the
-waiting producers.
+own state, under its lock); a ticket's life is told in :mod:`replaystore.online.budget`'s doc.
 """
 
 from __future__ import annotations

@@ -55,27 +55,15 @@ class ProducerCalls:
         overprovision: int = 0,
         tokens: int | None = None,
     ) -> list[Ticket]:
-        """``k`` tickets (group ids) from the budget, waiting while it is spent.
+        """``k`` tickets (group ids: one per group to start) from the budget, waiting while it is spent.
 
-        Args:
-            k: groups the producer will start.
-            timeout: seconds to wait (``None``: forever).
-            holder: the producer's label; with it, a request that can never be granted while the
-                producer holds tickets raises :class:`~replaystore.WouldDeadlock` instead of waiting.
-            overprovision: extra tickets granted with the ``k`` (all charged to the budget); once
-                ``k`` of them completed, the rest are cancelled (their pending groups dropped,
-                counted ``cancelled``; their producers get :class:`~replaystore.TicketCancelled`).
-            tokens: with a token budget, the tokens each ticket reserves (default ``group_tokens``).
-
-        Returns:
-            :class:`~replaystore.online.Ticket` ids: ints carrying ``.version``, the policy version
-            under which they were admitted.
+        Same as :meth:`StalenessBudget.acquire` (its arguments, the :class:`~replaystore.online.Ticket`
+        ids it returns, its errors), with ``tokens`` for its ``weight``: with a token budget, the
+        tokens each ticket reserves (default ``group_tokens``). The tickets an over-provisioned batch
+        cancels have their pending groups dropped (counted ``cancelled``).
 
         Raises:
             InvalidRequest: no pacing, or bad arguments.
-            WouldDeadlock: with ``holder``, a request that can never be granted while the producer
-                holds tickets.
-            Timeout: not granted in time (nothing acquired).
             Closed: the buffer is closed.
         """
         with self._paced(check_open=True) as budget:
@@ -109,7 +97,13 @@ class ProducerCalls:
         return self._need_budget().version_of(ticket)
 
     def renew(self, tickets: Any) -> None:
-        """Same as :meth:`StalenessBudget.renew` (its errors too; ``InvalidRequest`` without pacing)."""
+        """Restart the time-to-live of held tickets (one ticket or a list).
+
+        Raises:
+            UnknownTicket: a ticket is not held, expired by now included (:class:`TicketCancelled`
+                if cancelled); nothing changed.
+            InvalidRequest: a ticket that is not an integer id, duplicates (nothing changed).
+        """
         with self._paced() as budget:
             budget.renew(tickets)
 
@@ -155,13 +149,7 @@ class ProducerCalls:
             budget.discard(n)
 
     def cancel_slowest(self, n: int, holder: str | None = None) -> list[int]:
-        """Cancel up to ``n`` held tickets, longest-running first (of ``holder`` if given).
-
-        Their pending groups are dropped (counted ``cancelled``), their capacity comes back, and
-        their producers get :class:`~replaystore.TicketCancelled` from later calls for them.
-
-        Returns:
-            The cancelled ticket ids.
+        """Same as :meth:`StalenessBudget.cancel_slowest` (the cancelled ids); pending groups dropped (``cancelled``).
 
         Raises:
             InvalidRequest: ``n`` is not an integer ``>= 0``; no pacing.
@@ -172,20 +160,12 @@ class ProducerCalls:
             return ids
 
     def pause(self) -> None:
-        """Stop admitting producers (evaluation, a checkpoint) until :meth:`resume`; running groups go on.
-
-        Raises:
-            InvalidRequest: already paused, or no pacing (nothing changed).
-        """
+        """Same as :meth:`StalenessBudget.pause`; running groups go on (``InvalidRequest`` also without pacing)."""
         with self._paced(check_open=True, expire=False) as budget:
             budget.pause()
 
     def resume(self) -> None:
-        """Admit producers again after :meth:`pause`.
-
-        Raises:
-            InvalidRequest: not paused, or no pacing (nothing changed).
-        """
+        """Same as :meth:`StalenessBudget.resume` (``InvalidRequest`` also without pacing)."""
         with self._paced(check_open=True, expire=False) as budget:
             budget.resume()
 

@@ -1,16 +1,11 @@
 """Pick policies: which complete groups inside the staleness window a sample takes.
 
-- ``"uniform"``: distinct groups uniformly at random (MineStudio's chunk selection).
-- ``"fifo"``: ready first, oldest first: among complete groups, the oldest by admission (ticket)
-  order with pacing, by completion order without. With pacing, a sample also waits for a running
-  group on its last version in the window; that makes staleness exact for ``max_staleness <= 1``
-  (for larger windows a group overtaken by younger ones can still go stale, rarely).
-- ``"in_order"``: strictly in admission order. With pacing, a sample takes the ``n`` oldest
-  groups whose tickets are still outstanding and waits for any of them still running. Trades
-  ready-first throughput for an exact guarantee at any ``max_staleness``.
-- ``"freshest"``: the newest policy version first (by the range's staleness end; ties newest
-  arrival first: the group that completed last, not the highest ticket). Keeps batches
-  on-policy at the cost of leaving old groups to go stale.
+``"fifo"``: ready first (the oldest complete group, by admission (ticket) order with pacing, by
+completion order without); ``"in_order"``: strictly in admission order; ``"uniform"``: distinct
+groups uniformly at random (MineStudio's chunk selection); ``"freshest"``: the newest policy
+version first (by the range's staleness end; ties: the group that completed last, not the highest
+ticket). What a paced sample waits for with each, and the guarantee it then gives:
+docs/online.md, "Semantics" (pick policies).
 
 Each policy is a Table selector plus the priority a group gets in it, so the Table does the
 choosing (``MinHeap``/``MaxHeap`` are ordered by priority, ties by insertion).

@@ -179,10 +179,6 @@ class TicketBook:
         """The earliest deadline of a held ticket."""
         return min((r[DEADLINE] for r in self.records.values() if r[DEADLINE] is not None), default=None)
 
-    def held_by(self, holder: str) -> list[int]:
-        """Ids held by ``holder``."""
-        return [i for i, r in self.records.items() if r[HOLDER] == holder]
-
     def oldest_version(self) -> int | None:
         """The admission version of the oldest held ticket."""
         return min((r[VERSION] for r in self.records.values()), default=None)
@@ -216,7 +212,7 @@ class TicketBook:
         trainer waits (pick ``trainer_waits``) for one of the holder's: admitted at ``last_version``
         or earlier (``fifo``), or the oldest held (``in_order``).
         """
-        mine = self.held_by(holder) if holder is not None else []
+        mine = [i for i, r in self.records.items() if r[HOLDER] == holder] if holder is not None else []
         if not mine:
             return None
         units = sum(self.records[i][WEIGHT] for i in mine)

@@ -62,14 +62,11 @@ _SAMPLES = {"sample": True, "sample_sequences": False, "sample_nstep": True, "sa
 class LoggedTable:
     """A :class:`~replaystore.Table` plus its :class:`~replaystore.wal.log.WriteAheadLog`.
 
-    Build it with :meth:`open`. The mutating methods (``extend``, ``add``, ``sample``,
-    ``update_priorities``, ``delete``, ``set_version``, ``clear``, and for episodic tables
-    ``extend_steps``, ``add_step``, ``add_episode``, ``end_episode``, ``sample_sequences``,
-    ``sample_nstep``, ``sample_episodes``) take the Table's arguments and return ``(result, lsn)``
-    (``lsn`` 0: nothing to wait for); they are thread-safe. Reads go to :attr:`table` directly.
-    Only this object may mutate the table. The calls that change nothing (``get``, ``info``,
-    ``keys``, ``episode_info``, ...: the contract's non-mutating calls) are the table's own,
-    generated from :mod:`replaystore.table.contract`.
+    Build it with :meth:`open`. The calls the contract marks ``logged``
+    (:data:`replaystore.table.contract.CALLS`) take the Table's arguments and return ``(result,
+    lsn)`` (``lsn`` 0: nothing to wait for); they are thread-safe. Only this object may mutate the
+    table. The calls that change nothing (``get``, ``info``, ``keys``, ``episode_info``, ...) are the
+    table's own, generated from the contract.
     """
 
     MODE = "logged"
