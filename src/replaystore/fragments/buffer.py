@@ -175,9 +175,7 @@ class FragmentBuffer(FragmentLeases, FragmentNodes):
         With ``staleness_end="max"`` a partial chunk is stale only when its newest fragment is.
         """
         if self.config.staleness_end == "min":
-            if head_only:
-                return self._is_stale(partial[0].version, partial[0].session)
-            return any(self._is_stale(f.version, f.session) for f in partial)
+            return any(self._is_stale(f.version, f.session) for f in (partial[:1] if head_only else partial))
         newest = max(f.version for f in partial)
         return partial[0].session != self.session or self._is_stale(newest, partial[0].session)
 

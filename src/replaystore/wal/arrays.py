@@ -51,26 +51,20 @@ def encode_data(data: Any) -> tuple[dict[str, np.ndarray], dict[str, int], Any]:
 
 def decode_data(rec: Record) -> Any:
     """A record's data as the table took it (flagged leaves as lists)."""
-    flat = {}
-    for name, arr in rec.arrays.items():
-        flat[name] = arr.tolist() if rec.flags.get(name) else arr
-    return unflatten(flat)
+    return unflatten({name: arr.tolist() if rec.flags.get(name) else arr for name, arr in rec.arrays.items()})
 
 
 def optional(head: Mapping[str, np.ndarray], name: str) -> Any:
     """The head array ``name`` (a 0-d one as a Python scalar), or ``None`` if the record has none."""
     a = head.get(name)
-    if a is None:
-        return None
-    return a.item() if a.ndim == 0 else a
+    return None if a is None else (a.item() if a.ndim == 0 else a)
 
 
 def request_arrays(priorities: Any, version: Any) -> dict[str, Any]:
     """The insert's priorities and versions as the arrays to log (and to pass to the table)."""
     head: dict[str, Any] = {}
     if priorities is not None:
-        p = np.asarray(priorities, dtype=np.float64)
-        head["priorities"] = p
+        head["priorities"] = np.asarray(priorities, dtype=np.float64)
     if version is not None:
         v = np.asarray(version)
         if v.dtype.kind not in "iub":

@@ -344,11 +344,8 @@ class WriteAheadLog(SegmentOutput):
     def _write_batch(self, batch: list) -> None:
         """Write a batch: runs of records as one group each, rotations between them, in order."""
         while batch:
-            if isinstance(batch[0], _Rotation):
-                part = batch[:1]
-            else:
-                stop = next((i for i, item in enumerate(batch) if isinstance(item, _Rotation)), len(batch))
-                part = batch[:stop]
+            # the records before the next rotation, or (0 of them) that rotation alone
+            part = batch[: next((i for i, x in enumerate(batch) if isinstance(x, _Rotation)), len(batch)) or 1]
             if not self._write_retrying(part):
                 return  # closed while failing
             batch = batch[len(part) :]

@@ -301,11 +301,7 @@ class LoggedTable:
         want = np.atleast_1d(head["keys"]).astype(np.int64)
         steps = None
         if rec.op in (OP_STEPS, OP_STEP):
-            steps = {
-                "streams": _optional(head, "streams"),
-                "terminated": _optional(head, "terminated"),
-                "truncated": _optional(head, "truncated"),
-            }
+            steps = {k: _optional(head, k) for k in ("streams", "terminated", "truncated")}
         elif rec.op == OP_EPISODE:
             n = len(want)
             term, trunc = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
