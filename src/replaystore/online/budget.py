@@ -257,9 +257,7 @@ class StalenessBudget(BudgetTickets):
     def credit(self, n: int) -> None:
         """Raise the limit by ``n`` units the trainer consumed beyond what it asked for (a sample's overshoot).
 
-        A token sample takes whole groups until their tokens reach the target, so it may take more;
-        crediting that overshoot keeps the budget from stalling (see the module doc). Wakes waiting
-        producers.
+        Why: the module doc, overshoot credit. Wakes waiting producers.
 
         Raises:
             InvalidRequest: ``n`` is not an integer ``>= 0`` (nothing changed).

@@ -1,8 +1,6 @@
 """Tickets: what a producer holds while it generates a rollout (or a group), and the book of them.
 
-- :class:`Ticket`: the id a producer gets from ``acquire``; an ``int`` (it is the group id, and
-  compares, hashes and pickles as its number) that also carries :attr:`Ticket.version`, the policy
-  version under which it was admitted.
+- :class:`Ticket`: the id a producer gets from ``acquire`` (an ``int`` carrying its admission version);
 - :func:`ticket_ids`: the ids of a ticket argument: a list of tickets, or one bare ticket (the easy
   slip ``finish(t)`` for ``finish([t])`` is accepted, not an error).
 - :class:`TicketBook`: the held tickets with their admission version, holder, deadline, weight
