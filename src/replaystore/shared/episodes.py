@@ -249,7 +249,7 @@ class SharedEpisodeMethods:
     """The episode writers of a :class:`~replaystore.shared.SharedTable` (a mixin).
 
     As :class:`~replaystore.Table`'s, plus what a shared table needs around them: the insert's
-    row count noted for recovery (``acquire_insert``) and the streams it may change
+    row count noted for recovery (``ProcessGuard.acquire(rows=)``) and the streams it may change
     (:meth:`EpisodeSync.note_streams`). The readers (``sample_sequences``, ``sample_nstep``,
     ``sample_episodes``, ``episode_info``, ``episode_keys``) are the Table's own: entering the lock
     brings this process's index up to date.
@@ -259,7 +259,7 @@ class SharedEpisodeMethods:
         guard, sync = self._guard, self._episync
         if self._segment.closed or sync is None:
             return method(self, **args)  # raises Closed, or EpisodeError (no episodes=)
-        guard.acquire_insert(rows)
+        guard.acquire(rows=rows)
         try:
             sync.note_streams(_stream_top(top, sync.used + 1))
             if method is Table.end_episode:

@@ -44,7 +44,6 @@ except ImportError:  # not built (no compiler at install time), or refused: tabl
     MUTEX_BYTES = 0
 
 KIND_FLOCK, KIND_MUTEX = 0, 1
-KIND_NAMES = {KIND_FLOCK: "flock", KIND_MUTEX: "robust process-shared mutex"}
 #: byte offset of the mutex in the segment's header page (after the words the header uses)
 MUTEX_BYTE = 3584
 _EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB

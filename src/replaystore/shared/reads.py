@@ -182,24 +182,15 @@ class KeyCheckedReads:
             and type(limiter).can_sample is RateLimiter.can_sample
         ):
             return None
-        fields = self._hosted.scalar_fields()
-        index = {(id(obj), attr): i for i, (obj, attr, _) in enumerate(fields)}
-        st = self._state
-        try:
-            slots = [index[id(st), name] for name in _DRAW_STATE] + [index[id(limiter), n] for n in _DRAW_LIMITER]
-        except KeyError:  # (a state without one of these scalars: the Python path)
+        slots = self._scalars.slots_of((self._state, _DRAW_STATE), (limiter, _DRAW_LIMITER))
+        if slots is None:  # (a state without one of these scalars: the Python path)
             return None
         names = tuple(storage.columns)
         limits = (float(limiter.samples_per_insert), float(limiter.min_diff), int(limiter.min_size_to_sample))
         parts = (names, tuple(storage.columns[name] for name in names), self._meta, self._key_column())
         try:
             self._drawer = self._guard.ring_sampler(
-                self._scalars.words,
-                np.asarray(slots, dtype=np.int64).tobytes(),
-                self.capacity,
-                limits,
-                parts,
-                self.sampler,
+                self._scalars.words, slots, self.capacity, limits, parts, self.sampler
             )
         except ValueError:  # (columns it does not take: more than it holds, ...): the Python path
             self._drawer = None

@@ -120,7 +120,7 @@ class ReservedInserts:
         if self._segment.closed:
             return Table.extend(self, data, priorities, version, timeout)  # raises Closed
         n = self._batch_rows(data)
-        guard.acquire_insert(n)
+        guard.acquire(rows=n)
         try:
             res = None
             if (
@@ -177,12 +177,9 @@ class ReservedInserts:
         self._inserter = None
         if not plan:
             return None
-        fields = self._hosted.scalar_fields()
-        index = {(id(obj), attr): i for i, (obj, attr, _) in enumerate(fields)}
-        st, lim = self._state, self.rate_limiter
-        try:
-            slots = [index[id(st), name] for name in _STATE_WORDS] + [index[id(lim), name] for name in _LIMITER_WORDS]
-        except KeyError:  # (a state without one of these scalars: the Python path)
+        lim = self.rate_limiter
+        slots = self._scalars.slots_of((self._state, _STATE_WORDS), (lim, _LIMITER_WORDS))
+        if slots is None:  # (a state without one of these scalars: the Python path)
             return None
         limits = (lim.max_diff < NO_LIMIT, float(lim.samples_per_insert), float(lim.max_diff))
         # (a batch of COPY_OUTSIDE_BYTES or more copies outside the lock instead: .extend)
@@ -194,12 +191,7 @@ class ReservedInserts:
         parts = (names, tuple(self.storage.columns[name] for name in names), self._meta)
         try:
             self._inserter = self._guard.ring_inserter(
-                self._scalars.words,
-                np.asarray(slots, dtype=np.int64).tobytes(),
-                self.capacity,
-                max_rows,
-                limits,
-                parts,
+                self._scalars.words, slots, self.capacity, max_rows, limits, parts
             )
         except ValueError:  # (columns it does not take: more than it holds, ...): the Python path
             self._inserter = None
@@ -212,7 +204,7 @@ class ReservedInserts:
             if _HOOK_COPY:
                 _pause_in_copy(_HOOK_COPY)
             self._write_reserved(res)
-            self._guard.acquire_insert(res.n)
+            self._guard.acquire(rows=res.n)
         except BaseException:
             set_word(words, W_RESERVED, 0)  # (the slots are outside the ring: the next insert takes them)
             raise

@@ -63,6 +63,14 @@ class PlacedScalars:
                 setattr(obj, attr, value)
         self.fields = fields
 
+    def slots_of(self, *groups: tuple[Any, tuple[str, ...]]) -> bytes | None:
+        """The words of the scalars named by ``(object, names)`` groups, in order, as int64 bytes (None: one absent)."""
+        index = {(id(obj), attr): i for i, (obj, attr, _) in enumerate(self.fields)}
+        try:
+            return np.asarray([index[id(obj), n] for obj, names in groups for n in names], np.int64).tobytes()
+        except KeyError:
+            return None
+
     def unbind(self) -> None:
         """Give every object its own class back, holding the values the words hold now (a snapshot)."""
         values = [getattr(obj, attr) for obj, attr, _ in self.fields]

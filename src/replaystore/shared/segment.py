@@ -252,21 +252,12 @@ class Segment:
             raise
 
     # -- the mutex ------------------------------------------------------------------------------
-    def lock(self) -> None:
-        """Take the cross-process mutex (``Timeout`` after ``lock_timeout`` seconds, naming the holder)."""
-        if not self.mutex.acquire(self.lock_timeout):
-            raise self.lock_timed_out()
-
     def lock_timed_out(self) -> Timeout:
         """The error of an acquire that timed out: the table, the holder's pid, the timeout."""
         return Timeout(
             f"the lock of shared table {self.config['name']!r} (held by pid "
             f"{self.words[W_BUSY]}): not acquired within {self.lock_timeout:.3g}s"
         )
-
-    def unlock(self) -> None:
-        """Release the mutex."""
-        self.mutex.release()
 
     def prefault(self) -> bool:
         """Map every page of the segment into this process now, writable (``MADV_POPULATE_WRITE``).

@@ -281,7 +281,7 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         guard = self._guard
         if self._segment.closed:
             return Table.add(self, item, priority, version, timeout)  # raises Closed
-        guard.acquire_insert(1)
+        guard.acquire(rows=1)
         try:
             return Table.add(self, item, priority, version, timeout)
         finally:

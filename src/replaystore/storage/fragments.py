@@ -126,7 +126,6 @@ class FragmentStore:
         self.writemap = self._recorded_writemap(writemap)
         self._shards = [ShardLink(os.path.join(self.path, f"shard-{i:03d}")) for i in range(self.num_shards)]
         self._closed = False
-        self.shrinks = 0  # shards this handle replaced by an empty generation
         for i in range(self.num_shards):
             self._ensure_spare(i)  # opens every shard now: errors surface here
 
@@ -388,7 +387,6 @@ class FragmentStore:
                     if only_if_empty and txn.stat()["entries"]:
                         return True
                     next_generation(entry, sh.link, current, self.map_size, self.writemap, empty)
-                    self.shrinks += 1
             except Moved:
                 continue
             finally:
