@@ -1,24 +1,18 @@
 """The lock of a shared table: a thread lock, the segment's cross-process mutex, and state sync.
 
-A :class:`ProcessGuard` replaces a Table's own lock and Condition (``HostedTable.guard_with``, :mod:`.host`), so every
-method of the one Table implementation runs as before, inside a critical section that spans
-processes. Entering it (outermost level) takes this process's thread lock, then the segment's
-mutex (:mod:`replaystore.shared.lock`: a robust process-shared mutex, or ``flock``); if the
-previous holder died inside it (the header's *busy* word still set) the table is recovered first
-(:mod:`replaystore.shared.recovery`). Where the Table's scalars live in the segment (mutex
-tables: :mod:`replaystore.shared.scalars`) nothing is loaded: when another process has published
-since, the Table's per-process structures catch up (``state_moved``); leaving commits the words
-to the state copy when they changed (``StateCopies.commit``: the copy not current, then the
-selector), which is what a recovery puts back. Elsewhere (``flock`` tables) each process holds a
-copy of the scalars: entering loads the current state copy when another process has published
-since (``HostedTable.load_state_scalars``), leaving publishes the Table's scalars when they changed.
-Then both locks are released. The busy word is set after the mutex is taken and cleared before it is
-released, ordered against the section's writes (``set_word``): a sample that copies outside the
-lock reads it (:mod:`replaystore.shared.reads`).
+A :class:`ProcessGuard` replaces a Table's own lock and Condition (``HostedTable.guard_with``,
+:mod:`.host`), so every method of the one Table implementation runs inside a critical section that
+spans processes. Entering it (outermost level) takes this process's thread lock, then the
+segment's mutex (:mod:`replaystore.shared.lock`), repairs the table if the previous holder died
+inside (the header's *busy* word still set: :mod:`replaystore.shared.recovery`), and brings the
+state up to date: where the scalars live in the segment (mutex tables, :mod:`.scalars`) the
+process's own structures catch up (``state_moved``) and leaving commits the words to the state
+copy (``StateCopies.commit``); elsewhere (``flock`` tables) entering loads the current state copy
+(``HostedTable.load_state_scalars``) and leaving publishes it (docs/shared.md "How it works"). The
+busy word is set after the mutex is taken and cleared before it is released, ordered against the
+section's writes (``set_word``), for samples that copy outside the lock (:mod:`.reads`).
 
-Waiting (the rate limiter) is polling: ``wait(timeout)`` publishes, releases everything, sleeps
-(50 us, doubling to 2 ms while the wait goes on) and re-enters. Every wait has the caller's timeout;
-taking the mutex has ``lock_timeout``. ``notify_all`` does nothing (waiters poll).
+Waiting (the rate limiter) polls: :meth:`ProcessGuard.wait`. ``notify_all`` does nothing.
 """
 
 from __future__ import annotations

@@ -9,9 +9,7 @@ float64 word of the segment's ``shared.scalars`` region, which every process rea
 under the table's lock. No process keeps a copy, so entering the lock loads nothing and leaving
 it writes nothing but the published copy for crash recovery (``StateCopies.commit``: the words
 as they were when the lock was last left, which a process that finds the holder dead puts back).
-
-A read costs ~18 ns instead of a slot's ~6 (a new int each time); entering and leaving the lock
-save the ~1-3 µs of loading and collecting ~30 values as Python objects.
+Costs: docs/shared.md "How it works".
 """
 
 from __future__ import annotations
