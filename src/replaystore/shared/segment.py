@@ -12,8 +12,7 @@ Layout of ``<directory>/replaystore-<name>/``::
 
 Every process that has the table open holds ``flock(LOCK_SH)`` on ``segment``: the process that
 closes last (and so can take ``LOCK_EX``) removes the directory; a directory nobody holds is a
-leftover of crashed runs (:func:`~replaystore.shared.directory.list_segments`, ``replaystore shm``;
-names, paths and the listing: :mod:`replaystore.shared.directory`).
+leftover of crashed runs (names, paths, the listing: :mod:`replaystore.shared.directory`).
 
 The header's words and the configuration's checks: :mod:`replaystore.shared.header`.
 """
