@@ -298,7 +298,20 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         host.episync = self._episync
 
     def _batch_rows(self, data: Any) -> int:
-        return _batch_len(data, self.capacity)
+        """The leading length of a (nested) dict batch, at most the capacity (the capacity when it has none)."""
+        default = self.capacity
+        if type(data) is dict:  # the common case, a flat dict of arrays: no iterator objects
+            for first in data.values():
+                if type(first) is np.ndarray and first.ndim:
+                    n = first.shape[0]
+                    return n if n < default else default
+                break
+        while type(data) is dict and data or isinstance(data, Mapping) and data:
+            data = next(iter(data.values()))
+        try:
+            return min(len(data), default)
+        except TypeError:
+            return default
 
     # -- close ------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -418,22 +431,6 @@ def _as_batch_of_one(item: dict, spec: dict | None) -> dict | None:
         except (OverflowError, ValueError):
             return None
     return batch
-
-
-def _batch_len(data: Any, default: int) -> int:
-    """The leading length of a (nested) dict batch, at most ``default`` (``default`` when it has none)."""
-    if type(data) is dict:  # the common case, a flat dict of arrays: no iterator objects
-        for first in data.values():
-            if type(first) is np.ndarray and first.ndim:
-                n = first.shape[0]
-                return n if n < default else default
-            break
-    while type(data) is dict and data or isinstance(data, Mapping) and data:
-        data = next(iter(data.values()))
-    try:
-        return min(len(data), default)
-    except TypeError:
-        return default
 
 
 def _after_fork() -> None:
