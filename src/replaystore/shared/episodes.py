@@ -1,35 +1,18 @@
 """Episodes in a shared table: each process's episode index, kept equal to the table's by replay.
 
-Every process has an ordinary :class:`~replaystore.episodes.EpisodeIndex` of its own (its rings,
-gapless counters and caches are process-local objects, the same code as in-process). The segment
-holds the truth they are kept equal to:
-
-- per slot: the step's ``uid`` (stream and position), episode id, position in it and end flags
-  (``episodes.uid|episode|pos|flags``, int64 and uint8, written once per step);
-- per stream: next position, open episode, next position in it (``episodes.streams``,
-  ``max_streams`` rows: the stream count is fixed when the table is created);
-- four scalars in the published state: a serial number of the episode state, a count of
-  ``end_episode`` calls, the next episode id, and how many stream ids were used (the rows worth
-  comparing).
-
-In ring mode the live keys are one run ``[lo, hi)`` and the log of what other processes did is
-implicit: keys that left are ``[lo_seen, lo)`` (this process's index still knows their rows), keys
-that arrived are ``[hi_seen, hi)`` (their rows are in the segment). Out of ring mode the slots
-whose step changed are those whose ``uid`` differs between this index and the segment (a writer
-writes ``-1`` for a slot it freed): one comparison of the column, ``O(capacity)``. A process
-entering the lock after another published (:meth:`EpisodeSync.pull`) removes the steps that left
-from its index, refreshes the streams whose state changed (and the end flags ``end_episode`` set
-on their last steps), then enters the new rows with :meth:`EpisodeIndex.apply_rows`: the result
-is the index the writer has (same steps, streams, episodes, flags, valid starts). A process that
-attaches late does the same from an empty index. Leaving the lock (:meth:`EpisodeSync.push`), a
-process writes the rows of the steps it inserted (or freed) and the streams it changed.
-
-Crash safety: new rows go to slots of keys that are not published yet (a dead writer's rows are
-never read: the recovery frees those slots, and the recovering process clears their rows).
-Stream rows and the end flags of published steps are overwritten in place, so before writing them
-the writer notes their old values in an undo journal (``episodes.undo``) stamped with the
-generation of the published state; a process that recovers from a writer that died before
-publishing (:meth:`EpisodeSync.recover`) puts them back when the stamp is the current generation.
+Every process has an ordinary :class:`~replaystore.episodes.EpisodeIndex` of its own (the
+in-process code). The segment holds the truth they are kept equal to: per slot the step's ``uid``
+(stream and position), episode id, position in it and end flags (``episodes.uid|episode|pos|flags``,
+written once per step); per stream its next position, open episode and position in it
+(``episodes.streams``, ``max_streams`` rows); four scalars in the published state (a serial number
+of the episode state, a count of ``end_episode`` calls, the next episode id, the stream ids used).
+Entering the lock after another process published, :meth:`EpisodeSync.pull` replays what changed
+(ring mode: the key ranges that left and arrived; out of it: the slots whose ``uid`` differs) into
+the index; leaving it, :meth:`EpisodeSync.push` writes the rows and streams this process changed,
+in-place overwrites first noted in an undo journal (``episodes.undo``) stamped with the published
+generation, which :meth:`EpisodeSync.recover` puts back after a writer died before publishing.
+The design and its costs: docs/architecture.md "Episodes in a shared table are per-process
+replicas, not placed arrays"; docs/shared.md "How it works".
 """
 
 from __future__ import annotations
@@ -249,7 +232,7 @@ class SharedEpisodeMethods:
     """The episode writers of a :class:`~replaystore.shared.SharedTable` (a mixin).
 
     As :class:`~replaystore.Table`'s, plus what a shared table needs around them: the insert's
-    row count noted for recovery (``acquire_insert``) and the streams it may change
+    row count noted for recovery (``ProcessGuard.acquire(rows=)``) and the streams it may change
     (:meth:`EpisodeSync.note_streams`). The readers (``sample_sequences``, ``sample_nstep``,
     ``sample_episodes``, ``episode_info``, ``episode_keys``) are the Table's own: entering the lock
     brings this process's index up to date.
@@ -259,7 +242,7 @@ class SharedEpisodeMethods:
         guard, sync = self._guard, self._episync
         if self._segment.closed or sync is None:
             return method(self, **args)  # raises Closed, or EpisodeError (no episodes=)
-        guard.acquire_insert(rows)
+        guard.acquire(rows=rows)
         try:
             sync.note_streams(_stream_top(top, sync.used + 1))
             if method is Table.end_episode:

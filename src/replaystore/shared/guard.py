@@ -1,24 +1,18 @@
 """The lock of a shared table: a thread lock, the segment's cross-process mutex, and state sync.
 
-A :class:`ProcessGuard` replaces a Table's own lock and Condition (``HostedTable.guard_with``, :mod:`.host`), so every
-method of the one Table implementation runs as before, inside a critical section that spans
-processes. Entering it (outermost level) takes this process's thread lock, then the segment's
-mutex (:mod:`replaystore.shared.lock`: a robust process-shared mutex, or ``flock``); if the
-previous holder died inside it (the header's *busy* word still set) the table is recovered first
-(:mod:`replaystore.shared.recovery`). Where the Table's scalars live in the segment (mutex
-tables: :mod:`replaystore.shared.scalars`) nothing is loaded: when another process has published
-since, the Table's per-process structures catch up (``state_moved``); leaving commits the words
-to the state copy when they changed (``StateCopies.commit``: the copy not current, then the
-selector), which is what a recovery puts back. Elsewhere (``flock`` tables) each process holds a
-copy of the scalars: entering loads the current state copy when another process has published
-since (``HostedTable.load_state_scalars``), leaving publishes the Table's scalars when they changed.
-Then both locks are released. The busy word is set after the mutex is taken and cleared before it is
-released, ordered against the section's writes (``set_word``): a sample that copies outside the
-lock reads it (:mod:`replaystore.shared.reads`).
+A :class:`ProcessGuard` replaces a Table's own lock and Condition (``HostedTable.guard_with``,
+:mod:`.host`), so every method of the one Table implementation runs inside a critical section that
+spans processes. Entering it (outermost level) takes this process's thread lock, then the
+segment's mutex (:mod:`replaystore.shared.lock`), repairs the table if the previous holder died
+inside (the header's *busy* word still set: :mod:`replaystore.shared.recovery`), and brings the
+state up to date: where the scalars live in the segment (mutex tables, :mod:`.scalars`) the
+process's own structures catch up (``state_moved``) and leaving commits the words to the state
+copy (``StateCopies.commit``); elsewhere (``flock`` tables) entering loads the current state copy
+(``HostedTable.load_state_scalars``) and leaving publishes it (docs/shared.md "How it works"). The
+busy word is set after the mutex is taken and cleared before it is released, ordered against the
+section's writes (``set_word``), for samples that copy outside the lock (:mod:`.reads`).
 
-Waiting (the rate limiter) is polling: ``wait(timeout)`` publishes, releases everything, sleeps
-(50 us, doubling to 2 ms while the wait goes on) and re-enters. Every wait has the caller's timeout;
-taking the mutex has ``lock_timeout``. ``notify_all`` does nothing (waiters poll).
+Waiting (the rate limiter) polls: :meth:`ProcessGuard.wait`. ``notify_all`` does nothing.
 """
 
 from __future__ import annotations
@@ -93,6 +87,8 @@ class ProcessGuard:
         #: the state copies in the header (:mod:`replaystore.shared.copies`)
         self.copies = state_copies(segment.mm, W_ACTIVE, COPY0, COPY_WORDS, codes)
         self._mutex = segment.mutex
+        #: opens the section (mutex held, state current) with an insert's intent: one of the two kinds
+        self._enter = self._enter_flock if live is None else self._enter_live
         # victims of the insert in progress, noted before their rows are overwritten (recovery)
         self._victims = segment.view(VICTIMS)
         self._noted = False
@@ -100,9 +96,8 @@ class ProcessGuard:
         self._depth = 0
         self._gen = -1  # generation of the state the local Table holds
         self._values: tuple | None = None
-        self.intent = 0  # rows the current insert may write (set by acquire_insert)
+        self.intent = 0  # rows the current insert may write (set by acquire(rows=))
         self._delay = 50e-6
-        self.recovered = 0  # recoveries this process performed
         self._holding = False  # this process holds the mutex (entered and not yet left)
         #: called with the published generation when this process repairs the table after a crash
         #: (parts with state of their own undo a dead holder's writes: ``EpisodeSync.recover``)
@@ -128,10 +123,8 @@ class ProcessGuard:
         return self._values[self._position[name]]
 
     # -- enter / leave ------------------------------------------------------------------------------
-    def _enter(self, intent: int) -> None:
-        if self._live is not None:
-            self._enter_live(intent)
-            return
+    def _enter_flock(self, intent: int) -> None:
+        """Open the section where each process holds a copy of the scalars (``self._enter`` there)."""
         seg = self.segment
         if seg.closed:
             raise Closed(f"shared table {self.table.name!r} was closed in this process")
@@ -156,7 +149,7 @@ class ProcessGuard:
         self._holding = True
 
     def _enter_live(self, intent: int) -> None:
-        """``_enter`` where the scalars live in the segment: one compiled call opens the section."""
+        """Open the section where the scalars live in the segment (``self._enter`` there): one compiled call."""
         seg = self.segment
         if seg.closed:
             raise Closed(f"shared table {self.table.name!r} was closed in this process")
@@ -365,7 +358,6 @@ class ProcessGuard:
         self.copies.publish(gen + 1, fixed)
         words = self.segment.words
         words[W_RECOVERIES] += 1
-        self.recovered += 1
         if dropped:
             import logging
 
@@ -376,41 +368,25 @@ class ProcessGuard:
             )
 
     # -- the lock protocol ---------------------------------------------------------------------
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        """Enter (re-entrant); blocks up to the segment's ``lock_timeout`` (``Timeout``)."""
-        self._tlock.acquire()
-        if self._depth:
-            self._depth += 1
-            return True
-        try:
-            if self._live is not None:
-                self._enter_live(0)
-            else:
-                self._enter(0)
-        except BaseException:
-            self._tlock.release()
-            raise
-        self._depth = 1
-        return True
+    def acquire(self, blocking: bool = True, timeout: float = -1, rows: int = 0) -> bool:
+        """Enter (re-entrant); blocks up to the segment's ``lock_timeout`` (``Timeout``). Returns True.
 
-    def acquire_insert(self, rows: int) -> None:
-        """:meth:`acquire` for an insert that may write ``rows`` rows (noted for recovery until released)."""
+        ``rows``: an insert that may write that many rows (noted for recovery until released).
+        """
         self._tlock.acquire()
         if self._depth:
             self._depth += 1
             if rows > self.intent:
                 self.intent = rows
                 self.copies.set_intent(rows)
-            return
+            return True
         try:
-            if self._live is not None:
-                self._enter_live(rows)
-            else:
-                self._enter(rows)
+            self._enter(rows)
         except BaseException:
             self._tlock.release()
             raise
         self._depth = 1
+        return True
 
     def release(self) -> None:
         """Leave one level; the outermost publishes and releases the mutex."""

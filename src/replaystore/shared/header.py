@@ -7,9 +7,7 @@ of a process waiting for the mutex, the lock kind, the acquisitions counter, the
 the Table's scalar state (``HostedTable.state_scalars``) each led by a generation number and an
 insert *intent* (rows an insert in progress may be writing), the attached pids, whether the deferred
 regions are reserved, *written_hi* (:mod:`replaystore.shared.reads`), and at ``lock.MUTEX_BYTE`` the
-mutex itself. A writer fills the state copy that is not current and then flips the selector (one
-aligned 8-byte store), so a reader, or a process that recovers after a writer died, always finds one
-complete copy.
+mutex itself. How the state copies are written: :mod:`replaystore.shared.copies`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """How a shared-memory segment plugs into the Table: :class:`SegmentHost`, a shared table's host.
 
-A :class:`~replaystore.shared.SharedTable` is the one Table built with this host
-(:class:`~replaystore.table.host.TableHost`, given at construction). The host is where the
-segment meets the Table's code:
-
-- **the lock**: a :class:`~replaystore.shared.guard.ProcessGuard` (set by ``HostedTable.guard_with``
-  when the table opens the segment), which loads and publishes the table's scalars through the
-  :class:`~replaystore.table.host.HostedTable` the host was bound to;
-- **the insert hooks**: every insert first waits for another process's reservation of the ring's
-  head (:mod:`.reserve`), a general insert marks its section *unordered* before it writes rows
-  whose keys come after (:mod:`.reads`), and leaving ring mode reserves the memory the segment
-  left unreserved until then (:meth:`~replaystore.shared.segment.Segment.reserve_deferred`:
-  may raise ``DiskFull``, nothing changed);
-- **the episode part** (:class:`~replaystore.shared.episodes.EpisodeSync`): its scalars are
-  published with the table's, it writes out a section's changes before the state is published
-  and catches up when another process changed it.
+A :class:`~replaystore.shared.SharedTable` is the one Table built with this host (the interface,
+both directions: :mod:`replaystore.table.host`). This host guards the table with a
+:class:`~replaystore.shared.guard.ProcessGuard` (given by ``HostedTable.guard_with`` when the
+table opens the segment), sets the insert hooks that apply to it (:meth:`SegmentHost.open`),
+reserves the segment's deferred regions when the table leaves ring mode
+(:meth:`~replaystore.shared.segment.Segment.reserve_deferred`: may raise ``DiskFull``, nothing
+changed), and publishes the episode part (:class:`~replaystore.shared.episodes.EpisodeSync`) with
+the table's scalars: its changes written before the state is published, caught up after another
+process changed it.
 
 Thread-safety: as the table's (every hook runs with its lock held).
 """

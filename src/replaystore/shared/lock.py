@@ -3,24 +3,16 @@
 Two kinds, one interface (``acquire(timeout) -> bool``, ``release()``, ``set_pid(pid)``); the
 segment's header records which one a table was created with (:data:`KIND_MUTEX` when the
 compiled :mod:`replaystore.shared._sync` is built, else :data:`KIND_FLOCK`), and every process
-that attaches uses the same one:
-
-- :data:`KIND_MUTEX`: a ``pthread_mutex_t`` in the header (``PTHREAD_PROCESS_SHARED``,
-  ``PTHREAD_MUTEX_ROBUST``). Uncontended, taking and releasing it is an atomic instruction each
-  (no system call); when its holder dies the kernel hands it to the next process, which marks it
-  consistent; the header's ``busy`` word then says whether the table needs a repair. A process
-  without the compiled module cannot attach to such a table (:class:`LockUnsupported`).
-- :data:`KIND_FLOCK`: ``flock(LOCK_EX)`` on the table's ``lock`` file, which the kernel drops when
-  its holder dies; two system calls per critical section.
-
-Fairness, both kinds: a waiter notes its pid in the header's ``waiting`` word and every holder
-counts its acquisition in the ``acquired`` word; a holder that sees a waiter after releasing
-yields the CPU once and, the next time it asks for the lock, first lets the waiter in (it naps,
-at most 0.2 ms, until another process has taken the lock since or nobody waits). Without that a
-process calling back to back (a learner sampling) re-takes the lock before a woken waiter on
-another core can, and starves the writers. Neither is re-entrant: the caller (``ProcessGuard``) counts
-levels under a thread lock of its own. ``REPLAYSTORE_PURE_PYTHON=1`` creates ``flock`` tables
-(and makes the mutex unavailable), as it selects the NumPy row copies.
+that attaches uses the same one: :data:`KIND_MUTEX`, a ``PTHREAD_PROCESS_SHARED``,
+``PTHREAD_MUTEX_ROBUST`` mutex in the header (a process without the compiled module cannot attach:
+:class:`LockUnsupported`); :data:`KIND_FLOCK`, ``flock(LOCK_EX)`` on the table's ``lock`` file.
+Both are released by the kernel when their holder dies (the header's ``busy`` word then says
+whether the table needs a repair), and both hand the lock to a waiter first (the ``waiting`` and
+``acquired`` words: a holder that released with a waiter naps, at most 0.2 ms, until it got in).
+What they cost and why: docs/shared.md "Guarantees" ("Cross-process lock that a dead process
+cannot hold"). Neither is re-entrant: the caller (``ProcessGuard``) counts levels under a thread
+lock of its own. ``REPLAYSTORE_PURE_PYTHON=1`` creates ``flock`` tables (and makes the mutex
+unavailable), as it selects the NumPy row copies.
 """
 
 from __future__ import annotations
@@ -44,7 +36,6 @@ except ImportError:  # not built (no compiler at install time), or refused: tabl
     MUTEX_BYTES = 0
 
 KIND_FLOCK, KIND_MUTEX = 0, 1
-KIND_NAMES = {KIND_FLOCK: "flock", KIND_MUTEX: "robust process-shared mutex"}
 #: byte offset of the mutex in the segment's header page (after the words the header uses)
 MUTEX_BYTE = 3584
 _EX_NB = fcntl.LOCK_EX | fcntl.LOCK_NB

@@ -27,18 +27,11 @@ def check_supported(sampler: Selector, remover: Selector, limiter: RateLimiter) 
     check_part(sampler, Selector, "sampler", "rs.Prioritized()")  # (a class, a string: named as such)
     check_part(remover, Selector, "remover", "rs.Fifo()")
     check_part(limiter, RateLimiter, "rate_limiter", "rs.MinSize(1)")
-    if type(sampler) not in SAMPLERS:
-        raise InvalidArgument(
-            f"shared tables support the {', '.join(c.__name__ for c in SAMPLERS)} samplers, not "
-            f"{type(sampler).__name__}"
-        )
-    if type(remover) not in REMOVERS:
-        raise InvalidArgument(
-            f"shared tables evict with the {', '.join(c.__name__ for c in REMOVERS)} removers, not "
-            f"{type(remover).__name__}"
-        )
-    if not isinstance(limiter, RateLimiter):
-        raise InvalidArgument(f"rate_limiter must be a RateLimiter, got {type(limiter).__name__}")
+    for part, kinds, what in ((sampler, SAMPLERS, "support the"), (remover, REMOVERS, "evict with the")):
+        if type(part) not in kinds:
+            names = ", ".join(c.__name__ for c in kinds)
+            kind = "samplers" if kinds is SAMPLERS else "removers"
+            raise InvalidArgument(f"shared tables {what} {names} {kind}, not {type(part).__name__}")
 
 
 def check_episodes(episodes: Episodes | None) -> None:

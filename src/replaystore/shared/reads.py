@@ -1,46 +1,20 @@
 """Samples whose rows are copied outside a shared table's lock, checked by the slots' keys.
 
-Copying 256 rows is most of a ``sample(256)``; done under the table's cross-process lock it makes
-every writer wait for it. Here the lock covers only the draw (which slots, their metadata rows,
-the counters), and the copy runs beside the writers. What makes that safe:
-
-- **Writers** write payloads only inside the lock, and every slot a write touches gets a key no
-  slot had before (keys are never reused: an insert gives its items the next keys; a delete or an
-  eviction frees the slot). In ring mode the keys are implicit (slot ``s`` holds key
-  ``lo + (s - (lo - base)) % capacity``): every write first raises the header's *written_hi* word
-  to one past the newest key whose row it begins (``copy_rows`` with it, a release fence between;
-  ``RingInserter`` the same), a removal of the oldest items raises it to ``ring_lo + capacity``, so
-  a slot drawn with key ``k`` is untouched while ``k >= written_hi - capacity``. When ring mode
-  ends the live keys are written out to the key column and *written_hi* becomes -1: the check
-  reads the column from then on. The general insert writes its keys after its rows, so it first
-  marks its section (the header's *unordered* word: the host's ``unordered_write``). While a
-  process holds the lock the segment's *busy word* is set (a fence after setting it, another
-  before clearing it: :class:`~replaystore.shared.guard.ProcessGuard`).
-- **A sample** draws its random numbers first (``Selector.takes_uniforms``) and lets the sampler
-  read the metadata rows they will take (``Selector.warm_up``: a uniform full ring's slots are
-  known from the numbers alone), then under the lock
-  ``Table._draw`` without the read (draw, count, limiter): its metadata rows hold the drawn keys.
-  Lock released, it copies; then (``keys_settled``, compiled) a fence, and if no section is open,
-  or the open one published its keys first only, every write the copy may have seen shows now;
-  if the open section writes rows before keys, it waits (spinning a little, as for the lock) until
-  that section is over. The copy is whole when every drawn key passes the check above. Otherwise (a
-  slot's key moved, or an unordered section outlasted the spin) the sample is finished under the
-  lock: the positions whose item is gone are drawn again and counted (the sample is then what one
-  taken just after that change would have
-  drawn there: probabilities and weights of that draw; the counters count ``n`` draws, as always).
-
-The check reads one header word in ring mode (the key column, an array of its own, after it).
-Applies to column storage in tables that lock with the robust mutex (every process that opens
-one has the compiled module, so every critical section fences its busy word; ``flock`` tables read
-under the lock) and have no ``max_times_sampled``: an item retired by its last sample frees its
-slot under the lock, and a writer taking it during the copy would lose that item's only read.
-Frame stacks (frames shared between slots) and the episode readers (``sample_sequences``,
-``sample_nstep``) read under the lock, as before.
+The lock covers only the draw (which slots, their metadata rows, the counters; the random numbers
+and the rows they will take are drawn and warmed up before it); the copy runs beside the writers.
+Afterwards ``_sync.keys_settled`` waits out a section that writes rows before keys (the header's
+*unordered* word) and checks that every drawn slot still holds its drawn key (in ring mode the
+header's *written_hi* word, after it the key column); positions whose item moved are drawn again
+and counted (:meth:`KeyCheckedReads._finish_locked`). Why that is safe, and which tables copy
+outside the lock (column storage, the robust mutex, no ``max_times_sampled``; frame stacks and the
+episode readers read under it): docs/shared.md "Guarantees" ("Samples copy outside the lock");
+the design: docs/architecture.md "A shared table's lock covers the draw, not the copy" and
+"Per-slot metadata in one row" (*written_hi*).
 
 In ring mode a ``Uniform`` table's sample runs all of this in one compiled call
-(``_sync.RingSampler``, built at the first sample by :meth:`KeyCheckedReads._make_drawer`): the
-numbers from the sampler's Generator, the warm-up, the section (checks, draw, counts, counters,
-commit), the copy and ``keys_settled``; what it refuses goes on here with the numbers it drew.
+(``_sync.RingSampler``, built at the first sample by :meth:`KeyCheckedReads._make_drawer`;
+docs/shared.md "Small uniform samples are one compiled call"); what it refuses goes on here with
+the numbers it drew.
 
 Thread-safety: as the Table's ``sample`` (any thread, any process).
 """
@@ -182,24 +156,15 @@ class KeyCheckedReads:
             and type(limiter).can_sample is RateLimiter.can_sample
         ):
             return None
-        fields = self._hosted.scalar_fields()
-        index = {(id(obj), attr): i for i, (obj, attr, _) in enumerate(fields)}
-        st = self._state
-        try:
-            slots = [index[id(st), name] for name in _DRAW_STATE] + [index[id(limiter), n] for n in _DRAW_LIMITER]
-        except KeyError:  # (a state without one of these scalars: the Python path)
+        slots = self._scalars.slots_of((self._state, _DRAW_STATE), (limiter, _DRAW_LIMITER))
+        if slots is None:  # (a state without one of these scalars: the Python path)
             return None
         names = tuple(storage.columns)
         limits = (float(limiter.samples_per_insert), float(limiter.min_diff), int(limiter.min_size_to_sample))
         parts = (names, tuple(storage.columns[name] for name in names), self._meta, self._key_column())
         try:
             self._drawer = self._guard.ring_sampler(
-                self._scalars.words,
-                np.asarray(slots, dtype=np.int64).tobytes(),
-                self.capacity,
-                limits,
-                parts,
-                self.sampler,
+                self._scalars.words, slots, self.capacity, limits, parts, self.sampler
             )
         except ValueError:  # (columns it does not take: more than it holds, ...): the Python path
             self._drawer = None

@@ -1,12 +1,7 @@
-"""Recovery after a process died inside a shared table's critical section.
+"""Recovery after a process died inside a shared table's critical section (docs/shared.md "Guarantees", "No torn row").
 
-What the dead process may have left: the current state copy is complete (copies are flipped, never
-written in place), but it is the state from *before* the dead call, while the shared arrays may
-hold part of that call's writes: payload rows, metadata rows (new keys, ``-1`` over removed items,
-times-sampled counts, priorities), and the derived structures (sum trees, key index, free-slot
-stack, sets, insertion logs) half updated.
-
-The published state and the keys are the truth. :func:`reconcile` keeps the items the published
+The published state copy (from before the dead call) and the keys are the truth; the arrays may
+hold part of the dead call's writes. :func:`reconcile` keeps the items the published
 state holds, minus the items whose payload the dead call may have overwritten. In ring mode the
 keys are implicit (the ring's bounds): it drops the oldest ones the dead insert's ``intent``
 (rows it may write) or the header's *written_hi* word (one past the newest key whose row a write

@@ -1,25 +1,15 @@
 """Inserts of large batches that copy their rows without a shared table's lock (a mixin of SharedTable).
 
-An ``extend`` of many large rows (Atari frames) used to hold the cross-process lock for its whole
-copy: a millisecond for 256 frames, during which every sample and every other writer waited. A
-batch of at least :attr:`ReservedInserts.COPY_OUTSIDE_BYTES` that the ring's fast path takes is
-inserted in three steps instead (``Table._reserve_ring`` / ``_write_reserved`` / ``_commit_reserved``):
-
-1. Under the lock: make room at the ring's head. The oldest items whose slots the batch takes are
-   evicted now (their keys leave the metadata before any of their rows is overwritten: a sample
-   that drew one before and copies it meanwhile sees the key gone, :mod:`.reads`), and the
-   segment's *reserved* word is set to this process's pid.
-2. Without the lock: copy the rows into the reserved slots. They lie outside the ring: no sample
-   draws them, no lookup finds them, no other insert takes them (every insert path first waits
-   while the word is set: the host's ``await_head``, polling with the lock released).
-3. Under the lock: the items go in at once (keys, metadata, selectors, counters), the word clears.
-   If the table moved on meanwhile (it left ring mode, was restored), the batch is inserted by
-   the general path instead (copied again).
-
-Faults: an exception in step 2 clears the word (the batch is not in; the evicted items are
-gone). A process killed in step 2 leaves the word set: the next insert finds the pid dead (a
-zombie counts as dead), logs it and goes on; the table is as after step 1. A live copier that
-outlasts ``lock_timeout`` makes a waiting insert raise ``Timeout``.
+A batch of at least :attr:`ReservedInserts.COPY_OUTSIDE_BYTES` that the ring's fast path takes goes
+in three steps (``Table._reserve_ring`` / ``_write_reserved`` / ``_commit_reserved``): under the
+lock, evict the oldest items whose slots it takes and set the segment's *reserved* word to this
+pid; without the lock, copy the rows into those slots (outside the ring: no sample draws them, and
+every insert path waits while the word is set: the host's ``await_head``); under the lock, let the
+items in at once (or, if the table moved on meanwhile, insert by the general path). The protocol,
+its faults (a copier killed mid-copy, a live one that outlasts ``lock_timeout``) and its tests:
+docs/shared.md "Guarantees" ("Large batches copy outside the lock too"); why: docs/architecture.md
+"Large batches reserve ring slots and copy outside the lock". An exception while copying clears
+the word: the batch is not in, the items it evicted are gone.
 
 Thread-safety: as the Table's ``extend`` (any thread, any process).
 """
@@ -98,13 +88,8 @@ class ReservedInserts:
     ) -> np.ndarray:
         """As :meth:`Table.extend`; the batch is published to other processes all at once.
 
-        A large batch (:attr:`COPY_OUTSIDE_BYTES`) that the ring's fast path takes copies its rows
-        without holding the lock: under the lock it makes room at the ring's head (the oldest
-        items it replaces leave first) and notes the reservation in the segment; then it copies;
-        then, under the lock again, its items go in at once. Samples go on meanwhile (they never
-        draw the reserved slots); other inserts wait for the reservation to end. A process killed
-        while it copies leaves the table as after its first step (the evicted items gone, the
-        batch not in): the next insert finds the copier dead and goes on.
+        A batch of :attr:`COPY_OUTSIDE_BYTES` or more copies its rows without the lock (see
+        :mod:`replaystore.shared.reserve`): samples go on meanwhile, other inserts wait for it.
         """
         inserter = self._inserter  # (None once closed or out of ring mode: SharedTable drops it)
         if inserter is not None and priorities is None and version is None:
@@ -120,7 +105,7 @@ class ReservedInserts:
         if self._segment.closed:
             return Table.extend(self, data, priorities, version, timeout)  # raises Closed
         n = self._batch_rows(data)
-        guard.acquire_insert(n)
+        guard.acquire(rows=n)
         try:
             res = None
             if (
@@ -177,12 +162,9 @@ class ReservedInserts:
         self._inserter = None
         if not plan:
             return None
-        fields = self._hosted.scalar_fields()
-        index = {(id(obj), attr): i for i, (obj, attr, _) in enumerate(fields)}
-        st, lim = self._state, self.rate_limiter
-        try:
-            slots = [index[id(st), name] for name in _STATE_WORDS] + [index[id(lim), name] for name in _LIMITER_WORDS]
-        except KeyError:  # (a state without one of these scalars: the Python path)
+        lim = self.rate_limiter
+        slots = self._scalars.slots_of((self._state, _STATE_WORDS), (lim, _LIMITER_WORDS))
+        if slots is None:  # (a state without one of these scalars: the Python path)
             return None
         limits = (lim.max_diff < NO_LIMIT, float(lim.samples_per_insert), float(lim.max_diff))
         # (a batch of COPY_OUTSIDE_BYTES or more copies outside the lock instead: .extend)
@@ -194,12 +176,7 @@ class ReservedInserts:
         parts = (names, tuple(self.storage.columns[name] for name in names), self._meta)
         try:
             self._inserter = self._guard.ring_inserter(
-                self._scalars.words,
-                np.asarray(slots, dtype=np.int64).tobytes(),
-                self.capacity,
-                max_rows,
-                limits,
-                parts,
+                self._scalars.words, slots, self.capacity, max_rows, limits, parts
             )
         except ValueError:  # (columns it does not take: more than it holds, ...): the Python path
             self._inserter = None
@@ -212,7 +189,7 @@ class ReservedInserts:
             if _HOOK_COPY:
                 _pause_in_copy(_HOOK_COPY)
             self._write_reserved(res)
-            self._guard.acquire_insert(res.n)
+            self._guard.acquire(rows=res.n)
         except BaseException:
             set_word(words, W_RESERVED, 0)  # (the slots are outside the ring: the next insert takes them)
             raise

@@ -9,9 +9,7 @@ float64 word of the segment's ``shared.scalars`` region, which every process rea
 under the table's lock. No process keeps a copy, so entering the lock loads nothing and leaving
 it writes nothing but the published copy for crash recovery (``StateCopies.commit``: the words
 as they were when the lock was last left, which a process that finds the holder dead puts back).
-
-A read costs ~18 ns instead of a slot's ~6 (a new int each time); entering and leaving the lock
-save the ~1-3 µs of loading and collecting ~30 values as Python objects.
+Costs: docs/shared.md "How it works".
 """
 
 from __future__ import annotations
@@ -62,6 +60,14 @@ class PlacedScalars:
             for (obj, attr, _), value in zip(fields, values):
                 setattr(obj, attr, value)
         self.fields = fields
+
+    def slots_of(self, *groups: tuple[Any, tuple[str, ...]]) -> bytes | None:
+        """The words of the scalars named by ``(object, names)`` groups, in order, as int64 bytes (None: one absent)."""
+        index = {(id(obj), attr): i for i, (obj, attr, _) in enumerate(self.fields)}
+        try:
+            return np.asarray([index[id(obj), n] for obj, names in groups for n in names], np.int64).tobytes()
+        except KeyError:
+            return None
 
     def unbind(self) -> None:
         """Give every object its own class back, holding the values the words hold now (a snapshot)."""

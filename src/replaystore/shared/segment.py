@@ -12,8 +12,7 @@ Layout of ``<directory>/replaystore-<name>/``::
 
 Every process that has the table open holds ``flock(LOCK_SH)`` on ``segment``: the process that
 closes last (and so can take ``LOCK_EX``) removes the directory; a directory nobody holds is a
-leftover of crashed runs (:func:`~replaystore.shared.directory.list_segments`, ``replaystore shm``;
-names, paths and the listing: :mod:`replaystore.shared.directory`).
+leftover of crashed runs (names, paths, the listing: :mod:`replaystore.shared.directory`).
 
 The header's words and the configuration's checks: :mod:`replaystore.shared.header`.
 """
@@ -66,26 +65,21 @@ _MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # (Linux 5.14+;
 
 def _flock(fd: int, op: int, timeout: float, what: str) -> None:
     """``flock(fd, op)`` polled without blocking, with a backoff, until ``timeout`` seconds pass."""
-    try:
-        fcntl.flock(fd, op | fcntl.LOCK_NB)
-        return
-    except BlockingIOError:
-        pass
     deadline = time.monotonic() + timeout
     delay, spins = 20e-6, 0
     while True:
-        if spins < 50:
-            os.sched_yield()
-            spins += 1
-        else:
-            time.sleep(delay)
-            delay = min(delay * 2, 1e-3)
         try:
             fcntl.flock(fd, op | fcntl.LOCK_NB)
             return
         except BlockingIOError:
             if time.monotonic() > deadline:
                 raise Timeout(f"{what}: not acquired within {timeout:.3g}s") from None
+        if spins < 50:
+            os.sched_yield()
+            spins += 1
+        else:
+            time.sleep(delay)
+            delay = min(delay * 2, 1e-3)
 
 
 class Segment:
@@ -252,11 +246,6 @@ class Segment:
             raise
 
     # -- the mutex ------------------------------------------------------------------------------
-    def lock(self) -> None:
-        """Take the cross-process mutex (``Timeout`` after ``lock_timeout`` seconds, naming the holder)."""
-        if not self.mutex.acquire(self.lock_timeout):
-            raise self.lock_timed_out()
-
     def lock_timed_out(self) -> Timeout:
         """The error of an acquire that timed out: the table, the holder's pid, the timeout."""
         return Timeout(
@@ -264,17 +253,11 @@ class Segment:
             f"{self.words[W_BUSY]}): not acquired within {self.lock_timeout:.3g}s"
         )
 
-    def unlock(self) -> None:
-        """Release the mutex."""
-        self.mutex.release()
-
     def prefault(self) -> bool:
-        """Map every page of the segment into this process now, writable (``MADV_POPULATE_WRITE``).
+        """The work of :meth:`replaystore.shared.table.SharedTable.prefault` (``MADV_POPULATE_WRITE``).
 
-        Without it each process takes a page fault per 4 KB page the first time it touches it.
-        Returns False when the kernel cannot (before Linux 5.14); nothing changes then. The data
-        is not touched (safe while other processes write). Deferred regions not yet reserved are
-        left alone (touching their hole would take memory the table did not reserve).
+        The data is not touched (safe while other processes write); deferred regions not yet
+        reserved are left alone (touching their hole would take memory the table did not reserve).
         """
         end = len(self.mm) if self.words[W_DEFERRED] else self.deferred_offset
         try:

@@ -1,31 +1,21 @@
 """SharedTable: the one Table, with its state in a shared-memory segment that processes open by name.
 
 A :class:`SharedTable` *is* a :class:`~replaystore.Table` (a subclass that adds no algorithm of its
-own): its per-slot arrays (metadata rows, ``Prioritized`` trees, payload columns) are views of the
-segment (:mod:`replaystore.placement`), its lock is a :class:`~replaystore.shared.guard.ProcessGuard`
-(a thread lock plus the segment's ``flock``), and its small scalar state (next key, ring bounds,
-rate-limiter and stats counters, version, max priority) is loaded from the segment when a process
-enters the lock and published when it leaves. So every process runs the Table's own code on the
-same data: same semantics, same distributions.
-
-What shared tables support (anything else raises :class:`~replaystore.InvalidArgument` naming
-it): column storage with a ``spec``, or frame stacks (``storage=rs.FrameStackStorage(...)``:
-each frame stored once, the ring placed in the segment too); every sampler and remover of the
-library (``Uniform``, ``Prioritized``, ``Fifo``, ``Lifo``, ``MinHeap``, ``MaxHeap``,
-``WithoutReplacement``); every rate limiter; ``max_times_sampled``, ``max_staleness``,
-``delete`` and ``clear``. A table starts in *ring mode* (with the ``Fifo`` remover: key index,
-free slots and uniform set are arithmetic on three shared numbers); the first removal out of
-insertion order switches it, in every process, to the out-of-ring structures that every process
-built over the segment when it attached.
-Episodes (``episodes=rs.Episodes(max_streams=...)``): each process keeps its own episode index
-equal to the table's (:mod:`replaystore.shared.episodes`); such a table stays in ring mode (the
-``Fifo`` remover, no ``max_times_sampled``, deletes and stale drops of the oldest steps only).
+own): its per-slot arrays are views of the segment (:mod:`replaystore.placement`), its scalars
+live there too or are published through it (:mod:`.scalars`), and its lock is a
+:class:`~replaystore.shared.guard.ProcessGuard`; so every process runs the Table's own code on the
+same data: same semantics, same distributions. Its mixins copy samples (:mod:`.reads`) and large
+batches (:mod:`.reserve`) outside the lock and keep the episode index per process
+(:mod:`.episodes`). What shared tables support (anything else raises
+:class:`~replaystore.InvalidArgument` naming it) and ring mode: docs/shared.md "What is supported,
+and what is not yet".
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import threading
 import weakref
 from collections.abc import Mapping
@@ -48,7 +38,8 @@ from ..storage import ColumnStorage
 from ..storage.describe import from_description
 from ..storage.spec import Field, normalize_spec, unflatten
 from ..table import Table
-from .directory import check_name, path_of
+from . import header as H
+from .directory import check_name, path_of, remove_dir
 from .episodes import EpisodeSync, SharedEpisodeMethods
 from .errors import LayoutMismatch
 from .guard import ProcessGuard
@@ -173,8 +164,6 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         except BaseException:
             if not seg.closed:
                 seg.close(remove=False)
-            import shutil
-
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return table
@@ -281,7 +270,7 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         guard = self._guard
         if self._segment.closed:
             return Table.add(self, item, priority, version, timeout)  # raises Closed
-        guard.acquire_insert(1)
+        guard.acquire(rows=1)
         try:
             return Table.add(self, item, priority, version, timeout)
         finally:
@@ -309,7 +298,20 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         host.episync = self._episync
 
     def _batch_rows(self, data: Any) -> int:
-        return _batch_len(data, self.capacity)
+        """The leading length of a (nested) dict batch, at most the capacity (the capacity when it has none)."""
+        default = self.capacity
+        if type(data) is dict:  # the common case, a flat dict of arrays: no iterator objects
+            for first in data.values():
+                if type(first) is np.ndarray and first.ndim:
+                    n = first.shape[0]
+                    return n if n < default else default
+                break
+        while type(data) is dict and data or isinstance(data, Mapping) and data:
+            data = next(iter(data.values()))
+        try:
+            return min(len(data), default)
+        except TypeError:
+            return default
 
     # -- close ------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -330,8 +332,6 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
 
     def unlink(self) -> None:
         """Remove the segment's files now (processes that have it open keep working on their mapping)."""
-        from .segment import remove_dir
-
         self._unlink_on_close = False
         remove_dir(self._segment.path)
 
@@ -348,9 +348,7 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
 
     def recoveries(self) -> int:
         """How many times a process found a dead holder of the lock and repaired the table."""
-        from .header import W_RECOVERIES
-
-        return int(self._segment.words[W_RECOVERIES])
+        return int(self._segment.words[H.W_RECOVERIES])
 
     def lock_state(self) -> dict[str, int]:
         """The lock's words, read without taking it (for metrics; no cost to the table's users).
@@ -359,14 +357,12 @@ class SharedTable(KeyCheckedReads, ReservedInserts, SharedEpisodeMethods, Table)
         word; ``acquisitions``: critical sections entered so far (all processes); ``recoveries``:
         as :meth:`recoveries`. Thread-safe; racy by nature (a look, not a lock).
         """
-        from .header import W_ACQUIRED, W_BUSY, W_RECOVERIES, W_WAITING
-
         w = self._segment.words
         return {
-            "busy": int(w[W_BUSY] != 0),
-            "waiting": int(w[W_WAITING]),
-            "acquisitions": int(w[W_ACQUIRED]),
-            "recoveries": int(w[W_RECOVERIES]),
+            "busy": int(w[H.W_BUSY] != 0),
+            "waiting": int(w[H.W_WAITING]),
+            "acquisitions": int(w[H.W_ACQUIRED]),
+            "recoveries": int(w[H.W_RECOVERIES]),
         }
 
 
@@ -401,8 +397,7 @@ def _construct(config: dict, allocator: Any, seed: int | None, cls: type, host: 
             episodes=None if episodes is None else Episodes(**episodes),
             host=host,
         )
-        if isinstance(table, SharedTable):
-            table._make_parts(config, host)
+        table._make_parts(config, host)
         allocate(VICTIMS, (capacity + 1,), np.int64)  # (the guard's notes: ProcessGuard.note_victims)
         allocate(SCALARS_REGION, (COPY_WORDS,), np.int64)  # (the scalars' words: .scalars)
     return table
@@ -436,22 +431,6 @@ def _as_batch_of_one(item: dict, spec: dict | None) -> dict | None:
         except (OverflowError, ValueError):
             return None
     return batch
-
-
-def _batch_len(data: Any, default: int) -> int:
-    """The leading length of a (nested) dict batch, at most ``default`` (``default`` when it has none)."""
-    if type(data) is dict:  # the common case, a flat dict of arrays: no iterator objects
-        for first in data.values():
-            if type(first) is np.ndarray and first.ndim:
-                n = first.shape[0]
-                return n if n < default else default
-            break
-    while type(data) is dict and data or isinstance(data, Mapping) and data:
-        data = next(iter(data.values()))
-    try:
-        return min(len(data), default)
-    except TypeError:
-        return default
 
 
 def _after_fork() -> None:

@@ -192,9 +192,7 @@ class ColumnStorage(Storage):
             slots = (np.asarray(first, dtype=np.int64)[:, None] + np.arange(width)).ravel()
             data = self.read(slots)
             return reshape_leaves(data, (len(first), width))
-        flat = {}
-        for p, col in self.columns.items():
-            flat[p] = runs_view(col, width)[first]  # a view's fancy index: a fresh array
+        flat = {p: runs_view(col, width)[first] for p, col in self.columns.items()}  # (fancy index: fresh arrays)
         return unflatten(flat) if self._nested else flat
 
     def describe(self) -> dict:

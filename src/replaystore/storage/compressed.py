@@ -1,30 +1,15 @@
 """CompressedColumnStorage: column storage whose large fields are kept zstd-compressed, per item.
 
-Image observations dominate the memory of a pixel-based replay buffer (an Atari transition with
-``obs`` and ``next_obs`` stacks of ``4 x 84 x 84`` uint8 frames is 56 KiB raw), and they compress
-well: backgrounds are flat, consecutive frames in a stack are alike. This storage keeps every
-field whose item is at least ``min_bytes`` large (or the fields named in ``compress``) as one
-zstd frame per item, and every other field as an ordinary preallocated NumPy column.
-
-Contract (see :mod:`replaystore.storage.base`):
-
-- ``prepare`` validates exactly as :class:`ColumnStorage` does and changes nothing; it does not
-  compress (so a refused batch costs no compression, and staged single adds work unchanged).
-- ``write`` compresses the compressed fields (one ``zstd`` frame per item and field) and stores
-  the other fields in their columns. It cannot fail on prepared data.
-- ``read`` decompresses into new, writable arrays of the field's shape and dtype (one
-  decompression per sampled item and field; a key sampled twice is decompressed twice).
-- ``export`` returns **decompressed** columns, so a checkpoint holds plain ``.npy`` files (the same
-  format as :class:`ColumnStorage`, readable without ``zstandard``); ``import_`` recompresses.
-- ``release`` drops the compressed bytes of freed slots at once (a deleted item holds no memory).
-
-Per item, not per chunk: a uniform sample of ``B`` items from a large buffer touches ``B``
-different chunks, so chunked compression would decompress ``B`` whole chunks to return ``B``
-items. Per-item frames keep the sample cost proportional to the batch.
+Image observations dominate the memory of a pixel-based replay buffer and compress well. This
+storage keeps every field whose item is at least ``min_bytes`` large (or the fields named in
+``compress``) as one zstd frame per item, every other field as an ordinary NumPy column. Its
+contract beyond :mod:`replaystore.storage.base` (``prepare`` validates as :class:`ColumnStorage`
+and compresses nothing, ``write`` compresses, ``read`` decompresses into new writable arrays,
+``export`` gives decompressed columns for checkpoints, ``release`` drops freed slots' bytes at
+once) and why per item, not per chunk: docs/data.md "Compressed image storage".
 
 Thread safety: like every storage, not thread-safe on its own (the Table calls it under its lock);
-the zstd contexts are per thread, so several tables may share nothing and run in parallel.
-Needs the ``zstandard`` package (``pip install replaystore[compress]``).
+the zstd contexts are per thread. Needs ``zstandard`` (``pip install replaystore[compress]``).
 """
 
 from __future__ import annotations

@@ -25,12 +25,8 @@ def from_description(desc: dict, capacity: int, memmap_dir: str | Path | None = 
     flat = desc.get("spec")
     spec = None if flat is None else unflatten({p: (f["shape"], f["dtype"]) for p, f in flat.items()})
     if kind == "frames":
-        storage = FrameStackStorage(
-            capacity, desc["obs_key"], desc["next_obs_key"], desc["end_keys"], frame_capacity=desc.get("frame_capacity")
-        )
-        if spec is not None:
-            storage.set_spec(spec)
-        return storage
+        keys = (desc["obs_key"], desc["next_obs_key"], desc["end_keys"])
+        return FrameStackStorage(capacity, *keys, spec=spec, frame_capacity=desc.get("frame_capacity"))
     if kind == "compressed":
         return CompressedColumnStorage(
             capacity,

@@ -5,16 +5,12 @@ a Table or in Ray calls. Producers write them here and send only the returned *f
 replay service; loaders on the same node read them back. Every process on the node opens the same
 directory directly (LMDB is multi-process safe: one writer per shard at a time, readers never
 block); processes on other nodes go through a store actor (:mod:`replaystore.ray.fragments.store`).
-
-Layout of ``path/``: ``shard-000/ ... shard-NNN/``, one LMDB environment each (``data.mdb`` and
-``lock.mdb``). A key goes to shard ``crc32(key) % num_shards``; more shards let more producers
-write at the same time. LMDB files are sparse and never shrink, but pages freed by deletes are
-reused, so the disk use follows the live payloads.
+A key goes to shard ``crc32(key) % num_shards`` under ``path/``; shards, their generations and the
+environments: :mod:`~replaystore.storage.lmdb_envs`; full disks and disk space: docs/durability.md.
 
 Values are records of :mod:`~replaystore.storage.fragment_codec` (pickle protocol 5, arrays out of
 band): reading a 30 MB fragment costs one copy out of the memory map, and the arrays it returns are
 writable views of that copy. Pickle runs code on load: open only stores your own processes wrote.
-Environments and shard generations: :mod:`~replaystore.storage.lmdb_envs`.
 :class:`~replaystore.storage.refcounts.RefCounts` (re-exported here) is the explicit reference
 counting that decides when a payload may be deleted.
 """
@@ -93,12 +89,8 @@ class FragmentStore:
     ``wanted`` set) or :class:`~replaystore.StorageError` (another I/O error); then nothing was
     written and every payload stored before is readable. The store works again once space is freed.
 
-    **Disk space follows the live payloads.** LMDB reuses pages freed by deletes, so a store in a
-    steady state of puts and deletes stays near its peak of live data. A shard emptied by deletes
-    (or :meth:`clear`) is swapped for an empty generation and its files are deleted, and
-    :meth:`compact` rewrites non-empty shards without their free pages. A process that still maps
-    a replaced generation keeps its blocks allocated until it next touches that shard or closes its
-    handle. :meth:`disk_usage` is what the file system holds.
+    **Disk space follows the live payloads** (pages freed by deletes are reused; emptied shards are
+    swapped for empty generations, :meth:`compact` rewrites the others): docs/durability.md "Disk space".
 
     Thread- and process-safe. A store pickles as its arguments and reopens the directory in the
     receiving process. Raises :class:`~replaystore.Closed` after :meth:`close`.
@@ -126,7 +118,6 @@ class FragmentStore:
         self.writemap = self._recorded_writemap(writemap)
         self._shards = [ShardLink(os.path.join(self.path, f"shard-{i:03d}")) for i in range(self.num_shards)]
         self._closed = False
-        self.shrinks = 0  # shards this handle replaced by an empty generation
         for i in range(self.num_shards):
             self._ensure_spare(i)  # opens every shard now: errors surface here
 
@@ -348,12 +339,9 @@ class FragmentStore:
     def compact(self) -> int:
         """Rewrite every shard without its free pages; return the bytes given back to the file system.
 
-        Online: each shard is copied (``mdb_env_copy2`` with compaction) while its write lock is
-        held, then the shard's symlink is swapped to the copy. Writers wait for the copy; readers
-        never wait: a reader that began before the swap finishes on the old generation (still
-        mapped, even once its files are unlinked), the next one reads the new generation, which
-        holds every payload committed before the swap. Needs free space for a copy of the largest
-        shard's live data (``DiskFull`` otherwise; the shard is then left as it was).
+        Online: writers of a shard wait for its copy, readers never wait (docs/durability.md "Disk
+        space", "Online compaction"). Needs free space for a copy of the largest shard's live data
+        (``DiskFull`` otherwise; the shard is then left as it was).
         """
         before = self.disk_usage()
         for i in range(self.num_shards):
@@ -388,7 +376,6 @@ class FragmentStore:
                     if only_if_empty and txn.stat()["entries"]:
                         return True
                     next_generation(entry, sh.link, current, self.map_size, self.writemap, empty)
-                    self.shrinks += 1
             except Moved:
                 continue
             finally:

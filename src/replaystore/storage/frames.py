@@ -336,8 +336,7 @@ class FrameStager(AddStager):
 
     A continuing item costs one frame copy (its newest ``next_obs`` frame) instead of two whole
     stacks; a segment start also copies its ``obs`` stack. The continuity test is the storage's
-    (previous item not an episode end, and its newest ``next_obs`` frame equal to this item's
-    newest ``obs`` frame), applied against the previous staged item or the storage's last frame.
+    (:mod:`replaystore.storage.frames`), applied against the previous staged item or its last frame.
     """
 
     def __init__(self, storage: FrameStackStorage, rows: int) -> None:

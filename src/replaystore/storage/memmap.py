@@ -5,12 +5,9 @@ bounded by what is being touched. Each column is a standard ``.npy`` file (reada
 ``np.load(..., mmap_mode="r")``) and ``storage.json`` in the same directory records the capacity and
 the spec, so :meth:`MemmapColumnStorage.open` reopens the data after a restart.
 
-Full disks: every column file's blocks are allocated (``posix_fallocate``) when it is created or
-reopened, before anything is written through its map, so a full file system raises
-:class:`~replaystore.errors.DiskFull` there (naming the file and the bytes wanted) instead of
-killing the writer with ``SIGBUS`` at the first touch of a sparse page. A storage whose columns
-could not all be reserved keeps none of them (the Table stays empty and usable); once space is
-freed, the next insert allocates them again.
+Full disks: every column file's blocks are allocated when it is created or reopened, so a full
+file system raises :class:`~replaystore.errors.DiskFull` there, never ``SIGBUS`` later, and a
+storage whose columns could not all be reserved keeps none of them (docs/durability.md "Full disks").
 
 The payload files hold whatever was last written to each slot; which slots hold live items is the
 Table's metadata, persisted by ``Table.save`` (the checkpoint of a memmap table copies the live

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
 from ..errors import KeyNotFound
@@ -33,11 +34,8 @@ class RefCounts:
         Raises:
             KeyNotFound: an id holds no reference (a bookkeeping bug: nothing is changed).
         """
-        ids = list(ids)
         c = self._counts
-        need: dict[str, int] = {}
-        for i in ids:
-            need[i] = need.get(i, 0) + 1
+        need = Counter(ids)
         for i, k in need.items():
             if c.get(i, 0) < k:
                 raise KeyNotFound(f"fragment {i!r} has {c.get(i, 0)} references, cannot drop {k}")
