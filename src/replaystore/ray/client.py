@@ -241,7 +241,8 @@ def serve(
         max_task_retries: retries of calls in flight during a restart (default: ``-1`` when
             ``max_restarts`` is set, so callers see a delay instead of an error; calls are then
             delivered at least once, and the fragment buffer ignores the duplicates).
-        checkpoint_dir: where tables are checkpointed and reloaded from (see :class:`ReplayServer`).
+        checkpoint_dir: where :meth:`~ReplayClient.save` checkpoints tables (``<dir>/<table>``) and
+            where they are reloaded from at (re)start.
         checkpoint_period: seconds between automatic checkpoints (``None``: on request only).
         report_period: seconds between stats reports to the sinks (``None``: off).
         sinks: monitoring sinks: a factory or names (``"logging"``, ``"tensorboard:<dir>"``, ``"wandb"``).

@@ -6,20 +6,12 @@ one Ray call per batch) and optionally one
 the server's node; only ids and metadata reach the server). Start it with
 :func:`replaystore.ray.serve`, talk to it with :class:`~replaystore.ray.client.ReplayClient`.
 
-Concurrency: Ray runs every method on one event loop. Calls that cannot block run inline. Calls that
-may wait (a rate limiter, a fetch with too few chunks) first try without waiting; only if they
-would block do they wait, a Table call in a worker thread (the Table's lock makes that safe), a
-fetch on an asyncio condition, so a waiting call never stalls the others.
-
-Restarts: with ``max_restarts`` Ray recreates the actor after a crash with the same arguments. The
-fragment buffer then resumes from its journal; Tables reload from ``checkpoint_dir`` when a
-checkpoint exists there, then, with ``wal``, replay their write-ahead log (every call acknowledged
-since that checkpoint, episode writes included; see :mod:`replaystore.wal.logged`).
-
-Start errors: whatever stops the actor from building or reloading what it holds is kept and
-raised, as itself, by every call (see :class:`ReplayServer`), so :func:`~replaystore.ray.serve`
-reports the cause deterministically. Methods of the fragment buffer and of the rollout buffers
-live in :mod:`~replaystore.ray.fragments.service` and :mod:`~replaystore.ray.server_online`.
+docs/ray.md has the contract: concurrency ("Inside the actor": a call that may wait first tries
+without waiting, then waits in a worker thread, a fetch on an asyncio condition), restarts (the
+fragment buffer resumes from its journal, Tables reload from ``checkpoint_dir`` and replay their
+write-ahead log: "Durable tables") and start errors ("When the service cannot start"; see
+:class:`ReplayServer`). Methods of the fragment buffer and of the rollout buffers live in
+:mod:`~replaystore.ray.fragments.service` and :mod:`~replaystore.ray.server_online`.
 """
 
 from __future__ import annotations
@@ -74,31 +66,14 @@ def make_sinks(spec: SinkSpec) -> list[Sink]:
 class ReplayServer(FragmentService, OnlineService):
     """The service's actor class (use :func:`replaystore.ray.serve`, which wraps it in ``ray.remote``).
 
-    Args:
-        name: the service's name (also the Ray actor's name).
-        tables: table name -> zero-argument factory returning a :class:`~replaystore.Table` (or
-            that mapping pickled with cloudpickle, as :func:`~replaystore.ray.serve` passes it).
-        fragments: configuration of the fragment buffer, or ``None`` for none.
-        checkpoint_dir: where :meth:`save` writes tables (``<dir>/<table>``) and where they are
-            reloaded from at (re)start.
-        checkpoint_period: save every this many seconds (``None``: only on request).
-        report_period: write stats to the sinks every this many seconds (``None``: off).
-        sinks: monitoring sinks (see :func:`make_sinks`); default: logging.
-        housekeeping_period: seconds between fragment-buffer housekeeping passes.
-        max_blocking_threads: threads available to Table calls that wait on a rate limiter.
-        online: rollout buffers by name (:class:`~replaystore.online.RolloutBufferConfig`): online RL
-            with pacing, groups and version ranges (see docs/online.md); their journals make them
-            survive restarts.
-        wal: a :class:`~replaystore.wal.config.WalConfig` for every table, or ``{table: WalConfig}``
-            for some: their mutations are logged before a call returns, and replayed after a
-            restart (``None``: no log; a restart keeps only what the last checkpoint holds).
+    Its arguments are :func:`~replaystore.ray.serve`'s of the same names (``tables`` as ``serve``
+    passes it: the mapping pickled with cloudpickle), plus ``max_blocking_threads``: threads
+    available to Table calls that wait on a rate limiter.
 
-    Start errors: the constructor never raises. Whatever goes wrong while it builds or reloads the
-    tables, logs, fragment buffer or rollout buffers (a factory that raises or returns no Table, a
-    refused option, a corrupt checkpoint, ``WalCorrupt``, ...) is kept, what was opened is closed,
-    and every call (``ping`` first, which :func:`~replaystore.ray.serve` awaits) raises that
-    exception as itself. So the caller sees the cause deterministically, whatever the timing,
-    instead of a dead actor; ``serve`` then kills the actor and frees its name.
+    Start errors: the constructor never raises. Whatever goes wrong while it builds or reloads what
+    it holds is kept, what was opened is closed, and every call (``ping`` first, which
+    :func:`~replaystore.ray.serve` awaits) raises that exception as itself (docs/ray.md, "When the
+    service cannot start").
     """
 
     MODE = "served"

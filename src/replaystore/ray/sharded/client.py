@@ -8,15 +8,12 @@ s = client.sample(512, timeout=30)              # one call per shard fetches 8 b
 client.update_priorities(s.keys, new_p)         # queued: rides on the next fetch to each owner
 ```
 
-Routing of inserts: ``"round_robin"`` (a whole batch to the next shard; a shard whose rate limiter
-would block is passed over), by ``route=`` user keys (row ``i`` to shard ``route[i] % N``), and by
-stream for episodic tables (stream ``k`` to shard ``k % N``: an episode never spans shards). Keys
-carry their shard (:mod:`replaystore.sharding.keys`). Samples: :mod:`replaystore.ray.sharded.sampler`
-(fetches, deferred updates) and :mod:`replaystore.sharding.sampling` (the math).
-
-A client is picklable (its copies keep their own round-robin position, masses and random stream,
-and start with no fetched batches and no queued updates);
-one client is safe to share between threads.
+Inserts go round robin, by ``route=`` or by stream (:meth:`ShardedClient.extend`, docs/ray.md,
+"Sharded tables", "Inserts"); keys carry their shard (:mod:`replaystore.sharding.keys`); samples:
+:mod:`replaystore.ray.sharded.sampler` (fetches, deferred updates) and
+:mod:`replaystore.sharding.sampling` (the math). A client is picklable (its copies keep their own
+round-robin position, masses and random stream, and start with no fetched batches and no queued
+updates); one client is safe to share between threads.
 """
 
 from __future__ import annotations
@@ -50,28 +47,16 @@ class ShardedClient(ShardedEpisodes):
         shards: a :class:`~replaystore.ray.ReplayClient` per shard (their default table is used).
         name: the sharded table's name (its key tag derives from it and ``namespace``).
         namespace: the shards' Ray namespace.
-        consistency: ``"cached"``: a sample draws the shards from the masses every shard reported
-            with its last reply (one round trip; every shard answers every sample, so they are at
-            most one sample old); ``"exact"``: ask every shard for its mass first (two round trips)
-            and fetch one batch at a time.
-        on_dead: ``"wait"``: a call to a shard that is restarting waits for it (up to its timeout);
-            ``"skip"``: a shard that does not answer within ``skip_after`` seconds, or is dead, is
-            left out of samples and round-robin inserts and probed again every ``probe_period``
-            seconds (keyed calls to it still wait or fail).
+        consistency: ``"cached"``: shard counts from the masses every shard reported with its
+            last reply; ``"exact"``: ask every shard first (two round trips; one batch per fetch).
+        on_dead: ``"wait"`` or ``"skip"`` (a shard silent for ``skip_after`` s is left out, probed
+            again every ``probe_period`` s): docs/ray.md, "Sharded tables", "A shard that dies".
         seed: seed of the client's random stream (shard counts, shuffling).
         shuffle: shuffle the rows of a sample (otherwise they come shard by shard).
-        depth: batches fetched per round trip: a ``sample`` that finds no batch ready draws the
-            shard counts of ``depth`` batches at once, asks each shard for all its rows in one
-            call and keeps the other ``depth - 1`` batches for the next calls of the same shape
-            (each an exact draw at the fetch's instant; changes made after it, e.g. priority
-            updates, are seen from the next fetch; a call of another shape drops them). ``1``: one
-            call per shard per sample. A fetch draws no more batches than every shard's rate
-            limiter had room for at its last reply; tables that retire items
-            (``max_times_sampled``), and ``consistency="exact"``, fetch one batch at a time.
-        defer_updates: ``update_priorities`` validates, queues the updates and returns at once;
-            they ride on the next sample call to their shard (applied before it draws), or go out
-            on their own with :meth:`flush_updates` and before any other call that reads or
-            changes the shards.
+        depth: batches fetched per round trip (``1``: one call per shard per sample; docs/ray.md,
+            "Sharded tables", "Fetches of ``depth`` batches, and updates that ride on them").
+        defer_updates: ``update_priorities`` queues the updates, which ride on the next fetch to
+            their shard (the same section).
         default_timeout: as for :class:`~replaystore.ray.ReplayClient`.
         rpc_grace: as for :class:`~replaystore.ray.ReplayClient`.
 
@@ -240,12 +225,10 @@ class ShardedClient(ShardedEpisodes):
     def stats(self) -> dict[str, Any]:
         """``{"shards": [each shard's table stats], "total": counters summed, "down": [shards]}``.
 
-        ``total`` is the whole table's stats as one Table would report them: counters, sizes,
-        capacity and every histogram summed, ``version`` and the maxima the largest, the
-        minima the smallest, means weighted by each shard's size, ``sample_to_insert_ratio`` of
-        the sums.
-        With ``on_dead="skip"`` a shard that does not answer within ``skip_after`` is listed in
-        ``"down"``, has ``None`` in ``"shards"`` and is missing from the totals.
+        ``total`` is the whole table's stats as one Table would report them (how each is combined:
+        docs/ray.md, "Sharded tables", "The rest, per shard"). With ``on_dead="skip"`` a shard
+        that does not answer within ``skip_after`` is listed in ``"down"``, has ``None`` in
+        ``"shards"`` and is missing from the totals.
         """
         if len(self._updates):
             self.flush_updates()
@@ -260,10 +243,9 @@ class ShardedClient(ShardedEpisodes):
 
         Each shard writes ``<path>/shard-<i>/<table>`` (or, with ``path=None``, into its own
         ``checkpoint_dir``, which also truncates its write-ahead log); the manifest
-        ``<path or the first shard's parent dir>/sharded.json`` is written atomically only after
-        every shard finished, so a manifest always names a complete set. Shards are saved in
-        parallel, each atomically; under concurrent writers they are not one instant (docs/ray.md).
-        ``rs.Timeout`` (and no manifest) if the shards have not all finished within ``timeout``.
+        ``<path or the first shard's parent dir>/sharded.json`` only after every shard finished
+        (docs/ray.md, "Sharded tables", "The rest, per shard"). ``rs.Timeout`` (and no manifest)
+        if the shards have not all finished within ``timeout``.
         """
         self._check_open()
         if len(self._updates):
