@@ -1,11 +1,9 @@
 """A sharded client's queued priority updates: held per shard until they ride on the next fetch.
 
-A learner's ``update_priorities`` costs a Ray call per shard it touches. With deferred updates the
-client validates the call at once (keys of this table, one finite priority per key, ``>= 0`` for a
-prioritized table: the errors a shard would raise, raised before anything is queued) and keeps the
-shard-local keys and priorities here; the next sample call to that shard carries them and applies
-them before it draws (:meth:`replaystore.ray.sharded.server.ShardServer.shard_fetch`), so they cost
-no call of their own. Order is kept, so duplicate keys keep the Table's rule (the last one wins).
+The client checks an update at once and keeps the shard-local keys and priorities here until the
+next fetch to that shard carries them (:meth:`replaystore.ray.sharded.server.ShardServer.shard_fetch`;
+docs/ray.md, "Fetches of ``depth`` batches, and updates that ride on them"). Order is kept, so
+duplicate keys keep the Table's rule (the last one wins).
 
 Thread-safe (one lock).
 """
