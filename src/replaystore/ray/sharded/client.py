@@ -115,16 +115,12 @@ class ShardedClient(ShardedEpisodes):
     ) -> np.ndarray:
         """Insert a batch; return its global keys (int64, in row order).
 
-        ``route=None``: the whole batch to the next shard in round robin (one Ray call); a shard
-        whose rate limiter would block is passed over for one that would not, and only if all
-        would block does the call wait (on the first). A batch larger than a shard's capacity is
-        split over every shard (as with ``route``). ``route``: an int per row, row ``i`` goes to
-        shard ``route[i] % num_shards`` (one call per shard, in parallel). Rows without
-        priorities get the table's default: the largest priority any shard was given.
-
-        Raises as :meth:`replaystore.Table.extend`. The rows' counts, priorities and versions are
-        checked before any shard is sent anything, so a refused batch changes no shard (a shard
-        whose rate limiter times out while another accepted its rows is the exception).
+        ``route=None``: the whole batch to the next shard in round robin (one Ray call); ``route``:
+        an int per row, row ``i`` goes to shard ``route[i] % num_shards`` (one call per shard, in
+        parallel). Which shard takes a batch, the rows' default priority and the checks made before
+        any shard is sent anything: docs/ray.md, "Sharded tables", "Inserts" and "One logical
+        table". Raises as :meth:`replaystore.Table.extend`; a refused batch changes no shard (but
+        a shard whose rate limiter times out while another accepted its rows).
         """
         self._check_open()
         if route is None:
