@@ -235,11 +235,6 @@ class LmdbJournal:
                 os.close(self._fd)
             release_env(self.path, self._entry)
 
-    def destroy(self) -> None:
-        """Close and delete the journal's directory."""
-        self.close()
-        shutil.rmtree(self.path, ignore_errors=True)
-
 
 class NullJournal:
     """A journal that keeps nothing (a buffer without persistence): :class:`LmdbJournal`'s calls, no-ops."""
@@ -260,7 +255,7 @@ class NullJournal:
     def check_space(self) -> None:
         """Never raises."""
 
-    clear = close = destroy = check_space
+    clear = close = check_space
 
 
 __all__ = ["JSON", "PICKLE", "Codec", "LmdbJournal", "NullJournal"]

@@ -31,7 +31,7 @@ from ..items import Sample
 from ..monitor import Sink, StatsReporter
 from ..table import Table, contract
 from ..wal.log import WalConfig
-from ._runtime import get, import_ray, init_local, kill, require_init, rpc_timeout
+from ._runtime import find_actor, get, import_ray, init_local, kill, require_init, rpc_timeout
 from .factories import table_factories
 from .server import ReplayServer, SinkSpec
 
@@ -276,7 +276,7 @@ def serve(
     """
     tables = table_factories(tables, DEFAULT_TABLE)  # (a Table instead of a factory: named, before Ray starts)
     ray = init_local()
-    if _lookup(name, namespace) is not None:
+    if find_actor(name, namespace) is not None:
         raise InvalidArgument(f"a replay service named {name!r} already exists")
     if max_task_retries is None:
         max_task_retries = -1 if max_restarts else 0
@@ -318,16 +318,8 @@ def _kill_and_free(ray: Any, actor: Any, name: str, namespace: str | None, timeo
     """Kill ``actor`` for good and wait (up to ``timeout`` s) until its name can be used again."""
     kill(actor)
     end = time.monotonic() + timeout
-    while _lookup(name, namespace) is not None and time.monotonic() < end:
+    while find_actor(name, namespace) is not None and time.monotonic() < end:
         time.sleep(0.02)
-
-
-def _lookup(name: str, namespace: str | None) -> Any:
-    ray = import_ray()
-    try:
-        return ray.get_actor(name, namespace=namespace)
-    except ValueError:
-        return None
 
 
 def connect(
@@ -345,7 +337,7 @@ def connect(
         InvalidArgument: no service of that name is running.
     """
     require_init(f"connect({name!r})")
-    actor = _lookup(name, namespace)
+    actor = find_actor(name, namespace)
     if actor is None:
         raise InvalidArgument(f"no replay service named {name!r} is running")
     client = ReplayClient(actor, name, table or DEFAULT_TABLE, default_timeout, rpc_grace)

@@ -254,14 +254,14 @@ class ReplayServer(FragmentService, OnlineService):
         except KeyError:
             raise KeyNotFound(f"service {self.name!r} has no table {name!r}; tables: {sorted(self.tables)}") from None
 
-    async def _blocking(self, fn: Callable, *args: Any, timeout: float | None) -> Any:
-        """Run a Table call that may wait: first without waiting, then in a thread."""
+    async def _blocking(self, fn: Callable, a: dict[str, Any]) -> Any:
+        """``fn(**a)``, a call that may wait: first with ``timeout=0``, then (if it would wait) in a thread."""
         try:
-            return fn(*args, timeout=0)
+            return fn(**{**a, "timeout": 0})
         except Timeout:
-            if timeout is not None and timeout <= 0:
+            if a["timeout"] is not None and a["timeout"] <= 0:
                 raise
-        return await asyncio.get_running_loop().run_in_executor(self._pool, lambda: fn(*args, timeout=timeout))
+        return await asyncio.get_running_loop().run_in_executor(self._pool, lambda: fn(**a))
 
     async def _notify(self) -> None:
         cond = self._start()
@@ -410,11 +410,7 @@ async def _serve(server: ReplayServer, call: contract.Call, table: str, a: dict[
     t = server._table(table)
     lt = server.logged.get(table) if call.mutating else None
     fn = getattr(t if lt is None else lt, call.name)
-    if call.blocking:
-        timeout = a.pop("timeout")
-        result = await server._blocking(lambda timeout: fn(**a, timeout=timeout), timeout=timeout)
-    else:
-        result = fn(**a)
+    result = (await server._blocking(fn, a)) if call.blocking else fn(**a)
     return result if lt is None else await server._logged(table, lt, result)
 
 

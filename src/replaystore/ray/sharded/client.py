@@ -86,12 +86,9 @@ class ShardedClient(ShardedEpisodes):
         if len(order) > 1 and (t is None or t > 0):
             for s in order:
                 try:
-                    if self.on_dead == "skip":
-                        res, missing = self._get_skipping({s: self._ref(s, method, *args_for(s), 0.0)}, method)
-                        if missing:
-                            continue
+                    res, missing = self._gather({s: self._ref(s, method, *args_for(s), 0.0)}, 0.0, method)
+                    if not missing:
                         return s, res[s]
-                    return s, self._get({s: self._ref(s, method, *args_for(s), 0.0)}, 0.0, method)[s]
                 except Timeout:
                     continue  # its rate limiter would block: try the next shard
         s = order[0]
@@ -229,7 +226,7 @@ class ShardedClient(ShardedEpisodes):
         if len(self._updates):
             self.flush_updates()
         refs = {s: self._ref(s, "stats_of") for s in range(len(self.shards))}
-        got = self._get_skipping(refs, "stats")[0] if self.on_dead == "skip" else self._get(refs, 0.0, "stats")
+        got = self._gather(refs, 0.0, "stats")[0]
         per = [got.get(s) for s in range(len(self.shards))]
         total = shard_sampling.total_stats(per, self.table_name)
         return {"shards": per, "total": total, "down": [i for i, st in enumerate(per) if st is None]}

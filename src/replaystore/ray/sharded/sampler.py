@@ -148,11 +148,7 @@ class ShardedSampler(ShardedBase):
     def _finish(self, pending: tuple) -> list[Any]:
         """Collect a pending fetch: its batches, merged, with global keys, probabilities and weights."""
         method, args, counts, mass, states, refs, state_refs, left, shuffles = pending
-        missing: list[int] = []
-        if self.on_dead == "skip":
-            got, missing = self._get_skipping(refs, method)
-        else:
-            got = self._get(refs, left, method)
+        got, missing = self._gather(refs, left, method)
         drawn = {s: smp for s, (_, smp) in got.items() if smp is not None}
         if state_refs:  # a slow or dead shard keeps its old state; the next sample asks again
             self._record_states(state_refs)
