@@ -268,11 +268,8 @@ def serve(
         InvalidArgument: a service (actor) with this name already exists.
         Timeout: the actor did not start in time.
         Exception: the exception that made the service fail to start, as itself (same class and
-            message, the actor's traceback attached as a note): a factory's own error,
-            ``InvalidType`` (a factory returned no Table), ``SpecError`` (``wal=`` for an object
-            storage), ``CheckpointError`` (a corrupt checkpoint in ``checkpoint_dir``),
-            ``WalCorrupt`` (a corrupt log), ... The actor is then killed and the name is free
-            again when this raises.
+            message, the actor's traceback attached as a note; the cases: docs/ray.md, "When the
+            service cannot start"). The actor is then killed and the name is free again.
     """
     tables = table_factories(tables, DEFAULT_TABLE)  # (a Table instead of a factory: named, before Ray starts)
     ray = init_local()

@@ -171,13 +171,7 @@ class ReplayServer(FragmentService, OnlineService):
         """Keep ``error`` for every later call and let go of whatever was opened before it."""
         log.error("replay service %r failed to start: %s: %s", self.name, type(error).__name__, error)
         self._start_error, self._start_tb = error, error.__traceback__
-        for closing in (
-            [lt.close for lt in self.logged.values()]
-            + [t.close for t in self.tables.values()]
-            + [b.close for b in self.online.values()]
-            + [s.close for s in self._sinks]
-            + ([self.fragments.close] if self.fragments is not None else [])
-        ):
+        for closing in self._closers():
             try:
                 closing()
             except Exception:  # noqa: BLE001 - the first error is the one to report
@@ -185,6 +179,16 @@ class ReplayServer(FragmentService, OnlineService):
         self.logged, self.tables, self.online, self._sinks, self.fragments = {}, {}, {}, [], None
         self._closed = True
         self._pool.shutdown(wait=False)
+
+    def _closers(self) -> list[Callable[[], None]]:
+        """The ``close`` of everything the service holds: tables, logs, rollout buffers, sinks, fragments."""
+        return (
+            [t.close for t in self.tables.values()]
+            + [lt.close for lt in self.logged.values()]
+            + [b.close for b in self.online.values()]
+            + [s.close for s in self._sinks]
+            + ([self.fragments.close] if self.fragments is not None else [])
+        )
 
     def _raise_start_error(self) -> None:
         if self._start_error is not None:
@@ -362,21 +366,13 @@ class ReplayServer(FragmentService, OnlineService):
         if self._closed:
             return
         self._closed = True
-        for t in self.tables.values():
-            t.close()
-        for lt in self.logged.values():
-            lt.close()
+        for closing in self._closers():  # (no await before the last: no task runs in between)
+            closing()
         tasks, self._tasks = list(self._tasks), []
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)  # (none left pending when the actor exits)
         await self._notify()
-        for b in self.online.values():
-            b.close()
-        if self.fragments is not None:
-            self.fragments.close()
-        for s in self._sinks:
-            s.close()
         self._pool.shutdown(wait=False)
 
     # -- monitoring -------------------------------------------------------------------------------------------
