@@ -33,7 +33,7 @@ from ...sharding import keys as shard_keys
 from ...sharding import sampling as shard_sampling
 from ...storage.spec import flatten
 from ...table import contract
-from ...table.args import as_keys
+from ...table.args import as_keys, as_priorities
 from .._runtime import get, import_ray
 from .episodes import ShardedEpisodes
 
@@ -131,7 +131,8 @@ class ShardedClient(ShardedEpisodes):
             route = np.arange(n) * len(self.shards) // n  # contiguous runs, one per shard
         n = shard_checks.batch_length(data)
         route = shard_checks.check_route(route, n)
-        shard_checks.check_priorities(priorities, n, self._prioritized())
+        if priorities is not None:
+            as_priorities(priorities, n, self._prioritized())
         shard_checks.check_versions(version, n)
         groups = shard_keys.group(route % len(self.shards), len(self.shards))
         rows = shard_sampling.rows

@@ -18,6 +18,7 @@ from ...sharding import checks as shard_checks
 from ...sharding import keys as shard_keys
 from ...sharding import sampling as shard_sampling
 from ...table import contract
+from ...table.args import as_priorities
 from .sampler import ShardedSampler
 
 
@@ -40,7 +41,8 @@ class ShardedEpisodes(ShardedSampler):
         self._check_open()
         n = shard_checks.batch_length(steps)
         s_a, term, trunc = shard_checks.check_steps(n, streams, terminated, truncated, self._shard_config()["episodes"])
-        shard_checks.check_priorities(priorities, n, self._prioritized())
+        if priorities is not None:
+            as_priorities(priorities, n, self._prioritized())
         shard_checks.check_versions(version, n)
         groups = shard_keys.group(s_a % len(self.shards), len(self.shards))
         rows = shard_sampling.rows
