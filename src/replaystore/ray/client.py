@@ -59,9 +59,8 @@ class ReplayClient:
             and the whole wait for calls that never block (``None``: no limit).
 
     Every method is one Ray call (thread-safe; the client holds no state besides the handle).
-    Errors raised by the service come back as themselves (``rs.Timeout``, ``rs.Closed``,
-    ``rs.SpecError``, ...); a service that died for good gives ``rs.Closed``; no answer within the
-    limits above gives ``rs.Timeout``.
+    Errors as docs/ray.md, "Client contract", says: the service's come back as themselves, a
+    service that died for good gives ``rs.Closed``, no answer within the limits above ``rs.Timeout``.
     """
 
     def __init__(
