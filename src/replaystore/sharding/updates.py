@@ -24,8 +24,7 @@ class PendingUpdates:
 
     def __init__(self, num_shards: int) -> None:
         self._lock = threading.Lock()
-        self._keys: list[list[np.ndarray]] = [[] for _ in range(num_shards)]
-        self._prios: list[list[np.ndarray]] = [[] for _ in range(num_shards)]
+        self._queues: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(num_shards)]
         self._count = 0
 
     def __len__(self) -> int:
@@ -37,22 +36,20 @@ class PendingUpdates:
         with self._lock:
             for s, g in enumerate(groups):
                 if len(g):
-                    self._keys[s].append(local[g])
-                    self._prios[s].append(priorities[g])
+                    self._queues[s].append((local[g], priorities[g]))
                     self._count += len(g)
 
     def take(self, shard: int) -> tuple[np.ndarray, np.ndarray] | None:
         """Remove and return the shard's queue as one ``(local keys, priorities)``; ``None`` if empty."""
         with self._lock:
-            keys, prios = self._keys[shard], self._prios[shard]
-            if not keys:
+            queue, self._queues[shard] = self._queues[shard], []
+            if not queue:
                 return None
-            self._keys[shard], self._prios[shard] = [], []
-            out = (np.concatenate(keys), np.concatenate(prios))
-            self._count -= len(out[0])
-            return out
+            keys, prios = np.concatenate([k for k, _ in queue]), np.concatenate([p for _, p in queue])
+            self._count -= len(keys)
+            return keys, prios
 
     def shards(self) -> list[int]:
         """The shards with queued updates."""
         with self._lock:
-            return [s for s, k in enumerate(self._keys) if k]
+            return [s for s, q in enumerate(self._queues) if q]

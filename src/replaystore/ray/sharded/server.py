@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ...errors import InvalidArgument
@@ -118,6 +119,7 @@ _FETCH_METHODS = frozenset({"sample", "sample_nstep", "sample_sequences"})
 _SPLITTABLE = ("columns", "compressed", "objects")
 
 
+@dataclass
 class ShardFactory:
     """Builds shard ``index`` of ``num_shards`` from the user's Table factory (runs in the shard actor).
 
@@ -132,19 +134,11 @@ class ShardFactory:
             storage that cannot be split (with ``split_capacity``).
     """
 
-    def __init__(
-        self,
-        factory: Callable[[], Table],
-        num_shards: int,
-        index: int,
-        scale_rate_limiter: bool = True,
-        split_capacity: bool = True,
-    ) -> None:
-        self.factory = factory
-        self.num_shards = num_shards
-        self.index = index
-        self.scale_rate_limiter = scale_rate_limiter
-        self.split_capacity = split_capacity
+    factory: Callable[[], Table]
+    num_shards: int
+    index: int
+    scale_rate_limiter: bool = True
+    split_capacity: bool = True
 
     def __call__(self) -> Table:
         """A new Table for this shard."""
