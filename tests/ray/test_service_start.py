@@ -49,7 +49,7 @@ def serve_fails(name, expected, match, **kwargs):
         assert type(info.value) is expected, f"{type(info.value).__name__}: {info.value}"
         assert match in str(info.value)
         messages.add(str(info.value))
-        assert rsr.client._lookup(name, None) is None  # the failed service gave its name back at once
+        assert rsr._runtime.find_actor(name, None) is None  # the failed service gave its name back at once
     assert len(messages) == 1, messages
 
 

@@ -1,40 +1,14 @@
 """Checkpoints: a Table as a directory of ``.npy`` arrays plus a checksummed JSON manifest.
 
-Layout of ``path/``::
-
-    manifest.json      format, table config, sampler/remover/limiter config and state, counters,
-                       RNG state, and for every other file its size and SHA-256
-    manifest.sha256    the SHA-256 of manifest.json's bytes (so the manifest is verified too)
-    meta_keys.npy      int64 keys of the live items, oldest first
-    meta_priorities.npy, meta_times_sampled.npy, meta_versions.npy
-    col000.npy ...     one file per storage column (live rows, same order), or
-    objects.pkl        the items of an object storage (pickle: see below)
-
-**Saving** (:func:`save_snapshot`) never leaves a moment where neither the previous checkpoint nor
-the new one can be loaded. It writes and fsyncs every file into a hidden sibling
-``.<name>.tmp-<id>`` (the manifest and its checksum last, then the directory), moves the previous
-checkpoint aside to ``.<name>.old-<id>``, renames the new one into place, fsyncs the parent
-directory after each rename, and only then deletes the old copy. :func:`load_table` reads ``path``
-when it exists; when it does not (a save was killed between its two renames) it loads the newest
-complete side copy instead (a complete ``.tmp-`` copy is the new checkpoint, else an ``.old-``
-copy is the previous one). The next :func:`save_snapshot` to the same path first puts such a copy
-back in place and deletes leftovers. One process saves to a given path at a time.
-
-**Loading treats the directory as untrusted input** (the checks: :mod:`.verify`). The manifest
-must match its checksum and have the expected structure and types; every file it names must be
-listed with its size and
-SHA-256, be a regular file (not a symlink) and resolve inside the checkpoint directory (no
-``..``, no absolute paths); every array must have the dtype and shape the manifest implies
-(``size`` rows, the spec's field shapes); keys must be unique, increasing and below
-``next_key``; selector and limiter types must be known and their states consistent with the
-items. Any problem raises :class:`~replaystore.CheckpointError` naming it, and a failed load
-into ``memmap_dir`` leaves nothing behind there.
-
-Arrays always load with ``allow_pickle=False``. The one exception is an object storage's
-``objects.pkl``, unpickled only when the caller passes ``allow_pickle=True``: unpickling runs
-arbitrary code chosen by whoever wrote the file, so checksums do not make it safe (anyone who
-can write the file can write matching checksums). Pass ``allow_pickle=True`` only for
-checkpoints you wrote yourself or otherwise trust.
+The contract is docs/durability.md, "Checkpoints and the trust model": the directory's layout;
+saving (:func:`save_snapshot` writes a hidden sibling ``.<name>.tmp-<id>``, moves the previous
+checkpoint aside to ``.<name>.old-<id>`` and renames the new one into place, fsyncing as it goes,
+so at every instant the previous or the new checkpoint loads; a missing ``path`` loads from the
+newest complete side copy, which the next save puts back; one saving process per path); loading
+as untrusted input (the checks: :mod:`.verify`; every problem a
+:class:`~replaystore.CheckpointError` naming it; a failed load into ``memmap_dir`` leaves nothing
+there); and what ``allow_pickle=True`` opens (an object storage's ``objects.pkl`` is unpickled,
+which runs code chosen by whoever wrote it: pass it only for checkpoints you trust).
 """
 
 from __future__ import annotations

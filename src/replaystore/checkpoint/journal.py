@@ -16,12 +16,10 @@ another codec, bytes that do not decode or a key that is not UTF-8 raise
 JSON; :data:`PICKLE` unpickles, so a pickle journal's directory must be as trusted as a checkpoint
 loaded with ``allow_pickle=True`` (the CRC catches damage, not an attacker).
 
-**Full disks.** Writes go through ``pwrite`` (no writable map): one that finds no room raises
-:class:`~replaystore.DiskFull` and changes nothing. With ``reserve`` the journal keeps that many
-bytes allocated past its last page (``posix_fallocate``), so writes that fit cannot fail for room
-even when other files filled the disk; when the reserve cannot be kept, :attr:`LmdbJournal.low_space`
-is set and :meth:`LmdbJournal.check_space` raises ``DiskFull`` (a buffer refuses what would take
-space, and keeps recording what frees it).
+**Full disks** (what the buffers make of it: docs/durability.md, "Full disks"). Writes go through
+``pwrite``: one that finds no room raises :class:`~replaystore.DiskFull` and changes nothing. With
+``reserve`` the journal keeps that many bytes allocated past its last page; when it cannot,
+:attr:`LmdbJournal.low_space` is set and :meth:`LmdbJournal.check_space` raises ``DiskFull``.
 
 Not thread-safe (a buffer writes under its lock). Only the process that owns a journal writes it.
 """
@@ -235,11 +233,6 @@ class LmdbJournal:
                 os.close(self._fd)
             release_env(self.path, self._entry)
 
-    def destroy(self) -> None:
-        """Close and delete the journal's directory."""
-        self.close()
-        shutil.rmtree(self.path, ignore_errors=True)
-
 
 class NullJournal:
     """A journal that keeps nothing (a buffer without persistence): :class:`LmdbJournal`'s calls, no-ops."""
@@ -260,7 +253,7 @@ class NullJournal:
     def check_space(self) -> None:
         """Never raises."""
 
-    clear = close = destroy = check_space
+    clear = close = check_space
 
 
 __all__ = ["JSON", "PICKLE", "Codec", "LmdbJournal", "NullJournal"]

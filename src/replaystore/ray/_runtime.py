@@ -125,6 +125,14 @@ def get(refs: Any, timeout: float | None, what: str, warn: bool = False) -> Any:
         raise Closed(f"{what}: the actor is gone ({type(e).__name__}: {e})") from e
 
 
+def find_actor(name: str, namespace: str | None) -> Any:
+    """The handle of the named actor, or ``None`` if no actor of that name is alive."""
+    try:
+        return import_ray().get_actor(name, namespace=namespace)
+    except ValueError:
+        return None
+
+
 def kill(actor: Any) -> None:
     """``ray.kill(actor, no_restart=True)``; an actor that is gone already is no error."""
     with contextlib.suppress(Exception):

@@ -1,20 +1,9 @@
 """BatchingWriter: a writer's rows collected on its side and sent ``rows_per_call`` at a time.
 
-A served insert costs the writer and the service each ~1 ms of CPU per Ray call whatever its size
-(docs/benchmarks.md, "Sharded tables"), so a writer that adds one transition per environment step
-is bound by calls, not bytes. A :class:`BatchingWriter` keeps the rows in the writer's process and
-sends them as one ``extend`` once ``rows_per_call`` are waiting (or on :meth:`BatchingWriter.flush`):
-
-```python
-writer = rsr.BatchingWriter(client, rows_per_call=256)   # client: a ReplayClient or ShardedClient
-for step in range(1000):
-    writer.add({"obs": obs, "reward": r}, priority=p)    # no Ray call until 256 rows wait
-writer.flush()                                           # the rest, now
-```
-
-A row is in the table (acknowledged) only once the call that carried it returned: rows still
-waiting are lost if the writer's process dies, as a ``Reverb`` trajectory writer's unsent items are.
-Not thread-safe: one writer per thread.
+Why and how to use it: docs/ray.md, "Sharded tables", "Writers that add one row at a time" (a
+served insert costs ~1 ms of CPU per Ray call whatever its size). A row is in the table
+(acknowledged) only once the call that carried it returned: rows still waiting are lost if the
+writer's process dies. Not thread-safe: one writer per thread.
 """
 
 from __future__ import annotations

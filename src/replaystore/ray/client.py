@@ -31,7 +31,7 @@ from ..items import Sample
 from ..monitor import Sink, StatsReporter
 from ..table import Table, contract
 from ..wal.log import WalConfig
-from ._runtime import get, import_ray, init_local, kill, require_init, rpc_timeout
+from ._runtime import find_actor, get, import_ray, init_local, kill, require_init, rpc_timeout
 from .factories import table_factories
 from .server import ReplayServer, SinkSpec
 
@@ -59,9 +59,8 @@ class ReplayClient:
             and the whole wait for calls that never block (``None``: no limit).
 
     Every method is one Ray call (thread-safe; the client holds no state besides the handle).
-    Errors raised by the service come back as themselves (``rs.Timeout``, ``rs.Closed``,
-    ``rs.SpecError``, ...); a service that died for good gives ``rs.Closed``; no answer within the
-    limits above gives ``rs.Timeout``.
+    Errors as docs/ray.md, "Client contract", says: the service's come back as themselves, a
+    service that died for good gives ``rs.Closed``, no answer within the limits above ``rs.Timeout``.
     """
 
     def __init__(
@@ -241,7 +240,8 @@ def serve(
         max_task_retries: retries of calls in flight during a restart (default: ``-1`` when
             ``max_restarts`` is set, so callers see a delay instead of an error; calls are then
             delivered at least once, and the fragment buffer ignores the duplicates).
-        checkpoint_dir: where tables are checkpointed and reloaded from (see :class:`ReplayServer`).
+        checkpoint_dir: where :meth:`~ReplayClient.save` checkpoints tables (``<dir>/<table>``) and
+            where they are reloaded from at (re)start.
         checkpoint_period: seconds between automatic checkpoints (``None``: on request only).
         report_period: seconds between stats reports to the sinks (``None``: off).
         sinks: monitoring sinks: a factory or names (``"logging"``, ``"tensorboard:<dir>"``, ``"wandb"``).
@@ -267,15 +267,12 @@ def serve(
         InvalidArgument: a service (actor) with this name already exists.
         Timeout: the actor did not start in time.
         Exception: the exception that made the service fail to start, as itself (same class and
-            message, the actor's traceback attached as a note): a factory's own error,
-            ``InvalidType`` (a factory returned no Table), ``SpecError`` (``wal=`` for an object
-            storage), ``CheckpointError`` (a corrupt checkpoint in ``checkpoint_dir``),
-            ``WalCorrupt`` (a corrupt log), ... The actor is then killed and the name is free
-            again when this raises.
+            message, the actor's traceback attached as a note; the cases: docs/ray.md, "When the
+            service cannot start"). The actor is then killed and the name is free again.
     """
     tables = table_factories(tables, DEFAULT_TABLE)  # (a Table instead of a factory: named, before Ray starts)
     ray = init_local()
-    if _lookup(name, namespace) is not None:
+    if find_actor(name, namespace) is not None:
         raise InvalidArgument(f"a replay service named {name!r} already exists")
     if max_task_retries is None:
         max_task_retries = -1 if max_restarts else 0
@@ -317,16 +314,8 @@ def _kill_and_free(ray: Any, actor: Any, name: str, namespace: str | None, timeo
     """Kill ``actor`` for good and wait (up to ``timeout`` s) until its name can be used again."""
     kill(actor)
     end = time.monotonic() + timeout
-    while _lookup(name, namespace) is not None and time.monotonic() < end:
+    while find_actor(name, namespace) is not None and time.monotonic() < end:
         time.sleep(0.02)
-
-
-def _lookup(name: str, namespace: str | None) -> Any:
-    ray = import_ray()
-    try:
-        return ray.get_actor(name, namespace=namespace)
-    except ValueError:
-        return None
 
 
 def connect(
@@ -344,7 +333,7 @@ def connect(
         InvalidArgument: no service of that name is running.
     """
     require_init(f"connect({name!r})")
-    actor = _lookup(name, namespace)
+    actor = find_actor(name, namespace)
     if actor is None:
         raise InvalidArgument(f"no replay service named {name!r} is running")
     client = ReplayClient(actor, name, table or DEFAULT_TABLE, default_timeout, rpc_grace)

@@ -1,19 +1,10 @@
 """Loader pool and prefetching iterator: read fetched fragments in parallel, next to the store.
 
-``create_loader_pool`` starts ``num_readers`` :class:`FragmentLoader` actors pinned to the store's
-node (node affinity, so a loader can never land on a node that lacks the files); ``data_iter``
-streams a fetch's records through them, ``(prefetch_batches + 1) * batch_size`` loads in flight,
-and yields batches as they complete.
-
-Results arrive through Ray's object store. NumPy arrays deserialized by Ray are read-only views of
-shared memory, and any view kept alive pins the whole object there; ``data_iter`` therefore copies
-each loaded item out once (:func:`detach`), after which Ray can free it.
-
-A payload thus crosses memory three times (store -> loader, loader -> object store, object store ->
-trainer). A trainer on the store's node can skip both hops: ``create_loader_pool(..., local=True)``
-returns a :class:`LocalLoaderPool`, threads in the calling process that read the store directly
-(one copy out of the memory map, arrays that own their memory). It trades the loaders' separate
-processes for threads that share the trainer's interpreter.
+``create_loader_pool`` starts :class:`FragmentLoader` actors pinned to the store's node (node
+affinity: a loader never lands on a node that lacks the files), or with ``local=True`` a
+:class:`LocalLoaderPool` of threads in a trainer on that node; ``data_iter`` streams a fetch's
+records through either and yields batches as they complete, each actor's result copied out of
+Ray's object store once (:func:`detach`). When to use which: docs/ray.md, "Fragments".
 """
 
 from __future__ import annotations

@@ -6,20 +6,12 @@ one Ray call per batch) and optionally one
 the server's node; only ids and metadata reach the server). Start it with
 :func:`replaystore.ray.serve`, talk to it with :class:`~replaystore.ray.client.ReplayClient`.
 
-Concurrency: Ray runs every method on one event loop. Calls that cannot block run inline. Calls that
-may wait (a rate limiter, a fetch with too few chunks) first try without waiting; only if they
-would block do they wait, a Table call in a worker thread (the Table's lock makes that safe), a
-fetch on an asyncio condition, so a waiting call never stalls the others.
-
-Restarts: with ``max_restarts`` Ray recreates the actor after a crash with the same arguments. The
-fragment buffer then resumes from its journal; Tables reload from ``checkpoint_dir`` when a
-checkpoint exists there, then, with ``wal``, replay their write-ahead log (every call acknowledged
-since that checkpoint, episode writes included; see :mod:`replaystore.wal.logged`).
-
-Start errors: whatever stops the actor from building or reloading what it holds is kept and
-raised, as itself, by every call (see :class:`ReplayServer`), so :func:`~replaystore.ray.serve`
-reports the cause deterministically. Methods of the fragment buffer and of the rollout buffers
-live in :mod:`~replaystore.ray.fragments.service` and :mod:`~replaystore.ray.server_online`.
+docs/ray.md has the contract: concurrency ("Inside the actor": a call that may wait first tries
+without waiting, then waits in a worker thread, a fetch on an asyncio condition), restarts (the
+fragment buffer resumes from its journal, Tables reload from ``checkpoint_dir`` and replay their
+write-ahead log: "Durable tables") and start errors ("When the service cannot start"; see
+:class:`ReplayServer`). Methods of the fragment buffer and of the rollout buffers live in
+:mod:`~replaystore.ray.fragments.service` and :mod:`~replaystore.ray.server_online`.
 """
 
 from __future__ import annotations
@@ -74,31 +66,14 @@ def make_sinks(spec: SinkSpec) -> list[Sink]:
 class ReplayServer(FragmentService, OnlineService):
     """The service's actor class (use :func:`replaystore.ray.serve`, which wraps it in ``ray.remote``).
 
-    Args:
-        name: the service's name (also the Ray actor's name).
-        tables: table name -> zero-argument factory returning a :class:`~replaystore.Table` (or
-            that mapping pickled with cloudpickle, as :func:`~replaystore.ray.serve` passes it).
-        fragments: configuration of the fragment buffer, or ``None`` for none.
-        checkpoint_dir: where :meth:`save` writes tables (``<dir>/<table>``) and where they are
-            reloaded from at (re)start.
-        checkpoint_period: save every this many seconds (``None``: only on request).
-        report_period: write stats to the sinks every this many seconds (``None``: off).
-        sinks: monitoring sinks (see :func:`make_sinks`); default: logging.
-        housekeeping_period: seconds between fragment-buffer housekeeping passes.
-        max_blocking_threads: threads available to Table calls that wait on a rate limiter.
-        online: rollout buffers by name (:class:`~replaystore.online.RolloutBufferConfig`): online RL
-            with pacing, groups and version ranges (see docs/online.md); their journals make them
-            survive restarts.
-        wal: a :class:`~replaystore.wal.config.WalConfig` for every table, or ``{table: WalConfig}``
-            for some: their mutations are logged before a call returns, and replayed after a
-            restart (``None``: no log; a restart keeps only what the last checkpoint holds).
+    Its arguments are :func:`~replaystore.ray.serve`'s of the same names (``tables`` as ``serve``
+    passes it: the mapping pickled with cloudpickle), plus ``max_blocking_threads``: threads
+    available to Table calls that wait on a rate limiter.
 
-    Start errors: the constructor never raises. Whatever goes wrong while it builds or reloads the
-    tables, logs, fragment buffer or rollout buffers (a factory that raises or returns no Table, a
-    refused option, a corrupt checkpoint, ``WalCorrupt``, ...) is kept, what was opened is closed,
-    and every call (``ping`` first, which :func:`~replaystore.ray.serve` awaits) raises that
-    exception as itself. So the caller sees the cause deterministically, whatever the timing,
-    instead of a dead actor; ``serve`` then kills the actor and frees its name.
+    Start errors: the constructor never raises. Whatever goes wrong while it builds or reloads what
+    it holds is kept, what was opened is closed, and every call (``ping`` first, which
+    :func:`~replaystore.ray.serve` awaits) raises that exception as itself (docs/ray.md, "When the
+    service cannot start").
     """
 
     MODE = "served"
@@ -196,13 +171,7 @@ class ReplayServer(FragmentService, OnlineService):
         """Keep ``error`` for every later call and let go of whatever was opened before it."""
         log.error("replay service %r failed to start: %s: %s", self.name, type(error).__name__, error)
         self._start_error, self._start_tb = error, error.__traceback__
-        for closing in (
-            [lt.close for lt in self.logged.values()]
-            + [t.close for t in self.tables.values()]
-            + [b.close for b in self.online.values()]
-            + [s.close for s in self._sinks]
-            + ([self.fragments.close] if self.fragments is not None else [])
-        ):
+        for closing in self._closers():
             try:
                 closing()
             except Exception:  # noqa: BLE001 - the first error is the one to report
@@ -210,6 +179,16 @@ class ReplayServer(FragmentService, OnlineService):
         self.logged, self.tables, self.online, self._sinks, self.fragments = {}, {}, {}, [], None
         self._closed = True
         self._pool.shutdown(wait=False)
+
+    def _closers(self) -> list[Callable[[], None]]:
+        """The ``close`` of everything the service holds: tables, logs, rollout buffers, sinks, fragments."""
+        return (
+            [t.close for t in self.tables.values()]
+            + [lt.close for lt in self.logged.values()]
+            + [b.close for b in self.online.values()]
+            + [s.close for s in self._sinks]
+            + ([self.fragments.close] if self.fragments is not None else [])
+        )
 
     def _raise_start_error(self) -> None:
         if self._start_error is not None:
@@ -279,14 +258,14 @@ class ReplayServer(FragmentService, OnlineService):
         except KeyError:
             raise KeyNotFound(f"service {self.name!r} has no table {name!r}; tables: {sorted(self.tables)}") from None
 
-    async def _blocking(self, fn: Callable, *args: Any, timeout: float | None) -> Any:
-        """Run a Table call that may wait: first without waiting, then in a thread."""
+    async def _blocking(self, fn: Callable, a: dict[str, Any]) -> Any:
+        """``fn(**a)``, a call that may wait: first with ``timeout=0``, then (if it would wait) in a thread."""
         try:
-            return fn(*args, timeout=0)
+            return fn(**{**a, "timeout": 0})
         except Timeout:
-            if timeout is not None and timeout <= 0:
+            if a["timeout"] is not None and a["timeout"] <= 0:
                 raise
-        return await asyncio.get_running_loop().run_in_executor(self._pool, lambda: fn(*args, timeout=timeout))
+        return await asyncio.get_running_loop().run_in_executor(self._pool, lambda: fn(**a))
 
     async def _notify(self) -> None:
         cond = self._start()
@@ -387,21 +366,13 @@ class ReplayServer(FragmentService, OnlineService):
         if self._closed:
             return
         self._closed = True
-        for t in self.tables.values():
-            t.close()
-        for lt in self.logged.values():
-            lt.close()
+        for closing in self._closers():  # (no await before the last: no task runs in between)
+            closing()
         tasks, self._tasks = list(self._tasks), []
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)  # (none left pending when the actor exits)
         await self._notify()
-        for b in self.online.values():
-            b.close()
-        if self.fragments is not None:
-            self.fragments.close()
-        for s in self._sinks:
-            s.close()
         self._pool.shutdown(wait=False)
 
     # -- monitoring -------------------------------------------------------------------------------------------
@@ -435,11 +406,7 @@ async def _serve(server: ReplayServer, call: contract.Call, table: str, a: dict[
     t = server._table(table)
     lt = server.logged.get(table) if call.mutating else None
     fn = getattr(t if lt is None else lt, call.name)
-    if call.blocking:
-        timeout = a.pop("timeout")
-        result = await server._blocking(lambda timeout: fn(**a, timeout=timeout), timeout=timeout)
-    else:
-        result = fn(**a)
+    result = (await server._blocking(fn, a)) if call.blocking else fn(**a)
     return result if lt is None else await server._logged(table, lt, result)
 
 

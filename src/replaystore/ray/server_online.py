@@ -37,7 +37,7 @@ class OnlineService:
     if TYPE_CHECKING:
 
         def _check_open(self) -> None: ...
-        async def _blocking(self, fn: Callable, *args: Any, timeout: float | None) -> Any: ...
+        async def _blocking(self, fn: Callable, a: dict[str, Any]) -> Any: ...
 
     def _rollouts(self, name: str) -> RolloutBuffer:
         self._check_open()
@@ -90,8 +90,7 @@ async def _serve(service: OnlineService, call: contract.Call, name: str, a: dict
     fn = getattr(buf, call.name)
     if not call.blocking:
         return fn(**a)
-    t = a.pop("timeout")
-    result = await service._blocking(lambda timeout: fn(**a, timeout=timeout), timeout=t)
+    result = await service._blocking(fn, a)
     every = service._online_report_every.get(name) if call.name == "sample" else None
     if every and buf.counters["sample_calls"] % every == 0:
         buf.report()

@@ -4,8 +4,8 @@ A write that splits its rows over several shards (``extend(route=...)``, ``exten
 streams live on several shards) must not leave some shards written when another refuses its
 rows. The shards share one configuration, so what one shard refuses for a whole batch (a field
 of the wrong dtype) every shard refuses; what depends on the rows (a stream id out of range, a
-priority that is NaN, a count that does not match) is checked here first, with the Table's own
-rules and error classes. Plain functions, no Ray.
+priority that is NaN, a count that does not match) is checked first, with the Table's own rules
+and error classes (priorities: :func:`replaystore.table.args.as_priorities`). Plain functions, no Ray.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import numpy as np
 from ..episodes import Episodes
 from ..episodes.writers import validate_flags, validate_streams
 from ..errors import InvalidArgument, SpecError
-from ..table.args import as_priorities
 
 
 def batch_length(data: Any) -> int:
@@ -43,17 +42,6 @@ def _rows_of(value: Any) -> int:
     if np.ndim(value) == 0:
         raise SpecError(f"a batch field needs a leading rows dimension, got a scalar {value!r}")
     return len(value)
-
-
-def check_priorities(priorities: Any, n: int, nonnegative: bool) -> None:
-    """The Table's checks of an insert's priorities (``None``: the default, always valid).
-
-    Raises:
-        InvalidPriority: not one value (or one per row), NaN or infinite values, negative ones
-            when ``nonnegative``.
-    """
-    if priorities is not None:
-        as_priorities(priorities, n, nonnegative)
 
 
 def check_versions(version: Any, n: int) -> None:

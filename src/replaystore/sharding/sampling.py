@@ -1,20 +1,11 @@
 """Sampling N shards as one table: shard counts, merged batches, global probabilities and weights.
 
-Plain NumPy, no Ray (tested on its own). The math, for shards ``s`` with masses ``m_s`` (item
-counts for a uniform sampler, sums of ``priority ** alpha`` for a prioritized one), ``M = sum m_s``:
-
-- the batch's per-shard counts are ``Multinomial(B, m / M)``; shard ``s`` then draws its count
-  with its own sampler, so an item ``i`` of shard ``s`` is drawn with probability
-  ``P(i) = (m_s / M) * p_s(i)`` per draw, ``p_s(i)`` its probability inside the shard. When the
-  masses are current, ``P(i) = priority_i ** alpha / M`` (or ``1 / size``): one big table's;
-- importance weights as one table's: ``w_i = (P(i) / P_min) ** -beta``, ``P_min`` the smallest
-  positive ``P`` over all shards, ``min_t (m_t / M) * pmin_t``. A shard that answered this sample
-  gives its ``pmin_s`` at draw time through its own weights (``w_local = (p_s(i) / pmin_s) **
-  -beta``), the others through their last known ``min_mass / mass``.
-
-The counts use the masses the client knew when it drew them; the probabilities returned are the
-ones the items were really drawn with (share from those masses, times the shard's own
-probability at draw time).
+Plain NumPy, no Ray (tested on its own). The math is docs/ray.md, "Sharded tables", "Samples as
+one table" and "Where the masses come from, and the drift bound": per-shard counts
+``Multinomial(B, m / M)``, an item's probability ``P(i) = (m_s / M) * p_s(i)``, weights
+``(P(i) / P_min) ** -beta`` with the global smallest probability (a shard that answered gives its
+``pmin`` at draw time through its own weights, the others their last ``min_mass / mass``); the
+probabilities returned are the ones the items were really drawn with.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """A sharded client's queued priority updates: held per shard until they ride on the next fetch.
 
-A learner's ``update_priorities`` costs a Ray call per shard it touches. With deferred updates the
-client validates the call at once (keys of this table, one finite priority per key, ``>= 0`` for a
-prioritized table: the errors a shard would raise, raised before anything is queued) and keeps the
-shard-local keys and priorities here; the next sample call to that shard carries them and applies
-them before it draws (:meth:`replaystore.ray.sharded.server.ShardServer.shard_fetch`), so they cost
-no call of their own. Order is kept, so duplicate keys keep the Table's rule (the last one wins).
+The client checks an update at once and keeps the shard-local keys and priorities here until the
+next fetch to that shard carries them (:meth:`replaystore.ray.sharded.server.ShardServer.shard_fetch`;
+docs/ray.md, "Fetches of ``depth`` batches, and updates that ride on them"). Order is kept, so
+duplicate keys keep the Table's rule (the last one wins).
 
 Thread-safe (one lock).
 """
@@ -26,8 +24,7 @@ class PendingUpdates:
 
     def __init__(self, num_shards: int) -> None:
         self._lock = threading.Lock()
-        self._keys: list[list[np.ndarray]] = [[] for _ in range(num_shards)]
-        self._prios: list[list[np.ndarray]] = [[] for _ in range(num_shards)]
+        self._queues: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(num_shards)]
         self._count = 0
 
     def __len__(self) -> int:
@@ -39,22 +36,20 @@ class PendingUpdates:
         with self._lock:
             for s, g in enumerate(groups):
                 if len(g):
-                    self._keys[s].append(local[g])
-                    self._prios[s].append(priorities[g])
+                    self._queues[s].append((local[g], priorities[g]))
                     self._count += len(g)
 
     def take(self, shard: int) -> tuple[np.ndarray, np.ndarray] | None:
         """Remove and return the shard's queue as one ``(local keys, priorities)``; ``None`` if empty."""
         with self._lock:
-            keys, prios = self._keys[shard], self._prios[shard]
-            if not keys:
+            queue, self._queues[shard] = self._queues[shard], []
+            if not queue:
                 return None
-            self._keys[shard], self._prios[shard] = [], []
-            out = (np.concatenate(keys), np.concatenate(prios))
-            self._count -= len(out[0])
-            return out
+            keys, prios = np.concatenate([k for k, _ in queue]), np.concatenate([p for _, p in queue])
+            self._count -= len(keys)
+            return keys, prios
 
     def shards(self) -> list[int]:
         """The shards with queued updates."""
         with self._lock:
-            return [s for s, k in enumerate(self._keys) if k]
+            return [s for s, q in enumerate(self._queues) if q]

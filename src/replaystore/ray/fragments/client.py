@@ -2,21 +2,9 @@
 
 A producer writes the payload to the store (directly on the store's node, through the store actor
 elsewhere) and then acknowledges its id with metadata: the payload never passes through the
-service. A trainer fetches, reads the payloads (here or with a loader pool) and releases the lease.
-
-```python
-fc = rsr.connect("replay").fragments
-fid = fc.put(payload)                                  # store write
-fc.add(fid, stream="env-3", seq=17, version=5, session=sid)
-fetch = fc.fetch(64, timeout=60.0)                      # Fetch(lease_id, records)
-with fc.keep_alive(fetch):                              # renews the lease while the block runs
-    payloads = [fc.load(r.fragment_id) for r in fetch.records]
-fc.release(fetch)                                       # payloads may now be deleted
-```
-
-A lease not renewed within the buffer's ``lease_ttl`` (default 600 s) is released by the service
-(its holder is presumed dead): renew it (:meth:`FragmentClient.renew`, :meth:`FragmentClient.keep_alive`)
-or fetch again when a fetch is held longer than that.
+service. A trainer fetches, reads the payloads (here or with a loader pool) and releases the lease,
+or renews it (:meth:`FragmentClient.keep_alive`) while it is held longer than ``lease_ttl``. The
+walk-through and the semantics (leases, reference counts, full disks): docs/ray.md, "Fragments".
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Loaders on every node that keeps a node-local store: each record is read on its payload's node.
 
-:class:`NodeLoaderPool` (from ``create_loader_pool(..., per_node=True)``) holds loader actors per
-store label; :func:`~replaystore.ray.loader.data_iter` submits each ``(index, fragment_id)`` record to
-a loader (round robin) on the node the id names, so a payload is read from its own disk and crosses
-the network at most once, loader to trainer.
+:class:`NodeLoaderPool` (``create_loader_pool(..., per_node=True)``, docs/ray.md, "Node-local
+stores") holds loader actors per store label; :func:`~replaystore.ray.loader.data_iter` sends each
+record to a loader (round robin) on the node its id names.
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 """Node-local fragment stores: one store per node, and the router the fragment buffer deletes through.
 
-With ``FragmentBufferConfig(node_local="database")`` every alive node that declares the Ray
-resource ``database`` keeps its own :class:`~replaystore.storage.fragments.FragmentStore` in
-``<path>/node-<label>``, served by a :class:`NodeStoreServer` actor pinned to that node (hard node
-affinity), named ``"<service>:store:<label>"``. A fragment id names its store:
-``"<time>-<uuid>@<label>"`` (:func:`label_of`), so the metadata, every fetched record and every
-loader know where a payload is without asking.
-
-:class:`NodeStores` is the service-side router: it has the :class:`FragmentStore` methods the
-:class:`~replaystore.fragments.buffer.FragmentBuffer` calls (``delete``, ``keys``, ``clear``,
-``compact``, ``disk_usage``, ``live_bytes``, ``close``) and sends each node's share to that node's
-store actor. :meth:`NodeStores.refresh` (run by housekeeping) starts stores on new nodes and
-reports nodes that died; the buffer then drops their fragments (:meth:`FragmentBuffer.drop_node`).
-
-The label of a node is, in this order: the value of its Ray node label ``replaystore-store``
-(``ray start --labels='{"replaystore-store": "rack1-n3"}'``; also what a simulated cluster uses
-to give a restarted node its old label), its IP address when that is unique among the nodes
-declaring the resource (a real cluster), else its node id (a simulated cluster on one machine). A
-node restarted with its directory under the same label is re-attached (see
-:meth:`~replaystore.fragments.nodes.FragmentNodes.check_nodes`).
+docs/ray.md, "Fragments", "Node-local stores", is the contract: which nodes keep a store, where
+(:func:`node_dir`) and under which actor name (:func:`store_actor_name`), how a node's label is
+chosen (:func:`node_labels`), fragment ids ``"<time>-<uuid>@<label>"`` naming their store
+(:func:`label_of`). Here: :class:`NodeStoreServer`, a node's store actor (hard node affinity);
+:class:`NodeStores`, the service-side router with the :class:`FragmentStore` methods the
+:class:`~replaystore.fragments.buffer.FragmentBuffer` calls, each node's share to its store
+(:meth:`NodeStores.refresh` starts stores on new nodes and reports lost ones, which the buffer
+drops: :meth:`FragmentBuffer.drop_node`); :class:`NodeStoreClient`, a client's puts and reads.
 """
 
 from __future__ import annotations
@@ -54,7 +43,7 @@ def store_actor_name(service: str, label: str) -> str:
 
 
 def node_labels(resource: str) -> dict[str, str]:
-    """``{label: node_id}`` of the alive nodes declaring ``resource`` (see the module doc for labels).
+    """``{label: node_id}`` of the alive nodes declaring ``resource`` (labels: docs/ray.md, "Node-local stores").
 
     A ``replaystore-store`` node label declared by two alive nodes is ignored for both (logged).
     """

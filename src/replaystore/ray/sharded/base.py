@@ -199,11 +199,13 @@ class ShardedBase:
                 results[s] = result
         return results
 
-    def _get_skipping(self, refs: dict[int, Any], what: str) -> tuple[dict[int, Any], list[int]]:
-        """Like :meth:`_get`, but a shard that is dead or silent for ``skip_after`` s is marked down.
+    def _gather(self, refs: dict[int, Any], op_timeout: float | None, what: str) -> tuple[dict[int, Any], list[int]]:
+        """``(results by shard, shards marked down)``: as :meth:`_get`, none marked down.
 
-        Returns ``(results by shard, the shards marked down)`` instead of raising for those.
+        With ``on_dead="skip"``, a shard that is dead or silent for ``skip_after`` s is marked down instead.
         """
+        if self.on_dead != "skip":
+            return self._get(refs, op_timeout, what), []
         ray = import_ray()
         ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.skip_after)
         ready_set = set(ready)

@@ -8,15 +8,12 @@ s = client.sample(512, timeout=30)              # one call per shard fetches 8 b
 client.update_priorities(s.keys, new_p)         # queued: rides on the next fetch to each owner
 ```
 
-Routing of inserts: ``"round_robin"`` (a whole batch to the next shard; a shard whose rate limiter
-would block is passed over), by ``route=`` user keys (row ``i`` to shard ``route[i] % N``), and by
-stream for episodic tables (stream ``k`` to shard ``k % N``: an episode never spans shards). Keys
-carry their shard (:mod:`replaystore.sharding.keys`). Samples: :mod:`replaystore.ray.sharded.sampler`
-(fetches, deferred updates) and :mod:`replaystore.sharding.sampling` (the math).
-
-A client is picklable (its copies keep their own round-robin position, masses and random stream,
-and start with no fetched batches and no queued updates);
-one client is safe to share between threads.
+Inserts go round robin, by ``route=`` or by stream (:meth:`ShardedClient.extend`, docs/ray.md,
+"Sharded tables", "Inserts"); keys carry their shard (:mod:`replaystore.sharding.keys`); samples:
+:mod:`replaystore.ray.sharded.sampler` (fetches, deferred updates) and
+:mod:`replaystore.sharding.sampling` (the math). A client is picklable (its copies keep their own
+round-robin position, masses and random stream, and start with no fetched batches and no queued
+updates); one client is safe to share between threads.
 """
 
 from __future__ import annotations
@@ -36,7 +33,7 @@ from ...sharding import keys as shard_keys
 from ...sharding import sampling as shard_sampling
 from ...storage.spec import flatten
 from ...table import contract
-from ...table.args import as_keys
+from ...table.args import as_keys, as_priorities
 from .._runtime import get, import_ray
 from .episodes import ShardedEpisodes
 
@@ -50,28 +47,16 @@ class ShardedClient(ShardedEpisodes):
         shards: a :class:`~replaystore.ray.ReplayClient` per shard (their default table is used).
         name: the sharded table's name (its key tag derives from it and ``namespace``).
         namespace: the shards' Ray namespace.
-        consistency: ``"cached"``: a sample draws the shards from the masses every shard reported
-            with its last reply (one round trip; every shard answers every sample, so they are at
-            most one sample old); ``"exact"``: ask every shard for its mass first (two round trips)
-            and fetch one batch at a time.
-        on_dead: ``"wait"``: a call to a shard that is restarting waits for it (up to its timeout);
-            ``"skip"``: a shard that does not answer within ``skip_after`` seconds, or is dead, is
-            left out of samples and round-robin inserts and probed again every ``probe_period``
-            seconds (keyed calls to it still wait or fail).
+        consistency: ``"cached"``: shard counts from the masses every shard reported with its
+            last reply; ``"exact"``: ask every shard first (two round trips; one batch per fetch).
+        on_dead: ``"wait"`` or ``"skip"`` (a shard silent for ``skip_after`` s is left out, probed
+            again every ``probe_period`` s): docs/ray.md, "Sharded tables", "A shard that dies".
         seed: seed of the client's random stream (shard counts, shuffling).
         shuffle: shuffle the rows of a sample (otherwise they come shard by shard).
-        depth: batches fetched per round trip: a ``sample`` that finds no batch ready draws the
-            shard counts of ``depth`` batches at once, asks each shard for all its rows in one
-            call and keeps the other ``depth - 1`` batches for the next calls of the same shape
-            (each an exact draw at the fetch's instant; changes made after it, e.g. priority
-            updates, are seen from the next fetch; a call of another shape drops them). ``1``: one
-            call per shard per sample. A fetch draws no more batches than every shard's rate
-            limiter had room for at its last reply; tables that retire items
-            (``max_times_sampled``), and ``consistency="exact"``, fetch one batch at a time.
-        defer_updates: ``update_priorities`` validates, queues the updates and returns at once;
-            they ride on the next sample call to their shard (applied before it draws), or go out
-            on their own with :meth:`flush_updates` and before any other call that reads or
-            changes the shards.
+        depth: batches fetched per round trip (``1``: one call per shard per sample; docs/ray.md,
+            "Sharded tables", "Fetches of ``depth`` batches, and updates that ride on them").
+        defer_updates: ``update_priorities`` queues the updates, which ride on the next fetch to
+            their shard (the same section).
         default_timeout: as for :class:`~replaystore.ray.ReplayClient`.
         rpc_grace: as for :class:`~replaystore.ray.ReplayClient`.
 
@@ -101,12 +86,9 @@ class ShardedClient(ShardedEpisodes):
         if len(order) > 1 and (t is None or t > 0):
             for s in order:
                 try:
-                    if self.on_dead == "skip":
-                        res, missing = self._get_skipping({s: self._ref(s, method, *args_for(s), 0.0)}, method)
-                        if missing:
-                            continue
+                    res, missing = self._gather({s: self._ref(s, method, *args_for(s), 0.0)}, 0.0, method)
+                    if not missing:
                         return s, res[s]
-                    return s, self._get({s: self._ref(s, method, *args_for(s), 0.0)}, 0.0, method)[s]
                 except Timeout:
                     continue  # its rate limiter would block: try the next shard
         s = order[0]
@@ -130,16 +112,12 @@ class ShardedClient(ShardedEpisodes):
     ) -> np.ndarray:
         """Insert a batch; return its global keys (int64, in row order).
 
-        ``route=None``: the whole batch to the next shard in round robin (one Ray call); a shard
-        whose rate limiter would block is passed over for one that would not, and only if all
-        would block does the call wait (on the first). A batch larger than a shard's capacity is
-        split over every shard (as with ``route``). ``route``: an int per row, row ``i`` goes to
-        shard ``route[i] % num_shards`` (one call per shard, in parallel). Rows without
-        priorities get the table's default: the largest priority any shard was given.
-
-        Raises as :meth:`replaystore.Table.extend`. The rows' counts, priorities and versions are
-        checked before any shard is sent anything, so a refused batch changes no shard (a shard
-        whose rate limiter times out while another accepted its rows is the exception).
+        ``route=None``: the whole batch to the next shard in round robin (one Ray call); ``route``:
+        an int per row, row ``i`` goes to shard ``route[i] % num_shards`` (one call per shard, in
+        parallel). Which shard takes a batch, the rows' default priority and the checks made before
+        any shard is sent anything: docs/ray.md, "Sharded tables", "Inserts" and "One logical
+        table". Raises as :meth:`replaystore.Table.extend`; a refused batch changes no shard (but
+        a shard whose rate limiter times out while another accepted its rows).
         """
         self._check_open()
         if route is None:
@@ -153,7 +131,8 @@ class ShardedClient(ShardedEpisodes):
             route = np.arange(n) * len(self.shards) // n  # contiguous runs, one per shard
         n = shard_checks.batch_length(data)
         route = shard_checks.check_route(route, n)
-        shard_checks.check_priorities(priorities, n, self._prioritized())
+        if priorities is not None:
+            as_priorities(priorities, n, self._prioritized())
         shard_checks.check_versions(version, n)
         groups = shard_keys.group(route % len(self.shards), len(self.shards))
         rows = shard_sampling.rows
@@ -240,17 +219,15 @@ class ShardedClient(ShardedEpisodes):
     def stats(self) -> dict[str, Any]:
         """``{"shards": [each shard's table stats], "total": counters summed, "down": [shards]}``.
 
-        ``total`` is the whole table's stats as one Table would report them: counters, sizes,
-        capacity and every histogram summed, ``version`` and the maxima the largest, the
-        minima the smallest, means weighted by each shard's size, ``sample_to_insert_ratio`` of
-        the sums.
-        With ``on_dead="skip"`` a shard that does not answer within ``skip_after`` is listed in
-        ``"down"``, has ``None`` in ``"shards"`` and is missing from the totals.
+        ``total`` is the whole table's stats as one Table would report them (how each is combined:
+        docs/ray.md, "Sharded tables", "The rest, per shard"). With ``on_dead="skip"`` a shard
+        that does not answer within ``skip_after`` is listed in ``"down"``, has ``None`` in
+        ``"shards"`` and is missing from the totals.
         """
         if len(self._updates):
             self.flush_updates()
         refs = {s: self._ref(s, "stats_of") for s in range(len(self.shards))}
-        got = self._get_skipping(refs, "stats")[0] if self.on_dead == "skip" else self._get(refs, 0.0, "stats")
+        got = self._gather(refs, 0.0, "stats")[0]
         per = [got.get(s) for s in range(len(self.shards))]
         total = shard_sampling.total_stats(per, self.table_name)
         return {"shards": per, "total": total, "down": [i for i, st in enumerate(per) if st is None]}
@@ -260,10 +237,9 @@ class ShardedClient(ShardedEpisodes):
 
         Each shard writes ``<path>/shard-<i>/<table>`` (or, with ``path=None``, into its own
         ``checkpoint_dir``, which also truncates its write-ahead log); the manifest
-        ``<path or the first shard's parent dir>/sharded.json`` is written atomically only after
-        every shard finished, so a manifest always names a complete set. Shards are saved in
-        parallel, each atomically; under concurrent writers they are not one instant (docs/ray.md).
-        ``rs.Timeout`` (and no manifest) if the shards have not all finished within ``timeout``.
+        ``<path or the first shard's parent dir>/sharded.json`` only after every shard finished
+        (docs/ray.md, "Sharded tables", "The rest, per shard"). ``rs.Timeout`` (and no manifest)
+        if the shards have not all finished within ``timeout``.
         """
         self._check_open()
         if len(self._updates):

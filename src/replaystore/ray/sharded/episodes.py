@@ -1,12 +1,8 @@
 """The episode calls of :class:`~replaystore.ray.sharded.client.ShardedClient`: a stream lives on one shard.
 
-Stream ``k`` lives on shard ``k % num_shards``, so an episode never spans shards and a stream's
-steps keep their order. ``add_episode(stream=None)`` takes the stream a Table would (one above
-every stream used so far: the shards report theirs, and this client counts the ones it writes)
-and goes to that stream's shard. Episode reads go to the keys' owners and are merged; episode
-ids are made table-wide as ``shard_episode * num_shards + shard``. ``sample_episodes`` draws
-uniformly over the complete episodes of every shard (the shards' counts first, then one call
-per shard that has a share).
+Stream ``k`` lives on shard ``k % num_shards``, so an episode never spans shards; episode reads
+go to the keys' owners and are merged (``add_episode(stream=None)``, table-wide episode ids and
+``sample_episodes``: docs/ray.md, "Sharded tables", "One logical table").
 """
 
 from __future__ import annotations
@@ -22,6 +18,7 @@ from ...sharding import checks as shard_checks
 from ...sharding import keys as shard_keys
 from ...sharding import sampling as shard_sampling
 from ...table import contract
+from ...table.args import as_priorities
 from .sampler import ShardedSampler
 
 
@@ -44,7 +41,8 @@ class ShardedEpisodes(ShardedSampler):
         self._check_open()
         n = shard_checks.batch_length(steps)
         s_a, term, trunc = shard_checks.check_steps(n, streams, terminated, truncated, self._shard_config()["episodes"])
-        shard_checks.check_priorities(priorities, n, self._prioritized())
+        if priorities is not None:
+            as_priorities(priorities, n, self._prioritized())
         shard_checks.check_versions(version, n)
         groups = shard_keys.group(s_a % len(self.shards), len(self.shards))
         rows = shard_sampling.rows

@@ -1,11 +1,15 @@
 """The sampling half of :class:`~replaystore.ray.sharded.client.ShardedClient`: one logical sample over N shards.
 
-A sample draws per-shard counts from the masses the shards reported with their last replies
-(:mod:`replaystore.sharding.sampling` has the math), sends one call per shard with a count, and
-merges the replies. A *fetch* draws the counts of ``depth`` batches at once and asks each shard
-for all its rows in one call (:meth:`~replaystore.ray.sharded.server.ShardServer.shard_fetch`),
-which also carries the priority updates queued for that shard; the batches not handed out yet
-wait in the client for the next ``sample`` of the same shape.
+docs/ray.md, "Sharded tables", is the contract ("Samples as one table", "Fetches of ``depth``
+batches, and updates that ride on them", "Where the masses come from, and the drift bound"): a
+sample draws per-shard counts from the masses the shards reported with their last replies
+(:mod:`replaystore.sharding.sampling` has the math) and merges one call per shard; a *fetch*
+draws ``depth`` batches at once (:meth:`~replaystore.ray.sharded.server.ShardServer.shard_fetch`,
+which also carries the priority updates queued for that shard), the rest kept for the next
+``sample`` of the same shape. ``sample``, ``sample_nstep`` and ``sample_sequences`` are the
+Table's (generated from :mod:`replaystore.table.contract`), with global keys, probabilities and
+weights (``indices``: slots of the item's own shard); they raise as the Table's, and
+``rs.Timeout`` also when no shard holds an item within ``timeout``.
 """
 
 from __future__ import annotations
@@ -31,41 +35,6 @@ MAX_QUEUED = 1 << 16
 
 class ShardedSampler(ShardedBase):
     """Samples, fetches and deferred priority updates of a sharded client (see the module docstring)."""
-
-    # -- samples ------------------------------------------------------------------------------------------------
-    def sample(
-        self,
-        batch_size: int,
-        timeout: float | None = None,
-        as_tensor: bool = False,
-        device: Any = None,
-        pin_memory: bool = False,
-    ) -> Any:
-        """``batch_size`` items drawn as from one Table holding every shard's items.
-
-        Returns a :class:`~replaystore.Sample` with global keys; ``probabilities`` are each draw's
-        probability over the whole table and ``weights`` the importance weights with the global
-        size and smallest probability (see :mod:`replaystore.sharding.sampling`); ``indices`` are
-        slots of the item's own shard. With ``depth > 1`` the batch may come from this client's
-        last fetch (no call; drawn at that fetch's instant, see :class:`~replaystore.ray.ShardedClient`). Raises as
-        :meth:`replaystore.Table.sample`; ``rs.Timeout`` also when no shard holds an item within
-        ``timeout``. ``as_tensor``, ``device``, ``pin_memory``: as for the Table (applied here).
-        """
-        local = {"as_tensor": as_tensor, "device": device, "pin_memory": pin_memory}
-        return contract.apply_local(self._sample("sample", batch_size, (), timeout), local)
-
-    def sample_nstep(self, batch_size: int, n: int, gamma: float, timeout: float | None = None) -> Any:
-        """n-step transitions (a :class:`~replaystore.NStepSample`), shards drawn as in :meth:`sample`."""
-        return self._sample("sample_nstep", batch_size, (n, gamma), timeout)
-
-    def sample_sequences(
-        self, batch_size: int, length: int, burn_in: int = 0, mode: str = "strict", timeout: float | None = None
-    ) -> Any:
-        """Sequences (a :class:`~replaystore.SequenceSample`), shards drawn by their item masses.
-
-        See docs/ray.md for when that equals one table's distribution.
-        """
-        return self._sample("sample_sequences", batch_size, (length, burn_in, mode), timeout)
 
     def _refresh(self, timeout: float | None) -> None:
         shards = [s for s in range(len(self.shards)) if self._alive()[s]] or list(range(len(self.shards)))
@@ -179,11 +148,7 @@ class ShardedSampler(ShardedBase):
     def _finish(self, pending: tuple) -> list[Any]:
         """Collect a pending fetch: its batches, merged, with global keys, probabilities and weights."""
         method, args, counts, mass, states, refs, state_refs, left, shuffles = pending
-        missing: list[int] = []
-        if self.on_dead == "skip":
-            got, missing = self._get_skipping(refs, method)
-        else:
-            got = self._get(refs, left, method)
+        got, missing = self._gather(refs, left, method)
         drawn = {s: smp for s, (_, smp) in got.items() if smp is not None}
         if state_refs:  # a slow or dead shard keeps its old state; the next sample asks again
             self._record_states(state_refs)
@@ -200,11 +165,10 @@ class ShardedSampler(ShardedBase):
         """Set priorities by global key; how many applied (with ``defer_updates``: how many queued).
 
         Without ``defer_updates`` each shard gets its own keys at once, in parallel. With it (the
-        default) the updates are checked here and queued; each shard's ride on its next sample call
-        (applied before that draw) or go out with :meth:`flush_updates`, before any by-key or
-        every-shard call of this client, and once more than ``MAX_QUEUED`` are waiting; a key no
-        longer in its shard is skipped there (``stats()["skipped_updates"]``). Updates queued for a
-        shard that dies before they are sent are lost (priorities are hints; nothing else is).
+        default) the updates are checked here and queued, then sent as docs/ray.md, "Fetches of
+        ``depth`` batches", says (on the next fetch, :meth:`flush_updates`, before any by-key or
+        every-shard call, beyond ``MAX_QUEUED``); a key no longer in its shard is skipped there
+        (``stats()["skipped_updates"]``).
 
         Raises ``ForeignKey`` (nothing sent or queued) for a key of another table,
         ``InvalidPriority`` for NaN/infinite priorities (negative ones on a prioritized table),
@@ -221,3 +185,14 @@ class ShardedSampler(ShardedBase):
         if len(self._updates) > MAX_QUEUED:
             self.flush_updates()
         return len(keys)
+
+
+def _send(self: ShardedSampler, name: str, call: contract.Call, a: dict[str, Any]) -> Any:
+    """``ShardedSampler.<name>`` of the batch samples (generated by ``contract.forward``): see the module doc."""
+    timeout, batch_size = a.pop("timeout"), a.pop("batch_size")
+    return self._sample(name, batch_size, tuple(a.values()), timeout)
+
+
+contract.forward(
+    ShardedSampler, {n: contract.CALLS[n] for n in ("sample", "sample_nstep", "sample_sequences")}, send=_send
+)

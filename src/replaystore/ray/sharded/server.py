@@ -1,21 +1,17 @@
 """The shard side of a sharded table: a ReplayServer whose replies carry the shard's mass.
 
 A shard of :func:`replaystore.ray.serve_sharded` is an ordinary replay service (same methods, same
-write-ahead log and checkpoints) with two more entry points: :meth:`ShardServer.shard_call` runs
-one of the service's Table methods and returns ``(result, state)``, where ``state`` is the shard's
-:func:`shard_state` right after the call; :meth:`ShardServer.shard_fetch` applies a learner's
-queued priority updates and then draws a sample, in one call. The sharded client keeps the last
-state of every shard and draws the shards of the next sample from those masses, so a sample costs
-one call per shard, and a fetch of ``k`` batches one call per shard for all ``k``.
-
-:class:`ShardFactory` builds a shard's Table from the user's factory and scales its rate limiter
-to the shard (see docs/ray.md, "Sharded tables").
+write-ahead log and checkpoints) whose :meth:`ShardServer.shard_call` and
+:meth:`ShardServer.shard_fetch` reply with the shard's :func:`shard_state` too: the client draws
+the next sample's shards from those masses (docs/ray.md, "Sharded tables", "Where the masses come
+from"). :class:`ShardFactory` builds a shard's Table from the user's factory.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ...errors import InvalidArgument
@@ -123,40 +119,26 @@ _FETCH_METHODS = frozenset({"sample", "sample_nstep", "sample_sequences"})
 _SPLITTABLE = ("columns", "compressed", "objects")
 
 
+@dataclass
 class ShardFactory:
     """Builds shard ``index`` of ``num_shards`` from the user's Table factory (runs in the shard actor).
 
-    With ``scale_rate_limiter``, the Table's rate limiter is replaced by one with the same
-    ``samples_per_insert``, ``min_size_to_sample / num_shards`` (rounded up) and
-    ``min_diff / num_shards``, ``max_diff / num_shards``: every shard keeps its own
-    ``diff = inserts * spi - samples`` within its share, so the sum over the shards stays within
-    the table's ``[min_diff, max_diff]`` (see docs/ray.md for the drift bound). Queue and stack
-    tables (each item once, in order) cannot be sharded.
-
-    With ``split_capacity`` the Table's capacity is the whole sharded table's: shard ``index``
-    holds ``capacity // num_shards`` items (one more for the first ``capacity % num_shards``
-    shards), rebuilt from the factory's (empty) table through its snapshot. Only tables in RAM
-    (column, compressed or object storage) can be rebuilt so; for others pass
-    ``split_capacity=False`` and a factory of one shard's capacity.
+    ``scale_rate_limiter`` gives the shard its share of the Table's rate limiter (docs/ray.md,
+    "Sharded tables", "Rate limiting across shards"); ``split_capacity`` its share of the capacity
+    (rebuilt from the factory's empty table through its snapshot: tables in RAM only), as
+    :func:`~replaystore.ray.serve_sharded` documents them. Queue and stack tables (each item
+    once, in order) cannot be sharded.
 
     Raises (in the actor, surfacing from ``serve_sharded``):
         InvalidArgument: a queue/stack limiter; a capacity smaller than the number of shards or a
             storage that cannot be split (with ``split_capacity``).
     """
 
-    def __init__(
-        self,
-        factory: Callable[[], Table],
-        num_shards: int,
-        index: int,
-        scale_rate_limiter: bool = True,
-        split_capacity: bool = True,
-    ) -> None:
-        self.factory = factory
-        self.num_shards = num_shards
-        self.index = index
-        self.scale_rate_limiter = scale_rate_limiter
-        self.split_capacity = split_capacity
+    factory: Callable[[], Table]
+    num_shards: int
+    index: int
+    scale_rate_limiter: bool = True
+    split_capacity: bool = True
 
     def __call__(self) -> Table:
         """A new Table for this shard."""

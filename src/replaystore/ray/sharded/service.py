@@ -19,7 +19,7 @@ from ...errors import InvalidArgument, Timeout
 from ...sharding.keys import MAX_SHARDS, tag_for
 from ...table import Table
 from ...wal.log import WalConfig
-from .._runtime import get, init_local, kill, require_init
+from .._runtime import find_actor, get, init_local, kill, require_init
 from ..client import DEFAULT_TABLE, ReplayClient, connect, serve
 from .client import MANIFEST, ShardedClient
 from .placement import PlacementError, place
@@ -111,13 +111,10 @@ def serve_sharded(
         raise InvalidArgument(f"factory must be a zero-argument callable returning a Table, got {factory!r}")
     if checkpoint_dir is not None:
         _check_manifest(checkpoint_dir, num_shards)
-    ray = init_local()
-    for i in range(num_shards):
-        try:
-            ray.get_actor(shard_name(name, i), namespace=namespace)
-        except ValueError:
-            continue
-        raise InvalidArgument(f"a replay service named {shard_name(name, i)!r} already exists")
+    init_local()
+    taken = [shard_name(name, i) for i in range(num_shards) if find_actor(shard_name(name, i), namespace) is not None]
+    if taken:
+        raise InvalidArgument(f"a replay service named {taken[0]!r} already exists")
     bundle = {"CPU": num_cpus} if num_cpus else {}
     bundle.update(resources or {})
     bundle = bundle or {"CPU": 0.01}
