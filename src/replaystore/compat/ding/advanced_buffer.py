@@ -1,14 +1,8 @@
 """``AdvancedReplayBuffer``: prioritized replay with use and staleness limits, rate control, monitors.
 
-Items are dicts kept in a ring of ``replay_buffer_size`` slots (item ``k`` goes to slot
-``k % replay_buffer_size``). Sampling is proportional to ``priority ** alpha`` with one stratified
-draw per item, over a sum tree (:mod:`replaystore.samplers.sumtree`, through
-:class:`~replaystore.compat.ding.segment_tree.SumSegmentTree`); importance weights are normalised by
-the smallest priority in the buffer, read from a min tree. The trees live in
-:class:`~replaystore.compat.ding.priority_index.PriorityIndex`; this module keeps the items, the
-counters and DI-engine's contracts. A state dict holds the slot list, the per-slot use counts and
-used-up flags, the counters and ``beta``; DI-engine's own state dicts (with ``head``,
-``sum_tree``...) load too, the trees rebuilt from the items' priorities.
+This module keeps the items, the counters and DI-engine's contracts (the class and its methods
+state them); the slot ring is :class:`~replaystore.compat.ding.base_buffer.RingBufferBase`'s, the
+sampling weights live in :class:`~replaystore.compat.ding.priority_index.PriorityIndex`.
 """
 
 from __future__ import annotations
