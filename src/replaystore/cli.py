@@ -1,12 +1,8 @@
-"""The ``replaystore`` command: ``demo``, ``tour``, ``inspect`` and ``bench``.
+"""The ``replaystore`` command: ``demo``, ``tour``, ``inspect``, ``shm``, ``dashboard`` and ``bench``.
 
-``replaystore demo`` trains DQN with prioritized replay on CartPole-v1 from a replaystore Table,
-shows a progress bar, prints the greedy evaluation and writes a figure (needs the ``[demo]`` extra).
-``replaystore tour`` walks through the core on synthetic data: fill a prioritized table, sample
-with importance weights, update priorities, checkpoint, reload, and print the stats.
-``replaystore inspect PATH`` summarises a checkpoint (``--plot`` draws its priorities and
-times-sampled counts). ``replaystore bench`` runs the benchmark harness of a source checkout.
-``replaystore dashboard`` serves live charts of a running buffer (``replaystore.metrics.command``).
+Each subcommand's help (``replaystore COMMAND --help``, :func:`build_parser`) says what it does;
+docs/guide_demo.md describes demo, tour, inspect and bench, docs/metrics.md the dashboard, and
+docs/shared.md ``shm``.
 """
 
 from __future__ import annotations

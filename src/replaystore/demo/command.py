@@ -11,10 +11,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .config import DemoConfig
+from .config import DemoConfig, DistributedConfig
 
 DEMO_EXTRA = "pip install 'replaystore[demo]'  (torch==2.13.0, gymnasium, tqdm, matplotlib)"
 
@@ -25,15 +26,6 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
     return value
-
-
-def _distributed_defaults() -> dict:
-    """The distributed demo's defaults, for --help (importing the module does not import Ray or PyTorch)."""
-    from dataclasses import asdict
-
-    from .distributed import DistributedConfig
-
-    return asdict(DistributedConfig())
 
 
 # -- running the demo -------------------------------------------------------------------------------------------
@@ -132,7 +124,7 @@ def _train(config: DemoConfig, progress: bool) -> Any:
 
 
 def _train_distributed(config: DemoConfig, given: dict, progress: bool) -> Any:
-    from .distributed import DistributedConfig, train_distributed
+    from .distributed import train_distributed
 
     dist = DistributedConfig(**given)
     try:
@@ -231,7 +223,7 @@ def add_parser(sub: Any) -> None:
         f"one gradient step of {d.batch_size} per environment step, as in-process. --steps counts "
         "the steps of all actors",
     )
-    dd = _distributed_defaults()
+    dd = asdict(DistributedConfig())
     for flag, metavar, text in (
         ("--actors", None, "number of rollout actors (Ray actors; actor i is seeded with seed + i)"),
         (
