@@ -175,9 +175,7 @@ class AdvancedReplayBuffer(RingBufferBase):
             first = max(0, k - n)  # items before it are overwritten within this call
             gone = items[:first]
             replaced = 0
-            prios = given
-            if missing:
-                prios = [maxp if p is None else p for p in given]
+            prios = [maxp if p is None else p for p in given] if missing else given
             slots = []
             for j, d in enumerate(items):
                 s = (tail + j) % n

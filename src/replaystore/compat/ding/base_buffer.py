@@ -103,10 +103,9 @@ def choose(n: int, size: int, replace: bool) -> np.ndarray:
     chosen: dict[int, None] = {}
     while len(chosen) < size:
         for x in np.random.randint(0, n, size=2 * (size - len(chosen))).tolist():
-            if x not in chosen:
-                chosen[x] = None
-                if len(chosen) == size:
-                    break
+            chosen[x] = None  # (a repeat keeps its first position)
+            if len(chosen) == size:
+                break
     return np.fromiter(chosen, dtype=np.int64, count=size)
 
 
