@@ -360,14 +360,10 @@ class RingLiveSet:
     def __len__(self) -> int:
         return self.ring.size
 
-    def add(self, slots: np.ndarray) -> None:
-        """Nothing to do: the ring tracks its items."""
+    def add(self, slots: np.ndarray | None = None) -> None:
+        """Nothing to do: the ring tracks its items (``discard`` and ``clear`` too)."""
 
-    def discard(self, slots: np.ndarray) -> None:
-        """Nothing to do: the ring tracks its items."""
-
-    def clear(self) -> None:
-        """Nothing to do: the ring tracks its items."""
+    discard = clear = add
 
     def contents(self) -> np.ndarray:
         """The live slots, oldest first (a new array)."""
