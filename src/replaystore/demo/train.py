@@ -81,19 +81,8 @@ class Reporter:
     def __init__(self, total: int, progress: bool, out: TextIO, every: float = 20.0, desc: str = "DQN+PER") -> None:
         self.out = out
         self.every, self.steps, self.last = every, 0, time.monotonic()
-        self.bar = (
-            tqdm(
-                total=total,
-                unit="step",
-                desc=desc,
-                file=out,
-                dynamic_ncols=True,
-                mininterval=0.5,
-                smoothing=0.1,
-            )
-            if progress
-            else None
-        )
+        bar = dict(total=total, unit="step", desc=desc, file=out, dynamic_ncols=True, mininterval=0.5, smoothing=0.1)
+        self.bar = tqdm(**bar) if progress else None
 
     def advance(self, n: int, **postfix: Any) -> None:
         """Move the bar ``n`` steps and show ``postfix``; without a bar, a line when ``every`` s passed."""

@@ -304,10 +304,16 @@ class AdvancedReplayBuffer(RingBufferBase):
             out.append(d)
             stal.append(d["staleness"])
             prio.append(d["priority"])
-        if math.isfinite(self._max_use):
+        if math.isfinite(self._max_use):  # items used max_use times leave
             done = np.unique(slots[self._use[slots] >= self._max_use])
-            if len(done):
-                self._retire(done)
+            if not self._enable_track_used_data:
+                self._remove(done)
+            elif len(done):  # with tracking they keep their slot (and file), flagged
+                fresh = done[~self._retired[done]]
+                self._retired[fresh] = True
+                self._index.neutralise(fresh)
+                self._valid_count -= len(fresh)
+                self._periodic_thruput_monitor.record(valid=self._valid_count)
         if self._anneal_step != 0:
             self._beta = min(1.0, self._beta + (1.0 - self._beta_init) / self._anneal_step)
         if self._thruput_controller is not None:
@@ -315,17 +321,6 @@ class AdvancedReplayBuffer(RingBufferBase):
         self._periodic_thruput_monitor.record(sampled=len(out))
         self._sample_reporter.record(use_list, prio, stal, self._beta, cur_learner_iter, self._cur_collector_envstep)
         return out
-
-    def _retire(self, slots: np.ndarray) -> None:
-        """Items used ``max_use`` times leave; with tracking they keep their slot (and file)."""
-        if not self._enable_track_used_data:
-            self._remove(slots)
-            return
-        fresh = slots[~self._retired[slots]]
-        self._retired[fresh] = True
-        self._index.neutralise(fresh)
-        self._valid_count -= len(fresh)
-        self._periodic_thruput_monitor.record(valid=self._valid_count)
 
     # -- update -----------------------------------------------------------------------------------
     def update(self, info: Mapping) -> None:
