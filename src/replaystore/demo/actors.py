@@ -1,8 +1,7 @@
 """The pieces of ``replaystore demo --distributed`` that run in Ray actors (see :mod:`.distributed`).
 
-- :class:`WeightStore`: the newest published weights (a reference into Ray's object store).
-- :class:`RolloutActor`: one environment stream writing its transitions to the replay service.
-- :func:`service_table`: the Table the replay service hosts.
+:class:`WeightStore` (the published weights), :class:`RolloutActor` (an environment stream) and
+:func:`service_table` (the replay service's table); each says what it does.
 """
 
 from __future__ import annotations

@@ -165,40 +165,22 @@ def add_parser(sub: Any) -> None:
         "figure (learning curve, priority distribution, times-sampled histogram, sample-to-insert "
         f"ratio). Needs the [demo] extra: {DEMO_EXTRA}.",
     )
-    demo.add_argument(
-        "--seed",
-        type=int,
-        default=d.seed,
-        help=f"seeds PyTorch, NumPy, the environment and the table; the same seed repeats "
-        f"the same run (default {d.seed})",
-    )
-    demo.add_argument(
-        "--steps",
-        type=positive_int,
-        default=d.total_steps,
-        help=f"budget of environment steps; training usually stops earlier, when solved (default {d.total_steps:,})",
-    )
+    for flag, kind, text in (  # the options DemoConfig holds, with its defaults
+        ("--seed", int, "seeds PyTorch, NumPy, the environment and the table; the same seed repeats the same run"),
+        ("--steps", positive_int, "budget of environment steps; training usually stops earlier, when solved"),
+        ("--device", str, "PyTorch device of the Q-network, e.g. cpu or cuda"),
+        ("--threads", positive_int, "PyTorch CPU threads, torch.set_num_threads"),
+        ("--eval-episodes", positive_int, "episodes of each greedy evaluation, and of the final one"),
+    ):
+        value = getattr(d, {"--steps": "total_steps"}.get(flag, flag[2:].replace("-", "_")))
+        shown = f"{value:,}" if isinstance(value, int) else value
+        demo.add_argument(flag, type=kind, default=value, help=f"{text} (default {shown})")
     demo.add_argument(
         "--out",
         default=None,
         help="path of the PNG figure to write (default replaystore-demo.png, "
         "replaystore-demo-nstep3.png with --n-step 3, "
         "replaystore-demo-distributed.png with --distributed)",
-    )
-    demo.add_argument(
-        "--device", default=d.device, help=f"PyTorch device of the Q-network, e.g. cpu or cuda (default {d.device})"
-    )
-    demo.add_argument(
-        "--threads",
-        type=positive_int,
-        default=d.threads,
-        help=f"PyTorch CPU threads, torch.set_num_threads (default {d.threads})",
-    )
-    demo.add_argument(
-        "--eval-episodes",
-        type=positive_int,
-        default=d.eval_episodes,
-        help=f"episodes of each greedy evaluation, and of the final one (default {d.eval_episodes})",
     )
     demo.add_argument(
         "--n-step",
