@@ -38,19 +38,11 @@ class RateLimiter:
 
     #: the scalar hook (:mod:`replaystore.placement`): the counters a shared table publishes
     SCALARS = ("inserts", "samples", "deletes")
+    #: the constructor arguments :meth:`config` records (attributes of the same names)
+    CONFIG: tuple[str, ...] = ("samples_per_insert", "min_size_to_sample", "min_diff", "max_diff")
     # Slots (plus a __dict__ for subclasses' own attributes): the compiled add/extend
     # (replaystore._ring) reads and moves the counters in place, as it does the TableState's.
-    __slots__ = (
-        "samples_per_insert",
-        "min_size_to_sample",
-        "min_diff",
-        "max_diff",
-        "inserts",
-        "samples",
-        "deletes",
-        "__dict__",
-        "__weakref__",
-    )
+    __slots__ = (*CONFIG, *SCALARS, "__dict__", "__weakref__")
 
     def __init__(self, samples_per_insert: float, min_size_to_sample: int, min_diff: float, max_diff: float) -> None:
         if min_size_to_sample < 1:
@@ -138,9 +130,6 @@ class RateLimiter:
     def reset(self) -> None:
         """Zero the counters (the table was cleared)."""
         self.inserts = self.samples = self.deletes = 0
-
-    #: the constructor arguments :meth:`config` records (attributes of the same names)
-    CONFIG: tuple[str, ...] = ("samples_per_insert", "min_size_to_sample", "min_diff", "max_diff")
 
     def config(self) -> dict:
         """Constructor arguments as JSON, for checkpoints (``type``: the nearest class of :data:`LIMITERS`)."""

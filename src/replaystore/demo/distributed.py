@@ -31,7 +31,7 @@ from replaystore import ray as rsr  # does not import Ray
 from replaystore.items import Sample
 from replaystore.ray._runtime import get as ray_get
 
-from .actors import ACTOR_FIELD, RolloutActor, WeightStore, service_table
+from .actors import ACTOR_FIELD, ACTOR_TOTALS, RolloutActor, WeightStore, service_table
 from .config import DemoConfig, DistributedConfig, DistributedResult
 
 __all__ = [
@@ -140,10 +140,8 @@ def train_distributed(
         publish()
         actor_cls = ray.remote(num_cpus=0)(RolloutActor)
         actors = [actor_cls.remote(name, client.table_name, store, config, dist, i) for i in range(dist.actors)]
-        result.actor_steps = [0] * dist.actors
-        result.actor_inserts = [0] * dist.actors
-        result.actor_episodes = [0] * dist.actors
-        result.actor_weight_pulls = [0] * dist.actors
+        for name in ACTOR_TOTALS:
+            setattr(result, name, [0] * dist.actors)
         report = Reporter(config.total_steps, progress, out, desc=f"DQN+PER Ray x{dist.actors}")
         selection = PolicySelection(agent, config, result, report)
 
@@ -164,10 +162,8 @@ def train_distributed(
 
         def absorb(i: int, r: dict[str, Any]) -> None:
             """Keep actor ``i``'s totals from the reply ``r`` of its ``collect``."""
-            result.actor_steps[i] = r["total_steps"]
-            result.actor_inserts[i] = r["inserts"]
-            result.actor_episodes[i] = r["episodes_total"]
-            result.actor_weight_pulls[i] = r["pulls"]
+            for name in ACTOR_TOTALS:
+                getattr(result, name)[i] = r[name]
 
         def evaluation(why: str) -> float:
             return selection.evaluate(env_steps, why, f" (update {agent.updates:,})")
