@@ -86,7 +86,9 @@ def _inspect(args: argparse.Namespace) -> int:
     except CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.plot and _missing_folder(Path(args.plot), "--plot"):
+    plot = Path(args.plot) if args.plot else None
+    if plot is not None and not plot.parent.is_dir():  # (none is made: a typo would)
+        print(f"error: --plot {plot}: the folder {plot.parent} does not exist (create it first)", file=sys.stderr)
         return 2
     t = m["table"]
     print(f"checkpoint {args.path}: table {t['name']!r}, {m['size']:,} / {t['capacity']:,} items")
@@ -101,17 +103,7 @@ def _inspect(args: argparse.Namespace) -> int:
         ep, streams = m["episodes"].get("config", {}), m["episodes"].get("streams", {})
         print(f"  episodes: {ep}; {len(streams.get('ids', []))} streams, next episode id {streams.get('next_episode')}")
     print("  counters: " + ", ".join(f"{k}={v}" for k, v in t["counters"].items()))
-    if args.plot:
-        return _inspect_plot(where, m, Path(args.plot))
-    return 0
-
-
-def _missing_folder(out: Path, option: str) -> bool:
-    """Print an error and return True when ``out``'s folder does not exist (none is made: a typo would)."""
-    if out.parent.is_dir():
-        return False
-    print(f"error: {option} {out}: the folder {out.parent} does not exist (create it first)", file=sys.stderr)
-    return True
+    return 0 if plot is None else _inspect_plot(where, m, plot)
 
 
 def _inspect_plot(path: Path, manifest: dict, out: Path) -> int:

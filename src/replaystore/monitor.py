@@ -65,7 +65,16 @@ class TensorBoardSink:
 
     def __init__(self, writer: Any = None, logdir: str | None = None, tag_prefix: str = "replay/") -> None:
         self._owned = writer is None
-        self.writer = _make_summary_writer(logdir) if writer is None else writer
+        if writer is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                try:
+                    from tensorboardX import SummaryWriter
+                except ImportError as e:
+                    raise ImportError("TensorBoardSink needs torch+tensorboard or tensorboardX") from e
+            writer = SummaryWriter(logdir)
+        self.writer = writer
         self.tag_prefix = tag_prefix
 
     def write(self, scalars: dict[str, float], step: int) -> None:
@@ -78,17 +87,6 @@ class TensorBoardSink:
         """Close the writer if this sink created it."""
         if self._owned:
             self.writer.close()
-
-
-def _make_summary_writer(logdir: str | None) -> Any:
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        try:
-            from tensorboardX import SummaryWriter
-        except ImportError as e:
-            raise ImportError("TensorBoardSink needs torch+tensorboard or tensorboardX") from e
-    return SummaryWriter(logdir)
 
 
 class WandbSink:
