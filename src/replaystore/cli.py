@@ -1,12 +1,8 @@
-"""The ``replaystore`` command: ``demo``, ``tour``, ``inspect`` and ``bench``.
+"""The ``replaystore`` command: ``demo``, ``tour``, ``inspect``, ``shm``, ``dashboard`` and ``bench``.
 
-``replaystore demo`` trains DQN with prioritized replay on CartPole-v1 from a replaystore Table,
-shows a progress bar, prints the greedy evaluation and writes a figure (needs the ``[demo]`` extra).
-``replaystore tour`` walks through the core on synthetic data: fill a prioritized table, sample
-with importance weights, update priorities, checkpoint, reload, and print the stats.
-``replaystore inspect PATH`` summarises a checkpoint (``--plot`` draws its priorities and
-times-sampled counts). ``replaystore bench`` runs the benchmark harness of a source checkout.
-``replaystore dashboard`` serves live charts of a running buffer (``replaystore.metrics.command``).
+Each subcommand's help (``replaystore COMMAND --help``, :func:`build_parser`) says what it does;
+docs/guide_demo.md describes demo, tour, inspect and bench, docs/metrics.md the dashboard, and
+docs/shared.md ``shm``.
 """
 
 from __future__ import annotations
@@ -90,7 +86,9 @@ def _inspect(args: argparse.Namespace) -> int:
     except CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.plot and _missing_folder(Path(args.plot), "--plot"):
+    plot = Path(args.plot) if args.plot else None
+    if plot is not None and not plot.parent.is_dir():  # (none is made: a typo would)
+        print(f"error: --plot {plot}: the folder {plot.parent} does not exist (create it first)", file=sys.stderr)
         return 2
     t = m["table"]
     print(f"checkpoint {args.path}: table {t['name']!r}, {m['size']:,} / {t['capacity']:,} items")
@@ -105,17 +103,7 @@ def _inspect(args: argparse.Namespace) -> int:
         ep, streams = m["episodes"].get("config", {}), m["episodes"].get("streams", {})
         print(f"  episodes: {ep}; {len(streams.get('ids', []))} streams, next episode id {streams.get('next_episode')}")
     print("  counters: " + ", ".join(f"{k}={v}" for k, v in t["counters"].items()))
-    if args.plot:
-        return _inspect_plot(where, m, Path(args.plot))
-    return 0
-
-
-def _missing_folder(out: Path, option: str) -> bool:
-    """Print an error and return True when ``out``'s folder does not exist (none is made: a typo would)."""
-    if out.parent.is_dir():
-        return False
-    print(f"error: {option} {out}: the folder {out.parent} does not exist (create it first)", file=sys.stderr)
-    return True
+    return 0 if plot is None else _inspect_plot(where, m, plot)
 
 
 def _inspect_plot(path: Path, manifest: dict, out: Path) -> int:

@@ -228,3 +228,41 @@ class BlockingWarning(ReplayWarning):
     blocking call without a timeout that has waited 10 s. The call still blocks; the message names
     the limiter, the table's size and the fix.
     """
+
+
+__all__ = [
+    "ReplayError",
+    "SpecError",
+    "InvalidPriority",
+    "KeyNotFound",
+    "Timeout",
+    "Closed",
+    "CheckpointError",
+    "InvalidArgument",
+    "CapacityError",
+    "RateLimitError",
+    "InvalidType",
+    "StorageError",
+    "DiskFull",
+    "InvalidRequest",
+    "UnknownTicket",
+    "TicketCancelled",
+    "AlreadySampled",
+    "OverReservation",
+    "WouldDeadlock",
+    "WalCorrupt",
+    "EpisodeError",
+    "UnknownStream",
+    "NoValidSequence",
+    "MultiAgentError",
+    "UnknownAgent",
+    "MissingAgent",
+    "AgentShapeMismatch",
+    "InvalidState",
+    "Unsupported",
+    "NotConnected",
+    "Unavailable",
+    "PortInUse",
+    "ReplayWarning",
+    "BlockingWarning",
+]

@@ -55,12 +55,10 @@ class Sample:
 
 
 # -- PyTorch output ----------------------------------------------------------------------------------
-# ``torch.from_numpy`` shares memory with the NumPy array, so converting a sample on the CPU copies
-# nothing: the tensors are views of the arrays the table gathered for this sample (which the caller
-# owns). A copy happens only when it is asked for: ``pin_memory=True`` (page-locked memory for fast
-# asynchronous host-to-device copies; needs an accelerator, and is skipped with a warning on a
-# machine without one) or a ``device`` other than the CPU. (Here, beside Sample, so the Table can
-# convert without importing the integrations; :mod:`replaystore.integrations.torch` re-exports them.)
+# Here, beside Sample, so the Table can convert without importing the integrations
+# (:mod:`replaystore.integrations.torch` re-exports them). What copies and what shares memory:
+# :func:`sample_to_tensors`; ``pin_memory=True`` asks for page-locked memory (fast asynchronous
+# host-to-device copies; skipped with a warning on a machine without an accelerator).
 
 
 def _torch():
@@ -121,7 +119,8 @@ def to_tensor(value: Any, device: Any = None, pin_memory: bool = False) -> Any:
 def sample_to_tensors(sample: Sample, device: Any = None, pin_memory: bool = False) -> Sample:
     """A new :class:`Sample` whose data and metadata arrays are torch tensors.
 
-    On the CPU without pinning the tensors share memory with the sample's arrays (no copy).
+    On the CPU without pinning the tensors share memory with the sample's arrays (no copy:
+    ``torch.from_numpy``); pinning or another ``device`` copies.
     """
     torch = _torch()
     pin = pin_memory and _pinning_available(torch)

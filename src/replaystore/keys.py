@@ -16,6 +16,7 @@ the overflow lazily, unless placed), and the overflow's two counts are the index
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -182,6 +183,11 @@ class RingBounds:
         self.ring_base = self.ring_lo = self.ring_hi = 0
 
 
+def _bound(name: str) -> property:
+    """A :class:`RingIndex` number kept in its ``bounds`` as ``name`` (read and set there)."""
+    return property(attrgetter(f"bounds.{name}"), lambda self, value: setattr(self.bounds, name, value))
+
+
 class RingIndex:
     """Key -> slot map of a table whose items leave only oldest-first: no bookkeeping at all.
 
@@ -195,6 +201,11 @@ class RingIndex:
 
     Contract: ``assign`` gets the slots :meth:`slots_for` gave, for keys ``>= hi`` in increasing
     order; ``release``/``replace`` get the :meth:`oldest` slots. Not thread-safe (the Table locks).
+
+    Attributes:
+        base: the key that sits (or would sit) in slot 0.
+        lo: the oldest live key (``== hi`` when empty).
+        hi: one past the newest live key.
     """
 
     def __init__(self, capacity: int, base: int = 0, bounds: Any = None) -> None:
@@ -205,32 +216,7 @@ class RingIndex:
         self.base = base  # the key that sits in slot 0
         self.lo = self.hi = base  # live keys: [lo, hi)
 
-    @property
-    def base(self) -> int:
-        """The key that sits (or would sit) in slot 0."""
-        return self.bounds.ring_base
-
-    @base.setter
-    def base(self, value: int) -> None:
-        self.bounds.ring_base = value
-
-    @property
-    def lo(self) -> int:
-        """The oldest live key (``== hi`` when empty)."""
-        return self.bounds.ring_lo
-
-    @lo.setter
-    def lo(self, value: int) -> None:
-        self.bounds.ring_lo = value
-
-    @property
-    def hi(self) -> int:
-        """One past the newest live key."""
-        return self.bounds.ring_hi
-
-    @hi.setter
-    def hi(self, value: int) -> None:
-        self.bounds.ring_hi = value
+    base, lo, hi = _bound("ring_base"), _bound("ring_lo"), _bound("ring_hi")
 
     @property
     def size(self) -> int:
@@ -374,14 +360,10 @@ class RingLiveSet:
     def __len__(self) -> int:
         return self.ring.size
 
-    def add(self, slots: np.ndarray) -> None:
-        """Nothing to do: the ring tracks its items."""
+    def add(self, slots: np.ndarray | None = None) -> None:
+        """Nothing to do: the ring tracks its items (``discard`` and ``clear`` too)."""
 
-    def discard(self, slots: np.ndarray) -> None:
-        """Nothing to do: the ring tracks its items."""
-
-    def clear(self) -> None:
-        """Nothing to do: the ring tracks its items."""
+    discard = clear = add
 
     def contents(self) -> np.ndarray:
         """The live slots, oldest first (a new array)."""

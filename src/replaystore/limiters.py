@@ -38,19 +38,11 @@ class RateLimiter:
 
     #: the scalar hook (:mod:`replaystore.placement`): the counters a shared table publishes
     SCALARS = ("inserts", "samples", "deletes")
+    #: the constructor arguments :meth:`config` records (attributes of the same names)
+    CONFIG: tuple[str, ...] = ("samples_per_insert", "min_size_to_sample", "min_diff", "max_diff")
     # Slots (plus a __dict__ for subclasses' own attributes): the compiled add/extend
     # (replaystore._ring) reads and moves the counters in place, as it does the TableState's.
-    __slots__ = (
-        "samples_per_insert",
-        "min_size_to_sample",
-        "min_diff",
-        "max_diff",
-        "inserts",
-        "samples",
-        "deletes",
-        "__dict__",
-        "__weakref__",
-    )
+    __slots__ = (*CONFIG, *SCALARS, "__dict__", "__weakref__")
 
     def __init__(self, samples_per_insert: float, min_size_to_sample: int, min_diff: float, max_diff: float) -> None:
         if min_size_to_sample < 1:
@@ -140,14 +132,9 @@ class RateLimiter:
         self.inserts = self.samples = self.deletes = 0
 
     def config(self) -> dict:
-        """Constructor arguments as JSON, for checkpoints."""
-        return {
-            "type": "RateLimiter",
-            "samples_per_insert": self.samples_per_insert,
-            "min_size_to_sample": self.min_size_to_sample,
-            "min_diff": self.min_diff,
-            "max_diff": self.max_diff,
-        }
+        """Constructor arguments as JSON, for checkpoints (``type``: the nearest class of :data:`LIMITERS`)."""
+        kind = next(c.__name__ for c in type(self).__mro__ if LIMITERS.get(c.__name__) is c)
+        return {"type": kind, **{name: getattr(self, name) for name in self.CONFIG}}
 
     def state(self) -> dict:
         """The counters, for checkpoints."""
@@ -166,11 +153,10 @@ class RateLimiter:
 class MinSize(RateLimiter):
     """Block sampling until the table holds ``min_size_to_sample`` items; never block inserts."""
 
+    CONFIG = ("min_size_to_sample",)
+
     def __init__(self, min_size_to_sample: int = 1) -> None:
         super().__init__(1.0, min_size_to_sample, -_MAX, _MAX)
-
-    def config(self) -> dict:  # noqa: D102
-        return {"type": "MinSize", "min_size_to_sample": self.min_size_to_sample}
 
 
 class SampleToInsertRatio(RateLimiter):
@@ -206,14 +192,11 @@ class SampleToInsertRatio(RateLimiter):
         super().__init__(samples_per_insert, min_size_to_sample, min_diff, max_diff)
         self._error_buffer = error_buffer
 
+    CONFIG = ("samples_per_insert", "min_size_to_sample")
+
     def config(self) -> dict:  # noqa: D102
-        eb = list(self._error_buffer) if isinstance(self._error_buffer, (tuple, list)) else self._error_buffer
-        return {
-            "type": "SampleToInsertRatio",
-            "samples_per_insert": self.samples_per_insert,
-            "min_size_to_sample": self.min_size_to_sample,
-            "error_buffer": eb,
-        }
+        eb = self._error_buffer
+        return {**super().config(), "error_buffer": list(eb) if isinstance(eb, (tuple, list)) else eb}
 
 
 class Queue(RateLimiter):
@@ -228,15 +211,14 @@ class Queue(RateLimiter):
         super().__init__(1.0, 1, 0.0, float(size))
         self.queue_size = int(size)
 
+    CONFIG = ()
+
     def config(self) -> dict:  # noqa: D102
-        return {"type": "Queue", "size": self.queue_size}
+        return {**super().config(), "size": self.queue_size}
 
 
 class Stack(Queue):
     """As :class:`Queue`, for use with the ``Lifo`` sampler (``Table.stack`` does)."""
-
-    def config(self) -> dict:  # noqa: D102
-        return {"type": "Stack", "size": self.queue_size}
 
 
 LIMITERS = {c.__name__: c for c in (RateLimiter, MinSize, SampleToInsertRatio, Queue, Stack)}

@@ -1,14 +1,8 @@
 """Monitoring: write a stats dict (``Table.stats()``, the Ray service's stats) to sinks on a period.
 
-Sinks take ``write(scalars: dict[str, float], step: int)`` and ``close()``:
-
-- :class:`LoggingSink` (the default): one log line per report.
-- :class:`TensorBoardSink`: ``add_scalar`` on a ``SummaryWriter`` you pass, or one it creates in
-  ``logdir`` (``torch.utils.tensorboard`` or ``tensorboardX``, whichever is installed).
-- :class:`WandbSink`: ``wandb.log`` to the active run (needs ``wandb`` installed).
-
-:class:`StatsReporter` runs a daemon thread that calls a stats function every ``period`` seconds
-and writes its numeric entries, flattened (``staleness_histogram/0``), to every sink.
+A :class:`Sink` (:class:`LoggingSink`, the default; :class:`TensorBoardSink`; :class:`WandbSink`)
+takes ``write(scalars, step)`` and ``close()``; :class:`StatsReporter` calls a stats function on a
+daemon thread and writes its numeric entries, flattened by :func:`flatten_scalars`, to every sink.
 """
 
 from __future__ import annotations
@@ -36,7 +30,7 @@ def flatten_scalars(stats: Mapping[str, Any], prefix: str = "") -> dict[str, flo
 
 
 class Sink(Protocol):
-    """Where scalars go."""
+    """Where scalars go: ``write(scalars: dict[str, float], step: int)``, then ``close()``."""
 
     def write(self, scalars: dict[str, float], step: int) -> None:  # noqa: D102
         ...
@@ -63,11 +57,24 @@ class LoggingSink:
 
 
 class TensorBoardSink:
-    """Writes scalars to a TensorBoard ``SummaryWriter`` under ``tag_prefix``."""
+    """Writes scalars to a TensorBoard ``SummaryWriter`` under ``tag_prefix``.
+
+    ``writer``: yours; or ``None``: one it creates in ``logdir`` (``torch.utils.tensorboard`` or
+    ``tensorboardX``, whichever is installed) and closes.
+    """
 
     def __init__(self, writer: Any = None, logdir: str | None = None, tag_prefix: str = "replay/") -> None:
         self._owned = writer is None
-        self.writer = _make_summary_writer(logdir) if writer is None else writer
+        if writer is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                try:
+                    from tensorboardX import SummaryWriter
+                except ImportError as e:
+                    raise ImportError("TensorBoardSink needs torch+tensorboard or tensorboardX") from e
+            writer = SummaryWriter(logdir)
+        self.writer = writer
         self.tag_prefix = tag_prefix
 
     def write(self, scalars: dict[str, float], step: int) -> None:
@@ -80,17 +87,6 @@ class TensorBoardSink:
         """Close the writer if this sink created it."""
         if self._owned:
             self.writer.close()
-
-
-def _make_summary_writer(logdir: str | None) -> Any:
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        try:
-            from tensorboardX import SummaryWriter
-        except ImportError as e:
-            raise ImportError("TensorBoardSink needs torch+tensorboard or tensorboardX") from e
-    return SummaryWriter(logdir)
 
 
 class WandbSink:

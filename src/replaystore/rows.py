@@ -52,13 +52,11 @@ narrow row, ``(capacity, META_WIDTH_NO_PRIORITY)``, 8 bytes: word 0 alone; every
 takes either width (the compiled ones too), writes no priority to a narrow row and widens it
 with ``UNKEPT_PRIORITY`` as its priority. The key is not in the row: in ring mode it is implicit
 (the slot's ring arithmetic, ``keys.RingIndex``), out of ring mode the table's key column
-(``KeyIndex.key_of_slot``, its own array; issue 36: until then it was word 0 of the row).
-Versions therefore lie in ``[VERSION_MIN, VERSION_MAX]`` (the table
+(``KeyIndex.key_of_slot``). Versions therefore lie in ``[VERSION_MIN, VERSION_MAX]`` (the table
 refuses others with a named error) and a count stops at ``2**31 - 1``; :func:`meta_columns` gives
-the three column views, :func:`sample_rows` the widened rows of some slots. Until issue 36 the row
-was ``(capacity, 4)`` int64 (32 bytes), then 3 and 2 words with the key; a shared segment made with
-those layouts does not open (``LayoutMismatch`` names the region), checkpoints are unchanged
-(one file per field).
+the three column views, :func:`sample_rows` the widened rows of some slots. The earlier layouts
+and what became of their segments and checkpoints: docs/architecture.md, "Per-slot metadata in
+one row".
 
 None of them locks (but ``FastMethod``, which takes the table's lock): the table calls them under
 its lock. ``COMPILED`` says which version runs;

@@ -25,8 +25,7 @@ class TableSnapshot:
     """A Table's contents and state, detached from the table (plain arrays and JSON-able dicts).
 
     Attributes:
-        config: the constructor's scalar arguments: ``name``, ``capacity``, ``max_times_sampled``,
-            ``max_staleness``, ``default_timeout``, ``seed``.
+        config: the constructor's scalar arguments (:data:`CONFIG`).
         state: ``next_key``, ``model_version``, ``max_priority``, ``counters`` (dict of ints,
             with ``wal_lsn`` once a log set it), ``blocked`` (dict of seconds), ``rng`` (the bit
             generator's state).

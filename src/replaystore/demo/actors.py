@@ -1,8 +1,7 @@
 """The pieces of ``replaystore demo --distributed`` that run in Ray actors (see :mod:`.distributed`).
 
-- :class:`WeightStore`: the newest published weights (a reference into Ray's object store).
-- :class:`RolloutActor`: one environment stream writing its transitions to the replay service.
-- :func:`service_table`: the Table the replay service hosts.
+:class:`WeightStore` (the published weights), :class:`RolloutActor` (an environment stream) and
+:func:`service_table` (the replay service's table); each says what it does.
 """
 
 from __future__ import annotations
@@ -18,6 +17,8 @@ from replaystore import ray as rsr  # does not import Ray
 from .config import DemoConfig, DistributedConfig
 
 ACTOR_FIELD = "actor"  # extra field of each transition: the index of the actor that wrote it
+#: an actor's running totals in each ``collect`` reply, named as ``DistributedResult`` keeps them
+ACTOR_TOTALS = ("actor_steps", "actor_inserts", "actor_episodes", "actor_weight_pulls")
 
 
 class WeightStore:
@@ -107,7 +108,7 @@ class RolloutActor:
         self.rows = []
 
     def collect(self, n_steps: int) -> dict[str, Any]:
-        """Play ``n_steps`` environment steps; return the steps done and the episodes that ended.
+        """Play ``n_steps`` environment steps; return the steps done, the episodes that ended and the totals.
 
         Stops early (``closed``) when the service is closed.
         """
@@ -142,10 +143,7 @@ class RolloutActor:
             "steps": done_steps,
             "episodes": episodes,
             "closed": self.closed,
-            "total_steps": self.steps,
-            "inserts": self.inserts,
-            "episodes_total": self.episodes,
-            "pulls": self.pulls,
+            **dict(zip(ACTOR_TOTALS, (self.steps, self.inserts, self.episodes, self.pulls))),
         }
 
 

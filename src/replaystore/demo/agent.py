@@ -95,14 +95,11 @@ class DQNAgent:
         loss.backward()
         nn.utils.clip_grad_norm_(self.q.parameters(), cfg.max_grad_norm)
         self.optimizer.step()
-        self._soft_update(cfg.target_tau)
+        with torch.no_grad():  # the target network follows by Polyak averaging
+            for p, tp in zip(self.q.parameters(), self.target.parameters()):
+                tp.lerp_(p, cfg.target_tau)
         self.updates += 1
         return td.detach().abs().cpu().numpy().astype(np.float64), float(loss.detach())
-
-    @torch.no_grad()
-    def _soft_update(self, tau: float) -> None:
-        for p, tp in zip(self.q.parameters(), self.target.parameters()):
-            tp.lerp_(p, tau)
 
     def snapshot(self) -> dict[str, Any]:
         """A copy of the online network's weights."""

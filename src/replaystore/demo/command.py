@@ -11,10 +11,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .config import DemoConfig
+from .config import DemoConfig, DistributedConfig
 
 DEMO_EXTRA = "pip install 'replaystore[demo]'  (torch==2.13.0, gymnasium, tqdm, matplotlib)"
 
@@ -25,15 +26,6 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
     return value
-
-
-def _distributed_defaults() -> dict:
-    """The distributed demo's defaults, for --help (importing the module does not import Ray or PyTorch)."""
-    from dataclasses import asdict
-
-    from .distributed import DistributedConfig
-
-    return asdict(DistributedConfig())
 
 
 # -- running the demo -------------------------------------------------------------------------------------------
@@ -132,7 +124,7 @@ def _train(config: DemoConfig, progress: bool) -> Any:
 
 
 def _train_distributed(config: DemoConfig, given: dict, progress: bool) -> Any:
-    from .distributed import DistributedConfig, train_distributed
+    from .distributed import train_distributed
 
     dist = DistributedConfig(**given)
     try:
@@ -173,40 +165,22 @@ def add_parser(sub: Any) -> None:
         "figure (learning curve, priority distribution, times-sampled histogram, sample-to-insert "
         f"ratio). Needs the [demo] extra: {DEMO_EXTRA}.",
     )
-    demo.add_argument(
-        "--seed",
-        type=int,
-        default=d.seed,
-        help=f"seeds PyTorch, NumPy, the environment and the table; the same seed repeats "
-        f"the same run (default {d.seed})",
-    )
-    demo.add_argument(
-        "--steps",
-        type=positive_int,
-        default=d.total_steps,
-        help=f"budget of environment steps; training usually stops earlier, when solved (default {d.total_steps:,})",
-    )
+    for flag, kind, text in (  # the options DemoConfig holds, with its defaults
+        ("--seed", int, "seeds PyTorch, NumPy, the environment and the table; the same seed repeats the same run"),
+        ("--steps", positive_int, "budget of environment steps; training usually stops earlier, when solved"),
+        ("--device", str, "PyTorch device of the Q-network, e.g. cpu or cuda"),
+        ("--threads", positive_int, "PyTorch CPU threads, torch.set_num_threads"),
+        ("--eval-episodes", positive_int, "episodes of each greedy evaluation, and of the final one"),
+    ):
+        value = getattr(d, {"--steps": "total_steps"}.get(flag, flag[2:].replace("-", "_")))
+        shown = f"{value:,}" if isinstance(value, int) else value
+        demo.add_argument(flag, type=kind, default=value, help=f"{text} (default {shown})")
     demo.add_argument(
         "--out",
         default=None,
         help="path of the PNG figure to write (default replaystore-demo.png, "
         "replaystore-demo-nstep3.png with --n-step 3, "
         "replaystore-demo-distributed.png with --distributed)",
-    )
-    demo.add_argument(
-        "--device", default=d.device, help=f"PyTorch device of the Q-network, e.g. cpu or cuda (default {d.device})"
-    )
-    demo.add_argument(
-        "--threads",
-        type=positive_int,
-        default=d.threads,
-        help=f"PyTorch CPU threads, torch.set_num_threads (default {d.threads})",
-    )
-    demo.add_argument(
-        "--eval-episodes",
-        type=positive_int,
-        default=d.eval_episodes,
-        help=f"episodes of each greedy evaluation, and of the final one (default {d.eval_episodes})",
     )
     demo.add_argument(
         "--n-step",
@@ -231,7 +205,7 @@ def add_parser(sub: Any) -> None:
         f"one gradient step of {d.batch_size} per environment step, as in-process. --steps counts "
         "the steps of all actors",
     )
-    dd = _distributed_defaults()
+    dd = asdict(DistributedConfig())
     for flag, metavar, text in (
         ("--actors", None, "number of rollout actors (Ray actors; actor i is seeded with seed + i)"),
         (

@@ -1,33 +1,11 @@
 """``replaystore demo --distributed``: the DQN demo with rollout actors and the Ray replay service.
 
-The same agent, update rule and hyperparameters as :mod:`.train` (``DQNAgent``, ``DemoConfig``), split
-the Ape-X way over a local Ray instance:
-
-- **the replay service** (:func:`replaystore.ray.serve`) hosts one prioritized Table:
-  ``Prioritized(alpha)``, a ``Fifo`` remover and a ``SampleToInsertRatio`` rate limiter that keeps
-  the learner at ``batch_size * gradient_steps / train_every`` sampled items per inserted
-  transition (64, one gradient step per environment step, as in the in-process demo), give or
-  take ``slack`` environment steps. Fast actors block on ``extend`` and a fast learner on
-  ``sample``, so the run learns the same way on a busy or an idle machine.
-- **rollout actors** (``actors`` Ray actors, actor ``i`` seeded with ``seed + i``) each play their
-  own environment with an epsilon-greedy copy of the Q-network, pull the newest weights every
-  ``sync_every`` of their steps from the object store (the learner stores them with ``ray.put`` and
-  publishes the reference in a tiny ``WeightStore`` actor) and write their transitions in batches
-  of ``write_batch`` with ``client.extend`` (tagged with the writing actor and the weights'
-  version).
-- **the learner** (this process) samples ``batch_size`` items with ``client.sample``, trains with
-  the importance weights, writes ``|td| + eps`` back with ``client.update_priorities``, publishes
-  its weights every ``publish_every`` updates, evaluates the greedy policy like the in-process
-  demo (every ``eval_every`` environment steps and when the recent training returns reach
-  ``solved_return``; stops once an evaluation does) and finally reports a fresh greedy evaluation.
-
-Beta annealing without a service call: the service's sampler uses ``beta = 1``, so a sample's
-weights are ``(P(i) / P_min) ** -1``; the learner raises them to ``config.beta(step)``, which gives
-exactly the weights a sampler with that beta would have returned.
-
-Ray stays on loopback (:func:`replaystore.ray.init_local`, a new local instance with ``num_cpus``
-CPUs and no dashboard) and is shut down at the end, also after an error or Ctrl-C, when this
-function started it.
+The same agent, update rule and hyperparameters as :mod:`.train`, split the Ape-X way over a local
+Ray instance: the replay service hosts one prioritized table (:func:`service_table`), rollout actors
+(:class:`RolloutActor`) write their transitions into it and pull the newest weights through a
+:class:`WeightStore`, and the learner (:func:`train_distributed`, this process) samples, trains and
+updates priorities. docs/guide_demo.md ("replaystore demo --distributed") describes the run and
+its rate limiter; beta annealing without a service call: :func:`minibatches`.
 
 The actors' side lives in :mod:`.actors`, :class:`DistributedConfig` in :mod:`.config`; both are
 importable from here too.
@@ -53,7 +31,7 @@ from replaystore import ray as rsr  # does not import Ray
 from replaystore.items import Sample
 from replaystore.ray._runtime import get as ray_get
 
-from .actors import ACTOR_FIELD, RolloutActor, WeightStore, service_table
+from .actors import ACTOR_FIELD, ACTOR_TOTALS, RolloutActor, WeightStore, service_table
 from .config import DemoConfig, DistributedConfig, DistributedResult
 
 __all__ = [
@@ -162,10 +140,8 @@ def train_distributed(
         publish()
         actor_cls = ray.remote(num_cpus=0)(RolloutActor)
         actors = [actor_cls.remote(name, client.table_name, store, config, dist, i) for i in range(dist.actors)]
-        result.actor_steps = [0] * dist.actors
-        result.actor_inserts = [0] * dist.actors
-        result.actor_episodes = [0] * dist.actors
-        result.actor_weight_pulls = [0] * dist.actors
+        for name in ACTOR_TOTALS:
+            setattr(result, name, [0] * dist.actors)
         report = Reporter(config.total_steps, progress, out, desc=f"DQN+PER Ray x{dist.actors}")
         selection = PolicySelection(agent, config, result, report)
 
@@ -186,10 +162,8 @@ def train_distributed(
 
         def absorb(i: int, r: dict[str, Any]) -> None:
             """Keep actor ``i``'s totals from the reply ``r`` of its ``collect``."""
-            result.actor_steps[i] = r["total_steps"]
-            result.actor_inserts[i] = r["inserts"]
-            result.actor_episodes[i] = r["episodes_total"]
-            result.actor_weight_pulls[i] = r["pulls"]
+            for name in ACTOR_TOTALS:
+                getattr(result, name)[i] = r[name]
 
         def evaluation(why: str) -> float:
             return selection.evaluate(env_steps, why, f" (update {agent.updates:,})")

@@ -1,16 +1,8 @@
 """The demo's training loop: act, insert into a prioritized Table, sample, learn, update priorities.
 
-One environment, one thread. Each env step inserts one transition with ``Table.add`` (new items get
-the largest priority seen so far); every ``train_every`` steps the agent draws ``batch_size``
-items, weights their loss by ``Sample.weights`` and writes ``|td| + eps`` back with
-``Table.update_priorities``. ``table.sampler.beta`` is annealed towards 1. Training stops once the
-recent training returns reach ``solved_return`` and a greedy evaluation confirms it; the final
-result is a fresh greedy evaluation (other episode seeds) of the best policy seen.
-
-With ``n_step > 1`` the table is episodic (``rs.Episodes``): each step goes in with
-``Table.add_step`` (its stream's episode ends at ``terminated``/``truncated``) and the agent trains
-on ``Table.sample_nstep``: discounted ``k``-step returns and the bootstrap observation ``k <= n``
-steps ahead, computed at sample time, with the same priorities and importance weights.
+One environment, one thread (:func:`train`; with ``n_step > 1`` an episodic table: see
+``DemoConfig.n_step``). docs/guide_demo.md ("replaystore demo") describes the loop, when it
+stops and what it reports.
 """
 
 from __future__ import annotations
@@ -89,19 +81,8 @@ class Reporter:
     def __init__(self, total: int, progress: bool, out: TextIO, every: float = 20.0, desc: str = "DQN+PER") -> None:
         self.out = out
         self.every, self.steps, self.last = every, 0, time.monotonic()
-        self.bar = (
-            tqdm(
-                total=total,
-                unit="step",
-                desc=desc,
-                file=out,
-                dynamic_ncols=True,
-                mininterval=0.5,
-                smoothing=0.1,
-            )
-            if progress
-            else None
-        )
+        bar = dict(total=total, unit="step", desc=desc, file=out, dynamic_ncols=True, mininterval=0.5, smoothing=0.1)
+        self.bar = tqdm(**bar) if progress else None
 
     def advance(self, n: int, **postfix: Any) -> None:
         """Move the bar ``n`` steps and show ``postfix``; without a bar, a line when ``every`` s passed."""

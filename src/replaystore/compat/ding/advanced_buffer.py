@@ -1,14 +1,8 @@
 """``AdvancedReplayBuffer``: prioritized replay with use and staleness limits, rate control, monitors.
 
-Items are dicts kept in a ring of ``replay_buffer_size`` slots (item ``k`` goes to slot
-``k % replay_buffer_size``). Sampling is proportional to ``priority ** alpha`` with one stratified
-draw per item, over a sum tree (:mod:`replaystore.samplers.sumtree`, through
-:class:`~replaystore.compat.ding.segment_tree.SumSegmentTree`); importance weights are normalised by
-the smallest priority in the buffer, read from a min tree. The trees live in
-:class:`~replaystore.compat.ding.priority_index.PriorityIndex`; this module keeps the items, the
-counters and DI-engine's contracts. A state dict holds the slot list, the per-slot use counts and
-used-up flags, the counters and ``beta``; DI-engine's own state dicts (with ``head``,
-``sum_tree``...) load too, the trees rebuilt from the items' priorities.
+This module keeps the items, the counters and DI-engine's contracts (the class and its methods
+state them); the slot ring is :class:`~replaystore.compat.ding.base_buffer.RingBufferBase`'s, the
+sampling weights live in :class:`~replaystore.compat.ding.priority_index.PriorityIndex`.
 """
 
 from __future__ import annotations
@@ -181,9 +175,7 @@ class AdvancedReplayBuffer(RingBufferBase):
             first = max(0, k - n)  # items before it are overwritten within this call
             gone = items[:first]
             replaced = 0
-            prios = given
-            if missing:
-                prios = [maxp if p is None else p for p in given]
+            prios = [maxp if p is None else p for p in given] if missing else given
             slots = []
             for j, d in enumerate(items):
                 s = (tail + j) % n
@@ -312,10 +304,16 @@ class AdvancedReplayBuffer(RingBufferBase):
             out.append(d)
             stal.append(d["staleness"])
             prio.append(d["priority"])
-        if math.isfinite(self._max_use):
+        if math.isfinite(self._max_use):  # items used max_use times leave
             done = np.unique(slots[self._use[slots] >= self._max_use])
-            if len(done):
-                self._retire(done)
+            if not self._enable_track_used_data:
+                self._remove(done)
+            elif len(done):  # with tracking they keep their slot (and file), flagged
+                fresh = done[~self._retired[done]]
+                self._retired[fresh] = True
+                self._index.neutralise(fresh)
+                self._valid_count -= len(fresh)
+                self._periodic_thruput_monitor.record(valid=self._valid_count)
         if self._anneal_step != 0:
             self._beta = min(1.0, self._beta + (1.0 - self._beta_init) / self._anneal_step)
         if self._thruput_controller is not None:
@@ -323,17 +321,6 @@ class AdvancedReplayBuffer(RingBufferBase):
         self._periodic_thruput_monitor.record(sampled=len(out))
         self._sample_reporter.record(use_list, prio, stal, self._beta, cur_learner_iter, self._cur_collector_envstep)
         return out
-
-    def _retire(self, slots: np.ndarray) -> None:
-        """Items used ``max_use`` times leave; with tracking they keep their slot (and file)."""
-        if not self._enable_track_used_data:
-            self._remove(slots)
-            return
-        fresh = slots[~self._retired[slots]]
-        self._retired[fresh] = True
-        self._index.neutralise(fresh)
-        self._valid_count -= len(fresh)
-        self._periodic_thruput_monitor.record(valid=self._valid_count)
 
     # -- update -----------------------------------------------------------------------------------
     def update(self, info: Mapping) -> None:

@@ -75,15 +75,6 @@ class IBuffer(ABC):
         """Stop background work; a no-op by default."""
 
 
-def merge_config(default: EasyDict, cfg: Mapping | None) -> EasyDict:
-    """``cfg`` (a dict, an EasyDict, a partial config or ``None``) merged over ``default``."""
-    if cfg is None:
-        return default
-    if not isinstance(cfg, Mapping):
-        raise TypeError(f"cfg must be a dict or EasyDict, got {type(cfg).__name__}")
-    return deep_merge_dicts(default, cfg)
-
-
 def positive_int(value: Any, what: str) -> int:
     """``value`` as an int >= 1, or :class:`CompatError`."""
     try:
@@ -112,10 +103,9 @@ def choose(n: int, size: int, replace: bool) -> np.ndarray:
     chosen: dict[int, None] = {}
     while len(chosen) < size:
         for x in np.random.randint(0, n, size=2 * (size - len(chosen))).tolist():
-            if x not in chosen:
-                chosen[x] = None
-                if len(chosen) == size:
-                    break
+            chosen[x] = None  # (a repeat keeps its first position)
+            if len(chosen) == size:
+                break
     return np.fromiter(chosen, dtype=np.int64, count=size)
 
 
@@ -134,7 +124,9 @@ class RingBufferBase(IBuffer):
         instance_name: str | None = "buffer",
     ) -> None:
         self._end_flag = True  # until fully constructed: close() has nothing to stop
-        self._cfg = merge_config(self.default_config(), cfg)
+        if cfg is not None and not isinstance(cfg, Mapping):
+            raise TypeError(f"cfg must be a dict or EasyDict, got {type(cfg).__name__}")
+        self._cfg = deep_merge_dicts(self.default_config(), cfg)  # (a partial config, or None)
         self._exp_name = exp_name
         self._instance_name = "buffer" if instance_name is None else str(instance_name)
         self._replay_buffer_size = positive_int(self._cfg.replay_buffer_size, "replay_buffer_size")

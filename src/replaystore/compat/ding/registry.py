@@ -17,20 +17,14 @@ class Registry(dict):
 
     def register(self, module_name: str, module: Any = None, force_overwrite: bool = False) -> Any:
         """Register ``module`` under ``module_name``; without ``module``, return a decorator."""
-        if module is not None:
-            self._register(module_name, module, force_overwrite)
-            return module
 
         def decorator(obj: Any) -> Any:
-            self._register(module_name, obj, force_overwrite)
+            if not force_overwrite and module_name in self and self[module_name] is not obj:
+                raise CompatError(f"{module_name!r} is already registered (to {self[module_name]!r})")
+            self[module_name] = obj
             return obj
 
-        return decorator
-
-    def _register(self, name: str, obj: Any, force_overwrite: bool) -> None:
-        if not force_overwrite and name in self and self[name] is not obj:
-            raise CompatError(f"{name!r} is already registered (to {self[name]!r})")
-        self[name] = obj
+        return decorator if module is None else decorator(module)
 
     def build(self, obj_type: str, *args: Any, **kwargs: Any) -> Any:
         """Instantiate the class registered as ``obj_type``.

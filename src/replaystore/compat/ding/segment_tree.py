@@ -111,17 +111,11 @@ class SegmentTree:
         leaves, last = np.unique(idx[::-1], return_index=True)
         if len(leaves) < len(idx):  # a repeated leaf: its last value
             idx, values = leaves, values[::-1][last]
-        self._update_batch(idx, values)
-
-    def _update_batch(self, idx: np.ndarray, values: np.ndarray) -> None:
-        """Set distinct leaves, then recompute their ancestors.
-
-        With the ``[fast]`` extra, a sum or min tree goes through the core's compiled update.
-        Otherwise, near the leaves only the touched nodes are recomputed (gathers and a scatter
-        per level, as :func:`replaystore.samplers.sumtree.update_sum` does); once a level has no
-        more than ``max(64, 4 * batch)`` nodes, whole levels are recomputed with one ufunc call
-        each, which is cheaper than fancy indexing there. Duplicate parents write equal values.
-        """
+        # Distinct leaves, then their ancestors: with the [fast] extra a sum or min tree goes through
+        # the core's compiled update. Otherwise, near the leaves only the touched nodes are recomputed
+        # (gathers and a scatter per level, as replaystore.samplers.sumtree.update_sum does); once a
+        # level has no more than max(64, 4 * batch) nodes, whole levels are recomputed with one ufunc
+        # call each, cheaper than fancy indexing there. Duplicate parents write equal values.
         if self._kernel is not None:
             self._kernel(self.value, idx, values, 1)
             return

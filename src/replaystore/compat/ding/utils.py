@@ -142,6 +142,10 @@ class UsedDataRemover:
 
 
 # -- monitors -------------------------------------------------------------------------------------
+#: how :meth:`SampledDataAttrMonitor.report` combines a window, by the name's suffix
+_WINDOWED: dict[str, Callable[[deque], float]] = {"avg": lambda w: sum(w) / len(w), "max": max, "min": min}
+
+
 class SampledDataAttrMonitor:
     """Moving statistics of sampled items over the last ``expire`` sample calls.
 
@@ -169,17 +173,7 @@ class SampledDataAttrMonitor:
 
     def report(self) -> dict[str, float]:
         """The windowed statistics, keyed by the names in :attr:`NAMES` (0 while empty)."""
-        out: dict[str, float] = {}
-        for k, w in self._windows.items():
-            if not w:
-                out[k] = 0
-            elif k.endswith("_avg"):
-                out[k] = sum(w) / len(w)
-            elif k.endswith("_max"):
-                out[k] = max(w)
-            else:
-                out[k] = min(w)
-        return out
+        return {k: _WINDOWED[k.rsplit("_", 1)[1]](w) if w else 0 for k, w in self._windows.items()}
 
 
 class SampleReporter:
