@@ -35,12 +35,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import EpisodeError, NoValidSequence
-from ..rows import sample_rows
 from ..samplers.base import Selector
 from ..storage.base import Storage
 from .index import _T_MASK, TERMINATED, UID_SHIFT, EpisodeIndex
 from .samples import NStepSample
-from .sampling import check_batch, read_field
+from .sampling import check_batch, read_field, start_fields
 
 _REDRAWS = 16
 #: an n-step plan of start slots: ``(win, k, done, boot)`` (see :func:`plan_nstep`)
@@ -319,22 +318,6 @@ def draw_nstep(
     discount[done] = 0.0
     next_obs = read_field(storage, boot, cfg.next_obs_field if has_next else cfg.obs_field)
     data = storage.read(slots)
-    slots = np.ascontiguousarray(slots, dtype=np.int64)
-    rows = sample_rows(meta, slots, 0)
-    key_index.fill_keys(slots, rows)  # (compiled: the ring's arithmetic or the key column)
-    return NStepSample(
-        data=data,
-        returns=returns,
-        next_obs=next_obs,
-        steps=k.astype(np.int64, copy=False),
-        done=done,
-        discount=discount,
-        keys=rows[:, 0],
-        probabilities=np.asarray(probabilities, dtype=np.float64),
-        weights=np.ones(b) if weights is None else np.asarray(weights, dtype=np.float64),
-        priorities=rows.view(np.float64)[:, 3],
-        times_sampled=rows[:, 1],
-        versions=rows[:, 2],
-        streams=index.streams(slots),
-        episodes=index.episode_of[slots].astype(np.int64),
-    ), slots
+    fields, slots = start_fields(index, meta, key_index, slots, probabilities, weights)
+    steps = k.astype(np.int64, copy=False)
+    return NStepSample(data, returns, next_obs, steps, done, discount, **fields), slots

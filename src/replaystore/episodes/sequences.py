@@ -23,14 +23,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import EpisodeError, NoValidSequence
-from ..rows import sample_rows
 from ..samplers.base import Selector
 from ..samplers.prioritized import Prioritized
 from ..storage.base import Storage
 from ..storage.spec import reshape_leaves
 from .index import EpisodeIndex
 from .samples import SequenceSample
-from .sampling import check_batch, zero_where
+from .sampling import check_batch, start_fields, zero_where
 
 _ROUNDS = 4  # rejection rounds before the exact valid set is computed
 # per episode index: the exact valid starts (keyed by its generation and the window) and the last
@@ -289,22 +288,7 @@ def draw_sequences(
         step_keys = key_index.keys_of(slots)
     if not full:
         zero_where(data, mask)
-    keys = np.ascontiguousarray(keys, dtype=np.int64)  # (the start slots)
-    rows = sample_rows(meta, keys, 0)
-    key_index.fill_keys(keys, rows)  # (compiled: the ring's arithmetic or the key column)
+    fields, keys = start_fields(index, meta, key_index, keys, probabilities, weights)
     if not full:
         step_keys[~mask] = -1
-    return SequenceSample(
-        data=data,
-        mask=mask,
-        keys=rows[:, 0],
-        step_keys=step_keys,
-        streams=index.streams(keys),
-        episodes=index.episode_of[keys].astype(np.int64),
-        probabilities=np.asarray(probabilities, dtype=np.float64),
-        weights=np.ones(n) if weights is None else weights,
-        priorities=rows.view(np.float64)[:, 3],
-        times_sampled=rows[:, 1],
-        versions=rows[:, 2],
-        burn_in=burn_in,
-    ), keys
+    return SequenceSample(data, mask, step_keys=step_keys, burn_in=burn_in, **fields), keys
