@@ -30,6 +30,7 @@ and the repair after a crash. The write-ahead log has its own view,
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -106,7 +107,6 @@ class HostedTable:
     def __init__(self, table: "Table", host: TableHost) -> None:
         self._table = table
         self._host = host
-        self._scalar_io: tuple | None = None  # compiled by state_layout
         self.name, self.capacity = table.name, table.capacity
         self.storage: Storage = table.storage
         self.sampler: Selector = table.sampler
@@ -187,11 +187,14 @@ class HostedTable:
         Raises:
             InvalidState: the table was not built under a placement.
         """
-        if self._scalar_io is None:
-            if not self._table._placed:
-                raise InvalidState(f"table {self.name!r} was not built under a placement: its parts may change")
-            self._scalar_io = _compile(self.scalar_parts())
         return self._scalar_io[0], self._scalar_io[1]
+
+    @cached_property
+    def _scalar_io(self) -> tuple:
+        """:func:`_compile` of :meth:`scalar_parts`, once (InvalidState: not built under a placement)."""
+        if not self._table._placed:
+            raise InvalidState(f"table {self.name!r} was not built under a placement: its parts may change")
+        return _compile(self.scalar_parts())
 
     def scalar_fields(self) -> list[tuple[Any, str, str]]:
         """``(object, attribute, code)`` of each value of :meth:`state_scalars`.
@@ -199,21 +202,15 @@ class HostedTable:
         In the same order; ``code`` as in :meth:`state_layout`. A shared table places these
         attributes in its segment (:mod:`replaystore.shared.scalars`).
         """
-        if self._scalar_io is None:
-            self.state_layout()
         return list(self._scalar_io[4])
 
     def state_scalars(self) -> tuple:
         """The published state, named by :meth:`state_layout` (lock held; :meth:`before_publish` first)."""
-        if self._scalar_io is None:
-            self.state_layout()
         self._host.before_publish()
         return self._scalar_io[2]()
 
     def load_state_scalars(self, values: Any) -> None:
         """Set the state :meth:`state_scalars` returns (lock held), then :meth:`state_moved`."""
-        if self._scalar_io is None:
-            self.state_layout()
         self._scalar_io[3](values)
         self.state_moved()
 
