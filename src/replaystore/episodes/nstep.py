@@ -320,4 +320,6 @@ def draw_nstep(
     data = storage.read(slots)
     fields, slots = start_fields(index, meta, key_index, slots, probabilities, weights)
     steps = k.astype(np.int64, copy=False)
-    return NStepSample(data, returns, next_obs, steps, done, discount, **fields), slots
+    return NStepSample(
+        data=data, returns=returns, next_obs=next_obs, steps=steps, done=done, discount=discount, **fields
+    ), slots

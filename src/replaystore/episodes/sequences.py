@@ -291,4 +291,4 @@ def draw_sequences(
     fields, keys = start_fields(index, meta, key_index, keys, probabilities, weights)
     if not full:
         step_keys[~mask] = -1
-    return SequenceSample(data, mask, step_keys=step_keys, burn_in=burn_in, **fields), keys
+    return SequenceSample(data=data, mask=mask, step_keys=step_keys, burn_in=burn_in, **fields), keys
