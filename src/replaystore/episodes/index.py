@@ -20,11 +20,9 @@ State:
   (:mod:`replaystore.episodes.rings`: every live step is reachable through its ring or the
   overflow map, whatever else left the table).
 
-Writers hand their rows over as a :class:`~replaystore.episodes.plans.StepPlan` registered for the
-writing thread; the insert hook turns it into positions (:func:`~replaystore.episodes.plans.compute_plan`)
-when the table writes the rows (after any wait for the rate limiter, so concurrent writers never
-interleave their plans). Checkpoints export the per-step arrays and the stream state; a restore is
-a plan with explicit rows (checked first by :mod:`replaystore.episodes.consistency` in the loader).
+Writers hand their rows over as a plan (:mod:`replaystore.episodes.plans`) registered for the
+writing thread and computed when the table writes the rows (after any wait for the rate limiter,
+so concurrent writers never interleave their plans); a restore is a plan with explicit rows.
 """
 
 from __future__ import annotations

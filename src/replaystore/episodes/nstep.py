@@ -20,12 +20,7 @@ The bootstrap observation depends on ``Episodes.next_obs_field``:
   step of a truncated one) cannot start a transition; such draws are redrawn from the sampler.
 
 ``returns = sum_{i<k} gamma**i r_{t+i}`` (float64), ``discount = gamma**k`` (0 where ``done``).
-
-Speed: the window of slots is found the cheapest way that is exact (:func:`plan_nstep`): steps in
-consecutive slots (one stream written in order to a FIFO table) are verified by their ids next to
-the start's, with no ring access; other starts of gapless streams read their stream's ring
-without verification; the rest verify every ring entry. The per-position work runs on
-``(n, B)`` arrays (position-major: NumPy's fast axis is the batch).
+The window of slots is found the cheapest way that is exact: :func:`plan_nstep`.
 """
 
 from __future__ import annotations
@@ -281,10 +276,8 @@ def draw_nstep(
 ) -> tuple[NStepSample, np.ndarray]:
     """Draw ``b`` start steps with ``sampler`` and compute their transitions: ``(sample, start slots)``.
 
-    ``meta``: the table's metadata rows, ``key_index`` the table's (``fill_keys``). Changes
-    nothing but the sampler's own draw state: the
-    sample's ``times_sampled`` holds the counts before this sample, for the caller to overwrite
-    once it has counted the sample over the start slots.
+    Changes nothing but the sampler's own draw state (``meta``, ``key_index``, ``times_sampled``:
+    see :func:`~replaystore.episodes.sampling.start_fields`).
 
     Raises:
         NoValidSequence: no sampled step could start a transition (after redraws).

@@ -243,10 +243,9 @@ def draw_sequences(
 ) -> tuple[SequenceSample, np.ndarray]:
     """Draw ``n`` windows (see the module doc) and gather them: ``(sample, start slots)``.
 
-    ``meta``: the table's metadata rows; ``key_index``: the table's (``keys_of(slots)``, the keys in
-    those slots, and ``run_keys(first, width)``, those of runs of consecutive slots). Changes
-    nothing: the sample's ``times_sampled`` holds the counts before this sample, for the caller to
-    overwrite once it has counted the sample over the start slots.
+    Changes nothing (``meta``, ``key_index``, ``times_sampled``: see
+    :func:`~replaystore.episodes.sampling.start_fields`; ``key_index`` also gives ``keys_of(slots)``
+    and ``run_keys(first, width)``, the keys of runs of consecutive slots).
 
     Raises:
         NoValidSequence: strict mode and no stored run is long enough.

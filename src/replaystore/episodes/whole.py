@@ -77,10 +77,7 @@ def draw_episodes(
     """Draw ``k`` complete episodes uniformly: ``(slots of every returned step, the batch)``.
 
     ``keys_of(slots)``: the table's keys in those slots. Changes nothing (the caller counts the
-    sample over the returned slots).
-
-    Raises:
-        NoValidSequence: no complete episode (or fewer than ``k`` with ``replace=False``).
+    sample over the returned slots). Raises as :meth:`Table.sample_episodes`.
     """
     ids, bounds, slots = complete_episodes(index)
     if len(ids) == 0:

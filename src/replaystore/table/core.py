@@ -8,13 +8,8 @@ Per item the table keeps: a unique increasing int64 key, its storage slot, prior
 times_sampled and version. Keys, not slots, are the public handle: an update or delete for a key
 that has left the table is skipped and counted, never applied to whatever reuses the slot.
 
-This module holds the public core (construction, insert, sample, update, delete, queries, the
-lock and the waiting); the rest of the class comes from the mixins of its sibling modules:
-:mod:`.edit` (calls by key), :mod:`.ring` (slot bookkeeping), :mod:`.fast` (ring writes, staged
-adds), :mod:`.insert` (the general insert), :mod:`.episodic`, :mod:`.persist`, :mod:`.stats` and
-:mod:`.waits`. Every mutable scalar lives in one :class:`~replaystore.table.state.TableState`.
-Where the state lives and who locks it is the table's host (:mod:`.host`, given at construction);
-a write-ahead log works on a :class:`~replaystore.table.journal.Journal` view of the table.
+This module holds the public core (construction, insert, sample, queries, the lock); the rest of
+the class comes from the mixins of its sibling modules, listed in :mod:`replaystore.table`.
 """
 
 from __future__ import annotations

@@ -19,10 +19,7 @@ from .args import as_keys, as_priorities, as_version
 
 
 class KeyedMethods:
-    """By key: ``get``, ``info``, ``update_priorities``, ``update_fields``, ``delete``.
-
-    Whole table: ``set_version``, ``clear``, ``close``.
-    """
+    """The calls by key and the whole-table edits (see the module doc)."""
 
     # -- read, update and delete by key ------------------------------------------------------------
     def get(self, keys: Any) -> tuple[Any, np.ndarray]:

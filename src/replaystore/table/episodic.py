@@ -1,11 +1,7 @@
 """The Table's episode methods: writers and readers of steps, sequences, n-step, whole episodes.
 
-The planners in :mod:`replaystore.episodes` are plain components: they receive the episode
-index, the storage, the metadata rows, the sampler and the rng, and return plans or drawn
-samples. These methods hold the table's lock around them, wait for the rate limiter before a
-read, and count the sample after it (see ``docs/sequences.md``).
-
-A mixin of :class:`~replaystore.table.Table`.
+A mixin of :class:`~replaystore.table.Table` around the planners of :mod:`replaystore.episodes`
+(the split of the work: :mod:`replaystore.episodes.writers`, :mod:`replaystore.episodes.sampling`).
 """
 
 from __future__ import annotations
