@@ -425,9 +425,8 @@ class Table(
 
         Returns ``(slots, probabilities, weights, rows, data)``: ``rows`` are the drawn items'
         metadata rows (key, times sampled counting this draw, version, priority bits), ``data``
-        their payloads when ``read`` (else ``None``: the caller gathers them). Items that reach
-        ``max_times_sampled`` are removed before this returns (their payloads stay in their slots
-        until another insert takes them).
+        their payloads when ``read`` (else ``None``: the caller gathers them; retired items'
+        payloads stay in their slots until another insert takes them).
         """
         self._wait_for_sample(n, timeout)
         if uniforms is None:

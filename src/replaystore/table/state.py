@@ -5,8 +5,7 @@ size and free-slot count, the ring's three numbers, the model version, the prior
 counters ``stats()`` reports and the seconds calls spent blocked. One object, so a variant of the
 Table that keeps its state elsewhere (a shared-memory segment) has one thing to place:
 :meth:`TableState.to_array` / :meth:`TableState.from_array` convert it to and from a NumPy record
-of :data:`STATE_DTYPE`. The per-slot metadata is one ``(capacity, 4)`` int64 array allocated by
-:func:`allocate_rows`.
+of :data:`STATE_DTYPE`. The per-slot metadata rows: :func:`allocate_rows`.
 
 Plain attributes (``__slots__``), not a NumPy record, on purpose: the single-item insert reads and
 writes a dozen of them, and a Python attribute costs a fraction of a NumPy scalar access.
