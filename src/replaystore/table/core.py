@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -222,8 +223,7 @@ class Table(
         return self._state.size
 
     def __contains__(self, key: int) -> bool:
-        with self._cond:
-            self._flush_pending()
+        with self._flushed():
             return bool(self._index.lookup(as_keys(key))[0] >= 0)
 
     def __repr__(self) -> str:
@@ -263,14 +263,22 @@ class Table(
 
     def keys(self) -> np.ndarray:
         """The keys of all live items, oldest first."""
-        with self._cond:
-            self._flush_pending()
+        with self._flushed():
             return self._index.live_keys()
 
     # -- the lock and accounting (waiting: .waits) ---------------------------------------------------------
     def _check_open(self) -> None:
         if self._state.closed:
             raise Closed(f"table {self.name!r} is closed")
+
+    @contextmanager
+    def _flushed(self, check_open: bool = False) -> Iterator[None]:
+        """Hold the lock with the staged adds flushed (``check_open``: raise Closed if the table is closed)."""
+        with self._cond:
+            self._flush_pending()
+            if check_open:
+                self._check_open()
+            yield
 
     def _account_sample(
         self, slots: np.ndarray, draws: int, out: np.ndarray | None = None, times: np.ndarray | None = None

@@ -30,8 +30,7 @@ class KeyedMethods:
             boolean mask over ``keys`` saying which were found.
         """
         keys = as_keys(keys)
-        with self._cond:
-            self._flush_pending()
+        with self._flushed():
             slots = self._index.lookup(keys)
             found = slots >= 0
             return self.storage.read(slots[found]), found
@@ -39,8 +38,7 @@ class KeyedMethods:
     def info(self, keys: Any) -> dict[str, np.ndarray]:
         """Metadata of live items by key: ``priorities``, ``times_sampled``, ``versions``, ``found``."""
         keys = as_keys(keys)
-        with self._cond:
-            self._flush_pending()
+        with self._flushed():
             slots = self._index.lookup(keys)
             found = slots >= 0
             s = slots[found]
@@ -72,7 +70,7 @@ class KeyedMethods:
         prio = as_priorities(priorities, len(keys), self._requires_nonnegative, self.sampler)
         if len(keys) == 0:
             return 0
-        with self._cond:
+        with self._cond:  # (not _flushed: the prioritized replay's hot call)
             self._flush_pending()
             self._check_open()
             st = self._state
@@ -116,9 +114,7 @@ class KeyedMethods:
             raise Unsupported(f"update_fields needs plain column storage, not {type(storage).__name__}")
         if not isinstance(data, Mapping) or not data:
             raise SpecError(f"update_fields takes a non-empty dict of fields, got {type(data).__name__}")
-        with self._cond:
-            self._flush_pending()
-            self._check_open()
+        with self._flushed(check_open=True):
             cols = _field_rows(storage, flatten(data), len(keys))
             slots = self._index.lookup(keys)
             ok = slots >= 0
@@ -137,9 +133,7 @@ class KeyedMethods:
     def delete(self, keys: Any) -> int:
         """Delete items by key; return how many were deleted (unknown keys are skipped and counted)."""
         keys = np.unique(as_keys(keys))
-        with self._cond:
-            self._flush_pending()
-            self._check_open()
+        with self._flushed(check_open=True):
             slots = self._index.lookup(keys)
             ok = slots >= 0
             self._remove_slots(slots[ok])  # (first: it may fail leaving ring mode, before any change)
@@ -164,9 +158,7 @@ class KeyedMethods:
                 is unchanged).
         """
         version = as_version(version)
-        with self._cond:
-            self._flush_pending()
-            self._check_open()
+        with self._flushed(check_open=True):
             st = self._state
             if version < st.version and not reset:
                 raise InvalidArgument(
@@ -186,9 +178,7 @@ class KeyedMethods:
 
     def clear(self) -> None:
         """Remove every item and reset the rate limiter's counters (keys keep increasing)."""
-        with self._cond:
-            self._flush_pending()
-            self._check_open()
+        with self._flushed(check_open=True):
             live = self._index.live_slots()
             self._remove_slots(live)
             self.rate_limiter.reset()
@@ -200,8 +190,7 @@ class KeyedMethods:
 
         Idempotent. The data stays readable through ``stats()`` and ``save()``.
         """
-        with self._cond:
-            self._flush_pending()
+        with self._flushed():
             self._state.closed = 1
             if self._waiting:
                 self._cond.notify_all()

@@ -190,9 +190,7 @@ class EpisodeMethods:
         """
         index = self._require_episodes()
         _writers.check_end_flag(truncated)
-        with self._cond:
-            self._flush_pending()
-            self._check_open()
+        with self._flushed(check_open=True):
             return _writers.end_episodes(index, streams, truncated)
 
     def sample_sequences(
@@ -284,8 +282,7 @@ class EpisodeMethods:
         """
         index = self._require_episodes()
         keys = as_keys(keys)
-        with self._cond:
-            self._flush_pending()
+        with self._flushed():
             return _info.info_of_slots(index, self._index.lookup(keys))
 
     def episode_keys(self, keys: Any, positions: Any) -> np.ndarray:
@@ -302,6 +299,5 @@ class EpisodeMethods:
         index = self._require_episodes()
         keys = as_keys(keys)
         want = _info.check_positions(positions, len(keys))
-        with self._cond:
-            self._flush_pending()
+        with self._flushed():
             return _info.keys_at(index, self._index.keys_of, self._index.lookup(keys), want)

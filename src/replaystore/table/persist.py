@@ -36,8 +36,7 @@ class Persistence:
 
         Items in key order (oldest first). Thread-safe; the table is unchanged.
         """
-        with self._cond:
-            self._flush_pending()
+        with self._flushed():
             st = self._state
             slots = self._index.live_slots()
             key_of_slot = self._index.key_of_slot

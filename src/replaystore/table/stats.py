@@ -24,8 +24,7 @@ class StatsMethods:
         The lock is held to read the counters and copy the live items' metadata rows (one slice copy
         in ring mode); the gauges and histograms are computed from the copy after it is released.
         """
-        with self._cond:
-            self._flush_pending()
+        with self._flushed():
             st = self._state
             out: dict[str, Any] = {"name": self.name, "size": st.size, "capacity": self.capacity}
             out.update(st.counters())
