@@ -25,6 +25,7 @@ The window of slots is found the cheapest way that is exact: :func:`plan_nstep`.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -195,34 +196,21 @@ def _ends(
     return k, done, win[x, cols]
 
 
+@functools.lru_cache(maxsize=256)
 def _arange(n: int) -> np.ndarray:
     """``np.arange(n)``, cached (read-only)."""
-    a = _ARANGES.get(n)
-    if a is None:
-        a = np.arange(n)
-        a.flags.writeable = False
-        if len(_ARANGES) < 256:
-            _ARANGES[n] = a
-    return a
+    return _frozen(np.arange(n))
 
 
-_ARANGES: dict[int, np.ndarray] = {}
-
-
+@functools.lru_cache(maxsize=256)
 def _powers(gamma: float, n: int) -> np.ndarray:
     """``gamma ** [0, 1, ..., n]`` (float64, cached, read-only)."""
-    key = (gamma, n)
-    p = _POWERS.get(key)
-    if p is None:
-        p = gamma ** np.arange(n + 1, dtype=np.float64)
-        p.flags.writeable = False
-        if len(_POWERS) > 256:
-            _POWERS.clear()
-        _POWERS[key] = p
-    return p
+    return _frozen(gamma ** np.arange(n + 1, dtype=np.float64))
 
 
-_POWERS: dict[tuple[float, int], np.ndarray] = {}
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
 
 
 def _returns(
