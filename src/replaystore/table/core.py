@@ -223,7 +223,8 @@ class Table(
         return self._state.size
 
     def __contains__(self, key: int) -> bool:
-        with self._flushed():
+        with self._cond:
+            self._flush_pending()
             return bool(self._index.lookup(as_keys(key))[0] >= 0)
 
     def __repr__(self) -> str:
@@ -263,7 +264,8 @@ class Table(
 
     def keys(self) -> np.ndarray:
         """The keys of all live items, oldest first."""
-        with self._flushed():
+        with self._cond:
+            self._flush_pending()
             return self._index.live_keys()
 
     # -- the lock and accounting (waiting: .waits) ---------------------------------------------------------
@@ -273,7 +275,11 @@ class Table(
 
     @contextmanager
     def _flushed(self, check_open: bool = False) -> Iterator[None]:
-        """Hold the lock with the staged adds flushed (``check_open``: raise Closed if the table is closed)."""
+        """Hold the lock with the staged adds flushed (``check_open``: raise Closed if the table is closed).
+
+        About 1 µs more than the two calls written out: the cheap calls (``get``, ``info``,
+        ``delete``, ``update_priorities``, ``keys``, ``in``) write them out.
+        """
         with self._cond:
             self._flush_pending()
             if check_open:

@@ -30,7 +30,8 @@ class KeyedMethods:
             boolean mask over ``keys`` saying which were found.
         """
         keys = as_keys(keys)
-        with self._flushed():
+        with self._cond:
+            self._flush_pending()
             slots = self._index.lookup(keys)
             found = slots >= 0
             return self.storage.read(slots[found]), found
@@ -38,7 +39,8 @@ class KeyedMethods:
     def info(self, keys: Any) -> dict[str, np.ndarray]:
         """Metadata of live items by key: ``priorities``, ``times_sampled``, ``versions``, ``found``."""
         keys = as_keys(keys)
-        with self._flushed():
+        with self._cond:
+            self._flush_pending()
             slots = self._index.lookup(keys)
             found = slots >= 0
             s = slots[found]
@@ -70,7 +72,7 @@ class KeyedMethods:
         prio = as_priorities(priorities, len(keys), self._requires_nonnegative, self.sampler)
         if len(keys) == 0:
             return 0
-        with self._cond:  # (not _flushed: the prioritized replay's hot call)
+        with self._cond:
             self._flush_pending()
             self._check_open()
             st = self._state
@@ -133,7 +135,9 @@ class KeyedMethods:
     def delete(self, keys: Any) -> int:
         """Delete items by key; return how many were deleted (unknown keys are skipped and counted)."""
         keys = np.unique(as_keys(keys))
-        with self._flushed(check_open=True):
+        with self._cond:
+            self._flush_pending()
+            self._check_open()
             slots = self._index.lookup(keys)
             ok = slots >= 0
             self._remove_slots(slots[ok])  # (first: it may fail leaving ring mode, before any change)
