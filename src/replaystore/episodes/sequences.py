@@ -87,10 +87,8 @@ def ends_valid(index: EpisodeIndex, key_slots: np.ndarray, width: int, burn_in: 
     A cheap first filter: only a deleted step in between can still make such a window invalid.
     """
     st, t = index.stream_t(key_slots)
-    t0 = (t - burn_in)[:, None] + np.array([0, width - 1])
-    e = index.lookup(st[:, None], t0)
-    ep = index.episode_of[key_slots]
-    return (e >= 0).all(axis=1) & (index.episode_of[e[:, 0]] == ep) & (index.episode_of[e[:, 1]] == ep)
+    ends = index.lookup(st[:, None], (t - burn_in)[:, None] + np.array([0, width - 1]))
+    return strict_valid(index, ends, key_slots)  # (a window of its two ends)
 
 
 def gapless_ends_valid(

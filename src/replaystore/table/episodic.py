@@ -189,7 +189,6 @@ class EpisodeMethods:
             EpisodeError: bad ids.
         """
         index = self._require_episodes()
-        _writers.check_end_flag(truncated)
         with self._flushed(check_open=True):
             return _writers.end_episodes(index, streams, truncated)
 
