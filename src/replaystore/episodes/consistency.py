@@ -1,12 +1,10 @@
 """Checks that a saved episode index is one consistent history (checkpoints are untrusted input).
 
-A checkpoint stores, per step in key order (oldest first), its ``stream``, its position ``t`` in
-the stream (``-1``: a step detached by a version before issue 24, restored outside every stream),
-its ``episode``, its position ``pos`` in the episode and its end ``flags``; per stream its next
-position, open episode and next position in it (``ids``, ``next_t``, ``cur_ep``, ``cur_pos``) and
-the next episode id. Checksums prove the files are those that were written, not that they describe
-a history a table could have had: :func:`check_index_arrays` checks that, vectorised (a few sorts
-of the steps), so that a loaded table never samples a sequence across an episode end, an n-step
+A checkpoint stores the arrays of :meth:`~replaystore.episodes.EpisodeIndex.export_rows` (per step,
+key order; ``t = -1``: a step detached by a version before issue 24) and
+:meth:`~replaystore.episodes.EpisodeIndex.export_streams`. Checksums prove the files are those that
+were written, not that they describe a history a table could have had: :func:`check_index_arrays`
+checks that, so that a loaded table never samples a sequence across an episode end, an n-step
 return past a termination or a window of positions out of order.
 
 What every history satisfies (each checked, each a :class:`~replaystore.errors.CheckpointError`

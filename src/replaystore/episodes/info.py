@@ -1,9 +1,7 @@
 """Where steps sit in their episodes, by key: :meth:`Table.episode_info` and :meth:`Table.episode_keys`.
 
 A reader for the layers built on top of an episodic table (hindsight relabelling, whole-episode
-buffers) that need, for a step they hold the key of, its stream, its episode, its position in
-that episode, the episode's length and whether the episode is closed and complete, and the keys of
-other steps of the same episode. Nothing here changes the table; both calls take its lock.
+buffers): what it returns is :class:`EpisodeInfo`'s and the two calls' docstrings.
 
 How the length of a closed episode is found: its end is the step flagged ``terminated`` or
 ``truncated``. From the queried step the stream's positions are scanned forward (vectorised over the

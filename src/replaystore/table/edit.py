@@ -99,9 +99,8 @@ class KeyedMethods:
 
         ``data`` is a dict (nested as the items are) of some of the table's fields, each with one
         row per key: ``(len(keys), *field shape)``; the other fields, the keys, priorities and
-        counters stay as they are. Duplicate keys: the last occurrence wins. Keys no longer in the
-        table are skipped (counted in ``stats()["skipped_updates"]``). For per-row state a reader
-        needs after a restore, e.g. per-agent priorities (:mod:`replaystore.multiagent`).
+        counters stay as they are. Duplicate and unknown keys: as :meth:`update_priorities`. For
+        per-row state a reader needs after a restore, e.g. per-agent priorities (:mod:`replaystore.multiagent`).
 
         Raises:
             SpecError: ``data`` is not a dict of known fields, or a value's shape or dtype does not

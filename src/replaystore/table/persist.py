@@ -3,8 +3,7 @@
 :meth:`Persistence.snapshot` copies the live items' rows and every part's state under the lock;
 :meth:`Persistence.from_snapshot` builds a new table from one. :meth:`Persistence.save` and
 :meth:`Persistence.load` pass snapshots to and from :mod:`replaystore.checkpoint`, which knows the
-files and nothing of the Table. A loaded table whose rate limiter cannot admit a sample says so
-(a :class:`~replaystore.BlockingWarning`) instead of letting the first ``sample`` block silently.
+files and nothing of the Table.
 
 A mixin of :class:`~replaystore.table.Table`.
 """

@@ -1,9 +1,8 @@
 """The Table's mutable scalar state in one small object, and its metadata row array.
 
-Everything a Table changes besides its arrays lives in one :class:`TableState`: the next key, the
-size and free-slot count, the ring's three numbers, the model version, the priority maxima, the
-counters ``stats()`` reports and the seconds calls spent blocked. One object, so a variant of the
-Table that keeps its state elsewhere (a shared-memory segment) has one thing to place:
+Everything a Table changes besides its arrays lives in one :class:`TableState` (its attributes
+are listed there). One object, so a variant of the Table that keeps its state elsewhere (a
+shared-memory segment) has one thing to place:
 :meth:`TableState.to_array` / :meth:`TableState.from_array` convert it to and from a NumPy record
 of :data:`STATE_DTYPE`. The per-slot metadata rows: :func:`allocate_rows`.
 
