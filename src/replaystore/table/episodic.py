@@ -252,10 +252,8 @@ class EpisodeMethods:
     def sample_episodes(self, k: int, timeout: float | None = None, replace: bool = True) -> EpisodeBatch:
         """Draw ``k`` complete episodes uniformly (closed, with every step live).
 
-        Returns an :class:`~replaystore.episodes.EpisodeBatch`: a list of dicts of ``(T_i, ...)``
-        arrays with ``keys``, ``episodes``, ``streams``, ``terminated``, ``truncated``, ``lengths``.
-        Open episodes are never returned. Counts one sample per episode; ``times_sampled`` of
-        every returned step is incremented.
+        Returns an :class:`~replaystore.episodes.EpisodeBatch`. Open episodes are never returned.
+        Counts one sample per episode; ``times_sampled`` of every returned step is incremented.
 
         Raises:
             NoValidSequence: no complete episode (or fewer than ``k`` with ``replace=False``).
@@ -271,9 +269,8 @@ class EpisodeMethods:
     def episode_info(self, keys: Any) -> EpisodeInfo:
         """Where each key's step sits: stream, episode, positions, episode length, closed/complete, end flags.
 
-        Returns an :class:`~replaystore.episodes.info.EpisodeInfo` of arrays aligned with ``keys``;
-        keys that are not live (unknown, evicted, deleted) have ``found`` False and ``-1``/False
-        entries. Changes nothing (no sample is counted). Thread-safe (takes the table's lock).
+        Returns an :class:`~replaystore.episodes.info.EpisodeInfo` of arrays aligned with ``keys``
+        (keys not live: see there). Changes nothing (no sample is counted). Thread-safe.
 
         Raises:
             EpisodeError: the table has no ``episodes=``.
