@@ -160,12 +160,9 @@ def plan_gapless(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: 
     ln = index.ring_len[st]
     ar = _arange(w)[:, None]
     win = index.ring[index.ring_off[st] + ((t + ar) & (ln - 1))]  # (w, B)
-    ahead = nt - t  # live steps from t on (>= 1)
-    if int(ahead.min()) < w:  # some window reaches past the write head: those entries are stale
-        return (win[:n].T, *_ends(index, win, n, has_next_obs, np.minimum(ahead, w)))
-    # every position of every window is a live step
-    k, done, boot = _ends(index, win, n, has_next_obs)
-    return win[:n].T, k, done, boot
+    ahead = nt - t  # live steps from t on (>= 1); None: every position of every window is one
+    m = np.minimum(ahead, w) if int(ahead.min()) < w else None  # (entries past the write head are stale)
+    return (win[:n].T, *_ends(index, win, n, has_next_obs, m))
 
 
 def _ends(

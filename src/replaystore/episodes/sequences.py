@@ -128,8 +128,7 @@ def exact_valid_starts(index: EpisodeIndex, width: int, burn_in: int) -> np.ndar
     st, t, ep, live = st[order], t[order], ep[order], live[order]
     n = len(live)
     breaks = np.ones(n, dtype=bool)
-    if n > 1:
-        breaks[1:] = (st[1:] != st[:-1]) | (t[1:] != t[:-1] + 1) | (ep[1:] != ep[:-1])
+    breaks[1:] = (st[1:] != st[:-1]) | (t[1:] != t[:-1] + 1) | (ep[1:] != ep[:-1])
     run = np.cumsum(breaks) - 1
     run_last = np.append(np.flatnonzero(breaks)[1:], n) - 1
     remaining = run_last[run] - np.arange(n)  # steps after this one in its run

@@ -43,8 +43,7 @@ def complete_episodes(index: EpisodeIndex) -> tuple[np.ndarray, np.ndarray, np.n
         _COMPLETE[index] = (index.generation, out)
         return out
     first = np.ones(n, dtype=bool)
-    if n > 1:
-        first[1:] = ep[1:] != ep[:-1]
+    first[1:] = ep[1:] != ep[:-1]
     starts = np.flatnonzero(first)
     stops = np.append(starts[1:], n)
     last = stops - 1
