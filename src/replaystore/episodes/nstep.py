@@ -51,10 +51,8 @@ def plan_nstep(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bo
     episode terminated within them, and ``boot`` the slot whose next observation (or observation)
     is the bootstrap.
 
-    Three ways to the same result, cheapest first: :func:`plan_runs` (steps at a fixed slot
-    stride, verified by their ids), :func:`plan_gapless` (gapless streams, through the ring without
-    verification) and :func:`plan_checked` (every position verified through the ring). Not
-    thread-safe: the table calls it under its lock.
+    Three ways to the same result, cheapest first: :func:`plan_runs`, :func:`plan_gapless` and
+    :func:`plan_checked`. Not thread-safe: the table calls it under its lock.
     """
     return plan_runs(index, starts, n, has_next_obs)
 

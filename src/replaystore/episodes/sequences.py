@@ -6,11 +6,11 @@ A window of a start step (the *key* step, at stream position ``t0``) covers posi
 
 - **strict**: every position of the window is a live step of the key step's episode. This never
   crosses an episode end (the next step has another episode id), the write head (positions not
-  written yet are not live), a deleted or evicted step, or the ring's wrap-around (an entry is
-  trusted only if its slot still holds that stream and position). Starts are uniform over the
-  valid ones: candidates are drawn uniformly from the live steps and kept when valid (rejection
-  sampling is exactly uniform over the accepted set); when few candidates pass, the exact set of
-  valid starts is computed (one sort of the live steps, cached until the table changes).
+  written yet are not live), a deleted or evicted step, or the ring's wrap-around (see
+  :mod:`replaystore.episodes.rings`). Starts are uniform over the valid ones: candidates are drawn
+  uniformly from the live steps and kept when valid (rejection sampling is exactly uniform over
+  the accepted set); when few candidates pass, the exact set of valid starts is computed (one
+  sort of the live steps, cached until the table changes).
 - **padded**: every live step is a start (uniform); positions of the window outside the key step's
   run of consecutive live steps of its episode are padded: zeros in ``data``, False in ``mask``.
 """

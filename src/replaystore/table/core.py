@@ -260,7 +260,6 @@ class Table(
     # (read-only views of the state under their former attribute names, for tests and tools)
     _next_key = property(lambda self: self._state.next_key)
     _nfree = property(lambda self: self._state.nfree)
-    _size = property(lambda self: self._state.size)
 
     def keys(self) -> np.ndarray:
         """The keys of all live items, oldest first."""

@@ -100,10 +100,9 @@ class Journal:
     ) -> np.ndarray:
         """Apply a recorded insert without waiting for the rate limiter (the limiter counts it).
 
-        As ``Table.extend`` (``batched=False``: one item, as ``Table.add``), but never blocks.
-        ``evict_keys``: the keys the recorded insert evicted, to be evicted in place of the
-        remover's own choice (a remover that chooses at random would choose others). Returns the
-        keys, as ``Table.extend`` (-1 for items refused as stale).
+        As ``Table.extend`` (``batched=False``: one item, as ``Table.add``; returns the keys), but
+        never blocks. ``evict_keys``: the keys the recorded insert evicted, to be evicted in place
+        of the remover's own choice (a remover that chooses at random would choose others).
 
         ``steps`` (episodic tables): the insert was a step write; ``{"streams": int, (n,) ints or
         None (a fresh stream, as ``add_episode(stream=None)``), "terminated": ..., "truncated": ...
