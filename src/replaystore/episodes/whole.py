@@ -87,20 +87,14 @@ def draw_episodes(
         raise NoValidSequence(f"asked for {k} distinct episodes, {len(ids)} complete ones are stored")
     pick = rng.choice(len(ids), size=k, replace=False) if not replace else (rng.random(k) * len(ids)).astype(np.int64)
     lengths = (bounds[1:] - bounds[:-1])[pick]
-    parts = [slots[bounds[i] : bounds[i + 1]] for i in pick.tolist()]
-    flat = np.concatenate(parts)
+    flat = np.concatenate([slots[bounds[i] : bounds[i + 1]] for i in pick.tolist()])
     data = storage.read(flat)
-    keys = keys_of(flat)
-    last = np.cumsum(lengths) - 1
-    fl = index.flags[flat[last]]
-    streams = index.streams(flat[last])
-    out = EpisodeBatch()
-    cuts = np.cumsum(lengths)[:-1]
-    for part in np.split(np.arange(len(flat)), cuts):
-        out.append(_take(data, part))
-    out.keys = np.split(keys, cuts)
+    ends = np.cumsum(lengths)
+    fl = index.flags[flat[ends - 1]]
+    out = EpisodeBatch(_take(data, part) for part in np.split(np.arange(len(flat)), ends[:-1]))
+    out.keys = np.split(keys_of(flat), ends[:-1])
     out.episodes = ids[pick].astype(np.int64)
-    out.streams = streams
+    out.streams = index.streams(flat[ends - 1])
     out.terminated = (fl & TERMINATED) != 0
     out.truncated = ((fl & TRUNCATED) != 0) & ~out.terminated
     out.lengths = lengths.astype(np.int64)
