@@ -77,8 +77,7 @@ class EpisodeIndex(StreamRings, Selector):
         self.episode_of = np.full(c, -1, dtype=np.int32)  # widened to int64 when an id needs it
         self.pos_of = np.zeros(c, dtype=np.int32)  # likewise
         self.flags = np.zeros(c, dtype=np.uint8)
-        self.live = self._shared_live if self._shared_live is not None else DenseSet(c)
-        self._own_live = self._shared_live is None
+        self.share_live(self._shared_live)
         # bumped on every change of the live steps (caches key on it); never reset, so caches of
         # the index before a clear() cannot be mistaken for current ones
         self.generation = getattr(self, "generation", -1) + 1
@@ -93,10 +92,8 @@ class EpisodeIndex(StreamRings, Selector):
         (The ring's or the Uniform sampler's.) ``None``: keep a set of its own, empty (the caller
         adds the live steps).
         """
-        if live is None:
-            self.live, self._shared_live, self._own_live = DenseSet(self.capacity), None, True
-        else:
-            self.live, self._shared_live, self._own_live = live, live, False
+        self._shared_live, self._own_live = live, live is None
+        self.live = DenseSet(self.capacity) if live is None else live
 
     def _grow_streams(self, top: int) -> None:
         """Make the per-stream arrays hold stream id ``top`` (doubling, up to the stream limit)."""
@@ -104,8 +101,7 @@ class EpisodeIndex(StreamRings, Selector):
             self._streams_alloc(min(self.options.stream_limit, _pow2_at_least(top + 1)))
 
     def _streams_alloc(self, n: int) -> None:
-        old = getattr(self, "next_t", None)
-        k = 0 if old is None else len(old)
+        k = len(getattr(self, "next_t", ()))
         for name, fill in _STREAM_ARRAYS.items():
             a = np.full(n, fill, dtype=np.int64)
             if k:
