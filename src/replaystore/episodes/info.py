@@ -217,7 +217,5 @@ def keys_at(index: EpisodeIndex, keys_of: Any, slots: np.ndarray, want: np.ndarr
     got[inside] = index.lookup(st[inside], target[inside])
     ok = got >= 0
     ok[ok] = index.episode_of[got[ok]] == index.episode_of[s][ok]
-    res = np.full(len(s), -1, np.int64)
-    res[ok] = keys_of(got[ok])
-    out[found] = res
+    out[np.flatnonzero(found)[ok]] = keys_of(got[ok])
     return out

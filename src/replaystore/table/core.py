@@ -153,17 +153,14 @@ class Table(
         self._cond = threading.Condition(self._lock)
         self._waiting = 0  # threads blocked in _wait; notify only when some are (this process's)
         self._recent = RecentDraws()  # (catches update_priorities(s.indices, ...): see .recent)
-        # every mutable scalar (next key, size, ring bounds, counters, ...) in one object
         self._state = st = TableState(capacity)
-        # per-slot metadata rows ((times_sampled, version)[, priority bits]); the names are column views
         self._meta = allocate_rows(capacity, any(getattr(s, "reads_priorities", True) for s in self._selectors))
         self._times_sampled, self._version, self._priority = meta_columns(self._meta)
         #: a shared table's written_hi word (an int64 vector, element 0; the host sets it): one past
         #: the newest key whose row a write in ring mode may have begun, -1 out of ring mode
         #: (replaystore.shared.reads); None in process (no reader outside the lock)
         self._written_hi: np.ndarray | None = None
-        # Ring mode (see .ring): the key index, the free-slot stack and the Fifo/Uniform selectors'
-        # arrays are arithmetic on the ring until the first removal that is not the oldest items.
+        # ring mode: see .ring
         self._ring: RingIndex | None = None
         self._index: KeyIndex | RingIndex
         self._free: np.ndarray | None = None
@@ -190,15 +187,11 @@ class Table(
             if self._placed:
                 self._placed_index, self._placed_free = self._index, self._free
         self._stager: AddStager | None = None
-        # (field names, their columns, a getter of an item's fields in that order) for the ring
-        # fast paths; None: not known yet (no spec), False: they do not apply to this table.
-        self._plan: tuple | None | bool = None
+        self._plan: tuple | None | bool = None  # the ring fast paths' (FastPaths._ring_plan)
         self._read_counted = type(self.storage).read is ColumnStorage.read  # its read_counted is that read
         self._scratch: np.ndarray | None = None  # for last-wins deduplication
         self._forced_victims: np.ndarray | None = None  # Journal.replay_insert's evict_keys, as slots
-        # the host's insert hooks (.host; None where the host has none: in process), called with the
-        # lock held: _await_head first by every insert, _unordered_write before the general insert
-        # writes rows whose keys it sets afterwards, _reserve_outside_ring first by _leave_ring
+        # the host's insert hooks (.host.host_hooks: None where the host has none, as in process)
         self._host = IN_PROCESS if host is None else host
         self._await_head, self._unordered_write, self._reserve_outside_ring = host_hooks(self._host)
         if host is not None:
