@@ -164,14 +164,10 @@ class Persistence:
         rate limiter admits no sample: a ``sample`` would block until more items are inserted.
         """
         table = load_snapshot(path, cls.from_snapshot, allow_pickle=allow_pickle, memmap_dir=memmap_dir)
-        table._warn_if_unsampleable()
+        size, limiter = table._state.size, table.rate_limiter
+        if size and not limiter.can_sample(1):
+            warnings.warn(_unsampleable(table.name, size, limiter), BlockingWarning, stacklevel=2)
         return table
-
-    def _warn_if_unsampleable(self) -> None:
-        limiter = self.rate_limiter
-        if self._state.size == 0 or limiter.can_sample(1):
-            return
-        warnings.warn(_unsampleable(self.name, self._state.size, limiter), BlockingWarning, stacklevel=3)
 
 
 def _unsampleable(name: str, size: int, limiter: Any) -> str:
