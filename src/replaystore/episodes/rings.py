@@ -229,10 +229,7 @@ class StreamRings:
 
     @property
     def n_overflow(self) -> int:
-        """Live steps found through the overflow map.
-
-        Steps kept far behind their stream's newest one by deletes, retirements or a non-FIFO remover.
-        """
+        """Live steps found through the overflow map (see the module doc)."""
         return self._ov_n
 
     def attached(self, slots: np.ndarray) -> np.ndarray:

@@ -233,9 +233,7 @@ class HostedTable:
             t._leave_ring(fill=False)
         order = np.argsort(keys, kind="stable")
         slots, keys = slots[order], keys[order]
-        free_mask = np.ones(t.capacity, dtype=bool)
-        free_mask[slots] = False
-        free = np.flatnonzero(free_mask)
+        free = np.setdiff1d(np.arange(t.capacity), slots)  # (ascending)
         t._index.key_of_slot[free] = -1  # (and assign writes the kept keys out)
         t._index.reset()
         t._index.assign(slots, keys)

@@ -116,11 +116,7 @@ class Persistence:
             keys = meta["keys"].astype(np.int64)
             if self._ring is not None and n:  # the items go to slots 0 .. n-1: slot 0 holds keys[0]
                 # ring mode needs one run of keys that the next key continues (not so after deletes of the newest)
-                if (
-                    int(keys[-1]) - int(keys[0]) == n - 1
-                    and int(state["next_key"]) == int(keys[-1]) + 1
-                    and bool((np.diff(keys) == 1).all())
-                ):
+                if int(state["next_key"]) == int(keys[-1]) + 1 and bool((np.diff(keys) == 1).all()):
                     st.ring_base = st.ring_lo = st.ring_hi = int(keys[0])
                 else:
                     self._leave_ring()
