@@ -260,10 +260,8 @@ def draw_nstep(
     """Draw ``b`` start steps with ``sampler`` and compute their transitions: ``(sample, start slots)``.
 
     Changes nothing but the sampler's own draw state (``meta``, ``key_index``, ``times_sampled``:
-    see :func:`~replaystore.episodes.sampling.start_fields`).
-
-    Raises:
-        NoValidSequence: no sampled step could start a transition (after redraws).
+    see :func:`~replaystore.episodes.sampling.start_fields`). Raises as :meth:`Table.sample_nstep`
+    (NoValidSequence, after redraws).
     """
     cfg = index.options
     has_next = cfg.next_obs_field is not None

@@ -242,10 +242,8 @@ def draw_sequences(
 
     Changes nothing (``meta``, ``key_index``, ``times_sampled``: see
     :func:`~replaystore.episodes.sampling.start_fields`; ``key_index`` also gives ``keys_of(slots)``
-    and ``run_keys(first, width)``, the keys of runs of consecutive slots).
-
-    Raises:
-        NoValidSequence: strict mode and no stored run is long enough.
+    and ``run_keys(first, width)``, the keys of runs of consecutive slots). Raises as
+    :meth:`Table.sample_sequences` (NoValidSequence).
     """
     weights = None
     if prioritized:
