@@ -119,8 +119,6 @@ def _all_live(
 ) -> np.ndarray:
     """Whether every position ``first .. first + length - 1`` of each stream is a live step of the episode."""
     ok = np.ones(len(streams), dtype=bool)
-    if len(streams) == 0:
-        return ok
     gapless = index.gapless(streams)
     # a gapless stream holds a live step at every position from its oldest to its newest
     g = np.flatnonzero(gapless)

@@ -478,9 +478,7 @@ class Table(
 
 
 if FastMethod is not None:
-    # The compiled whole add / small extend (replaystore._ring): each call it can take exactly as
-    # the Python method would (a ring-mode table with a RingWriter in its plan: see
-    # FastPaths._ring_writer) runs in one C call; every other call runs the Python method above.
+    # the compiled whole add / small extend, for the calls it takes (see FastPaths._ring_writer)
     for _name in ("add", "extend"):
         _method = FastMethod(_name, getattr(Table, _name))
         functools.update_wrapper(_method, getattr(Table, _name))
