@@ -170,22 +170,18 @@ class EpisodeIndex(StreamRings, Selector):
         """
         n = len(plan.streams)
         self.written += n  # an upper bound of every stream's next position (plans that fail count too)
-        if self.written > _T_MASK:
-            self._check_positions(plan)
-        self._grow_streams(int(plan.streams[0] if plan.same_stream else plan.streams.max()) if n else 0)
-        self._pending[threading.get_ident()] = plan
-
-    def _check_positions(self, plan: StepPlan) -> None:
-        known = plan.streams[plan.streams < self.n_streams]
+        known = plan.streams[plan.streams < self.n_streams] if self.written > _T_MASK else ()
         if len(known):
             us, counts = np.unique(known, return_counts=True)
             worst = int((self.next_t[us] + counts).max())
             if worst > _T_MASK:
-                self.written -= len(plan.streams)
+                self.written -= n
                 raise EpisodeError(
                     f"a stream would reach position {worst - 1}: positions must stay below "
                     "2**40 - 1 per stream (write to a new stream id)"
                 )
+        self._grow_streams(int(plan.streams[0] if plan.same_stream else plan.streams.max()) if n else 0)
+        self._pending[threading.get_ident()] = plan
 
     def end(self) -> StepPlan | None:
         """Forget the calling thread's plan (after its insert returned or raised)."""
