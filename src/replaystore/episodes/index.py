@@ -20,11 +20,9 @@ State:
   (:mod:`replaystore.episodes.rings`: every live step is reachable through its ring or the
   overflow map, whatever else left the table).
 
-Writers hand their rows over as a :class:`~replaystore.episodes.plans.StepPlan` registered for the
-writing thread; the insert hook turns it into positions (:func:`~replaystore.episodes.plans.compute_plan`)
-when the table writes the rows (after any wait for the rate limiter, so concurrent writers never
-interleave their plans). Checkpoints export the per-step arrays and the stream state; a restore is
-a plan with explicit rows (checked first by :mod:`replaystore.episodes.consistency` in the loader).
+Writers hand their rows over as a plan (:mod:`replaystore.episodes.plans`) registered for the
+writing thread and computed when the table writes the rows (after any wait for the rate limiter,
+so concurrent writers never interleave their plans); a restore is a plan with explicit rows.
 """
 
 from __future__ import annotations
@@ -79,8 +77,7 @@ class EpisodeIndex(StreamRings, Selector):
         self.episode_of = np.full(c, -1, dtype=np.int32)  # widened to int64 when an id needs it
         self.pos_of = np.zeros(c, dtype=np.int32)  # likewise
         self.flags = np.zeros(c, dtype=np.uint8)
-        self.live = self._shared_live if self._shared_live is not None else DenseSet(c)
-        self._own_live = self._shared_live is None
+        self.share_live(self._shared_live)
         # bumped on every change of the live steps (caches key on it); never reset, so caches of
         # the index before a clear() cannot be mistaken for current ones
         self.generation = getattr(self, "generation", -1) + 1
@@ -95,10 +92,8 @@ class EpisodeIndex(StreamRings, Selector):
         (The ring's or the Uniform sampler's.) ``None``: keep a set of its own, empty (the caller
         adds the live steps).
         """
-        if live is None:
-            self.live, self._shared_live, self._own_live = DenseSet(self.capacity), None, True
-        else:
-            self.live, self._shared_live, self._own_live = live, live, False
+        self._shared_live, self._own_live = live, live is None
+        self.live = DenseSet(self.capacity) if live is None else live
 
     def _grow_streams(self, top: int) -> None:
         """Make the per-stream arrays hold stream id ``top`` (doubling, up to the stream limit)."""
@@ -106,8 +101,7 @@ class EpisodeIndex(StreamRings, Selector):
             self._streams_alloc(min(self.options.stream_limit, _pow2_at_least(top + 1)))
 
     def _streams_alloc(self, n: int) -> None:
-        old = getattr(self, "next_t", None)
-        k = 0 if old is None else len(old)
+        k = len(getattr(self, "next_t", ()))
         for name, fill in _STREAM_ARRAYS.items():
             a = np.full(n, fill, dtype=np.int64)
             if k:
@@ -176,22 +170,18 @@ class EpisodeIndex(StreamRings, Selector):
         """
         n = len(plan.streams)
         self.written += n  # an upper bound of every stream's next position (plans that fail count too)
-        if self.written > _T_MASK:
-            self._check_positions(plan)
-        self._grow_streams(int(plan.streams[0] if plan.same_stream else plan.streams.max()) if n else 0)
-        self._pending[threading.get_ident()] = plan
-
-    def _check_positions(self, plan: StepPlan) -> None:
-        known = plan.streams[plan.streams < self.n_streams]
+        known = plan.streams[plan.streams < self.n_streams] if self.written > _T_MASK else ()
         if len(known):
             us, counts = np.unique(known, return_counts=True)
             worst = int((self.next_t[us] + counts).max())
             if worst > _T_MASK:
-                self.written -= len(plan.streams)
+                self.written -= n
                 raise EpisodeError(
                     f"a stream would reach position {worst - 1}: positions must stay below "
                     "2**40 - 1 per stream (write to a new stream id)"
                 )
+        self._grow_streams(int(plan.streams[0] if plan.same_stream else plan.streams.max()) if n else 0)
+        self._pending[threading.get_ident()] = plan
 
     def end(self) -> StepPlan | None:
         """Forget the calling thread's plan (after its insert returned or raised)."""

@@ -1,9 +1,7 @@
 """Where steps sit in their episodes, by key: :meth:`Table.episode_info` and :meth:`Table.episode_keys`.
 
 A reader for the layers built on top of an episodic table (hindsight relabelling, whole-episode
-buffers) that need, for a step they hold the key of, its stream, its episode, its position in
-that episode, the episode's length and whether the episode is closed and complete, and the keys of
-other steps of the same episode. Nothing here changes the table; both calls take its lock.
+buffers): what it returns is :class:`EpisodeInfo`'s and the two calls' docstrings.
 
 How the length of a closed episode is found: its end is the step flagged ``terminated`` or
 ``truncated``. From the queried step the stream's positions are scanned forward (vectorised over the
@@ -121,8 +119,6 @@ def _all_live(
 ) -> np.ndarray:
     """Whether every position ``first .. first + length - 1`` of each stream is a live step of the episode."""
     ok = np.ones(len(streams), dtype=bool)
-    if len(streams) == 0:
-        return ok
     gapless = index.gapless(streams)
     # a gapless stream holds a live step at every position from its oldest to its newest
     g = np.flatnonzero(gapless)
@@ -219,7 +215,5 @@ def keys_at(index: EpisodeIndex, keys_of: Any, slots: np.ndarray, want: np.ndarr
     got[inside] = index.lookup(st[inside], target[inside])
     ok = got >= 0
     ok[ok] = index.episode_of[got[ok]] == index.episode_of[s][ok]
-    res = np.full(len(s), -1, np.int64)
-    res[ok] = keys_of(got[ok])
-    out[found] = res
+    out[np.flatnonzero(found)[ok]] = keys_of(got[ok])
     return out

@@ -20,27 +20,22 @@ The bootstrap observation depends on ``Episodes.next_obs_field``:
   step of a truncated one) cannot start a transition; such draws are redrawn from the sampler.
 
 ``returns = sum_{i<k} gamma**i r_{t+i}`` (float64), ``discount = gamma**k`` (0 where ``done``).
-
-Speed: the window of slots is found the cheapest way that is exact (:func:`plan_nstep`): steps in
-consecutive slots (one stream written in order to a FIFO table) are verified by their ids next to
-the start's, with no ring access; other starts of gapless streams read their stream's ring
-without verification; the rest verify every ring entry. The per-position work runs on
-``(n, B)`` arrays (position-major: NumPy's fast axis is the batch).
+The window of slots is found the cheapest way that is exact: :func:`plan_nstep`.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 
 from ..errors import EpisodeError, NoValidSequence
-from ..rows import sample_rows
 from ..samplers.base import Selector
 from ..storage.base import Storage
 from .index import _T_MASK, TERMINATED, UID_SHIFT, EpisodeIndex
 from .samples import NStepSample
-from .sampling import check_batch, read_field
+from .sampling import check_batch, read_field, start_fields
 
 _REDRAWS = 16
 #: an n-step plan of start slots: ``(win, k, done, boot)`` (see :func:`plan_nstep`)
@@ -56,10 +51,8 @@ def plan_nstep(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: bo
     episode terminated within them, and ``boot`` the slot whose next observation (or observation)
     is the bootstrap.
 
-    Three ways to the same result, cheapest first: :func:`plan_runs` (steps at a fixed slot
-    stride, verified by their ids), :func:`plan_gapless` (gapless streams, through the ring without
-    verification) and :func:`plan_checked` (every position verified through the ring). Not
-    thread-safe: the table calls it under its lock.
+    Three ways to the same result, cheapest first: :func:`plan_runs`, :func:`plan_gapless` and
+    :func:`plan_checked`. Not thread-safe: the table calls it under its lock.
     """
     return plan_runs(index, starts, n, has_next_obs)
 
@@ -165,12 +158,9 @@ def plan_gapless(index: EpisodeIndex, starts: np.ndarray, n: int, has_next_obs: 
     ln = index.ring_len[st]
     ar = _arange(w)[:, None]
     win = index.ring[index.ring_off[st] + ((t + ar) & (ln - 1))]  # (w, B)
-    ahead = nt - t  # live steps from t on (>= 1)
-    if int(ahead.min()) < w:  # some window reaches past the write head: those entries are stale
-        return (win[:n].T, *_ends(index, win, n, has_next_obs, np.minimum(ahead, w)))
-    # every position of every window is a live step
-    k, done, boot = _ends(index, win, n, has_next_obs)
-    return win[:n].T, k, done, boot
+    ahead = nt - t  # live steps from t on (>= 1); None: every position of every window is one
+    m = np.minimum(ahead, w) if int(ahead.min()) < w else None  # (entries past the write head are stale)
+    return (win[:n].T, *_ends(index, win, n, has_next_obs, m))
 
 
 def _ends(
@@ -201,34 +191,21 @@ def _ends(
     return k, done, win[x, cols]
 
 
+@functools.lru_cache(maxsize=256)
 def _arange(n: int) -> np.ndarray:
     """``np.arange(n)``, cached (read-only)."""
-    a = _ARANGES.get(n)
-    if a is None:
-        a = np.arange(n)
-        a.flags.writeable = False
-        if len(_ARANGES) < 256:
-            _ARANGES[n] = a
-    return a
+    return _frozen(np.arange(n))
 
 
-_ARANGES: dict[int, np.ndarray] = {}
-
-
+@functools.lru_cache(maxsize=256)
 def _powers(gamma: float, n: int) -> np.ndarray:
     """``gamma ** [0, 1, ..., n]`` (float64, cached, read-only)."""
-    key = (gamma, n)
-    p = _POWERS.get(key)
-    if p is None:
-        p = gamma ** np.arange(n + 1, dtype=np.float64)
-        p.flags.writeable = False
-        if len(_POWERS) > 256:
-            _POWERS.clear()
-        _POWERS[key] = p
-    return p
+    return _frozen(gamma ** np.arange(n + 1, dtype=np.float64))
 
 
-_POWERS: dict[tuple[float, int], np.ndarray] = {}
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
 
 
 def _returns(
@@ -282,13 +259,9 @@ def draw_nstep(
 ) -> tuple[NStepSample, np.ndarray]:
     """Draw ``b`` start steps with ``sampler`` and compute their transitions: ``(sample, start slots)``.
 
-    ``meta``: the table's metadata rows, ``key_index`` the table's (``fill_keys``). Changes
-    nothing but the sampler's own draw state: the
-    sample's ``times_sampled`` holds the counts before this sample, for the caller to overwrite
-    once it has counted the sample over the start slots.
-
-    Raises:
-        NoValidSequence: no sampled step could start a transition (after redraws).
+    Changes nothing but the sampler's own draw state (``meta``, ``key_index``, ``times_sampled``:
+    see :func:`~replaystore.episodes.sampling.start_fields`). Raises as :meth:`Table.sample_nstep`
+    (NoValidSequence, after redraws).
     """
     cfg = index.options
     has_next = cfg.next_obs_field is not None
@@ -319,22 +292,8 @@ def draw_nstep(
     discount[done] = 0.0
     next_obs = read_field(storage, boot, cfg.next_obs_field if has_next else cfg.obs_field)
     data = storage.read(slots)
-    slots = np.ascontiguousarray(slots, dtype=np.int64)
-    rows = sample_rows(meta, slots, 0)
-    key_index.fill_keys(slots, rows)  # (compiled: the ring's arithmetic or the key column)
+    fields, slots = start_fields(index, meta, key_index, slots, probabilities, weights)
+    steps = k.astype(np.int64, copy=False)
     return NStepSample(
-        data=data,
-        returns=returns,
-        next_obs=next_obs,
-        steps=k.astype(np.int64, copy=False),
-        done=done,
-        discount=discount,
-        keys=rows[:, 0],
-        probabilities=np.asarray(probabilities, dtype=np.float64),
-        weights=np.ones(b) if weights is None else np.asarray(weights, dtype=np.float64),
-        priorities=rows.view(np.float64)[:, 3],
-        times_sampled=rows[:, 1],
-        versions=rows[:, 2],
-        streams=index.streams(slots),
-        episodes=index.episode_of[slots].astype(np.int64),
+        data=data, returns=returns, next_obs=next_obs, steps=steps, done=done, discount=discount, **fields
     ), slots

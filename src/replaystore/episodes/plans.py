@@ -3,8 +3,7 @@
 A writer (``add_step``, ``extend_steps``, ``add_episode``, a checkpoint restore) validates its rows
 and registers a :class:`StepPlan` with the :class:`~replaystore.episodes.index.EpisodeIndex`; when
 the table writes the rows, the index turns the plan into per-row stream positions, episode ids,
-positions in the episode and end flags with :func:`compute_plan` (vectorised; three common batch
-shapes have a short path).
+positions in the episode and end flags with :func:`compute_plan`.
 """
 
 from __future__ import annotations

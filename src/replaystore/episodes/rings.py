@@ -157,11 +157,7 @@ class StreamRings:
         return ok
 
     def gapless(self, streams: np.ndarray) -> np.ndarray:
-        """Which ``streams`` have no gap: a live step at every position from their oldest on.
-
-        Every position from ``oldest_t`` to the newest written one holds a live, ring-reachable
-        step (no deleted, out-of-order evicted, refused or detached step in between).
-        """
+        """Which ``streams`` are gapless (see the module doc): a live step at every position from their oldest on."""
         return self.n_live[streams] == self.next_t[streams] - self.oldest_t[streams]
 
     def ring_window(self, streams: np.ndarray, t_first: np.ndarray, width: int) -> np.ndarray:
@@ -233,10 +229,7 @@ class StreamRings:
 
     @property
     def n_overflow(self) -> int:
-        """Live steps found through the overflow map.
-
-        Steps kept far behind their stream's newest one by deletes, retirements or a non-FIFO remover.
-        """
+        """Live steps found through the overflow map (see the module doc)."""
         return self._ov_n
 
     def attached(self, slots: np.ndarray) -> np.ndarray:
@@ -300,11 +293,7 @@ class StreamRings:
     def _ensure(self, s: int, t_lo: int, t_hi: int) -> None:
         """Make stream ``s``'s ring hold positions ``t_lo ... t_hi`` and its live steps.
 
-        The ring grows (doubling) to twice the span of its live steps and the new positions, up to
-        ``ring_cap``; live steps further than ``ring_cap / 2`` behind ``t_hi`` then move to the
-        overflow map (they stay live and reachable through :meth:`lookup`). ``lo_t[s]`` becomes the
-        oldest position the ring holds, so the next call comes at least ``ring_len / 2`` positions
-        later (amortised O(1) per step).
+        Growth and the overflow map: the module doc. ``lo_t[s]`` becomes the oldest position held.
         """
         ln = int(self.ring_len[s])
         live_slots = live_ts = np.empty(0, dtype=np.int64)

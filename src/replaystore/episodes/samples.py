@@ -9,7 +9,24 @@ import numpy as np
 
 
 @dataclass(frozen=True)
-class SequenceSample:
+class _StartFields:
+    """The fields of the start steps every episode sample has (their order: the subclasses' first)."""
+
+    keys: np.ndarray
+    probabilities: np.ndarray
+    weights: np.ndarray
+    priorities: np.ndarray
+    times_sampled: np.ndarray
+    versions: np.ndarray
+    streams: np.ndarray
+    episodes: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.keys.shape[0])
+
+
+@dataclass(frozen=True, kw_only=True)
+class SequenceSample(_StartFields):
     """``B`` sequences of ``burn_in + length`` consecutive steps of one episode each.
 
     Attributes:
@@ -20,32 +37,19 @@ class SequenceSample:
             pass them to ``update_priorities`` (prioritized sequences) or ``delete``.
         step_keys: int64 ``(B, burn_in + length)`` the key of every step, ``-1`` where padded.
         streams, episodes: int64 ``(B,)`` stream and episode id of each sequence.
-        probabilities, weights: float64 ``(B,)`` probability of drawing each start and its
-            importance weight (ones unless the sampler is prioritized).
-        priorities, times_sampled, versions: metadata ``(B,)`` of the start steps
-            (``times_sampled`` includes this sample).
+        probabilities, weights, priorities, times_sampled, versions: of the start steps, as in
+            :class:`~replaystore.Sample` (``weights``: ones unless the sampler is prioritized).
         burn_in: the number of leading burn-in positions.
     """
 
     data: Any
     mask: np.ndarray
-    keys: np.ndarray
     step_keys: np.ndarray
-    streams: np.ndarray
-    episodes: np.ndarray
-    probabilities: np.ndarray
-    weights: np.ndarray
-    priorities: np.ndarray
-    times_sampled: np.ndarray
-    versions: np.ndarray
     burn_in: int = 0
 
-    def __len__(self) -> int:
-        return int(self.keys.shape[0])
 
-
-@dataclass(frozen=True)
-class NStepSample:
+@dataclass(frozen=True, kw_only=True)
+class NStepSample(_StartFields):
     """``B`` n-step transitions computed at sample time.
 
     Attributes:
@@ -68,17 +72,6 @@ class NStepSample:
     steps: np.ndarray
     done: np.ndarray
     discount: np.ndarray
-    keys: np.ndarray
-    probabilities: np.ndarray
-    weights: np.ndarray
-    priorities: np.ndarray
-    times_sampled: np.ndarray
-    versions: np.ndarray
-    streams: np.ndarray
-    episodes: np.ndarray
-
-    def __len__(self) -> int:
-        return int(self.keys.shape[0])
 
 
 class EpisodeBatch(list):

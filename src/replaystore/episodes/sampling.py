@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EpisodeError
+from ..rows import sample_rows
 from ..storage.base import Storage
 from ..storage.spec import SEP
 
@@ -51,3 +52,26 @@ def zero_where(data: Any, keep: np.ndarray) -> None:
             zero_where(v, keep)
         return
     data[~keep] = 0
+
+
+def start_fields(
+    index: Any, meta: np.ndarray, key_index: Any, slots: Any, probabilities: Any, weights: Any
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The fields a sample has of its start ``slots`` (keys ... episodes), and the slots as int64.
+
+    ``meta``: the table's metadata rows, ``key_index`` the table's (``fill_keys``). ``weights``:
+    ``None`` for ones. ``times_sampled`` holds the counts before this sample (the caller counts it).
+    """
+    slots = np.ascontiguousarray(slots, dtype=np.int64)
+    rows = sample_rows(meta, slots, 0)
+    key_index.fill_keys(slots, rows)  # (compiled: the ring's arithmetic or the key column)
+    return {
+        "keys": rows[:, 0],
+        "probabilities": np.asarray(probabilities, dtype=np.float64),
+        "weights": np.ones(len(slots)) if weights is None else np.asarray(weights, dtype=np.float64),
+        "priorities": rows.view(np.float64)[:, 3],
+        "times_sampled": rows[:, 1],
+        "versions": rows[:, 2],
+        "streams": index.streams(slots),
+        "episodes": index.episode_of[slots].astype(np.int64),
+    }, slots

@@ -6,11 +6,11 @@ A window of a start step (the *key* step, at stream position ``t0``) covers posi
 
 - **strict**: every position of the window is a live step of the key step's episode. This never
   crosses an episode end (the next step has another episode id), the write head (positions not
-  written yet are not live), a deleted or evicted step, or the ring's wrap-around (an entry is
-  trusted only if its slot still holds that stream and position). Starts are uniform over the
-  valid ones: candidates are drawn uniformly from the live steps and kept when valid (rejection
-  sampling is exactly uniform over the accepted set); when few candidates pass, the exact set of
-  valid starts is computed (one sort of the live steps, cached until the table changes).
+  written yet are not live), a deleted or evicted step, or the ring's wrap-around (see
+  :mod:`replaystore.episodes.rings`). Starts are uniform over the valid ones: candidates are drawn
+  uniformly from the live steps and kept when valid (rejection sampling is exactly uniform over
+  the accepted set); when few candidates pass, the exact set of valid starts is computed (one
+  sort of the live steps, cached until the table changes).
 - **padded**: every live step is a start (uniform); positions of the window outside the key step's
   run of consecutive live steps of its episode are padded: zeros in ``data``, False in ``mask``.
 """
@@ -23,14 +23,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import EpisodeError, NoValidSequence
-from ..rows import sample_rows
 from ..samplers.base import Selector
 from ..samplers.prioritized import Prioritized
 from ..storage.base import Storage
 from ..storage.spec import reshape_leaves
 from .index import EpisodeIndex
 from .samples import SequenceSample
-from .sampling import check_batch, zero_where
+from .sampling import check_batch, start_fields, zero_where
 
 _ROUNDS = 4  # rejection rounds before the exact valid set is computed
 # per episode index: the exact valid starts (keyed by its generation and the window) and the last
@@ -88,10 +87,8 @@ def ends_valid(index: EpisodeIndex, key_slots: np.ndarray, width: int, burn_in: 
     A cheap first filter: only a deleted step in between can still make such a window invalid.
     """
     st, t = index.stream_t(key_slots)
-    t0 = (t - burn_in)[:, None] + np.array([0, width - 1])
-    e = index.lookup(st[:, None], t0)
-    ep = index.episode_of[key_slots]
-    return (e >= 0).all(axis=1) & (index.episode_of[e[:, 0]] == ep) & (index.episode_of[e[:, 1]] == ep)
+    ends = index.lookup(st[:, None], (t - burn_in)[:, None] + np.array([0, width - 1]))
+    return strict_valid(index, ends, key_slots)  # (a window of its two ends)
 
 
 def gapless_ends_valid(
@@ -131,8 +128,7 @@ def exact_valid_starts(index: EpisodeIndex, width: int, burn_in: int) -> np.ndar
     st, t, ep, live = st[order], t[order], ep[order], live[order]
     n = len(live)
     breaks = np.ones(n, dtype=bool)
-    if n > 1:
-        breaks[1:] = (st[1:] != st[:-1]) | (t[1:] != t[:-1] + 1) | (ep[1:] != ep[:-1])
+    breaks[1:] = (st[1:] != st[:-1]) | (t[1:] != t[:-1] + 1) | (ep[1:] != ep[:-1])
     run = np.cumsum(breaks) - 1
     run_last = np.append(np.flatnonzero(breaks)[1:], n) - 1
     remaining = run_last[run] - np.arange(n)  # steps after this one in its run
@@ -244,13 +240,10 @@ def draw_sequences(
 ) -> tuple[SequenceSample, np.ndarray]:
     """Draw ``n`` windows (see the module doc) and gather them: ``(sample, start slots)``.
 
-    ``meta``: the table's metadata rows; ``key_index``: the table's (``keys_of(slots)``, the keys in
-    those slots, and ``run_keys(first, width)``, those of runs of consecutive slots). Changes
-    nothing: the sample's ``times_sampled`` holds the counts before this sample, for the caller to
-    overwrite once it has counted the sample over the start slots.
-
-    Raises:
-        NoValidSequence: strict mode and no stored run is long enough.
+    Changes nothing (``meta``, ``key_index``, ``times_sampled``: see
+    :func:`~replaystore.episodes.sampling.start_fields`; ``key_index`` also gives ``keys_of(slots)``
+    and ``run_keys(first, width)``, the keys of runs of consecutive slots). Raises as
+    :meth:`Table.sample_sequences` (NoValidSequence).
     """
     weights = None
     if prioritized:
@@ -289,22 +282,7 @@ def draw_sequences(
         step_keys = key_index.keys_of(slots)
     if not full:
         zero_where(data, mask)
-    keys = np.ascontiguousarray(keys, dtype=np.int64)  # (the start slots)
-    rows = sample_rows(meta, keys, 0)
-    key_index.fill_keys(keys, rows)  # (compiled: the ring's arithmetic or the key column)
+    fields, keys = start_fields(index, meta, key_index, keys, probabilities, weights)
     if not full:
         step_keys[~mask] = -1
-    return SequenceSample(
-        data=data,
-        mask=mask,
-        keys=rows[:, 0],
-        step_keys=step_keys,
-        streams=index.streams(keys),
-        episodes=index.episode_of[keys].astype(np.int64),
-        probabilities=np.asarray(probabilities, dtype=np.float64),
-        weights=np.ones(n) if weights is None else weights,
-        priorities=rows.view(np.float64)[:, 3],
-        times_sampled=rows[:, 1],
-        versions=rows[:, 2],
-        burn_in=burn_in,
-    ), keys
+    return SequenceSample(data=data, mask=mask, step_keys=step_keys, burn_in=burn_in, **fields), keys

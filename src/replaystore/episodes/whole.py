@@ -43,8 +43,7 @@ def complete_episodes(index: EpisodeIndex) -> tuple[np.ndarray, np.ndarray, np.n
         _COMPLETE[index] = (index.generation, out)
         return out
     first = np.ones(n, dtype=bool)
-    if n > 1:
-        first[1:] = ep[1:] != ep[:-1]
+    first[1:] = ep[1:] != ep[:-1]
     starts = np.flatnonzero(first)
     stops = np.append(starts[1:], n)
     last = stops - 1
@@ -77,10 +76,7 @@ def draw_episodes(
     """Draw ``k`` complete episodes uniformly: ``(slots of every returned step, the batch)``.
 
     ``keys_of(slots)``: the table's keys in those slots. Changes nothing (the caller counts the
-    sample over the returned slots).
-
-    Raises:
-        NoValidSequence: no complete episode (or fewer than ``k`` with ``replace=False``).
+    sample over the returned slots). Raises as :meth:`Table.sample_episodes`.
     """
     ids, bounds, slots = complete_episodes(index)
     if len(ids) == 0:
@@ -91,20 +87,14 @@ def draw_episodes(
         raise NoValidSequence(f"asked for {k} distinct episodes, {len(ids)} complete ones are stored")
     pick = rng.choice(len(ids), size=k, replace=False) if not replace else (rng.random(k) * len(ids)).astype(np.int64)
     lengths = (bounds[1:] - bounds[:-1])[pick]
-    parts = [slots[bounds[i] : bounds[i + 1]] for i in pick.tolist()]
-    flat = np.concatenate(parts)
+    flat = np.concatenate([slots[bounds[i] : bounds[i + 1]] for i in pick.tolist()])
     data = storage.read(flat)
-    keys = keys_of(flat)
-    last = np.cumsum(lengths) - 1
-    fl = index.flags[flat[last]]
-    streams = index.streams(flat[last])
-    out = EpisodeBatch()
-    cuts = np.cumsum(lengths)[:-1]
-    for part in np.split(np.arange(len(flat)), cuts):
-        out.append(_take(data, part))
-    out.keys = np.split(keys, cuts)
+    ends = np.cumsum(lengths)
+    fl = index.flags[flat[ends - 1]]
+    out = EpisodeBatch(_take(data, part) for part in np.split(np.arange(len(flat)), ends[:-1]))
+    out.keys = np.split(keys_of(flat), ends[:-1])
     out.episodes = ids[pick].astype(np.int64)
-    out.streams = streams
+    out.streams = index.streams(flat[ends - 1])
     out.terminated = (fl & TERMINATED) != 0
     out.truncated = ((fl & TRUNCATED) != 0) & ~out.terminated
     out.lengths = lengths.astype(np.int64)

@@ -113,17 +113,13 @@ def episode_plan(index: EpisodeIndex, n: int, stream: Any, terminated: bool, tru
     return StepPlan(streams, term, trunc, new_episode=True, same_stream=True)
 
 
-def check_end_flag(truncated: Any) -> None:
-    """:class:`EpisodeError` unless ``truncated`` is a bool (``end_episode``'s flag)."""
-    if not isinstance(truncated, (bool, np.bool_)):
-        raise EpisodeError(f"truncated must be a bool, got {truncated!r}")
-
-
 def end_episodes(index: EpisodeIndex, streams: Any, truncated: bool) -> int:
     """Close the open episode of each of ``streams`` in ``index``; return how many closed.
 
     Validates everything before changing anything (see :meth:`Table.end_episode`).
     """
+    if not isinstance(truncated, (bool, np.bool_)):
+        raise EpisodeError(f"truncated must be a bool, got {truncated!r}")
     n = int(np.size(streams)) if np.ndim(streams) else 1
     if np.ndim(streams) > 1:
         raise EpisodeError(f"stream ids must be an int or a 1-D array, got shape {np.shape(streams)}")
@@ -145,10 +141,9 @@ def end_episodes(index: EpisodeIndex, streams: Any, truncated: bool) -> int:
 
 
 def recorded_plan(index: EpisodeIndex, n: int, steps: Mapping[str, Any]) -> StepPlan:
-    """The plan of a recorded step write of ``n`` rows (see ``Table.replay_insert``; validated).
+    """The plan of a recorded step write of ``n`` rows (validated).
 
-    ``steps``: ``{"streams", "terminated", "truncated", "new_episode"}`` as the write took them
-    (``streams`` None: a fresh stream, as ``add_episode(stream=None)`` chose).
+    ``steps``: as :meth:`replaystore.table.journal.Journal.replay_insert` takes them.
     """
     if not isinstance(steps, Mapping):
         raise EpisodeError(f"steps must be a mapping of step arguments, got {type(steps).__name__}")

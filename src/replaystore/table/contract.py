@@ -17,8 +17,7 @@ it with which named error. From it:
 
 Adding a Table method to every mode is one edit: a :class:`Call` here (plus, for a call a log
 must record, its record in the logged table; for a sharded table, its merge). Generated methods
-carry the Table method's name, docstring and signature (``functools.wraps`` and
-``__signature__``), so ``help()`` and the API reference show the real thing.
+are dressed as the Table's (:func:`forwarded`).
 
 Modes: ``"table"`` (in-process), ``"shared"``, ``"served"``, ``"sharded"``, ``"logged"``.
 """

@@ -19,10 +19,7 @@ from .args import as_keys, as_priorities, as_version
 
 
 class KeyedMethods:
-    """By key: ``get``, ``info``, ``update_priorities``, ``update_fields``, ``delete``.
-
-    Whole table: ``set_version``, ``clear``, ``close``.
-    """
+    """The calls by key and the whole-table edits (see the module doc)."""
 
     # -- read, update and delete by key ------------------------------------------------------------
     def get(self, keys: Any) -> tuple[Any, np.ndarray]:
@@ -102,9 +99,8 @@ class KeyedMethods:
 
         ``data`` is a dict (nested as the items are) of some of the table's fields, each with one
         row per key: ``(len(keys), *field shape)``; the other fields, the keys, priorities and
-        counters stay as they are. Duplicate keys: the last occurrence wins. Keys no longer in the
-        table are skipped (counted in ``stats()["skipped_updates"]``). For per-row state a reader
-        needs after a restore, e.g. per-agent priorities (:mod:`replaystore.multiagent`).
+        counters stay as they are. Duplicate and unknown keys: as :meth:`update_priorities`. For
+        per-row state a reader needs after a restore, e.g. per-agent priorities (:mod:`replaystore.multiagent`).
 
         Raises:
             SpecError: ``data`` is not a dict of known fields, or a value's shape or dtype does not
@@ -119,9 +115,7 @@ class KeyedMethods:
             raise Unsupported(f"update_fields needs plain column storage, not {type(storage).__name__}")
         if not isinstance(data, Mapping) or not data:
             raise SpecError(f"update_fields takes a non-empty dict of fields, got {type(data).__name__}")
-        with self._cond:
-            self._flush_pending()
-            self._check_open()
+        with self._flushed(check_open=True):
             cols = _field_rows(storage, flatten(data), len(keys))
             slots = self._index.lookup(keys)
             ok = slots >= 0
@@ -167,9 +161,7 @@ class KeyedMethods:
                 is unchanged).
         """
         version = as_version(version)
-        with self._cond:
-            self._flush_pending()
-            self._check_open()
+        with self._flushed(check_open=True):
             st = self._state
             if version < st.version and not reset:
                 raise InvalidArgument(
@@ -189,9 +181,7 @@ class KeyedMethods:
 
     def clear(self) -> None:
         """Remove every item and reset the rate limiter's counters (keys keep increasing)."""
-        with self._cond:
-            self._flush_pending()
-            self._check_open()
+        with self._flushed(check_open=True):
             live = self._index.live_slots()
             self._remove_slots(live)
             self.rate_limiter.reset()
@@ -203,8 +193,7 @@ class KeyedMethods:
 
         Idempotent. The data stays readable through ``stats()`` and ``save()``.
         """
-        with self._cond:
-            self._flush_pending()
+        with self._flushed():
             self._state.closed = 1
             if self._waiting:
                 self._cond.notify_all()

@@ -1,11 +1,7 @@
 """The Table's episode methods: writers and readers of steps, sequences, n-step, whole episodes.
 
-The planners in :mod:`replaystore.episodes` are plain components: they receive the episode
-index, the storage, the metadata rows, the sampler and the rng, and return plans or drawn
-samples. These methods hold the table's lock around them, wait for the rate limiter before a
-read, and count the sample after it (see ``docs/sequences.md``).
-
-A mixin of :class:`~replaystore.table.Table`.
+A mixin of :class:`~replaystore.table.Table` around the planners of :mod:`replaystore.episodes`
+(the split of the work: :mod:`replaystore.episodes.writers`, :mod:`replaystore.episodes.sampling`).
 """
 
 from __future__ import annotations
@@ -193,10 +189,7 @@ class EpisodeMethods:
             EpisodeError: bad ids.
         """
         index = self._require_episodes()
-        _writers.check_end_flag(truncated)
-        with self._cond:
-            self._flush_pending()
-            self._check_open()
+        with self._flushed(check_open=True):
             return _writers.end_episodes(index, streams, truncated)
 
     def sample_sequences(
@@ -259,10 +252,8 @@ class EpisodeMethods:
     def sample_episodes(self, k: int, timeout: float | None = None, replace: bool = True) -> EpisodeBatch:
         """Draw ``k`` complete episodes uniformly (closed, with every step live).
 
-        Returns an :class:`~replaystore.episodes.EpisodeBatch`: a list of dicts of ``(T_i, ...)``
-        arrays with ``keys``, ``episodes``, ``streams``, ``terminated``, ``truncated``, ``lengths``.
-        Open episodes are never returned. Counts one sample per episode; ``times_sampled`` of
-        every returned step is incremented.
+        Returns an :class:`~replaystore.episodes.EpisodeBatch`. Open episodes are never returned.
+        Counts one sample per episode; ``times_sampled`` of every returned step is incremented.
 
         Raises:
             NoValidSequence: no complete episode (or fewer than ``k`` with ``replace=False``).
@@ -278,9 +269,8 @@ class EpisodeMethods:
     def episode_info(self, keys: Any) -> EpisodeInfo:
         """Where each key's step sits: stream, episode, positions, episode length, closed/complete, end flags.
 
-        Returns an :class:`~replaystore.episodes.info.EpisodeInfo` of arrays aligned with ``keys``;
-        keys that are not live (unknown, evicted, deleted) have ``found`` False and ``-1``/False
-        entries. Changes nothing (no sample is counted). Thread-safe (takes the table's lock).
+        Returns an :class:`~replaystore.episodes.info.EpisodeInfo` of arrays aligned with ``keys``
+        (keys not live: see there). Changes nothing (no sample is counted). Thread-safe.
 
         Raises:
             EpisodeError: the table has no ``episodes=``.
@@ -288,8 +278,7 @@ class EpisodeMethods:
         """
         index = self._require_episodes()
         keys = as_keys(keys)
-        with self._cond:
-            self._flush_pending()
+        with self._flushed():
             return _info.info_of_slots(index, self._index.lookup(keys))
 
     def episode_keys(self, keys: Any, positions: Any) -> np.ndarray:
@@ -306,6 +295,5 @@ class EpisodeMethods:
         index = self._require_episodes()
         keys = as_keys(keys)
         want = _info.check_positions(positions, len(keys))
-        with self._cond:
-            self._flush_pending()
+        with self._flushed():
             return _info.keys_at(index, self._index.keys_of, self._index.lookup(keys), want)

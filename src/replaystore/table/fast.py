@@ -1,17 +1,12 @@
 """The Table's fast paths: compiled ring writes and the staging of single adds.
 
-- **Ring fast paths** (:meth:`FastPaths._extend_ring`, :meth:`FastPaths._add_ring`): in ring mode,
-  a batch (or one item) of exactly the table's flat columns is copied straight into its ring
-  slots by the compiled ``rows`` helpers, and the metadata, selectors, ring and counters are
-  moved in one step (:meth:`FastPaths._ring_commit`).
+- **Ring fast paths** (:meth:`FastPaths._extend_ring`, :meth:`FastPaths._add_ring`): a batch (or
+  one item) of exactly the table's flat columns copied straight into its ring slots.
 - **Reserved ring slots** (:meth:`FastPaths._reserve_ring`, :meth:`FastPaths._write_reserved`,
-  :meth:`FastPaths._commit_reserved`): the ring fast path of a large batch in three steps, so that
-  a shared table's lock is not held while its rows are copied: make room at the ring's head (the
-  oldest items whose slots it takes leave first), copy the rows without the lock, then let the
-  items in at once.
-- **Staging** (:meth:`FastPaths._try_stage`, :meth:`FastPaths._flush_pending`): single adds to a
-  table whose selectors must be told are collected (see :mod:`replaystore.staging`) and inserted
-  as one batch; every other operation flushes them first, so it is invisible except in speed.
+  :meth:`FastPaths._commit_reserved`): the same for a large batch of a shared table, in three
+  steps so that its rows are copied without the lock.
+- **Staging** (:meth:`FastPaths._try_stage`, :meth:`FastPaths._flush_pending`): single adds
+  inserted as one batch (see :mod:`replaystore.staging`).
 
 A mixin of :class:`~replaystore.table.Table`: every method runs with the table's lock held
 (but :meth:`FastPaths._write_reserved`, which runs without it).

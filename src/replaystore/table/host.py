@@ -1,35 +1,23 @@
 """Where a Table's state lives and who locks it: the :class:`TableHost` given to it at construction.
 
-A Table runs the same code wherever its state lives. What differs is said by one object, its
+A Table runs the same code wherever its state lives; what differs is said by one object, its
 *host*, given to the constructor (``Table(..., host=...)``; internal API, for
-:mod:`replaystore.shared`):
+:mod:`replaystore.shared`). In process (the default, :data:`IN_PROCESS`) it is the base
+:class:`TableHost`, whose hooks do nothing: the table locks itself and keeps its state in NumPy
+arrays and Python attributes. A shared-memory segment's host guards the table with a lock of its
+own, publishes its small mutable state to the other processes and is told of inserts (its hooks,
+:class:`TableHost`'s methods); the per-slot arrays need no hook (they are allocated through
+:func:`replaystore.placement.allocate`, which a shared table points at its segment).
 
-- **In-process** (the default, :data:`IN_PROCESS`): the base :class:`TableHost`, whose hooks do
-  nothing. The table locks itself (a ``threading.Condition``) and keeps its state in NumPy arrays
-  and Python attributes; nothing here is called on its hot path.
-- **Shared memory** (``replaystore.shared``): the segment's host. The per-slot arrays need no
-  hook: the Table and its parts allocate them through :func:`replaystore.placement.allocate`,
-  which a shared table points at its segment (and a table built under a placement allocates up
-  front what it would build later, e.g. the structures of out-of-ring mode). The host guards the
-  table with a lock of its own (a thread lock plus a cross-process mutex, which also serves as
-  the Table's Condition), reads and sets the small mutable state it publishes to the other
-  processes, and is told when an insert starts (:meth:`TableHost.await_head`), writes rows before
-  their keys (:meth:`TableHost.unordered_write`) and when the table leaves ring mode
-  (:meth:`TableHost.reserve_outside_ring`).
-
-The two directions are the whole interface. The Table calls the host's hooks (the methods of
-:class:`TableHost`); a host that overrides none of the three insert hooks costs the Table
-nothing (it does not call the base's no-ops). The host drives the table through the
-:class:`HostedTable` it is given once, by :meth:`TableHost.bind`, at the end of the table's
-construction: the scalars of every part (the *scalar hook* of :mod:`replaystore.placement`:
-every part named by :meth:`HostedTable.scalar_parts` lists its ``SCALARS`` / ``FLOAT_SCALARS``,
-and sub-objects in ``scalar_parts()``; compiled here into one getter and one setter), the lock,
-and the repair after a crash. The write-ahead log has its own view,
-:class:`replaystore.table.journal.Journal`.
+The two directions are the whole interface: the Table calls the host's hooks (:func:`host_hooks`);
+the host drives the table through the :class:`HostedTable` it is given once by
+:meth:`TableHost.bind` (the scalars of every part, the lock, the repair after a crash). The
+write-ahead log has its own view, :class:`replaystore.table.journal.Journal`.
 """
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -106,7 +94,6 @@ class HostedTable:
     def __init__(self, table: "Table", host: TableHost) -> None:
         self._table = table
         self._host = host
-        self._scalar_io: tuple | None = None  # compiled by state_layout
         self.name, self.capacity = table.name, table.capacity
         self.storage: Storage = table.storage
         self.sampler: Selector = table.sampler
@@ -187,11 +174,14 @@ class HostedTable:
         Raises:
             InvalidState: the table was not built under a placement.
         """
-        if self._scalar_io is None:
-            if not self._table._placed:
-                raise InvalidState(f"table {self.name!r} was not built under a placement: its parts may change")
-            self._scalar_io = _compile(self.scalar_parts())
         return self._scalar_io[0], self._scalar_io[1]
+
+    @cached_property
+    def _scalar_io(self) -> tuple:
+        """:func:`_compile` of :meth:`scalar_parts`, once (InvalidState: not built under a placement)."""
+        if not self._table._placed:
+            raise InvalidState(f"table {self.name!r} was not built under a placement: its parts may change")
+        return _compile(self.scalar_parts())
 
     def scalar_fields(self) -> list[tuple[Any, str, str]]:
         """``(object, attribute, code)`` of each value of :meth:`state_scalars`.
@@ -199,21 +189,15 @@ class HostedTable:
         In the same order; ``code`` as in :meth:`state_layout`. A shared table places these
         attributes in its segment (:mod:`replaystore.shared.scalars`).
         """
-        if self._scalar_io is None:
-            self.state_layout()
         return list(self._scalar_io[4])
 
     def state_scalars(self) -> tuple:
         """The published state, named by :meth:`state_layout` (lock held; :meth:`before_publish` first)."""
-        if self._scalar_io is None:
-            self.state_layout()
         self._host.before_publish()
         return self._scalar_io[2]()
 
     def load_state_scalars(self, values: Any) -> None:
         """Set the state :meth:`state_scalars` returns (lock held), then :meth:`state_moved`."""
-        if self._scalar_io is None:
-            self.state_layout()
         self._scalar_io[3](values)
         self.state_moved()
 
@@ -249,9 +233,7 @@ class HostedTable:
             t._leave_ring(fill=False)
         order = np.argsort(keys, kind="stable")
         slots, keys = slots[order], keys[order]
-        free_mask = np.ones(t.capacity, dtype=bool)
-        free_mask[slots] = False
-        free = np.flatnonzero(free_mask)
+        free = np.setdiff1d(np.arange(t.capacity), slots)  # (ascending)
         t._index.key_of_slot[free] = -1  # (and assign writes the kept keys out)
         t._index.reset()
         t._index.assign(slots, keys)

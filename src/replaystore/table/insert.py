@@ -1,8 +1,7 @@
 """The Table's general insert path: validation, staleness, the rate limiter, eviction, accounting.
 
 Every insert that no fast path takes ends here (:meth:`GeneralInsert._insert`), including the
-staged adds' batches and the episode writers' rows. Nothing changes (counters included) until
-every check has passed and the rate limiter has admitted the batch.
+staged adds' batches and the episode writers' rows.
 
 A mixin of :class:`~replaystore.table.Table`: every method runs with the table's lock held.
 """

@@ -46,8 +46,7 @@ class Journal:
         uses it to apply a call and append its record as one step. Yields the table.
         """
         t = self.table
-        with t._cond:
-            t._flush_pending()
+        with t._flushed():
             yield t
 
     @property
@@ -73,8 +72,7 @@ class Journal:
         """
         keys = as_keys(keys)
         t = self.table
-        with t._cond:
-            t._flush_pending()
+        with t._flushed():
             return t._index.lookup(keys)
 
     def keys_of_slots(self, slots: Any) -> np.ndarray:
@@ -87,8 +85,7 @@ class Journal:
         t = self.table
         if len(slots) and (int(slots.min()) < 0 or int(slots.max()) >= t.capacity):
             raise InvalidArgument(f"slots must be in [0, {t.capacity}), got {slots[:5].tolist()}")
-        with t._cond:
-            t._flush_pending()
+        with t._flushed():
             return t._index.keys_of(slots)
 
     def replay_insert(
@@ -103,10 +100,9 @@ class Journal:
     ) -> np.ndarray:
         """Apply a recorded insert without waiting for the rate limiter (the limiter counts it).
 
-        As ``Table.extend`` (``batched=False``: one item, as ``Table.add``), but never blocks.
-        ``evict_keys``: the keys the recorded insert evicted, to be evicted in place of the
-        remover's own choice (a remover that chooses at random would choose others). Returns the
-        keys, as ``Table.extend`` (-1 for items refused as stale).
+        As ``Table.extend`` (``batched=False``: one item, as ``Table.add``; returns the keys), but
+        never blocks. ``evict_keys``: the keys the recorded insert evicted, to be evicted in place
+        of the remover's own choice (a remover that chooses at random would choose others).
 
         ``steps`` (episodic tables): the insert was a step write; ``{"streams": int, (n,) ints or
         None (a fresh stream, as ``add_episode(stream=None)``), "terminated": ..., "truncated": ...
@@ -123,9 +119,7 @@ class Journal:
         Otherwise as ``Table.extend``. Nothing changes on error.
         """
         t = self.table
-        with t._cond:
-            t._check_open()
-            t._flush_pending()
+        with t._flushed(check_open=True):
             prepared, n = t.storage.prepare(data, batched=batched)
             if n == 0:
                 return np.empty(0, dtype=np.int64)
@@ -161,9 +155,7 @@ class Journal:
         """
         keys = as_keys(keys)
         t = self.table
-        with t._cond:
-            t._check_open()
-            t._flush_pending()
+        with t._flushed(check_open=True):
             slots = t._index.lookup(keys)
             if len(keys) == 0 or (slots < 0).any():
                 raise InvalidArgument(

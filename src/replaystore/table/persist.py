@@ -3,8 +3,7 @@
 :meth:`Persistence.snapshot` copies the live items' rows and every part's state under the lock;
 :meth:`Persistence.from_snapshot` builds a new table from one. :meth:`Persistence.save` and
 :meth:`Persistence.load` pass snapshots to and from :mod:`replaystore.checkpoint`, which knows the
-files and nothing of the Table. A loaded table whose rate limiter cannot admit a sample says so
-(a :class:`~replaystore.BlockingWarning`) instead of letting the first ``sample`` block silently.
+files and nothing of the Table.
 
 A mixin of :class:`~replaystore.table.Table`.
 """
@@ -36,8 +35,7 @@ class Persistence:
 
         Items in key order (oldest first). Thread-safe; the table is unchanged.
         """
-        with self._cond:
-            self._flush_pending()
+        with self._flushed():
             st = self._state
             slots = self._index.live_slots()
             key_of_slot = self._index.key_of_slot
@@ -118,11 +116,7 @@ class Persistence:
             keys = meta["keys"].astype(np.int64)
             if self._ring is not None and n:  # the items go to slots 0 .. n-1: slot 0 holds keys[0]
                 # ring mode needs one run of keys that the next key continues (not so after deletes of the newest)
-                if (
-                    int(keys[-1]) - int(keys[0]) == n - 1
-                    and int(state["next_key"]) == int(keys[-1]) + 1
-                    and bool((np.diff(keys) == 1).all())
-                ):
+                if int(state["next_key"]) == int(keys[-1]) + 1 and bool((np.diff(keys) == 1).all()):
                     st.ring_base = st.ring_lo = st.ring_hi = int(keys[0])
                 else:
                     self._leave_ring()
@@ -166,14 +160,10 @@ class Persistence:
         rate limiter admits no sample: a ``sample`` would block until more items are inserted.
         """
         table = load_snapshot(path, cls.from_snapshot, allow_pickle=allow_pickle, memmap_dir=memmap_dir)
-        table._warn_if_unsampleable()
+        size, limiter = table._state.size, table.rate_limiter
+        if size and not limiter.can_sample(1):
+            warnings.warn(_unsampleable(table.name, size, limiter), BlockingWarning, stacklevel=2)
         return table
-
-    def _warn_if_unsampleable(self) -> None:
-        limiter = self.rate_limiter
-        if self._state.size == 0 or limiter.can_sample(1):
-            return
-        warnings.warn(_unsampleable(self.name, self._state.size, limiter), BlockingWarning, stacklevel=3)
 
 
 def _unsampleable(name: str, size: int, limiter: Any) -> str:

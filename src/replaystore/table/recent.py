@@ -1,15 +1,11 @@
 """The last few draws of a table handle: catches a sample's ``indices`` passed where keys belong.
 
-cpprb, TorchRL and rlox update priorities by storage index, so their users write
-``update_priorities(s.indices, p)``. Here the handle is the key (``s.keys``): slots are reused, so
-once the table has wrapped an index names another item or none, and such an update would update
-the wrong items or be skipped quietly. Keys and slots are both int64 arrays, so the table cannot
-tell them apart by type; it keeps the ``(indices, keys)`` of its last :data:`KEPT` draws (two
-references each, no copy) and refuses, with :class:`~replaystore.InvalidArgument`, an update whose
-key array is element for element one of those draws' indices while differing from that draw's
-keys (and from every kept draw's keys). Before the first wrap of a ``Fifo`` table indices equal
-keys and the update is correct, so it goes through. Arrays of one element are not checked (a
-single key equal to a recent single slot is too likely to be a coincidence).
+Why, and what the user sees: ``docs/per.md``, "Keys, not indices". Keys and slots are both int64
+arrays, so the table cannot tell them apart by type; it keeps the ``(indices, keys)`` of its last
+:data:`KEPT` draws (two references each, no copy) and refuses an update whose key array is element
+for element one of those draws' indices while differing from that draw's keys (and from every kept
+draw's keys). Arrays of one element are not checked (a single key equal to a recent single slot is
+too likely to be a coincidence).
 """
 
 from __future__ import annotations

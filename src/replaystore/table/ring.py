@@ -57,9 +57,7 @@ class SlotBookkeeping:
 
         The caller has released the victims' payloads in the storage and written the new ones.
         """
-        newest_gone = None
-        if self._fifo:  # the victims were the oldest items
-            newest_gone = int(self._index.keys_of(victims[-1:])[0])
+        newest_gone = int(self._index.keys_of(victims[-1:])[0]) if self._fifo else None  # (the oldest items)
         for sel in self._selectors:
             sel.replace(victims, keys, priorities)
         self._index.replace(victims, keys, newest_gone)

@@ -1,12 +1,10 @@
 """The Table's mutable scalar state in one small object, and its metadata row array.
 
-Everything a Table changes besides its arrays lives in one :class:`TableState`: the next key, the
-size and free-slot count, the ring's three numbers, the model version, the priority maxima, the
-counters ``stats()`` reports and the seconds calls spent blocked. One object, so a variant of the
-Table that keeps its state elsewhere (a shared-memory segment) has one thing to place:
+Everything a Table changes besides its arrays lives in one :class:`TableState` (its attributes
+are listed there). One object, so a variant of the Table that keeps its state elsewhere (a
+shared-memory segment) has one thing to place:
 :meth:`TableState.to_array` / :meth:`TableState.from_array` convert it to and from a NumPy record
-of :data:`STATE_DTYPE`. The per-slot metadata is one ``(capacity, 4)`` int64 array allocated by
-:func:`allocate_rows`.
+of :data:`STATE_DTYPE`. The per-slot metadata rows: :func:`allocate_rows`.
 
 Plain attributes (``__slots__``), not a NumPy record, on purpose: the single-item insert reads and
 writes a dozen of them, and a Python attribute costs a fraction of a NumPy scalar access.
@@ -49,6 +47,7 @@ _INTS = (
     *COUNTERS,
 )
 _FLOATS = ("max_priority", "pending_max_priority", *BLOCKED)
+_KINDS = {**dict.fromkeys(_INTS, int), **dict.fromkeys(_FLOATS, float)}  # (int() is 0, float() 0.0)
 #: the record :meth:`TableState.to_array` fills
 STATE_DTYPE = np.dtype([(name, np.int64) for name in _INTS] + [(name, np.float64) for name in _FLOATS])
 
@@ -78,10 +77,8 @@ class TableState:
     FLOAT_SCALARS = _FLOATS
 
     def __init__(self, capacity: int) -> None:
-        for name in _INTS:
-            setattr(self, name, 0)
-        for name in _FLOATS:
-            setattr(self, name, 0.0)
+        for name, kind in _KINDS.items():
+            setattr(self, name, kind())
         self.nfree = int(capacity)
         self.wal_lsn = -1
         self.max_priority = self.pending_max_priority = 1.0
@@ -99,11 +96,9 @@ class TableState:
 
     def load_counters(self, counters: dict[str, Any], blocked: dict[str, Any]) -> None:
         """Set the counters and blocked seconds that the dicts name (others are left as they are)."""
-        for name in COUNTERS:
+        for name in (*COUNTERS, "wal_lsn"):
             if name in counters:
                 setattr(self, name, int(counters[name]))
-        if "wal_lsn" in counters:
-            self.wal_lsn = int(counters["wal_lsn"])
         for name in BLOCKED:
             if name in blocked:
                 setattr(self, name, float(blocked[name]))
@@ -119,10 +114,8 @@ class TableState:
     def from_array(cls, rec: np.ndarray) -> "TableState":
         """A state holding the values of a record made by :meth:`to_array`."""
         out = cls.__new__(cls)
-        for name in _INTS:
-            setattr(out, name, int(rec[name]))
-        for name in _FLOATS:
-            setattr(out, name, float(rec[name]))
+        for name, kind in _KINDS.items():
+            setattr(out, name, kind(rec[name]))
         return out
 
     def __repr__(self) -> str:

@@ -9,8 +9,7 @@ import numpy as np
 from ..episodes import whole as _whole
 from ..rows import widen_rows
 
-_STALENESS_BINS = 16
-#: the histograms of priorities (powers of two below the largest) and times sampled have this many bins
+#: bins of the staleness, times-sampled and priority (powers of two below the largest) histograms
 _HIST_BINS = 16
 _TINY = float(np.finfo(np.float64).tiny)  # the smallest normal float64
 
@@ -24,8 +23,7 @@ class StatsMethods:
         The lock is held to read the counters and copy the live items' metadata rows (one slice copy
         in ring mode); the gauges and histograms are computed from the copy after it is released.
         """
-        with self._cond:
-            self._flush_pending()
+        with self._flushed():
             st = self._state
             out: dict[str, Any] = {"name": self.name, "size": st.size, "capacity": self.capacity}
             out.update(st.counters())
@@ -50,14 +48,9 @@ class StatsMethods:
                 priority_mean=float(pr.mean()),
             )
             age = np.subtract(version, rows[:, 2])
-            hist = np.bincount(np.clip(age, 0, _STALENESS_BINS - 1, out=age), minlength=_STALENESS_BINS)
-            out["staleness_histogram"] = {
-                (str(i) if i < _STALENESS_BINS - 1 else f">={i}"): int(c) for i, c in enumerate(hist) if c
-            }
-            hist = np.bincount(np.minimum(ts, _HIST_BINS - 1), minlength=_HIST_BINS)
-            out["times_sampled_histogram"] = {
-                (str(i) if i < _HIST_BINS - 1 else f">={i}"): int(c) for i, c in enumerate(hist) if c
-            }
+            for name, values in (("staleness_histogram", age), ("times_sampled_histogram", ts)):
+                hist = np.bincount(np.clip(values, 0, _HIST_BINS - 1), minlength=_HIST_BINS)
+                out[name] = {(str(i) if i < _HIST_BINS - 1 else f">={i}"): int(c) for i, c in enumerate(hist) if c}
             out["priority_histogram"] = _priority_histogram(rows[:, 3], out["priority_min"], out["priority_max"])
         else:
             out.update(

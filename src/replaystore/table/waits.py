@@ -1,11 +1,8 @@
 """Waiting on the rate limiter: a blocking call waits with a timeout (or warns once), and is counted.
 
-A mixin of :class:`~replaystore.table.Table` (like the sibling modules' mixins: its methods act on
-the table's own state, with the table's lock held). :meth:`~Waits._wait` waits on the table's
-condition until a call may go on, raising :class:`~replaystore.Timeout` at its deadline and
-:class:`~replaystore.Closed` if the table closes meanwhile; without a timeout it warns once
-(:class:`~replaystore.BlockingWarning`) after ``blocking_warning_s`` seconds and goes on waiting.
-The waits going on are counted for ``stats()`` (``insert_waiting``, ``sample_blocked_now_s``...).
+A mixin of :class:`~replaystore.table.Table` (its methods run with the table's lock held); the
+contract is :meth:`Waits._wait`'s. The waits going on are counted for ``stats()``
+(``insert_waiting``, ``sample_blocked_now_s``...).
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ class Waits:
     """Blocking calls' waits (a mixin of :class:`~replaystore.table.Table`; lock held)."""
 
     def _wait(self, ready, timeout: float | None, what: str, counter: str) -> None:
-        """Wait on the condition until ``ready()``; raise Timeout or Closed. Holds the lock.
+        """Wait on the table's condition until ``ready()``; raise Timeout at the deadline, Closed if it closes.
 
         Without a timeout, warns once (:class:`~replaystore.BlockingWarning`) after
         :attr:`blocking_warning_s` seconds, and goes on waiting.
@@ -32,7 +29,8 @@ class Waits:
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
         warn_at = None if deadline is not None else start + self.blocking_warning_s
-        self._wait_started(counter, start)  # (+1 waiting; stats() reports the waits going on)
+        self._waiting += 1  # (and when, for stats(): _waits_now)
+        self.__dict__.setdefault("_waits_since", {c: [] for c in BLOCKED})[counter].append(start)
         try:
             while not ready():
                 self._check_open()
@@ -54,7 +52,8 @@ class Waits:
                 self._cond.wait(remaining)
             self._check_open()
         finally:
-            self._wait_ended(counter, start)
+            self._waiting -= 1
+            self._waits_since[counter].remove(start)
             setattr(self._state, counter, getattr(self._state, counter) + time.monotonic() - start)
 
     def _warn_blocked(self, what: str, waited: float) -> None:
@@ -79,16 +78,6 @@ class Waits:
         if not (st.size > 0 and limiter.can_sample(n)):
             limiter.check_sample_size(n)
             self._wait(lambda: st.size > 0 and limiter.can_sample(n), timeout, f"sample of {n}", "sample_blocked_s")
-
-    def _wait_started(self, counter: str, start: float) -> None:
-        """A call starts waiting (lock held): one more waiter; note when, for :meth:`_waits_now`."""
-        self._waiting += 1
-        self.__dict__.setdefault("_waits_since", {c: [] for c in BLOCKED})[counter].append(start)
-
-    def _wait_ended(self, counter: str, start: float) -> None:
-        """The wait :meth:`_wait_started` noted is over (lock held)."""
-        self._waiting -= 1
-        self._waits_since[counter].remove(start)
 
     def _waits_now(self) -> dict[str, float]:
         """Calls of this process blocked by the rate limiter now: how many, and seconds waited so far."""
