@@ -28,13 +28,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch as th
 from gymnasium import spaces
-from stable_baselines3.common.buffers import BaseBuffer, DictReplayBuffer, ReplayBuffer
+from stable_baselines3.common.buffers import DictReplayBuffer, ReplayBuffer
 from stable_baselines3.common.type_aliases import DictReplayBufferSamples, ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
 
-from ...errors import InvalidType, SpecError
+from ...errors import SpecError
 from ...storage.spec import Field
 from .table_backed import SCALAR, SB3BufferError, TableBackedBuffer, array_property, obs_field
 
@@ -61,22 +60,6 @@ class ReplaystoreReplayBuffer(TableBackedBuffer, ReplayBuffer):
             ``handle_timeout_termination`` (as SB3, a ``ValueError``).
     """
 
-    def __init__(
-        self,
-        buffer_size: int,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        device: th.device | str = "auto",
-        n_envs: int = 1,
-        optimize_memory_usage: bool = False,
-        handle_timeout_termination: bool = True,
-        seed: int | None = None,
-    ) -> None:
-        if isinstance(observation_space, spaces.Dict):
-            raise InvalidType("Dict observation spaces need ReplaystoreDictReplayBuffer")
-        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
-        self._setup(buffer_size, n_envs, optimize_memory_usage, handle_timeout_termination, seed)
-
     def _fields(self) -> dict[str, Field]:
         obs = obs_field(self.observation_space, self.obs_shape)
         return {
@@ -100,17 +83,9 @@ class ReplaystoreReplayBuffer(TableBackedBuffer, ReplayBuffer):
         self._v_obs_rows = (self.n_envs, *self.obs_shape)
         self._v_action_rows = (self.n_envs, self.action_dim)
 
-    # SB3's public arrays: the storage's arrays themselves (writes go to the buffer's items)
+    # SB3's public arrays: the storage's arrays themselves (``actions``... are the base's)
     observations = array_property(
         "obs", "Observations, ``(buffer_size, n_envs, *obs_shape)``; with ``optimize_memory_usage`` also the next ones."
-    )
-    actions = array_property(
-        "action", "Actions, ``(buffer_size, n_envs, action_dim)`` (float64 spaces stored as float32, as SB3)."
-    )
-    rewards = array_property("reward", "Rewards, float32 ``(buffer_size, n_envs)``.")
-    dones = array_property("done", "Episode ends (terminated or truncated), float32 ``(buffer_size, n_envs)``.")
-    timeouts = array_property(
-        "timeout", 'Time-limit ends (``info["TimeLimit.truncated"]``), float32 ``(buffer_size, n_envs)``.'
     )
 
     @property
@@ -194,21 +169,7 @@ class ReplaystoreDictReplayBuffer(TableBackedBuffer, DictReplayBuffer):
     read from the following row).
     """
 
-    def __init__(
-        self,
-        buffer_size: int,
-        observation_space: spaces.Dict,
-        action_space: spaces.Space,
-        device: th.device | str = "auto",
-        n_envs: int = 1,
-        optimize_memory_usage: bool = False,
-        handle_timeout_termination: bool = True,
-        seed: int | None = None,
-    ) -> None:
-        if not isinstance(observation_space, spaces.Dict):
-            raise InvalidType("ReplaystoreDictReplayBuffer needs a Dict observation space")
-        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
-        self._setup(buffer_size, n_envs, optimize_memory_usage, handle_timeout_termination, seed)
+    _dict_obs = True
 
     def _fields(self) -> dict[str, Field]:
         for key in self.obs_shape:
@@ -259,11 +220,6 @@ class ReplaystoreDictReplayBuffer(TableBackedBuffer, DictReplayBuffer):
         for k, v in value.items():
             self._storage.set_array(f"next_obs/{k}", v)
         self._bind_views()
-
-    actions = ReplaystoreReplayBuffer.actions
-    rewards = ReplaystoreReplayBuffer.rewards
-    dones = ReplaystoreReplayBuffer.dones
-    timeouts = ReplaystoreReplayBuffer.timeouts
 
     def add(  # type: ignore[override]
         self,
