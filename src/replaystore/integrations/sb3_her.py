@@ -10,14 +10,9 @@ Drop-in for SB3's own class (same constructor: ``env``, ``n_sampled_goal``,
     model = DQN("MultiInputPolicy", env, replay_buffer_class=ReplaystoreHerReplayBuffer,
                 replay_buffer_kwargs=dict(n_sampled_goal=4, goal_selection_strategy="future"))
 
-It subclasses SB3's ``HerReplayBuffer`` (so SB3 passes it the env, and ``load_replay_buffer`` calls
-``set_env`` / ``truncate_last_trajectory``) but stores nothing in SB3's arrays: transitions live in
-a replaystore ``Table``; goals are relabelled at sample time with the env's ``compute_reward``
-(called once per batch through ``env_method(..., indices=[0])``, as SB3 does). SB3's public arrays
-are provided in its layout ``(buffer_size, n_envs, ...)``: ``dones``, ``timeouts``, ``ep_start``,
-``ep_length``, ``_current_ep_start`` are the live bookkeeping arrays; ``observations``,
-``next_observations``, ``actions``, ``rewards`` are read-only copies built from the table on access.
-``optimize_memory_usage`` is refused (as SB3 does for HER).
+It subclasses SB3's ``HerReplayBuffer`` but stores nothing in SB3's arrays: transitions live in
+a :class:`~replaystore.her.HindsightReplay`; which of SB3's arrays are live and which are copies,
+and how rewards are recomputed: docs/her.md, "Stable-Baselines3".
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """SB3's ``ReplayBuffer`` and ``DictReplayBuffer`` with their transitions in a replaystore Table.
 
-The buffers keep SB3's public surface: the arrays ``observations``, ``next_observations``,
-``actions``, ``rewards``, ``dones`` and ``timeouts`` shaped ``(buffer_size, n_envs, ...)`` (dicts
-of such arrays for ``Dict`` observation spaces), ``pos``, ``full``, ``size()``, ``add``, ``extend``,
-``sample``, ``_get_samples``, ``reset``, ``optimize_memory_usage`` and
-``handle_timeout_termination``, and they pickle (``save_replay_buffer`` / ``load_replay_buffer``).
-The arrays are the storage of a :class:`~replaystore.Table` (:class:`SB3RingStorage`), which
-owns the items: which transitions are live, in which order they leave, how they are sampled
-(uniformly here, by priority in :mod:`.prioritized`), and their metadata (keys, priorities,
-times sampled). The machinery both buffers share is in :mod:`.table_backed`.
-
-``add`` writes the transition straight into the arrays, as SB3 does; the rows are registered with
-the table in one batch when the buffer is next sampled (or read through :attr:`table`), or when a
-whole ring of rows is waiting. Registration checks that ``pos``/``full`` moved as the adds say; if
-user code changed them (or ``reset`` was bypassed), the table is rebuilt from SB3's rules
-(rows ``0..pos-1``, or every row once ``full``), so the buffer samples what SB3 would.
+The buffers keep SB3's public surface (arrays, counters, calls, pickling); their arrays are the
+storage of a :class:`~replaystore.Table` (:class:`SB3RingStorage`), which owns the items. The
+surface and how it works: docs/compat/sb3.md, "What is supported" and "How it works"; the
+machinery both buffers share is in :mod:`.table_backed`. If user code changes ``pos``/``full``,
+the table is rebuilt from SB3's rules (rows ``0..pos-1``, or every row once ``full``).
 
 Differences from SB3, all deliberate: ``sample`` draws from the table's own generator (seeded
 from NumPy's global one at construction, so ``set_random_seed`` keeps runs repeatable);
