@@ -22,6 +22,7 @@ import numpy as np
 
 from .errors import ReplayError, SpecError
 from .samplers import Fifo, Uniform
+from .storage.spec import flatten, unflatten
 from .table import Table
 
 STRATEGIES = ("future", "final", "episode")
@@ -354,13 +355,7 @@ class HindsightReplay:
         self.table = self._new_table()
         if len(old):
             order = np.argsort(old, kind="stable")
-            new = self.table.extend(_take(rows, order))
+            new = self.table.extend(unflatten({path: v[order] for path, v in flatten(rows).items()}))
             live = self.slot_key >= 0
             at = np.searchsorted(old[order], self.slot_key[live])
             self.slot_key[live] = new[at]
-
-
-def _take(tree: Any, idx: np.ndarray) -> Any:
-    if isinstance(tree, Mapping):
-        return {k: _take(v, idx) for k, v in tree.items()}
-    return np.asarray(tree)[idx]

@@ -50,6 +50,17 @@ def _position(name: str, kind: type, doc: str) -> property:
     return property(get, set_, doc=doc)
 
 
+def _stored(field: str, doc: str) -> property:
+    """SB3's array ``field`` built from the table (a dict per observation key for ``obs``/``next_obs``)."""
+
+    def get(self: Any) -> Any:
+        if field in ("obs", "next_obs"):
+            return {k: self.hindsight.field_view((field, k)) for k in self.observation_space.spaces}
+        return self.hindsight.field_view((field,))
+
+    return property(get, doc=doc)
+
+
 class ReplaystoreHerReplayBuffer(HerReplayBuffer):
     """SB3 ``HerReplayBuffer`` whose steps live in a replaystore table (see the module docstring).
 
@@ -121,25 +132,10 @@ class ReplaystoreHerReplayBuffer(HerReplayBuffer):
     _current_ep_start = property(lambda self: self.hindsight.current_ep_start)
     infos = property(lambda self: self.hindsight.infos)
 
-    @property
-    def observations(self) -> dict[str, np.ndarray]:
-        """Stored observations, ``(buffer_size, n_envs, ...)`` per key (a copy)."""
-        return {k: self.hindsight.field_view(("obs", k)) for k in self.observation_space.spaces}
-
-    @property
-    def next_observations(self) -> dict[str, np.ndarray]:
-        """Stored next observations, ``(buffer_size, n_envs, ...)`` per key (a copy)."""
-        return {k: self.hindsight.field_view(("next_obs", k)) for k in self.observation_space.spaces}
-
-    @property
-    def actions(self) -> np.ndarray:
-        """Stored actions, ``(buffer_size, n_envs, action_dim)`` (a copy)."""
-        return self.hindsight.field_view(("action",))
-
-    @property
-    def rewards(self) -> np.ndarray:
-        """Stored rewards, ``(buffer_size, n_envs)`` (a copy)."""
-        return self.hindsight.field_view(("reward",))
+    observations = _stored("obs", "Stored observations, ``(buffer_size, n_envs, ...)`` per key (a copy).")
+    next_observations = _stored("next_obs", "Stored next observations, as ``observations`` (a copy).")
+    actions = _stored("action", "Stored actions, ``(buffer_size, n_envs, action_dim)`` (a copy).")
+    rewards = _stored("reward", "Stored rewards, ``(buffer_size, n_envs)`` (a copy).")
 
     def _compute_reward(self, achieved: np.ndarray, desired: np.ndarray, infos: Any) -> np.ndarray:
         if self.env is None:
