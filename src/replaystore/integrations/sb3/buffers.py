@@ -77,18 +77,9 @@ class ReplaystoreReplayBuffer(TableBackedBuffer, ReplayBuffer):
     observations = array_property(
         "obs", "Observations, ``(buffer_size, n_envs, *obs_shape)``; with ``optimize_memory_usage`` also the next ones."
     )
-
-    @property
-    def next_observations(self) -> np.ndarray:
-        """Next observations, ``(buffer_size, n_envs, *obs_shape)`` (absent with ``optimize_memory_usage``)."""
-        if "next_obs" not in self._storage.arrays:
-            raise AttributeError("next_observations is not stored with optimize_memory_usage=True")
-        return self._storage.arrays["next_obs"]
-
-    @next_observations.setter
-    def next_observations(self, value: np.ndarray) -> None:
-        self._storage.set_array("next_obs", value)
-        self._bind_views()
+    next_observations = array_property(
+        "next_obs", "Next observations, ``(buffer_size, n_envs, *obs_shape)`` (absent with ``optimize_memory_usage``)."
+    )
 
     def add(
         self,
@@ -187,29 +178,12 @@ class ReplaystoreDictReplayBuffer(TableBackedBuffer, DictReplayBuffer):
         self._v_timeout = a["timeout"]
         self._v_action_rows = (self.n_envs, self.action_dim)
 
-    @property
-    def observations(self) -> dict[str, np.ndarray]:
-        """``{key: (buffer_size, n_envs, *shape)}``; with ``optimize_memory_usage`` also the next ones."""
-        return self._v_obs
-
-    @observations.setter
-    def observations(self, value: dict[str, np.ndarray]) -> None:
-        for k, v in value.items():
-            self._storage.set_array(f"obs/{k}", v)
-        self._bind_views()
-
-    @property
-    def next_observations(self) -> dict[str, np.ndarray]:
-        """``{key: (buffer_size, n_envs, *shape)}`` (absent with ``optimize_memory_usage``)."""
-        if self._v_next_obs is None:
-            raise AttributeError("next_observations is not stored with optimize_memory_usage=True")
-        return self._v_next_obs
-
-    @next_observations.setter
-    def next_observations(self, value: dict[str, np.ndarray]) -> None:
-        for k, v in value.items():
-            self._storage.set_array(f"next_obs/{k}", v)
-        self._bind_views()
+    observations = array_property(
+        "obs", "``{key: (buffer_size, n_envs, *shape)}``; with ``optimize_memory_usage`` also the next ones."
+    )
+    next_observations = array_property(
+        "next_obs", "``{key: (buffer_size, n_envs, *shape)}`` (absent with ``optimize_memory_usage``)."
+    )
 
     def add(  # type: ignore[override]
         self,

@@ -38,14 +38,25 @@ class SB3BufferError(InvalidArgument):
     """Bad arguments or input for an SB3 buffer (an ``InvalidArgument``, so also a ``ValueError``, as SB3 raises)."""
 
 
-def array_property(field: str, doc: str) -> property:
-    """A public SB3 array (``buffer.rewards`` ...): the storage's column ``field``; setting it replaces the column."""
+def array_property(name: str, doc: str) -> property:
+    """A public SB3 array (``buffer.rewards``, ``buffer.observations`` ...): the view ``add`` writes.
 
-    def get(self) -> np.ndarray:
-        return self._storage.arrays[field]
+    ``observations`` / ``next_observations`` of ``Dict`` spaces are ``{key: array}``; setting the
+    property replaces the storage's column(s). Reading next observations that are not stored
+    (``optimize_memory_usage``) raises ``AttributeError``.
+    """
 
-    def set(self, value: np.ndarray) -> None:
-        self._storage.set_array(field, value)
+    def get(self: Any) -> Any:
+        views = getattr(self, f"_v_{name}")
+        if views is None:
+            raise AttributeError("next_observations is not stored with optimize_memory_usage=True")
+        return views
+
+    def set(self: Any, value: Any) -> None:
+        nested = self._dict_obs and name in ("obs", "next_obs")
+        columns = {f"{name}/{k}": v for k, v in value.items()} if nested else {name: value}
+        for column, v in columns.items():
+            self._storage.set_array(column, v)
         self._bind_views()
 
     return property(get, set, doc=doc)
