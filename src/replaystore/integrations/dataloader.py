@@ -36,6 +36,7 @@ from ..items import Sample
 from ..mixing import MixedSample, MixedSampler
 from ..prefetch import SampleIterator
 from ..table import Table
+from ..table.args import as_count
 
 try:
     import torch
@@ -105,15 +106,11 @@ class ReplayDataset(IterableDataset):
         timeout: float | None = None,
     ) -> None:
         super().__init__()
-        if int(batch_size) < 1:
-            raise InvalidArgument(f"batch_size must be >= 1, got {batch_size}")
-        if int(prefetch) < 1:
-            raise InvalidArgument(f"prefetch must be >= 1, got {prefetch}")
+        self.batch_size = as_count(batch_size, "batch_size")
+        self.prefetch = as_count(prefetch, "prefetch")
         if max_batches is not None and int(max_batches) < 0:
             raise InvalidArgument(f"max_batches must be >= 0 or None, got {max_batches}")
-        self.batch_size = int(batch_size)
         self.max_batches = None if max_batches is None else int(max_batches)
-        self.prefetch = int(prefetch)
         self.timeout = timeout
         self._owner_pid = os.getpid()
         if isinstance(source, MixedSampler):
