@@ -233,10 +233,6 @@ class ReplaystoreDictReplayBuffer(TableBackedBuffer, DictReplayBuffer):
             self._v_timeout[pos] = timeouts
         self._after_add()
 
-    def sample(self, batch_size: int, env: VecNormalize | None = None) -> DictReplayBufferSamples:  # type: ignore[override]
-        """As :meth:`ReplaystoreReplayBuffer.sample`, with dicts of observation tensors."""
-        return TableBackedBuffer.sample(self, batch_size, env)
-
     def _to_samples(self, d: dict[str, np.ndarray], env: VecNormalize | None) -> DictReplayBufferSamples:
         t = self._tensor
         obs = self._normalize_obs({k: d[f"obs/{k}"] for k in self._v_keys}, env)
