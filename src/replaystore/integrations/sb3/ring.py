@@ -136,8 +136,11 @@ class SB3RingStorage(Storage):
     def gather(self, positions: np.ndarray) -> dict[str, np.ndarray]:
         """The fields at ring ``positions`` (fresh arrays), including the ``next_of`` fields."""
         out = {name: flat.take(positions, axis=0) for name, flat in self._flat.items()}
-        for name in self.next_of:
-            out[name] = self.field(name, positions)
+        if self.next_of:
+            following = positions + self.n_envs
+            following[following >= self.capacity] -= self.capacity
+            for name, base in self.next_of.items():
+                out[name] = self._flat[base].take(following, axis=0)
         return out
 
     def field(self, name: str, positions: np.ndarray) -> np.ndarray:
