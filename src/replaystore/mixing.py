@@ -39,7 +39,7 @@ import numpy as np
 
 from .errors import InvalidArgument, SpecError
 from .storage.spec import Field, normalize_spec, unflatten
-from .table.args import as_count, as_priorities
+from .table.args import as_priorities
 
 
 class InvalidMix(InvalidArgument):
@@ -246,7 +246,9 @@ class MixedSampler:
 
     def counts(self, batch_size: int) -> np.ndarray:
         """Rows per source for one batch of ``batch_size`` (random only with stochastic rounding)."""
-        b = as_count(batch_size, "batch_size")
+        if int(batch_size) < 1:
+            raise InvalidArgument(f"batch_size must be >= 1, got {batch_size}")
+        b = int(batch_size)
         if self.rounding == "largest_remainder":
             return mix_counts(self.ratios, b)
         exact = self.ratios * b
