@@ -4,18 +4,9 @@ Goal-conditioned transitions carry Dict observations with (at least) ``achieved_
 ``desired_goal``. :class:`HindsightReplay` keeps them in a replaystore :class:`~replaystore.Table`
 (FIFO, one row per stream per step, like SB3's ``(buffer_size, n_envs)`` layout) plus the episode
 bounds of every stored step, and relabels a fraction ``k / (k + 1)`` of each sampled batch
-(``k = n_sampled_goal``) with goals achieved later in the same episode:
-
-- ``"future"``: the achieved goal after a step ``t' >= t`` of the same episode (inclusive, as in
-  SB3: ``t' = t`` uses the goal reached by this very step);
-- ``"final"``: the achieved goal after the episode's last step;
-- ``"episode"``: the achieved goal after any step of the episode.
-
-The goal of a relabelled transition replaces ``desired_goal`` in both ``obs`` and ``next_obs``,
-and its reward is recomputed by the user's vectorised ``compute_reward(achieved, desired, info)``
-(``achieved`` = the transition's ``next_obs["achieved_goal"]``), as a gymnasium-robotics
-``GoalEnv`` defines it. Only steps of finished episodes are sampled (their bounds are known); an
-episode partly overwritten by the ring is no longer sampled (SB3's rule).
+(``k = n_sampled_goal``) with goals achieved later in the same episode (strategies:
+:func:`goal_offsets`). Which steps are sampled and how relabelled rows are made: docs/her.md,
+"Semantics".
 
 Building blocks, usable on their own: :func:`her_ratio`, :func:`goal_offsets`.
 """
@@ -31,6 +22,7 @@ import numpy as np
 
 from .errors import ReplayError, SpecError
 from .samplers import Fifo, Uniform
+from .storage.spec import flatten, unflatten
 from .table import Table
 
 STRATEGIES = ("future", "final", "episode")
@@ -363,13 +355,7 @@ class HindsightReplay:
         self.table = self._new_table()
         if len(old):
             order = np.argsort(old, kind="stable")
-            new = self.table.extend(_take(rows, order))
+            new = self.table.extend(unflatten({path: v[order] for path, v in flatten(rows).items()}))
             live = self.slot_key >= 0
             at = np.searchsorted(old[order], self.slot_key[live])
             self.slot_key[live] = new[at]
-
-
-def _take(tree: Any, idx: np.ndarray) -> Any:
-    if isinstance(tree, Mapping):
-        return {k: _take(v, idx) for k, v in tree.items()}
-    return np.asarray(tree)[idx]

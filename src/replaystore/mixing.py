@@ -16,29 +16,11 @@ rows are instead given to sources drawn with probability equal to their fraction
 sampling), so each count is ``floor(r_j B)`` or ``ceil(r_j B)`` and its **expectation** is exactly
 ``r_j * B`` (use it when ``B`` is so small that fixed rounding would bias the mix, e.g. ``B = 1``).
 
-**Rows and weights.** The batch is the concatenation of the per-source samples, in source order;
-``data`` fields are concatenated (every source must have the same fields, shapes and dtypes).
-``keys``, ``probabilities``, ``weights``, ``priorities``, ... are each source's own, unchanged:
-importance-sampling weights are **per source** (a prioritized source normalises its weights by
-its own maximum, a uniform one gives ones), which is what offline-to-online methods use: the
-ratio is a design choice, not a distribution to correct for. ``mixture_probabilities`` is
-``(n_j / B) * P_j(i)``, the probability of the row under the whole mix, for users who want to
-correct for it themselves.
-
-**Not atomic across sources**: each source is sampled with its own call; if source ``k`` times out
-(or is closed), the samples already drawn from sources before ``k`` stay counted in their tables
-(``times_sampled``, rate limiters). Argument errors are raised before any source is sampled.
-
-**Specs agree, or are cast.** When the sampler is built, the sources whose spec is known (a
-Table's storage has one once its first item arrived, or when built with ``spec=``) are compared
-field by field: a shape difference, or a dtype difference without ``cast=True``, raises
-:class:`~replaystore.SpecError` at once, naming the field and the fix. The usual case is an online
-table filled from gymnasium, whose Python ``float`` rewards make a ``float64`` column next to an
-offline dataset's ``float32``. Either build the online table with the offline spec,
-``rs.Table(..., spec=spec_of(offline))`` (Python scalars are then cast on insert), or pass
-``cast=True``: each batch's fields are then cast to the reference dtype (the first source's with a
-known spec) when NumPy can do it ``same_kind`` (float64 -> float32, int32 -> int64, never float ->
-int). Sources with no spec yet are checked on every batch the same way.
+**Rows and weights** (the batch is the per-source samples concatenated in source order, each row
+keeping its own source's metadata, importance weights included): :class:`MixedSample`. Specs that
+differ (checked when the sampler is built, or cast with ``cast=True``) and what the mix does not
+promise (it is not atomic across sources): docs/offline_to_online.md, "When the specs differ" and
+"What the mix guarantees". Argument errors are raised before any source is sampled.
 
 Sources are :class:`~replaystore.Table` objects or anything with the same ``sample`` and
 ``update_priorities`` methods (a :class:`replaystore.ray.ReplayClient`). The sampler itself is
@@ -222,7 +204,7 @@ class MixedSampler:
         seed: seed of the stochastic rounding.
         cast: cast each batch's fields to the reference dtype (the first source's with a known
             spec) when the sources' dtypes differ and NumPy can cast ``same_kind``; without it a
-            dtype difference raises ``SpecError`` (see "Specs agree, or are cast" in the module doc).
+            dtype difference raises ``SpecError`` (docs/offline_to_online.md, "When the specs differ").
 
     Raises:
         InvalidMix: no sources, a ratio per source missing, negative/NaN ratios, all zero, or an
@@ -331,7 +313,7 @@ class MixedSampler:
         Raises:
             InvalidArgument: ``batch_size < 1``.
             SpecError: the sources' data differ in fields, shapes or dtypes.
-            Timeout, Closed: from a source (see "not atomic" in the module doc).
+            Timeout, Closed: from a source; the sources sampled before it stay counted (not atomic).
         """
         return self._draw("sample", batch_size, (), {"timeout": timeout})
 

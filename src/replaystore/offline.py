@@ -1,29 +1,10 @@
 """Offline RL data into a Table: Minari datasets and D4RL-style arrays.
 
-Both loaders produce **transitions** with the same fields, so offline and online tables share a
-spec (and can be mixed, see :mod:`replaystore.mixing`):
-
-=============== ===========================================================================
-``obs``          observation (nested dicts for ``Dict`` observation spaces)
-``action``       action
-``reward``       float32 reward
-``next_obs``     the observation after the action
-``terminated``   bool: the episode ended in a terminal state (do not bootstrap)
-``truncated``    bool: the episode was cut by a time limit (bootstrap from ``next_obs``)
-=============== ===========================================================================
-
-D4RL-style arrays are ``{"observations", "actions", "rewards", "terminals", "timeouts"[,
-"next_observations"]}`` with one row per step. Without ``next_observations`` the next observation
-of row ``i`` is row ``i + 1``, so rows whose successor is not their next observation are handled as
-D4RL's own ``qlearning_dataset`` does, made explicit:
-
-- a **timeout** row (``timeouts[i]``) is dropped: its next observation is not in the arrays, and a
-  truncated transition needs it to bootstrap;
-- a **terminal** row keeps its own observation as ``next_obs`` (a placeholder: with
-  ``terminated=True`` the target never reads it);
-- the **last** row is dropped unless it is terminal.
-
-With ``next_observations`` every row is kept as given.
+Both loaders produce **transitions** with the same fields (``obs``, ``action``, float32 ``reward``,
+``next_obs``, bool ``terminated``: do not bootstrap, bool ``truncated``: a time limit, bootstrap
+from ``next_obs``), so offline and online tables share a spec (and can be mixed, see
+:mod:`replaystore.mixing`). The rules (D4RL rows without a successor, as D4RL's
+``qlearning_dataset``; Minari episodes; episodes) are in docs/data.md, "Offline data".
 
 Every loader validates everything before the table changes: on bad data it raises
 :class:`OfflineDataError` (or :class:`~replaystore.SpecError` from the table) and the table is as
@@ -105,7 +86,7 @@ def read_d4rl_file(path: str | os.PathLike) -> dict[str, np.ndarray]:
 
 
 def d4rl_transitions(arrays: Mapping[str, Any]) -> dict[str, Any]:
-    """Convert D4RL-style arrays into transition columns (see the module doc for the rules).
+    """Convert D4RL-style arrays into transition columns (the rules: docs/data.md, "Offline data").
 
     Returns:
         ``{"obs", "action", "reward", "next_obs", "terminated", "truncated"}`` with one row per

@@ -13,35 +13,13 @@ for batch in loader:
 ```
 
 An element is a dict: ``"data"`` (the sample's data, arrays turned into tensors, nested dicts
-kept) and the metadata of :class:`~replaystore.Sample` as tensors: ``keys``, ``indices``,
-``probabilities``, ``weights``, ``priorities``, ``times_sampled``, ``versions``.
+kept) and the metadata of :class:`~replaystore.Sample` as tensors (:func:`sample_to_batch`).
 
-Sources and workers:
-
-- **A Table** (in-process) works with ``num_workers=0``: a background thread keeps ``prefetch``
-  batches drawn ahead (:class:`~replaystore.prefetch.SampleIterator`). It cannot be used with
-  worker processes: each worker would sample its own forked copy, invisible to the writers and
-  to priority updates. Iterating it in a worker raises :class:`WorkerSourceError`, and
-  :func:`replay_loader` raises it at once.
-- **A MixedSampler** (offline-to-online: fixed shares of several tables per batch) is an
-  in-process source like a Table: ``num_workers=0``; its batches carry ``source``, ``names``,
-  ``counts``, ``mixture_probabilities`` and ``extra`` too, and ``update_priorities(batch, p)``
-  routes each row's priority to its table.
-- **A Ray client** (:class:`replaystore.ray.ReplayClient`) works with any ``num_workers``: every
-  worker connects to the same service by name (the client is not pickled into the worker; its
-  service name, table, namespace and the cluster address are) and keeps ``prefetch`` sample
-  calls in flight. Workers must be started with ``spawn`` or ``forkserver`` (a forked child of a
-  Ray driver cannot use Ray): :func:`replay_loader` chooses ``spawn``; a forked worker raises
-  :class:`WorkerSourceError`.
-
-``max_batches`` is the total over all workers (split as evenly as possible: worker ``i`` of ``w``
-draws ``max_batches // w`` plus one if ``i < max_batches % w``); ``None`` iterates forever.
-Each drawn batch is an ordinary sample: it counts in ``times_sampled`` and for the rate limiter
-when it is drawn, so stopping early drops up to ``prefetch`` drawn batches per worker.
-
-``pin_memory`` is DataLoader's: its pinning thread (in the main process) page-locks each batch.
-On a machine without an accelerator PyTorch warns once and yields unpinned CPU tensors; the
-dataset itself never pins.
+Sources: an in-process Table or :class:`~replaystore.MixedSampler` with ``num_workers=0`` (a
+prefetch thread, :class:`~replaystore.prefetch.SampleIterator`), or a Ray client with any
+``num_workers`` (spawned workers connecting to the same service by name: the client is not
+pickled, its connection details are). Which source works where and why, ``max_batches`` over
+workers and ``pin_memory``: docs/data.md, "PyTorch DataLoader".
 """
 
 from __future__ import annotations
@@ -58,6 +36,7 @@ from ..items import Sample
 from ..mixing import MixedSample, MixedSampler
 from ..prefetch import SampleIterator
 from ..table import Table
+from ..table.args import as_count
 
 try:
     import torch
@@ -67,7 +46,7 @@ except ImportError as e:  # pragma: no cover - exercised only without torch
 
 
 class WorkerSourceError(InvalidArgument):
-    """The dataset's source cannot be used in this DataLoader worker (see the module doc)."""
+    """The dataset's source cannot be used in this DataLoader worker (docs/data.md, "PyTorch DataLoader")."""
 
 
 def _tensors(value: Any, shared: bool = False) -> Any:
@@ -127,15 +106,11 @@ class ReplayDataset(IterableDataset):
         timeout: float | None = None,
     ) -> None:
         super().__init__()
-        if int(batch_size) < 1:
-            raise InvalidArgument(f"batch_size must be >= 1, got {batch_size}")
-        if int(prefetch) < 1:
-            raise InvalidArgument(f"prefetch must be >= 1, got {prefetch}")
+        self.batch_size = as_count(batch_size, "batch_size")
+        self.prefetch = as_count(prefetch, "prefetch")
         if max_batches is not None and int(max_batches) < 0:
             raise InvalidArgument(f"max_batches must be >= 0 or None, got {max_batches}")
-        self.batch_size = int(batch_size)
         self.max_batches = None if max_batches is None else int(max_batches)
-        self.prefetch = int(prefetch)
         self.timeout = timeout
         self._owner_pid = os.getpid()
         if isinstance(source, MixedSampler):
@@ -205,7 +180,7 @@ class ReplayDataset(IterableDataset):
 
     # -- iteration -----------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        """Yield batches (dicts of tensors); see the module doc for workers and ``max_batches``.
+        """Yield batches (dicts of tensors); workers and ``max_batches``: docs/data.md, "PyTorch DataLoader".
 
         Raises:
             WorkerSourceError: a Table source in a worker process, or Ray in a forked worker.

@@ -10,14 +10,9 @@ Drop-in for SB3's own class (same constructor: ``env``, ``n_sampled_goal``,
     model = DQN("MultiInputPolicy", env, replay_buffer_class=ReplaystoreHerReplayBuffer,
                 replay_buffer_kwargs=dict(n_sampled_goal=4, goal_selection_strategy="future"))
 
-It subclasses SB3's ``HerReplayBuffer`` (so SB3 passes it the env, and ``load_replay_buffer`` calls
-``set_env`` / ``truncate_last_trajectory``) but stores nothing in SB3's arrays: transitions live in
-a replaystore ``Table``; goals are relabelled at sample time with the env's ``compute_reward``
-(called once per batch through ``env_method(..., indices=[0])``, as SB3 does). SB3's public arrays
-are provided in its layout ``(buffer_size, n_envs, ...)``: ``dones``, ``timeouts``, ``ep_start``,
-``ep_length``, ``_current_ep_start`` are the live bookkeeping arrays; ``observations``,
-``next_observations``, ``actions``, ``rewards`` are read-only copies built from the table on access.
-``optimize_memory_usage`` is refused (as SB3 does for HER).
+It subclasses SB3's ``HerReplayBuffer`` but stores nothing in SB3's arrays: transitions live in
+a :class:`~replaystore.her.HindsightReplay`; which of SB3's arrays are live and which are copies,
+and how rewards are recomputed: docs/her.md, "Stable-Baselines3".
 """
 
 from __future__ import annotations
@@ -53,6 +48,17 @@ def _position(name: str, kind: type, doc: str) -> property:
             setattr(h, name, kind(value))
 
     return property(get, set_, doc=doc)
+
+
+def _stored(field: str, doc: str) -> property:
+    """SB3's array ``field`` built from the table (a dict per observation key for ``obs``/``next_obs``)."""
+
+    def get(self: Any) -> Any:
+        if field in ("obs", "next_obs"):
+            return {k: self.hindsight.field_view((field, k)) for k in self.observation_space.spaces}
+        return self.hindsight.field_view((field,))
+
+    return property(get, doc=doc)
 
 
 class ReplaystoreHerReplayBuffer(HerReplayBuffer):
@@ -126,25 +132,10 @@ class ReplaystoreHerReplayBuffer(HerReplayBuffer):
     _current_ep_start = property(lambda self: self.hindsight.current_ep_start)
     infos = property(lambda self: self.hindsight.infos)
 
-    @property
-    def observations(self) -> dict[str, np.ndarray]:
-        """Stored observations, ``(buffer_size, n_envs, ...)`` per key (a copy)."""
-        return {k: self.hindsight.field_view(("obs", k)) for k in self.observation_space.spaces}
-
-    @property
-    def next_observations(self) -> dict[str, np.ndarray]:
-        """Stored next observations, ``(buffer_size, n_envs, ...)`` per key (a copy)."""
-        return {k: self.hindsight.field_view(("next_obs", k)) for k in self.observation_space.spaces}
-
-    @property
-    def actions(self) -> np.ndarray:
-        """Stored actions, ``(buffer_size, n_envs, action_dim)`` (a copy)."""
-        return self.hindsight.field_view(("action",))
-
-    @property
-    def rewards(self) -> np.ndarray:
-        """Stored rewards, ``(buffer_size, n_envs)`` (a copy)."""
-        return self.hindsight.field_view(("reward",))
+    observations = _stored("obs", "Stored observations, ``(buffer_size, n_envs, ...)`` per key (a copy).")
+    next_observations = _stored("next_obs", "Stored next observations, as ``observations`` (a copy).")
+    actions = _stored("action", "Stored actions, ``(buffer_size, n_envs, action_dim)`` (a copy).")
+    rewards = _stored("reward", "Stored rewards, ``(buffer_size, n_envs)`` (a copy).")
 
     def _compute_reward(self, achieved: np.ndarray, desired: np.ndarray, infos: Any) -> np.ndarray:
         if self.env is None:

@@ -1,23 +1,9 @@
-"""torchgfn's replay buffers on replaystore's core: ``ReplayBuffer`` and its two subclasses.
+"""torchgfn's replay buffers on replaystore's core: ``ReplayBuffer``, the base of the other two.
 
-Layout of a buffer:
-
-- an :class:`replaystore.Table` over slot indices does the bookkeeping: its remover is ``Fifo``
-  (keep the newest) or ``MinHeap`` over the log-rewards (keep the top ``capacity``), so an insert
-  of ``B`` items into a full buffer of ``N`` costs O(B log N), never a sort of the buffer;
-- a slot store keeps the items: a preallocated tensor per field for the container types with a
-  codec (torchgfn's three containers, :class:`TensorContainer`), or the containers themselves
-  (:class:`~replaystore.compat.gfn.store.ContainerLog`) for any other type;
-- per-slot NumPy arrays hold what sampling needs (live mask, log-reward, insertion order).
-
-The table evicts *before* it inserts, so top-k admission is decided first: with ``m`` items too
-many, the ``m`` lowest of (batch ∪ the ``m`` lowest stored items) are dropped, ties dropping the
-older item, and only the admitted batch items reach ``Table.extend``, whose ``MinHeap`` remover then
-evicts exactly the stored items that lost.
-
-Reads (``sample``, ``training_container``, ``save``) build a new container of the stored type.
-``training_container`` lists the items as torchgfn does: ascending log-reward with
-``prioritized_capacity``, oldest first otherwise.
+An :class:`replaystore.Table` over slot indices does the bookkeeping (``Fifo``, or ``MinHeap`` over
+the log-rewards with top-k admission decided before ``Table.extend``), a slot store
+(:mod:`~replaystore.compat.gfn.store`) keeps the items, per-slot NumPy arrays what sampling needs
+(live mask, log-reward, insertion order): the design is docs/compat/gfn.md, "How it is built".
 
 Neighbours: :mod:`~replaystore.compat.gfn.batch` (container handling: errors, prepared batches),
 :mod:`~replaystore.compat.gfn.remote` (sending to a manager), :mod:`~replaystore.compat.gfn.strategies`

@@ -2,14 +2,9 @@
 
 A codec lets a buffer keep a container type in a preallocated tensor store indexed by slot
 (:mod:`replaystore.compat.gfn.store`) and send it to a manager as plain arrays. Every field is a
-tensor whose axis 0 is the item; *ragged* fields (the time axis of trajectories) have axis 1 of
-varying length and are padded with a fill value (the sink state ``sf``, the dummy action, ``-inf``
-conditions), exactly as torchgfn pads trajectories when it extends them.
-
-Codecs exist for :class:`~replaystore.compat.gfn.containers.TensorContainer` and, when torchgfn is
-installed, for its ``Trajectories``, ``Transitions`` and ``StatesContainer`` with tensor states.
-Any other container (for instance graph states) is stored as a container (see
-:class:`~replaystore.compat.gfn.store.ContainerLog`): :func:`codec_for` returns ``None`` for it.
+tensor whose axis 0 is the item; *ragged* fields (``Codec.ragged``) are padded as torchgfn
+pads trajectories. The types with a codec, and the others: docs/compat/gfn.md, "How it is built"
+(:func:`codec_for` returns ``None`` for the others).
 
 The stale per-sample fields ``log_probs`` and ``estimator_outputs`` are never encoded.
 """

@@ -1,15 +1,8 @@
-"""The container contract, and a minimal built-in container that satisfies it.
+"""The container contract (:class:`Container`), and a minimal built-in container that satisfies it.
 
-torchgfn's buffers store *containers*: ``Trajectories``, ``Transitions`` and ``StatesContainer``.
-The buffers here accept those (when torchgfn is installed) and any object that satisfies the same
-contract, described by :class:`Container`: ``len(c)``, ``c[index]`` returning a **new** container,
-``c.extend(other)`` in place, and the properties ``log_rewards`` (a ``(len(c),)`` tensor or
-``None``) and ``terminating_states`` (an object with a ``tensor`` attribute and optionally
-``conditions``).
-
-:class:`TensorContainer` is the built-in implementation: a batch of terminating states (one row
-per item) with optional log-rewards, conditions and any other per-item tensors. It lets the module
-work, and be tested, without torchgfn.
+The buffers accept torchgfn's ``Trajectories``, ``Transitions`` and ``StatesContainer`` (when
+torchgfn is installed) and any object with :class:`Container`'s members; :class:`TensorContainer`
+lets the module work, and be tested, without torchgfn.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """``ReplayBufferManager``: the remote buffer that many trainers send their containers to.
 
-The manager stores what it receives (optionally in the diverse buffer), scores each batch with a
-user function and replies with the score dict plus ``baseline_log_reward`` (strategies ``min``,
-``percentile``, ``ema``, as in torchgfn). The logic here is transport-free; it runs
-
-- as a named Ray actor: :meth:`ReplayBufferManager.start` (see :mod:`.ray_backend`), the default;
-- as a torch.distributed rank: :meth:`ReplayBufferManager.run` (see :mod:`.torch_backend`).
-
-A manager stops when every trainer has said goodbye (or, on Ray, died), or when asked.
+Stores, scores and replies as docs/compat/gfn.md, "The remote buffer" describes. The logic here is
+transport-free; it runs as a named Ray actor (:meth:`ReplayBufferManager.start`, :mod:`.ray_backend`)
+or as a torch.distributed rank (:meth:`ReplayBufferManager.run`, :mod:`.torch_backend`).
 """
 
 from __future__ import annotations

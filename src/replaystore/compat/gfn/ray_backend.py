@@ -1,10 +1,7 @@
 """The Ray backend: the manager as a named async actor, trainers call it through the object store.
 
-A trainer's container becomes a wire message (:mod:`.wire`: arrays, not a pickled container), is
-``ray.put`` into the object store, and its reference is passed to the manager's ``data`` method;
-the reply is the score dict. Every wait has a timeout. Trainers that are Ray actors register their
-handle, and the manager watches them: a trainer that dies counts as gone, so the manager still
-finishes when the others have said goodbye.
+A container travels as a wire message (:mod:`.wire`) passed by reference to the manager's ``data``
+method; timeouts and the watch on trainer actors: docs/compat/gfn.md, "The remote buffer" (Ray).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The remote path of the torchgfn buffers: sending batches to a :class:`ReplayBufferManager`.
 
-:class:`RemotePath` is a mixin of :class:`~replaystore.compat.gfn.buffer.ReplayBuffer`: every
-``remote_buffer_freq``-th ``add`` merges the pending containers, optionally filters them by the
-manager's baseline log-reward and reduces them to terminating states (``scoring_only``), and sends
-them through a transport (Ray actor calls or torch.distributed messages), waiting for the score or
-not (``async_score``). The attribute names are torchgfn's where it has them.
+:class:`RemotePath` is a mixin of :class:`~replaystore.compat.gfn.buffer.ReplayBuffer`; what it
+sends and when: docs/compat/gfn.md, "The remote buffer" (trainer side). Names are torchgfn's.
 """
 
 from __future__ import annotations

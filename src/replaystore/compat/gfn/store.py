@@ -1,14 +1,8 @@
 """Slot stores: where a buffer keeps its items, addressed by the slots its ``rs.Table`` assigns.
 
-- :class:`TensorStore`: one preallocated tensor per field, ``capacity`` rows; writing a batch of
-  ``B`` items copies ``B`` rows, reading gathers rows. Ragged fields (the time axis of
-  trajectories) grow when a longer batch arrives, padding older rows with the codec's fill value.
-- :class:`ContainerLog`: for containers without a codec. Items are appended to one container
-  (the user's type) with ``extend``; a slot maps to a row of it, and the log is compacted with one
-  indexing call when it holds more than twice the live rows (amortised O(1) rows per insert).
-
-:class:`SlotStorage` is the ``Storage`` the buffer gives its ``rs.Table``: it forwards the table's
-writes and releases to the buffer, which owns one of the stores above.
+:class:`TensorStore` (container types with a codec) or :class:`ContainerLog` (any other type) keep
+them, as docs/compat/gfn.md ("How it is built", storage) describes; :class:`SlotStorage` is the
+``Storage`` the buffer gives its ``rs.Table``, forwarding the table's writes and releases to it.
 """
 
 from __future__ import annotations

@@ -142,13 +142,9 @@ class TerminatingStateBuffer(ReplayBuffer):
     torchgfn containers become a ``StatesContainer`` (all rows terminating); other containers a
     :class:`TensorContainer` of ``terminating_states.tensor``, conditions and log-rewards. The
     remote path (if any) still sends the original container unless ``scoring_only`` is set.
-    Before the first add, ``training_container`` is an empty states container.
+    Before the first add, ``training_container`` is an empty states container. Arguments: as
+    :class:`~replaystore.compat.gfn.buffer.ReplayBuffer`'s.
     """
-
-    def __init__(
-        self, env: Any, capacity: int = 1000, communication_backend: str = "ray", timing: bool = False, **kwargs: Any
-    ) -> None:
-        super().__init__(env, capacity, communication_backend=communication_backend, timing=timing, **kwargs)
 
     def _empty(self) -> Any:
         if self.env is not None and hasattr(self.env, "states_from_batch_shape"):

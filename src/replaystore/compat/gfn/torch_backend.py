@@ -1,12 +1,7 @@
 """The torch.distributed backend: the manager is a rank, trainers talk to it point-to-point.
 
-For users who launch with ``torchrun`` (any initialised process group with point-to-point support,
-e.g. gloo). A message is a fixed header ``int64[2] = (type, json_length)``, a JSON description,
-then one raw tensor per field: containers travel as tensors, never pickled. Tags keep traffic
-apart: trainer -> manager on tag 0, score replies on tag 1, metadata replies on tag 2.
-
-Every wait has a timeout (``Work.wait(timeout)``). A timed-out exchange leaves the pair's
-connection in an undefined state under gloo: treat the manager as lost (``TimeoutError``).
+A message is a header ``int64[2] = (type, json_length)``, a JSON description, then one raw tensor
+per field, on the tags below; timeouts under gloo: docs/compat/gfn.md, "The remote buffer".
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """SB3's ``ReplayBuffer`` and ``DictReplayBuffer`` with their transitions in a replaystore Table.
 
-The buffers keep SB3's public surface: the arrays ``observations``, ``next_observations``,
-``actions``, ``rewards``, ``dones`` and ``timeouts`` shaped ``(buffer_size, n_envs, ...)`` (dicts
-of such arrays for ``Dict`` observation spaces), ``pos``, ``full``, ``size()``, ``add``, ``extend``,
-``sample``, ``_get_samples``, ``reset``, ``optimize_memory_usage`` and
-``handle_timeout_termination``, and they pickle (``save_replay_buffer`` / ``load_replay_buffer``).
-The arrays are the storage of a :class:`~replaystore.Table` (:class:`SB3RingStorage`), which
-owns the items: which transitions are live, in which order they leave, how they are sampled
-(uniformly here, by priority in :mod:`.prioritized`), and their metadata (keys, priorities,
-times sampled). The machinery both buffers share is in :mod:`.table_backed`.
-
-``add`` writes the transition straight into the arrays, as SB3 does; the rows are registered with
-the table in one batch when the buffer is next sampled (or read through :attr:`table`), or when a
-whole ring of rows is waiting. Registration checks that ``pos``/``full`` moved as the adds say; if
-user code changed them (or ``reset`` was bypassed), the table is rebuilt from SB3's rules
-(rows ``0..pos-1``, or every row once ``full``), so the buffer samples what SB3 would.
+The buffers keep SB3's public surface (arrays, counters, calls, pickling); their arrays are the
+storage of a :class:`~replaystore.Table` (:class:`SB3RingStorage`), which owns the items. The
+surface and how it works: docs/compat/sb3.md, "What is supported" and "How it works"; the
+machinery both buffers share is in :mod:`.table_backed`. If user code changes ``pos``/``full``,
+the table is rebuilt from SB3's rules (rows ``0..pos-1``, or every row once ``full``).
 
 Differences from SB3, all deliberate: ``sample`` draws from the table's own generator (seeded
 from NumPy's global one at construction, so ``set_random_seed`` keeps runs repeatable);
@@ -28,13 +18,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch as th
 from gymnasium import spaces
-from stable_baselines3.common.buffers import BaseBuffer, DictReplayBuffer, ReplayBuffer
+from stable_baselines3.common.buffers import DictReplayBuffer, ReplayBuffer
 from stable_baselines3.common.type_aliases import DictReplayBufferSamples, ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
 
-from ...errors import InvalidType, SpecError
+from ...errors import SpecError
 from ...storage.spec import Field
 from .table_backed import SCALAR, SB3BufferError, TableBackedBuffer, array_property, obs_field
 
@@ -61,22 +50,6 @@ class ReplaystoreReplayBuffer(TableBackedBuffer, ReplayBuffer):
             ``handle_timeout_termination`` (as SB3, a ``ValueError``).
     """
 
-    def __init__(
-        self,
-        buffer_size: int,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        device: th.device | str = "auto",
-        n_envs: int = 1,
-        optimize_memory_usage: bool = False,
-        handle_timeout_termination: bool = True,
-        seed: int | None = None,
-    ) -> None:
-        if isinstance(observation_space, spaces.Dict):
-            raise InvalidType("Dict observation spaces need ReplaystoreDictReplayBuffer")
-        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
-        self._setup(buffer_size, n_envs, optimize_memory_usage, handle_timeout_termination, seed)
-
     def _fields(self) -> dict[str, Field]:
         obs = obs_field(self.observation_space, self.obs_shape)
         return {
@@ -100,30 +73,13 @@ class ReplaystoreReplayBuffer(TableBackedBuffer, ReplayBuffer):
         self._v_obs_rows = (self.n_envs, *self.obs_shape)
         self._v_action_rows = (self.n_envs, self.action_dim)
 
-    # SB3's public arrays: the storage's arrays themselves (writes go to the buffer's items)
+    # SB3's public arrays: the storage's arrays themselves (``actions``... are the base's)
     observations = array_property(
         "obs", "Observations, ``(buffer_size, n_envs, *obs_shape)``; with ``optimize_memory_usage`` also the next ones."
     )
-    actions = array_property(
-        "action", "Actions, ``(buffer_size, n_envs, action_dim)`` (float64 spaces stored as float32, as SB3)."
+    next_observations = array_property(
+        "next_obs", "Next observations, ``(buffer_size, n_envs, *obs_shape)`` (absent with ``optimize_memory_usage``)."
     )
-    rewards = array_property("reward", "Rewards, float32 ``(buffer_size, n_envs)``.")
-    dones = array_property("done", "Episode ends (terminated or truncated), float32 ``(buffer_size, n_envs)``.")
-    timeouts = array_property(
-        "timeout", 'Time-limit ends (``info["TimeLimit.truncated"]``), float32 ``(buffer_size, n_envs)``.'
-    )
-
-    @property
-    def next_observations(self) -> np.ndarray:
-        """Next observations, ``(buffer_size, n_envs, *obs_shape)`` (absent with ``optimize_memory_usage``)."""
-        if "next_obs" not in self._storage.arrays:
-            raise AttributeError("next_observations is not stored with optimize_memory_usage=True")
-        return self._storage.arrays["next_obs"]
-
-    @next_observations.setter
-    def next_observations(self, value: np.ndarray) -> None:
-        self._storage.set_array("next_obs", value)
-        self._bind_views()
 
     def add(
         self,
@@ -194,21 +150,7 @@ class ReplaystoreDictReplayBuffer(TableBackedBuffer, DictReplayBuffer):
     read from the following row).
     """
 
-    def __init__(
-        self,
-        buffer_size: int,
-        observation_space: spaces.Dict,
-        action_space: spaces.Space,
-        device: th.device | str = "auto",
-        n_envs: int = 1,
-        optimize_memory_usage: bool = False,
-        handle_timeout_termination: bool = True,
-        seed: int | None = None,
-    ) -> None:
-        if not isinstance(observation_space, spaces.Dict):
-            raise InvalidType("ReplaystoreDictReplayBuffer needs a Dict observation space")
-        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
-        self._setup(buffer_size, n_envs, optimize_memory_usage, handle_timeout_termination, seed)
+    _dict_obs = True
 
     def _fields(self) -> dict[str, Field]:
         for key in self.obs_shape:
@@ -236,34 +178,12 @@ class ReplaystoreDictReplayBuffer(TableBackedBuffer, DictReplayBuffer):
         self._v_timeout = a["timeout"]
         self._v_action_rows = (self.n_envs, self.action_dim)
 
-    @property
-    def observations(self) -> dict[str, np.ndarray]:
-        """``{key: (buffer_size, n_envs, *shape)}``; with ``optimize_memory_usage`` also the next ones."""
-        return self._v_obs
-
-    @observations.setter
-    def observations(self, value: dict[str, np.ndarray]) -> None:
-        for k, v in value.items():
-            self._storage.set_array(f"obs/{k}", v)
-        self._bind_views()
-
-    @property
-    def next_observations(self) -> dict[str, np.ndarray]:
-        """``{key: (buffer_size, n_envs, *shape)}`` (absent with ``optimize_memory_usage``)."""
-        if self._v_next_obs is None:
-            raise AttributeError("next_observations is not stored with optimize_memory_usage=True")
-        return self._v_next_obs
-
-    @next_observations.setter
-    def next_observations(self, value: dict[str, np.ndarray]) -> None:
-        for k, v in value.items():
-            self._storage.set_array(f"next_obs/{k}", v)
-        self._bind_views()
-
-    actions = ReplaystoreReplayBuffer.actions
-    rewards = ReplaystoreReplayBuffer.rewards
-    dones = ReplaystoreReplayBuffer.dones
-    timeouts = ReplaystoreReplayBuffer.timeouts
+    observations = array_property(
+        "obs", "``{key: (buffer_size, n_envs, *shape)}``; with ``optimize_memory_usage`` also the next ones."
+    )
+    next_observations = array_property(
+        "next_obs", "``{key: (buffer_size, n_envs, *shape)}`` (absent with ``optimize_memory_usage``)."
+    )
 
     def add(  # type: ignore[override]
         self,
@@ -312,10 +232,6 @@ class ReplaystoreDictReplayBuffer(TableBackedBuffer, DictReplayBuffer):
         if timeouts is not None:
             self._v_timeout[pos] = timeouts
         self._after_add()
-
-    def sample(self, batch_size: int, env: VecNormalize | None = None) -> DictReplayBufferSamples:  # type: ignore[override]
-        """As :meth:`ReplaystoreReplayBuffer.sample`, with dicts of observation tensors."""
-        return TableBackedBuffer.sample(self, batch_size, env)
 
     def _to_samples(self, d: dict[str, np.ndarray], env: VecNormalize | None) -> DictReplayBufferSamples:
         t = self._tensor

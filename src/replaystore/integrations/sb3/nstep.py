@@ -14,9 +14,10 @@ rewards, dones and timeouts) without modifying them; the start transitions are d
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch as th
-from gymnasium import spaces
 from stable_baselines3.common.buffers import NStepReplayBuffer
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
@@ -28,48 +29,25 @@ from .table_backed import SB3BufferError
 class ReplaystoreNStepReplayBuffer(ReplaystoreReplayBuffer, NStepReplayBuffer):
     """SB3 ``NStepReplayBuffer`` whose arrays are a replaystore Table's storage.
 
-    ``buffer_size``, ``observation_space``, ``action_space``, ``device``, ``n_envs``,
-    ``optimize_memory_usage``, ``handle_timeout_termination`` and ``seed`` are as for
-    :class:`ReplaystoreReplayBuffer` (unlike SB3's,
-    ``optimize_memory_usage=True`` is supported).
-
     Args:
-        n_steps: rows summed per sample (``>= 1``; SB3's default 3).
+        *args: ``buffer_size``, ``observation_space``, ... as for :class:`ReplaystoreReplayBuffer`
+            (unlike SB3's, ``optimize_memory_usage=True`` works).
+        n_steps: rows summed per sample (``>= 1``; SB3's default 3); keyword-only, as in SB3.
         gamma: discount factor in ``(0, 1]``.
+        **kwargs: the other arguments of :class:`ReplaystoreReplayBuffer`.
 
     Raises:
         SB3BufferError: ``n_steps < 1`` or ``gamma`` outside ``(0, 1]``, besides the base errors.
     """
 
-    def __init__(
-        self,
-        buffer_size: int,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        device: th.device | str = "auto",
-        n_envs: int = 1,
-        optimize_memory_usage: bool = False,
-        handle_timeout_termination: bool = True,
-        seed: int | None = None,
-        n_steps: int = 3,
-        gamma: float = 0.99,
-    ) -> None:
+    def __init__(self, *args: Any, n_steps: int = 3, gamma: float = 0.99, **kwargs: Any) -> None:
         if int(n_steps) != n_steps or n_steps < 1:
             raise SB3BufferError(f"n_steps must be an integer >= 1, got {n_steps}")
         if not 0.0 < float(gamma) <= 1.0:
             raise SB3BufferError(f"gamma must lie in (0, 1], got {gamma}")
         self.n_steps = int(n_steps)
         self.gamma = float(gamma)
-        super().__init__(
-            buffer_size,
-            observation_space,
-            action_space,
-            device,
-            n_envs,
-            optimize_memory_usage,
-            handle_timeout_termination,
-            seed,
-        )
+        super().__init__(*args, **kwargs)
 
     def _bind_views(self) -> None:
         super()._bind_views()

@@ -25,7 +25,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch as th
-from gymnasium import spaces
 from stable_baselines3 import DQN
 from stable_baselines3.common.vec_env import VecNormalize
 from torch.nn import functional as F
@@ -52,11 +51,9 @@ class PrioritizedReplayBufferSamples(NamedTuple):
 class ReplaystorePrioritizedReplayBuffer(ReplaystoreNStepReplayBuffer):
     """Proportional prioritized replay (Schaul et al. 2016) as an SB3 replay buffer.
 
-    ``buffer_size``, ``observation_space``, ``action_space``, ``device``, ``n_envs``,
-    ``optimize_memory_usage``, ``handle_timeout_termination`` and ``seed`` are as for
-    :class:`ReplaystoreReplayBuffer`.
-
     Args:
+        *args: ``buffer_size``, ``observation_space``, ... as for :class:`ReplaystoreReplayBuffer`
+            (the arguments below are keyword-only).
         n_steps: ``1`` (default) for one-step samples (``discounts`` is ``None``), more for n-step
             returns with ``discounts``.
         gamma: discount of the n-step returns.
@@ -64,6 +61,7 @@ class ReplaystorePrioritizedReplayBuffer(ReplaystoreNStepReplayBuffer):
         beta: initial importance-sampling exponent (assign :attr:`beta` to anneal it).
         eps: added to ``|td_error|`` so that no transition becomes unreachable.
         stratified: stratified sampling over the priority mass (lower variance).
+        **kwargs: the other arguments of :class:`ReplaystoreReplayBuffer`.
 
     Raises:
         SB3BufferError: ``alpha < 0``, ``beta`` outside ``[0, 1]`` or ``eps < 0``, besides the base
@@ -72,20 +70,14 @@ class ReplaystorePrioritizedReplayBuffer(ReplaystoreNStepReplayBuffer):
 
     def __init__(
         self,
-        buffer_size: int,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        device: th.device | str = "auto",
-        n_envs: int = 1,
-        optimize_memory_usage: bool = False,
-        handle_timeout_termination: bool = True,
-        seed: int | None = None,
+        *args: Any,
         n_steps: int = 1,
         gamma: float = 0.99,
         alpha: float = 0.6,
         beta: float = 0.4,
         eps: float = 1e-6,
         stratified: bool = False,
+        **kwargs: Any,
     ) -> None:
         for name, v in (("alpha", alpha), ("beta", beta), ("eps", eps)):
             if not float(v) >= 0.0:
@@ -96,18 +88,7 @@ class ReplaystorePrioritizedReplayBuffer(ReplaystoreNStepReplayBuffer):
         self._beta = float(beta)
         self.eps = float(eps)
         self.stratified = bool(stratified)
-        super().__init__(
-            buffer_size,
-            observation_space,
-            action_space,
-            device,
-            n_envs,
-            optimize_memory_usage,
-            handle_timeout_termination,
-            seed,
-            n_steps=n_steps,
-            gamma=gamma,
-        )
+        super().__init__(*args, n_steps=n_steps, gamma=gamma, **kwargs)
 
     def _sampler(self) -> Selector:
         return Prioritized(alpha=self.alpha, beta=self._beta, stratified=self.stratified)

@@ -1,21 +1,10 @@
 """SB3RingStorage: Stable-Baselines3's replay arrays, shaped ``(buffer_size, n_envs, ...)``, as a Table storage.
 
-SB3 keeps one array per field (``observations``, ``actions``, ...) with a row per ``add`` call and a
-column per environment. This storage holds exactly those arrays, so the SB3 buffer classes can hand
-them out as their public attributes and write into them as SB3 does, while a
-:class:`~replaystore.Table` owns the items (membership, sampling, priorities, eviction order).
-
 An item is one transition of one environment, addressed by its *ring position*
-``row * n_envs + env`` (a flat index into the arrays). The table gives the storage *slots*; the
-storage remembers the ring position of each slot. The payload is written by the buffer before the
-item is registered: :meth:`prepare` takes :class:`RingRows` (the positions), :meth:`write` records
-them, :meth:`read` gathers the fields of the slots' positions.
-
-``next_of`` declares fields that are not stored but read from another field one row later
-(SB3's ``optimize_memory_usage``: the next observation of row ``r`` is the observation of row
-``r + 1``). The storage asks the table to evict items whose next row would be overwritten
-(:meth:`evictions_needed`), so a table of ``buffer_size`` rows holds at most ``buffer_size - 1``
-rows of such items, as SB3 samples them.
+``row * n_envs + env`` (a flat index into the arrays); the storage remembers the ring position of
+each of the table's slots. The buffer writes the payload before it registers the item (:class:`RingRows`).
+``next_of`` fields (``optimize_memory_usage``) are read from another field one row later. Design:
+docs/compat/sb3.md, "How it works".
 
 Not thread-safe on its own (the Table calls it under its lock; the buffer writes rows from one
 thread, as SB3's algorithms do).

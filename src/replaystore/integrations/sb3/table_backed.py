@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from stable_baselines3.common.buffers import BaseBuffer
 from stable_baselines3.common.vec_env import VecNormalize
 
-from ...errors import InvalidArgument
+from ...errors import InvalidArgument, InvalidType
 from ...limiters import MinSize
 from ...samplers import Fifo, Selector, Uniform
 from ...storage.spec import Field
@@ -37,6 +38,30 @@ class SB3BufferError(InvalidArgument):
     """Bad arguments or input for an SB3 buffer (an ``InvalidArgument``, so also a ``ValueError``, as SB3 raises)."""
 
 
+def array_property(name: str, doc: str) -> property:
+    """A public SB3 array (``buffer.rewards``, ``buffer.observations`` ...): the view ``add`` writes.
+
+    ``observations`` / ``next_observations`` of ``Dict`` spaces are ``{key: array}``; setting the
+    property replaces the storage's column(s). Reading next observations that are not stored
+    (``optimize_memory_usage``) raises ``AttributeError``.
+    """
+
+    def get(self: Any) -> Any:
+        views = getattr(self, f"_v_{name}")
+        if views is None:
+            raise AttributeError("next_observations is not stored with optimize_memory_usage=True")
+        return views
+
+    def set(self: Any, value: Any) -> None:
+        nested = self._dict_obs and name in ("obs", "next_obs")
+        columns = {f"{name}/{k}": v for k, v in value.items()} if nested else {name: value}
+        for column, v in columns.items():
+            self._storage.set_array(column, v)
+        self._bind_views()
+
+    return property(get, set, doc=doc)
+
+
 class TableBackedBuffer:
     """Shared machinery of the SB3 buffers: ring storage, Table, lazy registration, pickling.
 
@@ -53,18 +78,41 @@ class TableBackedBuffer:
     optimize_memory_usage: bool
     handle_timeout_termination: bool
 
+    #: whether the subclass takes ``Dict`` observation spaces (it refuses the others, and vice versa)
+    _dict_obs = False
+
+    # SB3's public arrays: the storage's arrays themselves (writes go to the buffer's items)
+    actions = array_property(
+        "action", "Actions, ``(buffer_size, n_envs, action_dim)`` (float64 spaces stored as float32, as SB3)."
+    )
+    rewards = array_property("reward", "Rewards, float32 ``(buffer_size, n_envs)``.")
+    dones = array_property("done", "Episode ends (terminated or truncated), float32 ``(buffer_size, n_envs)``.")
+    timeouts = array_property(
+        "timeout", 'Time-limit ends (``info["TimeLimit.truncated"]``), float32 ``(buffer_size, n_envs)``.'
+    )
+
     # -- construction -------------------------------------------------------------------------------
-    def _setup(
+    def __init__(
         self,
         buffer_size: int,
-        n_envs: int,
-        optimize_memory_usage: bool,
-        handle_timeout_termination: bool,
-        seed: int | None,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        device: th.device | str = "auto",
+        n_envs: int = 1,
+        optimize_memory_usage: bool = False,
+        handle_timeout_termination: bool = True,
+        seed: int | None = None,
     ) -> None:
-        """SB3's checks, then the storage and the table (after ``BaseBuffer.__init__``)."""
+        """See :class:`~replaystore.integrations.sb3.buffers.ReplaystoreReplayBuffer` (arguments, errors)."""
+        if isinstance(observation_space, spaces.Dict) != self._dict_obs:
+            raise InvalidType(
+                "ReplaystoreDictReplayBuffer needs a Dict observation space"
+                if self._dict_obs
+                else "Dict observation spaces need ReplaystoreDictReplayBuffer"
+            )
+        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
         if optimize_memory_usage and handle_timeout_termination:
-            kind = "DictReplayBuffer" if isinstance(self.observation_space, spaces.Dict) else "ReplayBuffer"
+            kind = "DictReplayBuffer" if self._dict_obs else "ReplayBuffer"
             raise SB3BufferError(
                 f"{kind} does not support optimize_memory_usage = True "
                 "and handle_timeout_termination = True simultaneously."
@@ -284,16 +332,3 @@ class TableBackedBuffer:
 def obs_field(space: spaces.Space, shape: tuple[int, ...]) -> Field:
     """The field of an observation of ``space`` stored with row shape ``shape``."""
     return Field(tuple(shape), np.dtype(space.dtype))
-
-
-def array_property(field: str, doc: str) -> property:
-    """A public SB3 array (``buffer.rewards`` ...): the storage's column ``field``; setting it replaces the column."""
-
-    def get(self) -> np.ndarray:
-        return self._storage.arrays[field]
-
-    def set(self, value: np.ndarray) -> None:
-        self._storage.set_array(field, value)
-        self._bind_views()
-
-    return property(get, set, doc=doc)
