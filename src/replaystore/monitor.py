@@ -29,6 +29,20 @@ def flatten_scalars(stats: Mapping[str, Any], prefix: str = "") -> dict[str, flo
     return out
 
 
+def write_sinks(sinks: Iterable[Sink], scalars: dict[str, float], step: int) -> None:
+    """``sink.write(scalars, step)`` on every sink in order; a sink that raises is logged and skipped.
+
+    Monitoring must not break training or the service: an ``Exception`` from one sink is logged
+    (``logging.getLogger("replaystore").exception``) and the next sink still gets the scalars;
+    ``BaseException`` (``KeyboardInterrupt``) propagates. Not locked: callers serialise their steps.
+    """
+    for sink in sinks:
+        try:
+            sink.write(scalars, step)
+        except Exception:  # noqa: BLE001 - monitoring must not break training
+            log.exception("stats sink %r failed", sink)
+
+
 class Sink(Protocol):
     """Where scalars go: ``write(scalars: dict[str, float], step: int)``, then ``close()``."""
 
@@ -144,11 +158,7 @@ class StatsReporter:
     def report(self) -> dict[str, float]:
         """Write the current stats to every sink; return the scalars written."""
         scalars = flatten_scalars(self.stats_fn())
-        for sink in self.sinks:
-            try:
-                sink.write(scalars, self.step)
-            except Exception:  # noqa: BLE001 - monitoring must not break training
-                log.exception("stats sink %r failed", sink)
+        write_sinks(self.sinks, scalars, self.step)
         self.step += 1
         return scalars
 

@@ -52,7 +52,7 @@ from typing import Any
 from ..checkpoint.journal import NullJournal
 from ..errors import Closed, InvalidRequest
 from ..limiters import MinSize
-from ..monitor import Sink, flatten_scalars
+from ..monitor import Sink, flatten_scalars, write_sinks
 from ..samplers import Fifo
 from ..table import Table
 from .budget import StalenessBudget
@@ -425,13 +425,7 @@ class RolloutBuffer(ProducerCalls, TrainerCalls, BufferJournal):
             scalars = flatten_scalars(window, "online/")
             step = self._report_step
             self._report_step += 1
-        for sink in self.sinks:
-            try:
-                sink.write(scalars, step)
-            except Exception:  # noqa: BLE001 - monitoring must not break training
-                import logging
-
-                logging.getLogger("replaystore").exception("online sink %r failed", sink)
+        write_sinks(self.sinks, scalars, step)
         return scalars
 
     def __repr__(self) -> str:

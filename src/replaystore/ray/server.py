@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..checkpoint import checkpoint_exists
 from ..errors import Closed, InvalidArgument, InvalidType, KeyNotFound, Timeout
 from ..fragments.buffer import FragmentBuffer, FragmentBufferConfig
-from ..monitor import LoggingSink, Sink, TensorBoardSink, WandbSink, flatten_scalars
+from ..monitor import LoggingSink, Sink, TensorBoardSink, WandbSink, flatten_scalars, write_sinks
 from ..table import Table, contract
 from ..wal.log import WalConfig
 from ..wal.logged import LoggedTable
@@ -377,11 +377,7 @@ class ReplayServer(FragmentService, OnlineService):
 
     # -- monitoring -------------------------------------------------------------------------------------------
     def _write(self, scalars: dict[str, float]) -> None:
-        for sink in self._sinks:
-            try:
-                sink.write(scalars, self._step)
-            except Exception:  # noqa: BLE001 - monitoring must not break the service
-                log.exception("sink %r failed", sink)
+        write_sinks(self._sinks, scalars, self._step)
         self._step += 1
 
     def _write_fragment_report(self, scalars: dict[str, float]) -> None:
