@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InvalidArgument, InvalidType
+from .storage.spec import concat
 from .table import Table
 
 D4RL_REQUIRED = ("observations", "actions", "rewards", "terminals", "timeouts")
@@ -191,13 +192,7 @@ def _minari(
         episodes.append(np.full(t, len(episodes), dtype=np.int64))
     if not parts["reward"] or sum(len(r) for r in parts["reward"]) == 0:
         raise OfflineDataError("the Minari dataset (selection) holds no steps")
-    return {f: _concat(v) for f, v in parts.items()}, np.concatenate(episodes)
-
-
-def _concat(parts: list) -> Any:
-    if isinstance(parts[0], Mapping):
-        return {k: _concat([p[k] for p in parts]) for k in parts[0]}
-    return np.concatenate(parts)
+    return {f: concat(v) for f, v in parts.items()}, np.concatenate(episodes)
 
 
 def _target(n: int, table: Table | None, capacity: int | None, table_kwargs: dict) -> Table:

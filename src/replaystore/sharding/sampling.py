@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..storage.spec import concat, take
 from . import keys as shard_keys
 
 #: ``(size, mass, min_mass, kind, beta)`` as :func:`replaystore.ray.sharded.server.shard_state` returns it.
@@ -34,27 +35,6 @@ def masses(states: list[State | None], alive: np.ndarray) -> np.ndarray:
     if not m.sum() > 0.0:
         return size
     return m
-
-
-def concat(parts: list[Any]) -> Any:
-    """Concatenate batch payloads along the first axis (dicts recursively, lists of objects, arrays)."""
-    first = parts[0]
-    if isinstance(first, dict):
-        return {k: concat([p[k] for p in parts]) for k in first}
-    if isinstance(first, list):
-        return [x for p in parts for x in p]
-    if len(parts) == 1:
-        return first
-    return np.concatenate(parts)
-
-
-def take(data: Any, idx: np.ndarray) -> Any:
-    """Rows ``idx`` of a batch payload (dicts recursively, lists of objects, arrays)."""
-    if isinstance(data, dict):
-        return {k: take(v, idx) for k, v in data.items()}
-    if isinstance(data, list):
-        return [data[i] for i in idx.tolist()]
-    return data[idx]
 
 
 _PAYLOAD = ("data", "next_obs")

@@ -82,6 +82,37 @@ def reshape_leaves(data: Any, lead: tuple[int, ...]) -> Any:
     return data.reshape(*lead, *data.shape[1:])
 
 
+def concat(parts: list[Any]) -> Any:
+    """The batches ``parts`` as one, rows of each after the previous one's.
+
+    Dicts recurse by the first part's keys (every part must have them: ``KeyError`` otherwise),
+    lists of objects are chained, arrays go through ``np.concatenate`` (so shapes past the first axis
+    must agree; dtypes are promoted). One part is returned as is, not copied. ``parts`` must not be
+    empty (``IndexError``).
+    """
+    first = parts[0]
+    if isinstance(first, dict):
+        return {k: concat([p[k] for p in parts]) for k in first}
+    if isinstance(first, list):
+        return [x for p in parts for x in p]
+    if len(parts) == 1:
+        return first
+    return np.concatenate(parts)
+
+
+def take(data: Any, idx: np.ndarray) -> Any:
+    """Rows ``idx`` (an integer array) of a batch.
+
+    Dicts recurse, lists of objects are indexed one by one, arrays by ``data[idx]`` (a copy); an
+    index out of range raises ``IndexError``.
+    """
+    if isinstance(data, dict):
+        return {k: take(v, idx) for k, v in data.items()}
+    if isinstance(data, list):
+        return [data[i] for i in idx.tolist()]
+    return data[idx]
+
+
 def normalize_spec(spec: Mapping) -> dict[str, Field]:
     """Turn a user spec (nested dict of ``Field``, ``(shape, dtype)`` or dtype) into flat Fields.
 
