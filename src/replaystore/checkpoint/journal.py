@@ -32,7 +32,8 @@ import pickle
 import shutil
 import struct
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -232,6 +233,23 @@ class LmdbJournal:
             if self._fd >= 0:
                 os.close(self._fd)
             release_env(self.path, self._entry)
+
+
+@contextmanager
+def restoring(what: str) -> Iterator[None]:
+    """Context of a restore from journal records: a record that reads but is not a valid state raises.
+
+    ``KeyError``, ``TypeError``, ``ValueError``, ``AttributeError`` or ``IndexError`` inside (a
+    missing or malformed field of records that did unpickle or parse) becomes
+    :class:`~replaystore.CheckpointError` ``"<what> holds no valid state (<type>: <message>)"``,
+    chained to the original; other exceptions (a damaged record's own ``CheckpointError``,
+    ``StorageError``) pass unchanged. ``what`` names the journal, e.g. ``"fragment buffer: the
+    journal /path"``.
+    """
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise CheckpointError(f"{what} holds no valid state ({type(e).__name__}: {e})") from e
 
 
 class NullJournal:

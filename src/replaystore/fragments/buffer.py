@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from ..checkpoint.journal import JSON, LmdbJournal, NullJournal
-from ..errors import CheckpointError, StorageError
+from ..checkpoint.journal import JSON, LmdbJournal, NullJournal, restoring
+from ..errors import StorageError
 from ..limiters import MinSize
 from ..samplers import Fifo
 from ..samplers.uniform_distinct import UniformDistinct
@@ -421,11 +421,8 @@ class FragmentBuffer(FragmentLeases, FragmentNodes):
 
     # -- restart ----------------------------------------------------------------------------------------------
     def _restore(self, saved: dict[str, Any], restart: bool = True) -> None:
-        try:
+        with restoring(f"fragment buffer: the journal {self.journal.path}"):
             self._restore_records(saved, restart)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # readable, not a state
-            why = f"{self.journal.path} holds no valid state ({type(e).__name__}: {e})"
-            raise CheckpointError(f"fragment buffer: the journal {why}") from e
 
     def _restore_records(self, saved: dict[str, Any], restart: bool) -> None:
         state = saved.get(records.STATE)

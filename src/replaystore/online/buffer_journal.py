@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint.journal import PICKLE, LmdbJournal, NullJournal
-from ..errors import CheckpointError, StorageError
+from ..checkpoint.journal import PICKLE, LmdbJournal, NullJournal, restoring
+from ..errors import StorageError
 
 if TYPE_CHECKING:
     from ..table import Table
@@ -153,12 +153,8 @@ class BufferJournal:
     def _restore(self, saved: dict[str, Any]) -> None:
         if saved.get("s") is None:
             return
-        try:
+        with restoring(f"rollout buffer {self.name!r}: the journal"):
             self._restore_records(saved)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
-            raise CheckpointError(
-                f"rollout buffer {self.name!r}: the journal does not hold a valid state ({type(e).__name__}: {e})"
-            ) from e
 
     def _restore_records(self, saved: dict[str, Any]) -> None:
         state = saved["s"]
