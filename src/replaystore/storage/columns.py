@@ -25,6 +25,39 @@ from .spec import SEP, Field, flatten, normalize_spec, reshape_leaves, unflatten
 _PY_SCALARS = (bool, int, float, complex, list, tuple)
 
 
+def as_array(path: str, value: Any) -> tuple[np.ndarray, bool]:
+    """Field ``path``'s value as an array, and whether it is strict (see the module doc's dtype rule).
+
+    Returns ``(np.asarray(value), strict)``: ``strict`` is False for a Python scalar or list
+    (:func:`cast` may then cast it ``same_kind``), True when the value carried its own dtype (an
+    ``np.ndarray`` is returned as is, not copied).
+
+    Raises:
+        SpecError: a ragged list that NumPy cannot make an array of.
+    """
+    if isinstance(value, np.ndarray):
+        return value, True
+    if isinstance(value, _PY_SCALARS):
+        try:
+            return np.asarray(value), False
+        except ValueError as e:  # ragged lists
+            raise SpecError(f"field {path!r}: cannot convert to an array ({e})") from None
+    return np.asarray(value), True
+
+
+def cast(path: str, arr: np.ndarray, strict: bool, dtype: np.dtype) -> np.ndarray:
+    """``arr`` (from :func:`as_array`) as field ``path``'s ``dtype``: itself if it has it, else a cast copy.
+
+    Raises:
+        SpecError: the dtypes differ and ``arr`` is strict, or NumPy cannot cast ``same_kind``.
+    """
+    if arr.dtype == dtype:
+        return arr
+    if strict or not np.can_cast(arr.dtype, dtype, "same_kind"):
+        raise SpecError(f"field {path!r}: expected dtype {dtype}, got {arr.dtype}")
+    return arr.astype(dtype)
+
+
 class ColumnStorage(Storage):
     """Preallocated NumPy columns for dicts (optionally nested) of arrays.
 
@@ -70,22 +103,10 @@ class ColumnStorage(Storage):
     def _allocate(self, path: str, field: Field) -> np.ndarray:
         return allocate(f"columns/{path}", (self.capacity, *field.shape), field.dtype, 0)
 
-    @staticmethod
-    def _as_array(path: str, value: Any) -> tuple[np.ndarray, bool]:
-        """Return ``(array, strict)``: strict when the input carried its own dtype."""
-        if isinstance(value, np.ndarray):
-            return value, True
-        if isinstance(value, _PY_SCALARS):
-            try:
-                return np.asarray(value), False
-            except ValueError as e:  # ragged lists
-                raise SpecError(f"field {path!r}: cannot convert to an array ({e})") from None
-        return np.asarray(value), True
-
     def _infer(self, flat: dict[str, Any], batched: bool) -> dict[str, Field]:
         spec = {}
         for path, value in flat.items():
-            arr, _ = self._as_array(path, value)
+            arr, _ = as_array(path, value)
             if arr.dtype == object:
                 raise SpecError(f"field {path!r} has dtype object; use ObjectStorage for arbitrary Python items")
             if batched and arr.ndim == 0:
@@ -114,7 +135,7 @@ class ColumnStorage(Storage):
         out: dict[str, np.ndarray] = {}
         n = None
         for path, field in spec.items():
-            arr, strict = self._as_array(path, flat[path])
+            arr, strict = as_array(path, flat[path])
             if batched:
                 if arr.ndim == 0:
                     raise SpecError(f"field {path!r}: a batch needs a leading batch axis, got a scalar")
@@ -130,11 +151,7 @@ class ColumnStorage(Storage):
                 if not batched and shape[1:] == field.shape:  # an (n_envs, ...) batch given to add
                     hint = f": a batch of {shape[0]} rows? add() stores one item, extend() stores a batch"
                 raise SpecError(f"field {path!r}: expected shape {field.shape}, got {tuple(shape)}{hint}")
-            if arr.dtype != field.dtype:
-                if strict or not np.can_cast(arr.dtype, field.dtype, "same_kind"):
-                    raise SpecError(f"field {path!r}: expected dtype {field.dtype}, got {arr.dtype}")
-                arr = arr.astype(field.dtype)
-            out[path] = arr
+            out[path] = arr if arr.dtype == field.dtype else cast(path, arr, strict, field.dtype)
         new_spec = spec if self.spec is None else None
         return (out, new_spec), (int(n) if batched else 1)
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import InvalidArgument, SpecError, Unsupported
 from ..storage import ColumnStorage
+from ..storage.columns import as_array, cast
 from ..storage.spec import flatten
 from .args import as_keys, as_priorities, as_version
 
@@ -208,16 +209,8 @@ def _field_rows(storage: ColumnStorage, flat: dict[str, Any], n: int) -> dict[st
     out = {}
     for path, value in flat.items():
         field = spec[path]
-        strict = isinstance(value, np.ndarray) or not isinstance(value, (bool, int, float, list, tuple))
-        try:
-            arr = np.asarray(value)
-        except ValueError as e:
-            raise SpecError(f"field {path!r}: cannot convert to an array ({e})") from None
+        arr, strict = as_array(path, value)
         if arr.shape != (n, *field.shape):
             raise SpecError(f"field {path!r}: expected shape {(n, *field.shape)} (one row per key), got {arr.shape}")
-        if arr.dtype != field.dtype:
-            if strict or not np.can_cast(arr.dtype, field.dtype, "same_kind"):
-                raise SpecError(f"field {path!r}: expected dtype {field.dtype}, got {arr.dtype}")
-            arr = arr.astype(field.dtype)
-        out[path] = arr
+        out[path] = cast(path, arr, strict, field.dtype)
     return out
