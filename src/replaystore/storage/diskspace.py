@@ -13,17 +13,21 @@ not their apparent size: LMDB files and preallocated columns are sparse or padde
 :func:`lmdb_write_error` turns the errors LMDB reports for a failed write (``MDB_MAP_FULL``, or the
 ``EIO``/``ENOSPC`` a short write becomes) into :class:`~replaystore.errors.DiskFull` or
 :class:`~replaystore.errors.StorageError`.
+
+:func:`atomic_write` replaces a file whole (a temporary sibling, fsynced, renamed over it).
 """
 
 from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterable
+import uuid
+from collections.abc import Callable, Iterable
+from typing import IO, Any
 
 from ..errors import DiskFull, StorageError
 
-__all__ = ["allocated_bytes", "free_bytes", "lmdb_write_error", "reserve"]
+__all__ = ["allocated_bytes", "atomic_write", "free_bytes", "lmdb_write_error", "reserve"]
 
 
 def free_bytes(path: str | os.PathLike) -> int:
@@ -97,3 +101,33 @@ def lmdb_write_error(e: Exception, path: str, wanted: int | None, map_size: int 
             f"no space left for a write of {wanted} bytes to {path} ({free} bytes free): {text}", path, wanted
         )
     return StorageError(f"LMDB write to {path} failed: {text}", path, wanted)
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> None:
+    """Replace ``path`` by the file ``write(f)`` fills: a reader sees the old file or the new, never a part.
+
+    ``write`` gets a binary file open on a new temporary sibling (``.<name>.<random>.tmp``, created
+    with the umask's mode), which is then flushed, fsynced and renamed over ``path``. The parent
+    directory must exist; the rename itself is not fsynced (``checkpoint.fsync_dir`` does that
+    when a caller needs it durable). Not locked: two writers of one path each replace it whole,
+    the last rename wins.
+
+    Raises:
+        DiskFull: the file system is full (``ENOSPC``/``EDQUOT``); ``path`` is unchanged.
+        OSError: any other write or rename failure, and whatever ``write`` raises, propagate; in
+            every case the temporary file is removed and ``path`` is unchanged.
+    """
+    path = os.fspath(path)
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        with open(tmp, "xb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFull(f"no space to write {path}", path, None) from None
+        raise

@@ -16,7 +16,6 @@ rows, so it is self-contained).
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 from collections.abc import Mapping
@@ -24,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CheckpointError, DiskFull
+from ..errors import CheckpointError
 from .columns import ColumnStorage
-from .diskspace import allocated_bytes, reserve
+from .diskspace import allocated_bytes, atomic_write, reserve
 from .spec import Field
 
 _MANIFEST = "storage.json"
@@ -89,15 +88,7 @@ class MemmapColumnStorage(ColumnStorage):
             "spec": {p: f.to_json() for p, f in self.spec.items()},
             "files": self._files,
         }
-        tmp = self.directory / (_MANIFEST + ".tmp")
-        try:
-            tmp.write_text(json.dumps(manifest, indent=1))
-        except OSError as e:
-            tmp.unlink(missing_ok=True)
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise DiskFull(f"no space to write {tmp}", str(tmp), None) from None
-            raise
-        os.replace(tmp, self.directory / _MANIFEST)
+        atomic_write(self.directory / _MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
 
     @classmethod
     def open(cls, directory: str | os.PathLike, mode: str = "r+") -> "MemmapColumnStorage":

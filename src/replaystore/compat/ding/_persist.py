@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+from ...storage.diskspace import atomic_write
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
@@ -21,17 +22,7 @@ def dump_items(items: list, file_name: str | os.PathLike) -> None:
     path = os.fspath(file_name)
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".ding-buffer-", dir=parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(list(items), f, protocol=pickle.HIGHEST_PROTOCOL)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    atomic_write(path, lambda f: pickle.dump(list(items), f, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def load_items(file_name: str | os.PathLike) -> list:

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ...storage.diskspace import atomic_write
 from .codecs import Codec, codec_by_kind, infer_file_kind
 
 KIND_KEY = "replaystore_kind"
@@ -36,10 +37,7 @@ def save_container(path: str | os.PathLike, container: Any, codec: Codec | None,
         )
     raw = {k: v for k, v in raw.items() if k not in ("log_probs", "estimator_outputs")}
     raw[KIND_KEY] = torch.tensor(list(kind.encode()), dtype=torch.uint8)
-    path = os.fspath(path)
-    tmp = f"{path}.tmp{os.getpid()}"
-    torch.save(raw, tmp)
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: torch.save(raw, f))
 
 
 def load_container(

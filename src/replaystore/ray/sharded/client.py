@@ -31,6 +31,7 @@ from ...errors import Closed, SpecError, Timeout, Unsupported
 from ...sharding import checks as shard_checks
 from ...sharding import keys as shard_keys
 from ...sharding import sampling as shard_sampling
+from ...storage.diskspace import atomic_write
 from ...storage.spec import flatten
 from ...table import contract
 from ...table.args import as_keys, as_priorities
@@ -260,13 +261,8 @@ class ShardedClient(ShardedEpisodes):
             "time": time.time(),
         }
         os.makedirs(root, exist_ok=True)
-        tmp = os.path.join(root, f".{MANIFEST}.tmp")
-        with open(tmp, "w") as f:
-            json.dump(manifest, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
         final = os.path.join(root, MANIFEST)
-        os.replace(tmp, final)
+        atomic_write(final, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
         return final
 
     def ping(self) -> list[dict[str, Any]]:
