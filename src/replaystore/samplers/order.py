@@ -188,6 +188,24 @@ class _InsertionLog(Selector):
             slots = np.resize(slots, n)
         return slots, np.ones(n), None
 
+    def at(self, positions: np.ndarray) -> np.ndarray:
+        """The slots at places ``positions`` of :meth:`victims`' order (0 = first; each ``< size``).
+
+        ``at(p)`` is ``victims(size)[p]`` without building the whole order: O(len(positions))
+        while following a ring or while the log holds no dead entry (a table that only evicts its
+        first items), else O(size). A position out of range is not checked (a wrong slot). Reads
+        only; no cut is noted for :meth:`remove`.
+        """
+        ring = self._ring
+        if ring is not None:  # (key k sits in slot (k - base) % capacity)
+            if self._newest_first:
+                return (ring.hi - 1 - ring.base - positions) % ring.capacity
+            return (positions + (ring.lo - ring.base)) % ring.capacity
+        if self._tail - self._head == self.size:  # no dead entry between head and tail
+            p = self._tail - 1 - positions if self._newest_first else positions + self._head
+            return self._log_slots[p & self._mask]
+        return self._first(self.size)[positions] if self.size else positions  # (empty: nothing to read)
+
     def victims(self, n: int) -> np.ndarray:
         """The first ``n`` items in order (a new array each call)."""
         slots = self._first(n)

@@ -133,12 +133,6 @@ class ReplayBuffer(RemotePath):
         self._prio = np.zeros(capacity)
         self._seq = np.zeros(capacity, dtype=np.int64)
         self._next_seq = 0
-        # FIFO capacity: the live slots oldest first, as a ring (the Fifo remover evicts its head, and
-        # clear() releases every slot), so reads see torchgfn's order at O(batch) cost: same seed,
-        # same samples as torchgfn
-        self._ring = np.zeros(capacity, dtype=np.int64)
-        self._head = 0
-        self._count = 0
         self._container_type: type | None = None
         self._codec: Codec | None = None
         self._store: TensorStore | ContainerLog | None = None
@@ -330,10 +324,6 @@ class ReplayBuffer(RemotePath):
             self._store.write(slots, batch.fields)
         else:
             self._store.write(slots, batch.container, self._live)
-        if not self.prioritized_capacity:
-            n = len(slots)
-            self._ring[(self._head + self._count + np.arange(n)) % self.capacity] = slots
-            self._count += n
         self._live[slots] = True
         self._logr[slots] = np.nan if batch.logr is None else batch.logr
         self._prio[slots] = batch.prio
@@ -348,15 +338,10 @@ class ReplayBuffer(RemotePath):
 
     def _on_release(self, slots: np.ndarray) -> None:
         self._live[slots] = False
-        if not self.prioritized_capacity:  # the oldest ones (the Fifo remover's victims), or all
-            self._head = (self._head + len(slots)) % self.capacity
-            self._count -= len(slots)
 
     def _fifo_slots(self, positions: np.ndarray | None = None) -> np.ndarray:
-        """Slots of FIFO positions (0 = oldest); all live slots oldest first when ``None``."""
-        if positions is None:
-            positions = np.arange(self._count)
-        return self._ring[(self._head + positions) % self.capacity]
+        """Slots of FIFO positions (0 = oldest; torchgfn's order: same seed, same samples); all when ``None``."""
+        return self._table.remover.at(np.arange(len(self._table)) if positions is None else positions)
 
     # -- reading ----------------------------------------------------------------------------------
     def _live_slots(self) -> np.ndarray:
