@@ -10,6 +10,11 @@ sampler makes (``tree[index] = values``, ``tree[index]``, ``query(l, r)``, ``sca
 
 Values are stored in float64 and read back in the tree's ``dtype`` (float32 for the ``Fp32``
 trees, as TorchRL's). Not thread-safe (TorchRL's replay buffer calls them under its own lock).
+
+:func:`paired` puts a sampler's sum and min trees into one interleaved buffer (node ``i``'s sum at
+``[2i]``, its minimum at ``[2i + 1]``): the same nodes and values, each tree's :attr:`~SumTree.nodes`
+a strided view of it, so the compiled update walks both trees on the same cache lines
+(``_native.c``). A pickled or deep-copied tree gets a contiguous array of its own.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ try:  # the compiled kernels of the [fast] extra, as replaystore's Prioritized s
 except ImportError:  # pragma: no cover
     _kernels = sumtree
 
-__all__ = ["COMPILED", "MinTree", "SumTree"]
+__all__ = ["COMPILED", "MinTree", "SumTree", "paired"]
 
 #: the trees write and descend with the compiled kernels (frontier 1, duplicates: the last wins)
 COMPILED = _kernels is not sumtree
@@ -84,6 +89,8 @@ class _Tree:
     """Shared parts of the sum and min trees: storage, reads, pickling."""
 
     _identity: float = 0.0
+    #: the interleaved buffer :attr:`nodes` is a view of (see :func:`paired`), or None
+    _pair: np.ndarray | None = None
 
     def __init__(self, size: int, dtype: torch.dtype = torch.float32) -> None:
         size = int(size)
@@ -97,6 +104,11 @@ class _Tree:
         self._base = len(self._tree) // 2
         #: one past the highest leaf ever set (leaves above it hold the identity)
         self._high = 0
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)  # (pickles and deep copies: a contiguous array of their own, unpaired)
+        state["_tree"], state["_pair"] = np.array(self._tree), None
+        return state
 
     # TorchRL's properties
     @property
@@ -122,6 +134,7 @@ class _Tree:
         """The node array itself (float64; root 1, node ``i``'s children ``2i``, ``2i + 1``; leaves from ``capacity``).
 
         For compiled kernels (``kernels.py``) that write leaves: they then call :meth:`written`.
+        A strided view of the interleaved buffer once :func:`paired`.
         """
         return self._tree
 
@@ -265,3 +278,22 @@ class MinTree(_Tree):
 
     def _whole(self) -> float:
         return float(sumtree.minimum(self._tree, self._frontier))
+
+
+def paired(sum_tree: SumTree, min_tree: MinTree) -> np.ndarray | None:
+    """The interleaved buffer of both trees (node ``i``: sum at ``[2i]``, minimum at ``[2i + 1]``).
+
+    Pairs them first when they are not (a new sampler, trees loaded from a ``state_dict`` or
+    copied): one copy of both node arrays into a new buffer, whose strided views become the
+    trees' :attr:`~SumTree.nodes` (same values). Returns None when the trees differ in capacity.
+    """
+    pair = sum_tree._pair
+    if pair is not None and min_tree._pair is pair:
+        return pair
+    if sum_tree.capacity != min_tree.capacity:
+        return None
+    pair = np.empty(4 * sum_tree.capacity, dtype=np.float64)
+    pair[0::2], pair[1::2] = sum_tree._tree, min_tree._tree
+    sum_tree._tree, sum_tree._pair = pair[0::2], pair
+    min_tree._tree, min_tree._pair = pair[1::2], pair
+    return pair
