@@ -55,7 +55,7 @@ def test_kernels_equal_the_numba_kernels_on_random_sequences(dtype):
     for _ in range(40):
         size = int(rng.integers(1, 3000))
         (c_sum, c_min, pair), j_sum, j_min = _pair(size), SumTree(size), MinTree(size)
-        assert c_sum.nodes.base is pair and j_sum.nodes.flags.c_contiguous and j_min.nodes.flags.c_contiguous
+        assert np.shares_memory(c_sum.nodes, pair) and j_sum.nodes.flags.c_contiguous and j_min.nodes.flags.c_contiguous
         for _ in range(4):
             m = int(rng.integers(1, 700))  # (above 256: the C update's heap scratch)
             leaves = rng.integers(0, size, m)  # (duplicates: the last value wins)

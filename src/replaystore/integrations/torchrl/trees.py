@@ -107,7 +107,7 @@ class _Tree:
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)  # (pickles and deep copies: a contiguous array of their own, unpaired)
-        state["_tree"], state["_pair"] = np.array(self._tree), None
+        state["_tree"], state["_pair"] = np.ascontiguousarray(self._tree), None
         return state
 
     # TorchRL's properties
@@ -292,7 +292,9 @@ def paired(sum_tree: SumTree, min_tree: MinTree) -> np.ndarray | None:
         return pair
     if sum_tree.capacity != min_tree.capacity:
         return None
-    pair = np.empty(4 * sum_tree.capacity, dtype=np.float64)
+    raw = np.empty(4 * sum_tree.capacity + 8, dtype=np.float64)
+    start = (-raw.ctypes.data % 64) // 8  # (64-byte aligned: a node's two children, sums and minima, in one line)
+    pair = raw[start : start + 4 * sum_tree.capacity]
     pair[0::2], pair[1::2] = sum_tree._tree, min_tree._tree
     sum_tree._tree, sum_tree._pair = pair[0::2], pair
     min_tree._tree, min_tree._pair = pair[1::2], pair
