@@ -23,9 +23,10 @@ from hypothesis import strategies as st  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 from torchrl.data import LazyTensorStorage  # noqa: E402
 
+from replaystore.errors import InvalidArgument  # noqa: E402
 from replaystore.integrations.torchrl import kernels  # noqa: E402
 from replaystore.integrations.torchrl.prioritized import PrioritizedSampler  # noqa: E402
-from replaystore.integrations.torchrl.trees import MinTree, SumTree, paired  # noqa: E402
+from replaystore.integrations.torchrl.trees import MinTree, SumTree, new_pair, paired  # noqa: E402
 
 needs_kernels = pytest.mark.skipif(not kernels.AVAILABLE, reason="numba (the [fast] extra) is not available")
 
@@ -125,6 +126,22 @@ def test_copies_and_checkpoints_hold_their_own_trees_and_draw_as_the_original(tm
     before = pair.copy()
     deep._sum_tree[np.arange(10)] = np.zeros(10)  # (a copy's writes stay in the copy)
     assert np.array_equal(before, pair) and paired(original._sum_tree, original._min_tree) is pair
+
+
+@pytest.mark.parametrize("size", [1, 5, 1000])
+def test_new_pair_equals_trees_paired_after_the_fact(size):
+    s, m = new_pair(size, torch.float64)
+    pair = paired(s, m)
+    assert s._pair is pair and m._pair is pair and pair.ctypes.data % 64 == 0 and pair.size == 4 * s.capacity
+    assert (s.nodes == 0).all() and (m.nodes == np.inf).all() and (s.size, m.size) == (size, size)
+    s2, m2 = SumTree(size, torch.float64), MinTree(size, torch.float64)
+    leaves = np.arange(size)[::2]
+    for tree in (s, m, s2, m2):
+        tree[leaves] = leaves + 0.5
+    paired(s2, m2)
+    assert np.array_equal(pair, s2._pair) and np.array_equal(s.nodes, s2.nodes) and np.array_equal(m.nodes, m2.nodes)
+    with pytest.raises(InvalidArgument):
+        new_pair(0)
 
 
 def test_trees_of_different_capacities_are_not_paired():

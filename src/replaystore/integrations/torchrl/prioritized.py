@@ -35,7 +35,7 @@ from torchrl.data.replay_buffers import samplers as _rl_samplers
 from ...errors import InvalidArgument
 from . import kernels
 from .fastpath import FastSampleMixin
-from .trees import COMPILED, MinTree, SumTree, paired
+from .trees import COMPILED, new_pair, paired
 
 __all__ = ["PrioritizedReplayBuffer", "PrioritizedSampler", "TensorDictPrioritizedReplayBuffer"]
 
@@ -104,9 +104,7 @@ class PrioritizedSampler(_RLPrioritizedSampler):
             tree_dtype = torch.float64
         else:
             raise NotImplementedError(f"dtype {self.dtype} not supported by PrioritizedSampler")
-        self._sum_tree = SumTree(self._max_capacity, tree_dtype)
-        self._min_tree = MinTree(self._max_capacity, tree_dtype)
-        paired(self._sum_tree, self._min_tree)  # (one interleaved buffer: the compiled update's cache lines)
+        self._sum_tree, self._min_tree = new_pair(self._max_capacity, tree_dtype)  # (one interleaved buffer)
         self._max_priority = None
         if getattr(self, "_key_of_index", None) is not None:
             self._key_of_index[:] = -1
