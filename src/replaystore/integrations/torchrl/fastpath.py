@@ -44,6 +44,7 @@ from .writes import fast_add, fast_extend
 __all__ = ["FastSampleMixin", "ReplayBuffer", "TensorDictReplayBuffer", "gather_rows"]
 
 _CPU = torch.device("cpu")
+_TENSOR_STORAGE_LEN = TensorStorage.__len__  # (a storage class that keeps it: len(storage) is storage._len)
 
 
 def gather_rows(data: Any, index: torch.Tensor, batch_size: torch.Size) -> Any:
@@ -201,7 +202,8 @@ class FastSampleMixin:
             elif not (type(stored) in (tuple, list) and all(_plain_tensor(v) for v in stored)):
                 return None
         with self._replay_lock, self._write_lock:
-            n = len(storage)
+            # (TensorStorage.__len__ returns its _len behind a torch.compiler.disable wrapper: 0.4 us)
+            n = storage._len if type(storage).__len__ is _TENSOR_STORAGE_LEN else len(storage)
             if n == 0:
                 return None  # (TorchRL raises its error)
             if type(sampler) is RandomSampler:
@@ -237,7 +239,7 @@ class FastSampleMixin:
             type(index) is not torch.Tensor
             or index.dtype != torch.long
             or index.shape != (batch_size,)
-            or index.device.type != "cpu"
+            or not index.is_cpu
             or not index.is_contiguous()
         ):
             return None
@@ -333,7 +335,8 @@ class FastSampleMixin:
     def _fast_list_sample(self, storage: Any, sampler: Any, batch_size: int) -> tuple[Any, dict] | None:
         """The fast path's draw from a ``ListStorage``: one ``torch.stack`` per leaf (``stack_items``)."""
         with self._replay_lock, self._write_lock:
-            n = len(storage)
+            # (TensorStorage.__len__ returns its _len behind a torch.compiler.disable wrapper: 0.4 us)
+            n = storage._len if type(storage).__len__ is _TENSOR_STORAGE_LEN else len(storage)
             if n == 0:
                 return None  # (TorchRL raises its error)
             if type(sampler) is RandomSampler:
