@@ -44,7 +44,9 @@ from .writes import fast_add, fast_extend
 __all__ = ["FastSampleMixin", "ReplayBuffer", "TensorDictReplayBuffer", "gather_rows"]
 
 _CPU = torch.device("cpu")
-_TENSOR_STORAGE_LEN = TensorStorage.__len__  # (a storage class that keeps it: len(storage) is storage._len)
+_TENSOR_STORAGE_LEN = TensorStorage.__len__
+#: TorchRL's ``TensorStorage.__len__`` without its ``torch.compiler.disable`` wrapper (0.5 -> 0.2 us)
+_TENSOR_STORAGE_LEN_RAW = getattr(_TENSOR_STORAGE_LEN, "__wrapped__", _TENSOR_STORAGE_LEN)
 
 
 def gather_rows(data: Any, index: torch.Tensor, batch_size: torch.Size) -> Any:
@@ -202,8 +204,8 @@ class FastSampleMixin:
             elif not (type(stored) in (tuple, list) and all(_plain_tensor(v) for v in stored)):
                 return None
         with self._replay_lock, self._write_lock:
-            # (TensorStorage.__len__ returns its _len behind a torch.compiler.disable wrapper: 0.4 us)
-            n = storage._len if type(storage).__len__ is _TENSOR_STORAGE_LEN else len(storage)
+            # (a storage class that keeps TorchRL's __len__: called without its wrapper)
+            n = _TENSOR_STORAGE_LEN_RAW(storage) if type(storage).__len__ is _TENSOR_STORAGE_LEN else len(storage)
             if n == 0:
                 return None  # (TorchRL raises its error)
             if type(sampler) is RandomSampler:
@@ -335,8 +337,7 @@ class FastSampleMixin:
     def _fast_list_sample(self, storage: Any, sampler: Any, batch_size: int) -> tuple[Any, dict] | None:
         """The fast path's draw from a ``ListStorage``: one ``torch.stack`` per leaf (``stack_items``)."""
         with self._replay_lock, self._write_lock:
-            # (TensorStorage.__len__ returns its _len behind a torch.compiler.disable wrapper: 0.4 us)
-            n = storage._len if type(storage).__len__ is _TENSOR_STORAGE_LEN else len(storage)
+            n = len(storage)
             if n == 0:
                 return None  # (TorchRL raises its error)
             if type(sampler) is RandomSampler:
