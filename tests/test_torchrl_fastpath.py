@@ -117,6 +117,29 @@ def test_fast_sample_of_a_tuple_storage_equals_torchrl():
     assert gets == []
 
 
+class _FirstRowsStorage(LazyTensorStorage):
+    """A storage whose ``len`` counts only its first 10 rows (the fast path must ask it, not read ``_len``)."""
+
+    def __len__(self):
+        return min(super().__len__(), 10)
+
+
+def test_fast_sample_asks_a_storage_that_overrides_len():
+    rl = RLTensorDictReplayBuffer(storage=_FirstRowsStorage(100), batch_size=64)
+    rs = TensorDictReplayBuffer(storage=_FirstRowsStorage(100), batch_size=64)
+    rl._storage._rng = torch.Generator().manual_seed(1)
+    rs._storage._rng = torch.Generator().manual_seed(1)
+    data = _steps(50)
+    rl.extend(data)
+    rs.extend(data)
+    gets = _count_gets(rs)
+    for _ in range(3):
+        want, got = rl.sample(), rs.sample()
+        _assert_same(want, got)
+        assert int(got["index"].max()) < 10
+    assert gets == []
+
+
 @pytest.mark.parametrize("track_keys", [False, True])
 def test_fast_prioritized_steps_equal_torchrl_path(track_keys):
     """Our buffer's fast sample + update vs TorchRL's buffer class around the same sampler: same draws, same trees."""

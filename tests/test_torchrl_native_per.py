@@ -1,9 +1,11 @@
 """The C draw and update of the TorchRL ``PrioritizedSampler`` (``_native.per_draw``/``per_update``) are numba's.
 
-Twins: the same trees, masses, leaves and priorities through the C module and through the numba
-kernels (``kernels.draw``/``kernels.update``) and, through the sampler, the NumPy steps: identical
-indices, weights, tree nodes and max priorities, bit for bit, on random sequences with fixed seeds
-(duplicate leaves, zero leaves, masses above the total, float32 and float64, NaN priorities).
+Twins: the same trees, masses, leaves and priorities through the C module on the interleaved
+layout (``trees.paired``: sum and min nodes side by side in one buffer) and through the numba
+kernels (``kernels.draw``/``kernels.update``) on two separate contiguous trees (the layout before
+the interleaving) and, through the sampler, the NumPy steps: identical indices, weights, tree nodes
+and max priorities, bit for bit, on random sequences with fixed seeds (duplicate leaves, zero
+leaves, masses above the total, float32 and float64, NaN priorities).
 """
 
 from __future__ import annotations
@@ -21,30 +23,29 @@ from torchrl.data import LazyTensorStorage  # noqa: E402
 
 from replaystore.integrations.torchrl import kernels, prioritized  # noqa: E402
 from replaystore.integrations.torchrl.prioritized import PrioritizedSampler  # noqa: E402
-from replaystore.integrations.torchrl.trees import MinTree, SumTree  # noqa: E402
+from replaystore.integrations.torchrl.trees import MinTree, SumTree, paired  # noqa: E402
 
 _native = pytest.importorskip("replaystore.integrations.torchrl._native")
 pytestmark = pytest.mark.skipif(not kernels.NATIVE, reason="the C module or numba (the [fast] extra) is not available")
 
 
-def _native_update(st_, mt_, leaves, values, raw):
+def _pair(size):
+    """A paired sum and min tree (the C kernels' interleaved layout) and their buffer."""
+    sum_tree, min_tree = SumTree(size), MinTree(size)
+    return sum_tree, min_tree, paired(sum_tree, min_tree)
+
+
+def _native_update(pair, leaves, values, raw):
     leaves_t = torch.from_numpy(np.ascontiguousarray(leaves, dtype=np.int64))
     values_t, raw_t = torch.from_numpy(values), torch.from_numpy(raw)
-    return _native.per_update(
-        st_.nodes,
-        mt_.nodes,
-        leaves_t.data_ptr(),
-        values_t.data_ptr(),
-        raw_t.data_ptr(),
-        leaves_t.shape[0],
-        values.dtype == np.float32,
-    )
+    args = (leaves_t.data_ptr(), values_t.data_ptr(), raw_t.data_ptr(), leaves_t.shape[0], values.dtype == np.float32)
+    return _native.per_update(pair, *args)
 
 
-def _native_draw(st_, masses, n, f32):
+def _native_draw(pair, masses, n, size, f32):
     index = torch.empty(masses.size, dtype=torch.long)
     weight = torch.empty(masses.size, dtype=torch.float32 if f32 else torch.float64)
-    ok = _native.per_draw(st_.nodes, masses, n, st_.size, index.data_ptr(), weight.data_ptr(), f32)
+    ok = _native.per_draw(pair, masses, n, size, index.data_ptr(), weight.data_ptr(), f32)
     return index.numpy(), weight.numpy(), ok
 
 
@@ -53,14 +54,15 @@ def test_kernels_equal_the_numba_kernels_on_random_sequences(dtype):
     rng = np.random.default_rng(35)
     for _ in range(40):
         size = int(rng.integers(1, 3000))
-        c_sum, c_min, j_sum, j_min = SumTree(size), MinTree(size), SumTree(size), MinTree(size)
+        (c_sum, c_min, pair), j_sum, j_min = _pair(size), SumTree(size), MinTree(size)
+        assert np.shares_memory(c_sum.nodes, pair) and j_sum.nodes.flags.c_contiguous and j_min.nodes.flags.c_contiguous
         for _ in range(4):
             m = int(rng.integers(1, 700))  # (above 256: the C update's heap scratch)
             leaves = rng.integers(0, size, m)  # (duplicates: the last value wins)
             raw = rng.random(m).astype(dtype) * 4
             raw[rng.integers(0, m, max(1, m // 10))] = 0  # (zero leaves: stepped past by the draw)
             values = ((raw + dtype(1e-8)) ** dtype(0.6)).astype(dtype)
-            got = _native_update(c_sum, c_min, leaves, values, raw)
+            got = _native_update(pair, leaves, values, raw)
             assert got == kernels.update(j_sum.nodes, j_min.nodes, leaves, values, raw, j_sum.capacity)
             assert np.array_equal(c_sum.nodes, j_sum.nodes) and np.array_equal(c_min.nodes, j_min.nodes)
             total = c_sum.nodes[1]
@@ -68,7 +70,7 @@ def test_kernels_equal_the_numba_kernels_on_random_sequences(dtype):
             masses[0] = total
             n = int(rng.integers(1, size + 1))
             f32 = dtype is np.float32
-            c_index, c_weight, c_ok = _native_draw(c_sum, masses, n, f32)
+            c_index, c_weight, c_ok = _native_draw(pair, masses, n, size, f32)
             j_weight = np.empty(masses.size, dtype=dtype)
             j_index, j_ok = kernels.draw(j_sum.nodes, masses, n, size, j_weight)
             assert c_ok == j_ok
@@ -78,10 +80,10 @@ def test_kernels_equal_the_numba_kernels_on_random_sequences(dtype):
 
 
 def test_update_with_a_nan_priority_reports_it_as_numba():
-    c_sum, c_min, j_sum, j_min = SumTree(64), MinTree(64), SumTree(64), MinTree(64)
+    (c_sum, c_min, pair), j_sum, j_min = _pair(64), SumTree(64), MinTree(64)
     raw = np.array([1.0, np.nan, 3.0], dtype=np.float32)
     leaves = np.array([5, 6, 7])
-    got = _native_update(c_sum, c_min, leaves, raw, raw)
+    got = _native_update(pair, leaves, raw, raw)
     assert got == (True, 8, 3.0, True)
     assert got == kernels.update(j_sum.nodes, j_min.nodes, leaves, raw, raw, 64)
     assert np.array_equal(c_sum.nodes, j_sum.nodes, equal_nan=True)
@@ -89,31 +91,34 @@ def test_update_with_a_nan_priority_reports_it_as_numba():
 
 
 def test_update_outside_the_tree_writes_nothing():
-    c_sum, c_min = SumTree(100), MinTree(100)
-    _native_update(c_sum, c_min, np.arange(10), np.ones(10), np.ones(10))
+    c_sum, c_min, pair = _pair(100)
+    _native_update(pair, np.arange(10), np.ones(10), np.ones(10))
     before = c_sum.nodes.copy(), c_min.nodes.copy()
     for bad in (-1, 128, 1 << 40):
-        got = _native_update(c_sum, c_min, np.array([3, bad]), np.array([7.0, 7.0]), np.array([7.0, 7.0]))
+        got = _native_update(pair, np.array([3, bad]), np.array([7.0, 7.0]), np.array([7.0, 7.0]))
         assert got[0] is False
         assert np.array_equal(c_sum.nodes, before[0]) and np.array_equal(c_min.nodes, before[1])
 
 
 def test_malformed_arguments_raise_and_write_nothing():
-    tree = SumTree(16)
+    tree, _, pair = _pair(16)
     index, weight = torch.empty(4, dtype=torch.long), torch.empty(4)
     masses = np.zeros(4)
-    with pytest.raises(ValueError, match="2 \\* base"):
-        _native.per_draw(np.zeros(24), masses, 1, 1, index.data_ptr(), weight.data_ptr(), True)
+    for bad in (np.zeros(24), np.zeros(48), tree.nodes):  # (not 4 * base doubles; a strided view)
+        with pytest.raises((ValueError, BufferError), match="4 \\* base|contiguous"):
+            _native.per_draw(bad, masses, 1, 1, index.data_ptr(), weight.data_ptr(), True)
     with pytest.raises(ValueError, match="per_draw"):  # (n above the leaves)
-        _native.per_draw(tree.nodes, masses, 17, 16, index.data_ptr(), weight.data_ptr(), True)
+        _native.per_draw(pair, masses, 17, 16, index.data_ptr(), weight.data_ptr(), True)
     with pytest.raises(TypeError):
-        _native.per_draw(tree.nodes, masses, 1, 1)
-    with pytest.raises(ValueError, match="differ in size"):
-        _native.per_update(tree.nodes, MinTree(64).nodes, 0, 0, 0, 0, True)
+        _native.per_draw(pair, masses, 1, 1)
+    with pytest.raises(ValueError, match="4 \\* base"):
+        _native.per_update(np.zeros(96), 0, 0, 0, 0, True)
+    with pytest.raises(TypeError):
+        _native.per_update(pair, 0, 0, 0, 0, True, True)
     with pytest.raises((ValueError, TypeError)):  # (a read-only tree)
-        ro = tree.nodes.copy()
+        ro = pair.copy()
         ro.flags.writeable = False
-        _native.per_update(ro, ro, 0, 0, 0, 0, True)
+        _native.per_update(ro, 0, 0, 0, 0, True)
     assert not tree.nodes.any()
 
 
@@ -123,7 +128,7 @@ def test_malformed_arguments_raise_and_write_nothing():
     writes=st.lists(st.lists(st.tuples(st.integers(0, 299), st.floats(0, 50, width=32)), max_size=40), max_size=6),
 )
 def test_update_keeps_the_trees_a_plain_models_sums_and_minima(cap, writes):
-    c_sum, c_min = SumTree(cap), MinTree(cap)
+    c_sum, c_min, pair = _pair(cap)
     model = {}
     for batch in writes:
         batch = [(leaf % cap, v) for leaf, v in batch]
@@ -131,7 +136,7 @@ def test_update_keeps_the_trees_a_plain_models_sums_and_minima(cap, writes):
             continue
         leaves = np.array([leaf for leaf, _ in batch])
         values = np.array([v for _, v in batch], dtype=np.float64)
-        assert _native_update(c_sum, c_min, leaves, values, values)[0]
+        assert _native_update(pair, leaves, values, values)[0]
         model.update(batch)  # (in order: the last value of a leaf wins)
         leaf_values = np.zeros(c_sum.capacity)
         leaf_values[list(model)] = list(model.values())

@@ -21,18 +21,24 @@
  * put(dsts, srcs, rowbytes, start, n) -> None
  *     Rows [start, start + n) of every destination i = the n rows of source i (one memcpy each).
  *
- * per_draw(tree, masses, n, size, index, weights, f32) -> bool
- *     The PrioritizedSampler's flat draw (kernels.draw, bit for bit): for each of the m float64
- *     masses (a contiguous buffer: a NumPy array), the prefix-sum descent of the float64 sum tree
- *     (a contiguous buffer of 2 * base nodes, base a power of two, root 1, node i's
- *     children 2i and 2i + 1, leaves from base; a mass above the root's total gives leaf `size`),
- *     the leaf clamped to n - 1, its value read as float32 (f32 true) or float64 into weights[j],
- *     stepping left past zero leaves (TorchRL's rule). index: m int64. The m descents go level
- *     by level, each prefetching its next level's node pair, so their cache misses overlap.
- *     False when a zero leaf could not be stepped past. Checks 1 <= n <= base, size <= base.
+ * The trees: one contiguous float64 buffer (a NumPy array) of 4 * base doubles, base a power of two,
+ * holding the sum tree and the min tree of one binary layout interleaved: node i's sum at [2i], its
+ * minimum at [2i + 1] (root 1, node i's children 2i and 2i + 1, leaves from base). The children of a
+ * node, with both their sums and minima, are 32 aligned bytes: one cache line. The update's min-tree
+ * path rides on the lines of its sum-tree path, which the draw of the same leaves has just read.
+ * (trees.paired makes this buffer; the trees' nodes are its strided views [0::2] and [1::2].)
  *
- * per_update(sum, min, leaves, values, raw, m, f32) -> (done, high, raw_max, raw_nan)
- *     Both trees' (writable float64 buffers of one size) leaves[j] = values[j] (in order: the last of duplicates wins) and their parents
+ * per_draw(pair, masses, n, size, index, weights, f32) -> bool
+ *     The PrioritizedSampler's flat draw (kernels.draw, bit for bit): for each of the m float64
+ *     masses (a contiguous buffer: a NumPy array), the prefix-sum descent of the sum tree (a mass
+ *     above the root's total gives leaf `size`), the leaf clamped to n - 1, its value read as
+ *     float32 (f32 true) or float64 into weights[j], stepping left past zero leaves (TorchRL's
+ *     rule). index: m int64. The m descents go level by level, each prefetching its next level's
+ *     node pair, so their cache misses overlap. False when a zero leaf could not be stepped past.
+ *     Checks 1 <= n <= base, size <= base.
+ *
+ * per_update(pair, leaves, values, raw, m, f32) -> (done, high, raw_max, raw_nan)
+ *     Both trees' leaves[j] = values[j] (in order: the last of duplicates wins) and their parents
  *     recomputed level by level (sum: left + right in float64; min: left < right ? left : right),
  *     as kernels.update. values and raw: m float32 (f32 true) or float64. done False, nothing
  *     written, when a leaf is outside [0, base); high: one past the largest leaf; raw_max the
@@ -167,21 +173,18 @@ parse_ints(PyObject *const *args, Py_ssize_t k, Py_ssize_t *out)
 }
 
 #define DRAW_CHUNK 256
-#ifndef PF_UP
-#define PF_UP 1
-#endif
 
-/* A contiguous float64 tree (buffer protocol: a NumPy array) of 2 * base nodes, base a power of
- * two; its base, or -1 with an exception set and the buffer released. */
+/* The interleaved trees (buffer protocol: a NumPy array) of 4 * base float64, base a power of two;
+ * its base, or -1 with an exception set and the buffer released. */
 static Py_ssize_t
 tree_buffer(PyObject *obj, Py_buffer *view, int flags)
 {
     if (PyObject_GetBuffer(obj, view, flags) < 0)
         return -1;
-    Py_ssize_t base = view->len / 16;
-    if (view->len % 16 || base < 1 || (base & (base - 1))) {
+    Py_ssize_t base = view->len / 32;
+    if (view->len % 32 || base < 1 || (base & (base - 1))) {
         PyBuffer_Release(view);
-        PyErr_SetString(PyExc_ValueError, "a tree must hold 2 * base float64 nodes, base a power of two");
+        PyErr_SetString(PyExc_ValueError, "the trees must hold 4 * base float64 (sum and min interleaved), base a power of two");
         return -1;
     }
     return base;
@@ -209,7 +212,7 @@ per_draw(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyBuffer_Release(&tv);
         return NULL;
     }
-    const double *tree = (const double *)tv.buf;
+    const double *pair = (const double *)tv.buf; /* sum of node i: pair[2i] */
     const double *masses = (const double *)mv.buf;
     Py_ssize_t m = mv.len / 8;
     if (mv.len % 8 || n < 1 || n > base || size < 0 || size > base || (m > 0 && (!index || !wout))) {
@@ -218,7 +221,7 @@ per_draw(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "per_draw: bad masses, count or address");
         return NULL;
     }
-    const double total = tree[1];
+    const double total = pair[2];
     const double below = nextafter(total, 0.0);
     int ok = 1;
     double t[DRAW_CHUNK];
@@ -237,8 +240,9 @@ per_draw(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         for (Py_ssize_t b = base; b > 1; b >>= 1) {
             for (Py_ssize_t j = 0; j < c; j++) {
                 int64_t left = node[j] << 1;
-                double left_sum = tree[left];
-                int right = (t[j] >= left_sum) & (tree[left + 1] > 0.0);
+                const double *kids = pair + (left << 1); /* left's sum, min; right's sum, min */
+                double left_sum = kids[0];
+                int right = (t[j] >= left_sum) & (kids[2] > 0.0);
                 /* t -= right ? left_sum : +0.0, without a branch (a random one, mispredicted half
                  * the time); t - 0.0 is t, as the numba kernel's select gives */
                 uint64_t bits;
@@ -248,10 +252,8 @@ per_draw(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 memcpy(&sub, &bits, 8);
                 t[j] -= sub;
                 node[j] = left + right;
-#ifndef NO_PF
                 if (b > 2)
-                    __builtin_prefetch(tree + (node[j] << 1));
-#endif
+                    __builtin_prefetch(pair + (node[j] << 2));
             }
         }
         for (Py_ssize_t j = 0; j < c; j++) {
@@ -259,7 +261,7 @@ per_draw(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             if (i > n - 1)
                 i = n - 1;
             for (;;) {
-                double v = tree[base + i];
+                double v = pair[2 * (base + i)];
                 int zero;
                 if (f32) {
                     float w = (float)v; /* (a leaf may round to zero in float32) */
@@ -289,30 +291,22 @@ per_draw(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 per_update(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "per_update takes 7 arguments");
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "per_update takes 6 arguments");
         return NULL;
     }
     Py_ssize_t a[5];
-    if (parse_ints(args + 2, 5, a) < 0)
+    if (parse_ints(args + 1, 5, a) < 0)
         return NULL;
     const int64_t *leaves = (const int64_t *)a[0];
     const char *values = (const char *)a[1], *raw = (const char *)a[2];
     Py_ssize_t m = a[3];
     int f32 = a[4] != 0;
-    Py_buffer sv, nv;
-    Py_ssize_t base = tree_buffer(args[0], &sv, PyBUF_WRITABLE);
+    Py_buffer pv;
+    Py_ssize_t base = tree_buffer(args[0], &pv, PyBUF_WRITABLE);
     if (base < 0)
         return NULL;
-    if (tree_buffer(args[1], &nv, PyBUF_WRITABLE) != base) {
-        PyBuffer_Release(&sv);
-        if (!PyErr_Occurred()) {
-            PyBuffer_Release(&nv);
-            PyErr_SetString(PyExc_ValueError, "per_update: the trees differ in size");
-        }
-        return NULL;
-    }
-    double *sum = (double *)sv.buf, *mn = (double *)nv.buf;
+    double *pair = (double *)pv.buf; /* node i: sum pair[2i], min pair[2i + 1] */
     PyObject *result = NULL;
     if (m < 0 || (m > 0 && (!leaves || !values || !raw))) {
         PyErr_SetString(PyExc_ValueError, "per_update: bad count or address");
@@ -346,28 +340,25 @@ per_update(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t j = 0; j < m; j++) {
         double v = f32 ? (double)((const float *)values)[j] : ((const double *)values)[j];
         idx[j] = leaves[j] + base;
-        sum[idx[j]] = v;
-        mn[idx[j]] = v;
+        pair[2 * idx[j]] = v;
+        pair[2 * idx[j] + 1] = v;
     }
     for (Py_ssize_t b = base; b > 1; b >>= 1) {
         for (Py_ssize_t j = 0; j < m; j++) {
             int64_t i = idx[j] >> 1;
             idx[j] = i;
-            if (b > 2) { /* (the node the next level writes, in both trees: its store would miss) */
-                __builtin_prefetch(sum + (i >> PF_UP), 1);
-                __builtin_prefetch(mn + (i >> PF_UP), 1);
-            }
-            sum[i] = sum[2 * i] + sum[2 * i + 1];
-            double l = mn[2 * i], r = mn[2 * i + 1];
-            mn[i] = l < r ? l : r;
+            if (b > 2) /* (the node the next level writes: its store would miss) */
+                __builtin_prefetch(pair + 2 * (i >> 1), 1);
+            const double *kids = pair + 4 * i; /* left's sum, min; right's sum, min */
+            pair[2 * i] = kids[0] + kids[2];
+            pair[2 * i + 1] = kids[1] < kids[3] ? kids[1] : kids[3];
         }
     }
     if (idx != stack_idx)
         free(idx);
     result = Py_BuildValue("(OLdO)", Py_True, (long long)high, raw_max, raw_nan ? Py_True : Py_False);
 done:
-    PyBuffer_Release(&sv);
-    PyBuffer_Release(&nv);
+    PyBuffer_Release(&pv);
     return result;
 }
 
@@ -377,9 +368,9 @@ static PyMethodDef methods[] = {
     {"put", (PyCFunction)(void (*)(void))put, METH_FASTCALL,
      "put(dsts, srcs, rowbytes, start, n): rows [start, start + n) of every destination."},
     {"per_draw", (PyCFunction)(void (*)(void))per_draw, METH_FASTCALL,
-     "per_draw(tree, masses, n, size, index, weights, f32) -> bool: the prioritized draw."},
+     "per_draw(pair, masses, n, size, index, weights, f32) -> bool: the prioritized draw."},
     {"per_update", (PyCFunction)(void (*)(void))per_update, METH_FASTCALL,
-     "per_update(sum, min, leaves, values, raw, m, f32) -> (done, high, raw_max, raw_nan)."},
+     "per_update(pair, leaves, values, raw, m, f32) -> (done, high, raw_max, raw_nan)."},
     {NULL, NULL, 0, NULL},
 };
 

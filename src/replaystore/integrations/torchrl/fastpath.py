@@ -44,6 +44,9 @@ from .writes import fast_add, fast_extend
 __all__ = ["FastSampleMixin", "ReplayBuffer", "TensorDictReplayBuffer", "gather_rows"]
 
 _CPU = torch.device("cpu")
+_TENSOR_STORAGE_LEN = TensorStorage.__len__
+#: TorchRL's ``TensorStorage.__len__`` without its ``torch.compiler.disable`` wrapper (0.5 -> 0.2 us)
+_TENSOR_STORAGE_LEN_RAW = getattr(_TENSOR_STORAGE_LEN, "__wrapped__", _TENSOR_STORAGE_LEN)
 
 
 def gather_rows(data: Any, index: torch.Tensor, batch_size: torch.Size) -> Any:
@@ -201,7 +204,8 @@ class FastSampleMixin:
             elif not (type(stored) in (tuple, list) and all(_plain_tensor(v) for v in stored)):
                 return None
         with self._replay_lock, self._write_lock:
-            n = len(storage)
+            # (a storage class that keeps TorchRL's __len__: called without its wrapper)
+            n = _TENSOR_STORAGE_LEN_RAW(storage) if type(storage).__len__ is _TENSOR_STORAGE_LEN else len(storage)
             if n == 0:
                 return None  # (TorchRL raises its error)
             if type(sampler) is RandomSampler:
@@ -237,7 +241,7 @@ class FastSampleMixin:
             type(index) is not torch.Tensor
             or index.dtype != torch.long
             or index.shape != (batch_size,)
-            or index.device.type != "cpu"
+            or not index.is_cpu
             or not index.is_contiguous()
         ):
             return None

@@ -12,9 +12,10 @@ and ``2i + 1``, leaves from ``len(tree) // 2``), with the same results:
   order, the last of duplicates wins, parents recomputed level by level), for both trees in one
   pass, after checking every leaf is in ``[0, capacity)``; and the largest raw priority.
 
-:func:`draw_leaves` and :func:`update_trees` run these steps on tensors, by the C module's
+:func:`draw_leaves` and :func:`update_trees` run these steps on tensors and the trees' interleaved
+buffer (:func:`~replaystore.integrations.torchrl.trees.paired`), by the C module's
 ``per_draw``/``per_update`` (``_native.c``: the same results bit for bit) where it is built
-(``NATIVE``), else by the numba kernels. ``AVAILABLE`` is False without numba: the sampler then
+(``NATIVE``), else by the numba kernels on its strided views. ``AVAILABLE`` is False without numba: the sampler then
 uses its NumPy steps. Not thread-safe (TorchRL's buffer locks are held around sampler calls).
 """
 
@@ -137,33 +138,31 @@ else:  # pragma: no cover - numba missing
 NATIVE = AVAILABLE and _per_draw is not None
 
 
-def draw_leaves(nodes: np.ndarray, mass: np.ndarray, n: int, size: int, f32: bool) -> tuple | None:
+def draw_leaves(pair: np.ndarray, mass: np.ndarray, n: int, size: int, f32: bool) -> tuple | None:
     """:func:`draw` for contiguous float64 ``mass``: ``(index, leaf values)`` tensors; None: a zero leaf not passed.
 
-    ``index`` is int64; the values float32 when ``f32``, else float64. ``nodes``: a sum tree of
-    :mod:`~replaystore.integrations.torchrl.trees` (frontier 1); ``1 <= n <= size``.
+    ``index`` is int64; the values float32 when ``f32``, else float64. ``pair``: the interleaved
+    sum and min trees of :func:`~replaystore.integrations.torchrl.trees.paired` (frontier 1);
+    ``1 <= n <= size``.
     """
     m = mass.shape[0]
     if NATIVE:
         index = torch.empty(m, dtype=torch.long)
         values = torch.empty(m, dtype=torch.float32 if f32 else torch.float64)
-        ok = _per_draw(nodes, mass, n, size, index.data_ptr(), values.data_ptr(), f32)
+        ok = _per_draw(pair, mass, n, size, index.data_ptr(), values.data_ptr(), f32)
         return (index, values) if ok else None
     out = np.empty(m, dtype=np.float32 if f32 else np.float64)
-    index, ok = draw(nodes, mass, n, size, out)
+    index, ok = draw(pair[0::2], mass, n, size, out)
     return (torch.from_numpy(index), torch.from_numpy(out)) if ok else None
 
 
-def update_trees(
-    sum_nodes: np.ndarray, min_nodes: np.ndarray, index: torch.Tensor, values: torch.Tensor, raw: torch.Tensor
-) -> tuple:
-    """:func:`update` for tensors: ``(done, high, raw_max, raw_nan)``.
+def update_trees(pair: np.ndarray, index: torch.Tensor, values: torch.Tensor, raw: torch.Tensor) -> tuple:
+    """:func:`update` for tensors on the interleaved trees ``pair``: ``(done, high, raw_max, raw_nan)``.
 
     ``index``: contiguous 1-D int64 CPU; ``values`` and ``raw``: contiguous CPU tensors of one
     float dtype (float32 or float64) and ``index``'s length (the caller checks all of it).
     """
     if NATIVE:
         f32 = values.dtype == torch.float32
-        args = (index.data_ptr(), values.data_ptr(), raw.data_ptr(), index.shape[0], f32)
-        return _per_update(sum_nodes, min_nodes, *args)
-    return update(sum_nodes, min_nodes, index.numpy(), values.numpy(), raw.numpy(), sum_nodes.shape[0] // 2)
+        return _per_update(pair, index.data_ptr(), values.data_ptr(), raw.data_ptr(), index.shape[0], f32)
+    return update(pair[0::2], pair[1::2], index.numpy(), values.numpy(), raw.numpy(), pair.shape[0] // 4)

@@ -35,7 +35,7 @@ from torchrl.data.replay_buffers import samplers as _rl_samplers
 from ...errors import InvalidArgument
 from . import kernels
 from .fastpath import FastSampleMixin
-from .trees import COMPILED, MinTree, SumTree
+from .trees import COMPILED, new_pair, paired
 
 __all__ = ["PrioritizedReplayBuffer", "PrioritizedSampler", "TensorDictPrioritizedReplayBuffer"]
 
@@ -104,8 +104,7 @@ class PrioritizedSampler(_RLPrioritizedSampler):
             tree_dtype = torch.float64
         else:
             raise NotImplementedError(f"dtype {self.dtype} not supported by PrioritizedSampler")
-        self._sum_tree = SumTree(self._max_capacity, tree_dtype)
-        self._min_tree = MinTree(self._max_capacity, tree_dtype)
+        self._sum_tree, self._min_tree = new_pair(self._max_capacity, tree_dtype)  # (one interleaved buffer)
         self._max_priority = None
         if getattr(self, "_key_of_index", None) is not None:
             self._key_of_index[:] = -1
@@ -188,16 +187,16 @@ class PrioritizedSampler(_RLPrioritizedSampler):
     def _draw_fused(self, n: int, batch_size: int) -> tuple[torch.Tensor, dict] | None:
         """``_sample_flat`` by one compiled call (``kernels.draw``) where every set leaf is below ``n``; else None."""
         st, mt = self._sum_tree, self._min_tree
-        if not _FUSED or batch_size <= 0 or n < st.high or n < mt.high:
+        if not _FUSED or batch_size <= 0 or n < st.high or n < mt.high or (pair := paired(st, mt)) is None:
             return None
-        p_sum, p_min = float(st.nodes[1]), float(mt.nodes[1])  # (query(0, n): every set leaf)
+        p_sum, p_min = float(pair[2]), float(pair[3])  # (the roots, query(0, n): every set leaf)
         if not (p_sum > 0 and p_min > 0):
             return None
         if self._rng is None:
             mass = np.random.uniform(0.0, p_sum, size=batch_size)
         else:
             mass = (torch.rand(batch_size, generator=self._rng) * p_sum).numpy().astype(np.float64)
-        drawn = kernels.draw_leaves(st.nodes, mass, n, st.size, st.np_dtype is np.float32)
+        drawn = kernels.draw_leaves(pair, mass, n, st.size, st.np_dtype is np.float32)
         if drawn is None:
             raise RuntimeError("Failed to find a suitable index")
         index, weight = drawn  # (in place: the same torch kernels as TorchRL's `(w / p_min) ** -beta`)
@@ -209,9 +208,11 @@ class PrioritizedSampler(_RLPrioritizedSampler):
             return False
         if priority.requires_grad:
             priority = priority.detach()
-        values = (priority + self._eps).pow_(self._alpha)  # (TorchRL's torch ops; in place: one allocation)
         st, mt = self._sum_tree, self._min_tree
-        done, high, raw_max, raw_nan = kernels.update_trees(st.nodes, mt.nodes, index, values, priority)
+        if (pair := paired(st, mt)) is None:
+            return False
+        values = (priority + self._eps).pow_(self._alpha)  # (TorchRL's torch ops; in place: one allocation)
+        done, high, raw_max, raw_nan = kernels.update_trees(pair, index, values, priority)
         if not done:
             return False  # (nothing written: TorchRL's code raises its error)
         st.written(high)

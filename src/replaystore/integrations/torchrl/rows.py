@@ -33,6 +33,7 @@ __all__ = ["RowPlan", "leaf_ok", "make_plan"]
 
 _PLAIN = (torch.Tensor, MemoryMappedTensor)
 _CPU = torch.device("cpu")
+_DATA_PTR = torch.Tensor.data_ptr  # (map over the leaves: a third less than a generator of method calls)
 _new_td = TensorDict.__new__
 _HAS_MPS = torch.backends.mps.is_available()  # (what _new_unsafe caches in each TensorDict with a device)
 
@@ -142,7 +143,7 @@ class RowPlan:
         for d, n in self._sizes:  # (a key added since: e.g. TorchRL's write of a batch with a new key)
             if len(d) != n:
                 return False
-        return tuple(t.data_ptr() for t in self.leaves) == self._ptrs
+        return tuple(map(_DATA_PTR, self.leaves)) == self._ptrs
 
     def gather(self, index: torch.Tensor, batch: int, skipped: Any = None) -> Any:
         """``root[index]`` (``index``: contiguous 1-D int64 CPU, ``batch`` entries); None if an index is out of range.

@@ -10,6 +10,11 @@ sampler makes (``tree[index] = values``, ``tree[index]``, ``query(l, r)``, ``sca
 
 Values are stored in float64 and read back in the tree's ``dtype`` (float32 for the ``Fp32``
 trees, as TorchRL's). Not thread-safe (TorchRL's replay buffer calls them under its own lock).
+
+:func:`new_pair` makes (and :func:`paired` puts) a sampler's sum and min trees in one interleaved
+buffer (node ``i``'s sum at ``[2i]``, its minimum at ``[2i + 1]``): the same nodes and values,
+each tree's :attr:`~SumTree.nodes` a strided view of it, so the compiled update walks both trees
+on the same cache lines (``_native.c``). A pickled or deep-copied tree gets a contiguous array of its own.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ try:  # the compiled kernels of the [fast] extra, as replaystore's Prioritized s
 except ImportError:  # pragma: no cover
     _kernels = sumtree
 
-__all__ = ["COMPILED", "MinTree", "SumTree"]
+__all__ = ["COMPILED", "MinTree", "SumTree", "new_pair", "paired"]
 
 #: the trees write and descend with the compiled kernels (frontier 1, duplicates: the last wins)
 COMPILED = _kernels is not sumtree
@@ -84,8 +89,11 @@ class _Tree:
     """Shared parts of the sum and min trees: storage, reads, pickling."""
 
     _identity: float = 0.0
+    #: the interleaved buffer :attr:`nodes` is a view of (see :func:`paired`), or None
+    _pair: np.ndarray | None = None
+    _slot = 0  # (this tree's nodes in a pair: [2i + _slot])
 
-    def __init__(self, size: int, dtype: torch.dtype = torch.float32) -> None:
+    def __init__(self, size: int, dtype: torch.dtype = torch.float32, *, _pair: np.ndarray | None = None) -> None:
         size = int(size)
         if size <= 0:
             raise InvalidArgument(f"tree size must be positive, got {size}")
@@ -93,10 +101,19 @@ class _Tree:
         self._dtype = dtype
         self._np_dtype = np.float32 if dtype == torch.float32 else np.float64
         self._frontier = _kernels.frontier_for(size)
-        self._tree = np.full(2 * sumtree.leaf_base(size), self._identity, dtype=np.float64)
+        if _pair is None:
+            self._tree = np.full(2 * sumtree.leaf_base(size), self._identity, dtype=np.float64)
+        else:  # (new_pair: this tree's half of an interleaved buffer)
+            self._tree, self._pair = _pair[self._slot :: 2], _pair
+            self._tree[:] = self._identity
         self._base = len(self._tree) // 2
         #: one past the highest leaf ever set (leaves above it hold the identity)
         self._high = 0
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)  # (pickles and deep copies: a contiguous array of their own, unpaired)
+        state["_tree"], state["_pair"] = np.ascontiguousarray(self._tree), None
+        return state
 
     # TorchRL's properties
     @property
@@ -122,6 +139,7 @@ class _Tree:
         """The node array itself (float64; root 1, node ``i``'s children ``2i``, ``2i + 1``; leaves from ``capacity``).
 
         For compiled kernels (``kernels.py``) that write leaves: they then call :meth:`written`.
+        A strided view of the interleaved buffer once :func:`paired`.
         """
         return self._tree
 
@@ -256,6 +274,7 @@ class MinTree(_Tree):
     """A min segment tree with the interface of TorchRL's ``MinSegmentTreeFp32/Fp64``."""
 
     _identity = float("inf")
+    _slot = 1
 
     def _write(self, leaves: np.ndarray, vals: np.ndarray) -> None:
         _kernels.update_min(self._tree, leaves, vals, self._frontier)
@@ -265,3 +284,44 @@ class MinTree(_Tree):
 
     def _whole(self) -> float:
         return float(sumtree.minimum(self._tree, self._frontier))
+
+
+def _aligned_pair(base: int) -> np.ndarray:
+    """An uninitialised float64 buffer for two trees of ``base`` leaves, 64-byte aligned.
+
+    (NumPy aligns large arrays to 16 bytes: half the 32-byte children quads would span two lines.)
+    """
+    raw = np.empty(4 * base + 8, dtype=np.float64)
+    start = (-raw.ctypes.data % 64) // 8
+    return raw[start : start + 4 * base]
+
+
+def new_pair(size: int, dtype: torch.dtype = torch.float32) -> tuple[SumTree, MinTree]:
+    """A sum and a min tree of ``size`` leaves already :func:`paired` (one buffer, no copy).
+
+    Raises:
+        InvalidArgument: ``size`` is not positive.
+    """
+    if int(size) <= 0:
+        raise InvalidArgument(f"tree size must be positive, got {size}")
+    pair = _aligned_pair(sumtree.leaf_base(int(size)))
+    return SumTree(size, dtype, _pair=pair), MinTree(size, dtype, _pair=pair)
+
+
+def paired(sum_tree: SumTree, min_tree: MinTree) -> np.ndarray | None:
+    """The interleaved buffer of both trees (node ``i``: sum at ``[2i]``, minimum at ``[2i + 1]``).
+
+    Pairs them first when they are not (trees loaded from a ``state_dict``, copied or made apart):
+    one copy of both node arrays into a new 64-byte aligned buffer, whose strided views become the
+    trees' :attr:`~SumTree.nodes` (same values). Returns None when the trees differ in capacity.
+    """
+    pair = sum_tree._pair
+    if pair is not None and min_tree._pair is pair:
+        return pair
+    if sum_tree.capacity != min_tree.capacity:
+        return None
+    pair = _aligned_pair(sum_tree.capacity)
+    pair[0::2], pair[1::2] = sum_tree._tree, min_tree._tree
+    sum_tree._tree, sum_tree._pair = pair[0::2], pair
+    min_tree._tree, min_tree._pair = pair[1::2], pair
+    return pair
